@@ -1,0 +1,15 @@
+// Subcommands of the `coserve` binary. Each returns the process exit status; argv[0] is the
+// subcommand's own name. Defined one per cmd_*.cpp file.
+#pragma once
+
+namespace coserve::cli {
+
+int cmd_bench(int argc, char** argv);            // bench runtime|pipeline|serve|tokenizer ...
+int cmd_make_demo_model(int argc, char** argv);  // make-demo-model DIR [...]
+int cmd_generate(int argc, char** argv);         // generate MODEL_DIR ...
+int cmd_tokenize(int argc, char** argv);         // tokenize TOKENIZER [--add-special-tokens]
+int cmd_detokenize(int argc, char** argv);       // detokenize TOKENIZER [--skip-special-tokens]
+int cmd_chat_template(int argc, char** argv);    // chat-template SOURCE --input FILE
+int cmd_serve(int argc, char** argv);            // serve [MODEL_DIR | --demo] ...
+
+}  // namespace coserve::cli

@@ -1,0 +1,26 @@
+# Third-party dependencies, all from Debian packages (scripts/deps installs them).
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+
+# Standalone Asio (header-only). Coroutines need no extra flag with GCC >= 11 in C++20 mode.
+find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)
+add_library(coserve_asio INTERFACE)
+target_include_directories(coserve_asio SYSTEM INTERFACE ${ASIO_INCLUDE_DIR})
+target_compile_definitions(coserve_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+target_link_libraries(coserve_asio INTERFACE Threads::Threads)
+
+# Boost: only Beast's sans-I/O HTTP parser and serializer (header-only).
+find_package(Boost 1.74 REQUIRED)
+add_library(coserve_beast INTERFACE)
+target_link_libraries(coserve_beast INTERFACE Boost::headers)
+target_compile_definitions(coserve_beast INTERFACE BOOST_BEAST_USE_STD_STRING_VIEW)
+
+find_package(simdjson REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+
+if(COSERVE_BUILD_TESTS)
+  find_package(Catch2 2.13 REQUIRED)
+  include(Catch)
+endif()

@@ -1,0 +1,41 @@
+# One helper each for tests, examples and benchmarks.
+
+# Catch2 v2 main, compiled once and shared by every test executable.
+if(COSERVE_BUILD_TESTS AND NOT TARGET coserve_catch_main)
+  file(WRITE ${CMAKE_BINARY_DIR}/catch_main.cpp "#define CATCH_CONFIG_MAIN\n#include <catch2/catch.hpp>\n")
+  add_library(coserve_catch_main OBJECT ${CMAKE_BINARY_DIR}/catch_main.cpp)
+  target_link_libraries(coserve_catch_main PUBLIC Catch2::Catch2)
+endif()
+
+# coserve_add_test(NAME SOURCES a.cpp ... [LIBS lib ...] [LABELS l ...])
+# One Catch2 executable; each TEST_CASE becomes a ctest test carrying the labels. Tests run with the
+# project root as working directory so ../shared/testdata resolves.
+function(coserve_add_test name)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES} $<TARGET_OBJECTS:coserve_catch_main>)
+  target_link_libraries(${name} PRIVATE Catch2::Catch2 coserve_warnings ${T_LIBS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_compile_definitions(${name} PRIVATE COSERVE_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+                                             COSERVE_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  catch_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
+                       PROPERTIES LABELS "${T_LABELS}")
+endfunction()
+
+# coserve_add_example(NAME SOURCES a.cpp ... [LIBS lib ...])
+function(coserve_add_example name)
+  cmake_parse_arguments(E "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${E_SOURCES})
+  target_link_libraries(${name} PRIVATE coserve_warnings ${E_LIBS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/examples)
+endfunction()
+
+# coserve_add_benchmark(NAME SOURCES a.cpp ... [LIBS lib ...]) - built, never run by ctest.
+function(coserve_add_benchmark name)
+  cmake_parse_arguments(B "" "" "SOURCES;LIBS" ${ARGN})
+  if(NOT COSERVE_BUILD_BENCH)
+    return()
+  endif()
+  add_executable(${name} ${B_SOURCES})
+  target_link_libraries(${name} PRIVATE coserve_warnings ${B_LIBS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bench)
+endfunction()

@@ -1,0 +1,15 @@
+# COSERVE_SANITIZE=address -> ASan + UBSan; COSERVE_SANITIZE=thread -> TSan. Applies to every target.
+if(COSERVE_SANITIZE STREQUAL "address")
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>)
+  add_link_options(-fsanitize=address,undefined)
+elseif(COSERVE_SANITIZE STREQUAL "thread")
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread> $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
+  add_link_options(-fsanitize=thread)
+elseif(NOT COSERVE_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "COSERVE_SANITIZE must be '', 'address' or 'thread' (got '${COSERVE_SANITIZE}')")
+endif()
+if(NOT COSERVE_SANITIZE STREQUAL "")
+  message(STATUS "coserve: sanitizer build (${COSERVE_SANITIZE})")
+endif()

@@ -1,0 +1,86 @@
+#include "model/dtype.hpp"
+
+#include <cmath>
+
+namespace coserve {
+
+std::string_view dtype_name(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return "F32";
+    case dtype::f16: return "F16";
+    case dtype::bf16: return "BF16";
+  }
+  return "?";
+}
+
+bool parse_dtype(std::string_view name, dtype& out) noexcept {
+  if (name == "F32") out = dtype::f32;
+  else if (name == "F16") out = dtype::f16;
+  else if (name == "BF16") out = dtype::bf16;
+  else return false;
+  return true;
+}
+
+float f16_to_f32(uint16_t h) noexcept {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: value = mant * 2^-24
+      float f = std::ldexp(float(mant), -24);
+      std::memcpy(&bits, &f, 4);
+      bits |= sign;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) noexcept {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (abs < 0x38800000u) {  // below the smallest normal f16: subnormal or zero
+    float a;
+    std::memcpy(&a, &abs, 4);
+    return uint16_t(sign | uint16_t(std::nearbyint(a * 16777216.0f)));  // a / 2^-24, ties to even
+  }
+  uint32_t r = abs + 0xfffu + ((abs >> 13) & 1u);  // round to nearest even at bit 13
+  return uint16_t(sign | uint16_t((r - 0x38000000u) >> 13));
+}
+
+void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept {
+  const auto* p = static_cast<const unsigned char*>(src);
+  switch (t) {
+    case dtype::f32:
+      std::memcpy(dst, p, n * 4);
+      break;
+    case dtype::bf16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        dst[i] = bf16_to_f32(h);
+      }
+      break;
+    case dtype::f16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, p + 2 * i, 2);
+        dst[i] = f16_to_f32(h);
+      }
+      break;
+  }
+}
+
+}  // namespace coserve

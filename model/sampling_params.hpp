@@ -1,0 +1,36 @@
+// Per-request sampling parameters, shared by the sampler (CPU and GPU), the scheduler and the HTTP
+// layer. Plain data; the HTTP layer validates ranges before a request reaches the engine.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace coserve {
+
+struct sampling_params {
+  float temperature = 1.0f;          // 0 => greedy (argmax); otherwise logits / temperature
+  float top_p = 1.0f;                // nucleus mass in (0, 1]; 1 disables
+  int32_t top_k = 0;                 // <= 0 disables
+  float min_p = 0.0f;                // keep tokens with p >= min_p * p_max; 0 disables
+  float repetition_penalty = 1.0f;   // HF semantics over prompt + output tokens; 1 disables
+  float presence_penalty = 0.0f;     // OpenAI semantics over output tokens
+  float frequency_penalty = 0.0f;    // OpenAI semantics over output tokens
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the raw logits
+  std::optional<uint64_t> seed;      // reproducible sampling when set
+  int32_t logprobs = -1;             // -1: none; 0: the sampled token's; N > 0: plus top-N
+  int32_t max_tokens = 16;           // generated tokens at most
+  int32_t min_tokens = 0;            // eos / stop ids are masked until this many are generated
+  bool ignore_eos = false;
+  std::vector<int32_t> stop_token_ids;  // finish (reason "stop") when one is sampled
+  std::vector<std::string> stop;        // stop strings, matched on the detokenized text
+  bool include_stop_str_in_output = false;
+  bool skip_special_tokens = true;
+  int32_t n = 1;                     // parallel samples of one prompt (copy-on-write fork)
+
+  bool greedy() const noexcept { return temperature <= 0.0f; }
+};
+
+}  // namespace coserve

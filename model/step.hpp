@@ -1,0 +1,73 @@
+// The step protocol between the scheduler and an executor (CPU or GPU), modelled on vLLM V1's
+// SchedulerOutput / ModelRunnerOutput. Plain data, host vectors only, never device pointers.
+//
+// Counting model: every sequence has num_tokens (prompt + generated) and num_computed_tokens (the
+// ones whose K/V sit in the cache). A step hands a sequence `tokens`, to be computed at positions
+// [start_pos, start_pos + tokens.size()); start_pos == num_computed_tokens before the step.
+//
+// Two steps in flight: the scheduler plans step N+1 before it has seen step N's sampled token, so a
+// decode's input may be `k_token_from_last_step`; the executor substitutes the token it sampled for
+// that sequence in its previous step. The host learns sampled ids one step later.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "model/sampling_params.hpp"
+
+namespace coserve {
+
+using seq_id_t = uint64_t;
+
+// Placeholder input token: "the token this sequence sampled in the previous step".
+inline constexpr int32_t k_token_from_last_step = -1;
+
+// A sequence the executor has not seen before (or sees again after preemption by recompute).
+// The executor keeps its sampling state (params, rng, token history for penalties) until the
+// sequence appears in step_plan::finished.
+struct new_seq {
+  seq_id_t seq_id = 0;
+  std::vector<int32_t> prompt_ids;   // prompt tokens (penalties look at them)
+  std::vector<int32_t> output_ids;   // tokens already generated (non-empty after preemption)
+  sampling_params params;
+  uint64_t seed = 0;                 // effective rng seed (params.seed or one drawn by the engine)
+};
+
+// One sequence's slice of a step.
+struct scheduled_seq {
+  seq_id_t seq_id = 0;
+  std::vector<int32_t> tokens;       // inputs; may hold k_token_from_last_step (decode only)
+  int32_t start_pos = 0;             // position of tokens[0] == num_computed_tokens
+  std::vector<int32_t> block_table;  // physical KV blocks covering [0, start_pos + tokens.size())
+  bool sample = false;               // true when the last token's logits are sampled this step
+                                     // (false for a prefill chunk that does not reach the end)
+};
+
+struct step_plan {
+  uint64_t step_id = 0;
+  std::vector<new_seq> new_seqs;                         // registered before the forward
+  std::vector<std::pair<int32_t, int32_t>> block_copies; // (src, dst) copy-on-write, before the forward
+  std::vector<scheduled_seq> seqs;                       // what to compute, in batch order
+  std::vector<seq_id_t> finished;                        // drop their state after this step
+};
+
+struct token_logprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+struct seq_output {
+  seq_id_t seq_id = 0;
+  int32_t token = 0;                      // the sampled id
+  float logprob = 0.0f;                   // log-softmax of the sampled id (after processors)
+  std::vector<token_logprob> top_logprobs;  // when params.logprobs > 0
+  std::vector<float> logits;              // raw logits, only when the executor is asked for them
+};
+
+struct step_result {
+  uint64_t step_id = 0;
+  std::vector<seq_output> outputs;  // one per scheduled_seq with sample == true, in batch order
+};
+
+}  // namespace coserve
