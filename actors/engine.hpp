@@ -1,0 +1,138 @@
+// coserve::engine — the embedding API: starts the serving actor graph (intake, tokenizer,
+// scheduler, KV allocator, executor, streamer) from a config and hands out one output stream per
+// request, with no HTTP. The HTTP server and `coserve generate` are its clients.
+//
+// Threads: every member function is safe to call from any thread. Awaitables resume on the
+// executor of the awaiting coroutine (the caller's io_context), never on an engine thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <asio/awaitable.hpp>
+
+#include "model/json/value.hpp"
+#include "model/sampling_params.hpp"
+#include "model/step.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve {
+
+struct engine_config {
+  std::filesystem::path model_dir;       // a Hugging Face folder
+  std::string served_model_name;         // default: the folder's name
+  std::string device = "cpu";            // "cpu" or "cuda"
+  int32_t max_num_seqs = 256;            // running sequences at most
+  int32_t max_num_batched_tokens = 2048; // tokens per step at most (chunked prefill budget)
+  int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
+  int32_t block_size = 16;               // tokens per KV block
+  int64_t num_kv_blocks = 0;             // 0: sized from memory (CPU) / gpu_memory_utilization
+  double gpu_memory_utilization = 0.9;
+  int32_t max_waiting = 1024;            // admission limit; beyond it submit() fails "queue_full"
+  int32_t cpu_threads = 0;               // CPU executor threads; 0: core count
+  bool enable_prefix_caching = true;
+  std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
+};
+
+// A chat request's input: rendered by the model's chat template in the tokenizer actor.
+struct chat_input {
+  json::value messages;                  // array of {role, content (string | [{type:"text",...}]), ...}
+  json::value tools;                     // null or array
+  bool add_generation_prompt = true;
+  json::value template_kwargs;           // null or object: extra template variables
+};
+
+struct generate_request {
+  // Exactly one input: prompt text, prompt token ids, or chat messages.
+  std::variant<std::string, std::vector<int32_t>, chat_input> input;
+  sampling_params params;
+  bool add_special_tokens = true;        // BOS etc. for text prompts (chat: false, the template has them)
+  int32_t priority = 0;                  // lower runs first (vLLM convention); ties FCFS
+  bool return_logits = false;            // fill output_event::logits (tests, `generate --logits`)
+};
+
+enum class finish_reason : uint8_t { none, stop, length, abort, error };
+const char* to_string(finish_reason r) noexcept;  // "stop", "length", "abort", "error", ""
+
+// One streamed delta of one sample (index in [0, n)).
+struct output_event {
+  int32_t index = 0;
+  std::string text;                          // new text (held back while it may become a stop string)
+  std::vector<int32_t> token_ids;            // tokens this event covers
+  std::vector<float> token_logprobs;         // per token id, when params.logprobs >= 0
+  std::vector<std::vector<token_logprob>> top_logprobs;  // per token id, when params.logprobs > 0
+  std::vector<std::vector<float>> logits;    // per token id, when request.return_logits
+  finish_reason finish = finish_reason::none;  // set on the sample's last event
+  std::string stop_reason;                   // the matched stop string, if any
+  std::string error_message;                 // when finish == error
+  int32_t prompt_tokens = 0;                 // usage, filled on every event
+  int32_t completion_tokens = 0;             // tokens generated so far by this sample
+  int32_t cached_prompt_tokens = 0;          // prompt tokens served from the prefix cache
+};
+
+// The output of one request: every sample's events, then end of stream.
+class request_stream {
+ public:
+  virtual ~request_stream() = default;
+  virtual uint64_t id() const noexcept = 0;
+  virtual const std::vector<int32_t>& prompt_ids() const noexcept = 0;
+  // Next event, or nullopt once every sample has finished. Single consumer. Resumes on the
+  // awaiting coroutine's executor.
+  virtual asio::awaitable<std::optional<output_event>> next() = 0;
+  // Aborts the request (client gone): its sequences leave the batch at the next step and their KV
+  // blocks are freed; remaining events end with finish_reason::abort. Idempotent, any thread.
+  virtual void cancel() noexcept = 0;
+};
+
+struct model_info {
+  std::string served_model_name;
+  std::string architecture;
+  int32_t max_model_len = 0;
+  int32_t vocab_size = 0;
+  int64_t created = 0;                  // unix seconds the engine started
+};
+
+// Counters and latency samples for /metrics (cumulative since start; histograms are bucketed by
+// the HTTP layer from the sample sums/counts it is given).
+struct engine_metrics {
+  int64_t requests_running = 0, requests_waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_free = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0;     // in tokens
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
+  int64_t rejected = 0;
+  std::vector<double> ttft_s, itl_s, e2e_s, queue_s;  // samples since the previous metrics() call
+};
+
+class engine {
+ public:
+  // Loads the model and starts the actors. Logs progress to stderr.
+  static result<std::unique_ptr<engine>> start(engine_config config);
+  virtual ~engine() = default;
+
+  // Tokenizes (template + encode), validates (ids in vocabulary, prompt + max_tokens within
+  // max_model_len) and enqueues. Errors: code "queue_full" (HTTP 429), "engine_down" (503),
+  // "invalid_request" (400; message says why, e.g. template raise_exception text).
+  virtual asio::awaitable<result<std::shared_ptr<request_stream>>> submit(generate_request req) = 0;
+
+  // Synchronous helpers for /tokenize and /detokenize (thread-safe, no actor round trip needed).
+  virtual result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens) const = 0;
+  virtual result<std::vector<int32_t>> tokenize_chat(const chat_input& chat) const = 0;
+  virtual result<std::string> detokenize(const std::vector<int32_t>& ids) const = 0;
+
+  virtual const model_info& info() const noexcept = 0;
+  virtual bool healthy() const noexcept = 0;
+  virtual engine_metrics metrics() = 0;
+
+  // Stops accepting, drains in-flight requests (or aborts them when `abort_running`), stops the
+  // actors in reverse start order, writes the trace file if configured. Blocks the caller.
+  virtual void stop(bool abort_running = false) = 0;
+};
+
+}  // namespace coserve
