@@ -1,10 +1,163 @@
+// `coserve bench runtime [--n N] [--threads T] [--no-trace]`: the three workloads of the CAF
+// anchor (../shared/bench/caf_anchor.cpp) with the same shapes, one JSON line each:
+//   pingpong  two actors bounce one int N times (round trips per second)
+//   fanin     4 producers each send N ints to one sink (messages per second)
+//   pipeline  N ints through 5 forwarding stages to a sink (messages per second end to end)
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+
+#include "runtime/system.hpp"
 
 namespace coserve::cli {
+namespace {
 
-int bench_runtime(int, char**) {
-  std::fprintf(stderr, "coserve bench runtime: not available in this build yet\n");
-  return 2;
+using clk = std::chrono::steady_clock;
+
+struct ball {
+  int n;
+};
+struct done_signal {
+  std::promise<void>* p;
+};
+
+// ---- pingpong ----
+struct ponger;
+struct pinger {
+  using messages = rt::message_list<ball>;
+  rt::actor_ref<ponger>* peer;
+  int n;
+  std::promise<void>* done;
+  void handle(ball& b);
+};
+struct ponger {
+  using messages = rt::message_list<ball>;
+  rt::actor_ref<pinger>* peer;
+  void handle(ball& b) { (void)peer->tell(ball{b.n}); }
+};
+void pinger::handle(ball& b) {
+  if (b.n + 1 >= n) {
+    done->set_value();
+    return;
+  }
+  (void)peer->tell(ball{b.n + 1});
+}
+
+// ---- sink and stages ----
+struct item {
+  int v;
+};
+struct sink {
+  using messages = rt::message_list<item>;
+  long expect;
+  std::promise<void>* done;
+  long got = 0;
+  void handle(item&) {
+    if (++got == expect) done->set_value();
+  }
+};
+template <class Next>
+struct stage {
+  using messages = rt::message_list<item>;
+  rt::actor_ref<Next> next;
+  // A stage never drops and keeps order: when the next mailbox is full it waits for space
+  // before handling its own next message.
+  static asio::awaitable<void> forward_when_space(rt::actor_ref<Next> to, item it) {
+    co_await to.send(it);
+  }
+  rt::maybe_async handle(item& it) {
+    if (next.tell(it) != rt::send_status::full) return std::nullopt;
+    return forward_when_space(next, it);
+  }
+};
+
+void print(const char* workload, long n, double secs) {
+  std::printf(
+      "{\"runtime\":\"coserve\",\"workload\":\"%s\",\"n\":%ld,\"seconds\":%.4f,\"per_second\":%.0f}\n",
+      workload, n, secs, double(n) / secs);
+  std::fflush(stdout);
+}
+
+double secs_since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
+
+}  // namespace
+
+int bench_runtime(int argc, char** argv) {
+  long n = 1000000;
+  std::size_t threads = 0;
+  bool trace = true;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--n") && i + 1 < argc) n = std::atol(argv[++i]);
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atol(argv[++i]);
+    else if (!std::strcmp(argv[i], "--no-trace")) trace = false;
+    else if (!std::strcmp(argv[i], "--help")) {
+      std::printf("usage: coserve bench runtime [--n N] [--threads T] [--no-trace]\n"
+                  "  --n N        messages per workload (default 1000000)\n"
+                  "  --threads T  executor pool threads (default: core count)\n"
+                  "  --no-trace   disable per-actor tracing (on by default)\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "coserve bench runtime: unknown flag '%s'\n", argv[i]);
+      return 2;
+    }
+  }
+  rt::system_config cfg;
+  cfg.threads = threads;
+  cfg.tracing = trace;
+  cfg.trace_ring_capacity = 1u << 16;
+  {
+    rt::system sys(cfg);
+    std::promise<void> done;
+    rt::actor_ref<pinger> a;
+    rt::actor_ref<ponger> b;
+    a = sys.spawn<pinger>({.name = "pinger"}, &b, static_cast<int>(n), &done);
+    b = sys.spawn<ponger>({.name = "ponger"}, &a);
+    auto t = clk::now();
+    (void)b.tell(ball{0});
+    done.get_future().wait();
+    print("pingpong", n, secs_since(t));
+    sys.stop();
+  }
+  {
+    rt::system sys(cfg);
+    std::promise<void> done;
+    const int producers = 4;
+    auto s = sys.spawn<sink>({.name = "sink", .mailbox_capacity = 1 << 16}, long(n) * producers,
+                             &done);
+    auto t = clk::now();
+    for (int p = 0; p < producers; ++p) {
+      asio::co_spawn(sys.executor(), [s, n]() -> asio::awaitable<void> {
+        for (long i = 0; i < n; ++i) co_await s.send(item{int(i)});
+      }, asio::detached);
+    }
+    done.get_future().wait();
+    print("fanin", n * producers, secs_since(t));
+    sys.stop();
+  }
+  {
+    rt::system sys(cfg);
+    std::promise<void> done;
+    auto s = sys.spawn<sink>({.name = "sink", .mailbox_capacity = 1 << 16}, n, &done);
+    auto s5 = sys.spawn<stage<sink>>({.name = "stage5", .mailbox_capacity = 1 << 16}, s);
+    auto s4 = sys.spawn<stage<stage<sink>>>({.name = "stage4", .mailbox_capacity = 1 << 16}, s5);
+    auto s3 = sys.spawn<stage<stage<stage<sink>>>>({.name = "stage3", .mailbox_capacity = 1 << 16}, s4);
+    auto s2 = sys.spawn<stage<stage<stage<stage<sink>>>>>({.name = "stage2", .mailbox_capacity = 1 << 16}, s3);
+    auto s1 = sys.spawn<stage<stage<stage<stage<stage<sink>>>>>>({.name = "stage1", .mailbox_capacity = 1 << 16}, s2);
+    auto t = clk::now();
+    asio::co_spawn(sys.executor(), [s1, n]() -> asio::awaitable<void> {
+      for (long i = 0; i < n; ++i) co_await s1.send(item{int(i)});
+    }, asio::detached);
+    done.get_future().wait();
+    print("pipeline", n, secs_since(t));
+    sys.stop();
+  }
+  return 0;
 }
 
 }  // namespace coserve::cli

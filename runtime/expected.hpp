@@ -23,6 +23,8 @@ inline error make_error(std::string code, std::string message) {
 template <class T>
 class [[nodiscard]] result {
  public:
+  // Default: an error "empty" (Asio's co_spawn default-constructs results on exceptions).
+  result() : v_(std::in_place_index<1>, error{"empty", "no value"}) {}
   result(T value) : v_(std::in_place_index<0>, std::move(value)) {}  // NOLINT(implicit)
   result(error e) : v_(std::in_place_index<1>, std::move(e)) {}      // NOLINT(implicit)
 

@@ -1,0 +1,151 @@
+// actor_ref<B>: a typed, copyable handle to an actor; the only way to reach its state.
+//
+//   ref.tell(msg)                  fire and forget; returns send_status (ok / full / closed)
+//   co_await ref.send(msg)         like tell, but waits for mailbox space instead of `full`
+//   co_await ref.ask(msg, timeout) awaitable reply: result<M::reply_type>, errors "timeout",
+//                                  "cancelled", "mailbox_full", "mailbox_closed", "actor_failed"
+//   ref.ask_sync(msg, timeout)     the same for a thread outside the runtime (blocks it)
+//
+// Where awaits resume: send() and ask() resume on the executor of the awaiting coroutine (the
+// completion is posted there), never on the target actor's thread.
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <utility>
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "runtime/actor_cell.hpp"
+
+namespace coserve::rt {
+
+class system;
+
+template <class B>
+class actor_ref {
+ public:
+  actor_ref() = default;
+  explicit actor_ref(std::shared_ptr<actor_cell<B>> cell) : cell_(std::move(cell)) {}
+
+  explicit operator bool() const noexcept { return static_cast<bool>(cell_); }
+  const std::string& name() const noexcept { return cell_->name(); }
+  std::size_t queued() const noexcept { return cell_->queued(); }
+  const asio::any_io_executor& executor() const noexcept { return cell_->executor(); }
+  actor_cell<B>& cell() const noexcept { return *cell_; }
+
+  // Any thread. `request_id` overrides a message's own request_id member in traces.
+  template <class M>
+  send_status tell(M msg, uint64_t request_id = 0) const {
+    static_assert(!has_reply<M>, "messages with a reply_type are sent with ask()");
+    return cell_->push(make_env(std::move(msg), request_id));
+  }
+
+  // Waits (asynchronously) while the mailbox is full. Returns ok or closed.
+  template <class M>
+  asio::awaitable<send_status> send(M msg, uint64_t request_id = 0) const {
+    static_assert(!has_reply<M>, "messages with a reply_type are sent with ask()");
+    typename actor_cell<B>::env_variant v(make_env(std::move(msg), request_id));
+    for (;;) {
+      // push moves from v only when it succeeds.
+      const send_status s = cell_->push(std::move(v));
+      if (s != send_status::full) co_return s;
+      auto ex = co_await asio::this_coro::executor;
+      co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
+          [&](auto handler) {
+            auto h = std::make_shared<decltype(handler)>(std::move(handler));
+            cell_->box().wait_for_space(ex, [h]() mutable { (*h)(); });
+          },
+          asio::use_awaitable);
+    }
+  }
+
+  template <class M>
+  asio::awaitable<result<typename M::reply_type>> ask(
+      M msg, std::chrono::steady_clock::duration timeout = std::chrono::seconds(30),
+      uint64_t request_id = 0) const {
+    using R = typename M::reply_type;
+    auto ex = co_await asio::this_coro::executor;
+    co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(result<R>)>(
+        [&](auto handler) {
+          using H = decltype(handler);
+          auto h = std::make_shared<H>(std::move(handler));
+          auto hex = asio::get_associated_executor(*h, ex);
+          auto timer = std::make_shared<asio::steady_timer>(ex, timeout);
+          auto slot = asio::get_associated_cancellation_slot(*h);
+          auto st = std::make_shared<reply_state<R>>([h, hex, timer, slot](result<R> r) mutable {
+            asio::post(hex, [h, timer, slot, r = std::move(r)]() mutable {
+              timer->cancel();
+              if (slot.is_connected()) slot.clear();
+              (*h)(std::move(r));
+            });
+          });
+          if (slot.is_connected()) {
+            slot.assign([st](asio::cancellation_type) {
+              st->complete(make_error("cancelled", "ask cancelled by the caller"));
+            });
+          }
+          timer->async_wait([st](const asio::error_code& ec) {
+            if (!ec) st->complete(make_error("timeout", "no reply before the timeout"));
+          });
+          const uint64_t id = pick_id(msg, request_id);
+          envelope<M> env{std::move(msg), cell_->now_ns(), id, st};
+          const send_status s = cell_->push(std::move(env));
+          if (s != send_status::ok)
+            st->complete(make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
+        },
+        asio::use_awaitable);
+  }
+
+  // Blocking ask for threads outside the runtime (never call it from an actor handler).
+  template <class M>
+  result<typename M::reply_type> ask_sync(
+      M msg, std::chrono::steady_clock::duration timeout = std::chrono::seconds(30),
+      uint64_t request_id = 0) const {
+    using R = typename M::reply_type;
+    auto promise = std::make_shared<std::promise<result<R>>>();
+    auto future = promise->get_future();
+    auto st = std::make_shared<reply_state<R>>(
+        [promise](result<R> r) { promise->set_value(std::move(r)); });
+    const uint64_t id = pick_id(msg, request_id);
+    envelope<M> env{std::move(msg), cell_->now_ns(), id, st};
+    const send_status s = cell_->push(std::move(env));
+    if (s != send_status::ok)
+      st->complete(make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
+    if (future.wait_for(timeout) == std::future_status::timeout)
+      st->complete(make_error("timeout", "no reply before the timeout"));
+    return future.get();
+  }
+
+ private:
+  template <class M>
+  static uint64_t pick_id(const M& msg, uint64_t request_id) {
+    return request_id != 0 ? request_id : request_id_of(msg);
+  }
+  template <class M>
+  envelope<M> make_env(M&& msg, uint64_t request_id) const {
+    const uint64_t id = pick_id(msg, request_id);
+    return envelope<M>{std::move(msg), cell_->now_ns(), id, {}};
+  }
+
+  std::shared_ptr<actor_cell<B>> cell_;
+};
+
+// What a behavior may keep to reach its own actor and the system; passed to an optional
+// `void on_start(actor_context<B>&)` member (at spawn, and again after each restart).
+template <class B>
+struct actor_context {
+  rt::system* sys = nullptr;
+  actor_ref<B> self;
+  const std::string& name() const { return self.name(); }
+  const asio::any_io_executor& executor() const { return self.executor(); }
+};
+
+}  // namespace coserve::rt

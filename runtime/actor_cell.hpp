@@ -1,0 +1,402 @@
+// actor_cell<B>: the runtime side of one actor — its mailbox, its scheduling state, its behavior
+// object B (the user's state and handlers) and its supervision policy.
+//
+// One handler at a time: the cell is either idle or "scheduled" (an atomic flag). A sender that
+// turns it from idle to scheduled posts one run() to the actor's executor; run() handles up to
+// `batch` messages, then either reschedules itself or goes idle. A handler that returns an
+// asio::awaitable keeps the cell scheduled until the coroutine finishes, so the next message is
+// never handled before the previous handler has completed.
+//
+// Handler forms B may declare, per message type M (see message.hpp for reply_type):
+//   void handle(M&)                      R handle(M&)                     (M::reply_type == R)
+//   asio::awaitable<void> handle(M&)     asio::awaitable<R> handle(M&)
+//   rt::maybe_async handle(M&)           synchronous unless it returns a coroutine to finish the
+//                                        work (e.g. waiting for space in a full mailbox); the
+//                                        actor handles nothing else until that coroutine ends
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/post.hpp>
+
+#include "runtime/mailbox.hpp"
+#include "runtime/message.hpp"
+#include "runtime/reply.hpp"
+#include "runtime/trace.hpp"
+
+namespace coserve::rt {
+
+enum class restart_policy : uint8_t {
+  restart,  // rebuild the behavior from its factory; keep the mailbox; continue
+  stop,     // close the mailbox, fail pending asks, notify on_stopped
+};
+
+struct spawn_options {
+  std::string name = "actor";
+  std::size_t mailbox_capacity = 1024;   // rounded up to a power of two
+  std::size_t batch = 64;                // messages per scheduling before yielding the thread
+  restart_policy on_failure = restart_policy::restart;
+  int max_restarts = 10;                 // within restart_window; one more failure stops it
+  std::chrono::milliseconds restart_window{10000};
+  bool dedicated_thread = false;         // run on a thread of its own (blocking work: executors)
+  // Called (on the actor's thread) when the actor stops after a failure: name, reason.
+  std::function<void(const std::string&, const std::string&)> on_stopped;
+};
+
+// ---- envelopes ---------------------------------------------------------------------------------
+
+struct no_reply {};
+
+template <class M>
+struct reply_slot {
+  using type = no_reply;
+};
+template <has_reply M>
+struct reply_slot<M> {
+  using type = reply_ptr<typename M::reply_type>;
+};
+
+template <class M>
+struct envelope {
+  M msg;
+  int64_t enqueue_ns = 0;
+  uint64_t request_id = 0;
+  [[no_unique_address]] typename reply_slot<M>::type reply{};
+};
+
+template <class List>
+struct envelope_variant;
+template <class... Ms>
+struct envelope_variant<message_list<Ms...>> {
+  using type = std::variant<envelope<Ms>...>;
+};
+
+// Return type of a mostly-synchronous handler (see the header comment).
+using maybe_async = std::optional<asio::awaitable<void>>;
+
+template <class T>
+struct is_awaitable : std::false_type {};
+template <class T, class E>
+struct is_awaitable<asio::awaitable<T, E>> : std::true_type {};
+
+// ---- type-independent part ---------------------------------------------------------------------
+
+class cell_base {
+ public:
+  cell_base(spawn_options opts, tracer& tr, asio::any_io_executor ex)
+      : opts_(std::move(opts)), tracer_(tr), ex_(std::move(ex)),
+        trace_id_(tr.register_actor(opts_.name)) {}
+  virtual ~cell_base() = default;
+  cell_base(const cell_base&) = delete;
+  cell_base& operator=(const cell_base&) = delete;
+
+  const std::string& name() const noexcept { return opts_.name; }
+  uint32_t trace_id() const noexcept { return trace_id_; }
+  const asio::any_io_executor& executor() const noexcept { return ex_; }
+  const spawn_options& options() const noexcept { return opts_; }
+  bool failed_stop() const noexcept { return failed_stop_.load(std::memory_order_acquire); }
+  int restarts() const noexcept { return restarts_.load(std::memory_order_relaxed); }
+
+  // Any thread. New sends fail with `closed`; queued messages are still handled.
+  virtual void close() noexcept = 0;
+  virtual std::size_t queued() const noexcept = 0;
+
+  // Any thread: runs fn on `ex` once the actor is closed and has nothing queued or running.
+  void when_drained(asio::any_io_executor ex, std::function<void()> fn) {
+    bool now = false;
+    {
+      std::lock_guard lock(drain_mu_);
+      if (drained_) now = true;
+      else drain_waiters_.emplace_back(std::move(ex), std::move(fn));
+    }
+    if (now) asio::post(ex, std::move(fn));
+  }
+
+ protected:
+  void signal_drained() {
+    std::vector<std::pair<asio::any_io_executor, std::function<void()>>> ws;
+    {
+      std::lock_guard lock(drain_mu_);
+      if (drained_) return;
+      drained_ = true;
+      ws.swap(drain_waiters_);
+    }
+    for (auto& [ex, fn] : ws) asio::post(ex, std::move(fn));
+  }
+
+  // Returns true when the policy allows another restart now.
+  bool allow_restart() {
+    if (opts_.on_failure != restart_policy::restart) return false;
+    const auto now = std::chrono::steady_clock::now();
+    while (!restart_times_.empty() && now - restart_times_.front() > opts_.restart_window)
+      restart_times_.pop_front();
+    if (static_cast<int>(restart_times_.size()) >= opts_.max_restarts) return false;
+    restart_times_.push_back(now);
+    restarts_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+
+  spawn_options opts_;
+  tracer& tracer_;
+  asio::any_io_executor ex_;
+  const uint32_t trace_id_;
+  // idle <-> scheduled handoff (see actor_cell::notify).
+  std::atomic<bool> scheduled_{false};
+  std::atomic<bool> failed_stop_{false};
+  std::atomic<int> restarts_{0};
+  std::deque<std::chrono::steady_clock::time_point> restart_times_;  // actor thread only
+
+ private:
+  std::mutex drain_mu_;
+  bool drained_ = false;
+  std::vector<std::pair<asio::any_io_executor, std::function<void()>>> drain_waiters_;
+};
+
+// ---- the typed cell ----------------------------------------------------------------------------
+
+template <class B>
+class actor_cell final : public cell_base {
+ public:
+  using behavior = B;
+  using env_variant = typename envelope_variant<typename B::messages>::type;
+  using factory = std::function<std::unique_ptr<B>()>;
+  using start_hook = std::function<void(B&)>;
+
+  actor_cell(spawn_options opts, tracer& tr, asio::any_io_executor ex, factory make,
+             start_hook on_start)
+      : cell_base(std::move(opts), tr, std::move(ex)),
+        mailbox_(opts_.mailbox_capacity),
+        make_(std::move(make)),
+        on_start_(std::move(on_start)) {}
+
+  void set_start_hook(start_hook hook) { on_start_ = std::move(hook); }
+
+  // Builds the behavior. Called once by spawn before the reference is handed out.
+  void start() {
+    behavior_ = make_();
+    if (on_start_) on_start_(*behavior_);
+  }
+
+  // Producer side, any thread. On `full`/`closed` the value is not moved from.
+  send_status push(env_variant&& v) {
+    const send_status s = mailbox_.try_push(std::move(v));
+    if (s == send_status::ok) notify();
+    return s;
+  }
+  template <class M>
+  send_status push(envelope<M>&& env) {
+    env_variant v(std::move(env));
+    return push(std::move(v));
+  }
+
+  mailbox<env_variant>& box() noexcept { return mailbox_; }
+  int64_t now_ns() const noexcept { return tracer_.now_ns(); }
+
+  void close() noexcept override {
+    mailbox_.close();
+    notify();  // a closed, empty, idle actor must still report drained
+  }
+  std::size_t queued() const noexcept override { return mailbox_.size_approx(); }
+
+ private:
+  // Handoff between senders and the running actor, without fences: both sides use acq_rel RMWs
+  // on scheduled_. If a sender's exchange reads `true`, it precedes the actor's exchange(false) in
+  // scheduled_'s modification order, so that exchange synchronizes with it and the actor's next
+  // look at the ring sees the message; otherwise the sender reads `false` and schedules the actor.
+  void notify() {
+    if (!scheduled_.exchange(true, std::memory_order_acq_rel)) schedule();
+  }
+
+  void schedule() {
+    asio::post(ex_, [this] { run(); });
+  }
+
+  // Consumer side: runs on the actor's executor, never concurrently with itself.
+  void run() {
+    for (std::size_t i = 0; i < opts_.batch; ++i) {
+      auto env = mailbox_.try_pop();
+      if (!env) break;
+      if (dispatch(*env)) {
+        mailbox_.wake_space_waiters();
+        return;  // a coroutine handler is running; it calls resume() when it finishes
+      }
+    }
+    mailbox_.wake_space_waiters();
+    go_idle_or_continue();
+  }
+
+  void go_idle_or_continue() {
+    scheduled_.exchange(false, std::memory_order_acq_rel);  // see notify()
+    if (!mailbox_.empty()) {
+      if (!scheduled_.exchange(true, std::memory_order_acq_rel)) schedule();
+      return;
+    }
+    if (mailbox_.closed()) {
+      // Closed and nothing left: the behavior is released on this thread, then waiters run.
+      if (!scheduled_.exchange(true, std::memory_order_acq_rel)) {
+        behavior_.reset();
+        signal_drained();
+      }
+    }
+  }
+
+  void resume() { run(); }
+
+  // Returns true when a coroutine handler was started (the cell stays scheduled).
+  bool dispatch(env_variant& v) {
+    return std::visit([this](auto& env) { return handle_one(env); }, v);
+  }
+
+  template <class M>
+  bool handle_one(envelope<M>& env) {
+    span sp;
+    const bool traced = tracer_.enabled();
+    if (traced) {
+      sp.message = message_name<M>();
+      sp.request_id = env.request_id;
+      sp.enqueue_ns = env.enqueue_ns;
+      sp.actor_id = trace_id_;
+      sp.mailbox_depth = static_cast<uint32_t>(mailbox_.size_approx());
+      sp.start_ns = tracer_.now_ns();
+    }
+    if (!behavior_) {  // stopped after a failure: refuse politely
+      fail_reply(env, "actor '" + opts_.name + "' has stopped");
+      return false;
+    }
+    using R = decltype(behavior_->handle(env.msg));
+    if constexpr (std::is_same_v<R, maybe_async>) {
+      static_assert(!has_reply<M>, "maybe_async handlers cannot reply");
+      maybe_async rest;
+      try {
+        rest = behavior_->handle(env.msg);
+      } catch (...) {
+        sp.failed = true;
+        on_failure(env, std::current_exception());
+      }
+      if (rest) {
+        asio::co_spawn(ex_, finish_async(std::move(*rest), sp, traced),
+                       [this](std::exception_ptr) { resume(); });
+        return true;
+      }
+      if (traced) {
+        sp.end_ns = tracer_.now_ns();
+        tracer_.record(sp);
+      }
+      return false;
+    } else if constexpr (is_awaitable<R>::value) {
+      asio::co_spawn(ex_, run_coroutine(std::move(env), sp, traced),
+                     [this](std::exception_ptr) { resume(); });
+      return true;
+    } else {
+      try {
+        if constexpr (has_reply<M>) {
+          env.reply->complete(behavior_->handle(env.msg));
+        } else {
+          behavior_->handle(env.msg);
+        }
+      } catch (...) {
+        sp.failed = true;
+        on_failure(env, std::current_exception());
+      }
+      if (traced) {
+        sp.end_ns = tracer_.now_ns();
+        tracer_.record(sp);
+      }
+      return false;
+    }
+  }
+
+  template <class M>
+  asio::awaitable<void> run_coroutine(envelope<M> env, span sp, bool traced) {
+    std::exception_ptr failure;
+    try {
+      if constexpr (has_reply<M>) {
+        auto value = co_await behavior_->handle(env.msg);
+        env.reply->complete(std::move(value));
+      } else {
+        co_await behavior_->handle(env.msg);
+      }
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    if (failure) {
+      sp.failed = true;
+      on_failure(env, failure);
+    }
+    if (traced) {
+      sp.end_ns = tracer_.now_ns();
+      tracer_.record(sp);
+    }
+  }
+
+  asio::awaitable<void> finish_async(asio::awaitable<void> rest, span sp, bool traced) {
+    try {
+      co_await std::move(rest);
+    } catch (const std::exception& e) {
+      sp.failed = true;
+      std::fprintf(stderr, "[coserve] actor '%s' failed finishing '%s': %s\n", opts_.name.c_str(),
+                   sp.message, e.what());
+    } catch (...) {
+      sp.failed = true;
+    }
+    if (traced) {
+      sp.end_ns = tracer_.now_ns();
+      tracer_.record(sp);
+    }
+  }
+
+  template <class M>
+  void fail_reply(envelope<M>& env, std::string why) {
+    if constexpr (has_reply<M>) {
+      if (env.reply) env.reply->complete(make_error("actor_failed", std::move(why)));
+    }
+  }
+
+  template <class M>
+  void on_failure(envelope<M>& env, std::exception_ptr e) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      what = ex.what();
+    } catch (...) {
+    }
+    std::fprintf(stderr, "[coserve] actor '%s' failed handling '%s': %s\n", opts_.name.c_str(),
+                 message_name<M>(), what.c_str());
+    fail_reply(env, "actor '" + opts_.name + "' failed handling '" + message_name<M>() +
+                        "': " + what);
+    if (allow_restart()) {
+      std::fprintf(stderr, "[coserve] restarting actor '%s'\n", opts_.name.c_str());
+      behavior_.reset();
+      try {
+        start();
+        return;
+      } catch (...) {
+        what += " (restart failed)";
+      }
+    }
+    behavior_.reset();
+    failed_stop_.store(true, std::memory_order_release);
+    mailbox_.close();
+    if (opts_.on_stopped) opts_.on_stopped(opts_.name, what);
+  }
+
+  mailbox<env_variant> mailbox_;
+  factory make_;
+  start_hook on_start_;
+  std::unique_ptr<B> behavior_;  // touched only on the actor's executor once started
+};
+
+}  // namespace coserve::rt

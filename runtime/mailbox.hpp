@@ -1,0 +1,120 @@
+// mailbox<E>: an actor's bounded inbox — the lock-free MPSC ring plus close and space-waiting.
+//
+// Producer side (any thread): try_push, close, wait_for_space.
+// Consumer side (the thread running the actor, one at a time): try_pop, empty, wake_space_waiters.
+//
+// Full mailbox: try_push returns send_status::full at once and the value is not consumed. A
+// sender that prefers to wait registers with wait_for_space(); the consumer wakes every waiter
+// after it has made room (wake_space_waiters, called once per batch), and the sender retries.
+//
+// Close: after close(), try_push returns send_status::closed; values already queued stay and are
+// drained by the consumer (graceful shutdown). Space waiters are woken so they can see `closed`.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
+
+#include "runtime/mpsc_queue.hpp"
+
+namespace coserve::rt {
+
+enum class send_status : uint8_t { ok, full, closed };
+
+inline const char* to_string(send_status s) noexcept {
+  switch (s) {
+    case send_status::ok: return "ok";
+    case send_status::full: return "mailbox_full";
+    case send_status::closed: return "mailbox_closed";
+  }
+  return "?";
+}
+
+template <class E>
+class mailbox {
+ public:
+  explicit mailbox(std::size_t capacity) : ring_(capacity) {}
+
+  std::size_t capacity() const noexcept { return ring_.capacity(); }
+  std::size_t size_approx() const noexcept { return ring_.size_approx(); }
+  bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
+
+  // Producer side.
+  template <class U>
+  send_status try_push(U&& value) {
+    // acquire: pairs with close()'s release; a sender that sees `closed` sees everything before it.
+    if (closed_.load(std::memory_order_acquire)) return send_status::closed;
+    return ring_.try_push(std::forward<U>(value)) ? send_status::ok : send_status::full;
+  }
+
+  void close() noexcept {
+    closed_.store(true, std::memory_order_release);
+    wake_all();
+  }
+
+  // Producer side: runs `fn` on `ex` once the consumer may have made room (or the mailbox closed).
+  // Spurious wakeups are possible; the caller retries try_push.
+  template <class Fn>
+  void wait_for_space(const asio::any_io_executor& ex, Fn fn) {
+    auto w = std::make_shared<waiter>(ex, std::move(fn));
+    {
+      std::lock_guard lock(mu_);
+      waiters_.push_back(w);
+      // acq_rel RMW on the word the consumer also RMWs after each batch: if the consumer's
+      // fetch_add came first, we synchronize with it and the check below sees its room; if ours
+      // came first, its fetch_add returns the flag and it wakes us.
+      word_.fetch_or(k_waiter_flag, std::memory_order_acq_rel);
+    }
+    if (ring_.size_approx() < ring_.capacity() || closed()) w->fire();
+  }
+
+  // Consumer side.
+  std::optional<E> try_pop() { return ring_.try_pop(); }
+  bool empty() const noexcept { return ring_.empty(); }
+
+  // Consumer side, after a batch that popped something: wakes senders waiting for space.
+  // One RMW per batch when nobody waits.
+  void wake_space_waiters() {
+    if (word_.fetch_add(1, std::memory_order_acq_rel) & k_waiter_flag) wake_all();
+  }
+
+ private:
+  struct waiter {
+    template <class Fn>
+    waiter(asio::any_io_executor e, Fn f) : ex(std::move(e)), fn(std::move(f)) {}
+    void fire() {
+      if (fired.exchange(true, std::memory_order_acq_rel)) return;
+      asio::post(ex, std::move(fn));
+    }
+    asio::any_io_executor ex;
+    std::function<void()> fn;
+    std::atomic<bool> fired{false};
+  };
+
+  void wake_all() {
+    std::vector<std::shared_ptr<waiter>> ws;
+    {
+      std::lock_guard lock(mu_);
+      ws.swap(waiters_);
+      word_.fetch_and(~k_waiter_flag, std::memory_order_acq_rel);
+    }
+    for (auto& w : ws) w->fire();
+  }
+
+  mpsc_queue<E> ring_;
+  std::atomic<bool> closed_{false};
+  // Low bits: batches popped (wraps harmlessly); top bit: a sender waits for space.
+  static constexpr uint64_t k_waiter_flag = uint64_t(1) << 63;
+  std::atomic<uint64_t> word_{0};
+  std::mutex mu_;                        // guards waiters_ (slow path only)
+  std::vector<std::shared_ptr<waiter>> waiters_;
+};
+
+}  // namespace coserve::rt

@@ -1,0 +1,129 @@
+// mpsc_queue<T>: a bounded, lock-free, multi-producer single-consumer ring (the mailbox storage).
+//
+// Algorithm: D. Vyukov's bounded queue, restricted to one consumer. Every slot carries a sequence
+// number `seq`. For slot i of a ring of capacity C (a power of two):
+//   seq == pos          the slot is free for the producer that claims position `pos`
+//   seq == pos + 1      the slot holds the value written for position `pos` (consumer may read)
+//   seq == pos + C      the consumer has emptied it; free for position pos + C
+// Producers claim a position with a CAS on `tail_`, write the value, then publish it with a
+// release store of seq. The consumer owns `head_` outright (plain loads/stores by one thread).
+//
+// Sides:
+//   try_push  — producer side, any thread, wait-free apart from the CAS retry loop; never blocks.
+//   try_pop, size_approx, empty  — consumer side (one thread at a time; the actor runtime
+//              guarantees it: a mailbox is drained only by the thread running its actor).
+//   size_approx may also be read by producers: it is then only a hint.
+// Full: try_push returns false and leaves `value` untouched; what the sender sees next is decided
+// by the mailbox above (an error, or waiting for space).
+// Close semantics live in the mailbox (mailbox.hpp), not here: the ring itself never closes.
+//
+// A producer that claimed a position but has not yet published it makes the consumer see the
+// queue as empty at that slot (try_pop returns nullopt) even if later slots are published; the
+// consumer retries on its next wakeup, which the producer triggers after publishing. Nothing is
+// lost and per-producer order is kept (positions are claimed in each producer's program order).
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <optional>
+#include <type_traits>
+#include <utility>
+
+namespace coserve::rt {
+
+inline constexpr std::size_t k_cache_line = 64;
+
+template <class T>
+class mpsc_queue {
+ public:
+  // capacity is rounded up to a power of two (at least 2).
+  explicit mpsc_queue(std::size_t capacity)
+      : mask_(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity) - 1),
+        slots_(new slot[mask_ + 1]) {
+    for (std::size_t i = 0; i <= mask_; ++i) slots_[i].seq.store(i, std::memory_order_relaxed);
+  }
+  ~mpsc_queue() {
+    while (try_pop()) {
+    }
+  }
+  mpsc_queue(const mpsc_queue&) = delete;
+  mpsc_queue& operator=(const mpsc_queue&) = delete;
+
+  std::size_t capacity() const noexcept { return mask_ + 1; }
+
+  // Producer side. Returns false (value not moved from) when the ring is full.
+  template <class U>
+  bool try_push(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+    // relaxed: the CAS below is what orders producers among themselves; the slot's seq (acquire)
+    // is what orders us after the consumer's release of that slot.
+    std::size_t pos = tail_.load(std::memory_order_relaxed);
+    for (;;) {
+      slot& s = slots_[pos & mask_];
+      // acquire: pairs with the consumer's release store of seq in try_pop, so the consumer's
+      // destruction of the previous value happens-before our construction of the new one.
+      const std::size_t seq = s.seq.load(std::memory_order_acquire);
+      const auto diff = static_cast<std::intptr_t>(seq) - static_cast<std::intptr_t>(pos);
+      if (diff == 0) {
+        // relaxed CAS: claiming the position needs atomicity only; publication is via seq.
+        if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          ::new (static_cast<void*>(s.storage)) T(std::forward<U>(value));
+          // release: publishes the constructed value to the consumer's acquire load.
+          s.seq.store(pos + 1, std::memory_order_release);
+          return true;
+        }
+        // CAS failure reloaded pos; retry.
+      } else if (diff < 0) {
+        return false;  // the slot still holds the value from one lap ago: full
+      } else {
+        pos = tail_.load(std::memory_order_relaxed);  // another producer moved on; catch up
+      }
+    }
+  }
+
+  // Consumer side. Returns the oldest published value, or nullopt when none is ready.
+  std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
+    slot& s = slots_[head_ & mask_];
+    // acquire: pairs with the producer's release store; the value is fully constructed.
+    const std::size_t seq = s.seq.load(std::memory_order_acquire);
+    if (seq != head_ + 1) return std::nullopt;
+    T* p = std::launder(reinterpret_cast<T*>(s.storage));
+    std::optional<T> out(std::move(*p));
+    p->~T();
+    // release: our reads and the destructor happen-before a producer reuses the slot.
+    s.seq.store(head_ + mask_ + 1, std::memory_order_release);
+    ++head_;
+    // relaxed: head_copy_ only feeds size_approx, a hint.
+    head_copy_.store(head_, std::memory_order_relaxed);
+    return out;
+  }
+
+  // Consumer side: true when the next slot holds no published value.
+  bool empty() const noexcept {
+    return slots_[head_ & mask_].seq.load(std::memory_order_acquire) != head_ + 1;
+  }
+
+  // Any thread: number of claimed-but-not-popped positions (a hint; exact when quiescent).
+  std::size_t size_approx() const noexcept {
+    const std::size_t t = tail_.load(std::memory_order_relaxed);
+    const std::size_t h = head_copy_.load(std::memory_order_relaxed);
+    return t >= h ? t - h : 0;
+  }
+
+ private:
+  struct slot {
+    std::atomic<std::size_t> seq;
+    alignas(T) unsigned char storage[sizeof(T)];
+  };
+
+  const std::size_t mask_;
+  std::unique_ptr<slot[]> slots_;
+  alignas(k_cache_line) std::atomic<std::size_t> tail_{0};   // producers
+  alignas(k_cache_line) std::size_t head_ = 0;               // consumer only
+  std::atomic<std::size_t> head_copy_{0};                    // consumer writes, anyone reads
+};
+
+}  // namespace coserve::rt

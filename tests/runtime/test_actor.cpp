@@ -1,0 +1,233 @@
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <stdexcept>
+#include <thread>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_future.hpp>
+
+#include "runtime/system.hpp"
+#include "runtime/timer.hpp"
+
+using namespace coserve;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct add {
+  int v;
+};
+struct get {
+  using reply_type = int;
+};
+struct boom {};
+struct slow_get {
+  using reply_type = int;
+  std::chrono::milliseconds delay;
+};
+struct gate_wait {};  // blocks the actor until the test opens the gate
+
+struct counter {
+  using messages = rt::message_list<add, get, boom, slow_get, gate_wait>;
+  std::shared_future<void> gate;
+  int total = 0;
+  rt::actor_context<counter> ctx;
+  explicit counter(std::shared_future<void> g = {}) : gate(std::move(g)) {}
+  void on_start(rt::actor_context<counter>& c) { ctx = c; }
+  void handle(add& m) { total += m.v; }
+  int handle(get&) { return total; }
+  void handle(boom&) { throw std::runtime_error("boom"); }
+  asio::awaitable<int> handle(slow_get& m) {
+    asio::steady_timer t(ctx.executor(), m.delay);
+    co_await t.async_wait(asio::use_awaitable);
+    co_return total;
+  }
+  void handle(gate_wait&) {
+    if (gate.valid()) gate.wait();
+  }
+};
+
+template <class T>
+T run_on(rt::system& sys, asio::awaitable<T> a) {
+  return asio::co_spawn(sys.executor(), std::move(a), asio::use_future).get();
+}
+
+}  // namespace
+
+TEST_CASE("tell then ask sees every message, in order", "[actor][concurrency]") {
+  rt::system sys({.threads = 2});
+  auto c = sys.spawn<counter>({.name = "counter"});
+  for (int i = 1; i <= 1000; ++i) REQUIRE(c.tell(add{i}) == rt::send_status::ok);
+  auto r = c.ask_sync(get{});
+  REQUIRE(r.ok());
+  REQUIRE(*r == 500500);
+  auto r2 = run_on(sys, c.ask(get{}));
+  REQUIRE(r2.ok());
+  REQUIRE(*r2 == 500500);
+}
+
+TEST_CASE("ask times out and a late reply is dropped", "[actor][concurrency]") {
+  rt::system sys({.threads = 2});
+  auto c = sys.spawn<counter>({.name = "counter"});
+  auto r = run_on(sys, c.ask(slow_get{300ms}, 20ms));
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(r.err().code == "timeout");
+  auto sync = c.ask_sync(slow_get{300ms}, 20ms);
+  REQUIRE_FALSE(sync.ok());
+  REQUIRE(sync.err().code == "timeout");
+  // The actor is still fine afterwards.
+  REQUIRE(c.ask_sync(get{}).value() == 0);
+}
+
+TEST_CASE("ask is cancelled by the caller's cancellation", "[actor][concurrency]") {
+  rt::system sys({.threads = 2});
+  auto c = sys.spawn<counter>({.name = "counter"});
+  using namespace asio::experimental::awaitable_operators;
+  auto race = [&]() -> asio::awaitable<std::string> {
+    asio::steady_timer t(co_await asio::this_coro::executor, 20ms);
+    // `||` cancels the loser: the timer wins, so the ask sees a cancellation.
+    auto v = co_await (c.ask(slow_get{500ms}, 10s) || t.async_wait(asio::use_awaitable));
+    co_return v.index() == 0 ? std::string("ask") : std::string("timer");
+  };
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(run_on(sys, race()) == "timer");
+  REQUIRE(std::chrono::steady_clock::now() - start < 400ms);  // did not wait for the reply
+}
+
+TEST_CASE("a full mailbox refuses tell and makes send wait", "[actor][concurrency]") {
+  rt::system sys({.threads = 2});
+  std::promise<void> open;
+  auto c = sys.spawn<counter>({.name = "counter", .mailbox_capacity = 4},
+                              open.get_future().share());
+  REQUIRE(c.tell(gate_wait{}) == rt::send_status::ok);
+  // Wait until the actor has taken gate_wait out of its mailbox and blocks in it.
+  while (c.queued() != 0) std::this_thread::yield();
+  for (int i = 0; i < 4; ++i) REQUIRE(c.tell(add{1}) == rt::send_status::ok);
+  REQUIRE(c.tell(add{1}) == rt::send_status::full);  // the sender sees `full` at once
+
+  std::atomic<bool> sent{false};
+  asio::co_spawn(sys.executor(), [&]() -> asio::awaitable<void> {
+    auto s = co_await c.send(add{100});
+    sent = (s == rt::send_status::ok);
+  }, asio::detached);
+  std::this_thread::sleep_for(50ms);
+  REQUIRE_FALSE(sent.load());  // still waiting for space
+  open.set_value();
+  while (!sent.load()) std::this_thread::sleep_for(1ms);
+  REQUIRE(c.ask_sync(get{}).value() == 104);
+}
+
+TEST_CASE("a throwing handler restarts the actor with fresh state", "[actor][supervision][concurrency]") {
+  rt::system sys({.threads = 2});
+  auto c = sys.spawn<counter>({.name = "flaky", .on_failure = rt::restart_policy::restart});
+  REQUIRE(c.tell(add{5}) == rt::send_status::ok);
+  REQUIRE(c.tell(boom{}) == rt::send_status::ok);
+  REQUIRE(c.tell(add{7}) == rt::send_status::ok);  // queued behind the failure: still handled
+  auto r = c.ask_sync(get{});
+  REQUIRE(r.ok());
+  REQUIRE(*r == 7);  // state rebuilt by the restart, later messages kept
+  REQUIRE(c.cell().restarts() == 1);
+  sys.stop();
+  // The failure was traced.
+  auto spans = sys.trace().spans_of_message("boom");
+  REQUIRE(spans.size() == 1);
+  REQUIRE(spans[0].failed);
+}
+
+TEST_CASE("the stop policy stops the actor and notifies; the process stays up",
+          "[actor][supervision][concurrency]") {
+  rt::system sys({.threads = 2});
+  std::promise<std::string> stopped;
+  auto c = sys.spawn<counter>({.name = "fragile",
+                               .on_failure = rt::restart_policy::stop,
+                               .on_stopped = [&](const std::string& name, const std::string& why) {
+                                 stopped.set_value(name + ": " + why);
+                               }});
+  REQUIRE(c.tell(boom{}) == rt::send_status::ok);
+  REQUIRE(stopped.get_future().get() == "fragile: boom");
+  REQUIRE(c.tell(add{1}) == rt::send_status::closed);
+  auto r = c.ask_sync(get{});
+  REQUIRE_FALSE(r.ok());
+}
+
+TEST_CASE("too many failures within the window stop a restarting actor",
+          "[actor][supervision][concurrency]") {
+  rt::system sys({.threads = 2});
+  std::promise<void> stopped;
+  auto c = sys.spawn<counter>({.name = "doomed", .max_restarts = 2,
+                               .on_stopped = [&](const std::string&, const std::string&) {
+                                 stopped.set_value();
+                               }});
+  for (int i = 0; i < 3; ++i) (void)c.tell(boom{});
+  stopped.get_future().wait();
+  REQUIRE(c.cell().restarts() == 2);
+  REQUIRE(c.cell().failed_stop());
+}
+
+namespace {
+struct recorder {
+  using messages = rt::message_list<add>;
+  std::shared_ptr<std::vector<int>> log;
+  void handle(add& m) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    log->push_back(m.v);
+  }
+};
+struct forwarder {
+  using messages = rt::message_list<add>;
+  rt::actor_ref<recorder> next;
+  void handle(add& m) { (void)next.tell(add{m.v * 10}); }
+};
+}  // namespace
+
+TEST_CASE("shutdown drains mailboxes in reverse start order", "[actor][supervision][concurrency]") {
+  auto log = std::make_shared<std::vector<int>>();
+  {
+    rt::system sys({.threads = 2});
+    auto rec = sys.spawn<recorder>({.name = "recorder", .mailbox_capacity = 512}, log);
+    auto fwd = sys.spawn<forwarder>({.name = "forwarder", .mailbox_capacity = 512}, rec);
+    for (int i = 0; i < 300; ++i) REQUIRE(fwd.tell(add{i}) == rt::send_status::ok);
+    sys.stop();  // forwarder drains first (it still reaches recorder), then recorder drains
+    REQUIRE(fwd.tell(add{1}) == rt::send_status::closed);
+  }
+  REQUIRE(log->size() == 300);
+  for (int i = 0; i < 300; ++i) REQUIRE((*log)[i] == i * 10);
+}
+
+TEST_CASE("an actor on a dedicated thread", "[actor][concurrency]") {
+  rt::system sys({.threads = 1});
+  auto c = sys.spawn<counter>({.name = "dedicated", .dedicated_thread = true});
+  REQUIRE(c.tell(add{3}) == rt::send_status::ok);
+  REQUIRE(c.ask_sync(get{}).value() == 3);
+  REQUIRE(run_on(sys, c.ask(get{})).value() == 3);
+}
+
+TEST_CASE("timers deliver once, periodically, and stop when cancelled", "[actor][timer][concurrency]") {
+  rt::system sys({.threads = 2});
+  auto c = sys.spawn<counter>({.name = "timed"});
+  const auto t0 = std::chrono::steady_clock::now();
+  auto once = rt::send_after(c, 30ms, add{1});
+  while (c.ask_sync(get{}).value() != 1) std::this_thread::sleep_for(1ms);
+  REQUIRE(std::chrono::steady_clock::now() - t0 >= 30ms);
+
+  auto every = rt::send_every(c, 5ms, add{10});
+  while (c.ask_sync(get{}).value() < 31) std::this_thread::sleep_for(1ms);
+  every.cancel();
+  std::this_thread::sleep_for(20ms);
+  const int after_cancel = c.ask_sync(get{}).value();
+  std::this_thread::sleep_for(40ms);
+  REQUIRE(c.ask_sync(get{}).value() == after_cancel);  // nothing more after cancel
+  REQUIRE(every.fired() >= 3);
+
+  auto never = rt::send_after(c, 50ms, add{1000});
+  never.cancel();
+  std::this_thread::sleep_for(80ms);
+  REQUIRE(c.ask_sync(get{}).value() == after_cancel);
+  REQUIRE(once.fired() == 1);
+}

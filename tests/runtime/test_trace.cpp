@@ -1,0 +1,132 @@
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <sstream>
+
+#include <asio/steady_timer.hpp>
+
+#include "runtime/system.hpp"
+
+using namespace coserve;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct job {
+  uint64_t request_id;
+  int payload;
+};
+
+struct sink_actor {
+  using messages = rt::message_list<job>;
+  std::shared_ptr<std::promise<void>> done;
+  int expect;
+  int seen = 0;
+  void handle(job&) {
+    if (++seen == expect) done->set_value();
+  }
+};
+
+// A coroutine handler that suspends: the actor must not start another handler meanwhile.
+struct worker_actor {
+  using messages = rt::message_list<job>;
+  rt::actor_ref<sink_actor> next;
+  rt::actor_context<worker_actor> ctx;
+  void on_start(rt::actor_context<worker_actor>& c) { ctx = c; }
+  asio::awaitable<void> handle(job& j) {
+    asio::steady_timer t(ctx.executor(), std::chrono::microseconds(200));
+    co_await t.async_wait(asio::use_awaitable);
+    (void)next.tell(j);
+  }
+};
+
+struct parser_actor {
+  using messages = rt::message_list<job>;
+  rt::actor_ref<worker_actor> next;
+  void handle(job& j) { (void)next.tell(job{j.request_id, j.payload + 1}); }
+};
+
+}  // namespace
+
+TEST_CASE("tracing records each message's path and one handler at a time per actor",
+          "[trace][concurrency]") {
+  rt::system sys({.threads = 2});
+  constexpr int n = 50;
+  auto done = std::make_shared<std::promise<void>>();
+  auto fut = done->get_future();
+  auto sink = sys.spawn<sink_actor>({.name = "sink"}, done, n);
+  auto worker = sys.spawn<worker_actor>({.name = "worker"}, sink);
+  auto parser = sys.spawn<parser_actor>({.name = "parser"}, worker);
+  for (int i = 1; i <= n; ++i) REQUIRE(parser.tell(job{uint64_t(i), i}) == rt::send_status::ok);
+  REQUIRE(fut.wait_for(10s) == std::future_status::ready);
+  sys.stop();  // quiescent: every span recorded
+
+  const auto& tr = sys.trace();
+  // Every request went parser -> worker -> sink, in that order, each step after the previous.
+  for (uint64_t id = 1; id <= n; ++id) {
+    auto spans = tr.spans_of_request(id);
+    REQUIRE(spans.size() == 3);
+    REQUIRE(tr.actor_name(spans[0].actor_id) == "parser");
+    REQUIRE(tr.actor_name(spans[1].actor_id) == "worker");
+    REQUIRE(tr.actor_name(spans[2].actor_id) == "sink");
+    for (const auto& s : spans) {
+      REQUIRE(std::string(s.message) == "job");
+      REQUIRE(s.enqueue_ns <= s.start_ns);
+      REQUIRE(s.start_ns <= s.end_ns);
+    }
+    REQUIRE(spans[1].start_ns >= spans[0].end_ns - 1);  // worker's message was sent by parser
+    REQUIRE(spans[1].end_ns - spans[1].start_ns >= 200000);  // the coroutine's suspension counts
+    REQUIRE(spans[2].enqueue_ns >= spans[1].start_ns);
+  }
+  // No actor ever ran two handlers at once.
+  for (const char* name : {"parser", "worker", "sink"}) {
+    auto spans = tr.spans_of_actor(name);
+    REQUIRE(spans.size() == n);
+    for (std::size_t i = 1; i < spans.size(); ++i) REQUIRE(spans[i].start_ns >= spans[i - 1].end_ns);
+  }
+  // Queue depth was recorded: the parser's mailbox filled up faster than the worker drained.
+  auto worker_spans = tr.spans_of_actor("worker");
+  uint32_t max_depth = 0;
+  for (auto& s : worker_spans) max_depth = std::max(max_depth, s.mailbox_depth);
+  REQUIRE(max_depth > 0);
+}
+
+TEST_CASE("Chrome trace export names a track per actor and an event per message", "[trace]") {
+  rt::system sys({.threads = 1});
+  auto done = std::make_shared<std::promise<void>>();
+  auto sink = sys.spawn<sink_actor>({.name = "the \"sink\""}, done, 3);
+  for (int i = 0; i < 3; ++i) (void)sink.tell(job{uint64_t(40 + i), i});
+  done->get_future().wait();
+  sys.stop();
+  const std::string json = sys.trace().chrome_json();
+  REQUIRE(json.find("\"traceEvents\":[") != std::string::npos);
+  REQUIRE(json.find("\"name\":\"thread_name\"") != std::string::npos);
+  REQUIRE(json.find("the \\\"sink\\\"") != std::string::npos);  // escaped
+  std::size_t events = 0;
+  for (std::size_t p = json.find("\"ph\":\"X\""); p != std::string::npos;
+       p = json.find("\"ph\":\"X\"", p + 1))
+    ++events;
+  REQUIRE(events == 3);
+  REQUIRE(json.find("\"request_id\":41") != std::string::npos);
+
+  const auto file = std::filesystem::temp_directory_path() / "coserve_trace_test.json";
+  REQUIRE(sys.trace().write_chrome_json(file).ok());
+  std::ifstream in(file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  REQUIRE(ss.str() == json);
+  std::filesystem::remove(file);
+}
+
+TEST_CASE("tracing can be switched off", "[trace]") {
+  rt::system sys({.threads = 1, .tracing = false});
+  auto done = std::make_shared<std::promise<void>>();
+  auto sink = sys.spawn<sink_actor>({.name = "sink"}, done, 2);
+  (void)sink.tell(job{1, 1});
+  (void)sink.tell(job{2, 2});
+  done->get_future().wait();
+  REQUIRE(sys.trace().spans().empty());
+}
