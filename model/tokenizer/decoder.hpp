@@ -1,0 +1,41 @@
+// tokenizer.json decoders, flattened: a Sequence becomes its steps in order. Each step maps the
+// list of token strings to a new list; the result is their concatenation. Supported: ByteLevel,
+// Metaspace, ByteFallback, Fuse, Strip, Replace (string or regex), Sequence. With no decoder the
+// tokens are joined with spaces (what Hugging Face does).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <simdjson.h>
+
+#include "model/tokenizer/regex.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve {
+
+class decoder {
+ public:
+  static result<decoder> from_json(simdjson::dom::element node);
+
+  // The decoded text; always valid UTF-8 (invalid byte sequences become U+FFFD).
+  std::string decode(std::vector<std::string> tokens) const;
+
+ private:
+  enum class kind { byte_level, metaspace, byte_fallback, fuse, strip, replace };
+  struct step {
+    kind k;
+    std::string replacement;   // metaspace: the replacement character; replace: the content
+    bool prepend = true;       // metaspace: prepend_scheme != never
+    std::string literal;       // replace
+    std::optional<regex> re;   // replace
+    std::string strip_content;
+    std::size_t start = 0, stop = 0;  // strip
+  };
+  result<void> add(simdjson::dom::element node);
+  std::vector<step> steps_;
+  bool present_ = false;
+};
+
+}  // namespace coserve

@@ -1,0 +1,53 @@
+#include "model/tokenizer/incremental_detokenizer.hpp"
+
+#include "model/tokenizer/utf8.hpp"
+
+namespace coserve {
+
+namespace {
+constexpr std::size_t k_prompt_context = 5;  // prompt ids kept as decoding context
+
+bool ends_with_replacement(const std::string& s) {
+  return s.size() >= utf8::replacement_char.size() &&
+         std::string_view(s).substr(s.size() - utf8::replacement_char.size()) == utf8::replacement_char;
+}
+}  // namespace
+
+incremental_detokenizer::incremental_detokenizer(const tokenizer& tok, bool skip_special_tokens,
+                                                 std::span<const int32_t> prompt_ids)
+    : tok_(&tok), skip_special_(skip_special_tokens) {
+  for (int32_t id : prompt_ids)
+    if (!(skip_special_ && tok.is_special(id))) ids_.push_back(id);
+  read_ = ids_.size();
+  prefix_ = read_ > k_prompt_context ? read_ - k_prompt_context : 0;
+}
+
+std::string incremental_detokenizer::decode_range(std::size_t begin, std::size_t end) const {
+  return tok_->decode(std::span<const int32_t>(ids_.data() + begin, end - begin), false);
+}
+
+std::string incremental_detokenizer::push(int32_t id) {
+  // Skipped ids change nothing in decode(), so they are dropped here.
+  if (skip_special_ && tok_->is_special(id)) return {};
+  if (id < 0 || id >= tok_->vocab_size()) return {};
+  ids_.push_back(id);
+  const std::string before = decode_range(prefix_, read_);
+  const std::string now = decode_range(prefix_, ids_.size());
+  if (now.size() <= before.size() || ends_with_replacement(now) || now.compare(0, before.size(), before) != 0)
+    return {};
+  std::string piece = now.substr(before.size());
+  prefix_ = read_;
+  read_ = ids_.size();
+  return piece;
+}
+
+std::string incremental_detokenizer::flush() {
+  if (read_ == ids_.size()) return {};
+  const std::string before = decode_range(prefix_, read_);
+  const std::string now = decode_range(prefix_, ids_.size());
+  prefix_ = read_ = ids_.size();
+  if (now.size() <= before.size() || now.compare(0, before.size(), before) != 0) return {};
+  return now.substr(before.size());
+}
+
+}  // namespace coserve

@@ -1,0 +1,42 @@
+// tokenizer.json normalizers, flattened: a Sequence becomes its steps in order. Supported: NFC,
+// NFD, NFKC, NFKD (utf8proc), Lowercase, Prepend, Replace (string or regex), Strip, Sequence.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <simdjson.h>
+
+#include "model/tokenizer/regex.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve {
+
+class normalizer {
+ public:
+  // node: the "normalizer" value (null gives an identity normalizer).
+  static result<normalizer> from_json(simdjson::dom::element node);
+
+  bool empty() const noexcept { return steps_.empty(); }
+  // Input and output are valid UTF-8.
+  std::string apply(std::string text) const;
+
+ private:
+  enum class kind { nfc, nfd, nfkc, nfkd, lowercase, prepend, replace, strip };
+  struct step {
+    kind k;
+    std::string text;            // prepend: the prefix; replace: the content
+    std::string literal;         // replace with a String pattern
+    std::optional<regex> re;     // replace with a Regex pattern
+    bool left = false, right = false;  // strip
+  };
+  result<void> add(simdjson::dom::element node);
+  std::vector<step> steps_;
+};
+
+// Replaces every match of a literal or regex with `content` (shared with the Replace decoder).
+std::string replace_all(const std::string& text, const std::string& literal, const std::optional<regex>& re,
+                        const std::string& content);
+
+}  // namespace coserve

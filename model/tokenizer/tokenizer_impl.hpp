@@ -1,0 +1,35 @@
+// The loaded state behind coserve::tokenizer (private to model/tokenizer/).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/tokenizer/added_vocab.hpp"
+#include "model/tokenizer/bpe_model.hpp"
+#include "model/tokenizer/decoder.hpp"
+#include "model/tokenizer/normalizer.hpp"
+#include "model/tokenizer/pre_tokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+
+namespace coserve {
+
+struct tokenizer::impl {
+  std::unique_ptr<bpe_model> model;
+  normalizer norm;
+  pre_tokenizer pre;
+  decoder dec;
+  std::vector<added_token> added;    // all added tokens
+  added_token_matcher raw_matcher;   // normalized=false tokens
+  added_token_matcher norm_matcher;  // normalized=true tokens (content normalized)
+  string_id_map added_ids;           // content -> id
+  std::vector<std::string> id_to_token;  // as written in the file; added tokens' content
+  std::vector<uint8_t> special;          // per id
+  // Post-processing of a single sequence: ids before and after it.
+  std::vector<int32_t> prefix, suffix;
+  std::string bos_token, eos_token;
+  std::optional<int32_t> bos_id, eos_id;
+};
+
+}  // namespace coserve

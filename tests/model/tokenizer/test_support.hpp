@@ -1,0 +1,32 @@
+// Shared helpers for the tokenizer tests: where the test data lives and JSON reading.
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <simdjson.h>
+
+namespace coserve::test {
+
+inline std::filesystem::path testdata() { return std::filesystem::path("../shared/testdata"); }
+inline std::filesystem::path fixtures() {
+  return std::filesystem::path(COSERVE_SOURCE_DIR) / "tests/reference/fixtures/tokenizer";
+}
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::vector<int32_t> to_ids(simdjson::dom::array a) {
+  std::vector<int32_t> v;
+  for (auto x : a) v.push_back(static_cast<int32_t>(int64_t(x)));
+  return v;
+}
+
+}  // namespace coserve::test
