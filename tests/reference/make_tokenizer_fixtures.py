@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Writes the tokenizer reference fixtures (tests/reference/fixtures/tokenizer/*.json).
+
+Expected ids and decodes come from Hugging Face `tokenizers` (PyPI) run on the same tokenizer.json
+files the C++ tests load. Also writes two synthetic tokenizer.json files trained here: one
+byte-level BPE with `ignore_merges` (Llama-3 style) and one SentencePiece-style BPE with a
+Metaspace pre-tokenizer and byte fallback.
+
+Usage: python tests/reference/make_tokenizer_fixtures.py [--testdata ../shared/testdata]
+Run from the project root. Deterministic: same inputs and tokenizers version, same output.
+"""
+import argparse
+import json
+import random
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Regex
+
+OUT = Path(__file__).resolve().parent / "fixtures" / "tokenizer"
+
+CORPUS = [
+    "Hello world",
+    "Hello, world! How are you doing today?",
+    " leading space",
+    "trailing space ",
+    "   three leading spaces",
+    "tabs\tand\tnewlines\nline two\r\nwindows line\n\n\nthree blank",
+    "          ten spaces then text",
+    "a" * 300,
+    "supercalifragilisticexpialidocious antidisestablishmentarianism pneumonoultramicroscopicsilicovolcanoconiosis",
+    "1234567890 0.5 3.14159 1,000,000 2024-01-31 007 99999999999999",
+    "x = [i**2 for i in range(10) if i % 2 == 0]\nprint(f\"{x!r:>10}\")",
+    "int main(int argc, char** argv) {\n    return argc > 1 ? 0 : 1;\n}\n",
+    "    def forward(self, x):\n        return self.linear(x)  # comment\n",
+    "<html><body class=\"a\">&amp; &lt;tag&gt;</body></html>",
+    "Ünïcödé façade naïve coöperate résumé",
+    "Der schnelle braune Fuchs springt über den faulen Hund. Straße Größe",
+    "Быстрая коричневая лиса прыгает через ленивую собаку.",
+    "Η γρήγορη καφέ αλεπού πηδάει πάνω από τον τεμπέλη σκύλο.",
+    "快速的棕色狐狸跳过了懒狗。我爱北京天安门。",
+    "素早い茶色の狐がのろまな犬を飛び越える。カタカナとひらがな",
+    "빠른 갈색 여우가 게으른 개를 뛰어넘는다.",
+    "الثعلب البني السريع يقفز فوق الكلب الكسول",
+    "השועל החום המהיר קופץ מעל הכלב העצלן",
+    "तेज़ भूरी लोमड़ी आलसी कुत्ते के ऊपर कूदती है",
+    "สุนัขจิ้งจอกสีน้ำตาลกระโดดข้ามสุนัขขี้เกียจ",
+    "Tiếng Việt có dấu: Trường Đại học",
+    "emoji 😀😃😄 👍🏽 🇫🇷 🇯🇵",
+    "family 👨‍👩‍👧‍👦 and 🧑🏿‍🚀 and 🏳️‍🌈",
+    "combining: e\u0301 a\u0308 n\u0303 \u1e9b\u0323 Z\u0351\u0358\u0362 ḁ̈",
+    "decomposed cafe\u0301 vs composed café",
+    "fullwidth ＡＢＣ １２３ ligature ﬁ ﬂ ① ㎞ ½",
+    "zero\u200bwidth\u200cjoin\u200dnon\ufeffbom",
+    "nbsp\u00a0here and\u3000ideographic space",
+    "mixed: hello世界123abc!@#$%^&*()_+-=",
+    "'s 't 're 've 'm 'll 'd 'S 'RE I'm you're THEY'LL",
+    "!!!??? ... --- *** ___ ~~~ ```python\n```",
+    "\n",
+    " ",
+    "",
+    "\t\t\t",
+    "A" * 50 + " " + "B" * 50,
+    "https://example.com/path?query=1&b=two#frag user@example.org",
+    "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕄𝕒𝕥𝕙 ∀x∈ℝ: x²≥0 ∑ ∫ √ ∞",
+    "\u0000 control \u0001\u0002 chars \u007f",
+]
+
+INVALID_UTF8 = [
+    b"abc\xffdef",
+    b"\xc3\x28 bad two-byte",
+    b"truncated \xe2\x82",
+    b"\xe2\x82\xac euro then bad \xf0\x9f\x98",
+    b"\xed\xa0\x80 surrogate",
+    b"\xc0\xaf overlong",
+    b"\x80\x80\x80 lone continuation",
+]
+
+
+def random_texts(seed: int, n: int):
+    rng = random.Random(seed)
+    ranges = [(0x20, 0x7E), (0xA0, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF),
+              (0x900, 0x97F), (0x3040, 0x30FF), (0x4E00, 0x4FFF), (0xAC00, 0xAD00), (0x1F300, 0x1F64F),
+              (0x300, 0x36F)]
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 12)):
+            lo, hi = rng.choice(ranges)
+            parts.append("".join(chr(rng.randint(lo, hi)) for _ in range(rng.randint(1, 8))))
+            parts.append(rng.choice(["", " ", "  ", "\n", "\t", " \n ", "0", "42", "   "]))
+        out.append("".join(parts))
+    return out
+
+
+def special_texts(tok: Tokenizer):
+    added = [t for t in tok.get_added_tokens_decoder().values() if t.content.strip()][:4]
+    out = []
+    for t in added:
+        c = t.content
+        out += [f"Hello{c}world", f"{c} starts", f"ends {c}", f"a {c} b {c}{c}\n{c}  c", f"{c}"]
+    return out
+
+
+def cases_for(tok: Tokenizer, texts):
+    cases = []
+    for text in texts:
+        ids = tok.encode(text, add_special_tokens=False).ids
+        ids_special = tok.encode(text, add_special_tokens=True).ids
+        cases.append({
+            "text": text,
+            "ids": ids,
+            "ids_special": ids_special,
+            "decode": tok.decode(ids_special, skip_special_tokens=False),
+            "decode_skip": tok.decode(ids_special, skip_special_tokens=True),
+        })
+    return cases
+
+
+def invalid_cases(tok: Tokenizer):
+    return [{"hex": raw.hex(), "ids": tok.encode(raw.decode("utf-8", "replace"), add_special_tokens=False).ids}
+            for raw in INVALID_UTF8]
+
+
+def train_synthetic():
+    """Two small tokenizers trained on the corpus; written next to the fixtures."""
+    texts = CORPUS * 3 + random_texts(7, 200)
+    # Llama-3 style: Split regex + ByteLevel(use_regex=False), ignore_merges.
+    llama3_regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                    r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    bl = Tokenizer(models.BPE(ignore_merges=True))
+    bl.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(llama3_regex), behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    bl.decoder = decoders.ByteLevel()
+    bl.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=1200, special_tokens=["<|begin_of_text|>", "<|eot_id|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    bl.post_processor = __import__("tokenizers").processors.TemplateProcessing(
+        single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", bl.token_to_id("<|begin_of_text|>"))])
+    # Make sure ignore_merges matters: the model must keep it after training.
+    data = json.loads(bl.to_str())
+    data["model"]["ignore_merges"] = True
+    (OUT / "synthetic-ignore-merges.tokenizer.json").write_text(json.dumps(data, ensure_ascii=False, indent=1))
+
+    ms = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    ms.normalizer = normalizers.NFKC()
+    ms.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)])
+    ms.decoder = decoders.Sequence([decoders.Metaspace(replacement="\u2581", prepend_scheme="first"),
+                                    decoders.ByteFallback(), decoders.Fuse()])
+    specials = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    ms.train_from_iterator(CORPUS[:20] * 3, trainers.BpeTrainer(
+        vocab_size=700, special_tokens=specials, show_progress=False, limit_alphabet=120))
+    ms.add_tokens([__import__("tokenizers").AddedToken("<|tool|>", lstrip=True, rstrip=True, normalized=False),
+                   __import__("tokenizers").AddedToken("magic", single_word=True, normalized=True)])
+    ms.post_processor = __import__("tokenizers").processors.TemplateProcessing(
+        single="<s> $A </s>", special_tokens=[("<s>", ms.token_to_id("<s>")), ("</s>", ms.token_to_id("</s>"))])
+    (OUT / "synthetic-metaspace.tokenizer.json").write_text(ms.to_str(pretty=True))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--testdata", default="../shared/testdata")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    train_synthetic()
+    sources = {name: Path(args.testdata) / "tokenizers" / name / "tokenizer.json"
+               for name in ["gpt2", "qwen2", "qwen2.5", "phi-3-mini", "phi-2", "roberta-base"]}
+    sources["synthetic-ignore-merges"] = OUT / "synthetic-ignore-merges.tokenizer.json"
+    sources["synthetic-metaspace"] = OUT / "synthetic-metaspace.tokenizer.json"
+    for i, (name, path) in enumerate(sources.items()):
+        tok = Tokenizer.from_file(str(path))
+        extra = ["magic word, magicword, a magic", "x <|tool|>  y\n<|tool|>z"] if name == "synthetic-metaspace" else []
+        texts = CORPUS + special_texts(tok) + extra + random_texts(100 + i, 25)
+        fixture = {
+            "tokenizer": name,
+            "generated_by": "tests/reference/make_tokenizer_fixtures.py with tokenizers "
+                            + __import__("tokenizers").__version__,
+            "cases": cases_for(tok, texts),
+            "invalid_utf8": invalid_cases(tok),
+        }
+        (OUT / f"{name}.json").write_text(json.dumps(fixture, ensure_ascii=False, indent=None, separators=(",", ":")))
+        print(name, len(fixture["cases"]), "cases")
+
+
+if __name__ == "__main__":
+    main()
