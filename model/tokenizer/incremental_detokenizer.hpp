@@ -31,6 +31,7 @@ class incremental_detokenizer {
 
  private:
   std::string decode_range(std::size_t begin, std::size_t end) const;
+  std::string window_before();
 
   const tokenizer* tok_;
   bool skip_special_;
