@@ -49,10 +49,47 @@ class actor_ref {
   }
 
   // Waits (asynchronously) while the mailbox is full. Returns ok or closed.
+  // (send and ask are plain functions returning a coroutine: GCC 12 miscompiles temporaries
+  // passed by value straight into a coroutine inside a co_await expression.)
   template <class M>
-  asio::awaitable<send_status> send(M msg, uint64_t request_id = 0) const {
-    static_assert(!has_reply<M>, "messages with a reply_type are sent with ask()");
-    typename actor_cell<B>::env_variant v(make_env(std::move(msg), request_id));
+  asio::awaitable<send_status> send(M&& msg, uint64_t request_id = 0) const {
+    using T = std::remove_cvref_t<M>;
+    static_assert(!has_reply<T>, "messages with a reply_type are sent with ask()");
+    return send_variant(
+        typename actor_cell<B>::env_variant(make_env(T(std::forward<M>(msg)), request_id)));
+  }
+
+  template <class M>
+  asio::awaitable<result<typename M::reply_type>> ask(
+      M msg, std::chrono::steady_clock::duration timeout = std::chrono::seconds(30),
+      uint64_t request_id = 0) const {
+    const uint64_t id = pick_id(msg, request_id);
+    return ask_envelope<M>(envelope<M>{std::move(msg), 0, id, {}}, timeout);
+  }
+
+  // Blocking ask for threads outside the runtime (never call it from an actor handler).
+  template <class M>
+  result<typename M::reply_type> ask_sync(
+      M msg, std::chrono::steady_clock::duration timeout = std::chrono::seconds(30),
+      uint64_t request_id = 0) const {
+    using R = typename M::reply_type;
+    auto promise = std::make_shared<std::promise<result<R>>>();
+    auto future = promise->get_future();
+    auto st = std::make_shared<reply_state<R>>(
+        [promise](result<R> r) { promise->set_value(std::move(r)); });
+    const uint64_t id = pick_id(msg, request_id);
+    envelope<M> env{std::move(msg), cell_->now_ns(), id, st};
+    const send_status s = cell_->push(std::move(env));
+    if (s != send_status::ok)
+      st->complete(make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
+    if (future.wait_for(timeout) == std::future_status::timeout)
+      st->complete(make_error("timeout", "no reply before the timeout"));
+    return future.get();
+  }
+
+ private:
+  template <class V>  // actor_cell<B>::env_variant; a template so B may be incomplete here
+  asio::awaitable<send_status> send_variant(V v) const {
     for (;;) {
       // push moves from v only when it succeeds.
       const send_status s = cell_->push(std::move(v));
@@ -68,9 +105,8 @@ class actor_ref {
   }
 
   template <class M>
-  asio::awaitable<result<typename M::reply_type>> ask(
-      M msg, std::chrono::steady_clock::duration timeout = std::chrono::seconds(30),
-      uint64_t request_id = 0) const {
+  asio::awaitable<result<typename M::reply_type>> ask_envelope(
+      envelope<M> env, std::chrono::steady_clock::duration timeout) const {
     using R = typename M::reply_type;
     auto ex = co_await asio::this_coro::executor;
     co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(result<R>)>(
@@ -95,8 +131,8 @@ class actor_ref {
           timer->async_wait([st](const asio::error_code& ec) {
             if (!ec) st->complete(make_error("timeout", "no reply before the timeout"));
           });
-          const uint64_t id = pick_id(msg, request_id);
-          envelope<M> env{std::move(msg), cell_->now_ns(), id, st};
+          env.enqueue_ns = cell_->now_ns();
+          env.reply = st;
           const send_status s = cell_->push(std::move(env));
           if (s != send_status::ok)
             st->complete(make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
@@ -104,27 +140,6 @@ class actor_ref {
         asio::use_awaitable);
   }
 
-  // Blocking ask for threads outside the runtime (never call it from an actor handler).
-  template <class M>
-  result<typename M::reply_type> ask_sync(
-      M msg, std::chrono::steady_clock::duration timeout = std::chrono::seconds(30),
-      uint64_t request_id = 0) const {
-    using R = typename M::reply_type;
-    auto promise = std::make_shared<std::promise<result<R>>>();
-    auto future = promise->get_future();
-    auto st = std::make_shared<reply_state<R>>(
-        [promise](result<R> r) { promise->set_value(std::move(r)); });
-    const uint64_t id = pick_id(msg, request_id);
-    envelope<M> env{std::move(msg), cell_->now_ns(), id, st};
-    const send_status s = cell_->push(std::move(env));
-    if (s != send_status::ok)
-      st->complete(make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
-    if (future.wait_for(timeout) == std::future_status::timeout)
-      st->complete(make_error("timeout", "no reply before the timeout"));
-    return future.get();
-  }
-
- private:
   template <class M>
   static uint64_t pick_id(const M& msg, uint64_t request_id) {
     return request_id != 0 ? request_id : request_id_of(msg);

@@ -73,7 +73,7 @@ struct envelope {
   M msg;
   int64_t enqueue_ns = 0;
   uint64_t request_id = 0;
-  [[no_unique_address]] typename reply_slot<M>::type reply{};
+  typename reply_slot<M>::type reply{};
 };
 
 template <class List>
