@@ -1,0 +1,86 @@
+#include "gpu/gemm.hpp"
+
+namespace coserve::gpu {
+
+struct gemm_runner::plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~plan() {
+    if (desc) (void)cublasLtMatmulDescDestroy(desc);
+    if (a) (void)cublasLtMatrixLayoutDestroy(a);
+    if (b) (void)cublasLtMatrixLayoutDestroy(b);
+    if (c) (void)cublasLtMatrixLayoutDestroy(c);
+  }
+};
+
+gemm_runner::gemm_runner(gemm_runner&&) noexcept = default;
+gemm_runner& gemm_runner::operator=(gemm_runner&&) noexcept = default;
+gemm_runner::~gemm_runner() = default;
+
+result<gemm_runner> gemm_runner::create() {
+  gemm_runner g;
+  auto h = cublaslt_handle::create();
+  if (!h) return std::move(h).err();
+  g.handle_ = std::move(h.value());
+  auto ws = device_buffer::allocate(k_workspace_bytes);
+  if (!ws) return std::move(ws).err();
+  g.workspace_ = std::move(ws.value());
+  return g;
+}
+
+result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias) {
+  const auto key = std::make_tuple(m, n, k, int(out), bias);
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+  auto p = std::make_unique<plan>();
+  COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate"));
+  const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
+  COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)), "TRANSA"));
+  COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)), "TRANSB"));
+  if (bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const cudaDataType_t bias_type = CUDA_R_16BF;
+    COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), "EPILOGUE"));
+    COSERVE_CUDA_TRY(cublas_check(
+        cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)), "BIAS_DATA_TYPE"));
+  }
+  const cudaDataType_t out_type = out == gemm_out::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  COSERVE_CUDA_TRY(cublas_check(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k), "layout A"));
+  COSERVE_CUDA_TRY(cublas_check(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, uint64_t(k), uint64_t(m), k), "layout B"));
+  COSERVE_CUDA_TRY(cublas_check(cublasLtMatrixLayoutCreate(&p->c, out_type, uint64_t(n), uint64_t(m), n), "layout C"));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate"));
+  const size_t ws = k_workspace_bytes;
+  auto set = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  auto st = set == CUBLAS_STATUS_SUCCESS
+                ? cublasLtMatmulAlgoGetHeuristic(handle_.get(), p->desc, p->a, p->b, p->c, p->c, pref, 1, &heur, &found)
+                : set;
+  (void)cublasLtMatmulPreferenceDestroy(pref);
+  COSERVE_CUDA_TRY(cublas_check(st, "cublasLtMatmulAlgoGetHeuristic"));
+  if (found == 0) return make_error("cublas", "cuBLASLt found no algorithm for this GEMM shape");
+  p->algo = heur.algo;
+  plan* raw = p.get();
+  plans_.emplace(key, std::move(p));
+  return raw;
+}
+
+result<void> gemm_runner::run(void* y, gemm_out out, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                              const __nv_bfloat16* bias, int32_t m, int32_t n, int32_t k, cudaStream_t stream) {
+  if (m <= 0 || n <= 0 || k <= 0) return m == 0 ? result<void>{} : make_error("invalid_argument", "gemm: bad shape");
+  if (bias != nullptr && out != gemm_out::bf16) return make_error("invalid_argument", "gemm: bias needs a bf16 output");
+  auto p = get_plan(m, n, k, out, bias != nullptr);
+  if (!p) return std::move(p).err();
+  plan* pl = p.value();
+  if (bias != nullptr)
+    COSERVE_CUDA_TRY(cublas_check(
+        cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)), "BIAS_POINTER"));
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublas_check(cublasLtMatmul(handle_.get(), pl->desc, &alpha, w, pl->a, x, pl->b, &beta, y, pl->c, y, pl->c,
+                                     &pl->algo, workspace_.get(), k_workspace_bytes, stream),
+                      "cublasLtMatmul");
+}
+
+}  // namespace coserve::gpu

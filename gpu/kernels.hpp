@@ -1,0 +1,95 @@
+// Host-facing launchers of the kernel families in gpu/kernels/*.cuh (compiled once, in
+// gpu/kernels.cu). Every launcher: takes the stream last, checks its assumptions and returns
+// invalid_argument when they fail, checks the launch, and never synchronizes. Pointers are device
+// pointers; all tensors are row-major and contiguous unless a stride is given.
+// CPU references of each family: gpu/reference/*.hpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/batch_plan.hpp"
+#include "gpu/sample_row_params.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve::gpu {
+
+using bf16 = __nv_bfloat16;
+
+// ---- embedding.cuh ------------------------------------------------------------------------------
+// out[t, :] = table[ids[t], :]; table [vocab, hidden]; ids out of [0, vocab) give a zero row.
+result<void> launch_embedding(bf16* out, const bf16* table, const int32_t* ids, int32_t num_tokens,
+                              int32_t hidden, int32_t vocab, cudaStream_t stream);
+
+// ---- rmsnorm.cuh --------------------------------------------------------------------------------
+// For each output row i with source row r = rows ? rows[i] : i:
+//   z = add_residual ? bf16(x[r] + residual[r]) : x[r];   residual[r] = z   (when residual != null)
+//   out[i] = bf16(weight * z * rsqrt(mean(z^2) + eps))     (fp32 arithmetic)
+// x, residual [*, hidden]; out [num_rows, hidden]; out may alias x only when rows == nullptr.
+result<void> launch_rmsnorm(bf16* out, const bf16* x, bf16* residual, const bf16* weight, const int32_t* rows,
+                            int32_t num_rows, int32_t hidden, float eps, bool add_residual, cudaStream_t stream);
+
+// ---- rope_kv.cuh --------------------------------------------------------------------------------
+// qkv [num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: per token q heads, then k, then v.
+// Rotates q and k in place (rotate-half / GPT-NeoX pairing (i, i + head_dim/2), angle =
+// positions[t] * inv_freq[i]), then writes k and v to the paged cache at slot_mapping[t]:
+//   k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim]; slot = block * block_size + offset.
+struct rope_kv_args {
+  bf16* qkv;
+  const int32_t* positions;
+  const int32_t* slot_mapping;
+  const float* inv_freq;  // [head_dim / 2]
+  bf16* k_cache;
+  bf16* v_cache;
+  int32_t num_tokens, num_q_heads, num_kv_heads, head_dim;
+};
+result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream);
+
+// ---- attention.cuh ------------------------------------------------------------------------------
+// Causal attention of each new token over its sequence's paged keys (prefill chunks and decodes in
+// one batch). Query t of sequence s sits at position kv_lens[s] - q_len(s) + t and sees keys
+// [0, position]. Output out [num_tokens, num_q_heads * head_dim] bf16. Device arrays come from a
+// batch_plan uploaded to the device (see gpu/batch_plan.hpp for their layouts).
+struct attention_args {
+  const bf16* q;            // [num_tokens, q_stride]; head h at q + t * q_stride + h * head_dim
+  int64_t q_stride;
+  const bf16* k_cache;      // [num_blocks, block_size, num_kv_heads, head_dim]
+  const bf16* v_cache;
+  bf16* out;                // [num_tokens, num_q_heads * head_dim]
+  float* partial_o;         // [num_partial_rows, num_q_heads, head_dim] (split-KV workspace)
+  float* partial_lse;       // [num_partial_rows, num_q_heads]
+  const int32_t* cu_seqlens_q;          // [num_seqs + 1]
+  const int32_t* kv_lens;               // [num_seqs]
+  const int32_t* block_table_offsets;   // [num_seqs + 1]
+  const int32_t* block_tables;          // concatenated
+  const attn_work_item* work;           // [num_work]
+  const attn_merge_item* merges;        // [num_merges]
+  int32_t num_work, num_merges;
+  int32_t num_q_heads, num_kv_heads, head_dim, block_size;
+  float scale;                          // usually 1 / sqrt(head_dim)
+};
+result<void> launch_attention(const attention_args& a, cudaStream_t stream);
+
+// ---- silu_mul.cuh -------------------------------------------------------------------------------
+// out[t, j] = silu(gate_up[t, j]) * gate_up[t, inter + j]; gate_up [num_tokens, 2 * inter].
+result<void> launch_silu_mul(bf16* out, const bf16* gate_up, int32_t num_tokens, int32_t inter,
+                             cudaStream_t stream);
+
+// ---- sampling.cuh -------------------------------------------------------------------------------
+// Parameters per row: gpu/sample_row_params.hpp. temperature <= 0: greedy (lowest index among ties). Otherwise x = logits /
+// temperature, keep the top_k largest (ties kept; <= 0 disables), then the smallest set of largest
+// values whose mass is >= top_p of what is left (ties kept), then x >= max + log(min_p); draw by
+// Gumbel-max with uniform01(seed, counter, token). logprob = log_softmax(x)[token] over the
+// full vocabulary (raw logits when greedy).
+result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float* logits,
+                           const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream);
+
+// ---- dummy_init.cuh -----------------------------------------------------------------------------
+// Fills n bf16 values with uniform(-scale, scale) from uniform01(seed, 0, index): random weights for
+// --load-format dummy, generated on the device (no host transfer). fill_bf16 writes a constant.
+result<void> launch_fill_random_bf16(bf16* data, int64_t n, float scale, uint64_t seed, cudaStream_t stream);
+result<void> launch_fill_bf16(bf16* data, int64_t n, float value, cudaStream_t stream);
+
+}  // namespace coserve::gpu

@@ -1,0 +1,55 @@
+// RoPE (default and Llama-3: the difference lives in inv_freq, see gpu/rope_freqs.hpp) fused with
+// the paged KV write. CPU reference: gpu/reference/rope_kv_ref.hpp.
+#pragma once
+
+#include "gpu/kernels.hpp"
+#include "gpu/kernels/common.cuh"
+
+namespace coserve::gpu {
+namespace kern {
+
+// ---- kernels ----
+// One block per token. Rotation pairs (i, i + half) of every q and k head are independent, so each
+// thread owns whole pairs: no barrier between the rotation and the cache write of the same values.
+__global__ void rope_kv_kernel(rope_kv_args a) {
+  const int32_t t = blockIdx.x;
+  const int32_t D = a.head_dim, half = D / 2;
+  const int64_t row = int64_t(a.num_q_heads + 2 * a.num_kv_heads) * D;
+  bf16* base = a.qkv + int64_t(t) * row;
+  const float pos = float(a.positions[t]);
+  const int32_t slot = a.slot_mapping[t];
+  const int64_t cache_row = int64_t(slot) * a.num_kv_heads * D;  // slot * (kv_heads * D)
+  const int32_t rot_heads = a.num_q_heads + a.num_kv_heads;
+  for (int32_t k = threadIdx.x; k < rot_heads * half; k += blockDim.x) {
+    const int32_t h = k / half, i = k % half;
+    float s, c;
+    sincosf(pos * a.inv_freq[i], &s, &c);
+    bf16* v = base + int64_t(h) * D;
+    const float x1 = to_f(v[i]), x2 = to_f(v[i + half]);
+    const bf16 o1 = to_bf(x1 * c - x2 * s), o2 = to_bf(x2 * c + x1 * s);
+    v[i] = o1;
+    v[i + half] = o2;
+    if (h >= a.num_q_heads && slot >= 0) {
+      bf16* kc = a.k_cache + cache_row + int64_t(h - a.num_q_heads) * D;
+      kc[i] = o1;
+      kc[i + half] = o2;
+    }
+  }
+  if (slot < 0) return;  // padding token: no cache write
+  const bf16* vsrc = base + int64_t(rot_heads) * D;
+  bf16* vc = a.v_cache + cache_row;
+  for (int32_t k = threadIdx.x; k < a.num_kv_heads * D; k += blockDim.x) vc[k] = vsrc[k];
+}
+
+}  // namespace kern
+
+// ---- launchers ----
+result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream) {
+  if (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.num_q_heads <= 0 || a.num_kv_heads <= 0 || a.num_tokens < 0)
+    return make_error("invalid_argument", "rope_kv_write: bad shape");
+  if (a.num_tokens == 0) return {};
+  kern::rope_kv_kernel<<<a.num_tokens, 256, 0, stream>>>(a);
+  return kern::check_launch("rope_kv_kernel");
+}
+
+}  // namespace coserve::gpu

@@ -1,0 +1,132 @@
+// Sampling on the device: greedy, temperature, top-k, top-p, min-p, seeded (Gumbel-max over the
+// kept set with counter-based uniforms). CPU reference: gpu/reference/sampling_ref.hpp.
+//
+// Truncation without sorting: every filter is "keep x >= threshold", and each threshold is found by
+// bisection over the order-preserving 32-bit key of a float (32 block-wide counting passes for
+// top-k, 32 mass passes for top-p). The row (vocab * 4 bytes) stays in L2 across passes. Ties at a
+// threshold are all kept.
+#pragma once
+
+#include "gpu/kernels.hpp"
+#include "gpu/kernels/common.cuh"
+#include "gpu/rng.hpp"
+
+namespace coserve::gpu {
+namespace kern {
+
+struct arg_best {
+  float v;
+  int32_t i;
+};
+// Larger value wins; among equal values the lower index.
+__device__ __forceinline__ arg_best better(arg_best a, arg_best b) {
+  if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+  return a;
+}
+__device__ arg_best block_argmax(arg_best x, arg_best* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    arg_best y{__shfl_xor_sync(0xffffffffu, x.v, o), __shfl_xor_sync(0xffffffffu, x.i, o)};
+    x = better(x, y);
+  }
+  __syncthreads();
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  x = lane < nw ? scratch[lane] : arg_best{-INFINITY, 0x7fffffff};
+  for (int o = 16; o > 0; o >>= 1) {
+    arg_best y{__shfl_xor_sync(0xffffffffu, x.v, o), __shfl_xor_sync(0xffffffffu, x.i, o)};
+    x = better(x, y);
+  }
+  return x;
+}
+
+__device__ __forceinline__ uint32_t key_of(float f) { return float_order_key(__float_as_uint(f)); }
+
+// ---- kernels ----
+// One block (1024 threads) per row.
+__global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_tok, float* __restrict__ out_lp,
+                                                      const float* __restrict__ logits,
+                                                      const sample_row_params* __restrict__ params, int32_t vocab) {
+  __shared__ float scratch[32];
+  __shared__ arg_best best_scratch[32];
+  const int32_t row = blockIdx.x;
+  const sample_row_params p = params[row];
+  const float* x = logits + int64_t(row) * vocab;
+  const bool greedy = p.temperature <= 0.0f;
+  const float inv_t = greedy ? 1.0f : 1.0f / p.temperature;
+
+  float mx = -INFINITY;
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, x[i] * inv_t);
+  mx = block_max(mx, scratch);
+  float z = 0.0f;
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) z += expf(x[i] * inv_t - mx);
+  z = block_sum(z, scratch);
+  const float log_z = logf(z);
+
+  uint32_t thr = 0;  // keep key(x * inv_t) >= thr
+  if (!greedy) {
+    if (p.top_k > 0 && p.top_k < vocab) {
+      uint32_t lo = 0, hi = 0xffffffffu;  // count(>= lo) >= k holds for lo = 0
+      while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2 + 1;
+        float c = 0.0f;
+        for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) c += key_of(x[i] * inv_t) >= mid ? 1.0f : 0.0f;
+        c = block_sum(c, scratch);
+        if (c >= float(p.top_k)) lo = mid; else hi = mid - 1;
+      }
+      thr = lo;
+    }
+    if (p.top_p < 1.0f) {
+      float total = 0.0f;
+      for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float v = x[i] * inv_t;
+        total += key_of(v) >= thr ? expf(v - mx) : 0.0f;
+      }
+      total = block_sum(total, scratch);
+      const float want = p.top_p * total;
+      uint32_t lo = thr, hi = 0xffffffffu;
+      while (lo < hi) {
+        const uint32_t mid = lo + (hi - lo) / 2 + 1;
+        float s = 0.0f;
+        for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+          const float v = x[i] * inv_t;
+          s += key_of(v) >= mid ? expf(v - mx) : 0.0f;
+        }
+        s = block_sum(s, scratch);
+        if (s >= want) lo = mid; else hi = mid - 1;
+      }
+      thr = lo;
+    }
+    if (p.min_p > 0.0f) thr = max(thr, key_of(mx + logf(p.min_p)));
+  }
+
+  arg_best b{-INFINITY, 0x7fffffff};
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = x[i] * inv_t;
+    if (greedy) {
+      b = better(b, arg_best{v, i});
+    } else if (key_of(v) >= thr) {
+      const float u = uniform01(p.seed, p.counter, uint64_t(i));
+      b = better(b, arg_best{v - logf(-logf(u)), i});
+    }
+  }
+  b = block_argmax(b, best_scratch);
+  if (threadIdx.x == 0) {
+    const int32_t tok = b.i < vocab ? b.i : 0;
+    out_tok[row] = tok;
+    out_lp[row] = x[tok] * inv_t - mx - log_z;
+  }
+}
+
+}  // namespace kern
+
+// ---- launchers ----
+result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float* logits,
+                           const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream) {
+  if (vocab <= 0 || num_rows < 0) return make_error("invalid_argument", "sample: bad shape");
+  if (num_rows == 0) return {};
+  kern::sample_kernel<<<num_rows, 1024, 0, stream>>>(out_tokens, out_logprobs, logits, params, vocab);
+  return kern::check_launch("sample_kernel");
+}
+
+}  // namespace coserve::gpu

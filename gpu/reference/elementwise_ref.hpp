@@ -1,0 +1,67 @@
+// CPU references of the elementwise kernel families (embedding, RMSNorm + residual, SiLU*mul, dummy
+// fill). Plain C++ over bf16 bit patterns (uint16_t), the same rounding points as the kernels.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gpu/rng.hpp"
+#include "model/dtype.hpp"
+
+namespace coserve::gpu::ref {
+
+inline float rb(float x) { return bf16_to_f32(f32_to_bf16(x)); }  // round through bf16
+
+// out [ids.size(), hidden]; ids outside [0, vocab) give zeros.
+inline std::vector<uint16_t> embedding_ref(const std::vector<uint16_t>& table, const std::vector<int32_t>& ids,
+                                           int32_t hidden, int32_t vocab) {
+  std::vector<uint16_t> out(ids.size() * size_t(hidden), 0);
+  for (size_t t = 0; t < ids.size(); ++t)
+    if (ids[t] >= 0 && ids[t] < vocab)
+      for (int32_t j = 0; j < hidden; ++j) out[t * size_t(hidden) + size_t(j)] = table[size_t(ids[t]) * size_t(hidden) + size_t(j)];
+  return out;
+}
+
+// Same contract as launch_rmsnorm; residual updated in place when non-null.
+inline std::vector<uint16_t> rmsnorm_ref(const std::vector<uint16_t>& x, std::vector<uint16_t>* residual,
+                                         const std::vector<uint16_t>& w, const std::vector<int32_t>* rows,
+                                         int32_t num_rows, int32_t hidden, float eps, bool add_residual) {
+  std::vector<uint16_t> out(size_t(num_rows) * size_t(hidden));
+  std::vector<float> z(static_cast<size_t>(hidden));
+  for (int32_t i = 0; i < num_rows; ++i) {
+    const size_t r = size_t(rows ? (*rows)[size_t(i)] : i);
+    double ss = 0.0;
+    for (int32_t j = 0; j < hidden; ++j) {
+      const size_t k = r * size_t(hidden) + size_t(j);
+      float v = bf16_to_f32(x[k]);
+      if (add_residual) v = rb(v + bf16_to_f32((*residual)[k]));
+      if (residual) (*residual)[k] = f32_to_bf16(v);
+      z[size_t(j)] = v;
+      ss += double(v) * v;
+    }
+    const float inv = float(1.0 / std::sqrt(ss / hidden + eps));
+    for (int32_t j = 0; j < hidden; ++j)
+      out[size_t(i) * size_t(hidden) + size_t(j)] = f32_to_bf16(bf16_to_f32(w[size_t(j)]) * (z[size_t(j)] * inv));
+  }
+  return out;
+}
+
+inline std::vector<uint16_t> silu_mul_ref(const std::vector<uint16_t>& gu, int32_t num_tokens, int32_t inter) {
+  std::vector<uint16_t> out(size_t(num_tokens) * size_t(inter));
+  for (int32_t t = 0; t < num_tokens; ++t)
+    for (int32_t j = 0; j < inter; ++j) {
+      const float g = bf16_to_f32(gu[size_t(t) * 2 * size_t(inter) + size_t(j)]);
+      const float u = bf16_to_f32(gu[size_t(t) * 2 * size_t(inter) + size_t(inter) + size_t(j)]);
+      out[size_t(t) * size_t(inter) + size_t(j)] = f32_to_bf16(g / (1.0f + std::exp(-g)) * u);
+    }
+  return out;
+}
+
+inline std::vector<uint16_t> fill_random_ref(int64_t n, float scale, uint64_t seed) {
+  std::vector<uint16_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = f32_to_bf16((2.0f * uniform01(seed, 0, uint64_t(i)) - 1.0f) * scale);
+  return out;
+}
+
+}  // namespace coserve::gpu::ref

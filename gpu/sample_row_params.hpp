@@ -1,0 +1,22 @@
+// Per-row parameters of device sampling (gpu/kernels/sampling.cuh). Plain C++ so the CPU reference
+// and host planning use the same struct. Device layout (32 bytes, no padding):
+//   temperature f32 | top_p f32 | min_p f32 | top_k i32 | seed u64 | counter u64
+// counter: the number of tokens the sequence has generated so far, so each step draws fresh,
+// reproducible uniforms for a seeded request.
+#pragma once
+
+#include <cstdint>
+
+namespace coserve::gpu {
+
+struct sample_row_params {
+  float temperature;
+  float top_p;
+  float min_p;
+  int32_t top_k;
+  uint64_t seed;
+  uint64_t counter;
+};
+static_assert(sizeof(sample_row_params) == 32);
+
+}  // namespace coserve::gpu

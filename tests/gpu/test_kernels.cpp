@@ -1,0 +1,108 @@
+// Elementwise kernel families against their CPU references (gpu/reference/elementwise_ref.hpp,
+// rope_kv_ref.hpp), over odd shapes.
+#include <catch2/catch.hpp>
+
+#include "gpu/kernels.hpp"
+#include "gpu/reference/elementwise_ref.hpp"
+#include "gpu/reference/rope_kv_ref.hpp"
+#include "gpu/rope_freqs.hpp"
+#include "tests/gpu/device_helpers.hpp"
+
+using namespace coserve;
+using namespace coserve::gpu;
+using namespace coserve::gpu::test;
+
+TEST_CASE("embedding kernel matches reference", "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int32_t vocab = 1003, hidden = 328;
+  auto table = random_bf16(size_t(vocab) * hidden, 1);
+  std::vector<int32_t> ids{0, 5, 1002, 17, -1, 1003, 500};
+  auto d_table = upload(table), d_ids = upload(ids);
+  auto d_out = device_buffer::allocate(ids.size() * hidden * 2);
+  REQUIRE(d_out.ok());
+  REQUIRE(launch_embedding(d_out->as<bf16>(), d_table.as<bf16>(), d_ids.as<int32_t>(), int32_t(ids.size()), hidden,
+                           vocab, nullptr).ok());
+  CHECK(download<uint16_t>(*d_out, ids.size() * hidden) == ref::embedding_ref(table, ids, hidden, vocab));
+  CHECK_FALSE(launch_embedding(d_out->as<bf16>(), d_table.as<bf16>(), d_ids.as<int32_t>(), 1, 13, vocab, nullptr).ok());
+}
+
+TEST_CASE("rmsnorm kernel with fused residual matches reference", "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  for (int32_t hidden : {64, 1000, 4096}) {
+    for (bool add : {false, true}) {
+      const int32_t rows = 37;
+      auto x = random_bf16(size_t(rows) * hidden, 2), res = random_bf16(size_t(rows) * hidden, 3);
+      auto w = random_bf16(size_t(hidden), 4);
+      auto d_x = upload(x), d_res = upload(res), d_w = upload(w);
+      auto d_out = device_buffer::allocate(size_t(rows) * hidden * 2);
+      REQUIRE(d_out.ok());
+      REQUIRE(launch_rmsnorm(d_out->as<bf16>(), d_x.as<bf16>(), d_res.as<bf16>(), d_w.as<bf16>(), nullptr, rows, hidden,
+                             1e-5f, add, nullptr).ok());
+      auto expect = ref::rmsnorm_ref(x, &res, w, nullptr, rows, hidden, 1e-5f, add);
+      INFO("hidden " << hidden << " add " << add);
+      CHECK(max_abs_diff(download<uint16_t>(*d_out, expect.size()), expect) <= 0.02f);
+      CHECK(download<uint16_t>(d_res, res.size()) == res);
+      // gathered rows (the final norm over sampled tokens)
+      std::vector<int32_t> pick{36, 0, 5};
+      auto d_pick = upload(pick);
+      auto res2 = res;
+      REQUIRE(launch_rmsnorm(d_out->as<bf16>(), d_x.as<bf16>(), d_res.as<bf16>(), d_w.as<bf16>(), d_pick.as<int32_t>(), 3,
+                             hidden, 1e-5f, false, nullptr).ok());
+      auto g = ref::rmsnorm_ref(x, &res2, w, &pick, 3, hidden, 1e-5f, false);
+      CHECK(max_abs_diff(download<uint16_t>(*d_out, g.size()), g) <= 0.02f);
+    }
+  }
+}
+
+TEST_CASE("silu_mul kernel matches reference", "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int32_t tokens = 19, inter = 1377;
+  auto gu = random_bf16(size_t(tokens) * 2 * inter, 5, 4.0f);
+  auto d_gu = upload(gu);
+  auto d_out = device_buffer::allocate(size_t(tokens) * inter * 2);
+  REQUIRE(d_out.ok());
+  REQUIRE(launch_silu_mul(d_out->as<bf16>(), d_gu.as<bf16>(), tokens, inter, nullptr).ok());
+  auto expect = ref::silu_mul_ref(gu, tokens, inter);
+  CHECK(max_abs_diff(download<uint16_t>(*d_out, expect.size()), expect) <= 0.03f);
+}
+
+TEST_CASE("dummy fill kernel matches reference bit for bit", "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int64_t n = 100003;
+  auto d = device_buffer::allocate(size_t(n) * 2);
+  REQUIRE(d.ok());
+  REQUIRE(launch_fill_random_bf16(d->as<bf16>(), n, 0.05f, 77, nullptr).ok());
+  CHECK(download<uint16_t>(*d, size_t(n)) == ref::fill_random_ref(n, 0.05f, 77));
+}
+
+TEST_CASE("rope + paged KV write matches reference", "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  for (int32_t head_dim : {64, 128}) {
+    for (bool llama3 : {false, true}) {
+      const int32_t hq = 8, hkv = 2, tokens = 21, block_size = 16, num_blocks = 6;
+      rope_params rp;
+      rp.theta = llama3 ? 500000.0f : 10000.0f;
+      rp.rotary_dim = head_dim;
+      rp.llama3 = llama3;
+      auto inv = rope_inv_freq(rp);
+      auto qkv = random_bf16(size_t(tokens) * (hq + 2 * hkv) * head_dim, 6);
+      std::vector<int32_t> pos, slots;
+      for (int32_t t = 0; t < tokens; ++t) {
+        pos.push_back(t * 397 + 3);  // large positions exercise the angle range
+        slots.push_back(t == 4 ? -1 : (t * 7) % (num_blocks * block_size));
+      }
+      const size_t cache_n = size_t(num_blocks) * block_size * hkv * head_dim;
+      std::vector<uint16_t> kc(cache_n, 0), vc(cache_n, 0);
+      auto d_qkv = upload(qkv), d_pos = upload(pos), d_slots = upload(slots), d_inv = upload(inv);
+      auto d_kc = upload(kc), d_vc = upload(vc);
+      rope_kv_args a{d_qkv.as<bf16>(), d_pos.as<int32_t>(), d_slots.as<int32_t>(), d_inv.as<float>(),
+                     d_kc.as<bf16>(), d_vc.as<bf16>(), tokens, hq, hkv, head_dim};
+      REQUIRE(launch_rope_kv_write(a, nullptr).ok());
+      ref::rope_kv_ref(qkv, pos, slots, inv, kc, vc, hq, hkv, head_dim);
+      INFO("head_dim " << head_dim << " llama3 " << llama3);
+      CHECK(max_abs_diff(download<uint16_t>(d_qkv, qkv.size()), qkv) <= 0.02f);
+      CHECK(max_abs_diff(download<uint16_t>(d_kc, cache_n), kc) <= 0.02f);
+      CHECK(download<uint16_t>(d_vc, cache_n) == vc);
+    }
+  }
+}
