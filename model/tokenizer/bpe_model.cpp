@@ -43,7 +43,7 @@ bpe_model::bpe_model(string_id_map vocab,
     joined = *ka + *kb;
     auto ij = vocab_.find(joined);
     if (ia == vocab_.end() || ib == vocab_.end() || ij == vocab_.end()) continue;
-    merges_.try_emplace(pair_key(ia->second, ib->second), merge{r, ij->second});
+    merges_.insert(ia->second, ib->second, {r, ij->second});
   }
 }
 
@@ -141,8 +141,7 @@ void bpe_model::merge_word(std::string_view word, std::vector<int32_t>& out) con
   auto push_pair = [&](int32_t left) {
     const int32_t right = syms[left].next;
     if (right < 0) return;
-    if (auto it = merges_.find(pair_key(syms[left].id, syms[right].id)); it != merges_.end())
-      heap.push({it->second.rank, left, it->second.new_id});
+    if (const auto* m = merges_.find(syms[left].id, syms[right].id)) heap.push({m->rank, left, m->new_id});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(syms.size()); ++i) push_pair(i);
 
@@ -152,8 +151,8 @@ void bpe_model::merge_word(std::string_view word, std::vector<int32_t>& out) con
     symbol& left = syms[top.pos];
     if (!left.alive || left.next < 0) continue;
     symbol& right = syms[left.next];
-    auto it = merges_.find(pair_key(left.id, right.id));
-    if (it == merges_.end() || it->second.new_id != top.new_id) continue;
+    const auto* m = merges_.find(left.id, right.id);
+    if (m == nullptr || m->new_id != top.new_id) continue;
     left.id = top.new_id;
     right.alive = false;
     left.next = right.next;

@@ -20,6 +20,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "model/tokenizer/merge_table.hpp"
+
 namespace coserve {
 
 struct string_hash {
@@ -53,18 +55,11 @@ class bpe_model {
   bool byte_mode() const noexcept { return opts_.byte_mode; }
 
  private:
-  struct merge {
-    int32_t rank;
-    int32_t new_id;
-  };
-  static uint64_t pair_key(int32_t a, int32_t b) noexcept {
-    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
-  }
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
   options opts_;
   string_id_map vocab_;                          // model key -> id
-  std::unordered_map<uint64_t, merge> merges_;   // (left id, right id) -> rank, merged id
+  merge_table merges_;                           // (left id, right id) -> rank, merged id
   std::array<int32_t, 256> byte_ids_{};          // byte mode: single-byte token ids; fallback: <0xAB> ids (-1: none)
 
   static constexpr std::size_t k_max_cached_word = 256;
