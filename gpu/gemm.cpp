@@ -14,6 +14,7 @@ struct gemm_runner::plan {
   }
 };
 
+gemm_runner::gemm_runner() = default;
 gemm_runner::gemm_runner(gemm_runner&&) noexcept = default;
 gemm_runner& gemm_runner::operator=(gemm_runner&&) noexcept = default;
 gemm_runner::~gemm_runner() = default;

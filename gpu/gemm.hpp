@@ -28,6 +28,7 @@ class gemm_runner {
   static constexpr size_t k_workspace_bytes = size_t(32) << 20;  // cuBLASLt recommends 32 MiB on Hopper
 
   static result<gemm_runner> create();
+  gemm_runner();  // empty: run() fails until assigned from create()
 
   gemm_runner(gemm_runner&&) noexcept;
   gemm_runner& operator=(gemm_runner&&) noexcept;
@@ -39,7 +40,6 @@ class gemm_runner {
 
  private:
   struct plan;  // descriptors + algorithm, see gemm.cpp
-  gemm_runner() = default;
   result<plan*> get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias);
 
   cublaslt_handle handle_;

@@ -1,0 +1,105 @@
+#include "gpu/device_weights.hpp"
+
+#include <cmath>
+
+#include "gpu/kernels.hpp"
+#include "model/dtype.hpp"
+
+namespace coserve::gpu {
+
+namespace {
+
+struct tensor_spec {
+  device_buffer* dst;
+  int64_t n;          // elements
+  int32_t fan_in;     // > 0: random matrix; 0: constant `value`
+  float value;
+  const std::vector<float>* src;  // host data for upload_weights (may be empty: tensor absent)
+};
+
+std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const model_weights* w) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
+  const int64_t qkv_rows = (int64_t(c.num_attention_heads) + 2 * c.num_key_value_heads) * D;
+  const int64_t attn = int64_t(c.num_attention_heads) * D;
+  std::vector<tensor_spec> s;
+  s.push_back({&d.embed, V * H, int32_t(H), 0, w ? &w->embed : nullptr});
+  for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
+    device_layer& L = d.layers[size_t(l)];
+    const layer_weights* lw = w ? &w->layers[size_t(l)] : nullptr;
+    s.push_back({&L.input_norm, H, 0, 1.0f, lw ? &lw->input_norm : nullptr});
+    s.push_back({&L.qkv, qkv_rows * H, int32_t(H), 0, lw ? &lw->qkv : nullptr});
+    if (c.qkv_bias) s.push_back({&L.qkv_bias, qkv_rows, 0, 0.0f, lw ? &lw->qkv_bias : nullptr});
+    s.push_back({&L.o, H * attn, int32_t(attn), 0, lw ? &lw->o : nullptr});
+    if (c.o_bias) s.push_back({&L.o_bias, H, 0, 0.0f, lw ? &lw->o_bias : nullptr});
+    s.push_back({&L.post_norm, H, 0, 1.0f, lw ? &lw->post_norm : nullptr});
+    s.push_back({&L.gate_up, 2 * I * H, int32_t(H), 0, lw ? &lw->gate_up : nullptr});
+    s.push_back({&L.down, H * I, int32_t(I), 0, lw ? &lw->down : nullptr});
+  }
+  s.push_back({&d.final_norm, H, 0, 1.0f, w ? &w->final_norm : nullptr});
+  if (!c.tie_word_embeddings) s.push_back({&d.lm_head, V * H, int32_t(H), 0, w ? &w->lm_head : nullptr});
+  return s;
+}
+
+result<void> check_config(const model_config& c) {
+  if (c.hidden_size <= 0 || c.num_hidden_layers <= 0 || c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 ||
+      c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
+    return make_error("invalid_argument", "gpu: model config has a zero dimension");
+  if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
+  return {};
+}
+
+}  // namespace
+
+result<device_weights> upload_weights(const model_weights& w, cudaStream_t stream, const load_progress& progress) {
+  COSERVE_CUDA_TRY(check_config(w.config));
+  device_weights d;
+  d.config = w.config;
+  d.layers.resize(size_t(w.config.num_hidden_layers));
+  auto all = specs(d, w.config, &w);
+  std::vector<uint16_t> staging;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const tensor_spec& t = all[i];
+    if (t.src == nullptr || int64_t(t.src->size()) != t.n)
+      return make_error("invalid_argument", "gpu: host weight tensor " + std::to_string(i) + " has " +
+                                                std::to_string(t.src ? t.src->size() : 0) + " elements, expected " +
+                                                std::to_string(t.n));
+    auto b = device_buffer::allocate(size_t(t.n) * 2);
+    if (!b) return std::move(b).err();
+    *t.dst = std::move(b.value());
+    staging.resize(size_t(t.n));
+    for (int64_t k = 0; k < t.n; ++k) staging[size_t(k)] = f32_to_bf16((*t.src)[size_t(k)]);
+    // Synchronous copy from pageable memory: the staging vector is reused for the next tensor.
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(t.dst->get(), staging.data(), size_t(t.n) * 2, cudaMemcpyHostToDevice),
+                                "upload weights"));
+    d.bytes += t.n * 2;
+    if (progress) progress(i + 1, all.size(), size_t(d.bytes));
+  }
+  (void)stream;
+  return d;
+}
+
+result<device_weights> dummy_weights(const model_config& c, uint64_t seed, cudaStream_t stream,
+                                     const load_progress& progress) {
+  COSERVE_CUDA_TRY(check_config(c));
+  device_weights d;
+  d.config = c;
+  d.layers.resize(size_t(c.num_hidden_layers));
+  auto all = specs(d, c, nullptr);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const tensor_spec& t = all[i];
+    auto b = device_buffer::allocate(size_t(t.n) * 2);
+    if (!b) return std::move(b).err();
+    *t.dst = std::move(b.value());
+    if (t.fan_in > 0)
+      COSERVE_CUDA_TRY(launch_fill_random_bf16(t.dst->as<bf16>(), t.n, 1.0f / std::sqrt(float(t.fan_in)),
+                                               seed * 1000003ull + i, stream));
+    else
+      COSERVE_CUDA_TRY(launch_fill_bf16(t.dst->as<bf16>(), t.n, t.value, stream));
+    d.bytes += t.n * 2;
+    if (progress) progress(i + 1, all.size(), size_t(d.bytes));
+  }
+  COSERVE_CUDA_TRY(cuda_check(cudaStreamSynchronize(stream), "dummy weights"));
+  return d;
+}
+
+}  // namespace coserve::gpu

@@ -1,0 +1,38 @@
+// A model's weights resident on one GPU as bf16, in the layout of model/weights.hpp (Hugging Face
+// [out_features, in_features] row-major; q/k/v fused, gate/up fused). Two ways in:
+//   upload_weights: from host model_weights (fp32 arrays) converted to bf16 tensor by tensor, with
+//                   progress after each tensor;
+//   dummy_weights:  --load-format dummy, random bf16 generated on the device from a seed (no
+//                   checkpoint, no host transfer): uniform(-1/sqrt(in), 1/sqrt(in)) matrices, unit
+//                   norms, zero biases.
+// Thread: built and read by the executor's thread only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "gpu/device_buffer.hpp"
+#include "model/config.hpp"
+#include "model/weights.hpp"
+
+namespace coserve::gpu {
+
+struct device_layer {
+  device_buffer input_norm, qkv, qkv_bias, o, o_bias, post_norm, gate_up, down;
+};
+
+struct device_weights {
+  model_config config;
+  device_buffer embed, final_norm, lm_head;  // lm_head empty when tied
+  std::vector<device_layer> layers;
+  int64_t bytes = 0;
+
+  const void* lm_head_data() const noexcept { return lm_head.empty() ? embed.get() : lm_head.get(); }
+};
+
+// Tensors (and bytes) the model has; progress reports (done, total, bytes so far).
+result<device_weights> upload_weights(const model_weights& w, cudaStream_t stream, const load_progress& progress = {});
+result<device_weights> dummy_weights(const model_config& c, uint64_t seed, cudaStream_t stream,
+                                     const load_progress& progress = {});
+
+}  // namespace coserve::gpu

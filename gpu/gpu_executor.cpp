@@ -1,0 +1,357 @@
+// The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling.
+// Longer than most files (about 350 lines) because the forward pass reads best as one piece.
+#include "gpu/gpu_executor.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <unordered_map>
+
+#include "gpu/batch_plan.hpp"
+#include "gpu/device_buffer.hpp"
+#include "gpu/device_weights.hpp"
+#include "gpu/gemm.hpp"
+#include "gpu/kernels.hpp"
+#include "gpu/kv_cache_sizing.hpp"
+#include "gpu/launch_params.hpp"
+#include "gpu/rope_freqs.hpp"
+#include "gpu/stream.hpp"
+
+namespace coserve::gpu {
+
+namespace {
+
+constexpr int32_t k_max_partial_rows = 4096;          // split-KV workspace rows
+constexpr size_t k_metadata_bytes = size_t(16) << 20;  // per-step metadata (pinned + device)
+constexpr int64_t k_kv_reserve_bytes = int64_t(1) << 30;
+
+// Appends arrays to the pinned staging buffer at 16-byte boundaries; offsets address the device
+// copy of the same buffer.
+class metadata_packer {
+ public:
+  explicit metadata_packer(pinned_buffer& host) : host_(host) {}
+  template <class T>
+  result<size_t> add(const std::vector<T>& v) {
+    const size_t off = (used_ + 15) & ~size_t(15);
+    const size_t bytes = v.size() * sizeof(T);
+    if (off + bytes > host_.bytes()) return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
+    if (bytes) std::memcpy(static_cast<char*>(host_.get()) + off, v.data(), bytes);
+    used_ = off + bytes;
+    return off;
+  }
+  size_t used() const noexcept { return used_; }
+
+ private:
+  pinned_buffer& host_;
+  size_t used_ = 0;
+};
+
+bool sampling_supported(const sampling_params& p) {
+  return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
+         p.logit_bias.empty() && p.min_tokens == 0 && p.logprobs <= 0;
+}
+
+class gpu_executor final : public executor {
+ public:
+  static result<std::unique_ptr<gpu_executor>> create(const gpu_executor_options& o);
+  result<step_result> execute(const step_plan& plan) override;
+  executor_info info() const override { return info_; }
+
+ private:
+  struct seq_state {
+    sampling_params params;
+    uint64_t seed = 0;
+    uint64_t generated = 0;
+    int32_t last_token = -1;
+  };
+  // Device addresses of this step's metadata (inside meta_dev_).
+  struct step_meta {
+    const int32_t *ids, *positions, *slots, *cu_seqlens, *kv_lens, *bt_offsets, *block_tables, *sample_tokens;
+    const attn_work_item* work;
+    const attn_merge_item* merges;
+    const sample_row_params* params;
+  };
+  gpu_executor() = default;
+  result<void> allocate_buffers();
+  result<void> forward(const batch_plan& p, const step_meta& m);
+
+  gpu_executor_options opts_;
+  executor_info info_;
+  stream stream_;
+  device_weights w_;
+  gemm_runner gemm_;
+  device_buffer inv_freq_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
+  device_buffer tok_out_, lp_out_, partial_o_, partial_lse_, meta_dev_;
+  pinned_buffer meta_host_, out_host_;
+  int64_t kv_layer_elems_ = 0;  // elements of one layer's K (== V) cache
+  int32_t num_sms_ = 0;
+  std::unordered_map<seq_id_t, seq_state> seqs_;
+};
+
+
+result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_options& o) {
+  if (device_count() == 0) return make_error("unavailable", "gpu: no CUDA device");
+  if (o.load_format != "auto" && o.load_format != "dummy")
+    return make_error("invalid_argument", "gpu: load_format must be auto or dummy");
+  if (o.block_size <= 0 || o.max_num_tokens <= 0 || o.max_num_seqs <= 0)
+    return make_error("invalid_argument", "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
+  COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(o.device), "cudaSetDevice"));
+  std::unique_ptr<gpu_executor> e(new gpu_executor());
+  e->opts_ = o;
+  auto s = stream::create();
+  if (!s) return std::move(s).err();
+  e->stream_ = std::move(s.value());
+  auto g = gemm_runner::create();
+  if (!g) return std::move(g).err();
+  e->gemm_ = std::move(g.value());
+
+  if (o.load_format == "dummy") {
+    model_config c;
+    if (o.config) {
+      c = *o.config;
+    } else {
+      auto lc = load_model_config(o.model_dir);
+      if (!lc) return std::move(lc).err();
+      c = std::move(lc.value());
+    }
+    auto w = dummy_weights(c, o.dummy_seed, e->stream_.get(), o.progress);
+    if (!w) return std::move(w).err();
+    e->w_ = std::move(w.value());
+  } else {
+    auto hw = load_weights(o.model_dir, o.progress);
+    if (!hw) return std::move(hw).err();
+    auto w = upload_weights(*hw, e->stream_.get(), o.progress);
+    if (!w) return std::move(w).err();
+    e->w_ = std::move(w.value());
+  }
+  const model_config& c = e->w_.config;
+  if (c.num_attention_heads % c.num_key_value_heads != 0 ||
+      !attention_supported(c.num_attention_heads / c.num_key_value_heads, c.head_dim))
+    return make_error("unsupported", "gpu: attention supports head_dim 64/128 and GQA ratios up to 32");
+  cudaDeviceProp prop{};
+  COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties"));
+  e->num_sms_ = prop.multiProcessorCount;
+  COSERVE_CUDA_TRY(e->allocate_buffers());
+  e->info_.block_size = o.block_size;
+  e->info_.vocab_size = c.vocab_size;
+  e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
+  e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")";
+  return e;
+}
+
+result<void> gpu_executor::allocate_buffers() {
+  const model_config& c = w_.config;
+  const size_t T = size_t(opts_.max_num_tokens), S = size_t(opts_.max_num_seqs);
+  const size_t H = size_t(c.hidden_size), D = size_t(c.head_dim), I = size_t(c.intermediate_size);
+  const size_t hq = size_t(c.num_attention_heads), hkv = size_t(c.num_key_value_heads), V = size_t(c.vocab_size);
+  struct want {
+    device_buffer* b;
+    size_t bytes;
+  };
+  for (want x : {want{&hidden_, T * H * 2}, want{&residual_, T * H * 2}, want{&normed_, T * H * 2},
+                 want{&qkv_, T * (hq + 2 * hkv) * D * 2}, want{&attn_, T * hq * D * 2}, want{&gate_up_, T * 2 * I * 2},
+                 want{&act_, T * I * 2}, want{&final_, S * H * 2}, want{&logits_, S * V * 4}, want{&tok_out_, S * 4},
+                 want{&lp_out_, S * 4}, want{&partial_o_, size_t(k_max_partial_rows) * hq * D * 4},
+                 want{&partial_lse_, size_t(k_max_partial_rows) * hq * 4}, want{&meta_dev_, k_metadata_bytes}}) {
+    auto b = device_buffer::allocate(x.bytes);
+    if (!b) return std::move(b).err();
+    *x.b = std::move(b.value());
+  }
+  auto mh = pinned_buffer::allocate(k_metadata_bytes);
+  if (!mh) return std::move(mh).err();
+  meta_host_ = std::move(mh.value());
+  auto oh = pinned_buffer::allocate(S * 8 + (opts_.return_logits ? S * V * 4 : 0));
+  if (!oh) return std::move(oh).err();
+  out_host_ = std::move(oh.value());
+
+  rope_params rp;
+  rp.theta = c.rope_theta;
+  rp.rotary_dim = c.head_dim;
+  rp.llama3 = c.rope_scaling.kind == rope_kind::llama3;
+  rp.factor = c.rope_scaling.factor;
+  rp.low_freq_factor = c.rope_scaling.low_freq_factor;
+  rp.high_freq_factor = c.rope_scaling.high_freq_factor;
+  rp.original_max_position = c.rope_scaling.original_max_position_embeddings;
+  const auto inv = rope_inv_freq(rp);
+  auto f = device_buffer::allocate(inv.size() * 4);
+  if (!f) return std::move(f).err();
+  inv_freq_ = std::move(f.value());
+  COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice), "inv_freq"));
+
+  // KV cache last, from what is left: [layer][K|V][num_blocks, block_size, kv_heads, head_dim].
+  kv_cache_shape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, opts_.block_size, 2};
+  int64_t blocks = opts_.num_kv_blocks;
+  if (blocks <= 0) {
+    size_t free_b = 0, total_b = 0;
+    COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"));
+    auto n = kv_cache_num_blocks(shape, {int64_t(total_b), int64_t(free_b), opts_.gpu_memory_utilization, k_kv_reserve_bytes});
+    if (!n) return std::move(n).err();
+    blocks = std::min<int64_t>(*n, INT32_MAX / opts_.block_size);
+  }
+  kv_layer_elems_ = blocks * opts_.block_size * c.num_key_value_heads * c.head_dim;
+  auto kv = device_buffer::allocate(size_t(blocks) * size_t(kv_block_bytes(shape)));
+  if (!kv) return std::move(kv).err();
+  kv_ = std::move(kv.value());
+  info_.num_kv_blocks = int32_t(blocks);
+  return {};
+}
+
+result<step_result> gpu_executor::execute(const step_plan& plan) {
+  const model_config& c = w_.config;
+  for (const new_seq& n : plan.new_seqs) {
+    if (!sampling_supported(n.params))
+      return make_error("unsupported", "gpu: penalties, logit_bias, min_tokens and top logprobs are not supported yet");
+    seqs_[n.seq_id] = seq_state{n.params, n.seed, uint64_t(n.output_ids.size()),
+                                n.output_ids.empty() ? -1 : n.output_ids.back()};
+  }
+  cudaStream_t s = stream_.get();
+  // Copy-on-write block copies, every layer, K and V, before the forward.
+  const size_t block_bytes = size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * 2;
+  for (auto [src, dst] : plan.block_copies) {
+    if (src < 0 || dst < 0 || src >= info_.num_kv_blocks || dst >= info_.num_kv_blocks)
+      return make_error("invalid_argument", "gpu: block copy out of range");
+    for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half) {
+      char* base = kv_.as<char>() + size_t(half) * size_t(kv_layer_elems_) * 2;
+      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(base + size_t(dst) * block_bytes, base + size_t(src) * block_bytes,
+                                                  block_bytes, cudaMemcpyDeviceToDevice, s),
+                                  "block copy"));
+    }
+  }
+
+  step_result out;
+  out.step_id = plan.step_id;
+  if (!plan.seqs.empty()) {
+    // Resolve k_token_from_last_step and check every sequence is known and in range.
+    std::vector<int32_t> ids;
+    for (const scheduled_seq& q : plan.seqs) {
+      auto it = seqs_.find(q.seq_id);
+      if (it == seqs_.end()) return make_error("invalid_argument", "gpu: unknown sequence " + std::to_string(q.seq_id));
+      for (int32_t t : q.tokens) {
+        if (t == k_token_from_last_step) t = it->second.last_token;
+        if (t < 0 || t >= c.vocab_size) return make_error("invalid_argument", "gpu: token id out of range");
+        ids.push_back(t);
+      }
+      for (int32_t b : q.block_table)
+        if (b < 0 || b >= info_.num_kv_blocks) return make_error("invalid_argument", "gpu: block id out of range");
+    }
+    batch_plan_options po{opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads,
+                          num_sms_, 32};
+    auto pl = plan_batch(plan.seqs, po);
+    if (!pl) return std::move(pl).err();
+    if (pl->num_partial_rows > k_max_partial_rows) {  // too many split rows: plan without splits
+      po.num_sms = 0;
+      pl = plan_batch(plan.seqs, po);
+      if (!pl) return std::move(pl).err();
+    }
+    const batch_plan& p = *pl;
+    if (p.num_tokens > opts_.max_num_tokens || int32_t(p.sample_tokens.size()) > opts_.max_num_seqs)
+      return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
+    std::vector<sample_row_params> sp;
+    for (int32_t si : p.sample_seqs) {
+      const seq_state& st = seqs_.at(plan.seqs[size_t(si)].seq_id);
+      sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed, st.generated});
+    }
+    metadata_packer pk(meta_host_);
+    size_t off[11];
+    int k = 0;
+    for (auto r : {pk.add(ids), pk.add(p.positions), pk.add(p.slot_mapping), pk.add(p.cu_seqlens_q), pk.add(p.kv_lens),
+                   pk.add(p.block_table_offsets), pk.add(p.block_tables), pk.add(p.sample_tokens)}) {
+      if (!r) return std::move(r).err();
+      off[k++] = *r;
+    }
+    auto ow = pk.add(p.work);
+    auto om = pk.add(p.merges);
+    auto op = pk.add(sp);
+    if (!ow || !om || !op) return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
+    off[8] = *ow;
+    off[9] = *om;
+    off[10] = *op;
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(meta_dev_.get(), meta_host_.get(), pk.used(), cudaMemcpyHostToDevice, s),
+                                "metadata upload"));
+    const char* d = meta_dev_.as<char>();
+    step_meta m{reinterpret_cast<const int32_t*>(d + off[0]), reinterpret_cast<const int32_t*>(d + off[1]),
+                reinterpret_cast<const int32_t*>(d + off[2]), reinterpret_cast<const int32_t*>(d + off[3]),
+                reinterpret_cast<const int32_t*>(d + off[4]), reinterpret_cast<const int32_t*>(d + off[5]),
+                reinterpret_cast<const int32_t*>(d + off[6]), reinterpret_cast<const int32_t*>(d + off[7]),
+                reinterpret_cast<const attn_work_item*>(d + off[8]), reinterpret_cast<const attn_merge_item*>(d + off[9]),
+                reinterpret_cast<const sample_row_params*>(d + off[10])};
+    COSERVE_CUDA_TRY(forward(p, m));
+
+    const size_t S = p.sample_tokens.size();
+    char* h = out_host_.as<char>();
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
+    const size_t V = size_t(c.vocab_size);
+    if (opts_.return_logits)
+      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + size_t(opts_.max_num_seqs) * 8, logits_.get(), S * V * 4,
+                                                  cudaMemcpyDeviceToHost, s), "logits"));
+    // The metadata staging buffer is reused next step, so the host waits here (see the header).
+    COSERVE_CUDA_TRY(stream_.synchronize());
+    const int32_t* toks = reinterpret_cast<const int32_t*>(h);
+    const float* lps = reinterpret_cast<const float*>(h + S * 4);
+    for (size_t i = 0; i < S; ++i) {
+      seq_output so;
+      so.seq_id = plan.seqs[size_t(p.sample_seqs[i])].seq_id;
+      so.token = toks[i];
+      so.logprob = lps[i];
+      if (opts_.return_logits) {
+        const float* row = reinterpret_cast<const float*>(h + size_t(opts_.max_num_seqs) * 8) + i * V;
+        so.logits.assign(row, row + V);
+      }
+      seq_state& st = seqs_.at(so.seq_id);
+      st.last_token = so.token;
+      ++st.generated;
+      out.outputs.push_back(std::move(so));
+    }
+  }
+  for (seq_id_t f : plan.finished) seqs_.erase(f);
+  return out;
+}
+
+result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m) {
+  const model_config& c = w_.config;
+  cudaStream_t s = stream_.get();
+  const int32_t T = p.num_tokens, H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int32_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+  const int32_t qkv_n = (hq + 2 * hkv) * D;
+  const float eps = c.rms_norm_eps;
+  bf16 *hidden = hidden_.as<bf16>(), *residual = residual_.as<bf16>(), *normed = normed_.as<bf16>();
+  COSERVE_CUDA_TRY(launch_embedding(hidden, w_.embed.as<bf16>(), m.ids, T, H, c.vocab_size, s));
+  for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
+    const device_layer& L = w_.layers[size_t(l)];
+    // layer 0: residual = hidden; later layers: residual += hidden (the previous MLP output)
+    COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.input_norm.as<bf16>(), nullptr, T, H, eps, l > 0, s));
+    COSERVE_CUDA_TRY(gemm_.run(qkv_.get(), gemm_out::bf16, normed, L.qkv.as<bf16>(), L.qkv_bias.as<bf16>(), T, qkv_n, H, s));
+    bf16* kc = kv_.as<bf16>() + size_t(2 * l) * size_t(kv_layer_elems_);
+    bf16* vc = kc + kv_layer_elems_;
+    COSERVE_CUDA_TRY(launch_rope_kv_write(
+        rope_kv_args{qkv_.as<bf16>(), m.positions, m.slots, inv_freq_.as<float>(), kc, vc, T, hq, hkv, D}, s));
+    attention_args a{qkv_.as<bf16>(), qkv_n, kc, vc, attn_.as<bf16>(), partial_o_.as<float>(), partial_lse_.as<float>(),
+                     m.cu_seqlens, m.kv_lens, m.bt_offsets, m.block_tables, m.work, m.merges,
+                     int32_t(p.work.size()), int32_t(p.merges.size()), hq, hkv, D, opts_.block_size,
+                     1.0f / std::sqrt(float(D))};
+    COSERVE_CUDA_TRY(launch_attention(a, s));
+    COSERVE_CUDA_TRY(gemm_.run(hidden, gemm_out::bf16, attn_.as<bf16>(), L.o.as<bf16>(), L.o_bias.as<bf16>(), T, H, hq * D, s));
+    COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.post_norm.as<bf16>(), nullptr, T, H, eps, true, s));
+    COSERVE_CUDA_TRY(gemm_.run(gate_up_.get(), gemm_out::bf16, normed, L.gate_up.as<bf16>(), nullptr, T, 2 * I, H, s));
+    COSERVE_CUDA_TRY(launch_silu_mul(act_.as<bf16>(), gate_up_.as<bf16>(), T, I, s));
+    COSERVE_CUDA_TRY(gemm_.run(hidden, gemm_out::bf16, act_.as<bf16>(), L.down.as<bf16>(), nullptr, T, H, I, s));
+  }
+  const int32_t S = int32_t(p.sample_tokens.size());
+  if (S == 0) return {};
+  // Final norm on the sampled rows only (gathered), then the LM head in fp32 for sampling.
+  COSERVE_CUDA_TRY(launch_rmsnorm(final_.as<bf16>(), hidden, residual, w_.final_norm.as<bf16>(), m.sample_tokens, S, H,
+                                  eps, true, s));
+  COSERVE_CUDA_TRY(gemm_.run(logits_.get(), gemm_out::f32, final_.as<bf16>(), static_cast<const bf16*>(w_.lm_head_data()),
+                             nullptr, S, c.vocab_size, H, s));
+  return launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S, c.vocab_size, s);
+}
+
+}  // namespace
+
+result<std::unique_ptr<executor>> make_gpu_executor(const gpu_executor_options& options) {
+  auto e = gpu_executor::create(options);
+  if (!e) return std::move(e).err();
+  return std::unique_ptr<executor>(std::move(e.value()));
+}
+
+}  // namespace coserve::gpu

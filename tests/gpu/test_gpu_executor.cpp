@@ -1,0 +1,183 @@
+// The CUDA executor against the CPU executor on demo models (same folder, same step plans): greedy
+// tokens for 32 steps and the logits of the first step within bf16 tolerance. Runs on a GPU host;
+// skips with a message elsewhere.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include "gpu/gpu_executor.hpp"
+#include "model/cpu_executor.hpp"
+#include "model/demo_model.hpp"
+#include "tests/gpu/device_helpers.hpp"
+
+using namespace coserve;
+
+namespace {
+
+struct run_out {
+  std::vector<std::vector<int32_t>> tokens;  // per prompt, generated ids
+  std::vector<std::vector<float>> first_logits;
+};
+
+// Prefills every prompt in one step (mixed lengths), then decodes `steps` tokens for all of them
+// in one batch per step, feeding back k_token_from_last_step (two-steps-in-flight protocol).
+run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, int32_t steps, int32_t block_size) {
+  run_out r;
+  r.tokens.resize(prompts.size());
+  std::vector<std::vector<int32_t>> tables(prompts.size());
+  int32_t next_block = 0;
+  const int32_t max_len = 64 + steps;
+  for (auto& t : tables)
+    for (int32_t b = 0; b < (max_len + block_size - 1) / block_size; ++b) t.push_back(next_block++);
+  step_plan p;
+  p.step_id = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    new_seq n;
+    n.seq_id = i + 1;
+    n.prompt_ids = prompts[i];
+    n.params.temperature = 0.0f;
+    p.new_seqs.push_back(n);
+    scheduled_seq s;
+    s.seq_id = i + 1;
+    s.tokens = prompts[i];
+    s.start_pos = 0;
+    s.block_table = tables[i];
+    s.sample = true;
+    p.seqs.push_back(s);
+  }
+  std::vector<int32_t> pos(prompts.size());
+  for (int32_t step = 0; step < steps; ++step) {
+    auto res = ex.execute(p);
+    REQUIRE(res.ok());
+    REQUIRE(res->outputs.size() == prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      r.tokens[i].push_back(res->outputs[i].token);
+      if (step == 0) r.first_logits.push_back(res->outputs[i].logits);
+    }
+    step_plan d;
+    d.step_id = uint64_t(step + 1);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      scheduled_seq s;
+      s.seq_id = i + 1;
+      s.tokens = {k_token_from_last_step};
+      s.start_pos = int32_t(prompts[i].size()) + step;
+      s.block_table = tables[i];
+      s.sample = true;
+      d.seqs.push_back(s);
+    }
+    p = std::move(d);
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 tokens)", "[gpu][executor]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  struct variant {
+    const char* arch;
+    int32_t heads, kv_heads, head_dim;
+    bool llama3, tie;
+  };
+  int prompts_total = 0, prompts_equal = 0;
+  for (variant v : {variant{"llama", 8, 2, 64, false, false}, variant{"llama", 4, 4, 64, true, true},
+                    variant{"qwen2", 8, 1, 128, false, false}, variant{"mistral", 16, 2, 64, false, false}}) {
+    const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_demo_" + std::string(v.arch) +
+                                                              std::to_string(v.kv_heads) + std::to_string(v.head_dim));
+    demo_options o;
+    o.seed = 3;
+    o.architecture = v.arch;
+    o.copy_tokenizer = false;
+    o.vocab_size = 2000;
+    o.num_heads = v.heads;
+    o.num_kv_heads = v.kv_heads;
+    o.head_dim = v.head_dim;
+    o.hidden_size = v.heads * v.head_dim;
+    o.rope_llama3 = v.llama3;
+    o.tie_embeddings = v.tie;
+    REQUIRE(make_demo_model(dir.string(), o).ok());
+
+    cpu_executor_options co;
+    co.num_kv_blocks = 256;
+    co.return_logits = true;
+    auto cpu = cpu_executor::load(dir.string(), co);
+    REQUIRE(cpu.ok());
+    gpu::gpu_executor_options go;
+    go.model_dir = dir.string();
+    go.num_kv_blocks = 256;
+    go.return_logits = true;
+    go.max_num_tokens = 1024;
+    go.max_num_seqs = 16;
+    auto gpu_ex = gpu::make_gpu_executor(go);
+    REQUIRE(gpu_ex.ok());
+
+    std::vector<std::vector<int32_t>> prompts;
+    for (int32_t i = 0; i < 10; ++i) {
+      std::vector<int32_t> pr(size_t(3 + 5 * i));
+      std::iota(pr.begin(), pr.end(), 17 * i + 1);
+      prompts.push_back(pr);
+    }
+    auto a = drive(**cpu, prompts, 32, 16);
+    auto b = drive(**gpu_ex, prompts, 32, 16);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ++prompts_total;
+      prompts_equal += a.tokens[i] == b.tokens[i];
+      REQUIRE(a.first_logits[i].size() == b.first_logits[i].size());
+      float worst = 0.0f, scale = 0.0f;
+      for (size_t k = 0; k < a.first_logits[i].size(); ++k) {
+        worst = std::max(worst, std::fabs(a.first_logits[i][k] - b.first_logits[i][k]));
+        scale = std::max(scale, std::fabs(a.first_logits[i][k]));
+      }
+      INFO(v.arch << " prompt " << i << " worst logit diff " << worst << " of " << scale);
+      CHECK(worst <= 0.05f * std::max(1.0f, scale));
+    }
+    std::filesystem::remove_all(dir);
+  }
+  INFO("identical greedy continuations: " << prompts_equal << " / " << prompts_total);
+  CHECK(prompts_equal * 10 >= prompts_total * 9);
+}
+
+TEST_CASE("gpu executor: dummy weights, unknown sequences and unsupported sampling are errors", "[gpu][executor]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  model_config c;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 64;
+  c.vocab_size = 1000;
+  gpu::gpu_executor_options go;
+  go.config = c;
+  go.load_format = "dummy";
+  go.max_num_tokens = 256;
+  go.max_num_seqs = 8;
+  go.gpu_memory_utilization = 0.5;
+  auto ex = gpu::make_gpu_executor(go);
+  REQUIRE(ex.ok());
+  CHECK((*ex)->info().num_kv_blocks > 0);
+  step_plan p;
+  scheduled_seq s{1, {1, 2, 3}, 0, {0}, true};
+  p.seqs.push_back(s);
+  CHECK_FALSE((*ex)->execute(p).ok());  // never registered
+  new_seq n;
+  n.seq_id = 1;
+  n.params.temperature = 0.8f;
+  n.params.top_p = 0.9f;
+  n.seed = 5;
+  p.new_seqs.push_back(n);
+  auto r = (*ex)->execute(p);
+  REQUIRE(r.ok());
+  REQUIRE(r->outputs.size() == 1);
+  CHECK(r->outputs[0].token >= 0);
+  CHECK(r->outputs[0].token < 1000);
+  CHECK(r->outputs[0].logprob <= 0.0f);
+  step_plan q;
+  new_seq pen;
+  pen.seq_id = 2;
+  pen.params.repetition_penalty = 1.2f;
+  q.new_seqs.push_back(pen);
+  CHECK_FALSE((*ex)->execute(q).ok());
+}
