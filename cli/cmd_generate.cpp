@@ -1,12 +1,254 @@
+// `coserve generate MODEL_DIR ...`: runs the CPU executor directly on one prompt (steps planned
+// here with a simple block table), or measures prefill/decode throughput with --bench.
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include "cli/commands.hpp"
+#include "model/cpu_executor.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 
 namespace coserve::cli {
+namespace {
 
-int cmd_generate(int, char** argv) {
-  std::fprintf(stderr, "coserve %s: not available in this build yet\n", argv[0]);
-  return 2;
+const char* k_help =
+    "usage: coserve generate MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N [options]\n"
+    "       coserve generate MODEL_DIR --bench [--batch B] [--prompt-len P] [--max-tokens N]\n"
+    "\n"
+    "  --prompt-ids LIST     comma-separated prompt token ids\n"
+    "  --prompt TEXT         prompt text, encoded with the folder's tokenizer (special tokens added)\n"
+    "  --max-tokens N        tokens to generate (default 16)\n"
+    "  --temperature T       0 = greedy (default 0)\n"
+    "  --top-p P --top-k K --min-p P --repetition-penalty R --seed S\n"
+    "  --ignore-eos          keep generating after an eos token\n"
+    "  --logits MODE         none (default) | last: the logits of the last prompt position |\n"
+    "                        all: that row and one per later generated token (each row the raw\n"
+    "                        logits the token after it was sampled from)\n"
+    "  --json                print {\"prompt_ids\":[..],\"output_ids\":[..],\"logits\":[[..],..]}\n"
+    "  --threads N           executor threads (default: cores)\n"
+    "  --bench               throughput: B sequences of P random prompt tokens, one prefill step,\n"
+    "                        then N decode steps; prints JSON (prefill and decode tokens/s)\n";
+
+bool parse_ids(std::string_view s, std::vector<int32_t>& out) {
+  while (!s.empty()) {
+    const size_t comma = s.find(',');
+    const std::string part(s.substr(0, comma));
+    char* end = nullptr;
+    const long v = std::strtol(part.c_str(), &end, 10);
+    if (part.empty() || *end != '\0' || v < 0) return false;
+    out.push_back(int32_t(v));
+    if (comma == std::string_view::npos) break;
+    s.remove_prefix(comma + 1);
+  }
+  return !out.empty();
+}
+
+void print_row(const std::vector<float>& row) {
+  std::putchar('[');
+  for (size_t i = 0; i < row.size(); ++i) std::printf(i ? ",%.9g" : "%.9g", double(row[i]));
+  std::putchar(']');
+}
+
+std::vector<int32_t> blocks_for(int32_t first, int32_t tokens, int32_t bs) {
+  std::vector<int32_t> t;
+  for (int32_t i = 0; i < (tokens + bs - 1) / bs; ++i) t.push_back(first + i);
+  return t;
+}
+
+int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_tokens) {
+  const executor_info info = ex.info();
+  const int32_t bs = info.block_size;
+  const int32_t per_seq = (prompt_len + max_tokens + bs - 1) / bs;
+  if (per_seq * batch > info.num_kv_blocks) {
+    std::fprintf(stderr, "generate --bench: not enough KV blocks\n");
+    return 2;
+  }
+  step_plan plan;
+  seq_rng rng(42);
+  for (int32_t b = 0; b < batch; ++b) {
+    new_seq ns;
+    ns.seq_id = seq_id_t(b);
+    ns.params.temperature = 0.0f;
+    for (int32_t i = 0; i < prompt_len; ++i) ns.prompt_ids.push_back(int32_t(rng.next() % uint64_t(info.vocab_size)));
+    scheduled_seq s{ns.seq_id, ns.prompt_ids, 0, blocks_for(b * per_seq, prompt_len + max_tokens, bs), true};
+    plan.new_seqs.push_back(std::move(ns));
+    plan.seqs.push_back(std::move(s));
+  }
+  using clock = std::chrono::steady_clock;
+  auto t0 = clock::now();
+  if (auto r = ex.execute(plan); !r) {
+    std::fprintf(stderr, "generate --bench: %s\n", r.err().message.c_str());
+    return 1;
+  }
+  const double prefill_s = std::chrono::duration<double>(clock::now() - t0).count();
+  plan.new_seqs.clear();
+  auto t1 = clock::now();
+  for (int32_t step = 0; step < max_tokens; ++step) {
+    for (auto& s : plan.seqs) {
+      s.start_pos += int32_t(s.tokens.size());
+      s.tokens = {k_token_from_last_step};
+    }
+    if (auto r = ex.execute(plan); !r) {
+      std::fprintf(stderr, "generate --bench: %s\n", r.err().message.c_str());
+      return 1;
+    }
+  }
+  const double decode_s = std::chrono::duration<double>(clock::now() - t1).count();
+  std::printf("{\"device\":\"%s\",\"batch\":%d,\"prompt_len\":%d,\"decode_steps\":%d,"
+              "\"prefill_s\":%.4f,\"prefill_tokens_per_s\":%.1f,\"decode_s\":%.4f,\"decode_tokens_per_s\":%.1f}\n",
+              info.device.c_str(), batch, prompt_len, max_tokens, prefill_s,
+              double(batch) * prompt_len / prefill_s, decode_s,
+              max_tokens > 0 ? double(batch) * max_tokens / decode_s : 0.0);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  std::string dir, prompt_text, logits_mode = "none";
+  std::vector<int32_t> prompt;
+  bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
+  int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128;
+  sampling_params params;
+  params.temperature = 0.0f;
+  uint64_t seed = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    auto val = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "generate: %s needs a value\n", argv[i]);
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    const char* v = nullptr;
+    if (a == "--help" || a == "-h") {
+      std::fputs(k_help, stdout);
+      return 0;
+    } else if (a == "--json") json = true;
+    else if (a == "--bench") bench = true;
+    else if (a == "--ignore-eos") ignore_eos = true;
+    else if (!a.empty() && a[0] == '-') {
+      if (!(v = val())) return 2;
+      if (a == "--prompt-ids") {
+        have_ids = true;
+        if (!parse_ids(v, prompt)) {
+          std::fprintf(stderr, "generate: --prompt-ids wants comma-separated non-negative ids\n");
+          return 2;
+        }
+      } else if (a == "--prompt") {
+        have_text = true;
+        prompt_text = v;
+      } else if (a == "--max-tokens") max_tokens = std::atoi(v);
+      else if (a == "--temperature") params.temperature = std::strtof(v, nullptr);
+      else if (a == "--top-p") params.top_p = std::strtof(v, nullptr);
+      else if (a == "--top-k") params.top_k = std::atoi(v);
+      else if (a == "--min-p") params.min_p = std::strtof(v, nullptr);
+      else if (a == "--repetition-penalty") params.repetition_penalty = std::strtof(v, nullptr);
+      else if (a == "--seed") seed = std::strtoull(v, nullptr, 10);
+      else if (a == "--logits") logits_mode = v;
+      else if (a == "--threads") threads = std::atoi(v);
+      else if (a == "--batch") batch = std::atoi(v);
+      else if (a == "--prompt-len") prompt_len = std::atoi(v);
+      else {
+        std::fprintf(stderr, "generate: unknown option %s (see --help)\n", argv[i - 1]);
+        return 2;
+      }
+    } else if (dir.empty()) dir = std::string(a);
+    else {
+      std::fprintf(stderr, "generate: more than one MODEL_DIR\n");
+      return 2;
+    }
+  }
+  if (dir.empty() || (!bench && have_ids == have_text) || max_tokens < 0 ||
+      (logits_mode != "none" && logits_mode != "last" && logits_mode != "all") || batch <= 0 || prompt_len <= 0) {
+    std::fputs(k_help, stderr);
+    return 2;
+  }
+  if (have_text) {
+    auto tok = tokenizer::load(dir);
+    if (!tok) {
+      std::fprintf(stderr, "generate: %s\n", tok.err().message.c_str());
+      return 1;
+    }
+    prompt = tok->encode(prompt_text, true);
+    if (prompt.empty()) {
+      std::fprintf(stderr, "generate: the prompt encodes to no tokens\n");
+      return 2;
+    }
+  }
+
+  cpu_executor_options opts;
+  opts.num_threads = threads;
+  opts.return_logits = logits_mode != "none";
+  int32_t need_tokens = bench ? batch * (prompt_len + max_tokens + 16) : int32_t(prompt.size()) + max_tokens;
+  opts.num_kv_blocks = need_tokens / opts.block_size + batch + 1;
+  size_t last_reported = 0;
+  auto ex = cpu_executor::load(dir, opts, [&](size_t done, size_t total, size_t bytes) {
+    if (done == total || bytes - last_reported >= (size_t(64) << 20)) {
+      last_reported = bytes;
+      std::fprintf(stderr, "[load] %zu/%zu tensors, %zu MB\n", done, total, bytes >> 20);
+    }
+  });
+  if (!ex) {
+    std::fprintf(stderr, "generate: %s\n", ex.err().message.c_str());
+    return 1;
+  }
+  if (bench) return run_bench(**ex, batch, prompt_len, max_tokens);
+
+  const int32_t vocab = (*ex)->info().vocab_size;
+  for (int32_t t : prompt)
+    if (t >= vocab) {
+      std::fprintf(stderr, "generate: prompt id %d outside the vocabulary (%d)\n", t, vocab);
+      return 2;
+    }
+  const int32_t bs = (*ex)->info().block_size;
+  params.seed = seed;
+  params.ignore_eos = ignore_eos;
+  step_plan plan;
+  plan.new_seqs.push_back(new_seq{1, prompt, {}, params, seed});
+  plan.seqs.push_back(scheduled_seq{1, prompt, 0, blocks_for(0, int32_t(prompt.size()) + max_tokens, bs), true});
+  std::vector<int32_t> output;
+  std::vector<std::vector<float>> rows;
+  const auto& eos = (*ex)->generation().eos_token_ids;
+  for (int32_t step = 0; step < max_tokens; ++step) {
+    auto r = (*ex)->execute(plan);
+    if (!r) {
+      std::fprintf(stderr, "generate: %s\n", r.err().message.c_str());
+      return 1;
+    }
+    seq_output& o = r->outputs.at(0);
+    output.push_back(o.token);
+    if (logits_mode == "all" || (logits_mode == "last" && step == 0)) rows.push_back(std::move(o.logits));
+    if (!ignore_eos && std::find(eos.begin(), eos.end(), o.token) != eos.end()) break;
+    plan.new_seqs.clear();
+    plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
+    plan.seqs[0].tokens = {k_token_from_last_step};
+  }
+  if (json) {
+    std::printf("{\"prompt_ids\":[");
+    for (size_t i = 0; i < prompt.size(); ++i) std::printf(i ? ",%d" : "%d", prompt[i]);
+    std::printf("],\"output_ids\":[");
+    for (size_t i = 0; i < output.size(); ++i) std::printf(i ? ",%d" : "%d", output[i]);
+    std::printf("]");
+    if (logits_mode != "none") {
+      std::printf(",\"logits\":[");
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (i) std::putchar(',');
+        print_row(rows[i]);
+      }
+      std::printf("]");
+    }
+    std::printf("}\n");
+  } else {
+    for (size_t i = 0; i < output.size(); ++i) std::printf(i ? " %d" : "%d", output[i]);
+    std::printf("\n");
+  }
+  return 0;
 }
 
 }  // namespace coserve::cli

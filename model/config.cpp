@@ -1,0 +1,256 @@
+#include "model/config.hpp"
+
+#include <simdjson.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace coserve {
+namespace {
+
+using simdjson::dom::element;
+using simdjson::dom::object;
+
+error config_error(std::string_view origin, const std::string& what) {
+  return make_error("invalid_model", std::string(origin) + ": " + what);
+}
+
+// Optional numeric fields: absent or null keeps the default; a wrong type is an error.
+bool get_int(const object& o, const char* key, int32_t& out, std::string& err) {
+  element e;
+  if (o[key].get(e)) return true;
+  if (e.is_null()) return true;
+  int64_t v;
+  if (e.get_int64().get(v)) {
+    double d;
+    if (e.get_double().get(d) || d != std::floor(d)) {
+      err = std::string("field '") + key + "' must be an integer";
+      return false;
+    }
+    v = int64_t(d);
+  }
+  out = int32_t(v);
+  return true;
+}
+
+bool get_float(const object& o, const char* key, float& out, std::string& err) {
+  element e;
+  if (o[key].get(e)) return true;
+  if (e.is_null()) return true;
+  double d;
+  if (e.get_double().get(d)) {
+    err = std::string("field '") + key + "' must be a number";
+    return false;
+  }
+  out = float(d);
+  return true;
+}
+
+bool get_bool(const object& o, const char* key, bool& out, std::string& err) {
+  element e;
+  if (o[key].get(e)) return true;
+  if (e.is_null()) return true;
+  if (e.get_bool().get(out)) {
+    err = std::string("field '") + key + "' must be a boolean";
+    return false;
+  }
+  return true;
+}
+
+// eos_token_id: int or list of ints.
+bool get_id_list(const object& o, const char* key, std::vector<int32_t>& out, std::string& err) {
+  element e;
+  if (o[key].get(e) || e.is_null()) return true;
+  int64_t v;
+  if (!e.get_int64().get(v)) {
+    out = {int32_t(v)};
+    return true;
+  }
+  simdjson::dom::array a;
+  if (e.get_array().get(a)) {
+    err = std::string("field '") + key + "' must be an integer or a list of integers";
+    return false;
+  }
+  out.clear();
+  for (element x : a) {
+    if (x.get_int64().get(v)) {
+      err = std::string("field '") + key + "' must hold integers";
+      return false;
+    }
+    out.push_back(int32_t(v));
+  }
+  return true;
+}
+
+std::string get_string(const object& o, const char* key) {
+  std::string_view s;
+  if (o[key].get_string().get(s)) return {};
+  return std::string(s);
+}
+
+}  // namespace
+
+result<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error("io", "cannot open " + path);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return make_error("io", "cannot read " + path);
+  return ss.str();
+}
+
+result<model_config> parse_model_config(std::string_view json, std::string_view origin) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  object o;
+  if (auto e = parser.parse(padded).get_object().get(o))
+    return config_error(origin, std::string("not a JSON object: ") + simdjson::error_message(e));
+
+  model_config c;
+  c.model_type = get_string(o, "model_type");
+  simdjson::dom::array archs;
+  if (!o["architectures"].get_array().get(archs)) {
+    for (element a : archs) {
+      std::string_view s;
+      if (!a.get_string().get(s)) {
+        c.architecture = std::string(s);
+        break;
+      }
+    }
+  }
+  const std::string& a = c.architecture;
+  const bool llama = a == "LlamaForCausalLM" || (a.empty() && c.model_type == "llama");
+  const bool mistral = a == "MistralForCausalLM" || (a.empty() && c.model_type == "mistral");
+  const bool qwen2 = a == "Qwen2ForCausalLM" || (a.empty() && c.model_type == "qwen2");
+  if (!llama && !mistral && !qwen2)
+    return config_error(origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
+                                    "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
+  if (c.model_type.empty()) c.model_type = llama ? "llama" : mistral ? "mistral" : "qwen2";
+
+  std::string err;
+  bool attention_bias = false;
+  if (!get_int(o, "hidden_size", c.hidden_size, err) ||
+      !get_int(o, "intermediate_size", c.intermediate_size, err) ||
+      !get_int(o, "num_hidden_layers", c.num_hidden_layers, err) ||
+      !get_int(o, "num_attention_heads", c.num_attention_heads, err) ||
+      !get_int(o, "num_key_value_heads", c.num_key_value_heads, err) ||
+      !get_int(o, "head_dim", c.head_dim, err) || !get_int(o, "vocab_size", c.vocab_size, err) ||
+      !get_int(o, "max_position_embeddings", c.max_position_embeddings, err) ||
+      !get_float(o, "rms_norm_eps", c.rms_norm_eps, err) ||
+      !get_float(o, "rope_theta", c.rope_theta, err) ||
+      !get_bool(o, "tie_word_embeddings", c.tie_word_embeddings, err) ||
+      !get_bool(o, "attention_bias", attention_bias, err) ||
+      !get_bool(o, "mlp_bias", c.mlp_bias, err) ||
+      !get_id_list(o, "eos_token_id", c.eos_token_ids, err))
+    return config_error(origin, err);
+  int32_t bos = -1;
+  if (!get_int(o, "bos_token_id", bos, err)) return config_error(origin, err);
+  if (bos >= 0) c.bos_token_id = bos;
+
+  for (auto [name, v] : {std::pair{"hidden_size", c.hidden_size},
+                         {"intermediate_size", c.intermediate_size},
+                         {"num_hidden_layers", c.num_hidden_layers},
+                         {"num_attention_heads", c.num_attention_heads},
+                         {"vocab_size", c.vocab_size}})
+    if (v <= 0) return config_error(origin, std::string("missing or non-positive '") + name + "'");
+  if (c.num_key_value_heads <= 0) c.num_key_value_heads = c.num_attention_heads;
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return config_error(origin, "num_attention_heads must be a multiple of num_key_value_heads");
+  if (c.head_dim <= 0) {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      return config_error(origin, "hidden_size is not a multiple of num_attention_heads");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim % 2 != 0) return config_error(origin, "head_dim must be even for RoPE");
+  if (c.mlp_bias) return config_error(origin, "unsupported option mlp_bias=true");
+  if (qwen2) {
+    c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
+  } else {
+    c.qkv_bias = attention_bias;
+    c.o_bias = attention_bias;
+  }
+
+  // Sliding window: only full attention is implemented. A window that never bites (>= the
+  // context length) is fine; Mistral's window caps the usable context instead.
+  bool use_sliding = false;
+  if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
+  if (qwen2 && use_sliding) return config_error(origin, "unsupported option use_sliding_window=true");
+  if (mistral) {
+    int32_t window = 0;
+    if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
+    if (window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
+  }
+
+  element rs;
+  if (!o["rope_scaling"].get(rs) && !rs.is_null()) {
+    object r;
+    if (rs.get_object().get(r)) return config_error(origin, "rope_scaling must be an object");
+    std::string type = get_string(r, "rope_type");
+    if (type.empty()) type = get_string(r, "type");
+    if (type == "llama3") {
+      c.rope_scaling.kind = rope_kind::llama3;
+      if (!get_float(r, "factor", c.rope_scaling.factor, err) ||
+          !get_float(r, "low_freq_factor", c.rope_scaling.low_freq_factor, err) ||
+          !get_float(r, "high_freq_factor", c.rope_scaling.high_freq_factor, err) ||
+          !get_int(r, "original_max_position_embeddings",
+                   c.rope_scaling.original_max_position_embeddings, err))
+        return config_error(origin, "rope_scaling: " + err);
+      if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
+        return config_error(origin, "rope_scaling: high_freq_factor must exceed low_freq_factor");
+    } else if (type != "default" && !type.empty()) {
+      return config_error(origin, "unsupported rope_scaling type '" + type + "' (supported: default, llama3)");
+    }
+  }
+
+  std::string td = get_string(o, "torch_dtype");
+  if (td.empty()) td = get_string(o, "dtype");
+  if (td == "bfloat16") c.torch_dtype = dtype::bf16;
+  else if (td == "float16") c.torch_dtype = dtype::f16;
+  else c.torch_dtype = dtype::f32;
+  return c;
+}
+
+result<model_config> load_model_config(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  auto text = read_text_file(path);
+  if (!text) return text.err();
+  return parse_model_config(*text, path);
+}
+
+result<generation_config> parse_generation_config(std::string_view json, std::string_view origin) {
+  simdjson::dom::parser parser;
+  simdjson::padded_string padded(json);
+  object o;
+  if (auto e = parser.parse(padded).get_object().get(o))
+    return config_error(origin, std::string("not a JSON object: ") + simdjson::error_message(e));
+  generation_config g;
+  std::string err;
+  if (!get_id_list(o, "eos_token_id", g.eos_token_ids, err)) return config_error(origin, err);
+  int32_t bos = -1, top_k = -1;
+  float t = -1, p = -1, rp = -1;
+  bool do_sample = false;
+  bool has_do_sample = o["do_sample"].error() == simdjson::SUCCESS;
+  if (!get_int(o, "bos_token_id", bos, err) || !get_int(o, "top_k", top_k, err) ||
+      !get_float(o, "temperature", t, err) || !get_float(o, "top_p", p, err) ||
+      !get_float(o, "repetition_penalty", rp, err) || !get_bool(o, "do_sample", do_sample, err))
+    return config_error(origin, err);
+  if (bos >= 0) g.bos_token_id = bos;
+  if (top_k >= 0) g.top_k = top_k;
+  if (t >= 0) g.temperature = t;
+  if (p >= 0) g.top_p = p;
+  if (rp >= 0) g.repetition_penalty = rp;
+  if (has_do_sample) g.do_sample = do_sample;
+  return g;
+}
+
+result<generation_config> load_generation_config(const std::string& model_dir) {
+  const std::string path = model_dir + "/generation_config.json";
+  std::ifstream probe(path);
+  if (!probe) return generation_config{};
+  auto text = read_text_file(path);
+  if (!text) return text.err();
+  return parse_generation_config(*text, path);
+}
+
+}  // namespace coserve

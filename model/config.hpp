@@ -1,0 +1,71 @@
+// model_config (config.json) and generation_config (generation_config.json) of a Hugging Face
+// model folder. Supported families: Llama, Mistral, Qwen2 (RMSNorm, RoPE default/llama3, GQA,
+// SwiGLU, optional QKV bias, tied embeddings). Anything else is an error naming what is unsupported.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/dtype.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve {
+
+enum class rope_kind : uint8_t { standard, llama3 };
+
+struct rope_scaling_config {
+  rope_kind kind = rope_kind::standard;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int32_t original_max_position_embeddings = 8192;
+};
+
+struct model_config {
+  std::string architecture;   // e.g. "LlamaForCausalLM"
+  std::string model_type;     // "llama", "mistral", "qwen2"
+  int32_t hidden_size = 0;
+  int32_t intermediate_size = 0;
+  int32_t num_hidden_layers = 0;
+  int32_t num_attention_heads = 0;
+  int32_t num_key_value_heads = 0;
+  int32_t head_dim = 0;       // hidden_size / num_attention_heads unless given
+  int32_t vocab_size = 0;
+  int32_t max_position_embeddings = 2048;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  rope_scaling_config rope_scaling;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;      // attention_bias (Llama) or always (Qwen2)
+  bool o_bias = false;        // attention_bias on o_proj (Llama with attention_bias=true)
+  bool mlp_bias = false;
+  std::optional<int32_t> bos_token_id;
+  std::vector<int32_t> eos_token_ids;
+  dtype torch_dtype = dtype::f32;
+};
+
+struct generation_config {
+  std::vector<int32_t> eos_token_ids;
+  std::optional<int32_t> bos_token_id;
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;
+  std::optional<float> repetition_penalty;
+  std::optional<bool> do_sample;
+};
+
+// Parses config.json text; `origin` names the file in error messages.
+result<model_config> parse_model_config(std::string_view json, std::string_view origin);
+result<model_config> load_model_config(const std::string& model_dir);
+
+// A missing generation_config.json yields an empty generation_config (not an error).
+result<generation_config> parse_generation_config(std::string_view json, std::string_view origin);
+result<generation_config> load_generation_config(const std::string& model_dir);
+
+// Reads a whole file; error "io" naming the path when it cannot.
+result<std::string> read_text_file(const std::string& path);
+
+}  // namespace coserve

@@ -1,0 +1,114 @@
+#include "model/cpu_executor.hpp"
+
+#include <algorithm>
+#include <thread>
+
+namespace coserve {
+namespace {
+
+int32_t default_threads(int32_t asked) {
+  if (asked > 0) return asked - 1;
+  const int32_t hw = int32_t(std::thread::hardware_concurrency());
+  return std::clamp(hw - 1, 0, 7);
+}
+
+}  // namespace
+
+cpu_executor::cpu_executor(model_weights weights, generation_config gen, const cpu_executor_options& opts)
+    : weights_(std::move(weights)),
+      gen_(std::move(gen)),
+      opts_(opts),
+      pool_(default_threads(opts.num_threads)),
+      cache_(weights_.config.num_hidden_layers, opts.num_kv_blocks, opts.block_size,
+             weights_.config.num_key_value_heads, weights_.config.head_dim),
+      forward_(weights_, pool_) {
+  if (opts_.max_model_len <= 0 || opts_.max_model_len > weights_.config.max_position_embeddings)
+    opts_.max_model_len = weights_.config.max_position_embeddings;
+}
+
+result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights, generation_config gen,
+                                                           const cpu_executor_options& opts) {
+  if (opts.num_kv_blocks <= 0 || opts.block_size <= 0)
+    return make_error("invalid_argument", "cpu executor: num_kv_blocks and block_size must be positive");
+  if (gen.eos_token_ids.empty()) gen.eos_token_ids = weights.config.eos_token_ids;
+  return std::unique_ptr<cpu_executor>(new cpu_executor(std::move(weights), std::move(gen), opts));
+}
+
+result<std::unique_ptr<cpu_executor>> cpu_executor::load(const std::string& dir, const cpu_executor_options& opts,
+                                                         const load_progress& progress) {
+  auto w = load_weights(dir, progress);
+  if (!w) return w.err();
+  auto g = load_generation_config(dir);
+  if (!g) return g.err();
+  return create(std::move(*w), std::move(*g), opts);
+}
+
+executor_info cpu_executor::info() const {
+  executor_info i;
+  i.num_kv_blocks = cache_.num_blocks();
+  i.block_size = cache_.block_size();
+  i.vocab_size = weights_.config.vocab_size;
+  i.max_model_len = opts_.max_model_len;
+  i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads)";
+  return i;
+}
+
+result<step_result> cpu_executor::execute(const step_plan& plan) {
+  for (const new_seq& ns : plan.new_seqs) {
+    seqs_.erase(ns.seq_id);
+    seq_state st{sampling_state(ns.params, ns.seed, ns.prompt_ids, ns.output_ids, gen_.eos_token_ids), -1};
+    if (!ns.output_ids.empty()) st.last_token = ns.output_ids.back();
+    seqs_.emplace(ns.seq_id, std::move(st));
+  }
+  for (auto [src, dst] : plan.block_copies)
+    if (!cache_.copy_block(src, dst))
+      return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
+                                                " outside the cache");
+
+  // Resolve k_token_from_last_step and lay out the forward batch.
+  std::vector<std::vector<int32_t>> inputs(plan.seqs.size());
+  std::vector<forward_seq> batch(plan.seqs.size());
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduled_seq& s = plan.seqs[i];
+    auto it = seqs_.find(s.seq_id);
+    if (it == seqs_.end())
+      return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " was never registered");
+    inputs[i] = s.tokens;
+    for (int32_t& t : inputs[i]) {
+      if (t != k_token_from_last_step) continue;
+      if (it->second.last_token < 0)
+        return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " has no token from a last step");
+      t = it->second.last_token;
+    }
+    if (s.start_pos + int32_t(s.tokens.size()) > opts_.max_model_len)
+      return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " exceeds max_model_len " +
+                                                std::to_string(opts_.max_model_len));
+    batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()), s.start_pos, &s.block_table, s.sample};
+  }
+  if (auto r = forward_.run(batch, cache_, false, logits_); !r) return r.err();
+
+  step_result out;
+  out.step_id = plan.step_id;
+  const size_t vocab = size_t(weights_.config.vocab_size);
+  size_t row = 0;
+  for (const scheduled_seq& s : plan.seqs) {
+    if (!s.sample) continue;
+    seq_state& st = seqs_.at(s.seq_id);
+    std::span<const float> logits(logits_.data() + row * vocab, vocab);
+    ++row;
+    sample_output so = sample_token(logits, st.sampling);
+    st.sampling.accept(so.token);
+    st.last_token = so.token;
+    seq_output o;
+    o.seq_id = s.seq_id;
+    o.token = so.token;
+    o.logprob = so.logprob;
+    o.top_logprobs = std::move(so.top_logprobs);
+    if (opts_.return_logits) o.logits.assign(logits.begin(), logits.end());
+    out.outputs.push_back(std::move(o));
+  }
+  for (seq_id_t id : plan.finished) seqs_.erase(id);
+  return out;
+}
+
+}  // namespace coserve

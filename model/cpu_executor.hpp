@@ -1,0 +1,64 @@
+// The CPU executor: fp32 forward over a paged KV cache plus sampling, behind `executor`.
+// Keeps each sequence's sampling state from its new_seq until it appears in `finished`, and the
+// token it sampled last (substituted for k_token_from_last_step in its next decode).
+// Thread: execute() runs on the caller's thread (one caller at a time); the forward pass fans
+// attention/elementwise work out to its own worker pool and GEMMs to OpenBLAS threads.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "model/config.hpp"
+#include "model/cpu_forward.hpp"
+#include "model/executor.hpp"
+#include "model/kv_cache.hpp"
+#include "model/sampler.hpp"
+#include "model/weights.hpp"
+#include "model/worker_pool.hpp"
+
+namespace coserve {
+
+struct cpu_executor_options {
+  int32_t num_kv_blocks = 256;
+  int32_t block_size = 16;
+  int32_t num_threads = 0;     // worker threads for attention/elementwise (0: hardware - 1, capped at 8)
+  bool return_logits = false;  // copy each sampled row's raw logits into seq_output::logits
+  int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
+};
+
+class cpu_executor final : public executor {
+ public:
+  static result<std::unique_ptr<cpu_executor>> create(model_weights weights, generation_config gen,
+                                                      const cpu_executor_options& opts);
+  // Loads a model folder (config, generation config, weights) and creates the executor.
+  static result<std::unique_ptr<cpu_executor>> load(const std::string& dir, const cpu_executor_options& opts,
+                                                    const load_progress& progress = {});
+
+  result<step_result> execute(const step_plan& plan) override;
+  executor_info info() const override;
+
+  void set_return_logits(bool on) noexcept { opts_.return_logits = on; }
+  const model_config& config() const noexcept { return weights_.config; }
+  const generation_config& generation() const noexcept { return gen_; }
+  size_t num_live_sequences() const noexcept { return seqs_.size(); }
+
+ private:
+  struct seq_state {
+    sampling_state sampling;
+    int32_t last_token = -1;
+  };
+
+  cpu_executor(model_weights weights, generation_config gen, const cpu_executor_options& opts);
+
+  model_weights weights_;
+  generation_config gen_;
+  cpu_executor_options opts_;
+  worker_pool pool_;
+  kv_cache cache_;
+  cpu_forward forward_;
+  std::unordered_map<seq_id_t, seq_state> seqs_;
+  std::vector<float> logits_;
+};
+
+}  // namespace coserve

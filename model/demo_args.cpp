@@ -1,0 +1,119 @@
+#include "model/demo_args.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+
+namespace coserve {
+namespace {
+
+template <class T>
+bool parse_num(const char* s, T& out) {
+  std::string_view v(s);
+  if constexpr (std::is_floating_point_v<T>) {
+    char* end = nullptr;
+    const double d = std::strtod(s, &end);
+    if (end == s || *end != '\0') return false;
+    out = T(d);
+    return true;
+  } else {
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+    return ec == std::errc() && p == v.data() + v.size();
+  }
+}
+
+}  // namespace
+
+const char* const k_demo_help =
+    "usage: coserve make-demo-model DIR [options]\n"
+    "\n"
+    "Writes a complete Hugging Face model folder with deterministic random weights: config.json,\n"
+    "model.safetensors, generation_config.json and the tokenizer files. Same options => same files.\n"
+    "\n"
+    "  --seed S                      weight generator seed (default 0)\n"
+    "  --tokenizer PATH              folder whose tokenizer files are copied (default\n"
+    "                                ../shared/testdata/tokenizers/gpt2, also tried from the source tree)\n"
+    "  --no-tokenizer                copy no tokenizer files (requires --vocab-size)\n"
+    "  --architecture A              llama | mistral | qwen2 (default llama)\n"
+    "  --hidden-size N               default 256\n"
+    "  --intermediate-size N         default 688\n"
+    "  --num-layers N                default 4\n"
+    "  --num-heads N                 default 8\n"
+    "  --num-kv-heads N              default 2 (grouped-query attention)\n"
+    "  --head-dim N                  default hidden-size / num-heads (written to config.json when given)\n"
+    "  --rope-theta F                default 10000\n"
+    "  --rope-scaling llama3         llama3 rope scaling (factor 8, low 1, high 4 unless given below)\n"
+    "  --rope-factor F --rope-low-freq-factor F --rope-high-freq-factor F\n"
+    "  --rope-original-max-position-embeddings N   llama3 scaling parameters (default 8192)\n"
+    "  --tie-embeddings              the LM head shares the embedding matrix\n"
+    "  --qkv-bias                    biases on q/k/v projections (always on for qwen2)\n"
+    "  --dtype bf16|f16|f32          weight dtype on disk (default bf16)\n"
+    "  --vocab-size N                default: the tokenizer's vocabulary size\n"
+    "  --max-position-embeddings N   default 2048\n";
+
+
+result<demo_args> parse_demo_args(const std::vector<std::string>& args) {
+  demo_args out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      out.help = true;
+      return out;
+    }
+    auto next = [&]() -> const char* { return i + 1 < args.size() ? args[++i].c_str() : nullptr; };
+    auto num = [&](auto& dst) {
+      const char* v = next();
+      return v != nullptr && parse_num(v, dst);
+    };
+    bool ok = true;
+    if (a == "--seed") ok = num(out.options.seed);
+    else if (a == "--tokenizer") {
+      const char* v = next();
+      if (!v) ok = false;
+      else out.options.tokenizer_dir = v;
+    } else if (a == "--no-tokenizer") out.options.copy_tokenizer = false;
+    else if (a == "--architecture") {
+      const char* v = next();
+      if (!v) ok = false;
+      else out.options.architecture = v;
+    } else if (a == "--hidden-size") ok = num(out.options.hidden_size);
+    else if (a == "--intermediate-size") ok = num(out.options.intermediate_size);
+    else if (a == "--num-layers") ok = num(out.options.num_layers);
+    else if (a == "--num-heads") ok = num(out.options.num_heads);
+    else if (a == "--num-kv-heads") ok = num(out.options.num_kv_heads);
+    else if (a == "--head-dim") ok = num(out.options.head_dim);
+    else if (a == "--rope-theta") ok = num(out.options.rope_theta);
+    else if (a == "--rope-scaling") {
+      const char* v = next();
+      if (!v || std::strcmp(v, "llama3") != 0)
+        return make_error("invalid_argument", "--rope-scaling supports only llama3");
+      out.options.rope_llama3 = true;
+    } else if (a == "--rope-factor") ok = num(out.options.rope_factor);
+    else if (a == "--rope-low-freq-factor") ok = num(out.options.rope_low_freq_factor);
+    else if (a == "--rope-high-freq-factor") ok = num(out.options.rope_high_freq_factor);
+    else if (a == "--rope-original-max-position-embeddings") ok = num(out.options.rope_original_max_position_embeddings);
+    else if (a == "--tie-embeddings") out.options.tie_embeddings = true;
+    else if (a == "--qkv-bias") out.options.qkv_bias = true;
+    else if (a == "--dtype") {
+      const char* v = next();
+      std::string_view t = v ? v : "";
+      if (t == "bf16") out.options.weight_dtype = dtype::bf16;
+      else if (t == "f16") out.options.weight_dtype = dtype::f16;
+      else if (t == "f32") out.options.weight_dtype = dtype::f32;
+      else
+        return make_error("invalid_argument", "--dtype must be bf16, f16 or f32");
+    } else if (a == "--vocab-size") ok = num(out.options.vocab_size);
+    else if (a == "--max-position-embeddings") ok = num(out.options.max_position_embeddings);
+    else if (!a.empty() && a[0] == '-')
+      return make_error("invalid_argument", "unknown option " + a + " (see --help)");
+    else if (out.dir.empty()) out.dir = a;
+    else
+      return make_error("invalid_argument", "more than one DIR given");
+    if (!ok) return make_error("invalid_argument", a + " needs a valid value");
+  }
+  return out;
+}
+
+}  // namespace coserve

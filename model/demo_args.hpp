@@ -1,0 +1,24 @@
+// Command-line flags of `coserve make-demo-model` -> demo_options. Shared by the CLI and by the
+// tests that rebuild fixture models from the flags recorded in a fixture.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/demo_model.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve {
+
+struct demo_args {
+  demo_options options;
+  std::string dir;    // the positional DIR (may be empty)
+  bool help = false;  // --help / -h seen
+};
+
+extern const char* const k_demo_help;  // the --help text
+
+// args: the flags after the subcommand name. Error "invalid_argument" naming the bad flag.
+result<demo_args> parse_demo_args(const std::vector<std::string>& args);
+
+}  // namespace coserve

@@ -1,0 +1,32 @@
+// The abstract executor every device implements (CPU here, CUDA in gpu/). It runs a step_plan
+// on whatever thread calls execute(); the actor that wraps it owns that thread and never calls
+// execute() concurrently.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "model/step.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve {
+
+struct executor_info {
+  int32_t num_kv_blocks = 0;
+  int32_t block_size = 16;
+  int32_t vocab_size = 0;
+  int32_t max_model_len = 0;
+  std::string device;  // e.g. "cpu (4 threads)"
+};
+
+class executor {
+ public:
+  virtual ~executor() = default;
+  // Registers new_seqs, applies block_copies, runs the forward pass, samples every scheduled
+  // sequence with sample == true, then drops the state of `finished`. An error leaves the KV
+  // contents of this step's slots unspecified; sequence state is unchanged.
+  virtual result<step_result> execute(const step_plan& plan) = 0;
+  virtual executor_info info() const = 0;
+};
+
+}  // namespace coserve

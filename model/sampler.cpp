@@ -1,0 +1,153 @@
+#include "model/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace coserve {
+
+double seq_rng::normal() noexcept {
+  double u1 = uniform();
+  while (u1 <= 0.0) u1 = uniform();
+  const double u2 = uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * 3.14159265358979323846 * u2);
+}
+
+sampling_state::sampling_state(sampling_params p, uint64_t seed, std::span<const int32_t> prompt,
+                               std::span<const int32_t> output, std::vector<int32_t> eos)
+    : params(std::move(p)), eos_ids(std::move(eos)), rng(seed) {
+  for (int32_t t : prompt) seen[t] = 1;
+  for (int32_t t : output) accept(t);
+}
+
+void sampling_state::accept(int32_t token) {
+  seen[token] = 1;
+  ++out_count[token];
+  ++num_output;
+}
+
+void apply_penalties(std::span<float> logits, const sampling_state& st) {
+  const sampling_params& p = st.params;
+  const int64_t vocab = int64_t(logits.size());
+  auto in_range = [&](int32_t t) { return t >= 0 && t < vocab; };
+  for (auto [tok, bias] : p.logit_bias)
+    if (in_range(tok)) logits[size_t(tok)] += bias;
+  if (st.num_output < p.min_tokens) {
+    if (!p.ignore_eos)
+      for (int32_t t : st.eos_ids)
+        if (in_range(t)) logits[size_t(t)] = -INFINITY;
+    for (int32_t t : p.stop_token_ids)
+      if (in_range(t)) logits[size_t(t)] = -INFINITY;
+  }
+  if (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f) {
+    for (auto [tok, _] : st.seen) {
+      if (!in_range(tok)) continue;
+      float& l = logits[size_t(tok)];
+      l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+    }
+  }
+  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
+    for (auto [tok, count] : st.out_count) {
+      if (!in_range(tok)) continue;
+      logits[size_t(tok)] -= p.frequency_penalty * float(count) + p.presence_penalty * (count > 0 ? 1.0f : 0.0f);
+    }
+  }
+}
+
+void log_softmax(std::span<const float> logits, std::vector<float>& out) {
+  out.resize(logits.size());
+  float mx = -INFINITY;
+  for (float l : logits) mx = std::max(mx, l);
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(double(l) - double(mx));
+  const float lse = mx + float(std::log(sum));
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
+}
+
+void apply_temperature_and_filters(std::span<float> logits, const sampling_params& p) {
+  if (p.greedy()) return;
+  const size_t vocab = logits.size();
+  if (p.temperature != 1.0f)
+    for (float& l : logits) l /= p.temperature;
+  const bool top_k = p.top_k > 0 && size_t(p.top_k) < vocab;
+  const bool top_p = p.top_p < 1.0f;
+  const bool min_p = p.min_p > 0.0f;
+  if (!top_k && !top_p && !min_p) return;
+
+  // Indices ordered by logit, descending (ties by id, for determinism).
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  auto desc = [&](int32_t a, int32_t b) {
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
+  };
+  std::sort(order.begin(), order.end(), desc);
+  size_t keep = vocab;
+  if (top_k) keep = size_t(p.top_k);
+  const float mx = logits[size_t(order[0])];
+  if (top_p || min_p) {
+    // Probabilities of the kept candidates, renormalised over them (top-k applies first).
+    std::vector<double> prob(keep);
+    double sum = 0.0;
+    for (size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(double(logits[size_t(order[i])]) - double(mx));
+    if (top_p) {
+      double cum = 0.0;
+      size_t n = 0;
+      while (n < keep) {
+        cum += prob[n] / sum;
+        ++n;
+        if (cum >= double(p.top_p)) break;
+      }
+      keep = std::max<size_t>(n, 1);
+    }
+    if (min_p) {
+      // p_i >= min_p * p_max  <=>  exp(l_i - l_max) >= min_p (prob[0] is the max).
+      size_t n = 1;
+      while (n < keep && prob[n] / prob[0] >= double(p.min_p)) ++n;
+      keep = n;
+    }
+  }
+  for (size_t i = keep; i < vocab; ++i) logits[size_t(order[i])] = -INFINITY;
+}
+
+sample_output sample_token(std::span<const float> raw, sampling_state& st) {
+  std::vector<float> row(raw.begin(), raw.end());
+  apply_penalties(row, st);
+  apply_temperature_and_filters(row, st.params);
+  std::vector<float> lp;
+  log_softmax(row, lp);
+
+  sample_output out;
+  if (st.params.greedy()) {
+    out.token = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+  } else {
+    // Inverse CDF over the processed distribution; the draw always advances the rng once.
+    const double u = st.rng.uniform();
+    double cum = 0.0;
+    int32_t last_finite = 0;
+    out.token = -1;
+    for (size_t i = 0; i < lp.size(); ++i) {
+      if (lp[i] == -INFINITY) continue;
+      last_finite = int32_t(i);
+      cum += std::exp(double(lp[i]));
+      if (u < cum) {
+        out.token = int32_t(i);
+        break;
+      }
+    }
+    if (out.token < 0) out.token = last_finite;  // rounding left u just above the total mass
+  }
+  out.logprob = lp[size_t(out.token)];
+  if (st.params.logprobs > 0) {
+    const size_t n = std::min(size_t(st.params.logprobs), lp.size());
+    std::vector<int32_t> idx(lp.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
+      return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
+    });
+    for (size_t i = 0; i < n; ++i)
+      if (lp[size_t(idx[i])] != -INFINITY) out.top_logprobs.push_back({idx[i], lp[size_t(idx[i])]});
+  }
+  return out;
+}
+
+}  // namespace coserve

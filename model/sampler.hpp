@@ -1,0 +1,59 @@
+// Token sampling over one logits row and one sequence's state. Pure functions: no threads, no
+// globals; the executor owns a sampling_state per sequence.
+//
+// Order (each step is skipped when its parameter disables it):
+//   1. logit_bias added to the raw logits
+//   2. min_tokens: eos ids (unless ignore_eos) and stop_token_ids set to -inf until enough output
+//   3. repetition penalty (HF: over prompt + output; positive logits divided, negative multiplied)
+//   4. presence / frequency penalties (OpenAI: over output only; l -= f * count + p * [count > 0])
+//   5. temperature (greedy: skipped, argmax)
+//   6. top-k, top-p, min-p masks (to -inf), the most likely token always kept
+//   7. sample from softmax (seeded) or argmax; logprobs are log_softmax of the processed row.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "model/rng.hpp"
+#include "model/sampling_params.hpp"
+#include "model/step.hpp"
+
+namespace coserve {
+
+struct sampling_state {
+  sampling_params params;
+  std::vector<int32_t> eos_ids;                    // from the model's generation config
+  std::unordered_map<int32_t, int32_t> seen;       // prompt + output token -> 1 (repetition)
+  std::unordered_map<int32_t, int32_t> out_count;  // output token -> count (presence/frequency)
+  int32_t num_output = 0;
+  seq_rng rng;
+
+  sampling_state(sampling_params p, uint64_t seed, std::span<const int32_t> prompt,
+                 std::span<const int32_t> output, std::vector<int32_t> eos);
+
+  // Records a generated token (penalties and min_tokens see it from the next step on).
+  void accept(int32_t token);
+};
+
+struct sample_output {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<token_logprob> top_logprobs;
+};
+
+// Steps 1-4 in place.
+void apply_penalties(std::span<float> logits, const sampling_state& st);
+
+// Steps 5-6 in place (no-op for greedy except nothing; greedy keeps the row).
+void apply_temperature_and_filters(std::span<float> logits, const sampling_params& p);
+
+// log_softmax of a row (-inf entries stay -inf).
+void log_softmax(std::span<const float> logits, std::vector<float>& out);
+
+// The whole pipeline: processes a copy of `raw`, picks a token, fills logprobs when asked.
+// Does not call st.accept(); the caller does once the token is final.
+sample_output sample_token(std::span<const float> raw, sampling_state& st);
+
+}  // namespace coserve

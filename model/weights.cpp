@@ -1,0 +1,82 @@
+#include "model/weights.hpp"
+
+#include "model/safetensors.hpp"
+
+namespace coserve {
+namespace {
+
+class loader {
+ public:
+  loader(const safetensors_set& set, size_t total, const load_progress& progress)
+      : set_(set), total_(total), progress_(progress) {}
+
+  // Appends tensor `name` (checked against `shape`) as fp32 to `out`.
+  result<void> append(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& out) {
+    auto t = set_.get(name, shape);
+    if (!t) return t.err();
+    const tensor_view& v = **t;
+    const size_t old = out.size();
+    out.resize(old + size_t(v.numel()));
+    convert_to_f32(v.type, v.data, out.data() + old, size_t(v.numel()));
+    ++done_;
+    bytes_ += v.nbytes;
+    if (progress_) progress_(done_, total_, bytes_);
+    return {};
+  }
+
+ private:
+  const safetensors_set& set_;
+  size_t total_;
+  const load_progress& progress_;
+  size_t done_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace
+
+result<model_weights> load_weights(const std::string& dir, const load_progress& progress) {
+  auto cfg = load_model_config(dir);
+  if (!cfg) return cfg.err();
+  auto set = safetensors_set::open_dir(dir);
+  if (!set) return set.err();
+  model_weights w;
+  w.config = *cfg;
+  const model_config& c = w.config;
+  const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
+  const bool has_lm_head = !c.tie_word_embeddings || set->find("lm_head.weight") != nullptr;
+  const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0);
+  const size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
+  loader ld(*set, total, progress);
+
+  if (auto r = ld.append("model.embed_tokens.weight", {vocab, h}, w.embed); !r) return r.err();
+  w.layers.resize(size_t(c.num_hidden_layers));
+  for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    layer_weights& L = w.layers[size_t(i)];
+    for (auto r : {ld.append(p + "input_layernorm.weight", {h}, L.input_norm),
+                   ld.append(p + "self_attn.q_proj.weight", {nh * d, h}, L.qkv),
+                   ld.append(p + "self_attn.k_proj.weight", {nkv * d, h}, L.qkv),
+                   ld.append(p + "self_attn.v_proj.weight", {nkv * d, h}, L.qkv),
+                   ld.append(p + "self_attn.o_proj.weight", {h, nh * d}, L.o),
+                   ld.append(p + "post_attention_layernorm.weight", {h}, L.post_norm),
+                   ld.append(p + "mlp.gate_proj.weight", {inter, h}, L.gate_up),
+                   ld.append(p + "mlp.up_proj.weight", {inter, h}, L.gate_up),
+                   ld.append(p + "mlp.down_proj.weight", {h, inter}, L.down)})
+      if (!r) return r.err();
+    if (c.qkv_bias) {
+      for (auto r : {ld.append(p + "self_attn.q_proj.bias", {nh * d}, L.qkv_bias),
+                     ld.append(p + "self_attn.k_proj.bias", {nkv * d}, L.qkv_bias),
+                     ld.append(p + "self_attn.v_proj.bias", {nkv * d}, L.qkv_bias)})
+        if (!r) return r.err();
+    }
+    if (c.o_bias)
+      if (auto r = ld.append(p + "self_attn.o_proj.bias", {h}, L.o_bias); !r) return r.err();
+  }
+  if (auto r = ld.append("model.norm.weight", {h}, w.final_norm); !r) return r.err();
+  if (has_lm_head)
+    if (auto r = ld.append("lm_head.weight", {vocab, h}, w.lm_head); !r) return r.err();
+  return w;
+}
+
+}  // namespace coserve

@@ -1,0 +1,106 @@
+#include <catch2/catch.hpp>
+
+#include "model/config.hpp"
+
+namespace coserve {
+
+namespace {
+const char* k_llama = R"({"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":64,
+ "intermediate_size":128,"num_hidden_layers":2,"num_attention_heads":8,"num_key_value_heads":2,
+ "vocab_size":100,"rms_norm_eps":1e-5,"rope_theta":500000.0,"max_position_embeddings":4096,
+ "rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+ "original_max_position_embeddings":8192},"eos_token_id":[5,7],"bos_token_id":1,"tie_word_embeddings":true,
+ "torch_dtype":"bfloat16"})";
+
+std::string with(std::string base, const std::string& from, const std::string& to) {
+  auto pos = base.find(from);
+  REQUIRE(pos != std::string::npos);
+  return base.replace(pos, from.size(), to);
+}
+}  // namespace
+
+TEST_CASE("config: llama with GQA and llama3 rope scaling", "[model][config]") {
+  auto c = parse_model_config(k_llama, "config.json");
+  REQUIRE(c.ok());
+  CHECK(c->model_type == "llama");
+  CHECK(c->head_dim == 8);
+  CHECK(c->num_key_value_heads == 2);
+  CHECK(c->rope_theta == 500000.0f);
+  CHECK(c->rope_scaling.kind == rope_kind::llama3);
+  CHECK(c->rope_scaling.factor == 8.0f);
+  CHECK(c->rope_scaling.original_max_position_embeddings == 8192);
+  CHECK(c->eos_token_ids == std::vector<int32_t>{5, 7});
+  CHECK(c->bos_token_id == 1);
+  CHECK(c->tie_word_embeddings);
+  CHECK_FALSE(c->qkv_bias);
+  CHECK(c->torch_dtype == dtype::bf16);
+}
+
+TEST_CASE("config: the older 'type' key, head_dim, qwen2 bias, mistral window", "[model][config]") {
+  auto c = parse_model_config(with(k_llama, "\"rope_type\"", "\"type\""), "c");
+  REQUIRE(c.ok());
+  CHECK(c->rope_scaling.kind == rope_kind::llama3);
+  auto hd = parse_model_config(with(k_llama, "\"vocab_size\"", "\"head_dim\":32,\"vocab_size\""), "c");
+  REQUIRE(hd.ok());
+  CHECK(hd->head_dim == 32);
+  auto q = parse_model_config(with(with(k_llama, "LlamaForCausalLM", "Qwen2ForCausalLM"), "\"llama\"", "\"qwen2\""), "c");
+  REQUIRE(q.ok());
+  CHECK(q->qkv_bias);
+  CHECK_FALSE(q->o_bias);
+  auto m = parse_model_config(with(with(k_llama, "LlamaForCausalLM", "MistralForCausalLM"), "\"llama\"",
+                                   "\"mistral\",\"sliding_window\":1024"), "c");
+  REQUIRE(m.ok());
+  CHECK(m->max_position_embeddings == 1024);  // full attention is exact inside the window
+  auto bias = parse_model_config(with(k_llama, "\"vocab_size\"", "\"attention_bias\":true,\"vocab_size\""), "c");
+  REQUIRE(bias.ok());
+  CHECK(bias->qkv_bias);
+  CHECK(bias->o_bias);
+}
+
+TEST_CASE("config: unsupported or malformed configs are clear errors", "[model][config]") {
+  auto arch = parse_model_config(with(k_llama, "LlamaForCausalLM", "GPTNeoXForCausalLM"), "dir/config.json");
+  REQUIRE_FALSE(arch.ok());
+  CHECK_THAT(arch.err().message, Catch::Contains("GPTNeoXForCausalLM") && Catch::Contains("dir/config.json"));
+  auto rope = parse_model_config(with(k_llama, "\"llama3\"", "\"yarn\""), "c");
+  REQUIRE_FALSE(rope.ok());
+  CHECK_THAT(rope.err().message, Catch::Contains("yarn"));
+  auto heads = parse_model_config(with(k_llama, "\"num_key_value_heads\":2", "\"num_key_value_heads\":3"), "c");
+  REQUIRE_FALSE(heads.ok());
+  CHECK_THAT(heads.err().message, Catch::Contains("num_key_value_heads"));
+  auto missing = parse_model_config(with(k_llama, "\"hidden_size\":64,", ""), "c");
+  REQUIRE_FALSE(missing.ok());
+  CHECK_THAT(missing.err().message, Catch::Contains("hidden_size"));
+  auto type = parse_model_config(with(k_llama, "\"vocab_size\":100", "\"vocab_size\":\"100\""), "c");
+  REQUIRE_FALSE(type.ok());
+  CHECK_THAT(type.err().message, Catch::Contains("vocab_size"));
+  auto qsw = parse_model_config(
+      with(with(with(k_llama, "LlamaForCausalLM", "Qwen2ForCausalLM"), "\"llama\"", "\"qwen2\""), "\"vocab_size\"",
+           "\"use_sliding_window\":true,\"vocab_size\""), "c");
+  REQUIRE_FALSE(qsw.ok());
+  CHECK_THAT(qsw.err().message, Catch::Contains("sliding"));
+  CHECK_FALSE(parse_model_config("[1,2]", "c").ok());
+  CHECK_FALSE(parse_model_config("{not json", "c").ok());
+  auto io = load_model_config("/nonexistent/coserve-model");
+  REQUIRE_FALSE(io.ok());
+  CHECK(io.err().code == "io");
+}
+
+TEST_CASE("generation config: eos int or list, sampling defaults", "[model][config]") {
+  auto g = parse_generation_config(R"({"eos_token_id":3,"temperature":0.6,"top_p":0.9,"top_k":20,"do_sample":true})", "g");
+  REQUIRE(g.ok());
+  CHECK(g->eos_token_ids == std::vector<int32_t>{3});
+  CHECK(g->temperature == Approx(0.6f));
+  CHECK(g->top_p == Approx(0.9f));
+  CHECK(g->top_k == 20);
+  CHECK(g->do_sample == true);
+  auto l = parse_generation_config(R"({"eos_token_id":[1,2,3]})", "g");
+  REQUIRE(l.ok());
+  CHECK(l->eos_token_ids == std::vector<int32_t>{1, 2, 3});
+  CHECK_FALSE(l->temperature.has_value());
+  CHECK_FALSE(parse_generation_config(R"({"eos_token_id":"x"})", "g").ok());
+  auto absent = load_generation_config("/nonexistent/coserve-model");
+  REQUIRE(absent.ok());
+  CHECK(absent->eos_token_ids.empty());
+}
+
+}  // namespace coserve

@@ -1,0 +1,146 @@
+// The executor's step protocol: registration, k_token_from_last_step, block copies, finished,
+// return_logits, errors.
+#include <catch2/catch.hpp>
+
+#include "model_test_util.hpp"
+
+namespace coserve {
+namespace {
+
+std::unique_ptr<cpu_executor> make_executor(const test::temp_dir& dir, bool logits) {
+  REQUIRE(make_demo_model(dir.str(), test::tiny_options(31)).ok());
+  cpu_executor_options o;
+  o.num_kv_blocks = 16;
+  o.num_threads = 2;
+  o.return_logits = logits;
+  auto ex = cpu_executor::load(dir.str(), o);
+  REQUIRE(ex.ok());
+  return std::move(*ex);
+}
+
+// Greedy tokens of `prompt`, prefilled in one step then decoded with k_token_from_last_step.
+std::vector<int32_t> generate(cpu_executor& ex, seq_id_t id, const std::vector<int32_t>& prompt, int n,
+                              std::vector<int32_t> table) {
+  step_plan plan;
+  plan.new_seqs.push_back(test::greedy_seq(id, prompt));
+  plan.seqs.push_back({id, prompt, 0, std::move(table), true});
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    auto r = ex.execute(plan);
+    REQUIRE(r.ok());
+    REQUIRE(r->outputs.size() == 1);
+    out.push_back(r->outputs[0].token);
+    plan.new_seqs.clear();
+    plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
+    plan.seqs[0].tokens = {k_token_from_last_step};
+  }
+  plan.seqs.clear();
+  plan.finished = {id};
+  REQUIRE(ex.execute(plan).ok());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("executor: info, decode via the last step's token, finished drops state", "[model][executor]") {
+  test::temp_dir dir("exec");
+  auto ex = make_executor(dir, false);
+  const executor_info info = ex->info();
+  CHECK(info.num_kv_blocks == 16);
+  CHECK(info.block_size == 16);
+  CHECK(info.vocab_size == 96);
+  CHECK(info.max_model_len == 256);
+  CHECK_THAT(info.device, Catch::Contains("cpu"));
+
+  const std::vector<int32_t> prompt{5, 9, 14, 3, 77};
+  const auto a = generate(*ex, 1, prompt, 6, {0});
+  CHECK(ex->num_live_sequences() == 0);
+  // Same result when the prompt is fed token by token with explicit inputs.
+  step_plan plan;
+  plan.new_seqs.push_back(test::greedy_seq(2, {prompt[0]}));
+  std::vector<int32_t> b;
+  for (size_t i = 0; i < prompt.size() + 5; ++i) {
+    const int32_t tok = i < prompt.size() ? prompt[i] : b.back();
+    plan.seqs = {{2, {tok}, int32_t(i), {4}, i + 1 >= prompt.size()}};
+    auto r = ex->execute(plan);
+    REQUIRE(r.ok());
+    plan.new_seqs.clear();
+    if (i + 1 >= prompt.size()) {
+      REQUIRE(r->outputs.size() == 1);
+      b.push_back(r->outputs[0].token);
+    } else {
+      CHECK(r->outputs.empty());  // a prefill chunk that does not reach the end samples nothing
+    }
+  }
+  CHECK(a == b);
+}
+
+TEST_CASE("executor: block copies fork a sequence; return_logits; errors", "[model][executor]") {
+  test::temp_dir dir("exec2");
+  auto ex = make_executor(dir, true);
+  const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18};
+  step_plan plan;
+  plan.new_seqs.push_back(test::greedy_seq(1, prompt));
+  plan.seqs.push_back({1, prompt, 0, {0, 1}, true});
+  auto r = ex->execute(plan);
+  REQUIRE(r.ok());
+  REQUIRE(r->outputs.at(0).logits.size() == 96);
+  const int32_t first = r->outputs[0].token;
+  CHECK(r->outputs[0].logprob <= 0.0f);
+
+  // Fork seq 2 from seq 1: share block 0, copy the partly filled block 1 to block 5.
+  step_plan fork;
+  new_seq child = test::greedy_seq(2, prompt);
+  child.output_ids = {first};
+  fork.new_seqs.push_back(child);
+  fork.block_copies = {{1, 5}};
+  fork.seqs.push_back({1, {k_token_from_last_step}, 18, {0, 1}, true});
+  fork.seqs.push_back({2, {k_token_from_last_step}, 18, {0, 5}, true});
+  auto f = ex->execute(fork);
+  REQUIRE(f.ok());
+  REQUIRE(f->outputs.size() == 2);
+  CHECK(f->outputs[0].token == f->outputs[1].token);
+  CHECK(test::max_abs_diff(f->outputs[0].logits, f->outputs[1].logits) <= 1e-6f);
+
+  step_plan bad;
+  bad.seqs.push_back({77, {1}, 0, {2}, true});
+  CHECK_FALSE(ex->execute(bad).ok());  // never registered
+  bad = {};
+  bad.new_seqs.push_back(test::greedy_seq(3, {1}));
+  bad.seqs.push_back({3, {k_token_from_last_step}, 0, {2}, true});
+  CHECK_FALSE(ex->execute(bad).ok());  // nothing sampled yet
+  bad = {};
+  bad.block_copies = {{0, 16}};
+  CHECK_FALSE(ex->execute(bad).ok());
+  bad = {};
+  bad.seqs.push_back({1, {1}, 300, {0, 1}, true});
+  CHECK_FALSE(ex->execute(bad).ok());  // beyond max_model_len
+}
+
+TEST_CASE("executor: seeded sampling is reproducible across executors", "[model][executor]") {
+  test::temp_dir dir("exec3");
+  auto ex = make_executor(dir, false);
+  auto run = [&](seq_id_t id, uint64_t seed) {
+    step_plan plan;
+    new_seq n = test::greedy_seq(id, {4, 5, 6});
+    n.params.temperature = 1.0f;
+    n.params.top_p = 0.95f;
+    n.seed = seed;
+    plan.new_seqs.push_back(n);
+    plan.seqs.push_back({id, {4, 5, 6}, 0, {int32_t(id % 8)}, true});
+    std::vector<int32_t> out;
+    for (int i = 0; i < 10; ++i) {
+      auto r = ex->execute(plan);
+      REQUIRE(r.ok());
+      out.push_back(r->outputs.at(0).token);
+      plan.new_seqs.clear();
+      plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
+      plan.seqs[0].tokens = {k_token_from_last_step};
+    }
+    return out;
+  };
+  CHECK(run(1, 1234) == run(2, 1234));
+  CHECK(run(3, 1234) != run(4, 999));
+}
+
+}  // namespace coserve

@@ -1,0 +1,105 @@
+// The CPU forward pass against Hugging Face transformers: fixtures written by
+// tests/reference/make_model_fixtures.py record make-demo-model flags, prompts, expected logits
+// and greedy tokens. The model is rebuilt here from the same flags (no Python needed).
+#include <catch2/catch.hpp>
+#include <simdjson.h>
+
+#include <filesystem>
+
+#include "model/demo_args.hpp"
+#include "model_test_util.hpp"
+
+namespace coserve {
+namespace {
+
+const char* k_fixture_dir = "tests/reference/fixtures/model";
+
+std::vector<float> floats(simdjson::dom::array a) {
+  std::vector<float> out;
+  for (auto x : a) out.push_back(float(double(x)));
+  return out;
+}
+
+std::vector<int32_t> ints(simdjson::dom::array a) {
+  std::vector<int32_t> out;
+  for (auto x : a) out.push_back(int32_t(int64_t(x)));
+  return out;
+}
+
+std::vector<float> pick(const std::vector<float>& row, const std::vector<int32_t>& cols) {
+  std::vector<float> out;
+  for (int32_t c : cols) out.push_back(row.at(size_t(c)));
+  return out;
+}
+
+void check_fixture(const std::filesystem::path& path) {
+  simdjson::dom::parser parser;
+  simdjson::dom::element fx = parser.load(path.string());
+  const std::string name = std::string(std::string_view(fx["name"]));
+  INFO("fixture " << name);
+  std::vector<std::string> args;
+  for (auto a : fx["make_demo_model_args"].get_array()) args.emplace_back(std::string_view(a));
+  test::temp_dir dir("ref-" + name);
+  args.push_back(dir.str());
+  auto parsed = parse_demo_args(args);
+  REQUIRE(parsed.ok());
+  REQUIRE(make_demo_model(parsed->dir, parsed->options).ok());
+
+  cpu_executor_options opts;
+  opts.num_kv_blocks = 64;
+  opts.num_threads = 2;
+  opts.return_logits = true;
+  auto ex = cpu_executor::load(dir.str(), opts);
+  REQUIRE(ex.ok());
+  const auto cols = ints(fx["columns"].get_array());
+  const auto step_cols = ints(fx["step_columns"].get_array());
+
+  seq_id_t id = 1;
+  for (auto p : fx["prompts"].get_array()) {
+    const auto prompt = ints(p["ids"].get_array());
+    const auto greedy = ints(p["greedy"].get_array());
+    INFO("prompt length " << prompt.size());
+    step_plan plan;
+    plan.new_seqs.push_back(test::greedy_seq(id, prompt));
+    plan.seqs.push_back({id, prompt, 0, test::block_range(0, 8), true});
+    auto r = (*ex)->execute(plan);
+    REQUIRE(r.ok());
+    const auto& out = r->outputs.at(0);
+    CHECK(test::max_abs_diff(pick(out.logits, cols), floats(p["last_logits"].get_array())) <= 1e-4f);
+    CHECK(out.token == int32_t(int64_t(p["argmax"])));
+
+    std::vector<int32_t> got{out.token};
+    auto step_logits = p["greedy_step_logits"].get_array();
+    auto expected_row = step_logits.begin();
+    CHECK(test::max_abs_diff(pick(out.logits, step_cols), floats((*expected_row).get_array())) <= 1e-4f);
+    plan.new_seqs.clear();
+    while (got.size() < greedy.size()) {
+      plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
+      plan.seqs[0].tokens = {k_token_from_last_step};
+      auto s = (*ex)->execute(plan);
+      REQUIRE(s.ok());
+      ++expected_row;
+      CHECK(test::max_abs_diff(pick(s->outputs.at(0).logits, step_cols), floats((*expected_row).get_array())) <= 1e-4f);
+      got.push_back(s->outputs.at(0).token);
+    }
+    CHECK(got == greedy);
+    plan.seqs.clear();
+    plan.finished = {id};
+    REQUIRE((*ex)->execute(plan).ok());
+    CHECK((*ex)->num_live_sequences() == 0);
+    ++id;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cpu forward matches transformers on the reference fixtures", "[model][reference]") {
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(k_fixture_dir))
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() >= 4);
+  for (const auto& f : files) check_fixture(f);
+}
+
+}  // namespace coserve

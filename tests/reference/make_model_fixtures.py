@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Writes the model reference fixtures: expected logits and greedy tokens from Hugging Face
+transformers for demo models made by `coserve make-demo-model`.
+
+Each fixture records the exact make-demo-model flags, so the C++ test (tests/model/
+test_reference_logits.cpp) rebuilds the same model without Python and compares:
+  - the logits of the last prompt position (the recorded columns; all of them for small vocabularies)
+  - greedy continuations (argmax, no eos stop) and, per greedy step, the logits at step_columns
+    (every 8th recorded column, to keep the fixtures small).
+
+usage: make_model_fixtures.py [--coserve build-model/bin/coserve] [--out tests/reference/fixtures/model]
+needs: torch, transformers, safetensors (PyPI); run from the project root.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import tempfile
+
+import torch
+import transformers
+
+SMALL = ["--no-tokenizer", "--vocab-size", "512", "--dtype", "f32"]
+
+MODELS = {
+    # Llama with GQA (4 query heads over 2 KV heads) and llama3 rope scaling whose three
+    # frequency bands (kept, smoothed, divided) are all present at head_dim 16.
+    "llama_gqa_llama3": SMALL + ["--architecture", "llama", "--seed", "11", "--hidden-size", "64",
+                                 "--intermediate-size", "160", "--num-layers", "2", "--num-heads", "4",
+                                 "--num-kv-heads", "2", "--rope-scaling", "llama3",
+                                 "--rope-original-max-position-embeddings", "32"],
+    # Qwen2: q/k/v biases, tied embeddings, head_dim given and != hidden / heads.
+    "qwen2_bias_tied": SMALL + ["--architecture", "qwen2", "--seed", "12", "--hidden-size", "48",
+                                "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
+                                "--num-kv-heads", "2", "--head-dim", "16", "--tie-embeddings",
+                                "--rope-theta", "1000000"],
+    # Mistral: multi-query attention (1 KV head), larger rope theta, three layers.
+    "mistral_mqa": SMALL + ["--architecture", "mistral", "--seed", "13", "--hidden-size", "64",
+                            "--intermediate-size", "96", "--num-layers", "3", "--num-heads", "8",
+                            "--num-kv-heads", "1", "--rope-theta", "500000"],
+    # bf16 and f16 weights on disk (computed in fp32 on both sides).
+    "llama_bf16": ["--no-tokenizer", "--vocab-size", "512", "--dtype", "bf16", "--seed", "14",
+                   "--hidden-size", "64", "--intermediate-size", "128", "--num-layers", "2",
+                   "--num-heads", "4", "--num-kv-heads", "4"],
+    "llama_f16_qkv_bias": ["--no-tokenizer", "--vocab-size", "512", "--dtype", "f16", "--seed", "15",
+                           "--hidden-size", "64", "--intermediate-size", "128", "--num-layers", "2",
+                           "--num-heads", "4", "--num-kv-heads", "2", "--qkv-bias"],  # Llama attention_bias: q/k/v and o biases
+}
+
+PROMPT_LENGTHS = [1, 6, 17, 40]
+GREEDY_STEPS = 8
+MAX_COLUMNS = 1024
+
+
+def columns_for(vocab):
+    if vocab <= MAX_COLUMNS:
+        return list(range(vocab))
+    step = vocab // 256
+    return list(range(0, vocab, step))
+
+
+def rounded(xs):
+    return [float(f"{x:.7g}") for x in xs]
+
+
+@torch.no_grad()
+def fixture(coserve, name, args):
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([coserve, "make-demo-model", tmp] + args, check=True)
+        model = transformers.AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32)
+        model.eval()
+        vocab = model.config.vocab_size
+        cols = columns_for(vocab)
+        step_cols = cols[::8]
+        rng = random.Random(name)
+        prompts = []
+        for n in PROMPT_LENGTHS:
+            ids = [rng.randrange(vocab) for _ in range(n)]
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            seq = list(ids)
+            greedy, step_logits = [], []
+            for _ in range(GREEDY_STEPS):
+                row = model(torch.tensor([seq])).logits[0, -1]
+                tok = int(torch.argmax(row))
+                step_logits.append(rounded(row[step_cols].tolist()))
+                greedy.append(tok)
+                seq.append(tok)
+            prompts.append({
+                "ids": ids,
+                "last_logits": rounded(logits[cols].tolist()),
+                "argmax": int(torch.argmax(logits)),
+                "greedy": greedy,
+                "greedy_step_logits": step_logits,
+            })
+    return {
+        "name": name,
+        "make_demo_model_args": args,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "vocab_size": vocab,
+        "columns": cols,
+        "step_columns": step_cols,
+        "prompts": prompts,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--coserve", default="build-model/bin/coserve")
+    ap.add_argument("--out", default="tests/reference/fixtures/model")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    torch.manual_seed(0)
+    for name, args in MODELS.items():
+        data = fixture(a.coserve, name, args)
+        path = os.path.join(a.out, name + ".json")
+        with open(path, "w") as f:
+            json.dump(data, f, separators=(",", ":"))
+            f.write("\n")
+        print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+
+
+if __name__ == "__main__":
+    main()
