@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <cstdlib>
+#include <fstream>
 #include <numeric>
+#include <sstream>
 
 #include "gpu/gpu_executor.hpp"
 #include "model/cpu_executor.hpp"
@@ -28,7 +31,9 @@ run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, in
   r.tokens.resize(prompts.size());
   std::vector<std::vector<int32_t>> tables(prompts.size());
   int32_t next_block = 0;
-  const int32_t max_len = 64 + steps;
+  size_t longest = 0;
+  for (const auto& pr : prompts) longest = std::max(longest, pr.size());
+  const int32_t max_len = int32_t(longest) + steps;
   for (auto& t : tables)
     for (int32_t b = 0; b < (max_len + block_size - 1) / block_size; ++b) t.push_back(next_block++);
   step_plan p;
@@ -180,4 +185,42 @@ TEST_CASE("gpu executor: dummy weights, unknown sequences and unsupported sampli
   pen.params.repetition_penalty = 1.2f;
   q.new_seqs.push_back(pen);
   CHECK_FALSE((*ex)->execute(q).ok());
+}
+
+// Hugging Face transformers comparison: the folder and greedy ids come from
+// tests/reference/gpu_vs_hf.py, run on the GPU machine; skipped unless COSERVE_GPU_HF_DIR names it.
+TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gpu][hf]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const char* dir = std::getenv("COSERVE_GPU_HF_DIR");
+  if (dir == nullptr) {
+    WARN("skipped: set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
+    return;
+  }
+  std::ifstream in(std::string(dir) + "/hf_greedy.txt");
+  REQUIRE(in.good());
+  std::vector<std::vector<int32_t>> prompts, expect;
+  for (std::string line; std::getline(in, line);) {
+    const auto bar = line.find('|');
+    if (bar == std::string::npos) continue;
+    std::istringstream a(line.substr(0, bar)), b(line.substr(bar + 1));
+    std::vector<int32_t> p, g;
+    for (int32_t x; a >> x;) p.push_back(x);
+    for (int32_t x; b >> x;) g.push_back(x);
+    prompts.push_back(p);
+    expect.push_back(g);
+  }
+  REQUIRE(!prompts.empty());
+  gpu::gpu_executor_options go;
+  go.model_dir = dir;
+  go.num_kv_blocks = 2048;
+  go.max_num_tokens = 8192;
+  go.max_num_seqs = 64;
+  auto ex = gpu::make_gpu_executor(go);
+  REQUIRE(ex.ok());
+  const int32_t steps = int32_t(expect[0].size());
+  auto got = drive(**ex, prompts, steps, 16);
+  int equal = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) equal += got.tokens[i] == expect[i];
+  INFO("identical greedy continuations vs transformers: " << equal << " / " << prompts.size());
+  CHECK(equal * 10 >= int(prompts.size()) * 9);
 }
