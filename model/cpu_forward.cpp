@@ -10,7 +10,16 @@ namespace coserve {
 namespace {
 
 // y[rows, n] = x[rows, k] @ w[n, k]^T (+ y when accumulate).
+// A few rows (decode) go through sgemv: sgemm would pack (copy) all of w on every call, which
+// costs more than the product itself when rows is small.
 void gemm_nt(const float* x, const float* w, float* y, int64_t rows, int64_t n, int64_t k, bool accumulate) {
+  constexpr int64_t k_gemv_rows = 4;
+  if (rows <= k_gemv_rows) {
+    for (int64_t r = 0; r < rows; ++r)
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n), blasint(k), 1.0f, w, blasint(k), x + r * k, 1,
+                  accumulate ? 1.0f : 0.0f, y + r * n, 1);
+    return;
+  }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(rows), blasint(n), blasint(k), 1.0f, x,
               blasint(k), w, blasint(k), accumulate ? 1.0f : 0.0f, y, blasint(n));
 }
