@@ -69,7 +69,7 @@ int bench_tokenizer(int argc, char** argv) {
   }
   auto encode_all = [&] {
     std::size_t n = 0;
-    for (auto in : inputs) n += tok->encode(in, add_special).size();
+    for (auto input : inputs) n += tok->encode(input, add_special).size();
     return n;
   };
   const std::size_t tokens = encode_all();  // warm-up
