@@ -1,0 +1,453 @@
+#include "http/openai_api.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/this_coro.hpp>
+
+#include "http/openai_response.hpp"
+
+namespace coserve::http {
+
+using namespace asio::experimental::awaitable_operators;
+using json::value;
+
+std::string error_json(const api_error& e) {
+  value v = json::object{};
+  value inner = json::object{};
+  inner["message"] = value(e.message);
+  inner["type"] = value(e.type);
+  inner["param"] = e.param.empty() ? value() : value(e.param);
+  inner["code"] = e.code.empty() ? value(int64_t{e.status}) : value(e.code);
+  v["error"] = std::move(inner);
+  std::string out;
+  json::dump_compact(v, out);
+  return out;
+}
+
+http_response error_response(const api_error& e) {
+  http_response r{e.status, "application/json", error_json(e), {}};
+  if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+namespace {
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+api_error from_engine_error(const error& e, const std::string& param) {
+  if (e.code == "queue_full") return {429, e.message.empty() ? "server overloaded, retry later" : e.message, "RateLimitError", {}, {}};
+  if (e.code == "engine_down") return {503, e.message.empty() ? "engine unavailable" : e.message, "ServiceUnavailableError", {}, {}};
+  if (e.code == "invalid_request" || e.code == "template_error" || e.code == "invalid_argument")
+    return api_error::bad_request(e.message, param);
+  return {500, e.message, "InternalServerError", {}, {}};
+}
+
+struct route {
+  const char* path;
+  const char* method;
+};
+constexpr route k_routes[] = {
+    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
+    {"/health", "GET"},          {"/metrics", "GET"},              {"/tokenize", "POST"},
+    {"/detokenize", "POST"},     {"/version", "GET"},
+};
+
+// Streams of one HTTP request (one per prompt) and the index offset of each one's choices.
+struct submitted {
+  std::vector<std::shared_ptr<request_stream>> streams;
+  void cancel_all() noexcept {
+    for (auto& s : streams) s->cancel();
+  }
+};
+
+}  // namespace
+
+openai_api::openai_api(engine& e, api_options options)
+    : engine_(e), options_(std::move(options)), metrics_(e.info().served_model_name), rng_(std::random_device{}()) {
+  const auto& info = e.info();
+  limits_.served_model_name = info.served_model_name;
+  limits_.vocab_size = info.vocab_size;
+  limits_.max_model_len = info.max_model_len;
+}
+
+std::string openai_api::new_id(const char* prefix) {
+  uint64_t a, b;
+  {
+    std::lock_guard lk(id_mu_);
+    a = rng_();
+    b = rng_();
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%016llx%016llx", prefix, static_cast<unsigned long long>(a),
+                static_cast<unsigned long long>(b));
+  return buf;
+}
+
+asio::awaitable<void> openai_api::respond(response_writer& w, http_response& r) {
+  metrics_.count_http(r.status);
+  co_await w.send(r);
+}
+
+asio::awaitable<void> openai_api::respond_error(response_writer& w, const api_error& e) {
+  http_response r = error_response(e);
+  co_await respond(w, r);
+}
+
+asio::awaitable<void> openai_api::respond_json(response_writer& w, int status, std::string& body) {
+  http_response r{status, "application/json", std::move(body), {}};
+  co_await respond(w, r);
+}
+
+asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) {
+  const std::string path = req.path();
+  const route* found = nullptr;
+  for (const auto& r : k_routes)
+    if (path == r.path) found = &r;
+  if (!found) {
+    {
+      const api_error err_ = api_error::not_found("route " + path + " not found");
+      co_await respond_error(w, err_);
+    }
+    co_return;
+  }
+  if (req.method != found->method) {
+    const api_error e{405, "method " + req.method + " not allowed on " + path, "MethodNotAllowed", {}, {}};
+    http_response r = error_response(e);
+    r.headers.emplace_back("Allow", found->method);
+    co_await respond(w, r);
+    co_return;
+  }
+  if (!options_.api_key.empty() && path.rfind("/v1/", 0) == 0 &&
+      req.header("authorization") != "Bearer " + options_.api_key) {
+    {
+      const api_error err_ = {401, "invalid or missing API key", "AuthenticationError", {}, "invalid_api_key"};
+      co_await respond_error(w, err_);
+    }
+    co_return;
+  }
+  if (path == "/v1/completions") co_return co_await generate(req, w, false);
+  if (path == "/v1/chat/completions") co_return co_await generate(req, w, true);
+  if (path == "/tokenize") co_return co_await tokenize(req, w);
+  if (path == "/detokenize") co_return co_await detokenize(req, w);
+  if (path == "/health") {
+    bool ok = engine_.healthy();
+    std::string body = ok ? "{}" : R"({"status":"engine down"})";
+    co_await respond_json(w, ok ? 200 : 503, body);
+    co_return;
+  }
+  if (path == "/metrics") {
+    http_response r{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.scrape(engine_), {}};
+    co_await respond(w, r);
+    co_return;
+  }
+  if (path == "/version") {
+    value v = json::object{};
+    v["version"] = value(options_.version);
+    std::string body;
+    json::dump_compact(v, body);
+    co_await respond_json(w, 200, body);
+    co_return;
+  }
+  // /v1/models
+  const auto& info = engine_.info();
+  value m = json::object{};
+  m["id"] = value(info.served_model_name);
+  m["object"] = value("model");
+  m["created"] = value(info.created);
+  m["owned_by"] = value("coserve");
+  m["root"] = value(info.served_model_name);
+  m["max_model_len"] = value(int64_t{info.max_model_len});
+  value list = json::object{};
+  list["object"] = value("list");
+  list["data"] = json::array{};
+  list["data"].push_back(std::move(m));
+  std::string body;
+  json::dump_compact(list, body);
+  co_await respond_json(w, 200, body);
+}
+
+asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w) {
+  auto parsed = parse_json_object(req.body);
+  if (auto* e = std::get_if<api_error>(&parsed)) {
+    const api_error err_ = *e;
+    co_return co_await respond_error(w, err_);
+  }
+  const value& body = std::get<value>(parsed);
+  result<std::vector<int32_t>> ids = make_error("invalid_request", "'prompt' or 'messages' is required");
+  std::string param = "prompt";
+  if (const value* m = body.find("messages"); m && !m->is_null()) {
+    param = "messages";
+    auto r = parse_openai_request(req.body, true, limits_);
+    if (auto* e = std::get_if<api_error>(&r)) {
+    const api_error err_ = *e;
+    co_return co_await respond_error(w, err_);
+  }
+    ids = engine_.tokenize_chat(std::get<openai_request>(r).chat_in);
+  } else if (const value* p = body.find("prompt"); p && !p->is_null()) {
+    if (!p->is_string()) {
+      const api_error err_ = api_error::bad_request("'prompt' must be a string", "prompt");
+      co_return co_await respond_error(w, err_);
+    }
+    bool add_special = true;
+    if (const value* a = body.find("add_special_tokens"); a && !a->is_null()) {
+      if (!a->is_bool())
+        {
+          const api_error err_ = api_error::bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
+          co_return co_await respond_error(w, err_);
+        }
+      add_special = a->as_bool();
+    }
+    ids = engine_.tokenize(p->as_string(), add_special);
+  }
+  if (!ids) {
+    const api_error err_ = from_engine_error(ids.err(), param);
+    co_return co_await respond_error(w, err_);
+  }
+  value out = json::object{};
+  out["count"] = value(static_cast<int64_t>(ids->size()));
+  out["max_model_len"] = value(int64_t{limits_.max_model_len});
+  value arr = json::array{};
+  for (int32_t id : *ids) arr.push_back(value(int64_t{id}));
+  out["tokens"] = std::move(arr);
+  std::string text;
+  json::dump_compact(out, text);
+  co_await respond_json(w, 200, text);
+}
+
+asio::awaitable<void> openai_api::detokenize(http_request& req, response_writer& w) {
+  auto parsed = parse_json_object(req.body);
+  if (auto* e = std::get_if<api_error>(&parsed)) {
+    const api_error err_ = *e;
+    co_return co_await respond_error(w, err_);
+  }
+  const value& body = std::get<value>(parsed);
+  const value* t = body.find("tokens");
+  if (!t || !t->is_array())
+    {
+      const api_error err_ = api_error::bad_request("'tokens' must be an array of token ids", "tokens");
+      co_return co_await respond_error(w, err_);
+    }
+  std::vector<int32_t> ids;
+  for (const auto& x : t->as_array()) {
+    if (!x.is_int() || x.as_int() < 0 || x.as_int() >= limits_.vocab_size) {
+      const api_error err_ =
+          api_error::bad_request("'tokens' must hold ids in [0, " + std::to_string(limits_.vocab_size) + ")", "tokens");
+      co_return co_await respond_error(w, err_);
+    }
+    ids.push_back(static_cast<int32_t>(x.as_int()));
+  }
+  auto text = engine_.detokenize(ids);
+  if (!text) {
+    const api_error err_ = from_engine_error(text.err(), "tokens");
+    co_return co_await respond_error(w, err_);
+  }
+  value out = json::object{};
+  out["prompt"] = value(*text);
+  std::string s;
+  json::dump_compact(out, s);
+  co_await respond_json(w, 200, s);
+}
+
+asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w, bool chat) {
+  auto parsed = parse_openai_request(req.body, chat, limits_);
+  if (auto* e = std::get_if<api_error>(&parsed)) {
+    const api_error err_ = *e;
+    co_return co_await respond_error(w, err_);
+  }
+  openai_request& r = std::get<openai_request>(parsed);
+
+  // Tokenize here so the context-length rule can name the field; the engine gets token ids.
+  std::vector<std::vector<int32_t>> prompt_ids;
+  std::vector<std::string> prompt_texts;  // for echo
+  if (chat) {
+    auto ids = engine_.tokenize_chat(r.chat_in);
+    if (!ids) {
+      const api_error err_ = from_engine_error(ids.err(), "messages");
+      co_return co_await respond_error(w, err_);
+    }
+    prompt_ids.push_back(std::move(*ids));
+  } else {
+    for (auto& p : r.prompts) {
+      if (auto* text = std::get_if<std::string>(&p)) {
+        auto ids = engine_.tokenize(*text, true);
+        if (!ids) {
+          const api_error err_ = from_engine_error(ids.err(), "prompt");
+          co_return co_await respond_error(w, err_);
+        }
+        prompt_ids.push_back(std::move(*ids));
+        prompt_texts.push_back(*text);
+      } else {
+        auto& ids = std::get<std::vector<int32_t>>(p);
+        if (r.echo) {
+          auto t = engine_.detokenize(ids);
+          prompt_texts.push_back(t ? *t : std::string());
+        }
+        prompt_ids.push_back(std::move(ids));
+      }
+    }
+  }
+  std::vector<sampling_params> per_prompt;
+  for (const auto& ids : prompt_ids) {
+    openai_request copy_rules = r;  // the default max_tokens depends on each prompt's length
+    copy_rules.prompts.clear();
+    if (auto e = check_context(copy_rules, static_cast<int32_t>(ids.size()), limits_))
+      {
+    const api_error err_ = *e;
+    co_return co_await respond_error(w, err_);
+  }
+    per_prompt.push_back(copy_rules.params);
+  }
+
+  submitted sub;
+  for (size_t i = 0; i < prompt_ids.size(); ++i) {
+    generate_request g;
+    g.input = std::move(prompt_ids[i]);
+    g.params = per_prompt[i];
+    g.add_special_tokens = false;
+    auto s = co_await engine_.submit(std::move(g));
+    if (!s) {
+      sub.cancel_all();
+      {
+        const api_error err_ = from_engine_error(s.err(), chat ? "messages" : "prompt");
+        co_return co_await respond_error(w, err_);
+      }
+    }
+    sub.streams.push_back(std::move(*s));
+  }
+
+  const int32_t n = r.params.n;
+  response_header h{new_id(chat ? "chatcmpl" : "cmpl"), unix_now(), limits_.served_model_name, chat};
+  token_text_fn text_of = [this](int32_t id) {
+    auto t = engine_.detokenize({id});
+    return t ? *t : std::string();
+  };
+  const bool want_logprobs = r.params.logprobs >= 0;
+  std::vector<choice_state> choices(sub.streams.size() * static_cast<size_t>(n));
+  for (size_t i = 0; i < choices.size(); ++i) choices[i].index = static_cast<int32_t>(i);
+  std::vector<int64_t> text_offsets(choices.size(), 0);
+  int64_t prompt_tokens = 0, cached_tokens = 0;
+  std::string engine_failure;
+
+  // Client gone while we wait or stream: cancel every stream at once.
+  auto watch = [&]() -> asio::awaitable<void> {
+    if (co_await w.wait_disconnect()) {
+      sub.cancel_all();
+      metrics_.count_client_disconnect();
+    }
+  };
+
+  if (!r.stream) {
+    auto collect = [&]() -> asio::awaitable<void> {
+      for (size_t p = 0; p < sub.streams.size(); ++p) {
+        auto& s = sub.streams[p];
+        prompt_tokens += static_cast<int64_t>(s->prompt_ids().size());
+        int32_t cached = 0;
+        while (auto ev = co_await s->next()) {
+          if (ev->finish == finish_reason::error && engine_failure.empty())
+            engine_failure = ev->error_message.empty() ? "engine failure" : ev->error_message;
+          cached = std::max(cached, ev->cached_prompt_tokens);
+          choices[p * static_cast<size_t>(n) + static_cast<size_t>(ev->index)].add(*ev);
+        }
+        cached_tokens += cached;
+      }
+    };
+    co_await (collect() || watch());
+    if (w.client_gone()) co_return;
+    if (!engine_failure.empty())
+      {
+        const api_error err_ = {500, engine_failure, "InternalServerError", {}, {}};
+        co_return co_await respond_error(w, err_);
+      }
+    int64_t completion_tokens = 0;
+    std::vector<value> lps;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      auto& c = choices[i];
+      completion_tokens += c.completion_tokens;
+      if (!chat && r.echo) c.text = prompt_texts[i / static_cast<size_t>(n)] + c.text;
+      if (!want_logprobs) lps.emplace_back();
+      else if (chat) lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, text_of));
+      else lps.push_back(completion_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, 0, text_of));
+    }
+    value usage = usage_json(prompt_tokens, completion_tokens, cached_tokens);
+    std::string body = chat ? chat_body(h, choices, lps, usage) : completion_body(h, choices, lps, usage);
+    co_return co_await respond_json(w, 200, body);
+  }
+
+  // Streaming.
+  metrics_.count_http(200);
+  if (!co_await w.begin_stream(200, "text/event-stream")) {
+    sub.cancel_all();
+    co_return;
+  }
+  const bool usage_null = r.include_usage;
+  auto pump = [&]() -> asio::awaitable<void> {
+    if (chat)
+      for (const auto& c : choices)
+      {
+        const std::string chunk = sse_event(chat_role_chunk(h, c.index, usage_null));
+        if (!co_await w.write_chunk(chunk)) co_return;
+      }
+    for (size_t p = 0; p < sub.streams.size(); ++p) {
+      auto& s = sub.streams[p];
+      prompt_tokens += static_cast<int64_t>(s->prompt_ids().size());
+      if (!chat && r.echo)
+        for (int32_t k = 0; k < n; ++k) {
+          auto idx = static_cast<int32_t>(p) * n + k;
+          const std::string chunk = sse_event(text_chunk(h, idx, prompt_texts[p], value(), {}, usage_null));
+          if (!co_await w.write_chunk(chunk)) co_return;
+        }
+      int32_t cached = 0;
+      while (auto ev = co_await s->next()) {
+        if (w.client_gone()) continue;  // drain: the engine ends the stream with abort events
+        auto& c = choices[p * static_cast<size_t>(n) + static_cast<size_t>(ev->index)];
+        c.add(*ev);
+        cached = std::max(cached, ev->cached_prompt_tokens);
+        if (ev->finish == finish_reason::error) {
+          api_error e{500, ev->error_message.empty() ? "engine failure" : ev->error_message, "InternalServerError", {}, {}};
+          engine_failure = e.message;
+          sub.cancel_all();
+          const std::string chunk = sse_event(error_json(e));
+          co_await w.write_chunk(chunk);
+          co_return;
+        }
+        value lp;
+        if (want_logprobs && !ev->token_ids.empty()) {
+          auto& off = text_offsets[static_cast<size_t>(c.index)];
+          lp = chat ? chat_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, text_of)
+                    : completion_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, off, text_of);
+          for (int32_t id : ev->token_ids) off += static_cast<int64_t>(text_of(id).size());
+        }
+        std::string_view fin = finish_text(ev->finish);
+        bool ok = true;
+        if (!ev->text.empty() || !lp.is_null() || (!chat && !fin.empty())) {
+          // Chat puts finish_reason in a chunk of its own (an empty delta), as OpenAI does.
+          const std::string chunk = sse_event(chat ? chat_delta_chunk(h, c.index, ev->text, lp, {}, usage_null)
+                                                   : text_chunk(h, c.index, ev->text, lp, fin, usage_null));
+          ok = co_await w.write_chunk(chunk);
+        }
+        if (ok && chat && !fin.empty()) {
+          const std::string chunk = sse_event(chat_delta_chunk(h, c.index, {}, value(), fin, usage_null));
+          ok = co_await w.write_chunk(chunk);
+        }
+        if (!ok) sub.cancel_all();
+      }
+      cached_tokens += cached;
+    }
+    if (r.include_usage) {
+      int64_t completion_tokens = 0;
+      for (const auto& c : choices) completion_tokens += c.completion_tokens;
+      const std::string chunk = sse_event(usage_chunk(h, usage_json(prompt_tokens, completion_tokens, cached_tokens)));
+      co_await w.write_chunk(chunk);
+    }
+  };
+  co_await (pump() || watch());
+  if (w.client_gone()) co_return;
+  co_await w.write_chunk(k_sse_done);
+  co_await w.end_stream();
+}
+
+}  // namespace coserve::http

@@ -1,0 +1,290 @@
+#include "http/openai_request.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace coserve::http {
+
+namespace {
+
+using json::value;
+
+api_error type_error(const std::string& field, const char* expected) {
+  return api_error::bad_request("'" + field + "' must be " + expected, field);
+}
+
+api_error range_error(const std::string& field, const std::string& rule) {
+  return api_error::bad_request("'" + field + "' " + rule, field);
+}
+
+// Each reader leaves `out` untouched when the field is absent or null.
+std::optional<api_error> read_number(const value& body, const char* field, double lo, double hi,
+                                     bool lo_open, float& out) {
+  const value* v = body.find(field);
+  if (!v || v->is_null()) return std::nullopt;
+  if (!v->is_number()) return type_error(field, "a number");
+  double d = v->as_double();
+  if (!std::isfinite(d) || d > hi || d < lo || (lo_open && d <= lo)) {
+    char rule[96];
+    std::snprintf(rule, sizeof rule, "must be in %s%g, %g], got %g", lo_open ? "(" : "[", lo, hi, d);
+    return range_error(field, rule);
+  }
+  out = static_cast<float>(d);
+  return std::nullopt;
+}
+
+std::optional<api_error> read_int(const value& body, const char* field, int64_t lo, int64_t hi,
+                                  std::optional<int64_t>& out) {
+  const value* v = body.find(field);
+  if (!v || v->is_null()) return std::nullopt;
+  if (!v->is_int()) return type_error(field, "an integer");
+  int64_t i = v->as_int();
+  if (i < lo || i > hi)
+    return range_error(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                  "], got " + std::to_string(i));
+  out = i;
+  return std::nullopt;
+}
+
+std::optional<api_error> read_bool(const value& body, const char* field, bool& out) {
+  const value* v = body.find(field);
+  if (!v || v->is_null()) return std::nullopt;
+  if (!v->is_bool()) return type_error(field, "a boolean");
+  out = v->as_bool();
+  return std::nullopt;
+}
+
+std::optional<api_error> read_token_ids(const value& v, const std::string& field, int32_t vocab,
+                                        std::vector<int32_t>& out) {
+  if (!v.is_array()) return type_error(field, "an array of token ids");
+  out.clear();
+  for (const auto& x : v.as_array()) {
+    if (!x.is_int()) return type_error(field, "an array of integer token ids");
+    int64_t id = x.as_int();
+    if (id < 0 || id >= vocab)
+      return range_error(field, "holds token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                                    std::to_string(vocab) + ")");
+    out.push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+std::optional<api_error> read_prompt(const value& body, int32_t vocab, openai_request& r) {
+  const value* p = body.find("prompt");
+  if (!p || p->is_null()) return api_error::bad_request("'prompt' is required", "prompt");
+  if (p->is_string()) {
+    r.prompts.emplace_back(p->as_string());
+    return std::nullopt;
+  }
+  if (!p->is_array()) return type_error("prompt", "a string, an array of strings or token ids");
+  const auto& a = p->as_array();
+  if (a.empty()) return api_error::bad_request("'prompt' must not be empty", "prompt");
+  if (a.front().is_int()) {
+    std::vector<int32_t> ids;
+    if (auto e = read_token_ids(*p, "prompt", vocab, ids)) return e;
+    r.prompts.emplace_back(std::move(ids));
+    return std::nullopt;
+  }
+  for (const auto& x : a) {
+    if (x.is_string()) {
+      r.prompts.emplace_back(x.as_string());
+    } else if (x.is_array()) {
+      std::vector<int32_t> ids;
+      if (auto e = read_token_ids(x, "prompt", vocab, ids)) return e;
+      if (ids.empty()) return api_error::bad_request("'prompt' must not hold an empty list", "prompt");
+      r.prompts.emplace_back(std::move(ids));
+    } else {
+      return type_error("prompt", "a string, an array of strings or token ids");
+    }
+  }
+  return std::nullopt;
+}
+
+// Chat content may be a string or a list of {type:"text", text}; lists are flattened to one string
+// (joined by "\n") so every template sees the form it expects.
+std::optional<api_error> read_messages(const value& body, openai_request& r) {
+  const value* m = body.find("messages");
+  if (!m || m->is_null()) return api_error::bad_request("'messages' is required", "messages");
+  if (!m->is_array()) return type_error("messages", "an array of messages");
+  if (m->as_array().empty()) return api_error::bad_request("'messages' must not be empty", "messages");
+  value out = json::array{};
+  for (const auto& msg : m->as_array()) {
+    if (!msg.is_object()) return type_error("messages", "an array of objects");
+    const value* role = msg.find("role");
+    if (!role || !role->is_string()) return type_error("messages", "objects with a string 'role'");
+    value copy = msg;
+    if (const value* c = msg.find("content"); c && !c->is_null() && !c->is_string()) {
+      if (!c->is_array()) return type_error("messages", "objects whose 'content' is a string or a list of parts");
+      std::string text;
+      bool first = true;
+      for (const auto& part : c->as_array()) {
+        const value* type = part.is_object() ? part.find("type") : nullptr;
+        const value* t = part.is_object() ? part.find("text") : nullptr;
+        if (!type || !type->is_string() || type->as_string() != "text" || !t || !t->is_string())
+          return api_error::bad_request("only content parts of type 'text' with a string 'text' are supported",
+                                        "messages");
+        if (!first) text += "\n";
+        text += t->as_string();
+        first = false;
+      }
+      copy["content"] = value(std::move(text));
+    }
+    out.push_back(std::move(copy));
+  }
+  r.chat_in.messages = std::move(out);
+  if (const value* tools = body.find("tools"); tools && !tools->is_null()) {
+    if (!tools->is_array()) return type_error("tools", "an array");
+    r.chat_in.tools = *tools;
+  }
+  if (const value* kw = body.find("chat_template_kwargs"); kw && !kw->is_null()) {
+    if (!kw->is_object()) return type_error("chat_template_kwargs", "an object");
+    r.chat_in.template_kwargs = *kw;
+  }
+  if (auto e = read_bool(body, "add_generation_prompt", r.chat_in.add_generation_prompt)) return e;
+  return std::nullopt;
+}
+
+std::optional<api_error> read_sampling(const value& body, const model_limits& lim, openai_request& r) {
+  auto& p = r.params;
+  if (auto e = read_number(body, "temperature", 0.0, 2.0, false, p.temperature)) return e;
+  if (auto e = read_number(body, "top_p", 0.0, 1.0, true, p.top_p)) return e;
+  if (auto e = read_number(body, "min_p", 0.0, 1.0, false, p.min_p)) return e;
+  if (auto e = read_number(body, "presence_penalty", -2.0, 2.0, false, p.presence_penalty)) return e;
+  if (auto e = read_number(body, "frequency_penalty", -2.0, 2.0, false, p.frequency_penalty)) return e;
+  if (auto e = read_number(body, "repetition_penalty", 0.0, 2.0, true, p.repetition_penalty)) return e;
+  std::optional<int64_t> i;
+  if (auto e = read_int(body, "top_k", -1, std::numeric_limits<int32_t>::max(), i)) return e;
+  if (i) p.top_k = static_cast<int32_t>(*i);
+  i.reset();
+  if (auto e = read_int(body, "n", 1, 128, i)) return e;
+  if (i) p.n = static_cast<int32_t>(*i);
+  i.reset();
+  if (auto e = read_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), i))
+    return e;
+  if (i) p.seed = static_cast<uint64_t>(*i);
+  i.reset();
+  if (auto e = read_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), i)) return e;
+  if (i) p.min_tokens = static_cast<int32_t>(*i);
+  for (const char* field : {"max_completion_tokens", "max_tokens"}) {
+    i.reset();
+    if (auto e = read_int(body, field, 1, std::numeric_limits<int32_t>::max(), i)) return e;
+    if (i) {
+      p.max_tokens = static_cast<int32_t>(*i);
+      r.max_tokens_given = true;
+      r.max_tokens_param = field;
+    }
+  }
+  if (auto e = read_bool(body, "ignore_eos", p.ignore_eos)) return e;
+  if (auto e = read_bool(body, "skip_special_tokens", p.skip_special_tokens)) return e;
+  if (auto e = read_bool(body, "include_stop_str_in_output", p.include_stop_str_in_output)) return e;
+
+  if (const value* s = body.find("stop"); s && !s->is_null()) {
+    if (s->is_string()) {
+      if (!s->as_string().empty()) p.stop.push_back(s->as_string());
+    } else if (s->is_array()) {
+      for (const auto& x : s->as_array()) {
+        if (!x.is_string()) return type_error("stop", "a string or an array of strings");
+        if (!x.as_string().empty()) p.stop.push_back(x.as_string());
+      }
+    } else {
+      return type_error("stop", "a string or an array of strings");
+    }
+  }
+  if (const value* s = body.find("stop_token_ids"); s && !s->is_null())
+    if (auto e = read_token_ids(*s, "stop_token_ids", lim.vocab_size, p.stop_token_ids)) return e;
+
+  if (const value* lb = body.find("logit_bias"); lb && !lb->is_null()) {
+    if (!lb->is_object()) return type_error("logit_bias", "an object mapping token ids to numbers");
+    for (const auto& [key, bias] : lb->as_object()) {
+      char* end = nullptr;
+      long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || id < 0 || id >= lim.vocab_size)
+        return api_error::bad_request("'logit_bias' key '" + key + "' is not a token id in [0, " +
+                                          std::to_string(lim.vocab_size) + ")", "logit_bias");
+      if (!bias.is_number() || bias.as_double() < -100.0 || bias.as_double() > 100.0)
+        return range_error("logit_bias", "values must be numbers in [-100, 100]");
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias.as_double()));
+    }
+  }
+
+  constexpr int64_t k_max_logprobs = 20;
+  if (r.chat) {
+    if (auto e = read_bool(body, "logprobs", r.chat_logprobs)) return e;
+    i.reset();
+    if (auto e = read_int(body, "top_logprobs", 0, k_max_logprobs, i)) return e;
+    if (i && !r.chat_logprobs)
+      return api_error::bad_request("'top_logprobs' needs 'logprobs' set to true", "top_logprobs");
+    if (r.chat_logprobs) p.logprobs = i ? static_cast<int32_t>(*i) : 0;
+  } else {
+    i.reset();
+    if (const value* lp = body.find("logprobs"); lp && lp->is_bool())
+      return type_error("logprobs", "an integer (the number of top logprobs)");
+    if (auto e = read_int(body, "logprobs", 0, k_max_logprobs, i)) return e;
+    if (i) p.logprobs = static_cast<int32_t>(*i);
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::variant<json::value, api_error> parse_json_object(std::string_view body) {
+  auto parsed = json::parse(body);
+  if (!parsed) return api_error::bad_request("malformed JSON body: " + parsed.err().message);
+  if (!parsed->is_object()) return api_error::bad_request("the request body must be a JSON object");
+  return std::move(parsed).value();
+}
+
+std::variant<openai_request, api_error> parse_openai_request(std::string_view text, bool chat,
+                                                             const model_limits& lim) {
+  auto parsed = parse_json_object(text);
+  if (auto* e = std::get_if<api_error>(&parsed)) return std::move(*e);
+  const value& body = std::get<value>(parsed);
+  openai_request r;
+  r.chat = chat;
+  if (const value* m = body.find("model"); m && !m->is_null()) {
+    if (!m->is_string()) return type_error("model", "a string");
+    r.model = m->as_string();
+    if (!r.model.empty() && r.model != lim.served_model_name)
+      return api_error{404, "The model `" + r.model + "` does not exist.", "NotFoundError", "model", "model_not_found"};
+  }
+  if (auto e = chat ? read_messages(body, r) : read_prompt(body, lim.vocab_size, r)) return *e;
+  if (auto e = read_sampling(body, lim, r)) return *e;
+  if (auto e = read_bool(body, "stream", r.stream)) return *e;
+  if (!chat)
+    if (auto e = read_bool(body, "echo", r.echo)) return *e;
+  if (const value* so = body.find("stream_options"); so && !so->is_null()) {
+    if (!so->is_object()) return type_error("stream_options", "an object");
+    if (!r.stream) return api_error::bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    if (const value* iu = so->find("include_usage"); iu && !iu->is_null()) {
+      if (!iu->is_bool()) return type_error("stream_options.include_usage", "a boolean");
+      r.include_usage = iu->as_bool();
+    }
+  }
+  if (const value* u = body.find("user"); u && !u->is_null()) {
+    if (!u->is_string()) return type_error("user", "a string");
+    r.user = u->as_string();
+  }
+  if (!r.max_tokens_given) r.max_tokens_param = "max_tokens";
+  return r;
+}
+
+std::optional<api_error> check_context(openai_request& req, int32_t prompt_tokens, const model_limits& lim) {
+  const std::string where = req.chat ? "messages" : "prompt";
+  if (prompt_tokens <= 0) return api_error::bad_request("the " + where + " is empty after tokenization", where);
+  if (!req.max_tokens_given) {
+    if (req.chat) req.params.max_tokens = lim.max_model_len - prompt_tokens;
+    else req.params.max_tokens = std::min(16, lim.max_model_len - prompt_tokens);
+  }
+  int64_t total = int64_t{prompt_tokens} + std::max<int64_t>(req.params.max_tokens, 1);
+  if (prompt_tokens >= lim.max_model_len || total > lim.max_model_len) {
+    return api_error::bad_request(
+        "This model's maximum context length is " + std::to_string(lim.max_model_len) +
+            " tokens. However, you requested " + std::to_string(total) + " tokens (" +
+            std::to_string(prompt_tokens) + " in the " + where + ", " + std::to_string(req.params.max_tokens) +
+            " in the completion). Please reduce the length of the " + where + " or completion.",
+        req.max_tokens_given ? req.max_tokens_param : where);
+  }
+  return std::nullopt;
+}
+
+}  // namespace coserve::http

@@ -1,0 +1,54 @@
+// Parsing and validation of OpenAI request bodies (/v1/completions, /v1/chat/completions) into
+// engine inputs. Pure functions over json::value: no I/O, no engine calls; checks that need the
+// tokenizer (prompt length) happen in the router once the prompt is tokenized.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "http/api_error.hpp"
+#include "model/json/value.hpp"
+#include "model/sampling_params.hpp"
+
+namespace coserve::http {
+
+// What validation needs to know about the served model.
+struct model_limits {
+  std::string served_model_name;
+  int32_t vocab_size = 0;      // ids must be in [0, vocab_size)
+  int32_t max_model_len = 0;   // prompt + max_tokens at most
+};
+
+struct openai_request {
+  bool chat = false;
+  std::string model;
+  // completions: one entry per prompt (text or ids); chat: empty, `chat` holds the messages.
+  std::vector<std::variant<std::string, std::vector<int32_t>>> prompts;
+  chat_input chat_in;
+  sampling_params params;
+  bool max_tokens_given = false;  // false: completions default 16, chat: the rest of the context
+  std::string max_tokens_param;   // "max_tokens" or "max_completion_tokens" (error messages)
+  bool stream = false;
+  bool include_usage = false;
+  bool chat_logprobs = false;     // chat: logprobs requested (top_logprobs in params.logprobs)
+  bool echo = false;              // completions: prompt text prepended to the output
+  std::string user;
+};
+
+// Parses a request body. On failure the error names the offending field in `param`.
+std::variant<openai_request, api_error> parse_openai_request(std::string_view body, bool chat,
+                                                             const model_limits& limits);
+
+// Parses a body that must be a JSON object (any endpoint). Errors: malformed JSON, not an object.
+std::variant<json::value, api_error> parse_json_object(std::string_view body);
+
+// Applies the context-length rule once the prompt length is known: fills in a default max_tokens
+// and rejects prompt + max_tokens beyond max_model_len.
+std::optional<api_error> check_context(openai_request& req, int32_t prompt_tokens,
+                                       const model_limits& limits);
+
+}  // namespace coserve::http

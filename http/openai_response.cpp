@@ -1,0 +1,225 @@
+#include "http/openai_response.hpp"
+
+namespace coserve::http {
+
+using json::value;
+
+void choice_state::add(const output_event& ev) {
+  text += ev.text;
+  token_ids.insert(token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
+  token_logprobs.insert(token_logprobs.end(), ev.token_logprobs.begin(), ev.token_logprobs.end());
+  top_logprobs.insert(top_logprobs.end(), ev.top_logprobs.begin(), ev.top_logprobs.end());
+  completion_tokens = ev.completion_tokens;
+  if (ev.finish != finish_reason::none) {
+    finish = ev.finish;
+    stop_reason = ev.stop_reason;
+  }
+}
+
+std::string_view finish_text(finish_reason r) noexcept {
+  switch (r) {
+    case finish_reason::stop: return "stop";
+    case finish_reason::length: return "length";
+    case finish_reason::abort: return "abort";
+    case finish_reason::error: return "error";
+    case finish_reason::none: break;
+  }
+  return {};
+}
+
+std::string sse_event(std::string_view json) {
+  std::string s;
+  s.reserve(json.size() + 8);
+  s.append("data: ").append(json).append("\n\n");
+  return s;
+}
+
+namespace {
+
+value bytes_of(const std::string& s) {
+  value a = json::array{};
+  for (unsigned char c : s) a.push_back(value(static_cast<int64_t>(c)));
+  return a;
+}
+
+value finish_value(std::string_view f) { return f.empty() ? value() : value(std::string(f)); }
+
+value chunk_base(const response_header& h) {
+  value v = json::object{};
+  v["id"] = value(h.id);
+  v["object"] = value(h.chat ? "chat.completion.chunk" : "text_completion");
+  v["created"] = value(h.created);
+  v["model"] = value(h.model);
+  return v;
+}
+
+std::string finish_chunk(value v, value choice, bool usage_null) {
+  value choices = json::array{};
+  choices.push_back(std::move(choice));
+  v["choices"] = std::move(choices);
+  if (usage_null) v["usage"] = value();
+  std::string out;
+  json::dump_compact(v, out);
+  return out;
+}
+
+}  // namespace
+
+value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                          const std::vector<std::vector<token_logprob>>& tops, int64_t text_offset,
+                          const token_text_fn& text_of) {
+  value tokens = json::array{}, token_lps = json::array{}, top = json::array{}, offsets = json::array{};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string t = text_of(ids[i]);
+    offsets.push_back(value(text_offset));
+    text_offset += static_cast<int64_t>(t.size());
+    tokens.push_back(value(t));
+    token_lps.push_back(i < lps.size() ? value(static_cast<double>(lps[i])) : value());
+    if (i < tops.size() && !tops[i].empty()) {
+      value m = json::object{};
+      for (const auto& tl : tops[i]) m[text_of(tl.token)] = value(static_cast<double>(tl.logprob));
+      top.push_back(std::move(m));
+    } else {
+      top.push_back(value());
+    }
+  }
+  value v = json::object{};
+  v["tokens"] = std::move(tokens);
+  v["token_logprobs"] = std::move(token_lps);
+  v["top_logprobs"] = std::move(top);
+  v["text_offset"] = std::move(offsets);
+  return v;
+}
+
+value chat_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                    const std::vector<std::vector<token_logprob>>& tops, const token_text_fn& text_of) {
+  value content = json::array{};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string t = text_of(ids[i]);
+    value e = json::object{};
+    e["token"] = value(t);
+    e["logprob"] = value(i < lps.size() ? static_cast<double>(lps[i]) : 0.0);
+    e["bytes"] = bytes_of(t);
+    value top = json::array{};
+    if (i < tops.size())
+      for (const auto& tl : tops[i]) {
+        std::string tt = text_of(tl.token);
+        value x = json::object{};
+        x["token"] = value(tt);
+        x["logprob"] = value(static_cast<double>(tl.logprob));
+        x["bytes"] = bytes_of(tt);
+        top.push_back(std::move(x));
+      }
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  value v = json::object{};
+  v["content"] = std::move(content);
+  return v;
+}
+
+value usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  value u = json::object{};
+  u["prompt_tokens"] = value(prompt_tokens);
+  u["completion_tokens"] = value(completion_tokens);
+  u["total_tokens"] = value(prompt_tokens + completion_tokens);
+  if (cached_tokens > 0) {
+    value d = json::object{};
+    d["cached_tokens"] = value(cached_tokens);
+    u["prompt_tokens_details"] = std::move(d);
+  }
+  return u;
+}
+
+std::string text_chunk(const response_header& h, int32_t index, std::string_view text,
+                       const value& logprobs, std::string_view finish, bool usage_null) {
+  value c = json::object{};
+  c["index"] = value(int64_t{index});
+  c["text"] = value(std::string(text));
+  c["logprobs"] = logprobs;
+  c["finish_reason"] = finish_value(finish);
+  c["stop_reason"] = value();
+  return finish_chunk(chunk_base(h), std::move(c), usage_null);
+}
+
+std::string chat_role_chunk(const response_header& h, int32_t index, bool usage_null) {
+  value c = json::object{};
+  c["index"] = value(int64_t{index});
+  value delta = json::object{};
+  delta["role"] = value("assistant");
+  delta["content"] = value("");
+  c["delta"] = std::move(delta);
+  c["logprobs"] = value();
+  c["finish_reason"] = value();
+  return finish_chunk(chunk_base(h), std::move(c), usage_null);
+}
+
+std::string chat_delta_chunk(const response_header& h, int32_t index, std::string_view text,
+                             const value& logprobs, std::string_view finish, bool usage_null) {
+  value c = json::object{};
+  c["index"] = value(int64_t{index});
+  value delta = json::object{};
+  if (!text.empty() || finish.empty()) delta["content"] = value(std::string(text));
+  c["delta"] = std::move(delta);
+  c["logprobs"] = logprobs;
+  c["finish_reason"] = finish_value(finish);
+  return finish_chunk(chunk_base(h), std::move(c), usage_null);
+}
+
+std::string usage_chunk(const response_header& h, const value& usage) {
+  value v = chunk_base(h);
+  v["choices"] = json::array{};
+  v["usage"] = usage;
+  std::string out;
+  json::dump_compact(v, out);
+  return out;
+}
+
+namespace {
+
+std::string body(const response_header& h, const std::vector<choice_state>& choices,
+                 const std::vector<value>& logprobs, const value& usage) {
+  value v = json::object{};
+  v["id"] = value(h.id);
+  v["object"] = value(h.chat ? "chat.completion" : "text_completion");
+  v["created"] = value(h.created);
+  v["model"] = value(h.model);
+  value arr = json::array{};
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const auto& ch = choices[i];
+    value c = json::object{};
+    c["index"] = value(int64_t{ch.index});
+    if (h.chat) {
+      value msg = json::object{};
+      msg["role"] = value("assistant");
+      msg["content"] = value(ch.text);
+      msg["tool_calls"] = json::array{};
+      c["message"] = std::move(msg);
+    } else {
+      c["text"] = value(ch.text);
+    }
+    c["logprobs"] = i < logprobs.size() ? logprobs[i] : value();
+    c["finish_reason"] = finish_value(finish_text(ch.finish));
+    c["stop_reason"] = ch.stop_reason.empty() ? value() : value(ch.stop_reason);
+    arr.push_back(std::move(c));
+  }
+  v["choices"] = std::move(arr);
+  v["usage"] = usage;
+  std::string out;
+  json::dump_compact(v, out);
+  return out;
+}
+
+}  // namespace
+
+std::string completion_body(const response_header& h, const std::vector<choice_state>& choices,
+                            const std::vector<value>& logprobs, const value& usage) {
+  return body(h, choices, logprobs, usage);
+}
+
+std::string chat_body(const response_header& h, const std::vector<choice_state>& choices,
+                      const std::vector<value>& logprobs, const value& usage) {
+  return body(h, choices, logprobs, usage);
+}
+
+}  // namespace coserve::http

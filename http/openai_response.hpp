@@ -1,0 +1,73 @@
+// Encoding of OpenAI responses: full bodies for non-streaming requests and SSE chunks
+// (`data: {chunk}\n\n`) for streaming ones, in the shapes the official client parses.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "model/json/value.hpp"
+
+namespace coserve::http {
+
+// Fields every chunk / body of one response repeats.
+struct response_header {
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+  bool chat = false;
+};
+
+// Text of one token id (for logprobs).
+using token_text_fn = std::function<std::string(int32_t)>;
+
+// One sample's output, accumulated over its events (non-streaming responses, usage).
+struct choice_state {
+  int32_t index = 0;
+  std::string text;
+  std::vector<int32_t> token_ids;
+  std::vector<float> token_logprobs;
+  std::vector<std::vector<token_logprob>> top_logprobs;
+  finish_reason finish = finish_reason::none;
+  std::string stop_reason;
+  int32_t completion_tokens = 0;
+
+  void add(const output_event& ev);
+};
+
+// "stop", "length", "abort", "error", or null ("") while unfinished.
+std::string_view finish_text(finish_reason r) noexcept;
+
+// `data: <json>\n\n`.
+std::string sse_event(std::string_view json);
+inline constexpr std::string_view k_sse_done = "data: [DONE]\n\n";
+
+// Logprobs objects. Completions: {tokens, token_logprobs, top_logprobs, text_offset}, offsets
+// counted from `text_offset`. Chat: {content: [{token, logprob, bytes, top_logprobs}]}.
+json::value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                                const std::vector<std::vector<token_logprob>>& tops, int64_t text_offset,
+                                const token_text_fn& text_of);
+json::value chat_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                          const std::vector<std::vector<token_logprob>>& tops, const token_text_fn& text_of);
+
+json::value usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+
+// Streaming chunks (JSON text, not yet framed by sse_event).
+// `logprobs`: a logprobs object or null. `usage_null`: add "usage": null (include_usage is on).
+std::string text_chunk(const response_header& h, int32_t index, std::string_view text,
+                       const json::value& logprobs, std::string_view finish, bool usage_null);
+std::string chat_role_chunk(const response_header& h, int32_t index, bool usage_null);
+std::string chat_delta_chunk(const response_header& h, int32_t index, std::string_view text,
+                             const json::value& logprobs, std::string_view finish, bool usage_null);
+std::string usage_chunk(const response_header& h, const json::value& usage);
+
+// Whole bodies. `choices` in index order; each choice's logprobs object (or null) alongside.
+std::string completion_body(const response_header& h, const std::vector<choice_state>& choices,
+                            const std::vector<json::value>& logprobs, const json::value& usage);
+std::string chat_body(const response_header& h, const std::vector<choice_state>& choices,
+                      const std::vector<json::value>& logprobs, const json::value& usage);
+
+}  // namespace coserve::http

@@ -1,0 +1,168 @@
+// fake_engine: a coserve::engine for HTTP tests. Bytes are tokens (vocabulary 256); a request
+// generates max_tokens tokens per sample by cycling over its prompt, one every `token_delay`.
+// A prompt holding "FAIL" ends with an engine error after two tokens; a chat message whose content
+// is "RAISE" fails templating like a template raise_exception.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <mutex>
+
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "actors/engine.hpp"
+
+namespace coserve::test {
+
+class fake_engine final : public engine {
+ public:
+  // Tests set these from their own thread while the server thread reads them: atomics.
+  std::atomic<int> token_delay_ms{1};
+  std::atomic<int> max_in_flight{1000};  // beyond: submit fails "queue_full"
+  std::atomic<bool> up{true};
+  std::atomic<int> in_flight{0};
+  std::atomic<int> cancels{0};
+  std::atomic<int> submitted{0};
+
+  fake_engine() {
+    info_.served_model_name = "fake-model";
+    info_.architecture = "FakeForCausalLM";
+    info_.max_model_len = 128;
+    info_.vocab_size = 256;
+    info_.created = 1700000000;
+  }
+
+  class stream final : public request_stream {
+   public:
+    stream(fake_engine& e, std::vector<int32_t> prompt, sampling_params p)
+        : engine_(e), prompt_(std::move(prompt)), params_(std::move(p)),
+          produced_(static_cast<size_t>(params_.n), 0), done_(static_cast<size_t>(params_.n), false),
+          text_(static_cast<size_t>(params_.n)) {
+      std::string s(prompt_.begin(), prompt_.end());
+      fail_ = s.find("FAIL") != std::string::npos;
+    }
+    ~stream() override { engine_.in_flight.fetch_sub(1); }
+    uint64_t id() const noexcept override { return 1; }
+    const std::vector<int32_t>& prompt_ids() const noexcept override { return prompt_; }
+
+    asio::awaitable<std::optional<output_event>> next() override {
+      size_t n = done_.size();
+      for (size_t tries = 0; tries < n; ++tries) {
+        size_t k = cursor_++ % n;
+        if (done_[k]) continue;
+        output_event ev;
+        ev.index = static_cast<int32_t>(k);
+        ev.prompt_tokens = static_cast<int32_t>(prompt_.size());
+        if (cancelled_.load()) {
+          done_[k] = true;
+          ev.finish = finish_reason::abort;
+          ev.completion_tokens = produced_[k];
+          co_return ev;
+        }
+        asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(engine_.token_delay_ms.load()));
+        co_await t.async_wait(asio::use_awaitable);
+        if (fail_ && produced_[k] == 2) {
+          done_[k] = true;
+          ev.finish = finish_reason::error;
+          ev.error_message = "simulated executor failure";
+          co_return ev;
+        }
+        int32_t tok = prompt_[(static_cast<size_t>(produced_[k]) + k) % prompt_.size()];
+        ++produced_[k];
+        ev.token_ids = {tok};
+        ev.text = std::string(1, static_cast<char>(tok));
+        text_[k] += ev.text;
+        if (params_.logprobs >= 0) {
+          ev.token_logprobs = {-0.5f};
+          if (params_.logprobs > 0) {
+            std::vector<token_logprob> top;
+            for (int32_t j = 0; j < params_.logprobs; ++j) top.push_back({tok + j < 256 ? tok + j : tok, -0.5f - j});
+            ev.top_logprobs = {top};
+          }
+        }
+        ev.completion_tokens = produced_[k];
+        for (const auto& s : params_.stop) {
+          if (text_[k].size() >= s.size() && text_[k].compare(text_[k].size() - s.size(), s.size(), s) == 0) {
+            ev.text.clear();
+            ev.finish = finish_reason::stop;
+            ev.stop_reason = s;
+            done_[k] = true;
+            co_return ev;
+          }
+        }
+        if (produced_[k] >= params_.max_tokens) {
+          ev.finish = finish_reason::length;
+          done_[k] = true;
+        }
+        co_return ev;
+      }
+      co_return std::nullopt;
+    }
+    void cancel() noexcept override {
+      if (!cancelled_.exchange(true)) engine_.cancels.fetch_add(1);
+    }
+
+   private:
+    fake_engine& engine_;
+    std::vector<int32_t> prompt_;
+    sampling_params params_;
+    std::vector<int32_t> produced_;
+    std::vector<bool> done_;
+    std::vector<std::string> text_;
+    size_t cursor_ = 0;
+    bool fail_ = false;
+    std::atomic<bool> cancelled_{false};
+  };
+
+  asio::awaitable<result<std::shared_ptr<request_stream>>> submit(generate_request req) override {
+    if (!up.load()) co_return make_error("engine_down", "engine is down");
+    if (in_flight.load() >= max_in_flight) co_return make_error("queue_full", "too many requests");
+    std::vector<int32_t> ids;
+    if (auto* t = std::get_if<std::string>(&req.input)) ids = *tokenize(*t, false);
+    else if (auto* v = std::get_if<std::vector<int32_t>>(&req.input)) ids = *v;
+    else ids = *tokenize_chat(std::get<chat_input>(req.input));
+    in_flight.fetch_add(1);
+    submitted.fetch_add(1);
+    co_return std::shared_ptr<request_stream>(std::make_shared<stream>(*this, std::move(ids), req.params));
+  }
+
+  result<std::vector<int32_t>> tokenize(const std::string& text, bool) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
+  result<std::vector<int32_t>> tokenize_chat(const chat_input& chat) const override {
+    std::string s;
+    for (const auto& m : chat.messages.as_array()) {
+      const auto* c = m.find("content");
+      std::string content = c && c->is_string() ? c->as_string() : "";
+      if (content == "RAISE") return make_error("template_error", "Conversation roles must alternate");
+      s += m.find("role")->as_string() + ": " + content + "\n";
+    }
+    if (chat.add_generation_prompt) s += "assistant: ";
+    return tokenize(s, false);
+  }
+  result<std::string> detokenize(const std::vector<int32_t>& ids) const override {
+    std::string s;
+    for (int32_t id : ids) s += static_cast<char>(id);
+    return s;
+  }
+  const model_info& info() const noexcept override { return info_; }
+  bool healthy() const noexcept override { return up.load(); }
+  engine_metrics metrics() override {
+    engine_metrics m;
+    m.requests_running = in_flight.load();
+    m.kv_blocks_total = 100;
+    m.kv_blocks_free = 100;
+    m.finished_abort = cancels.load();
+    m.ttft_s = {0.002, 0.3};
+    return m;
+  }
+  void stop(bool) override { up.store(false); }
+
+ private:
+  model_info info_;
+};
+
+}  // namespace coserve::test
