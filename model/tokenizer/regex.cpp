@@ -5,12 +5,59 @@
 
 namespace coserve {
 
+namespace {
+
+// Oniguruma (what the Python `tokenizers` uses) reads \p{Han} as the Script property, while
+// PCRE2 10.40+ reads a bare script name as Script_Extensions (so \p{Han} would also match kana
+// marks such as U+309E). Bare script names are rewritten to PCRE2's \p{sc:Name}; general
+// categories and PCRE2's own special properties are left alone.
+std::string onig_to_pcre2(std::string_view pattern) {
+  static constexpr std::string_view k_categories[] = {
+      "L", "Ll", "Lu", "Lt", "Lm", "Lo", "L&", "LC", "M", "Mn", "Mc", "Me", "N", "Nd", "Nl", "No",
+      "P", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po", "S", "Sm", "Sc", "Sk", "So", "Z", "Zs", "Zl",
+      "Zp", "C", "Cc", "Cf", "Cs", "Co", "Cn", "Any", "Xan", "Xps", "Xsp", "Xwd", "Xuc"};
+  std::string out;
+  out.reserve(pattern.size());
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 2 < pattern.size()) {
+      const char k = pattern[i + 1];
+      if ((k == 'p' || k == 'P') && pattern[i + 2] == '{') {
+        const std::size_t close = pattern.find('}', i + 3);
+        if (close != std::string_view::npos) {
+          std::string_view name = pattern.substr(i + 3, close - i - 3);
+          const bool negated = !name.empty() && name.front() == '^';
+          const std::string_view bare = negated ? name.substr(1) : name;
+          bool category = bare.find_first_of(":=") != std::string_view::npos;
+          for (auto cat : k_categories) category = category || bare == cat;
+          out += pattern.substr(i, 3);
+          if (negated) out.push_back('^');
+          if (!category) out += "sc:";
+          out += bare;
+          out.push_back('}');
+          i = close;
+          continue;
+        }
+      }
+      out.push_back(c);
+      out.push_back(k);
+      ++i;
+      continue;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
 struct regex::impl {
   pcre2_code* code = nullptr;
   ~impl() { pcre2_code_free(code); }
 };
 
-result<regex> regex::compile(std::string_view pattern) {
+result<regex> regex::compile(std::string_view onig_pattern) {
+  const std::string pattern = onig_to_pcre2(onig_pattern);
   int err = 0;
   PCRE2_SIZE offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -18,7 +65,7 @@ result<regex> regex::compile(std::string_view pattern) {
   if (code == nullptr) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
-    return make_error("invalid_argument", "regex '" + std::string(pattern) + "' at offset " +
+    return make_error("invalid_argument", "regex '" + std::string(onig_pattern) + "' at offset " +
                                               std::to_string(offset) + ": " +
                                               reinterpret_cast<const char*>(msg));
   }

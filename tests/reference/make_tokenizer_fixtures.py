@@ -7,7 +7,9 @@ byte-level BPE with `ignore_merges` (Llama-3 style) and one SentencePiece-style 
 Metaspace pre-tokenizer and byte fallback.
 
 Usage: python tests/reference/make_tokenizer_fixtures.py [--testdata ../shared/testdata]
-Run from the project root. Deterministic: same inputs and tokenizers version, same output.
+Run from the project root. The encodings are deterministic, but the BPE trainer may break ties
+differently from run to run, so the synthetic tokenizer files are always rewritten together with
+the fixtures that refer to them: commit them together.
 """
 import argparse
 import json
@@ -160,6 +162,44 @@ def train_synthetic():
     (OUT / "synthetic-metaspace.tokenizer.json").write_text(ms.to_str(pretty=True))
 
 
+def write_variants():
+    """Component variants on the two trained models: normalizers, pre-tokenizers, decoders and
+    post-processors the real files in testdata do not use (Lowercase, Strip, NFKD, regex Replace,
+    Metaspace schemes, Whitespace, Digits, Split behaviours and invert, ByteLevel add_prefix_space,
+    Sequence post-processors, Strip/Replace decoders). Returns their names."""
+    base = json.loads((OUT / "synthetic-metaspace.tokenizer.json").read_text())
+    bl = json.loads((OUT / "synthetic-ignore-merges.tokenizer.json").read_text())
+    V = {}
+
+    def var(name, src, **kw):
+        j = json.loads(json.dumps(src))
+        j.update(kw)
+        V[name] = j
+
+    var('ms_always_lower', base, normalizer={"type":"Sequence","normalizers":[{"type":"NFKD"},{"type":"Lowercase"},{"type":"Strip","strip_left":True,"strip_right":True}]},
+        pre_tokenizer={"type":"Metaspace","replacement":"\u2581","prepend_scheme":"always","split":True})
+    var('ms_never_nosplit', base, normalizer={"type":"NFC"}, pre_tokenizer={"type":"Metaspace","replacement":"\u2581","prepend_scheme":"never","split":False},
+        decoder={"type":"Sequence","decoders":[{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"never","split":False},{"type":"ByteFallback"},{"type":"Fuse"}]})
+    var('ms_old_addprefix', base, pre_tokenizer={"type":"Metaspace","replacement":"\u2581","add_prefix_space":True}, decoder={"type":"Metaspace","replacement":"\u2581","add_prefix_space":True})
+    var('ws_digits', base, normalizer={"type":"Replace","pattern":{"Regex":"\\s+"},"content":" "},
+        pre_tokenizer={"type":"Sequence","pretokenizers":[{"type":"Whitespace"},{"type":"Digits","individual_digits":False}]}, decoder=None)
+    var('split_behaviors', base, normalizer=None, pre_tokenizer={"type":"Sequence","pretokenizers":[
+        {"type":"Split","pattern":{"String":" "},"behavior":"MergedWithPrevious","invert":False},
+        {"type":"Split","pattern":{"Regex":"[,.!?]"},"behavior":"MergedWithNext","invert":False},
+        {"type":"Split","pattern":{"Regex":"\\p{N}"},"behavior":"Contiguous","invert":False},
+        {"type":"Split","pattern":{"Regex":"\\p{Han}+"},"behavior":"Removed","invert":True},
+        {"type":"WhitespaceSplit"}]}, decoder={"type":"Sequence","decoders":[{"type":"Replace","pattern":{"Regex":"a+"},"content":"A"},{"type":"Strip","content":"A","start":2,"stop":1}]})
+    var('bytelevel_prefix', bl, pre_tokenizer={"type":"ByteLevel","add_prefix_space":True,"trim_offsets":True,"use_regex":True},
+        post_processor={"type":"Sequence","processors":[{"type":"ByteLevel","add_prefix_space":False,"trim_offsets":False,"use_regex":True},{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<|begin_of_text|>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"<|eot_id|>","type_id":0}}],"pair":[{"Sequence":{"id":"A","type_id":0}},{"Sequence":{"id":"B","type_id":1}}],"special_tokens":{"<|begin_of_text|>":{"id":"<|begin_of_text|>","ids":[0],"tokens":["<|begin_of_text|>"]},"<|eot_id|>":{"id":"<|eot_id|>","ids":[1],"tokens":["<|eot_id|>"]}}}]})
+    var('bytelevel_nfkc_merged', bl, normalizer={"type":"NFKC"}, pre_tokenizer={"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":True},{"type":"ByteLevel","add_prefix_space":False,"trim_offsets":True,"use_regex":True}]})
+    names = []
+    for k, j in V.items():
+        name = "variant-" + k.replace("_", "-")
+        (OUT / f"{name}.tokenizer.json").write_text(json.dumps(j, ensure_ascii=False))
+        names.append(name)
+    return names
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--testdata", default="../shared/testdata")
@@ -170,10 +210,13 @@ def main():
                for name in ["gpt2", "qwen2", "qwen2.5", "phi-3-mini", "phi-2", "roberta-base"]}
     sources["synthetic-ignore-merges"] = OUT / "synthetic-ignore-merges.tokenizer.json"
     sources["synthetic-metaspace"] = OUT / "synthetic-metaspace.tokenizer.json"
+    for name in write_variants():
+        sources[name] = OUT / f"{name}.tokenizer.json"
     for i, (name, path) in enumerate(sources.items()):
         tok = Tokenizer.from_file(str(path))
         extra = ["magic word, magicword, a magic", "x <|tool|>  y\n<|tool|>z"] if name == "synthetic-metaspace" else []
-        texts = CORPUS + special_texts(tok) + extra + random_texts(100 + i, 25)
+        n_random = 10 if name.startswith("variant-") else 25
+        texts = CORPUS + special_texts(tok) + extra + random_texts(100 + i, n_random)
         fixture = {
             "tokenizer": name,
             "generated_by": "tests/reference/make_tokenizer_fixtures.py with tokenizers "

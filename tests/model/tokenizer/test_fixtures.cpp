@@ -78,3 +78,17 @@ TEST_CASE("fixtures: phi-2", "[tokenizer]") { check_fixture("phi-2", true); }
 TEST_CASE("fixtures: roberta-base", "[tokenizer]") { check_fixture("roberta-base", true); }
 TEST_CASE("fixtures: synthetic ignore_merges", "[tokenizer]") { check_fixture("synthetic-ignore-merges", false); }
 TEST_CASE("fixtures: synthetic metaspace", "[tokenizer]") { check_fixture("synthetic-metaspace", false); }
+
+// Component variants (normalizers, pre-tokenizers, decoders, post-processors not used by the real
+// files): every variant-*.tokenizer.json the script wrote.
+TEST_CASE("fixtures: component variants", "[tokenizer]") {
+  int n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(test::fixtures())) {
+    const std::string file = entry.path().filename().string();
+    const std::string suffix = ".tokenizer.json";
+    if (!file.starts_with("variant-") || !file.ends_with(suffix)) continue;
+    check_fixture(file.substr(0, file.size() - suffix.size()), false);
+    ++n;
+  }
+  CHECK(n >= 7);
+}
