@@ -197,6 +197,8 @@ result<void> gpu_executor::allocate_buffers() {
 
 result<step_result> gpu_executor::execute(const step_plan& plan) {
   const model_config& c = w_.config;
+  // The calling thread may not be the one that created the executor: select our device.
+  COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(opts_.device), "cudaSetDevice"));
   for (const new_seq& n : plan.new_seqs) {
     if (!sampling_supported(n.params))
       return make_error("unsupported", "gpu: penalties, logit_bias, min_tokens and top logprobs are not supported yet");
