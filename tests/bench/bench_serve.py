@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Serving benchmark: N concurrent streaming clients against `coserve serve`.
+
+Starts the server (the demo model unless --url points at a running one), runs --clients concurrent
+clients that each send --requests streaming completions, and prints one JSON object: requests/s,
+streamed tokens/s, and TTFT / inter-token latency / end-to-end latency percentiles (ms). With
+--plot FILE.png it draws their distributions (matplotlib).
+
+  .venv/bin/python tests/bench/bench_serve.py --bin build/bin/coserve --clients 64 --requests 4 \
+      --max-tokens 64 --plot docs/benchmarks/http.png
+"""
+import argparse
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+
+
+def start_server(binary, extra):
+    proc = subprocess.Popen([binary, "serve", "--demo", "--port", "0", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    port = []
+    ready = threading.Event()
+
+    def drain():
+        for line in proc.stderr:
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                port.append(int(m.group(1)))
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    ready.wait(600)
+    if not port:
+        proc.kill()
+        sys.exit("server did not start")
+    return proc, f"http://127.0.0.1:{port[0]}"
+
+
+async def one_request(client, url, model, max_tokens, prompt):
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+            "temperature": 0, "ignore_eos": True}
+    t0 = time.perf_counter()
+    stamps = []
+    async with client.stream("POST", url + "/v1/completions", json=body) as r:
+        if r.status_code != 200:
+            await r.aread()
+            return None
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and chunk["choices"][0].get("text"):
+                stamps.append(time.perf_counter())
+    if not stamps:
+        return None
+    itl = [b - a for a, b in zip(stamps, stamps[1:])]
+    return {"ttft": stamps[0] - t0, "itl": itl, "e2e": time.perf_counter() - t0, "tokens": len(stamps)}
+
+
+async def run(url, model, clients, requests, max_tokens):
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        async def worker(i):
+            out = []
+            for j in range(requests):
+                out.append(await one_request(client, url, model, max_tokens, f"Client {i} request {j}:"))
+            return out
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(worker(i) for i in range(clients)))
+        wall = time.perf_counter() - t0
+    flat = [r for rs in results for r in rs]
+    return [r for r in flat if r], len(flat), wall
+
+
+def pct(xs, p):
+    if not xs:
+        return None
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.environ.get("COSERVE_BIN", "build/bin/coserve"))
+    ap.add_argument("--url", help="benchmark a running server instead of starting one")
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--requests", type=int, default=4, help="requests per client")
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--plot", help="write a PNG of the latency distributions")
+    ap.add_argument("--server-args", default="", help="extra `coserve serve` flags, space separated")
+    a = ap.parse_args()
+
+    proc = None
+    url = a.url
+    if not url:
+        proc, url = start_server(a.bin, a.server_args.split())
+    try:
+        model = httpx.get(url + "/v1/models").json()["data"][0]["id"]
+        ok, total, wall = asyncio.run(run(url, model, a.clients, a.requests, a.max_tokens))
+    finally:
+        if proc:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+    ttft = [r["ttft"] * 1e3 for r in ok]
+    itl = [x * 1e3 for r in ok for x in r["itl"]]
+    e2e = [r["e2e"] * 1e3 for r in ok]
+    tokens = sum(r["tokens"] for r in ok)
+    out = {
+        "bench": "serve", "clients": a.clients, "requests": total, "completed": len(ok),
+        "max_tokens": a.max_tokens, "wall_s": round(wall, 3),
+        "requests_per_s": round(len(ok) / wall, 2), "streamed_tokens_per_s": round(tokens / wall, 1),
+    }
+    for name, xs in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", e2e)):
+        out[name] = {f"p{p}": (round(pct(xs, p), 3) if xs else None) for p in (50, 90, 99)}
+    print(json.dumps(out))
+    if a.plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+        for ax, (name, xs) in zip(axes, (("TTFT (ms)", ttft), ("inter-token latency (ms)", itl),
+                                         ("end-to-end latency (ms)", e2e))):
+            ax.hist(xs, bins=50)
+            ax.set_title(name)
+            ax.set_ylabel("count")
+        fig.suptitle(f"coserve serve: {a.clients} concurrent streaming clients, {a.max_tokens} tokens each")
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

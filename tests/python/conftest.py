@@ -1,0 +1,86 @@
+"""Fixtures: the real `coserve serve --demo` binary on a free port (COSERVE_BIN)."""
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+
+class Server:
+    def __init__(self, *extra_args):
+        binary = os.environ.get("COSERVE_BIN", "build/bin/coserve")
+        if not os.access(binary, os.X_OK):
+            pytest.skip(f"coserve binary not found at {binary} (set COSERVE_BIN)")
+        self.proc = subprocess.Popen(
+            [binary, "serve", "--demo", "--port", "0", *extra_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.log = []
+        self.port = None
+        ready = threading.Event()
+
+        def drain():  # keeps the pipe empty for the server's whole life
+            for line in self.proc.stderr:
+                self.log.append(line)
+                m = re.search(r"listening on http://[^:]+:(\d+)", line)
+                if m:
+                    self.port = int(m.group(1))
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=drain, daemon=True).start()
+        if not ready.wait(600) or self.port is None:
+            self.proc.kill()
+            if any("not available in this build" in line for line in self.log):
+                pytest.skip("this build's coserve has no serve command yet")
+            raise RuntimeError("server did not start:\n" + "".join(self.log))
+        self.url = f"http://127.0.0.1:{self.port}"
+        headers = {}
+        if "--api-key" in extra_args:
+            headers["Authorization"] = "Bearer " + extra_args[list(extra_args).index("--api-key") + 1]
+        self.model = httpx.get(self.url + "/v1/models", headers=headers).json()["data"][0]["id"]
+
+    def client(self, **kw):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"), max_retries=0, **kw)
+
+    def async_client(self):
+        return openai.AsyncOpenAI(base_url=self.url + "/v1", api_key="none", max_retries=0)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                return self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+def metric_value(text, name, labels=None):
+    """One sample's value from Prometheus text, parsed by prometheus_client."""
+    from prometheus_client.parser import text_string_to_metric_families
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if s.name == name and (labels is None or all(s.labels.get(k) == v for k, v in labels.items())):
+                return s.value
+    return None
+
+
+def wait_for(pred, timeout=1.0, step=0.02):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(step)
+    return pred()

@@ -1,0 +1,152 @@
+"""Completions and chat through the official openai client against `coserve serve --demo`."""
+import asyncio
+
+import httpx
+
+
+def test_models_and_health(server):
+    models = server.client().models.list()
+    assert [m.id for m in models.data] == [server.model]
+    assert httpx.get(server.url + "/health").status_code == 200
+    assert "version" in httpx.get(server.url + "/version").json()
+
+
+def test_completion_non_streaming(server):
+    r = server.client().completions.create(model=server.model, prompt="Hello, my name is", max_tokens=8,
+                                           temperature=0)
+    assert r.id.startswith("cmpl-")
+    assert r.object == "text_completion"
+    assert len(r.choices) == 1
+    assert r.choices[0].finish_reason in ("length", "stop")
+    assert r.usage.completion_tokens == 8 or r.choices[0].finish_reason == "stop"
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.usage.prompt_tokens > 0
+
+
+def test_completion_streaming_matches_non_streaming(server):
+    c = server.client()
+    full = c.completions.create(model=server.model, prompt="The sky is", max_tokens=10, temperature=0)
+    chunks = list(c.completions.create(model=server.model, prompt="The sky is", max_tokens=10, temperature=0,
+                                       stream=True))
+    text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+    assert text == full.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == full.choices[0].finish_reason
+
+
+def test_token_id_prompts_and_batches(server):
+    c = server.client()
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": "one two three"}).json()["tokens"]
+    a = c.completions.create(model=server.model, prompt=ids, max_tokens=4, temperature=0)
+    b = c.completions.create(model=server.model, prompt="one two three", max_tokens=4, temperature=0)
+    assert a.choices[0].text == b.choices[0].text
+    batch = c.completions.create(model=server.model, prompt=["a b", "c d"], max_tokens=3, temperature=0)
+    assert sorted(ch.index for ch in batch.choices) == [0, 1]
+    back = httpx.post(server.url + "/detokenize", json={"tokens": ids}).json()["prompt"]
+    assert "one two three" in back
+
+
+def test_chat_non_streaming_and_streaming(server):
+    c = server.client()
+    msgs = [{"role": "user", "content": "Say hi"}]
+    r = c.chat.completions.create(model=server.model, messages=msgs, max_tokens=6, temperature=0)
+    assert r.id.startswith("chatcmpl-")
+    assert r.object == "chat.completion"
+    assert r.choices[0].message.role == "assistant"
+    stream = list(c.chat.completions.create(model=server.model, messages=msgs, max_tokens=6, temperature=0,
+                                            stream=True))
+    assert stream[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in stream if ch.choices)
+    assert text == r.choices[0].message.content
+    assert stream[-1].choices[0].finish_reason == r.choices[0].finish_reason
+
+
+def test_chat_content_parts(server):
+    c = server.client()
+    a = c.chat.completions.create(model=server.model, max_tokens=4, temperature=0,
+                                  messages=[{"role": "user", "content": [{"type": "text", "text": "hello"}]}])
+    b = c.chat.completions.create(model=server.model, max_tokens=4, temperature=0,
+                                  messages=[{"role": "user", "content": "hello"}])
+    assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def test_n2(server):
+    r = server.client().completions.create(model=server.model, prompt="Once upon", max_tokens=5, n=2,
+                                           temperature=1.0, seed=3)
+    assert sorted(ch.index for ch in r.choices) == [0, 1]
+    assert r.usage.completion_tokens == sum(5 for _ in r.choices) or any(ch.finish_reason == "stop" for ch in r.choices)
+
+
+def test_stop_string(server):
+    c = server.client()
+    free = c.completions.create(model=server.model, prompt="Count: 1 2 3", max_tokens=12, temperature=0)
+    text = free.choices[0].text
+    if len(text) < 4:
+        return
+    stop = text[2:4]
+    r = c.completions.create(model=server.model, prompt="Count: 1 2 3", max_tokens=12, temperature=0, stop=[stop])
+    assert r.choices[0].finish_reason == "stop"
+    assert stop not in r.choices[0].text
+    assert text.startswith(r.choices[0].text)
+
+
+def test_logprobs(server):
+    c = server.client()
+    r = c.completions.create(model=server.model, prompt="A B C", max_tokens=4, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
+    assert all(x <= 0 for x in lp.token_logprobs)
+    assert all(len(t) >= 1 for t in lp.top_logprobs)
+    chat = c.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=3,
+                                     temperature=0, logprobs=True, top_logprobs=2)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == 3
+    assert all(len(e.top_logprobs) == 2 and e.logprob <= 0 for e in content)
+
+
+def test_usage_in_last_stream_chunk(server):
+    chunks = list(server.client().chat.completions.create(
+        model=server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True,
+        stream_options={"include_usage": True}))
+    last = chunks[-1]
+    assert last.choices == []
+    assert last.usage.completion_tokens == 5 or chunks[-2].choices[0].finish_reason == "stop"
+    assert all(ch.usage is None for ch in chunks[:-1])
+
+
+def test_raw_sse_bytes(server):
+    body = {"model": server.model, "prompt": "x", "max_tokens": 2, "stream": True}
+    with httpx.stream("POST", server.url + "/v1/completions", json=body) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        raw = b"".join(r.iter_raw())
+    events = raw.split(b"\n\n")
+    assert events[-1] == b""
+    assert events[-2] == b"data: [DONE]"
+    assert all(e.startswith(b"data: ") for e in events[:-1])
+
+
+def test_seed_reproducibility(server):
+    c = server.client()
+    kw = dict(model=server.model, prompt="Random words:", max_tokens=12, temperature=1.0, seed=1234)
+    a = c.completions.create(**kw).choices[0].text
+    b = c.completions.create(**kw).choices[0].text
+    assert a == b
+
+
+def test_64_concurrent_streams(server):
+    async def one(client, i):
+        text, finish = "", None
+        stream = await client.completions.create(model=server.model, prompt=f"Stream {i}:", max_tokens=8,
+                                                 temperature=0, stream=True)
+        async for ch in stream:
+            if ch.choices:
+                text += ch.choices[0].text
+                finish = ch.choices[0].finish_reason or finish
+        return text, finish
+
+    async def main():
+        client = server.async_client()
+        return await asyncio.gather(*(one(client, i) for i in range(64)))
+
+    results = asyncio.run(main())
+    assert len(results) == 64
+    assert all(f in ("length", "stop") for _, f in results)

@@ -1,0 +1,89 @@
+"""Hard edges: disconnect aborts, overload, metrics, API key, graceful shutdown."""
+import asyncio
+import socket
+import time
+
+import httpx
+import openai
+import pytest
+
+from conftest import Server, metric_value, wait_for
+
+
+def test_metrics_parse(server):
+    server.client().completions.create(model=server.model, prompt="warm up", max_tokens=3)
+    text = httpx.get(server.url + "/metrics").text
+    from prometheus_client.parser import text_string_to_metric_families
+    names = {f.name for f in text_string_to_metric_families(text)}
+    for n in ["coserve_num_requests_running", "coserve_num_requests_waiting", "coserve_kv_blocks_free",
+              "coserve_kv_blocks_total", "coserve_kv_cache_usage_perc", "coserve_prefix_cache_queries",
+              "coserve_prefix_cache_hits", "coserve_prompt_tokens", "coserve_generation_tokens",
+              "coserve_time_to_first_token_seconds", "coserve_inter_token_latency_seconds",
+              "coserve_e2e_request_latency_seconds", "coserve_request_queue_time_seconds",
+              "coserve_request_success"]:
+        assert n in names, n
+    assert metric_value(text, "coserve_generation_tokens_total") >= 3
+    assert metric_value(text, "coserve_time_to_first_token_seconds_count") >= 1
+
+
+def test_disconnect_aborts_within_one_second(server):
+    def aborted():
+        return metric_value(httpx.get(server.url + "/metrics").text, "coserve_request_success_total",
+                            {"finished_reason": "abort"}) or 0
+
+    before = aborted()
+    body = (b'{"model":"%s","prompt":"Tell a long story","max_tokens":1000,"ignore_eos":true,"stream":true}'
+            % server.model.encode())
+    s = socket.create_connection(("127.0.0.1", server.port))
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    s.close()
+    assert wait_for(lambda: aborted() > before, timeout=1.0)
+    text = httpx.get(server.url + "/metrics").text
+    assert wait_for(lambda: metric_value(httpx.get(server.url + "/metrics").text,
+                                         "coserve_num_requests_running") == 0, timeout=2.0)
+    assert metric_value(text, "coserve_http_client_disconnects_total") >= 1
+
+
+def test_overload_answers_fast_and_accepted_complete():
+    s = Server("--max-num-seqs", "1", "--max-waiting-requests", "1")
+    try:
+        async def one(client):
+            try:
+                r = await client.completions.create(model=s.model, prompt="overload", max_tokens=32,
+                                                    temperature=0, extra_body={"ignore_eos": True})
+                return ("ok", r.usage.completion_tokens)
+            except openai.RateLimitError:
+                return ("429", 0)
+            except openai.InternalServerError as e:
+                return (str(e.status_code), 0)
+
+        async def main():
+            client = s.async_client()
+            t0 = time.monotonic()
+            res = await asyncio.gather(*(one(client) for _ in range(16)))
+            return res, time.monotonic() - t0
+
+        res, _ = asyncio.run(main())
+        kinds = [k for k, _ in res]
+        assert kinds.count("ok") >= 1
+        assert any(k in ("429", "503") for k in kinds)
+        assert all(n == 32 for k, n in res if k == "ok")
+    finally:
+        assert s.stop() == 0
+
+
+def test_api_key_and_sigint_exit_zero():
+    s = Server("--api-key", "k123")
+    try:
+        r = httpx.post(s.url + "/v1/completions", json={"model": s.model, "prompt": "x", "max_tokens": 1})
+        assert r.status_code == 401
+        assert r.json()["error"]["message"]
+        with pytest.raises(openai.AuthenticationError):
+            s.client(api_key="wrong").completions.create(model=s.model, prompt="x", max_tokens=1)
+        ok = s.client(api_key="k123").completions.create(model=s.model, prompt="x", max_tokens=2)
+        assert ok.usage.completion_tokens >= 1
+        assert httpx.get(s.url + "/health").status_code == 200
+    finally:
+        assert s.stop() == 0
