@@ -1,6 +1,7 @@
 // A small custom actor graph embedded in an application: lines go to a splitter, words are
 // counted by a counter, and a reporter asks for the totals. Writes a Chrome trace (Perfetto).
 //   build/examples/word_count_graph [trace.json]
+#include <algorithm>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -27,6 +28,9 @@ struct line {
   uint64_t request_id;
   std::string text;
 };
+struct flush {  // replies once every earlier line has been split and its words sent on
+  using reply_type = bool;
+};
 
 // ---- actors ----
 struct counter {
@@ -42,8 +46,9 @@ struct counter {
 };
 
 struct splitter {
-  using messages = rt::message_list<line>;
+  using messages = rt::message_list<line, flush>;
   rt::actor_ref<counter> out;
+  bool handle(flush&) { return true; }  // mailboxes are FIFO: earlier lines are done
   // A coroutine handler: waits for mailbox space instead of failing when the counter is busy.
   asio::awaitable<void> handle(line& l) {
     std::istringstream in(l.text);
@@ -69,8 +74,9 @@ int main(int argc, char** argv) {
 
   // Ask from a coroutine running on the runtime's pool.
   auto top = asio::co_spawn(sys.executor(), [&]() -> asio::awaitable<top_words::reply_type> {
-    // Ordering across actors is not FIFO: wait until the splitter has drained, then ask.
-    while (split.queued() != 0) co_await asio::post(sys.executor(), asio::use_awaitable);
+    // Each mailbox is FIFO, but two actors are not ordered with each other: first make sure the
+    // splitter has sent every word on, then ask the counter (our ask queues behind those words).
+    co_await split.ask(flush{});
     auto r = co_await count.ask(top_words{3});
     co_return r.ok() ? *r : top_words::reply_type{};
   }, asio::use_future).get();

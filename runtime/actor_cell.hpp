@@ -243,8 +243,10 @@ class actor_cell final : public cell_base {
       if (!scheduled_.exchange(true, std::memory_order_acq_rel)) schedule();
       return;
     }
-    if (mailbox_.closed()) {
-      // Closed and nothing left: the behavior is released on this thread, then waiters run.
+    if (mailbox_.drained()) {
+      // Closed and everything accepted before the close handled (a sender that claimed a slot
+      // but has not published it yet notifies us after publishing, so waiting idle is safe):
+      // the behavior is released on this thread, then waiters run.
       if (!scheduled_.exchange(true, std::memory_order_acq_rel)) {
         behavior_.reset();
         signal_drained();

@@ -8,7 +8,9 @@
 // after it has made room (wake_space_waiters, called once per batch), and the sender retries.
 //
 // Close: after close(), try_push returns send_status::closed; values already queued stay and are
-// drained by the consumer (graceful shutdown). Space waiters are woken so they can see `closed`.
+// drained by the consumer (graceful shutdown). The close is atomic with respect to pushes (it is a
+// bit of the ring's tail, see mpsc_queue.hpp): a push that returned `ok` is always handed to the
+// consumer, even when it raced with close(). Space waiters are woken so they can see `closed`.
 #pragma once
 
 #include <atomic>
@@ -44,18 +46,21 @@ class mailbox {
 
   std::size_t capacity() const noexcept { return ring_.capacity(); }
   std::size_t size_approx() const noexcept { return ring_.size_approx(); }
-  bool closed() const noexcept { return closed_.load(std::memory_order_acquire); }
+  bool closed() const noexcept { return ring_.closed(); }
 
   // Producer side.
   template <class U>
   send_status try_push(U&& value) {
-    // acquire: pairs with close()'s release; a sender that sees `closed` sees everything before it.
-    if (closed_.load(std::memory_order_acquire)) return send_status::closed;
-    return ring_.try_push(std::forward<U>(value)) ? send_status::ok : send_status::full;
+    switch (ring_.try_push(std::forward<U>(value))) {
+      case push_result::ok: return send_status::ok;
+      case push_result::full: return send_status::full;
+      case push_result::closed: break;
+    }
+    return send_status::closed;
   }
 
   void close() noexcept {
-    closed_.store(true, std::memory_order_release);
+    ring_.close();
     wake_all();
   }
 
@@ -78,6 +83,8 @@ class mailbox {
   // Consumer side.
   std::optional<E> try_pop() { return ring_.try_pop(); }
   bool empty() const noexcept { return ring_.empty(); }
+  // Consumer side: closed and everything accepted before the close has been popped.
+  bool drained() const noexcept { return ring_.drained(); }
 
   // Consumer side, after a batch that popped something: wakes senders waiting for space.
   // One RMW per batch when nobody waits.
@@ -109,7 +116,6 @@ class mailbox {
   }
 
   mpsc_queue<E> ring_;
-  std::atomic<bool> closed_{false};
   // Low bits: batches popped (wraps harmlessly); top bit: a sender waits for space.
   static constexpr uint64_t k_waiter_flag = uint64_t(1) << 63;
   std::atomic<uint64_t> word_{0};

@@ -13,9 +13,14 @@
 //   try_pop, size_approx, empty  — consumer side (one thread at a time; the actor runtime
 //              guarantees it: a mailbox is drained only by the thread running its actor).
 //   size_approx may also be read by producers: it is then only a hint.
-// Full: try_push returns false and leaves `value` untouched; what the sender sees next is decided
-// by the mailbox above (an error, or waiting for space).
-// Close semantics live in the mailbox (mailbox.hpp), not here: the ring itself never closes.
+// Full: try_push returns push_result::full and leaves `value` untouched; what the sender sees
+// next is decided by the mailbox above (an error, or waiting for space).
+// Close: close() sets the top bit of `tail_`. A producer's claim is a CAS on `tail_`, so every
+// claim is ordered against the close in tail_'s modification order: a claim before it succeeded
+// (its value will be published and must be consumed), a claim after it fails with `closed`.
+// After close the number of claimed positions is frozen, so the consumer knows exactly when it
+// has consumed everything (drained()); a claimed-but-unpublished slot is never mistaken for the
+// end of the queue.
 //
 // A producer that claimed a position but has not yet published it makes the consumer see the
 // queue as empty at that slot (try_pop returns nullopt) even if later slots are published; the
@@ -37,6 +42,8 @@ namespace coserve::rt {
 
 inline constexpr std::size_t k_cache_line = 64;
 
+enum class push_result : uint8_t { ok, full, closed };
+
 template <class T>
 class mpsc_queue {
  public:
@@ -55,13 +62,14 @@ class mpsc_queue {
 
   std::size_t capacity() const noexcept { return mask_ + 1; }
 
-  // Producer side. Returns false (value not moved from) when the ring is full.
+  // Producer side. `value` is moved from only when the result is `ok`.
   template <class U>
-  bool try_push(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
-    // relaxed: the CAS below is what orders producers among themselves; the slot's seq (acquire)
-    // is what orders us after the consumer's release of that slot.
+  push_result try_push(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>) {
+    // relaxed: the CAS below is what orders producers among themselves (and against close());
+    // the slot's seq (acquire) is what orders us after the consumer's release of that slot.
     std::size_t pos = tail_.load(std::memory_order_relaxed);
     for (;;) {
+      if (pos & k_closed) return push_result::closed;
       slot& s = slots_[pos & mask_];
       // acquire: pairs with the consumer's release store of seq in try_pop, so the consumer's
       // destruction of the previous value happens-before our construction of the new one.
@@ -73,11 +81,11 @@ class mpsc_queue {
           ::new (static_cast<void*>(s.storage)) T(std::forward<U>(value));
           // release: publishes the constructed value to the consumer's acquire load.
           s.seq.store(pos + 1, std::memory_order_release);
-          return true;
+          return push_result::ok;
         }
-        // CAS failure reloaded pos; retry.
+        // CAS failure reloaded pos (possibly with the closed bit); retry.
       } else if (diff < 0) {
-        return false;  // the slot still holds the value from one lap ago: full
+        return push_result::full;  // the slot still holds the value from one lap ago
       } else {
         pos = tail_.load(std::memory_order_relaxed);  // another producer moved on; catch up
       }
@@ -101,6 +109,22 @@ class mpsc_queue {
     return out;
   }
 
+  // Any thread. Later claims fail with `closed`; claims made before stay and are consumed.
+  // relaxed: the claim count is ordered by tail_'s modification order alone; the values are
+  // published through each slot's seq.
+  void close() noexcept { tail_.fetch_or(k_closed, std::memory_order_relaxed); }
+
+  // Any thread.
+  bool closed() const noexcept { return tail_.load(std::memory_order_relaxed) & k_closed; }
+
+  // Consumer side: closed, and every position claimed before the close has been popped.
+  // relaxed: see close(); a load that does not yet see the closed bit answers false, and the
+  // consumer asks again when close() notifies it.
+  bool drained() const noexcept {
+    const std::size_t t = tail_.load(std::memory_order_relaxed);
+    return (t & k_closed) && (t & ~k_closed) == head_;
+  }
+
   // Consumer side: true when the next slot holds no published value.
   bool empty() const noexcept {
     return slots_[head_ & mask_].seq.load(std::memory_order_acquire) != head_ + 1;
@@ -108,7 +132,7 @@ class mpsc_queue {
 
   // Any thread: number of claimed-but-not-popped positions (a hint; exact when quiescent).
   std::size_t size_approx() const noexcept {
-    const std::size_t t = tail_.load(std::memory_order_relaxed);
+    const std::size_t t = tail_.load(std::memory_order_relaxed) & ~k_closed;
     const std::size_t h = head_copy_.load(std::memory_order_relaxed);
     return t >= h ? t - h : 0;
   }
@@ -119,6 +143,7 @@ class mpsc_queue {
     alignas(T) unsigned char storage[sizeof(T)];
   };
 
+  static constexpr std::size_t k_closed = std::size_t(1) << (sizeof(std::size_t) * 8 - 1);
   const std::size_t mask_;
   std::unique_ptr<slot[]> slots_;
   alignas(k_cache_line) std::atomic<std::size_t> tail_{0};   // producers
