@@ -182,10 +182,21 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     if (window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
   }
 
+  // RoPE: `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5, which also moves
+  // rope_theta inside it). Both hold rope_type (or the older `type`) and the llama3 fields.
   element rs;
-  if (!o["rope_scaling"].get(rs) && !rs.is_null()) {
+  const char* rope_key = "rope_scaling";
+  bool have_rope = false;
+  if (!o["rope_parameters"].get(rs) && !rs.is_null()) {
+    rope_key = "rope_parameters";
+    have_rope = true;
+  } else if (!o["rope_scaling"].get(rs) && !rs.is_null()) {
+    have_rope = true;
+  }
+  if (have_rope) {
     object r;
-    if (rs.get_object().get(r)) return config_error(origin, "rope_scaling must be an object");
+    if (rs.get_object().get(r)) return config_error(origin, std::string(rope_key) + " must be an object");
+    if (!get_float(r, "rope_theta", c.rope_theta, err)) return config_error(origin, std::string(rope_key) + ": " + err);
     std::string type = get_string(r, "rope_type");
     if (type.empty()) type = get_string(r, "type");
     if (type == "llama3") {
@@ -195,11 +206,12 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
           !get_float(r, "high_freq_factor", c.rope_scaling.high_freq_factor, err) ||
           !get_int(r, "original_max_position_embeddings",
                    c.rope_scaling.original_max_position_embeddings, err))
-        return config_error(origin, "rope_scaling: " + err);
+        return config_error(origin, std::string(rope_key) + ": " + err);
       if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
-        return config_error(origin, "rope_scaling: high_freq_factor must exceed low_freq_factor");
+        return config_error(origin, std::string(rope_key) + ": high_freq_factor must exceed low_freq_factor");
     } else if (type != "default" && !type.empty()) {
-      return config_error(origin, "unsupported rope_scaling type '" + type + "' (supported: default, llama3)");
+      return config_error(origin, "unsupported " + std::string(rope_key) + " type '" + type +
+                                      "' (supported: default, llama3)");
     }
   }
 

@@ -23,8 +23,9 @@ class executor {
  public:
   virtual ~executor() = default;
   // Registers new_seqs, applies block_copies, runs the forward pass, samples every scheduled
-  // sequence with sample == true, then drops the state of `finished`. An error leaves the KV
-  // contents of this step's slots unspecified; sequence state is unchanged.
+  // sequence with sample == true, then drops the state of `finished`. On an error the step's
+  // new_seqs stay registered, the KV contents of its slots are unspecified, and no running
+  // sequence's sampling state has advanced.
   virtual result<step_result> execute(const step_plan& plan) = 0;
   virtual executor_info info() const = 0;
 };

@@ -57,6 +57,20 @@ TEST_CASE("config: the older 'type' key, head_dim, qwen2 bias, mistral window", 
   CHECK(bias->o_bias);
 }
 
+TEST_CASE("config: transformers 5 rope_parameters (theta inside)", "[model][config]") {
+  auto c = parse_model_config(with(with(k_llama, "\"rope_scaling\":{", "\"rope_parameters\":{\"rope_theta\":123.0,"),
+                                   "\"rope_theta\":500000.0,", ""), "c");
+  REQUIRE(c.ok());
+  CHECK(c->rope_theta == 123.0f);
+  CHECK(c->rope_scaling.kind == rope_kind::llama3);
+  auto d = parse_model_config(with(k_llama, "\"rope_scaling\":{\"rope_type\":\"llama3\",",
+                                   "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":7.0},\"x\":{"), "c");
+  REQUIRE(d.ok());
+  CHECK(d->rope_scaling.kind == rope_kind::standard);
+  CHECK(d->rope_theta == 7.0f);
+  CHECK_FALSE(parse_model_config(with(k_llama, "\"rope_scaling\":{", "\"rope_scaling\":3,\"y\":{"), "c").ok());
+}
+
 TEST_CASE("config: unsupported or malformed configs are clear errors", "[model][config]") {
   auto arch = parse_model_config(with(k_llama, "LlamaForCausalLM", "GPTNeoXForCausalLM"), "dir/config.json");
   REQUIRE_FALSE(arch.ok());
