@@ -27,7 +27,11 @@ std::string lowercase(const std::string& s) {
   for (std::size_t i = 0; i < s.size();) {
     std::size_t n = utf8::decode(s, i, cp);
     if (n == 0) return out;
-    utf8::append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
+    if (cp == 0x130) {
+      out += "i\xCC\x87";  // the one full (multi-code-point) lowercase mapping: U+0130 -> i + U+0307
+    } else {
+      utf8::append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
+    }
     i += n;
   }
   return out;

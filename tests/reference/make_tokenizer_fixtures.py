@@ -66,6 +66,7 @@ CORPUS = [
     "https://example.com/path?query=1&b=two#frag user@example.org",
     "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝕄𝕒𝕥𝕙 ∀x∈ℝ: x²≥0 ∑ ∫ √ ∞",
     "\u0000 control \u0001\u0002 chars \u007f",
+    "case: İstanbul ΣΑΣ ǅ Ⅻ ẞ ＡＢ",
 ]
 
 INVALID_UTF8 = [
