@@ -13,6 +13,7 @@
 #include "gpu/kernels.hpp"
 #include "gpu/kv_cache_sizing.hpp"
 #include "gpu/launch_params.hpp"
+#include "gpu/logit_edit.hpp"
 #include "gpu/rope_freqs.hpp"
 #include "gpu/stream.hpp"
 
@@ -45,10 +46,7 @@ class metadata_packer {
   size_t used_ = 0;
 };
 
-bool sampling_supported(const sampling_params& p) {
-  return p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
-         p.logit_bias.empty() && p.min_tokens == 0 && p.logprobs <= 0;
-}
+bool sampling_supported(const sampling_params& p) { return p.logprobs <= 0; }
 
 class gpu_executor final : public executor {
  public:
@@ -60,8 +58,16 @@ class gpu_executor final : public executor {
   struct seq_state {
     sampling_params params;
     uint64_t seed = 0;
-    uint64_t generated = 0;
+    int32_t generated = 0;
     int32_t last_token = -1;
+    std::unordered_map<int32_t, int32_t> seen;       // prompt + output tokens (repetition penalty)
+    std::unordered_map<int32_t, int32_t> out_count;  // output token -> count (presence/frequency)
+    void accept(int32_t t) {
+      seen[t] = 1;
+      ++out_count[t];
+      ++generated;
+      last_token = t;
+    }
   };
   // Device addresses of this step's metadata (inside meta_dev_).
   struct step_meta {
@@ -69,6 +75,8 @@ class gpu_executor final : public executor {
     const attn_work_item* work;
     const attn_merge_item* merges;
     const sample_row_params* params;
+    const logit_edit* edits;
+    int32_t num_edits;
   };
   gpu_executor() = default;
   result<void> allocate_buffers();
@@ -85,6 +93,7 @@ class gpu_executor final : public executor {
   int64_t kv_layer_elems_ = 0;  // elements of one layer's K (== V) cache
   int32_t num_sms_ = 0;
   std::unordered_map<seq_id_t, seq_state> seqs_;
+  std::vector<int32_t> eos_ids_;  // generation_config eos ids, else config.json's (min_tokens masking)
 };
 
 
@@ -122,8 +131,11 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     auto w = upload_weights(*hw, e->stream_.get(), o.progress);
     if (!w) return std::move(w).err();
     e->w_ = std::move(w.value());
+    auto gen = load_generation_config(o.model_dir);
+    if (gen) e->eos_ids_ = gen->eos_token_ids;
   }
   const model_config& c = e->w_.config;
+  if (e->eos_ids_.empty()) e->eos_ids_ = c.eos_token_ids;
   if (c.num_attention_heads % c.num_key_value_heads != 0 ||
       !attention_supported(c.num_attention_heads / c.num_key_value_heads, c.head_dim))
     return make_error("unsupported", "gpu: attention supports head_dim 64/128 and GQA ratios up to 32");
@@ -201,9 +213,13 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(opts_.device), "cudaSetDevice"));
   for (const new_seq& n : plan.new_seqs) {
     if (!sampling_supported(n.params))
-      return make_error("unsupported", "gpu: penalties, logit_bias, min_tokens and top logprobs are not supported yet");
-    seqs_[n.seq_id] = seq_state{n.params, n.seed, uint64_t(n.output_ids.size()),
-                                n.output_ids.empty() ? -1 : n.output_ids.back()};
+      return make_error("unsupported", "gpu: top logprobs (logprobs > 0) are not supported yet");
+    seq_state st;
+    st.params = n.params;
+    st.seed = n.seed;
+    for (int32_t t : n.prompt_ids) st.seen[t] = 1;
+    for (int32_t t : n.output_ids) st.accept(t);
+    seqs_[n.seq_id] = std::move(st);
   }
   cudaStream_t s = stream_.get();
   // Copy-on-write block copies, every layer, K and V, before the forward.
@@ -248,9 +264,12 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
     if (p.num_tokens > opts_.max_num_tokens || int32_t(p.sample_tokens.size()) > opts_.max_num_seqs)
       return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
     std::vector<sample_row_params> sp;
-    for (int32_t si : p.sample_seqs) {
-      const seq_state& st = seqs_.at(plan.seqs[size_t(si)].seq_id);
-      sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed, st.generated});
+    std::vector<logit_edit> edits;
+    for (size_t row = 0; row < p.sample_seqs.size(); ++row) {
+      const seq_state& st = seqs_.at(plan.seqs[size_t(p.sample_seqs[row])].seq_id);
+      sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
+                    uint64_t(st.generated)});
+      append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, st.generated, eos_ids_, c.vocab_size, edits);
     }
     metadata_packer pk(meta_host_);
     size_t off[11];
@@ -263,7 +282,8 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
     auto ow = pk.add(p.work);
     auto om = pk.add(p.merges);
     auto op = pk.add(sp);
-    if (!ow || !om || !op) return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
+    auto oe = pk.add(edits);
+    if (!ow || !om || !op || !oe) return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
     off[8] = *ow;
     off[9] = *om;
     off[10] = *op;
@@ -275,7 +295,8 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
                 reinterpret_cast<const int32_t*>(d + off[4]), reinterpret_cast<const int32_t*>(d + off[5]),
                 reinterpret_cast<const int32_t*>(d + off[6]), reinterpret_cast<const int32_t*>(d + off[7]),
                 reinterpret_cast<const attn_work_item*>(d + off[8]), reinterpret_cast<const attn_merge_item*>(d + off[9]),
-                reinterpret_cast<const sample_row_params*>(d + off[10])};
+                reinterpret_cast<const sample_row_params*>(d + off[10]), reinterpret_cast<const logit_edit*>(d + *oe),
+                int32_t(edits.size())};
     COSERVE_CUDA_TRY(forward(p, m));
 
     const size_t S = p.sample_tokens.size();
@@ -283,9 +304,6 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
     const size_t V = size_t(c.vocab_size);
-    if (opts_.return_logits)
-      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + size_t(opts_.max_num_seqs) * 8, logits_.get(), S * V * 4,
-                                                  cudaMemcpyDeviceToHost, s), "logits"));
     // The metadata staging buffer is reused next step, so the host waits here (see the header).
     COSERVE_CUDA_TRY(stream_.synchronize());
     const int32_t* toks = reinterpret_cast<const int32_t*>(h);
@@ -299,9 +317,7 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
         const float* row = reinterpret_cast<const float*>(h + size_t(opts_.max_num_seqs) * 8) + i * V;
         so.logits.assign(row, row + V);
       }
-      seq_state& st = seqs_.at(so.seq_id);
-      st.last_token = so.token;
-      ++st.generated;
+      seqs_.at(so.seq_id).accept(so.token);
       out.outputs.push_back(std::move(so));
     }
   }
@@ -345,6 +361,12 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m) {
                                   eps, true, s));
   COSERVE_CUDA_TRY(gemm_.run(logits_.get(), gemm_out::f32, final_.as<bf16>(), static_cast<const bf16*>(w_.lm_head_data()),
                              nullptr, S, c.vocab_size, H, s));
+  // Raw logits (before penalties/bias) go out now, in stream order ahead of the in-place edits.
+  if (opts_.return_logits)
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(out_host_.as<char>() + size_t(opts_.max_num_seqs) * 8, logits_.get(),
+                                                size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
+                                "logits"));
+  COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s));
   return launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S, c.vocab_size, s);
 }
 

@@ -10,9 +10,11 @@
 // Per step the host builds the batch metadata once (gpu/batch_plan.hpp), packs it into one pinned
 // buffer and uploads it with one copy; every layer's kernels read it from there.
 //
-// Not yet on the device: repetition/presence/frequency penalties, logit_bias, min_tokens masking
-// and top-N logprobs (execute() returns "unsupported" for requests that ask for them, rather
-// than sampling differently from the CPU executor).
+// Sampling follows the CPU sampler's order: logit_bias, min_tokens masking and the repetition /
+// presence / frequency penalties as sparse edits (gpu/logit_edit.hpp), then temperature, top-k,
+// top-p, min-p and a seeded draw (gpu/kernels/sampling.cuh). Seeded draws use a different random
+// stream than the CPU executor, so only greedy output is expected to match it token for token.
+// Not yet on the device: top-N logprobs (logprobs > 0 is answered with "unsupported").
 #pragma once
 
 #include <cstdint>

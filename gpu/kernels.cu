@@ -4,6 +4,7 @@
 #include "gpu/kernels/attention.cuh"
 #include "gpu/kernels/dummy_init.cuh"
 #include "gpu/kernels/embedding.cuh"
+#include "gpu/kernels/logit_edits.cuh"
 #include "gpu/kernels/rmsnorm.cuh"
 #include "gpu/kernels/rope_kv.cuh"
 #include "gpu/kernels/sampling.cuh"

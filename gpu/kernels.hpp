@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "gpu/batch_plan.hpp"
+#include "gpu/logit_edit.hpp"
 #include "gpu/sample_row_params.hpp"
 #include "runtime/expected.hpp"
 
@@ -81,10 +82,15 @@ result<void> launch_silu_mul(bf16* out, const bf16* gate_up, int32_t num_tokens,
 // Parameters per row: gpu/sample_row_params.hpp. temperature <= 0: greedy (lowest index among ties). Otherwise x = logits /
 // temperature, keep the top_k largest (ties kept; <= 0 disables), then the smallest set of largest
 // values whose mass is >= top_p of what is left (ties kept), then x >= max + log(min_p); draw by
-// Gumbel-max with uniform01(seed, counter, token). logprob = log_softmax(x)[token] over the
-// full vocabulary (raw logits when greedy).
+// Gumbel-max with uniform01(seed, counter, token). logprob = log_softmax over the kept set (the
+// CPU sampler's "log_softmax of the processed row"); greedy: over the whole row, no temperature.
 result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float* logits,
                            const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream);
+
+// ---- logit_edits.cuh ---------------------------------------------------------------------------
+// logits[e.row, e.token] = apply_logit_edit(logits[e.row, e.token], e) for each of n edits, unique
+// per (row, token). logits [rows, vocab] fp32. Runs before launch_sample.
+result<void> launch_logit_edits(float* logits, const logit_edit* edits, int32_t n, int32_t vocab, cudaStream_t stream);
 
 // ---- dummy_init.cuh -----------------------------------------------------------------------------
 // Fills n bf16 values with uniform(-scale, scale) from uniform01(seed, 0, index): random weights for

@@ -43,7 +43,7 @@ __device__ arg_best block_argmax(arg_best x, arg_best* scratch) {
 __device__ __forceinline__ uint32_t key_of(float f) { return float_order_key(__float_as_uint(f)); }
 
 // ---- kernels ----
-// One block (1024 threads) per row.
+// One block (1024 threads) per row. Rows may hold -inf (masked by logit edits).
 __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_tok, float* __restrict__ out_lp,
                                                       const float* __restrict__ logits,
                                                       const sample_row_params* __restrict__ params, int32_t vocab) {
@@ -58,10 +58,6 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
   float mx = -INFINITY;
   for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, x[i] * inv_t);
   mx = block_max(mx, scratch);
-  float z = 0.0f;
-  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) z += expf(x[i] * inv_t - mx);
-  z = block_sum(z, scratch);
-  const float log_z = logf(z);
 
   uint32_t thr = 0;  // keep key(x * inv_t) >= thr
   if (!greedy) {
@@ -99,6 +95,14 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
     }
     if (p.min_p > 0.0f) thr = max(thr, key_of(mx + logf(p.min_p)));
   }
+
+  // log-normalizer over the kept set: logprobs are those of the processed (truncated) row.
+  float z = 0.0f;
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+    const float v = x[i] * inv_t;
+    z += key_of(v) >= thr ? expf(v - mx) : 0.0f;
+  }
+  const float log_z = logf(block_sum(z, scratch));
 
   arg_best b{-INFINITY, 0x7fffffff};
   for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {

@@ -1,6 +1,6 @@
 // CPU reference of device sampling (gpu/kernels/sampling.cuh), written the direct way: sort the
 // scaled logits, cut top-k / top-p / min-p on the sorted list (ties at a cut kept), then Gumbel-max
-// with the same counter-based uniforms. Same contract as launch_sample.
+// with the same counter-based uniforms; logprob over the kept set. Same contract as launch_sample.
 #pragma once
 
 #include <algorithm>
@@ -25,16 +25,14 @@ inline sample_out sample_ref(const float* x, int32_t vocab, const sample_row_par
   std::vector<float> v(static_cast<size_t>(vocab));
   for (int32_t i = 0; i < vocab; ++i) v[size_t(i)] = x[i] * inv_t;
   const float mx = *std::max_element(v.begin(), v.end());
-  double z = 0.0;
-  for (float f : v) z += std::exp(double(f) - mx);
-  const double log_z = std::log(z);
+  float thr = -INFINITY;  // kept: v >= thr
   int32_t best = 0;
   if (greedy) {
     best = int32_t(std::max_element(v.begin(), v.end()) - v.begin());  // first maximum
   } else {
     std::vector<float> sorted = v;
     std::sort(sorted.begin(), sorted.end(), std::greater<float>());
-    float thr = sorted.back();
+    thr = sorted.back();
     if (p.top_k > 0 && p.top_k < vocab) thr = sorted[size_t(p.top_k) - 1];
     if (p.top_p < 1.0f) {
       double total = 0.0;
@@ -60,7 +58,10 @@ inline sample_out sample_ref(const float* x, int32_t vocab, const sample_row_par
       }
     }
   }
-  return {best, float(double(v[size_t(best)]) - mx - log_z)};
+  double z = 0.0;
+  for (float f : v)
+    if (f >= thr) z += std::exp(double(f) - mx);
+  return {best, float(double(v[size_t(best)]) - mx - std::log(z))};
 }
 
 }  // namespace coserve::gpu::ref

@@ -62,3 +62,38 @@ TEST_CASE("sampling kernel: seeded draws are reproducible, counters change them"
   for (int s : seen) distinct += s > 0;
   CHECK(distinct > 30);  // 256 uniform draws over 50 ids hit most of them
 }
+
+TEST_CASE("logit edits kernel and sampling over masked rows", "[gpu][sampling]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int32_t vocab = 5000, rows = 3;
+  std::mt19937 g{11};
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(size_t(rows) * vocab);
+  for (auto& x : logits) x = nd(g);
+  std::vector<logit_edit> edits;
+  for (int32_t r = 0; r < rows; ++r)
+    for (int32_t t = r; t < vocab; t += 97)
+      edits.push_back({r, t, 0.5f * float(t % 3), 1.3f, 0.2f * float(t % 2), t % 5 == 0 ? 1 : 0});
+  auto d_logits = upload(logits), d_edits = upload(edits);
+  REQUIRE(launch_logit_edits(d_logits.as<float>(), d_edits.as<logit_edit>(), int32_t(edits.size()), vocab, nullptr).ok());
+  auto got = download<float>(d_logits, logits.size());
+  for (const auto& e : edits) {
+    auto& l = logits[size_t(e.row) * vocab + size_t(e.token)];
+    l = apply_logit_edit(l, e);
+  }
+  CHECK(got == logits);
+  std::vector<sample_row_params> params{{0.0f, 1.0f, 0.0f, 0, 1, 0}, {1.0f, 0.9f, 0.0f, 0, 2, 1}, {0.7f, 1.0f, 0.1f, 40, 3, 2}};
+  auto d_params = upload(params);
+  auto d_tok = device_buffer::allocate(size_t(rows) * 4), d_lp = device_buffer::allocate(size_t(rows) * 4);
+  REQUIRE((d_tok.ok() && d_lp.ok()));
+  REQUIRE(launch_sample(d_tok->as<int32_t>(), d_lp->as<float>(), d_logits.as<float>(), d_params.as<sample_row_params>(),
+                        rows, vocab, nullptr).ok());
+  auto tok = download<int32_t>(*d_tok, size_t(rows));
+  auto lp = download<float>(*d_lp, size_t(rows));
+  for (int32_t r = 0; r < rows; ++r) {
+    auto e = ref::sample_ref(logits.data() + size_t(r) * vocab, vocab, params[size_t(r)]);
+    CHECK(tok[size_t(r)] == e.token);
+    CHECK(lp[size_t(r)] == Approx(e.logprob).margin(1e-3));
+    CHECK(std::isfinite(logits[size_t(r) * vocab + size_t(tok[size_t(r)])]));
+  }
+}
