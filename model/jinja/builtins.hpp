@@ -1,0 +1,36 @@
+// Built-in filters, tests, globals and Python methods of the chat-template interpreter, with the
+// semantics of jinja2 3.1 under ImmutableSandboxedEnvironment (methods that mutate lists or dicts
+// are refused as unsafe, as there).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "model/jinja/jvalue.hpp"
+
+namespace coserve::jinja {
+
+// Applies filter `name` to `subject`. Errors raise template_error.
+jvalue apply_filter(std::string_view name, const jvalue& subject, const call_args& args);
+// Evaluates test `name` (`x is name(args)`).
+bool apply_test(std::string_view name, const jvalue& subject, const call_args& args);
+bool is_known_test(std::string_view name);
+// `obj.name`: dict key (or a dict/str/list method), namespace attribute; undefined when missing.
+jvalue get_attr(const jvalue& obj, std::string_view name);
+// `obj[key]`: key first, then attribute, as jinja2's getitem.
+jvalue get_item(const jvalue& obj, const jvalue& key);
+// Python iteration: list items, dict keys, string characters (UTF-8 code points).
+std::vector<jvalue> iterate(const jvalue& v);
+// Python `in`.
+bool contains(const jvalue& container, const jvalue& item);
+// tojson as Hugging Face defines it (json.dumps with ensure_ascii=False by default).
+std::string to_json_text(const jvalue& v, const call_args& args);
+
+}  // namespace coserve::jinja
+
+namespace coserve::jinja {
+// Python's `fmt % args` for %s %r %d %i %f %x %% with flags/width/precision.
+std::string percent_format(const std::string& fmt, const jvalue& args);
+// UTF-8 code points of s, each as its own string (Python indexes strings by code point).
+std::vector<std::string> code_points(std::string_view s);
+}  // namespace coserve::jinja

@@ -1,0 +1,48 @@
+// Hugging Face chat templates: parse once, render many times. Semantics follow Python jinja2 as
+// transformers' apply_chat_template configures it (ImmutableSandboxedEnvironment, trim_blocks,
+// lstrip_blocks, loopcontrols, tojson without HTML escaping, raise_exception, strftime_now, the
+// {% generation %} tag). A parsed template is immutable: render() may run on several threads.
+#pragma once
+
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "model/json/value.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve {
+
+namespace jinja { struct node; }
+
+class chat_template {
+ public:
+  // Syntax errors (and unknown filters, as jinja2 reports them at compile time) come back as
+  // errors with code "template_syntax".
+  static result<chat_template> parse(std::string source);
+
+  // context: an object whose members become template variables (messages, tools,
+  // add_generation_prompt, bos_token, eos_token, ...). raise_exception(msg) in the template gives
+  // an error with code "template_error" and message msg; other run-time errors (undefined
+  // attribute access, type errors) also use code "template_error".
+  result<std::string> render(const json::value& context) const;
+  // As above with strftime_now() formatting the fixed time `now` (reproducible renders).
+  result<std::string> render(const json::value& context, std::optional<std::time_t> now) const;
+
+  const std::string& source() const { return source_; }
+
+ private:
+  struct tree;
+  std::string source_;
+  std::shared_ptr<const tree> tree_;
+};
+
+// Reads a chat template: `path` is a folder (chat_template.jinja, else chat_template.json, else
+// tokenizer_config.json's chat_template) or a file (.jinja: the text; .json: its chat_template).
+// A chat_template list of {name, template} yields `name`, or "default" when name is empty.
+result<std::string> load_chat_template_source(const std::filesystem::path& path, std::string_view name = {});
+
+}  // namespace coserve

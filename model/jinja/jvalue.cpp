@@ -1,0 +1,256 @@
+// Python object semantics for template values: truthiness, str/repr, equality, ordering, JSON.
+#include "model/jinja/jvalue.hpp"
+
+#include <cmath>
+
+namespace coserve::jinja {
+
+jvalue* jdict::find(std::string_view key) {
+  for (auto& [k, v] : items)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+const jvalue* jdict::find(std::string_view key) const {
+  for (const auto& [k, v] : items)
+    if (k == key) return &v;
+  return nullptr;
+}
+
+jvalue& jdict::set(std::string_view key, jvalue v) {
+  if (jvalue* p = find(key)) {
+    *p = std::move(v);
+    return *p;
+  }
+  items.emplace_back(std::string(key), std::move(v));
+  return items.back().second;
+}
+
+jvalue jvalue::list(std::vector<jvalue> items, bool tuple) {
+  auto l = std::make_shared<jlist>();
+  l->items = std::move(items);
+  l->tuple = tuple;
+  return jvalue(std::move(l));
+}
+
+jvalue jvalue::dict() { return jvalue(std::make_shared<jdict>()); }
+
+int64_t jvalue::as_int() const {
+  if (is_bool()) return as_bool() ? 1 : 0;
+  if (is_float()) return static_cast<int64_t>(std::get<double>(v));
+  return std::get<int64_t>(v);
+}
+
+double jvalue::as_float() const {
+  if (is_float()) return std::get<double>(v);
+  return static_cast<double>(as_int());
+}
+
+bool jvalue::truthy() const {
+  switch (v.index()) {
+    case 0: case 1: return false;
+    case 2: return as_bool();
+    case 3: return as_int() != 0;
+    case 4: return as_float() != 0.0;
+    case 5: return !str().empty();
+    case 6: return !lst().items.empty();
+    case 7: return dct().is_namespace || !dct().items.empty();
+    default: return true;
+  }
+}
+
+std::string python_repr_string(std::string_view s) {
+  bool has_single = s.find('\'') != std::string_view::npos;
+  bool has_double = s.find('"') != std::string_view::npos;
+  char q = has_single && !has_double ? '"' : '\'';
+  std::string out(1, q);
+  static constexpr char hex[] = "0123456789abcdef";
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    if (ch == q || ch == '\\') { out += '\\'; out += ch; }
+    else if (ch == '\n') out += "\\n";
+    else if (ch == '\r') out += "\\r";
+    else if (ch == '\t') out += "\\t";
+    else if (c < 0x20 || c == 0x7f) { out += "\\x"; out += hex[c >> 4]; out += hex[c & 15]; }
+    else out += ch;
+  }
+  out += q;
+  return out;
+}
+
+std::string jvalue::to_str() const {
+  switch (v.index()) {
+    case 0: return "";
+    case 1: return "None";
+    case 2: return as_bool() ? "True" : "False";
+    case 3: return std::to_string(as_int());
+    case 4: { std::string s; json::append_python_float(s, as_float()); return s; }
+    case 5: return str();
+    default: return repr();
+  }
+}
+
+std::string jvalue::repr() const {
+  switch (v.index()) {
+    case 5: return python_repr_string(str());
+    case 6: {
+      const auto& l = lst();
+      std::string s(1, l.tuple ? '(' : '[');
+      for (size_t i = 0; i < l.items.size(); ++i) {
+        if (i) s += ", ";
+        s += l.items[i].repr();
+      }
+      if (l.tuple && l.items.size() == 1) s += ',';
+      s += l.tuple ? ')' : ']';
+      return s;
+    }
+    case 7: {
+      const auto& d = dct();
+      if (d.is_namespace) return "<Namespace>";
+      std::string s = "{";
+      bool first = true;
+      for (const auto& [k, val] : d.items) {
+        if (!first) s += ", ";
+        first = false;
+        s += python_repr_string(k);
+        s += ": ";
+        s += val.repr();
+      }
+      return s + "}";
+    }
+    case 8: return "<function " + fn().name + ">";
+    default: return to_str();
+  }
+}
+
+std::string jvalue::type_name() const {
+  switch (v.index()) {
+    case 0: return "Undefined";
+    case 1: return "NoneType object";
+    case 2: return "bool object";
+    case 3: return "int object";
+    case 4: return "float object";
+    case 5: return "str object";
+    case 6: return lst().tuple ? "tuple object" : "list object";
+    case 7: return dct().is_namespace ? "Namespace object" : "dict object";
+    default: return "function object";
+  }
+}
+
+jvalue call_args::get(size_t i, std::string_view name, jvalue def) const {
+  if (i < pos.size()) return pos[i];
+  for (const auto& [k, v] : kw)
+    if (k == name) return v;
+  return def;
+}
+
+bool call_args::has(size_t i, std::string_view name) const {
+  if (i < pos.size()) return true;
+  for (const auto& [k, v] : kw)
+    if (k == name) return true;
+  return false;
+}
+
+bool equals(const jvalue& a, const jvalue& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
+    return a.as_int() == b.as_int();
+  }
+  if (a.v.index() != b.v.index()) return false;
+  switch (a.v.index()) {
+    case 0: case 1: return true;
+    case 5: return a.str() == b.str();
+    case 6: {
+      const auto& x = a.lst().items;
+      const auto& y = b.lst().items;
+      if (x.size() != y.size()) return false;
+      for (size_t i = 0; i < x.size(); ++i)
+        if (!equals(x[i], y[i])) return false;
+      return true;
+    }
+    case 7: {
+      const auto& x = a.dct();
+      const auto& y = b.dct();
+      if (&x == &y) return true;
+      if (x.items.size() != y.items.size()) return false;
+      for (const auto& [k, v] : x.items) {
+        const jvalue* o = y.find(k);
+        if (!o || !equals(v, *o)) return false;
+      }
+      return true;
+    }
+    case 8: return &a.fn() == &b.fn();
+  }
+  return false;
+}
+
+int compare(const jvalue& a, const jvalue& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) {
+      double x = a.as_float(), y = b.as_float();
+      return x < y ? -1 : x > y ? 1 : 0;
+    }
+    int64_t x = a.as_int(), y = b.as_int();
+    return x < y ? -1 : x > y ? 1 : 0;
+  }
+  if (a.is_string() && b.is_string()) {
+    int c = a.str().compare(b.str());
+    return c < 0 ? -1 : c > 0 ? 1 : 0;
+  }
+  if (a.is_list() && b.is_list()) {
+    const auto& x = a.lst().items;
+    const auto& y = b.lst().items;
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i)
+      if (int c = compare(x[i], y[i])) return c;
+    return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
+  }
+  throw template_error("'<' not supported between instances of '" + a.type_name() + "' and '" +
+                       b.type_name() + "'");
+}
+
+jvalue from_json(const json::value& v) {
+  switch (v.type()) {
+    case json::value::kind::null: return jvalue();
+    case json::value::kind::boolean: return jvalue(v.as_bool());
+    case json::value::kind::integer: return jvalue(v.as_int());
+    case json::value::kind::floating: return jvalue(v.as_double());
+    case json::value::kind::string: return jvalue(v.as_string());
+    case json::value::kind::array: {
+      std::vector<jvalue> items;
+      items.reserve(v.size());
+      for (const auto& x : v.as_array()) items.push_back(from_json(x));
+      return jvalue::list(std::move(items));
+    }
+    case json::value::kind::object: {
+      jvalue d = jvalue::dict();
+      for (const auto& [k, x] : v.as_object()) d.dct().set(k, from_json(x));
+      return d;
+    }
+  }
+  return jvalue();
+}
+
+json::value to_json(const jvalue& v) {
+  switch (v.v.index()) {
+    case 0: throw template_error("Object of type Undefined is not JSON serializable");
+    case 1: return json::value();
+    case 2: return json::value(v.as_bool());
+    case 3: return json::value(v.as_int());
+    case 4: return json::value(v.as_float());
+    case 5: return json::value(v.str());
+    case 6: {
+      json::array a;
+      for (const auto& x : v.lst().items) a.push_back(to_json(x));
+      return json::value(std::move(a));
+    }
+    case 7: {
+      if (v.dct().is_namespace) throw template_error("Object of type Namespace is not JSON serializable");
+      json::object o;
+      for (const auto& [k, x] : v.dct().items) o.emplace_back(k, to_json(x));
+      return json::value(std::move(o));
+    }
+    default: throw template_error("Object of type function is not JSON serializable");
+  }
+}
+
+}  // namespace coserve::jinja

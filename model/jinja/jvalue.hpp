@@ -1,0 +1,118 @@
+// The run-time value of the chat-template interpreter: Python's object model as far as chat
+// templates use it. Lists and dicts are shared by reference (as in Python: `set a = b` aliases);
+// strings, numbers, none and undefined are plain values. Values live inside one render call on one
+// thread; nothing here is shared across threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "model/json/value.hpp"
+
+namespace coserve::jinja {
+
+struct jvalue;
+struct call_args;
+
+// Raised inside the interpreter and turned into a coserve::error at the public API; an exception
+// keeps the recursive evaluator free of result plumbing on every node. It never crosses the API.
+struct template_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct jlist {
+  std::vector<jvalue> items;
+  bool tuple = false;  // prints as (a, b); behaves as a list otherwise
+};
+
+struct jdict {
+  std::vector<std::pair<std::string, jvalue>> items;  // insertion order, string keys
+  bool is_namespace = false;                           // namespace(): attribute assignment allowed
+  jvalue* find(std::string_view key);
+  const jvalue* find(std::string_view key) const;
+  jvalue& set(std::string_view key, jvalue v);
+};
+
+struct jfunc {
+  std::string name;
+  std::function<jvalue(call_args&)> fn;
+};
+
+struct undefined_v {
+  std::string hint;  // the message an operation on it raises, e.g. "'foo' is undefined"
+};
+
+struct jvalue {
+  std::variant<undefined_v, std::monostate, bool, int64_t, double, std::string,
+               std::shared_ptr<jlist>, std::shared_ptr<jdict>, std::shared_ptr<jfunc>>
+      v;
+
+  jvalue() : v(std::monostate{}) {}
+  jvalue(std::monostate) : v(std::monostate{}) {}
+  jvalue(undefined_v u) : v(std::move(u)) {}
+  jvalue(bool b) : v(b) {}
+  jvalue(int64_t i) : v(i) {}
+  jvalue(int i) : v(static_cast<int64_t>(i)) {}
+  jvalue(size_t i) : v(static_cast<int64_t>(i)) {}
+  jvalue(double d) : v(d) {}
+  jvalue(std::string s) : v(std::move(s)) {}
+  jvalue(const char* s) : v(std::string(s)) {}
+  jvalue(std::shared_ptr<jlist> l) : v(std::move(l)) {}
+  jvalue(std::shared_ptr<jdict> d) : v(std::move(d)) {}
+  jvalue(std::shared_ptr<jfunc> f) : v(std::move(f)) {}
+
+  static jvalue undefined(std::string hint) { return jvalue(undefined_v{std::move(hint)}); }
+  static jvalue list(std::vector<jvalue> items = {}, bool tuple = false);
+  static jvalue dict();
+
+  bool is_undefined() const { return v.index() == 0; }
+  bool is_none() const { return v.index() == 1; }
+  bool is_bool() const { return v.index() == 2; }
+  bool is_int() const { return v.index() == 3; }
+  bool is_float() const { return v.index() == 4; }
+  bool is_number() const { return is_int() || is_float() || is_bool(); }
+  bool is_string() const { return v.index() == 5; }
+  bool is_list() const { return v.index() == 6; }
+  bool is_dict() const { return v.index() == 7; }
+  bool is_func() const { return v.index() == 8; }
+
+  bool as_bool() const { return std::get<bool>(v); }
+  int64_t as_int() const;  // bool/int/float
+  double as_float() const;
+  const std::string& str() const { return std::get<std::string>(v); }
+  jlist& lst() const { return *std::get<6>(v); }
+  jdict& dct() const { return *std::get<7>(v); }
+  jfunc& fn() const { return *std::get<8>(v); }
+  const std::string& undefined_hint() const { return std::get<0>(v).hint; }
+
+  bool truthy() const;            // Python truthiness; undefined is false
+  std::string to_str() const;     // Python str(); undefined prints ""
+  std::string repr() const;       // Python repr()
+  std::string type_name() const;  // 'dict object', 'list object', ... as jinja2 names them
+};
+
+struct call_args {
+  std::vector<jvalue> pos;
+  std::vector<std::pair<std::string, jvalue>> kw;
+  // Positional i, else keyword `name`, else `def`.
+  jvalue get(size_t i, std::string_view name, jvalue def = jvalue::undefined("")) const;
+  bool has(size_t i, std::string_view name) const;
+};
+
+bool equals(const jvalue& a, const jvalue& b);
+// Python ordering for numbers and strings (lists element-wise); error otherwise.
+int compare(const jvalue& a, const jvalue& b);
+std::string python_repr_string(std::string_view s);
+
+jvalue from_json(const json::value& v);
+// Undefined and functions cannot be serialised: template_error.
+json::value to_json(const jvalue& v);
+
+}  // namespace coserve::jinja

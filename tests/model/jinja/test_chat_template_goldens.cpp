@@ -1,0 +1,81 @@
+// Every golden render in testdata/chat-templates/goldens (made with Python jinja2 configured as
+// Hugging Face's apply_chat_template) reproduced byte for byte, expected errors included.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/jinja/chat_template.hpp"
+
+using namespace coserve;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kData = "../shared/testdata";
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// 2024-07-26 12:00:00 UTC: the date the goldens' strftime_now formats.
+constexpr std::time_t kGoldenNow = 1721995200;
+
+}  // namespace
+
+TEST_CASE("chat template goldens reproduce Python jinja2 byte for byte", "[chat_template]") {
+  fs::path dir = kData / "chat-templates" / "goldens";
+  if (!fs::exists(dir / "index.json")) {
+    WARN("skipped: " << dir.string() << " not found");
+    return;
+  }
+  auto index = json::parse(slurp(dir / "index.json"));
+  auto inputs = json::parse(slurp(dir / "inputs.json"));
+  REQUIRE(index.ok());
+  REQUIRE(inputs.ok());
+  const json::value& convs = *inputs->find("conversations");
+  const json::value& templates = *inputs->find("templates");
+  size_t checked = 0;
+  for (const auto& c : index->as_array()) {
+    std::string tname = c.find("template")->as_string();
+    std::string conv = c.find("conversation")->as_string();
+    INFO("template " << tname << ", conversation " << conv);
+    const json::value* tinfo = templates.find(tname);
+    REQUIRE(tinfo);
+    std::string tpath = tinfo->find("template")->as_string();
+    std::string name;
+    if (auto hash = tpath.find('#'); hash != std::string::npos) tpath.resize(hash);
+    auto source = load_chat_template_source(kData / tpath, name);
+    REQUIRE(source.ok());
+    auto tmpl = chat_template::parse(*source);
+    if (!tmpl) FAIL("parse error: " << tmpl.err().message);
+    json::value ctx = json::object{};
+    for (const auto& [k, v] : tinfo->find("context")->as_object()) ctx[k] = v;
+    if (const json::value* st = c.find("special_tokens"))
+      for (const auto& [k, v] : st->as_object()) ctx[k] = v;
+    if (conv == "basic_no_genprompt") {
+      json::array msgs(convs.find("basic")->as_array().begin(), convs.find("basic")->as_array().begin() + 5);
+      ctx["messages"] = json::value(std::move(msgs));
+    } else {
+      ctx["messages"] = *convs.find(conv);
+    }
+    ctx["add_generation_prompt"] = *c.find("add_generation_prompt");
+    for (const auto& extra : c.find("extra")->as_array())
+      if (extra.as_string() == "tools") ctx["tools"] = *inputs->find("tools");
+    auto out = tmpl->render(ctx, kGoldenNow);
+    if (c.find("ok")->as_bool()) {
+      if (!out) FAIL("render error: " << out.err().message);
+      CHECK(*out == slurp(dir / c.find("output_file")->as_string()));
+    } else {
+      REQUIRE_FALSE(out.ok());
+      CHECK(out.err().code == "template_error");
+      CHECK("raise_exception: " + out.err().message == c.find("error")->as_string());
+    }
+    ++checked;
+  }
+  CHECK(checked == index->size());
+}
