@@ -26,6 +26,7 @@ class fake_engine final : public engine {
   std::atomic<int> in_flight{0};
   std::atomic<int> cancels{0};
   std::atomic<int> submitted{0};
+  std::atomic<int64_t> generated{0};
 
   fake_engine() {
     info_.served_model_name = "fake-model";
@@ -72,6 +73,7 @@ class fake_engine final : public engine {
         }
         int32_t tok = prompt_[(static_cast<size_t>(produced_[k]) + k) % prompt_.size()];
         ++produced_[k];
+        engine_.generated.fetch_add(1);
         ev.token_ids = {tok};
         ev.text = std::string(1, static_cast<char>(tok));
         text_[k] += ev.text;
@@ -156,6 +158,7 @@ class fake_engine final : public engine {
     m.kv_blocks_total = 100;
     m.kv_blocks_free = 100;
     m.finished_abort = cancels.load();
+    m.generation_tokens = generated.load();
     m.ttft_s = {0.002, 0.3};
     return m;
   }

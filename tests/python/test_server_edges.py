@@ -32,8 +32,9 @@ def test_disconnect_aborts_within_one_second(server):
                             {"finished_reason": "abort"}) or 0
 
     before = aborted()
-    body = (b'{"model":"%s","prompt":"Tell a long story","max_tokens":1000,"ignore_eos":true,"stream":true}'
-            % server.model.encode())
+    max_len = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
+    body = (b'{"model":"%s","prompt":"Tell a long story","max_tokens":%d,"ignore_eos":true,"stream":true}'
+            % (server.model.encode(), max_len - 32))
     s = socket.create_connection(("127.0.0.1", server.port))
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: %d\r\n\r\n" % len(body) + body)
