@@ -2,6 +2,7 @@
 // Longer than most files (about 350 lines) because the forward pass reads best as one piece.
 #include "gpu/gpu_executor.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
@@ -16,6 +17,7 @@
 #include "gpu/logit_edit.hpp"
 #include "gpu/rope_freqs.hpp"
 #include "gpu/stream.hpp"
+#include "model/sampler.hpp"
 
 namespace coserve::gpu {
 
@@ -46,7 +48,24 @@ class metadata_packer {
   size_t used_ = 0;
 };
 
-bool sampling_supported(const sampling_params& p) { return p.logprobs <= 0; }
+// Top-N logprobs of one processed row, computed on the host from the row after the device edits
+// (temperature and filters applied here by the CPU sampler's own functions, so the semantics are
+// the CPU executor's). Only rows that ask for them are copied back.
+std::vector<token_logprob> top_logprobs_of(std::vector<float> row, const sampling_params& p) {
+  apply_temperature_and_filters(row, p);
+  std::vector<float> lp;
+  log_softmax(row, lp);
+  const size_t n = std::min(size_t(p.logprobs), lp.size());
+  std::vector<int32_t> idx(lp.size());
+  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t(i);
+  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
+    return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
+  });
+  std::vector<token_logprob> out;
+  for (size_t i = 0; i < n; ++i)
+    if (lp[size_t(idx[i])] != -INFINITY) out.push_back({idx[i], lp[size_t(idx[i])]});
+  return out;
+}
 
 class gpu_executor final : public executor {
  public:
@@ -80,7 +99,7 @@ class gpu_executor final : public executor {
   };
   gpu_executor() = default;
   result<void> allocate_buffers();
-  result<void> forward(const batch_plan& p, const step_meta& m);
+  result<void> forward(const batch_plan& p, const step_meta& m, const std::vector<int32_t>& logprob_rows);
 
   gpu_executor_options opts_;
   executor_info info_;
@@ -90,6 +109,7 @@ class gpu_executor final : public executor {
   device_buffer inv_freq_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
   device_buffer tok_out_, lp_out_, partial_o_, partial_lse_, meta_dev_;
   pinned_buffer meta_host_, out_host_;
+  pinned_buffer edited_rows_;   // rows asking for top-N logprobs, after the device edits (grown on use)
   int64_t kv_layer_elems_ = 0;  // elements of one layer's K (== V) cache
   int32_t num_sms_ = 0;
   std::unordered_map<seq_id_t, seq_state> seqs_;
@@ -212,8 +232,6 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
   // The calling thread may not be the one that created the executor: select our device.
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(opts_.device), "cudaSetDevice"));
   for (const new_seq& n : plan.new_seqs) {
-    if (!sampling_supported(n.params))
-      return make_error("unsupported", "gpu: top logprobs (logprobs > 0) are not supported yet");
     seq_state st;
     st.params = n.params;
     st.seed = n.seed;
@@ -265,11 +283,19 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
       return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
     std::vector<sample_row_params> sp;
     std::vector<logit_edit> edits;
+    std::vector<int32_t> logprob_rows;  // sampled rows with params.logprobs > 0
     for (size_t row = 0; row < p.sample_seqs.size(); ++row) {
       const seq_state& st = seqs_.at(plan.seqs[size_t(p.sample_seqs[row])].seq_id);
       sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
                     uint64_t(st.generated)});
       append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, st.generated, eos_ids_, c.vocab_size, edits);
+      if (st.params.logprobs > 0) logprob_rows.push_back(int32_t(row));
+    }
+    const size_t row_bytes = size_t(c.vocab_size) * 4;
+    if (logprob_rows.size() * row_bytes > edited_rows_.bytes()) {
+      auto b = pinned_buffer::allocate(logprob_rows.size() * row_bytes);
+      if (!b) return std::move(b).err();
+      edited_rows_ = std::move(b.value());
     }
     metadata_packer pk(meta_host_);
     size_t off[11];
@@ -297,7 +323,7 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
                 reinterpret_cast<const attn_work_item*>(d + off[8]), reinterpret_cast<const attn_merge_item*>(d + off[9]),
                 reinterpret_cast<const sample_row_params*>(d + off[10]), reinterpret_cast<const logit_edit*>(d + *oe),
                 int32_t(edits.size())};
-    COSERVE_CUDA_TRY(forward(p, m));
+    COSERVE_CUDA_TRY(forward(p, m, logprob_rows));
 
     const size_t S = p.sample_tokens.size();
     char* h = out_host_.as<char>();
@@ -317,7 +343,13 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
         const float* row = reinterpret_cast<const float*>(h + size_t(opts_.max_num_seqs) * 8) + i * V;
         so.logits.assign(row, row + V);
       }
-      seqs_.at(so.seq_id).accept(so.token);
+      seq_state& st = seqs_.at(so.seq_id);
+      if (st.params.logprobs > 0) {
+        const size_t lr = size_t(std::find(logprob_rows.begin(), logprob_rows.end(), int32_t(i)) - logprob_rows.begin());
+        const float* row = edited_rows_.as<float>() + lr * V;
+        so.top_logprobs = top_logprobs_of(std::vector<float>(row, row + V), st.params);
+      }
+      st.accept(so.token);
       out.outputs.push_back(std::move(so));
     }
   }
@@ -325,7 +357,7 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
   return out;
 }
 
-result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m) {
+result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, const std::vector<int32_t>& logprob_rows) {
   const model_config& c = w_.config;
   cudaStream_t s = stream_.get();
   const int32_t T = p.num_tokens, H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
@@ -367,6 +399,12 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m) {
                                                 size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
                                 "logits"));
   COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s));
+  const size_t row_bytes = size_t(c.vocab_size) * 4;
+  for (size_t k = 0; k < logprob_rows.size(); ++k)
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(edited_rows_.as<char>() + k * row_bytes,
+                                                logits_.as<char>() + size_t(logprob_rows[k]) * row_bytes, row_bytes,
+                                                cudaMemcpyDeviceToHost, s),
+                                "edited logits"));
   return launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S, c.vocab_size, s);
 }
 

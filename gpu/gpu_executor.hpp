@@ -14,7 +14,8 @@
 // presence / frequency penalties as sparse edits (gpu/logit_edit.hpp), then temperature, top-k,
 // top-p, min-p and a seeded draw (gpu/kernels/sampling.cuh). Seeded draws use a different random
 // stream than the CPU executor, so only greedy output is expected to match it token for token.
-// Not yet on the device: top-N logprobs (logprobs > 0 is answered with "unsupported").
+// Top-N logprobs (logprobs > 0): the edited row of that sequence is copied back and ranked on the
+// host with the CPU sampler's functions.
 #pragma once
 
 #include <cstdint>

@@ -144,7 +144,7 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
   CHECK(prompts_equal * 10 >= prompts_total * 9);
 }
 
-TEST_CASE("gpu executor: dummy weights, unknown sequences and unsupported sampling are errors", "[gpu][executor]") {
+TEST_CASE("gpu executor: dummy weights, unknown sequences, penalties and top logprobs", "[gpu][executor]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   model_config c;
   c.hidden_size = 256;
@@ -179,12 +179,24 @@ TEST_CASE("gpu executor: dummy weights, unknown sequences and unsupported sampli
   CHECK(r->outputs[0].token >= 0);
   CHECK(r->outputs[0].token < 1000);
   CHECK(r->outputs[0].logprob <= 0.0f);
+  // penalties, bias and top-N logprobs
   step_plan q;
   new_seq pen;
   pen.seq_id = 2;
-  pen.params.repetition_penalty = 1.2f;
+  pen.params.temperature = 0.0f;
+  pen.params.repetition_penalty = 1.3f;
+  pen.params.logit_bias = {{42, 100.0f}};
+  pen.params.logprobs = 3;
   q.new_seqs.push_back(pen);
-  CHECK_FALSE((*ex)->execute(q).ok());
+  q.seqs.push_back(scheduled_seq{2, {4, 5, 6}, 0, {1}, true});
+  auto rq = (*ex)->execute(q);
+  REQUIRE(rq.ok());
+  REQUIRE(rq->outputs.size() == 1);
+  CHECK(rq->outputs[0].token == 42);  // a +100 bias wins greedy
+  REQUIRE(rq->outputs[0].top_logprobs.size() == 3);
+  CHECK(rq->outputs[0].top_logprobs[0].token == 42);
+  CHECK(rq->outputs[0].top_logprobs[0].logprob >= rq->outputs[0].top_logprobs[1].logprob);
+  CHECK(rq->outputs[0].top_logprobs[1].logprob >= rq->outputs[0].top_logprobs[2].logprob);
 }
 
 // Hugging Face transformers comparison: the folder and greedy ids come from
