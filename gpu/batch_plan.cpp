@@ -1,5 +1,6 @@
 #include "gpu/batch_plan.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "gpu/launch_params.hpp"
@@ -12,6 +13,19 @@ result<batch_plan> plan_batch(const std::vector<scheduled_seq>& seqs, const batc
   batch_plan p;
   p.num_seqs = int32_t(seqs.size());
   p.q_tile = attention_q_tile(opt.gqa);
+  // Reserve everything once: at batch 256 x 4k context the block tables alone are 65k entries.
+  size_t total_tokens = 0, total_blocks = 0;
+  for (const scheduled_seq& s : seqs) {
+    total_tokens += s.tokens.size();
+    total_blocks += (size_t(std::max(0, s.start_pos)) + s.tokens.size() + size_t(opt.block_size) - 1) / size_t(opt.block_size);
+  }
+  p.positions.reserve(total_tokens);
+  p.slot_mapping.reserve(total_tokens);
+  p.block_tables.reserve(total_blocks);
+  p.kv_lens.reserve(seqs.size());
+  p.sample_tokens.reserve(seqs.size());
+  p.sample_seqs.reserve(seqs.size());
+  p.work.reserve(seqs.size() * 2);
   p.cu_seqlens_q.reserve(seqs.size() + 1);
   p.block_table_offsets.reserve(seqs.size() + 1);
   p.cu_seqlens_q.push_back(0);
