@@ -38,10 +38,12 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-api_error from_engine_error(const error& e, const std::string& param) {
+// `input_error`: the error came from tokenizing or templating the client's input, so any code but
+// the overload ones is the client's mistake (400), never a 500.
+api_error from_engine_error(const error& e, const std::string& param, bool input_error = false) {
   if (e.code == "queue_full") return {429, e.message.empty() ? "server overloaded, retry later" : e.message, "RateLimitError", {}, {}};
   if (e.code == "engine_down") return {503, e.message.empty() ? "engine unavailable" : e.message, "ServiceUnavailableError", {}, {}};
-  if (e.code == "invalid_request" || e.code == "template_error" || e.code == "invalid_argument")
+  if (input_error || e.code == "invalid_request" || e.code == "template_error" || e.code == "invalid_argument")
     return api_error::bad_request(e.message, param);
   return {500, e.message, "InternalServerError", {}, {}};
 }
@@ -204,7 +206,7 @@ asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w
     ids = engine_.tokenize(p->as_string(), add_special);
   }
   if (!ids) {
-    const api_error err_ = from_engine_error(ids.err(), param);
+    const api_error err_ = from_engine_error(ids.err(), param, true);
     co_return co_await respond_error(w, err_);
   }
   value out = json::object{};
@@ -242,7 +244,7 @@ asio::awaitable<void> openai_api::detokenize(http_request& req, response_writer&
   }
   auto text = engine_.detokenize(ids);
   if (!text) {
-    const api_error err_ = from_engine_error(text.err(), "tokens");
+    const api_error err_ = from_engine_error(text.err(), "tokens", true);
     co_return co_await respond_error(w, err_);
   }
   value out = json::object{};
@@ -266,7 +268,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   if (chat) {
     auto ids = engine_.tokenize_chat(r.chat_in);
     if (!ids) {
-      const api_error err_ = from_engine_error(ids.err(), "messages");
+      const api_error err_ = from_engine_error(ids.err(), "messages", true);
       co_return co_await respond_error(w, err_);
     }
     prompt_ids.push_back(std::move(*ids));
@@ -275,7 +277,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
       if (auto* text = std::get_if<std::string>(&p)) {
         auto ids = engine_.tokenize(*text, true);
         if (!ids) {
-          const api_error err_ = from_engine_error(ids.err(), "prompt");
+          const api_error err_ = from_engine_error(ids.err(), "prompt", true);
           co_return co_await respond_error(w, err_);
         }
         prompt_ids.push_back(std::move(*ids));

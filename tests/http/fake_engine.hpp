@@ -140,6 +140,9 @@ class fake_engine final : public engine {
       const auto* c = m.find("content");
       std::string content = c && c->is_string() ? c->as_string() : "";
       if (content == "RAISE") return make_error("template_error", "Conversation roles must alternate");
+      const std::string& role = m.find("role")->as_string();
+      if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+        return make_error("template_error", "Unknown role: " + role);
       s += m.find("role")->as_string() + ": " + content + "\n";
     }
     if (chat.add_generation_prompt) s += "assistant: ";

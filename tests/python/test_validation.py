@@ -99,3 +99,10 @@ def test_openai_client_raises_typed_errors(server):
     assert e.value.body["param"] == "temperature"
     with pytest.raises(openai.NotFoundError):
         c.completions.create(model="missing", prompt="x")
+
+
+def test_template_exception_is_400_with_its_message(server):
+    r = post(server, "/v1/chat/completions",
+             {"model": server.model, "messages": [{"role": "wizard", "content": "hi"}], "max_tokens": 2})
+    check_error(r, 400)
+    assert "wizard" in r.json()["error"]["message"]
