@@ -237,19 +237,19 @@ jvalue dict_method(const jvalue& obj, const std::string& name) {
   if (name == "get")
     return make_method(name, [d](call_args& a) {
       jvalue k = a.get(0, "key");
-      const jvalue* v = k.is_string() ? d->find(k.str()) : nullptr;
+      const jvalue* v = d->find(dict_key(k));
       return v ? *v : a.get(1, "default", jvalue());
     });
   if (name == "items")
     return make_method(name, [d](call_args&) {
       std::vector<jvalue> out;
-      for (const auto& [k, v] : d->items) out.push_back(jvalue::list({jvalue(k), v}, true));
+      for (const auto& [k, v] : d->items) out.push_back(jvalue::list({key_value(k), v}, true));
       return jvalue::list(std::move(out));
     });
   if (name == "keys")
     return make_method(name, [d](call_args&) {
       std::vector<jvalue> out;
-      for (const auto& kv : d->items) out.emplace_back(kv.first);
+      for (const auto& kv : d->items) out.push_back(key_value(kv.first));
       return jvalue::list(std::move(out));
     });
   if (name == "values")
@@ -323,6 +323,7 @@ call_args shift_args(const call_args& a, size_t n) {
 
 jvalue select_like(const jvalue& seq, const call_args& args, bool by_attr, bool keep_when) {
   std::vector<jvalue> out;
+  if (!seq.truthy()) return jvalue::list({}, false);
   size_t consumed = by_attr ? 1 : 0;
   jvalue attr = by_attr ? args.get(0, "\x01") : jvalue();
   bool has_test = args.pos.size() > consumed;
@@ -334,7 +335,9 @@ jvalue select_like(const jvalue& seq, const call_args& args, bool by_attr, bool 
     bool r = has_test ? apply_test(test, subject, rest) : subject.truthy();
     if (r == keep_when) out.push_back(x);
   }
-  return jvalue::list(std::move(out));
+  jvalue res = jvalue::list(std::move(out));
+  res.lst().lazy = true;
+  return res;
 }
 
 std::string py_splitlines_indent(const std::string& text, const std::string& ind, bool first, bool blank) {
@@ -396,6 +399,8 @@ jvalue to_float(const jvalue& v, const jvalue& def) {
   return def;
 }
 
+}  // namespace
+
 std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -410,8 +415,6 @@ std::string html_escape(const std::string& s) {
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<std::string> code_points(std::string_view s) {
   std::vector<std::string> out;
@@ -430,7 +433,7 @@ std::vector<jvalue> iterate(const jvalue& v) {
   if (v.is_list()) return v.lst().items;
   if (v.is_dict()) {
     std::vector<jvalue> out;
-    for (const auto& kv : v.dct().items) out.emplace_back(kv.first);
+    for (const auto& kv : v.dct().items) out.push_back(key_value(kv.first));
     return out;
   }
   if (v.is_string()) {
@@ -447,13 +450,13 @@ bool contains(const jvalue& container, const jvalue& item) {
     if (!item.is_string()) throw template_error("'in <string>' requires string as left operand");
     return container.str().find(item.str()) != std::string::npos;
   }
-  if (container.is_dict()) return item.is_string() && container.dct().find(item.str()) != nullptr;
+  if (container.is_dict()) return container.dct().find(dict_key(item)) != nullptr;
   if (container.is_list()) {
     for (const auto& x : container.lst().items)
       if (equals(x, item)) return true;
     return false;
   }
-  if (container.is_undefined()) throw template_error(container.undefined_hint());
+  if (container.is_undefined()) return false;  // jinja2's Undefined iterates as empty
   throw template_error("argument of type '" + container.type_name() + "' is not iterable");
 }
 
@@ -483,6 +486,11 @@ jvalue get_item(const jvalue& obj, const jvalue& key) {
     }
     return jvalue::undefined("'" + obj.type_name() + "' has no attribute '" + key.str() + "'");
   }
+  if (obj.is_dict() && (key.is_number() || key.is_none())) {
+    if (const jvalue* v = obj.dct().find(dict_key(key))) return *v;
+    return jvalue::undefined("'" + obj.type_name() + "' has no attribute '" + key.to_str() + "'");
+  }
+  if (obj.is_list() && obj.lst().lazy) throw template_error("'generator' object is not subscriptable");
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t i = key.as_int();
     if (obj.is_list()) {
@@ -606,7 +614,12 @@ bool apply_test(std::string_view name, const jvalue& v, const call_args& a) {
 jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) {
   auto need_str = [&]() -> std::string { return v.to_str(); };
   if (name == "tojson") return jvalue(to_json_text(v, a));
-  if (name == "safe" || name == "string") return jvalue(v.is_string() ? v.str() : v.to_str());
+  if (name == "safe") {
+    jvalue s(v.to_str());
+    s.markup = true;
+    return s;
+  }
+  if (name == "string") return jvalue(v.to_str());
   if (name == "e" || name == "escape" || name == "forceescape") return jvalue(html_escape(v.to_str()));
   if (name == "default" || name == "d") {
     bool boolean = a.get(1, "boolean", jvalue(false)).truthy();
@@ -615,6 +628,7 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
   }
   if (name == "length" || name == "count") {
     if (v.is_string()) return jvalue(code_points(v.str()).size());
+    if (v.is_list() && v.lst().lazy) throw template_error("object of type 'generator' has no len()");
     if (v.is_list()) return jvalue(v.lst().items.size());
     if (v.is_dict()) return jvalue(v.dct().items.size());
     if (v.is_undefined()) return jvalue(0);
@@ -677,7 +691,7 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     if (v.is_undefined()) return jvalue::list();
     if (!v.is_dict()) throw template_error("items filter expects a mapping");
     std::vector<jvalue> out;
-    for (const auto& [k, x] : v.dct().items) out.push_back(jvalue::list({jvalue(k), x}, true));
+    for (const auto& [k, x] : v.dct().items) out.push_back(jvalue::list({key_value(k), x}, true));
     return jvalue::list(std::move(out));
   }
   if (name == "dictsort") {
@@ -686,7 +700,7 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     bool rev = a.get(2, "reverse", jvalue(false)).truthy();
     if (!v.is_dict()) throw template_error("dictsort expects a mapping");
     std::vector<jvalue> out;
-    for (const auto& [k, x] : v.dct().items) out.push_back(jvalue::list({jvalue(k), x}, true));
+    for (const auto& [k, x] : v.dct().items) out.push_back(jvalue::list({key_value(k), x}, true));
     size_t idx = by == "value" ? 1 : 0;
     std::stable_sort(out.begin(), out.end(), [&](const jvalue& p, const jvalue& q) {
       int c = compare(sort_key(p.lst().items[idx], cs), sort_key(q.lst().items[idx], cs));
@@ -789,6 +803,7 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
   if (name == "attr") return get_attr(v, a.get(0, "name").to_str());
   if (name == "map") {
     std::vector<jvalue> out;
+    if (!v.truthy()) return jvalue::list();
     jvalue attribute = a.get(SIZE_MAX, "attribute", jvalue());
     if (!attribute.is_none()) {
       jvalue def = a.get(SIZE_MAX, "default", jvalue::undefined(""));
@@ -801,7 +816,9 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
       call_args rest = shift_args(a, 1);
       for (const auto& x : iterate(v)) out.push_back(apply_filter(filter, x, rest));
     }
-    return jvalue::list(std::move(out));
+    jvalue res = jvalue::list(std::move(out));
+    res.lst().lazy = true;
+    return res;
   }
   if (name == "select") return select_like(v, a, false, true);
   if (name == "reject") return select_like(v, a, false, false);

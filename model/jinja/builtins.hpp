@@ -33,4 +33,6 @@ namespace coserve::jinja {
 std::string percent_format(const std::string& fmt, const jvalue& args);
 // UTF-8 code points of s, each as its own string (Python indexes strings by code point).
 std::vector<std::string> code_points(std::string_view s);
+// HTML escaping as markupsafe.escape does (& < > " ').
+std::string html_escape(const std::string& s);
 }  // namespace coserve::jinja

@@ -44,7 +44,16 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b) {
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return jvalue(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      if (a.markup == b.markup) {
+        jvalue r(a.str() + b.str());
+        r.markup = a.markup;
+        return r;
+      }
+      jvalue r(a.markup ? a.str() + html_escape(b.str()) : html_escape(a.str()) + b.str());
+      r.markup = true;
+      return r;
+    }
     if (a.is_list() && b.is_list()) {
       auto items = a.lst().items;
       items.insert(items.end(), b.lst().items.begin(), b.lst().items.end());
@@ -389,7 +398,7 @@ class evaluator {
         jvalue d = jvalue::dict();
         for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
           jvalue k = eval(*e.args[i], f);
-          d.dct().set(k.to_str(), eval(*e.args[i + 1], f));
+          d.dct().set(dict_key(k), eval(*e.args[i + 1], f));
         }
         return d;
       }

@@ -26,6 +26,21 @@ jvalue& jdict::set(std::string_view key, jvalue v) {
   return items.back().second;
 }
 
+std::string dict_key(const jvalue& k) {
+  if (k.is_string()) return k.str();
+  if (k.is_none()) return "\x02N";
+  if (k.is_float() && k.as_float() != std::floor(k.as_float())) return "\x02F" + k.to_str();
+  if (k.is_number()) return "\x02I" + std::to_string(k.as_int());
+  throw template_error("unhashable type: '" + k.type_name() + "'");
+}
+
+jvalue key_value(const std::string& s) {
+  if (s.empty() || s[0] != '\x02') return jvalue(s);
+  if (s[1] == 'N') return jvalue();
+  if (s[1] == 'F') return jvalue(std::stod(s.substr(2)));
+  return jvalue(static_cast<int64_t>(std::stoll(s.substr(2))));
+}
+
 jvalue jvalue::list(std::vector<jvalue> items, bool tuple) {
   auto l = std::make_shared<jlist>();
   l->items = std::move(items);
@@ -53,7 +68,7 @@ bool jvalue::truthy() const {
     case 3: return as_int() != 0;
     case 4: return as_float() != 0.0;
     case 5: return !str().empty();
-    case 6: return !lst().items.empty();
+    case 6: return lst().lazy || !lst().items.empty();
     case 7: return dct().is_namespace || !dct().items.empty();
     default: return true;
   }
@@ -95,6 +110,7 @@ std::string jvalue::repr() const {
     case 5: return python_repr_string(str());
     case 6: {
       const auto& l = lst();
+      if (l.lazy) return "<generator object at 0x0>";
       std::string s(1, l.tuple ? '(' : '[');
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) s += ", ";
@@ -112,7 +128,7 @@ std::string jvalue::repr() const {
       for (const auto& [k, val] : d.items) {
         if (!first) s += ", ";
         first = false;
-        s += python_repr_string(k);
+        s += key_value(k).repr();
         s += ": ";
         s += val.repr();
       }
@@ -239,6 +255,7 @@ json::value to_json(const jvalue& v) {
     case 4: return json::value(v.as_float());
     case 5: return json::value(v.str());
     case 6: {
+      if (v.lst().lazy) throw template_error("Object of type generator is not JSON serializable");
       json::array a;
       for (const auto& x : v.lst().items) a.push_back(to_json(x));
       return json::value(std::move(a));
@@ -246,7 +263,7 @@ json::value to_json(const jvalue& v) {
     case 7: {
       if (v.dct().is_namespace) throw template_error("Object of type Namespace is not JSON serializable");
       json::object o;
-      for (const auto& [k, x] : v.dct().items) o.emplace_back(k, to_json(x));
+      for (const auto& [k, x] : v.dct().items) o.emplace_back(key_value(k).is_string() ? k : json::dump(to_json(key_value(k))), to_json(x));
       return json::value(std::move(o));
     }
     default: throw template_error("Object of type function is not JSON serializable");

@@ -30,10 +30,15 @@ struct template_error : std::runtime_error {
 struct jlist {
   std::vector<jvalue> items;
   bool tuple = false;  // prints as (a, b); behaves as a list otherwise
+  // A generator, as jinja2's map/select/reject/... return: iterable once consumed by a filter or
+  // loop, always true, but without len(), indexing or JSON form.
+  bool lazy = false;
 };
 
+// Dict keys are stored as strings; a non-string key (int, bool, None, float) is encoded by
+// dict_key() with a leading \x02 byte and decoded by key_value(), so {0: 1} keeps int keys.
 struct jdict {
-  std::vector<std::pair<std::string, jvalue>> items;  // insertion order, string keys
+  std::vector<std::pair<std::string, jvalue>> items;  // insertion order
   bool is_namespace = false;                           // namespace(): attribute assignment allowed
   jvalue* find(std::string_view key);
   const jvalue* find(std::string_view key) const;
@@ -53,6 +58,9 @@ struct jvalue {
   std::variant<undefined_v, std::monostate, bool, int64_t, double, std::string,
                std::shared_ptr<jlist>, std::shared_ptr<jdict>, std::shared_ptr<jfunc>>
       v;
+  // A string marked safe (jinja2's Markup, from the `safe` filter): `markup + str` HTML-escapes
+  // the plain operand, as Markup.__add__ does. Every other operation yields a plain value.
+  bool markup = false;
 
   jvalue() : v(std::monostate{}) {}
   jvalue(std::monostate) : v(std::monostate{}) {}
@@ -105,6 +113,9 @@ struct call_args {
   jvalue get(size_t i, std::string_view name, jvalue def = jvalue::undefined("")) const;
   bool has(size_t i, std::string_view name) const;
 };
+
+std::string dict_key(const jvalue& k);
+jvalue key_value(const std::string& stored);
 
 bool equals(const jvalue& a, const jvalue& b);
 // Python ordering for numbers and strings (lists element-wise); error otherwise.
