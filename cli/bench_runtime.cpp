@@ -9,9 +9,8 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <vector>
 
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 
 #include "runtime/system.hpp"
 
@@ -77,6 +76,22 @@ struct stage {
   }
 };
 
+// A producer actor (as in the CAF anchor): on `go` it sends n items to its target, waiting for
+// mailbox space whenever the target's bounded mailbox is full.
+struct go {
+  long n;
+};
+template <class Target>
+struct producer {
+  using messages = rt::message_list<go>;
+  rt::actor_ref<Target> target;
+  asio::awaitable<void> handle(go& g) {
+    for (long i = 0; i < g.n; ++i) {
+      if (target.tell(item{int(i)}) == rt::send_status::full) co_await target.send(item{int(i)});
+    }
+  }
+};
+
 void print(const char* workload, long n, double secs) {
   std::printf(
       "{\"runtime\":\"coserve\",\"workload\":\"%s\",\"n\":%ld,\"seconds\":%.4f,\"per_second\":%.0f}\n",
@@ -131,11 +146,10 @@ int bench_runtime(int argc, char** argv) {
     auto s = sys.spawn<sink>({.name = "sink", .mailbox_capacity = 1 << 16}, long(n) * producers,
                              &done);
     auto t = clk::now();
-    for (int p = 0; p < producers; ++p) {
-      asio::co_spawn(sys.executor(), [s, n]() -> asio::awaitable<void> {
-        for (long i = 0; i < n; ++i) co_await s.send(item{int(i)});
-      }, asio::detached);
-    }
+    std::vector<rt::actor_ref<producer<sink>>> ps;
+    for (int p = 0; p < producers; ++p)
+      ps.push_back(sys.spawn<producer<sink>>({.name = "producer" + std::to_string(p)}, s));
+    for (auto& p : ps) (void)p.tell(go{n});
     done.get_future().wait();
     print("fanin", n * producers, secs_since(t));
     sys.stop();
@@ -150,9 +164,8 @@ int bench_runtime(int argc, char** argv) {
     auto s2 = sys.spawn<stage<stage<stage<stage<sink>>>>>({.name = "stage2", .mailbox_capacity = 1 << 16}, s3);
     auto s1 = sys.spawn<stage<stage<stage<stage<stage<sink>>>>>>({.name = "stage1", .mailbox_capacity = 1 << 16}, s2);
     auto t = clk::now();
-    asio::co_spawn(sys.executor(), [s1, n]() -> asio::awaitable<void> {
-      for (long i = 0; i < n; ++i) co_await s1.send(item{int(i)});
-    }, asio::detached);
+    auto source = sys.spawn<producer<stage<stage<stage<stage<stage<sink>>>>>>>({.name = "source"}, s1);
+    (void)source.tell(go{n});
     done.get_future().wait();
     print("pipeline", n, secs_since(t));
     sys.stop();
