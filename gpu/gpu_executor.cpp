@@ -323,7 +323,11 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
                 reinterpret_cast<const attn_work_item*>(d + off[8]), reinterpret_cast<const attn_merge_item*>(d + off[9]),
                 reinterpret_cast<const sample_row_params*>(d + off[10]), reinterpret_cast<const logit_edit*>(d + *oe),
                 int32_t(edits.size())};
-    COSERVE_CUDA_TRY(forward(p, m, logprob_rows));
+    if (auto fr = forward(p, m, logprob_rows); !fr.ok()) {
+      // Drain what was issued: the pinned staging buffers must not be rewritten under a pending copy.
+      (void)cudaStreamSynchronize(s);
+      return std::move(fr).err();
+    }
 
     const size_t S = p.sample_tokens.size();
     char* h = out_host_.as<char>();
