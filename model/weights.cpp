@@ -44,7 +44,7 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   const model_config& c = w.config;
   const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
-  const bool has_lm_head = !c.tie_word_embeddings || set->find("lm_head.weight") != nullptr;
+  const bool has_lm_head = !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
   const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0);
   const size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
   loader ld(*set, total, progress);
