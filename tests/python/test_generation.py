@@ -91,13 +91,15 @@ def test_stop_string(server):
 
 def test_logprobs(server):
     c = server.client()
-    r = c.completions.create(model=server.model, prompt="A B C", max_tokens=4, temperature=0, logprobs=3)
+    r = c.completions.create(model=server.model, prompt="A B C", max_tokens=4, temperature=0, logprobs=3,
+                             extra_body={"ignore_eos": True})
     lp = r.choices[0].logprobs
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
     assert all(x <= 0 for x in lp.token_logprobs)
     assert all(len(t) >= 1 for t in lp.top_logprobs)
     chat = c.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=3,
-                                     temperature=0, logprobs=True, top_logprobs=2)
+                                     temperature=0, logprobs=True, top_logprobs=2,
+                                     extra_body={"ignore_eos": True})
     content = chat.choices[0].logprobs.content
     assert len(content) == 3
     assert all(len(e.top_logprobs) == 2 and e.logprob <= 0 for e in content)
