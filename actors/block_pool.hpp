@@ -1,0 +1,104 @@
+// block_pool — the KV cache's physical blocks: reference counts, prefix caching and LRU reuse.
+//
+// A block holds `block_size` token positions. A block is *free* when its reference count is 0.
+// Free blocks come in two kinds: plain ones and *cached* ones (a full block registered under the
+// hash of its token prefix, kept so a later sequence with the same prefix can reuse it). allocate()
+// takes plain blocks first, then evicts cached ones in least-recently-freed order (LRU).
+//
+// Prefix hashes are chained: hash(block i) = H(hash(block i-1), tokens of block i), so a hit on
+// block i implies the whole prefix matches — except for hash collisions, which lookup() guards
+// against by comparing the stored tokens and the parent hash.
+//
+// Threads: none. One owner (the scheduler / KV allocator actor) calls every member.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace coserve::actors {
+
+// H(parent_hash, block_tokens). Injectable so tests can force collisions.
+using block_hash_fn = std::function<uint64_t(uint64_t, std::span<const int32_t>)>;
+
+uint64_t default_block_hash(uint64_t parent, std::span<const int32_t> tokens) noexcept;
+
+struct block_pool_options {
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+  block_hash_fn hash;  // empty: default_block_hash
+};
+
+class block_pool {
+ public:
+  explicit block_pool(block_pool_options options);
+
+  int32_t num_blocks() const noexcept { return static_cast<int32_t>(blocks_.size()); }
+  int32_t block_size() const noexcept { return block_size_; }
+  bool prefix_caching() const noexcept { return prefix_caching_; }
+  // Blocks with reference count 0 (plain + cached-evictable).
+  int32_t num_free() const noexcept {
+    return static_cast<int32_t>(plain_free_.size() + evictable_.size());
+  }
+  double usage() const noexcept {
+    return blocks_.empty() ? 0.0 : 1.0 - static_cast<double>(num_free()) / num_blocks();
+  }
+
+  // Paired verbs: can_allocate(n) is true iff the next n allocate() calls succeed.
+  bool can_allocate(int32_t n) const noexcept { return n <= num_free(); }
+  // A fresh block with reference count 1 and no cached content; -1 when none is free.
+  int32_t allocate();
+  // Drops one reference; at 0 the block becomes free (cached blocks stay findable until evicted).
+  void free(int32_t block);
+  // One more reference (a fork sharing the block).
+  void incref(int32_t block);
+  int32_t ref_count(int32_t block) const { return blocks_[static_cast<size_t>(block)].ref; }
+
+  // Prefix caching. hash_block chains a block's hash onto its parent's (0 for the first block).
+  uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens) const {
+    return hash_(parent, tokens);
+  }
+  // The cached block holding exactly `tokens` after `parent`, with one more reference; -1 on miss
+  // (including a hash hit whose stored tokens or parent differ). Does not count queries.
+  int32_t lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
+  // Registers a full block's content under `hash`. A block already registered, or a hash already
+  // taken by another block, is left as is.
+  void register_full(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
+  bool is_cached(int32_t block) const { return blocks_[static_cast<size_t>(block)].cached; }
+
+  // Prefix-cache counters in tokens (vLLM's prefix_cache_queries / prefix_cache_hits).
+  void count_query(int64_t queried_tokens, int64_t hit_tokens) noexcept {
+    queries_ += queried_tokens;
+    hits_ += hit_tokens;
+  }
+  int64_t prefix_queries() const noexcept { return queries_; }
+  int64_t prefix_hits() const noexcept { return hits_; }
+  double hit_rate() const noexcept {
+    return queries_ == 0 ? 0.0 : static_cast<double>(hits_) / static_cast<double>(queries_);
+  }
+
+ private:
+  struct block {
+    int32_t ref = 0;
+    bool cached = false;  // registered in index_
+    uint64_t hash = 0, parent = 0;
+    std::vector<int32_t> tokens;
+    std::list<int32_t>::iterator lru;  // valid when cached && ref == 0
+  };
+  void uncache(int32_t id);
+
+  int32_t block_size_;
+  bool prefix_caching_;
+  block_hash_fn hash_;
+  std::vector<block> blocks_;
+  std::vector<int32_t> plain_free_;        // LIFO stack of uncached free blocks
+  std::list<int32_t> evictable_;           // cached free blocks, least recently freed first
+  std::unordered_map<uint64_t, int32_t> index_;
+  int64_t queries_ = 0, hits_ = 0;
+};
+
+}  // namespace coserve::actors

@@ -1,0 +1,55 @@
+// sequence — one sample of one request as the scheduler sees it (the counting model of
+// model/step.hpp): num_tokens() = prompt + known outputs + a token sampled by a step still in
+// flight (`pending`); num_computed tokens have their K/V in the cache.
+//
+// Threads: none; owned by the batch planner.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "model/sampling_params.hpp"
+#include "model/step.hpp"
+
+namespace coserve::actors {
+
+enum class seq_state : uint8_t { waiting, running, finished };
+
+struct sequence {
+  seq_id_t id = 0;
+  uint64_t request_id = 0;
+  int32_t index = 0;             // sample index in [0, n)
+  int32_t priority = 0;          // lower first
+  uint64_t arrival = 0;          // FCFS order (monotonic counter)
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;   // known sampled tokens
+  sampling_params params;
+  uint64_t seed = 0;
+
+  int32_t pending = 0;           // sampled by an in-flight step, value not yet known (0 or 1)
+  uint64_t pending_step = 0;     // the step that samples it
+  int32_t num_computed = 0;
+  int32_t num_cached_prompt = 0; // prompt tokens served from the prefix cache (first admission)
+  std::vector<int32_t> block_table;
+  int32_t num_hashed_blocks = 0; // leading full blocks registered in the prefix cache
+  uint64_t last_hash = 0;        // hash of block num_hashed_blocks - 1 (0 when none)
+
+  seq_state state = seq_state::waiting;
+  bool known_to_executor = false;  // sent as new_seq and not yet listed in finished
+  bool cancelled = false;
+  seq_id_t fork_parent = 0;        // n > 1: copies the parent's prompt blocks (0: none)
+  finish_reason finish = finish_reason::none;
+  int32_t num_preemptions = 0;
+
+  int32_t num_known() const noexcept { return static_cast<int32_t>(prompt.size() + output.size()); }
+  int32_t num_tokens() const noexcept { return num_known() + pending; }
+  int32_t num_generated() const noexcept { return static_cast<int32_t>(output.size()) + pending; }
+  int32_t token_at(int32_t pos) const noexcept {
+    const auto p = static_cast<int32_t>(prompt.size());
+    return pos < p ? prompt[static_cast<size_t>(pos)] : output[static_cast<size_t>(pos - p)];
+  }
+};
+
+}  // namespace coserve::actors
