@@ -714,6 +714,9 @@ class parser {
 }  // namespace
 
 result<body> parse_template(std::string_view source) {
+  // jinja2 drops one trailing newline of the source (keep_trailing_newline=False).
+  if (source.ends_with("\r\n")) source.remove_suffix(2);
+  else if (source.ends_with("\n") || source.ends_with("\r")) source.remove_suffix(1);
   try {
     parser p(scan(source));
     return p.parse_all();

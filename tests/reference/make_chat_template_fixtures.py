@@ -116,6 +116,79 @@ CONVERSATIONS = {
         "tools": TOOLS, "add_generation_prompt": True},
 }
 
+UNIT_CASES = [
+ # (template, context): interpreter features, one or a few per case
+ ("{{ 'a' ~ 1 ~ none ~ true }}", {}),
+ ("{{ [1, 'x', none, true, 1.5, {'k': 'v'}] }}", {}),
+ ("{{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 4 / 2 }}", {}),
+ ("{{ 'abc'[::-1] }}{{ [1,2,3,4][1:3] }}{{ 'héllo'[1] }}{{ 'héllo'|length }}", {}),
+ ("{% for x in xs %}{{ loop.index }}{{ loop.index0 }}{{ loop.first }}{{ loop.last }}{{ loop.length }}{{ loop.revindex }}|{% endfor %}", {"xs": ["a","b"]}),
+ ("{% for x in xs %}{{ loop.previtem|default('-') }}{{ loop.nextitem|default('-') }}{{ loop.cycle('o','e') }} {% endfor %}", {"xs": [1,2,3]}),
+ ("{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% else %}empty{% endfor %}", {"xs": [1,2,3,4,5]}),
+ ("{% for x in [] %}{{ x }}{% else %}empty{% endfor %}", {}),
+ ("{% for k, v in d|dictsort %}{{ k }}={{ v }};{% endfor %}", {"d": {"b": 1, "A": 2, "c": 3}}),
+ ("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", {"d": {"b": 1, "a": 2}}),
+ ("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}", {"xs": [1,2,3]}),
+ ("{% set n = 0 %}{% for x in xs %}{% set n = n + x %}{% endfor %}{{ n }}", {"xs": [1,2,3]}),
+ ("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('Bob') }} {{ greet('Al', punct='?') }}", {}),
+ ("{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * fact(n - 1)|int }}{% endif %}{% endmacro %}{{ fact(5) }}", {}),
+ ("{% macro wrap() %}[{{ caller() }}]{% endmacro %}{% call wrap() %}inner{% endcall %}", {}),
+ ("{% set x %}block {{ 1 + 1 }}{% endset %}{{ x|upper }}", {}),
+ ("{% filter upper %}shout {{ 'this' }}{% endfilter %}", {}),
+ ("a\n  {% if true %}\n  b\n  {% endif %}\nc", {}),
+ ("a  {{- ' b ' -}}  c\n{%- if true %} d{% endif -%}\n  e", {}),
+ ("{{ x is defined }}{{ y is defined }}{{ y is undefined }}{{ none is none }}{{ 1 is number }}{{ 'a' is string }}{{ {} is mapping }}{{ [] is iterable }}{{ 'a' is sequence }}{{ true is boolean }}{{ 1 is integer }}{{ 1.0 is float }}", {"x": 1}),
+ ("{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 2 is in [1,2] }}{{ 'a' is eq 'a' }}{{ x is not none }}{{ true is true }}{{ 0 is false }}", {"x": 0}),
+ ("{{ xs|selectattr('on')|map(attribute='n')|join(',') }}|{{ xs|rejectattr('on')|map(attribute='n')|list }}|{{ xs|selectattr('n', 'equalto', 'b')|list|length }}", {"xs": [{"n":"a","on":True},{"n":"b","on":False}]}),
+ ("{{ [3,1,2]|sort }}{{ ['b','A','a']|sort }}{{ [3,1,2]|sort(reverse=true) }}{{ ['a','A','b']|unique|list }}{{ [1,2]|reverse|list }}{{ xs|sort(attribute='k')|map(attribute='k')|list }}", {"xs": [{"k": 2}, {"k": 1}]}),
+ ("{{ '  x  '|trim }}|{{ 'hello world'|title }}|{{ 'hELLO'|capitalize }}|{{ 'aaa'|replace('a','b',2) }}|{{ 'x'|upper }}{{ 'Y'|lower }}", {}),
+ ("{{ '3'|int + 1 }} {{ 'x'|int }} {{ '2.5'|float }} {{ 3|float }} {{ 2.7|int }} {{ -3|abs }} {{ 2.567|round(2) }} {{ 2.5|round }}", {}),
+ ("{{ [1,2,3]|first }}{{ [1,2,3]|last }}{{ [1,2,3]|sum }}{{ [1,5,3]|max }}{{ [4,2,3]|min }}{{ 'a b  c'|wordcount }}{{ [1,2,3,4,5]|batch(2)|list }}", {}),
+ ("{{ x|default('d') }}{{ ''|default('e', true) }}{{ none|default('n') }}{{ y|d('z') }}", {}),
+ ("{{ d|tojson }}|{{ d|tojson(indent=2) }}|{{ 'é\"'|tojson }}|{{ [1.0, 1e-7, none]|tojson }}", {"d": {"b": [1, {"c": None}], "a": "x"}}),
+ ("{{ d|items|list }}{{ d.keys()|list }}{{ d.values()|list }}{{ d.get('a') }}{{ d.get('z', 'no') }}{{ d['a'] }}{{ d.a }}{{ 'a' in d }}", {"d": {"a": 1}}),
+ ("{{ ' a b '.strip() }}|{{ 'xxaxx'.lstrip('x') }}|{{ 'a,b,,c'.split(',') }}|{{ ' a  b '.split() }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x','c')) }}|{{ 'a{}b{}'.format(1, 2) }}|{{ 'ab'.upper() }}", {}),
+ ("{{ 'yes' if x else 'no' }}{{ 'yes' if not x }}{{ 1 if x > 2 else 2 if x > 0 else 3 }}", {"x": 1}),
+ ("{{ 'lo' in 'hello' }}{{ 3 not in [1,2] }}{{ 1 < 2 and 2 > 3 or 'z' }}{{ not none }}", {}),
+ ("{{ '%s is %d years, %.2f' % ('Al', 30, 1.5) }}|{{ '%05.1f'|format(3.14159) }}", {}),
+ ("{{ 'line1\nline2\n\nline3'|indent(2) }}|{{ 'a\nb'|indent(4, first=true) }}", {}),
+ ("{{ range(3)|list }}{{ range(1, 7, 2)|list }}{{ dict(a=1, b=2) }}", {}),
+ ("{{ raise_exception('boom ' ~ 42) }}", {}),
+ ("{{ x.y.z }}", {}),
+ ("{{ x.missing }}|{{ x.missing is defined }}", {"x": {}}),
+ ("{{ strftime_now('%Y-%m-%d %d %b') }}", {}),
+ ("{% generation %}gen {{ 1 }}{% endgeneration %}", {}),
+ ("{{ (1, 2) }}{{ (1,) }}{{ {'a': (1, 'b')} }}{{ 'it\\'s' }}{{ [\"it's\"] }}", {}),
+ ("{{ xs.append(1) }}", {"xs": []}),
+ ("{{ {1: 'a', 2: 'b'}[2] }}{% for k, v in {2: 'x', 1: 'y'}|dictsort %}{{ k + 1 }}{{ v }}{% endfor %}", {}),
+ ("{{ xs|map('upper')|join('-') }}{{ xs|select('equalto', 'a')|list }}{{ [0, 1, '', 'x']|select|list }}{{ [0, 1]|reject|list }}", {"xs": ["a", "b"]}),
+ ("{{ 'a' + 1 }}", {}),
+ ("{{ none.x }}", {}),
+ ("{% if %}", {}),
+ ("{% for x in xs %}{{ x }}", {"xs": [1]}),
+]
+
+
+def write_units(env):
+    """units.json: small templates exercising one feature each, rendered by jinja2."""
+    out = []
+    for source, context in UNIT_CASES:
+        case = {"template": source, "context": context}
+        try:
+            case["output"] = env.from_string(source).render(**context)
+            case["ok"] = True
+        except RaisedError as e:
+            case.update(ok=False, raised=str(e))
+        except jinja2.TemplateSyntaxError as e:
+            case.update(ok=False, syntax_error=str(e))
+        except Exception as e:
+            case.update(ok=False, error=f"{type(e).__name__}: {e}")
+        out.append(case)
+    with open(os.path.join(OUT, "units.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
 SPECIAL = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"}
 
 
@@ -160,7 +233,8 @@ def main():
         with open(out, "w", encoding="utf-8") as f:
             json.dump(fixture, f, ensure_ascii=False, indent=1)
             f.write("\n")
-    print(f"wrote {len(paths)} fixtures to {OUT}")
+    write_units(env)
+    print(f"wrote {len(paths)} template fixtures and {len(UNIT_CASES)} unit cases to {OUT}")
 
 
 if __name__ == "__main__":

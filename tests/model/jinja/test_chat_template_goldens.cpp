@@ -79,3 +79,50 @@ TEST_CASE("chat template goldens reproduce Python jinja2 byte for byte", "[chat_
   }
   CHECK(checked == index->size());
 }
+
+// llama.cpp's inline template cases, against what Python jinja2 renders for them (the
+// jinja2-vs-llama.cpp file records jinja2's output or error for each, over the basic conversation).
+TEST_CASE("llama.cpp inline template cases render as jinja2 does", "[chat_template]") {
+  fs::path dir = kData / "chat-templates";
+  fs::path cmp_path = dir / "goldens" / "llama.cpp-inline-cases.jinja2-vs-llama.cpp.json";
+  if (!fs::exists(cmp_path)) {
+    WARN("skipped: " << cmp_path.string() << " not found");
+    return;
+  }
+  auto cmp = json::parse(slurp(cmp_path));
+  auto inputs = json::parse(slurp(dir / "goldens" / "inputs.json"));
+  REQUIRE(cmp.ok());
+  REQUIRE(inputs.ok());
+  std::vector<json::value> sources;
+  for (const char* f : {"llama.cpp-inline-cases.feb2025.json", "llama.cpp-inline-cases.newer.json"}) {
+    auto v = json::parse(slurp(dir / f));
+    REQUIRE(v.ok());
+    for (const auto& c : v->as_array()) sources.push_back(c);
+  }
+  size_t checked = 0;
+  for (const auto& c : cmp->as_array()) {
+    const std::string& name = c.find("name")->as_string();
+    INFO("case " << name);
+    const json::value* src = nullptr;
+    for (const auto& s : sources)
+      if (!src && s.find("name")->as_string() == name) src = &s;  // feb2025 first, as compared
+    REQUIRE(src);
+    auto tmpl = chat_template::parse(src->find("template_str")->as_string());
+    if (!tmpl) FAIL("parse error: " << tmpl.err().message);
+    json::value ctx = json::object{};
+    ctx["messages"] = *inputs->find("conversations")->find("basic");
+    ctx["add_generation_prompt"] = true;
+    for (const char* tok : {"bos_token", "eos_token"})
+      ctx[tok] = src->find(tok) ? *src->find(tok) : json::value("");  // absent: empty, as rendered
+    auto out = tmpl->render(ctx, kGoldenNow);
+    const json::value* expected = c.find("jinja2_output");
+    if (expected && expected->is_string()) {
+      if (!out) FAIL_CHECK("render error: " << out.err().message);
+      else CHECK(*out == expected->as_string());
+    } else {
+      CHECK_FALSE(out.ok());
+    }
+    ++checked;
+  }
+  CHECK(checked == cmp->size());
+}
