@@ -200,17 +200,6 @@ std::vector<token> tokenize(std::string_view s) {
 
 // ---- parser ---------------------------------------------------------------------------------
 
-const std::set<std::string, std::less<>>& known_filters() {
-  static const std::set<std::string, std::less<>> f = {
-      "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
-      "escape", "first", "float", "forceescape", "format", "groupby", "indent", "int", "items",
-      "join", "last", "length", "list", "lower", "map", "max", "min", "pprint", "reject",
-      "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort",
-      "string", "striptags", "sum", "title", "tojson", "trim", "truncate", "unique", "upper",
-      "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr", "filesizeformat"};
-  return f;
-}
-
 class parser {
  public:
   explicit parser(std::vector<chunk> chunks) : chunks_(std::move(chunks)) {}
