@@ -46,7 +46,7 @@ void check_fixture(const std::filesystem::path& path) {
   REQUIRE(make_demo_model(parsed->dir, parsed->options).ok());
 
   cpu_executor_options opts;
-  opts.num_kv_blocks = 64;
+  opts.num_kv_blocks = 512;
   opts.num_threads = 2;
   opts.return_logits = true;
   auto ex = cpu_executor::load(dir.str(), opts);
@@ -61,7 +61,9 @@ void check_fixture(const std::filesystem::path& path) {
     INFO("prompt length " << prompt.size());
     step_plan plan;
     plan.new_seqs.push_back(test::greedy_seq(id, prompt));
-    plan.seqs.push_back({id, prompt, 0, test::block_range(0, 8), true});
+    const int32_t blocks = int32_t(prompt.size() + greedy.size() + 15) / 16;
+    REQUIRE(blocks <= opts.num_kv_blocks);
+    plan.seqs.push_back({id, prompt, 0, test::block_range(0, blocks), true});
     auto r = (*ex)->execute(plan);
     REQUIRE(r.ok());
     const auto& out = r->outputs.at(0);
