@@ -109,6 +109,35 @@ TEST_CASE("engine: concurrent greedy requests match each request run alone; canc
     CHECK(together[static_cast<size_t>(i)].finish == finish_reason::length);
   }
   for (int i = 0; i < 4; ++i) CHECK(together[static_cast<size_t>(k + i)].finish == finish_reason::abort);
+  {  // n = 2 greedy: both samples (the second a copy-on-write fork) equal the single run.
+    generate_request r = reqs[0];
+    r.params.n = 2;
+    asio::io_context io;
+    std::map<int32_t, std::vector<int32_t>> per_index;
+    auto fn = [&]() -> asio::awaitable<void> {
+      auto s = co_await eng->submit(r);
+      REQUIRE(s);
+      while (auto ev = co_await (*s)->next())
+        per_index[ev->index].insert(per_index[ev->index].end(), ev->token_ids.begin(), ev->token_ids.end());
+    };
+    asio::co_spawn(io, fn(), asio::detached);
+    io.run();
+    CHECK(per_index[0] == alone[0].tokens);
+    CHECK(per_index[1] == alone[0].tokens);
+  }
+  {  // prompt + max_tokens beyond the context: a clear invalid_request
+    generate_request r = reqs[0];
+    r.params.max_tokens = 10000;
+    asio::io_context io;
+    std::string code;
+    auto fn = [&]() -> asio::awaitable<void> {
+      auto s = co_await eng->submit(r);
+      if (!s) code = s.err().code;
+    };
+    asio::co_spawn(io, fn(), asio::detached);
+    io.run();
+    CHECK(code == "invalid_request");
+  }
   const engine_metrics m = eng->metrics();
   CHECK(m.kv_blocks_free == m.kv_blocks_total);
   CHECK(m.kv_blocks_total == 48);
