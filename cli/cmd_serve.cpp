@@ -1,3 +1,277 @@
+// `coserve serve [MODEL_DIR | --demo] [flags]`: the OpenAI-compatible HTTP server. Flag names
+// follow `vllm serve` where one exists. SIGINT/SIGTERM stop accepting, let in-flight streams finish
+// (bounded by --drain-timeout), stop the engine and exit 0.
+// Until the engine facade's implementation (actors/engine.cpp) is part of the build, this file
+// compiles to a stub: http/CMakeLists.txt defines COSERVE_HTTP_HAVE_ENGINE when it exists.
+#if defined(COSERVE_HTTP_HAVE_ENGINE)
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/signal_set.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "actors/engine.hpp"
+#include "cli/commands.hpp"
+#include "http/openai_api.hpp"
+#include "http/server.hpp"
+#include "model/demo_model.hpp"
+
+namespace coserve::cli {
+
+namespace {
+
+constexpr const char* k_help = R"(usage: coserve serve [MODEL_DIR | --demo] [flags]
+
+Serves a Hugging Face model folder over an OpenAI-compatible HTTP API:
+  POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,
+  POST /tokenize, POST /detokenize, GET /version.
+
+model:
+  MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json
+  --demo                        serve the built-in demo model (created on first use in
+                                $COSERVE_CACHE, else $XDG_CACHE_HOME/coserve, else ~/.cache/coserve)
+  --served-model-name NAME      the model id clients send (default: the folder's name)
+  --device cpu|cuda             executor device (default: cpu)
+http:
+  --host ADDR                   listen address (default: 127.0.0.1)
+  --port N                      listen port; 0 picks a free one and logs it (default: 8000)
+  --api-key KEY                 require "Authorization: Bearer KEY" on /v1/* routes
+  --http-threads N              threads running the HTTP event loop (default: 2)
+  --max-body-bytes N            request body limit, beyond it 413 (default: 8388608)
+  --idle-timeout-s S            keep-alive idle limit in seconds (default: 60)
+  --request-timeout-s S         time to receive a whole request in seconds (default: 30)
+  --drain-timeout-s S           on SIGINT/SIGTERM, wait at most S seconds for streams (default: 30)
+engine:
+  --max-num-seqs N              running sequences at most (default: 256)
+  --max-num-batched-tokens N    tokens per scheduler step at most (default: 2048)
+  --max-model-len N             context length (default: the model's)
+  --block-size N                tokens per KV block (default: 16)
+  --num-gpu-blocks-override N   KV blocks in the pool (default: sized from memory)
+  --gpu-memory-utilization F    fraction of GPU memory for weights + KV (default: 0.9)
+  --max-waiting-requests N      admission queue limit; beyond it 429 (default: 1024)
+  --cpu-threads N               CPU executor threads (default: core count)
+  --no-enable-prefix-caching    disable prefix caching (on by default)
+  --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit
+  -h, --help                    this text
+)";
+
+struct serve_args {
+  engine_config engine;
+  bool demo = false;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  int http_threads = 2;
+  http::server_limits limits;
+  int drain_timeout_s = 30;
+};
+
+std::filesystem::path cache_dir() {
+  if (const char* c = std::getenv("COSERVE_CACHE"); c && *c) return c;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "coserve";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".cache" / "coserve";
+  return std::filesystem::temp_directory_path() / "coserve-cache";
+}
+
+// The demo model's GPT-2 tokenizer has no chat template; the server gives the demo folder a small
+// role-tagged one (chat_template.jinja, read by the tokenizer like any model's) so that
+// /v1/chat/completions works out of the box. Unknown roles raise, as real templates do.
+constexpr const char* k_demo_chat_template =
+    "{% for message in messages %}"
+    "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
+    "{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}"
+    "{{ '<|' + message['role'] + '|>\\n' + (message['content'] or '') + '\\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}";
+
+bool has_chat_template(const std::filesystem::path& dir) {
+  if (std::filesystem::exists(dir / "chat_template.jinja")) return true;
+  std::FILE* f = std::fopen((dir / "tokenizer_config.json").string().c_str(), "rb");
+  if (!f) return false;
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  std::fclose(f);
+  return text.find("\"chat_template\"") != std::string::npos;
+}
+
+// Returns 0 on success, otherwise the exit status (help: -1 meaning "exit 0").
+int parse(int argc, char** argv, serve_args& a) {
+  std::vector<std::string_view> args(argv + 1, argv + argc);
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view f = args[i];
+    auto need = [&](const char* what) -> const char* {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "coserve serve: %.*s needs %s\n", static_cast<int>(f.size()), f.data(), what);
+        return nullptr;
+      }
+      return args[++i].data();
+    };
+    auto as_int = [&](const char* v, auto& out) -> bool {
+      if (!v) return false;
+      char* end = nullptr;
+      long long x = std::strtoll(v, &end, 10);
+      if (*v == '\0' || *end != '\0' || x < 0) {
+        std::fprintf(stderr, "coserve serve: %.*s: '%s' is not a non-negative integer\n", static_cast<int>(f.size()), f.data(), v);
+        return false;
+      }
+      out = static_cast<std::remove_reference_t<decltype(out)>>(x);
+      return true;
+    };
+    if (f == "-h" || f == "--help") return -1;
+    if (f == "--demo") a.demo = true;
+    else if (f == "--host") { const char* v = need("an address"); if (!v) return 2; a.host = v; }
+    else if (f == "--port") { if (!as_int(need("a port"), a.port) || a.port > 65535) return 2; }
+    else if (f == "--served-model-name") { const char* v = need("a name"); if (!v) return 2; a.engine.served_model_name = v; }
+    else if (f == "--api-key") { const char* v = need("a key"); if (!v) return 2; a.api_key = v; }
+    else if (f == "--device") {
+      const char* v = need("cpu or cuda");
+      if (!v || (std::string_view(v) != "cpu" && std::string_view(v) != "cuda")) {
+        std::fprintf(stderr, "coserve serve: --device must be cpu or cuda\n");
+        return 2;
+      }
+      a.engine.device = v;
+    }
+    else if (f == "--trace-file") { const char* v = need("a path"); if (!v) return 2; a.engine.trace_file = v; }
+    else if (f == "--max-num-seqs") { if (!as_int(need("N"), a.engine.max_num_seqs)) return 2; }
+    else if (f == "--max-num-batched-tokens") { if (!as_int(need("N"), a.engine.max_num_batched_tokens)) return 2; }
+    else if (f == "--max-model-len") { if (!as_int(need("N"), a.engine.max_model_len)) return 2; }
+    else if (f == "--block-size") { if (!as_int(need("N"), a.engine.block_size)) return 2; }
+    else if (f == "--num-gpu-blocks-override") { if (!as_int(need("N"), a.engine.num_kv_blocks)) return 2; }
+    else if (f == "--max-waiting-requests") { if (!as_int(need("N"), a.engine.max_waiting)) return 2; }
+    else if (f == "--cpu-threads") { if (!as_int(need("N"), a.engine.cpu_threads)) return 2; }
+    else if (f == "--http-threads") { if (!as_int(need("N"), a.http_threads)) return 2; }
+    else if (f == "--max-body-bytes") { if (!as_int(need("N"), a.limits.max_body_bytes)) return 2; }
+    else if (f == "--drain-timeout-s") { if (!as_int(need("S"), a.drain_timeout_s)) return 2; }
+    else if (f == "--idle-timeout-s" || f == "--request-timeout-s") {
+      int s = 0;
+      if (!as_int(need("S"), s)) return 2;
+      (f == "--idle-timeout-s" ? a.limits.idle_timeout : a.limits.request_timeout) = std::chrono::seconds(s);
+    }
+    else if (f == "--gpu-memory-utilization") {
+      const char* v = need("a fraction");
+      if (!v) return 2;
+      a.engine.gpu_memory_utilization = std::strtod(v, nullptr);
+    }
+    else if (f == "--no-enable-prefix-caching") a.engine.enable_prefix_caching = false;
+    else if (f == "--enable-prefix-caching") a.engine.enable_prefix_caching = true;
+    else if (!f.empty() && f[0] == '-') {
+      std::fprintf(stderr, "coserve serve: unknown flag '%.*s' (see --help)\n", static_cast<int>(f.size()), f.data());
+      return 2;
+    } else if (a.engine.model_dir.empty()) {
+      a.engine.model_dir = std::string(f);
+    } else {
+      std::fprintf(stderr, "coserve serve: more than one MODEL_DIR\n");
+      return 2;
+    }
+  }
+  if (a.demo == !a.engine.model_dir.empty()) {
+    std::fprintf(stderr, "coserve serve: give MODEL_DIR or --demo (see --help)\n");
+    return 2;
+  }
+  if (a.http_threads < 1) a.http_threads = 1;
+  return 0;
+}
+
+// Waits for in-flight requests after a stop signal, then stops the event loop.
+asio::awaitable<void> drain(asio::io_context& io, http::http_server& server, int timeout_s) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  asio::steady_timer t(io);
+  while (server.active_requests() > 0 && std::chrono::steady_clock::now() < deadline) {
+    t.expires_after(std::chrono::milliseconds(20));
+    co_await t.async_wait(asio::use_awaitable);
+  }
+  if (server.active_requests() > 0)
+    std::fprintf(stderr, "[serve] drain timeout: %lld requests still running\n",
+                 static_cast<long long>(server.active_requests()));
+  io.stop();
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  serve_args a;
+  if (int rc = parse(argc, argv, a); rc != 0) {
+    if (rc == -1) {
+      std::fputs(k_help, stdout);
+      return 0;
+    }
+    return rc;
+  }
+  if (a.demo) {
+    auto dir = cache_dir() / "demo-model";
+    if (!std::filesystem::exists(dir / "config.json")) {
+      std::fprintf(stderr, "[serve] creating the demo model in %s\n", dir.string().c_str());
+      auto made = make_demo_model(dir.string(), demo_options{});
+      if (!made) {
+        std::fprintf(stderr, "coserve serve: cannot create the demo model: %s\n", made.err().message.c_str());
+        return 1;
+      }
+    }
+    if (!has_chat_template(dir)) {
+      if (std::FILE* f = std::fopen((dir / "chat_template.jinja").string().c_str(), "wb")) {
+        std::fputs(k_demo_chat_template, f);
+        std::fclose(f);
+      }
+    }
+    a.engine.model_dir = dir;
+    if (a.engine.served_model_name.empty()) a.engine.served_model_name = "demo";
+  }
+  std::fprintf(stderr, "[serve] loading %s on %s\n", a.engine.model_dir.string().c_str(), a.engine.device.c_str());
+  auto started = engine::start(a.engine);
+  if (!started) {
+    std::fprintf(stderr, "coserve serve: cannot start the engine: %s\n", started.err().message.c_str());
+    return 1;
+  }
+  std::unique_ptr<engine> eng = std::move(started).value();
+  const auto& info = eng->info();
+  std::fprintf(stderr, "[serve] model '%s' (%s), max_model_len %d, vocab %d\n", info.served_model_name.c_str(),
+               info.architecture.c_str(), info.max_model_len, info.vocab_size);
+
+  asio::io_context io;
+  http::openai_api api(*eng, http::api_options{a.api_key, "0.1.0"});
+  http::http_server server(io, a.limits, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
+  auto port = server.listen(a.host, static_cast<uint16_t>(a.port));
+  if (!port) {
+    std::fprintf(stderr, "coserve serve: %s\n", port.err().message.c_str());
+    eng->stop(true);
+    return 1;
+  }
+  std::fprintf(stderr, "[serve] listening on http://%s:%u\n", a.host.c_str(), static_cast<unsigned>(*port));
+  std::fflush(stderr);
+
+  asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const asio::error_code& ec, int sig) {
+    if (ec) return;
+    std::fprintf(stderr, "[serve] signal %d: draining %lld in-flight requests\n", sig,
+                 static_cast<long long>(server.active_requests()));
+    server.stop();
+    asio::co_spawn(io, drain(io, server, a.drain_timeout_s), asio::detached);
+  });
+
+  std::vector<std::thread> threads;
+  for (int i = 1; i < a.http_threads; ++i) threads.emplace_back([&io] { io.run(); });
+  io.run();
+  for (auto& t : threads) t.join();
+  std::fprintf(stderr, "[serve] stopping the engine\n");
+  eng->stop(false);
+  std::fprintf(stderr, "[serve] bye\n");
+  return 0;
+}
+
+}  // namespace coserve::cli
+#else
 #include <cstdio>
 
 #include "cli/commands.hpp"
@@ -5,8 +279,9 @@
 namespace coserve::cli {
 
 int cmd_serve(int, char** argv) {
-  std::fprintf(stderr, "coserve %s: not available in this build yet\n", argv[0]);
+  std::fprintf(stderr, "coserve %s: not available in this build yet (no engine)\n", argv[0]);
   return 2;
 }
 
 }  // namespace coserve::cli
+#endif
