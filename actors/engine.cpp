@@ -31,7 +31,9 @@ using event_channel = asio::experimental::concurrent_channel<void(asio::error_co
 class stream_impl final : public request_stream {
  public:
   stream_impl(uint64_t id, std::vector<int32_t> prompt, size_t capacity)
-      : id_(id), prompt_(std::move(prompt)), channel_(asio::system_executor{}, capacity) {}
+      : id_(id), prompt_(std::move(prompt)), channel_(asio::system_executor{}, capacity),
+        submitted_(std::chrono::steady_clock::now()) {}
+  std::chrono::steady_clock::time_point submitted() const noexcept { return submitted_; }
   uint64_t id() const noexcept override { return id_; }
   const std::vector<int32_t>& prompt_ids() const noexcept override { return prompt_; }
   asio::awaitable<std::optional<output_event>> next() override {
@@ -54,6 +56,7 @@ class stream_impl final : public request_stream {
   event_channel channel_;
   std::atomic<bool> cancelled_{false};
   bool ended_ = false;  // consumer side only
+  std::chrono::steady_clock::time_point submitted_;
 };
 
 // Per-request state on the engine thread.
@@ -67,6 +70,9 @@ struct request_state {
   };
   std::vector<sample> samples;
   int32_t live = 0;
+  using clock = std::chrono::steady_clock;
+  clock::time_point submitted, last_token;
+  bool first_token_seen = false;
 };
 
 class engine_impl final : public engine {
@@ -148,7 +154,9 @@ class engine_impl final : public engine {
     std::lock_guard lock(mu_);
     engine_metrics m = metrics_;
     metrics_.ttft_s.clear();
+    metrics_.itl_s.clear();
     metrics_.e2e_s.clear();
+    metrics_.queue_s.clear();
     m.rejected = rejected_;
     return m;
   }
@@ -169,6 +177,13 @@ class engine_impl final : public engine {
     auto& st = requests_[rid];
     st.stream = std::move(stream);
     st.req = std::move(req);
+    st.submitted = st.stream->submitted();
+    {
+      std::lock_guard lock(mu_);
+      metrics_.queue_s.push_back(
+          std::chrono::duration<double>(request_state::clock::now() - st.submitted).count());
+      metrics_.prompt_tokens += static_cast<int64_t>(st.stream->prompt_ids().size());
+    }
     const int32_t n = std::max(1, st.req.params.n);
     st.samples.resize(static_cast<size_t>(n));
     st.live = n;
@@ -208,6 +223,11 @@ class engine_impl final : public engine {
     seq_of_.erase({rid, index});
     st.stream->send(std::move(ev));
     if (--st.live == 0) {
+      {
+        std::lock_guard lock(mu_);
+        metrics_.e2e_s.push_back(
+            std::chrono::duration<double>(request_state::clock::now() - st.submitted).count());
+      }
       update_metrics();
       output_event end;
       end.index = -1;
@@ -248,8 +268,16 @@ class engine_impl final : public engine {
     ev.completion_tokens = e.completion_tokens;
     ev.cached_prompt_tokens = e.cached_prompt_tokens;
     {
+      const auto now = request_state::clock::now();
       std::lock_guard lock(mu_);
       ++metrics_.generation_tokens;
+      if (!st.first_token_seen) {
+        metrics_.ttft_s.push_back(std::chrono::duration<double>(now - st.submitted).count());
+        st.first_token_seen = true;
+      } else {
+        metrics_.itl_s.push_back(std::chrono::duration<double>(now - st.last_token).count());
+      }
+      st.last_token = now;
     }
     const bool is_stop_token = e.finish == finish_reason::stop;
     std::string piece = smp.detok->push(e.token);

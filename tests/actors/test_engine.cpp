@@ -141,6 +141,10 @@ TEST_CASE("engine: concurrent greedy requests match each request run alone; canc
   const engine_metrics m = eng->metrics();
   CHECK(m.kv_blocks_free == m.kv_blocks_total);
   CHECK(m.kv_blocks_total == 48);
+  CHECK(m.ttft_s.size() >= static_cast<size_t>(2 * k));
+  CHECK(m.e2e_s.size() >= static_cast<size_t>(2 * k));
+  CHECK(m.finished_abort == 4);
+  CHECK(eng->metrics().ttft_s.empty());  // samples are handed out once
   eng->stop();
   std::filesystem::remove_all(dir);
 }
