@@ -75,7 +75,7 @@ run_stats drive(batch_planner& planner, sim_executor& ex, const planner_config& 
 
 }  // namespace
 
-TEST_CASE("planner: chunked prefill within the token budget, sampling only at the end",
+TEST_CASE("planner: chunked prefill within the token budget and sampling only at the end",
           "[actors][planner]") {
   planner_config cfg{.max_num_seqs = 8, .max_num_batched_tokens = 4, .max_model_len = 64, .eos_id = -1};
   batch_planner p(cfg, {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
@@ -121,7 +121,7 @@ TEST_CASE("planner: running decodes come before a new prefill in the same step",
   CHECK_FALSE(s2.seqs[2].sample);
 }
 
-TEST_CASE("planner: priority orders admission, ties FCFS", "[actors][planner]") {
+TEST_CASE("planner: priority orders admission and ties are FCFS", "[actors][planner]") {
   planner_config cfg{.max_num_seqs = 1, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
   batch_planner p(cfg, {.num_blocks = 32, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
   p.add(make_seq(1, {1}, 1, 5));
@@ -131,7 +131,7 @@ TEST_CASE("planner: priority orders admission, ties FCFS", "[actors][planner]") 
   CHECK(p.num_waiting() == 2);
 }
 
-TEST_CASE("planner: stop on eos, stop token ids and max_tokens; ignore_eos and min_tokens",
+TEST_CASE("planner: stop on eos and stop token ids and max_tokens with ignore_eos and min_tokens",
           "[actors][planner]") {
   planner_config cfg{.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = 7};
   batch_planner p(cfg, {.num_blocks = 32, .block_size = 4, .enable_prefix_caching = false, .hash = {}});

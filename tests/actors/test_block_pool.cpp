@@ -26,7 +26,7 @@ TEST_CASE("block_pool: allocate/free and reference counts", "[actors][block_pool
   CHECK(pool.num_free() == 4);
 }
 
-TEST_CASE("block_pool: prefix hit, then LRU eviction of freed cached blocks", "[actors][block_pool]") {
+TEST_CASE("block_pool: prefix hit then LRU eviction of freed cached blocks", "[actors][block_pool]") {
   block_pool pool({.num_blocks = 3, .block_size = 2, .enable_prefix_caching = true, .hash = {}});
   const std::vector<int32_t> a{1, 2}, b{3, 4}, c{5, 6};
   int32_t ba = pool.allocate(), bb = pool.allocate(), bc = pool.allocate();

@@ -61,7 +61,7 @@ std::unique_ptr<engine> start_demo(const std::filesystem::path& dir) {
 
 }  // namespace
 
-TEST_CASE("engine: concurrent greedy requests match each request run alone; cancel leaks nothing",
+TEST_CASE("engine: concurrent greedy requests match each request run alone and cancel leaks nothing",
           "[actors][engine]") {
   if (!std::filesystem::exists("../shared/testdata/tokenizers/gpt2")) {
     WARN("../shared/testdata absent: skipped");
