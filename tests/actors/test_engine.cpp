@@ -138,6 +138,25 @@ TEST_CASE("engine: concurrent greedy requests match each request run alone and c
     io.run();
     CHECK(code == "invalid_request");
   }
+  {  // stop string taken from the middle of a greedy output: text ends right before it
+    size_t pick = 0;
+    for (int i = 0; i < k; ++i)
+      if (alone[static_cast<size_t>(i)].text.size() > alone[pick].text.size()) pick = static_cast<size_t>(i);
+    const std::string full = alone[pick].text;
+    if (full.size() >= 6) {
+      const size_t at = full.size() / 2;
+      const std::string stop = full.substr(at, 3);
+      const size_t first = full.find(stop);
+      generate_request r = reqs[pick];
+      r.params.stop = {stop};
+      collected got;
+      asio::io_context io;
+      asio::co_spawn(io, run_one(*eng, r, got, -1), asio::detached);
+      io.run();
+      CHECK(got.text == full.substr(0, first));
+      CHECK(got.finish == finish_reason::stop);
+    }
+  }
   const engine_metrics m = eng->metrics();
   CHECK(m.kv_blocks_free == m.kv_blocks_total);
   CHECK(m.kv_blocks_total == 48);
