@@ -1,9 +1,6 @@
 // `coserve serve [MODEL_DIR | --demo] [flags]`: the OpenAI-compatible HTTP server. Flag names
 // follow `vllm serve` where one exists. SIGINT/SIGTERM stop accepting, let in-flight streams finish
 // (bounded by --drain-timeout), stop the engine and exit 0.
-// Until the engine facade's implementation (actors/engine.cpp) is part of the build, this file
-// compiles to a stub: http/CMakeLists.txt defines COSERVE_HTTP_HAVE_ENGINE when it exists.
-#if defined(COSERVE_HTTP_HAVE_ENGINE)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -271,17 +268,3 @@ int cmd_serve(int argc, char** argv) {
 }
 
 }  // namespace coserve::cli
-#else
-#include <cstdio>
-
-#include "cli/commands.hpp"
-
-namespace coserve::cli {
-
-int cmd_serve(int, char** argv) {
-  std::fprintf(stderr, "coserve %s: not available in this build yet (no engine)\n", argv[0]);
-  return 2;
-}
-
-}  // namespace coserve::cli
-#endif
