@@ -685,7 +685,9 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     }
     auto items = iterate(v);
     std::reverse(items.begin(), items.end());
-    return jvalue::list(std::move(items));
+    jvalue r = jvalue::list(std::move(items));
+    r.lst().lazy = true;  // a reverse iterator in jinja2: no len(), no JSON form
+    return r;
   }
   if (name == "items") {
     if (v.is_undefined()) return jvalue::list();

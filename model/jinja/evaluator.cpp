@@ -291,6 +291,9 @@ class evaluator {
     }
     size_t len = items.size();
     for (size_t i = 0; i < len; ++i) {
+      // Each iteration starts from a fresh scope: what one iteration sets is gone in the next.
+      scope = std::make_shared<frame>();
+      scope->parent = f;
       jvalue loop = jvalue::dict();
       jdict& l = loop.dct();
       l.set("index", jvalue(i + 1));
