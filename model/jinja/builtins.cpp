@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utf8proc.h>
 
 namespace coserve::jinja {
 namespace {
@@ -23,14 +24,33 @@ std::string py_strip(std::string_view s, const jvalue& chars, bool left, bool ri
   return std::string(s.substr(b, e - b));
 }
 
-std::string to_upper(std::string s) {
-  for (char& c : s) if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
-  return s;
+// Case mapping per code point (utf8proc's simple mappings; Python also applies the few
+// multi-character ones such as ß -> SS). Invalid UTF-8 bytes pass through unchanged.
+template <class Map>
+std::string map_case(const std::string& s, Map map) {
+  std::string out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
+  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(s.size());
+  while (left > 0) {
+    utf8proc_int32_t cp = 0;
+    utf8proc_ssize_t n = utf8proc_iterate(p, left, &cp);
+    if (n <= 0) {
+      out += static_cast<char>(*p);
+      ++p;
+      --left;
+      continue;
+    }
+    utf8proc_uint8_t buf[4];
+    utf8proc_ssize_t m = utf8proc_encode_char(map(cp), buf);
+    out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(m));
+    p += n;
+    left -= n;
+  }
+  return out;
 }
-std::string to_lower(std::string s) {
-  for (char& c : s) if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-  return s;
-}
+std::string to_upper(const std::string& s) { return map_case(s, utf8proc_toupper); }
+std::string to_lower(const std::string& s) { return map_case(s, utf8proc_tolower); }
 bool is_alpha_byte(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (static_cast<unsigned char>(c) >= 0x80);
 }
@@ -48,7 +68,7 @@ std::string py_title(std::string s) {
   return s;
 }
 std::string py_capitalize(std::string s) {
-  s = to_lower(std::move(s));
+  s = to_lower(s);
   if (!s.empty() && s[0] >= 'a' && s[0] <= 'z') s[0] = static_cast<char>(s[0] - 32);
   return s;
 }

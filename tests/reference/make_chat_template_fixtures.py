@@ -166,6 +166,7 @@ UNIT_CASES = [
  ("{% for x in [1,2] %}{% if loop.first %}{% set y = 5 %}{% endif %}{{ y }},{% endfor %}", {}),
  ("{% set y = 1 %}{% for x in [1,2] %}{{ y }}{% set y = 5 %}{{ y }},{% endfor %}{{ y }}", {}),
  ("{{ [1,2]|reverse|length }}", {}),
+ ("{{ 'héllo wörld'|upper }} {{ 'ÉCOLE Ω'|lower }}", {}),
  ("{{ none.x }}", {}),
  ("{% if %}", {}),
  ("{% for x in xs %}{{ x }}", {"xs": [1]}),
