@@ -286,8 +286,8 @@ class evaluator {
       items = std::move(kept);
     }
     if (items.empty()) {
-      if (!n.else_children.empty()) return exec(n.else_children, f, out) == flow::normal ? flow::normal : flow::normal;
-      return flow::normal;
+      // The else body runs in the enclosing scope; a break/continue there belongs to an outer loop.
+      return exec(n.else_children, f, out);
     }
     size_t len = items.size();
     for (size_t i = 0; i < len; ++i) {
