@@ -17,8 +17,12 @@ function(coserve_add_test name)
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_definitions(${name} PRIVATE COSERVE_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
                                              COSERVE_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  # Catch's test discovery cannot carry a list of labels (it splits them into bogus properties),
+  # so the labels are joined into one, e.g. "runtime-concurrency". `ctest -L` takes a regular
+  # expression, so `-L concurrency` and `-L runtime` both select such a test.
+  string(REPLACE ";" "-" label "${T_LABELS}")
   catch_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
-                       PROPERTIES LABELS "${T_LABELS}")
+                       PROPERTIES LABELS "${label}")
 endfunction()
 
 # coserve_add_example(NAME SOURCES a.cpp ... [LIBS lib ...])
