@@ -13,12 +13,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
 #include "actors/batch_planner.hpp"
 #include "actors/stop_checker.hpp"
 #include "model/cpu_executor.hpp"
+#include "model/jinja/chat_template.hpp"
 #include "model/tokenizer/incremental_detokenizer.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
@@ -97,6 +99,15 @@ class engine_impl final : public engine {
         actors::block_pool_options{.num_blocks = ei.num_kv_blocks, .block_size = ei.block_size,
                                    .enable_prefix_caching = cfg_.enable_prefix_caching, .hash = {}});
     kv_total_ = ei.num_kv_blocks;
+    // The model's chat template (chat_template.jinja / .json or tokenizer_config.json), if any.
+    if (auto src = load_chat_template_source(cfg_.model_dir); src.ok()) {
+      if (auto parsed = chat_template::parse(std::move(*src)); parsed.ok())
+        template_.emplace(std::move(*parsed));
+      else
+        template_error_ = "the model's chat template does not parse: " + parsed.err().message;
+    } else {
+      template_error_ = "the model has no chat template: " + src.err().message;
+    }
     thread_ = std::thread([this] { loop(); });
   }
   ~engine_impl() override { stop(true); }
@@ -109,7 +120,9 @@ class engine_impl final : public engine {
     } else if (auto* given = std::get_if<std::vector<int32_t>>(&req.input)) {
       ids = *given;
     } else {
-      co_return error{"invalid_request", "chat input is not supported by this engine build"};
+      auto chat_ids = tokenize_chat(std::get<chat_input>(req.input));
+      if (!chat_ids.ok()) co_return std::move(chat_ids).err();
+      ids = std::move(*chat_ids);
     }
     if (ids.empty()) co_return error{"invalid_request", "the prompt is empty"};
     for (int32_t id : ids)
@@ -141,8 +154,23 @@ class engine_impl final : public engine {
   result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special) const override {
     return tok_.encode(text, add_special);
   }
-  result<std::vector<int32_t>> tokenize_chat(const chat_input&) const override {
-    return error{"invalid_request", "chat input is not supported by this engine build"};
+  // Renders the chat template as Hugging Face's apply_chat_template does (messages, tools,
+  // add_generation_prompt, bos/eos tokens, extra variables), then encodes without adding special
+  // tokens: the template already holds them. Template errors (raise_exception included) are
+  // "invalid_request" with the template's message.
+  result<std::vector<int32_t>> tokenize_chat(const chat_input& chat) const override {
+    if (!template_) return error{"invalid_request", template_error_};
+    json::value ctx;
+    ctx["messages"] = chat.messages;
+    if (!chat.tools.is_null()) ctx["tools"] = chat.tools;
+    ctx["add_generation_prompt"] = chat.add_generation_prompt;
+    ctx["bos_token"] = tok_.bos_token();
+    ctx["eos_token"] = tok_.eos_token();
+    if (chat.template_kwargs.is_object())
+      for (const auto& [key, value] : chat.template_kwargs.as_object()) ctx[key] = value;
+    auto text = template_->render(ctx);
+    if (!text.ok()) return error{"invalid_request", std::move(text).err().message};
+    return tok_.encode(*text, false);
   }
   result<std::string> detokenize(const std::vector<int32_t>& ids) const override {
     return tok_.decode(ids, true);
@@ -362,6 +390,8 @@ class engine_impl final : public engine {
 
   engine_config cfg_;
   tokenizer tok_;
+  std::optional<chat_template> template_;
+  std::string template_error_;
   std::unique_ptr<cpu_executor> exec_;
   model_info info_;
   std::vector<int32_t> extra_eos_;
