@@ -11,6 +11,7 @@
 #include <simdjson.h>
 
 #include "cli/commands.hpp"
+#include "model/json/value.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
 namespace coserve::cli {
@@ -19,25 +20,7 @@ namespace {
 
 void append_json_string(std::string& out, std::string_view s) {
   out.push_back('"');
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
+  json::append_escaped(out, s);
   out.push_back('"');
 }
 
