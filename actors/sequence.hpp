@@ -1,8 +1,9 @@
 // sequence — one sample of one request as the scheduler sees it (the counting model of
 // model/step.hpp): num_tokens() = prompt + known outputs + a token sampled by a step still in
-// flight (`pending`); num_computed tokens have their K/V in the cache.
+// flight (`pending`); num_computed tokens have their K/V in the cache (as planned). Where the K/V
+// live (block tables) is the KV allocator's business (kv_manager).
 //
-// Threads: none; owned by the batch planner.
+// Threads: none; owned by the scheduler core.
 #pragma once
 
 #include <cstdint>
@@ -32,12 +33,9 @@ struct sequence {
   uint64_t pending_step = 0;     // the step that samples it
   int32_t num_computed = 0;
   int32_t num_cached_prompt = 0; // prompt tokens served from the prefix cache (first admission)
-  std::vector<int32_t> block_table;
-  int32_t num_hashed_blocks = 0; // leading full blocks registered in the prefix cache
-  uint64_t last_hash = 0;        // hash of block num_hashed_blocks - 1 (0 when none)
+  int32_t kv_sent = 0;           // known tokens already sent to the KV allocator
 
   seq_state state = seq_state::waiting;
-  bool known_to_executor = false;  // sent as new_seq and not yet listed in finished
   bool cancelled = false;
   seq_id_t fork_parent = 0;        // n > 1: copies the parent's prompt blocks (0: none)
   finish_reason finish = finish_reason::none;

@@ -241,8 +241,8 @@ TEST_CASE("planner: n > 1 forks share prompt blocks with copy-on-write", "[actor
   REQUIRE(first.seqs.size() == 1);  // the children wait for the parent's prompt
   auto second = p.plan();           // children fork now
   CHECK(second.block_copies.size() == 2);
-  CHECK(p.find(2)->block_table.at(0) == p.find(1)->block_table.at(0));
-  CHECK(p.pool().ref_count(p.find(1)->block_table.at(0)) == 3);
+  CHECK(p.block_table(2)->at(0) == p.block_table(1)->at(0));
+  CHECK(p.pool().ref_count(p.block_table(1)->at(0)) == 3);
   p.on_result(ex.execute(first));
   std::optional<step_plan> pending(std::move(second));
   run_stats st;

@@ -1,0 +1,222 @@
+#include "actors/kv_manager.hpp"
+
+#include <algorithm>
+
+namespace coserve::actors {
+
+namespace {
+int32_t ceil_div(int32_t a, int32_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+kv_manager::kv_manager(block_pool_options options) : pool_(std::move(options)) {
+  scratch_.resize(static_cast<size_t>(pool_.block_size()));
+}
+
+const std::vector<int32_t>* kv_manager::block_table(seq_id_t id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second.table;
+}
+
+void kv_manager::free_table(seq_kv& s) {
+  // Reverse order: a sequence's tail blocks become the most recently freed, so the prefix head —
+  // the part other requests are likeliest to share — is evicted last.
+  for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.free(*it);
+  s.table.clear();
+  s.num_computed = 0;
+  s.num_hashed = 0;
+  s.last_hash = 0;
+}
+
+void kv_manager::release(seq_id_t id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  free_table(it->second);
+  if (it->second.known_to_executor) drop_next_.push_back(id);
+  auto h = std::find(holders_.begin(), holders_.end(), id);
+  if (h != holders_.end()) holders_.erase(h);
+  seqs_.erase(it);
+}
+
+void kv_manager::preempt(seq_id_t id, step_plan& plan, step_allocation& alloc) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return;
+  free_table(it->second);
+  if (it->second.known_to_executor) plan.finished.push_back(id);
+  holders_.erase(std::find(holders_.begin(), holders_.end(), id));
+  seqs_.erase(it);
+  alloc.preempted.push_back(id);
+}
+
+void kv_manager::fork(draft_fork& f) {
+  auto pit = seqs_.find(f.parent);
+  if (pit == seqs_.end()) return;  // the scheduler only forks running parents; defensive
+  const seq_kv& parent = pit->second;
+  const int32_t bs = pool_.block_size();
+  seq_kv child;
+  const int32_t shared = std::min(ceil_div(f.shared_tokens, bs), static_cast<int32_t>(parent.table.size()));
+  child.table.assign(parent.table.begin(), parent.table.begin() + shared);
+  for (int32_t b : child.table) pool_.incref(b);
+  child.tokens = f.announce.prompt_ids;  // the whole prompt: the child computes its last token
+  child.num_computed = f.shared_tokens;
+  // The child's hashed prefix is the parent's, up to the shared full blocks.
+  const int32_t full = f.shared_tokens / bs;
+  if (parent.num_hashed <= full) {
+    child.num_hashed = parent.num_hashed;
+    child.last_hash = parent.last_hash;
+  }
+  child.announce = std::move(f.announce);
+  seqs_[f.child] = std::move(child);
+  holders_.push_back(f.child);
+}
+
+int32_t kv_manager::lookup_prefix(seq_kv& s) {
+  if (!pool_.prefix_caching()) return 0;
+  const int32_t bs = pool_.block_size();
+  // Leave at least one token to compute: its logits are sampled.
+  const int32_t max_blocks = (static_cast<int32_t>(s.tokens.size()) - 1) / bs;
+  int32_t hits = 0;
+  uint64_t parent = 0;
+  for (; hits < max_blocks; ++hits) {
+    std::span<const int32_t> block(s.tokens.data() + static_cast<ptrdiff_t>(hits) * bs,
+                                   static_cast<size_t>(bs));
+    const uint64_t h = pool_.hash_block(parent, block);
+    const int32_t b = pool_.lookup(h, parent, block);
+    if (b < 0) break;
+    s.table.push_back(b);
+    parent = h;
+  }
+  s.num_computed = hits * bs;
+  s.num_hashed = hits;
+  s.last_hash = parent;
+  return hits;
+}
+
+int32_t kv_manager::blocks_needed(const seq_kv& s, int32_t n) const {
+  const int32_t bs = pool_.block_size();
+  const auto have = static_cast<int32_t>(s.table.size());
+  int32_t need = std::max(0, ceil_div(s.num_computed + n, bs) - have);
+  const int32_t first = s.num_computed / bs;
+  if (first < have && pool_.ref_count(s.table[static_cast<size_t>(first)]) > 1) ++need;
+  return need;
+}
+
+void kv_manager::grow(seq_kv& s, int32_t n, step_plan& plan) {
+  const int32_t bs = pool_.block_size();
+  const int32_t first = s.num_computed / bs;
+  if (first < static_cast<int32_t>(s.table.size())) {
+    int32_t& b = s.table[static_cast<size_t>(first)];
+    if (pool_.ref_count(b) > 1) {  // copy-on-write: the partial block is shared with a fork
+      const int32_t fresh = pool_.allocate();
+      plan.block_copies.emplace_back(b, fresh);
+      pool_.free(b);
+      b = fresh;
+    }
+  }
+  while (static_cast<int32_t>(s.table.size()) < ceil_div(s.num_computed + n, bs))
+    s.table.push_back(pool_.allocate());
+}
+
+void kv_manager::register_full_blocks(seq_kv& s) {
+  if (!pool_.prefix_caching()) return;
+  const int32_t bs = pool_.block_size();
+  const int32_t limit = std::min(s.num_computed, static_cast<int32_t>(s.tokens.size())) / bs;
+  while (s.num_hashed < limit) {
+    const int32_t i = s.num_hashed;
+    std::span<const int32_t> block(s.tokens.data() + static_cast<ptrdiff_t>(i) * bs, static_cast<size_t>(bs));
+    const uint64_t h = pool_.hash_block(s.last_hash, block);
+    pool_.register_full(s.table[static_cast<size_t>(i)], h, s.last_hash, block);
+    s.last_hash = h;
+    ++s.num_hashed;
+  }
+}
+
+void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens, int32_t cached,
+                          step_plan& plan, step_allocation& alloc) {
+  if (!s.known_to_executor) {
+    if (s.announce) plan.new_seqs.push_back(std::move(*s.announce));
+    s.announce.reset();
+    s.known_to_executor = true;
+  }
+  grow(s, n, plan);
+  scheduled_seq out;
+  out.seq_id = id;
+  out.start_pos = s.num_computed;
+  out.tokens.resize(static_cast<size_t>(n));
+  const auto known = static_cast<int32_t>(s.tokens.size());
+  for (int32_t k = 0; k < n; ++k) {
+    const int32_t pos = s.num_computed + k;
+    out.tokens[static_cast<size_t>(k)] = pos < known ? s.tokens[static_cast<size_t>(pos)] : k_token_from_last_step;
+  }
+  out.block_table = s.table;
+  alloc.seqs.push_back({id, s.num_computed, n, cached});
+  s.num_computed += n;
+  out.sample = s.num_computed == num_tokens;
+  register_full_blocks(s);
+  plan.seqs.push_back(std::move(out));
+}
+
+std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
+  step_plan plan;
+  step_allocation alloc;
+  plan.step_id = alloc.step_id = draft.step_id;
+  plan.finished = std::move(drop_next_);
+  drop_next_.clear();
+  for (draft_fork& f : draft.forks) fork(f);
+
+  const int32_t bs = pool_.block_size();
+  bool admissions_closed = false;
+  for (draft_entry& e : draft.entries) {
+    if (e.admit) {
+      if (admissions_closed || seqs_.count(e.seq_id) != 0) {
+        alloc.deferred.push_back(e.seq_id);
+        continue;
+      }
+      seq_kv s;
+      s.tokens = std::move(e.append);
+      s.announce = std::move(e.announce);
+      const int32_t hits = lookup_prefix(s);
+      const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
+      if (n <= 0 || !pool_.can_allocate(blocks_needed(s, n))) {
+        free_table(s);  // undo the prefix hits; it waits (and so does every later admission)
+        alloc.deferred.push_back(e.seq_id);
+        admissions_closed = true;
+        continue;
+      }
+      const int32_t prompt_len = s.announce ? static_cast<int32_t>(s.announce->prompt_ids.size())
+                                            : static_cast<int32_t>(s.tokens.size());
+      const int32_t cached = std::min(hits * bs, prompt_len);
+      if (e.count_query) pool_.count_query(prompt_len, cached);
+      auto [it, inserted] = seqs_.emplace(e.seq_id, std::move(s));
+      (void)inserted;
+      holders_.push_back(e.seq_id);
+      schedule(e.seq_id, it->second, n, e.num_tokens, cached, plan, alloc);
+      continue;
+    }
+    auto it = seqs_.find(e.seq_id);
+    if (it == seqs_.end()) continue;  // preempted earlier in this step
+    seq_kv& s = it->second;
+    s.tokens.insert(s.tokens.end(), e.append.begin(), e.append.end());
+    const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
+    if (n <= 0) continue;
+    bool preempted_self = false;
+    while (!pool_.can_allocate(blocks_needed(s, n))) {
+      const seq_id_t victim = holders_.back();
+      preempt(victim, plan, alloc);
+      if (victim == e.seq_id) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) {
+      admissions_closed = true;  // it was the newest holder: no room for anyone newer
+      continue;
+    }
+    schedule(e.seq_id, s, n, e.num_tokens, 0, plan, alloc);
+  }
+  alloc.num_free_blocks = pool_.num_free();
+  alloc.prefix_queries = pool_.prefix_queries();
+  alloc.prefix_hits = pool_.prefix_hits();
+  return {std::move(plan), std::move(alloc)};
+}
+
+}  // namespace coserve::actors

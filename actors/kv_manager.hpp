@@ -1,0 +1,75 @@
+// kv_manager — the KV allocator's pure core: block tables over a block_pool, prefix caching,
+// copy-on-write forks and preemption by recompute. It turns a scheduler's step_draft into the
+// executor's step_plan (block tables, block copies, placeholder inputs, sample flags).
+//
+// Per sequence it keeps the tokens it has been sent, its block table, how many positions have K/V
+// (num_computed, as planned: the executor computes them in step order) and how many leading full
+// blocks are registered in the prefix cache. "Holders" are the sequences holding blocks, in
+// admission order; the newest holder is the one preempted when blocks run out.
+//
+// Threads: none. Owned by the KV allocator actor (or by batch_planner in single-threaded use).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "actors/block_pool.hpp"
+#include "actors/step_draft.hpp"
+#include "model/step.hpp"
+
+namespace coserve::actors {
+
+class kv_manager {
+ public:
+  explicit kv_manager(block_pool_options options);
+
+  // Applies the draft in order: forks, then each entry (running ones grow, preempting the newest
+  // holder when blocks run out; admissions look up the prefix cache and are deferred — with every
+  // later admission — when they do not fit).
+  std::pair<step_plan, step_allocation> resolve(step_draft draft);
+
+  // Frees a sequence's blocks now (finished or cancelled); the executor is told to drop it in the
+  // next plan if it knew it. Unknown ids are ignored.
+  void release(seq_id_t id);
+
+  // Released sequences the executor still has to drop (they go out with the next plan, or now).
+  bool has_drops() const noexcept { return !drop_next_.empty(); }
+  std::vector<seq_id_t> take_drops() { return std::exchange(drop_next_, {}); }
+
+  const std::vector<int32_t>* block_table(seq_id_t id) const;
+  int32_t num_holders() const noexcept { return static_cast<int32_t>(holders_.size()); }
+  block_pool& pool() noexcept { return pool_; }
+  const block_pool& pool() const noexcept { return pool_; }
+
+ private:
+  struct seq_kv {
+    std::vector<int32_t> tokens;     // known tokens, as sent by the scheduler
+    std::vector<int32_t> table;
+    int32_t num_computed = 0;
+    int32_t num_hashed = 0;          // leading full blocks registered in the prefix cache
+    uint64_t last_hash = 0;          // hash of block num_hashed - 1
+    bool known_to_executor = false;
+    std::optional<new_seq> announce; // sent with the sequence's first scheduled step
+  };
+
+  void free_table(seq_kv& s);
+  void preempt(seq_id_t id, step_plan& plan, step_allocation& alloc);
+  void fork(draft_fork& f);
+  int32_t lookup_prefix(seq_kv& s);
+  int32_t blocks_needed(const seq_kv& s, int32_t n) const;
+  void grow(seq_kv& s, int32_t n, step_plan& plan);
+  void register_full_blocks(seq_kv& s);
+  void schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens, int32_t cached,
+                step_plan& plan, step_allocation& alloc);
+
+  block_pool pool_;
+  std::unordered_map<seq_id_t, seq_kv> seqs_;
+  std::vector<seq_id_t> holders_;        // admission order; back() is the newest
+  std::vector<seq_id_t> drop_next_;      // released, known to the executor: drop at the next plan
+  std::vector<int32_t> scratch_;         // one block of tokens (hashing)
+};
+
+}  // namespace coserve::actors

@@ -1,0 +1,246 @@
+#include "actors/scheduler_core.hpp"
+
+#include <algorithm>
+
+namespace coserve::actors {
+
+const sequence* scheduler_core::find(seq_id_t id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : &it->second;
+}
+
+void scheduler_core::insert_waiting(seq_id_t id) {
+  auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), id, [&](seq_id_t a, seq_id_t b) {
+    const sequence& x = seqs_.at(a);
+    const sequence& y = seqs_.at(b);
+    return x.priority != y.priority ? x.priority < y.priority : x.arrival < y.arrival;
+  });
+  waiting_.insert(pos, id);
+}
+
+void scheduler_core::add(sequence seq) {
+  seq.state = seq_state::waiting;
+  seq.num_computed = 0;
+  seq.pending = 0;
+  seq.kv_sent = 0;
+  const seq_id_t id = seq.id;
+  const bool fork = seq.fork_parent != 0;
+  seqs_[id] = std::move(seq);
+  if (fork) {
+    forking_.push_back(id);
+  } else {
+    insert_waiting(id);
+  }
+}
+
+void scheduler_core::drop(seq_id_t id) {
+  auto erase_from = [id](std::vector<seq_id_t>& v) {
+    auto it = std::find(v.begin(), v.end(), id);
+    if (it != v.end()) v.erase(it);
+  };
+  erase_from(running_);
+  erase_from(waiting_);
+  erase_from(forking_);
+}
+
+bool scheduler_core::finish(seq_id_t id, finish_reason reason) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.state == seq_state::finished) return false;
+  sequence& s = it->second;
+  drop(id);
+  s.state = seq_state::finished;
+  s.finish = reason;
+  finished_.push_back(id);  // results of steps still in flight are ignored for it
+  return true;
+}
+
+new_seq scheduler_core::announce_of(const sequence& s) const {
+  new_seq ns;
+  ns.seq_id = s.id;
+  ns.prompt_ids = s.prompt;
+  ns.output_ids = s.output;
+  ns.params = s.params;
+  ns.seed = s.seed;
+  return ns;
+}
+
+std::vector<int32_t> scheduler_core::unsent_tokens(sequence& s) {
+  std::vector<int32_t> out;
+  const int32_t known = s.num_known();
+  out.reserve(static_cast<size_t>(std::max(0, known - s.kv_sent)));
+  for (int32_t pos = s.kv_sent; pos < known; ++pos) out.push_back(s.token_at(pos));
+  s.kv_sent = known;
+  return out;
+}
+
+bool scheduler_core::can_schedule() const {
+  if (!forking_.empty()) return true;
+  for (seq_id_t id : running_) {
+    const sequence& s = seqs_.at(id);
+    const bool unresolved = s.pending > 1 || (s.pending == 1 && s.pending_step != last_step_);
+    const bool at_limit = s.num_generated() >= s.params.max_tokens || s.num_tokens() >= config_.max_model_len;
+    if (!unresolved && !at_limit && s.num_tokens() > s.num_computed) return true;
+  }
+  return !waiting_.empty() && seqs_.at(waiting_.front()).pending == 0 &&
+         num_running() < config_.max_num_seqs;
+}
+
+step_draft scheduler_core::draft() {
+  step_draft d;
+  for (seq_id_t id : finished_) seqs_.erase(id);
+  finished_.clear();
+  const uint64_t step_id = next_step_;
+
+  // n > 1 children join once their parent's prompt (but its last token) is planned.
+  for (size_t k = 0; k < forking_.size();) {
+    sequence& child = at(forking_[k]);
+    const auto prompt_len = static_cast<int32_t>(child.prompt.size());
+    auto pit = seqs_.find(child.fork_parent);
+    const bool orphan = pit == seqs_.end() || pit->second.state == seq_state::finished ||
+                        pit->second.num_preemptions > 0 || prompt_len < 2;
+    if (orphan) {  // parent gone or preempted (or nothing to share): an ordinary waiting sequence
+      child.fork_parent = 0;
+      forking_.erase(forking_.begin() + static_cast<ptrdiff_t>(k));
+      insert_waiting(child.id);
+      continue;
+    }
+    const sequence& parent = pit->second;
+    if (parent.state != seq_state::running || parent.num_computed < prompt_len - 1 ||
+        num_running() >= config_.max_num_seqs) {
+      ++k;
+      continue;
+    }
+    draft_fork f;
+    f.child = child.id;
+    f.parent = parent.id;
+    f.shared_tokens = prompt_len - 1;  // the child computes its last prompt token (its own logits)
+    f.announce = announce_of(child);
+    d.forks.push_back(std::move(f));
+    child.num_computed = prompt_len - 1;
+    child.num_cached_prompt = 0;
+    child.kv_sent = prompt_len;
+    child.fork_parent = 0;
+    child.state = seq_state::running;
+    running_.push_back(child.id);
+    forking_.erase(forking_.begin() + static_cast<ptrdiff_t>(k));
+  }
+
+  int32_t budget = config_.max_num_batched_tokens;
+  // 1. Running sequences, oldest first.
+  for (seq_id_t id : running_) {
+    if (budget <= 0) break;
+    sequence& s = at(id);
+    const bool unresolved = s.pending > 1 || (s.pending == 1 && s.pending_step != last_step_);
+    const bool at_limit = s.num_generated() >= s.params.max_tokens ||
+                          s.num_tokens() >= config_.max_model_len;
+    const int32_t n = std::min(s.num_tokens() - s.num_computed, budget);
+    if (unresolved || at_limit || n <= 0) continue;
+    draft_entry e;
+    e.seq_id = id;
+    e.tokens = n;
+    e.num_tokens = s.num_tokens();
+    e.append = unsent_tokens(s);
+    d.entries.push_back(std::move(e));
+    budget -= n;
+  }
+
+  // 2. Waiting sequences, by (priority, arrival), chunked into the remaining budget.
+  int32_t admitted = 0;
+  for (size_t k = 0; k < waiting_.size() && budget > 0 &&
+                     num_running() + admitted < config_.max_num_seqs;
+       ++k) {
+    sequence& s = at(waiting_[k]);
+    if (s.pending > 0) break;  // preempted with a token still in flight: wait for it (FCFS)
+    draft_entry e;
+    e.seq_id = s.id;
+    e.admit = true;
+    e.count_query = s.num_preemptions == 0;
+    e.num_tokens = s.num_tokens();
+    e.tokens = std::min(e.num_tokens, budget);
+    s.kv_sent = 0;
+    e.append = unsent_tokens(s);
+    e.announce = announce_of(s);
+    budget -= e.tokens;
+    d.entries.push_back(std::move(e));
+    ++admitted;
+  }
+
+  if (d.entries.empty() && d.forks.empty()) return d;  // step_id 0: nothing to run
+  d.step_id = step_id;
+  ++next_step_;
+  last_step_ = step_id;
+  outstanding_ = true;
+  return d;
+}
+
+void scheduler_core::on_allocation(const step_allocation& alloc) {
+  outstanding_ = false;
+  for (seq_id_t id : alloc.preempted) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end() || it->second.state != seq_state::running) continue;
+    sequence& s = it->second;
+    drop(id);
+    s.state = seq_state::waiting;
+    s.num_computed = 0;
+    s.kv_sent = 0;
+    ++s.num_preemptions;
+    ++preemptions_;
+    insert_waiting(id);
+  }
+  for (const auto& sc : alloc.seqs) {
+    auto it = seqs_.find(sc.seq_id);
+    if (it == seqs_.end() || it->second.state == seq_state::finished) continue;
+    sequence& s = it->second;
+    if (s.state == seq_state::waiting) {  // admitted
+      waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s.id));
+      s.state = seq_state::running;
+      running_.push_back(s.id);
+      if (s.num_preemptions == 0) s.num_cached_prompt = sc.cached_tokens;
+    }
+    s.num_computed = sc.start_pos + sc.tokens;
+    if (s.num_computed == s.num_tokens()) {
+      ++s.pending;
+      s.pending_step = alloc.step_id;
+    }
+  }
+  for (seq_id_t id : alloc.deferred) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end()) it->second.kv_sent = 0;  // the allocator kept nothing of it
+  }
+}
+
+std::vector<seq_event> scheduler_core::on_result(const step_result& result) {
+  std::vector<seq_event> events;
+  events.reserve(result.outputs.size());
+  for (const seq_output& o : result.outputs) {
+    auto it = seqs_.find(o.seq_id);
+    if (it == seqs_.end() || it->second.state == seq_state::finished) continue;
+    sequence& s = it->second;
+    if (s.pending > 0) --s.pending;
+    s.output.push_back(o.token);
+    seq_event ev;
+    ev.seq_id = s.id;
+    ev.request_id = s.request_id;
+    ev.index = s.index;
+    ev.token = o.token;
+    ev.output = &o;
+    const auto generated = static_cast<int32_t>(s.output.size());
+    const bool may_stop = generated >= s.params.min_tokens;
+    if (may_stop && !s.params.ignore_eos && config_.eos_id >= 0 && o.token == config_.eos_id) {
+      ev.finish = finish_reason::stop;
+    } else if (may_stop && std::find(s.params.stop_token_ids.begin(), s.params.stop_token_ids.end(),
+                                     o.token) != s.params.stop_token_ids.end()) {
+      ev.finish = finish_reason::stop;
+    } else if (generated >= s.params.max_tokens || s.num_known() >= config_.max_model_len) {
+      ev.finish = finish_reason::length;
+    }
+    ev.prompt_tokens = static_cast<int32_t>(s.prompt.size());
+    ev.completion_tokens = generated;
+    ev.cached_prompt_tokens = s.num_cached_prompt;
+    if (ev.finish != finish_reason::none) finish(s.id, ev.finish);
+    events.push_back(ev);
+  }
+  return events;
+}
+
+}  // namespace coserve::actors

@@ -1,0 +1,61 @@
+// step_draft / step_allocation — what the scheduler and the KV allocator exchange each step.
+//
+// The scheduler decides *which* sequences run and how many tokens each may compute (token budget,
+// max_num_seqs, decodes first, priority/FCFS admission, chunked prefill, forks for n > 1). The KV
+// allocator decides *where* their K/V go: it owns the block pool and every block table, applies
+// prefix-cache hits, allocates and copies blocks on write, preempts the newest running sequence by
+// recompute when blocks run out, and turns the draft into the executor's step_plan. It answers
+// with a step_allocation that tells the scheduler what was actually scheduled.
+//
+// Threads: none (plain data, moved between actors).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "model/step.hpp"
+
+namespace coserve::actors {
+
+// One sequence's share of a step.
+struct draft_entry {
+  seq_id_t seq_id = 0;
+  int32_t tokens = 0;              // tokens wanted this step (> 0); the allocator may schedule fewer
+  int32_t num_tokens = 0;          // the sequence's length including a token still being sampled
+  bool admit = false;              // a waiting sequence: prefix lookup; deferred when it does not fit
+  bool count_query = false;        // first admission: counted in the prefix-cache hit rate
+  std::vector<int32_t> append;     // known tokens the allocator has not been sent yet, in order
+  std::optional<new_seq> announce; // executor registration (with every admission)
+};
+
+// An n > 1 sample sharing its parent's computed prompt blocks (copy-on-write).
+struct draft_fork {
+  seq_id_t child = 0;
+  seq_id_t parent = 0;
+  int32_t shared_tokens = 0;       // prompt positions [0, shared_tokens) are shared
+  new_seq announce;                // the child's executor registration
+};
+
+struct step_draft {
+  uint64_t step_id = 0;
+  std::vector<draft_fork> forks;   // applied first
+  std::vector<draft_entry> entries;  // running sequences in admission order, then admissions
+};
+
+struct step_allocation {
+  struct scheduled {
+    seq_id_t seq_id = 0;
+    int32_t start_pos = 0;         // == num_computed before the step
+    int32_t tokens = 0;            // computed this step
+    int32_t cached_tokens = 0;     // admissions: prompt tokens served by the prefix cache
+  };
+  uint64_t step_id = 0;
+  std::vector<scheduled> seqs;     // batch order
+  std::vector<seq_id_t> preempted; // running sequences preempted by recompute (blocks freed)
+  std::vector<seq_id_t> deferred;  // admissions that did not fit (hold no blocks)
+  int32_t num_free_blocks = 0;     // after this step's allocations
+  int64_t prefix_queries = 0, prefix_hits = 0;  // cumulative, in tokens
+};
+
+}  // namespace coserve::actors
