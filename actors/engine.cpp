@@ -1,437 +1,345 @@
-// coserve::engine — first implementation: one dedicated engine thread runs the batch planner and
-// the model executor step by step (one step in flight); submissions and cancellations cross into
-// it through a mutex-protected inbox, and events leave through a per-request concurrent channel
-// whose receive resumes on the awaiting coroutine's executor. Tokenization of text prompts runs on
-// the caller's thread (the tokenizer is thread-safe).
+// coserve::engine — builds the serving actor graph on the runtime:
+//
+//   intake → tokenizer → scheduler ⇄ kv_allocator → executor → scheduler → streamer → streams
+//
+// and exposes it as the embedding API (actors/engine.hpp). The facade itself holds no request
+// state: submit() asks intake, metrics() reads what each actor publishes, stop() drains or aborts
+// through intake and then stops the actors in reverse start order.
 #include "actors/engine.hpp"
 
-#include <asio/experimental/concurrent_channel.hpp>
-#include <asio/system_executor.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/post.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
-#include <atomic>
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
+#include <fstream>
 #include <optional>
 #include <thread>
-#include <unordered_map>
 
-#include "actors/batch_planner.hpp"
-#include "actors/stop_checker.hpp"
+#include "actors/executor_actor.hpp"
+#include "actors/intake.hpp"
+#include "actors/kv_allocator.hpp"
+#include "actors/pipeline.hpp"
+#include "actors/scheduler.hpp"
+#include "actors/streamer.hpp"
+#include "actors/tokenizer_actor.hpp"
+#include "model/config.hpp"
 #include "model/cpu_executor.hpp"
 #include "model/jinja/chat_template.hpp"
-#include "model/tokenizer/incremental_detokenizer.hpp"
 #include "model/tokenizer/tokenizer.hpp"
+#include "runtime/system.hpp"
+#if defined(COSERVE_HAVE_GPU_EXECUTOR)
+#include "gpu/gpu_executor.hpp"
+#endif
 
 namespace coserve {
 
 namespace {
 
-using event_channel = asio::experimental::concurrent_channel<void(asio::error_code, output_event)>;
+using namespace actors;
 
-class stream_impl final : public request_stream {
- public:
-  stream_impl(uint64_t id, std::vector<int32_t> prompt, size_t capacity)
-      : id_(id), prompt_(std::move(prompt)), channel_(asio::system_executor{}, capacity),
-        submitted_(std::chrono::steady_clock::now()) {}
-  std::chrono::steady_clock::time_point submitted() const noexcept { return submitted_; }
-  uint64_t id() const noexcept override { return id_; }
-  const std::vector<int32_t>& prompt_ids() const noexcept override { return prompt_; }
-  asio::awaitable<std::optional<output_event>> next() override {
-    if (ended_) co_return std::nullopt;
-    output_event ev = co_await channel_.async_receive(asio::use_awaitable);
-    if (ev.index < 0) {  // end-of-stream marker
-      ended_ = true;
-      co_return std::nullopt;
-    }
-    co_return ev;
-  }
-  void cancel() noexcept override { cancelled_.store(true, std::memory_order_relaxed); }
-  bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
-  // Engine thread only. The capacity covers every event a request can produce.
-  void send(output_event ev) { (void)channel_.try_send(asio::error_code{}, std::move(ev)); }
+// Awaits a reply_state completed by some actor; resumes on the awaiting coroutine's executor.
+template <class T, class Start>
+asio::awaitable<result<T>> await_reply(Start start) {
+  auto ex = co_await asio::this_coro::executor;
+  co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(result<T>)>(
+      [&](auto handler) {
+        auto h = std::make_shared<decltype(handler)>(std::move(handler));
+        auto hex = asio::get_associated_executor(*h, ex);
+        auto st = std::make_shared<rt::reply_state<T>>([h, hex](result<T> r) mutable {
+          asio::post(hex, [h, r = std::move(r)]() mutable { (*h)(std::move(r)); });
+        });
+        start(st);
+      },
+      asio::use_awaitable);
+}
 
- private:
-  uint64_t id_;
-  std::vector<int32_t> prompt_;
-  event_channel channel_;
-  std::atomic<bool> cancelled_{false};
-  bool ended_ = false;  // consumer side only
-  std::chrono::steady_clock::time_point submitted_;
-};
-
-// Per-request state on the engine thread.
-struct request_state {
-  std::shared_ptr<stream_impl> stream;
-  generate_request req;
-  struct sample {
-    std::unique_ptr<incremental_detokenizer> detok;
-    std::unique_ptr<actors::stop_checker> stops;
-    bool done = false;
+// Logs weight loading progress: every 10% of the tensors, and at most once a second.
+load_progress progress_logger(const std::string& what) {
+  struct state {
+    std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+    int last_decile = -1;
   };
-  std::vector<sample> samples;
-  int32_t live = 0;
-  using clock = std::chrono::steady_clock;
-  clock::time_point submitted, last_token;
-  bool first_token_seen = false;
-};
+  auto st = std::make_shared<state>();
+  return [st, what](size_t done, size_t total, size_t bytes) {
+    const auto now = std::chrono::steady_clock::now();
+    const int decile = total == 0 ? 10 : static_cast<int>(done * 10 / total);
+    if (done != total && (decile == st->last_decile || now - st->last < std::chrono::seconds(1))) return;
+    if (done == total && st->last_decile == 10) return;
+    st->last = now;
+    st->last_decile = decile;
+    std::fprintf(stderr, "coserve: loading %s: %zu/%zu tensors, %.1f MiB\n", what.c_str(), done, total,
+                 static_cast<double>(bytes) / (1024.0 * 1024.0));
+  };
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return int64_t{8} << 30;
+}
 
 class engine_impl final : public engine {
  public:
-  engine_impl(engine_config cfg, tokenizer tok, std::unique_ptr<cpu_executor> exec)
-      : cfg_(std::move(cfg)), tok_(std::move(tok)), exec_(std::move(exec)) {
-    const executor_info ei = exec_->info();
+  engine_impl(engine_config cfg, tokenizer tok, model_config model, generation_config gen,
+              std::unique_ptr<executor> exec)
+      : cfg_(std::move(cfg)), tok_(std::move(tok)) {
+    const executor_info ei = exec->info();
     info_.served_model_name = cfg_.served_model_name.empty() ? cfg_.model_dir.filename().string()
                                                              : cfg_.served_model_name;
-    info_.architecture = exec_->config().architecture;
+    info_.architecture = model.architecture;
     info_.max_model_len = ei.max_model_len;
     info_.vocab_size = ei.vocab_size;
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
-    const auto& eos = exec_->generation().eos_token_ids;
-    extra_eos_.assign(eos.size() > 1 ? eos.begin() + 1 : eos.end(), eos.end());
-    planner_ = std::make_unique<actors::batch_planner>(
-        actors::planner_config{.max_num_seqs = cfg_.max_num_seqs,
-                               .max_num_batched_tokens = cfg_.max_num_batched_tokens,
-                               .max_model_len = ei.max_model_len,
-                               .eos_id = eos.empty() ? -1 : eos.front()},
-        actors::block_pool_options{.num_blocks = ei.num_kv_blocks, .block_size = ei.block_size,
-                                   .enable_prefix_caching = cfg_.enable_prefix_caching, .hash = {}});
-    kv_total_ = ei.num_kv_blocks;
     // The model's chat template (chat_template.jinja / .json or tokenizer_config.json), if any.
     if (auto src = load_chat_template_source(cfg_.model_dir); src.ok()) {
       if (auto parsed = chat_template::parse(std::move(*src)); parsed.ok())
         template_.emplace(std::move(*parsed));
       else
-        template_error_ = "the model's chat template does not parse: " + parsed.err().message;
+        encoder_.template_error = "the model's chat template does not parse: " + parsed.err().message;
     } else {
-      template_error_ = "the model has no chat template: " + src.err().message;
+      encoder_.template_error = "the model has no chat template: " + src.err().message;
     }
-    thread_ = std::thread([this] { loop(); });
+    encoder_.tok = &tok_;
+    encoder_.tmpl = template_ ? &*template_ : nullptr;
+    encoder_.vocab_size = ei.vocab_size;
+    encoder_.max_model_len = ei.max_model_len;
+
+    const auto& eos = gen.eos_token_ids.empty() ? model.eos_token_ids : gen.eos_token_ids;
+    std::vector<int32_t> extra_eos(eos.size() > 1 ? eos.begin() + 1 : eos.end(), eos.end());
+
+    rt::system_config sc;
+    sc.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 4);
+    sys_ = std::make_unique<rt::system>(sc);
+    p_ = std::make_shared<pipeline>();
+    p_->sys = sys_.get();
+    auto on_stopped = [p = p_.get()](const std::string& name, const std::string& why) {
+      std::fprintf(stderr, "coserve engine: actor '%s' stopped: %s\n", name.c_str(), why.c_str());
+      p->metrics.failed.store(true);
+    };
+    auto opts = [&](const char* name, size_t capacity, bool dedicated = false) {
+      rt::spawn_options o;
+      o.name = name;
+      o.mailbox_capacity = capacity;
+      o.on_failure = rt::restart_policy::stop;  // their state is the requests': never rebuild it empty
+      o.dedicated_thread = dedicated;
+      o.on_stopped = on_stopped;
+      return o;
+    };
+    // Dependency order: each actor only sends to actors spawned before it or wired below; stop()
+    // drains them in reverse (intake first, the executor last).
+    auto holder = std::make_shared<std::unique_ptr<executor>>(std::move(exec));
+    std::shared_ptr<pipeline> p = p_;
+    p_->executor_ref = sys_->root().spawn_factory<executor_actor>(
+        opts("executor", 1024, true), [p, holder] { return std::make_unique<executor_actor>(p, std::move(*holder)); });
+    const block_pool_options kv_opts{.num_blocks = ei.num_kv_blocks, .block_size = ei.block_size,
+                                     .enable_prefix_caching = cfg_.enable_prefix_caching, .hash = {}};
+    p_->kv_ref = sys_->root().spawn_factory<kv_allocator>(
+        opts("kv_allocator", 4096), [p, kv_opts] { return std::make_unique<kv_allocator>(p, kv_opts); });
+    p_->streamer_ref = sys_->root().spawn_factory<streamer>(
+        opts("streamer", 1u << 16), [p, this] { return std::make_unique<streamer>(p, &tok_); });
+    const planner_config pc{.max_num_seqs = cfg_.max_num_seqs,
+                            .max_num_batched_tokens = cfg_.max_num_batched_tokens,
+                            .max_model_len = ei.max_model_len,
+                            .eos_id = eos.empty() ? -1 : eos.front()};
+    const int32_t kv_blocks = ei.num_kv_blocks;
+    p_->scheduler_ref = sys_->root().spawn_factory<scheduler>(
+        opts("scheduler", 1u << 16), [p, pc, extra_eos, kv_blocks] {
+          return std::make_unique<scheduler>(p, pc, extra_eos, kv_blocks);
+        });
+    p_->tokenizer_ref = sys_->root().spawn_factory<tokenizer_actor>(
+        opts("tokenizer", 4096), [p, this] { return std::make_unique<tokenizer_actor>(p, &encoder_); });
+    const int64_t max_open = int64_t{cfg_.max_num_seqs} + cfg_.max_waiting;
+    p_->intake_ref = sys_->root().spawn_factory<intake>(
+        opts("intake", 8192), [p, max_open] { return std::make_unique<intake>(p, max_open); });
+    std::fprintf(stderr,
+                 "coserve engine: actors intake, tokenizer, scheduler, kv_allocator, executor [%s], streamer "
+                 "started; KV cache %d blocks x %d tokens; max_num_seqs %d, max_num_batched_tokens %d, "
+                 "max_model_len %d\n",
+                 ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
+                 cfg_.max_num_batched_tokens, ei.max_model_len);
   }
-  ~engine_impl() override { stop(true); }
+
+  ~engine_impl() override {
+    stop(true);
+    // Break the pipeline <-> behavior cycle (behaviors are already released by the drain).
+    p_->intake_ref = {};
+    p_->tokenizer_ref = {};
+    p_->scheduler_ref = {};
+    p_->kv_ref = {};
+    p_->executor_ref = {};
+    p_->streamer_ref = {};
+  }
 
   asio::awaitable<result<std::shared_ptr<request_stream>>> submit(generate_request req) override {
     if (!healthy()) co_return error{"engine_down", "the engine is stopping"};
-    std::vector<int32_t> ids;
-    if (auto* text = std::get_if<std::string>(&req.input)) {
-      ids = tok_.encode(*text, req.add_special_tokens);
-    } else if (auto* given = std::get_if<std::vector<int32_t>>(&req.input)) {
-      ids = *given;
-    } else {
-      auto chat_ids = tokenize_chat(std::get<chat_input>(req.input));
-      if (!chat_ids.ok()) co_return std::move(chat_ids).err();
-      ids = std::move(*chat_ids);
-    }
-    if (ids.empty()) co_return error{"invalid_request", "the prompt is empty"};
-    for (int32_t id : ids)
-      if (id < 0 || id >= info_.vocab_size)
-        co_return error{"invalid_request", "token id " + std::to_string(id) + " is outside the vocabulary"};
-    const int64_t total = static_cast<int64_t>(ids.size()) + req.params.max_tokens;
-    if (total > info_.max_model_len)
-      co_return error{"invalid_request",
-                      "the prompt (" + std::to_string(ids.size()) + " tokens) plus max_tokens (" +
-                          std::to_string(req.params.max_tokens) + ") exceeds the model context of " +
-                          std::to_string(info_.max_model_len) + " tokens"};
-    const int32_t n = std::max(1, req.params.n);
-    const size_t capacity = static_cast<size_t>(n) * (static_cast<size_t>(req.params.max_tokens) + 2) + 2;
-    std::shared_ptr<stream_impl> stream;
-    {
-      std::lock_guard lock(mu_);
-      if (waiting_count_ >= cfg_.max_waiting) {
-        ++rejected_;
-        co_return error{"queue_full", "too many requests waiting"};
-      }
-      stream = std::make_shared<stream_impl>(next_request_++, ids, capacity);
-      inbox_.push_back({stream, std::move(req)});
-      ++waiting_count_;
-    }
-    cv_.notify_one();
-    co_return std::static_pointer_cast<request_stream>(stream);
+    auto ref = p_->intake_ref;
+    co_return co_await await_reply<std::shared_ptr<request_stream>>(
+        [&](submit_reply reply) {
+          submit_request m{std::move(req), reply};
+          const rt::send_status s = ref.try_tell(m);
+          if (s == rt::send_status::full) {
+            p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+            reply->complete(error{"queue_full", "too many requests arriving; retry later"});
+          } else if (s == rt::send_status::closed) {
+            reply->complete(error{"engine_down", "the engine is stopping"});
+          }
+        });
   }
 
   result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special) const override {
     return tok_.encode(text, add_special);
   }
-  // Renders the chat template as Hugging Face's apply_chat_template does (messages, tools,
-  // add_generation_prompt, bos/eos tokens, extra variables), then encodes without adding special
-  // tokens: the template already holds them. Template errors (raise_exception included) are
-  // "invalid_request" with the template's message.
   result<std::vector<int32_t>> tokenize_chat(const chat_input& chat) const override {
-    if (!template_) return error{"invalid_request", template_error_};
-    json::value ctx;
-    ctx["messages"] = chat.messages;
-    if (!chat.tools.is_null()) ctx["tools"] = chat.tools;
-    ctx["add_generation_prompt"] = chat.add_generation_prompt;
-    ctx["bos_token"] = tok_.bos_token();
-    ctx["eos_token"] = tok_.eos_token();
-    if (chat.template_kwargs.is_object())
-      for (const auto& [key, value] : chat.template_kwargs.as_object()) ctx[key] = value;
-    auto text = template_->render(ctx);
-    if (!text.ok()) return error{"invalid_request", std::move(text).err().message};
-    return tok_.encode(*text, false);
+    return encoder_.encode_chat(chat);
   }
   result<std::string> detokenize(const std::vector<int32_t>& ids) const override {
     return tok_.decode(ids, true);
   }
   const model_info& info() const noexcept override { return info_; }
-  bool healthy() const noexcept override { return running_.load(std::memory_order_acquire); }
-
-  engine_metrics metrics() override {
-    std::lock_guard lock(mu_);
-    engine_metrics m = metrics_;
-    metrics_.ttft_s.clear();
-    metrics_.itl_s.clear();
-    metrics_.e2e_s.clear();
-    metrics_.queue_s.clear();
-    m.rejected = rejected_;
-    return m;
+  bool healthy() const noexcept override {
+    return running_.load(std::memory_order_acquire) && !p_->metrics.failed.load(std::memory_order_relaxed);
   }
 
+  engine_metrics metrics() override {
+    auto& m = p_->metrics;
+    engine_metrics out;
+    out.requests_running = m.running.load(std::memory_order_relaxed);
+    out.requests_waiting = m.waiting.load(std::memory_order_relaxed);
+    out.kv_blocks_total = m.kv_total.load(std::memory_order_relaxed);
+    out.kv_blocks_free = m.kv_free.load(std::memory_order_relaxed);
+    out.prefix_queries = m.prefix_queries.load(std::memory_order_relaxed);
+    out.prefix_hits = m.prefix_hits.load(std::memory_order_relaxed);
+    out.prompt_tokens = m.prompt_tokens.load(std::memory_order_relaxed);
+    out.generation_tokens = m.generation_tokens.load(std::memory_order_relaxed);
+    out.preemptions = m.preemptions.load(std::memory_order_relaxed);
+    out.finished_stop = m.finished_stop.load(std::memory_order_relaxed);
+    out.finished_length = m.finished_length.load(std::memory_order_relaxed);
+    out.finished_abort = m.finished_abort.load(std::memory_order_relaxed);
+    out.finished_error = m.finished_error.load(std::memory_order_relaxed);
+    out.rejected = m.rejected.load(std::memory_order_relaxed);
+    out.open_requests = m.open_requests.load(std::memory_order_relaxed);
+    out.steps = m.steps.load(std::memory_order_relaxed);
+    std::lock_guard lock(m.samples_mu);
+    out.ttft_s.swap(m.ttft_s);
+    out.itl_s.swap(m.itl_s);
+    out.e2e_s.swap(m.e2e_s);
+    out.queue_s.swap(m.queue_s);
+    return out;
+  }
+
+  rt::tracer* tracer() noexcept override { return &sys_->trace(); }
+
   void stop(bool abort_running) override {
-    {
-      std::lock_guard lock(mu_);
-      if (!running_.exchange(false)) return;
-      abort_all_ = abort_running;
+    std::lock_guard lock(stop_mu_);
+    if (stopped_) return;
+    running_.store(false, std::memory_order_release);
+    if (abort_running) (void)p_->intake_ref.tell(abort_all{});
+    // Drain: every open request ends (normally, or aborted just above).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
+    bool aborted = abort_running;
+    while (p_->metrics.open_requests.load() > 0 && !p_->metrics.failed.load()) {
+      if (!aborted && std::chrono::steady_clock::now() > deadline) {
+        (void)p_->intake_ref.tell(abort_all{});
+        aborted = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    cv_.notify_one();
-    if (thread_.joinable()) thread_.join();
+    sys_->stop();
+    stopped_ = true;
+    if (!cfg_.trace_file.empty()) {
+      if (auto w = sys_->trace().write_chrome_json(cfg_.trace_file); w.ok())
+        std::fprintf(stderr, "coserve engine: trace written to %s\n", cfg_.trace_file.string().c_str());
+      else
+        std::fprintf(stderr, "coserve engine: cannot write the trace: %s\n", w.err().message.c_str());
+    }
   }
 
  private:
-  void admit(std::shared_ptr<stream_impl> stream, generate_request req) {
-    const uint64_t rid = stream->id();
-    auto& st = requests_[rid];
-    st.stream = std::move(stream);
-    st.req = std::move(req);
-    st.submitted = st.stream->submitted();
-    {
-      std::lock_guard lock(mu_);
-      metrics_.queue_s.push_back(
-          std::chrono::duration<double>(request_state::clock::now() - st.submitted).count());
-      metrics_.prompt_tokens += static_cast<int64_t>(st.stream->prompt_ids().size());
-    }
-    const int32_t n = std::max(1, st.req.params.n);
-    st.samples.resize(static_cast<size_t>(n));
-    st.live = n;
-    for (int32_t i = 0; i < n; ++i) {
-      auto& smp = st.samples[static_cast<size_t>(i)];
-      smp.detok = std::make_unique<incremental_detokenizer>(
-          tok_, st.req.params.skip_special_tokens, st.stream->prompt_ids());
-      smp.stops = std::make_unique<actors::stop_checker>(st.req.params.stop,
-                                                         st.req.params.include_stop_str_in_output);
-      actors::sequence s;
-      s.id = next_seq_++;
-      s.request_id = rid;
-      s.index = i;
-      s.priority = st.req.priority;
-      s.arrival = rid;
-      s.prompt = st.stream->prompt_ids();
-      s.params = st.req.params;
-      if (!s.params.ignore_eos)
-        s.params.stop_token_ids.insert(s.params.stop_token_ids.end(), extra_eos_.begin(), extra_eos_.end());
-      s.seed = st.req.params.seed ? *st.req.params.seed + static_cast<uint64_t>(i) : rid * 7919 + static_cast<uint64_t>(i);
-      s.fork_parent = i == 0 ? 0 : seq_of_[{rid, 0}];
-      seq_of_[{rid, i}] = s.id;
-      planner_->add(std::move(s));
-    }
-  }
-
-  struct key_hash {
-    size_t operator()(const std::pair<uint64_t, int32_t>& k) const noexcept {
-      return std::hash<uint64_t>{}(k.first * 64 + static_cast<uint64_t>(k.second));
-    }
-  };
-
-  void end_sample(request_state& st, uint64_t rid, int32_t index, output_event ev) {
-    auto& smp = st.samples[static_cast<size_t>(index)];
-    if (smp.done) return;
-    smp.done = true;
-    seq_of_.erase({rid, index});
-    st.stream->send(std::move(ev));
-    if (--st.live == 0) {
-      {
-        std::lock_guard lock(mu_);
-        metrics_.e2e_s.push_back(
-            std::chrono::duration<double>(request_state::clock::now() - st.submitted).count());
-      }
-      update_metrics();
-      output_event end;
-      end.index = -1;
-      st.stream->send(std::move(end));
-      requests_.erase(rid);
-    }
-  }
-
-  void abort_request(uint64_t rid, finish_reason why, const std::string& message) {
-    auto it = requests_.find(rid);
-    if (it == requests_.end()) return;
-    request_state& st = it->second;
-    const int32_t n = static_cast<int32_t>(st.samples.size());
-    for (int32_t i = 0; i < n && requests_.count(rid) != 0; ++i) {
-      auto sit = seq_of_.find({rid, i});
-      if (sit != seq_of_.end()) planner_->finish(sit->second, why);
-      output_event ev;
-      ev.index = i;
-      ev.finish = why;
-      ev.error_message = message;
-      ev.prompt_tokens = static_cast<int32_t>(st.stream->prompt_ids().size());
-      end_sample(st, rid, i, std::move(ev));
-    }
-  }
-
-  void handle(const actors::seq_event& e) {
-    auto it = requests_.find(e.request_id);
-    if (it == requests_.end()) return;
-    request_state& st = it->second;
-    auto& smp = st.samples[static_cast<size_t>(e.index)];
-    output_event ev;
-    ev.index = e.index;
-    ev.token_ids = {e.token};
-    if (st.req.params.logprobs >= 0 && e.output != nullptr) ev.token_logprobs = {e.output->logprob};
-    if (st.req.params.logprobs > 0 && e.output != nullptr) ev.top_logprobs = {e.output->top_logprobs};
-    if (st.req.return_logits && e.output != nullptr) ev.logits = {e.output->logits};
-    ev.prompt_tokens = e.prompt_tokens;
-    ev.completion_tokens = e.completion_tokens;
-    ev.cached_prompt_tokens = e.cached_prompt_tokens;
-    {
-      const auto now = request_state::clock::now();
-      std::lock_guard lock(mu_);
-      ++metrics_.generation_tokens;
-      if (!st.first_token_seen) {
-        metrics_.ttft_s.push_back(std::chrono::duration<double>(now - st.submitted).count());
-        st.first_token_seen = true;
-      } else {
-        metrics_.itl_s.push_back(std::chrono::duration<double>(now - st.last_token).count());
-      }
-      st.last_token = now;
-    }
-    const bool is_stop_token = e.finish == finish_reason::stop;
-    std::string piece = smp.detok->push(e.token);
-    if (is_stop_token && !st.req.params.skip_special_tokens) piece.clear();
-    ev.text = smp.stops->push(piece);
-    ev.finish = e.finish;
-    if (smp.stops->stopped()) {
-      ev.finish = finish_reason::stop;
-      ev.stop_reason = smp.stops->matched();
-      if (e.finish == finish_reason::none) planner_->finish(e.seq_id, finish_reason::stop);
-    } else if (e.finish != finish_reason::none) {
-      ev.text += smp.stops->push(smp.detok->flush());
-      ev.text += smp.stops->flush();
-    }
-    if (ev.finish != finish_reason::none) {
-      {
-        std::lock_guard lock(mu_);
-        (ev.finish == finish_reason::stop ? metrics_.finished_stop : metrics_.finished_length)++;
-      }
-      end_sample(st, e.request_id, e.index, std::move(ev));
-    } else {
-      st.stream->send(std::move(ev));
-    }
-  }
-
-  void loop() {
-    for (;;) {
-      std::vector<std::pair<std::shared_ptr<stream_impl>, generate_request>> inbox;
-      bool stopping = false, abort_all = false;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait_for(lock, std::chrono::milliseconds(planner_->has_work() ? 0 : 20), [&] {
-          return !inbox_.empty() || !running_.load() || planner_->has_work();
-        });
-        inbox.swap(inbox_);
-        stopping = !running_.load();
-        abort_all = abort_all_;
-      }
-      for (auto& [stream, req] : inbox) admit(std::move(stream), std::move(req));
-      if (!inbox.empty()) update_metrics();
-      std::vector<uint64_t> cancelled;
-      for (auto& [rid, st] : requests_)
-        if (st.stream->cancelled() || (stopping && abort_all)) cancelled.push_back(rid);
-      for (uint64_t rid : cancelled) {
-        {
-          std::lock_guard lock(mu_);
-          ++metrics_.finished_abort;
-        }
-        abort_request(rid, finish_reason::abort, {});
-      }
-      if (!planner_->has_work()) {
-        if (stopping) break;
-        continue;
-      }
-      step_plan plan = planner_->plan();
-      result<step_result> r = exec_->execute(plan);
-      if (!r) {
-        std::vector<uint64_t> all;
-        for (auto& [rid, st] : requests_) all.push_back(rid);
-        for (uint64_t rid : all) abort_request(rid, finish_reason::error, r.err().message);
-        continue;
-      }
-      for (const auto& e : planner_->on_result(*r)) handle(e);
-      update_metrics();
-    }
-  }
-
-  // Engine thread. Called after each step and before a stream's end marker is sent, so a client
-  // that saw its stream end sees the blocks it held as free.
-  void update_metrics() {
-      std::lock_guard lock(mu_);
-      metrics_.requests_running = planner_->num_running();
-      metrics_.requests_waiting = planner_->num_waiting();
-      metrics_.kv_blocks_total = kv_total_;
-      metrics_.kv_blocks_free = planner_->pool().num_free();
-      metrics_.prefix_queries = planner_->pool().prefix_queries();
-      metrics_.prefix_hits = planner_->pool().prefix_hits();
-      metrics_.preemptions = planner_->num_preemptions();
-      // Admission control counts what is queued: the inbox plus the planner's waiting sequences.
-      waiting_count_ = static_cast<int32_t>(inbox_.size()) + planner_->num_waiting();
-  }
-
   engine_config cfg_;
   tokenizer tok_;
   std::optional<chat_template> template_;
-  std::string template_error_;
-  std::unique_ptr<cpu_executor> exec_;
+  prompt_encoder encoder_;
   model_info info_;
-  std::vector<int32_t> extra_eos_;
-  int64_t kv_total_ = 0;
-
-  // Engine thread only.
-  std::unique_ptr<actors::batch_planner> planner_;
-  std::unordered_map<uint64_t, request_state> requests_;
-  std::unordered_map<std::pair<uint64_t, int32_t>, seq_id_t, key_hash> seq_of_;
-  seq_id_t next_seq_ = 1;
-
-  // Shared, under mu_.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::pair<std::shared_ptr<stream_impl>, generate_request>> inbox_;
-  int32_t waiting_count_ = 0;
-  uint64_t next_request_ = 1;
-  int64_t rejected_ = 0;
-  bool abort_all_ = false;
-  engine_metrics metrics_;
+  std::unique_ptr<rt::system> sys_;
+  std::shared_ptr<pipeline> p_;
   std::atomic<bool> running_{true};
-  std::thread thread_;
+  std::mutex stop_mu_;
+  bool stopped_ = false;
 };
 
 }  // namespace
 
+int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg, int32_t max_model_len,
+                            int64_t available_bytes) {
+  if (cfg.num_kv_blocks > 0) return static_cast<int32_t>(cfg.num_kv_blocks);
+  const int32_t bs = std::max(1, cfg.block_size);
+  const int64_t head_dim = model.head_dim > 0 ? model.head_dim : model.hidden_size / std::max(1, model.num_attention_heads);
+  const int64_t per_block = int64_t{2} * model.num_hidden_layers * model.num_key_value_heads * head_dim * bs *
+                            static_cast<int64_t>(sizeof(float));
+  const int64_t budget = cfg.kv_cache_bytes > 0 ? cfg.kv_cache_bytes
+                                                : std::min<int64_t>(int64_t{4} << 30, available_bytes / 4);
+  const int64_t per_seq = (max_model_len + bs - 1) / bs;
+  // More than every running sequence at full length can use is never needed.
+  const int64_t cap = per_seq * std::max(1, cfg.max_num_seqs);
+  const int64_t fit = per_block > 0 ? budget / per_block : cap;
+  return static_cast<int32_t>(std::clamp<int64_t>(std::min(fit, cap), std::min(per_seq, cap), int64_t{1} << 30));
+}
+
 result<std::unique_ptr<engine>> engine::start(engine_config config) {
-  if (config.device != "cpu")
-    return error{"invalid_argument", "device '" + config.device + "' is not supported by this engine build"};
   auto tok = tokenizer::load(config.model_dir / "tokenizer.json");
   if (!tok) return tok.err();
-  cpu_executor_options opts;
-  opts.block_size = config.block_size;
-  opts.num_kv_blocks = config.num_kv_blocks > 0 ? static_cast<int32_t>(config.num_kv_blocks) : 1024;
-  opts.num_threads = config.cpu_threads;
-  opts.max_model_len = config.max_model_len;
-  auto exec = cpu_executor::load(config.model_dir.string(), opts);
-  if (!exec) return exec.err();
-  std::fprintf(stderr, "coserve engine: model %s loaded\n", config.model_dir.string().c_str());
-  return std::unique_ptr<engine>(new engine_impl(std::move(config), std::move(*tok), std::move(*exec)));
+  auto model = load_model_config(config.model_dir.string());
+  if (!model) return model.err();
+  auto gen = load_generation_config(config.model_dir.string());
+  if (!gen) return gen.err();
+  const int32_t max_len = config.max_model_len > 0 ? config.max_model_len : model->max_position_embeddings;
+  std::unique_ptr<executor> exec;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (config.device == "cpu") {
+    cpu_executor_options opts;
+    opts.block_size = config.block_size;
+    opts.num_kv_blocks = cpu_kv_cache_blocks(*model, config, max_len, available_memory_bytes());
+    opts.num_threads = config.cpu_threads;
+    opts.max_model_len = config.max_model_len;
+    opts.return_logits = config.return_logits;
+    auto e = cpu_executor::load(config.model_dir.string(), opts, progress_logger("weights"));
+    if (!e) return e.err();
+    exec = std::move(*e);
+  } else if (config.device == "cuda") {
+#if defined(COSERVE_HAVE_GPU_EXECUTOR)
+    gpu::gpu_executor_options opts;
+    opts.model_dir = config.model_dir.string();
+    opts.load_format = config.load_format;
+    opts.gpu_memory_utilization = config.gpu_memory_utilization;
+    opts.block_size = config.block_size;
+    opts.max_num_tokens = config.max_num_batched_tokens;
+    opts.max_num_seqs = config.max_num_seqs;
+    opts.max_model_len = config.max_model_len;
+    opts.num_kv_blocks = static_cast<int32_t>(config.num_kv_blocks);
+    opts.return_logits = config.return_logits;
+    opts.progress = progress_logger("weights to the GPU");
+    auto e = gpu::make_gpu_executor(opts);
+    if (!e) return e.err();
+    exec = std::move(*e);
+#else
+    return error{"invalid_argument", "device 'cuda': this build has no CUDA executor (configure with COSERVE_CUDA=ON)"};
+#endif
+  } else {
+    return error{"invalid_argument", "device '" + config.device + "' is not one of cpu, cuda"};
+  }
+  std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n", config.model_dir.string().c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return std::unique_ptr<engine>(
+      new engine_impl(std::move(config), std::move(*tok), std::move(*model), std::move(*gen), std::move(exec)));
 }
 
 }  // namespace coserve

@@ -16,10 +16,15 @@
 
 #include <asio/awaitable.hpp>
 
+#include "model/config.hpp"
 #include "model/json/value.hpp"
 #include "model/sampling_params.hpp"
 #include "model/step.hpp"
 #include "runtime/expected.hpp"
+
+namespace coserve::rt {
+class tracer;
+}
 
 namespace coserve {
 
@@ -31,8 +36,12 @@ struct engine_config {
   int32_t max_num_batched_tokens = 2048; // tokens per step at most (chunked prefill budget)
   int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
   int32_t block_size = 16;               // tokens per KV block
-  int64_t num_kv_blocks = 0;             // 0: sized from memory (CPU) / gpu_memory_utilization
+  int64_t num_kv_blocks = 0;             // 0: sized from memory (CPU: kv_cache_bytes; CUDA:
+                                         // gpu_memory_utilization)
+  int64_t kv_cache_bytes = 0;            // CPU KV cache budget; 0: min(4 GiB, 1/4 of available memory)
   double gpu_memory_utilization = 0.9;
+  std::string load_format = "auto";      // CUDA: "auto" (safetensors) or "dummy" (random weights)
+  bool return_logits = false;            // executor copies raw logits (for output_event::logits)
   int32_t max_waiting = 1024;            // admission limit; beyond it submit() fails "queue_full"
   int32_t cpu_threads = 0;               // CPU executor threads; 0: core count
   bool enable_prefix_caching = true;
@@ -107,6 +116,8 @@ struct engine_metrics {
   int64_t preemptions = 0;
   int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
   int64_t rejected = 0;
+  int64_t open_requests = 0;                        // submitted, stream not ended yet
+  int64_t steps = 0;                                // executor steps completed
   std::vector<double> ttft_s, itl_s, e2e_s, queue_s;  // samples since the previous metrics() call
 };
 
@@ -129,10 +140,18 @@ class engine {
   virtual const model_info& info() const noexcept = 0;
   virtual bool healthy() const noexcept = 0;
   virtual engine_metrics metrics() = 0;
+  // The actor graph's tracer (spans per actor and per request), or nullptr without one.
+  virtual rt::tracer* tracer() noexcept { return nullptr; }
 
   // Stops accepting, drains in-flight requests (or aborts them when `abort_running`), stops the
   // actors in reverse start order, writes the trace file if configured. Blocks the caller.
   virtual void stop(bool abort_running = false) = 0;
 };
+
+// KV blocks for the CPU executor: num_kv_blocks when set, else what kv_cache_bytes (or min(4 GiB,
+// a quarter of `available_bytes`)) holds in fp32 K and V for every layer, at least one sequence at
+// max_model_len and at most max_num_seqs of them.
+int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg, int32_t max_model_len,
+                            int64_t available_bytes);
 
 }  // namespace coserve

@@ -48,6 +48,17 @@ class actor_ref {
     return cell_->push(make_env(std::move(msg), request_id));
   }
 
+  // Like tell, but `msg` is moved from only when the send succeeds (a full mailbox leaves it
+  // intact, so the caller can wait and retry).
+  template <class M>
+  send_status try_tell(M& msg, uint64_t request_id = 0) const {
+    static_assert(!has_reply<M>, "messages with a reply_type are sent with ask()");
+    typename actor_cell<B>::env_variant v(make_env(std::move(msg), request_id));
+    const send_status s = cell_->push(std::move(v));
+    if (s != send_status::ok) msg = std::move(std::get<envelope<M>>(v).msg);
+    return s;
+  }
+
   // Waits (asynchronously) while the mailbox is full. Returns ok or closed.
   // (send and ask are plain functions returning a coroutine: GCC 12 miscompiles temporaries
   // passed by value straight into a coroutine inside a co_await expression.)

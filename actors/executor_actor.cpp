@@ -1,0 +1,29 @@
+#include "actors/executor_actor.hpp"
+
+#include <algorithm>
+
+#include "actors/scheduler.hpp"
+#include "runtime/outbox.hpp"
+#include "runtime/system.hpp"
+
+namespace coserve::actors {
+
+rt::maybe_async executor_actor::handle(execute_step& m) {
+  auto& tr = p_->sys->trace();
+  const int64_t t0 = tr.now_ns();
+  result<step_result> r = exec_->execute(m.plan);
+  const int64_t t1 = tr.now_ns();
+  rt::outbox out;
+  if (m.plan.step_id == 0) return out.finish();  // only dropped finished sequences
+  if (tr.enabled()) {
+    requests_.clear();
+    for (const scheduled_seq& s : m.plan.seqs) requests_.push_back(request_of(s.seq_id));
+    std::sort(requests_.begin(), requests_.end());
+    requests_.erase(std::unique(requests_.begin(), requests_.end()), requests_.end());
+    for (uint64_t rid : requests_) trace_for_request(*p_->sys, trace_id_, "execute_step", rid, t0, t1);
+  }
+  out.tell(p_->scheduler_ref, step_done{m.plan.step_id, std::move(r)});
+  return out.finish();
+}
+
+}  // namespace coserve::actors

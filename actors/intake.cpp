@@ -1,0 +1,54 @@
+#include "actors/intake.hpp"
+
+#include "actors/scheduler.hpp"
+#include "actors/tokenizer_actor.hpp"
+#include "runtime/system.hpp"
+
+namespace coserve::actors {
+
+void intake::publish() {
+  p_->metrics.open_requests.store(static_cast<int64_t>(open_.size()), std::memory_order_relaxed);
+}
+
+asio::awaitable<void> intake::handle(submit_request& m) {
+  const int64_t t0 = p_->sys->trace().now_ns();
+  if (static_cast<int64_t>(open_.size()) >= max_open_) {
+    p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+    m.reply->complete(error{"queue_full", "too many requests in flight (" + std::to_string(open_.size()) +
+                                              "); retry later"});
+    co_return;
+  }
+  const uint64_t rid = next_id_++;
+  open_.insert(rid);
+  publish();
+  const sampling_params& sp = m.request.params;
+  const size_t n = static_cast<size_t>(std::max(1, sp.n));
+  const size_t capacity = n * (static_cast<size_t>(std::max(0, sp.max_tokens)) + 2) + 2;
+  auto stream = std::make_shared<stream_impl>(rid, capacity, p_);
+  if (p_->sys->trace().enabled())
+    trace_for_request(*p_->sys, trace_id_, "submit_request", rid, t0, p_->sys->trace().now_ns());
+  submit_reply reply = m.reply;
+  tokenize_request t{rid, std::move(m.request), std::move(stream), std::move(m.reply)};
+  const rt::send_status s = co_await p_->tokenizer_ref.send(std::move(t), rid);
+  if (s != rt::send_status::ok) {
+    reply->complete(error{"engine_down", "the engine is stopping"});
+    open_.erase(rid);
+    publish();
+  }
+}
+
+void intake::handle(cancel_request& m) {
+  if (open_.count(m.request_id) == 0) return;  // ended already
+  (void)p_->scheduler_ref.tell(cancel_sequences{m.request_id, finish_reason::abort});
+}
+
+void intake::handle(request_closed& m) {
+  open_.erase(m.request_id);
+  publish();
+}
+
+void intake::handle(abort_all&) {
+  for (uint64_t rid : open_) (void)p_->scheduler_ref.tell(cancel_sequences{rid, finish_reason::abort});
+}
+
+}  // namespace coserve::actors

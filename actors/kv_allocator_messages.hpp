@@ -1,0 +1,21 @@
+// kv_allocator's interface: place a step in KV blocks; free a sequence's blocks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "actors/step_draft.hpp"
+
+namespace coserve::actors {
+
+// scheduler → kv_allocator: resolve the draft, answer with step_allocated, send the plan on.
+struct kv_step {
+  step_draft draft;
+};
+
+// scheduler → kv_allocator: finished or cancelled sequences; their blocks are freed now.
+struct kv_release {
+  std::vector<seq_id_t> seqs;
+};
+
+}  // namespace coserve::actors

@@ -1,0 +1,55 @@
+#include "actors/pipeline.hpp"
+
+#include <asio/system_executor.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "actors/intake.hpp"
+#include "runtime/system.hpp"
+
+namespace coserve::actors {
+
+stream_impl::stream_impl(uint64_t id, size_t capacity, std::weak_ptr<pipeline> p)
+    : id_(id), channel_(asio::system_executor{}, capacity), pipeline_(std::move(p)),
+      submitted_(clock::now()) {}
+
+asio::awaitable<std::optional<output_event>> stream_impl::next() {
+  if (ended_) co_return std::nullopt;
+  output_event ev = co_await channel_.async_receive(asio::use_awaitable);
+  if (ev.index < 0) {  // end-of-stream marker
+    ended_ = true;
+    co_return std::nullopt;
+  }
+  co_return ev;
+}
+
+void stream_impl::cancel() noexcept {
+  if (cancelled_.exchange(true, std::memory_order_relaxed)) return;
+  // Best effort: when intake's mailbox is full or closed, the streamer notices the flag at the
+  // request's next token and cancels it then.
+  try {
+    if (auto p = pipeline_.lock()) (void)p->intake_ref.tell(cancel_request{id_});
+  } catch (...) {
+  }
+}
+
+void stream_impl::send(output_event ev) { (void)channel_.try_send(asio::error_code{}, std::move(ev)); }
+
+void stream_impl::end() {
+  output_event end;
+  end.index = -1;
+  send(std::move(end));
+}
+
+void trace_for_request(rt::system& sys, uint32_t actor_trace_id, const char* what, uint64_t request_id,
+                       int64_t start_ns, int64_t end_ns) {
+  rt::span s;
+  s.message = what;
+  s.request_id = request_id;
+  s.enqueue_ns = start_ns;
+  s.start_ns = start_ns;
+  s.end_ns = end_ns;
+  s.actor_id = actor_trace_id;
+  sys.trace().record(s);
+}
+
+}  // namespace coserve::actors

@@ -1,0 +1,109 @@
+// pipeline — what the serving actors share: references to each other (set once, before the first
+// request), the per-request output stream, and the metrics cell each actor publishes into.
+//
+//   engine::submit ──▶ intake ──▶ tokenizer ──▶ scheduler ◀──────── step_done ─────┐
+//                                     │            │ step_draft                     │
+//                                     │            ▼                                │
+//                                     │        kv_allocator ── execute_step ──▶ executor
+//                                     ▼            │
+//                                 streamer ◀── token_batch (scheduler) ──▶ request_stream
+//
+// Threads: actor refs are written before any message flows and only read afterwards (the mailbox
+// hand-off orders the reads). Metrics fields are written by one actor each (atomics, and a mutex
+// for the latency samples) and read by engine::metrics() on any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <asio/experimental/concurrent_channel.hpp>
+
+#include "actors/engine.hpp"
+#include "runtime/actor.hpp"
+
+namespace coserve::rt {
+class system;
+}
+
+namespace coserve::actors {
+
+class intake;
+class tokenizer_actor;
+class scheduler;
+class kv_allocator;
+class executor_actor;
+class streamer;
+
+// seq ids carry their request: (request_id << 16) | sample index (n <= 65535).
+inline seq_id_t make_seq_id(uint64_t request_id, int32_t index) noexcept {
+  return (request_id << 16) | static_cast<seq_id_t>(index);
+}
+inline uint64_t request_of(seq_id_t seq) noexcept { return seq >> 16; }
+
+struct pipeline_metrics {
+  // intake
+  std::atomic<int64_t> open_requests{0}, rejected{0};
+  // scheduler
+  std::atomic<int64_t> running{0}, waiting{0}, preemptions{0}, prompt_tokens{0}, steps{0};
+  // kv_allocator
+  std::atomic<int64_t> kv_total{0}, kv_free{0}, prefix_queries{0}, prefix_hits{0};
+  // streamer
+  std::atomic<int64_t> generation_tokens{0}, finished_stop{0}, finished_length{0},
+      finished_abort{0}, finished_error{0};
+  // samples (scheduler: queue time; streamer: the rest)
+  std::mutex samples_mu;
+  std::vector<double> ttft_s, itl_s, e2e_s, queue_s;
+  // set when an actor stops after a failure
+  std::atomic<bool> failed{false};
+};
+
+struct pipeline {
+  rt::system* sys = nullptr;
+  rt::actor_ref<intake> intake_ref;
+  rt::actor_ref<tokenizer_actor> tokenizer_ref;
+  rt::actor_ref<scheduler> scheduler_ref;
+  rt::actor_ref<kv_allocator> kv_ref;
+  rt::actor_ref<executor_actor> executor_ref;
+  rt::actor_ref<streamer> streamer_ref;
+  pipeline_metrics metrics;
+};
+
+// One request's output: a channel of events the streamer fills and the client drains.
+class stream_impl final : public request_stream {
+ public:
+  using clock = std::chrono::steady_clock;
+  stream_impl(uint64_t id, size_t capacity, std::weak_ptr<pipeline> p);
+  uint64_t id() const noexcept override { return id_; }
+  const std::vector<int32_t>& prompt_ids() const noexcept override { return prompt_; }
+  asio::awaitable<std::optional<output_event>> next() override;
+  void cancel() noexcept override;
+
+  bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  clock::time_point submitted() const noexcept { return submitted_; }
+  // Written once by the tokenizer before the stream is handed out.
+  void set_prompt(std::vector<int32_t> ids) { prompt_ = std::move(ids); }
+  // Streamer only. The capacity covers every event a request can produce.
+  void send(output_event ev);
+  void end();
+
+ private:
+  using channel = asio::experimental::concurrent_channel<void(asio::error_code, output_event)>;
+  uint64_t id_;
+  std::vector<int32_t> prompt_;
+  channel channel_;
+  std::weak_ptr<pipeline> pipeline_;
+  std::atomic<bool> cancelled_{false};
+  bool ended_ = false;  // consumer side only
+  clock::time_point submitted_;
+};
+
+// Records a span on behalf of `request_id` for work an actor did for several requests at once
+// (a step, a token batch), so a request's trace shows every actor it passed through.
+void trace_for_request(rt::system& sys, uint32_t actor_trace_id, const char* what, uint64_t request_id,
+                       int64_t start_ns, int64_t end_ns);
+
+}  // namespace coserve::actors

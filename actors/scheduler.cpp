@@ -1,0 +1,181 @@
+#include "actors/scheduler.hpp"
+
+#include <algorithm>
+
+#include "actors/kv_allocator.hpp"
+#include "actors/streamer.hpp"
+#include "runtime/system.hpp"
+
+namespace coserve::actors {
+
+void scheduler::publish() {
+  auto& m = p_->metrics;
+  m.running.store(core_.num_running(), std::memory_order_relaxed);
+  m.waiting.store(core_.num_waiting(), std::memory_order_relaxed);
+  m.preemptions.store(core_.num_preemptions(), std::memory_order_relaxed);
+}
+
+void scheduler::pump(rt::outbox& out) {
+  auto& tr = p_->sys->trace();
+  while (in_flight_ < 2 && !core_.draft_outstanding() && core_.has_work()) {
+    const int64_t t0 = tr.now_ns();
+    step_draft d = core_.draft();
+    if (d.step_id == 0) break;  // nothing can run until a result comes back
+    ++in_flight_;
+    if (tr.enabled()) {
+      rt::span s;
+      s.message = "plan_step";
+      s.enqueue_ns = s.start_ns = t0;
+      s.end_ns = tr.now_ns();
+      s.actor_id = trace_id_;
+      tr.record(s);
+    }
+    out.tell(p_->kv_ref, kv_step{std::move(d)});
+  }
+  publish();
+}
+
+rt::maybe_async scheduler::handle(add_request& m) {
+  rt::outbox out;
+  const uint64_t rid = m.request_id;
+  max_added_ = std::max(max_added_, rid);
+  // Cancellations of ids below this one that never arrived (rejected by the tokenizer) are moot.
+  for (auto it = cancelled_early_.begin(); it != cancelled_early_.end();)
+    it = *it < rid ? cancelled_early_.erase(it) : std::next(it);
+  if (cancelled_early_.erase(rid) != 0) {
+    out.tell(p_->streamer_ref, end_request{rid, finish_reason::abort, {}});
+    return out.finish();
+  }
+  const int32_t n = std::max(1, m.params.n);
+  request& r = requests_[rid];
+  r.samples = r.live = n;
+  r.submitted = m.submitted;
+  p_->metrics.prompt_tokens.fetch_add(static_cast<int64_t>(m.prompt.size()), std::memory_order_relaxed);
+  for (int32_t i = 0; i < n; ++i) {
+    sequence s;
+    s.id = make_seq_id(rid, i);
+    s.request_id = rid;
+    s.index = i;
+    s.priority = m.priority;
+    s.arrival = rid;
+    s.prompt = i + 1 < n ? m.prompt : std::move(m.prompt);
+    s.params = m.params;
+    if (!s.params.ignore_eos)
+      s.params.stop_token_ids.insert(s.params.stop_token_ids.end(), extra_eos_.begin(), extra_eos_.end());
+    s.seed = m.params.seed ? *m.params.seed + static_cast<uint64_t>(i) : rid * 7919 + static_cast<uint64_t>(i);
+    s.fork_parent = i == 0 ? 0 : make_seq_id(rid, 0);
+    core_.add(std::move(s));
+  }
+  pump(out);
+  return out.finish();
+}
+
+void scheduler::sample_finished(uint64_t rid) {
+  auto it = requests_.find(rid);
+  if (it != requests_.end() && --it->second.live <= 0) requests_.erase(it);
+}
+
+void scheduler::end_request_now(uint64_t rid, finish_reason reason, const std::string& message,
+                                rt::outbox& out) {
+  auto it = requests_.find(rid);
+  if (it == requests_.end()) return;
+  kv_release rel;
+  for (int32_t i = 0; i < it->second.samples; ++i)
+    if (core_.finish(make_seq_id(rid, i), reason)) rel.seqs.push_back(make_seq_id(rid, i));
+  requests_.erase(it);
+  if (!rel.seqs.empty()) out.tell(p_->kv_ref, std::move(rel));
+  out.tell(p_->streamer_ref, end_request{rid, reason, message});
+}
+
+rt::maybe_async scheduler::handle(cancel_sequences& m) {
+  rt::outbox out;
+  if (requests_.count(m.request_id) == 0) {
+    if (m.request_id > max_added_) cancelled_early_.insert(m.request_id);  // still being tokenized
+    return out.finish();
+  }
+  end_request_now(m.request_id, m.reason, {}, out);
+  pump(out);
+  return out.finish();
+}
+
+rt::maybe_async scheduler::handle(finish_sequence& m) {
+  rt::outbox out;
+  if (core_.finish(m.seq_id, finish_reason::stop)) {
+    out.tell(p_->kv_ref, kv_release{{m.seq_id}});
+    sample_finished(request_of(m.seq_id));
+  }
+  pump(out);
+  return out.finish();
+}
+
+rt::maybe_async scheduler::handle(step_allocated& m) {
+  rt::outbox out;
+  const step_allocation& a = m.allocation;
+  core_.on_allocation(a);
+  if (a.seqs.empty()) --in_flight_;  // nothing ran: the executor will not answer
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& sc : a.seqs) {
+    auto it = requests_.find(request_of(sc.seq_id));
+    if (it == requests_.end() || !it->second.queued) continue;
+    it->second.queued = false;
+    std::lock_guard lock(p_->metrics.samples_mu);
+    p_->metrics.queue_s.push_back(std::chrono::duration<double>(now - it->second.submitted).count());
+  }
+  // An admission deferred while nothing else holds blocks can never fit: fail it.
+  if (a.seqs.empty() && !a.deferred.empty() && core_.num_running() == 0 && in_flight_ == 0) {
+    const uint64_t rid = request_of(a.deferred.front());
+    end_request_now(rid, finish_reason::error,
+                    "the request needs more KV cache blocks than the cache has (" + std::to_string(kv_blocks_) +
+                        "); raise --num-kv-blocks or shorten the prompt",
+                    out);
+  }
+  pump(out);
+  return out.finish();
+}
+
+rt::maybe_async scheduler::handle(step_done& m) {
+  rt::outbox out;
+  --in_flight_;
+  p_->metrics.steps.fetch_add(1, std::memory_order_relaxed);
+  if (!m.outcome.ok()) {
+    const std::string why = "the executor failed: " + m.outcome.err().message;
+    std::vector<uint64_t> all;
+    all.reserve(requests_.size());
+    for (const auto& [rid, r] : requests_) all.push_back(rid);
+    for (uint64_t rid : all) end_request_now(rid, finish_reason::error, why, out);
+    pump(out);
+    return out.finish();
+  }
+  step_result& result = *m.outcome;
+  token_batch batch;
+  batch.step_id = result.step_id;
+  kv_release rel;
+  for (const seq_event& e : core_.on_result(result)) {
+    token_event t;
+    t.request_id = e.request_id;
+    t.seq_id = e.seq_id;
+    t.index = e.index;
+    t.token = e.token;
+    t.finish = e.finish;
+    if (e.output != nullptr) {
+      auto& o = const_cast<seq_output&>(*e.output);  // the result is ours: move its vectors
+      t.logprob = o.logprob;
+      t.top_logprobs = std::move(o.top_logprobs);
+      t.logits = std::move(o.logits);
+    }
+    t.prompt_tokens = e.prompt_tokens;
+    t.completion_tokens = e.completion_tokens;
+    t.cached_prompt_tokens = e.cached_prompt_tokens;
+    if (e.finish != finish_reason::none) {
+      rel.seqs.push_back(e.seq_id);
+      sample_finished(e.request_id);
+    }
+    batch.events.push_back(std::move(t));
+  }
+  if (!rel.seqs.empty()) out.tell(p_->kv_ref, std::move(rel));
+  if (!batch.events.empty()) out.tell(p_->streamer_ref, std::move(batch));
+  pump(out);
+  return out.finish();
+}
+
+}  // namespace coserve::actors

@@ -1,0 +1,64 @@
+// scheduler — continuous batching with two steps in flight. It owns the scheduler core (which
+// sequences run, how many tokens each, in what order), sends each step's draft to the KV
+// allocator, and while the executor runs step N it already drafts step N+1: the draft is made as
+// soon as step N-1's result is in (or step N's allocation, when fewer than two are in flight).
+// Sampled tokens go to the streamer as one token_batch per step; finished sequences' blocks go
+// back to the KV allocator at once.
+//
+// Threads: an actor on the runtime's pool. Each draft is traced as a "plan_step" span.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "actors/pipeline.hpp"
+#include "actors/scheduler_core.hpp"
+#include "actors/scheduler_messages.hpp"
+#include "runtime/actor.hpp"
+#include "runtime/outbox.hpp"
+
+namespace coserve::actors {
+
+class scheduler {
+ public:
+  using messages =
+      rt::message_list<add_request, cancel_sequences, finish_sequence, step_allocated, step_done>;
+
+  scheduler(std::shared_ptr<pipeline> p, planner_config cfg, std::vector<int32_t> extra_eos, int32_t kv_blocks)
+      : p_(std::move(p)), core_(cfg), extra_eos_(std::move(extra_eos)), kv_blocks_(kv_blocks) {}
+  void on_start(rt::actor_context<scheduler>& ctx) { trace_id_ = ctx.self.cell().trace_id(); }
+
+  rt::maybe_async handle(add_request& m);
+  rt::maybe_async handle(cancel_sequences& m);
+  rt::maybe_async handle(finish_sequence& m);
+  rt::maybe_async handle(step_allocated& m);
+  rt::maybe_async handle(step_done& m);
+
+ private:
+  struct request {
+    int32_t samples = 1;
+    int32_t live = 1;
+    bool queued = true;  // not scheduled yet (queue-time metric)
+    std::chrono::steady_clock::time_point submitted;
+  };
+  void pump(rt::outbox& out);
+  void end_request_now(uint64_t rid, finish_reason reason, const std::string& message, rt::outbox& out);
+  void sample_finished(uint64_t rid);
+  void publish();
+
+  std::shared_ptr<pipeline> p_;
+  scheduler_core core_;
+  std::vector<int32_t> extra_eos_;
+  int32_t kv_blocks_;
+  uint32_t trace_id_ = 0;
+  int32_t in_flight_ = 0;  // steps drafted whose result has not come back
+  std::unordered_map<uint64_t, request> requests_;
+  std::unordered_set<uint64_t> cancelled_early_;  // cancelled before they reached us
+  uint64_t max_added_ = 0;
+  std::vector<seq_id_t> release_;  // scratch
+};
+
+}  // namespace coserve::actors

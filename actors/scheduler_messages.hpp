@@ -1,0 +1,47 @@
+// scheduler's interface: requests in, step allocations and results back, finishes and aborts.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "actors/engine.hpp"
+#include "actors/step_draft.hpp"
+#include "model/step.hpp"
+#include "runtime/expected.hpp"
+
+namespace coserve::actors {
+
+// tokenizer → scheduler: a validated, tokenized request.
+struct add_request {
+  uint64_t request_id = 0;
+  std::vector<int32_t> prompt;
+  sampling_params params;
+  int32_t priority = 0;
+  std::chrono::steady_clock::time_point submitted;
+};
+
+// intake → scheduler: the client is gone (or the engine stops with abort).
+struct cancel_sequences {
+  uint64_t request_id = 0;
+  finish_reason reason = finish_reason::abort;
+};
+
+// streamer → scheduler: a stop string ended this sample.
+struct finish_sequence {
+  uint64_t request_id = 0;
+  seq_id_t seq_id = 0;
+};
+
+// kv_allocator → scheduler: what the step actually scheduled.
+struct step_allocated {
+  step_allocation allocation;
+};
+
+// executor → scheduler: a step's sampled tokens (or its failure).
+struct step_done {
+  uint64_t step_id = 0;
+  result<step_result> outcome;
+};
+
+}  // namespace coserve::actors

@@ -1,0 +1,141 @@
+#include "actors/streamer.hpp"
+
+#include <algorithm>
+
+#include "actors/intake.hpp"
+#include "actors/scheduler.hpp"
+#include "runtime/system.hpp"
+
+namespace coserve::actors {
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+void streamer::handle(open_stream& m) {
+  state& st = states_[m.request_id];
+  st.stream = std::move(m.stream);
+  st.params = std::move(m.params);
+  st.return_logits = m.return_logits;
+  const int32_t n = std::max(1, st.params.n);
+  st.samples.resize(static_cast<size_t>(n));
+  st.live = n;
+  for (auto& smp : st.samples) {
+    smp.detok = std::make_unique<incremental_detokenizer>(*tok_, st.params.skip_special_tokens,
+                                                          st.stream->prompt_ids());
+    smp.stops = std::make_unique<stop_checker>(st.params.stop, st.params.include_stop_str_in_output);
+  }
+}
+
+bool streamer::end_sample(uint64_t rid, state& st, output_event ev, rt::outbox& out) {
+  auto& smp = st.samples[static_cast<size_t>(ev.index)];
+  if (smp.done) return false;
+  smp.done = true;
+  auto& m = p_->metrics;
+  switch (ev.finish) {
+    case finish_reason::stop: m.finished_stop.fetch_add(1, std::memory_order_relaxed); break;
+    case finish_reason::length: m.finished_length.fetch_add(1, std::memory_order_relaxed); break;
+    case finish_reason::abort: m.finished_abort.fetch_add(1, std::memory_order_relaxed); break;
+    default: m.finished_error.fetch_add(1, std::memory_order_relaxed); break;
+  }
+  st.stream->send(std::move(ev));
+  if (--st.live > 0) return false;
+  {
+    std::lock_guard lock(m.samples_mu);
+    m.e2e_s.push_back(seconds(clock::now() - st.stream->submitted()));
+  }
+  st.stream->end();
+  out.tell(p_->intake_ref, request_closed{rid});
+  return true;
+}
+
+rt::maybe_async streamer::handle(token_batch& m) {
+  rt::outbox out;
+  auto& tr = p_->sys->trace();
+  const int64_t t0 = tr.now_ns();
+  const auto now = clock::now();
+  traced_.clear();
+  int64_t tokens = 0;
+  for (token_event& e : m.events) {
+    auto it = states_.find(e.request_id);
+    if (it == states_.end()) continue;
+    state& st = it->second;
+    auto& smp = st.samples[static_cast<size_t>(e.index)];
+    if (smp.done) continue;
+    traced_.push_back(e.request_id);
+    if (st.stream->cancelled() && !st.cancel_sent) {  // the cancel message may not have got through
+      st.cancel_sent = true;
+      out.tell(p_->intake_ref, cancel_request{e.request_id});
+    }
+    ++tokens;
+    {
+      std::lock_guard lock(p_->metrics.samples_mu);
+      if (!st.first_token_seen) p_->metrics.ttft_s.push_back(seconds(now - st.stream->submitted()));
+      else p_->metrics.itl_s.push_back(seconds(now - st.last_token));
+    }
+    st.first_token_seen = true;
+    st.last_token = now;
+
+    output_event ev;
+    ev.index = e.index;
+    ev.token_ids = {e.token};
+    if (st.params.logprobs >= 0) ev.token_logprobs = {e.logprob};
+    if (st.params.logprobs > 0) ev.top_logprobs.push_back(std::move(e.top_logprobs));
+    if (st.return_logits && !e.logits.empty()) ev.logits.push_back(std::move(e.logits));
+    ev.prompt_tokens = e.prompt_tokens;
+    ev.completion_tokens = e.completion_tokens;
+    ev.cached_prompt_tokens = e.cached_prompt_tokens;
+    const bool is_stop_token = e.finish == finish_reason::stop;
+    std::string piece = smp.detok->push(e.token);
+    if (is_stop_token && !st.params.skip_special_tokens) piece.clear();
+    ev.text = smp.stops->push(piece);
+    ev.finish = e.finish;
+    if (smp.stops->stopped()) {
+      ev.finish = finish_reason::stop;
+      ev.stop_reason = smp.stops->matched();
+      if (e.finish == finish_reason::none) out.tell(p_->scheduler_ref, finish_sequence{e.request_id, e.seq_id});
+    } else if (e.finish != finish_reason::none) {
+      ev.text += smp.stops->push(smp.detok->flush());
+      ev.text += smp.stops->flush();
+    }
+    if (ev.finish != finish_reason::none) {
+      if (end_sample(e.request_id, st, std::move(ev), out)) states_.erase(it);
+    } else {
+      st.stream->send(std::move(ev));
+    }
+  }
+  p_->metrics.generation_tokens.fetch_add(tokens, std::memory_order_relaxed);
+  if (tr.enabled()) {
+    const int64_t t1 = tr.now_ns();
+    std::sort(traced_.begin(), traced_.end());
+    traced_.erase(std::unique(traced_.begin(), traced_.end()), traced_.end());
+    for (uint64_t rid : traced_) trace_for_request(*p_->sys, trace_id_, "token_batch", rid, t0, t1);
+  }
+  return out.finish();
+}
+
+rt::maybe_async streamer::handle(end_request& m) {
+  rt::outbox out;
+  auto it = states_.find(m.request_id);
+  if (it == states_.end()) {
+    // Never opened (cancelled before it was queued) or already ended: intake still counts it
+    // open only in the first case, and closing twice is harmless.
+    out.tell(p_->intake_ref, request_closed{m.request_id});
+    return out.finish();
+  }
+  state& st = it->second;
+  bool ended = false;
+  for (size_t i = 0; i < st.samples.size() && !ended; ++i) {
+    if (st.samples[i].done) continue;
+    output_event ev;
+    ev.index = static_cast<int32_t>(i);
+    ev.finish = m.reason;
+    ev.error_message = m.message;
+    ev.prompt_tokens = static_cast<int32_t>(st.stream->prompt_ids().size());
+    ended = end_sample(m.request_id, st, std::move(ev), out);
+  }
+  if (ended) states_.erase(it);
+  return out.finish();
+}
+
+}  // namespace coserve::actors

@@ -1,0 +1,63 @@
+// streamer — turns sampled tokens into each request's output events: incremental detokenization,
+// stop strings (text that may still become a stop string is held back; the stop string itself is
+// not output unless asked), finish reasons, usage, logprobs, latency metrics (TTFT, ITL, e2e).
+// A stop string ends the sample here and is reported to the scheduler.
+//
+// Threads: an actor on the runtime's pool. Streams are concurrent channels: events are sent from
+// here and received on the client's executor.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/pipeline.hpp"
+#include "actors/stop_checker.hpp"
+#include "actors/streamer_messages.hpp"
+#include "model/tokenizer/incremental_detokenizer.hpp"
+#include "model/tokenizer/tokenizer.hpp"
+#include "runtime/actor.hpp"
+#include "runtime/outbox.hpp"
+
+namespace coserve::actors {
+
+class streamer {
+ public:
+  using messages = rt::message_list<open_stream, token_batch, end_request>;
+
+  streamer(std::shared_ptr<pipeline> p, const tokenizer* tok) : p_(std::move(p)), tok_(tok) {}
+  void on_start(rt::actor_context<streamer>& ctx) { trace_id_ = ctx.self.cell().trace_id(); }
+
+  void handle(open_stream& m);
+  rt::maybe_async handle(token_batch& m);
+  rt::maybe_async handle(end_request& m);
+
+ private:
+  using clock = std::chrono::steady_clock;
+  struct sample {
+    std::unique_ptr<incremental_detokenizer> detok;
+    std::unique_ptr<stop_checker> stops;
+    bool done = false;
+  };
+  struct state {
+    std::shared_ptr<stream_impl> stream;
+    sampling_params params;
+    bool return_logits = false;
+    std::vector<sample> samples;
+    int32_t live = 0;
+    bool first_token_seen = false;
+    bool cancel_sent = false;
+    clock::time_point last_token;
+  };
+  // Ends one sample; the request when it was the last. Returns true when the request ended.
+  bool end_sample(uint64_t rid, state& st, output_event ev, rt::outbox& out);
+
+  std::shared_ptr<pipeline> p_;
+  const tokenizer* tok_;
+  uint32_t trace_id_ = 0;
+  std::unordered_map<uint64_t, state> states_;
+  std::vector<uint64_t> traced_;  // scratch
+};
+
+}  // namespace coserve::actors

@@ -1,0 +1,49 @@
+// streamer's interface: per-request streams, incremental detokenization, stop strings, finishes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "model/step.hpp"
+
+namespace coserve::actors {
+
+class stream_impl;
+
+// tokenizer → streamer, before the request reaches the scheduler.
+struct open_stream {
+  uint64_t request_id = 0;
+  std::shared_ptr<stream_impl> stream;
+  sampling_params params;
+  bool return_logits = false;
+};
+
+struct token_event {
+  uint64_t request_id = 0;
+  seq_id_t seq_id = 0;
+  int32_t index = 0;
+  int32_t token = 0;
+  finish_reason finish = finish_reason::none;
+  float logprob = 0.0f;
+  std::vector<token_logprob> top_logprobs;
+  std::vector<float> logits;
+  int32_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
+};
+
+// scheduler → streamer: one step's sampled tokens.
+struct token_batch {
+  uint64_t step_id = 0;
+  std::vector<token_event> events;
+};
+
+// scheduler → streamer: every unfinished sample of the request ends with `reason`.
+struct end_request {
+  uint64_t request_id = 0;
+  finish_reason reason = finish_reason::abort;
+  std::string message;
+};
+
+}  // namespace coserve::actors

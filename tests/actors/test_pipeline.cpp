@@ -1,0 +1,373 @@
+// The serving actor graph end to end on a small demo model: many concurrent requests (greedy
+// output identical to each request run alone, every KV block free afterwards), cancellation at
+// random points, admission control, per-actor traces, the Chrome trace file, KV sizing.
+#include <catch2/catch.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "actors/engine.hpp"
+#include "model/demo_model.hpp"
+#include "runtime/trace.hpp"
+
+using namespace coserve;
+
+namespace {
+
+struct collected {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;
+  std::string text;
+  finish_reason finish = finish_reason::none;
+  std::string error_code;
+  int events = 0;
+};
+
+// cancel_after: cancel once this many events arrived (0: right after submit; -1: never).
+asio::awaitable<void> run_one(engine& eng, generate_request req, collected& out, int cancel_after) {
+  auto s = co_await eng.submit(std::move(req));
+  if (!s) {
+    out.error_code = s.err().code;
+    co_return;
+  }
+  out.id = (*s)->id();
+  if (cancel_after == 0) (*s)->cancel();
+  while (auto ev = co_await (*s)->next()) {
+    out.tokens.insert(out.tokens.end(), ev->token_ids.begin(), ev->token_ids.end());
+    out.text += ev->text;
+    if (ev->finish != finish_reason::none) out.finish = ev->finish;
+    if (++out.events == cancel_after) (*s)->cancel();
+  }
+}
+
+std::filesystem::path demo_dir() {
+  static const std::filesystem::path dir = [] {
+    const auto d = std::filesystem::temp_directory_path() / "coserve_pipeline_test_model";
+    demo_options o;
+    o.hidden_size = 64;
+    o.intermediate_size = 128;
+    o.num_layers = 2;
+    o.num_heads = 4;
+    o.num_kv_heads = 2;
+    o.max_position_embeddings = 256;
+    o.seed = 5;
+    REQUIRE(make_demo_model(d.string(), o));
+    return d;
+  }();
+  return dir;
+}
+
+bool have_testdata() { return std::filesystem::exists("../shared/testdata/tokenizers/gpt2"); }
+
+engine_config small_config() {
+  engine_config cfg;
+  cfg.model_dir = demo_dir();
+  cfg.max_num_seqs = 16;
+  cfg.max_num_batched_tokens = 96;
+  cfg.block_size = 8;
+  cfg.num_kv_blocks = 40;  // 320 token slots for up to 16 sequences: preemption happens
+  cfg.cpu_threads = 1;
+  return cfg;
+}
+
+std::vector<generate_request> random_requests(int k, uint32_t seed, int max_prompt, int max_new) {
+  std::mt19937 rng(seed);
+  std::vector<generate_request> reqs;
+  for (int i = 0; i < k; ++i) {
+    generate_request r;
+    std::vector<int32_t> ids;
+    const int len = 1 + static_cast<int>(rng() % static_cast<uint32_t>(max_prompt));
+    for (int j = 0; j < len; ++j) ids.push_back(static_cast<int32_t>(rng() % 1000));
+    r.input = ids;
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 1 + static_cast<int32_t>(rng() % static_cast<uint32_t>(max_new));
+    r.params.ignore_eos = true;
+    reqs.push_back(r);
+  }
+  return reqs;
+}
+
+// Runs the requests one at a time (concurrently == false) or all at once; cancel_at[i] as in
+// run_one (empty: never).
+std::vector<collected> run_all(engine& eng, const std::vector<generate_request>& reqs, bool concurrently,
+                               const std::vector<int>& cancel_at = {}) {
+  std::vector<collected> out(reqs.size());
+  asio::io_context io;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const int cancel = cancel_at.empty() ? -1 : cancel_at[i];
+    if (cancel == -2) continue;  // skipped
+    asio::co_spawn(io, run_one(eng, reqs[i], out[i], cancel), asio::detached);
+    if (!concurrently) {
+      io.run();
+      io.restart();
+    }
+  }
+  io.run();
+  return out;
+}
+
+// Every block comes back once the last stream has ended (the release is a message away).
+bool wait_all_blocks_free(engine& eng) {
+  for (int i = 0; i < 2000; ++i) {
+    const engine_metrics m = eng.metrics();
+    if (m.kv_blocks_free == m.kv_blocks_total && m.open_requests == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("pipeline: 64 concurrent requests equal each run alone; every KV block free afterwards",
+          "[actors][pipeline]") {
+  if (!have_testdata()) {
+    WARN("../shared/testdata absent: skipped");
+    return;
+  }
+  auto eng = engine::start(small_config());
+  REQUIRE(eng);
+  const int k = 64;
+  const auto reqs = random_requests(k, 21, 60, 24);
+  const auto alone = run_all(**eng, reqs, false);
+  const auto together = run_all(**eng, reqs, true);
+  for (int i = 0; i < k; ++i) {
+    CAPTURE(i);
+    REQUIRE(alone[size_t(i)].error_code.empty());
+    CHECK(alone[size_t(i)].tokens.size() == size_t(reqs[size_t(i)].params.max_tokens));
+    CHECK(together[size_t(i)].tokens == alone[size_t(i)].tokens);
+    CHECK(together[size_t(i)].finish == finish_reason::length);
+  }
+  REQUIRE(wait_all_blocks_free(**eng));
+  const engine_metrics m = (*eng)->metrics();
+  CHECK(m.kv_blocks_total == 40);
+  CHECK(m.preemptions > 0);  // the cache is too small for 16 running sequences at full length
+  CHECK(m.requests_running == 0);
+  CHECK(m.requests_waiting == 0);
+  (*eng)->stop();
+}
+
+TEST_CASE("pipeline: n > 1 forks, context overflow, stop strings", "[actors][pipeline]") {
+  if (!have_testdata()) {
+    WARN("../shared/testdata absent: skipped");
+    return;
+  }
+  auto eng = engine::start(small_config());
+  REQUIRE(eng);
+  const auto reqs = random_requests(12, 11, 30, 12);
+  const auto alone = run_all(**eng, reqs, false);
+  {  // n = 2 greedy: both samples (the second a copy-on-write fork) equal the single run
+    generate_request r = reqs[0];
+    r.params.n = 2;
+    asio::io_context io;
+    std::map<int32_t, std::vector<int32_t>> per_index;
+    auto fn = [&]() -> asio::awaitable<void> {
+      auto s = co_await (*eng)->submit(r);
+      REQUIRE(s);
+      while (auto ev = co_await (*s)->next())
+        per_index[ev->index].insert(per_index[ev->index].end(), ev->token_ids.begin(), ev->token_ids.end());
+    };
+    asio::co_spawn(io, fn(), asio::detached);
+    io.run();
+    CHECK(per_index[0] == alone[0].tokens);
+    CHECK(per_index[1] == alone[0].tokens);
+  }
+  {  // prompt + max_tokens beyond the context: a clear invalid_request, nothing queued
+    std::vector<generate_request> big{reqs[0]};
+    big[0].params.max_tokens = 10000;
+    const auto got = run_all(**eng, big, true);
+    CHECK(got[0].error_code == "invalid_request");
+  }
+  {  // stop string taken from the middle of a greedy output: text ends right before it
+    size_t pick = 0;
+    for (size_t i = 0; i < alone.size(); ++i)
+      if (alone[i].text.size() > alone[pick].text.size()) pick = i;
+    const std::string full = alone[pick].text;
+    REQUIRE(full.size() >= 6);
+    const std::string stop = full.substr(full.size() / 2, 3);
+    std::vector<generate_request> one{reqs[pick]};
+    one[0].params.stop = {stop};
+    const auto got = run_all(**eng, one, true);
+    CHECK(got[0].text == full.substr(0, full.find(stop)));
+    CHECK(got[0].finish == finish_reason::stop);
+  }
+  const engine_metrics m = (*eng)->metrics();  // every stream has ended: its samples are in
+  REQUIRE(wait_all_blocks_free(**eng));
+  CHECK(m.ttft_s.size() >= 12);
+  CHECK(m.e2e_s.size() >= 12);
+  CHECK((*eng)->metrics().ttft_s.empty());  // samples are handed out once
+  (*eng)->stop();
+}
+
+TEST_CASE("pipeline: requests cancelled at random points end with abort; nothing leaks",
+          "[actors][pipeline]") {
+  if (!have_testdata()) {
+    WARN("../shared/testdata absent: skipped");
+    return;
+  }
+  auto eng = engine::start(small_config());
+  REQUIRE(eng);
+  const int k = 48;
+  auto reqs = random_requests(k, 33, 50, 30);
+  std::mt19937 rng(7);
+  std::vector<int> cancel_at(k, -1);
+  for (int i = 0; i < k; ++i)
+    if (i % 2 == 0) cancel_at[size_t(i)] = static_cast<int>(rng() % 6);  // 0: before any token
+  std::vector<int> only_uncancelled(k, -1);
+  for (int i = 0; i < k; ++i)
+    if (cancel_at[size_t(i)] >= 0) only_uncancelled[size_t(i)] = -2;
+  const auto alone = run_all(**eng, reqs, false, only_uncancelled);
+  // Cancels come from the client's thread while the actors run on theirs.
+  const auto got = run_all(**eng, reqs, true, cancel_at);
+  int aborted = 0;
+  for (int i = 0; i < k; ++i) {
+    CAPTURE(i, cancel_at[size_t(i)]);
+    const collected& c = got[size_t(i)];
+    REQUIRE(c.error_code.empty());
+    if (cancel_at[size_t(i)] < 0) {
+      CHECK(c.finish == finish_reason::length);
+      CHECK(c.tokens == alone[size_t(i)].tokens);  // the others are undisturbed
+    } else if (c.finish == finish_reason::abort) {
+      ++aborted;
+      CHECK(c.tokens.size() < size_t(reqs[size_t(i)].params.max_tokens));
+    } else {
+      // Finished before the cancel took effect: complete output.
+      CHECK(c.finish == finish_reason::length);
+      CHECK(c.tokens.size() == size_t(reqs[size_t(i)].params.max_tokens));
+    }
+  }
+  CHECK(aborted > 0);
+  REQUIRE(wait_all_blocks_free(**eng));
+  (*eng)->stop();
+}
+
+TEST_CASE("pipeline: admission control rejects beyond the limit with queue_full", "[actors][pipeline]") {
+  if (!have_testdata()) {
+    WARN("../shared/testdata absent: skipped");
+    return;
+  }
+  engine_config cfg = small_config();
+  cfg.max_num_seqs = 2;
+  cfg.max_waiting = 2;  // at most 4 requests open
+  auto eng = engine::start(cfg);
+  REQUIRE(eng);
+  const int k = 12;
+  auto reqs = random_requests(k, 44, 10, 1);
+  for (auto& r : reqs) r.params.max_tokens = 40;
+  const auto got = run_all(**eng, reqs, true);
+  int rejected = 0, completed = 0;
+  for (const auto& c : got) {
+    if (c.error_code == "queue_full") ++rejected;
+    else if (c.finish == finish_reason::length && c.tokens.size() == 40) ++completed;
+  }
+  CHECK(rejected >= k - 4);
+  CHECK(completed >= 4);
+  CHECK(rejected + completed == k);
+  CHECK((*eng)->metrics().rejected == rejected);
+  REQUIRE(wait_all_blocks_free(**eng));
+  (*eng)->stop();
+}
+
+TEST_CASE("pipeline: every request's trace passes intake, tokenizer, scheduler, executor, streamer; "
+          "planning overlaps execution",
+          "[actors][pipeline][trace]") {
+  if (!have_testdata()) {
+    WARN("../shared/testdata absent: skipped");
+    return;
+  }
+  engine_config cfg = small_config();
+  cfg.num_kv_blocks = 400;
+  const auto trace_file = std::filesystem::temp_directory_path() / "coserve_pipeline_trace.json";
+  std::filesystem::remove(trace_file);
+  cfg.trace_file = trace_file;
+  auto eng = engine::start(cfg);
+  REQUIRE(eng);
+  const int k = 16;
+  const auto reqs = random_requests(k, 55, 40, 16);
+  const auto got = run_all(**eng, reqs, true);
+  rt::tracer* tr = (*eng)->tracer();
+  REQUIRE(tr != nullptr);
+  (*eng)->stop();  // quiescent: queries are exact
+  const std::vector<std::string> path{"intake", "tokenizer", "scheduler", "executor", "streamer"};
+  // The message each actor handles for the request on its way to the first token.
+  const std::vector<std::string> hop{"submit_request", "tokenize_request", "add_request", "execute_step",
+                                     "token_batch"};
+  for (const auto& c : got) {
+    REQUIRE(c.id != 0);
+    CAPTURE(c.id);
+    const auto spans = tr->spans_of_request(c.id);
+    std::map<std::string, rt::span> first;
+    for (const auto& s : spans) {
+      const std::string key = tr->actor_name(s.actor_id) + "/" + s.message;
+      if (!first.count(key)) first[key] = s;
+    }
+    for (size_t i = 0; i < path.size(); ++i) {
+      const std::string key = path[i] + "/" + hop[i];
+      CAPTURE(key);
+      REQUIRE(first.count(key) == 1);
+      if (i > 0) CHECK(first[path[i - 1] + "/" + hop[i - 1]].start_ns <= first[key].start_ns);
+    }
+    // Every step that computed a token for it was streamed: one token_batch span per token.
+    size_t batches = 0;
+    for (const auto& s : spans) batches += std::string(s.message) == "token_batch";
+    CHECK(batches == c.tokens.size());
+  }
+  // Two steps in flight: the scheduler plans step N+1 while the executor runs step N.
+  const auto plans = tr->spans_of_message("plan_step");
+  std::vector<rt::span> steps;
+  for (const auto& s : tr->spans_of_actor("executor"))
+    if (s.request_id == 0) steps.push_back(s);
+  REQUIRE(plans.size() >= 8);
+  REQUIRE(steps.size() >= 8);
+  size_t inside = 0;
+  for (const auto& p : plans)
+    for (const auto& s : steps)
+      if (p.start_ns > s.start_ns && p.end_ns < s.end_ns) {
+        ++inside;
+        break;
+      }
+  INFO("plan_step spans inside an executor step: " << inside << " of " << plans.size());
+  CHECK(inside * 4 >= plans.size());
+  // The Chrome trace file written at stop.
+  REQUIRE(std::filesystem::exists(trace_file));
+  std::ifstream in(trace_file);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(json.find("\"traceEvents\"") != std::string::npos);
+  for (const auto& a : path) CHECK(json.find("\"" + a + "\"") != std::string::npos);
+  CHECK(json.find("plan_step") != std::string::npos);
+  std::filesystem::remove(trace_file);
+}
+
+TEST_CASE("pipeline: CPU KV cache sized from memory", "[actors][pipeline]") {
+  model_config m;
+  m.num_hidden_layers = 16;
+  m.num_key_value_heads = 8;
+  m.head_dim = 64;
+  m.hidden_size = 2048;
+  m.num_attention_heads = 32;
+  engine_config cfg;
+  cfg.block_size = 16;
+  cfg.max_num_seqs = 256;
+  // 2 (K,V) * 16 layers * 8 heads * 64 dims * 16 tokens * 4 bytes = 1 MiB per block
+  const int64_t per_block = int64_t{1} << 20;
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{64} << 30) == (int64_t{4} << 30) / per_block);  // 4 GiB cap
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == (int64_t{2} << 30) / per_block);   // a quarter
+  cfg.kv_cache_bytes = int64_t{1} << 30;
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 1024);
+  cfg.max_num_seqs = 2;  // never more than every sequence at full length
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 2 * 256);
+  cfg.max_num_seqs = 256;
+  cfg.kv_cache_bytes = per_block;  // at least one sequence at max_model_len
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 256);
+  cfg.num_kv_blocks = 77;
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 77);
+}
