@@ -41,6 +41,10 @@ namespace {
 
 using namespace actors;
 
+std::string no_tokenizer_message() {
+  return "the model has no tokenizer.json: only prompt token ids are accepted";
+}
+
 // Awaits a reply_state completed by some actor; resumes on the awaiting coroutine's executor.
 template <class T, class Start>
 asio::awaitable<result<T>> await_reply(Start start) {
@@ -88,7 +92,7 @@ int64_t available_memory_bytes() {
 
 class engine_impl final : public engine {
  public:
-  engine_impl(engine_config cfg, tokenizer tok, model_config model, generation_config gen,
+  engine_impl(engine_config cfg, std::optional<tokenizer> tok, model_config model, generation_config gen,
               std::unique_ptr<executor> exec)
       : cfg_(std::move(cfg)), tok_(std::move(tok)) {
     const executor_info ei = exec->info();
@@ -100,7 +104,9 @@ class engine_impl final : public engine {
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
     // The model's chat template (chat_template.jinja / .json or tokenizer_config.json), if any.
-    if (auto src = load_chat_template_source(cfg_.model_dir); src.ok()) {
+    if (!tok_) {
+      encoder_.template_error = no_tokenizer_message();
+    } else if (auto src = load_chat_template_source(cfg_.model_dir); src.ok()) {
       if (auto parsed = chat_template::parse(std::move(*src)); parsed.ok())
         template_.emplace(std::move(*parsed));
       else
@@ -108,7 +114,7 @@ class engine_impl final : public engine {
     } else {
       encoder_.template_error = "the model has no chat template: " + src.err().message;
     }
-    encoder_.tok = &tok_;
+    encoder_.tok = tok_ ? &*tok_ : nullptr;
     encoder_.tmpl = template_ ? &*template_ : nullptr;
     encoder_.vocab_size = ei.vocab_size;
     encoder_.max_model_len = ei.max_model_len;
@@ -145,7 +151,7 @@ class engine_impl final : public engine {
     p_->kv_ref = sys_->root().spawn_factory<kv_allocator>(
         opts("kv_allocator", 4096), [p, kv_opts] { return std::make_unique<kv_allocator>(p, kv_opts); });
     p_->streamer_ref = sys_->root().spawn_factory<streamer>(
-        opts("streamer", 1u << 16), [p, this] { return std::make_unique<streamer>(p, &tok_); });
+        opts("streamer", 1u << 16), [p, this] { return std::make_unique<streamer>(p, tok_ ? &*tok_ : nullptr); });
     const planner_config pc{.max_num_seqs = cfg_.max_num_seqs,
                             .max_num_batched_tokens = cfg_.max_num_batched_tokens,
                             .max_model_len = ei.max_model_len,
@@ -196,13 +202,15 @@ class engine_impl final : public engine {
   }
 
   result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special) const override {
-    return tok_.encode(text, add_special);
+    if (!tok_) return error{"invalid_request", no_tokenizer_message()};
+    return tok_->encode(text, add_special);
   }
   result<std::vector<int32_t>> tokenize_chat(const chat_input& chat) const override {
     return encoder_.encode_chat(chat);
   }
   result<std::string> detokenize(const std::vector<int32_t>& ids) const override {
-    return tok_.decode(ids, true);
+    if (!tok_) return error{"invalid_request", no_tokenizer_message()};
+    return tok_->decode(ids, true);
   }
   const model_info& info() const noexcept override { return info_; }
   bool healthy() const noexcept override {
@@ -265,7 +273,7 @@ class engine_impl final : public engine {
 
  private:
   engine_config cfg_;
-  tokenizer tok_;
+  std::optional<tokenizer> tok_;  // absent: token ids in and out only
   std::optional<chat_template> template_;
   prompt_encoder encoder_;
   model_info info_;
@@ -295,8 +303,15 @@ int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
 }
 
 result<std::unique_ptr<engine>> engine::start(engine_config config) {
-  auto tok = tokenizer::load(config.model_dir / "tokenizer.json");
-  if (!tok) return tok.err();
+  std::optional<tokenizer> tok;
+  if (!config.skip_tokenizer_init && std::filesystem::exists(config.model_dir / "tokenizer.json")) {
+    auto loaded = tokenizer::load(config.model_dir / "tokenizer.json");
+    if (!loaded) return loaded.err();
+    tok.emplace(std::move(*loaded));
+  } else {
+    std::fprintf(stderr, "coserve engine: no tokenizer (%s): prompts are token ids, outputs token ids without text\n",
+                 config.skip_tokenizer_init ? "skip_tokenizer_init" : "the folder has no tokenizer.json");
+  }
   auto model = load_model_config(config.model_dir.string());
   if (!model) return model.err();
   auto gen = load_generation_config(config.model_dir.string());
@@ -305,6 +320,8 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   std::unique_ptr<executor> exec;
   const auto t0 = std::chrono::steady_clock::now();
   if (config.device == "cpu") {
+    if (config.load_format != "auto")
+      return error{"invalid_argument", "load format '" + config.load_format + "' needs --device cuda"};
     cpu_executor_options opts;
     opts.block_size = config.block_size;
     opts.num_kv_blocks = cpu_kv_cache_blocks(*model, config, max_len, available_memory_bytes());
@@ -339,7 +356,7 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n", config.model_dir.string().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return std::unique_ptr<engine>(
-      new engine_impl(std::move(config), std::move(*tok), std::move(*model), std::move(*gen), std::move(exec)));
+      new engine_impl(std::move(config), std::move(tok), std::move(*model), std::move(*gen), std::move(exec)));
 }
 
 }  // namespace coserve

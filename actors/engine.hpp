@@ -45,6 +45,7 @@ struct engine_config {
   int32_t max_waiting = 1024;            // admission limit; beyond it submit() fails "queue_full"
   int32_t cpu_threads = 0;               // CPU executor threads; 0: core count
   bool enable_prefix_caching = true;
+  bool skip_tokenizer_init = false;      // token ids in and out only (also when tokenizer.json is absent)
   std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
 };
 

@@ -21,6 +21,7 @@ void streamer::handle(open_stream& m) {
   st.samples.resize(static_cast<size_t>(n));
   st.live = n;
   for (auto& smp : st.samples) {
+    if (tok_ == nullptr) continue;  // token ids only
     smp.detok = std::make_unique<incremental_detokenizer>(*tok_, st.params.skip_special_tokens,
                                                           st.stream->prompt_ids());
     smp.stops = std::make_unique<stop_checker>(st.params.stop, st.params.include_stop_str_in_output);
@@ -85,6 +86,15 @@ rt::maybe_async streamer::handle(token_batch& m) {
     ev.prompt_tokens = e.prompt_tokens;
     ev.completion_tokens = e.completion_tokens;
     ev.cached_prompt_tokens = e.cached_prompt_tokens;
+    ev.finish = e.finish;
+    if (!smp.detok) {  // no tokenizer: ids only
+      if (ev.finish != finish_reason::none) {
+        if (end_sample(e.request_id, st, std::move(ev), out)) states_.erase(it);
+      } else {
+        st.stream->send(std::move(ev));
+      }
+      continue;
+    }
     const bool is_stop_token = e.finish == finish_reason::stop;
     std::string piece = smp.detok->push(e.token);
     if (is_stop_token && !st.params.skip_special_tokens) piece.clear();

@@ -26,6 +26,7 @@ class streamer {
  public:
   using messages = rt::message_list<open_stream, token_batch, end_request>;
 
+  // tok may be null (token ids only: no text, no stop strings).
   streamer(std::shared_ptr<pipeline> p, const tokenizer* tok) : p_(std::move(p)), tok_(tok) {}
   void on_start(rt::actor_context<streamer>& ctx) { trace_id_ = ctx.self.cell().trace_id(); }
 

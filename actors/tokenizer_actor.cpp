@@ -24,6 +24,8 @@ result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat)
 
 result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req) const {
   std::vector<int32_t> ids;
+  if (tok == nullptr && std::get_if<std::vector<int32_t>>(&req.input) == nullptr)
+    return error{"invalid_request", template_error};
   if (const auto* text = std::get_if<std::string>(&req.input)) {
     ids = tok->encode(*text, req.add_special_tokens);
   } else if (const auto* given = std::get_if<std::vector<int32_t>>(&req.input)) {

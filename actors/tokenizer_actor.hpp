@@ -21,9 +21,9 @@ namespace coserve::actors {
 
 // What the tokenizer actor needs of the model; shared by the engine's synchronous helpers.
 struct prompt_encoder {
-  const tokenizer* tok = nullptr;
+  const tokenizer* tok = nullptr;        // null: token-id prompts only
   const chat_template* tmpl = nullptr;   // null: the model has none
-  std::string template_error;            // why there is none
+  std::string template_error;            // why there is none (or no tokenizer)
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;
 

@@ -1,5 +1,6 @@
-// `coserve generate MODEL_DIR ...`: runs the CPU executor directly on one prompt (steps planned
-// here with a simple block table), or measures prefill/decode throughput with --bench.
+// `coserve generate MODEL_DIR ...`: one request through the serving engine (the same actor graph
+// the server runs), printing its tokens (and logits); or, with --bench, prefill/decode throughput
+// of the CPU executor alone.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -8,9 +9,14 @@
 #include <string_view>
 #include <vector>
 
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "actors/engine.hpp"
 #include "cli/commands.hpp"
 #include "model/cpu_executor.hpp"
-#include "model/tokenizer/tokenizer.hpp"
 
 namespace coserve::cli {
 namespace {
@@ -29,7 +35,9 @@ const char* k_help =
     "                        all: that row and one per later generated token (each row the raw\n"
     "                        logits the token after it was sampled from)\n"
     "  --json                print {\"prompt_ids\":[..],\"output_ids\":[..],\"logits\":[[..],..]}\n"
-    "  --threads N           executor threads (default: cores)\n"
+    "  --threads N           CPU executor threads (default: cores)\n"
+    "  --device D            cpu (default) or cuda (builds with the CUDA executor)\n"
+    "  --trace-file PATH     write the actors' Chrome trace (open in Perfetto) when done\n"
     "  --bench               throughput: B sequences of P random prompt tokens, one prefill step,\n"
     "                        then N decode steps; prints JSON (prefill and decode tokens/s)\n";
 
@@ -113,6 +121,7 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> prompt;
   bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
   int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128;
+  std::string device = "cpu", trace_file;
   sampling_params params;
   params.temperature = 0.0f;
   uint64_t seed = 0;
@@ -152,6 +161,8 @@ int cmd_generate(int argc, char** argv) {
       else if (a == "--seed") seed = std::strtoull(v, nullptr, 10);
       else if (a == "--logits") logits_mode = v;
       else if (a == "--threads") threads = std::atoi(v);
+      else if (a == "--device") device = v;
+      else if (a == "--trace-file") trace_file = v;
       else if (a == "--batch") batch = std::atoi(v);
       else if (a == "--prompt-len") prompt_len = std::atoi(v);
       else {
@@ -169,65 +180,78 @@ int cmd_generate(int argc, char** argv) {
     std::fputs(k_help, stderr);
     return 2;
   }
-  if (have_text) {
-    auto tok = tokenizer::load(dir);
-    if (!tok) {
-      std::fprintf(stderr, "generate: %s\n", tok.err().message.c_str());
+  if (bench) {
+    cpu_executor_options opts;
+    opts.num_threads = threads;
+    opts.num_kv_blocks = batch * (prompt_len + max_tokens + 16) / opts.block_size + batch + 1;
+    size_t last_reported = 0;
+    auto ex = cpu_executor::load(dir, opts, [&](size_t done, size_t total, size_t bytes) {
+      if (done == total || bytes - last_reported >= (size_t(64) << 20)) {
+        last_reported = bytes;
+        std::fprintf(stderr, "[load] %zu/%zu tensors, %zu MB\n", done, total, bytes >> 20);
+      }
+    });
+    if (!ex) {
+      std::fprintf(stderr, "generate: %s\n", ex.err().message.c_str());
       return 1;
     }
-    prompt = tok->encode(prompt_text, true);
-    if (prompt.empty()) {
-      std::fprintf(stderr, "generate: the prompt encodes to no tokens\n");
-      return 2;
-    }
+    return run_bench(**ex, batch, prompt_len, max_tokens);
   }
 
-  cpu_executor_options opts;
-  opts.num_threads = threads;
-  opts.return_logits = logits_mode != "none";
-  int32_t need_tokens = bench ? batch * (prompt_len + max_tokens + 16) : int32_t(prompt.size()) + max_tokens;
-  opts.num_kv_blocks = need_tokens / opts.block_size + batch + 1;
-  size_t last_reported = 0;
-  auto ex = cpu_executor::load(dir, opts, [&](size_t done, size_t total, size_t bytes) {
-    if (done == total || bytes - last_reported >= (size_t(64) << 20)) {
-      last_reported = bytes;
-      std::fprintf(stderr, "[load] %zu/%zu tensors, %zu MB\n", done, total, bytes >> 20);
-    }
-  });
-  if (!ex) {
-    std::fprintf(stderr, "generate: %s\n", ex.err().message.c_str());
+  // One request through the serving engine (intake, tokenizer, scheduler, KV allocator, executor,
+  // streamer), as the server runs it.
+  engine_config cfg;
+  cfg.model_dir = dir;
+  cfg.device = device;
+  cfg.cpu_threads = threads;
+  cfg.max_num_seqs = 1;
+  cfg.return_logits = logits_mode != "none";
+  cfg.trace_file = trace_file;
+  if (have_ids) {  // KV for exactly this request (text prompts: the engine sizes it)
+    const int32_t bs = cfg.block_size;
+    cfg.num_kv_blocks = (int32_t(prompt.size()) + max_tokens + bs - 1) / bs + 1;
+  }
+  auto eng = engine::start(cfg);
+  if (!eng) {
+    std::fprintf(stderr, "generate: %s\n", eng.err().message.c_str());
     return 1;
   }
-  if (bench) return run_bench(**ex, batch, prompt_len, max_tokens);
-
-  const int32_t vocab = (*ex)->info().vocab_size;
-  for (int32_t t : prompt)
-    if (t >= vocab) {
-      std::fprintf(stderr, "generate: prompt id %d outside the vocabulary (%d)\n", t, vocab);
-      return 2;
-    }
-  const int32_t bs = (*ex)->info().block_size;
+  generate_request req;
+  if (have_ids) req.input = prompt;
+  else req.input = prompt_text;
   params.seed = seed;
   params.ignore_eos = ignore_eos;
-  step_plan plan;
-  plan.new_seqs.push_back(new_seq{1, prompt, {}, params, seed});
-  plan.seqs.push_back(scheduled_seq{1, prompt, 0, blocks_for(0, int32_t(prompt.size()) + max_tokens, bs), true});
+  params.max_tokens = max_tokens;
+  req.params = params;
+  req.return_logits = logits_mode != "none";
   std::vector<int32_t> output;
   std::vector<std::vector<float>> rows;
-  const auto& eos = (*ex)->generation().eos_token_ids;
-  for (int32_t step = 0; step < max_tokens; ++step) {
-    auto r = (*ex)->execute(plan);
-    if (!r) {
-      std::fprintf(stderr, "generate: %s\n", r.err().message.c_str());
-      return 1;
+  std::string text, failure;
+  finish_reason finish = finish_reason::none;
+  asio::io_context io;
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    auto stream = co_await (*eng)->submit(std::move(req));
+    if (!stream) {
+      failure = stream.err().message;
+      co_return;
     }
-    seq_output& o = r->outputs.at(0);
-    output.push_back(o.token);
-    if (logits_mode == "all" || (logits_mode == "last" && step == 0)) rows.push_back(std::move(o.logits));
-    if (!ignore_eos && std::find(eos.begin(), eos.end(), o.token) != eos.end()) break;
-    plan.new_seqs.clear();
-    plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
-    plan.seqs[0].tokens = {k_token_from_last_step};
+    prompt = (*stream)->prompt_ids();
+    while (auto ev = co_await (*stream)->next()) {
+      output.insert(output.end(), ev->token_ids.begin(), ev->token_ids.end());
+      text += ev->text;
+      for (auto& row : ev->logits)
+        if (logits_mode == "all" || rows.empty()) rows.push_back(std::move(row));
+      if (ev->finish != finish_reason::none) {
+        finish = ev->finish;
+        if (!ev->error_message.empty()) failure = ev->error_message;
+      }
+    }
+  }, asio::detached);
+  io.run();
+  (*eng)->stop();
+  if (!failure.empty()) {
+    std::fprintf(stderr, "generate: %s\n", failure.c_str());
+    return finish == finish_reason::none ? 2 : 1;
   }
   if (json) {
     std::printf("{\"prompt_ids\":[");
@@ -247,6 +271,8 @@ int cmd_generate(int argc, char** argv) {
   } else {
     for (size_t i = 0; i < output.size(); ++i) std::printf(i ? " %d" : "%d", output[i]);
     std::printf("\n");
+    if (!text.empty()) std::printf("%s\n", text.c_str());
+    std::fprintf(stderr, "finish_reason: %s\n", to_string(finish));
   }
   return 0;
 }

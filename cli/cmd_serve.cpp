@@ -53,7 +53,13 @@ engine:
   --max-num-batched-tokens N    tokens per scheduler step at most (default: 2048)
   --max-model-len N             context length (default: the model's)
   --block-size N                tokens per KV block (default: 16)
-  --num-gpu-blocks-override N   KV blocks in the pool (default: sized from memory)
+  --num-gpu-blocks-override N   KV blocks in the pool (default: sized from memory: on the CPU from
+                                --cpu-kv-cache-gib, on a GPU from --gpu-memory-utilization)
+  --cpu-kv-cache-gib G          CPU KV cache size in GiB (default: min(4, a quarter of available memory),
+                                never more than max-num-seqs sequences at max-model-len)
+  --load-format auto|dummy      weights from safetensors (auto), or random (dummy, CUDA only: benchmarks
+                                of model shapes without downloading weights)
+  --skip-tokenizer-init         no tokenizer: prompts as token ids, outputs as token ids without text
   --gpu-memory-utilization F    fraction of GPU memory for weights + KV (default: 0.9)
   --max-waiting-requests N      admission queue limit; beyond it 429 (default: 1024)
   --cpu-threads N               CPU executor threads (default: core count)
@@ -161,6 +167,25 @@ int parse(int argc, char** argv, serve_args& a) {
       if (!v) return 2;
       a.engine.gpu_memory_utilization = std::strtod(v, nullptr);
     }
+    else if (f == "--cpu-kv-cache-gib") {
+      const char* v = need("GiB");
+      if (!v) return 2;
+      const double gib = std::strtod(v, nullptr);
+      if (!(gib > 0)) {
+        std::fprintf(stderr, "coserve serve: --cpu-kv-cache-gib must be positive\n");
+        return 2;
+      }
+      a.engine.kv_cache_bytes = static_cast<int64_t>(gib * double(int64_t{1} << 30));
+    }
+    else if (f == "--load-format") {
+      const char* v = need("auto or dummy");
+      if (!v || (std::string_view(v) != "auto" && std::string_view(v) != "dummy")) {
+        std::fprintf(stderr, "coserve serve: --load-format must be auto or dummy\n");
+        return 2;
+      }
+      a.engine.load_format = v;
+    }
+    else if (f == "--skip-tokenizer-init") a.engine.skip_tokenizer_init = true;
     else if (f == "--no-enable-prefix-caching") a.engine.enable_prefix_caching = false;
     else if (f == "--enable-prefix-caching") a.engine.enable_prefix_caching = true;
     else if (!f.empty() && f[0] == '-') {
