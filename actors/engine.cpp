@@ -9,6 +9,7 @@
 
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -53,8 +54,12 @@ asio::awaitable<result<T>> await_reply(Start start) {
       [&](auto handler) {
         auto h = std::make_shared<decltype(handler)>(std::move(handler));
         auto hex = asio::get_associated_executor(*h, ex);
-        auto st = std::make_shared<rt::reply_state<T>>([h, hex](result<T> r) mutable {
+        // The work guard keeps the awaiting io_context running until the post below has fully
+        // returned on the replying thread (an io_context may be destroyed as soon as run() ends).
+        auto work = asio::make_work_guard(hex);
+        auto st = std::make_shared<rt::reply_state<T>>([h, hex, work](result<T> r) mutable {
           asio::post(hex, [h, r = std::move(r)]() mutable { (*h)(std::move(r)); });
+          work.reset();
         });
         start(st);
       },

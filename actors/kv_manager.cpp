@@ -161,6 +161,8 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
   plan.step_id = alloc.step_id = draft.step_id;
   plan.finished = std::move(drop_next_);
   drop_next_.clear();
+  plan.seqs.reserve(draft.entries.size());
+  alloc.seqs.reserve(draft.entries.size());
   for (draft_fork& f : draft.forks) fork(f);
 
   const int32_t bs = pool_.block_size();

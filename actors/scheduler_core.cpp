@@ -126,6 +126,7 @@ step_draft scheduler_core::draft() {
   }
 
   int32_t budget = config_.max_num_batched_tokens;
+  d.entries.reserve(running_.size() + std::min<size_t>(waiting_.size(), 64));
   // 1. Running sequences, oldest first.
   for (seq_id_t id : running_) {
     if (budget <= 0) break;

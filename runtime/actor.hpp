@@ -19,6 +19,7 @@
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -127,12 +128,16 @@ class actor_ref {
           auto hex = asio::get_associated_executor(*h, ex);
           auto timer = std::make_shared<asio::steady_timer>(ex, timeout);
           auto slot = asio::get_associated_cancellation_slot(*h);
-          auto st = std::make_shared<reply_state<R>>([h, hex, timer, slot](result<R> r) mutable {
+          // The work guard keeps the asker's io_context running until the post below has fully
+          // returned on the replying thread.
+          auto work = asio::make_work_guard(hex);
+          auto st = std::make_shared<reply_state<R>>([h, hex, timer, slot, work](result<R> r) mutable {
             asio::post(hex, [h, timer, slot, r = std::move(r)]() mutable {
               timer->cancel();
               if (slot.is_connected()) slot.clear();
               (*h)(std::move(r));
             });
+            work.reset();
           });
           if (slot.is_connected()) {
             slot.assign([st](asio::cancellation_type) {

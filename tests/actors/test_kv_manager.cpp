@@ -1,0 +1,137 @@
+// kv_manager, the KV allocator's pure core: drafts in, plans and allocations out.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "actors/kv_manager.hpp"
+
+using namespace coserve;
+using namespace coserve::actors;
+
+namespace {
+
+draft_entry admit(seq_id_t id, std::vector<int32_t> prompt, int32_t tokens) {
+  draft_entry e;
+  e.seq_id = id;
+  e.admit = true;
+  e.count_query = true;
+  e.num_tokens = static_cast<int32_t>(prompt.size());
+  e.tokens = tokens;
+  new_seq ns;
+  ns.seq_id = id;
+  ns.prompt_ids = prompt;
+  e.announce = ns;
+  e.append = std::move(prompt);
+  return e;
+}
+
+draft_entry decode(seq_id_t id, int32_t num_tokens) {
+  draft_entry e;
+  e.seq_id = id;
+  e.num_tokens = num_tokens;
+  e.tokens = 1;
+  return e;
+}
+
+bool contains(const std::vector<seq_id_t>& v, seq_id_t id) { return std::find(v.begin(), v.end(), id) != v.end(); }
+
+}  // namespace
+
+TEST_CASE("kv_manager: an admission that does not fit is deferred, and every later one with it",
+          "[actors][kv]") {
+  kv_manager kv({.num_blocks = 4, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  step_draft d;
+  d.step_id = 1;
+  d.entries.push_back(admit(1, {1, 2, 3, 4, 5, 6, 7, 8, 9}, 9));  // 3 blocks
+  d.entries.push_back(admit(2, {9, 9, 9, 9, 9}, 5));              // 2 blocks: does not fit
+  d.entries.push_back(admit(3, {7}, 1));                          // 1 block would fit, but FCFS
+  auto [plan, alloc] = kv.resolve(std::move(d));
+  REQUIRE(alloc.seqs.size() == 1);
+  CHECK(alloc.seqs[0].seq_id == 1);
+  CHECK(alloc.deferred == std::vector<seq_id_t>{2, 3});
+  CHECK(plan.new_seqs.size() == 1);
+  CHECK(plan.seqs.at(0).block_table.size() == 3);
+  CHECK(plan.seqs.at(0).sample);
+  CHECK(kv.pool().num_free() == 1);
+  CHECK(kv.block_table(2) == nullptr);
+  kv.release(1);
+  CHECK(kv.pool().num_free() == 4);
+  CHECK(kv.has_drops());  // the executor knew it: dropped with the next plan
+  CHECK(kv.take_drops() == std::vector<seq_id_t>{1});
+}
+
+TEST_CASE("kv_manager: a running sequence that needs a block preempts the newest holder",
+          "[actors][kv]") {
+  kv_manager kv({.num_blocks = 4, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
+  {
+    step_draft d;
+    d.step_id = 1;
+    d.entries.push_back(admit(1, {1, 2, 3, 4}, 4));  // fills block 1 exactly
+    d.entries.push_back(admit(2, {5, 6, 7, 8, 9, 10, 11}, 7));  // 2 blocks
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    REQUIRE(alloc.seqs.size() == 2);
+    CHECK(kv.pool().num_free() == 1);
+  }
+  {
+    step_draft d;
+    d.step_id = 2;
+    d.entries.push_back(decode(1, 5));  // position 4: a new block (the last free one)
+    d.entries.push_back(decode(2, 8));  // position 7: fits in its second block
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    CHECK(alloc.preempted.empty());
+    CHECK(kv.pool().num_free() == 0);
+  }
+  {
+    step_draft d;
+    d.step_id = 3;
+    d.entries.push_back(decode(1, 6));  // position 5: in its second block, no new block
+    d.entries.push_back(decode(2, 9));  // position 8: a third block; none free; it is the newest
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    CHECK(alloc.preempted == std::vector<seq_id_t>{2});
+    CHECK(contains(plan.finished, 2));  // the executor drops it (recomputed on readmission)
+    REQUIRE(alloc.seqs.size() == 1);
+    CHECK(alloc.seqs[0].seq_id == 1);
+    CHECK(kv.pool().num_free() == 2);
+  }
+  {
+    step_draft d;
+    d.step_id = 4;
+    d.entries.push_back(decode(1, 7));
+    d.entries.push_back(admit(2, {5, 6, 7, 8, 9, 10, 11, 12}, 8));  // readmitted: recompute
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    CHECK(alloc.preempted.empty());
+    REQUIRE(alloc.seqs.size() == 2);
+    CHECK(alloc.seqs[1].start_pos == 0);
+    CHECK(alloc.seqs[1].tokens == 8);
+    CHECK(plan.new_seqs.size() == 1);
+    CHECK(kv.pool().num_free() == 0);
+  }
+  kv.release(1);
+  kv.release(2);
+  CHECK(kv.pool().num_free() == 4);
+}
+
+TEST_CASE("kv_manager: prefix hits are counted once and leave the last token to compute",
+          "[actors][kv]") {
+  kv_manager kv({.num_blocks = 8, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8};
+  {
+    step_draft d;
+    d.step_id = 1;
+    d.entries.push_back(admit(1, prompt, 8));
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    CHECK(alloc.seqs.at(0).cached_tokens == 0);
+  }
+  kv.release(1);
+  step_draft d;
+  d.step_id = 2;
+  d.entries.push_back(admit(2, prompt, 8));
+  auto [plan, alloc] = kv.resolve(std::move(d));
+  REQUIRE(alloc.seqs.size() == 1);
+  CHECK(alloc.seqs[0].cached_tokens == 4);  // the second block holds the last token: recomputed
+  CHECK(alloc.seqs[0].start_pos == 4);
+  CHECK(alloc.seqs[0].tokens == 4);
+  CHECK(plan.seqs.at(0).tokens == std::vector<int32_t>{5, 6, 7, 8});
+  CHECK(alloc.prefix_queries == 16);
+  CHECK(alloc.prefix_hits == 4);
+}
