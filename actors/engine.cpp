@@ -241,6 +241,14 @@ class engine_impl final : public engine {
     out.rejected = m.rejected.load(std::memory_order_relaxed);
     out.open_requests = m.open_requests.load(std::memory_order_relaxed);
     out.steps = m.steps.load(std::memory_order_relaxed);
+    if (p_->intake_ref) {
+      out.mailbox_depth = {{"intake", int64_t(p_->intake_ref.queued())},
+                           {"tokenizer", int64_t(p_->tokenizer_ref.queued())},
+                           {"scheduler", int64_t(p_->scheduler_ref.queued())},
+                           {"kv_allocator", int64_t(p_->kv_ref.queued())},
+                           {"executor", int64_t(p_->executor_ref.queued())},
+                           {"streamer", int64_t(p_->streamer_ref.queued())}};
+    }
     std::lock_guard lock(m.samples_mu);
     out.ttft_s.swap(m.ttft_s);
     out.itl_s.swap(m.itl_s);

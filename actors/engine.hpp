@@ -119,6 +119,7 @@ struct engine_metrics {
   int64_t rejected = 0;
   int64_t open_requests = 0;                        // submitted, stream not ended yet
   int64_t steps = 0;                                // executor steps completed
+  std::vector<std::pair<std::string, int64_t>> mailbox_depth;  // per actor: messages queued
   std::vector<double> ttft_s, itl_s, e2e_s, queue_s;  // samples since the previous metrics() call
 };
 

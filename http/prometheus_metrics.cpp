@@ -102,6 +102,14 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
   family("coserve_requests_rejected_total", "counter", "Requests refused at admission (overload).");
   sample("coserve_requests_rejected_total", static_cast<double>(m.rejected));
 
+  family("coserve_num_requests_open", "gauge", "Requests admitted whose stream has not ended.");
+  sample("coserve_num_requests_open", static_cast<double>(m.open_requests));
+  family("coserve_engine_steps_total", "counter", "Executor steps completed.");
+  sample("coserve_engine_steps_total", static_cast<double>(m.steps));
+  family("coserve_actor_mailbox_depth", "gauge", "Messages queued in each serving actor's mailbox.");
+  for (const auto& [actor, n] : m.mailbox_depth)
+    sample("coserve_actor_mailbox_depth{actor=\"" + actor + "\"}", static_cast<double>(n));
+
   family("coserve_request_success_total", "counter", "Finished requests by finish reason.");
   const std::pair<const char*, int64_t> reasons[] = {{"stop", m.finished_stop},
                                                      {"length", m.finished_length},
