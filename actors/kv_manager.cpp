@@ -174,7 +174,8 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
         continue;
       }
       seq_kv s;
-      s.tokens = std::move(e.append);
+      const auto tokens = draft.append_of(e);
+      s.tokens.assign(tokens.begin(), tokens.end());
       s.announce = std::move(e.announce);
       const int32_t hits = lookup_prefix(s);
       const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
@@ -197,7 +198,8 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
     auto it = seqs_.find(e.seq_id);
     if (it == seqs_.end()) continue;  // preempted earlier in this step
     seq_kv& s = it->second;
-    s.tokens.insert(s.tokens.end(), e.append.begin(), e.append.end());
+    const auto tokens = draft.append_of(e);
+    s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
     const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
     if (n <= 0) continue;
     bool preempted_self = false;

@@ -64,13 +64,12 @@ new_seq scheduler_core::announce_of(const sequence& s) const {
   return ns;
 }
 
-std::vector<int32_t> scheduler_core::unsent_tokens(sequence& s) {
-  std::vector<int32_t> out;
+void scheduler_core::send_unsent_tokens(sequence& s, draft_entry& e, std::vector<int32_t>& appended) {
   const int32_t known = s.num_known();
-  out.reserve(static_cast<size_t>(std::max(0, known - s.kv_sent)));
-  for (int32_t pos = s.kv_sent; pos < known; ++pos) out.push_back(s.token_at(pos));
+  e.append_begin = static_cast<uint32_t>(appended.size());
+  e.append_count = static_cast<uint32_t>(std::max(0, known - s.kv_sent));
+  for (int32_t pos = s.kv_sent; pos < known; ++pos) appended.push_back(s.token_at(pos));
   s.kv_sent = known;
-  return out;
 }
 
 bool scheduler_core::can_schedule() const {
@@ -127,6 +126,7 @@ step_draft scheduler_core::draft() {
 
   int32_t budget = config_.max_num_batched_tokens;
   d.entries.reserve(running_.size() + std::min<size_t>(waiting_.size(), 64));
+  d.appended.reserve(running_.size() + 64);
   // 1. Running sequences, oldest first.
   for (seq_id_t id : running_) {
     if (budget <= 0) break;
@@ -140,7 +140,7 @@ step_draft scheduler_core::draft() {
     e.seq_id = id;
     e.tokens = n;
     e.num_tokens = s.num_tokens();
-    e.append = unsent_tokens(s);
+    send_unsent_tokens(s, e, d.appended);
     d.entries.push_back(std::move(e));
     budget -= n;
   }
@@ -159,7 +159,7 @@ step_draft scheduler_core::draft() {
     e.num_tokens = s.num_tokens();
     e.tokens = std::min(e.num_tokens, budget);
     s.kv_sent = 0;
-    e.append = unsent_tokens(s);
+    send_unsent_tokens(s, e, d.appended);
     e.announce = announce_of(s);
     budget -= e.tokens;
     d.entries.push_back(std::move(e));

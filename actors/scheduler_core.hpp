@@ -76,7 +76,7 @@ class scheduler_core {
   void insert_waiting(seq_id_t id);
   void drop(seq_id_t id);
   new_seq announce_of(const sequence& s) const;
-  std::vector<int32_t> unsent_tokens(sequence& s);
+  static void send_unsent_tokens(sequence& s, draft_entry& e, std::vector<int32_t>& appended);
 
   planner_config config_;
   std::unordered_map<seq_id_t, sequence> seqs_;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "model/step.hpp"
@@ -25,7 +26,8 @@ struct draft_entry {
   int32_t num_tokens = 0;          // the sequence's length including a token still being sampled
   bool admit = false;              // a waiting sequence: prefix lookup; deferred when it does not fit
   bool count_query = false;        // first admission: counted in the prefix-cache hit rate
-  std::vector<int32_t> append;     // known tokens the allocator has not been sent yet, in order
+  uint32_t append_begin = 0;       // known tokens the allocator has not been sent yet, in order:
+  uint32_t append_count = 0;       //   step_draft::appended[append_begin, append_begin + count)
   std::optional<new_seq> announce; // executor registration (with every admission)
 };
 
@@ -41,6 +43,11 @@ struct step_draft {
   uint64_t step_id = 0;
   std::vector<draft_fork> forks;   // applied first
   std::vector<draft_entry> entries;  // running sequences in admission order, then admissions
+  std::vector<int32_t> appended;     // every entry's new tokens, back to back (one allocation)
+
+  std::span<const int32_t> append_of(const draft_entry& e) const noexcept {
+    return {appended.data() + e.append_begin, e.append_count};
+  }
 };
 
 struct step_allocation {

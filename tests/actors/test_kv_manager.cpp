@@ -10,7 +10,7 @@ using namespace coserve::actors;
 
 namespace {
 
-draft_entry admit(seq_id_t id, std::vector<int32_t> prompt, int32_t tokens) {
+draft_entry admit(step_draft& d, seq_id_t id, std::vector<int32_t> prompt, int32_t tokens) {
   draft_entry e;
   e.seq_id = id;
   e.admit = true;
@@ -21,7 +21,9 @@ draft_entry admit(seq_id_t id, std::vector<int32_t> prompt, int32_t tokens) {
   ns.seq_id = id;
   ns.prompt_ids = prompt;
   e.announce = ns;
-  e.append = std::move(prompt);
+  e.append_begin = static_cast<uint32_t>(d.appended.size());
+  e.append_count = static_cast<uint32_t>(prompt.size());
+  d.appended.insert(d.appended.end(), prompt.begin(), prompt.end());
   return e;
 }
 
@@ -42,9 +44,9 @@ TEST_CASE("kv_manager: an admission that does not fit is deferred, and every lat
   kv_manager kv({.num_blocks = 4, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
   step_draft d;
   d.step_id = 1;
-  d.entries.push_back(admit(1, {1, 2, 3, 4, 5, 6, 7, 8, 9}, 9));  // 3 blocks
-  d.entries.push_back(admit(2, {9, 9, 9, 9, 9}, 5));              // 2 blocks: does not fit
-  d.entries.push_back(admit(3, {7}, 1));                          // 1 block would fit, but FCFS
+  d.entries.push_back(admit(d, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9}, 9));  // 3 blocks
+  d.entries.push_back(admit(d, 2, {9, 9, 9, 9, 9}, 5));              // 2 blocks: does not fit
+  d.entries.push_back(admit(d, 3, {7}, 1));                          // 1 block would fit, but FCFS
   auto [plan, alloc] = kv.resolve(std::move(d));
   REQUIRE(alloc.seqs.size() == 1);
   CHECK(alloc.seqs[0].seq_id == 1);
@@ -66,8 +68,8 @@ TEST_CASE("kv_manager: a running sequence that needs a block preempts the newest
   {
     step_draft d;
     d.step_id = 1;
-    d.entries.push_back(admit(1, {1, 2, 3, 4}, 4));  // fills block 1 exactly
-    d.entries.push_back(admit(2, {5, 6, 7, 8, 9, 10, 11}, 7));  // 2 blocks
+    d.entries.push_back(admit(d, 1, {1, 2, 3, 4}, 4));  // fills block 1 exactly
+    d.entries.push_back(admit(d, 2, {5, 6, 7, 8, 9, 10, 11}, 7));  // 2 blocks
     auto [plan, alloc] = kv.resolve(std::move(d));
     REQUIRE(alloc.seqs.size() == 2);
     CHECK(kv.pool().num_free() == 1);
@@ -97,7 +99,7 @@ TEST_CASE("kv_manager: a running sequence that needs a block preempts the newest
     step_draft d;
     d.step_id = 4;
     d.entries.push_back(decode(1, 7));
-    d.entries.push_back(admit(2, {5, 6, 7, 8, 9, 10, 11, 12}, 8));  // readmitted: recompute
+    d.entries.push_back(admit(d, 2, {5, 6, 7, 8, 9, 10, 11, 12}, 8));  // readmitted: recompute
     auto [plan, alloc] = kv.resolve(std::move(d));
     CHECK(alloc.preempted.empty());
     REQUIRE(alloc.seqs.size() == 2);
@@ -118,14 +120,14 @@ TEST_CASE("kv_manager: prefix hits are counted once and leave the last token to 
   {
     step_draft d;
     d.step_id = 1;
-    d.entries.push_back(admit(1, prompt, 8));
+    d.entries.push_back(admit(d, 1, prompt, 8));
     auto [plan, alloc] = kv.resolve(std::move(d));
     CHECK(alloc.seqs.at(0).cached_tokens == 0);
   }
   kv.release(1);
   step_draft d;
   d.step_id = 2;
-  d.entries.push_back(admit(2, prompt, 8));
+  d.entries.push_back(admit(d, 2, prompt, 8));
   auto [plan, alloc] = kv.resolve(std::move(d));
   REQUIRE(alloc.seqs.size() == 1);
   CHECK(alloc.seqs[0].cached_tokens == 4);  // the second block holds the last token: recomputed
