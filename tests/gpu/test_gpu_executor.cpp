@@ -231,8 +231,28 @@ TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gp
   REQUIRE(ex.ok());
   const int32_t steps = int32_t(expect[0].size());
   auto got = drive(**ex, prompts, steps, 16);
-  int equal = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) equal += got.tokens[i] == expect[i];
+  // The CPU executor (fp32 compute from the same bf16 weights) on the same folder: a third opinion
+  // that tells a GPU error from bf16 rounding on a random model's flat distributions.
+  cpu_executor_options co;
+  co.num_kv_blocks = 2048;
+  auto cpu = cpu_executor::load(dir, co);
+  REQUIRE(cpu.ok());
+  auto ref = drive(**cpu, prompts, steps, 16);
+  auto common = [](const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    size_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+    return k;
+  };
+  int equal = 0, first_equal = 0;
+  std::ostringstream prefixes;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    equal += got.tokens[i] == expect[i];
+    first_equal += !got.tokens[i].empty() && !expect[i].empty() && got.tokens[i][0] == expect[i][0];
+    prefixes << " " << common(got.tokens[i], expect[i]) << "/" << common(ref.tokens[i], expect[i]) << "/"
+             << common(got.tokens[i], ref.tokens[i]);
+  }
+  WARN("common prefix lengths gpu-vs-hf/cpu-vs-hf/gpu-vs-cpu of " << steps << ":" << prefixes.str());
   INFO("identical greedy continuations vs transformers: " << equal << " / " << prompts.size());
+  CHECK(first_equal * 10 >= int(prompts.size()) * 9);
   CHECK(equal * 10 >= int(prompts.size()) * 9);
 }

@@ -8,8 +8,9 @@ Run on a GPU machine with torch + transformers installed:
 
 The script saves a random bf16 LlamaForCausalLM (safetensors, llama3 RoPE scaling, GQA 4) and a file
 `hf_greedy.txt` with one line per prompt: the prompt ids, " | ", then the 32 ids HF greedy-decodes
-(bf16 on the GPU, no cache tricks). The C++ test loads the same folder into the CUDA executor and
-requires identical greedy continuations on at least 90% of the prompts.
+on the GPU (by default in float32 over the same bf16 weights, so the reference carries no bf16
+rounding; `--compute-dtype bfloat16` decodes in bf16). The C++ test loads the same folder into the
+CUDA executor and the CPU executor and compares both with these ids.
 """
 import argparse
 import os
@@ -22,6 +23,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prompts", type=int, default=20)
     ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--compute-dtype", choices=["float32", "bfloat16"], default="float32",
+                    help="dtype transformers decodes in; the saved weights are bf16 either way")
     args = ap.parse_args()
 
     import torch
@@ -43,6 +46,11 @@ def main() -> None:
     model = model.to(torch.bfloat16).cuda().eval()
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
+    if args.compute_dtype == "float32":  # the same bf16 weights, upcast: the reference without bf16 rounding
+        model = model.float()
+        # Plain matmul attention: fused SDPA kernels may use TF32 tensor cores for fp32 inputs.
+        model.config._attn_implementation = "eager"
+        torch.backends.cuda.matmul.allow_tf32 = False
 
     rng = random.Random(args.seed)
     lines = []
@@ -57,7 +65,8 @@ def main() -> None:
         lines.append(" ".join(map(str, prompt)) + " | " + " ".join(map(str, gen)))
     with open(os.path.join(args.out, "hf_greedy.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"wrote {args.out} ({args.prompts} prompts, transformers greedy, bf16, {torch.cuda.get_device_name()})")
+    print(f"wrote {args.out} ({args.prompts} prompts, transformers greedy, bf16 weights, "
+          f"{args.compute_dtype} compute, {torch.cuda.get_device_name()})")
 
 
 if __name__ == "__main__":
