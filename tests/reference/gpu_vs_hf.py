@@ -46,11 +46,14 @@ def main() -> None:
     model = model.to(torch.bfloat16).cuda().eval()
     os.makedirs(args.out, exist_ok=True)
     model.save_pretrained(args.out, safe_serialization=True)
-    if args.compute_dtype == "float32":  # the same bf16 weights, upcast: the reference without bf16 rounding
-        model = model.float()
-        # Plain matmul attention: fused SDPA kernels may use TF32 tensor cores for fp32 inputs.
-        model.config._attn_implementation = "eager"
-        torch.backends.cuda.matmul.allow_tf32 = False
+    # Decode with the model as saved, reloaded from disk: the in-memory model need not equal the
+    # files (its greedy output was seen to differ from a reload's on the first token).
+    del model
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dtype = torch.float32 if args.compute_dtype == "float32" else torch.bfloat16
+    # float32: the same bf16 weights upcast, the reference without bf16 rounding; eager attention
+    # (fused SDPA kernels may use TF32 tensor cores for fp32 inputs).
+    model = LlamaForCausalLM.from_pretrained(args.out, torch_dtype=dtype, attn_implementation="eager").cuda().eval()
 
     rng = random.Random(args.seed)
     lines = []
