@@ -14,6 +14,7 @@ step_plan batch_planner::plan() {
 }
 
 std::vector<seq_event> batch_planner::on_result(const step_result& result) {
+  kv_.step_outcome(result.step_id, true);
   std::vector<seq_event> events = sched_.on_result(result);
   for (const seq_event& e : events)
     if (e.finish != finish_reason::none) kv_.release(e.seq_id);

@@ -27,7 +27,11 @@ class batch_planner {
   }
   // The next step (possibly empty: no sequences, only executor notices).
   step_plan plan();
+  // A step's result: its blocks enter the prefix cache, its tokens go to the scheduler core.
   std::vector<seq_event> on_result(const step_result& result);
+  // A step that failed: its blocks never enter the prefix cache (its sequences are left to the
+  // caller to finish).
+  void on_failed_step(uint64_t step_id) { kv_.step_outcome(step_id, false); }
 
   // True while sequences run or wait, or the executor still has to drop finished ones.
   bool has_work() const noexcept { return sched_.has_work() || kv_.has_drops(); }

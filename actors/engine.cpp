@@ -17,7 +17,9 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <condition_variable>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "actors/executor_actor.hpp"
@@ -132,15 +134,28 @@ class engine_impl final : public engine {
     sys_ = std::make_unique<rt::system>(sc);
     p_ = std::make_shared<pipeline>();
     p_->sys = sys_.get();
+    p_->fault_hook = cfg_.fault_hook;
+    // Marks the engine failed once and ends every open request: the scheduler ends the ones it
+    // holds (and refuses later ones), the streamer every stream still open (covers a dead scheduler).
+    p_->on_engine_failure = [p = p_.get()](const std::string& reason) {
+      if (!p->health.fail(reason)) return;
+      std::fprintf(stderr, "coserve engine: unhealthy: %s\n", reason.c_str());
+      p->open_cv.notify_all();
+      (void)p->scheduler_ref.tell(engine_failed{reason});
+      (void)p->streamer_ref.tell(fail_all{reason});
+    };
     auto on_stopped = [p = p_.get()](const std::string& name, const std::string& why) {
       std::fprintf(stderr, "coserve engine: actor '%s' stopped: %s\n", name.c_str(), why.c_str());
-      p->metrics.failed.store(true);
+      p->on_engine_failure("actor '" + name + "' stopped: " + why);
     };
-    auto opts = [&](const char* name, size_t capacity, bool dedicated = false) {
+    // Intake, tokenizer and streamer settle what they held (on_failure) and restart empty; the
+    // scheduler, KV allocator and executor hold the batch's state, which cannot be rebuilt empty:
+    // their failure fails the engine.
+    auto opts = [&](const char* name, size_t capacity, bool restartable, bool dedicated = false) {
       rt::spawn_options o;
       o.name = name;
       o.mailbox_capacity = capacity;
-      o.on_failure = rt::restart_policy::stop;  // their state is the requests': never rebuild it empty
+      o.on_failure = restartable ? rt::restart_policy::restart : rt::restart_policy::stop;
       o.dedicated_thread = dedicated;
       o.on_stopped = on_stopped;
       return o;
@@ -150,33 +165,36 @@ class engine_impl final : public engine {
     auto holder = std::make_shared<std::unique_ptr<executor>>(std::move(exec));
     std::shared_ptr<pipeline> p = p_;
     p_->executor_ref = sys_->root().spawn_factory<executor_actor>(
-        opts("executor", 1024, true), [p, holder] { return std::make_unique<executor_actor>(p, std::move(*holder)); });
+        opts("executor", 1024, false, true), [p, holder] { return std::make_unique<executor_actor>(p, std::move(*holder)); });
     const block_pool_options kv_opts{.num_blocks = ei.num_kv_blocks, .block_size = ei.block_size,
                                      .enable_prefix_caching = cfg_.enable_prefix_caching, .hash = {}};
     p_->kv_ref = sys_->root().spawn_factory<kv_allocator>(
-        opts("kv_allocator", 4096), [p, kv_opts] { return std::make_unique<kv_allocator>(p, kv_opts); });
+        opts("kv_allocator", 4096, false), [p, kv_opts] { return std::make_unique<kv_allocator>(p, kv_opts); });
     p_->streamer_ref = sys_->root().spawn_factory<streamer>(
-        opts("streamer", 1u << 16), [p, this] { return std::make_unique<streamer>(p, tok_ ? &*tok_ : nullptr); });
+        opts("streamer", 1u << 16, true), [p, this] { return std::make_unique<streamer>(p, tok_ ? &*tok_ : nullptr); });
     const planner_config pc{.max_num_seqs = cfg_.max_num_seqs,
                             .max_num_batched_tokens = cfg_.max_num_batched_tokens,
                             .max_model_len = ei.max_model_len,
                             .eos_id = eos.empty() ? -1 : eos.front()};
     const int32_t kv_blocks = ei.num_kv_blocks;
+    const int32_t max_failures = cfg_.max_consecutive_step_failures;
     p_->scheduler_ref = sys_->root().spawn_factory<scheduler>(
-        opts("scheduler", 1u << 16), [p, pc, extra_eos, kv_blocks] {
-          return std::make_unique<scheduler>(p, pc, extra_eos, kv_blocks);
+        opts("scheduler", 1u << 16, false), [p, pc, extra_eos, kv_blocks, max_failures] {
+          return std::make_unique<scheduler>(p, pc, extra_eos, kv_blocks, max_failures);
         });
     p_->tokenizer_ref = sys_->root().spawn_factory<tokenizer_actor>(
-        opts("tokenizer", 4096), [p, this] { return std::make_unique<tokenizer_actor>(p, &encoder_); });
-    const int64_t max_open = int64_t{cfg_.max_num_seqs} + cfg_.max_waiting;
+        opts("tokenizer", 4096, true), [p, this] { return std::make_unique<tokenizer_actor>(p, &encoder_); });
+    max_open_ = int64_t{cfg_.max_num_seqs} + cfg_.max_waiting;
+    const int64_t max_open = max_open_;
     p_->intake_ref = sys_->root().spawn_factory<intake>(
-        opts("intake", 8192), [p, max_open] { return std::make_unique<intake>(p, max_open); });
+        opts("intake", 8192, true), [p, max_open] { return std::make_unique<intake>(p, max_open); });
     std::fprintf(stderr,
                  "coserve engine: actors intake, tokenizer, scheduler, kv_allocator, executor [%s], streamer "
                  "started; KV cache %d blocks x %d tokens; max_num_seqs %d, max_num_batched_tokens %d, "
                  "max_model_len %d\n",
                  ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
                  cfg_.max_num_batched_tokens, ei.max_model_len);
+    if (cfg_.step_timeout.count() > 0) watchdog_ = std::thread([this] { watch_steps(); });
   }
 
   ~engine_impl() override {
@@ -191,7 +209,12 @@ class engine_impl final : public engine {
   }
 
   asio::awaitable<result<std::shared_ptr<request_stream>>> submit(generate_request req) override {
-    if (!healthy()) co_return error{"engine_down", "the engine is stopping"};
+    // Refusals are answered here, on the caller's thread, without waiting on any busy actor.
+    if (!healthy()) co_return error{"engine_down", unhealthy_reason()};
+    if (p_->metrics.open_requests.load(std::memory_order_relaxed) >= max_open_) {
+      p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+      co_return error{"queue_full", "too many requests in flight (" + std::to_string(max_open_) + "); retry later"};
+    }
     auto ref = p_->intake_ref;
     co_return co_await await_reply<std::shared_ptr<request_stream>>(
         [&](submit_reply reply) {
@@ -219,7 +242,12 @@ class engine_impl final : public engine {
   }
   const model_info& info() const noexcept override { return info_; }
   bool healthy() const noexcept override {
-    return running_.load(std::memory_order_acquire) && !p_->metrics.failed.load(std::memory_order_relaxed);
+    return running_.load(std::memory_order_acquire) && !p_->health.failed();
+  }
+  std::string unhealthy_reason() const override {
+    if (p_->health.failed()) return "the engine has failed: " + p_->health.reason();
+    if (!running_.load(std::memory_order_acquire)) return "the engine is shutting down";
+    return {};
   }
 
   engine_metrics metrics() override {
@@ -249,31 +277,43 @@ class engine_impl final : public engine {
                            {"executor", int64_t(p_->executor_ref.queued())},
                            {"streamer", int64_t(p_->streamer_ref.queued())}};
     }
-    std::lock_guard lock(m.samples_mu);
-    out.ttft_s.swap(m.ttft_s);
-    out.itl_s.swap(m.itl_s);
-    out.e2e_s.swap(m.e2e_s);
-    out.queue_s.swap(m.queue_s);
+    out.ttft = m.ttft.snapshot();
+    out.itl = m.itl.snapshot();
+    out.e2e = m.e2e.snapshot();
+    out.queue = m.queue.snapshot();
     return out;
   }
 
   rt::tracer* tracer() noexcept override { return &sys_->trace(); }
 
+  int64_t drain(std::chrono::milliseconds grace) override {
+    running_.store(false, std::memory_order_release);
+    auto open = [this] { return p_->metrics.open_requests.load(std::memory_order_relaxed); };
+    std::unique_lock lock(p_->open_mu);
+    p_->open_cv.wait_for(lock, grace, [&] { return open() == 0 || p_->health.failed(); });
+    if (p_->health.failed())  // every open request is being ended with an error already
+      p_->open_cv.wait_for(lock, std::chrono::seconds(5), [&] { return open() == 0; });
+    const int64_t aborted = open();
+    if (aborted > 0) {
+      std::fprintf(stderr, "coserve engine: aborting %lld open requests\n", static_cast<long long>(aborted));
+      (void)p_->intake_ref.tell(abort_all{});
+      // Aborted streams end within a step; a failed engine has ended them already. The bound only
+      // guards against a wedged executor thread.
+      p_->open_cv.wait_for(lock, std::chrono::seconds(30), [&] { return open() == 0; });
+    }
+    return aborted;
+  }
+
   void stop(bool abort_running) override {
     std::lock_guard lock(stop_mu_);
     if (stopped_) return;
-    running_.store(false, std::memory_order_release);
-    if (abort_running) (void)p_->intake_ref.tell(abort_all{});
-    // Drain: every open request ends (normally, or aborted just above).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(10);
-    bool aborted = abort_running;
-    while (p_->metrics.open_requests.load() > 0 && !p_->metrics.failed.load()) {
-      if (!aborted && std::chrono::steady_clock::now() > deadline) {
-        (void)p_->intake_ref.tell(abort_all{});
-        aborted = true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    drain(abort_running ? std::chrono::milliseconds(0) : std::chrono::milliseconds(std::chrono::minutes(10)));
+    {
+      std::lock_guard wl(watch_mu_);
+      watch_stop_ = true;
     }
+    watch_cv_.notify_all();
+    if (watchdog_.joinable()) watchdog_.join();
     sys_->stop();
     stopped_ = true;
     if (!cfg_.trace_file.empty()) {
@@ -281,6 +321,21 @@ class engine_impl final : public engine {
         std::fprintf(stderr, "coserve engine: trace written to %s\n", cfg_.trace_file.string().c_str());
       else
         std::fprintf(stderr, "coserve engine: cannot write the trace: %s\n", w.err().message.c_str());
+    }
+  }
+
+  // Fails the engine when one step runs past cfg_.step_timeout (checked ten times a timeout).
+  void watch_steps() {
+    const auto period = std::max<std::chrono::milliseconds>(cfg_.step_timeout / 10, std::chrono::milliseconds(1));
+    const int64_t limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.step_timeout).count();
+    std::unique_lock lock(watch_mu_);
+    while (!watch_cv_.wait_for(lock, period, [this] { return watch_stop_; })) {
+      const int64_t started = p_->metrics.step_started_ns.load(std::memory_order_relaxed);
+      if (started == 0 || p_->health.failed()) continue;
+      if (sys_->trace().now_ns() - started > limit_ns) {
+        p_->on_engine_failure("an executor step has not completed in " +
+                              std::to_string(cfg_.step_timeout.count()) + " ms");
+      }
     }
   }
 
@@ -293,8 +348,13 @@ class engine_impl final : public engine {
   std::unique_ptr<rt::system> sys_;
   std::shared_ptr<pipeline> p_;
   std::atomic<bool> running_{true};
+  int64_t max_open_ = 0;
   std::mutex stop_mu_;
   bool stopped_ = false;
+  std::thread watchdog_;
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
 };
 
 }  // namespace
@@ -315,29 +375,18 @@ int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
   return static_cast<int32_t>(std::clamp<int64_t>(std::min(fit, cap), std::min(per_seq, cap), int64_t{1} << 30));
 }
 
-result<std::unique_ptr<engine>> engine::start(engine_config config) {
-  std::optional<tokenizer> tok;
-  if (!config.skip_tokenizer_init && std::filesystem::exists(config.model_dir / "tokenizer.json")) {
-    auto loaded = tokenizer::load(config.model_dir / "tokenizer.json");
-    if (!loaded) return loaded.err();
-    tok.emplace(std::move(*loaded));
-  } else {
-    std::fprintf(stderr, "coserve engine: no tokenizer (%s): prompts are token ids, outputs token ids without text\n",
-                 config.skip_tokenizer_init ? "skip_tokenizer_init" : "the folder has no tokenizer.json");
-  }
+result<std::unique_ptr<executor>> make_default_executor(const engine_config& config) {
   auto model = load_model_config(config.model_dir.string());
   if (!model) return model.err();
-  auto gen = load_generation_config(config.model_dir.string());
-  if (!gen) return gen.err();
-  const int32_t max_len = config.max_model_len > 0 ? config.max_model_len : model->max_position_embeddings;
+  const model_config& model_cfg = *model;
+  const int32_t max_len = config.max_model_len > 0 ? config.max_model_len : model_cfg.max_position_embeddings;
   std::unique_ptr<executor> exec;
-  const auto t0 = std::chrono::steady_clock::now();
   if (config.device == "cpu") {
     if (config.load_format != "auto")
       return error{"invalid_argument", "load format '" + config.load_format + "' needs --device cuda"};
     cpu_executor_options opts;
     opts.block_size = config.block_size;
-    opts.num_kv_blocks = cpu_kv_cache_blocks(*model, config, max_len, available_memory_bytes());
+    opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes());
     opts.num_threads = config.cpu_threads;
     opts.max_model_len = config.max_model_len;
     opts.return_logits = config.return_logits;
@@ -366,6 +415,27 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   } else {
     return error{"invalid_argument", "device '" + config.device + "' is not one of cpu, cuda"};
   }
+  return exec;
+}
+
+result<std::unique_ptr<engine>> engine::start(engine_config config) {
+  std::optional<tokenizer> tok;
+  if (!config.skip_tokenizer_init && std::filesystem::exists(config.model_dir / "tokenizer.json")) {
+    auto loaded = tokenizer::load(config.model_dir / "tokenizer.json");
+    if (!loaded) return loaded.err();
+    tok.emplace(std::move(*loaded));
+  } else {
+    std::fprintf(stderr, "coserve engine: no tokenizer (%s): prompts are token ids, outputs token ids without text\n",
+                 config.skip_tokenizer_init ? "skip_tokenizer_init" : "the folder has no tokenizer.json");
+  }
+  auto model = load_model_config(config.model_dir.string());
+  if (!model) return model.err();
+  auto gen = load_generation_config(config.model_dir.string());
+  if (!gen) return gen.err();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto made = config.make_executor ? config.make_executor(config) : make_default_executor(config);
+  if (!made) return made.err();
+  std::unique_ptr<executor> exec = std::move(*made);
   std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n", config.model_dir.string().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return std::unique_ptr<engine>(

@@ -6,11 +6,14 @@
 // executor of the awaiting coroutine (the caller's io_context), never on an engine thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -27,6 +30,13 @@ class tracer;
 }
 
 namespace coserve {
+
+class executor;
+struct engine_config;
+
+// Builds the engine's executor instead of the built-in CPU/CUDA choice (embedders with their own
+// device, tests injecting faults). It may wrap the built-in one: make_default_executor.
+using executor_factory = std::function<result<std::unique_ptr<executor>>(const engine_config&)>;
 
 struct engine_config {
   std::filesystem::path model_dir;       // a Hugging Face folder
@@ -47,7 +57,21 @@ struct engine_config {
   bool enable_prefix_caching = true;
   bool skip_tokenizer_init = false;      // token ids in and out only (also when tokenizer.json is absent)
   std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
+
+  // Faults. A failed step ends the requests scheduled in it; this many failed steps in a row (or
+  // one fatal executor error) fail the engine: every open request ends with an error, submit()
+  // answers "engine_down", healthy() is false with the reason.
+  int32_t max_consecutive_step_failures = 3;
+  // A step running longer than this fails the engine the same way (0: never).
+  std::chrono::milliseconds step_timeout{std::chrono::minutes(5)};
+  executor_factory make_executor;        // empty: the built-in executor for `device`
+  // Fault injection: called as each serving actor starts handling a message (actor and message
+  // names); an exception it throws is that handler's failure. Leave empty outside tests.
+  std::function<void(std::string_view actor, std::string_view message)> fault_hook;
 };
+
+// The built-in executor for config.device (CPU, or CUDA when built with it), model loaded.
+result<std::unique_ptr<executor>> make_default_executor(const engine_config& config);
 
 // A chat request's input: rendered by the model's chat template in the tokenizer actor.
 struct chat_input {
@@ -107,8 +131,16 @@ struct model_info {
   int64_t created = 0;                  // unix seconds the engine started
 };
 
-// Counters and latency samples for /metrics (cumulative since start; histograms are bucketed by
-// the HTTP layer from the sample sums/counts it is given).
+// A latency histogram (cumulative since start): counts[i] observations in (bounds[i-1], bounds[i]],
+// the last count past every bound. Fixed size: memory does not grow with traffic.
+struct histogram_snapshot {
+  std::vector<double> bounds;
+  std::vector<uint64_t> counts;  // bounds.size() + 1
+  double sum = 0.0;
+  uint64_t count = 0;
+};
+
+// Counters, gauges and latency histograms for /metrics (cumulative since start; buckets as vLLM's).
 struct engine_metrics {
   int64_t requests_running = 0, requests_waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_free = 0;
@@ -120,7 +152,7 @@ struct engine_metrics {
   int64_t open_requests = 0;                        // submitted, stream not ended yet
   int64_t steps = 0;                                // executor steps completed
   std::vector<std::pair<std::string, int64_t>> mailbox_depth;  // per actor: messages queued
-  std::vector<double> ttft_s, itl_s, e2e_s, queue_s;  // samples since the previous metrics() call
+  histogram_snapshot ttft, itl, e2e, queue;        // seconds
 };
 
 class engine {
@@ -141,9 +173,17 @@ class engine {
 
   virtual const model_info& info() const noexcept = 0;
   virtual bool healthy() const noexcept = 0;
+  // Why healthy() is false ("" while it is true): draining, stopped, or the failure's reason.
+  virtual std::string unhealthy_reason() const { return healthy() ? std::string() : "engine unavailable"; }
   virtual engine_metrics metrics() = 0;
   // The actor graph's tracer (spans per actor and per request), or nullptr without one.
   virtual rt::tracer* tracer() noexcept { return nullptr; }
+
+  // Stops accepting (submit answers "engine_down", healthy() turns false), lets open requests run
+  // for up to `grace`, then aborts the rest (their streams end with finish_reason::abort) and waits
+  // for every stream to end. Returns the number of requests aborted. Blocks the caller; waits on a
+  // condition, no polling. Idempotent; stop() still has to be called.
+  virtual int64_t drain(std::chrono::milliseconds grace) { (void)grace; return 0; }
 
   // Stops accepting, drains in-flight requests (or aborts them when `abort_running`), stops the
   // actors in reverse start order, writes the trace file if configured. Blocks the caller.

@@ -7,18 +7,30 @@
 namespace coserve::actors {
 
 void intake::publish() {
-  p_->metrics.open_requests.store(static_cast<int64_t>(open_.size()), std::memory_order_relaxed);
+  {
+    std::lock_guard lock(p_->open_mu);
+    p_->metrics.open_requests.store(static_cast<int64_t>(open_.size()), std::memory_order_relaxed);
+  }
+  if (open_.empty()) p_->open_cv.notify_all();
 }
 
 asio::awaitable<void> intake::handle(submit_request& m) {
   const int64_t t0 = p_->sys->trace().now_ns();
+  in_hand_ = m.reply;
+  p_->fault_point("intake", "submit_request");
+  if (p_->health.failed()) {
+    m.reply->complete(error{"engine_down", "the engine has failed: " + p_->health.reason()});
+    in_hand_.reset();
+    co_return;
+  }
   if (static_cast<int64_t>(open_.size()) >= max_open_) {
     p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
     m.reply->complete(error{"queue_full", "too many requests in flight (" + std::to_string(open_.size()) +
                                               "); retry later"});
+    in_hand_.reset();
     co_return;
   }
-  const uint64_t rid = next_id_++;
+  const uint64_t rid = p_->next_request_id.fetch_add(1, std::memory_order_relaxed);
   open_.insert(rid);
   publish();
   const sampling_params& sp = m.request.params;
@@ -29,6 +41,7 @@ asio::awaitable<void> intake::handle(submit_request& m) {
     trace_for_request(*p_->sys, trace_id_, "submit_request", rid, t0, p_->sys->trace().now_ns());
   submit_reply reply = m.reply;
   tokenize_request t{rid, std::move(m.request), std::move(stream), std::move(m.reply)};
+  in_hand_.reset();  // the tokenizer answers it from here on
   const rt::send_status s = co_await p_->tokenizer_ref.send(std::move(t), rid);
   if (s != rt::send_status::ok) {
     reply->complete(error{"engine_down", "the engine is stopping"});
@@ -37,7 +50,14 @@ asio::awaitable<void> intake::handle(submit_request& m) {
   }
 }
 
+void intake::on_failure(const std::string& what) {
+  if (in_hand_) in_hand_->complete(error{"internal_error", "intake failed: " + what});
+  in_hand_.reset();
+  for (uint64_t rid : open_) (void)p_->scheduler_ref.tell(cancel_sequences{rid, finish_reason::error});
+}
+
 void intake::handle(cancel_request& m) {
+  p_->fault_point("intake", "cancel_request");
   if (open_.count(m.request_id) == 0) return;  // ended already
   (void)p_->scheduler_ref.tell(cancel_sequences{m.request_id, finish_reason::abort});
 }

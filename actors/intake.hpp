@@ -2,7 +2,11 @@
 // open requests (over the limit: an immediate "queue_full" rejection, HTTP 429), one output stream
 // per request, and cancellation (forwarded to the scheduler while the request is open).
 //
-// Threads: an actor on the runtime's pool; its state is touched only by its handlers.
+// Once the engine has failed, submissions are refused ("engine_down" with the reason).
+//
+// Threads: an actor on the runtime's pool; its state is touched only by its handlers. Request ids
+// come from the pipeline, so a restarted intake never reuses one; on a failure the requests it
+// held are ended with an error (through the scheduler) before the restart.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +30,8 @@ class intake {
   void handle(cancel_request& m);
   void handle(request_closed& m);
   void handle(abort_all& m);
+  // Supervision hook: a handler threw; end the requests held (and answer the one in hand).
+  void on_failure(const std::string& what);
 
  private:
   void publish();
@@ -33,8 +39,8 @@ class intake {
   std::shared_ptr<pipeline> p_;
   int64_t max_open_;
   uint32_t trace_id_ = 0;
-  uint64_t next_id_ = 1;
   std::unordered_set<uint64_t> open_;
+  submit_reply in_hand_;  // the submission being handled (answered by on_failure if it throws)
 };
 
 }  // namespace coserve::actors

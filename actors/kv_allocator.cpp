@@ -19,6 +19,7 @@ void kv_allocator::publish() {
 }
 
 rt::maybe_async kv_allocator::handle(kv_step& m) {
+  p_->fault_point("kv_allocator", "kv_step");
   rt::outbox out;
   auto [plan, alloc] = kv_.resolve(std::move(m.draft));
   publish();
@@ -30,7 +31,14 @@ rt::maybe_async kv_allocator::handle(kv_step& m) {
   return out.finish();
 }
 
+void kv_allocator::handle(kv_step_outcome& m) {
+  p_->fault_point("kv_allocator", "kv_step_outcome");
+  kv_.step_outcome(m.step_id, m.ok);
+  publish();
+}
+
 rt::maybe_async kv_allocator::handle(kv_release& m) {
+  p_->fault_point("kv_allocator", "kv_release");
   rt::outbox out;
   for (seq_id_t id : m.seqs) kv_.release(id);
   publish();

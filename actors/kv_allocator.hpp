@@ -16,10 +16,11 @@ namespace coserve::actors {
 
 class kv_allocator {
  public:
-  using messages = rt::message_list<kv_step, kv_release>;
+  using messages = rt::message_list<kv_step, kv_step_outcome, kv_release>;
 
   kv_allocator(std::shared_ptr<pipeline> p, block_pool_options opts);
   rt::maybe_async handle(kv_step& m);
+  void handle(kv_step_outcome& m);
   rt::maybe_async handle(kv_release& m);
 
  private:

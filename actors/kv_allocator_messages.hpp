@@ -13,6 +13,13 @@ struct kv_step {
   step_draft draft;
 };
 
+// scheduler → kv_allocator: how a step ended. Blocks a step filled enter the prefix cache only
+// when it succeeded (sent before any release of the same step's sequences).
+struct kv_step_outcome {
+  uint64_t step_id = 0;
+  bool ok = false;
+};
+
 // scheduler → kv_allocator: finished or cancelled sequences; their blocks are freed now.
 struct kv_release {
   std::vector<seq_id_t> seqs;

@@ -23,6 +23,7 @@ void kv_manager::free_table(seq_kv& s) {
   for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.free(*it);
   s.table.clear();
   s.num_computed = 0;
+  s.num_committed = 0;
   s.num_hashed = 0;
   s.last_hash = 0;
 }
@@ -35,6 +36,18 @@ void kv_manager::release(seq_id_t id) {
   auto h = std::find(holders_.begin(), holders_.end(), id);
   if (h != holders_.end()) holders_.erase(h);
   seqs_.erase(it);
+}
+
+void kv_manager::step_outcome(uint64_t step_id, bool ok) {
+  auto node = pending_.extract(step_id);
+  if (!node || !ok) return;
+  for (const step_write& w : node.mapped()) {
+    auto it = seqs_.find(w.id);
+    if (it == seqs_.end() || it->second.generation != w.generation) continue;  // released since
+    seq_kv& s = it->second;
+    s.num_committed = std::max(s.num_committed, std::min(w.end, s.num_computed));
+    register_full_blocks(s);
+  }
 }
 
 void kv_manager::preempt(seq_id_t id, step_plan& plan, step_allocation& alloc) {
@@ -58,6 +71,8 @@ void kv_manager::fork(draft_fork& f) {
   for (int32_t b : child.table) pool_.incref(b);
   child.tokens = f.announce.prompt_ids;  // the whole prompt: the child computes its last token
   child.num_computed = f.shared_tokens;
+  child.num_committed = std::min(parent.num_committed, f.shared_tokens);
+  child.generation = next_generation_++;
   // The child's hashed prefix is the parent's, up to the shared full blocks.
   const int32_t full = f.shared_tokens / bs;
   if (parent.num_hashed <= full) {
@@ -86,6 +101,7 @@ int32_t kv_manager::lookup_prefix(seq_kv& s) {
     parent = h;
   }
   s.num_computed = hits * bs;
+  s.num_committed = s.num_computed;
   s.num_hashed = hits;
   s.last_hash = parent;
   return hits;
@@ -119,7 +135,7 @@ void kv_manager::grow(seq_kv& s, int32_t n, step_plan& plan) {
 void kv_manager::register_full_blocks(seq_kv& s) {
   if (!pool_.prefix_caching()) return;
   const int32_t bs = pool_.block_size();
-  const int32_t limit = std::min(s.num_computed, static_cast<int32_t>(s.tokens.size())) / bs;
+  const int32_t limit = std::min(s.num_committed, static_cast<int32_t>(s.tokens.size())) / bs;
   while (s.num_hashed < limit) {
     const int32_t i = s.num_hashed;
     std::span<const int32_t> block(s.tokens.data() + static_cast<ptrdiff_t>(i) * bs, static_cast<size_t>(bs));
@@ -151,7 +167,8 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
   alloc.seqs.push_back({id, s.num_computed, n, cached});
   s.num_computed += n;
   out.sample = s.num_computed == num_tokens;
-  register_full_blocks(s);
+  register_full_blocks(s);  // blocks earlier steps committed whose tokens are known only now
+  pending_[plan.step_id].push_back({id, s.generation, s.num_computed});
   plan.seqs.push_back(std::move(out));
 }
 
@@ -189,6 +206,7 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
                                             : static_cast<int32_t>(s.tokens.size());
       const int32_t cached = std::min(hits * bs, prompt_len);
       if (e.count_query) pool_.count_query(prompt_len, cached);
+      s.generation = next_generation_++;
       auto [it, inserted] = seqs_.emplace(e.seq_id, std::move(s));
       (void)inserted;
       holders_.push_back(e.seq_id);

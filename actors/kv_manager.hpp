@@ -7,6 +7,10 @@
 // blocks are registered in the prefix cache. "Holders" are the sequences holding blocks, in
 // admission order; the newest holder is the one preempted when blocks run out.
 //
+// A full block enters the prefix cache only once the step that filled it has succeeded
+// (step_outcome(id, true)): until then another request could read K/V that a failing step never
+// wrote. A failed step's blocks stay with their sequences, uncached, until they are released.
+//
 // Threads: none. Owned by the KV allocator actor (or by batch_planner in single-threaded use).
 #pragma once
 
@@ -35,6 +39,12 @@ class kv_manager {
   // next plan if it knew it. Unknown ids are ignored.
   void release(seq_id_t id);
 
+  // How a resolved step ended: on success the full blocks it filled enter the prefix cache; on
+  // failure they never do. Unknown step ids are ignored.
+  void step_outcome(uint64_t step_id, bool ok);
+  // Steps resolved whose outcome has not been reported.
+  size_t steps_pending() const noexcept { return pending_.size(); }
+
   // Released sequences the executor still has to drop (they go out with the next plan, or now).
   bool has_drops() const noexcept { return !drop_next_.empty(); }
   std::vector<seq_id_t> take_drops() { return std::exchange(drop_next_, {}); }
@@ -49,6 +59,8 @@ class kv_manager {
     std::vector<int32_t> tokens;     // known tokens, as sent by the scheduler
     std::vector<int32_t> table;
     int32_t num_computed = 0;
+    int32_t num_committed = 0;       // positions whose K/V a successful step wrote (or a cache hit)
+    uint64_t generation = 0;         // this incarnation (a preempted id comes back as a new one)
     int32_t num_hashed = 0;          // leading full blocks registered in the prefix cache
     uint64_t last_hash = 0;          // hash of block num_hashed - 1
     bool known_to_executor = false;
@@ -70,6 +82,13 @@ class kv_manager {
   std::vector<seq_id_t> holders_;        // admission order; back() is the newest
   std::vector<seq_id_t> drop_next_;      // released, known to the executor: drop at the next plan
   std::vector<int32_t> scratch_;         // one block of tokens (hashing)
+  struct step_write {
+    seq_id_t id;
+    uint64_t generation;
+    int32_t end;                         // num_computed after the step
+  };
+  std::unordered_map<uint64_t, std::vector<step_write>> pending_;  // step id → what it computes
+  uint64_t next_generation_ = 1;
 };
 
 }  // namespace coserve::actors

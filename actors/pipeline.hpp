@@ -15,9 +15,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <asio/experimental/concurrent_channel.hpp>
@@ -44,6 +48,29 @@ inline seq_id_t make_seq_id(uint64_t request_id, int32_t index) noexcept {
 }
 inline uint64_t request_of(seq_id_t seq) noexcept { return seq >> 16; }
 
+// A fixed-bucket latency histogram that actors observe into and metrics() copies out. Any thread.
+class latency_histogram {
+ public:
+  explicit latency_histogram(std::vector<double> bounds) {
+    snap_.bounds = std::move(bounds);
+    snap_.counts.assign(snap_.bounds.size() + 1, 0);
+  }
+  void observe(double seconds);
+  histogram_snapshot snapshot() const {
+    std::lock_guard lock(mu_);
+    return snap_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  histogram_snapshot snap_;
+};
+
+// vLLM's buckets for the same metrics.
+std::vector<double> ttft_buckets();
+std::vector<double> itl_buckets();
+std::vector<double> request_latency_buckets();
+
 struct pipeline_metrics {
   // intake
   std::atomic<int64_t> open_requests{0}, rejected{0};
@@ -54,11 +81,36 @@ struct pipeline_metrics {
   // streamer
   std::atomic<int64_t> generation_tokens{0}, finished_stop{0}, finished_length{0},
       finished_abort{0}, finished_error{0};
-  // samples (scheduler: queue time; streamer: the rest)
-  std::mutex samples_mu;
-  std::vector<double> ttft_s, itl_s, e2e_s, queue_s;
-  // set when an actor stops after a failure
-  std::atomic<bool> failed{false};
+  // latency (scheduler: queue time; streamer: the rest)
+  latency_histogram ttft{ttft_buckets()}, itl{itl_buckets()}, e2e{request_latency_buckets()},
+      queue{request_latency_buckets()};
+  // executor: when the step now running started (tracer clock, ns), 0 while idle
+  std::atomic<int64_t> step_started_ns{0};
+};
+
+// The engine's health: ready until something makes every later step fail (a stopped actor, a
+// sticky device error, too many failed steps in a row, a stalled step); then failed for good,
+// with the first reason. Any thread.
+class engine_health {
+ public:
+  bool failed() const noexcept { return failed_.load(std::memory_order_acquire); }
+  // Returns true for the call that marked the failure (later reasons are dropped).
+  bool fail(std::string reason) {
+    std::lock_guard lock(mu_);
+    if (failed_.load(std::memory_order_relaxed)) return false;
+    reason_ = std::move(reason);
+    failed_.store(true, std::memory_order_release);
+    return true;
+  }
+  std::string reason() const {
+    std::lock_guard lock(mu_);
+    return reason_;
+  }
+
+ private:
+  std::atomic<bool> failed_{false};
+  mutable std::mutex mu_;
+  std::string reason_;
 };
 
 struct pipeline {
@@ -70,6 +122,19 @@ struct pipeline {
   rt::actor_ref<executor_actor> executor_ref;
   rt::actor_ref<streamer> streamer_ref;
   pipeline_metrics metrics;
+  engine_health health;
+  std::atomic<uint64_t> next_request_id{1};  // intake's, kept here so a restarted intake goes on
+  // Open requests (submitted, stream not ended): intake updates it; stop() waits on the cv.
+  std::mutex open_mu;
+  std::condition_variable open_cv;
+  // Fault injection (engine_config::fault_hook): called as a serving actor starts handling a
+  // message; whatever it throws is that handler's failure. Empty in normal use.
+  std::function<void(std::string_view actor, std::string_view message)> fault_hook;
+  void fault_point(std::string_view actor, std::string_view message) const {
+    if (fault_hook) fault_hook(actor, message);
+  }
+  // Marks the engine failed and ends every open request with an error (see engine.cpp).
+  std::function<void(const std::string& reason)> on_engine_failure;
 };
 
 // One request's output: a channel of events the streamer fills and the client drains.

@@ -1,9 +1,11 @@
 #include "actors/scheduler.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "actors/kv_allocator.hpp"
 #include "actors/streamer.hpp"
+#include "model/executor.hpp"
 #include "runtime/system.hpp"
 
 namespace coserve::actors {
@@ -17,7 +19,7 @@ void scheduler::publish() {
 
 void scheduler::pump(rt::outbox& out) {
   auto& tr = p_->sys->trace();
-  while (in_flight_ < 2 && !core_.draft_outstanding() && core_.has_work()) {
+  while (!failed_ && in_flight_ < 2 && !core_.draft_outstanding() && core_.has_work()) {
     const int64_t t0 = tr.now_ns();
     step_draft d = core_.draft();
     if (d.step_id == 0) break;  // nothing can run until a result comes back
@@ -36,8 +38,13 @@ void scheduler::pump(rt::outbox& out) {
 }
 
 rt::maybe_async scheduler::handle(add_request& m) {
+  p_->fault_point("scheduler", "add_request");
   rt::outbox out;
   const uint64_t rid = m.request_id;
+  if (failed_) {
+    out.tell(p_->streamer_ref, end_request{rid, finish_reason::error, failed_reason_});
+    return out.finish();
+  }
   max_added_ = std::max(max_added_, rid);
   // Cancellations of ids below this one that never arrived (rejected by the tokenizer) are moot.
   for (auto it = cancelled_early_.begin(); it != cancelled_early_.end();)
@@ -87,7 +94,29 @@ void scheduler::end_request_now(uint64_t rid, finish_reason reason, const std::s
   out.tell(p_->streamer_ref, end_request{rid, reason, message});
 }
 
+void scheduler::fail_all(const std::string& reason, rt::outbox& out) {
+  if (failed_) return;
+  failed_ = true;
+  failed_reason_ = reason;
+  if (p_->health.fail(reason)) p_->open_cv.notify_all();
+  std::vector<uint64_t> all;
+  all.reserve(requests_.size());
+  for (const auto& [rid, r] : requests_) all.push_back(rid);
+  std::sort(all.begin(), all.end());
+  for (uint64_t rid : all) end_request_now(rid, finish_reason::error, reason, out);
+  std::fprintf(stderr, "coserve engine: failed: %s; %zu open requests ended with an error\n", reason.c_str(),
+               all.size());
+}
+
+rt::maybe_async scheduler::handle(engine_failed& m) {
+  rt::outbox out;
+  fail_all(m.reason, out);
+  publish();
+  return out.finish();
+}
+
 rt::maybe_async scheduler::handle(cancel_sequences& m) {
+  p_->fault_point("scheduler", "cancel_sequences");
   rt::outbox out;
   if (requests_.count(m.request_id) == 0) {
     if (m.request_id > max_added_) cancelled_early_.insert(m.request_id);  // still being tokenized
@@ -99,6 +128,7 @@ rt::maybe_async scheduler::handle(cancel_sequences& m) {
 }
 
 rt::maybe_async scheduler::handle(finish_sequence& m) {
+  p_->fault_point("scheduler", "finish_sequence");
   rt::outbox out;
   if (core_.finish(m.seq_id, finish_reason::stop)) {
     out.tell(p_->kv_ref, kv_release{{m.seq_id}});
@@ -109,17 +139,24 @@ rt::maybe_async scheduler::handle(finish_sequence& m) {
 }
 
 rt::maybe_async scheduler::handle(step_allocated& m) {
+  p_->fault_point("scheduler", "step_allocated");
   rt::outbox out;
   const step_allocation& a = m.allocation;
   core_.on_allocation(a);
-  if (a.seqs.empty()) --in_flight_;  // nothing ran: the executor will not answer
+  if (a.seqs.empty()) {
+    --in_flight_;  // nothing ran: the executor will not answer
+  } else {
+    std::vector<uint64_t>& rids = step_requests_[a.step_id];
+    for (const auto& sc : a.seqs) rids.push_back(request_of(sc.seq_id));
+    std::sort(rids.begin(), rids.end());
+    rids.erase(std::unique(rids.begin(), rids.end()), rids.end());
+  }
   const auto now = std::chrono::steady_clock::now();
   for (const auto& sc : a.seqs) {
     auto it = requests_.find(request_of(sc.seq_id));
     if (it == requests_.end() || !it->second.queued) continue;
     it->second.queued = false;
-    std::lock_guard lock(p_->metrics.samples_mu);
-    p_->metrics.queue_s.push_back(std::chrono::duration<double>(now - it->second.submitted).count());
+    p_->metrics.queue.observe(std::chrono::duration<double>(now - it->second.submitted).count());
   }
   // An admission deferred while nothing else holds blocks can never fit: fail it.
   if (a.seqs.empty() && !a.deferred.empty() && core_.num_running() == 0 && in_flight_ == 0) {
@@ -134,18 +171,30 @@ rt::maybe_async scheduler::handle(step_allocated& m) {
 }
 
 rt::maybe_async scheduler::handle(step_done& m) {
+  p_->fault_point("scheduler", "step_done");
   rt::outbox out;
   --in_flight_;
   p_->metrics.steps.fetch_add(1, std::memory_order_relaxed);
+  std::vector<uint64_t> in_step;
+  if (auto node = step_requests_.extract(m.step_id)) in_step = std::move(node.mapped());
+  // Before any release below: the KV allocator registers (or drops) the step's full blocks first.
+  out.tell(p_->kv_ref, kv_step_outcome{m.step_id, m.outcome.ok()});
   if (!m.outcome.ok()) {
-    const std::string why = "the executor failed: " + m.outcome.err().message;
-    std::vector<uint64_t> all;
-    all.reserve(requests_.size());
-    for (const auto& [rid, r] : requests_) all.push_back(rid);
-    for (uint64_t rid : all) end_request_now(rid, finish_reason::error, why, out);
+    const error& e = m.outcome.err();
+    ++consecutive_failures_;
+    const std::string why = "the executor failed step " + std::to_string(m.step_id) + ": " + e.message;
+    std::fprintf(stderr, "coserve engine: %s (%zu requests in it)\n", why.c_str(), in_step.size());
+    if (e.code == k_executor_fatal) {
+      fail_all(why, out);
+    } else if (consecutive_failures_ >= max_consecutive_failures_) {
+      fail_all(why + " (" + std::to_string(consecutive_failures_) + " failed steps in a row)", out);
+    } else {
+      for (uint64_t rid : in_step) end_request_now(rid, finish_reason::error, why, out);
+    }
     pump(out);
     return out.finish();
   }
+  if (m.ran) consecutive_failures_ = 0;  // a step with nothing left to run proves nothing
   step_result& result = *m.outcome;
   token_batch batch;
   batch.step_id = result.step_id;

@@ -5,10 +5,18 @@
 // Sampled tokens go to the streamer as one token_batch per step; finished sequences' blocks go
 // back to the KV allocator at once.
 //
+// Failures: a failed step ends only the requests that had sequences in it (the others go on);
+// `max_consecutive_failures` failed steps in a row, or one error the executor marks fatal
+// (executor_fatal: the device is unusable), fail the engine: every request ends with an error and
+// new ones are refused. The KV allocator hears each step's outcome, so blocks a failed step wrote
+// never enter the prefix cache.
+//
 // Threads: an actor on the runtime's pool. Each draft is traced as a "plan_step" span.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <string>
 #include <cstdint>
 #include <unordered_map>
 #include <unordered_set>
@@ -25,10 +33,12 @@ namespace coserve::actors {
 class scheduler {
  public:
   using messages =
-      rt::message_list<add_request, cancel_sequences, finish_sequence, step_allocated, step_done>;
+      rt::message_list<add_request, cancel_sequences, finish_sequence, step_allocated, step_done, engine_failed>;
 
-  scheduler(std::shared_ptr<pipeline> p, planner_config cfg, std::vector<int32_t> extra_eos, int32_t kv_blocks)
-      : p_(std::move(p)), core_(cfg), extra_eos_(std::move(extra_eos)), kv_blocks_(kv_blocks) {}
+  scheduler(std::shared_ptr<pipeline> p, planner_config cfg, std::vector<int32_t> extra_eos, int32_t kv_blocks,
+            int32_t max_consecutive_failures)
+      : p_(std::move(p)), core_(cfg), extra_eos_(std::move(extra_eos)), kv_blocks_(kv_blocks),
+        max_consecutive_failures_(std::max(1, max_consecutive_failures)) {}
   void on_start(rt::actor_context<scheduler>& ctx) { trace_id_ = ctx.self.cell().trace_id(); }
 
   rt::maybe_async handle(add_request& m);
@@ -36,6 +46,7 @@ class scheduler {
   rt::maybe_async handle(finish_sequence& m);
   rt::maybe_async handle(step_allocated& m);
   rt::maybe_async handle(step_done& m);
+  rt::maybe_async handle(engine_failed& m);
 
  private:
   struct request {
@@ -47,6 +58,8 @@ class scheduler {
   void pump(rt::outbox& out);
   void end_request_now(uint64_t rid, finish_reason reason, const std::string& message, rt::outbox& out);
   void sample_finished(uint64_t rid);
+  // Ends every request with `reason` and refuses later ones.
+  void fail_all(const std::string& reason, rt::outbox& out);
   void publish();
 
   std::shared_ptr<pipeline> p_;
@@ -57,6 +70,11 @@ class scheduler {
   int32_t in_flight_ = 0;  // steps drafted whose result has not come back
   std::unordered_map<uint64_t, request> requests_;
   std::unordered_set<uint64_t> cancelled_early_;  // cancelled before they reached us
+  std::unordered_map<uint64_t, std::vector<uint64_t>> step_requests_;  // step id → requests in it
+  int32_t max_consecutive_failures_;
+  int32_t consecutive_failures_ = 0;
+  bool failed_ = false;
+  std::string failed_reason_;
   uint64_t max_added_ = 0;
   std::vector<seq_id_t> release_;  // scratch
 };

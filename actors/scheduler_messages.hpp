@@ -42,6 +42,13 @@ struct step_allocated {
 struct step_done {
   uint64_t step_id = 0;
   result<step_result> outcome;
+  bool ran = true;  // false: every sequence was left out (all in an earlier failed step)
+};
+
+// engine (an actor stopped, a step stalled) → scheduler: no step will complete again. Every
+// request ends with an error and later ones are refused.
+struct engine_failed {
+  std::string reason;
 };
 
 }  // namespace coserve::actors

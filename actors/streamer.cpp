@@ -15,6 +15,7 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 void streamer::handle(open_stream& m) {
   state& st = states_[m.request_id];
   st.stream = std::move(m.stream);
+  p_->fault_point("streamer", "open_stream");  // after the insert: on_failure ends this one too
   st.params = std::move(m.params);
   st.return_logits = m.return_logits;
   const int32_t n = std::max(1, st.params.n);
@@ -41,16 +42,14 @@ bool streamer::end_sample(uint64_t rid, state& st, output_event ev, rt::outbox& 
   }
   st.stream->send(std::move(ev));
   if (--st.live > 0) return false;
-  {
-    std::lock_guard lock(m.samples_mu);
-    m.e2e_s.push_back(seconds(clock::now() - st.stream->submitted()));
-  }
+  m.e2e.observe(seconds(clock::now() - st.stream->submitted()));
   st.stream->end();
   out.tell(p_->intake_ref, request_closed{rid});
   return true;
 }
 
 rt::maybe_async streamer::handle(token_batch& m) {
+  p_->fault_point("streamer", "token_batch");
   rt::outbox out;
   auto& tr = p_->sys->trace();
   const int64_t t0 = tr.now_ns();
@@ -69,11 +68,8 @@ rt::maybe_async streamer::handle(token_batch& m) {
       out.tell(p_->intake_ref, cancel_request{e.request_id});
     }
     ++tokens;
-    {
-      std::lock_guard lock(p_->metrics.samples_mu);
-      if (!st.first_token_seen) p_->metrics.ttft_s.push_back(seconds(now - st.stream->submitted()));
-      else p_->metrics.itl_s.push_back(seconds(now - st.last_token));
-    }
+    if (!st.first_token_seen) p_->metrics.ttft.observe(seconds(now - st.stream->submitted()));
+    else p_->metrics.itl.observe(seconds(now - st.last_token));
     st.first_token_seen = true;
     st.last_token = now;
 
@@ -124,7 +120,23 @@ rt::maybe_async streamer::handle(token_batch& m) {
   return out.finish();
 }
 
+bool streamer::end_all_samples(uint64_t rid, state& st, finish_reason reason, const std::string& message,
+                               rt::outbox& out) {
+  bool ended = false;
+  for (size_t i = 0; i < st.samples.size() && !ended; ++i) {
+    if (st.samples[i].done) continue;
+    output_event ev;
+    ev.index = static_cast<int32_t>(i);
+    ev.finish = reason;
+    ev.error_message = message;
+    ev.prompt_tokens = static_cast<int32_t>(st.stream->prompt_ids().size());
+    ended = end_sample(rid, st, std::move(ev), out);
+  }
+  return ended;
+}
+
 rt::maybe_async streamer::handle(end_request& m) {
+  p_->fault_point("streamer", "end_request");
   rt::outbox out;
   auto it = states_.find(m.request_id);
   if (it == states_.end()) {
@@ -133,19 +145,37 @@ rt::maybe_async streamer::handle(end_request& m) {
     out.tell(p_->intake_ref, request_closed{m.request_id});
     return out.finish();
   }
-  state& st = it->second;
-  bool ended = false;
-  for (size_t i = 0; i < st.samples.size() && !ended; ++i) {
-    if (st.samples[i].done) continue;
-    output_event ev;
-    ev.index = static_cast<int32_t>(i);
-    ev.finish = m.reason;
-    ev.error_message = m.message;
-    ev.prompt_tokens = static_cast<int32_t>(st.stream->prompt_ids().size());
-    ended = end_sample(m.request_id, st, std::move(ev), out);
-  }
-  if (ended) states_.erase(it);
+  if (end_all_samples(m.request_id, it->second, m.reason, m.message, out)) states_.erase(it);
   return out.finish();
+}
+
+rt::maybe_async streamer::handle(fail_all& m) {
+  rt::outbox out;
+  for (auto& [rid, st] : states_) end_all_samples(rid, st, finish_reason::error, m.reason, out);
+  states_.clear();
+  return out.finish();  // sends to actors already stopped are dropped
+}
+
+void streamer::on_failure(const std::string& what) {
+  const std::string message = "internal error in the streamer: " + what;
+  for (auto& [rid, st] : states_) {
+    // A request whose open_stream failed has no samples yet: its first one still gets the error.
+    const size_t n = std::max<size_t>(1, st.samples.size());
+    for (size_t i = 0; i < n; ++i) {
+      if (i < st.samples.size() && st.samples[i].done) continue;
+      output_event ev;
+      ev.index = static_cast<int32_t>(i);
+      ev.finish = finish_reason::error;
+      ev.error_message = message;
+      ev.prompt_tokens = static_cast<int32_t>(st.stream->prompt_ids().size());
+      p_->metrics.finished_error.fetch_add(1, std::memory_order_relaxed);
+      st.stream->send(std::move(ev));
+    }
+    st.stream->end();
+    (void)p_->scheduler_ref.tell(cancel_sequences{rid, finish_reason::error});
+    (void)p_->intake_ref.tell(request_closed{rid});
+  }
+  states_.clear();
 }
 
 }  // namespace coserve::actors

@@ -3,6 +3,10 @@
 // not output unless asked), finish reasons, usage, logprobs, latency metrics (TTFT, ITL, e2e).
 // A stop string ends the sample here and is reported to the scheduler.
 //
+// Failures: fail_all (the engine failed) ends every open stream with an error event. A handler
+// that throws ends every stream the streamer held with an error event and cancels their
+// sequences; the supervisor then restarts it empty.
+//
 // Threads: an actor on the runtime's pool. Streams are concurrent channels: events are sent from
 // here and received on the client's executor.
 #pragma once
@@ -24,7 +28,7 @@ namespace coserve::actors {
 
 class streamer {
  public:
-  using messages = rt::message_list<open_stream, token_batch, end_request>;
+  using messages = rt::message_list<open_stream, token_batch, end_request, fail_all>;
 
   // tok may be null (token ids only: no text, no stop strings).
   streamer(std::shared_ptr<pipeline> p, const tokenizer* tok) : p_(std::move(p)), tok_(tok) {}
@@ -33,6 +37,9 @@ class streamer {
   void handle(open_stream& m);
   rt::maybe_async handle(token_batch& m);
   rt::maybe_async handle(end_request& m);
+  rt::maybe_async handle(fail_all& m);
+  // Supervision hook: a handler threw; settle every request held before the restart.
+  void on_failure(const std::string& what);
 
  private:
   using clock = std::chrono::steady_clock;
@@ -53,6 +60,9 @@ class streamer {
   };
   // Ends one sample; the request when it was the last. Returns true when the request ended.
   bool end_sample(uint64_t rid, state& st, output_event ev, rt::outbox& out);
+  // Ends every unfinished sample of the request with `reason`; true when the request ended.
+  bool end_all_samples(uint64_t rid, state& st, finish_reason reason, const std::string& message,
+                       rt::outbox& out);
 
   std::shared_ptr<pipeline> p_;
   const tokenizer* tok_;

@@ -39,6 +39,11 @@ struct token_batch {
   std::vector<token_event> events;
 };
 
+// engine → streamer: the engine failed; every open stream ends with an error event.
+struct fail_all {
+  std::string reason;
+};
+
 // scheduler → streamer: every unfinished sample of the request ends with `reason`.
 struct end_request {
   uint64_t request_id = 0;

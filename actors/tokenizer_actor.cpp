@@ -48,16 +48,29 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req)
   return ids;
 }
 
+void tokenizer_actor::on_failure(const std::string& what) {
+  if (!in_hand_) return;
+  // Answered before the stream was handed out: the request is closed here, nothing else has it.
+  if (in_hand_->complete(error{"internal_error", "tokenization failed: " + what}))
+    (void)p_->intake_ref.tell(request_closed{in_hand_id_});
+  in_hand_.reset();
+}
+
 asio::awaitable<void> tokenizer_actor::handle(tokenize_request& m) {
   const uint64_t rid = m.request_id;
+  in_hand_ = m.reply;
+  in_hand_id_ = rid;
+  p_->fault_point("tokenizer", "tokenize_request");
   auto ids = enc_->encode(m.request);
   if (!ids.ok()) {
     m.reply->complete(std::move(ids).err());
     (void)p_->intake_ref.tell(request_closed{rid});
+    in_hand_.reset();
     co_return;
   }
   m.stream->set_prompt(*ids);
   open_stream os{rid, m.stream, m.request.params, m.request.return_logits};
+  in_hand_.reset();  // from here on the streamer holds the request
   if (co_await p_->streamer_ref.send(std::move(os), rid) != rt::send_status::ok) {
     m.reply->complete(error{"engine_down", "the engine is stopping"});
     co_return;
@@ -65,6 +78,8 @@ asio::awaitable<void> tokenizer_actor::handle(tokenize_request& m) {
   add_request add{rid, std::move(*ids), m.request.params, m.request.priority, m.stream->submitted()};
   if (co_await p_->scheduler_ref.send(std::move(add), rid) != rt::send_status::ok) {
     m.reply->complete(error{"engine_down", "the engine is stopping"});
+    // The streamer holds the stream: it drops it and closes the request.
+    (void)p_->streamer_ref.tell(end_request{rid, finish_reason::error, "the engine is stopping"});
     co_return;
   }
   m.reply->complete(std::shared_ptr<request_stream>(m.stream));

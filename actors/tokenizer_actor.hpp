@@ -42,10 +42,14 @@ class tokenizer_actor {
 
   tokenizer_actor(std::shared_ptr<pipeline> p, const prompt_encoder* enc) : p_(std::move(p)), enc_(enc) {}
   asio::awaitable<void> handle(tokenize_request& m);
+  // Supervision hook: a handler threw; the request in hand is answered with an error.
+  void on_failure(const std::string& what);
 
  private:
   std::shared_ptr<pipeline> p_;
   const prompt_encoder* enc_;
+  submit_reply in_hand_;
+  uint64_t in_hand_id_ = 0;
 };
 
 }  // namespace coserve::actors

@@ -1,8 +1,16 @@
 // `coserve serve [MODEL_DIR | --demo] [flags]`: the OpenAI-compatible HTTP server. Flag names
-// follow `vllm serve` where one exists. SIGINT/SIGTERM stop accepting, let in-flight streams finish
-// (bounded by --drain-timeout), stop the engine and exit 0.
+// follow `vllm serve` where one exists.
+//
+// Lifecycle: the listener opens first and /health answers 503 while the model loads, 200 once it
+// serves. SIGINT/SIGTERM start a drain: /health and new generation requests answer 503, in-flight
+// requests may finish for --shutdown-timeout seconds, then are aborted (their streams end with
+// finish_reason "abort" and [DONE]); the process exits 0 once the last response is written. A
+// second signal exits at once with status 1.
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -47,7 +55,9 @@ http:
   --max-body-bytes N            request body limit, beyond it 413 (default: 8388608)
   --idle-timeout-s S            keep-alive idle limit in seconds (default: 60)
   --request-timeout-s S         time to receive a whole request in seconds (default: 30)
-  --drain-timeout-s S           on SIGINT/SIGTERM, wait at most S seconds for streams (default: 30)
+  --shutdown-timeout S          on SIGINT/SIGTERM, let in-flight requests run at most S more seconds,
+                                then abort them (default: 30; 0 aborts at once; a second signal exits
+                                at once with status 1). --drain-timeout-s is the same flag
 engine:
   --max-num-seqs N              running sequences at most (default: 256)
   --max-num-batched-tokens N    tokens per scheduler step at most (default: 2048)
@@ -76,7 +86,7 @@ struct serve_args {
   std::string api_key;
   int http_threads = 2;
   http::server_limits limits;
-  int drain_timeout_s = 30;
+  int shutdown_timeout_s = 30;
 };
 
 std::filesystem::path cache_dir() {
@@ -156,7 +166,9 @@ int parse(int argc, char** argv, serve_args& a) {
     else if (f == "--cpu-threads") { if (!as_int(need("N"), a.engine.cpu_threads)) return 2; }
     else if (f == "--http-threads") { if (!as_int(need("N"), a.http_threads)) return 2; }
     else if (f == "--max-body-bytes") { if (!as_int(need("N"), a.limits.max_body_bytes)) return 2; }
-    else if (f == "--drain-timeout-s") { if (!as_int(need("S"), a.drain_timeout_s)) return 2; }
+    else if (f == "--shutdown-timeout" || f == "--drain-timeout-s") {
+      if (!as_int(need("S"), a.shutdown_timeout_s)) return 2;
+    }
     else if (f == "--idle-timeout-s" || f == "--request-timeout-s") {
       int s = 0;
       if (!as_int(need("S"), s)) return 2;
@@ -206,17 +218,18 @@ int parse(int argc, char** argv, serve_args& a) {
   return 0;
 }
 
-// Waits for in-flight requests after a stop signal, then stops the event loop.
-asio::awaitable<void> drain(asio::io_context& io, http::http_server& server, int timeout_s) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+// Waits (on the event loop, without blocking it) until no HTTP response is being written, at most
+// `limit`, then stops accepting and stops the loop.
+asio::awaitable<void> finish_http(asio::io_context& io, http::http_server& server, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
   asio::steady_timer t(io);
   while (server.active_requests() > 0 && std::chrono::steady_clock::now() < deadline) {
-    t.expires_after(std::chrono::milliseconds(20));
+    t.expires_after(std::chrono::milliseconds(5));
     co_await t.async_wait(asio::use_awaitable);
   }
   if (server.active_requests() > 0)
-    std::fprintf(stderr, "[serve] drain timeout: %lld requests still running\n",
-                 static_cast<long long>(server.active_requests()));
+    std::fprintf(stderr, "[serve] %lld responses still open at exit\n", static_cast<long long>(server.active_requests()));
+  server.stop();
   io.stop();
 }
 
@@ -250,44 +263,77 @@ int cmd_serve(int argc, char** argv) {
     a.engine.model_dir = dir;
     if (a.engine.served_model_name.empty()) a.engine.served_model_name = "demo";
   }
-  std::fprintf(stderr, "[serve] loading %s on %s\n", a.engine.model_dir.string().c_str(), a.engine.device.c_str());
-  auto started = engine::start(a.engine);
-  if (!started) {
-    std::fprintf(stderr, "coserve serve: cannot start the engine: %s\n", started.err().message.c_str());
-    return 1;
-  }
-  std::unique_ptr<engine> eng = std::move(started).value();
-  const auto& info = eng->info();
-  std::fprintf(stderr, "[serve] model '%s' (%s), max_model_len %d, vocab %d\n", info.served_model_name.c_str(),
-               info.architecture.c_str(), info.max_model_len, info.vocab_size);
-
+  // The listener opens before the model loads: /health answers 503 {"status":"loading"} meanwhile.
   asio::io_context io;
-  http::openai_api api(*eng, http::api_options{a.api_key, "0.1.0"});
+  http::api_options api_opts{a.api_key, "0.1.0", a.engine.served_model_name.empty()
+                                                     ? a.engine.model_dir.filename().string()
+                                                     : a.engine.served_model_name};
+  http::openai_api api(api_opts);
   http::http_server server(io, a.limits, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
   auto port = server.listen(a.host, static_cast<uint16_t>(a.port));
   if (!port) {
     std::fprintf(stderr, "coserve serve: %s\n", port.err().message.c_str());
-    eng->stop(true);
     return 1;
   }
-  std::fprintf(stderr, "[serve] listening on http://%s:%u\n", a.host.c_str(), static_cast<unsigned>(*port));
+  std::fprintf(stderr, "[serve] listening on http://%s:%u (loading the model: /health answers 503 until ready)\n",
+               a.host.c_str(), static_cast<unsigned>(*port));
   std::fflush(stderr);
 
+  std::atomic<engine*> loaded{nullptr};
+  std::atomic<int> signals_seen{0};
+  std::thread drainer;
   asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const asio::error_code& ec, int sig) {
+  std::function<void(const asio::error_code&, int)> on_signal = [&](const asio::error_code& ec, int sig) {
     if (ec) return;
-    std::fprintf(stderr, "[serve] signal %d: draining %lld in-flight requests\n", sig,
-                 static_cast<long long>(server.active_requests()));
-    server.stop();
-    asio::co_spawn(io, drain(io, server, a.drain_timeout_s), asio::detached);
-  });
+    if (signals_seen.fetch_add(1) > 0) {
+      std::fprintf(stderr, "[serve] signal %d again: exiting now\n", sig);
+      std::fflush(stderr);
+      std::_Exit(1);
+    }
+    signals.async_wait(on_signal);  // the second one forces the exit
+    engine* eng = loaded.load();
+    if (eng == nullptr) {
+      std::fprintf(stderr, "[serve] signal %d while loading: exiting\n", sig);
+      std::fflush(stderr);
+      std::_Exit(0);
+    }
+    api.set_draining();
+    std::fprintf(stderr, "[serve] signal %d: draining (%lld responses in flight; at most %d s, then abort)\n", sig,
+                 static_cast<long long>(server.active_requests()), a.shutdown_timeout_s);
+    drainer = std::thread([&io, &server, eng, timeout = a.shutdown_timeout_s] {
+      const int64_t aborted = eng->drain(std::chrono::seconds(timeout));
+      if (aborted > 0) std::fprintf(stderr, "[serve] aborted %lld requests\n", static_cast<long long>(aborted));
+      asio::co_spawn(io, finish_http(io, server, std::chrono::seconds(5)), asio::detached);
+    });
+  };
+  signals.async_wait(on_signal);
 
   std::vector<std::thread> threads;
-  for (int i = 1; i < a.http_threads; ++i) threads.emplace_back([&io] { io.run(); });
-  io.run();
-  for (auto& t : threads) t.join();
+  for (int i = 0; i < a.http_threads; ++i) threads.emplace_back([&io] { io.run(); });
+  auto join_http = [&] {
+    for (auto& t : threads) t.join();
+    if (drainer.joinable()) drainer.join();
+  };
+
+  std::fprintf(stderr, "[serve] loading %s on %s\n", a.engine.model_dir.string().c_str(), a.engine.device.c_str());
+  auto started = engine::start(a.engine);
+  if (!started) {
+    std::fprintf(stderr, "coserve serve: cannot start the engine: %s\n", started.err().message.c_str());
+    io.stop();
+    join_http();
+    return 1;
+  }
+  std::unique_ptr<engine> eng = std::move(started).value();
+  const auto& info = eng->info();
+  api.attach(*eng);
+  loaded.store(eng.get());
+  std::fprintf(stderr, "[serve] ready: model '%s' (%s), max_model_len %d, vocab %d\n", info.served_model_name.c_str(),
+               info.architecture.c_str(), info.max_model_len, info.vocab_size);
+  std::fflush(stderr);
+
+  join_http();
   std::fprintf(stderr, "[serve] stopping the engine\n");
-  eng->stop(false);
+  eng->stop(true);
   std::fprintf(stderr, "[serve] bye\n");
   return 0;
 }

@@ -7,14 +7,39 @@
 
 #include <string>
 
+#include "model/executor.hpp"
 #include "runtime/expected.hpp"
 
 namespace coserve::gpu {
 
-// code "cuda"; the message names the call that failed and CUDA's own description.
+// Errors that corrupt the CUDA context: every later call fails too, until the process ends.
+inline bool is_sticky(cudaError_t status) noexcept {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorDevicesUnavailable:
+    case cudaErrorNoDevice:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// code "cuda", or k_executor_fatal for a sticky error; the message names the call that failed and
+// CUDA's own description.
 inline error cuda_error(cudaError_t status, const char* what) {
-  return make_error("cuda", std::string(what) + ": " + cudaGetErrorName(status) + " (" +
-                                cudaGetErrorString(status) + ")");
+  return make_error(is_sticky(status) ? k_executor_fatal : "cuda",
+                    std::string(what) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
 }
 
 inline result<void> cuda_check(cudaError_t status, const char* what) {

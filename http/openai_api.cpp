@@ -29,6 +29,9 @@ std::string error_json(const api_error& e) {
 http_response error_response(const api_error& e) {
   http_response r{e.status, "application/json", error_json(e), {}};
   if (e.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  // Overload and unavailability are temporary: tell clients when to try again.
+  if (e.status == 429) r.headers.emplace_back("Retry-After", "1");
+  if (e.status == 503) r.headers.emplace_back("Retry-After", "5");
   return r;
 }
 
@@ -69,11 +72,19 @@ struct submitted {
 }  // namespace
 
 openai_api::openai_api(engine& e, api_options options)
-    : engine_(e), options_(std::move(options)), metrics_(e.info().served_model_name), rng_(std::random_device{}()) {
+    : options_(std::move(options)), metrics_(e.info().served_model_name), rng_(std::random_device{}()) {
+  attach(e);
+}
+
+openai_api::openai_api(api_options options)
+    : options_(std::move(options)), metrics_(options_.served_model_name), rng_(std::random_device{}()) {}
+
+void openai_api::attach(engine& e) {
   const auto& info = e.info();
   limits_.served_model_name = info.served_model_name;
   limits_.vocab_size = info.vocab_size;
   limits_.max_model_len = info.max_model_len;
+  engine_.store(&e, std::memory_order_release);  // publishes limits_ to the handlers
 }
 
 std::string openai_api::new_id(const char* prefix) {
@@ -131,21 +142,6 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
     }
     co_return;
   }
-  if (path == "/v1/completions") co_return co_await generate(req, w, false);
-  if (path == "/v1/chat/completions") co_return co_await generate(req, w, true);
-  if (path == "/tokenize") co_return co_await tokenize(req, w);
-  if (path == "/detokenize") co_return co_await detokenize(req, w);
-  if (path == "/health") {
-    bool ok = engine_.healthy();
-    std::string body = ok ? "{}" : R"({"status":"engine down"})";
-    co_await respond_json(w, ok ? 200 : 503, body);
-    co_return;
-  }
-  if (path == "/metrics") {
-    http_response r{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.scrape(engine_), {}};
-    co_await respond(w, r);
-    co_return;
-  }
   if (path == "/version") {
     value v = json::object{};
     v["version"] = value(options_.version);
@@ -154,8 +150,46 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
     co_await respond_json(w, 200, body);
     co_return;
   }
+  if (engine_.load(std::memory_order_acquire) == nullptr) {  // still loading the model
+    if (path == "/health") {
+      std::string body = R"({"status":"loading"})";
+      co_await respond_json(w, 503, body);
+    } else {
+      const api_error e{503, "the model is still loading; retry later", "ServiceUnavailableError", {}, {}};
+      co_await respond_error(w, e);
+    }
+    co_return;
+  }
+  if (path == "/health") {
+    std::string reason = draining_.load(std::memory_order_acquire) ? "the server is shutting down"
+                                                                   : eng().unhealthy_reason();
+    value v = json::object{};
+    if (!reason.empty()) {
+      v["status"] = value(draining_.load(std::memory_order_acquire) ? "draining" : "unhealthy");
+      v["reason"] = value(std::move(reason));
+    }
+    std::string body;
+    json::dump_compact(v, body);
+    co_await respond_json(w, v.as_object().empty() ? 200 : 503, body);
+    co_return;
+  }
+  if (draining_.load(std::memory_order_acquire) &&
+      (path == "/v1/completions" || path == "/v1/chat/completions")) {
+    const api_error e{503, "the server is shutting down", "ServiceUnavailableError", {}, {}};
+    co_await respond_error(w, e);
+    co_return;
+  }
+  if (path == "/v1/completions") co_return co_await generate(req, w, false);
+  if (path == "/v1/chat/completions") co_return co_await generate(req, w, true);
+  if (path == "/tokenize") co_return co_await tokenize(req, w);
+  if (path == "/detokenize") co_return co_await detokenize(req, w);
+  if (path == "/metrics") {
+    http_response r{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.scrape(eng()), {}};
+    co_await respond(w, r);
+    co_return;
+  }
   // /v1/models
-  const auto& info = engine_.info();
+  const auto& info = eng().info();
   value m = json::object{};
   m["id"] = value(info.served_model_name);
   m["object"] = value("model");
@@ -188,7 +222,7 @@ asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w
     const api_error err_ = *e;
     co_return co_await respond_error(w, err_);
   }
-    ids = engine_.tokenize_chat(std::get<openai_request>(r).chat_in);
+    ids = eng().tokenize_chat(std::get<openai_request>(r).chat_in);
   } else if (const value* p = body.find("prompt"); p && !p->is_null()) {
     if (!p->is_string()) {
       const api_error err_ = api_error::bad_request("'prompt' must be a string", "prompt");
@@ -203,7 +237,7 @@ asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w
         }
       add_special = a->as_bool();
     }
-    ids = engine_.tokenize(p->as_string(), add_special);
+    ids = eng().tokenize(p->as_string(), add_special);
   }
   if (!ids) {
     const api_error err_ = from_engine_error(ids.err(), param, true);
@@ -242,7 +276,7 @@ asio::awaitable<void> openai_api::detokenize(http_request& req, response_writer&
     }
     ids.push_back(static_cast<int32_t>(x.as_int()));
   }
-  auto text = engine_.detokenize(ids);
+  auto text = eng().detokenize(ids);
   if (!text) {
     const api_error err_ = from_engine_error(text.err(), "tokens", true);
     co_return co_await respond_error(w, err_);
@@ -266,7 +300,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   std::vector<std::vector<int32_t>> prompt_ids;
   std::vector<std::string> prompt_texts;  // for echo
   if (chat) {
-    auto ids = engine_.tokenize_chat(r.chat_in);
+    auto ids = eng().tokenize_chat(r.chat_in);
     if (!ids) {
       const api_error err_ = from_engine_error(ids.err(), "messages", true);
       co_return co_await respond_error(w, err_);
@@ -275,7 +309,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   } else {
     for (auto& p : r.prompts) {
       if (auto* text = std::get_if<std::string>(&p)) {
-        auto ids = engine_.tokenize(*text, true);
+        auto ids = eng().tokenize(*text, true);
         if (!ids) {
           const api_error err_ = from_engine_error(ids.err(), "prompt", true);
           co_return co_await respond_error(w, err_);
@@ -285,7 +319,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
       } else {
         auto& ids = std::get<std::vector<int32_t>>(p);
         if (r.echo) {
-          auto t = engine_.detokenize(ids);
+          auto t = eng().detokenize(ids);
           prompt_texts.push_back(t ? *t : std::string());
         }
         prompt_ids.push_back(std::move(ids));
@@ -310,7 +344,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     g.input = std::move(prompt_ids[i]);
     g.params = per_prompt[i];
     g.add_special_tokens = false;
-    auto s = co_await engine_.submit(std::move(g));
+    auto s = co_await eng().submit(std::move(g));
     if (!s) {
       sub.cancel_all();
       {
@@ -324,7 +358,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   const int32_t n = r.params.n;
   response_header h{new_id(chat ? "chatcmpl" : "cmpl"), unix_now(), limits_.served_model_name, chat};
   token_text_fn text_of = [this](int32_t id) {
-    auto t = engine_.detokenize({id});
+    auto t = eng().detokenize({id});
     return t ? *t : std::string();
   };
   const bool want_logprobs = r.params.logprobs >= 0;
@@ -409,9 +443,13 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         c.add(*ev);
         cached = std::max(cached, ev->cached_prompt_tokens);
         if (ev->finish == finish_reason::error) {
+          // The choice ends with finish_reason "error", then an error event; [DONE] follows.
           api_error e{500, ev->error_message.empty() ? "engine failure" : ev->error_message, "InternalServerError", {}, {}};
           engine_failure = e.message;
           sub.cancel_all();
+          const std::string fin_chunk = sse_event(chat ? chat_delta_chunk(h, c.index, {}, value(), "error", usage_null)
+                                                       : text_chunk(h, c.index, {}, value(), "error", usage_null));
+          if (!co_await w.write_chunk(fin_chunk)) co_return;
           const std::string chunk = sse_event(error_json(e));
           co_await w.write_chunk(chunk);
           co_return;
@@ -448,7 +486,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   };
   co_await (pump() || watch());
   if (w.client_gone()) co_return;
-  co_await w.write_chunk(k_sse_done);
+  co_await w.write_chunk(k_sse_done);  // after an error event too: clients stop reading here
   co_await w.end_stream();
 }
 

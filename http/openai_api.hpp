@@ -6,6 +6,7 @@
 // connection (its mutable state is the metrics object and the id generator, both locked).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -26,11 +27,20 @@ namespace coserve::http {
 struct api_options {
   std::string api_key;              // when set, /v1/* needs "Authorization: Bearer <key>"
   std::string version = "0.1.0";    // GET /version
+  std::string served_model_name;    // the metrics' model label before an engine is attached
 };
 
+// Lifecycle: an api made without an engine answers while the model loads — /health 503
+// {"status":"loading"}, the other model routes 503 with Retry-After — until attach(). After
+// set_draining(), /health and new generation requests answer 503 too.
 class openai_api {
  public:
   openai_api(engine& e, api_options options);
+  explicit openai_api(api_options options);
+  // Any thread, once: the engine serves from now on.
+  void attach(engine& e);
+  // Any thread: the server is shutting down.
+  void set_draining() noexcept { draining_.store(true, std::memory_order_release); }
 
   // The request_handler of http_server.
   asio::awaitable<void> handle(http_request& req, response_writer& w);
@@ -49,7 +59,10 @@ class openai_api {
   asio::awaitable<void> respond_error(response_writer& w, const api_error& e);
   std::string new_id(const char* prefix);
 
-  engine& engine_;
+  engine& eng() const noexcept { return *engine_.load(std::memory_order_acquire); }
+
+  std::atomic<engine*> engine_{nullptr};
+  std::atomic<bool> draining_{false};
   api_options options_;
   model_limits limits_;
   prometheus_metrics metrics_;

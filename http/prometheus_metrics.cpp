@@ -14,41 +14,21 @@ std::string num(double v) {
   return std::string(buf, r.ptr);
 }
 
-std::vector<double> latency_buckets() {
-  return {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
-          2.5,   5.0,   7.5,  10.0, 20.0, 40.0, 80.0, 160.0};
-}
-
 }  // namespace
 
-histogram::histogram(std::vector<double> upper_bounds)
-    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
-
-void histogram::observe(double v) {
-  auto it = std::lower_bound(bounds_.begin(), bounds_.end(), v);  // first bound >= v: le semantics
-  ++counts_[static_cast<size_t>(it - bounds_.begin())];
-  sum_ += v;
-  ++count_;
-}
-
-void histogram::render(std::string& out, const std::string& name) const {
+void render_histogram(std::string& out, const std::string& name, const histogram_snapshot& h) {
   uint64_t cumulative = 0;
-  for (size_t i = 0; i < bounds_.size(); ++i) {
-    cumulative += counts_[i];
-    out += name + "_bucket{le=\"" + num(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  for (size_t i = 0; i < h.bounds.size(); ++i) {
+    cumulative += i < h.counts.size() ? h.counts[i] : 0;
+    out += name + "_bucket{le=\"" + num(h.bounds[i]) + "\"} " + std::to_string(cumulative) + "\n";
   }
-  cumulative += counts_.back();
-  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cumulative) + "\n";
-  out += name + "_sum " + num(sum_) + "\n";
-  out += name + "_count " + std::to_string(count_) + "\n";
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(h.count) + "\n";
+  out += name + "_sum " + num(h.sum) + "\n";
+  out += name + "_count " + std::to_string(h.count) + "\n";
 }
 
 prometheus_metrics::prometheus_metrics(std::string model_name)
-    : model_(std::move(model_name)),
-      ttft_(latency_buckets()),
-      itl_(latency_buckets()),
-      e2e_(latency_buckets()),
-      queue_(latency_buckets()) {}
+    : model_(std::move(model_name)) {}
 
 void prometheus_metrics::count_http(int status) {
   std::lock_guard lk(mu_);
@@ -64,10 +44,6 @@ std::string prometheus_metrics::scrape(engine& e) { return render(e.metrics(), e
 
 std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
   std::lock_guard lk(mu_);
-  for (double v : m.ttft_s) ttft_.observe(v);
-  for (double v : m.itl_s) itl_.observe(v);
-  for (double v : m.e2e_s) e2e_.observe(v);
-  for (double v : m.queue_s) queue_.observe(v);
 
   std::string out;
   out.reserve(8192);
@@ -119,13 +95,13 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
     sample(std::string("coserve_request_success_total{finished_reason=\"") + reason + "\"}", static_cast<double>(n));
 
   family("coserve_time_to_first_token_seconds", "histogram", "Time to first token.");
-  ttft_.render(out, "coserve_time_to_first_token_seconds");
+  render_histogram(out, "coserve_time_to_first_token_seconds", m.ttft);
   family("coserve_inter_token_latency_seconds", "histogram", "Time between two streamed tokens.");
-  itl_.render(out, "coserve_inter_token_latency_seconds");
+  render_histogram(out, "coserve_inter_token_latency_seconds", m.itl);
   family("coserve_e2e_request_latency_seconds", "histogram", "Request latency, arrival to last token.");
-  e2e_.render(out, "coserve_e2e_request_latency_seconds");
+  render_histogram(out, "coserve_e2e_request_latency_seconds", m.e2e);
   family("coserve_request_queue_time_seconds", "histogram", "Time waiting before the first schedule.");
-  queue_.render(out, "coserve_request_queue_time_seconds");
+  render_histogram(out, "coserve_request_queue_time_seconds", m.queue);
 
   family("coserve_http_requests_total", "counter", "HTTP responses by status.");
   for (const auto& [status, n] : http_by_status_)

@@ -1,7 +1,6 @@
 // prometheus_metrics: renders /metrics in the Prometheus text format (version 0.0.4), names
-// prefixed `coserve_`. Gauges and counters come from engine_metrics snapshots; latency histograms
-// are accumulated here from the samples each snapshot carries (engine::metrics() hands out the
-// samples since its previous call, so this object must be the only caller of engine::metrics()).
+// prefixed `coserve_` (vLLM's names after the prefix, and vLLM's latency buckets). Everything comes
+// from engine_metrics snapshots (the engine keeps the histograms, of fixed size).
 //
 // Threads: scrape() and the count_* functions may be called from any thread (one mutex).
 #pragma once
@@ -17,20 +16,8 @@
 
 namespace coserve::http {
 
-class histogram {
- public:
-  explicit histogram(std::vector<double> upper_bounds);
-  void observe(double v);
-  // `name_bucket{le="..."} n` lines (cumulative), then _sum and _count.
-  void render(std::string& out, const std::string& name) const;
-  uint64_t count() const noexcept { return count_; }
-
- private:
-  std::vector<double> bounds_;
-  std::vector<uint64_t> counts_;  // one per bound, plus +Inf last; not cumulative
-  double sum_ = 0.0;
-  uint64_t count_ = 0;
-};
+// `name_bucket{le="..."} n` lines (cumulative), then _sum and _count.
+void render_histogram(std::string& out, const std::string& name, const histogram_snapshot& h);
 
 class prometheus_metrics {
  public:
@@ -48,7 +35,6 @@ class prometheus_metrics {
  private:
   std::mutex mu_;  // guards everything below
   std::string model_;
-  histogram ttft_, itl_, e2e_, queue_;
   std::map<int, uint64_t> http_by_status_;
   uint64_t client_disconnects_ = 0;
 };

@@ -11,6 +11,10 @@
 
 namespace coserve {
 
+// Error code of a failure after which no later step can succeed (a sticky CUDA error, a lost
+// device): the engine fails at once instead of retrying. Any other error fails only the step.
+inline constexpr const char* k_executor_fatal = "executor_fatal";
+
 struct executor_info {
   int32_t num_kv_blocks = 0;
   int32_t block_size = 16;
@@ -25,7 +29,8 @@ class executor {
   // Registers new_seqs, applies block_copies, runs the forward pass, samples every scheduled
   // sequence with sample == true, then drops the state of `finished`. On an error the step's
   // new_seqs stay registered, the KV contents of its slots are unspecified, and no running
-  // sequence's sampling state has advanced.
+  // sequence's sampling state has advanced. A plan may schedule no sequence at all (only new_seqs
+  // and finished); the result then has no outputs.
   virtual result<step_result> execute(const step_plan& plan) = 0;
   virtual executor_info info() const = 0;
 };

@@ -13,6 +13,11 @@
 //   rt::maybe_async handle(M&)           synchronous unless it returns a coroutine to finish the
 //                                        work (e.g. waiting for space in a full mailbox); the
 //                                        actor handles nothing else until that coroutine ends
+//
+// A handler that throws — in its synchronous part or in the coroutine that finishes it — goes to
+// the supervision policy: the pending reply fails, B::on_failure(what) runs if B declares it (the
+// last chance to settle what the behavior held, e.g. end the requests it was serving), then the
+// behavior is rebuilt (restart) or released and the mailbox closed (stop).
 #pragma once
 
 #include <chrono>
@@ -85,6 +90,9 @@ struct envelope_variant<message_list<Ms...>> {
 
 // Return type of a mostly-synchronous handler (see the header comment).
 using maybe_async = std::optional<asio::awaitable<void>>;
+
+template <class B>
+concept has_on_failure = requires(B& b, const std::string& what) { b.on_failure(what); };
 
 template <class T>
 struct is_awaitable : std::false_type {};
@@ -344,14 +352,18 @@ class actor_cell final : public cell_base {
   }
 
   asio::awaitable<void> finish_async(asio::awaitable<void> rest, span sp, bool traced) {
+    std::exception_ptr failure;
     try {
       co_await std::move(rest);
-    } catch (const std::exception& e) {
-      sp.failed = true;
-      std::fprintf(stderr, "[coserve] actor '%s' failed finishing '%s': %s\n", opts_.name.c_str(),
-                   sp.message, e.what());
     } catch (...) {
+      failure = std::current_exception();
+    }
+    if (failure) {
       sp.failed = true;
+      const std::string what = describe(failure);
+      std::fprintf(stderr, "[coserve] actor '%s' failed finishing '%s': %s\n", opts_.name.c_str(),
+                   sp.message, what.c_str());
+      apply_policy(what);
     }
     if (traced) {
       sp.end_ns = tracer_.now_ns();
@@ -366,19 +378,37 @@ class actor_cell final : public cell_base {
     }
   }
 
-  template <class M>
-  void on_failure(envelope<M>& env, std::exception_ptr e) {
-    std::string what = "unknown exception";
+  static std::string describe(std::exception_ptr e) {
     try {
       std::rethrow_exception(e);
     } catch (const std::exception& ex) {
-      what = ex.what();
+      return ex.what();
     } catch (...) {
     }
+    return "unknown exception";
+  }
+
+  template <class M>
+  void on_failure(envelope<M>& env, std::exception_ptr e) {
+    const std::string what = describe(e);
     std::fprintf(stderr, "[coserve] actor '%s' failed handling '%s': %s\n", opts_.name.c_str(),
                  message_name<M>(), what.c_str());
     fail_reply(env, "actor '" + opts_.name + "' failed handling '" + message_name<M>() +
                         "': " + what);
+    apply_policy(what);
+  }
+
+  // The supervision policy after a failure: the behavior's own hook, then restart or stop.
+  void apply_policy(std::string what) {
+    if constexpr (has_on_failure<B>) {
+      if (behavior_) {
+        try {
+          behavior_->on_failure(what);
+        } catch (...) {
+          std::fprintf(stderr, "[coserve] actor '%s': on_failure threw\n", opts_.name.c_str());
+        }
+      }
+    }
     if (allow_restart()) {
       std::fprintf(stderr, "[coserve] restarting actor '%s'\n", opts_.name.c_str());
       behavior_.reset();

@@ -4,7 +4,9 @@
 // cancellation, or the runtime's "actor stopped". Later completions are ignored, so a reply that
 // arrives after a timeout is dropped (the asker has moved on). complete() may be called from any
 // thread; the continuation it runs is chosen by the asker (see actor_ref::ask): it posts to the
-// asker's executor, or fulfils a promise for a blocking caller.
+// asker's executor, or fulfils a promise for a blocking caller. A reply_state released without a
+// completion (its message dropped by a stopped actor, or a handler that lost it) completes with
+// "actor_failed" as it is destroyed, so no asker waits forever.
 #pragma once
 
 #include <atomic>
@@ -22,6 +24,12 @@ class reply_state {
   using callback = std::function<void(result<T>)>;
 
   explicit reply_state(callback on_done) : on_done_(std::move(on_done)) {}
+  ~reply_state() {
+    if (!done_.load(std::memory_order_acquire))
+      complete(make_error("actor_failed", "the request was dropped before it was answered"));
+  }
+  reply_state(const reply_state&) = delete;
+  reply_state& operator=(const reply_state&) = delete;
 
   // Returns true when this call delivered the result (it was the first).
   bool complete(result<T> r) {

@@ -124,6 +124,7 @@ TEST_CASE("kv_manager: prefix hits are counted once and leave the last token to 
     auto [plan, alloc] = kv.resolve(std::move(d));
     CHECK(alloc.seqs.at(0).cached_tokens == 0);
   }
+  kv.step_outcome(1, true);  // the step succeeded: its full blocks enter the prefix cache
   kv.release(1);
   step_draft d;
   d.step_id = 2;
@@ -136,4 +137,30 @@ TEST_CASE("kv_manager: prefix hits are counted once and leave the last token to 
   CHECK(plan.seqs.at(0).tokens == std::vector<int32_t>{5, 6, 7, 8});
   CHECK(alloc.prefix_queries == 16);
   CHECK(alloc.prefix_hits == 4);
+}
+
+TEST_CASE("kv_manager: blocks of a failed step never enter the prefix cache; of a pending one, not yet",
+          "[actors][kv]") {
+  kv_manager kv({.num_blocks = 8, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  auto run = [&](uint64_t step, seq_id_t id) {
+    step_draft d;
+    d.step_id = step;
+    d.entries.push_back(admit(d, id, prompt, 9));
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    REQUIRE(alloc.seqs.size() == 1);
+    return alloc.seqs[0].cached_tokens;
+  };
+  CHECK(run(1, 1) == 0);
+  CHECK(kv.steps_pending() == 1);
+  CHECK(run(2, 2) == 0);  // step 1 has not succeeded yet: nothing to reuse
+  kv.step_outcome(1, false);
+  kv.release(1);
+  CHECK(run(3, 3) == 0);  // step 1 failed: its blocks were never registered
+  kv.step_outcome(2, true);
+  kv.release(2);
+  kv.step_outcome(3, true);
+  kv.release(3);
+  CHECK(kv.steps_pending() == 0);
+  CHECK(run(4, 4) == 8);  // steps 2 and 3 succeeded: two full blocks are reused
 }

@@ -200,11 +200,18 @@ TEST_CASE("pipeline: n > 1 forks, context overflow, stop strings", "[actors][pip
     CHECK(got[0].text == full.substr(0, full.find(stop)));
     CHECK(got[0].finish == finish_reason::stop);
   }
-  const engine_metrics m = (*eng)->metrics();  // every stream has ended: its samples are in
+  const engine_metrics m = (*eng)->metrics();  // every stream has ended: it is counted
   REQUIRE(wait_all_blocks_free(**eng));
-  CHECK(m.ttft_s.size() >= 12);
-  CHECK(m.e2e_s.size() >= 12);
-  CHECK((*eng)->metrics().ttft_s.empty());  // samples are handed out once
+  CHECK(m.ttft.count >= 12);
+  CHECK(m.e2e.count >= 12);
+  CHECK(m.ttft.counts.size() == m.ttft.bounds.size() + 1);
+  uint64_t in_buckets = 0;
+  for (uint64_t c : m.ttft.counts) in_buckets += c;
+  CHECK(in_buckets == m.ttft.count);
+  // Cumulative, and fixed in size however many requests ran.
+  const engine_metrics again = (*eng)->metrics();
+  CHECK(again.ttft.count == m.ttft.count);
+  CHECK(again.ttft.counts.size() == m.ttft.counts.size());
   (*eng)->stop();
 }
 

@@ -162,7 +162,7 @@ class fake_engine final : public engine {
     m.kv_blocks_free = 100;
     m.finished_abort = cancels.load();
     m.generation_tokens = generated.load();
-    m.ttft_s = {0.002, 0.3};
+    m.ttft = {{0.001, 0.005, 0.5}, {0, 1, 1, 0}, 0.302, 2};  // samples 0.002 and 0.3
     return m;
   }
   void stop(bool) override { up.store(false); }

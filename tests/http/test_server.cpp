@@ -198,9 +198,49 @@ TEST_CASE("engine failure mid-stream: error event then DONE", "[http][server][ss
   auto r = request(f.port, "POST", "/v1/completions", R"({"prompt":"FAIL","max_tokens":10,"stream":true})");
   REQUIRE(r.status == 200);
   auto events = sse_payloads(r.body);
-  REQUIRE(events.size() == 4);
-  CHECK(json::parse(events[2])->find("error")->find("message")->as_string() == "simulated executor failure");
-  CHECK(events[3] == "[DONE]");
+  REQUIRE(events.size() == 5);
+  // The choice ends with finish_reason "error", then the error event, then [DONE].
+  CHECK(json::parse(events[2])->find("choices")->as_array()[0].find("finish_reason")->as_string() == "error");
+  CHECK(json::parse(events[3])->find("error")->find("message")->as_string() == "simulated executor failure");
+  CHECK(events[4] == "[DONE]");
   auto nonstream = request(f.port, "POST", "/v1/completions", R"({"prompt":"FAIL","max_tokens":10})");
   CHECK(nonstream.status == 500);
+}
+
+TEST_CASE("lifecycle: 503 while loading, 200 once attached, 503 with Retry-After while draining",
+          "[http][server][lifecycle]") {
+  fake_engine eng;
+  asio::io_context io;
+  http::api_options opts;
+  opts.served_model_name = "fake-model";
+  http::openai_api api(opts);  // no engine yet: the model is loading
+  http::http_server server(io, {}, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
+  auto p = server.listen("127.0.0.1", 0);
+  REQUIRE(p);
+  std::thread t([&io] { io.run(); });
+
+  auto loading = request(*p, "GET", "/health");
+  CHECK(loading.status == 503);
+  CHECK(body_json(loading).find("status")->as_string() == "loading");
+  auto gen = request(*p, "POST", "/v1/completions", R"({"model":"fake-model","prompt":"hi","max_tokens":2})");
+  CHECK(gen.status == 503);
+  CHECK(gen.head.find("Retry-After: ") != std::string::npos);
+  CHECK(body_json(gen).find("error")->find("type")->as_string() == "ServiceUnavailableError");
+  CHECK(request(*p, "GET", "/version").status == 200);
+
+  api.attach(eng);
+  CHECK(request(*p, "GET", "/health").status == 200);
+  CHECK(request(*p, "GET", "/v1/models").status == 200);
+
+  api.set_draining();
+  auto draining = request(*p, "GET", "/health");
+  CHECK(draining.status == 503);
+  CHECK(body_json(draining).find("status")->as_string() == "draining");
+  auto late = request(*p, "POST", "/v1/completions", R"({"model":"fake-model","prompt":"hi","max_tokens":2})");
+  CHECK(late.status == 503);
+  CHECK(late.head.find("Retry-After: ") != std::string::npos);
+
+  server.stop();
+  io.stop();
+  t.join();
 }

@@ -39,6 +39,18 @@ class Server:
                 pytest.skip("this build's coserve has no serve command yet")
             raise RuntimeError("server did not start:\n" + "".join(self.log))
         self.url = f"http://127.0.0.1:{self.port}"
+        # The listener opens before the model loads: /health answers 503 until the engine is ready.
+        end = time.monotonic() + 600
+        while True:
+            try:
+                if httpx.get(self.url + "/health", timeout=10).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > end:
+                self.proc.kill()
+                raise RuntimeError("server did not become ready:\n" + "".join(self.log))
+            time.sleep(0.02)
         headers = {}
         if "--api-key" in extra_args:
             headers["Authorization"] = "Bearer " + extra_args[list(extra_args).index("--api-key") + 1]

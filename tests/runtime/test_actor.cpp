@@ -238,3 +238,79 @@ TEST_CASE("timers deliver once, periodically, and stop when cancelled", "[actor]
   REQUIRE(c.ask_sync(get{}).value() == after_cancel);
   REQUIRE(once.fired() == 1);
 }
+
+namespace {
+
+struct tail_boom {};  // throws in the coroutine that finishes the handler, not in the handler
+struct read_total {
+  using reply_type = int;
+};
+
+// A behavior with a failure hook: on_failure sees the state it held, before the restart.
+struct hooked {
+  using messages = rt::message_list<add, tail_boom, boom, read_total>;
+  std::atomic<int>* hook_calls;
+  std::atomic<int>* total_seen;
+  int total = 0;
+  explicit hooked(std::atomic<int>* calls, std::atomic<int>* seen) : hook_calls(calls), total_seen(seen) {}
+  void handle(add& m) { total += m.v; }
+  void handle(boom&) { throw std::runtime_error("boom"); }
+  rt::maybe_async handle(tail_boom&) {
+    return [](int* t) -> asio::awaitable<void> {
+      *t += 100;
+      throw std::runtime_error("tail boom");
+      co_return;
+    }(&total);
+  }
+  int handle(read_total&) { return total; }
+  void on_failure(const std::string& what) {
+    hook_calls->fetch_add(1);
+    total_seen->store(total);
+    (void)what;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("an exception in a handler's asynchronous tail goes to the supervision policy",
+          "[actor][supervision][concurrency]") {
+  rt::system sys({.threads = 2});
+  std::atomic<int> calls{0}, seen{-1};
+  auto a = sys.spawn<hooked>({.name = "tail", .on_failure = rt::restart_policy::restart}, &calls, &seen);
+  REQUIRE(a.tell(add{5}) == rt::send_status::ok);
+  REQUIRE(a.tell(tail_boom{}) == rt::send_status::ok);
+  REQUIRE(a.tell(add{2}) == rt::send_status::ok);
+  auto r = a.ask_sync(read_total{});
+  REQUIRE(r.ok());
+  CHECK(*r == 2);               // restarted with fresh state; the message behind it kept
+  CHECK(a.cell().restarts() == 1);
+  CHECK(calls.load() == 1);     // the hook ran once, on the old state (5 + the tail's 100)
+  CHECK(seen.load() == 105);
+  sys.stop();
+}
+
+TEST_CASE("on_failure runs before a stop too, and a dropped reply completes with an error",
+          "[actor][supervision][concurrency]") {
+  rt::system sys({.threads = 2});
+  std::atomic<int> calls{0}, seen{-1};
+  std::promise<void> stopped;
+  auto a = sys.spawn<hooked>({.name = "fragile_hooked",
+                              .on_failure = rt::restart_policy::stop,
+                              .on_stopped = [&](const std::string&, const std::string&) { stopped.set_value(); }},
+                             &calls, &seen);
+  REQUIRE(a.tell(add{3}) == rt::send_status::ok);
+  REQUIRE(a.tell(boom{}) == rt::send_status::ok);
+  stopped.get_future().get();
+  CHECK(calls.load() == 1);
+  CHECK(seen.load() == 3);
+  // A reply_state released unanswered completes with "actor_failed" instead of leaving its
+  // waiter hanging.
+  std::promise<result<int>> got;
+  {
+    auto st = std::make_shared<rt::reply_state<int>>([&](result<int> v) { got.set_value(std::move(v)); });
+  }
+  auto v = got.get_future().get();
+  REQUIRE_FALSE(v.ok());
+  CHECK(v.err().code == "actor_failed");
+  sys.stop();
+}
