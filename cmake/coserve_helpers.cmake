@@ -1,19 +1,21 @@
 # One helper each for tests, examples and benchmarks.
 
-# Catch2 v2 main, compiled once and shared by every test executable.
+# The Catch2 v2 main (tests/catch_main.cpp), compiled once and shared by every test executable.
 if(COSERVE_BUILD_TESTS AND NOT TARGET coserve_catch_main)
-  file(WRITE ${CMAKE_BINARY_DIR}/catch_main.cpp "#define CATCH_CONFIG_MAIN\n#include <catch2/catch.hpp>\n")
-  add_library(coserve_catch_main OBJECT ${CMAKE_BINARY_DIR}/catch_main.cpp)
+  add_library(coserve_catch_main OBJECT ${PROJECT_SOURCE_DIR}/tests/catch_main.cpp)
+  target_include_directories(coserve_catch_main PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(coserve_catch_main PUBLIC Catch2::Catch2)
 endif()
 
 # coserve_add_test(NAME SOURCES a.cpp ... [LIBS lib ...] [LABELS l ...])
 # One Catch2 executable; each TEST_CASE becomes a ctest test carrying the labels. Tests run with the
-# project root as working directory so ../shared/testdata resolves.
+# project root as working directory so ../shared/testdata resolves. A test case that skips
+# (COSERVE_SKIP, tests/skip.hpp) exits with 77, which ctest reports as skipped.
 function(coserve_add_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES} $<TARGET_OBJECTS:coserve_catch_main>)
   target_link_libraries(${name} PRIVATE Catch2::Catch2 coserve_warnings ${T_LIBS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})  # "tests/skip.hpp"
   set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_compile_definitions(${name} PRIVATE COSERVE_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
                                              COSERVE_BINARY_DIR="${CMAKE_BINARY_DIR}")
@@ -22,7 +24,7 @@ function(coserve_add_test name)
   # expression, so `-L concurrency` and `-L runtime` both select such a test.
   string(REPLACE ";" "-" label "${T_LABELS}")
   catch_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
-                       PROPERTIES LABELS "${label}")
+                       PROPERTIES LABELS "${label}" SKIP_RETURN_CODE 77)
 endfunction()
 
 # coserve_add_example(NAME SOURCES a.cpp ... [LIBS lib ...])

@@ -19,6 +19,7 @@
 #include "actors/engine.hpp"
 #include "model/demo_model.hpp"
 #include "runtime/trace.hpp"
+#include "tests/skip.hpp"
 
 using namespace coserve;
 
@@ -67,7 +68,10 @@ std::filesystem::path demo_dir() {
   return dir;
 }
 
-bool have_testdata() { return std::filesystem::exists("../shared/testdata/tokenizers/gpt2"); }
+// The tokenizer demo_dir() copies (make_demo_model's default, from the shared test data).
+std::filesystem::path default_tokenizer() {
+  return test::testdata() / "tokenizers/gpt2/tokenizer.json";
+}
 
 engine_config small_config() {
   engine_config cfg;
@@ -128,12 +132,9 @@ bool wait_all_blocks_free(engine& eng) {
 
 }  // namespace
 
-TEST_CASE("pipeline: 64 concurrent requests equal each run alone; every KV block free afterwards",
+TEST_CASE("pipeline: 64 concurrent requests equal each run alone, every KV block free afterwards",
           "[actors][pipeline]") {
-  if (!have_testdata()) {
-    WARN("../shared/testdata absent: skipped");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   auto eng = engine::start(small_config());
   REQUIRE(eng);
   const int k = 64;
@@ -157,10 +158,7 @@ TEST_CASE("pipeline: 64 concurrent requests equal each run alone; every KV block
 }
 
 TEST_CASE("pipeline: n > 1 forks, context overflow, stop strings", "[actors][pipeline]") {
-  if (!have_testdata()) {
-    WARN("../shared/testdata absent: skipped");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   auto eng = engine::start(small_config());
   REQUIRE(eng);
   const auto reqs = random_requests(12, 11, 30, 12);
@@ -215,12 +213,9 @@ TEST_CASE("pipeline: n > 1 forks, context overflow, stop strings", "[actors][pip
   (*eng)->stop();
 }
 
-TEST_CASE("pipeline: requests cancelled at random points end with abort; nothing leaks",
+TEST_CASE("pipeline: requests cancelled at random points end with abort, nothing leaks",
           "[actors][pipeline]") {
-  if (!have_testdata()) {
-    WARN("../shared/testdata absent: skipped");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   auto eng = engine::start(small_config());
   REQUIRE(eng);
   const int k = 48;
@@ -258,10 +253,7 @@ TEST_CASE("pipeline: requests cancelled at random points end with abort; nothing
 }
 
 TEST_CASE("pipeline: admission control rejects beyond the limit with queue_full", "[actors][pipeline]") {
-  if (!have_testdata()) {
-    WARN("../shared/testdata absent: skipped");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
   cfg.max_num_seqs = 2;
   cfg.max_waiting = 2;  // at most 4 requests open
@@ -284,13 +276,10 @@ TEST_CASE("pipeline: admission control rejects beyond the limit with queue_full"
   (*eng)->stop();
 }
 
-TEST_CASE("pipeline: every request's trace passes intake, tokenizer, scheduler, executor, streamer; "
+TEST_CASE("pipeline: every request's trace passes intake, tokenizer, scheduler, executor, streamer, "
           "planning overlaps execution",
           "[actors][pipeline][trace]") {
-  if (!have_testdata()) {
-    WARN("../shared/testdata absent: skipped");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
   cfg.num_kv_blocks = 400;
   const auto trace_file = std::filesystem::temp_directory_path() / "coserve_pipeline_trace.json";

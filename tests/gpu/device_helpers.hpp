@@ -1,5 +1,5 @@
-// Helpers for the device tests: skip cleanly without a device, and move host vectors to and from
-// device buffers (these tests synchronize; library code never does).
+// Helpers for the device tests: skip (reported as skipped) without a device, and move host vectors
+// to and from device buffers (these tests synchronize; library code never does).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -10,14 +10,13 @@
 #include "gpu/device_buffer.hpp"
 #include "gpu/stream.hpp"
 #include "model/dtype.hpp"
+#include "tests/skip.hpp"
 
-// Ends the current test case successfully, with a visible message, when no CUDA device is present.
-#define COSERVE_REQUIRE_DEVICE_OR_SKIP()                                              \
-  do {                                                                                \
-    if (coserve::gpu::device_count() == 0) {                                          \
-      WARN("skipped: no CUDA device on this machine (this test runs on a GPU host)"); \
-      return;                                                                         \
-    }                                                                                 \
+// Skips the current test case (ctest reports it as skipped) when no CUDA device is present.
+#define COSERVE_REQUIRE_DEVICE_OR_SKIP()                                             \
+  do {                                                                               \
+    if (coserve::gpu::device_count() == 0)                                           \
+      COSERVE_SKIP("no CUDA device on this machine (this test runs on a GPU host)"); \
   } while (0)
 
 namespace coserve::gpu::test {

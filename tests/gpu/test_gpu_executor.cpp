@@ -204,10 +204,7 @@ TEST_CASE("gpu executor: dummy weights, unknown sequences, penalties and top log
 TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gpu][hf]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const char* dir = std::getenv("COSERVE_GPU_HF_DIR");
-  if (dir == nullptr) {
-    WARN("skipped: set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
-    return;
-  }
+  if (dir == nullptr) COSERVE_SKIP("set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
   std::ifstream in(std::string(dir) + "/hf_greedy.txt");
   REQUIRE(in.good());
   std::vector<std::vector<int32_t>> prompts, expect;

@@ -53,7 +53,7 @@ TEST_CASE("rmsnorm and silu references", "[gpu_host][reference]") {
   CHECK(bf16_to_f32(a[1]) == Approx(2.0 / (1.0 + std::exp(-2.0)) * 3.0).epsilon(1e-2));
 }
 
-TEST_CASE("attention reference: one key returns its value; equal keys average", "[gpu_host][reference]") {
+TEST_CASE("attention reference: one key returns its value, equal keys average", "[gpu_host][reference]") {
   const int32_t D = 4;
   batch_plan p;
   p.num_tokens = 2;

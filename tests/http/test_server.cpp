@@ -141,7 +141,7 @@ TEST_CASE("validation errors over the wire: 400 with param, 404 model, 401, 413"
   CHECK(body_json(raise).find("error")->find("message")->as_string() == "Conversation roles must alternate");
 }
 
-TEST_CASE("header limit answers 431; slow request times out with 408", "[http][server][limits]") {
+TEST_CASE("header limit answers 431, slow request times out with 408", "[http][server][limits]") {
   server_fixture f(http::server_limits{.max_header_bytes = 512, .request_timeout = 300ms});
   auto r = parse_raw(exchange_raw(f.port, "GET /health HTTP/1.1\r\nX-Big: " + std::string(2000, 'x') + "\r\n\r\n"));
   CHECK(r.status == 431);

@@ -75,7 +75,7 @@ TEST_CASE("executor: info, decode via the last step's token, finished drops stat
   CHECK(a == b);
 }
 
-TEST_CASE("executor: block copies fork a sequence; return_logits; errors", "[model][executor]") {
+TEST_CASE("executor: block copies fork a sequence, return_logits, errors", "[model][executor]") {
   test::temp_dir dir("exec2");
   auto ex = make_executor(dir, true);
   const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18};

@@ -117,7 +117,7 @@ TEST_CASE("forward: chunking and batching do not change logits", "[model][forwar
   }
 }
 
-TEST_CASE("forward: last-row logits equal the all-rows run; copied blocks continue alike", "[model][forward]") {
+TEST_CASE("forward: last-row logits equal the all-rows run, copied blocks continue alike", "[model][forward]") {
   fixture f(variant(0));
   cpu_forward fwd(f.weights, f.pool);
   const int32_t vocab = int32_t(f.vocab());

@@ -5,10 +5,11 @@
 #include "model/config.hpp"
 #include "model/demo_args.hpp"
 #include "model_test_util.hpp"
+#include "tests/skip.hpp"
 
 namespace coserve {
 
-TEST_CASE("demo model: same options, same bytes; another seed, other weights", "[model][demo]") {
+TEST_CASE("demo model: same options, same bytes, another seed, other weights", "[model][demo]") {
   test::temp_dir a("demo-a"), b("demo-b"), c("demo-c");
   REQUIRE(make_demo_model(a.str(), test::tiny_options(1)).ok());
   REQUIRE(make_demo_model(b.str(), test::tiny_options(1)).ok());
@@ -28,7 +29,7 @@ TEST_CASE("demo model: same options, same bytes; another seed, other weights", "
   CHECK(gen->eos_token_ids == std::vector<int32_t>{95});
 }
 
-TEST_CASE("demo model: flags parse into options; bad flags are errors", "[model][demo]") {
+TEST_CASE("demo model: flags parse into options, bad flags are errors", "[model][demo]") {
   auto ok = parse_demo_args({"DIR", "--seed", "5", "--architecture", "qwen2", "--dtype", "f16", "--num-kv-heads", "1",
                              "--rope-scaling", "llama3", "--tie-embeddings", "--head-dim", "16"});
   REQUIRE(ok.ok());
@@ -60,10 +61,7 @@ TEST_CASE("demo model: flags parse into options; bad flags are errors", "[model]
 }
 
 TEST_CASE("demo model: default tokenizer copied, vocabulary taken from it", "[model][demo]") {
-  if (!std::filesystem::exists("../shared/testdata/tokenizers/gpt2/tokenizer.json")) {
-    WARN("skipped: ../shared/testdata/tokenizers/gpt2 is absent");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(test::testdata() / "tokenizers/gpt2/tokenizer.json");
   test::temp_dir d("demo-tok");
   demo_options o = test::tiny_options();
   o.copy_tokenizer = true;

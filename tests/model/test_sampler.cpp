@@ -30,7 +30,7 @@ std::map<int32_t, int> draws(const std::vector<float>& logits, sampling_params p
 
 }  // namespace
 
-TEST_CASE("sampler: greedy is argmax; logprob is the log-softmax", "[model][sampler]") {
+TEST_CASE("sampler: greedy is argmax, logprob is the log-softmax", "[model][sampler]") {
   const std::vector<float> l{0.1f, 2.0f, -1.0f, 1.5f};
   auto st = state(greedy());
   auto o = sample_token(l, st);
@@ -131,7 +131,7 @@ TEST_CASE("sampler: temperature sampling follows the distribution", "[model][sam
   CHECK(double(c[0]) / 4000 == Approx(std::sqrt(3.0) / (1 + std::sqrt(3.0))).margin(0.03));
 }
 
-TEST_CASE("sampler: a seed reproduces the tokens; another seed differs", "[model][sampler]") {
+TEST_CASE("sampler: a seed reproduces the tokens, another seed differs", "[model][sampler]") {
   std::vector<float> l(50);
   for (size_t i = 0; i < l.size(); ++i) l[i] = float(i % 7) * 0.3f;
   sampling_params p;

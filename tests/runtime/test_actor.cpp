@@ -140,7 +140,7 @@ TEST_CASE("a throwing handler restarts the actor with fresh state", "[actor][sup
   REQUIRE(spans[0].failed);
 }
 
-TEST_CASE("the stop policy stops the actor and notifies; the process stays up",
+TEST_CASE("the stop policy stops the actor and notifies, the process stays up",
           "[actor][supervision][concurrency]") {
   rt::system sys({.threads = 2});
   std::promise<std::string> stopped;

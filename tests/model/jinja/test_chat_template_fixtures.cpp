@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "model/jinja/chat_template.hpp"
+#include "tests/skip.hpp"
 
 using namespace coserve;
 namespace fs = std::filesystem;
@@ -26,12 +27,9 @@ constexpr std::time_t kFixtureNow = 1721995200;  // 2024-07-26 12:00:00 UTC, as 
 }  // namespace
 
 TEST_CASE("chat templates match Python jinja2 fixtures", "[chat_template]") {
-  const fs::path data = "../shared/testdata";
+  const fs::path data = test::testdata();
   const fs::path fixtures = "tests/reference/fixtures/chat_template";
-  if (!fs::exists(data / "chat-templates")) {
-    WARN("skipped: " << data.string() << " not found");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(data / "chat-templates");
   auto contexts = json::parse(slurp(fixtures / "conversations.json"));
   REQUIRE(contexts.ok());
   size_t templates = 0, rendered = 0, failures = 0;

@@ -7,13 +7,12 @@
 #include <sstream>
 
 #include "model/jinja/chat_template.hpp"
+#include "tests/skip.hpp"
 
 using namespace coserve;
 namespace fs = std::filesystem;
 
 namespace {
-
-const fs::path kData = "../shared/testdata";
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -28,11 +27,9 @@ constexpr std::time_t kGoldenNow = 1721995200;
 }  // namespace
 
 TEST_CASE("chat template goldens reproduce Python jinja2 byte for byte", "[chat_template]") {
-  fs::path dir = kData / "chat-templates" / "goldens";
-  if (!fs::exists(dir / "index.json")) {
-    WARN("skipped: " << dir.string() << " not found");
-    return;
-  }
+  const fs::path data = test::testdata();
+  fs::path dir = data / "chat-templates" / "goldens";
+  COSERVE_SKIP_UNLESS_EXISTS(dir / "index.json");
   auto index = json::parse(slurp(dir / "index.json"));
   auto inputs = json::parse(slurp(dir / "inputs.json"));
   REQUIRE(index.ok());
@@ -49,7 +46,7 @@ TEST_CASE("chat template goldens reproduce Python jinja2 byte for byte", "[chat_
     std::string tpath = tinfo->find("template")->as_string();
     std::string name;
     if (auto hash = tpath.find('#'); hash != std::string::npos) tpath.resize(hash);
-    auto source = load_chat_template_source(kData / tpath, name);
+    auto source = load_chat_template_source(data / tpath, name);
     REQUIRE(source.ok());
     auto tmpl = chat_template::parse(*source);
     if (!tmpl) FAIL("parse error: " << tmpl.err().message);
@@ -83,12 +80,9 @@ TEST_CASE("chat template goldens reproduce Python jinja2 byte for byte", "[chat_
 // llama.cpp's inline template cases, against what Python jinja2 renders for them (the
 // jinja2-vs-llama.cpp file records jinja2's output or error for each, over the basic conversation).
 TEST_CASE("llama.cpp inline template cases render as jinja2 does", "[chat_template]") {
-  fs::path dir = kData / "chat-templates";
+  fs::path dir = test::testdata() / "chat-templates";
   fs::path cmp_path = dir / "goldens" / "llama.cpp-inline-cases.jinja2-vs-llama.cpp.json";
-  if (!fs::exists(cmp_path)) {
-    WARN("skipped: " << cmp_path.string() << " not found");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(cmp_path);
   auto cmp = json::parse(slurp(cmp_path));
   auto inputs = json::parse(slurp(dir / "goldens" / "inputs.json"));
   REQUIRE(cmp.ok());

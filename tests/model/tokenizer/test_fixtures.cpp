@@ -35,10 +35,7 @@ void check_fixture(const std::string& name, bool from_testdata) {
   REQUIRE(std::filesystem::exists(file));
   const auto source = from_testdata ? test::testdata() / "tokenizers" / name
                                     : test::fixtures() / (name + ".tokenizer.json");
-  if (!std::filesystem::exists(source)) {
-    WARN("skipped: " << source << " absent");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(source);
   auto tok = tokenizer::load(source);
   REQUIRE(tok.ok());
   simdjson::dom::parser parser;

@@ -52,12 +52,9 @@ TEST_CASE("byte-level round trip on random valid UTF-8", "[tokenizer]") {
       {test::testdata() / "tokenizers/qwen2.5", true},
       {test::fixtures() / "synthetic-ignore-merges.tokenizer.json", false},
   };
+  for (const auto& s : sources) COSERVE_SKIP_UNLESS_EXISTS(s.path);
   std::mt19937 rng(1234);
   for (const auto& s : sources) {
-    if (!std::filesystem::exists(s.path)) {
-      WARN("skipped: " << s.path << " absent");
-      continue;
-    }
     auto tok = tokenizer::load(s.path);
     REQUIRE(tok.ok());
     for (int i = 0; i < 300; ++i) {
@@ -74,12 +71,9 @@ TEST_CASE("streaming random ids: valid pieces that concatenate to decode", "[tok
       test::testdata() / "tokenizers/gpt2", test::testdata() / "tokenizers/qwen2.5",
       test::testdata() / "tokenizers/phi-3-mini", test::fixtures() / "synthetic-metaspace.tokenizer.json",
       test::fixtures() / "synthetic-ignore-merges.tokenizer.json"};
+  for (const auto& path : sources) COSERVE_SKIP_UNLESS_EXISTS(path);
   std::mt19937 rng(99);
   for (const auto& path : sources) {
-    if (!std::filesystem::exists(path)) {
-      WARN("skipped: " << path << " absent");
-      continue;
-    }
     auto tok = tokenizer::load(path);
     REQUIRE(tok.ok());
     std::uniform_int_distribution<int32_t> any_id(0, tok->vocab_size() - 1), low_id(0, 400), tiny_id(0, 8);
@@ -111,10 +105,7 @@ TEST_CASE("streaming random ids: valid pieces that concatenate to decode", "[tok
 
 TEST_CASE("streaming after a prompt continues the prompt's text", "[tokenizer]") {
   const auto path = test::testdata() / "tokenizers/phi-3-mini";
-  if (!std::filesystem::exists(path)) {
-    WARN("skipped: " << path << " absent");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(path);
   auto tok = tokenizer::load(path);
   REQUIRE(tok.ok());
   const auto prompt = tok->encode("The answer is", false);

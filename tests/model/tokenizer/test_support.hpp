@@ -1,4 +1,5 @@
-// Shared helpers for the tokenizer tests: where the test data lives and JSON reading.
+// Shared helpers for the tokenizer tests: where the fixtures live and JSON reading (the shared
+// test data and skipping come from tests/skip.hpp).
 #pragma once
 
 #include <filesystem>
@@ -9,9 +10,10 @@
 
 #include <simdjson.h>
 
+#include "tests/skip.hpp"
+
 namespace coserve::test {
 
-inline std::filesystem::path testdata() { return std::filesystem::path("../shared/testdata"); }
 inline std::filesystem::path fixtures() {
   return std::filesystem::path(COSERVE_SOURCE_DIR) / "tests/reference/fixtures/tokenizer";
 }

@@ -11,10 +11,7 @@ namespace {
 
 void check_vectors(const char* vectors, const char* tokenizer_dir) {
   const auto vfile = test::testdata() / "vocab-vectors" / vectors;
-  if (!std::filesystem::exists(vfile)) {
-    WARN("skipped: " << vfile << " absent");
-    return;
-  }
+  COSERVE_SKIP_UNLESS_EXISTS(vfile);
   auto tok = tokenizer::load(test::testdata() / "tokenizers" / tokenizer_dir);
   REQUIRE(tok.ok());
   simdjson::dom::parser parser;
@@ -41,12 +38,10 @@ TEST_CASE("vocab vectors: deepseek-r1-qwen (qwen2.5)", "[tokenizer]") {
 TEST_CASE("vocab vectors: phi-3", "[tokenizer]") { check_vectors("phi-3.json", "phi-3-mini"); }
 
 TEST_CASE("phi-2 and roberta-base load and encode", "[tokenizer]") {
+  for (const char* name : {"phi-2", "roberta-base"})
+    COSERVE_SKIP_UNLESS_EXISTS(test::testdata() / "tokenizers" / name);
   for (const char* name : {"phi-2", "roberta-base"}) {
     const auto dir = test::testdata() / "tokenizers" / name;
-    if (!std::filesystem::exists(dir)) {
-      WARN("skipped: " << dir << " absent");
-      continue;
-    }
     auto tok = tokenizer::load(dir);
     REQUIRE(tok.ok());
     const auto ids = tok->encode("Hello world", false);
