@@ -39,7 +39,7 @@ constexpr const char* k_help = R"(usage: coserve serve [MODEL_DIR | --demo] [fla
 
 Serves a Hugging Face model folder over an OpenAI-compatible HTTP API:
   POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,
-  POST /tokenize, POST /detokenize, GET /version.
+  POST /tokenize, POST /detokenize, GET /version, GET /openapi.json.
 
 model:
   MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json

@@ -7,6 +7,7 @@
 #include <asio/this_coro.hpp>
 
 #include "http/openai_response.hpp"
+#include "http/openapi.hpp"
 
 namespace coserve::http {
 
@@ -58,7 +59,7 @@ struct route {
 constexpr route k_routes[] = {
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
     {"/health", "GET"},          {"/metrics", "GET"},              {"/tokenize", "POST"},
-    {"/detokenize", "POST"},     {"/version", "GET"},
+    {"/detokenize", "POST"},     {"/version", "GET"},              {"/openapi.json", "GET"},
 };
 
 // Streams of one HTTP request (one per prompt) and the index offset of each one's choices.
@@ -186,6 +187,11 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   if (path == "/metrics") {
     http_response r{200, "text/plain; version=0.0.4; charset=utf-8", metrics_.scrape(eng()), {}};
     co_await respond(w, r);
+    co_return;
+  }
+  if (path == "/openapi.json") {
+    std::string body = openapi_json(limits_, options_.version);
+    co_await respond_json(w, 200, body);
     co_return;
   }
   // /v1/models

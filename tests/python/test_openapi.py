@@ -1,0 +1,65 @@
+"""GET /openapi.json: a valid OpenAPI 3.1 document, and the live server conforms to it.
+
+Schemathesis generates valid and invalid requests for every operation in the document and checks
+that no answer is a 5xx, that every status code is one the document lists and that every JSON
+answer matches its response schema.
+"""
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from conftest import Server
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def small_server():
+    # A short context keeps generated prompts and completions small on the CPU.
+    s = Server("--max-model-len", "128")
+    yield s
+    s.stop()
+
+
+def test_openapi_document_is_valid_and_lists_every_route(server):
+    from openapi_spec_validator import validate
+    r = httpx.get(server.url + "/openapi.json")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("application/json")
+    doc = r.json()
+    validate(doc)
+    assert doc["openapi"].startswith("3.1")
+    assert set(doc["paths"]) == {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
+                                 "/tokenize", "/detokenize", "/version", "/openapi.json"}
+    assert server.model in doc["components"]["schemas"]["Sampling"]["properties"]["model"]["enum"]
+    max_model_len = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
+    assert doc["components"]["schemas"]["Sampling"]["properties"]["max_tokens"]["maximum"] == max_model_len - 1
+
+
+def test_openapi_needs_no_api_key():
+    s = Server("--api-key", "sekrit")
+    try:
+        assert httpx.get(s.url + "/openapi.json").status_code == 200
+        assert httpx.get(s.url + "/v1/models").status_code == 401
+    finally:
+        s.stop()
+
+
+def test_schemathesis_finds_no_server_error_or_nonconformance(small_server, tmp_path):
+    cli = os.path.join(os.path.dirname(sys.executable), "schemathesis")
+    if not os.access(cli, os.X_OK):
+        pytest.skip("schemathesis is not installed (scripts/pyenv)")
+    env = dict(os.environ, SCHEMATHESIS_HOOKS="schemathesis_hooks",
+               PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    cmd = [cli, "run", small_server.url + "/openapi.json",
+           "--checks", "not_a_server_error,status_code_conformance,response_schema_conformance,"
+                       "content_type_conformance,negative_data_rejection",
+           "--phases", "examples,coverage,fuzzing", "--max-examples", "30", "--seed", "1",
+           "--workers", "2", "--request-timeout", "60", "--suppress-health-check", "all",
+           "--report", "junit", "--report-dir", str(tmp_path)]
+    p = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-20000:] + p.stderr[-5000:]
+    assert "No issues found" in p.stdout or "passed" in p.stdout, p.stdout[-5000:]
