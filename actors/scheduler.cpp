@@ -48,9 +48,11 @@ rt::maybe_async scheduler::handle(add_request& m) {
   max_added_ = std::max(max_added_, rid);
   // Cancellations of ids below this one that never arrived (rejected by the tokenizer) are moot.
   for (auto it = cancelled_early_.begin(); it != cancelled_early_.end();)
-    it = *it < rid ? cancelled_early_.erase(it) : std::next(it);
-  if (cancelled_early_.erase(rid) != 0) {
-    out.tell(p_->streamer_ref, end_request{rid, finish_reason::abort, {}});
+    it = it->first < rid ? cancelled_early_.erase(it) : std::next(it);
+  if (auto early = cancelled_early_.find(rid); early != cancelled_early_.end()) {
+    const finish_reason why = early->second;
+    cancelled_early_.erase(early);
+    out.tell(p_->streamer_ref, end_request{rid, why, why == finish_reason::error ? "the request was failed before it was queued" : ""});
     return out.finish();
   }
   const int32_t n = std::max(1, m.params.n);
@@ -119,7 +121,7 @@ rt::maybe_async scheduler::handle(cancel_sequences& m) {
   p_->fault_point("scheduler", "cancel_sequences");
   rt::outbox out;
   if (requests_.count(m.request_id) == 0) {
-    if (m.request_id > max_added_) cancelled_early_.insert(m.request_id);  // still being tokenized
+    if (m.request_id > max_added_) cancelled_early_[m.request_id] = m.reason;  // still being tokenized
     return out.finish();
   }
   end_request_now(m.request_id, m.reason, {}, out);

@@ -259,7 +259,7 @@ TEST_CASE("faults: blocks a failed step wrote never enter the prefix cache", "[a
   (*eng)->stop();
 }
 
-TEST_CASE("faults: consecutive failed steps fail the engine; open streams end, new requests refused",
+TEST_CASE("faults: consecutive failed steps fail the engine - open streams end and new requests are refused",
           "[actors][faults]") {
   auto plan = std::make_shared<fault_plan>();
   plan->fail_every = true;
@@ -300,7 +300,7 @@ TEST_CASE("faults: a fatal executor error fails the engine at once", "[actors][f
   (*eng)->stop();
 }
 
-TEST_CASE("faults: a stalled step fails the engine after step_timeout; streams end with an error",
+TEST_CASE("faults: a stalled step fails the engine after step_timeout and streams end with an error",
           "[actors][faults]") {
   auto plan = std::make_shared<fault_plan>();
   plan->stall_at = 3;
@@ -322,7 +322,7 @@ TEST_CASE("faults: a stalled step fails the engine after step_timeout; streams e
   (*eng)->stop();
 }
 
-TEST_CASE("faults: a handler that throws ends what its actor held; restartable actors recover",
+TEST_CASE("faults: a handler that throws ends what its actor held and restartable actors recover",
           "[actors][faults]") {
   struct where {
     const char* actor;

@@ -139,7 +139,7 @@ TEST_CASE("kv_manager: prefix hits are counted once and leave the last token to 
   CHECK(alloc.prefix_hits == 4);
 }
 
-TEST_CASE("kv_manager: blocks of a failed step never enter the prefix cache; of a pending one, not yet",
+TEST_CASE("kv_manager: blocks of a failed step never enter the prefix cache and those of a pending one not yet",
           "[actors][kv]") {
   kv_manager kv({.num_blocks = 8, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
   const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9};
