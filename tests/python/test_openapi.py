@@ -52,12 +52,13 @@ def test_schemathesis_finds_no_server_error_or_nonconformance(small_server, tmp_
     cli = os.path.join(os.path.dirname(sys.executable), "schemathesis")
     if not os.access(cli, os.X_OK):
         pytest.skip("schemathesis is not installed (scripts/pyenv)")
-    env = dict(os.environ, SCHEMATHESIS_HOOKS="schemathesis_hooks",
+    max_model_len = httpx.get(small_server.url + "/v1/models").json()["data"][0]["max_model_len"]
+    env = dict(os.environ, SCHEMATHESIS_HOOKS="schemathesis_hooks", COSERVE_MAX_TOKENS_MAX=str(max_model_len - 1),
                PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
     cmd = [cli, "run", small_server.url + "/openapi.json",
            "--checks", "not_a_server_error,status_code_conformance,response_schema_conformance,"
                        "content_type_conformance,negative_data_rejection",
-           "--phases", "examples,coverage,fuzzing", "--max-examples", "30", "--seed", "1",
+           "--phases", "examples,coverage,fuzzing", "--max-examples", "50", "--seed", "1",
            "--workers", "2", "--request-timeout", "60", "--suppress-health-check", "all",
            "--report", "junit", "--report-dir", str(tmp_path)]
     p = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
