@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "actors/engine.hpp"
+#include "tests/model/model_test_util.hpp"
 #include "model/demo_model.hpp"
 #include "model/executor.hpp"
 
@@ -79,7 +80,10 @@ class faulty_executor final : public executor {
 
 std::filesystem::path fault_model_dir() {
   static const std::filesystem::path dir = [] {
-    const auto d = std::filesystem::temp_directory_path() / "coserve_faults_test_model";
+    // Per process: ctest runs this binary's cases as parallel processes, and a shared folder
+    // would be rewritten while another process has its weights mapped.
+    static const test::temp_dir tmp("faults-model");
+    const std::filesystem::path d = tmp.str();
     demo_options o;
     o.hidden_size = 64;
     o.intermediate_size = 128;

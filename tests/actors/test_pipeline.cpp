@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "actors/engine.hpp"
+#include "tests/model/model_test_util.hpp"
 #include "model/demo_model.hpp"
 #include "runtime/trace.hpp"
 #include "tests/skip.hpp"
@@ -53,7 +54,10 @@ asio::awaitable<void> run_one(engine& eng, generate_request req, collected& out,
 
 std::filesystem::path demo_dir() {
   static const std::filesystem::path dir = [] {
-    const auto d = std::filesystem::temp_directory_path() / "coserve_pipeline_test_model";
+    // Per process: ctest runs this binary's cases as parallel processes, and a shared folder
+    // would be rewritten while another process has its weights mapped.
+    static const test::temp_dir tmp("pipeline-model");
+    const std::filesystem::path d = tmp.str();
     demo_options o;
     o.hidden_size = 64;
     o.intermediate_size = 128;
