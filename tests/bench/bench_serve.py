@@ -19,6 +19,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import httpx
 
@@ -42,7 +44,19 @@ def start_server(binary, extra):
     if not port:
         proc.kill()
         sys.exit("server did not start")
-    return proc, f"http://127.0.0.1:{port[0]}"
+    url = f"http://127.0.0.1:{port[0]}"
+    # The listener opens before the model loads: /health answers 503 until the engine is ready.
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=10) as r:
+                if r.status == 200:
+                    return proc, url
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("server did not become ready")
 
 
 async def one_request(client, url, model, max_tokens, prompt):
