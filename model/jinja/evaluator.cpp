@@ -47,8 +47,19 @@ jvalue func(std::string name, std::function<jvalue(call_args&)> fn) {
 // Python ints are unbounded; ours are 64-bit, and a result beyond that is an error, not a wrap.
 [[noreturn]] void overflow_error() { throw template_error("integer overflow (results must fit in 64 bits)"); }
 
-int64_t checked(bool overflowed, int64_t r) {
-  if (overflowed) overflow_error();
+int64_t add_checked(int64_t x, int64_t y) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(x, y, &r)) overflow_error();
+  return r;
+}
+int64_t sub_checked(int64_t x, int64_t y) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(x, y, &r)) overflow_error();
+  return r;
+}
+int64_t mul_checked(int64_t x, int64_t y) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(x, y, &r)) overflow_error();
   return r;
 }
 
@@ -116,13 +127,9 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_
     throw template_error("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
                          b.type_name() + "'");
   bool ints = !a.is_float() && !b.is_float();
-  int64_t r = 0;
-  if (op == "+") return ints ? jvalue(checked(__builtin_add_overflow(a.as_int(), b.as_int(), &r), r))
-                             : jvalue(a.as_float() + b.as_float());
-  if (op == "-") return ints ? jvalue(checked(__builtin_sub_overflow(a.as_int(), b.as_int(), &r), r))
-                             : jvalue(a.as_float() - b.as_float());
-  if (op == "*") return ints ? jvalue(checked(__builtin_mul_overflow(a.as_int(), b.as_int(), &r), r))
-                             : jvalue(a.as_float() * b.as_float());
+  if (op == "+") return ints ? jvalue(add_checked(a.as_int(), b.as_int())) : jvalue(a.as_float() + b.as_float());
+  if (op == "-") return ints ? jvalue(sub_checked(a.as_int(), b.as_int())) : jvalue(a.as_float() - b.as_float());
+  if (op == "*") return ints ? jvalue(mul_checked(a.as_int(), b.as_int())) : jvalue(a.as_float() * b.as_float());
   if (op == "/") {
     if (b.as_float() == 0.0) throw template_error("division by zero");
     return jvalue(a.as_float() / b.as_float());

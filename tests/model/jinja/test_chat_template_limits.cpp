@@ -25,13 +25,14 @@ void require_error(const result<std::string>& r, const std::string& code, const 
 }  // namespace
 
 TEST_CASE("chat_template limits: nesting beyond 100 levels is a syntax error", "[chat_template][limits]") {
-  require_error(render(std::string(150, '(') + "1" + std::string(150, ')')), "template_syntax", "nested deeper");
+  require_error(render("{{ " + std::string(150, '(') + "1" + std::string(150, ')') + " }}"), "template_syntax",
+                "nested deeper");
   require_error(render("{{ " + std::string(300, '-') + "1 }}"), "template_syntax", "nested deeper");
   std::string ifs;
   for (int i = 0; i < 150; ++i) ifs += "{% if true %}";
   for (int i = 0; i < 150; ++i) ifs += "{% endif %}";
   require_error(render(ifs), "template_syntax", "nested deeper");
-  CHECK(*render(std::string(50, '(') + "7" + std::string(50, ')') == "7");
+  CHECK(*render("{{ " + std::string(50, '(') + "7" + std::string(50, ')') + " }}") == "7");
 }
 
 TEST_CASE("chat_template limits: unbounded macro recursion stops at max_depth", "[chat_template][limits]") {
