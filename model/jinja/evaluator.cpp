@@ -47,19 +47,13 @@ jvalue func(std::string name, std::function<jvalue(call_args&)> fn) {
 // Python ints are unbounded; ours are 64-bit, and a result beyond that is an error, not a wrap.
 [[noreturn]] void overflow_error() { throw template_error("integer overflow (results must fit in 64 bits)"); }
 
-int64_t add_checked(int64_t x, int64_t y) {
+// x op y for op in + - *, or overflow_error().
+int64_t checked(char op, int64_t x, int64_t y) {
   int64_t r = 0;
-  if (__builtin_add_overflow(x, y, &r)) overflow_error();
-  return r;
-}
-int64_t sub_checked(int64_t x, int64_t y) {
-  int64_t r = 0;
-  if (__builtin_sub_overflow(x, y, &r)) overflow_error();
-  return r;
-}
-int64_t mul_checked(int64_t x, int64_t y) {
-  int64_t r = 0;
-  if (__builtin_mul_overflow(x, y, &r)) overflow_error();
+  const bool over = op == '+'   ? __builtin_add_overflow(x, y, &r)
+                    : op == '-' ? __builtin_sub_overflow(x, y, &r)
+                                : __builtin_mul_overflow(x, y, &r);
+  if (over) overflow_error();
   return r;
 }
 
@@ -127,9 +121,9 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_
     throw template_error("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
                          b.type_name() + "'");
   bool ints = !a.is_float() && !b.is_float();
-  if (op == "+") return ints ? jvalue(add_checked(a.as_int(), b.as_int())) : jvalue(a.as_float() + b.as_float());
-  if (op == "-") return ints ? jvalue(sub_checked(a.as_int(), b.as_int())) : jvalue(a.as_float() - b.as_float());
-  if (op == "*") return ints ? jvalue(mul_checked(a.as_int(), b.as_int())) : jvalue(a.as_float() * b.as_float());
+  if (op == "+") return ints ? jvalue(checked('+', a.as_int(), b.as_int())) : jvalue(a.as_float() + b.as_float());
+  if (op == "-") return ints ? jvalue(checked('-', a.as_int(), b.as_int())) : jvalue(a.as_float() - b.as_float());
+  if (op == "*") return ints ? jvalue(checked('*', a.as_int(), b.as_int())) : jvalue(a.as_float() * b.as_float());
   if (op == "/") {
     if (b.as_float() == 0.0) throw template_error("division by zero");
     return jvalue(a.as_float() / b.as_float());
