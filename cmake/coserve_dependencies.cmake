@@ -7,6 +7,9 @@ find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)
 add_library(coserve_asio INTERFACE)
 target_include_directories(coserve_asio SYSTEM INTERFACE ${ASIO_INCLUDE_DIR})
 target_compile_definitions(coserve_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+# Asio 1.22 enables co_await under clang only with <experimental/coroutine> (libc++); clang with
+# libstdc++ has <coroutine>, which Asio then uses.
+target_compile_definitions(coserve_asio INTERFACE $<$<CXX_COMPILER_ID:Clang>:ASIO_HAS_CO_AWAIT=1>)
 target_link_libraries(coserve_asio INTERFACE Threads::Threads)
 
 # Boost: only Beast's sans-I/O HTTP parser and serializer (header-only).

@@ -25,6 +25,8 @@
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include "http/request_parser.hpp"
+
 namespace coserve::http {
 
 namespace bh = boost::beast::http;
@@ -139,32 +141,21 @@ class connection : public std::enable_shared_from_this<connection> {
 
   // Reads one request. Returns 0 (parsed), a status to answer with (400/408/413/431), or -1.
   asio::awaitable<int> read_request(http_request& out) {
-    bh::request_parser<bh::string_body> parser;
-    parser.header_limit(static_cast<std::uint32_t>(server_.limits_.max_header_bytes));
-    parser.body_limit(server_.limits_.max_body_bytes);
-    parser.eager(true);
+    request_parser parser(server_.limits_);
     bool started = !buf_.empty();
     bool sent_continue = false;
     auto deadline = std::chrono::steady_clock::now() + server_.limits_.request_timeout;
-    while (!parser.is_done()) {
+    while (!parser.done()) {
       if (!buf_.empty()) {
-        boost::system::error_code ec;
-        std::size_t used = parser.put(boost::asio::buffer(buf_.data(), buf_.size()), ec);
-        buf_.erase(0, used);
-        if (ec == bh::error::header_limit) co_return 431;
-        if (ec == bh::error::body_limit) co_return 413;
-        if (ec && ec != bh::error::need_more) co_return 400;
-        if (parser.is_done()) break;
-        if (parser.is_header_done() && !sent_continue) {
+        if (int status = parser.feed(buf_)) co_return status;
+        if (parser.done()) break;
+        if (parser.header_done() && !sent_continue) {
           sent_continue = true;
-          auto expect = parser.get()[bh::field::expect];
-          if (expect.size() == 12 && std::equal(expect.begin(), expect.end(), "100-continue",
-                                                [](char a, char b) { return std::tolower(a) == b; })) {
+          if (parser.expects_continue()) {
             static constexpr std::string_view k_continue = "HTTP/1.1 100 Continue\r\n\r\n";
             if (!co_await write_all(k_continue)) co_return -1;
           }
         }
-        if (!ec && used > 0 && !buf_.empty()) continue;
       }
       // Need more bytes: the idle timeout applies before the first byte, the request timeout after.
       auto now = std::chrono::steady_clock::now();
@@ -184,16 +175,7 @@ class connection : public std::enable_shared_from_this<connection> {
         deadline = std::chrono::steady_clock::now() + server_.limits_.request_timeout;
       }
     }
-    auto& msg = parser.get();
-    out.method = std::string(msg.method_string());
-    out.target = std::string(msg.target());
-    for (const auto& f : msg) {
-      std::string name(f.name_string());
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-      out.headers.emplace_back(std::move(name), std::string(f.value()));
-    }
-    out.keep_alive = msg.keep_alive();
-    out.body = std::move(msg.body());
+    out = parser.take();
     co_return 0;
   }
 

@@ -71,9 +71,9 @@ result<safetensors_file> safetensors_file::open(const std::string& path) {
     return make_error("io", "cannot stat " + path);
   }
   const size_t size = size_t(st.st_size);
-  if (size < 8) {
+  if (size < 8) {  // nothing to map; the parser reports the truncation
     ::close(fd);
-    return st_error(path, "truncated file (" + std::to_string(size) + " bytes, no header length)");
+    return parse_safetensors(nullptr, size, path).err();
   }
   void* map = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
@@ -83,7 +83,15 @@ result<safetensors_file> safetensors_file::open(const std::string& path) {
   f.path_ = path;
   f.map_ = map;
   f.map_size_ = size;
-  const auto* base = static_cast<const std::byte*>(map);
+  auto tensors = parse_safetensors(static_cast<const std::byte*>(map), size, path);
+  if (!tensors) return tensors.err();
+  f.tensors_ = std::move(*tensors);
+  return f;
+}
+
+result<std::map<std::string, tensor_view>> parse_safetensors(const std::byte* base, size_t size,
+                                                             const std::string& path) {
+  if (size < 8) return st_error(path, "truncated file (" + std::to_string(size) + " bytes, no header length)");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | uint64_t(base[i]);
   if (header_len > size - 8)
@@ -92,6 +100,7 @@ result<safetensors_file> safetensors_file::open(const std::string& path) {
   const std::byte* data = base + 8 + header_len;
   const uint64_t data_size = size - 8 - header_len;
 
+  std::map<std::string, tensor_view> tensors;
   simdjson::dom::parser parser;
   simdjson::padded_string header(reinterpret_cast<const char*>(base + 8), header_len);
   simdjson::dom::object root;
@@ -131,13 +140,17 @@ result<safetensors_file> safetensors_file::open(const std::string& path) {
                                 std::to_string(off[1]) + "] beyond the data section (" +
                                 std::to_string(data_size) + " bytes; truncated file?)");
     v.nbytes = size_t(off[1] - off[0]);
-    if (uint64_t(v.numel()) * dtype_size(v.type) != v.nbytes)
+    // The byte count of the shape, checked for overflow (numel() of such a shape would overflow).
+    uint64_t shape_bytes = dtype_size(v.type);
+    bool overflow = false;
+    for (int64_t d : v.shape) overflow = overflow || __builtin_mul_overflow(shape_bytes, uint64_t(d), &shape_bytes);
+    if (overflow || shape_bytes != v.nbytes)
       return st_error(path, "tensor '" + name + "': " + std::to_string(v.nbytes) + " bytes do not match " +
                                 std::string(dtype_name(v.type)) + " shape " + shape_string(v.shape));
     v.data = data + off[0];
-    f.tensors_.emplace(name, std::move(v));
+    tensors.emplace(name, std::move(v));
   }
-  return f;
+  return tensors;
 }
 
 result<safetensors_set> safetensors_set::open_dir(const std::string& dir) {

@@ -62,6 +62,12 @@ class safetensors_file {
   std::map<std::string, tensor_view> tensors_;
 };
 
+// Parses a safetensors image held in memory (`size` bytes at `base`: header length, header, data
+// section) with the checks open() applies; the views point into that memory. `path` names the
+// image in error messages.
+result<std::map<std::string, tensor_view>> parse_safetensors(const std::byte* base, size_t size,
+                                                             const std::string& path);
+
 // All the safetensors files of a model folder: model.safetensors, or the shards named by
 // model.safetensors.index.json.
 class safetensors_set {

@@ -4,12 +4,35 @@
 #include "model/jinja/builtins.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <utf8proc.h>
 
 namespace coserve::jinja {
 namespace {
+
+// Widths, indents and precisions above this are refused (template_error) instead of allocating
+// that much: Python would build the string, no real template asks for it.
+constexpr int64_t k_max_width = int64_t{1} << 20;
+
+// A pad/indent/precision argument as a count; negative counts as 0 (Python's ' ' * -n == '').
+size_t width_arg(int64_t w, const char* what) {
+  if (w > k_max_width) throw template_error(std::string(what) + " " + std::to_string(w) + " is too large");
+  return w < 0 ? 0 : static_cast<size_t>(w);
+}
+
+// Appends printf(f, value) whatever its length.
+template <class T>
+void append_printf(std::string& out, const std::string& f, T value) {
+  int n = std::snprintf(nullptr, 0, f.c_str(), value);
+  if (n < 0) throw template_error("bad format " + f);
+  const size_t old = out.size();
+  out.resize(old + static_cast<size_t>(n) + 1);
+  std::snprintf(out.data() + old, static_cast<size_t>(n) + 1, f.c_str(), value);
+  out.resize(old + static_cast<size_t>(n));
+}
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
@@ -533,7 +556,7 @@ jvalue get_item(const jvalue& obj, const jvalue& key) {
 std::string to_json_text(const jvalue& v, const call_args& args) {
   json::dump_options o;
   jvalue indent = args.get(0, "indent", jvalue());
-  if (indent.is_int()) o.indent = static_cast<int>(indent.as_int());
+  if (indent.is_int()) o.indent = indent.as_int() < 0 ? -1 : static_cast<int>(width_arg(indent.as_int(), "indent"));
   o.ensure_ascii = args.get(SIZE_MAX, "ensure_ascii", jvalue(false)).truthy();
   o.sort_keys = args.get(SIZE_MAX, "sort_keys", jvalue(false)).truthy();
   jvalue seps = args.get(SIZE_MAX, "separators", jvalue());
@@ -555,26 +578,34 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
     if (fmt[i] != '%') { out += fmt[i]; continue; }
     size_t j = i + 1;
     if (j < fmt.size() && fmt[j] == '%') { out += '%'; i = j; continue; }
+    // %[flags][width][.precision]conv
     std::string spec = "%";
-    while (j < fmt.size() && std::string_view("-+ 0#.0123456789").find(fmt[j]) != std::string_view::npos) spec += fmt[j++];
+    while (j < fmt.size() && std::string_view("-+ 0#").find(fmt[j]) != std::string_view::npos) spec += fmt[j++];
+    for (int part = 0; part < 2; ++part) {
+      if (part == 1) {
+        if (j >= fmt.size() || fmt[j] != '.') break;
+        spec += fmt[j++];
+      }
+      int64_t n = 0;
+      while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9') {
+        n = std::min<int64_t>(n * 10 + (fmt[j] - '0'), k_max_width + 1);
+        spec += fmt[j++];
+      }
+      width_arg(n, part == 0 ? "format width" : "format precision");
+    }
     if (j >= fmt.size()) throw template_error("incomplete format");
     char conv = fmt[j];
     if (ai >= list.size()) throw template_error("not enough arguments for format string");
     const jvalue& a = list[ai++];
-    char buf[512];
     if (conv == 's' || conv == 'r') {
       std::string s = conv == 's' ? a.to_str() : a.repr();
-      std::snprintf(buf, sizeof buf, (spec + "s").c_str(), s.c_str());
-      out += buf;
+      append_printf(out, spec + "s", s.c_str());
     } else if (conv == 'd' || conv == 'i') {
-      std::snprintf(buf, sizeof buf, (spec + "lld").c_str(), static_cast<long long>(a.as_int()));
-      out += buf;
+      append_printf(out, spec + "lld", static_cast<long long>(a.as_int()));
     } else if (conv == 'x' || conv == 'X' || conv == 'o') {
-      std::snprintf(buf, sizeof buf, (spec + "ll" + conv).c_str(), static_cast<long long>(a.as_int()));
-      out += buf;
+      append_printf(out, spec + "ll" + conv, static_cast<long long>(a.as_int()));
     } else if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'g') {
-      std::snprintf(buf, sizeof buf, (spec + conv).c_str(), a.as_float());
-      out += buf;
+      append_printf(out, spec + conv, a.as_float());
     } else {
       throw template_error(std::string("unsupported format character '") + conv + "'");
     }
@@ -673,6 +704,7 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
   if (name == "float") return to_float(v, a.get(0, "default", jvalue(0.0)));
   if (name == "abs") {
     if (v.is_float()) return jvalue(std::fabs(v.as_float()));
+    if (v.as_int() == INT64_MIN) throw template_error("integer overflow (results must fit in 64 bits)");
     return jvalue(v.as_int() < 0 ? -v.as_int() : v.as_int());
   }
   if (name == "round") {
@@ -775,7 +807,12 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     for (const auto& x : iterate(v)) {
       jvalue y = attribute.is_none() ? x : attr_path(x, attribute);
       if (total.is_float() || y.is_float()) total = jvalue(total.as_float() + y.as_float());
-      else total = jvalue(total.as_int() + y.as_int());
+      else {
+        int64_t r = 0;
+        if (__builtin_add_overflow(total.as_int(), y.as_int(), &r))
+          throw template_error("integer overflow (results must fit in 64 bits)");
+        total = jvalue(r);
+      }
     }
     return total;
   }
@@ -806,12 +843,12 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
   }
   if (name == "indent") {
     jvalue width = a.get(0, "width", jvalue(4));
-    std::string ind = width.is_string() ? width.str() : std::string(static_cast<size_t>(width.as_int()), ' ');
+    std::string ind = width.is_string() ? width.str() : std::string(width_arg(width.as_int(), "indent width"), ' ');
     return jvalue(py_splitlines_indent(need_str(), ind, a.get(1, "first", jvalue(false)).truthy(),
                                        a.get(2, "blank", jvalue(false)).truthy()));
   }
   if (name == "center") {
-    int64_t w = a.get(0, "width", jvalue(80)).as_int();
+    auto w = static_cast<int64_t>(width_arg(a.get(0, "width", jvalue(80)).as_int(), "center width"));
     std::string s = need_str();
     auto len = static_cast<int64_t>(code_points(s).size());
     if (len >= w) return jvalue(s);
@@ -852,9 +889,10 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     auto cps = code_points(need_str());
     std::string end = a.get(2, "end", jvalue("...")).to_str();
     int64_t leeway = a.get(3, "leeway", jvalue(5)).as_int();
-    if (static_cast<int64_t>(cps.size()) <= len + leeway) return jvalue(need_str());
+    // 128-bit sums: len and leeway may be any int64.
+    if (static_cast<__int128>(cps.size()) <= __int128{len} + leeway) return jvalue(need_str());
     std::string out;
-    for (int64_t i = 0; i < len - static_cast<int64_t>(end.size()) && i < static_cast<int64_t>(cps.size()); ++i)
+    for (int64_t i = 0; i < __int128{len} - static_cast<__int128>(end.size()) && i < static_cast<int64_t>(cps.size()); ++i)
       out += cps[static_cast<size_t>(i)];
     if (!a.get(1, "killwords", jvalue(false)).truthy()) {
       size_t sp = out.rfind(' ');

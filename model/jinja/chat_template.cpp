@@ -29,9 +29,14 @@ result<std::string> chat_template::render(const json::value& context) const {
 }
 
 result<std::string> chat_template::render(const json::value& context, std::optional<std::time_t> now) const {
+  return render(context, now, template_limits{});
+}
+
+result<std::string> chat_template::render(const json::value& context, std::optional<std::time_t> now,
+                                          const template_limits& limits) const {
   if (!tree_) return make_error("template_error", "template not parsed");
   try {
-    return jinja::evaluate(tree_->nodes, context, now);
+    return jinja::evaluate(tree_->nodes, context, now, limits);
   } catch (const jinja::raised_error& e) {
     return make_error("template_error", e.what());
   } catch (const jinja::template_error& e) {

@@ -4,6 +4,8 @@
 // {% generation %} tag). A parsed template is immutable: render() may run on several threads.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -18,6 +20,14 @@ namespace coserve {
 
 namespace jinja { struct node; }
 
+// Bounds on one render, so that no template runs away with the stack, the CPU or memory. Going past
+// one is a render error (code "template_error"). 0 disables a bound.
+struct template_limits {
+  std::size_t max_depth = 400;  // nested statements, expressions and macro calls under evaluation
+  std::uint64_t max_steps = 0;  // statements run + expressions evaluated + loop iterations
+  std::size_t max_bytes = std::size_t{1} << 28;  // length of the output and of each string or list built
+};
+
 class chat_template {
  public:
   // Syntax errors (and unknown filters, as jinja2 reports them at compile time) come back as
@@ -31,6 +41,9 @@ class chat_template {
   result<std::string> render(const json::value& context) const;
   // As above with strftime_now() formatting the fixed time `now` (reproducible renders).
   result<std::string> render(const json::value& context, std::optional<std::time_t> now) const;
+  // As above within `limits` (the others use template_limits{}).
+  result<std::string> render(const json::value& context, std::optional<std::time_t> now,
+                             const template_limits& limits) const;
 
   const std::string& source() const { return source_; }
 

@@ -2,7 +2,9 @@
 // not), loop variables, macros with caller, namespaces, globals, operators with Python semantics.
 #include "model/jinja/evaluator.hpp"
 
+#include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "model/jinja/builtins.hpp"
 
@@ -31,6 +33,8 @@ struct frame {
 
 enum class flow { normal, brk, cont };
 
+constexpr int64_t k_max_range = 100000;  // jinja2's sandbox MAX_RANGE
+
 jvalue func(std::string name, std::function<jvalue(call_args&)> fn) {
   auto f = std::make_shared<jfunc>();
   f->name = std::move(name);
@@ -40,11 +44,42 @@ jvalue func(std::string name, std::function<jvalue(call_args&)> fn) {
 
 [[noreturn]] void undefined_error(const jvalue& v) { throw template_error(v.undefined_hint()); }
 
-jvalue arith(const std::string& op, const jvalue& a, const jvalue& b) {
+// Python ints are unbounded; ours are 64-bit, and a result beyond that is an error, not a wrap.
+[[noreturn]] void overflow_error() { throw template_error("integer overflow (results must fit in 64 bits)"); }
+
+// x op y for op in + - *, or overflow_error().
+int64_t checked(char op, int64_t x, int64_t y) {
+  int64_t r = 0;
+  const bool over = op == '+'   ? __builtin_add_overflow(x, y, &r)
+                    : op == '-' ? __builtin_sub_overflow(x, y, &r)
+                                : __builtin_mul_overflow(x, y, &r);
+  if (over) overflow_error();
+  return r;
+}
+
+int64_t int_pow(int64_t base, int64_t exp) {
+  int64_t r = 1;
+  while (exp > 0) {
+    if ((exp & 1) && __builtin_mul_overflow(r, base, &r)) overflow_error();
+    exp >>= 1;
+    if (exp > 0 && __builtin_mul_overflow(base, base, &base)) overflow_error();
+  }
+  return r;
+}
+
+// A string or list of `n` bytes/items is about to be built; `max_bytes` 0 means no bound.
+void check_size(std::size_t n, std::size_t max_bytes) {
+  if (max_bytes && n > max_bytes)
+    throw template_error("the template built a value of " + std::to_string(n) + " bytes or items, over the " +
+                         std::to_string(max_bytes) + " limit");
+}
+
+jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_t max_bytes) {
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
+      check_size(a.str().size() + b.str().size(), max_bytes);
       if (a.markup == b.markup) {
         jvalue r(a.str() + b.str());
         r.markup = a.markup;
@@ -55,6 +90,7 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b) {
       return r;
     }
     if (a.is_list() && b.is_list()) {
+      check_size(a.lst().items.size() + b.lst().items.size(), max_bytes);
       auto items = a.lst().items;
       items.insert(items.end(), b.lst().items.begin(), b.lst().items.end());
       return jvalue::list(std::move(items), a.lst().tuple);
@@ -65,6 +101,11 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b) {
     const jvalue* n = seq == &a ? &b : &a;
     if (seq && (n->is_int() || n->is_bool())) {
       int64_t times = n->as_int();
+      const std::size_t len = seq->is_string() ? seq->str().size() : seq->lst().items.size();
+      if (times > 0 && len > 0) {
+        if (static_cast<uint64_t>(times) > SIZE_MAX / len) overflow_error();
+        check_size(static_cast<std::size_t>(times) * len, max_bytes);
+      }
       if (seq->is_string()) {
         std::string out;
         for (int64_t i = 0; i < times; ++i) out += seq->str();
@@ -80,9 +121,9 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b) {
     throw template_error("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
                          b.type_name() + "'");
   bool ints = !a.is_float() && !b.is_float();
-  if (op == "+") return ints ? jvalue(a.as_int() + b.as_int()) : jvalue(a.as_float() + b.as_float());
-  if (op == "-") return ints ? jvalue(a.as_int() - b.as_int()) : jvalue(a.as_float() - b.as_float());
-  if (op == "*") return ints ? jvalue(a.as_int() * b.as_int()) : jvalue(a.as_float() * b.as_float());
+  if (op == "+") return ints ? jvalue(checked('+', a.as_int(), b.as_int())) : jvalue(a.as_float() + b.as_float());
+  if (op == "-") return ints ? jvalue(checked('-', a.as_int(), b.as_int())) : jvalue(a.as_float() - b.as_float());
+  if (op == "*") return ints ? jvalue(checked('*', a.as_int(), b.as_int())) : jvalue(a.as_float() * b.as_float());
   if (op == "/") {
     if (b.as_float() == 0.0) throw template_error("division by zero");
     return jvalue(a.as_float() / b.as_float());
@@ -91,20 +132,20 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b) {
     if (b.as_float() == 0.0) throw template_error(op == "%" ? "integer modulo by zero" : "integer division or modulo by zero");
     if (ints) {
       int64_t x = a.as_int(), y = b.as_int();
-      int64_t q = x / y, r = x % y;
-      if (r != 0 && ((r < 0) != (y < 0))) { --q; r += y; }
-      return op == "//" ? jvalue(q) : jvalue(r);
+      if (x == INT64_MIN && y == -1) {
+        if (op == "%") return jvalue(int64_t{0});
+        overflow_error();
+      }
+      int64_t q = x / y, m = x % y;
+      if (m != 0 && ((m < 0) != (y < 0))) { --q; m += y; }
+      return op == "//" ? jvalue(q) : jvalue(m);
     }
     double x = a.as_float(), y = b.as_float();
     double q = std::floor(x / y);
     return op == "//" ? jvalue(q) : jvalue(x - q * y);
   }
   if (op == "**") {
-    if (ints && b.as_int() >= 0) {
-      int64_t r = 1;
-      for (int64_t i = 0; i < b.as_int(); ++i) r *= a.as_int();
-      return jvalue(r);
-    }
+    if (ints && b.as_int() >= 0) return jvalue(int_pow(a.as_int(), b.as_int()));
     return jvalue(std::pow(a.as_float(), b.as_float()));
   }
   throw template_error("unknown operator " + op);
@@ -131,9 +172,10 @@ jvalue slice_of(const jvalue& v, const jvalue& start, const jvalue& stop, const 
   int64_t e = st > 0 ? norm(stop, n, 0, n) : norm(stop, -1, -1, n - 1);
   std::vector<jvalue> out;
   std::string sout;
-  for (int64_t i = b; st > 0 ? i < e : i > e; i += st) {
+  for (int64_t i = b; st > 0 ? i < e : i > e;) {
     if (is_str) sout += cps[static_cast<size_t>(i)];
     else out.push_back(items[static_cast<size_t>(i)]);
+    if (__builtin_add_overflow(i, st, &i)) break;  // a step past int64 also passes the end
   }
   if (is_str) return jvalue(sout);
   return jvalue::list(std::move(out), v.lst().tuple);
@@ -141,7 +183,7 @@ jvalue slice_of(const jvalue& v, const jvalue& start, const jvalue& stop, const 
 
 class evaluator {
  public:
-  evaluator(std::optional<std::time_t> now) : now_(now) {}
+  evaluator(std::optional<std::time_t> now, const template_limits& limits) : now_(now), limits_(limits) {}
 
   std::string run(const body& tree, const json::value& context) {
     auto root = std::make_shared<frame>();
@@ -154,6 +196,25 @@ class evaluator {
   }
 
  private:
+  void step() {
+    if (limits_.max_steps && ++steps_ > limits_.max_steps)
+      throw template_error("the template ran past its limit of " + std::to_string(limits_.max_steps) + " steps");
+  }
+
+  // One step and one level of nesting for as long as it lives.
+  struct nest {
+    explicit nest(evaluator& e) : ev(e) {
+      e.step();
+      if (e.limits_.max_depth && e.depth_ >= e.limits_.max_depth)
+        throw template_error("maximum recursion depth exceeded (" + std::to_string(e.limits_.max_depth) + ")");
+      ++e.depth_;
+    }
+    ~nest() { --ev.depth_; }
+    nest(const nest&) = delete;
+    nest& operator=(const nest&) = delete;
+    evaluator& ev;
+  };
+
   void install_globals(frame& f) {
     f.set("raise_exception", func("raise_exception", [](call_args& a) -> jvalue {
       throw raised_error(a.get(0, "message", jvalue("")).to_str());
@@ -188,8 +249,15 @@ class evaluator {
       else if (a.pos.size() >= 2) { start = a.pos[0].as_int(); stop = a.pos[1].as_int(); }
       if (a.pos.size() >= 3) step = a.pos[2].as_int();
       if (step == 0) throw template_error("range() arg 3 must not be zero");
+      // The length without overflow; jinja2's sandbox refuses ranges longer than 100000.
+      const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
+      const __int128 abs_step = step > 0 ? __int128{step} : -__int128{step};
+      const __int128 len = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
+      if (len > k_max_range)
+        throw template_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       std::vector<jvalue> out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
+      for (int64_t i = 0; i < static_cast<int64_t>(len); ++i)
+        out.emplace_back(static_cast<int64_t>(__int128{start} + __int128{i} * step));
       return jvalue::list(std::move(out));
     }));
   }
@@ -203,6 +271,13 @@ class evaluator {
   }
 
   flow exec_node(const node& n, const frame_ptr& f, std::string& out) {
+    nest guard(*this);
+    flow fl = exec_node_unchecked(n, f, out);
+    check_size(out.size(), limits_.max_bytes);
+    return fl;
+  }
+
+  flow exec_node_unchecked(const node& n, const frame_ptr& f, std::string& out) {
     switch (n.k) {
       case node::kind::text: out += n.text; return flow::normal;
       case node::kind::output: out += eval(*n.e, f).to_str(); return flow::normal;
@@ -291,6 +366,7 @@ class evaluator {
     }
     size_t len = items.size();
     for (size_t i = 0; i < len; ++i) {
+      step();
       // Each iteration starts from a fresh scope: what one iteration sets is gone in the next.
       scope = std::make_shared<frame>();
       scope->parent = f;
@@ -385,6 +461,14 @@ class evaluator {
   }
 
   jvalue eval(const expr& e, const frame_ptr& f) {
+    nest guard(*this);
+    jvalue v = eval_unchecked(e, f);
+    if (v.is_string()) check_size(v.str().size(), limits_.max_bytes);
+    else if (v.is_list()) check_size(v.lst().items.size(), limits_.max_bytes);
+    return v;
+  }
+
+  jvalue eval_unchecked(const expr& e, const frame_ptr& f) {
     switch (e.k) {
       case expr::kind::literal: return e.lit;
       case expr::kind::name: {
@@ -428,7 +512,11 @@ class evaluator {
         if (e.name == "not") return jvalue(!v.truthy());
         if (v.is_undefined()) undefined_error(v);
         if (!v.is_number()) throw template_error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
-        if (e.name == "-") return v.is_float() ? jvalue(-v.as_float()) : jvalue(-v.as_int());
+        if (e.name == "-") {
+          if (v.is_float()) return jvalue(-v.as_float());
+          if (v.as_int() == INT64_MIN) overflow_error();
+          return jvalue(-v.as_int());
+        }
         return v.is_float() ? jvalue(v.as_float()) : jvalue(v.as_int());
       }
       case expr::kind::binop: return eval_binop(e, f);
@@ -447,7 +535,11 @@ class evaluator {
     if (op == "and") return a.truthy() ? eval(*e.args[1], f) : a;
     if (op == "or") return a.truthy() ? a : eval(*e.args[1], f);
     jvalue b = eval(*e.args[1], f);
-    if (op == "~") return jvalue(a.to_str() + b.to_str());
+    if (op == "~") {
+      std::string sa = a.to_str(), sb = b.to_str();
+      check_size(sa.size() + sb.size(), limits_.max_bytes);
+      return jvalue(sa + sb);
+    }
     if (op == "==") return jvalue(equals(a, b));
     if (op == "!=") return jvalue(!equals(a, b));
     if (op == "in") return jvalue(contains(b, a));
@@ -458,16 +550,20 @@ class evaluator {
       int c = compare(a, b);
       return jvalue(op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0);
     }
-    return arith(op, a, b);
+    return arith(op, a, b, limits_.max_bytes);
   }
 
   std::optional<std::time_t> now_;
+  const template_limits& limits_;
+  std::size_t depth_ = 0;
+  uint64_t steps_ = 0;
 };
 
 }  // namespace
 
-std::string evaluate(const body& tree, const json::value& context, std::optional<std::time_t> now) {
-  evaluator ev(now);
+std::string evaluate(const body& tree, const json::value& context, std::optional<std::time_t> now,
+                     const template_limits& limits) {
+  evaluator ev(now, limits);
   return ev.run(tree, context);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "model/jinja/ast.hpp"
+#include "model/jinja/chat_template.hpp"
 #include "model/json/value.hpp"
 
 namespace coserve::jinja {
@@ -18,6 +19,8 @@ struct raised_error : template_error {
 
 // Renders `tree` with the members of `context` (an object) as top-level variables. `now` fixes the
 // time strftime_now() formats (local time of the call when empty). Errors raise template_error.
-std::string evaluate(const body& tree, const json::value& context, std::optional<std::time_t> now);
+// Going past a bound in `limits` raises template_error.
+std::string evaluate(const body& tree, const json::value& context, std::optional<std::time_t> now,
+                     const template_limits& limits);
 
 }  // namespace coserve::jinja

@@ -52,7 +52,12 @@ jvalue jvalue::dict() { return jvalue(std::make_shared<jdict>()); }
 
 int64_t jvalue::as_int() const {
   if (is_bool()) return as_bool() ? 1 : 0;
-  if (is_float()) return static_cast<int64_t>(std::get<double>(v));
+  if (is_float()) {
+    // int(x) in Python; a float outside int64 (or nan/inf) has no int64 value.
+    double d = std::get<double>(v);
+    if (!(d >= -0x1p63 && d < 0x1p63)) throw template_error("cannot convert float " + to_str() + " to a 64-bit integer");
+    return static_cast<int64_t>(d);
+  }
   return std::get<int64_t>(v);
 }
 

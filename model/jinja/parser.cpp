@@ -216,6 +216,20 @@ class parser {
     throw template_error(msg + " (line " + std::to_string(line_) + ")");
   }
 
+  // One level of block or expression nesting while it lives; a deeper template is a syntax error
+  // rather than a parser recursion that exhausts the stack.
+  static constexpr int k_max_nesting = 100;
+  struct nest {
+    explicit nest(parser& p) : ps(p) {
+      if (p.depth_ >= k_max_nesting) p.fail("template nested deeper than " + std::to_string(k_max_nesting) + " levels");
+      ++p.depth_;
+    }
+    ~nest() { --ps.depth_; }
+    nest(const nest&) = delete;
+    nest& operator=(const nest&) = delete;
+    parser& ps;
+  };
+
   // Parses nodes until a block tag whose keyword is in `ends`; that keyword goes to `stop` and the
   // tag's remaining tokens stay current for the caller.
   body parse_body(const std::set<std::string>& ends, std::string& stop) {
@@ -260,6 +274,7 @@ class parser {
   }
 
   node_ptr parse_statement(const std::string& kw) {
+    nest guard(*this);
     auto n = std::make_unique<node>();
     std::string stop;
     if (kw == "if") {
@@ -420,6 +435,7 @@ class parser {
   }
 
   expr_ptr parse_expr() {
+    nest guard(*this);
     expr_ptr e = parse_or();
     while (accept_name("if")) {
       auto c = make(expr::kind::cond);
@@ -447,6 +463,7 @@ class parser {
   }
   expr_ptr parse_not() {
     if (accept_name("not")) {
+      nest guard(*this);
       auto e = make(expr::kind::unop, "not");
       e->args.push_back(parse_not());
       return e;
@@ -504,6 +521,7 @@ class parser {
   expr_ptr parse_unary(bool with_filter) {
     expr_ptr e;
     if (peek().k == token::kind::op && (peek().s == "-" || peek().s == "+")) {
+      nest guard(*this);
       std::string op = next().s;
       e = make(expr::kind::unop, op);
       e->args.push_back(parse_unary(false));
@@ -698,6 +716,7 @@ class parser {
   std::vector<token> toks_;
   size_t ti_ = 0;
   int line_ = 1;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -137,6 +137,22 @@ TEST_CASE("safetensors: malformed files are errors naming file and tensor", "[mo
   CHECK(none.err().code == "io");
 }
 
+TEST_CASE("safetensors: shapes whose size overflows 64 bits are errors", "[model][safetensors]") {
+  // [2^40, 2^40, 16] f32 is 2^86 bytes; computed in 64 bits it wrapped to 0 and matched empty data.
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776,16],"data_offsets":[0,0]}})";
+  const std::string image = header_file(header, 0);
+  auto parsed = parse_safetensors(reinterpret_cast<const std::byte*>(image.data()), image.size(), "m.safetensors");
+  REQUIRE_FALSE(parsed.ok());
+  CHECK_THAT(parsed.err().message, Catch::Contains("m.safetensors") && Catch::Contains("'w'"));
+  // The same parser accepts an in-memory image and points into it.
+  const std::string ok = header_file(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]}})", 12);
+  auto good = parse_safetensors(reinterpret_cast<const std::byte*>(ok.data()), ok.size(), "m.safetensors");
+  REQUIRE(good.ok());
+  const tensor_view& w = good->at("w");
+  CHECK(w.nbytes == 12);
+  CHECK(w.data == reinterpret_cast<const std::byte*>(ok.data()) + ok.size() - 12);
+}
+
 TEST_CASE("weights: malformed model folders are clear errors", "[model][weights]") {
   test::temp_dir dir("folder");
   auto o = test::tiny_options();

@@ -1,0 +1,19 @@
+# COSERVE_FUZZ=ON: libFuzzer targets (tests/fuzz/). Clang only. Every project target is compiled
+# with -fsanitize=fuzzer-no-link,address,undefined so the fuzzer sees coverage inside the libraries;
+# the fuzz executables link the libFuzzer main with -fsanitize=fuzzer,address,undefined.
+if(COSERVE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "COSERVE_FUZZ=ON needs clang (configure with CXX=clang++ CC=clang)")
+  endif()
+  if(NOT COSERVE_SANITIZE STREQUAL "")
+    message(FATAL_ERROR "COSERVE_FUZZ=ON brings its own sanitizers; leave COSERVE_SANITIZE empty")
+  endif()
+  add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize-recover=undefined>
+                      # clang 14 fails to assemble coroutines under coverage + -fsanitize=function
+                      # ("Cannot represent a difference across sections").
+                      $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize=function>)
+  add_link_options(-fsanitize=address,undefined -fno-sanitize=function)
+  message(STATUS "coserve: libFuzzer targets (ASan + UBSan)")
+endif()
