@@ -182,17 +182,28 @@ class engine_impl final : public engine {
         opts("scheduler", 1u << 16, false), [p, pc, extra_eos, kv_blocks, max_failures] {
           return std::make_unique<scheduler>(p, pc, extra_eos, kv_blocks, max_failures);
         });
-    p_->tokenizer_ref = sys_->root().spawn_factory<tokenizer_actor>(
-        opts("tokenizer", 4096, true), [p, this] { return std::make_unique<tokenizer_actor>(p, &encoder_); });
+    // The tokenizer pool: each actor on a thread of its own, so a long prompt being encoded holds
+    // one of them and never the runtime's pool (scheduler, streamer) or the HTTP threads.
+    const size_t pool = static_cast<size_t>(cfg_.tokenizer_pool_size > 0
+                                                ? cfg_.tokenizer_pool_size
+                                                : std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 4));
+    p_->tokenizer_load = std::make_unique<std::atomic<int64_t>[]>(pool);
+    p_->max_waiting_tokens = cfg_.max_waiting_tokens;
+    p_->max_model_len = ei.max_model_len;
+    for (size_t i = 0; i < pool; ++i) {
+      const std::string name = "tokenizer" + std::to_string(i);
+      p_->tokenizer_refs.push_back(sys_->root().spawn_factory<tokenizer_actor>(
+          opts(name.c_str(), 4096, true, true), [p, this, i] { return std::make_unique<tokenizer_actor>(p, &encoder_, i); }));
+    }
     max_open_ = int64_t{cfg_.max_num_seqs} + cfg_.max_waiting;
     const int64_t max_open = max_open_;
     p_->intake_ref = sys_->root().spawn_factory<intake>(
         opts("intake", 8192, true), [p, max_open] { return std::make_unique<intake>(p, max_open); });
     std::fprintf(stderr,
-                 "coserve engine: actors intake, tokenizer, scheduler, kv_allocator, executor [%s], streamer "
-                 "started; KV cache %d blocks x %d tokens; max_num_seqs %d, max_num_batched_tokens %d, "
+                 "coserve engine: actors intake, tokenizer x%zu, scheduler, kv_allocator, executor [%s], "
+                 "streamer started; KV cache %d blocks x %d tokens; max_num_seqs %d, max_num_batched_tokens %d, "
                  "max_model_len %d\n",
-                 ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
+                 pool, ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
                  cfg_.max_num_batched_tokens, ei.max_model_len);
     if (cfg_.step_timeout.count() > 0) watchdog_ = std::thread([this] { watch_steps(); });
   }
@@ -201,7 +212,7 @@ class engine_impl final : public engine {
     stop(true);
     // Break the pipeline <-> behavior cycle (behaviors are already released by the drain).
     p_->intake_ref = {};
-    p_->tokenizer_ref = {};
+    p_->tokenizer_refs.clear();
     p_->scheduler_ref = {};
     p_->kv_ref = {};
     p_->executor_ref = {};
@@ -214,6 +225,11 @@ class engine_impl final : public engine {
     if (p_->metrics.open_requests.load(std::memory_order_relaxed) >= max_open_) {
       p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
       co_return error{"queue_full", "too many requests in flight (" + std::to_string(max_open_) + "); retry later"};
+    }
+    if (const int64_t waiting = p_->metrics.waiting_tokens.load(std::memory_order_relaxed);
+        cfg_.max_waiting_tokens > 0 && waiting >= cfg_.max_waiting_tokens) {
+      p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+      co_return error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) + "); retry later"};
     }
     auto ref = p_->intake_ref;
     co_return co_await await_reply<std::shared_ptr<request_stream>>(
@@ -229,16 +245,17 @@ class engine_impl final : public engine {
         });
   }
 
-  result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special) const override {
-    if (!tok_) return error{"invalid_request", no_tokenizer_message()};
-    return tok_->encode(text, add_special);
+  asio::awaitable<result<std::vector<int32_t>>> tokenize(tokenize_request_input in) override {
+    const int64_t cost = tokenize_cost(in);
+    co_return co_await await_reply<std::vector<int32_t>>([&](rt::reply_ptr<std::vector<int32_t>> reply) {
+      send_to_pool(encode_text{std::move(in), reply, cost}, cost, reply);
+    });
   }
-  result<std::vector<int32_t>> tokenize_chat(const chat_input& chat) const override {
-    return encoder_.encode_chat(chat);
-  }
-  result<std::string> detokenize(const std::vector<int32_t>& ids) const override {
-    if (!tok_) return error{"invalid_request", no_tokenizer_message()};
-    return tok_->decode(ids, true);
+  asio::awaitable<result<std::string>> detokenize(std::vector<int32_t> ids) override {
+    const auto cost = static_cast<int64_t>(ids.size()) + 1;
+    co_return co_await await_reply<std::string>([&](rt::reply_ptr<std::string> reply) {
+      send_to_pool(decode_ids{std::move(ids), reply, cost}, cost, reply);
+    });
   }
   const model_info& info() const noexcept override { return info_; }
   bool healthy() const noexcept override {
@@ -270,8 +287,10 @@ class engine_impl final : public engine {
     out.open_requests = m.open_requests.load(std::memory_order_relaxed);
     out.steps = m.steps.load(std::memory_order_relaxed);
     if (p_->intake_ref) {
+      int64_t tokenizer_queued = 0;  // the pool, summed
+      for (const auto& t : p_->tokenizer_refs) tokenizer_queued += static_cast<int64_t>(t.queued());
       out.mailbox_depth = {{"intake", int64_t(p_->intake_ref.queued())},
-                           {"tokenizer", int64_t(p_->tokenizer_ref.queued())},
+                           {"tokenizer", tokenizer_queued},
                            {"scheduler", int64_t(p_->scheduler_ref.queued())},
                            {"kv_allocator", int64_t(p_->kv_ref.queued())},
                            {"executor", int64_t(p_->executor_ref.queued())},
@@ -322,6 +341,22 @@ class engine_impl final : public engine {
       else
         std::fprintf(stderr, "coserve engine: cannot write the trace: %s\n", w.err().message.c_str());
     }
+  }
+
+  // Sends a tokenizer-pool message to the least loaded actor; a full mailbox or a stopped pool
+  // answers the reply at once.
+  template <class M, class Reply>
+  void send_to_pool(M m, int64_t cost, const Reply& reply) {
+    if (!running_.load(std::memory_order_acquire)) {
+      reply->complete(error{"engine_down", "the engine is stopping"});
+      return;
+    }
+    const size_t i = p_->pick_tokenizer(cost);
+    const rt::send_status s = p_->tokenizer_refs[i].try_tell(m);
+    if (s == rt::send_status::ok) return;
+    p_->tokenizer_done(i, cost);
+    if (s == rt::send_status::full) reply->complete(error{"queue_full", "the tokenizers are busy; retry later"});
+    else reply->complete(error{"engine_down", "the engine is stopping"});
   }
 
   // Fails the engine when one step runs past cfg_.step_timeout (checked ten times a timeout).

@@ -53,6 +53,10 @@ struct engine_config {
   std::string load_format = "auto";      // CUDA: "auto" (safetensors) or "dummy" (random weights)
   bool return_logits = false;            // executor copies raw logits (for output_event::logits)
   int32_t max_waiting = 1024;            // admission limit; beyond it submit() fails "queue_full"
+  // Admission limit on prompt tokens waiting for their first step: a request whose prompt would
+  // take the total past it fails "queue_full" (one is always admitted when none waits).
+  int64_t max_waiting_tokens = int64_t{1} << 20;
+  int32_t tokenizer_pool_size = 0;       // tokenizer actors, each on its own thread; 0: min(4, cores)
   int32_t cpu_threads = 0;               // CPU executor threads; 0: core count
   bool enable_prefix_caching = true;
   bool skip_tokenizer_init = false;      // token ids in and out only (also when tokenizer.json is absent)
@@ -81,6 +85,22 @@ struct chat_input {
   json::value template_kwargs;           // null or object: extra template variables
 };
 
+// How a prompt's length meets the context window, applied by the tokenizer once the prompt is
+// encoded. Errors are "invalid_request" naming the field at fault in error::param.
+struct context_rule {
+  // false: max_tokens becomes max_model_len - prompt tokens, capped at default_max_tokens (when > 0).
+  bool max_tokens_given = true;
+  int32_t default_max_tokens = 0;
+  std::string input_param = "prompt";           // the input's field name ("prompt", "messages")
+  std::string max_tokens_param = "max_tokens";  // or "max_completion_tokens"
+};
+
+// Fills in a default max_tokens (see context_rule) and checks that the prompt is not empty and that
+// prompt + max_tokens fits in max_model_len. The over-length message is vLLM's; its param is the
+// max_tokens field when the client gave one, else the input field.
+result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens, int32_t max_model_len,
+                                sampling_params& params);
+
 struct generate_request {
   // Exactly one input: prompt text, prompt token ids, or chat messages.
   std::variant<std::string, std::vector<int32_t>, chat_input> input;
@@ -88,6 +108,15 @@ struct generate_request {
   bool add_special_tokens = true;        // BOS etc. for text prompts (chat: false, the template has them)
   int32_t priority = 0;                  // lower runs first (vLLM convention); ties FCFS
   bool return_logits = false;            // fill output_event::logits (tests, `generate --logits`)
+  context_rule context;                  // default: max_tokens as given in params
+  bool return_prompt_text = false;       // fill request_stream::prompt_text() (echo)
+  bool return_token_text = false;        // fill output_event::token_texts / top_logprob_texts
+};
+
+// Input of engine::tokenize: text or chat messages.
+struct tokenize_request_input {
+  std::variant<std::string, chat_input> input;
+  bool add_special_tokens = true;        // text only
 };
 
 enum class finish_reason : uint8_t { none, stop, length, abort, error };
@@ -101,6 +130,10 @@ struct output_event {
   std::vector<float> token_logprobs;         // per token id, when params.logprobs >= 0
   std::vector<std::vector<token_logprob>> top_logprobs;  // per token id, when params.logprobs > 0
   std::vector<std::vector<float>> logits;    // per token id, when request.return_logits
+  // When request.return_token_text: each token id decoded on its own (special tokens as ""), and
+  // the same for each top_logprobs entry.
+  std::vector<std::string> token_texts;
+  std::vector<std::vector<std::string>> top_logprob_texts;
   finish_reason finish = finish_reason::none;  // set on the sample's last event
   std::string stop_reason;                   // the matched stop string, if any
   std::string error_message;                 // when finish == error
@@ -115,6 +148,8 @@ class request_stream {
   virtual ~request_stream() = default;
   virtual uint64_t id() const noexcept = 0;
   virtual const std::vector<int32_t>& prompt_ids() const noexcept = 0;
+  // The prompt decoded to text when the request asked (return_prompt_text), else "".
+  virtual const std::string& prompt_text() const noexcept = 0;
   // Next event, or nullopt once every sample has finished. Single consumer. Resumes on the
   // awaiting coroutine's executor.
   virtual asio::awaitable<std::optional<output_event>> next() = 0;
@@ -161,15 +196,18 @@ class engine {
   static result<std::unique_ptr<engine>> start(engine_config config);
   virtual ~engine() = default;
 
-  // Tokenizes (template + encode), validates (ids in vocabulary, prompt + max_tokens within
-  // max_model_len) and enqueues. Errors: code "queue_full" (HTTP 429), "engine_down" (503),
-  // "invalid_request" (400; message says why, e.g. template raise_exception text).
+  // Hands the request to the tokenizer pool, which renders the chat template, encodes, validates
+  // (ids in the vocabulary, the context rule) and enqueues it. Refusals (over the admission limits,
+  // engine down) are answered at once, without waiting on any actor. Errors: code "queue_full"
+  // (HTTP 429), "engine_down" (503), "invalid_request" (400; message says why, e.g. a template's
+  // raise_exception text; param names the field).
   virtual asio::awaitable<result<std::shared_ptr<request_stream>>> submit(generate_request req) = 0;
 
-  // Synchronous helpers for /tokenize and /detokenize (thread-safe, no actor round trip needed).
-  virtual result<std::vector<int32_t>> tokenize(const std::string& text, bool add_special_tokens) const = 0;
-  virtual result<std::vector<int32_t>> tokenize_chat(const chat_input& chat) const = 0;
-  virtual result<std::string> detokenize(const std::vector<int32_t>& ids) const = 0;
+  // /tokenize and /detokenize: encoded or decoded by an actor of the tokenizer pool (never on the
+  // caller's thread). Chat input is rendered by the chat template first. detokenize skips special
+  // tokens. Errors: "invalid_request" (no tokenizer, template error, id outside the vocabulary).
+  virtual asio::awaitable<result<std::vector<int32_t>>> tokenize(tokenize_request_input in) = 0;
+  virtual asio::awaitable<result<std::string>> detokenize(std::vector<int32_t> ids) = 0;
 
   virtual const model_info& info() const noexcept = 0;
   virtual bool healthy() const noexcept = 0;

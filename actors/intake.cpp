@@ -31,19 +31,24 @@ asio::awaitable<void> intake::handle(submit_request& m) {
     co_return;
   }
   const uint64_t rid = p_->next_request_id.fetch_add(1, std::memory_order_relaxed);
-  open_.insert(rid);
-  publish();
   const sampling_params& sp = m.request.params;
   const size_t n = static_cast<size_t>(std::max(1, sp.n));
-  const size_t capacity = n * (static_cast<size_t>(std::max(0, sp.max_tokens)) + 2) + 2;
+  // Without a given max_tokens the tokenizer may raise it to the rest of the context.
+  const int32_t most_tokens = m.request.context.max_tokens_given ? sp.max_tokens : p_->max_model_len;
+  const size_t capacity = n * (static_cast<size_t>(std::max(0, most_tokens)) + 2) + 2;
   auto stream = std::make_shared<stream_impl>(rid, capacity, p_);
+  open_.emplace(rid, stream);
+  publish();
   if (p_->sys->trace().enabled())
     trace_for_request(*p_->sys, trace_id_, "submit_request", rid, t0, p_->sys->trace().now_ns());
   submit_reply reply = m.reply;
-  tokenize_request t{rid, std::move(m.request), std::move(stream), std::move(m.reply)};
+  const int64_t cost = tokenize_cost(m.request);
+  const size_t which = p_->pick_tokenizer(cost);
+  tokenize_request t{rid, std::move(m.request), std::move(stream), std::move(m.reply), cost};
   in_hand_.reset();  // the tokenizer answers it from here on
-  const rt::send_status s = co_await p_->tokenizer_ref.send(std::move(t), rid);
+  const rt::send_status s = co_await p_->tokenizer_refs[which].send(std::move(t), rid);
   if (s != rt::send_status::ok) {
+    p_->tokenizer_done(which, cost);
     reply->complete(error{"engine_down", "the engine is stopping"});
     open_.erase(rid);
     publish();
@@ -53,13 +58,19 @@ asio::awaitable<void> intake::handle(submit_request& m) {
 void intake::on_failure(const std::string& what) {
   if (in_hand_) in_hand_->complete(error{"internal_error", "intake failed: " + what});
   in_hand_.reset();
-  for (uint64_t rid : open_) (void)p_->scheduler_ref.tell(cancel_sequences{rid, finish_reason::error});
+  for (const auto& [rid, s] : open_) cancel(rid, s, finish_reason::error);
+}
+
+void intake::cancel(uint64_t rid, const std::weak_ptr<stream_impl>& s, finish_reason why) {
+  if (auto stream = s.lock()) stream->mark_cancelled(why);
+  (void)p_->scheduler_ref.tell(cancel_sequences{rid, why});
 }
 
 void intake::handle(cancel_request& m) {
   p_->fault_point("intake", "cancel_request");
-  if (open_.count(m.request_id) == 0) return;  // ended already
-  (void)p_->scheduler_ref.tell(cancel_sequences{m.request_id, finish_reason::abort});
+  auto it = open_.find(m.request_id);
+  if (it == open_.end()) return;  // ended already
+  cancel(it->first, it->second, finish_reason::abort);
 }
 
 void intake::handle(request_closed& m) {
@@ -68,7 +79,7 @@ void intake::handle(request_closed& m) {
 }
 
 void intake::handle(abort_all&) {
-  for (uint64_t rid : open_) (void)p_->scheduler_ref.tell(cancel_sequences{rid, finish_reason::abort});
+  for (const auto& [rid, s] : open_) cancel(rid, s, finish_reason::abort);
 }
 
 }  // namespace coserve::actors

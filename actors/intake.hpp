@@ -10,7 +10,8 @@
 #pragma once
 
 #include <cstdint>
-#include <unordered_set>
+#include <memory>
+#include <unordered_map>
 
 #include "actors/intake_messages.hpp"
 #include "actors/pipeline.hpp"
@@ -39,7 +40,10 @@ class intake {
   std::shared_ptr<pipeline> p_;
   int64_t max_open_;
   uint32_t trace_id_ = 0;
-  std::unordered_set<uint64_t> open_;
+  // Open requests and their streams (weak: the client and the streamer own them). A cancel marks
+  // the stream (stream_impl::mark_cancelled) before telling the scheduler.
+  std::unordered_map<uint64_t, std::weak_ptr<stream_impl>> open_;
+  void cancel(uint64_t rid, const std::weak_ptr<stream_impl>& s, finish_reason why);
   submit_reply in_hand_;  // the submission being handled (answered by on_failure if it throws)
 };
 

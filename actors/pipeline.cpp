@@ -10,6 +10,20 @@
 
 namespace coserve::actors {
 
+size_t pipeline::pick_tokenizer(int64_t cost) {
+  size_t best = 0;
+  int64_t best_load = tokenizer_load[0].load(std::memory_order_relaxed);
+  for (size_t i = 1; i < tokenizer_refs.size(); ++i) {
+    const int64_t l = tokenizer_load[i].load(std::memory_order_relaxed);
+    if (l < best_load) {
+      best = i;
+      best_load = l;
+    }
+  }
+  tokenizer_load[best].fetch_add(cost, std::memory_order_relaxed);
+  return best;
+}
+
 void latency_histogram::observe(double seconds) {
   const auto it = std::lower_bound(snap_.bounds.begin(), snap_.bounds.end(), seconds);  // le semantics
   const auto i = static_cast<size_t>(it - snap_.bounds.begin());
@@ -48,6 +62,7 @@ asio::awaitable<std::optional<output_event>> stream_impl::next() {
 }
 
 void stream_impl::cancel() noexcept {
+  mark_cancelled(finish_reason::abort);
   if (cancelled_.exchange(true, std::memory_order_relaxed)) return;
   // Best effort: when intake's mailbox is full or closed, the streamer notices the flag at the
   // request's next token and cancels it then.

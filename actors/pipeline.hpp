@@ -1,7 +1,7 @@
 // pipeline — what the serving actors share: references to each other (set once, before the first
 // request), the per-request output stream, and the metrics cell each actor publishes into.
 //
-//   engine::submit ──▶ intake ──▶ tokenizer ──▶ scheduler ◀──────── step_done ─────┐
+//   engine::submit ──▶ intake ──▶ tokenizer[i] ─▶ scheduler ◀──────── step_done ─────┐
 //                                     │            │ step_draft                     │
 //                                     │            ▼                                │
 //                                     │        kv_allocator ── execute_step ──▶ executor
@@ -76,6 +76,7 @@ struct pipeline_metrics {
   std::atomic<int64_t> open_requests{0}, rejected{0};
   // scheduler
   std::atomic<int64_t> running{0}, waiting{0}, preemptions{0}, prompt_tokens{0}, steps{0};
+  std::atomic<int64_t> waiting_tokens{0};  // prompt tokens of waiting sequences not yet computed
   // kv_allocator
   std::atomic<int64_t> kv_total{0}, kv_free{0}, prefix_queries{0}, prefix_hits{0};
   // streamer
@@ -116,7 +117,17 @@ class engine_health {
 struct pipeline {
   rt::system* sys = nullptr;
   rt::actor_ref<intake> intake_ref;
-  rt::actor_ref<tokenizer_actor> tokenizer_ref;
+  // The tokenizer pool. tokenizer_load[i]: the input bytes sent to actor i and not yet handled
+  // (pick_tokenizer adds, the actor subtracts when its handler ends).
+  std::vector<rt::actor_ref<tokenizer_actor>> tokenizer_refs;
+  std::unique_ptr<std::atomic<int64_t>[]> tokenizer_load;
+  // The least loaded tokenizer; adds `cost` to its load. Any thread.
+  size_t pick_tokenizer(int64_t cost);
+  void tokenizer_done(size_t index, int64_t cost) {
+    tokenizer_load[index].fetch_sub(cost, std::memory_order_relaxed);
+  }
+  int64_t max_waiting_tokens = 0;  // engine_config::max_waiting_tokens
+  int32_t max_model_len = 0;
   rt::actor_ref<scheduler> scheduler_ref;
   rt::actor_ref<kv_allocator> kv_ref;
   rt::actor_ref<executor_actor> executor_ref;
@@ -144,13 +155,27 @@ class stream_impl final : public request_stream {
   stream_impl(uint64_t id, size_t capacity, std::weak_ptr<pipeline> p);
   uint64_t id() const noexcept override { return id_; }
   const std::vector<int32_t>& prompt_ids() const noexcept override { return prompt_; }
+  const std::string& prompt_text() const noexcept override { return prompt_text_; }
   asio::awaitable<std::optional<output_event>> next() override;
   void cancel() noexcept override;
 
   bool cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+  // Why the request was cancelled (abort: client gone or engine drain; error: an actor failed), or
+  // none. Set before the cancel is sent to the scheduler, so a scheduler that receives the request
+  // after the cancel (requests are tokenized in parallel) still sees it. First reason wins.
+  void mark_cancelled(finish_reason r) noexcept {
+    uint8_t none = 0;
+    cancel_reason_.compare_exchange_strong(none, static_cast<uint8_t>(r), std::memory_order_release);
+  }
+  finish_reason cancel_reason() const noexcept {
+    return static_cast<finish_reason>(cancel_reason_.load(std::memory_order_acquire));
+  }
   clock::time_point submitted() const noexcept { return submitted_; }
   // Written once by the tokenizer before the stream is handed out.
-  void set_prompt(std::vector<int32_t> ids) { prompt_ = std::move(ids); }
+  void set_prompt(std::vector<int32_t> ids, std::string text = {}) {
+    prompt_ = std::move(ids);
+    prompt_text_ = std::move(text);
+  }
   // Streamer only. The capacity covers every event a request can produce.
   void send(output_event ev);
   void end();
@@ -159,9 +184,11 @@ class stream_impl final : public request_stream {
   using channel = asio::experimental::concurrent_channel<void(asio::error_code, output_event)>;
   uint64_t id_;
   std::vector<int32_t> prompt_;
+  std::string prompt_text_;
   channel channel_;
   std::weak_ptr<pipeline> pipeline_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<uint8_t> cancel_reason_{0};
   bool ended_ = false;  // consumer side only
   clock::time_point submitted_;
 };

@@ -14,6 +14,7 @@ void scheduler::publish() {
   auto& m = p_->metrics;
   m.running.store(core_.num_running(), std::memory_order_relaxed);
   m.waiting.store(core_.num_waiting(), std::memory_order_relaxed);
+  m.waiting_tokens.store(core_.num_waiting_tokens(), std::memory_order_relaxed);
   m.preemptions.store(core_.num_preemptions(), std::memory_order_relaxed);
 }
 
@@ -45,13 +46,9 @@ rt::maybe_async scheduler::handle(add_request& m) {
     out.tell(p_->streamer_ref, end_request{rid, finish_reason::error, failed_reason_});
     return out.finish();
   }
-  max_added_ = std::max(max_added_, rid);
-  // Cancellations of ids below this one that never arrived (rejected by the tokenizer) are moot.
-  for (auto it = cancelled_early_.begin(); it != cancelled_early_.end();)
-    it = it->first < rid ? cancelled_early_.erase(it) : std::next(it);
-  if (auto early = cancelled_early_.find(rid); early != cancelled_early_.end()) {
-    const finish_reason why = early->second;
-    cancelled_early_.erase(early);
+  // Cancelled while it was being tokenized (the cancel, if it came, found nothing here).
+  if (const finish_reason why = m.stream ? m.stream->cancel_reason() : finish_reason::none;
+      why != finish_reason::none) {
     out.tell(p_->streamer_ref, end_request{rid, why, why == finish_reason::error ? "the request was failed before it was queued" : ""});
     return out.finish();
   }
@@ -120,10 +117,8 @@ rt::maybe_async scheduler::handle(engine_failed& m) {
 rt::maybe_async scheduler::handle(cancel_sequences& m) {
   p_->fault_point("scheduler", "cancel_sequences");
   rt::outbox out;
-  if (requests_.count(m.request_id) == 0) {
-    if (m.request_id > max_added_) cancelled_early_[m.request_id] = m.reason;  // still being tokenized
-    return out.finish();
-  }
+  // Not here: ended already, or not arrived yet (add_request then sees the stream's cancel reason).
+  if (requests_.count(m.request_id) == 0) return out.finish();
   end_request_now(m.request_id, m.reason, {}, out);
   pump(out);
   return out.finish();

@@ -69,13 +69,11 @@ class scheduler {
   uint32_t trace_id_ = 0;
   int32_t in_flight_ = 0;  // steps drafted whose result has not come back
   std::unordered_map<uint64_t, request> requests_;
-  std::unordered_map<uint64_t, finish_reason> cancelled_early_;  // cancelled before they reached us
   std::unordered_map<uint64_t, std::vector<uint64_t>> step_requests_;  // step id → requests in it
   int32_t max_consecutive_failures_;
   int32_t consecutive_failures_ = 0;
   bool failed_ = false;
   std::string failed_reason_;
-  uint64_t max_added_ = 0;
   std::vector<seq_id_t> release_;  // scratch
 };
 

@@ -244,4 +244,11 @@ std::vector<seq_event> scheduler_core::on_result(const step_result& result) {
   return events;
 }
 
+int64_t scheduler_core::num_waiting_tokens() const {
+  int64_t n = 0;
+  for (seq_id_t id : waiting_)  // forking children share their parent's prompt: not counted
+    if (auto it = seqs_.find(id); it != seqs_.end()) n += it->second.num_tokens() - it->second.num_computed;
+  return n;
+}
+
 }  // namespace coserve::actors

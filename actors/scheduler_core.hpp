@@ -68,6 +68,9 @@ class scheduler_core {
   int32_t num_running() const noexcept { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const noexcept { return static_cast<int32_t>(waiting_.size() + forking_.size()); }
   int64_t num_preemptions() const noexcept { return preemptions_; }
+  // Tokens of waiting sequences not yet computed (prompts, and outputs to recompute after a
+  // preemption); n > 1 children waiting for their parent are not counted. O(waiting).
+  int64_t num_waiting_tokens() const;
   const sequence* find(seq_id_t id) const;
   const planner_config& config() const noexcept { return config_; }
 

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "actors/engine.hpp"
@@ -12,6 +13,8 @@
 
 namespace coserve::actors {
 
+class stream_impl;
+
 // tokenizer → scheduler: a validated, tokenized request.
 struct add_request {
   uint64_t request_id = 0;
@@ -19,6 +22,7 @@ struct add_request {
   sampling_params params;
   int32_t priority = 0;
   std::chrono::steady_clock::time_point submitted;
+  std::shared_ptr<const stream_impl> stream;  // its cancel_reason() is checked on arrival
 };
 
 // intake → scheduler: the client is gone (or the engine stops with abort).

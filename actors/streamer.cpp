@@ -1,6 +1,7 @@
 #include "actors/streamer.hpp"
 
 #include <algorithm>
+#include <span>
 
 #include "actors/intake.hpp"
 #include "actors/scheduler.hpp"
@@ -18,6 +19,7 @@ void streamer::handle(open_stream& m) {
   p_->fault_point("streamer", "open_stream");  // after the insert: on_failure ends this one too
   st.params = std::move(m.params);
   st.return_logits = m.return_logits;
+  st.return_token_text = m.return_token_text;
   const int32_t n = std::max(1, st.params.n);
   st.samples.resize(static_cast<size_t>(n));
   st.live = n;
@@ -79,6 +81,19 @@ rt::maybe_async streamer::handle(token_batch& m) {
     if (st.params.logprobs >= 0) ev.token_logprobs = {e.logprob};
     if (st.params.logprobs > 0) ev.top_logprobs.push_back(std::move(e.top_logprobs));
     if (st.return_logits && !e.logits.empty()) ev.logits.push_back(std::move(e.logits));
+    if (st.return_token_text) {  // logprobs' token strings: each id decoded on its own
+      auto text_of = [this](int32_t id) {
+        const int32_t one[1] = {id};
+        return tok_ ? tok_->decode(std::span<const int32_t>(one), true) : std::string();
+      };
+      ev.token_texts = {text_of(e.token)};
+      if (!ev.top_logprobs.empty()) {
+        std::vector<std::string> tops;
+        tops.reserve(ev.top_logprobs.front().size());
+        for (const auto& tl : ev.top_logprobs.front()) tops.push_back(text_of(tl.token));
+        ev.top_logprob_texts.push_back(std::move(tops));
+      }
+    }
     ev.prompt_tokens = e.prompt_tokens;
     ev.completion_tokens = e.completion_tokens;
     ev.cached_prompt_tokens = e.cached_prompt_tokens;

@@ -52,6 +52,7 @@ class streamer {
     std::shared_ptr<stream_impl> stream;
     sampling_params params;
     bool return_logits = false;
+    bool return_token_text = false;
     std::vector<sample> samples;
     int32_t live = 0;
     bool first_token_seen = false;

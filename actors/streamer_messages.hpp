@@ -19,6 +19,7 @@ struct open_stream {
   std::shared_ptr<stream_impl> stream;
   sampling_params params;
   bool return_logits = false;
+  bool return_token_text = false;  // fill output_event::token_texts / top_logprob_texts
 };
 
 struct token_event {

@@ -5,10 +5,74 @@
 #include "actors/streamer.hpp"
 #include "runtime/system.hpp"
 
+namespace coserve {
+
+result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens, int32_t max_model_len,
+                                sampling_params& params) {
+  const std::string& where = rule.input_param;
+  if (prompt_tokens <= 0)
+    return error{"invalid_request", "the " + where + " is empty after tokenization", where};
+  if (!rule.max_tokens_given) {
+    params.max_tokens = std::max(0, max_model_len - prompt_tokens);
+    if (rule.default_max_tokens > 0) params.max_tokens = std::min(rule.default_max_tokens, params.max_tokens);
+  }
+  const int64_t total = int64_t{prompt_tokens} + std::max<int64_t>(params.max_tokens, 1);
+  if (prompt_tokens >= max_model_len || total > max_model_len)
+    return error{"invalid_request",
+                 "This model's maximum context length is " + std::to_string(max_model_len) +
+                     " tokens. However, you requested " + std::to_string(total) + " tokens (" +
+                     std::to_string(prompt_tokens) + " in the " + where + ", " +
+                     std::to_string(params.max_tokens) + " in the completion). Please reduce the length of the " +
+                     where + " or completion.",
+                 rule.max_tokens_given ? rule.max_tokens_param : where};
+  return {};
+}
+
+}  // namespace coserve
+
 namespace coserve::actors {
 
+namespace {
+
+int64_t chat_cost(const json::value& v) {
+  if (v.is_string()) return static_cast<int64_t>(v.as_string().size());
+  int64_t c = 1;
+  if (v.is_array())
+    for (const auto& x : v.as_array()) c += chat_cost(x);
+  else if (v.is_object())
+    for (const auto& [k, x] : v.as_object()) c += static_cast<int64_t>(k.size()) + chat_cost(x);
+  return c;
+}
+
+// Gives a tokenizer's load back when the handler ends, thrown out of or not.
+struct load_guard {
+  pipeline* p;
+  size_t index;
+  int64_t cost;
+  ~load_guard() { release(); }
+  void release() {
+    if (cost != 0) p->tokenizer_done(index, cost);
+    cost = 0;
+  }
+};
+
+}  // namespace
+
+int64_t tokenize_cost(const generate_request& req) {
+  if (const auto* t = std::get_if<std::string>(&req.input)) return static_cast<int64_t>(t->size()) + 1;
+  if (const auto* ids = std::get_if<std::vector<int32_t>>(&req.input)) return static_cast<int64_t>(ids->size()) + 1;
+  const auto& chat = std::get<chat_input>(req.input);
+  return chat_cost(chat.messages) + chat_cost(chat.tools);
+}
+
+int64_t tokenize_cost(const tokenize_request_input& in) {
+  if (const auto* t = std::get_if<std::string>(&in.input)) return static_cast<int64_t>(t->size()) + 1;
+  const auto& chat = std::get<chat_input>(in.input);
+  return chat_cost(chat.messages) + chat_cost(chat.tools);
+}
+
 result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat) const {
-  if (tmpl == nullptr) return error{"invalid_request", template_error};
+  if (tmpl == nullptr) return error{"invalid_request", template_error, "messages"};
   json::value ctx;
   ctx["messages"] = chat.messages;
   if (!chat.tools.is_null()) ctx["tools"] = chat.tools;
@@ -18,34 +82,50 @@ result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat)
   if (chat.template_kwargs.is_object())
     for (const auto& [key, value] : chat.template_kwargs.as_object()) ctx[key] = value;
   auto text = tmpl->render(ctx);
-  if (!text.ok()) return error{"invalid_request", std::move(text).err().message};
+  if (!text.ok()) return error{"invalid_request", std::move(text).err().message, "messages"};
   return tok->encode(*text, false);
 }
 
-result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req) const {
+result<std::vector<int32_t>> prompt_encoder::encode_input(const tokenize_request_input& in) const {
+  if (const auto* text = std::get_if<std::string>(&in.input)) {
+    if (tok == nullptr) return error{"invalid_request", template_error, "prompt"};
+    return tok->encode(*text, in.add_special_tokens);
+  }
+  return encode_chat(std::get<chat_input>(in.input));
+}
+
+result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req, sampling_params& params) const {
+  const std::string& where = req.context.input_param;
   std::vector<int32_t> ids;
   if (tok == nullptr && std::get_if<std::vector<int32_t>>(&req.input) == nullptr)
-    return error{"invalid_request", template_error};
+    return error{"invalid_request", template_error, where};
   if (const auto* text = std::get_if<std::string>(&req.input)) {
     ids = tok->encode(*text, req.add_special_tokens);
   } else if (const auto* given = std::get_if<std::vector<int32_t>>(&req.input)) {
     ids = *given;
   } else {
     auto chat_ids = encode_chat(std::get<chat_input>(req.input));
-    if (!chat_ids.ok()) return std::move(chat_ids).err();
+    if (!chat_ids.ok()) {
+      error e = std::move(chat_ids).err();
+      e.param = where;
+      return e;
+    }
     ids = std::move(*chat_ids);
   }
-  if (ids.empty()) return error{"invalid_request", "the prompt is empty"};
   for (int32_t id : ids)
     if (id < 0 || id >= vocab_size)
-      return error{"invalid_request", "token id " + std::to_string(id) + " is outside the vocabulary"};
-  const int64_t total = static_cast<int64_t>(ids.size()) + req.params.max_tokens;
-  if (total > max_model_len)
-    return error{"invalid_request",
-                 "the prompt (" + std::to_string(ids.size()) + " tokens) plus max_tokens (" +
-                     std::to_string(req.params.max_tokens) + ") exceeds the model context of " +
-                     std::to_string(max_model_len) + " tokens"};
+      return error{"invalid_request", "token id " + std::to_string(id) + " is outside the vocabulary", where};
+  if (auto r = apply_context_rule(req.context, static_cast<int32_t>(ids.size()), max_model_len, params); !r)
+    return std::move(r).err();
   return ids;
+}
+
+result<std::string> prompt_encoder::decode(const std::vector<int32_t>& ids) const {
+  if (tok == nullptr) return error{"invalid_request", template_error, "tokens"};
+  for (int32_t id : ids)
+    if (id < 0 || id >= vocab_size)
+      return error{"invalid_request", "'tokens' must hold ids in [0, " + std::to_string(vocab_size) + ")", "tokens"};
+  return tok->decode(ids, true);
 }
 
 void tokenizer_actor::on_failure(const std::string& what) {
@@ -56,26 +136,60 @@ void tokenizer_actor::on_failure(const std::string& what) {
   in_hand_.reset();
 }
 
+void tokenizer_actor::handle(encode_text& m) {
+  load_guard g{p_.get(), index_, m.cost};
+  p_->fault_point("tokenizer", "encode_text");
+  m.reply->complete(enc_->encode_input(m.input));
+}
+
+void tokenizer_actor::handle(decode_ids& m) {
+  load_guard g{p_.get(), index_, m.cost};
+  p_->fault_point("tokenizer", "decode_ids");
+  m.reply->complete(enc_->decode(m.ids));
+}
+
 asio::awaitable<void> tokenizer_actor::handle(tokenize_request& m) {
   const uint64_t rid = m.request_id;
   in_hand_ = m.reply;
   in_hand_id_ = rid;
+  load_guard g{p_.get(), index_, m.cost};
   p_->fault_point("tokenizer", "tokenize_request");
-  auto ids = enc_->encode(m.request);
-  if (!ids.ok()) {
-    m.reply->complete(std::move(ids).err());
+  sampling_params params = m.request.params;
+  auto ids = enc_->encode(m.request, params);
+  auto reject = [&](error e) {
+    m.reply->complete(std::move(e));
     (void)p_->intake_ref.tell(request_closed{rid});
     in_hand_.reset();
+  };
+  if (!ids.ok()) {
+    reject(std::move(ids).err());
     co_return;
   }
-  m.stream->set_prompt(*ids);
-  open_stream os{rid, m.stream, m.request.params, m.request.return_logits};
+  // Admission by queued prompt tokens (one request is always admitted when none waits).
+  const int64_t waiting = p_->metrics.waiting_tokens.load(std::memory_order_relaxed);
+  if (p_->max_waiting_tokens > 0 && waiting > 0 &&
+      waiting + static_cast<int64_t>(ids->size()) > p_->max_waiting_tokens) {
+    p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+    reject(error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) + "); retry later"});
+    co_return;
+  }
+  std::string prompt_text;
+  if (m.request.return_prompt_text) {
+    if (auto* text = std::get_if<std::string>(&m.request.input)) {
+      prompt_text = std::move(*text);
+    } else if (std::get_if<std::vector<int32_t>>(&m.request.input) != nullptr && enc_->tok != nullptr) {
+      prompt_text = enc_->tok->decode(*ids, true);
+    }
+  }
+  g.release();
+  m.stream->set_prompt(*ids, std::move(prompt_text));
+  open_stream os{rid, m.stream, params, m.request.return_logits, m.request.return_token_text};
   in_hand_.reset();  // from here on the streamer holds the request
   if (co_await p_->streamer_ref.send(std::move(os), rid) != rt::send_status::ok) {
     m.reply->complete(error{"engine_down", "the engine is stopping"});
     co_return;
   }
-  add_request add{rid, std::move(*ids), m.request.params, m.request.priority, m.stream->submitted()};
+  add_request add{rid, std::move(*ids), params, m.request.priority, m.stream->submitted(), m.stream};
   if (co_await p_->scheduler_ref.send(std::move(add), rid) != rt::send_status::ok) {
     m.reply->complete(error{"engine_down", "the engine is stopping"});
     // The streamer holds the stream: it drops it and closes the request.

@@ -1,9 +1,12 @@
-// tokenizer_actor — chat template + encode + validation, off the I/O threads. A valid request is
-// announced to the streamer, handed to the scheduler, and only then answered (so a cancel from
-// the client always finds it); an invalid one is answered with "invalid_request" and never queued.
+// tokenizer_actor — one actor of the tokenizer pool: chat template + encode + validation for
+// submitted requests, and /tokenize and /detokenize, off the HTTP threads. Each actor of the pool
+// runs on a thread of its own, so a multi-megabyte prompt occupies that thread only. A valid request
+// is announced to the streamer, handed to the scheduler, and only then answered (so a cancel from
+// the client always finds it); an invalid one is answered with "invalid_request" (error::param
+// names the field) and never queued.
 //
-// Threads: an actor on the runtime's pool. The tokenizer and the template are shared read-only
-// (both are thread-safe for concurrent use).
+// Threads: the tokenizer and the template are shared read-only by the pool (both are thread-safe
+// for concurrent use); each actor's own state is touched only by its handlers.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,7 @@
 
 namespace coserve::actors {
 
-// What the tokenizer actor needs of the model; shared by the engine's synchronous helpers.
+// What the tokenizer actors need of the model.
 struct prompt_encoder {
   const tokenizer* tok = nullptr;        // null: token-id prompts only
   const chat_template* tmpl = nullptr;   // null: the model has none
@@ -31,23 +34,36 @@ struct prompt_encoder {
   // add_generation_prompt, bos/eos tokens, extra variables), then encodes without adding special
   // tokens (the template has them). Template errors are "invalid_request" with their message.
   result<std::vector<int32_t>> encode_chat(const chat_input& chat) const;
-  // Prompt ids of any request input, validated: non-empty, ids in the vocabulary, prompt plus
-  // max_tokens within max_model_len.
-  result<std::vector<int32_t>> encode(const generate_request& req) const;
+  // Text or chat messages to ids (no validation beyond the template's).
+  result<std::vector<int32_t>> encode_input(const tokenize_request_input& in) const;
+  // Prompt ids of a request, validated: non-empty, ids in the vocabulary, then the request's
+  // context rule (which may set params.max_tokens). Errors name req.context.input_param or the
+  // max_tokens field.
+  result<std::vector<int32_t>> encode(const generate_request& req, sampling_params& params) const;
+  // Ids to text, skipping special tokens; ids outside the vocabulary are an error.
+  result<std::string> decode(const std::vector<int32_t>& ids) const;
 };
+
+// What a request costs a tokenizer (for pick_tokenizer): about its input's bytes.
+int64_t tokenize_cost(const generate_request& req);
+int64_t tokenize_cost(const tokenize_request_input& in);
 
 class tokenizer_actor {
  public:
-  using messages = rt::message_list<tokenize_request>;
+  using messages = rt::message_list<tokenize_request, encode_text, decode_ids>;
 
-  tokenizer_actor(std::shared_ptr<pipeline> p, const prompt_encoder* enc) : p_(std::move(p)), enc_(enc) {}
+  tokenizer_actor(std::shared_ptr<pipeline> p, const prompt_encoder* enc, size_t index)
+      : p_(std::move(p)), enc_(enc), index_(index) {}
   asio::awaitable<void> handle(tokenize_request& m);
+  void handle(encode_text& m);
+  void handle(decode_ids& m);
   // Supervision hook: a handler threw; the request in hand is answered with an error.
   void on_failure(const std::string& what);
 
  private:
   std::shared_ptr<pipeline> p_;
   const prompt_encoder* enc_;
+  size_t index_;
   submit_reply in_hand_;
   uint64_t in_hand_id_ = 0;
 };

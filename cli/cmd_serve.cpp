@@ -72,6 +72,12 @@ engine:
   --skip-tokenizer-init         no tokenizer: prompts as token ids, outputs as token ids without text
   --gpu-memory-utilization F    fraction of GPU memory for weights + KV (default: 0.9)
   --max-waiting-requests N      admission queue limit; beyond it 429 (default: 1024)
+  --max-waiting-tokens N        admission limit on prompt tokens waiting for their first step; a
+                                request that would take the total past it gets 429 (one is always
+                                admitted when none waits) (default: 1048576; 0: no limit)
+  --tokenizer-pool-size N       tokenizer actors, each on its own thread: chat templates, encoding,
+                                /tokenize and /detokenize run there, never on the HTTP threads
+                                (default: min(4, cores))
   --cpu-threads N               CPU executor threads (default: core count)
   --no-enable-prefix-caching    disable prefix caching (on by default)
   --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit
@@ -163,6 +169,13 @@ int parse(int argc, char** argv, serve_args& a) {
     else if (f == "--block-size") { if (!as_int(need("N"), a.engine.block_size)) return 2; }
     else if (f == "--num-gpu-blocks-override") { if (!as_int(need("N"), a.engine.num_kv_blocks)) return 2; }
     else if (f == "--max-waiting-requests") { if (!as_int(need("N"), a.engine.max_waiting)) return 2; }
+    else if (f == "--max-waiting-tokens") { if (!as_int(need("N"), a.engine.max_waiting_tokens)) return 2; }
+    else if (f == "--tokenizer-pool-size") {
+      if (!as_int(need("N"), a.engine.tokenizer_pool_size) || a.engine.tokenizer_pool_size < 1) {
+        std::fprintf(stderr, "coserve serve: --tokenizer-pool-size must be at least 1\n");
+        return 2;
+      }
+    }
     else if (f == "--cpu-threads") { if (!as_int(need("N"), a.engine.cpu_threads)) return 2; }
     else if (f == "--http-threads") { if (!as_int(need("N"), a.http_threads)) return 2; }
     else if (f == "--max-body-bytes") { if (!as_int(need("N"), a.limits.max_body_bytes)) return 2; }

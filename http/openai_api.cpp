@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <unordered_map>
 
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/this_coro.hpp>
@@ -48,7 +49,7 @@ api_error from_engine_error(const error& e, const std::string& param, bool input
   if (e.code == "queue_full") return {429, e.message.empty() ? "server overloaded, retry later" : e.message, "RateLimitError", {}, {}};
   if (e.code == "engine_down") return {503, e.message.empty() ? "engine unavailable" : e.message, "ServiceUnavailableError", {}, {}};
   if (input_error || e.code == "invalid_request" || e.code == "template_error" || e.code == "invalid_argument")
-    return api_error::bad_request(e.message, param);
+    return api_error::bad_request(e.message, e.param.empty() ? param : e.param);
   return {500, e.message, "InternalServerError", {}, {}};
 }
 
@@ -225,10 +226,12 @@ asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w
     param = "messages";
     auto r = parse_openai_request(req.body, true, limits_);
     if (auto* e = std::get_if<api_error>(&r)) {
-    const api_error err_ = *e;
-    co_return co_await respond_error(w, err_);
-  }
-    ids = eng().tokenize_chat(std::get<openai_request>(r).chat_in);
+      const api_error err_ = *e;
+      co_return co_await respond_error(w, err_);
+    }
+    tokenize_request_input in;
+    in.input = std::move(std::get<openai_request>(r).chat_in);
+    ids = co_await eng().tokenize(std::move(in));
   } else if (const value* p = body.find("prompt"); p && !p->is_null()) {
     if (!p->is_string()) {
       const api_error err_ = api_error::bad_request("'prompt' must be a string", "prompt");
@@ -236,17 +239,19 @@ asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w
     }
     bool add_special = true;
     if (const value* a = body.find("add_special_tokens"); a && !a->is_null()) {
-      if (!a->is_bool())
-        {
-          const api_error err_ = api_error::bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
-          co_return co_await respond_error(w, err_);
-        }
+      if (!a->is_bool()) {
+        const api_error err_ = api_error::bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
+        co_return co_await respond_error(w, err_);
+      }
       add_special = a->as_bool();
     }
-    ids = eng().tokenize(p->as_string(), add_special);
+    tokenize_request_input in;
+    in.input = p->as_string();
+    in.add_special_tokens = add_special;
+    ids = co_await eng().tokenize(std::move(in));
   }
   if (!ids) {
-    const api_error err_ = from_engine_error(ids.err(), param, true);
+    const api_error err_ = from_engine_error(ids.err(), param, ids.err().code != "queue_full" && ids.err().code != "engine_down");
     co_return co_await respond_error(w, err_);
   }
   value out = json::object{};
@@ -282,9 +287,9 @@ asio::awaitable<void> openai_api::detokenize(http_request& req, response_writer&
     }
     ids.push_back(static_cast<int32_t>(x.as_int()));
   }
-  auto text = eng().detokenize(ids);
+  auto text = co_await eng().detokenize(std::move(ids));
   if (!text) {
-    const api_error err_ = from_engine_error(text.err(), "tokens", true);
+    const api_error err_ = from_engine_error(text.err(), "tokens", text.err().code != "queue_full" && text.err().code != "engine_down");
     co_return co_await respond_error(w, err_);
   }
   value out = json::object{};
@@ -302,72 +307,53 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   }
   openai_request& r = std::get<openai_request>(parsed);
 
-  // Tokenize here so the context-length rule can name the field; the engine gets token ids.
-  std::vector<std::vector<int32_t>> prompt_ids;
-  std::vector<std::string> prompt_texts;  // for echo
+  // The tokenizer pool renders, encodes and applies the context rule (errors name the field);
+  // one engine request per prompt.
+  const bool want_logprobs = r.params.logprobs >= 0;
+  std::vector<generate_request> gens;
   if (chat) {
-    auto ids = eng().tokenize_chat(r.chat_in);
-    if (!ids) {
-      const api_error err_ = from_engine_error(ids.err(), "messages", true);
-      co_return co_await respond_error(w, err_);
-    }
-    prompt_ids.push_back(std::move(*ids));
+    generate_request g;
+    g.input = std::move(r.chat_in);
+    g.add_special_tokens = false;
+    gens.push_back(std::move(g));
   } else {
     for (auto& p : r.prompts) {
-      if (auto* text = std::get_if<std::string>(&p)) {
-        auto ids = eng().tokenize(*text, true);
-        if (!ids) {
-          const api_error err_ = from_engine_error(ids.err(), "prompt", true);
-          co_return co_await respond_error(w, err_);
-        }
-        prompt_ids.push_back(std::move(*ids));
-        prompt_texts.push_back(*text);
-      } else {
-        auto& ids = std::get<std::vector<int32_t>>(p);
-        if (r.echo) {
-          auto t = eng().detokenize(ids);
-          prompt_texts.push_back(t ? *t : std::string());
-        }
-        prompt_ids.push_back(std::move(ids));
-      }
+      generate_request g;
+      if (auto* text = std::get_if<std::string>(&p)) g.input = std::move(*text);
+      else g.input = std::move(std::get<std::vector<int32_t>>(p));
+      g.return_prompt_text = r.echo;
+      gens.push_back(std::move(g));
     }
   }
-  std::vector<sampling_params> per_prompt;
-  for (const auto& ids : prompt_ids) {
-    openai_request copy_rules = r;  // the default max_tokens depends on each prompt's length
-    copy_rules.prompts.clear();
-    if (auto e = check_context(copy_rules, static_cast<int32_t>(ids.size()), limits_))
-      {
-    const api_error err_ = *e;
-    co_return co_await respond_error(w, err_);
-  }
-    per_prompt.push_back(copy_rules.params);
-  }
-
   submitted sub;
-  for (size_t i = 0; i < prompt_ids.size(); ++i) {
-    generate_request g;
-    g.input = std::move(prompt_ids[i]);
-    g.params = per_prompt[i];
-    g.add_special_tokens = false;
+  for (auto& g : gens) {
+    g.params = r.params;
+    g.context = context_of(r);
+    g.return_token_text = want_logprobs;
     auto s = co_await eng().submit(std::move(g));
     if (!s) {
       sub.cancel_all();
-      {
-        const api_error err_ = from_engine_error(s.err(), chat ? "messages" : "prompt");
-        co_return co_await respond_error(w, err_);
-      }
+      const api_error err_ = from_engine_error(s.err(), chat ? "messages" : "prompt");
+      co_return co_await respond_error(w, err_);
     }
     sub.streams.push_back(std::move(*s));
   }
 
   const int32_t n = r.params.n;
   response_header h{new_id(chat ? "chatcmpl" : "cmpl"), unix_now(), limits_.served_model_name, chat};
-  token_text_fn text_of = [this](int32_t id) {
-    auto t = eng().detokenize({id});
-    return t ? *t : std::string();
+  // Token strings for logprobs, as the streamer decoded them (output_event::token_texts).
+  std::unordered_map<int32_t, std::string> token_text;
+  auto learn_texts = [&](const output_event& ev) {
+    for (size_t i = 0; i < ev.token_ids.size() && i < ev.token_texts.size(); ++i)
+      token_text.try_emplace(ev.token_ids[i], ev.token_texts[i]);
+    for (size_t i = 0; i < ev.top_logprobs.size() && i < ev.top_logprob_texts.size(); ++i)
+      for (size_t k = 0; k < ev.top_logprobs[i].size() && k < ev.top_logprob_texts[i].size(); ++k)
+        token_text.try_emplace(ev.top_logprobs[i][k].token, ev.top_logprob_texts[i][k]);
   };
-  const bool want_logprobs = r.params.logprobs >= 0;
+  token_text_fn text_of = [&token_text](int32_t id) {
+    auto it = token_text.find(id);
+    return it == token_text.end() ? std::string() : it->second;
+  };
   std::vector<choice_state> choices(sub.streams.size() * static_cast<size_t>(n));
   for (size_t i = 0; i < choices.size(); ++i) choices[i].index = static_cast<int32_t>(i);
   std::vector<int64_t> text_offsets(choices.size(), 0);
@@ -392,6 +378,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
           if (ev->finish == finish_reason::error && engine_failure.empty())
             engine_failure = ev->error_message.empty() ? "engine failure" : ev->error_message;
           cached = std::max(cached, ev->cached_prompt_tokens);
+          if (want_logprobs) learn_texts(*ev);
           choices[p * static_cast<size_t>(n) + static_cast<size_t>(ev->index)].add(*ev);
         }
         cached_tokens += cached;
@@ -409,7 +396,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     for (size_t i = 0; i < choices.size(); ++i) {
       auto& c = choices[i];
       completion_tokens += c.completion_tokens;
-      if (!chat && r.echo) c.text = prompt_texts[i / static_cast<size_t>(n)] + c.text;
+      if (!chat && r.echo) c.text = sub.streams[i / static_cast<size_t>(n)]->prompt_text() + c.text;
       if (!want_logprobs) lps.emplace_back();
       else if (chat) lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, text_of));
       else lps.push_back(completion_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, 0, text_of));
@@ -439,13 +426,14 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
       if (!chat && r.echo)
         for (int32_t k = 0; k < n; ++k) {
           auto idx = static_cast<int32_t>(p) * n + k;
-          const std::string chunk = sse_event(text_chunk(h, idx, prompt_texts[p], value(), {}, usage_null));
+          const std::string chunk = sse_event(text_chunk(h, idx, s->prompt_text(), value(), {}, usage_null));
           if (!co_await w.write_chunk(chunk)) co_return;
         }
       int32_t cached = 0;
       while (auto ev = co_await s->next()) {
         if (w.client_gone()) continue;  // drain: the engine ends the stream with abort events
         auto& c = choices[p * static_cast<size_t>(n) + static_cast<size_t>(ev->index)];
+        if (want_logprobs) learn_texts(*ev);
         c.add(*ev);
         cached = std::max(cached, ev->cached_prompt_tokens);
         if (ev->finish == finish_reason::error) {

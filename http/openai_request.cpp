@@ -268,23 +268,19 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
   return r;
 }
 
+context_rule context_of(const openai_request& req) {
+  context_rule rule;
+  rule.max_tokens_given = req.max_tokens_given;
+  rule.default_max_tokens = req.chat ? 0 : 16;  // OpenAI's completions default; chat: the rest of the context
+  rule.input_param = req.chat ? "messages" : "prompt";
+  rule.max_tokens_param = req.max_tokens_param.empty() ? "max_tokens" : req.max_tokens_param;
+  return rule;
+}
+
 std::optional<api_error> check_context(openai_request& req, int32_t prompt_tokens, const model_limits& lim) {
-  const std::string where = req.chat ? "messages" : "prompt";
-  if (prompt_tokens <= 0) return api_error::bad_request("the " + where + " is empty after tokenization", where);
-  if (!req.max_tokens_given) {
-    if (req.chat) req.params.max_tokens = lim.max_model_len - prompt_tokens;
-    else req.params.max_tokens = std::min(16, lim.max_model_len - prompt_tokens);
-  }
-  int64_t total = int64_t{prompt_tokens} + std::max<int64_t>(req.params.max_tokens, 1);
-  if (prompt_tokens >= lim.max_model_len || total > lim.max_model_len) {
-    return api_error::bad_request(
-        "This model's maximum context length is " + std::to_string(lim.max_model_len) +
-            " tokens. However, you requested " + std::to_string(total) + " tokens (" +
-            std::to_string(prompt_tokens) + " in the " + where + ", " + std::to_string(req.params.max_tokens) +
-            " in the completion). Please reduce the length of the " + where + " or completion.",
-        req.max_tokens_given ? req.max_tokens_param : where);
-  }
-  return std::nullopt;
+  auto r = apply_context_rule(context_of(req), prompt_tokens, lim.max_model_len, req.params);
+  if (r.ok()) return std::nullopt;
+  return api_error::bad_request(r.err().message, r.err().param);
 }
 
 }  // namespace coserve::http

@@ -46,8 +46,13 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view bo
 // Parses a body that must be a JSON object (any endpoint). Errors: malformed JSON, not an object.
 std::variant<json::value, api_error> parse_json_object(std::string_view body);
 
-// Applies the context-length rule once the prompt length is known: fills in a default max_tokens
-// and rejects prompt + max_tokens beyond max_model_len.
+// The request's context rule (coserve::apply_context_rule): max_tokens as given, else the rest of
+// the context (chat) or at most 16 (completions); errors name "messages"/"prompt" or the field given.
+context_rule context_of(const openai_request& req);
+
+// Applies the context rule once the prompt length is known (the tokenizer actor does the same for
+// served requests): fills in a default max_tokens and rejects prompt + max_tokens beyond
+// max_model_len.
 std::optional<api_error> check_context(openai_request& req, int32_t prompt_tokens,
                                        const model_limits& limits);
 

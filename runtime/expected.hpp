@@ -14,6 +14,7 @@ namespace coserve {
 struct error {
   std::string code;
   std::string message;
+  std::string param;  // the request field at fault when the caller's input is ("" otherwise)
 };
 
 inline error make_error(std::string code, std::string message) {

@@ -38,8 +38,9 @@ class fake_engine final : public engine {
 
   class stream final : public request_stream {
    public:
-    stream(fake_engine& e, std::vector<int32_t> prompt, sampling_params p)
-        : engine_(e), prompt_(std::move(prompt)), params_(std::move(p)),
+    stream(fake_engine& e, std::vector<int32_t> prompt, sampling_params p, std::string prompt_text, bool token_text)
+        : engine_(e), prompt_(std::move(prompt)), prompt_text_(std::move(prompt_text)), params_(std::move(p)),
+          token_text_(token_text),
           produced_(static_cast<size_t>(params_.n), 0), done_(static_cast<size_t>(params_.n), false),
           text_(static_cast<size_t>(params_.n)) {
       std::string s(prompt_.begin(), prompt_.end());
@@ -48,6 +49,7 @@ class fake_engine final : public engine {
     ~stream() override { engine_.in_flight.fetch_sub(1); }
     uint64_t id() const noexcept override { return 1; }
     const std::vector<int32_t>& prompt_ids() const noexcept override { return prompt_; }
+    const std::string& prompt_text() const noexcept override { return prompt_text_; }
 
     asio::awaitable<std::optional<output_event>> next() override {
       size_t n = done_.size();
@@ -85,6 +87,14 @@ class fake_engine final : public engine {
             ev.top_logprobs = {top};
           }
         }
+        if (token_text_) {
+          ev.token_texts = {std::string(1, static_cast<char>(tok))};
+          for (const auto& row : ev.top_logprobs) {
+            std::vector<std::string> texts;
+            for (const auto& tl : row) texts.emplace_back(1, static_cast<char>(tl.token));
+            ev.top_logprob_texts.push_back(std::move(texts));
+          }
+        }
         ev.completion_tokens = produced_[k];
         for (const auto& s : params_.stop) {
           if (text_[k].size() >= s.size() && text_[k].compare(text_[k].size() - s.size(), s.size(), s) == 0) {
@@ -110,7 +120,9 @@ class fake_engine final : public engine {
    private:
     fake_engine& engine_;
     std::vector<int32_t> prompt_;
+    std::string prompt_text_;
     sampling_params params_;
+    bool token_text_ = false;
     std::vector<int32_t> produced_;
     std::vector<bool> done_;
     std::vector<std::string> text_;
@@ -123,35 +135,61 @@ class fake_engine final : public engine {
     if (!up.load()) co_return make_error("engine_down", "engine is down");
     if (in_flight.load() >= max_in_flight) co_return make_error("queue_full", "too many requests");
     std::vector<int32_t> ids;
-    if (auto* t = std::get_if<std::string>(&req.input)) ids = *tokenize(*t, false);
-    else if (auto* v = std::get_if<std::vector<int32_t>>(&req.input)) ids = *v;
-    else ids = *tokenize_chat(std::get<chat_input>(req.input));
+    std::string prompt_text;
+    if (auto* t = std::get_if<std::string>(&req.input)) {
+      ids = encode(*t);
+      prompt_text = *t;
+    } else if (auto* v = std::get_if<std::vector<int32_t>>(&req.input)) {
+      ids = *v;
+      prompt_text = decode(ids);
+    } else {
+      auto r = encode_chat(std::get<chat_input>(req.input));
+      if (!r) {
+        error e = std::move(r).err();
+        e.param = req.context.input_param;
+        co_return e;
+      }
+      ids = std::move(*r);
+    }
+    for (int32_t id : ids)
+      if (id < 0 || id >= info_.vocab_size)
+        co_return error{"invalid_request", "token id out of range", req.context.input_param};
+    if (auto r = apply_context_rule(req.context, static_cast<int32_t>(ids.size()), info_.max_model_len, req.params); !r)
+      co_return std::move(r).err();
+    if (!req.return_prompt_text) prompt_text.clear();
     in_flight.fetch_add(1);
     submitted.fetch_add(1);
-    co_return std::shared_ptr<request_stream>(std::make_shared<stream>(*this, std::move(ids), req.params));
+    co_return std::shared_ptr<request_stream>(
+        std::make_shared<stream>(*this, std::move(ids), req.params, std::move(prompt_text), req.return_token_text));
   }
 
-  result<std::vector<int32_t>> tokenize(const std::string& text, bool) const override {
-    return std::vector<int32_t>(text.begin(), text.end());
+  asio::awaitable<result<std::vector<int32_t>>> tokenize(tokenize_request_input in) override {
+    if (auto* t = std::get_if<std::string>(&in.input)) co_return encode(*t);
+    co_return encode_chat(std::get<chat_input>(in.input));
   }
-  result<std::vector<int32_t>> tokenize_chat(const chat_input& chat) const override {
+  asio::awaitable<result<std::string>> detokenize(std::vector<int32_t> ids) override {
+    co_return decode(ids);
+  }
+
+  static std::vector<int32_t> encode(const std::string& text) { return {text.begin(), text.end()}; }
+  static std::string decode(const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) s += static_cast<char>(id);
+    return s;
+  }
+  static result<std::vector<int32_t>> encode_chat(const chat_input& chat) {
     std::string s;
     for (const auto& m : chat.messages.as_array()) {
       const auto* c = m.find("content");
       std::string content = c && c->is_string() ? c->as_string() : "";
-      if (content == "RAISE") return make_error("template_error", "Conversation roles must alternate");
+      if (content == "RAISE") return error{"template_error", "Conversation roles must alternate", "messages"};
       const std::string& role = m.find("role")->as_string();
       if (role != "system" && role != "user" && role != "assistant" && role != "tool")
-        return make_error("template_error", "Unknown role: " + role);
+        return error{"template_error", "Unknown role: " + role, "messages"};
       s += m.find("role")->as_string() + ": " + content + "\n";
     }
     if (chat.add_generation_prompt) s += "assistant: ";
-    return tokenize(s, false);
-  }
-  result<std::string> detokenize(const std::vector<int32_t>& ids) const override {
-    std::string s;
-    for (int32_t id : ids) s += static_cast<char>(id);
-    return s;
+    return encode(s);
   }
   const model_info& info() const noexcept override { return info_; }
   bool healthy() const noexcept override { return up.load(); }
