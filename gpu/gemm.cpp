@@ -1,5 +1,7 @@
 #include "gpu/gemm.hpp"
 
+#include <functional>
+
 namespace coserve::gpu {
 
 struct gemm_runner::plan {
@@ -14,13 +16,22 @@ struct gemm_runner::plan {
   }
 };
 
-gemm_runner::gemm_runner() = default;
+size_t gemm_runner::plan_key_hash::operator()(const plan_key& p) const noexcept {
+  uint64_t h = (uint64_t(uint32_t(p.m)) << 32) | uint32_t(p.n);
+  h ^= ((uint64_t(uint32_t(p.k)) << 2) | (uint64_t(p.out == gemm_out::f32) << 1) | uint64_t(p.bias)) *
+       0x9e3779b97f4a7c15ull;
+  return std::hash<uint64_t>{}(h);
+}
+
+gemm_runner::gemm_runner() : plans_(k_default_max_plans) {}
 gemm_runner::gemm_runner(gemm_runner&&) noexcept = default;
 gemm_runner& gemm_runner::operator=(gemm_runner&&) noexcept = default;
 gemm_runner::~gemm_runner() = default;
 
-result<gemm_runner> gemm_runner::create() {
+result<gemm_runner> gemm_runner::create(size_t max_plans) {
+  if (max_plans == 0) return make_error("invalid_argument", "gemm: max_plans must be positive");
   gemm_runner g;
+  g.plans_ = rt::lru_cache<plan_key, std::unique_ptr<plan>, plan_key_hash>(max_plans);
   auto h = cublaslt_handle::create();
   if (!h) return std::move(h).err();
   g.handle_ = std::move(h.value());
@@ -31,8 +42,8 @@ result<gemm_runner> gemm_runner::create() {
 }
 
 result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias) {
-  const auto key = std::make_tuple(m, n, k, int(out), bias);
-  if (auto it = plans_.find(key); it != plans_.end()) return it->second.get();
+  const plan_key key{m, n, k, out, bias};
+  if (std::unique_ptr<plan>* cached = plans_.find(key)) return cached->get();
   auto p = std::make_unique<plan>();
   COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate"));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -63,9 +74,7 @@ result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k
   COSERVE_CUDA_TRY(cublas_check(st, "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0) return make_error("cublas", "cuBLASLt found no algorithm for this GEMM shape");
   p->algo = heur.algo;
-  plan* raw = p.get();
-  plans_.emplace(key, std::move(p));
-  return raw;
+  return plans_.insert(key, std::move(p)).get();
 }
 
 result<void> gemm_runner::run(void* y, gemm_out out, const __nv_bfloat16* x, const __nv_bfloat16* w,

@@ -3,21 +3,24 @@
 // w [n, k] row-major weights (out_features x in_features), y [m, n] row-major.
 //
 // Column-major view used for cuBLASLt: y^T (n x m, ld n) = op_T(W: k x n, ld k) * X (k x m, ld k).
-// Descriptors and the heuristic's algorithm are cached per (m, n, k, out type, bias) so the per-step
-// cost is one cublasLtMatmul call. Not thread-safe: owned by one executor thread.
+// Descriptors and the heuristic's algorithm ("plans") are cached per (m, n, k, out type, bias) so a
+// repeated shape costs one cublasLtMatmul call. m is the number of tokens in a step, so the set of
+// shapes grows with traffic: the cache keeps at most max_plans plans (create()'s argument) and, when
+// a new shape arrives at a full cache, destroys the descriptors of the least recently used plan.
+// Not thread-safe: owned by one executor thread.
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <tuple>
 
 #include "gpu/cublaslt_handle.hpp"
 #include "gpu/device_buffer.hpp"
+#include "runtime/lru_cache.hpp"
 
 namespace coserve::gpu {
 
@@ -27,7 +30,10 @@ class gemm_runner {
  public:
   static constexpr size_t k_workspace_bytes = size_t(32) << 20;  // cuBLASLt recommends 32 MiB on Hopper
 
-  static result<gemm_runner> create();
+  static constexpr size_t k_default_max_plans = 256;
+
+  // max_plans: the most plans cached at once; 0 is an invalid_argument error.
+  static result<gemm_runner> create(size_t max_plans = k_default_max_plans);
   gemm_runner();  // empty: run() fails until assigned from create()
 
   gemm_runner(gemm_runner&&) noexcept;
@@ -38,13 +44,25 @@ class gemm_runner {
   result<void> run(void* y, gemm_out out, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                    int32_t m, int32_t n, int32_t k, cudaStream_t stream);
 
+  size_t num_plans() const noexcept { return plans_.size(); }
+  size_t max_plans() const noexcept { return plans_.capacity(); }
+
  private:
   struct plan;  // descriptors + algorithm, see gemm.cpp
+  struct plan_key {
+    int32_t m = 0, n = 0, k = 0;
+    gemm_out out = gemm_out::bf16;
+    bool bias = false;
+    bool operator==(const plan_key&) const = default;
+  };
+  struct plan_key_hash {
+    size_t operator()(const plan_key& p) const noexcept;
+  };
   result<plan*> get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias);
 
   cublaslt_handle handle_;
   device_buffer workspace_;
-  std::map<std::tuple<int32_t, int32_t, int32_t, int, bool>, std::unique_ptr<plan>> plans_;
+  rt::lru_cache<plan_key, std::unique_ptr<plan>, plan_key_hash> plans_;  // k_default_max_plans until create()
 };
 
 }  // namespace coserve::gpu

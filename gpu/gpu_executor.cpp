@@ -74,6 +74,8 @@ class gpu_executor final : public executor {
   executor_info info() const override { return info_; }
 
  private:
+  // The step without dropping `finished` (execute() drops them whatever the outcome).
+  result<step_result> run_step(const step_plan& plan);
   struct seq_state {
     sampling_params params;
     uint64_t seed = 0;
@@ -228,6 +230,12 @@ result<void> gpu_executor::allocate_buffers() {
 }
 
 result<step_result> gpu_executor::execute(const step_plan& plan) {
+  result<step_result> r = run_step(plan);
+  for (seq_id_t f : plan.finished) seqs_.erase(f);
+  return r;
+}
+
+result<step_result> gpu_executor::run_step(const step_plan& plan) {
   const model_config& c = w_.config;
   // The calling thread may not be the one that created the executor: select our device.
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(opts_.device), "cudaSetDevice"));
@@ -357,7 +365,6 @@ result<step_result> gpu_executor::execute(const step_plan& plan) {
       out.outputs.push_back(std::move(so));
     }
   }
-  for (seq_id_t f : plan.finished) seqs_.erase(f);
   return out;
 }
 

@@ -54,6 +54,12 @@ executor_info cpu_executor::info() const {
 }
 
 result<step_result> cpu_executor::execute(const step_plan& plan) {
+  result<step_result> r = run_step(plan);
+  for (seq_id_t id : plan.finished) seqs_.erase(id);
+  return r;
+}
+
+result<step_result> cpu_executor::run_step(const step_plan& plan) {
   for (const new_seq& ns : plan.new_seqs) {
     seqs_.erase(ns.seq_id);
     seq_state st{sampling_state(ns.params, ns.seed, ns.prompt_ids, ns.output_ids, gen_.eos_token_ids), -1};
@@ -107,7 +113,6 @@ result<step_result> cpu_executor::execute(const step_plan& plan) {
     if (opts_.return_logits) o.logits.assign(logits.begin(), logits.end());
     out.outputs.push_back(std::move(o));
   }
-  for (seq_id_t id : plan.finished) seqs_.erase(id);
   return out;
 }
 

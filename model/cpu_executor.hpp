@@ -1,6 +1,7 @@
 // The CPU executor: fp32 forward over a paged KV cache plus sampling, behind `executor`.
-// Keeps each sequence's sampling state from its new_seq until it appears in `finished`, and the
-// token it sampled last (substituted for k_token_from_last_step in its next decode).
+// Keeps each sequence's sampling state from its new_seq until it appears in `finished` (of any
+// plan, whether that step succeeds or fails), and the token it sampled last (substituted for
+// k_token_from_last_step in its next decode).
 // Thread: execute() runs on the caller's thread (one caller at a time); the forward pass fans
 // attention/elementwise work out to its own worker pool and GEMMs to OpenBLAS threads.
 #pragma once
@@ -50,6 +51,8 @@ class cpu_executor final : public executor {
   };
 
   cpu_executor(model_weights weights, generation_config gen, const cpu_executor_options& opts);
+  // The step without dropping `finished` (execute() drops them whatever the outcome).
+  result<step_result> run_step(const step_plan& plan);
 
   model_weights weights_;
   generation_config gen_;

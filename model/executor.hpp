@@ -28,7 +28,8 @@ class executor {
   virtual ~executor() = default;
   // Registers new_seqs, applies block_copies, runs the forward pass, samples every scheduled
   // sequence with sample == true, then drops the state of `finished`. On an error the step's
-  // new_seqs stay registered, the KV contents of its slots are unspecified, and no running
+  // new_seqs stay registered, the state of `finished` is dropped all the same (the plan is the
+  // only notice the executor gets), the KV contents of its slots are unspecified, and no running
   // sequence's sampling state has advanced. A plan may schedule no sequence at all (only new_seqs
   // and finished); the result then has no outputs.
   virtual result<step_result> execute(const step_plan& plan) = 0;

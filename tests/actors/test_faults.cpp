@@ -1,6 +1,7 @@
 // Faults inside the serving graph, injected through the engine's seams (an executor factory that
 // wraps the CPU executor, and the per-handler fault hook): a failed step fails only its requests,
-// its blocks never enter the prefix cache, a device that keeps failing (or stalls) fails the
+// its blocks never enter the prefix cache, the executor holds no state for sequences whose requests
+// ended (also those preempted in a failed step), a device that keeps failing (or stalls) fails the
 // engine, and a throwing handler in any actor ends what that actor held. Nothing hangs: every
 // scenario runs under a deadline.
 #include <catch2/catch.hpp>
@@ -20,6 +21,7 @@
 
 #include "actors/engine.hpp"
 #include "tests/model/model_test_util.hpp"
+#include "model/cpu_executor.hpp"
 #include "model/demo_model.hpp"
 #include "model/executor.hpp"
 
@@ -34,6 +36,10 @@ struct fault_plan {
   std::atomic<bool> fail_every{false};  // fail every step that computes
   std::atomic<bool> fatal{false};       // failures are executor_fatal
   std::atomic<bool> skip_forward{true}; // a failing step writes no K/V at all
+  std::atomic<int> fail_period{0};      // > 0: fail every step whose ordinal is a multiple of it
+  std::atomic<bool> fail_notices{false};// fail every step that also drops sequences (preemption)
+  std::atomic<bool> inner_fails{false}; // the CPU executor itself fails the step (before any write)
+  std::atomic<int64_t> live{-1};        // the CPU executor's live sequences after its last step
   std::atomic<int> stall_at{-1};        // block this step until release()
   std::atomic<int> steps{0};
   std::mutex mu;
@@ -53,29 +59,49 @@ struct fault_plan {
 class faulty_executor final : public executor {
  public:
   faulty_executor(std::unique_ptr<executor> inner, std::shared_ptr<fault_plan> plan)
-      : inner_(std::move(inner)), plan_(std::move(plan)) {}
+      : inner_(std::move(inner)), plan_(std::move(plan)), cpu_(dynamic_cast<cpu_executor*>(inner_.get())) {}
   executor_info info() const override { return inner_->info(); }
   result<step_result> execute(const step_plan& p) override {
+    auto r = execute_faulty(p);
+    if (cpu_) plan_->live = static_cast<int64_t>(cpu_->num_live_sequences());
+    return r;
+  }
+
+ private:
+  result<step_result> execute_faulty(const step_plan& p) {
     if (p.seqs.empty()) return inner_->execute(p);
     const int k = plan_->steps.fetch_add(1) + 1;
     if (k == plan_->stall_at.load()) {
       std::unique_lock lock(plan_->mu);
       plan_->cv.wait(lock, [&] { return plan_->released; });
     }
-    if (k == plan_->fail_at.load() || plan_->fail_every.load()) {
+    const int period = plan_->fail_period.load();
+    if (k == plan_->fail_at.load() || plan_->fail_every.load() || (period > 0 && k % period == 0) ||
+        (plan_->fail_notices.load() && !p.finished.empty())) {
       {
         std::lock_guard lock(plan_->mu);
         for (const auto& s : p.seqs) plan_->failed_requests.insert(s.seq_id >> 16);
       }
-      if (!plan_->skip_forward.load()) (void)inner_->execute(p);
+      if (plan_->inner_fails.load()) {
+        step_plan bad = p;  // an invalid block copy first: rejected before anything is written
+        bad.block_copies.insert(bad.block_copies.begin(), {-1, -1});
+        (void)inner_->execute(bad);
+      } else if (!plan_->skip_forward.load()) {
+        (void)inner_->execute(p);
+      } else {  // the step's notices still reach the executor, as from a device that failed it
+        step_plan notices;
+        notices.new_seqs = p.new_seqs;
+        notices.finished = p.finished;
+        (void)inner_->execute(notices);
+      }
       return make_error(plan_->fatal.load() ? k_executor_fatal : "injected", "injected failure at step " + std::to_string(k));
     }
     return inner_->execute(p);
   }
 
- private:
   std::unique_ptr<executor> inner_;
   std::shared_ptr<fault_plan> plan_;
+  cpu_executor* cpu_;  // inner_ when it is the CPU executor, else nullptr
 };
 
 std::filesystem::path fault_model_dir() {
@@ -126,7 +152,8 @@ struct outcome {
   bool done = false;
 };
 
-asio::awaitable<void> run_one(engine& eng, generate_request req, outcome& out) {
+// cancel_after > 0: the client goes away (cancel()) after that many events.
+asio::awaitable<void> run_one(engine& eng, generate_request req, outcome& out, int cancel_after = 0) {
   auto s = co_await eng.submit(std::move(req));
   if (!s) {
     out.submit_error = s.err().code;
@@ -134,7 +161,9 @@ asio::awaitable<void> run_one(engine& eng, generate_request req, outcome& out) {
     co_return;
   }
   out.id = (*s)->id();
+  int events = 0;
   while (auto ev = co_await (*s)->next()) {
+    if (++events == cancel_after) (*s)->cancel();
     out.tokens.insert(out.tokens.end(), ev->token_ids.begin(), ev->token_ids.end());
     out.cached = std::max(out.cached, ev->cached_prompt_tokens);
     if (ev->finish != finish_reason::none) {
@@ -239,6 +268,42 @@ TEST_CASE("faults: a failed step ends only the requests scheduled in it", "[acto
     CHECK(after[0].tokens == ref[0].tokens);
     (*eng)->stop();
   }
+}
+
+TEST_CASE("faults: the executor keeps no sequence state once finished, failed, preempted and cancelled requests end",
+          "[actors][faults]") {
+  auto plan = std::make_shared<fault_plan>();
+  plan->fail_period = 7;
+  plan->fail_notices = true;  // a preempted sequence's notice rides in a failing step
+  plan->inner_fails = true;   // the CPU executor's own error path
+  auto cfg = fault_config(plan);
+  cfg.num_kv_blocks = 12;     // 96 token slots for 8 running sequences of up to 64 tokens: preemption
+  cfg.max_consecutive_step_failures = 1000;
+  auto eng = engine::start(cfg);
+  REQUIRE(eng);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    auto reqs = requests(24, 40 + static_cast<uint32_t>(round));
+    // Parallel samples: a failed step ends the whole request, also a sample waiting after preemption.
+    for (size_t i = 1; i < reqs.size(); i += 3) reqs[i].params.n = 3;
+    std::vector<outcome> got(reqs.size());
+    asio::io_context io;
+    for (size_t i = 0; i < reqs.size(); ++i)
+      asio::co_spawn(io, run_one(**eng, reqs[i], got[i], i % 5 == 0 ? 2 : 0), asio::detached);
+    io.run_for(60s);
+    for (const auto& o : got) REQUIRE(o.done);
+    REQUIRE(wait_all_blocks_free(**eng));
+    // The notices of released sequences reach the executor after their blocks are freed.
+    for (int i = 0; i < 3000 && plan->live.load() != 0; ++i) std::this_thread::sleep_for(1ms);
+    CHECK(plan->live.load() == 0);
+  }
+  const engine_metrics m = (*eng)->metrics();
+  CHECK((*eng)->healthy());
+  CHECK(m.preemptions > 0);
+  CHECK(m.finished_error > 0);
+  CHECK(m.finished_abort > 0);
+  CHECK(m.finished_length > 0);
+  (*eng)->stop();
 }
 
 TEST_CASE("faults: blocks a failed step wrote never enter the prefix cache", "[actors][faults]") {

@@ -1,6 +1,8 @@
 // cuBLASLt GEMM (y = x w^T, bf16 in, fp32 accumulate) against a float reference.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "gpu/gemm.hpp"
 #include "tests/gpu/device_helpers.hpp"
 
@@ -38,4 +40,32 @@ TEST_CASE("gemm_runner matches a float reference, bf16 and fp32 outputs, with bi
     }
   }
   CHECK_FALSE(gr->run(nullptr, gemm_out::f32, nullptr, nullptr, nullptr, 1, 0, 4, nullptr).ok());
+}
+
+TEST_CASE("gemm_runner keeps at most max_plans plans and rebuilds evicted ones correctly", "[gpu][gemm]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  CHECK_FALSE(gemm_runner::create(0).ok());
+  auto gr = gemm_runner::create(2);
+  REQUIRE(gr.ok());
+  CHECK(gr->max_plans() == 2);
+  const int32_t n = 64, k = 96, max_m = 9;
+  auto x = random_bf16(size_t(max_m) * k, 4), w = random_bf16(size_t(n) * k, 5);
+  auto d_x = upload(x), d_w = upload(w);
+  auto d_y = device_buffer::allocate(size_t(max_m) * n * 4);
+  REQUIRE(d_y.ok());
+  // m cycles through more shapes than the cache holds, so every pass rebuilds evicted plans.
+  for (int pass = 0; pass < 2; ++pass)
+    for (int32_t m = 1; m <= max_m; m += 2) {
+      CAPTURE(pass, m);
+      REQUIRE(gr->run(d_y->get(), gemm_out::f32, d_x.as<bf16>(), d_w.as<bf16>(), nullptr, m, n, k, nullptr).ok());
+      CHECK(gr->num_plans() == size_t(std::min<int32_t>(2, pass * 5 + (m + 1) / 2)));
+      auto y = download<float>(*d_y, size_t(m) * n);
+      for (int32_t i = 0; i < m; ++i)
+        for (int32_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int32_t c = 0; c < k; ++c)
+            acc += double(bf16_to_f32(x[size_t(i) * k + c])) * bf16_to_f32(w[size_t(j) * k + c]);
+          REQUIRE(y[size_t(i) * n + j] == Approx(acc).margin(1e-2));
+        }
+    }
 }

@@ -2,6 +2,8 @@
 // return_logits, errors.
 #include <catch2/catch.hpp>
 
+#include <map>
+
 #include "model_test_util.hpp"
 
 namespace coserve {
@@ -141,6 +143,92 @@ TEST_CASE("executor: seeded sampling is reproducible across executors", "[model]
   };
   CHECK(run(1, 1234) == run(2, 1234));
   CHECK(run(3, 1234) != run(4, 999));
+}
+
+TEST_CASE("executor: finished, aborted, preempted and failed-step sequences all leave no state", "[model][executor]") {
+  test::temp_dir dir("exec4");
+  auto ex = make_executor(dir, false);
+  std::map<seq_id_t, std::vector<int32_t>> sampled;
+  uint64_t next_step = 1;
+  auto run = [&](step_plan plan, bool drop_only = false) {
+    plan.step_id = drop_only ? 0 : next_step++;
+    auto r = ex->execute(plan);
+    if (r.ok())
+      for (const seq_output& o : r->outputs) sampled[o.seq_id].push_back(o.token);
+    return r.ok();
+  };
+  auto decode = [](seq_id_t id, int32_t pos, int32_t block) {
+    return scheduled_seq{id, {k_token_from_last_step}, pos, {block}, true};
+  };
+  const std::vector<int32_t> prompt{7, 8, 9};
+  constexpr int k_rounds = 40;
+  for (int round = 0; round < k_rounds; ++round) {
+    CAPTURE(round);
+    const seq_id_t a = seq_id_t(round) * 10 + 1, b = a + 1, c = a + 2, d = a + 3, e = a + 4;
+    step_plan p;
+    for (seq_id_t id : {a, b, c, d}) {
+      p.new_seqs.push_back(test::greedy_seq(id, prompt));
+      p.seqs.push_back({id, prompt, 0, {int32_t(id - a)}, true});
+    }
+    REQUIRE(run(p));
+    CHECK(ex->num_live_sequences() == 4);
+    p = {};
+    for (seq_id_t id : {a, b, c, d}) p.seqs.push_back(decode(id, 3, int32_t(id - a)));
+    REQUIRE(run(p));
+
+    // a finishes: dropped with the next step that computes.
+    p = {};
+    for (seq_id_t id : {b, c, d}) p.seqs.push_back(decode(id, 4, int32_t(id - a)));
+    p.finished = {a};
+    REQUIRE(run(p));
+    CHECK(ex->num_live_sequences() == 3);
+
+    // b is aborted: a plan with only the notice.
+    p = {};
+    p.finished = {b};
+    REQUIRE(run(p, true));
+    CHECK(ex->num_live_sequences() == 2);
+
+    // c is preempted in a step that fails: its state goes although the step does not succeed.
+    p = {};
+    p.new_seqs.push_back(test::greedy_seq(e, prompt));
+    p.seqs.push_back({e, prompt, 0, {4}, true});
+    p.seqs.push_back(decode(d, 5, 3));
+    p.finished = {c};
+    switch (round % 4) {
+      case 0: p.block_copies = {{0, 16}}; break;          // block outside the cache
+      case 1: p.seqs.back().tokens = {1000}; break;       // token outside the vocabulary
+      case 2: p.seqs.push_back(decode(999999, 0, 5)); break;  // never registered
+      default: p.seqs.back().start_pos = 300; break;      // beyond max_model_len
+    }
+    REQUIRE_FALSE(run(p));
+    CHECK(ex->num_live_sequences() == 2);  // d, and e (new_seqs of a failed step stay registered)
+
+    // The failed step's sequences are ended.
+    p = {};
+    p.finished = {d, e};
+    REQUIRE(run(p, true));
+    CHECK(ex->num_live_sequences() == 0);
+
+    // c comes back (recompute after preemption), runs one step, then finishes with a step that fails.
+    REQUIRE(sampled[c].size() == 3);
+    new_seq again = test::greedy_seq(c, prompt);
+    again.output_ids = sampled[c];
+    std::vector<int32_t> history = prompt;
+    history.insert(history.end(), sampled[c].begin(), sampled[c].end());
+    p = {};
+    p.new_seqs.push_back(again);
+    p.seqs.push_back({c, history, 0, {2}, true});
+    REQUIRE(run(p));
+    CHECK(ex->num_live_sequences() == 1);
+    p = {};
+    p.seqs.push_back(decode(777777, 0, 5));
+    p.finished = {c};
+    REQUIRE_FALSE(run(p));
+    CHECK(ex->num_live_sequences() == 0);
+    sampled.clear();
+  }
+  CHECK(ex->num_live_sequences() == 0);
 }
 
 }  // namespace coserve
