@@ -54,6 +54,8 @@ http:
   --http-threads N              threads running the HTTP event loop (default: 2)
   --max-body-bytes N            request body limit, beyond it 413 (default: 8388608)
   --idle-timeout-s S            keep-alive idle limit in seconds (default: 60)
+  --sse-keepalive-s S           a streamed response without output for S seconds gets an SSE comment
+                                line (": keep-alive") so proxies keep it open (default: 15; 0: never)
   --request-timeout-s S         time to receive a whole request in seconds (default: 30)
   --shutdown-timeout S          on SIGINT/SIGTERM, let in-flight requests run at most S more seconds,
                                 then abort them (default: 30; 0 aborts at once; a second signal exits
@@ -93,6 +95,7 @@ struct serve_args {
   int http_threads = 2;
   http::server_limits limits;
   int shutdown_timeout_s = 30;
+  int sse_keepalive_s = 15;
 };
 
 std::filesystem::path cache_dir() {
@@ -178,6 +181,7 @@ int parse(int argc, char** argv, serve_args& a) {
     }
     else if (f == "--cpu-threads") { if (!as_int(need("N"), a.engine.cpu_threads)) return 2; }
     else if (f == "--http-threads") { if (!as_int(need("N"), a.http_threads)) return 2; }
+    else if (f == "--sse-keepalive-s") { if (!as_int(need("S"), a.sse_keepalive_s) || a.sse_keepalive_s < 0) return 2; }
     else if (f == "--max-body-bytes") { if (!as_int(need("N"), a.limits.max_body_bytes)) return 2; }
     else if (f == "--shutdown-timeout" || f == "--drain-timeout-s") {
       if (!as_int(need("S"), a.shutdown_timeout_s)) return 2;
@@ -281,6 +285,7 @@ int cmd_serve(int argc, char** argv) {
   http::api_options api_opts{a.api_key, "0.1.0", a.engine.served_model_name.empty()
                                                      ? a.engine.model_dir.filename().string()
                                                      : a.engine.served_model_name};
+  api_opts.sse_keepalive = std::chrono::seconds(a.sse_keepalive_s);
   http::openai_api api(api_opts);
   http::http_server server(io, a.limits, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
   auto port = server.listen(a.host, static_cast<uint16_t>(a.port));

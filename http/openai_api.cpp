@@ -5,7 +5,9 @@
 #include <unordered_map>
 
 #include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include "http/openai_response.hpp"
 #include "http/openapi.hpp"
@@ -412,13 +414,47 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     sub.cancel_all();
     co_return;
   }
+  // Writes are serialised with the keep-alive comments (both run on the connection's strand; a
+  // write in progress is waited for, never interleaved).
+  bool writing = false;
+  auto last_write = std::chrono::steady_clock::now();
+  auto ex = co_await asio::this_coro::executor;
+  auto wait_writer = [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(ex);
+    while (writing) {
+      t.expires_after(std::chrono::milliseconds(1));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+  };
+  auto write = [&](const std::string& chunk) -> asio::awaitable<bool> {
+    co_await wait_writer();
+    writing = true;
+    const bool ok = co_await w.write_chunk(chunk);
+    writing = false;
+    last_write = std::chrono::steady_clock::now();
+    co_return ok;
+  };
+  // An SSE comment after `sse_keepalive` without output, so proxies and clients with read
+  // timeouts keep a stream that waits long (queued, or a long prefill) open.
+  auto keepalive = [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(ex);
+    const auto every = options_.sse_keepalive;
+    for (;;) {
+      if (every.count() <= 0) t.expires_at(asio::steady_timer::time_point::max());
+      else t.expires_at(last_write + every);
+      co_await t.async_wait(asio::use_awaitable);
+      if (writing || std::chrono::steady_clock::now() - last_write < every) continue;
+      const std::string comment(k_sse_keepalive);
+      if (!co_await write(comment)) co_return;
+    }
+  };
   const bool usage_null = r.include_usage;
   auto pump = [&]() -> asio::awaitable<void> {
     if (chat)
       for (const auto& c : choices)
       {
         const std::string chunk = sse_event(chat_role_chunk(h, c.index, usage_null));
-        if (!co_await w.write_chunk(chunk)) co_return;
+        if (!co_await write(chunk)) co_return;
       }
     for (size_t p = 0; p < sub.streams.size(); ++p) {
       auto& s = sub.streams[p];
@@ -427,7 +463,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         for (int32_t k = 0; k < n; ++k) {
           auto idx = static_cast<int32_t>(p) * n + k;
           const std::string chunk = sse_event(text_chunk(h, idx, s->prompt_text(), value(), {}, usage_null));
-          if (!co_await w.write_chunk(chunk)) co_return;
+          if (!co_await write(chunk)) co_return;
         }
       int32_t cached = 0;
       while (auto ev = co_await s->next()) {
@@ -443,9 +479,9 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
           sub.cancel_all();
           const std::string fin_chunk = sse_event(chat ? chat_delta_chunk(h, c.index, {}, value(), "error", usage_null)
                                                        : text_chunk(h, c.index, {}, value(), "error", usage_null));
-          if (!co_await w.write_chunk(fin_chunk)) co_return;
+          if (!co_await write(fin_chunk)) co_return;
           const std::string chunk = sse_event(error_json(e));
-          co_await w.write_chunk(chunk);
+          co_await write(chunk);
           co_return;
         }
         value lp;
@@ -461,11 +497,11 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
           // Chat puts finish_reason in a chunk of its own (an empty delta), as OpenAI does.
           const std::string chunk = sse_event(chat ? chat_delta_chunk(h, c.index, ev->text, lp, {}, usage_null)
                                                    : text_chunk(h, c.index, ev->text, lp, fin, usage_null));
-          ok = co_await w.write_chunk(chunk);
+          ok = co_await write(chunk);
         }
         if (ok && chat && !fin.empty()) {
           const std::string chunk = sse_event(chat_delta_chunk(h, c.index, {}, value(), fin, usage_null));
-          ok = co_await w.write_chunk(chunk);
+          ok = co_await write(chunk);
         }
         if (!ok) sub.cancel_all();
       }
@@ -475,10 +511,11 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
       int64_t completion_tokens = 0;
       for (const auto& c : choices) completion_tokens += c.completion_tokens;
       const std::string chunk = sse_event(usage_chunk(h, usage_json(prompt_tokens, completion_tokens, cached_tokens)));
-      co_await w.write_chunk(chunk);
+      co_await write(chunk);
     }
+    co_await wait_writer();  // a keep-alive comment being written finishes before the next write
   };
-  co_await (pump() || watch());
+  co_await (pump() || watch() || keepalive());
   if (w.client_gone()) co_return;
   co_await w.write_chunk(k_sse_done);  // after an error event too: clients stop reading here
   co_await w.end_stream();

@@ -6,6 +6,8 @@
 // connection (its mutable state is the metrics object and the id generator, both locked).
 #pragma once
 
+#include <chrono>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -28,6 +30,8 @@ struct api_options {
   std::string api_key;              // when set, /v1/* needs "Authorization: Bearer <key>"
   std::string version = "0.1.0";    // GET /version
   std::string served_model_name;    // the metrics' model label before an engine is attached
+  // Streams write an SSE comment (": keep-alive") after this long without output (0: never).
+  std::chrono::milliseconds sse_keepalive{std::chrono::seconds(15)};
 };
 
 // Lifecycle: an api made without an engine answers while the model loads — /health 503

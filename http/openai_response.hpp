@@ -44,6 +44,7 @@ std::string_view finish_text(finish_reason r) noexcept;
 // `data: <json>\n\n`.
 std::string sse_event(std::string_view json);
 inline constexpr std::string_view k_sse_done = "data: [DONE]\n\n";
+inline constexpr std::string_view k_sse_keepalive = ": keep-alive\n\n";  // an SSE comment
 
 // Logprobs objects. Completions: {tokens, token_logprobs, top_logprobs, text_offset}, offsets
 // counted from `text_offset`. Chat: {content: [{token, logprob, bytes, top_logprobs}]}.

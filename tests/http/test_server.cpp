@@ -244,3 +244,42 @@ TEST_CASE("lifecycle: 503 while loading, 200 once attached, 503 with Retry-After
   io.stop();
   t.join();
 }
+
+TEST_CASE("SSE keep-alive: a comment line while a stream waits, events intact", "[http][server][sse]") {
+  http::api_options opts;
+  opts.sse_keepalive = 40ms;
+  server_fixture f({}, opts);
+  f.engine.token_delay_ms = 150;  // each token waits longer than the keep-alive interval
+  auto r = request(f.port, "POST", "/v1/completions", R"({"prompt":"abc","max_tokens":3,"stream":true})");
+  REQUIRE(r.status == 200);
+  // Comments come between events, never inside one; without them the events are as usual.
+  std::string events_only;
+  int comments = 0;
+  size_t pos = 0;
+  while (pos < r.body.size()) {
+    const size_t end = r.body.find("\n\n", pos);
+    REQUIRE(end != std::string::npos);
+    const std::string block = r.body.substr(pos, end + 2 - pos);
+    if (block == ": keep-alive\n\n") ++comments;
+    else events_only += block;
+    pos = end + 2;
+  }
+  CHECK(comments >= 3);
+  auto events = sse_payloads(events_only);
+  REQUIRE(events.size() == 3 + 1);
+  CHECK(events.back() == "[DONE]");
+  std::string text;
+  for (size_t i = 0; i < 3; ++i) text += json::parse(events[i])->find("choices")->as_array()[0].find("text")->as_string();
+  CHECK(text == "abc");
+}
+
+TEST_CASE("SSE keep-alive off: no comment lines", "[http][server][sse]") {
+  http::api_options opts;
+  opts.sse_keepalive = 0ms;
+  server_fixture f({}, opts);
+  f.engine.token_delay_ms = 60;
+  auto r = request(f.port, "POST", "/v1/completions", R"({"prompt":"abc","max_tokens":2,"stream":true})");
+  REQUIRE(r.status == 200);
+  CHECK(r.body.find(": keep-alive") == std::string::npos);
+  CHECK(sse_payloads(r.body).size() == 3);
+}
