@@ -21,7 +21,7 @@ Phase "reject" (`serve --demo --max-num-seqs S --max-waiting-requests W`):
   p50/p90/p99/max latency of the 429 answers. Then the streams are closed, the server gets SIGINT
   and its exit code is recorded.
 
-  .venv/bin/python tests/bench/overload.py --bin /work/before/coserve --bin build/bin/coserve \\
+  .venv/bin/python tests/bench/overload.py --bin old/bin/coserve --bin build/bin/coserve \\
       --prompt-mib 4 > overload.json
 """
 import argparse
