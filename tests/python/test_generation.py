@@ -97,6 +97,8 @@ def test_logprobs(server):
     assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == 4
     assert all(x <= 0 for x in lp.token_logprobs)
     assert all(len(t) >= 1 for t in lp.top_logprobs)
+    if not any("\ufffd" in t for t in lp.tokens):  # whole characters: the token strings spell the text
+        assert "".join(lp.tokens) == r.choices[0].text
     chat = c.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "x"}], max_tokens=3,
                                      temperature=0, logprobs=True, top_logprobs=2,
                                      extra_body={"ignore_eos": True})
@@ -152,3 +154,10 @@ def test_64_concurrent_streams(server):
     results = asyncio.run(main())
     assert len(results) == 64
     assert all(f in ("length", "stop") for _, f in results)
+
+
+def test_echo_of_token_id_prompt_is_its_text(server):
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": "Echo this back", "add_special_tokens": False},
+                     timeout=30).json()["tokens"]
+    r = server.client().completions.create(model=server.model, prompt=ids, max_tokens=2, temperature=0, echo=True)
+    assert r.choices[0].text.startswith("Echo this back")

@@ -106,3 +106,24 @@ def test_template_exception_is_400_with_its_message(server):
              {"model": server.model, "messages": [{"role": "wizard", "content": "hi"}], "max_tokens": 2})
     check_error(r, 400)
     assert "wizard" in r.json()["error"]["message"]
+
+
+def test_errors_from_the_tokenizer_pool_name_their_field(server):
+    """Templating, encoding and the context rule run in the tokenizer actors; their 400s still
+    name the field at fault."""
+    max_len = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
+    msgs = [{"role": "user", "content": "hi"}]
+    check_error(post(server, "/v1/chat/completions",
+                     {"model": server.model, "messages": msgs, "max_completion_tokens": max_len}),
+                400, "max_completion_tokens")
+    long_msgs = [{"role": "user", "content": "word " * (2 * max_len)}]
+    check_error(post(server, "/v1/chat/completions", {"model": server.model, "messages": long_msgs}),
+                400, "messages")
+    check_error(post(server, "/v1/chat/completions",
+                     {"model": server.model, "messages": [{"role": "wizard", "content": "hi"}]}),
+                400, "messages")
+    check_error(post(server, "/tokenize", {"messages": [{"role": "wizard", "content": "hi"}]}), 400, "messages")
+    check_error(post(server, "/detokenize", {"tokens": [1, -3]}), 400, "tokens")
+    # The tokenizer pool's /tokenize and /detokenize agree with each other.
+    ids = post(server, "/tokenize", {"prompt": "The quick brown fox", "add_special_tokens": False}).json()["tokens"]
+    assert post(server, "/detokenize", {"tokens": ids}).json()["prompt"] == "The quick brown fox"
