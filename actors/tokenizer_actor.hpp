@@ -1,6 +1,7 @@
 // tokenizer_actor — one actor of the tokenizer pool: chat template + encode + validation for
 // submitted requests, and /tokenize and /detokenize, off the HTTP threads. Each actor of the pool
-// runs on a thread of its own, so a multi-megabyte prompt occupies that thread only. A valid request
+// runs on a thread of its own (at nice +5 on Linux), so a multi-megabyte prompt occupies that
+// thread only. A valid request
 // is announced to the streamer, handed to the scheduler, and only then answered (so a cancel from
 // the client always finds it); an invalid one is answered with "invalid_request" (error::param
 // names the field) and never queued.

@@ -157,7 +157,7 @@ jvalue py_split(const std::string& s, const jvalue& sep, int64_t maxsplit) {
 }
 
 jvalue make_method(std::string name, std::function<jvalue(call_args&)> fn) {
-  auto f = std::make_shared<jfunc>();
+  auto f = new_func();
   f->name = std::move(name);
   f->fn = std::move(fn);
   return jvalue(std::move(f));
@@ -301,7 +301,11 @@ jvalue dict_method(const jvalue& obj, const std::string& name) {
       for (const auto& kv : d->items) out.push_back(kv.second);
       return jvalue::list(std::move(out));
     });
-  if (name == "copy") return make_method(name, [d](call_args&) { return jvalue(std::make_shared<jdict>(*d)); });
+  if (name == "copy") return make_method(name, [d](call_args&) {
+    auto c = new_dict();
+    *c = *d;
+    return jvalue(std::move(c));
+  });
   if (name == "pop" || name == "update" || name == "setdefault" || name == "clear" || name == "popitem")
     return unsafe_method(name, obj);
   return jvalue::undefined("'dict object' has no attribute '" + name + "'");

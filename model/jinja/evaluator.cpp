@@ -36,7 +36,7 @@ enum class flow { normal, brk, cont };
 constexpr int64_t k_max_range = 100000;  // jinja2's sandbox MAX_RANGE
 
 jvalue func(std::string name, std::function<jvalue(call_args&)> fn) {
-  auto f = std::make_shared<jfunc>();
+  auto f = new_func();
   f->name = std::move(name);
   f->fn = std::move(fn);
   return jvalue(std::move(f));
@@ -229,7 +229,7 @@ class evaluator {
       return jvalue(std::string(buf, n));
     }));
     f.set("namespace", func("namespace", [](call_args& a) {
-      auto d = std::make_shared<jdict>();
+      auto d = new_dict();
       d->is_namespace = true;
       for (const auto& p : a.pos)
         if (p.is_dict()) for (const auto& [k, v] : p.dct().items) d->set(k, v);
@@ -563,6 +563,7 @@ class evaluator {
 
 std::string evaluate(const body& tree, const json::value& context, std::optional<std::time_t> now,
                      const template_limits& limits) {
+  render_arena arena;  // declared first: empties what the render made after the evaluator is gone
   evaluator ev(now, limits);
   return ev.run(tree, context);
 }

@@ -1,6 +1,7 @@
 // Python object semantics for template values: truthiness, str/repr, equality, ordering, JSON.
 #include "model/jinja/jvalue.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace coserve::jinja {
@@ -41,14 +42,82 @@ jvalue key_value(const std::string& s) {
   return jvalue(static_cast<int64_t>(std::stoll(s.substr(2))));
 }
 
-jvalue jvalue::list(std::vector<jvalue> items, bool tuple) {
+struct render_arena::registry {
+  std::vector<std::weak_ptr<jlist>> lists;
+  std::vector<std::weak_ptr<jdict>> dicts;
+  std::vector<std::weak_ptr<jfunc>> funcs;
+  size_t compact_at = 1024;
+
+  // Drops the entries of containers already freed (their weak references would keep the memory),
+  // amortized: when the total doubles.
+  void maybe_compact() {
+    const size_t n = lists.size() + dicts.size() + funcs.size();
+    if (n < compact_at) return;
+    auto sweep = [](auto& v) { std::erase_if(v, [](const auto& w) { return w.expired(); }); };
+    sweep(lists);
+    sweep(dicts);
+    sweep(funcs);
+    compact_at = std::max<size_t>(1024, 2 * (lists.size() + dicts.size() + funcs.size()));
+  }
+};
+
+namespace {
+thread_local render_arena::registry* active_arena = nullptr;
+}  // namespace
+
+render_arena::render_arena() : reg_(std::make_unique<registry>()), prev_(active_arena) { active_arena = reg_.get(); }
+
+render_arena::~render_arena() {
+  active_arena = prev_;  // what emptying frees is not recorded again
+  for (auto& w : reg_->funcs)
+    if (auto f = w.lock()) f->fn = nullptr;
+  for (auto& w : reg_->dicts)
+    if (auto d = w.lock()) {
+      auto items = std::move(d->items);
+      d->items.clear();
+    }
+  for (auto& w : reg_->lists)
+    if (auto l = w.lock()) {
+      auto items = std::move(l->items);
+      l->items.clear();
+    }
+}
+
+std::shared_ptr<jlist> new_list() {
   auto l = std::make_shared<jlist>();
+  if (active_arena) {
+    active_arena->lists.push_back(l);
+    active_arena->maybe_compact();
+  }
+  return l;
+}
+
+std::shared_ptr<jdict> new_dict() {
+  auto d = std::make_shared<jdict>();
+  if (active_arena) {
+    active_arena->dicts.push_back(d);
+    active_arena->maybe_compact();
+  }
+  return d;
+}
+
+std::shared_ptr<jfunc> new_func() {
+  auto f = std::make_shared<jfunc>();
+  if (active_arena) {
+    active_arena->funcs.push_back(f);
+    active_arena->maybe_compact();
+  }
+  return f;
+}
+
+jvalue jvalue::list(std::vector<jvalue> items, bool tuple) {
+  auto l = new_list();
   l->items = std::move(items);
   l->tuple = tuple;
   return jvalue(std::move(l));
 }
 
-jvalue jvalue::dict() { return jvalue(std::make_shared<jdict>()); }
+jvalue jvalue::dict() { return jvalue(new_dict()); }
 
 int64_t jvalue::as_int() const {
   if (is_bool()) return as_bool() ? 1 : 0;

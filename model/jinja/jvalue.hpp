@@ -50,6 +50,29 @@ struct jfunc {
   std::function<jvalue(call_args&)> fn;
 };
 
+// Every list, dict and function is made through these. While a render_arena is active on the
+// thread, each one is also recorded so the arena can empty it at the end of the render: a template
+// can build reference cycles (`ns.a = ns`, a dict holding its own bound method, a macro held by the
+// frame it captures) that shared ownership alone would never free.
+std::shared_ptr<jlist> new_list();
+std::shared_ptr<jdict> new_dict();
+std::shared_ptr<jfunc> new_func();
+
+// One render's containers (see new_list). Nothing made during a render may be used after it.
+class render_arena {
+ public:
+  render_arena();
+  ~render_arena();  // empties every list and dict and drops every function made meanwhile
+  render_arena(const render_arena&) = delete;
+  render_arena& operator=(const render_arena&) = delete;
+
+  struct registry;
+
+ private:
+  std::unique_ptr<registry> reg_;
+  registry* prev_;
+};
+
 struct undefined_v {
   std::string hint;  // the message an operation on it raises, e.g. "'foo' is undefined"
 };

@@ -11,6 +11,10 @@ namespace coserve {
 
 namespace {
 
+// Token ids above this are refused (vocabularies in use are far smaller; the id -> token table is
+// sized by the largest id).
+constexpr int64_t k_max_token_id = (int64_t{1} << 24) - 1;
+
 using simdjson::dom::element;
 
 result<std::string> read_file(const std::filesystem::path& p) {
@@ -72,7 +76,8 @@ result<std::unique_ptr<bpe_model>> load_model(element model, bool byte_mode, str
   v.reserve(vocab.size());
   for (auto [key, value] : vocab) {
     int64_t id = 0;
-    if (value.get(id) || id < 0) return make_error("invalid_argument", "vocab id is not a non-negative integer");
+    if (value.get(id) || id < 0 || id > k_max_token_id)
+      return make_error("invalid_argument", "vocab id is not an integer in [0, " + std::to_string(k_max_token_id) + "]");
     v.emplace(std::string(key), static_cast<int32_t>(id));
   }
   std::vector<std::pair<std::string, std::string>> merges;
@@ -214,7 +219,8 @@ result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::str
   if (!root["added_tokens"].get(added)) {
     for (auto a : added) {
       int64_t id = 0;
-      if (a["id"].get(id) || id < 0) return make_error("invalid_argument", "added token without an id");
+      if (a["id"].get(id) || id < 0 || id > k_max_token_id)
+        return make_error("invalid_argument", "added token without an id in [0, " + std::to_string(k_max_token_id) + "]");
       t->added.push_back(parse_added(a, static_cast<int32_t>(id)));
     }
   }
@@ -228,7 +234,13 @@ result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::str
     simdjson::dom::object dec;
     if (!config["added_tokens_decoder"].get(dec)) {
       for (auto [key, value] : dec) {
-        const auto id = static_cast<int32_t>(std::strtol(std::string(key).c_str(), nullptr, 10));
+        const std::string key_text(key);
+        char* end = nullptr;
+        const long long parsed = std::strtoll(key_text.c_str(), &end, 10);
+        if (key_text.empty() || *end != '\0' || parsed < 0 || parsed > k_max_token_id)
+          return make_error("invalid_argument", "added_tokens_decoder key '" + key_text + "' is not a token id in [0, " +
+                                                    std::to_string(k_max_token_id) + "]");
+        const auto id = static_cast<int32_t>(parsed);
         const bool known = std::any_of(t->added.begin(), t->added.end(), [&](const added_token& a) { return a.id == id; });
         if (!known) t->added.push_back(parse_added(value, id));
       }

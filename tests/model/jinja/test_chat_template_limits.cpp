@@ -5,6 +5,7 @@
 #include <string>
 
 #include "model/jinja/chat_template.hpp"
+#include "model/jinja/jvalue.hpp"
 
 using namespace coserve;
 
@@ -99,4 +100,25 @@ TEST_CASE("chat_template limits: fuzz regressions", "[chat_template][limits]") {
   CHECK(*render("{{ 'abcdefghijkl' | truncate(-9223372036854775807 - 1) }}") == "...");
   CHECK(*render("{{ range(-9223372036854775807 - 1, 9223372036854775807, 4611686018427387904) | list }}") ==
         "[-9223372036854775808, -4611686018427387904, 0, 4611686018427387904]");
+}
+
+TEST_CASE("chat_template: reference cycles a template builds are freed with the render", "[chat_template][limits]") {
+  // Found by fuzzing (LeakSanitizer): a namespace holding itself was never freed. Under ASan the
+  // leak check at exit fails this test if any of these renders leaks.
+  CHECK(*render("{% set ns = namespace(a=0) %}{% set ns.a = ns %}{{ ns.a.a is defined }}") == "True");
+  CHECK(*render("{% set ns = namespace(l=0) %}{% set ns.l = [ns, {'k': ns}] %}{{ ns.l | length }}") == "2");
+  CHECK(*render("{% set a = namespace() %}{% set b = namespace(x=a) %}{% set a.y = b %}{{ a.y.x.y.x is defined }}") ==
+        "True");
+  // The same through the arena directly: a self-referencing dict is emptied, so it is freed.
+  std::weak_ptr<jinja::jdict> watch;
+  {
+    jinja::render_arena arena;
+    auto d = jinja::new_dict();
+    d->set("self", jinja::jvalue(d));
+    watch = d;
+  }
+  CHECK(watch.expired());
+  // Made outside an arena: ordinary shared ownership, nothing recorded.
+  auto plain = jinja::new_dict();
+  CHECK(plain.use_count() == 1);
 }

@@ -170,3 +170,30 @@ TEST_CASE("a real tokenizer encodes invalid UTF-8 as its repair", "[tokenizer]")
   CHECK(tok->encode("a\xFF" "b", false) == tok->encode("a\xEF\xBF\xBD" "b", false));
   CHECK(tok->decode(tok->encode("x\xC3", false), false) == "x\xEF\xBF\xBD");
 }
+
+TEST_CASE("negative or huge token ids are load errors, not out-of-range writes", "[tokenizer]") {
+  // Found by fuzzing: an id past int32 was cast to a negative index into the id -> token table.
+  const std::vector<std::string> bad_json = {
+      R"({"model":{"vocab":{"a":4294967301},"merges":[]}})",
+      R"({"model":{"vocab":{"a":2147483648},"merges":[]}})",
+      R"({"model":{"vocab":{"a":16777216},"merges":[]}})",
+      R"({"added_tokens":[{"id":9999999999,"content":"<x>"}],"model":{"vocab":{"a":0},"merges":[]}})",
+  };
+  for (const auto& json : bad_json) {
+    INFO(json);
+    auto tok = tokenizer::from_json(json);
+    REQUIRE_FALSE(tok.ok());
+    CHECK(tok.err().code == "invalid_argument");
+  }
+  for (const char* key : {"-1", "4294967296", "12abc", ""}) {
+    const std::string config = std::string(R"({"added_tokens_decoder":{")") + key + R"(":{"content":"<y>"}}})";
+    INFO(config);
+    auto tok = tokenizer::from_json(tiny(R"([])"), config);
+    REQUIRE_FALSE(tok.ok());
+    CHECK(tok.err().message.find("added_tokens_decoder") != std::string::npos);
+  }
+  // Sparse ids within the range load; the table is sized by the largest.
+  auto ok = tokenizer::from_json(R"({"model":{"vocab":{"a":0,"b":1000},"merges":[]}})");
+  REQUIRE(ok.ok());
+  CHECK(ok->vocab_size() == 1001);
+}
