@@ -83,32 +83,21 @@ render_arena::~render_arena() {
     }
 }
 
-std::shared_ptr<jlist> new_list() {
-  auto l = std::make_shared<jlist>();
+namespace {
+template <class T>
+std::shared_ptr<T> make_recorded(std::vector<std::weak_ptr<T>> render_arena::registry::*where) {
+  auto p = std::make_shared<T>();
   if (active_arena) {
-    active_arena->lists.push_back(l);
+    (active_arena->*where).push_back(p);
     active_arena->maybe_compact();
   }
-  return l;
+  return p;
 }
+}  // namespace
 
-std::shared_ptr<jdict> new_dict() {
-  auto d = std::make_shared<jdict>();
-  if (active_arena) {
-    active_arena->dicts.push_back(d);
-    active_arena->maybe_compact();
-  }
-  return d;
-}
-
-std::shared_ptr<jfunc> new_func() {
-  auto f = std::make_shared<jfunc>();
-  if (active_arena) {
-    active_arena->funcs.push_back(f);
-    active_arena->maybe_compact();
-  }
-  return f;
-}
+std::shared_ptr<jlist> new_list() { return make_recorded(&render_arena::registry::lists); }
+std::shared_ptr<jdict> new_dict() { return make_recorded(&render_arena::registry::dicts); }
+std::shared_ptr<jfunc> new_func() { return make_recorded(&render_arena::registry::funcs); }
 
 jvalue jvalue::list(std::vector<jvalue> items, bool tuple) {
   auto l = new_list();
