@@ -266,7 +266,7 @@ class actor_cell final : public cell_base {
 
   // Returns true when a coroutine handler was started (the cell stays scheduled).
   bool dispatch(env_variant& v) {
-    return std::visit([this](auto& env) { return handle_one(env); }, v);
+    return std::visit([&](auto& env) { return handle_one(env); }, v);
   }
 
   template <class M>

@@ -894,9 +894,9 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     std::string end = a.get(2, "end", jvalue("...")).to_str();
     int64_t leeway = a.get(3, "leeway", jvalue(5)).as_int();
     // 128-bit sums: len and leeway may be any int64.
-    if (static_cast<__int128>(cps.size()) <= __int128{len} + leeway) return jvalue(need_str());
+    if (static_cast<wide_int>(cps.size()) <= wide_int{len} + leeway) return jvalue(need_str());
     std::string out;
-    for (int64_t i = 0; i < __int128{len} - static_cast<__int128>(end.size()) && i < static_cast<int64_t>(cps.size()); ++i)
+    for (int64_t i = 0; i < wide_int{len} - static_cast<wide_int>(end.size()) && i < static_cast<int64_t>(cps.size()); ++i)
       out += cps[static_cast<size_t>(i)];
     if (!a.get(1, "killwords", jvalue(false)).truthy()) {
       size_t sp = out.rfind(' ');

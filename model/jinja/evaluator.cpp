@@ -250,14 +250,14 @@ class evaluator {
       if (a.pos.size() >= 3) step = a.pos[2].as_int();
       if (step == 0) throw template_error("range() arg 3 must not be zero");
       // The length without overflow; jinja2's sandbox refuses ranges longer than 100000.
-      const __int128 span = step > 0 ? __int128{stop} - start : __int128{start} - stop;
-      const __int128 abs_step = step > 0 ? __int128{step} : -__int128{step};
-      const __int128 len = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
+      const wide_int span = step > 0 ? wide_int{stop} - start : wide_int{start} - stop;
+      const wide_int abs_step = step > 0 ? wide_int{step} : -wide_int{step};
+      const wide_int len = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
       if (len > k_max_range)
         throw template_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
       std::vector<jvalue> out;
       for (int64_t i = 0; i < static_cast<int64_t>(len); ++i)
-        out.emplace_back(static_cast<int64_t>(__int128{start} + __int128{i} * step));
+        out.emplace_back(static_cast<int64_t>(wide_int{start} + wide_int{i} * step));
       return jvalue::list(std::move(out));
     }));
   }

@@ -18,6 +18,10 @@
 
 namespace coserve::jinja {
 
+// 128-bit integers for overflow-checked 64-bit arithmetic (GCC and Clang; __extension__ keeps
+// -Wpedantic quiet).
+__extension__ typedef __int128 wide_int;
+
 struct jvalue;
 struct call_args;
 

@@ -92,3 +92,61 @@ def test_api_key_and_sigint_exit_zero():
         assert httpx.get(s.url + "/health").status_code == 200
     finally:
         assert s.stop() == 0
+
+
+def test_sse_keepalive_while_queued_and_the_openai_client_reads_through_it():
+    """A stream waiting in the queue gets `: keep-alive` comment lines; the official client skips
+    them and reads the stream as usual."""
+    import json
+    import threading
+
+    s = Server("--max-num-seqs", "1", "--max-waiting-requests", "4", "--sse-keepalive-s", "1")
+    try:
+        max_len = httpx.get(s.url + "/v1/models").json()["data"][0]["max_model_len"]
+        long_body = {"model": s.model, "prompt": "Occupy the only slot", "max_tokens": max_len - 32,
+                     "ignore_eos": True, "stream": True}
+
+        def occupy(started, release):
+            with httpx.stream("POST", s.url + "/v1/completions", json=long_body, timeout=60) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        started.set()
+                    if release.is_set():
+                        return  # closing the connection aborts the request and frees the slot
+
+        # Raw bytes: comments come before the first event while the request waits.
+        started, release = threading.Event(), threading.Event()
+        t = threading.Thread(target=occupy, args=(started, release), daemon=True)
+        t.start()
+        assert started.wait(30)
+        lines, events = [], []
+        body = {"model": s.model, "prompt": "Queued", "max_tokens": 4, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                lines.append(line)
+                if line == ": keep-alive":
+                    release.set()
+                elif line.startswith("data: "):
+                    events.append(line[6:])
+        t.join(10)
+        first_data = next(i for i, l in enumerate(lines) if l.startswith("data: "))
+        assert ": keep-alive" in lines[:first_data]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+        # The official client over the same kind of wait.
+        started, release = threading.Event(), threading.Event()
+        t = threading.Thread(target=occupy, args=(started, release), daemon=True)
+        t.start()
+        assert started.wait(30)
+        threading.Timer(2.5, release.set).start()
+        stream = s.client().completions.create(model=s.model, prompt="Queued too", max_tokens=4, stream=True,
+                                               extra_body={"ignore_eos": True})
+        got = list(stream)
+        t.join(10)
+        assert got and got[-1].choices[0].finish_reason == "length"
+        assert sum(1 for c in got if c.choices and c.choices[0].text) >= 1
+    finally:
+        s.stop()
