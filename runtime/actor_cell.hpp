@@ -246,12 +246,16 @@ class actor_cell final : public cell_base {
   }
 
   void go_idle_or_continue() {
+    // Once scheduled_ is false a sender may schedule run() on another thread, which pops (writes
+    // the queue's head): from the exchange on, this thread reads only atomics, at the position
+    // read before it.
+    const std::size_t head = mailbox_.consumer_position();
     scheduled_.exchange(false, std::memory_order_acq_rel);  // see notify()
-    if (!mailbox_.empty()) {
+    if (!mailbox_.empty_at(head)) {
       if (!scheduled_.exchange(true, std::memory_order_acq_rel)) schedule();
       return;
     }
-    if (mailbox_.drained()) {
+    if (mailbox_.drained_at(head)) {
       // Closed and everything accepted before the close handled (a sender that claimed a slot
       // but has not published it yet notifies us after publishing, so waiting idle is safe):
       // the behavior is released on this thread, then waiters run.

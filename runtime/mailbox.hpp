@@ -85,6 +85,10 @@ class mailbox {
   bool empty() const noexcept { return ring_.empty(); }
   // Consumer side: closed and everything accepted before the close has been popped.
   bool drained() const noexcept { return ring_.drained(); }
+  // See mpsc_queue::head / empty_at / drained_at: the checks a consumer makes after handing off.
+  std::size_t consumer_position() const noexcept { return ring_.head(); }
+  bool empty_at(std::size_t h) const noexcept { return ring_.empty_at(h); }
+  bool drained_at(std::size_t h) const noexcept { return ring_.drained_at(h); }
 
   // Consumer side, after a batch that popped something: wakes senders waiting for space.
   // One RMW per batch when nobody waits.

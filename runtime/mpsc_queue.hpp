@@ -120,14 +120,25 @@ class mpsc_queue {
   // Consumer side: closed, and every position claimed before the close has been popped.
   // relaxed: see close(); a load that does not yet see the closed bit answers false, and the
   // consumer asks again when close() notifies it.
-  bool drained() const noexcept {
+  bool drained() const noexcept { return drained_at(head_); }
+
+  // Consumer side: the position of the next value to pop. A consumer that hands its role to
+  // another thread reads it first and then asks empty_at / drained_at, which read no
+  // consumer-owned state (the next consumer may already be popping).
+  std::size_t head() const noexcept { return head_; }
+  // Any thread: no value is published at consumer position `h`.
+  bool empty_at(std::size_t h) const noexcept {
+    return slots_[h & mask_].seq.load(std::memory_order_acquire) != h + 1;
+  }
+  // Any thread: closed, and every position claimed before the close is below `h`.
+  bool drained_at(std::size_t h) const noexcept {
     const std::size_t t = tail_.load(std::memory_order_relaxed);
-    return (t & k_closed) && (t & ~k_closed) == head_;
+    return (t & k_closed) && (t & ~k_closed) == h;
   }
 
   // Consumer side: true when the next slot holds no published value.
   bool empty() const noexcept {
-    return slots_[head_ & mask_].seq.load(std::memory_order_acquire) != head_ + 1;
+    return empty_at(head_);
   }
 
   // Any thread: number of claimed-but-not-popped positions (a hint; exact when quiescent).
