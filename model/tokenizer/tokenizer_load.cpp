@@ -129,8 +129,10 @@ result<void> load_post_processor(element node, tokenizer::impl& t) {
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     int64_t cls = 0, sep = 0;
-    if (node["cls"].at(1).get(cls) || node["sep"].at(1).get(sep))
-      return make_error("invalid_argument", std::string(type) + " without cls/sep ids");
+    if (node["cls"].at(1).get(cls) || node["sep"].at(1).get(sep) || cls < 0 || cls > k_max_token_id || sep < 0 ||
+        sep > k_max_token_id)
+      return make_error("invalid_argument", std::string(type) + " without cls/sep ids in [0, " +
+                                                std::to_string(k_max_token_id) + "]");
     t.prefix.push_back(static_cast<int32_t>(cls));
     t.suffix.insert(t.suffix.begin(), static_cast<int32_t>(sep));
     return {};
@@ -152,7 +154,9 @@ result<void> load_post_processor(element node, tokenizer::impl& t) {
         return make_error("invalid_argument", "TemplateProcessing special token '" + std::string(id) + "' undefined");
       for (auto x : ids) {
         int64_t v = 0;
-        if (x.get(v)) return make_error("invalid_argument", "TemplateProcessing ids must be integers");
+        if (x.get(v) || v < 0 || v > k_max_token_id)
+          return make_error("invalid_argument", "TemplateProcessing ids must be integers in [0, " +
+                                                    std::to_string(k_max_token_id) + "]");
         (after ? post : pre).push_back(static_cast<int32_t>(v));
       }
     }
@@ -265,6 +269,12 @@ result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::str
   }
   t->raw_matcher.build();
   t->norm_matcher.build();
+  // The post-processor's special tokens ([CLS]/[SEP], template ids) must be in the vocabulary.
+  for (const auto* ids : {&t->prefix, &t->suffix})
+    for (int32_t id : *ids)
+      if (id < 0 || static_cast<std::size_t>(id) >= t->id_to_token.size())
+        return make_error("invalid_argument",
+                          "post_processor token id " + std::to_string(id) + " is not in the vocabulary");
 
   tokenizer tok;
   tok.impl_ = t;

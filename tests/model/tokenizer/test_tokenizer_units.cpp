@@ -192,6 +192,17 @@ TEST_CASE("negative or huge token ids are load errors, not out-of-range writes",
     REQUIRE_FALSE(tok.ok());
     CHECK(tok.err().message.find("added_tokens_decoder") != std::string::npos);
   }
+  // Post-processor ids (found by fuzzing: a cls id of 666666666660 gave encoded ids outside the
+  // vocabulary): outside the range, or not in the vocabulary, are load errors.
+  for (const char* post : {R"("post_processor":{"type":"RobertaProcessing","sep":["</s>",2],"cls":["<s>",666666666660]},)",
+                           R"("post_processor":{"type":"BertProcessing","sep":["</s>",2],"cls":["<s>",77]},)",
+                           R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"X"}}],)"
+                           R"("special_tokens":{"X":{"ids":[4294967296]}}},)"}) {
+    INFO(post);
+    auto tok = tokenizer::from_json(tiny(R"([])", post));
+    REQUIRE_FALSE(tok.ok());
+    CHECK(tok.err().code == "invalid_argument");
+  }
   // Sparse ids within the range load; the table is sized by the largest.
   auto ok = tokenizer::from_json(R"({"model":{"vocab":{"a":0,"b":1000},"merges":[]}})");
   REQUIRE(ok.ok());
