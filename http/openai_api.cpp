@@ -1,3 +1,6 @@
+// The OpenAI routes over an engine. Over 500 lines: one handler per route, and generate() keeps the
+// streaming and the whole-body answers together because they share the request's streams,
+// choices and usage accounting.
 #include "http/openai_api.hpp"
 
 #include <chrono>

@@ -1,5 +1,7 @@
 // The tree-walking evaluator: scopes (jinja2's: for-loops and macros open a scope, if-blocks do
 // not), loop variables, macros with caller, namespaces, globals, operators with Python semantics.
+// Over 500 lines: one recursive walk over statements and expressions sharing the scope chain and
+// the render limits; split, each half would need the other's internals.
 #include "model/jinja/evaluator.hpp"
 
 #include <climits>

@@ -47,22 +47,27 @@ inline asio::awaitable<void> run_one(engine& eng, generate_request req, collecte
   }
 }
 
+// Writes the small Llama-shaped demo model the actor tests run (hidden 64, 2 layers, 4/2 heads,
+// 256 positions) into `dir`.
+inline void make_small_demo_model(const std::filesystem::path& dir, decltype(demo_options{}.seed) seed) {
+  demo_options o;
+  o.hidden_size = 64;
+  o.intermediate_size = 128;
+  o.num_layers = 2;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.max_position_embeddings = 256;
+  o.seed = seed;
+  REQUIRE(make_demo_model(dir.string(), o));
+}
+
 inline std::filesystem::path demo_dir() {
   static const std::filesystem::path dir = [] {
     // Per process: ctest runs this binary's cases as parallel processes, and a shared folder
     // would be rewritten while another process has its weights mapped.
     static const test::temp_dir tmp("pipeline-model");
-    const std::filesystem::path d = tmp.str();
-    demo_options o;
-    o.hidden_size = 64;
-    o.intermediate_size = 128;
-    o.num_layers = 2;
-    o.num_heads = 4;
-    o.num_kv_heads = 2;
-    o.max_position_embeddings = 256;
-    o.seed = 5;
-    REQUIRE(make_demo_model(d.string(), o));
-    return d;
+    make_small_demo_model(tmp.str(), 5);
+    return std::filesystem::path(tmp.str());
   }();
   return dir;
 }

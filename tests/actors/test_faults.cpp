@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "actors/engine.hpp"
+#include "tests/actors/pipeline_util.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "model/cpu_executor.hpp"
 #include "model/demo_model.hpp"
@@ -109,17 +110,8 @@ std::filesystem::path fault_model_dir() {
     // Per process: ctest runs this binary's cases as parallel processes, and a shared folder
     // would be rewritten while another process has its weights mapped.
     static const test::temp_dir tmp("faults-model");
-    const std::filesystem::path d = tmp.str();
-    demo_options o;
-    o.hidden_size = 64;
-    o.intermediate_size = 128;
-    o.num_layers = 2;
-    o.num_heads = 4;
-    o.num_kv_heads = 2;
-    o.max_position_embeddings = 256;
-    o.seed = 9;
-    REQUIRE(make_demo_model(d.string(), o));
-    return d;
+    test::make_small_demo_model(tmp.str(), 9);
+    return std::filesystem::path(tmp.str());
   }();
   return dir;
 }

@@ -21,6 +21,9 @@ Phase "reject" (`serve --demo --max-num-seqs S --max-waiting-requests W`):
   p50/p90/p99/max latency of the 429 answers. Then the streams are closed, the server gets SIGINT
   and its exit code is recorded.
 
+Over 500 lines: one script, so that a single command reproduces the recorded numbers; its two
+phases share the server start/stop, the probes and the percentile code.
+
   .venv/bin/python tests/bench/overload.py --bin old/bin/coserve --bin build/bin/coserve \\
       --prompt-mib 4 > overload.json
 """
