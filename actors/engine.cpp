@@ -399,8 +399,10 @@ int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
   if (cfg.num_kv_blocks > 0) return static_cast<int32_t>(cfg.num_kv_blocks);
   const int32_t bs = std::max(1, cfg.block_size);
   const int64_t head_dim = model.head_dim > 0 ? model.head_dim : model.hidden_size / std::max(1, model.num_attention_heads);
+  dtype kv = dtype::bf16;
+  if (!parse_kv_cache_dtype(cfg.kv_cache_dtype, kv)) kv = dtype::f32;  // rejected later; size conservatively
   const int64_t per_block = int64_t{2} * model.num_hidden_layers * model.num_key_value_heads * head_dim * bs *
-                            static_cast<int64_t>(sizeof(float));
+                            static_cast<int64_t>(dtype_size(kv));
   const int64_t budget = cfg.kv_cache_bytes > 0 ? cfg.kv_cache_bytes
                                                 : std::min<int64_t>(int64_t{4} << 30, available_bytes / 4);
   const int64_t per_seq = (max_model_len + bs - 1) / bs;
@@ -420,6 +422,8 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     if (config.load_format != "auto")
       return error{"invalid_argument", "load format '" + config.load_format + "' needs --device cuda"};
     cpu_executor_options opts;
+    if (!parse_kv_cache_dtype(config.kv_cache_dtype, opts.kv_cache_dtype))
+      return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "' is not auto, bf16, fp16 or fp32"};
     opts.block_size = config.block_size;
     opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes());
     opts.num_threads = config.cpu_threads;
@@ -429,6 +433,8 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     if (!e) return e.err();
     exec = std::move(*e);
   } else if (config.device == "cuda") {
+    if (config.kv_cache_dtype != "auto" && config.kv_cache_dtype != "bf16" && config.kv_cache_dtype != "bfloat16")
+      return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "': the CUDA executor keeps a bf16 cache"};
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
     gpu::gpu_executor_options opts;
     opts.model_dir = config.model_dir.string();

@@ -57,7 +57,9 @@ struct engine_config {
   // take the total past it fails "queue_full" (one is always admitted when none waits).
   int64_t max_waiting_tokens = int64_t{1} << 20;
   int32_t tokenizer_pool_size = 0;       // tokenizer actors, each on its own thread; 0: min(4, cores)
-  int32_t cpu_threads = 0;               // CPU executor threads; 0: core count
+  int32_t cpu_threads = 0;               // CPU executor threads; 0: physical core count
+  std::string kv_cache_dtype = "auto";   // auto | bf16 | fp16 | fp32 (CPU; auto is bf16, the CUDA
+                                         // executor's cache is always bf16)
   bool enable_prefix_caching = true;
   bool skip_tokenizer_init = false;      // token ids in and out only (also when tokenizer.json is absent)
   std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
@@ -229,7 +231,7 @@ class engine {
 };
 
 // KV blocks for the CPU executor: num_kv_blocks when set, else what kv_cache_bytes (or min(4 GiB,
-// a quarter of `available_bytes`)) holds in fp32 K and V for every layer, at least one sequence at
+// a quarter of `available_bytes`)) holds in K and V of cfg.kv_cache_dtype for every layer, at least one sequence at
 // max_model_len and at most max_num_seqs of them.
 int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg, int32_t max_model_len,
                             int64_t available_bytes);

@@ -35,11 +35,14 @@ const char* k_help =
     "                        all: that row and one per later generated token (each row the raw\n"
     "                        logits the token after it was sampled from)\n"
     "  --json                print {\"prompt_ids\":[..],\"output_ids\":[..],\"logits\":[[..],..]}\n"
-    "  --threads N           CPU executor threads (default: cores)\n"
+    "  --threads N           CPU executor threads (default: physical cores)\n"
+    "  --kv-cache-dtype D    auto (bf16) | bf16 | fp16 | fp32 (default auto)\n"
     "  --device D            cpu (default) or cuda (builds with the CUDA executor)\n"
     "  --trace-file PATH     write the actors' Chrome trace (open in Perfetto) when done\n"
     "  --bench               throughput: B sequences of P random prompt tokens, one prefill step,\n"
-    "                        then N decode steps; prints JSON (prefill and decode tokens/s)\n";
+    "                        then N decode steps, after one warm-up pass; prints JSON: prefill and\n"
+    "                        decode tokens/s, the bytes a decode step reads and the GB/s that\n"
+    "                        makes, and the share of decode time per phase\n";
 
 bool parse_ids(std::string_view s, std::vector<int32_t>& out) {
   while (!s.empty()) {
@@ -75,42 +78,65 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
     std::fprintf(stderr, "generate --bench: not enough KV blocks\n");
     return 2;
   }
-  step_plan plan;
-  seq_rng rng(42);
-  for (int32_t b = 0; b < batch; ++b) {
-    new_seq ns;
-    ns.seq_id = seq_id_t(b);
-    ns.params.temperature = 0.0f;
-    for (int32_t i = 0; i < prompt_len; ++i) ns.prompt_ids.push_back(int32_t(rng.next() % uint64_t(info.vocab_size)));
-    scheduled_seq s{ns.seq_id, ns.prompt_ids, 0, blocks_for(b * per_seq, prompt_len + max_tokens, bs), true};
-    plan.new_seqs.push_back(std::move(ns));
-    plan.seqs.push_back(std::move(s));
-  }
   using clock = std::chrono::steady_clock;
-  auto t0 = clock::now();
-  if (auto r = ex.execute(plan); !r) {
-    std::fprintf(stderr, "generate --bench: %s\n", r.err().message.c_str());
-    return 1;
-  }
-  const double prefill_s = std::chrono::duration<double>(clock::now() - t0).count();
-  plan.new_seqs.clear();
-  auto t1 = clock::now();
-  for (int32_t step = 0; step < max_tokens; ++step) {
-    for (auto& s : plan.seqs) {
-      s.start_pos += int32_t(s.tokens.size());
-      s.tokens = {k_token_from_last_step};
+  double prefill_s = 0, decode_s = 0;
+  seq_rng rng(42);
+  // Pass 0 warms up (pages of the mapped weights, scratch buffers, threads); pass 1 is measured.
+  for (int pass = 0; pass < 2; ++pass) {
+    step_plan plan;
+    for (int32_t b = 0; b < batch; ++b) {
+      new_seq ns;
+      ns.seq_id = seq_id_t(pass * batch + b);
+      ns.params.temperature = 0.0f;
+      for (int32_t i = 0; i < prompt_len; ++i) ns.prompt_ids.push_back(int32_t(rng.next() % uint64_t(info.vocab_size)));
+      scheduled_seq s{ns.seq_id, ns.prompt_ids, 0, blocks_for(b * per_seq, prompt_len + max_tokens, bs), true};
+      plan.new_seqs.push_back(std::move(ns));
+      plan.seqs.push_back(std::move(s));
     }
+    const int32_t steps = pass == 0 ? std::min(max_tokens, 4) : max_tokens;
+    auto t0 = clock::now();
     if (auto r = ex.execute(plan); !r) {
       std::fprintf(stderr, "generate --bench: %s\n", r.err().message.c_str());
       return 1;
     }
+    prefill_s = std::chrono::duration<double>(clock::now() - t0).count();
+    plan.new_seqs.clear();
+    ex.reset_profile();
+    auto t1 = clock::now();
+    for (int32_t step = 0; step < steps; ++step) {
+      for (auto& s : plan.seqs) {
+        s.start_pos += int32_t(s.tokens.size());
+        s.tokens = {k_token_from_last_step};
+      }
+      if (auto r = ex.execute(plan); !r) {
+        std::fprintf(stderr, "generate --bench: %s\n", r.err().message.c_str());
+        return 1;
+      }
+    }
+    decode_s = std::chrono::duration<double>(clock::now() - t1).count();
+    for (const auto& s : plan.seqs) plan.finished.push_back(s.seq_id);
+    plan.seqs.clear();
+    if (auto r = ex.execute(plan); !r) return 1;  // drops the pass's sequences
   }
-  const double decode_s = std::chrono::duration<double>(clock::now() - t1).count();
+  // Bytes one decode step reads: every weight matrix once, plus K and V of every cached position
+  // (at the mean context of the decode steps).
+  const model_config& c = ex.config();
+  const double kv_elem = double(dtype_size(ex.kv_cache_dtype()));
+  const double mean_ctx = prompt_len + (max_tokens + 1) / 2.0;
+  const double kv_bytes = double(batch) * mean_ctx * c.num_hidden_layers * 2.0 * c.num_key_value_heads * c.head_dim * kv_elem;
+  const double step_bytes = double(ex.weights().matrix_bytes()) + kv_bytes;
+  const forward_profile& p = ex.profile();
+  const double fwd = p.gemm_s + p.attention_s + p.other_s;
   std::printf("{\"device\":\"%s\",\"batch\":%d,\"prompt_len\":%d,\"decode_steps\":%d,"
-              "\"prefill_s\":%.4f,\"prefill_tokens_per_s\":%.1f,\"decode_s\":%.4f,\"decode_tokens_per_s\":%.1f}\n",
+              "\"prefill_s\":%.4f,\"prefill_tokens_per_s\":%.1f,\"decode_s\":%.4f,\"decode_tokens_per_s\":%.1f,"
+              "\"decode_step_bytes\":%.0f,\"decode_gb_per_s\":%.2f,"
+              "\"decode_split\":{\"gemm\":%.3f,\"attention\":%.3f,\"other\":%.3f,\"outside_forward\":%.3f}}\n",
               info.device.c_str(), batch, prompt_len, max_tokens, prefill_s,
               double(batch) * prompt_len / prefill_s, decode_s,
-              max_tokens > 0 ? double(batch) * max_tokens / decode_s : 0.0);
+              max_tokens > 0 ? double(batch) * max_tokens / decode_s : 0.0, step_bytes,
+              max_tokens > 0 ? step_bytes * max_tokens / decode_s / 1e9 : 0.0,
+              decode_s > 0 ? p.gemm_s / decode_s : 0.0, decode_s > 0 ? p.attention_s / decode_s : 0.0,
+              decode_s > 0 ? p.other_s / decode_s : 0.0, decode_s > 0 ? std::max(0.0, decode_s - fwd) / decode_s : 0.0);
   return 0;
 }
 
@@ -121,7 +147,7 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> prompt;
   bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
   int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128;
-  std::string device = "cpu", trace_file;
+  std::string device = "cpu", trace_file, kv_dtype = "auto";
   sampling_params params;
   params.temperature = 0.0f;
   uint64_t seed = 0;
@@ -161,6 +187,14 @@ int cmd_generate(int argc, char** argv) {
       else if (a == "--seed") seed = std::strtoull(v, nullptr, 10);
       else if (a == "--logits") logits_mode = v;
       else if (a == "--threads") threads = std::atoi(v);
+      else if (a == "--kv-cache-dtype") {
+        dtype t;
+        if (!parse_kv_cache_dtype(v, t)) {
+          std::fprintf(stderr, "generate: --kv-cache-dtype must be auto, bf16, fp16 or fp32\n");
+          return 2;
+        }
+        kv_dtype = v;
+      }
       else if (a == "--device") device = v;
       else if (a == "--trace-file") trace_file = v;
       else if (a == "--batch") batch = std::atoi(v);
@@ -183,6 +217,7 @@ int cmd_generate(int argc, char** argv) {
   if (bench) {
     cpu_executor_options opts;
     opts.num_threads = threads;
+    parse_kv_cache_dtype(kv_dtype, opts.kv_cache_dtype);
     opts.num_kv_blocks = batch * (prompt_len + max_tokens + 16) / opts.block_size + batch + 1;
     size_t last_reported = 0;
     auto ex = cpu_executor::load(dir, opts, [&](size_t done, size_t total, size_t bytes) {
@@ -204,6 +239,7 @@ int cmd_generate(int argc, char** argv) {
   cfg.model_dir = dir;
   cfg.device = device;
   cfg.cpu_threads = threads;
+  cfg.kv_cache_dtype = kv_dtype;
   cfg.max_num_seqs = 1;
   cfg.return_logits = logits_mode != "none";
   cfg.trace_file = trace_file;

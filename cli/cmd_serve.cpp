@@ -30,6 +30,7 @@
 #include "http/openai_api.hpp"
 #include "http/server.hpp"
 #include "model/demo_model.hpp"
+#include "model/dtype.hpp"
 
 namespace coserve::cli {
 
@@ -80,7 +81,10 @@ engine:
   --tokenizer-pool-size N       tokenizer actors, each on its own thread: chat templates, encoding,
                                 /tokenize and /detokenize run there, never on the HTTP threads
                                 (default: min(4, cores))
-  --cpu-threads N               CPU executor threads (default: core count)
+  --cpu-threads N               CPU executor threads: GEMMs, attention and sampling share them
+                                (default: the physical core count)
+  --kv-cache-dtype D            KV cache element type: auto (bf16), bf16, fp16 or fp32 (default: auto;
+                                the CUDA executor supports auto and bf16)
   --no-enable-prefix-caching    disable prefix caching (on by default)
   --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit
   -h, --help                    this text
@@ -180,6 +184,15 @@ int parse(int argc, char** argv, serve_args& a) {
       }
     }
     else if (f == "--cpu-threads") { if (!as_int(need("N"), a.engine.cpu_threads)) return 2; }
+    else if (f == "--kv-cache-dtype") {
+      const char* v = need("auto, bf16, fp16 or fp32");
+      dtype t;
+      if (!v || !parse_kv_cache_dtype(v, t)) {
+        std::fprintf(stderr, "coserve serve: --kv-cache-dtype must be auto, bf16, fp16 or fp32\n");
+        return 2;
+      }
+      a.engine.kv_cache_dtype = v;
+    }
     else if (f == "--http-threads") { if (!as_int(need("N"), a.http_threads)) return 2; }
     else if (f == "--sse-keepalive-s") { if (!as_int(need("S"), a.sse_keepalive_s) || a.sse_keepalive_s < 0) return 2; }
     else if (f == "--max-body-bytes") { if (!as_int(need("N"), a.limits.max_body_bytes)) return 2; }

@@ -21,7 +21,8 @@ target_compile_definitions(coserve_beast INTERFACE BOOST_BEAST_USE_STD_STRING_VI
 find_package(simdjson REQUIRED)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
-pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# Google Highway (SIMD with run-time dispatch) for the CPU kernels.
+pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)
 
 if(COSERVE_BUILD_TESTS)
   find_package(Catch2 2.13 REQUIRED)

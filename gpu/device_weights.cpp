@@ -1,6 +1,7 @@
 #include "gpu/device_weights.hpp"
 
 #include <cmath>
+#include <cstring>
 
 #include "gpu/kernels.hpp"
 #include "model/dtype.hpp"
@@ -14,29 +15,61 @@ struct tensor_spec {
   int64_t n;          // elements
   int32_t fan_in;     // > 0: random matrix; 0: constant `value`
   float value;
-  const std::vector<float>* src;  // host data for upload_weights (may be empty: tensor absent)
+  // Host data for upload_weights: an fp32 vector (norms, biases) or matrices in file precision,
+  // concatenated by rows (q/k/v and gate/up are fused on the device). Neither: no host data.
+  const std::vector<float>* vec = nullptr;
+  std::vector<const weight_ref*> mats;
 };
+
+// The spec's host elements as bf16 (matrices already in bf16 are copied as they are).
+bool host_to_bf16(const tensor_spec& t, std::vector<uint16_t>& out) {
+  out.resize(size_t(t.n));
+  if (t.vec) {
+    if (int64_t(t.vec->size()) != t.n) return false;
+    for (int64_t k = 0; k < t.n; ++k) out[size_t(k)] = f32_to_bf16((*t.vec)[size_t(k)]);
+    return true;
+  }
+  size_t at = 0;
+  std::vector<float> row;
+  for (const weight_ref* m : t.mats) {
+    const size_t n = size_t(m->rows) * size_t(m->cols);
+    if (at + n > out.size()) return false;
+    if (m->type == dtype::bf16) {
+      std::memcpy(out.data() + at, m->data, n * 2);
+    } else {
+      row.resize(size_t(m->cols));
+      for (int64_t r = 0; r < m->rows; ++r) {
+        convert_to_f32(m->type, m->row(r), row.data(), row.size());
+        for (size_t k = 0; k < row.size(); ++k) out[at + size_t(r) * row.size() + k] = f32_to_bf16(row[k]);
+      }
+    }
+    at += n;
+  }
+  return at == out.size() && !t.mats.empty();
+}
 
 std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const model_weights* w) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
   const int64_t qkv_rows = (int64_t(c.num_attention_heads) + 2 * c.num_key_value_heads) * D;
   const int64_t attn = int64_t(c.num_attention_heads) * D;
   std::vector<tensor_spec> s;
-  s.push_back({&d.embed, V * H, int32_t(H), 0, w ? &w->embed : nullptr});
+  using mats = std::vector<const weight_ref*>;
+  s.push_back({&d.embed, V * H, int32_t(H), 0, nullptr, w ? mats{&w->embed} : mats{}});
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     device_layer& L = d.layers[size_t(l)];
     const layer_weights* lw = w ? &w->layers[size_t(l)] : nullptr;
-    s.push_back({&L.input_norm, H, 0, 1.0f, lw ? &lw->input_norm : nullptr});
-    s.push_back({&L.qkv, qkv_rows * H, int32_t(H), 0, lw ? &lw->qkv : nullptr});
-    if (c.qkv_bias) s.push_back({&L.qkv_bias, qkv_rows, 0, 0.0f, lw ? &lw->qkv_bias : nullptr});
-    s.push_back({&L.o, H * attn, int32_t(attn), 0, lw ? &lw->o : nullptr});
-    if (c.o_bias) s.push_back({&L.o_bias, H, 0, 0.0f, lw ? &lw->o_bias : nullptr});
-    s.push_back({&L.post_norm, H, 0, 1.0f, lw ? &lw->post_norm : nullptr});
-    s.push_back({&L.gate_up, 2 * I * H, int32_t(H), 0, lw ? &lw->gate_up : nullptr});
-    s.push_back({&L.down, H * I, int32_t(I), 0, lw ? &lw->down : nullptr});
+    s.push_back({&L.input_norm, H, 0, 1.0f, lw ? &lw->input_norm : nullptr, {}});
+    s.push_back({&L.qkv, qkv_rows * H, int32_t(H), 0, nullptr, lw ? mats{&lw->q, &lw->k, &lw->v} : mats{}});
+    if (c.qkv_bias) s.push_back({&L.qkv_bias, qkv_rows, 0, 0.0f, lw ? &lw->qkv_bias : nullptr, {}});
+    s.push_back({&L.o, H * attn, int32_t(attn), 0, nullptr, lw ? mats{&lw->o} : mats{}});
+    if (c.o_bias) s.push_back({&L.o_bias, H, 0, 0.0f, lw ? &lw->o_bias : nullptr, {}});
+    s.push_back({&L.post_norm, H, 0, 1.0f, lw ? &lw->post_norm : nullptr, {}});
+    s.push_back({&L.gate_up, 2 * I * H, int32_t(H), 0, nullptr, lw ? mats{&lw->gate, &lw->up} : mats{}});
+    s.push_back({&L.down, H * I, int32_t(I), 0, nullptr, lw ? mats{&lw->down} : mats{}});
   }
-  s.push_back({&d.final_norm, H, 0, 1.0f, w ? &w->final_norm : nullptr});
-  if (!c.tie_word_embeddings) s.push_back({&d.lm_head, V * H, int32_t(H), 0, w ? &w->lm_head : nullptr});
+  s.push_back({&d.final_norm, H, 0, 1.0f, w ? &w->final_norm : nullptr, {}});
+  if (!c.tie_word_embeddings)
+    s.push_back({&d.lm_head, V * H, int32_t(H), 0, nullptr, w ? mats{&w->lm_head} : mats{}});
   return s;
 }
 
@@ -59,15 +92,12 @@ result<device_weights> upload_weights(const model_weights& w, cudaStream_t strea
   std::vector<uint16_t> staging;
   for (size_t i = 0; i < all.size(); ++i) {
     const tensor_spec& t = all[i];
-    if (t.src == nullptr || int64_t(t.src->size()) != t.n)
-      return make_error("invalid_argument", "gpu: host weight tensor " + std::to_string(i) + " has " +
-                                                std::to_string(t.src ? t.src->size() : 0) + " elements, expected " +
-                                                std::to_string(t.n));
+    if (!host_to_bf16(t, staging))
+      return make_error("invalid_argument", "gpu: host weight tensor " + std::to_string(i) + " does not have the " +
+                                                std::to_string(t.n) + " elements the config implies");
     auto b = device_buffer::allocate(size_t(t.n) * 2);
     if (!b) return std::move(b).err();
     *t.dst = std::move(b.value());
-    staging.resize(size_t(t.n));
-    for (int64_t k = 0; k < t.n; ++k) staging[size_t(k)] = f32_to_bf16((*t.src)[size_t(k)]);
     // Synchronous copy from pageable memory: the staging vector is reused for the next tensor.
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(t.dst->get(), staging.data(), size_t(t.n) * 2, cudaMemcpyHostToDevice),
                                 "upload weights"));

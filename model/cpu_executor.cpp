@@ -1,16 +1,30 @@
 #include "model/cpu_executor.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <set>
+#include <string>
 #include <thread>
 
 namespace coserve {
 namespace {
 
-int32_t default_threads(int32_t asked) {
-  if (asked > 0) return asked - 1;
-  const int32_t hw = int32_t(std::thread::hardware_concurrency());
-  return std::clamp(hw - 1, 0, 7);
+// Physical cores: distinct thread-sibling sets in sysfs (logical CPUs when sysfs has none).
+int32_t physical_cores() {
+  std::set<std::string> cores;
+  for (int cpu = 0;; ++cpu) {
+    std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/thread_siblings_list");
+    if (!f) break;
+    std::string s;
+    std::getline(f, s);
+    cores.insert(s);
+  }
+  const int32_t logical = int32_t(std::thread::hardware_concurrency());
+  if (cores.empty()) return std::max(1, logical);
+  return std::max<int32_t>(1, int32_t(cores.size()));
 }
+
+int32_t default_workers(int32_t asked) { return (asked > 0 ? asked : physical_cores()) - 1; }
 
 }  // namespace
 
@@ -18,9 +32,9 @@ cpu_executor::cpu_executor(model_weights weights, generation_config gen, const c
     : weights_(std::move(weights)),
       gen_(std::move(gen)),
       opts_(opts),
-      pool_(default_threads(opts.num_threads)),
+      pool_(default_workers(opts.num_threads)),
       cache_(weights_.config.num_hidden_layers, opts.num_kv_blocks, opts.block_size,
-             weights_.config.num_key_value_heads, weights_.config.head_dim),
+             weights_.config.num_key_value_heads, weights_.config.head_dim, opts.kv_cache_dtype),
       forward_(weights_, pool_) {
   if (opts_.max_model_len <= 0 || opts_.max_model_len > weights_.config.max_position_embeddings)
     opts_.max_model_len = weights_.config.max_position_embeddings;
@@ -49,7 +63,8 @@ executor_info cpu_executor::info() const {
   i.block_size = cache_.block_size();
   i.vocab_size = weights_.config.vocab_size;
   i.max_model_len = opts_.max_model_len;
-  i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads)";
+  i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
+             std::string(dtype_name(cache_.type())) + ")";
   return i;
 }
 
@@ -93,26 +108,30 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   }
   if (auto r = forward_.run(batch, cache_, false, logits_); !r) return r.err();
 
+  // Sampling: each row has its own state, so rows sample in parallel on the forward pass's pool.
   step_result out;
   out.step_id = plan.step_id;
   const size_t vocab = size_t(weights_.config.vocab_size);
-  size_t row = 0;
+  std::vector<seq_state*> states;
   for (const scheduled_seq& s : plan.seqs) {
     if (!s.sample) continue;
-    seq_state& st = seqs_.at(s.seq_id);
-    std::span<const float> logits(logits_.data() + row * vocab, vocab);
-    ++row;
+    states.push_back(&seqs_.at(s.seq_id));
+    seq_output o;
+    o.seq_id = s.seq_id;
+    out.outputs.push_back(std::move(o));
+  }
+  pool_.parallel_for(int64_t(states.size()), [&](int64_t row) {
+    seq_state& st = *states[size_t(row)];
+    std::span<const float> logits(logits_.data() + size_t(row) * vocab, vocab);
     sample_output so = sample_token(logits, st.sampling);
     st.sampling.accept(so.token);
     st.last_token = so.token;
-    seq_output o;
-    o.seq_id = s.seq_id;
+    seq_output& o = out.outputs[size_t(row)];
     o.token = so.token;
     o.logprob = so.logprob;
     o.top_logprobs = std::move(so.top_logprobs);
     if (opts_.return_logits) o.logits.assign(logits.begin(), logits.end());
-    out.outputs.push_back(std::move(o));
-  }
+  });
   return out;
 }
 

@@ -1,9 +1,10 @@
-// The CPU executor: fp32 forward over a paged KV cache plus sampling, behind `executor`.
+// The CPU executor: the forward pass (weights in file precision, fp32 activations) over a paged
+// KV cache plus sampling, behind `executor`.
 // Keeps each sequence's sampling state from its new_seq until it appears in `finished` (of any
 // plan, whether that step succeeds or fails), and the token it sampled last (substituted for
 // k_token_from_last_step in its next decode).
-// Thread: execute() runs on the caller's thread (one caller at a time); the forward pass fans
-// attention/elementwise work out to its own worker pool and GEMMs to OpenBLAS threads.
+// Thread: execute() runs on the caller's thread (one caller at a time); the forward pass and the
+// sampling of a step's rows fan out to one worker pool (num_threads - 1 workers plus the caller).
 #pragma once
 
 #include <memory>
@@ -23,7 +24,8 @@ namespace coserve {
 struct cpu_executor_options {
   int32_t num_kv_blocks = 256;
   int32_t block_size = 16;
-  int32_t num_threads = 0;     // worker threads for attention/elementwise (0: hardware - 1, capped at 8)
+  int32_t num_threads = 0;     // threads of the forward pass, the calling one included (0: physical cores)
+  dtype kv_cache_dtype = dtype::bf16;
   bool return_logits = false;  // copy each sampled row's raw logits into seq_output::logits
   int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
 };
@@ -41,8 +43,13 @@ class cpu_executor final : public executor {
 
   void set_return_logits(bool on) noexcept { opts_.return_logits = on; }
   const model_config& config() const noexcept { return weights_.config; }
+  const model_weights& weights() const noexcept { return weights_; }
+  dtype kv_cache_dtype() const noexcept { return cache_.type(); }
   const generation_config& generation() const noexcept { return gen_; }
   size_t num_live_sequences() const noexcept { return seqs_.size(); }
+  // Time per phase of the forward pass (see cpu_forward::profile).
+  const forward_profile& profile() const noexcept { return forward_.profile(); }
+  void reset_profile() noexcept { forward_.reset_profile(); }
 
  private:
   struct seq_state {

@@ -1,28 +1,24 @@
 #include "model/cpu_forward.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <string>
 
 namespace coserve {
 namespace {
 
-// y[rows, n] = x[rows, k] @ w[n, k]^T (+ y when accumulate).
-// A few rows (decode) go through sgemv: sgemm would pack (copy) all of w on every call, which
-// costs more than the product itself when rows is small.
-void gemm_nt(const float* x, const float* w, float* y, int64_t rows, int64_t n, int64_t k, bool accumulate) {
-  constexpr int64_t k_gemv_rows = 4;
-  if (rows <= k_gemv_rows) {
-    for (int64_t r = 0; r < rows; ++r)
-      cblas_sgemv(CblasRowMajor, CblasNoTrans, blasint(n), blasint(k), 1.0f, w, blasint(k), x + r * k, 1,
-                  accumulate ? 1.0f : 0.0f, y + r * n, 1);
-    return;
-  }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, blasint(rows), blasint(n), blasint(k), 1.0f, x,
-              blasint(k), w, blasint(k), accumulate ? 1.0f : 0.0f, y, blasint(n));
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point& t) {
+  const auto now = clock_type::now();
+  const double s = std::chrono::duration<double>(now - t).count();
+  t = now;
+  return s;
 }
+
+constexpr int32_t k_attn_rows = 16;       // query rows (heads x tokens) a prefill tile shares K/V loads over
+constexpr int32_t k_min_split_ctx = 256;  // decode context per split, at least
 
 }  // namespace
 
@@ -55,6 +51,29 @@ std::vector<float> rope_inv_freq(const model_config& c) {
 
 cpu_forward::cpu_forward(const model_weights& weights, worker_pool& pool)
     : w_(weights), c_(weights.config), pool_(pool), inv_freq_(rope_inv_freq(weights.config)) {}
+
+// y[:, part.col + j] for each part: the parts' output features are cut into chunks of whole
+// 4-row tiles, enough of them to keep every thread busy; each chunk reads its weights once.
+void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y,
+                         int64_t ldy, bool accumulate) {
+  int64_t total = 0;
+  for (const auto& p : parts) total += p.w->rows;
+  const int64_t threads = pool_.num_threads();
+  int64_t chunk = (total + threads * 8 - 1) / (threads * 8);
+  chunk = std::clamp<int64_t>((chunk + 3) / 4 * 4, 16, 256);
+  std::vector<gemm_piece>& pieces = pieces_;
+  pieces.clear();
+  for (const auto& p : parts)
+    for (int64_t r = 0; r < p.w->rows; r += chunk) pieces.push_back({&p, r, std::min(chunk, p.w->rows - r)});
+  const int64_t k = parts.begin()->w->cols;
+  pool_.parallel_for(int64_t(pieces.size()), [&](int64_t i) {
+    const gemm_piece& pc = pieces[size_t(i)];
+    weight_ref sub = *pc.part->w;
+    sub.data = sub.row(pc.row0);
+    sub.rows = pc.n;
+    matmul_nt(x, k, rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate);
+  });
+}
 
 void cpu_forward::rms_norm(const float* x, const float* w, float* out, int64_t rows) {
   const int64_t h = c_.hidden_size;
@@ -95,47 +114,92 @@ void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
   });
 }
 
-// One work item per (sequence, query head): scores over the sequence's cached positions.
+// Work items: a decode token's query heads per KV head (its context cut into splits when there
+// are fewer items than threads and the context is long); a prefill chunk's tokens in tiles of
+// k_attn_rows query rows per KV head. The costliest items go first.
+void cpu_forward::plan_attention(const std::vector<forward_seq>& batch) {
+  const int32_t nkv = c_.num_key_value_heads, group = c_.num_attention_heads / nkv;
+  const int32_t threads = pool_.num_threads();
+  items_.clear();
+  split_groups_.clear();
+  int32_t decode_items = 0;
+  for (const auto& fs : batch)
+    if (fs.num_tokens == 1) decode_items += nkv;
+  int64_t partials = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const forward_seq& fs = batch[s];
+    if (fs.num_tokens == 1) {
+      const int32_t ctx = fs.start_pos + 1;
+      int32_t splits = 1;
+      if (decode_items < 2 * threads)
+        splits = std::clamp((2 * threads + decode_items - 1) / decode_items, 1, std::max(1, ctx / k_min_split_ctx));
+      for (int32_t h = 0; h < nkv; ++h) {
+        if (splits > 1) split_groups_.push_back(int64_t(items_.size()));
+        for (int32_t sp = 0; sp < splits; ++sp) {
+          const int32_t b = int32_t(int64_t(ctx) * sp / splits), e = int32_t(int64_t(ctx) * (sp + 1) / splits);
+          items_.push_back({int32_t(s), h, 0, 1, b, e, splits, splits > 1 ? partials++ : -1});
+        }
+      }
+      continue;
+    }
+    const int32_t qt = std::max(1, k_attn_rows / group);
+    for (int32_t q0 = 0; q0 < fs.num_tokens; q0 += qt) {
+      const int32_t nq = std::min(qt, fs.num_tokens - q0);
+      for (int32_t h = 0; h < nkv; ++h) items_.push_back({int32_t(s), h, q0, nq, 0, fs.start_pos + q0 + nq, 1, -1});
+    }
+  }
+  if (split_groups_.empty())
+    std::stable_sort(items_.begin(), items_.end(), [](const attn_item& a, const attn_item& b) {
+      return int64_t(a.num_q) * a.ctx_end > int64_t(b.num_q) * b.ctx_end;
+    });
+  const size_t per = size_t(group) * size_t(c_.head_dim);
+  part_max_.resize(size_t(partials) * size_t(group));
+  part_sum_.resize(size_t(partials) * size_t(group));
+  part_acc_.resize(size_t(partials) * per);
+}
+
 void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch, const kv_cache& cache) {
   const int32_t d = c_.head_dim, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
   const int32_t group = nh / nkv;
   const int64_t row = int64_t(nh + 2 * nkv) * d;
   const float scale = 1.0f / std::sqrt(float(d));
-  pool_.parallel_for(int64_t(batch.size()) * nh, [&](int64_t item) {
-    const size_t s = size_t(item / nh);
-    const int32_t head = int32_t(item % nh), kvh = head / group;
-    const forward_seq& fs = batch[s];
-    const int64_t first = seq_offsets_[s];
-    const int32_t ctx = fs.start_pos + fs.num_tokens;
-    std::vector<float> scores(static_cast<size_t>(ctx));
-    std::vector<int64_t> slots(static_cast<size_t>(ctx));
-    for (int32_t p = 0; p < ctx; ++p) slots[size_t(p)] = cache.slot(*fs.block_table, p);
-    for (int32_t i = 0; i < fs.num_tokens; ++i) {
-      const int64_t t = first + i;
-      const float* q = qkv_.data() + t * row + int64_t(head) * d;
-      const int32_t len = fs.start_pos + i + 1;  // causal: positions [0, pos]
-      float mx = -INFINITY;
-      for (int32_t p = 0; p < len; ++p) {
-        const float* k = cache.k(layer, slots[size_t(p)]) + int64_t(kvh) * d;
-        float dot = 0.0f;
-        for (int32_t j = 0; j < d; ++j) dot += q[j] * k[j];
-        scores[size_t(p)] = dot * scale;
-        mx = std::max(mx, scores[size_t(p)]);
-      }
-      float sum = 0.0f;
-      for (int32_t p = 0; p < len; ++p) {
-        scores[size_t(p)] = std::exp(scores[size_t(p)] - mx);
-        sum += scores[size_t(p)];
-      }
-      float* out = attn_.data() + t * int64_t(nh) * d + int64_t(head) * d;
-      std::fill(out, out + d, 0.0f);
-      for (int32_t p = 0; p < len; ++p) {
-        const float* v = cache.v(layer, slots[size_t(p)]) + int64_t(kvh) * d;
-        const float wgt = scores[size_t(p)] / sum;
-        for (int32_t j = 0; j < d; ++j) out[j] += wgt * v[j];
-      }
+  pool_.parallel_for(int64_t(items_.size()), [&](int64_t i) {
+    const attn_item& it = items_[size_t(i)];
+    const forward_seq& fs = batch[size_t(it.seq)];
+    const int64_t t0 = seq_offsets_[size_t(it.seq)] + it.q_first;
+    attn_tile t;
+    t.q = qkv_.data() + t0 * row;
+    t.q_stride = row;
+    t.out = attn_.data() + t0 * int64_t(nh) * d;
+    t.out_stride = int64_t(nh) * d;
+    t.k = cache.k(layer, 0);
+    t.v = cache.v(layer, 0);
+    t.kv_type = cache.type();
+    t.slot_stride = int64_t(cache.slot_stride());
+    t.block_table = fs.block_table->data();
+    t.block_size = cache.block_size();
+    t.head_dim = d;
+    t.group = group;
+    t.kv_head = it.kv_head;
+    t.num_q = it.num_q;
+    t.q_pos0 = fs.start_pos + it.q_first;
+    t.ctx_begin = it.ctx_begin;
+    t.ctx_end = it.ctx_end;
+    t.scale = scale;
+    if (it.splits > 1) {
+      t.partial_max = part_max_.data() + it.partial * group;
+      t.partial_sum = part_sum_.data() + it.partial * group;
+      t.partial_acc = part_acc_.data() + it.partial * group * d;
     }
+    attend(t);
   });
+  for (int64_t first : split_groups_) {
+    const attn_item& it = items_[size_t(first)];
+    const int64_t t0 = seq_offsets_[size_t(it.seq)];
+    attn_merge(it.splits, group, d, part_max_.data() + it.partial * group, part_sum_.data() + it.partial * group,
+               part_acc_.data() + it.partial * group * d,
+               attn_.data() + t0 * int64_t(nh) * d + int64_t(it.kv_head) * group * d, int64_t(nh) * d, group);
+  }
 }
 
 result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& cache, bool all_rows,
@@ -174,49 +238,61 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     return {};
   }
 
+  auto tp = clock_type::now();
   x_.resize(size_t(total * h));
   xn_.resize(size_t(total * h));
   qkv_.resize(size_t(total * qkv_n));
   attn_.resize(size_t(total * nh * d));
-  gu_.resize(size_t(total * 2 * inter));
+  gu_.resize(size_t(total * 2 * inter));  // [gate | up] per token
   act_.resize(size_t(total * inter));
   {
     int64_t t = 0;
     for (const auto& fs : batch)
       for (int32_t i = 0; i < fs.num_tokens; ++i, ++t)
-        std::copy_n(w_.embed.data() + int64_t(fs.tokens[i]) * h, h, x_.data() + t * h);
+        convert_to_f32(w_.embed.type, w_.embed.row(fs.tokens[i]), x_.data() + t * h, size_t(h));
   }
+  plan_attention(batch);
+  profile_.other_s += seconds_since(tp);
 
   for (int32_t l = 0; l < c_.num_hidden_layers; ++l) {
     const layer_weights& L = w_.layers[size_t(l)];
     rms_norm(x_.data(), L.input_norm.data(), xn_.data(), total);
-    gemm_nt(xn_.data(), L.qkv.data(), qkv_.data(), total, qkv_n, h, false);
+    profile_.other_s += seconds_since(tp);
+    matmul(xn_.data(), total, {{&L.q, 0}, {&L.k, nh * d}, {&L.v, (nh + nkv) * d}}, qkv_.data(), qkv_n, false);
+    profile_.gemm_s += seconds_since(tp);
     if (!L.qkv_bias.empty())
-      pool_.parallel_for(total, [&](int64_t t) {
-        float* r = qkv_.data() + t * qkv_n;
-        for (int64_t j = 0; j < qkv_n; ++j) r[j] += L.qkv_bias[size_t(j)];
+      pool_.parallel_for(total, [&](int64_t r) {
+        float* q = qkv_.data() + r * qkv_n;
+        for (int64_t j = 0; j < qkv_n; ++j) q[j] += L.qkv_bias[size_t(j)];
       });
     rope(qkv_.data(), positions_);
-    for (int64_t t = 0; t < total; ++t) {
-      const float* r = qkv_.data() + t * qkv_n;
-      std::copy_n(r + nh * d, nkv * d, cache.k(l, slots_[size_t(t)]));
-      std::copy_n(r + (nh + nkv) * d, nkv * d, cache.v(l, slots_[size_t(t)]));
+    profile_.other_s += seconds_since(tp);
+    for (int64_t r = 0; r < total; ++r) {
+      const float* q = qkv_.data() + r * qkv_n;
+      store_kv(cache.type(), q + nh * d, cache.k(l, slots_[size_t(r)]), size_t(nkv * d));
+      store_kv(cache.type(), q + (nh + nkv) * d, cache.v(l, slots_[size_t(r)]), size_t(nkv * d));
     }
     attention(l, batch, cache);
-    gemm_nt(attn_.data(), L.o.data(), x_.data(), total, h, nh * d, true);
+    profile_.attention_s += seconds_since(tp);
+    matmul(attn_.data(), total, {{&L.o, 0}}, x_.data(), h, true);
+    profile_.gemm_s += seconds_since(tp);
     if (!L.o_bias.empty())
-      for (int64_t t = 0; t < total; ++t)
-        for (int64_t j = 0; j < h; ++j) x_[size_t(t * h + j)] += L.o_bias[size_t(j)];
+      for (int64_t r = 0; r < total; ++r)
+        for (int64_t j = 0; j < h; ++j) x_[size_t(r * h + j)] += L.o_bias[size_t(j)];
 
     rms_norm(x_.data(), L.post_norm.data(), xn_.data(), total);
-    gemm_nt(xn_.data(), L.gate_up.data(), gu_.data(), total, 2 * inter, h, false);
-    pool_.parallel_for(total, [&](int64_t t) {
-      const float* g = gu_.data() + t * 2 * inter;
+    profile_.other_s += seconds_since(tp);
+    matmul(xn_.data(), total, {{&L.gate, 0}, {&L.up, inter}}, gu_.data(), 2 * inter, false);
+    profile_.gemm_s += seconds_since(tp);
+    pool_.parallel_for(total, [&](int64_t r) {
+      const float* g = gu_.data() + r * 2 * inter;
       const float* u = g + inter;
-      float* a = act_.data() + t * inter;
+      float* a = act_.data() + r * inter;
       for (int64_t j = 0; j < inter; ++j) a[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
     });
-    gemm_nt(act_.data(), L.down.data(), x_.data(), total, h, inter, true);
+    profile_.other_s += seconds_since(tp);
+    matmul(act_.data(), total, {{&L.down, 0}}, x_.data(), h, true);
+    profile_.gemm_s += seconds_since(tp);
   }
 
   // Final norm and LM head over the rows asked for.
@@ -228,12 +304,15 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
       if (batch[s].want_logits) rows.push_back(seq_offsets_[s] + batch[s].num_tokens - 1);
   }
   logits.resize(size_t(int64_t(rows.size()) * vocab));
+  ++profile_.steps;
   if (rows.empty()) return {};
   std::vector<float> picked(rows.size() * size_t(h));
   for (size_t r = 0; r < rows.size(); ++r) std::copy_n(x_.data() + rows[r] * h, h, picked.data() + r * size_t(h));
   std::vector<float> normed(picked.size());
   rms_norm(picked.data(), w_.final_norm.data(), normed.data(), int64_t(rows.size()));
-  gemm_nt(normed.data(), w_.lm_head_data(), logits.data(), int64_t(rows.size()), vocab, h, false);
+  profile_.other_s += seconds_since(tp);
+  matmul(normed.data(), int64_t(rows.size()), {{&w_.lm_head, 0}}, logits.data(), vocab, false);
+  profile_.gemm_s += seconds_since(tp);
   return {};
 }
 

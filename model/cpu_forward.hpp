@@ -1,13 +1,16 @@
-// fp32 forward pass on the CPU over the paged KV cache, for a batch that mixes prefill chunks and
-// decode tokens of different sequences (variable lengths in one call).
+// The forward pass on the CPU over the paged KV cache, for a batch that mixes prefill chunks and
+// decode tokens of different sequences (variable lengths in one call). Weights in their file
+// precision, activations and accumulation in fp32, the KV cache in its own dtype.
 //
-// Per layer: RMSNorm -> fused QKV GEMM (+bias) -> RoPE (default or llama3) -> K/V written to their
+// Per layer: RMSNorm -> Q/K/V GEMM (+bias) -> RoPE (default or llama3) -> K/V written to their
 // slots -> causal GQA attention over each sequence's cached positions [0, pos] -> O GEMM ->
-// residual -> RMSNorm -> fused gate/up GEMM -> SiLU(gate) * up -> down GEMM -> residual.
-// GEMMs go through OpenBLAS (its own threads); attention and elementwise work through the pool.
+// residual -> RMSNorm -> gate/up GEMM -> SiLU(gate) * up -> down GEMM -> residual.
+// Everything runs on the one worker_pool: GEMMs split over output features (the kernels of
+// cpu_kernels.hpp), attention over (sequence, KV head, query tile or context split).
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "model/kv_cache.hpp"
@@ -26,9 +29,17 @@ struct forward_seq {
   bool want_logits = false;         // logits of the last token
 };
 
+// Seconds spent per phase since the last reset (wall time of the calling thread).
+struct forward_profile {
+  double gemm_s = 0;       // projections and the LM head
+  double attention_s = 0;  // attention (with the KV writes and split merges)
+  double other_s = 0;      // embedding, norms, RoPE, activation, residuals
+  int64_t steps = 0;
+};
+
 class cpu_forward {
  public:
-  // `weights` must outlive this object. `pool` runs attention and elementwise work.
+  // `weights` must outlive this object. `pool` runs every parallel part of the pass.
   cpu_forward(const model_weights& weights, worker_pool& pool);
 
   // Runs the batch; fills `logits` with one row of vocab_size floats per sequence with
@@ -38,9 +49,29 @@ class cpu_forward {
   result<void> run(const std::vector<forward_seq>& batch, kv_cache& cache, bool all_rows,
                    std::vector<float>& logits);
 
+  const forward_profile& profile() const noexcept { return profile_; }
+  void reset_profile() noexcept { profile_ = {}; }
+
  private:
+  struct gemm_part {
+    const weight_ref* w;
+    int64_t col;  // first output column in y
+  };
+  struct gemm_piece {
+    const gemm_part* part;
+    int64_t row0, n;
+  };
+  struct attn_item {
+    int32_t seq, kv_head, q_first, num_q, ctx_begin, ctx_end;
+    int32_t splits;        // 1: writes the output; > 1: one of `splits` partials of a group
+    int64_t partial;       // index of this item's partial (split groups only)
+  };
+
+  void matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y, int64_t ldy,
+              bool accumulate);
   void rms_norm(const float* x, const float* w, float* out, int64_t rows);
   void rope(float* qkv, const std::vector<int32_t>& positions);
+  void plan_attention(const std::vector<forward_seq>& batch);
   void attention(int32_t layer, const std::vector<forward_seq>& batch, const kv_cache& cache);
 
   const model_weights& w_;
@@ -49,6 +80,11 @@ class cpu_forward {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_;
+  std::vector<gemm_piece> pieces_;
+  std::vector<attn_item> items_;
+  std::vector<int64_t> split_groups_;   // per split group: its first item
+  std::vector<float> part_max_, part_sum_, part_acc_;
+  forward_profile profile_;
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;
   std::vector<int64_t> seq_offsets_;

@@ -60,6 +60,19 @@ uint16_t f32_to_f16(float f) noexcept {
   return uint16_t(sign | uint16_t((r - 0x38000000u) >> 13));
 }
 
+bool parse_kv_cache_dtype(std::string_view name, dtype& out) noexcept {
+  if (name == "auto" || name == "bf16" || name == "bfloat16") {
+    out = dtype::bf16;
+  } else if (name == "fp16" || name == "float16") {
+    out = dtype::f16;
+  } else if (name == "fp32" || name == "float32") {
+    out = dtype::f32;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept {
   const auto* p = static_cast<const unsigned char*>(src);
   switch (t) {

@@ -30,6 +30,10 @@ inline uint16_t f32_to_bf16(float f) noexcept {
   return uint16_t(bits >> 16);
 }
 
+// --kv-cache-dtype (vLLM's flag): "auto" (bf16 on the CPU), "bf16"/"bfloat16", "fp16"/"float16",
+// "fp32"/"float32". False for any other name.
+bool parse_kv_cache_dtype(std::string_view name, dtype& out) noexcept;
+
 float f16_to_f32(uint16_t h) noexcept;
 uint16_t f32_to_f16(float f) noexcept;  // round to nearest even, overflow to inf
 

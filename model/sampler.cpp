@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "model/cpu_kernels.hpp"
+
 namespace coserve {
 
 double seq_rng::normal() noexcept {
@@ -56,11 +58,7 @@ void apply_penalties(std::span<float> logits, const sampling_state& st) {
 
 void log_softmax(std::span<const float> logits, std::vector<float>& out) {
   out.resize(logits.size());
-  float mx = -INFINITY;
-  for (float l : logits) mx = std::max(mx, l);
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(double(l) - double(mx));
-  const float lse = mx + float(std::log(sum));
+  const float lse = log_sum_exp(logits.data(), logits.size());
   for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
 }
 

@@ -10,7 +10,20 @@ class loader {
   loader(const safetensors_set& set, size_t total, const load_progress& progress)
       : set_(set), total_(total), progress_(progress) {}
 
-  // Appends tensor `name` (checked against `shape`) as fp32 to `out`.
+  // Tensor `name` (checked against `shape`) as a view into the mapped file.
+  result<void> map(const std::string& name, const std::vector<int64_t>& shape, weight_ref& out) {
+    auto t = set_.get(name, shape);
+    if (!t) return t.err();
+    const tensor_view& v = **t;
+    out.type = v.type;
+    out.data = v.data;
+    out.rows = shape[0];
+    out.cols = shape.size() > 1 ? shape[1] : 1;
+    tick(v.nbytes);
+    return {};
+  }
+
+  // Tensor `name` (checked against `shape`) appended as fp32 to `out`.
   result<void> append(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& out) {
     auto t = set_.get(name, shape);
     if (!t) return t.err();
@@ -18,13 +31,17 @@ class loader {
     const size_t old = out.size();
     out.resize(old + size_t(v.numel()));
     convert_to_f32(v.type, v.data, out.data() + old, size_t(v.numel()));
-    ++done_;
-    bytes_ += v.nbytes;
-    if (progress_) progress_(done_, total_, bytes_);
+    tick(v.nbytes);
     return {};
   }
 
  private:
+  void tick(size_t bytes) {
+    ++done_;
+    bytes_ += bytes;
+    if (progress_) progress_(done_, total_, bytes_);
+  }
+
   const safetensors_set& set_;
   size_t total_;
   const load_progress& progress_;
@@ -34,6 +51,19 @@ class loader {
 
 }  // namespace
 
+size_t model_weights::matrix_bytes() const noexcept {
+  size_t b = lm_head.bytes();
+  for (const auto& L : layers)
+    for (const weight_ref* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) b += w->bytes();
+  return b;
+}
+
+std::vector<float> to_f32(const weight_ref& w) {
+  std::vector<float> out(size_t(w.rows) * size_t(w.cols));
+  if (!out.empty()) convert_to_f32(w.type, w.data, out.data(), out.size());
+  return out;
+}
+
 result<model_weights> load_weights(const std::string& dir, const load_progress& progress) {
   auto cfg = load_model_config(dir);
   if (!cfg) return cfg.err();
@@ -41,28 +71,30 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   if (!set) return set.err();
   model_weights w;
   w.config = *cfg;
+  w.files = std::make_shared<const safetensors_set>(std::move(*set));
+  const safetensors_set& files = *w.files;
   const model_config& c = w.config;
   const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   const bool has_lm_head = !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
   const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0);
   const size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
-  loader ld(*set, total, progress);
+  loader ld(files, total, progress);
 
-  if (auto r = ld.append("model.embed_tokens.weight", {vocab, h}, w.embed); !r) return r.err();
+  if (auto r = ld.map("model.embed_tokens.weight", {vocab, h}, w.embed); !r) return r.err();
   w.layers.resize(size_t(c.num_hidden_layers));
   for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     layer_weights& L = w.layers[size_t(i)];
     for (auto r : {ld.append(p + "input_layernorm.weight", {h}, L.input_norm),
-                   ld.append(p + "self_attn.q_proj.weight", {nh * d, h}, L.qkv),
-                   ld.append(p + "self_attn.k_proj.weight", {nkv * d, h}, L.qkv),
-                   ld.append(p + "self_attn.v_proj.weight", {nkv * d, h}, L.qkv),
-                   ld.append(p + "self_attn.o_proj.weight", {h, nh * d}, L.o),
+                   ld.map(p + "self_attn.q_proj.weight", {nh * d, h}, L.q),
+                   ld.map(p + "self_attn.k_proj.weight", {nkv * d, h}, L.k),
+                   ld.map(p + "self_attn.v_proj.weight", {nkv * d, h}, L.v),
+                   ld.map(p + "self_attn.o_proj.weight", {h, nh * d}, L.o),
                    ld.append(p + "post_attention_layernorm.weight", {h}, L.post_norm),
-                   ld.append(p + "mlp.gate_proj.weight", {inter, h}, L.gate_up),
-                   ld.append(p + "mlp.up_proj.weight", {inter, h}, L.gate_up),
-                   ld.append(p + "mlp.down_proj.weight", {h, inter}, L.down)})
+                   ld.map(p + "mlp.gate_proj.weight", {inter, h}, L.gate),
+                   ld.map(p + "mlp.up_proj.weight", {inter, h}, L.up),
+                   ld.map(p + "mlp.down_proj.weight", {h, inter}, L.down)})
       if (!r) return r.err();
     if (c.qkv_bias) {
       for (auto r : {ld.append(p + "self_attn.q_proj.bias", {nh * d}, L.qkv_bias),
@@ -74,8 +106,11 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
       if (auto r = ld.append(p + "self_attn.o_proj.bias", {h}, L.o_bias); !r) return r.err();
   }
   if (auto r = ld.append("model.norm.weight", {h}, w.final_norm); !r) return r.err();
-  if (has_lm_head)
-    if (auto r = ld.append("lm_head.weight", {vocab, h}, w.lm_head); !r) return r.err();
+  if (has_lm_head) {
+    if (auto r = ld.map("lm_head.weight", {vocab, h}, w.lm_head); !r) return r.err();
+  } else {
+    w.lm_head = w.embed;
+  }
   return w;
 }
 

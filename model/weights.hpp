@@ -1,38 +1,45 @@
-// A model folder's weights as fp32 CPU arrays (converted from F32/F16/BF16 safetensors).
-// Matrices keep the Hugging Face layout [out_features, in_features], row-major; q/k/v are fused
-// into one [(H + 2 * KVH) * D, hidden] matrix and gate/up into one [2 * I, hidden] so each layer
-// runs two GEMMs where it would run five.
+// A model folder's weights for the CPU executor, in the file's own precision (F32, F16 or BF16):
+// every matrix is a weight_ref into the mapped safetensors files, which model_weights keeps open,
+// so loading copies nothing and the resident size is the pages the forward pass touches. Only the
+// small vectors (norms, biases) are converted to fp32 arrays.
+// Matrices keep the Hugging Face layout [out_features, in_features], row-major.
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/cpu_kernels.hpp"
 #include "runtime/expected.hpp"
 
 namespace coserve {
 
+class safetensors_set;
+
 struct layer_weights {
   std::vector<float> input_norm;     // [hidden]
-  std::vector<float> qkv;            // [(H + 2 KVH) D, hidden]
-  std::vector<float> qkv_bias;       // [(H + 2 KVH) D] or empty
-  std::vector<float> o;              // [hidden, H D]
+  weight_ref q, k, v;                // [H D, hidden], [KVH D, hidden], [KVH D, hidden]
+  std::vector<float> qkv_bias;       // [(H + 2 KVH) D] (q, k, v biases in that order) or empty
+  weight_ref o;                      // [hidden, H D]
   std::vector<float> o_bias;         // [hidden] or empty
   std::vector<float> post_norm;      // [hidden]
-  std::vector<float> gate_up;        // [2 I, hidden]
-  std::vector<float> down;           // [hidden, I]
+  weight_ref gate, up;               // [I, hidden] each
+  weight_ref down;                   // [hidden, I]
 };
 
 struct model_weights {
   model_config config;
-  std::vector<float> embed;          // [vocab, hidden]
+  weight_ref embed;                  // [vocab, hidden]
   std::vector<float> final_norm;     // [hidden]
-  std::vector<float> lm_head;        // [vocab, hidden]; empty when tied to embed
+  weight_ref lm_head;                // [vocab, hidden]; the embedding when tied
   std::vector<layer_weights> layers;
+  std::shared_ptr<const safetensors_set> files;  // the mapped files the weight_refs point into
 
-  const float* lm_head_data() const noexcept { return lm_head.empty() ? embed.data() : lm_head.data(); }
+  // Bytes of every matrix (what a forward pass over all layers reads once, the LM head included).
+  size_t matrix_bytes() const noexcept;
 };
 
 // Called after each tensor: (tensors loaded, tensors total, bytes read so far).
@@ -40,5 +47,8 @@ using load_progress = std::function<void(size_t, size_t, size_t)>;
 
 // Loads config.json and the safetensors of `dir`. Errors name the file and tensor.
 result<model_weights> load_weights(const std::string& dir, const load_progress& progress = {});
+
+// A copy of the matrix in fp32 (tests and the CUDA upload use it).
+std::vector<float> to_f32(const weight_ref& w);
 
 }  // namespace coserve

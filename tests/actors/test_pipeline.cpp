@@ -252,10 +252,14 @@ TEST_CASE("pipeline: CPU KV cache sized from memory", "[actors][pipeline]") {
   engine_config cfg;
   cfg.block_size = 16;
   cfg.max_num_seqs = 256;
+  cfg.kv_cache_dtype = "fp32";
   // 2 (K,V) * 16 layers * 8 heads * 64 dims * 16 tokens * 4 bytes = 1 MiB per block
   const int64_t per_block = int64_t{1} << 20;
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{64} << 30) == (int64_t{4} << 30) / per_block);  // 4 GiB cap
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == (int64_t{2} << 30) / per_block);   // a quarter
+  cfg.kv_cache_dtype = "auto";  // bf16: half the bytes, twice the blocks
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 2 * (int64_t{2} << 30) / per_block);
+  cfg.kv_cache_dtype = "fp32";
   cfg.kv_cache_bytes = int64_t{1} << 30;
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 1024);
   cfg.max_num_seqs = 2;  // never more than every sequence at full length

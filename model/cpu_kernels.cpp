@@ -1,0 +1,390 @@
+// Highway compiles this file once per target (foreach_target.h re-includes it); the functions in
+// namespace HWY_NAMESPACE are that target's kernels, and the HWY_ONCE part at the end holds the
+// dispatching entry points declared in cpu_kernels.hpp.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "model/cpu_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+#include <hwy/contrib/math/math-inl.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/cpu_kernels.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace coserve {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Element loads widened to fp32: one vector of lanes from p (unaligned).
+HWY_INLINE VF load_f32(DF df, const float* p) { return hn::LoadU(df, p); }
+HWY_INLINE VF load_f32(DF df, const hwy::bfloat16_t* p) {
+  const hn::Rebind<hwy::bfloat16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, p));
+}
+HWY_INLINE VF load_f32(DF df, const hwy::float16_t* p) {
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, p));
+}
+
+HWY_INLINE float scalar_f32(const float* p) { return *p; }
+HWY_INLINE float scalar_f32(const hwy::bfloat16_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return bf16_to_f32(h);
+}
+HWY_INLINE float scalar_f32(const hwy::float16_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// Registers allow 4 x 4 accumulators where there are 32 vector registers (AVX-512, NEON);
+// 4 x 2 with 16 (AVX2, SSE4).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_ARCH_ARM
+constexpr size_t k_nr = 4;
+#else
+constexpr size_t k_nr = 2;
+#endif
+constexpr size_t k_mr = 4;
+
+// y[MR rows, NR cols] for weight rows w[0..NR) (row stride K) and x rows (stride ldx).
+template <size_t MR, size_t NR, typename WT>
+HWY_INLINE void tile(const float* HWY_RESTRICT x, size_t ldx, const WT* HWY_RESTRICT w, size_t K,
+                     float* HWY_RESTRICT y, size_t ldy, bool accumulate) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  VF acc[MR][NR];
+  HWY_UNROLL(1)
+  for (size_t m = 0; m < MR; ++m)
+    for (size_t j = 0; j < NR; ++j) acc[m][j] = hn::Zero(df);
+  size_t k = 0;
+  for (; k + L <= K; k += L) {
+    VF wv[NR];
+    for (size_t j = 0; j < NR; ++j) wv[j] = load_f32(df, w + j * K + k);
+    for (size_t m = 0; m < MR; ++m) {
+      const VF xv = hn::LoadU(df, x + m * ldx + k);
+      for (size_t j = 0; j < NR; ++j) acc[m][j] = hn::MulAdd(xv, wv[j], acc[m][j]);
+    }
+  }
+  for (size_t m = 0; m < MR; ++m)
+    for (size_t j = 0; j < NR; ++j) {
+      float s = hn::GetLane(hn::SumOfLanes(df, acc[m][j]));
+      for (size_t kk = k; kk < K; ++kk) s += x[m * ldx + kk] * scalar_f32(w + j * K + kk);
+      float& out = y[m * ldy + j];
+      out = accumulate ? out + s : s;
+    }
+}
+
+template <size_t NR, typename WT>
+HWY_INLINE void tile_rows(size_t mr, const float* x, size_t ldx, const WT* w, size_t K, float* y, size_t ldy,
+                          bool accumulate) {
+  switch (mr) {
+    case 4: tile<4, NR>(x, ldx, w, K, y, ldy, accumulate); break;
+    case 3: tile<3, NR>(x, ldx, w, K, y, ldy, accumulate); break;
+    case 2: tile<2, NR>(x, ldx, w, K, y, ldy, accumulate); break;
+    default: tile<1, NR>(x, ldx, w, K, y, ldy, accumulate); break;
+  }
+}
+
+template <typename WT>
+void matmul_typed(const float* x, size_t ldx, size_t M, const WT* w, size_t N, size_t K, float* y, size_t ldy,
+                  bool accumulate) {
+  // Rows of x per block: about 256 KiB of them, so they stay in L2 while a weight tile (NR rows,
+  // in L1) is applied to each of them.
+  const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr * k_mr, k_mr, 256);
+  for (size_t m0 = 0; m0 < M; m0 += mb) {
+    const size_t m1 = std::min(M, m0 + mb);
+    size_t j = 0;
+    for (; j + k_nr <= N; j += k_nr)
+      for (size_t m = m0; m < m1; m += k_mr)
+        tile_rows<k_nr>(std::min(k_mr, m1 - m), x + m * ldx, ldx, w + j * K, K, y + m * ldy + j, ldy, accumulate);
+    for (; j < N; ++j)
+      for (size_t m = m0; m < m1; m += k_mr)
+        tile_rows<1>(std::min(k_mr, m1 - m), x + m * ldx, ldx, w + j * K, K, y + m * ldy + j, ldy, accumulate);
+  }
+}
+
+void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w, int64_t n, float* y, int64_t ldy,
+                    bool accumulate) {
+  const size_t K = size_t(w->cols);
+  switch (w->type) {
+    case dtype::f32:
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const float*>(w->data), size_t(n), K, y, size_t(ldy),
+                   accumulate);
+      break;
+    case dtype::bf16:
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const hwy::bfloat16_t*>(w->data), size_t(n), K, y,
+                   size_t(ldy), accumulate);
+      break;
+    case dtype::f16:
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const hwy::float16_t*>(w->data), size_t(n), K, y,
+                   size_t(ldy), accumulate);
+      break;
+  }
+}
+
+HWY_INLINE float dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t n) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  VF s0 = hn::Zero(df), s1 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + 2 * L <= n; i += 2 * L) {
+    s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
+    s1 = hn::MulAdd(hn::LoadU(df, a + i + L), hn::LoadU(df, b + i + L), s1);
+  }
+  for (; i + L <= n; i += L) s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// acc[0..n) = acc * scale + p * v (scale == 1 skips the multiply).
+HWY_INLINE void scale_add(float* HWY_RESTRICT acc, float scale, float p, const float* HWY_RESTRICT v, size_t n) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const VF vs = hn::Set(df, scale), vp = hn::Set(df, p);
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF a = hn::LoadU(df, acc + i);
+    hn::StoreU(hn::MulAdd(vp, hn::LoadU(df, v + i), hn::Mul(a, vs)), df, acc + i);
+  }
+  for (; i < n; ++i) acc[i] = acc[i] * scale + p * v[i];
+}
+
+// Widens n elements of the cache row at p to fp32.
+template <typename T>
+HWY_INLINE void widen_row(const T* HWY_RESTRICT p, float* HWY_RESTRICT out, size_t n) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(load_f32(df, p + i), df, out + i);
+  for (; i < n; ++i) out[i] = scalar_f32(p + i);
+}
+
+constexpr size_t k_chunk = 32;  // cached positions scored together
+
+template <typename T>
+void attend_typed(const attn_tile& t) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const size_t d = size_t(t.head_dim);
+  const size_t rows = size_t(t.group) * size_t(t.num_q);
+  const T* kc = static_cast<const T*>(t.k);
+  const T* vc = static_cast<const T*>(t.v);
+
+  // Scratch per thread: scaled queries, accumulators, the chunk's K/V rows in fp32, scores.
+  thread_local std::vector<float> scratch;
+  const size_t sc_len = (k_chunk + L - 1) / L * L;
+  scratch.resize(rows * d * 2 + 2 * k_chunk * d + rows * sc_len + 2 * rows);
+  float* q = scratch.data();
+  float* acc = q + rows * d;
+  float* kbuf = acc + rows * d;
+  float* vbuf = kbuf + k_chunk * d;
+  float* sc = vbuf + k_chunk * d;
+  float* mx = sc + rows * sc_len;
+  float* sum = mx + rows;
+
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t i = r / size_t(t.group), g = r % size_t(t.group);
+    const float* src = t.q + int64_t(i) * t.q_stride + (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
+    for (size_t j = 0; j < d; ++j) q[r * d + j] = src[j] * t.scale;
+    std::fill(acc + r * d, acc + (r + 1) * d, 0.0f);
+    mx[r] = -INFINITY;
+    sum[r] = 0.0f;
+  }
+  const int32_t last_pos = t.q_pos0 + t.num_q - 1;
+  const int32_t end = std::min(t.ctx_end, last_pos + 1);
+  const size_t head_off = size_t(t.kv_head) * d;
+  for (int32_t pos = t.ctx_begin; pos < end;) {
+    // A run of positions that are contiguous slots in one block.
+    const int32_t in_block = pos % t.block_size;
+    const int32_t n = std::min({t.block_size - in_block, end - pos, int32_t(k_chunk)});
+    const int64_t slot0 = int64_t(t.block_table[pos / t.block_size]) * t.block_size + in_block;
+    for (int32_t j = 0; j < n; ++j) {
+      widen_row(kc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, kbuf + size_t(j) * d, d);
+      widen_row(vc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, vbuf + size_t(j) * d, d);
+    }
+    for (size_t r = 0; r < rows; ++r) {
+      const int32_t limit = t.q_pos0 + int32_t(r / size_t(t.group));  // last visible position
+      float* s = sc + r * sc_len;
+      const int32_t visible = std::min(n, limit - pos + 1);
+      if (visible <= 0) continue;
+      float block_max = -INFINITY;
+      for (int32_t j = 0; j < visible; ++j) {
+        s[j] = dot(q + r * d, kbuf + size_t(j) * d, d);
+        block_max = std::max(block_max, s[j]);
+      }
+      for (size_t j = size_t(visible); j < sc_len; ++j) s[j] = -INFINITY;
+      const float new_max = std::max(mx[r], block_max);
+      const float corr = std::exp(mx[r] - new_max);  // 0 on the first chunk (mx = -inf)
+      const VF vmax = hn::Set(df, new_max);
+      VF vsum = hn::Zero(df);
+      for (size_t j = 0; j < sc_len; j += L) {
+        const VF v = hn::LoadU(df, s + j);
+        const VF e = hn::IfThenZeroElse(hn::Eq(v, hn::Set(df, -INFINITY)), hn::Exp(df, hn::Sub(v, vmax)));
+        hn::StoreU(e, df, s + j);
+        vsum = hn::Add(vsum, e);
+      }
+      sum[r] = sum[r] * corr + hn::GetLane(hn::SumOfLanes(df, vsum));
+      mx[r] = new_max;
+      float* a = acc + r * d;
+      scale_add(a, corr, s[0], vbuf, d);
+      for (int32_t j = 1; j < visible; ++j) scale_add(a, 1.0f, s[j], vbuf + size_t(j) * d, d);
+    }
+    pos += n;
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    if (t.partial_acc) {
+      t.partial_max[r] = mx[r];
+      t.partial_sum[r] = sum[r];
+      std::copy_n(acc + r * d, d, t.partial_acc + r * d);
+      continue;
+    }
+    const size_t i = r / size_t(t.group), g = r % size_t(t.group);
+    float* o = t.out + int64_t(i) * t.out_stride + (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
+    const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
+    for (size_t j = 0; j < d; ++j) o[j] = acc[r * d + j] * inv;
+  }
+}
+
+void attend_impl(const attn_tile* t) {
+  switch (t->kv_type) {
+    case dtype::f32: attend_typed<float>(*t); break;
+    case dtype::bf16: attend_typed<hwy::bfloat16_t>(*t); break;
+    case dtype::f16: attend_typed<hwy::float16_t>(*t); break;
+  }
+}
+
+float log_sum_exp_impl(const float* x, size_t n) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  float mx = -INFINITY;
+  size_t i = 0;
+  if (n >= L) {
+    VF vm = hn::Set(df, -INFINITY);
+    for (; i + L <= n; i += L) vm = hn::Max(vm, hn::LoadU(df, x + i));
+    mx = hn::GetLane(hn::MaxOfLanes(df, vm));
+  }
+  for (size_t j = i; j < n; ++j) mx = std::max(mx, x[j]);
+  if (mx == -INFINITY || std::isnan(mx)) return mx;
+  const VF vmx = hn::Set(df, mx), ninf = hn::Set(df, -INFINITY);
+  // fp32 lane sums over at most 256 terms each, then added into the double total.
+  HWY_ALIGN float lanes[2 * HWY_MAX_BYTES / sizeof(float)];
+  double sum = 0.0;
+  i = 0;
+  while (i + 2 * L <= n) {
+    VF s0 = hn::Zero(df), s1 = hn::Zero(df);
+    for (size_t r = 0; r < 256 && i + 2 * L <= n; ++r, i += 2 * L) {
+      const VF a = hn::LoadU(df, x + i), b = hn::LoadU(df, x + i + L);
+      s0 = hn::Add(s0, hn::IfThenZeroElse(hn::Eq(a, ninf), hn::Exp(df, hn::Sub(a, vmx))));
+      s1 = hn::Add(s1, hn::IfThenZeroElse(hn::Eq(b, ninf), hn::Exp(df, hn::Sub(b, vmx))));
+    }
+    hn::Store(s0, df, lanes);
+    hn::Store(s1, df, lanes + L);
+    for (size_t j = 0; j < 2 * L; ++j) sum += double(lanes[j]);
+  }
+  for (; i < n; ++i) sum += std::exp(double(x[i]) - double(mx));
+  return mx + float(std::log(sum));
+}
+
+int64_t target_bit() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace coserve
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace coserve {
+
+HWY_EXPORT(matmul_nt_impl);
+HWY_EXPORT(attend_impl);
+HWY_EXPORT(target_bit);
+HWY_EXPORT(log_sum_exp_impl);
+
+float log_sum_exp(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n); }
+
+void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+               bool accumulate) {
+  if (M <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(x, ldx, M, &w, n, y, ldy, accumulate);
+}
+
+void attend(const attn_tile& t) { HWY_DYNAMIC_DISPATCH(attend_impl)(&t); }
+
+void attn_merge(int32_t splits, int32_t rows, int32_t head_dim, const float* max, const float* sum,
+                const float* acc, float* out, int64_t out_stride, int32_t group) {
+  for (int32_t r = 0; r < rows; ++r) {
+    float m = -INFINITY;
+    for (int32_t s = 0; s < splits; ++s) m = std::max(m, max[s * rows + r]);
+    float total = 0.0f;
+    float* o = out + int64_t(r / group) * out_stride + int64_t(r % group) * head_dim;
+    std::fill(o, o + head_dim, 0.0f);
+    for (int32_t s = 0; s < splits; ++s) {
+      const float ms = max[s * rows + r];
+      if (ms == -INFINITY) continue;  // a split that saw no visible position
+      const float w = std::exp(ms - m);
+      total += w * sum[s * rows + r];
+      const float* a = acc + (int64_t(s) * rows + r) * head_dim;
+      for (int32_t j = 0; j < head_dim; ++j) o[j] += w * a[j];
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    for (int32_t j = 0; j < head_dim; ++j) o[j] *= inv;
+  }
+}
+
+void store_kv(dtype t, const float* src, void* dst, size_t n) noexcept {
+  auto* p = static_cast<unsigned char*>(dst);
+  switch (t) {
+    case dtype::f32:
+      std::memcpy(p, src, n * 4);
+      break;
+    case dtype::bf16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_bf16(src[i]);
+        std::memcpy(p + 2 * i, &h, 2);
+      }
+      break;
+    case dtype::f16:
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t h = f32_to_f16(src[i]);
+        std::memcpy(p + 2 * i, &h, 2);
+      }
+      break;
+  }
+}
+
+std::string cpu_isa() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(target_bit)()); }
+
+std::vector<std::string> cpu_isa_available() {
+  std::vector<std::string> out;
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) out.emplace_back(hwy::TargetName(t));
+  return out;
+}
+
+bool cpu_isa_force(const std::string& name) {
+  if (name.empty()) {
+    hwy::SetSupportedTargetsForTest(0);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    return true;
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  for (int64_t t : hwy::SupportedAndGeneratedTargets())
+    if (name == hwy::TargetName(t)) {
+      hwy::SetSupportedTargetsForTest(t);
+      hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+      return true;
+    }
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+  return false;
+}
+
+}  // namespace coserve
+#endif  // HWY_ONCE

@@ -1,0 +1,91 @@
+// SIMD kernels of the CPU forward pass, compiled once per instruction set with Google Highway and
+// picked at run time (HWY_DYNAMIC_DISPATCH): AVX-512, AVX2+FMA+F16C or SSE4 on x86, NEON on Arm,
+// and a portable fallback. Weights stay in their file precision (f32, bf16, f16) and are widened
+// to fp32 in registers; every product accumulates in fp32.
+//
+// Each function here does the work of one thread on the range it is given; cpu_forward splits the
+// work over its worker_pool.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/dtype.hpp"
+
+namespace coserve {
+
+// A row-major [rows, cols] matrix in one of the weight dtypes (the Hugging Face [out, in] layout).
+// The data may live in a mapped safetensors file: unaligned pointers are allowed.
+struct weight_ref {
+  dtype type = dtype::f32;
+  const void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  size_t bytes() const noexcept { return size_t(rows) * size_t(cols) * dtype_size(type); }
+  const void* row(int64_t r) const noexcept {
+    return static_cast<const unsigned char*>(data) + size_t(r) * size_t(cols) * dtype_size(type);
+  }
+};
+
+// y[m * ldy + j] = (accumulate ? y[m * ldy + j] : 0) + sum_k x[m * ldx + k] * w[j, k]
+// for m in [0, M), j in [0, n): the product with the first n rows of `w` (w.cols = K).
+// Register tiles of up to 4 rows x 4 weight rows read each weight once per 4 rows of x; the rows
+// of x are walked in blocks that stay in cache while a weight tile is reused.
+void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+               bool accumulate);
+
+// One piece of attention work: query rows (the `group` query heads of one KV head, for num_q
+// consecutive tokens of one sequence) against the sequence's cached positions [ctx_begin, ctx_end),
+// causal (query i sees positions <= q_pos0 + i). Online softmax over chunks of the paged cache.
+struct attn_tile {
+  const float* q = nullptr;   // query of token i, head h: q + i * q_stride + h * head_dim
+  int64_t q_stride = 0;
+  float* out = nullptr;       // same indexing with out_stride (written when partial is null)
+  int64_t out_stride = 0;
+  const void* k = nullptr;    // this layer's K / V cache: slot s at k + s * slot_stride elements
+  const void* v = nullptr;
+  dtype kv_type = dtype::f32;
+  int64_t slot_stride = 0;    // elements per slot (num_kv_heads * head_dim)
+  const int32_t* block_table = nullptr;
+  int32_t block_size = 0;
+  int32_t head_dim = 0;
+  int32_t group = 1;          // query heads per KV head
+  int32_t kv_head = 0;
+  int32_t num_q = 1;
+  int32_t q_pos0 = 0;
+  int32_t ctx_begin = 0;
+  int32_t ctx_end = 0;
+  float scale = 1.0f;
+  // Split-context mode: per row r (r = i * group + g) the running max, the sum of exponentials
+  // and the unnormalized output [head_dim]; merged by attn_merge.
+  float* partial_max = nullptr;
+  float* partial_sum = nullptr;
+  float* partial_acc = nullptr;
+};
+
+void attend(const attn_tile& t);
+
+// Merges `splits` partial results of `rows` rows (laid out split-major: split s, row r at
+// s * rows + r) into out rows (row r at out + (r / group) * out_stride + (r % group) * head_dim).
+void attn_merge(int32_t splits, int32_t rows, int32_t head_dim, const float* max, const float* sum,
+                const float* acc, float* out, int64_t out_stride, int32_t group);
+
+// log(sum_i exp(x[i])) over n values (-inf entries count as zero mass; -inf when all are -inf),
+// vectorized exp with per-lane fp32 partial sums added in double.
+float log_sum_exp(const float* x, size_t n) noexcept;
+
+// n fp32 values to `t` (bf16 and f16 rounded to nearest even).
+void store_kv(dtype t, const float* src, void* dst, size_t n) noexcept;
+
+// The instruction set the dispatcher picked (e.g. "AVX3", "AVX2", "SSE4", "NEON", "EMU128").
+std::string cpu_isa();
+// The instruction sets compiled in that this CPU can run, best first.
+std::vector<std::string> cpu_isa_available();
+// Restricts dispatch to one of cpu_isa_available() (for tests); "" restores the normal choice.
+// Returns false for a name not in the list.
+bool cpu_isa_force(const std::string& name);
+
+}  // namespace coserve

@@ -1,0 +1,247 @@
+// The SIMD kernels against plain scalar references, on every instruction set this CPU can run
+// (dispatch forced to each in turn): matmul for M = 1..64 rows, N and K that are not multiples of
+// any vector width, weights in f32 / bf16 / f16 (unaligned too); attention over paged caches of
+// each KV dtype, causal prefill tiles and split-context decode merged; log-sum-exp.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/cpu_kernels.hpp"
+#include "model/dtype.hpp"
+#include "model/rng.hpp"
+
+namespace coserve {
+namespace {
+
+// Restores normal dispatch when a test ends, passing or not.
+struct isa_guard {
+  ~isa_guard() { cpu_isa_force(""); }
+};
+
+std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
+  seq_rng rng(seed);
+  std::vector<float> v(n);
+  for (float& x : v) x = float(rng.uniform() * 2.0 - 1.0) * scale;
+  return v;
+}
+
+// Weights of `t` in a byte buffer at byte offset `skew` (1: unaligned for every element type),
+// and the fp32 values they hold exactly.
+struct weights_of {
+  std::vector<unsigned char> bytes;
+  std::vector<float> exact;
+  weight_ref ref;
+};
+
+weights_of make_weights(dtype t, int64_t rows, int64_t cols, uint64_t seed, size_t skew) {
+  weights_of w;
+  const size_t n = size_t(rows * cols);
+  const auto src = random_floats(n, seed);
+  w.bytes.resize(n * dtype_size(t) + skew);
+  w.exact.resize(n);
+  unsigned char* p = w.bytes.data() + skew;
+  for (size_t i = 0; i < n; ++i) {
+    if (t == dtype::f32) {
+      std::memcpy(p + 4 * i, &src[i], 4);
+      w.exact[i] = src[i];
+    } else {
+      const uint16_t h = t == dtype::bf16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+      std::memcpy(p + 2 * i, &h, 2);
+      w.exact[i] = t == dtype::bf16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
+  }
+  w.ref = weight_ref{t, p, rows, cols};
+  return w;
+}
+
+float max_rel_err(const std::vector<float>& got, const std::vector<double>& want) {
+  float worst = 0.0f;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(double(got[i]) - want[i]) / (1.0 + std::abs(want[i]));
+    worst = std::max(worst, float(err));
+  }
+  return worst;
+}
+
+void check_matmul(int64_t M, int64_t N, int64_t K, dtype t, size_t skew, bool accumulate) {
+  INFO("M " << M << " N " << N << " K " << K << " dtype " << dtype_name(t) << " skew " << skew << " acc " << accumulate);
+  const auto w = make_weights(t, N, K, uint64_t(M * 131 + N * 7 + K), skew);
+  const int64_t ldx = K + 3, ldy = N + 5;  // row strides wider than the rows
+  const auto x = random_floats(size_t(M * ldx), uint64_t(K));
+  std::vector<float> y = random_floats(size_t(M * ldy), 99);
+  std::vector<double> want(y.size());
+  for (size_t i = 0; i < y.size(); ++i) want[i] = y[i];
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0.0;
+      for (int64_t k = 0; k < K; ++k) s += double(x[size_t(m * ldx + k)]) * double(w.exact[size_t(j * K + k)]);
+      double& out = want[size_t(m * ldy + j)];
+      out = accumulate ? out + s : s;
+    }
+  matmul_nt(x.data(), ldx, M, w.ref, N, y.data(), ldy, accumulate);
+  CHECK(max_rel_err(y, want) <= 2e-5f);  // includes the padding columns: they must be untouched
+}
+
+TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[model][kernels]") {
+  isa_guard guard;
+  const auto isas = cpu_isa_available();
+  REQUIRE(!isas.empty());
+  for (const std::string& isa : isas) {
+    REQUIRE(cpu_isa_force(isa));
+    INFO("isa " << isa);
+    CHECK(cpu_isa() == isa);
+    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16}) {
+      for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 32, 64}) check_matmul(M, 37, 83, t, 0, false);
+      check_matmul(3, 1, 1, t, 1, false);
+      check_matmul(5, 6, 17, t, 1, true);
+      check_matmul(9, 64, 256, t, 0, true);
+      check_matmul(64, 19, 1000, t, 1, false);
+    }
+  }
+}
+
+TEST_CASE("unknown instruction set names are refused", "[model][kernels]") {
+  isa_guard guard;
+  CHECK_FALSE(cpu_isa_force("not-an-isa"));
+  CHECK(!cpu_isa().empty());
+}
+
+// Scalar causal attention over a paged cache, in double.
+struct attn_case {
+  int32_t head_dim, group, num_kv_heads, block_size, ctx;  // ctx: cached positions after the step
+  int32_t num_q;                                            // queries: the last num_q positions
+  dtype kv;
+};
+
+void check_attention(const attn_case& c, bool split) {
+  INFO("d " << c.head_dim << " group " << c.group << " kvh " << c.num_kv_heads << " bs " << c.block_size << " ctx "
+            << c.ctx << " q " << c.num_q << " kv " << dtype_name(c.kv) << " split " << split);
+  const int32_t nh = c.group * c.num_kv_heads, d = c.head_dim;
+  const int32_t blocks = (c.ctx + c.block_size - 1) / c.block_size;
+  // Block table in reverse order, so pages are not contiguous.
+  std::vector<int32_t> table(static_cast<size_t>(blocks));
+  for (int32_t b = 0; b < blocks; ++b) table[size_t(b)] = blocks - 1 - b;
+  const int64_t slot_stride = int64_t(c.num_kv_heads) * d;
+  const size_t slots = size_t(blocks) * size_t(c.block_size);
+  const auto kf = random_floats(slots * size_t(slot_stride), 7, 2.0f);
+  const auto vf = random_floats(slots * size_t(slot_stride), 8);
+  std::vector<unsigned char> kc(kf.size() * dtype_size(c.kv)), vc(vf.size() * dtype_size(c.kv));
+  store_kv(c.kv, kf.data(), kc.data(), kf.size());
+  store_kv(c.kv, vf.data(), vc.data(), vf.size());
+  std::vector<float> kx(kf.size()), vx(vf.size());  // what the cache holds, exactly
+  convert_to_f32(c.kv, kc.data(), kx.data(), kx.size());
+  convert_to_f32(c.kv, vc.data(), vx.data(), vx.size());
+
+  const int64_t q_stride = int64_t(nh) * d + 11;
+  const auto q = random_floats(size_t(c.num_q * q_stride), 9);
+  const float scale = 1.0f / std::sqrt(float(d));
+  const int32_t q_pos0 = c.ctx - c.num_q;
+  auto slot_of = [&](int32_t pos) { return int64_t(table[size_t(pos / c.block_size)]) * c.block_size + pos % c.block_size; };
+
+  std::vector<double> want(size_t(c.num_q) * size_t(nh) * size_t(d));
+  for (int32_t i = 0; i < c.num_q; ++i)
+    for (int32_t h = 0; h < nh; ++h) {
+      const int32_t kvh = h / c.group, len = q_pos0 + i + 1;
+      std::vector<double> s(static_cast<size_t>(len));
+      double mx = -INFINITY;
+      for (int32_t p = 0; p < len; ++p) {
+        double dot = 0.0;
+        for (int32_t j = 0; j < d; ++j)
+          dot += double(q[size_t(i * q_stride + h * d + j)]) * kx[size_t(slot_of(p) * slot_stride + kvh * d + j)];
+        s[size_t(p)] = dot * scale;
+        mx = std::max(mx, s[size_t(p)]);
+      }
+      double sum = 0.0;
+      for (double& e : s) sum += e = std::exp(e - mx);
+      for (int32_t j = 0; j < d; ++j) {
+        double o = 0.0;
+        for (int32_t p = 0; p < len; ++p) o += s[size_t(p)] / sum * vx[size_t(slot_of(p) * slot_stride + kvh * d + j)];
+        want[size_t((i * nh + h) * d + j)] = o;
+      }
+    }
+
+  const int64_t out_stride = int64_t(nh) * d;
+  std::vector<float> out(size_t(c.num_q) * size_t(out_stride), NAN);
+  for (int32_t kvh = 0; kvh < c.num_kv_heads; ++kvh) {
+    attn_tile t;
+    t.q = q.data();
+    t.q_stride = q_stride;
+    t.out = out.data();
+    t.out_stride = out_stride;
+    t.k = kc.data();
+    t.v = vc.data();
+    t.kv_type = c.kv;
+    t.slot_stride = slot_stride;
+    t.block_table = table.data();
+    t.block_size = c.block_size;
+    t.head_dim = d;
+    t.group = c.group;
+    t.kv_head = kvh;
+    t.num_q = c.num_q;
+    t.q_pos0 = q_pos0;
+    t.ctx_begin = 0;
+    t.ctx_end = c.ctx;
+    t.scale = scale;
+    if (!split) {
+      attend(t);
+      continue;
+    }
+    // Three uneven splits of the context, merged.
+    const int32_t rows = c.group * c.num_q, cuts[4] = {0, c.ctx / 5, c.ctx / 2 + 1, c.ctx};
+    std::vector<float> mx(size_t(3 * rows)), sum(size_t(3 * rows)), acc(size_t(3 * rows * d));
+    for (int32_t sp = 0; sp < 3; ++sp) {
+      t.ctx_begin = cuts[sp];
+      t.ctx_end = cuts[sp + 1];
+      t.partial_max = mx.data() + sp * rows;
+      t.partial_sum = sum.data() + sp * rows;
+      t.partial_acc = acc.data() + sp * rows * d;
+      attend(t);
+    }
+    REQUIRE(c.num_q == 1);
+    attn_merge(3, rows, d, mx.data(), sum.data(), acc.data(), out.data() + int64_t(kvh) * c.group * d, out_stride,
+               c.group);
+  }
+  CHECK(max_rel_err(out, want) <= 2e-5f);
+}
+
+TEST_CASE("attention kernel equals scalar causal attention on every instruction set", "[model][kernels]") {
+  isa_guard guard;
+  for (const std::string& isa : cpu_isa_available()) {
+    REQUIRE(cpu_isa_force(isa));
+    INFO("isa " << isa);
+    for (dtype kv : {dtype::f32, dtype::bf16, dtype::f16}) {
+      check_attention({64, 4, 2, 16, 1, 1, kv}, false);     // first token
+      check_attention({64, 4, 2, 16, 77, 1, kv}, false);    // decode
+      check_attention({64, 4, 2, 16, 77, 1, kv}, true);     // decode, context split
+      check_attention({32, 3, 1, 16, 40, 40, kv}, false);   // prefill from position 0
+      check_attention({24, 2, 3, 5, 50, 9, kv}, false);     // chunk after a cached prefix, odd sizes
+      check_attention({17, 1, 2, 64, 130, 7, kv}, false);   // head_dim below and not a multiple of lanes
+      check_attention({128, 8, 1, 32, 300, 1, kv}, true);
+    }
+  }
+}
+
+TEST_CASE("log_sum_exp equals the double-precision sum, -inf entries count as zero", "[model][kernels]") {
+  isa_guard guard;
+  for (const std::string& isa : cpu_isa_available()) {
+    REQUIRE(cpu_isa_force(isa));
+    INFO("isa " << isa);
+    for (size_t n : {size_t(1), size_t(7), size_t(50257), size_t(151936)}) {
+      auto x = random_floats(n, n, 20.0f);
+      if (n > 3) x[2] = -INFINITY;
+      double mx = -INFINITY;
+      for (float v : x) mx = std::max(mx, double(v));
+      double s = 0.0;
+      for (float v : x) s += std::exp(double(v) - mx);
+      const double want = mx + std::log(s);
+      CHECK(std::abs(double(log_sum_exp(x.data(), n)) - want) <= 1e-6 * (1.0 + std::abs(want)));
+    }
+    const std::vector<float> none(9, -INFINITY);
+    CHECK(log_sum_exp(none.data(), none.size()) == -INFINITY);
+  }
+}
+
+}  // namespace
+}  // namespace coserve
