@@ -430,7 +430,8 @@ def greedy_row(ctx, folder, gguf):
     rng = random.Random(1234)
     ids = [rng.randrange(256, VOCAB - 1) for _ in range(GREEDY_PROMPT)]
     ccmd = [ctx.coserve, "generate", folder, "--prompt-ids", ",".join(map(str, ids)),
-            "--max-tokens", GREEDY_TOKENS, "--ignore-eos", "--json", "--threads", ctx.threads]
+            "--max-tokens", GREEDY_TOKENS, "--ignore-eos", "--json", "--threads", ctx.threads,
+            "--kv-cache-dtype", "fp32"]
     out, err = run(ccmd, env=coserve_env(ctx.threads))
     cids = last_json(out)["output_ids"]
     # f32 KV cache on the llama.cpp side too (its default is f16), so both compute in f32.
