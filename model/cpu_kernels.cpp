@@ -34,7 +34,12 @@ HWY_INLINE VF load_f32(DF df, const hwy::float16_t* p) {
   return hn::PromoteTo(df, hn::LoadU(dh, p));
 }
 
-HWY_INLINE float scalar_f32(const float* p) { return *p; }
+// Weights may sit at any byte offset of a mapped file: scalar reads go through memcpy.
+HWY_INLINE float scalar_f32(const float* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
 HWY_INLINE float scalar_f32(const hwy::bfloat16_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
