@@ -59,7 +59,7 @@ def test_schemathesis_finds_no_server_error_or_nonconformance(small_server, tmp_
            "--checks", "not_a_server_error,status_code_conformance,response_schema_conformance,"
                        "content_type_conformance,negative_data_rejection",
            "--phases", "examples,coverage,fuzzing", "--max-examples", "50", "--seed", "1",
-           "--workers", "2", "--request-timeout", "60", "--suppress-health-check", "all",
+           "--workers", "1", "--request-timeout", "60", "--suppress-health-check", "all",
            "--report", "junit", "--report-dir", str(tmp_path)]
     p = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-20000:] + p.stderr[-5000:]
