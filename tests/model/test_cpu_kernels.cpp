@@ -98,6 +98,7 @@ TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[
       check_matmul(5, 6, 17, t, 1, true);
       check_matmul(9, 64, 256, t, 0, true);
       check_matmul(64, 19, 1000, t, 1, false);
+      check_matmul(70, 9, 2048, t, 0, true);  // rows span several row blocks
     }
   }
 }
