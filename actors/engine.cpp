@@ -424,6 +424,8 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     cpu_executor_options opts;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, opts.kv_cache_dtype))
       return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "' is not auto, bf16, fp16 or fp32"};
+    if (!parse_compute_dtype(config.dtype, opts.bf16_activations))
+      return error{"invalid_argument", "dtype '" + config.dtype + "' is not auto, bfloat16 or float32"};
     opts.block_size = config.block_size;
     opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes());
     opts.num_threads = config.cpu_threads;
@@ -435,6 +437,8 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
   } else if (config.device == "cuda") {
     if (config.kv_cache_dtype != "auto" && config.kv_cache_dtype != "bf16" && config.kv_cache_dtype != "bfloat16")
       return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "': the CUDA executor keeps a bf16 cache"};
+    if (config.dtype != "auto" && config.dtype != "bfloat16" && config.dtype != "bf16")
+      return error{"invalid_argument", "dtype '" + config.dtype + "': the CUDA executor computes in bfloat16"};
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
     gpu::gpu_executor_options opts;
     opts.model_dir = config.model_dir.string();

@@ -60,6 +60,8 @@ struct engine_config {
   int32_t cpu_threads = 0;               // CPU executor threads; 0: physical core count
   std::string kv_cache_dtype = "auto";   // auto | bf16 | fp16 | fp32 (CPU; auto is bf16, the CUDA
                                          // executor's cache is always bf16)
+  std::string dtype = "auto";            // auto | bfloat16 | float32: activation precision of the products
+                                         // with bf16 weights (CPU); CUDA: auto and bfloat16
   bool enable_prefix_caching = true;
   bool skip_tokenizer_init = false;      // token ids in and out only (also when tokenizer.json is absent)
   std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()

@@ -37,6 +37,8 @@ const char* k_help =
     "  --json                print {\"prompt_ids\":[..],\"output_ids\":[..],\"logits\":[[..],..]}\n"
     "  --threads N           CPU executor threads (default: physical cores)\n"
     "  --kv-cache-dtype D    auto (bf16) | bf16 | fp16 | fp32 (default auto)\n"
+    "  --dtype D             auto | bfloat16 | float32: activations multiplied with bf16 weights are\n"
+    "                        rounded to bf16 (auto, bfloat16) or kept fp32 (float32) (default auto)\n"
     "  --device D            cpu (default) or cuda (builds with the CUDA executor)\n"
     "  --trace-file PATH     write the actors' Chrome trace (open in Perfetto) when done\n"
     "  --bench               throughput: B sequences of P random prompt tokens, one prefill step,\n"
@@ -147,7 +149,7 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> prompt;
   bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
   int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128;
-  std::string device = "cpu", trace_file, kv_dtype = "auto";
+  std::string device = "cpu", trace_file, kv_dtype = "auto", compute_dtype = "auto";
   sampling_params params;
   params.temperature = 0.0f;
   uint64_t seed = 0;
@@ -195,6 +197,14 @@ int cmd_generate(int argc, char** argv) {
         }
         kv_dtype = v;
       }
+      else if (a == "--dtype") {
+        bool b;
+        if (!parse_compute_dtype(v, b)) {
+          std::fprintf(stderr, "generate: --dtype must be auto, bfloat16 or float32\n");
+          return 2;
+        }
+        compute_dtype = v;
+      }
       else if (a == "--device") device = v;
       else if (a == "--trace-file") trace_file = v;
       else if (a == "--batch") batch = std::atoi(v);
@@ -218,6 +228,7 @@ int cmd_generate(int argc, char** argv) {
     cpu_executor_options opts;
     opts.num_threads = threads;
     parse_kv_cache_dtype(kv_dtype, opts.kv_cache_dtype);
+    parse_compute_dtype(compute_dtype, opts.bf16_activations);
     opts.num_kv_blocks = batch * (prompt_len + max_tokens + 16) / opts.block_size + batch + 1;
     size_t last_reported = 0;
     auto ex = cpu_executor::load(dir, opts, [&](size_t done, size_t total, size_t bytes) {
@@ -240,6 +251,7 @@ int cmd_generate(int argc, char** argv) {
   cfg.device = device;
   cfg.cpu_threads = threads;
   cfg.kv_cache_dtype = kv_dtype;
+  cfg.dtype = compute_dtype;
   cfg.max_num_seqs = 1;
   cfg.return_logits = logits_mode != "none";
   cfg.trace_file = trace_file;

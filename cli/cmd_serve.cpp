@@ -85,6 +85,12 @@ engine:
                                 (default: the physical core count)
   --kv-cache-dtype D            KV cache element type: auto (bf16), bf16, fp16 or fp32 (default: auto;
                                 the CUDA executor supports auto and bf16)
+  --dtype D                     activation precision of the matrix products: auto or bfloat16 (bf16
+                                weights multiply activations rounded to bf16, as llama.cpp and
+                                vLLM's CPU backend do; AVX512-BF16 dot products where the CPU has
+                                them) or float32 (fp32 activations: slower, closest to an fp32
+                                reference). Weights stay as stored. (default: auto; the CUDA
+                                executor supports auto and bfloat16)
   --no-enable-prefix-caching    disable prefix caching (on by default)
   --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit
   -h, --help                    this text
@@ -192,6 +198,15 @@ int parse(int argc, char** argv, serve_args& a) {
         return 2;
       }
       a.engine.kv_cache_dtype = v;
+    }
+    else if (f == "--dtype") {
+      const char* v = need("auto, bfloat16 or float32");
+      bool b;
+      if (!v || !parse_compute_dtype(v, b)) {
+        std::fprintf(stderr, "coserve serve: --dtype must be auto, bfloat16 or float32\n");
+        return 2;
+      }
+      a.engine.dtype = v;
     }
     else if (f == "--http-threads") { if (!as_int(need("N"), a.http_threads)) return 2; }
     else if (f == "--sse-keepalive-s") { if (!as_int(need("S"), a.sse_keepalive_s) || a.sse_keepalive_s < 0) return 2; }

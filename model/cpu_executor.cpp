@@ -38,6 +38,7 @@ cpu_executor::cpu_executor(model_weights weights, generation_config gen, const c
       forward_(weights_, pool_) {
   if (opts_.max_model_len <= 0 || opts_.max_model_len > weights_.config.max_position_embeddings)
     opts_.max_model_len = weights_.config.max_position_embeddings;
+  forward_.set_bf16_activations(opts_.bf16_activations);
 }
 
 result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights, generation_config gen,
@@ -64,7 +65,7 @@ executor_info cpu_executor::info() const {
   i.vocab_size = weights_.config.vocab_size;
   i.max_model_len = opts_.max_model_len;
   i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
-             std::string(dtype_name(cache_.type())) + ")";
+             std::string(dtype_name(cache_.type())) + (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations" : "") + ")";
   return i;
 }
 

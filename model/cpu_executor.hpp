@@ -26,6 +26,9 @@ struct cpu_executor_options {
   int32_t block_size = 16;
   int32_t num_threads = 0;     // threads of the forward pass, the calling one included (0: physical cores)
   dtype kv_cache_dtype = dtype::bf16;
+  // Activations of matrix products with bf16 weights rounded to bf16 (--dtype auto/bfloat16, the
+  // default); false keeps them fp32 (--dtype float32). Other weights always take fp32 activations.
+  bool bf16_activations = true;
   bool return_logits = false;  // copy each sampled row's raw logits into seq_output::logits
   int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
 };

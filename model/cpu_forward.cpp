@@ -71,7 +71,7 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
     weight_ref sub = *pc.part->w;
     sub.data = sub.row(pc.row0);
     sub.rows = pc.n;
-    matmul_nt(x, k, rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate);
+    matmul_nt(x, k, rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate, bf16_act_);
   });
 }
 

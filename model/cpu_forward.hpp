@@ -49,6 +49,11 @@ class cpu_forward {
   result<void> run(const std::vector<forward_seq>& batch, kv_cache& cache, bool all_rows,
                    std::vector<float>& logits);
 
+  // Matrix products with bf16 weights round their activations to bf16 (matmul_nt's act_bf16;
+  // --dtype auto/bfloat16). Off: fp32 activations (--dtype float32).
+  void set_bf16_activations(bool on) noexcept { bf16_act_ = on; }
+  bool bf16_activations() const noexcept { return bf16_act_; }
+
   const forward_profile& profile() const noexcept { return profile_; }
   void reset_profile() noexcept { profile_ = {}; }
 
@@ -77,6 +82,7 @@ class cpu_forward {
   const model_weights& w_;
   const model_config& c_;
   worker_pool& pool_;
+  bool bf16_act_ = false;
   std::vector<float> inv_freq_;  // [head_dim / 2]
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_;

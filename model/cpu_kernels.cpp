@@ -10,6 +10,7 @@
 #include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -105,8 +106,7 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, size_t ldx, const WT* HWY_REST
 // Products and fp32 accumulation are the same as the plain path's; only the summation order
 // inside a vector differs.
 template <size_t MR, size_t NR>
-HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr, const float* HWY_RESTRICT x, size_t ldx,
-                          const hwy::bfloat16_t* HWY_RESTRICT w, size_t K, size_t K2, float* HWY_RESTRICT y,
+HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr, const hwy::bfloat16_t* HWY_RESTRICT w, size_t K, size_t K2, float* HWY_RESTRICT y,
                           size_t ldy, bool accumulate, bool prefetch) {
   const DF df;
   const hn::RebindToUnsigned<DF> du;
@@ -146,21 +146,20 @@ HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr, const float
     for (size_t j = 0; j < NR; ++j) {
       if constexpr (NO != 0) acc[m][j] = hn::Add(acc[m][j], acc_o[m][0]);
       float s = hn::GetLane(hn::SumOfLanes(df, acc[m][j]));
-      for (size_t kk = K2; kk < K; ++kk) s += x[m * ldx + kk] * scalar_f32(w + j * K + kk);
+      for (size_t kk = K2; kk < K; ++kk) s += xr[m * ldxr + kk] * scalar_f32(w + j * K + kk);
       float& out = y[m * ldy + j];
       out = accumulate ? out + s : s;
     }
 }
 
 template <size_t NR>
-HWY_INLINE void tile_rows_bf16(size_t mr, const float* xr, size_t ldxr, const float* x, size_t ldx,
-                               const hwy::bfloat16_t* w, size_t K, size_t K2, float* y, size_t ldy, bool accumulate,
+HWY_INLINE void tile_rows_bf16(size_t mr, const float* xr, size_t ldxr, const hwy::bfloat16_t* w, size_t K, size_t K2, float* y, size_t ldy, bool accumulate,
                                bool prefetch) {
   switch (mr) {
-    case 4: tile_bf16<4, NR>(xr, ldxr, x, ldx, w, K, K2, y, ldy, accumulate, prefetch); break;
-    case 3: tile_bf16<3, NR>(xr, ldxr, x, ldx, w, K, K2, y, ldy, accumulate, prefetch); break;
-    case 2: tile_bf16<2, NR>(xr, ldxr, x, ldx, w, K, K2, y, ldy, accumulate, prefetch); break;
-    default: tile_bf16<1, NR>(xr, ldxr, x, ldx, w, K, K2, y, ldy, accumulate, prefetch); break;
+    case 4: tile_bf16<4, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
+    case 3: tile_bf16<3, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
+    case 2: tile_bf16<2, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
+    default: tile_bf16<1, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
   }
 }
 
@@ -196,43 +195,45 @@ void matmul_typed(const float* x, size_t ldx, size_t M, const WT* w, size_t N, s
   }
 }
 
+// act_bf16: the activations are rounded to bf16 first (the products are then those of
+// two bf16 numbers, as the AVX512-BF16 kernel computes them).
 void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y,
-                 size_t ldy, bool accumulate) {
+                 size_t ldy, bool accumulate, bool act_bf16) {
   const size_t L = hn::Lanes(DF());
   const size_t K2 = K / (2 * L) * (2 * L);
-  if (K2 == 0) {
-    matmul_typed(x, ldx, M, w, N, K, y, ldy, accumulate);
-    return;
-  }
   const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr * k_mr, k_mr, 256);
-  thread_local std::vector<float> xr;
-  xr.resize(std::min(M, mb) * K2);
+  thread_local std::vector<float> xr;  // per row: K2 reordered columns, then the tail as it is
+  xr.resize(std::min(M, mb) * K);
   for (size_t m0 = 0; m0 < M; m0 += mb) {
     const size_t m1 = std::min(M, m0 + mb);
     for (size_t m = m0; m < m1; ++m) {
       const float* src = x + m * ldx;
-      float* dst = xr.data() + (m - m0) * K2;
+      float* dst = xr.data() + (m - m0) * K;
       for (size_t k = 0; k < K2; k += 2 * L)
         for (size_t i = 0; i < L; ++i) {
           dst[k + i] = src[k + 2 * i];
           dst[k + L + i] = src[k + 2 * i + 1];
         }
+      for (size_t k = K2; k < K; ++k) dst[k] = src[k];
+      if (act_bf16)
+        for (size_t k = 0; k < K; ++k) dst[k] = bf16_to_f32(f32_to_bf16(dst[k]));
     }
+    const float* xb = xr.data();
     size_t j = 0;
     if (M > k_single_row_max_m)
       for (; j + k_nr <= N; j += k_nr)
-      for (size_t m = m0; m < m1; m += k_mr)
-        tile_rows_bf16<k_nr>(std::min(k_mr, m1 - m), xr.data() + (m - m0) * K2, K2, x + m * ldx, ldx, w + j * K, K,
-                             K2, y + m * ldy + j, ldy, accumulate, m == m0);
+        for (size_t m = m0; m < m1; m += k_mr)
+          tile_rows_bf16<k_nr>(std::min(k_mr, m1 - m), xb + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
+                               accumulate, m == m0);
     for (; j < N; ++j)
       for (size_t m = m0; m < m1; m += k_mr)
-        tile_rows_bf16<1>(std::min(k_mr, m1 - m), xr.data() + (m - m0) * K2, K2, x + m * ldx, ldx, w + j * K, K, K2,
-                          y + m * ldy + j, ldy, accumulate, m == m0);
+        tile_rows_bf16<1>(std::min(k_mr, m1 - m), xb + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
+                          accumulate, m == m0);
   }
 }
 
 void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w, int64_t n, float* y, int64_t ldy,
-                    bool accumulate) {
+                    bool accumulate, bool act_bf16) {
   const size_t K = size_t(w->cols);
   switch (w->type) {
     case dtype::f32:
@@ -241,7 +242,7 @@ void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w,
       break;
     case dtype::bf16:
       matmul_bf16(x, size_t(ldx), size_t(M), static_cast<const hwy::bfloat16_t*>(w->data), size_t(n), K, y,
-                  size_t(ldy), accumulate);
+                  size_t(ldy), accumulate, act_bf16);
       break;
     case dtype::f16:
       matmul_typed(x, size_t(ldx), size_t(M), static_cast<const hwy::float16_t*>(w->data), size_t(n), K, y,
@@ -421,7 +422,117 @@ int64_t target_bit() { return HWY_TARGET; }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define COSERVE_BF16DOT 1
+#else
+#define COSERVE_BF16DOT 0
+#endif
+
 namespace coserve {
+
+#if COSERVE_BF16DOT
+namespace {
+
+// AVX512-BF16 kernel (Zen 4 and later, Cooper Lake, Sapphire Rapids): activations rounded to bf16
+// (nearest even) and multiplied with bf16 weights by VDPBF16PS, 32 products per instruction into
+// 16 fp32 sums. Compiled for that target only; matmul_nt calls it after checking the CPU.
+#define COSERVE_BF16DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+template <size_t MR, size_t NR>
+COSERVE_BF16DOT_TARGET inline void dot_tile(const uint16_t* xb, size_t ldxb, const uint16_t* w, size_t K, size_t K2,
+                                            float* y, size_t ldy, bool accumulate, bool prefetch) {
+  __m512 acc[MR][NR];
+  for (size_t m = 0; m < MR; ++m)
+    for (size_t j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
+  for (size_t k = 0; k < K2; k += 32) {
+    __m512bh wv[NR];
+    for (size_t j = 0; j < NR; ++j) {
+      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * K + k), _MM_HINT_T0);
+      wv[j] = (__m512bh)_mm512_loadu_si512(w + j * K + k);
+    }
+    for (size_t m = 0; m < MR; ++m) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(xb + m * ldxb + k);
+      for (size_t j = 0; j < NR; ++j) acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xv, wv[j]);
+    }
+  }
+  for (size_t m = 0; m < MR; ++m)
+    for (size_t j = 0; j < NR; ++j) {
+      float s = _mm512_reduce_add_ps(acc[m][j]);
+      for (size_t kk = K2; kk < K; ++kk) {
+        uint16_t h;
+        std::memcpy(&h, w + j * K + kk, 2);
+        s += bf16_to_f32(xb[m * ldxb + kk]) * bf16_to_f32(h);
+      }
+      float& out = y[m * ldy + j];
+      out = accumulate ? out + s : s;
+    }
+}
+
+template <size_t NR>
+COSERVE_BF16DOT_TARGET inline void dot_rows(size_t mr, const uint16_t* xb, size_t ldxb, const uint16_t* w, size_t K,
+                                            size_t K2, float* y, size_t ldy, bool accumulate, bool prefetch) {
+  switch (mr) {
+    case 4: dot_tile<4, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch); break;
+    case 3: dot_tile<3, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch); break;
+    case 2: dot_tile<2, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch); break;
+    default: dot_tile<1, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch); break;
+  }
+}
+
+COSERVE_BF16DOT_TARGET void matmul_bf16dot(const float* x, size_t ldx, size_t M, const uint16_t* w, size_t N,
+                                           size_t K, float* y, size_t ldy, bool accumulate) {
+  constexpr size_t mr = 4, nr = 4, single_row_max_m = 4;
+  const size_t K2 = K / 32 * 32;
+  const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * 2 + 1) / mr * mr, mr, 256);
+  thread_local std::vector<uint16_t> xb;
+  xb.resize(std::min(M, mb) * K);
+  for (size_t m0 = 0; m0 < M; m0 += mb) {
+    const size_t m1 = std::min(M, m0 + mb);
+    for (size_t m = m0; m < m1; ++m) {
+      const float* src = x + m * ldx;
+      uint16_t* dst = xb.data() + (m - m0) * K;
+      size_t k = 0;
+      for (; k + 32 <= K; k += 32) {
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 16), _mm512_loadu_ps(src + k));
+        _mm512_storeu_si512(dst + k, (__m512i)v);
+      }
+      for (; k < K; ++k) dst[k] = f32_to_bf16(src[k]);
+    }
+    size_t j = 0;
+    if (M > single_row_max_m)
+      for (; j + nr <= N; j += nr)
+        for (size_t m = m0; m < m1; m += mr)
+          dot_rows<nr>(std::min(mr, m1 - m), xb.data() + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
+                       accumulate, m == m0);
+    for (; j < N; ++j)
+      for (size_t m = m0; m < m1; m += mr)
+        dot_rows<1>(std::min(mr, m1 - m), xb.data() + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
+                    accumulate, m == m0);
+  }
+}
+
+bool cpu_has_bf16dot() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
+}  // namespace
+#else
+namespace {
+bool cpu_has_bf16dot() { return false; }
+}  // namespace
+#endif
+
+namespace {
+// Whether matmul_nt uses the AVX512-BF16 kernel for bf16 activations x bf16 weights.
+std::atomic<bool>& bf16dot_on() {
+  static std::atomic<bool> on{cpu_has_bf16dot()};
+  return on;
+}
+constexpr const char* k_bf16dot_name = "AVX3+BF16";
+}  // namespace
 
 HWY_EXPORT(matmul_nt_impl);
 HWY_EXPORT(attend_impl);
@@ -431,9 +542,17 @@ HWY_EXPORT(log_sum_exp_impl);
 float log_sum_exp(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n); }
 
 void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-               bool accumulate) {
+               bool accumulate, bool act_bf16) {
   if (M <= 0 || n <= 0) return;
-  HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(x, ldx, M, &w, n, y, ldy, accumulate);
+  act_bf16 = act_bf16 && w.type == dtype::bf16;
+#if COSERVE_BF16DOT
+  if (act_bf16 && bf16dot_on().load(std::memory_order_relaxed)) {
+    matmul_bf16dot(x, size_t(ldx), size_t(M), static_cast<const uint16_t*>(w.data), size_t(n), size_t(w.cols), y,
+                   size_t(ldy), accumulate);
+    return;
+  }
+#endif
+  HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(x, ldx, M, &w, n, y, ldy, accumulate, act_bf16);
 }
 
 void attend(const attn_tile& t) { HWY_DYNAMIC_DISPATCH(attend_impl)(&t); }
@@ -480,21 +599,26 @@ void store_kv(dtype t, const float* src, void* dst, size_t n) noexcept {
   }
 }
 
-std::string cpu_isa() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(target_bit)()); }
+std::string cpu_isa() {
+  std::string name = hwy::TargetName(HWY_DYNAMIC_DISPATCH(target_bit)());
+  return bf16dot_on().load() ? k_bf16dot_name : name;
+}
 
 std::vector<std::string> cpu_isa_available() {
   std::vector<std::string> out;
+  if (cpu_has_bf16dot()) out.emplace_back(k_bf16dot_name);
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) out.emplace_back(hwy::TargetName(t));
   return out;
 }
 
 bool cpu_isa_force(const std::string& name) {
-  if (name.empty()) {
-    hwy::SetSupportedTargetsForTest(0);
+  hwy::SetSupportedTargetsForTest(0);
+  if (name.empty() || (name == k_bf16dot_name && cpu_has_bf16dot())) {
+    bf16dot_on() = cpu_has_bf16dot();
     hwy::GetChosenTarget().Update(hwy::SupportedTargets());
     return true;
   }
-  hwy::SetSupportedTargetsForTest(0);
+  bf16dot_on() = false;
   for (int64_t t : hwy::SupportedAndGeneratedTargets())
     if (name == hwy::TargetName(t)) {
       hwy::SetSupportedTargetsForTest(t);

@@ -34,8 +34,11 @@ struct weight_ref {
 // for m in [0, M), j in [0, n): the product with the first n rows of `w` (w.cols = K).
 // Register tiles of up to 4 rows x 4 weight rows read each weight once per 4 rows of x; the rows
 // of x are walked in blocks that stay in cache while a weight tile is reused.
+// act_bf16 (bf16 weights only; ignored for others): x is rounded to bf16 (nearest even) first, so
+// every product is bf16 x bf16, summed in fp32 — what the AVX512-BF16 kernel (VDPBF16PS, used
+// where the CPU has it) computes; without it the same rounding runs through the widening kernel.
 void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-               bool accumulate);
+               bool accumulate, bool act_bf16 = false);
 
 // One piece of attention work: query rows (the `group` query heads of one KV head, for num_q
 // consecutive tokens of one sequence) against the sequence's cached positions [ctx_begin, ctx_end),
@@ -80,9 +83,11 @@ float log_sum_exp(const float* x, size_t n) noexcept;
 // n fp32 values to `t` (bf16 and f16 rounded to nearest even).
 void store_kv(dtype t, const float* src, void* dst, size_t n) noexcept;
 
-// The instruction set the dispatcher picked (e.g. "AVX3", "AVX2", "SSE4", "NEON", "EMU128").
+// The instruction set the dispatcher picked (e.g. "AVX3", "AVX2", "SSE4", "NEON", "EMU128"), or
+// "AVX3+BF16" where the AVX512-BF16 kernel serves bf16 x bf16 products (act_bf16 above).
 std::string cpu_isa();
-// The instruction sets compiled in that this CPU can run, best first.
+// The instruction sets compiled in that this CPU can run, best first ("AVX3+BF16" first where the
+// CPU has AVX512-BF16; forcing any other name turns that kernel off).
 std::vector<std::string> cpu_isa_available();
 // Restricts dispatch to one of cpu_isa_available() (for tests); "" restores the normal choice.
 // Returns false for a name not in the list.

@@ -60,6 +60,17 @@ uint16_t f32_to_f16(float f) noexcept {
   return uint16_t(sign | uint16_t((r - 0x38000000u) >> 13));
 }
 
+bool parse_compute_dtype(std::string_view name, bool& bf16_activations) noexcept {
+  if (name == "auto" || name == "bfloat16" || name == "bf16") {
+    bf16_activations = true;
+  } else if (name == "float32" || name == "float" || name == "fp32") {
+    bf16_activations = false;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 bool parse_kv_cache_dtype(std::string_view name, dtype& out) noexcept {
   if (name == "auto" || name == "bf16" || name == "bfloat16") {
     out = dtype::bf16;

@@ -34,6 +34,12 @@ inline uint16_t f32_to_bf16(float f) noexcept {
 // "fp32"/"float32". False for any other name.
 bool parse_kv_cache_dtype(std::string_view name, dtype& out) noexcept;
 
+// --dtype (vLLM's flag), the precision of the activations multiplied with the weights:
+// "auto" / "bfloat16" / "bf16" -> bf16_activations = true (products with bf16 weights take
+// activations rounded to bf16; other weights keep fp32 activations), "float32" / "float" / "fp32"
+// -> false (fp32 activations everywhere). Weights are never converted. False for any other name.
+bool parse_compute_dtype(std::string_view name, bool& bf16_activations) noexcept;
+
 float f16_to_f32(uint16_t h) noexcept;
 uint16_t f32_to_f16(float f) noexcept;  // round to nearest even, overflow to inf
 

@@ -1,6 +1,6 @@
 # Runs the real `coserve` binary end to end: make-demo-model with the flags a reference fixture
 # recorded, then `generate --json` on each of its prompts; the greedy ids must equal the ones
-# Hugging Face transformers produced (fp32 KV cache, as transformers ran). Also --help of both commands and a bad-flag exit status.
+# Hugging Face transformers produced (fp32 KV cache and activations, as transformers ran). Also --help of both commands and a bad-flag exit status.
 # Invoked by ctest with -DCOSERVE=<binary> -DSOURCE_DIR=<project root> -DWORK_DIR=<scratch folder>.
 set(fixture "${SOURCE_DIR}/tests/reference/fixtures/model/llama_gqa_llama3.json")
 file(READ "${fixture}" fx)
@@ -38,7 +38,7 @@ foreach(p RANGE ${lastp})
   string(REPLACE ";" "," ids_csv "${ids}")
   string(REPLACE ";" "," greedy_csv "${greedy}")
   execute_process(COMMAND ${COSERVE} generate "${model}" --prompt-ids ${ids_csv} --max-tokens ${ngreedy}
-                          --ignore-eos --json --logits last --kv-cache-dtype fp32
+                          --ignore-eos --json --logits last --kv-cache-dtype fp32 --dtype float32
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "generate failed (${rc}): ${err}")

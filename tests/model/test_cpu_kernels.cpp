@@ -65,8 +65,10 @@ float max_rel_err(const std::vector<float>& got, const std::vector<double>& want
   return worst;
 }
 
-void check_matmul(int64_t M, int64_t N, int64_t K, dtype t, size_t skew, bool accumulate) {
-  INFO("M " << M << " N " << N << " K " << K << " dtype " << dtype_name(t) << " skew " << skew << " acc " << accumulate);
+// act_bf16: the reference rounds x to bf16 (nearest even) where the weights are bf16.
+void check_matmul(int64_t M, int64_t N, int64_t K, dtype t, size_t skew, bool accumulate, bool act_bf16 = false) {
+  INFO("M " << M << " N " << N << " K " << K << " dtype " << dtype_name(t) << " skew " << skew << " acc " << accumulate
+            << " act_bf16 " << act_bf16);
   const auto w = make_weights(t, N, K, uint64_t(M * 131 + N * 7 + K), skew);
   const int64_t ldx = K + 3, ldy = N + 5;  // row strides wider than the rows
   const auto x = random_floats(size_t(M * ldx), uint64_t(K));
@@ -76,11 +78,15 @@ void check_matmul(int64_t M, int64_t N, int64_t K, dtype t, size_t skew, bool ac
   for (int64_t m = 0; m < M; ++m)
     for (int64_t j = 0; j < N; ++j) {
       double s = 0.0;
-      for (int64_t k = 0; k < K; ++k) s += double(x[size_t(m * ldx + k)]) * double(w.exact[size_t(j * K + k)]);
+      for (int64_t k = 0; k < K; ++k) {
+        float xv = x[size_t(m * ldx + k)];
+        if (act_bf16 && t == dtype::bf16) xv = bf16_to_f32(f32_to_bf16(xv));
+        s += double(xv) * double(w.exact[size_t(j * K + k)]);
+      }
       double& out = want[size_t(m * ldy + j)];
       out = accumulate ? out + s : s;
     }
-  matmul_nt(x.data(), ldx, M, w.ref, N, y.data(), ldy, accumulate);
+  matmul_nt(x.data(), ldx, M, w.ref, N, y.data(), ldy, accumulate, act_bf16);
   CHECK(max_rel_err(y, want) <= 2e-5f);  // includes the padding columns: they must be untouched
 }
 
@@ -92,13 +98,14 @@ TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[
     REQUIRE(cpu_isa_force(isa));
     INFO("isa " << isa);
     CHECK(cpu_isa() == isa);
-    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16}) {
-      for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 32, 64}) check_matmul(M, 37, 83, t, 0, false);
-      check_matmul(3, 1, 1, t, 1, false);
-      check_matmul(5, 6, 17, t, 1, true);
-      check_matmul(9, 64, 256, t, 0, true);
-      check_matmul(64, 19, 1000, t, 1, false);
-      check_matmul(70, 9, 2048, t, 0, true);  // rows span several row blocks
+    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16})
+      for (bool act : {false, true}) {
+        for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 32, 64}) check_matmul(M, 37, 83, t, 0, false, act);
+        check_matmul(3, 1, 1, t, 1, false, act);
+        check_matmul(5, 6, 17, t, 1, true, act);
+        check_matmul(9, 64, 256, t, 0, true, act);
+        check_matmul(64, 19, 1000, t, 1, false, act);
+        check_matmul(70, 9, 2048, t, 0, true, act);  // rows span several row blocks
     }
   }
 }
