@@ -482,7 +482,9 @@ COSERVE_BF16DOT_TARGET inline void dot_rows(size_t mr, const uint16_t* xb, size_
 
 COSERVE_BF16DOT_TARGET void matmul_bf16dot(const float* x, size_t ldx, size_t M, const uint16_t* w, size_t N,
                                            size_t K, float* y, size_t ldy, bool accumulate) {
-  constexpr size_t mr = 4, nr = 4, single_row_max_m = 4;
+  // One weight row at a time up to 8 activation rows (one sequential stream per thread; measured
+  // ~10% faster than 4 x 4 tiles at 8 rows, slower at 16).
+  constexpr size_t mr = 4, nr = 4, single_row_max_m = 8;
   const size_t K2 = K / 32 * 32;
   const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * 2 + 1) / mr * mr, mr, 256);
   thread_local std::vector<uint16_t> xb;
