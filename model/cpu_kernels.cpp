@@ -65,7 +65,8 @@ constexpr size_t k_mr = 4;
 // Up to this many activation rows, the weight rows are walked one at a time (NR = 1): each thread
 // then reads one sequential stream, which the hardware prefetchers follow; 4-row tiles interleave
 // four streams, which measured ~25% slower at batch 1 (150M bf16 model, 2 threads). Above it,
-// 4-row tiles save activation loads and win.
+// 4-row tiles save activation loads and win. Multi-row tiles prefetch the next tile's rows (that
+// measured faster); single rows do not (the hardware prefetcher does better alone).
 constexpr size_t k_single_row_max_m = 4;
 
 // y[MR rows, NR cols] for weight rows w[0..NR) (row stride K) and x rows (stride ldx).
@@ -82,7 +83,7 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, size_t ldx, const WT* HWY_REST
   for (; k + L <= K; k += L) {
     VF wv[NR];
     for (size_t j = 0; j < NR; ++j) {
-      if (prefetch) hwy::Prefetch(w + (NR + j) * K + k);
+      if (NR > 1 && prefetch) hwy::Prefetch(w + (NR + j) * K + k);
       wv[j] = load_f32(df, w + j * K + k);
     }
     for (size_t m = 0; m < MR; ++m) {
@@ -124,7 +125,7 @@ HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr, const hwy::
   for (size_t k = 0; k < K2; k += 2 * L) {
     VF we[NR], wo[NR];
     for (size_t j = 0; j < NR; ++j) {
-      if (prefetch) hwy::Prefetch(w + (NR + j) * K + k);
+      if (NR > 1 && prefetch) hwy::Prefetch(w + (NR + j) * K + k);
       const auto v = hn::LoadU(du, reinterpret_cast<const uint32_t*>(w + j * K + k));
       we[j] = hn::BitCast(df, hn::ShiftLeft<16>(v));
       wo[j] = hn::BitCast(df, hn::And(v, hi_mask));
@@ -448,7 +449,7 @@ COSERVE_BF16DOT_TARGET inline void dot_tile(const uint16_t* xb, size_t ldxb, con
   for (size_t k = 0; k < K2; k += 32) {
     __m512bh wv[NR];
     for (size_t j = 0; j < NR; ++j) {
-      if (prefetch) _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * K + k), _MM_HINT_T0);
+      if (NR > 1 && prefetch) _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * K + k), _MM_HINT_T0);
       wv[j] = (__m512bh)_mm512_loadu_si512(w + j * K + k);
     }
     for (size_t m = 0; m < MR; ++m) {
