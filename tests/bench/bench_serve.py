@@ -92,10 +92,10 @@ async def one_request(client, url, model, max_tokens, prompt):
                     if chunk.get("usage") and chunk["usage"].get("completion_tokens") is not None:
                         usage_tokens = chunk["usage"]["completion_tokens"]
             break
-        except httpx.RemoteProtocolError:
+        except (httpx.RemoteProtocolError, httpx.ReadError):
             # A pooled keep-alive connection the server had closed (llama-server's HTTP library
-            # sometimes closes one after a streamed response): one retry on a new connection,
-            # timed from the retry.
+            # sometimes closes one after a streamed response; the client sees a protocol error or
+            # a reset): one retry on a new connection, timed from the retry.
             if attempt or stamps:
                 raise
     if not stamps:
