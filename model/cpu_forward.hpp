@@ -86,6 +86,7 @@ class cpu_forward {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_;
+  std::vector<uint16_t> xb_;  // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
   std::vector<gemm_piece> pieces_;
   std::vector<attn_item> items_;
   std::vector<int64_t> split_groups_;   // per split group: its first item

@@ -481,38 +481,49 @@ COSERVE_BF16DOT_TARGET inline void dot_rows(size_t mr, const uint16_t* xb, size_
   }
 }
 
-COSERVE_BF16DOT_TARGET void matmul_bf16dot(const float* x, size_t ldx, size_t M, const uint16_t* w, size_t N,
-                                           size_t K, float* y, size_t ldy, bool accumulate) {
+// Rows [0, M) of bf16 activations xb (row stride K) times weight rows [0, N).
+COSERVE_BF16DOT_TARGET void bf16dot_rows(const uint16_t* xb, size_t M, const uint16_t* w, size_t N, size_t K,
+                                         float* y, size_t ldy, bool accumulate) {
   // One weight row at a time up to 8 activation rows (one sequential stream per thread; measured
   // ~10% faster than 4 x 4 tiles at 8 rows, slower at 16).
   constexpr size_t mr = 4, nr = 4, single_row_max_m = 8;
   const size_t K2 = K / 32 * 32;
+  // Rows of xb per block: about 256 KiB, kept in L2 while a weight tile (in L1) meets each of them.
   const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * 2 + 1) / mr * mr, mr, 256);
-  thread_local std::vector<uint16_t> xb;
-  xb.resize(std::min(M, mb) * K);
   for (size_t m0 = 0; m0 < M; m0 += mb) {
     const size_t m1 = std::min(M, m0 + mb);
-    for (size_t m = m0; m < m1; ++m) {
-      const float* src = x + m * ldx;
-      uint16_t* dst = xb.data() + (m - m0) * K;
-      size_t k = 0;
-      for (; k + 32 <= K; k += 32) {
-        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 16), _mm512_loadu_ps(src + k));
-        _mm512_storeu_si512(dst + k, (__m512i)v);
-      }
-      for (; k < K; ++k) dst[k] = f32_to_bf16(src[k]);
-    }
     size_t j = 0;
     if (M > single_row_max_m)
       for (; j + nr <= N; j += nr)
         for (size_t m = m0; m < m1; m += mr)
-          dot_rows<nr>(std::min(mr, m1 - m), xb.data() + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
-                       accumulate, m == m0);
+          dot_rows<nr>(std::min(mr, m1 - m), xb + m * K, K, w + j * K, K, K2, y + m * ldy + j, ldy, accumulate,
+                       m == m0);
     for (; j < N; ++j)
       for (size_t m = m0; m < m1; m += mr)
-        dot_rows<1>(std::min(mr, m1 - m), xb.data() + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
-                    accumulate, m == m0);
+        dot_rows<1>(std::min(mr, m1 - m), xb + m * K, K, w + j * K, K, K2, y + m * ldy + j, ldy, accumulate,
+                    m == m0);
   }
+}
+
+COSERVE_BF16DOT_TARGET void round_rows_bf16dot(const float* x, size_t ldx, size_t M, size_t K, uint16_t* out) {
+  for (size_t m = 0; m < M; ++m) {
+    const float* src = x + m * ldx;
+    uint16_t* dst = out + m * K;
+    size_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 16), _mm512_loadu_ps(src + k));
+      _mm512_storeu_si512(dst + k, (__m512i)v);
+    }
+    for (; k < K; ++k) dst[k] = f32_to_bf16(src[k]);
+  }
+}
+
+void matmul_bf16dot(const float* x, size_t ldx, size_t M, const uint16_t* w, size_t N, size_t K, float* y,
+                    size_t ldy, bool accumulate) {
+  thread_local std::vector<uint16_t> xb;
+  xb.resize(M * K);
+  round_rows_bf16dot(x, ldx, M, K, xb.data());
+  bf16dot_rows(xb.data(), M, w, N, K, y, ldy, accumulate);
 }
 
 bool cpu_has_bf16dot() {
@@ -556,6 +567,37 @@ void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int6
   }
 #endif
   HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(x, ldx, M, &w, n, y, ldy, accumulate, act_bf16);
+}
+
+bool bf16_dot_active() noexcept { return COSERVE_BF16DOT && bf16dot_on().load(std::memory_order_relaxed); }
+
+void round_to_bf16(const float* x, int64_t ldx, int64_t M, int64_t K, uint16_t* out) noexcept {
+#if COSERVE_BF16DOT
+  if (bf16_dot_active()) {
+    round_rows_bf16dot(x, size_t(ldx), size_t(M), size_t(K), out);
+    return;
+  }
+#endif
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t k = 0; k < K; ++k) out[m * K + k] = f32_to_bf16(x[m * ldx + k]);
+}
+
+void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                    bool accumulate) {
+  if (M <= 0 || n <= 0) return;
+#if COSERVE_BF16DOT
+  if (bf16_dot_active() && w.type == dtype::bf16) {
+    bf16dot_rows(xb, size_t(M), static_cast<const uint16_t*>(w.data), size_t(n), size_t(w.cols), y, size_t(ldy),
+                 accumulate);
+    return;
+  }
+#endif
+  // Without the AVX512-BF16 kernel: the widening kernel on the (exactly representable) values.
+  const int64_t K = w.cols;
+  thread_local std::vector<float> xf;
+  xf.resize(size_t(M * K));
+  for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
+  HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(xf.data(), K, M, &w, n, y, ldy, accumulate, false);
 }
 
 void attend(const attn_tile& t) { HWY_DYNAMIC_DISPATCH(attend_impl)(&t); }

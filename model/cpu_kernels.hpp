@@ -40,6 +40,17 @@ struct weight_ref {
 void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                bool accumulate, bool act_bf16 = false);
 
+// Whether matmul_nt with act_bf16 runs on the AVX512-BF16 kernel (the CPU has it and no other
+// instruction set is forced).
+bool bf16_dot_active() noexcept;
+// x [M, K] (row stride ldx) rounded to bf16, nearest even, into out [M, K].
+void round_to_bf16(const float* x, int64_t ldx, int64_t M, int64_t K, uint16_t* out) noexcept;
+// matmul_nt with act_bf16 on activations already rounded (xb [M, w.cols] from round_to_bf16), so
+// that threads sharing one x round it once. For bf16 weights, the results of
+// matmul_nt(act_bf16 = true).
+void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                    bool accumulate);
+
 // One piece of attention work: query rows (the `group` query heads of one KV head, for num_q
 // consecutive tokens of one sequence) against the sequence's cached positions [ctx_begin, ctx_end),
 // causal (query i sees positions <= q_pos0 + i). Online softmax over chunks of the paged cache.
