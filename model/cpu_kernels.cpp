@@ -304,7 +304,10 @@ void attend_typed(const attn_tile& t) {
   // Scratch per thread: scaled queries, accumulators, the chunk's K/V rows in fp32, scores.
   thread_local std::vector<float> scratch;
   const size_t sc_len = (k_chunk + L - 1) / L * L;
-  scratch.resize(rows * d * 2 + 2 * k_chunk * d + rows * sc_len + 2 * rows);
+  // Enough query rows (prefill tiles) score a chunk against K transposed: per row, d broadcast
+  // FMAs give L scores at once, where row-by-row dot products each end in a horizontal sum.
+  const bool transposed = rows >= 8;
+  scratch.resize(rows * d * 2 + 2 * k_chunk * d + rows * sc_len + 2 * rows + (transposed ? d * sc_len : 0));
   float* q = scratch.data();
   float* acc = q + rows * d;
   float* kbuf = acc + rows * d;
@@ -312,6 +315,7 @@ void attend_typed(const attn_tile& t) {
   float* sc = vbuf + k_chunk * d;
   float* mx = sc + rows * sc_len;
   float* sum = mx + rows;
+  float* kt = sum + rows;  // [d][sc_len] when transposed
 
   for (size_t r = 0; r < rows; ++r) {
     const size_t i = r / size_t(t.group), g = r % size_t(t.group);
@@ -333,15 +337,37 @@ void attend_typed(const attn_tile& t) {
       widen_row(kc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, kbuf + size_t(j) * d, d);
       widen_row(vc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, vbuf + size_t(j) * d, d);
     }
+    const size_t n_pad = (size_t(n) + L - 1) / L * L;
+    if (transposed)
+      for (size_t c = 0; c < d; ++c) {
+        float* dst = kt + c * sc_len;
+        for (size_t j = 0; j < size_t(n); ++j) dst[j] = kbuf[j * d + c];
+        for (size_t j = size_t(n); j < n_pad; ++j) dst[j] = 0.0f;
+      }
     for (size_t r = 0; r < rows; ++r) {
       const int32_t limit = t.q_pos0 + int32_t(r / size_t(t.group));  // last visible position
       float* s = sc + r * sc_len;
       const int32_t visible = std::min(n, limit - pos + 1);
       if (visible <= 0) continue;
       float block_max = -INFINITY;
-      for (int32_t j = 0; j < visible; ++j) {
-        s[j] = dot(q + r * d, kbuf + size_t(j) * d, d);
-        block_max = std::max(block_max, s[j]);
+      if (transposed) {
+        const float* qr = q + r * d;
+        for (size_t j0 = 0; j0 < n_pad; j0 += L) {
+          VF a0 = hn::Zero(df), a1 = hn::Zero(df);
+          size_t c = 0;
+          for (; c + 2 <= d; c += 2) {
+            a0 = hn::MulAdd(hn::Set(df, qr[c]), hn::LoadU(df, kt + c * sc_len + j0), a0);
+            a1 = hn::MulAdd(hn::Set(df, qr[c + 1]), hn::LoadU(df, kt + (c + 1) * sc_len + j0), a1);
+          }
+          if (c < d) a0 = hn::MulAdd(hn::Set(df, qr[c]), hn::LoadU(df, kt + c * sc_len + j0), a0);
+          hn::StoreU(hn::Add(a0, a1), df, s + j0);
+        }
+        for (int32_t j = 0; j < visible; ++j) block_max = std::max(block_max, s[j]);
+      } else {
+        for (int32_t j = 0; j < visible; ++j) {
+          s[j] = dot(q + r * d, kbuf + size_t(j) * d, d);
+          block_max = std::max(block_max, s[j]);
+        }
       }
       for (size_t j = size_t(visible); j < sc_len; ++j) s[j] = -INFINITY;
       const float new_max = std::max(mx[r], block_max);

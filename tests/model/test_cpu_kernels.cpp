@@ -226,6 +226,7 @@ TEST_CASE("attention kernel equals scalar causal attention on every instruction 
       check_attention({32, 3, 1, 16, 40, 40, kv}, false);   // prefill from position 0
       check_attention({24, 2, 3, 5, 50, 9, kv}, false);     // chunk after a cached prefix, odd sizes
       check_attention({17, 1, 2, 64, 130, 7, kv}, false);   // head_dim below and not a multiple of lanes
+      check_attention({17, 3, 1, 16, 60, 6, kv}, false);    // the same with enough rows to score against K transposed
       check_attention({128, 8, 1, 32, 300, 1, kv}, true);
     }
   }
