@@ -267,17 +267,55 @@ HWY_INLINE float dot(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, s
   return s;
 }
 
-// acc[0..n) = acc * scale + p * v (scale == 1 skips the multiply).
-HWY_INLINE void scale_add(float* HWY_RESTRICT acc, float scale, float p, const float* HWY_RESTRICT v, size_t n) {
+// NV vectors of an accumulator row: acc = acc * corr + sum_{j < n} p[j] * v[j * d ..]; two sets
+// of accumulators (even and odd positions) so the FMA chains run side by side.
+template <size_t NV>
+HWY_INLINE void pv_block(float* HWY_RESTRICT acc, const VF vc, const float* HWY_RESTRICT p,
+                         const float* HWY_RESTRICT v, size_t n, size_t d) {
   const DF df;
   const size_t L = hn::Lanes(df);
-  const VF vs = hn::Set(df, scale), vp = hn::Set(df, p);
-  size_t i = 0;
-  for (; i + L <= n; i += L) {
-    const VF a = hn::LoadU(df, acc + i);
-    hn::StoreU(hn::MulAdd(vp, hn::LoadU(df, v + i), hn::Mul(a, vs)), df, acc + i);
+  VF a[NV], b[NV];
+  for (size_t i = 0; i < NV; ++i) {
+    a[i] = hn::Mul(hn::LoadU(df, acc + i * L), vc);
+    b[i] = hn::Zero(df);
   }
-  for (; i < n; ++i) acc[i] = acc[i] * scale + p * v[i];
+  size_t j = 0;
+  for (; j + 2 <= n; j += 2) {
+    const VF p0 = hn::Set(df, p[j]), p1 = hn::Set(df, p[j + 1]);
+    for (size_t i = 0; i < NV; ++i) {
+      a[i] = hn::MulAdd(p0, hn::LoadU(df, v + j * d + i * L), a[i]);
+      b[i] = hn::MulAdd(p1, hn::LoadU(df, v + (j + 1) * d + i * L), b[i]);
+    }
+  }
+  if (j < n) {
+    const VF p0 = hn::Set(df, p[j]);
+    for (size_t i = 0; i < NV; ++i) a[i] = hn::MulAdd(p0, hn::LoadU(df, v + j * d + i * L), a[i]);
+  }
+  for (size_t i = 0; i < NV; ++i) hn::StoreU(hn::Add(a[i], b[i]), df, acc + i * L);
+}
+
+// acc[0..d) = acc * corr + sum_{j < n} p[j] * v[j * d + 0..d): the accumulator row stays in
+// registers across the positions (up to 4 vectors at a time) and is stored once.
+HWY_INLINE void pv_accumulate(float* HWY_RESTRICT acc, float corr, const float* HWY_RESTRICT p,
+                              const float* HWY_RESTRICT v, size_t n, size_t d) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const VF vc = hn::Set(df, corr);
+  size_t c = 0;
+  for (; c + 4 * L <= d; c += 4 * L) pv_block<4>(acc + c, vc, p, v + c, n, d);
+  if (c + 2 * L <= d) {
+    pv_block<2>(acc + c, vc, p, v + c, n, d);
+    c += 2 * L;
+  }
+  if (c + L <= d) {
+    pv_block<1>(acc + c, vc, p, v + c, n, d);
+    c += L;
+  }
+  for (; c < d; ++c) {
+    float x = acc[c] * corr;
+    for (size_t j = 0; j < n; ++j) x += p[j] * v[j * d + c];
+    acc[c] = x;
+  }
 }
 
 // Widens n elements of the cache row at p to fp32.
@@ -382,9 +420,7 @@ void attend_typed(const attn_tile& t) {
       }
       sum[r] = sum[r] * corr + hn::GetLane(hn::SumOfLanes(df, vsum));
       mx[r] = new_max;
-      float* a = acc + r * d;
-      scale_add(a, corr, s[0], vbuf, d);
-      for (int32_t j = 1; j < visible; ++j) scale_add(a, 1.0f, s[j], vbuf + size_t(j) * d, d);
+      pv_accumulate(acc + r * d, corr, s, vbuf, size_t(visible), d);
     }
     pos += n;
   }
