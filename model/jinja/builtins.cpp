@@ -34,23 +34,98 @@ void append_printf(std::string& out, const std::string& f, T value) {
   out.resize(old + static_cast<size_t>(n));
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+// A code point of a UTF-8 string and its bytes; an invalid byte is one span with cp -1.
+struct cp_span {
+  int32_t cp;
+  size_t pos, len;
+};
 
-std::string py_strip(std::string_view s, const jvalue& chars, bool left, bool right) {
-  auto strip_it = [&](char c) {
-    if (chars.is_string()) return chars.str().find(c) != std::string::npos;
-    return is_space(c);
-  };
-  size_t b = 0, e = s.size();
-  if (left) while (b < e && strip_it(s[b])) ++b;
-  if (right) while (e > b && strip_it(s[e - 1])) --e;
-  return std::string(s.substr(b, e - b));
+std::vector<cp_span> spans(std::string_view s) {
+  std::vector<cp_span> out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    utf8proc_int32_t cp = -1;
+    utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                          static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (n <= 0) {
+      out.push_back({-1, i, 1});
+      ++i;
+    } else {
+      out.push_back({cp, i, static_cast<size_t>(n)});
+      i += static_cast<size_t>(n);
+    }
+  }
+  return out;
 }
 
-// Case mapping per code point (utf8proc's simple mappings; Python also applies the few
-// multi-character ones such as ß -> SS). Invalid UTF-8 bytes pass through unchanged.
+// Python's str.isspace() per code point (bidirectional class WS, B or S, or category Zs): what
+// strip(), split() and isspace() treat as whitespace.
+bool py_is_space(int32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
+         cp == 0x3000;
+}
+
+utf8proc_category_t category(int32_t cp) { return cp < 0 ? UTF8PROC_CATEGORY_CN : utf8proc_category(cp); }
+bool is_cased(int32_t cp) {
+  const auto c = category(cp);
+  return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
+}
+bool py_is_alpha(int32_t cp) {
+  const auto c = category(cp);
+  return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT ||
+         c == UTF8PROC_CATEGORY_LM || c == UTF8PROC_CATEGORY_LO;
+}
+bool py_is_decimal(int32_t cp) { return category(cp) == UTF8PROC_CATEGORY_ND; }
+bool py_is_numeric(int32_t cp) {
+  const auto c = category(cp);
+  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+}
+
+// str.strip/lstrip/rstrip (and the trim filter): whitespace as Python defines it, or the code
+// points of `chars`.
+std::string py_strip(std::string_view s, const jvalue& chars, bool left, bool right) {
+  const auto cps = spans(s);
+  std::vector<int32_t> set;
+  if (chars.is_string())
+    for (const auto& c : spans(chars.str())) set.push_back(c.cp < 0 ? -1 - int32_t(uint8_t(chars.str()[c.pos])) : c.cp);
+  auto strip_it = [&](const cp_span& c) {
+    if (!chars.is_string()) return py_is_space(c.cp);
+    const int32_t key = c.cp < 0 ? -1 - int32_t(uint8_t(s[c.pos])) : c.cp;
+    return std::find(set.begin(), set.end(), key) != set.end();
+  };
+  size_t b = 0, e = cps.size();
+  if (left) while (b < e && strip_it(cps[b])) ++b;
+  if (right) while (e > b && strip_it(cps[e - 1])) --e;
+  if (b == e) return {};
+  return std::string(s.substr(cps[b].pos, cps[e - 1].pos + cps[e - 1].len - cps[b].pos));
+}
+
+enum class case_kind { upper, lower, title };
+
+// The unconditional multi-character mappings of Unicode's SpecialCasing.txt that Python applies
+// and utf8proc's simple mappings lack, for the Latin letters chat templates meet (ß, the ff..st
+// ligatures, ŉ, İ); nullptr where the simple mapping is Python's. Final-sigma lowering is not
+// done.
+const char* special_case(int32_t cp, case_kind k) {
+  struct entry { int32_t cp; const char *upper, *title, *lower; };
+  static constexpr entry table[] = {
+      {0x00df, "SS", "Ss", nullptr},           {0xfb00, "FF", "Ff", nullptr},
+      {0xfb01, "FI", "Fi", nullptr},           {0xfb02, "FL", "Fl", nullptr},
+      {0xfb03, "FFI", "Ffi", nullptr},         {0xfb04, "FFL", "Ffl", nullptr},
+      {0xfb05, "ST", "St", nullptr},           {0xfb06, "ST", "St", nullptr},
+      {0x0149, "\u02bcN", "\u02bcN", nullptr}, {0x0130, nullptr, nullptr, "i\u0307"},
+  };
+  for (const auto& e : table)
+    if (e.cp == cp) return k == case_kind::upper ? e.upper : k == case_kind::title ? e.title : e.lower;
+  return nullptr;
+}
+
+// Case mapping per code point: utf8proc's simple mappings plus special_case. Invalid UTF-8 bytes
+// pass through unchanged.
 template <class Map>
-std::string map_case(const std::string& s, Map map) {
+std::string map_case(const std::string& s, Map map, case_kind kind) {
   std::string out;
   out.reserve(s.size());
   const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(s.data());
@@ -64,36 +139,67 @@ std::string map_case(const std::string& s, Map map) {
       --left;
       continue;
     }
-    utf8proc_uint8_t buf[4];
-    utf8proc_ssize_t m = utf8proc_encode_char(map(cp), buf);
-    out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(m));
+    if (const char* sp = special_case(cp, kind)) {
+      out += sp;
+    } else {
+      utf8proc_uint8_t buf[4];
+      utf8proc_ssize_t m = utf8proc_encode_char(map(cp), buf);
+      out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(m));
+    }
     p += n;
     left -= n;
   }
   return out;
 }
-std::string to_upper(const std::string& s) { return map_case(s, utf8proc_toupper); }
-std::string to_lower(const std::string& s) { return map_case(s, utf8proc_tolower); }
+std::string to_upper(const std::string& s) { return map_case(s, utf8proc_toupper, case_kind::upper); }
+std::string to_lower(const std::string& s) { return map_case(s, utf8proc_tolower, case_kind::lower); }
 bool is_alpha_byte(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (static_cast<unsigned char>(c) >= 0x80);
 }
-std::string py_title(std::string s) {
-  bool prev_letter = false;
-  for (char& c : s) {
-    if (is_alpha_byte(c)) {
-      if (!prev_letter && c >= 'a' && c <= 'z') c = static_cast<char>(c - 32);
-      else if (prev_letter && c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
-      prev_letter = true;
-    } else {
-      prev_letter = false;
-    }
-  }
-  return s;
+void append_cp(std::string& out, int32_t cp) {
+  utf8proc_uint8_t buf[4];
+  utf8proc_ssize_t m = utf8proc_encode_char(cp, buf);
+  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(m));
 }
-std::string py_capitalize(std::string s) {
-  s = to_lower(s);
-  if (!s.empty() && s[0] >= 'a' && s[0] <= 'z') s[0] = static_cast<char>(s[0] - 32);
-  return s;
+// cp mapped to `kind` (special_case first), or as it is when !map.
+void append_mapped(std::string& out, int32_t cp, case_kind kind, bool map) {
+  if (!map) return append_cp(out, cp);
+  if (const char* sp = special_case(cp, kind)) {
+    out += sp;
+    return;
+  }
+  append_cp(out, kind == case_kind::upper ? utf8proc_toupper(cp)
+                 : kind == case_kind::lower ? utf8proc_tolower(cp) : utf8proc_totitle(cp));
+}
+// str.title(): a cased code point after an uncased one goes to titlecase, after a cased one to
+// lowercase; uncased ones (digits, punctuation, invalid bytes) pass through.
+std::string py_title(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  bool prev_cased = false;
+  for (const auto& c : spans(s)) {
+    if (c.cp < 0) {
+      out += s[c.pos];
+      prev_cased = false;
+      continue;
+    }
+    const bool cased = is_cased(c.cp);
+    append_mapped(out, c.cp, !cased ? case_kind::upper : prev_cased ? case_kind::lower : case_kind::title, cased);
+    prev_cased = cased;
+  }
+  return out;
+}
+// str.capitalize() (Python 3.8+): the first code point to titlecase, the rest to lowercase.
+std::string py_capitalize(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  bool first = true;
+  for (const auto& c : spans(s)) {
+    if (c.cp < 0) out += s[c.pos];
+    else append_mapped(out, c.cp, first ? case_kind::title : case_kind::lower, true);
+    first = false;
+  }
+  return out;
 }
 
 std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
@@ -125,20 +231,21 @@ std::string py_replace(const std::string& s, const std::string& from, const std:
 
 jvalue py_split(const std::string& s, const jvalue& sep, int64_t maxsplit) {
   std::vector<jvalue> parts;
-  if (!sep.is_string()) {
+  if (!sep.is_string()) {  // runs of Python whitespace separate; none at either end
+    const auto cps = spans(s);
     size_t i = 0;
-    while (i < s.size()) {
-      while (i < s.size() && is_space(s[i])) ++i;
-      if (i >= s.size()) break;
+    while (i < cps.size()) {
+      while (i < cps.size() && py_is_space(cps[i].cp)) ++i;
+      if (i >= cps.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-        std::string rest = s.substr(i);
-        while (!rest.empty() && is_space(rest.back())) rest.pop_back();
-        parts.emplace_back(rest);
+        size_t e = cps.size();
+        while (e > i && py_is_space(cps[e - 1].cp)) --e;
+        parts.emplace_back(s.substr(cps[i].pos, cps[e - 1].pos + cps[e - 1].len - cps[i].pos));
         break;
       }
       size_t j = i;
-      while (j < s.size() && !is_space(s[j])) ++j;
-      parts.emplace_back(s.substr(i, j - i));
+      while (j < cps.size() && !py_is_space(cps[j].cp)) ++j;
+      parts.emplace_back(s.substr(cps[i].pos, cps[j - 1].pos + cps[j - 1].len - cps[i].pos));
       i = j;
     }
     return jvalue::list(std::move(parts));
@@ -261,15 +368,19 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
       for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
       return jvalue(n);
     });
+  // Python's str.is*(): true when every code point passes and there is at least one.
   auto all_of = [&](auto pred) {
     return m([s, pred](call_args&) {
-      return jvalue(!s.empty() && std::all_of(s.begin(), s.end(), pred));
+      const auto cps = spans(s);
+      return jvalue(!cps.empty() && std::all_of(cps.begin(), cps.end(), [&](const cp_span& c) { return pred(c.cp); }));
     });
   };
-  if (name == "isdigit") return all_of([](char c) { return c >= '0' && c <= '9'; });
-  if (name == "isalpha") return all_of([](char c) { return is_alpha_byte(c); });
-  if (name == "isspace") return all_of([](char c) { return is_space(c); });
-  if (name == "isalnum") return all_of([](char c) { return is_alpha_byte(c) || (c >= '0' && c <= '9'); });
+  // isdigit as isdecimal (category Nd): Python also counts superscript and circled digits.
+  if (name == "isdigit" || name == "isdecimal") return all_of(py_is_decimal);
+  if (name == "isnumeric") return all_of(py_is_numeric);
+  if (name == "isalpha") return all_of(py_is_alpha);
+  if (name == "isspace") return all_of(py_is_space);
+  if (name == "isalnum") return all_of([](int32_t cp) { return py_is_alpha(cp) || py_is_numeric(cp); });
   if (name == "islower") return m([s](call_args&) { return jvalue(to_lower(s) == s && to_upper(s) != s); });
   if (name == "isupper") return m([s](call_args&) { return jvalue(to_upper(s) == s && to_lower(s) != s); });
   return jvalue::undefined("'str object' has no attribute '" + name + "'");
