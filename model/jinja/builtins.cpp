@@ -59,6 +59,12 @@ std::vector<cp_span> spans(std::string_view s) {
   return out;
 }
 
+void append_cp(std::string& out, int32_t cp) {
+  utf8proc_uint8_t buf[4];
+  utf8proc_ssize_t m = utf8proc_encode_char(cp, buf);
+  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(m));
+}
+
 // Python's str.isspace() per code point (bidirectional class WS, B or S, or category Zs): what
 // strip(), split() and isspace() treat as whitespace.
 bool py_is_space(int32_t cp) {
@@ -106,8 +112,7 @@ enum class case_kind { upper, lower, title };
 
 // The unconditional multi-character mappings of Unicode's SpecialCasing.txt that Python applies
 // and utf8proc's simple mappings lack, for the Latin letters chat templates meet (ß, the ff..st
-// ligatures, ŉ, İ); nullptr where the simple mapping is Python's. Final-sigma lowering is not
-// done.
+// ligatures, ŉ, İ); nullptr where the simple mapping is Python's. Final sigma is to_lower's.
 const char* special_case(int32_t cp, case_kind k) {
   struct entry { int32_t cp; const char *upper, *title, *lower; };
   static constexpr entry table[] = {
@@ -152,14 +157,52 @@ std::string map_case(const std::string& s, Map map, case_kind kind) {
   return out;
 }
 std::string to_upper(const std::string& s) { return map_case(s, utf8proc_toupper, case_kind::upper); }
-std::string to_lower(const std::string& s) { return map_case(s, utf8proc_tolower, case_kind::lower); }
+// Unicode's Case_Ignorable: categories Mn, Me, Cf, Lm, Sk and the Word_Break MidLetter, MidNumLet
+// and Single_Quote characters.
+bool case_ignorable(int32_t cp) {
+  if (cp < 0) return false;
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_SK: return true;
+    default: break;
+  }
+  switch (cp) {
+    case 0x27: case 0x2e: case 0x3a: case 0xb7: case 0x387: case 0x5f4: case 0x2018: case 0x2019:
+    case 0x2024: case 0x2027: case 0xfe13: case 0xfe52: case 0xfe55: case 0xff07: case 0xff0e: case 0xff1a:
+      return true;
+    default: return false;
+  }
+}
+
+// str.lower(): the simple mappings, special_case, and Final_Sigma as Python applies it: Σ becomes
+// ς after a cased letter (case-ignorable ones skipped) when no cased letter follows.
+std::string to_lower(const std::string& s) {
+  if (s.find("\u03a3") == std::string::npos) return map_case(s, utf8proc_tolower, case_kind::lower);
+  const auto cps = spans(s);
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const int32_t cp = cps[i].cp;
+    if (cp < 0) {
+      out += s[cps[i].pos];
+      continue;
+    }
+    if (cp == 0x3a3) {
+      size_t b = i;
+      while (b > 0 && case_ignorable(cps[b - 1].cp)) --b;
+      size_t a = i + 1;
+      while (a < cps.size() && case_ignorable(cps[a].cp)) ++a;
+      const bool final = b > 0 && is_cased(cps[b - 1].cp) && !(a < cps.size() && is_cased(cps[a].cp));
+      append_cp(out, final ? 0x3c2 : 0x3c3);
+      continue;
+    }
+    if (const char* sp = special_case(cp, case_kind::lower)) out += sp;
+    else append_cp(out, utf8proc_tolower(cp));
+  }
+  return out;
+}
 bool is_alpha_byte(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (static_cast<unsigned char>(c) >= 0x80);
-}
-void append_cp(std::string& out, int32_t cp) {
-  utf8proc_uint8_t buf[4];
-  utf8proc_ssize_t m = utf8proc_encode_char(cp, buf);
-  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(m));
 }
 // cp mapped to `kind` (special_case first), or as it is when !map.
 void append_mapped(std::string& out, int32_t cp, case_kind kind, bool map) {

@@ -177,6 +177,7 @@ UNIT_CASES = [
  ("{{ 'élan vital'.title() }}|{{ 'ǆemal 2nd x'.title() }}|{{ 'they\\'re ÉTÉ'.title() }}|{{ 'ßa'.title() }}", {}),
  ("{{ 'éCOLE'.capitalize() }}|{{ 'ǆx'.capitalize() }}|{{ 'ÀB'|capitalize }}|{{ 'émile zola'|title }}", {}),
  ("{{ 'straße ﬁx ŉ'|upper }}|{{ 'İstanbul'|lower|length }}|{{ 'ﬂow'.title() }}|{{ 'STRAẞE'.lower() }}", {}),
+ ("{{ 'ΟΔΟΣ ΣΑΣ Σ'|lower }}|{{ 'ΑΣ.'.lower() }}|{{ s.lower() }}|{{ 'ΑΣ\\'Β'.lower() }}", {"s": "Α\u0301Σ ΑΣ\u0301"}),
  ("{{ 'Ωmega'.isalpha() }}{{ '١٢٣'.isdigit() }}{{ 'x١'.isalnum() }}{{ 'ⅫⅢ'.isnumeric() }}{{ 'a b'.isalpha() }}", {}),
  ("{{ none.x }}", {}),
  ("{% if %}", {}),
