@@ -1,6 +1,9 @@
 // Highway compiles this file once per target (foreach_target.h re-includes it); the functions in
 // namespace HWY_NAMESPACE are that target's kernels, and the HWY_ONCE part at the end holds the
 // dispatching entry points declared in cpu_kernels.hpp.
+// Over 500 lines: the per-target kernels and the HWY_ONCE dispatchers must share this translation
+// unit (HWY_EXPORT names the kernels of every target compiled from it), and the AVX512-BF16 matmul
+// sits beside them because matmul_nt chooses between the two.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "model/cpu_kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
