@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "actors/executor_actor.hpp"
+#include "actors/grammar_actor.hpp"
 #include "actors/intake.hpp"
 #include "actors/kv_allocator.hpp"
 #include "actors/pipeline.hpp"
@@ -195,15 +196,30 @@ class engine_impl final : public engine {
       p_->tokenizer_refs.push_back(sys_->root().spawn_factory<tokenizer_actor>(
           opts(name.c_str(), 4096, true, true), [p, this, i] { return std::make_unique<tokenizer_actor>(p, &encoder_, i); }));
     }
+    // The grammar actor (structured outputs), when there is a tokenizer to build the vocabulary from.
+    if (tok_) {
+      const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+      auto gc = grammar_compiler::create(*tok_, ei.vocab_size, eos, 256, threads);
+      if (gc) {
+        std::shared_ptr<grammar_compiler> compiler(std::move(*gc));
+        grammar_ref_ = sys_->root().spawn_factory<grammar_actor>(
+            opts("grammar", 4096, true, true), [p, compiler] { return std::make_unique<grammar_actor>(p, compiler); });
+      } else {
+        structured_error_ = gc.err().message;
+        std::fprintf(stderr, "coserve engine: structured outputs unavailable: %s\n", structured_error_.c_str());
+      }
+    } else {
+      structured_error_ = "structured outputs need the model's tokenizer (tokenizer.json)";
+    }
     max_open_ = int64_t{cfg_.max_num_seqs} + cfg_.max_waiting;
     const int64_t max_open = max_open_;
     p_->intake_ref = sys_->root().spawn_factory<intake>(
         opts("intake", 8192, true), [p, max_open] { return std::make_unique<intake>(p, max_open); });
     std::fprintf(stderr,
-                 "coserve engine: actors intake, tokenizer x%zu, scheduler, kv_allocator, executor [%s], "
+                 "coserve engine: actors intake, tokenizer x%zu,%s scheduler, kv_allocator, executor [%s], "
                  "streamer started; KV cache %d blocks x %d tokens; max_num_seqs %d, max_num_batched_tokens %d, "
                  "max_model_len %d\n",
-                 pool, ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
+                 pool, grammar_ref_ ? " grammar," : "", ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
                  cfg_.max_num_batched_tokens, ei.max_model_len);
     if (cfg_.step_timeout.count() > 0) watchdog_ = std::thread([this] { watch_steps(); });
   }
@@ -213,6 +229,7 @@ class engine_impl final : public engine {
     // Break the pipeline <-> behavior cycle (behaviors are already released by the drain).
     p_->intake_ref = {};
     p_->tokenizer_refs.clear();
+    grammar_ref_ = {};
     p_->scheduler_ref = {};
     p_->kv_ref = {};
     p_->executor_ref = {};
@@ -230,6 +247,28 @@ class engine_impl final : public engine {
         cfg_.max_waiting_tokens > 0 && waiting >= cfg_.max_waiting_tokens) {
       p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
       co_return error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) + "); retry later"};
+    }
+    if (req.structured) {
+      // The grammar first (compiled off the scheduler's path, or found in the cache): a request
+      // with an invalid one is refused before anything is queued.
+      if (!grammar_ref_) {
+        error e{"invalid_request", structured_error_, req.structured->param};
+        co_return e;
+      }
+      auto gref = grammar_ref_;
+      auto g = co_await await_reply<std::shared_ptr<const compiled_grammar>>(
+          [&](rt::reply_ptr<std::shared_ptr<const compiled_grammar>> reply) {
+            compile_grammar m{*req.structured, reply};
+            const rt::send_status s = gref.try_tell(m);
+            if (s == rt::send_status::full) {
+              p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+              reply->complete(error{"queue_full", "too many grammars waiting to compile; retry later"});
+            } else if (s == rt::send_status::closed) {
+              reply->complete(error{"engine_down", "the engine is stopping"});
+            }
+          });
+      if (!g) co_return std::move(g).err();
+      req.params.grammar = std::move(*g);
     }
     auto ref = p_->intake_ref;
     co_return co_await await_reply<std::shared_ptr<request_stream>>(
@@ -286,11 +325,16 @@ class engine_impl final : public engine {
     out.rejected = m.rejected.load(std::memory_order_relaxed);
     out.open_requests = m.open_requests.load(std::memory_order_relaxed);
     out.steps = m.steps.load(std::memory_order_relaxed);
+    out.grammar_compiles = m.grammar_compiles.load(std::memory_order_relaxed);
+    out.grammar_cache_hits = m.grammar_cache_hits.load(std::memory_order_relaxed);
+    out.grammar_failures = m.grammar_failures.load(std::memory_order_relaxed);
+    out.grammar_compile_seconds = double(m.grammar_compile_us.load(std::memory_order_relaxed)) / 1e6;
     if (p_->intake_ref) {
       int64_t tokenizer_queued = 0;  // the pool, summed
       for (const auto& t : p_->tokenizer_refs) tokenizer_queued += static_cast<int64_t>(t.queued());
       out.mailbox_depth = {{"intake", int64_t(p_->intake_ref.queued())},
                            {"tokenizer", tokenizer_queued},
+                           {"grammar", grammar_ref_ ? int64_t(grammar_ref_.queued()) : 0},
                            {"scheduler", int64_t(p_->scheduler_ref.queued())},
                            {"kv_allocator", int64_t(p_->kv_ref.queued())},
                            {"executor", int64_t(p_->executor_ref.queued())},
@@ -384,6 +428,8 @@ class engine_impl final : public engine {
   std::shared_ptr<pipeline> p_;
   std::atomic<bool> running_{true};
   int64_t max_open_ = 0;
+  rt::actor_ref<grammar_actor> grammar_ref_;  // null without a tokenizer
+  std::string structured_error_;              // why structured outputs are unavailable
   std::mutex stop_mu_;
   bool stopped_ = false;
   std::thread watchdog_;

@@ -23,6 +23,7 @@
 #include "model/json/value.hpp"
 #include "model/sampling_params.hpp"
 #include "model/step.hpp"
+#include "model/structured_output.hpp"
 #include "runtime/expected.hpp"
 
 namespace coserve::rt {
@@ -115,6 +116,9 @@ struct generate_request {
   context_rule context;                  // default: max_tokens as given in params
   bool return_prompt_text = false;       // fill request_stream::prompt_text() (echo)
   bool return_token_text = false;        // fill output_event::token_texts / top_logprob_texts
+  // Structured output: compiled by the grammar actor before the request is queued (errors are
+  // "invalid_request" naming structured->param); params.grammar is then set from it.
+  std::optional<grammar_spec> structured;
 };
 
 // Input of engine::tokenize: text or chat messages.
@@ -190,6 +194,10 @@ struct engine_metrics {
   int64_t rejected = 0;
   int64_t open_requests = 0;                        // submitted, stream not ended yet
   int64_t steps = 0;                                // executor steps completed
+  // Structured outputs (grammar actor): grammars compiled, served from its cache, rejected; time
+  // spent compiling.
+  int64_t grammar_compiles = 0, grammar_cache_hits = 0, grammar_failures = 0;
+  double grammar_compile_seconds = 0.0;
   std::vector<std::pair<std::string, int64_t>> mailbox_depth;  // per actor: messages queued
   histogram_snapshot ttft, itl, e2e, queue;        // seconds
 };

@@ -28,3 +28,29 @@ if(COSERVE_BUILD_TESTS)
   find_package(Catch2 2.13 REQUIRED)
   include(Catch)
 endif()
+
+# xgrammar's C++ core (structured outputs: JSON schema, regex, EBNF -> token masks), built from the
+# PyPI sdist that scripts/deps fetches and unpacks into the cache. C++17, our compiler and
+# sanitizer flags, its own warnings silenced, no debug info (it is third-party code), Python
+# bindings (cpp/tvm_ffi) left out.
+if(DEFINED ENV{COSERVE_CACHE})
+  set(_coserve_deps_default "$ENV{COSERVE_CACHE}/deps")
+else()
+  set(_coserve_deps_default "$ENV{HOME}/.cache/coserve/deps")
+endif()
+set(COSERVE_XGRAMMAR_DIR "${_coserve_deps_default}/xgrammar-0.2.8" CACHE PATH
+    "xgrammar 0.2.8 sources (scripts/deps unpacks them here)")
+if(NOT EXISTS "${COSERVE_XGRAMMAR_DIR}/include/xgrammar/xgrammar.h")
+  message(FATAL_ERROR "xgrammar sources not found in ${COSERVE_XGRAMMAR_DIR}: run scripts/deps "
+                      "(or pass -DCOSERVE_XGRAMMAR_DIR=<unpacked xgrammar-0.2.8 sdist>)")
+endif()
+file(GLOB_RECURSE _xgrammar_sources CONFIGURE_DEPENDS "${COSERVE_XGRAMMAR_DIR}/cpp/*.cc")
+list(FILTER _xgrammar_sources EXCLUDE REGEX "/cpp/tvm_ffi/.*\\.cc$")
+add_library(coserve_xgrammar STATIC ${_xgrammar_sources})
+set_target_properties(coserve_xgrammar PROPERTIES CXX_STANDARD 17 CXX_EXTENSIONS OFF)
+target_include_directories(coserve_xgrammar SYSTEM PUBLIC "${COSERVE_XGRAMMAR_DIR}/include")
+target_include_directories(coserve_xgrammar SYSTEM PUBLIC "${COSERVE_XGRAMMAR_DIR}/3rdparty/picojson"
+                                                         "${COSERVE_XGRAMMAR_DIR}/3rdparty/dlpack/include")
+target_compile_definitions(coserve_xgrammar PUBLIC XGRAMMAR_ENABLE_CPPTRACE=0)
+target_compile_options(coserve_xgrammar PRIVATE -w -g0)
+target_link_libraries(coserve_xgrammar PUBLIC Threads::Threads)

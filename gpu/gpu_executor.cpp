@@ -18,6 +18,7 @@
 #include "gpu/rope_freqs.hpp"
 #include "gpu/stream.hpp"
 #include "model/sampler.hpp"
+#include "model/structured_output.hpp"
 
 namespace coserve::gpu {
 
@@ -67,6 +68,15 @@ std::vector<token_logprob> top_logprobs_of(std::vector<float> row, const samplin
   return out;
 }
 
+// Whether every token the grammar mask allows is one of `a` or `b`.
+bool grammar_allows_only(std::span<const uint32_t> mask, const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  std::vector<uint32_t> rest(mask.begin(), mask.end());
+  for (const auto* ids : {&a, &b})
+    for (int32_t t : *ids)
+      if (t >= 0 && size_t(t) / 32 < rest.size()) rest[size_t(t) / 32] &= ~(1u << (t % 32));
+  return std::all_of(rest.begin(), rest.end(), [](uint32_t w) { return w == 0; });
+}
+
 class gpu_executor final : public executor {
  public:
   static result<std::unique_ptr<gpu_executor>> create(const gpu_executor_options& o);
@@ -83,11 +93,13 @@ class gpu_executor final : public executor {
     int32_t last_token = -1;
     std::unordered_map<int32_t, int32_t> seen;       // prompt + output tokens (repetition penalty)
     std::unordered_map<int32_t, int32_t> out_count;  // output token -> count (presence/frequency)
+    std::optional<grammar_matcher> matcher;           // structured output (params.grammar)
     void accept(int32_t t) {
       seen[t] = 1;
       ++out_count[t];
       ++generated;
       last_token = t;
+      if (matcher && !matcher->terminated()) (void)matcher->accept(t);
     }
   };
   // Device addresses of this step's metadata (inside meta_dev_).
@@ -98,6 +110,10 @@ class gpu_executor final : public executor {
     const sample_row_params* params;
     const logit_edit* edits;
     int32_t num_edits;
+    const int32_t* grammar_rows;     // sampled rows under a grammar
+    const uint32_t* grammar_masks;   // [num_grammar_rows, mask_words] allowed-token bitmasks
+    int32_t num_grammar_rows;
+    int32_t mask_words;
   };
   gpu_executor() = default;
   result<void> allocate_buffers();
@@ -243,6 +259,7 @@ result<step_result> gpu_executor::run_step(const step_plan& plan) {
     seq_state st;
     st.params = n.params;
     st.seed = n.seed;
+    if (st.params.grammar) st.matcher.emplace(st.params.grammar);
     for (int32_t t : n.prompt_ids) st.seen[t] = 1;
     for (int32_t t : n.output_ids) st.accept(t);
     seqs_[n.seq_id] = std::move(st);
@@ -292,11 +309,27 @@ result<step_result> gpu_executor::run_step(const step_plan& plan) {
     std::vector<sample_row_params> sp;
     std::vector<logit_edit> edits;
     std::vector<int32_t> logprob_rows;  // sampled rows with params.logprobs > 0
+    std::vector<int32_t> grammar_rows;
+    std::vector<uint32_t> grammar_masks;
+    const int32_t mask_words = grammar_mask_words(c.vocab_size);
     for (size_t row = 0; row < p.sample_seqs.size(); ++row) {
-      const seq_state& st = seqs_.at(plan.seqs[size_t(p.sample_seqs[row])].seq_id);
+      seq_state& st = seqs_.at(plan.seqs[size_t(p.sample_seqs[row])].seq_id);
       sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
                     uint64_t(st.generated)});
-      append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, st.generated, eos_ids_, c.vocab_size, edits);
+      int32_t generated = st.generated;
+      if (st.matcher) {
+        // The allowed tokens, filled on the host (xgrammar) and applied by a mask kernel.
+        grammar_rows.push_back(int32_t(row));
+        grammar_masks.resize(grammar_masks.size() + size_t(mask_words));
+        std::span<uint32_t> mask(grammar_masks.data() + grammar_masks.size() - size_t(mask_words), size_t(mask_words));
+        st.matcher->fill_mask(mask);
+        // The grammar wins over min_tokens (model/sampler.hpp): when it allows nothing but the ids
+        // min_tokens would mask, that mask is dropped for this row.
+        if (st.generated < st.params.min_tokens &&
+            grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_, st.params.stop_token_ids))
+          generated = st.params.min_tokens;
+      }
+      append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, generated, eos_ids_, c.vocab_size, edits);
       if (st.params.logprobs > 0) logprob_rows.push_back(int32_t(row));
     }
     const size_t row_bytes = size_t(c.vocab_size) * 4;
@@ -317,7 +350,10 @@ result<step_result> gpu_executor::run_step(const step_plan& plan) {
     auto om = pk.add(p.merges);
     auto op = pk.add(sp);
     auto oe = pk.add(edits);
-    if (!ow || !om || !op || !oe) return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
+    auto ogr = pk.add(grammar_rows);
+    auto ogm = pk.add(grammar_masks);
+    if (!ow || !om || !op || !oe || !ogr || !ogm)
+      return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
     off[8] = *ow;
     off[9] = *om;
     off[10] = *op;
@@ -330,7 +366,8 @@ result<step_result> gpu_executor::run_step(const step_plan& plan) {
                 reinterpret_cast<const int32_t*>(d + off[6]), reinterpret_cast<const int32_t*>(d + off[7]),
                 reinterpret_cast<const attn_work_item*>(d + off[8]), reinterpret_cast<const attn_merge_item*>(d + off[9]),
                 reinterpret_cast<const sample_row_params*>(d + off[10]), reinterpret_cast<const logit_edit*>(d + *oe),
-                int32_t(edits.size())};
+                int32_t(edits.size()), reinterpret_cast<const int32_t*>(d + *ogr),
+                reinterpret_cast<const uint32_t*>(d + *ogm), int32_t(grammar_rows.size()), mask_words};
     if (auto fr = forward(p, m, logprob_rows); !fr.ok()) {
       // Drain what was issued: the pinned staging buffers must not be rewritten under a pending copy.
       (void)cudaStreamSynchronize(s);
@@ -410,6 +447,8 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, cons
                                                 size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
                                 "logits"));
   COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s));
+  COSERVE_CUDA_TRY(launch_token_bitmask(logits_.as<float>(), m.grammar_rows, m.grammar_masks, m.num_grammar_rows,
+                                        m.mask_words, c.vocab_size, s));
   const size_t row_bytes = size_t(c.vocab_size) * 4;
   for (size_t k = 0; k < logprob_rows.size(); ++k)
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(edited_rows_.as<char>() + k * row_bytes,

@@ -92,6 +92,12 @@ result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float
 // per (row, token). logits [rows, vocab] fp32. Runs before launch_sample.
 result<void> launch_logit_edits(float* logits, const logit_edit* edits, int32_t n, int32_t vocab, cudaStream_t stream);
 
+// ---- token_bitmask.cuh -------------------------------------------------------------------------
+// Structured outputs: for each g < num_rows, logits[rows[g], i] = -inf wherever bit (i % 32) of
+// masks[g * words + i / 32] is clear (xgrammar's bitmask layout). logits [*, vocab] fp32.
+result<void> launch_token_bitmask(float* logits, const int32_t* rows, const uint32_t* masks, int32_t num_rows,
+                                  int32_t words, int32_t vocab, cudaStream_t stream);
+
 // ---- dummy_init.cuh -----------------------------------------------------------------------------
 // Fills n bf16 values with uniform(-scale, scale) from uniform01(seed, 0, index): random weights for
 // --load-format dummy, generated on the device (no host transfer). fill_bf16 writes a constant.

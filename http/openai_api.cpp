@@ -333,6 +333,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   submitted sub;
   for (auto& g : gens) {
     g.params = r.params;
+    g.structured = r.structured;
     g.context = context_of(r);
     g.return_token_text = want_logprobs;
     auto s = co_await eng().submit(std::move(g));

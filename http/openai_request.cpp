@@ -225,6 +225,147 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
   return std::nullopt;
 }
 
+// A JSON schema given as an object (or `true`), or as a string holding one: the schema text.
+std::optional<api_error> read_schema(const value& v, const std::string& field, std::string& out) {
+  if (v.is_string()) {
+    auto parsed = json::parse(v.as_string());
+    if (!parsed) return api_error::bad_request("'" + field + "' is not valid JSON: " + parsed.err().message, field);
+    if (!parsed->is_object() && !parsed->is_bool()) return type_error(field, "a JSON schema (an object)");
+    out = json::dump(*parsed);
+    return std::nullopt;
+  }
+  if (!v.is_object() && !v.is_bool()) return type_error(field, "a JSON schema (an object)");
+  out = json::dump(v);
+  return std::nullopt;
+}
+
+std::optional<api_error> read_choices(const value& v, const std::string& field, std::vector<std::string>& out) {
+  if (!v.is_array() || v.as_array().empty()) return type_error(field, "a non-empty array of strings");
+  for (const auto& c : v.as_array()) {
+    if (!c.is_string() || c.as_string().empty()) return type_error(field, "a non-empty array of non-empty strings");
+    out.push_back(c.as_string());
+  }
+  return std::nullopt;
+}
+
+std::optional<api_error> read_text(const value& v, const std::string& field, std::string& out) {
+  if (!v.is_string() || v.as_string().empty()) return type_error(field, "a non-empty string");
+  out = v.as_string();
+  return std::nullopt;
+}
+
+// Structured output, in any of the spellings clients use (at most one per request):
+//   response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}
+//   structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ..., "disable_any_whitespace"}
+//   guided_json / guided_regex / guided_choice / guided_grammar (vLLM's older names)
+std::optional<api_error> read_structured(const value& body, openai_request& r) {
+  std::vector<std::string> given;
+  auto set = [&](grammar_spec spec) {
+    given.push_back(spec.param);
+    r.structured = std::move(spec);
+  };
+  if (const value* rf = body.find("response_format"); rf && !rf->is_null()) {
+    if (!rf->is_object()) return type_error("response_format", "an object");
+    const value* type = rf->find("type");
+    if (!type || !type->is_string())
+      return api_error::bad_request("'response_format.type' is required: one of 'text', 'json_object', 'json_schema'",
+                                    "response_format.type");
+    const std::string& t = type->as_string();
+    if (t == "json_object") {
+      grammar_spec g;
+      g.type = grammar_spec::kind::json_object;
+      g.param = "response_format";
+      set(std::move(g));
+    } else if (t == "json_schema") {
+      const value* js = rf->find("json_schema");
+      if (!js || js->is_null())
+        return api_error::bad_request("'response_format.json_schema' is required when the type is 'json_schema'",
+                                      "response_format.json_schema");
+      if (!js->is_object()) return type_error("response_format.json_schema", "an object");
+      const value* name = js->find("name");
+      if (!name || !name->is_string() || name->as_string().empty())
+        return api_error::bad_request("'response_format.json_schema.name' is required (a non-empty string)",
+                                      "response_format.json_schema.name");
+      grammar_spec g;
+      g.type = grammar_spec::kind::json_schema;
+      g.param = "response_format.json_schema.schema";
+      const value* schema = js->find("schema");
+      if (!schema || schema->is_null())
+        return api_error::bad_request("'response_format.json_schema.schema' is required", g.param);
+      if (auto e = read_schema(*schema, g.param, g.text)) return e;
+      if (const value* strict = js->find("strict"); strict && !strict->is_null() && !strict->is_bool())
+        return type_error("response_format.json_schema.strict", "a boolean");
+      set(std::move(g));
+    } else if (t != "text") {
+      return api_error::bad_request("'response_format.type' must be one of 'text', 'json_object', 'json_schema' (got '" +
+                                        t + "')",
+                                    "response_format.type");
+    }
+  }
+  bool any_whitespace = true;
+  if (const value* so = body.find("structured_outputs"); so && !so->is_null()) {
+    if (!so->is_object()) return type_error("structured_outputs", "an object");
+    if (const value* d = so->find("disable_any_whitespace"); d && !d->is_null()) {
+      if (!d->is_bool()) return type_error("structured_outputs.disable_any_whitespace", "a boolean");
+      any_whitespace = !d->as_bool();
+    }
+    for (const auto& [key, v] : so->as_object()) {
+      if (v.is_null()) continue;
+      grammar_spec g;
+      g.param = "structured_outputs." + key;
+      if (key == "json") {
+        g.type = grammar_spec::kind::json_schema;
+        if (auto e = read_schema(v, g.param, g.text)) return e;
+      } else if (key == "regex") {
+        g.type = grammar_spec::kind::regex;
+        if (auto e = read_text(v, g.param, g.text)) return e;
+      } else if (key == "choice") {
+        g.type = grammar_spec::kind::choice;
+        if (auto e = read_choices(v, g.param, g.choices)) return e;
+      } else if (key == "grammar") {
+        g.type = grammar_spec::kind::grammar;
+        if (auto e = read_text(v, g.param, g.text)) return e;
+      } else if (key == "json_object") {
+        if (!v.is_bool()) return type_error(g.param, "a boolean");
+        if (!v.as_bool()) continue;
+        g.type = grammar_spec::kind::json_object;
+      } else if (key == "disable_any_whitespace" || key == "disable_fallback" || key == "disable_additional_properties" ||
+                 key == "whitespace_pattern" || key == "backend") {
+        continue;  // options (the grammar engine is always xgrammar; its whitespace rule applies)
+      } else if (key == "structural_tag") {
+        return api_error::bad_request("'structured_outputs.structural_tag' is not supported", g.param);
+      } else {
+        return api_error::bad_request("unknown field 'structured_outputs." + key + "'", g.param);
+      }
+      set(std::move(g));
+    }
+  }
+  struct alias {
+    const char* field;
+    grammar_spec::kind type;
+  };
+  for (const alias& a : {alias{"guided_json", grammar_spec::kind::json_schema}, alias{"guided_regex", grammar_spec::kind::regex},
+                         alias{"guided_choice", grammar_spec::kind::choice}, alias{"guided_grammar", grammar_spec::kind::grammar}}) {
+    const value* v = body.find(a.field);
+    if (!v || v->is_null()) continue;
+    grammar_spec g;
+    g.type = a.type;
+    g.param = a.field;
+    std::optional<api_error> e;
+    if (a.type == grammar_spec::kind::json_schema) e = read_schema(*v, g.param, g.text);
+    else if (a.type == grammar_spec::kind::choice) e = read_choices(*v, g.param, g.choices);
+    else e = read_text(*v, g.param, g.text);
+    if (e) return e;
+    set(std::move(g));
+  }
+  if (given.size() > 1)
+    return api_error::bad_request("only one kind of structured output may be given per request (got '" + given[0] +
+                                      "' and '" + given[1] + "')",
+                                  given[1]);
+  if (r.structured) r.structured->any_whitespace = any_whitespace;
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<json::value, api_error> parse_json_object(std::string_view body) {
@@ -249,6 +390,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
   }
   if (auto e = chat ? read_messages(body, r) : read_prompt(body, lim.vocab_size, r)) return *e;
   if (auto e = read_sampling(body, lim, r)) return *e;
+  if (auto e = read_structured(body, r)) return *e;
   if (auto e = read_bool(body, "stream", r.stream)) return *e;
   if (!chat)
     if (auto e = read_bool(body, "echo", r.echo)) return *e;

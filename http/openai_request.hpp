@@ -37,6 +37,8 @@ struct openai_request {
   bool chat_logprobs = false;     // chat: logprobs requested (top_logprobs in params.logprobs)
   bool echo = false;              // completions: prompt text prepended to the output
   std::string user;
+  // response_format json_object / json_schema, structured_outputs, or a guided_* alias.
+  std::optional<grammar_spec> structured;
 };
 
 // Parses a request body. On failure the error names the offending field in `param`.

@@ -82,6 +82,14 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
   sample("coserve_num_requests_open", static_cast<double>(m.open_requests));
   family("coserve_engine_steps_total", "counter", "Executor steps completed.");
   sample("coserve_engine_steps_total", static_cast<double>(m.steps));
+  family("coserve_grammar_compiles_total", "counter", "Structured-output grammars compiled (cache misses).");
+  sample("coserve_grammar_compiles_total", static_cast<double>(m.grammar_compiles));
+  family("coserve_grammar_cache_hits_total", "counter", "Structured-output grammars served from the compile cache.");
+  sample("coserve_grammar_cache_hits_total", static_cast<double>(m.grammar_cache_hits));
+  family("coserve_grammar_compile_failures_total", "counter", "Structured-output specs rejected as invalid.");
+  sample("coserve_grammar_compile_failures_total", static_cast<double>(m.grammar_failures));
+  family("coserve_grammar_compile_seconds_total", "counter", "Time spent compiling grammars.");
+  sample("coserve_grammar_compile_seconds_total", m.grammar_compile_seconds);
   family("coserve_actor_mailbox_depth", "gauge", "Messages queued in each serving actor's mailbox.");
   for (const auto& [actor, n] : m.mailbox_depth)
     sample("coserve_actor_mailbox_depth{actor=\"" + actor + "\"}", static_cast<double>(n));

@@ -18,6 +18,10 @@ double seq_rng::normal() noexcept {
 sampling_state::sampling_state(sampling_params p, uint64_t seed, std::span<const int32_t> prompt,
                                std::span<const int32_t> output, std::vector<int32_t> eos)
     : params(std::move(p)), eos_ids(std::move(eos)), rng(seed) {
+  if (params.grammar) {
+    matcher.emplace(params.grammar);
+    mask.resize(size_t(grammar_mask_words(matcher->vocab_size())));
+  }
   for (int32_t t : prompt) seen[t] = 1;
   for (int32_t t : output) accept(t);
 }
@@ -26,15 +30,16 @@ void sampling_state::accept(int32_t token) {
   seen[token] = 1;
   ++out_count[token];
   ++num_output;
+  if (matcher && !matcher->terminated() && !matcher->accept(token)) grammar_violated = true;
 }
 
-void apply_penalties(std::span<float> logits, const sampling_state& st) {
+void apply_penalties(std::span<float> logits, const sampling_state& st, bool min_tokens_mask) {
   const sampling_params& p = st.params;
   const int64_t vocab = int64_t(logits.size());
   auto in_range = [&](int32_t t) { return t >= 0 && t < vocab; };
   for (auto [tok, bias] : p.logit_bias)
     if (in_range(tok)) logits[size_t(tok)] += bias;
-  if (st.num_output < p.min_tokens) {
+  if (min_tokens_mask && st.num_output < p.min_tokens) {
     if (!p.ignore_eos)
       for (int32_t t : st.eos_ids)
         if (in_range(t)) logits[size_t(t)] = -INFINITY;
@@ -109,7 +114,22 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
 
 sample_output sample_token(std::span<const float> raw, sampling_state& st) {
   std::vector<float> row(raw.begin(), raw.end());
-  apply_penalties(row, st);
+  if (st.matcher) {
+    st.matcher->fill_mask(st.mask);
+    apply_grammar_mask(row, st.mask);
+    if (st.num_output < st.params.min_tokens) {
+      std::vector<float> masked = row;
+      apply_penalties(row, st);
+      if (std::none_of(row.begin(), row.end(), [](float v) { return v > -INFINITY; })) {
+        row = std::move(masked);
+        apply_penalties(row, st, /*min_tokens_mask=*/false);
+      }
+    } else {
+      apply_penalties(row, st);
+    }
+  } else {
+    apply_penalties(row, st);
+  }
   apply_temperature_and_filters(row, st.params);
   std::vector<float> lp;
   log_softmax(row, lp);

@@ -2,6 +2,9 @@
 // globals; the executor owns a sampling_state per sequence.
 //
 // Order (each step is skipped when its parameter disables it):
+//   0. structured output: tokens the grammar does not allow next set to -inf (when min_tokens
+//      would then leave no token at all - the grammar is complete and only allows eos - the
+//      min_tokens mask is dropped for that step: the grammar wins)
 //   1. logit_bias added to the raw logits
 //   2. min_tokens: eos ids (unless ignore_eos) and stop_token_ids set to -inf until enough output
 //   3. repetition penalty (HF: over prompt + output; positive logits divided, negative multiplied)
@@ -12,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -19,6 +23,7 @@
 #include "model/rng.hpp"
 #include "model/sampling_params.hpp"
 #include "model/step.hpp"
+#include "model/structured_output.hpp"
 
 namespace coserve {
 
@@ -29,11 +34,18 @@ struct sampling_state {
   std::unordered_map<int32_t, int32_t> out_count;  // output token -> count (presence/frequency)
   int32_t num_output = 0;
   seq_rng rng;
+  // With params.grammar: the sequence's matcher (already past `output`) and its bitmask buffer.
+  std::optional<grammar_matcher> matcher;
+  std::vector<uint32_t> mask;
+  // Set when a token was accepted that the grammar does not allow (it never samples one; an
+  // output replayed after preemption could only disagree if the grammar changed).
+  bool grammar_violated = false;
 
   sampling_state(sampling_params p, uint64_t seed, std::span<const int32_t> prompt,
                  std::span<const int32_t> output, std::vector<int32_t> eos);
 
-  // Records a generated token (penalties and min_tokens see it from the next step on).
+  // Records a generated token (penalties and min_tokens see it from the next step on; the grammar
+  // matcher advances by it).
   void accept(int32_t token);
 };
 
@@ -43,8 +55,8 @@ struct sample_output {
   std::vector<token_logprob> top_logprobs;
 };
 
-// Steps 1-4 in place.
-void apply_penalties(std::span<float> logits, const sampling_state& st);
+// Steps 1-4 in place. `min_tokens_mask` false skips step 2.
+void apply_penalties(std::span<float> logits, const sampling_state& st, bool min_tokens_mask = true);
 
 // Steps 5-6 in place (no-op for greedy except nothing; greedy keeps the row).
 void apply_temperature_and_filters(std::span<float> logits, const sampling_params& p);
@@ -53,7 +65,8 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
 void log_softmax(std::span<const float> logits, std::vector<float>& out);
 
 // The whole pipeline: processes a copy of `raw`, picks a token, fills logprobs when asked.
-// Does not call st.accept(); the caller does once the token is final.
+// Does not call st.accept(); the caller does once the token is final. Not const on `st`: the
+// seeded rng advances and the grammar's mask is filled into st.mask.
 sample_output sample_token(std::span<const float> raw, sampling_state& st);
 
 }  // namespace coserve

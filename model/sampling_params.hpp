@@ -3,12 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace coserve {
+
+class compiled_grammar;  // model/structured_output.hpp
 
 struct sampling_params {
   float temperature = 1.0f;          // 0 => greedy (argmax); otherwise logits / temperature
@@ -29,6 +32,8 @@ struct sampling_params {
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
   int32_t n = 1;                     // parallel samples of one prompt (copy-on-write fork)
+  // Structured output: every sampled token must keep the output inside this grammar (null: none).
+  std::shared_ptr<const compiled_grammar> grammar;
 
   bool greedy() const noexcept { return temperature <= 0.0f; }
 };

@@ -170,4 +170,39 @@ std::string decoder::decode(std::vector<std::string> tokens) const {
   return out;
 }
 
+std::string decoder::token_bytes(const std::string& token) const {
+  if (!present_) return token;
+  std::string t = token;
+  for (const auto& s : steps_) {
+    switch (s.k) {
+      case kind::byte_level:
+        if (auto b = byte_level::to_bytes(t)) t = *b;
+        break;
+      case kind::metaspace: {
+        std::string out;
+        for (std::size_t p = 0; p < t.size();) {
+          if (!s.replacement.empty() && t.compare(p, s.replacement.size(), s.replacement) == 0) {
+            out.push_back(' ');
+            p += s.replacement.size();
+          } else {
+            out.push_back(t[p++]);
+          }
+        }
+        t = std::move(out);
+        break;
+      }
+      case kind::byte_fallback:
+        if (const int b = byte_token(t); b >= 0) t.assign(1, static_cast<char>(b));
+        break;
+      case kind::fuse:
+      case kind::strip:
+        break;
+      case kind::replace:
+        t = replace_all(t, s.literal, s.re, s.replacement);
+        break;
+    }
+  }
+  return t;
+}
+
 }  // namespace coserve

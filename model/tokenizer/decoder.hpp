@@ -22,6 +22,13 @@ class decoder {
   // The decoded text; always valid UTF-8 (invalid byte sequences become U+FFFD).
   std::string decode(std::vector<std::string> tokens) const;
 
+  // The bytes one token contributes in the middle of a decoded text: byte-level characters and
+  // <0xNN> byte tokens become their raw bytes (which may be a partial UTF-8 character, left as
+  // they are), Metaspace's replacement character is a space (the start-of-text rule does not
+  // apply), Replace steps apply, Strip steps (which act on the start and end of the whole text)
+  // do not. With no decoder, the token string itself.
+  std::string token_bytes(const std::string& token) const;
+
  private:
   enum class kind { byte_level, metaspace, byte_fallback, fuse, strip, replace };
   struct step {

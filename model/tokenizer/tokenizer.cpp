@@ -57,6 +57,15 @@ std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return t.dec.decode(std::move(tokens));
 }
 
+std::string tokenizer::token_bytes(int32_t id) const {
+  const impl& t = *impl_;
+  if (id < 0 || static_cast<std::size_t>(id) >= t.id_to_token.size()) return {};
+  if (t.special[static_cast<std::size_t>(id)]) return {};
+  const std::string& s = t.id_to_token[static_cast<std::size_t>(id)];
+  if (s.empty()) return {};
+  return t.dec.token_bytes(s);
+}
+
 int32_t tokenizer::vocab_size() const noexcept { return static_cast<int32_t>(impl_->id_to_token.size()); }
 
 std::optional<int32_t> tokenizer::token_to_id(std::string_view token) const {

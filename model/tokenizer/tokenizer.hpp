@@ -43,6 +43,10 @@ class tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string_view id_to_token(int32_t id) const;  // empty if out of range
   bool is_special(int32_t id) const noexcept;
+  // The raw bytes token `id` adds to a decoded text after other tokens (decoder::token_bytes);
+  // "" for special tokens, holes in the id space and ids out of range. What a grammar engine
+  // matches generated tokens against.
+  std::string token_bytes(int32_t id) const;
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
   const std::string& bos_token() const;  // "" when none

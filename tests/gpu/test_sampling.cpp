@@ -5,6 +5,7 @@
 
 #include "gpu/kernels.hpp"
 #include "gpu/reference/sampling_ref.hpp"
+#include "model/structured_output.hpp"
 #include "tests/gpu/device_helpers.hpp"
 
 using namespace coserve;
@@ -95,5 +96,32 @@ TEST_CASE("logit edits kernel and sampling over masked rows", "[gpu][sampling]")
     CHECK(tok[size_t(r)] == e.token);
     CHECK(lp[size_t(r)] == Approx(e.logprob).margin(1e-3));
     CHECK(std::isfinite(logits[size_t(r) * vocab + size_t(tok[size_t(r)])]));
+  }
+}
+
+TEST_CASE("token bitmask kernel matches apply_grammar_mask", "[gpu][sampling][structured]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  for (int32_t vocab : {1000, 50257, 151936}) {
+    std::mt19937 g{static_cast<uint32_t>(vocab)};
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    const int32_t rows = 4, words = grammar_mask_words(vocab);
+    std::vector<float> logits(size_t(rows) * size_t(vocab));
+    for (auto& x : logits) x = nd(g);
+    // Masked rows 3 and 1 (row 0 and 2 untouched): mixed words, all-set words, all-clear words.
+    const std::vector<int32_t> masked_rows{3, 1};
+    std::vector<uint32_t> masks(masked_rows.size() * size_t(words));
+    for (size_t i = 0; i < masks.size(); ++i) masks[i] = i % 7 == 0 ? 0xffffffffu : i % 5 == 0 ? 0u : uint32_t(g());
+    auto d_logits = upload(logits), d_rows = upload(masked_rows), d_masks = upload(masks);
+    REQUIRE(launch_token_bitmask(d_logits.as<float>(), d_rows.as<int32_t>(), d_masks.as<uint32_t>(),
+                                 int32_t(masked_rows.size()), words, vocab, nullptr).ok());
+    const auto got = download<float>(d_logits, logits.size());
+    std::vector<float> want = logits;
+    for (size_t k = 0; k < masked_rows.size(); ++k)
+      apply_grammar_mask(std::span<float>(want.data() + size_t(masked_rows[k]) * size_t(vocab), size_t(vocab)),
+                         std::span<const uint32_t>(masks.data() + k * size_t(words), size_t(words)));
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("vocab " << vocab << " index " << i);
+      REQUIRE(got[i] == want[i]);
+    }
   }
 }

@@ -1,0 +1,248 @@
+#include "model/structured_output.hpp"
+
+#include <xgrammar/xgrammar.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <optional>
+
+#include "model/tokenizer/tokenizer.hpp"
+#include "runtime/lru_cache.hpp"
+
+namespace coserve {
+
+class compiled_grammar {
+ public:
+  compiled_grammar(xgrammar::CompiledGrammar g, int32_t vocab, int32_t tok_vocab, std::vector<int32_t> stops)
+      : grammar(std::move(g)), vocab_size(vocab), tokenizer_vocab(tok_vocab), stop_ids(std::move(stops)) {}
+  xgrammar::CompiledGrammar grammar;
+  int32_t vocab_size;       // logits width
+  int32_t tokenizer_vocab;  // ids xgrammar knows (the rest are never allowed)
+  std::vector<int32_t> stop_ids;
+};
+
+const char* to_string(grammar_spec::kind k) noexcept {
+  switch (k) {
+    case grammar_spec::kind::json_schema: return "json_schema";
+    case grammar_spec::kind::json_object: return "json_object";
+    case grammar_spec::kind::regex: return "regex";
+    case grammar_spec::kind::choice: return "choice";
+    case grammar_spec::kind::grammar: return "grammar";
+  }
+  return "?";
+}
+
+std::string grammar_spec::key() const {
+  std::string k = to_string(type);
+  k += any_whitespace ? ":ws:" : ":compact:";
+  if (type == kind::choice) {
+    // Length-prefixed, so no two different lists share a key.
+    for (const auto& c : choices) k += std::to_string(c.size()) + ":" + c;
+  } else {
+    k += text;
+  }
+  return k;
+}
+
+namespace {
+
+// An xgrammar EBNF string literal: quotes, backslashes and control characters escaped; other
+// bytes (UTF-8 included) as they are.
+std::string ebnf_literal(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\x%02x", c);
+          out += buf;
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out += "\"";
+  return out;
+}
+
+}  // namespace
+
+struct grammar_compiler::impl {
+  impl(xgrammar::TokenizerInfo info, int threads, size_t entries)
+      : compiler(info, threads, /*cache_enabled=*/false), cache(entries) {}
+  xgrammar::GrammarCompiler compiler;
+  rt::lru_cache<std::string, std::shared_ptr<const compiled_grammar>> cache;
+  std::vector<int32_t> stop_ids;
+  int32_t tokenizer_vocab = 0;
+};
+
+result<std::unique_ptr<grammar_compiler>> grammar_compiler::create(const tokenizer& tok, int32_t vocab_size,
+                                                                   std::vector<int32_t> stop_ids,
+                                                                   size_t cache_entries, int threads) {
+  const int32_t n = tok.vocab_size();
+  if (vocab_size < n) vocab_size = n;
+  std::vector<std::string> vocab(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) vocab[size_t(i)] = tok.token_bytes(i);
+  std::vector<int32_t> stops;
+  for (int32_t s : stop_ids)
+    if (s >= 0 && s < n && std::find(stops.begin(), stops.end(), s) == stops.end()) stops.push_back(s);
+  if (stops.empty())
+    return make_error("invalid_argument", "structured outputs: the model has no end-of-sequence token in its vocabulary");
+  try {
+    // RAW: the strings are the tokens' bytes already. Ids past the tokenizer are padding rows.
+    xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, vocab_size, stops, false);
+    std::unique_ptr<grammar_compiler> c(new grammar_compiler());
+    c->impl_ = std::make_unique<impl>(std::move(info), std::max(1, threads), cache_entries);
+    c->impl_->stop_ids = std::move(stops);
+    c->impl_->tokenizer_vocab = n;
+    c->vocab_size_ = vocab_size;
+    return c;
+  } catch (const std::exception& e) {
+    return make_error("invalid_argument", std::string("structured outputs: ") + e.what());
+  }
+}
+
+grammar_compiler::~grammar_compiler() = default;
+
+result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const grammar_spec& spec) {
+  const std::string key = spec.key();
+  if (auto* hit = impl_->cache.find(key)) {
+    ++stats_.cache_hits;
+    return *hit;
+  }
+  auto fail = [&](std::string why) -> result<std::shared_ptr<const compiled_grammar>> {
+    ++stats_.failures;
+    error e{"invalid_request", std::move(why), spec.param};
+    return e;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<xgrammar::CompiledGrammar> g;
+  try {
+    auto& c = impl_->compiler;
+    switch (spec.type) {
+      case grammar_spec::kind::json_schema:
+        g.emplace(c.CompileJSONSchema(spec.text, spec.any_whitespace));
+        break;
+      case grammar_spec::kind::json_object:
+        g.emplace(c.CompileJSONSchema(R"({"type": "object"})", spec.any_whitespace));
+        break;
+      case grammar_spec::kind::regex:
+        g.emplace(c.CompileRegex(spec.text));
+        break;
+      case grammar_spec::kind::choice: {
+        if (spec.choices.empty()) return fail("choice: at least one choice is required");
+        std::string ebnf = "root ::= ";
+        for (size_t i = 0; i < spec.choices.size(); ++i) {
+          if (spec.choices[i].empty()) return fail("choice: choices must be non-empty strings");
+          if (i) ebnf += " | ";
+          ebnf += ebnf_literal(spec.choices[i]);
+        }
+        g.emplace(c.CompileGrammar(ebnf));
+        break;
+      }
+      case grammar_spec::kind::grammar:
+        if (spec.text.find("::=") != std::string::npos) g.emplace(c.CompileGrammar(spec.text));
+        else g.emplace(c.CompileLark(spec.text));
+        break;
+    }
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    // xgrammar prefixes some messages with its source location ("[hh:mm:ss] /path/file.cc:123: ").
+    if (auto p = what.find(".cc:"); p != std::string::npos)
+      if (auto colon = what.find(": ", p + 4); colon != std::string::npos) what = what.substr(colon + 2);
+    return fail(std::string("invalid ") + to_string(spec.type) + ": " + what);
+  }
+  stats_.compile_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++stats_.compiles;
+  auto out = std::make_shared<const compiled_grammar>(std::move(*g), vocab_size_, impl_->tokenizer_vocab,
+                                                      impl_->stop_ids);
+  impl_->cache.insert(key, out);
+  return std::shared_ptr<const compiled_grammar>(out);
+}
+
+struct grammar_matcher::impl {
+  explicit impl(std::shared_ptr<const compiled_grammar> g)
+      : grammar(std::move(g)), matcher(grammar->grammar, grammar->stop_ids) {}
+  std::shared_ptr<const compiled_grammar> grammar;
+  xgrammar::GrammarMatcher matcher;
+};
+
+grammar_matcher::grammar_matcher(std::shared_ptr<const compiled_grammar> g)
+    : impl_(std::make_unique<impl>(std::move(g))) {}
+grammar_matcher::~grammar_matcher() = default;
+grammar_matcher::grammar_matcher(grammar_matcher&&) noexcept = default;
+grammar_matcher& grammar_matcher::operator=(grammar_matcher&&) noexcept = default;
+
+int32_t grammar_matcher::vocab_size() const noexcept { return impl_->grammar->vocab_size; }
+
+void grammar_matcher::fill_mask(std::span<uint32_t> mask) {
+  const int32_t vocab = impl_->grammar->vocab_size;
+  const size_t words = size_t(grammar_mask_words(vocab));
+  std::fill(mask.begin(), mask.end(), 0u);
+  if (mask.size() < words) return;
+  if (impl_->matcher.IsTerminated()) {
+    for (int32_t s : impl_->grammar->stop_ids) mask[size_t(s) / 32] |= 1u << (s % 32);
+    return;
+  }
+  int64_t shape[2] = {1, int64_t(words)};
+  DLTensor t{};
+  t.data = mask.data();
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = xgrammar::GetBitmaskDLType();
+  t.shape = shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  impl_->matcher.FillNextTokenBitmask(&t, 0);
+  // Ids past the tokenizer's vocabulary (padded logits rows) are never allowed.
+  for (int32_t i = impl_->grammar->tokenizer_vocab; i < vocab; ++i) mask[size_t(i) / 32] &= ~(1u << (i % 32));
+}
+
+bool grammar_matcher::accept(int32_t token) {
+  if (token < 0 || token >= impl_->grammar->tokenizer_vocab) return false;
+  if (!impl_->matcher.AcceptToken(token)) return false;
+  ++accepted_;
+  return true;
+}
+
+void grammar_matcher::rollback(int32_t n) {
+  n = int32_t(std::min<int64_t>(n, accepted_));
+  if (n <= 0) return;
+  impl_->matcher.Rollback(n);
+  accepted_ -= n;
+}
+
+bool grammar_matcher::terminated() const { return impl_->matcher.IsTerminated(); }
+
+void apply_grammar_mask(std::span<float> logits, std::span<const uint32_t> mask) {
+  const size_t n = logits.size();
+  const size_t covered = std::min(n, mask.size() * 32);
+  float* l = logits.data();
+  for (size_t w = 0; w * 32 < covered; ++w) {
+    const uint32_t bits = mask[w];
+    if (bits == 0xffffffffu) continue;  // inside free text most words allow every token
+    const size_t base = w * 32, len = std::min<size_t>(32, covered - base);
+    if (bits == 0) {  // restrictive grammars: most words allow none
+      std::fill(l + base, l + base + len, -INFINITY);
+      continue;
+    }
+    uint32_t clear = ~bits;
+    if (len < 32) clear &= (1u << len) - 1u;
+    while (clear) {
+      l[base + size_t(__builtin_ctz(clear))] = -INFINITY;
+      clear &= clear - 1u;
+    }
+  }
+  std::fill(l + covered, l + n, -INFINITY);
+}
+
+}  // namespace coserve
