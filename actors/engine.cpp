@@ -112,9 +112,17 @@ class engine_impl final : public engine {
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
     // The model's chat template (chat_template.jinja / .json or tokenizer_config.json), if any.
+    auto template_source = [&]() -> result<std::string> {
+      if (cfg_.chat_template.empty()) return load_chat_template_source(cfg_.model_dir);
+      std::error_code ec;
+      if (cfg_.chat_template.find('\n') == std::string::npos && cfg_.chat_template.find("{%") == std::string::npos &&
+          cfg_.chat_template.find("{{") == std::string::npos && std::filesystem::is_regular_file(cfg_.chat_template, ec))
+        return load_chat_template_source(cfg_.chat_template);
+      return cfg_.chat_template;
+    };
     if (!tok_) {
       encoder_.template_error = no_tokenizer_message();
-    } else if (auto src = load_chat_template_source(cfg_.model_dir); src.ok()) {
+    } else if (auto src = template_source(); src.ok()) {
       if (auto parsed = chat_template::parse(std::move(*src)); parsed.ok())
         template_.emplace(std::move(*parsed));
       else

@@ -65,6 +65,9 @@ struct engine_config {
                                          // with bf16 weights (CPU); CUDA: auto and bfloat16
   bool enable_prefix_caching = true;
   bool skip_tokenizer_init = false;      // token ids in and out only (also when tokenizer.json is absent)
+  // The chat template instead of the model's: a file (.jinja, or .json with chat_template) or the
+  // template text itself ("": the model's).
+  std::string chat_template;
   std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
 
   // Faults. A failed step ends the requests scheduled in it; this many failed steps in a row (or

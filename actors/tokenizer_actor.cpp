@@ -92,6 +92,10 @@ int64_t tokenize_cost(const tokenize_request_input& in) {
 
 result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat) const {
   if (tmpl == nullptr) return error{"invalid_request", template_error, "messages"};
+  // A template that never reads `tools` would drop them silently.
+  if (chat.tools.is_array() && !chat.tools.as_array().empty() && tmpl->source().find("tools") == std::string::npos)
+    return error{"invalid_request", "the model's chat template does not support tools (it never reads `tools`); "
+                                    "serve with --chat-template to give one that does", "tools"};
   json::value ctx;
   ctx["messages"] = chat.messages;
   if (!chat.tools.is_null()) ctx["tools"] = chat.tools;
@@ -126,7 +130,7 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
     auto chat_ids = encode_chat(std::get<chat_input>(req.input));
     if (!chat_ids.ok()) {
       error e = std::move(chat_ids).err();
-      e.param = where;
+      if (e.param != "tools") e.param = where;
       return e;
     }
     ids = std::move(*chat_ids);

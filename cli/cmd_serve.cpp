@@ -29,6 +29,7 @@
 #include "cli/commands.hpp"
 #include "http/openai_api.hpp"
 #include "http/server.hpp"
+#include "http/tool_calls.hpp"
 #include "model/demo_model.hpp"
 #include "model/dtype.hpp"
 
@@ -92,7 +93,16 @@ engine:
                                 reference). Weights stay as stored. (default: auto; the CUDA
                                 executor supports auto and bfloat16)
   --no-enable-prefix-caching    disable prefix caching (on by default)
+  --chat-template T             the chat template to use instead of the model's: a file (.jinja, or
+                                a .json with a chat_template field) or the template text itself
   --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit
+tools:
+  --enable-auto-tool-choice     serve tool_choice "auto" (the default when a request has tools):
+                                the output is read for tool calls by --tool-call-parser. Without it
+                                such requests get a 400; "none", "required" and a named function
+                                work without it ("required" and named calls are grammar-forced)
+  --tool-call-parser NAME       the model's tool-call format: hermes (Qwen2.5, Hermes), llama3_json,
+                                mistral or pythonic
   -h, --help                    this text
 )";
 
@@ -106,6 +116,8 @@ struct serve_args {
   http::server_limits limits;
   int shutdown_timeout_s = 30;
   int sse_keepalive_s = 15;
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;
 };
 
 std::filesystem::path cache_dir() {
@@ -117,25 +129,32 @@ std::filesystem::path cache_dir() {
 
 // The demo model's GPT-2 tokenizer has no chat template; the server gives the demo folder a small
 // role-tagged one (chat_template.jinja, read by the tokenizer like any model's) so that
-// /v1/chat/completions works out of the box. Unknown roles raise, as real templates do.
-constexpr const char* k_demo_chat_template =
-    "{% for message in messages %}"
-    "{% if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}"
-    "{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}"
-    "{{ '<|' + message['role'] + '|>\\n' + (message['content'] or '') + '\\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}";
+// /v1/chat/completions works out of the box. Unknown roles raise, as real templates do. With
+// `tools` it lists them and asks for Hermes-style <tool_call> blocks (--tool-call-parser hermes),
+// merging a leading system message into that block, and renders assistant tool_calls the same way.
+constexpr const char* k_demo_chat_template = R"TPL({%- if tools %}{{ '<|system|>\n' }}{% if messages[0]['role'] == 'system' %}{{ (messages[0]['content'] or '') + '\n\n' }}{% endif %}{{ '# Tools\n\nYou may call one or more functions. Their signatures are inside <tools></tools>:\n<tools>' }}{% for tool in tools %}{{ '\n' + (tool | tojson) }}{% endfor %}{{ '\n</tools>\n\nFor each call, return a JSON object with the function name and arguments inside <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>\n' }}{% endif %}
+{%- for message in messages %}
+{%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}
+{%- if not (tools and loop.first and message['role'] == 'system') %}
+{{- '<|' + message['role'] + '|>\n' + (message['content'] or '') + '\n' }}
+{%- if message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] %}
+{%- for tc in message['tool_calls'] %}{% set fn = tc['function'] if tc['function'] is defined else tc %}
+{{- '<tool_call>\n{"name": "' + fn['name'] + '", "arguments": ' + (fn['arguments'] if fn['arguments'] is string else (fn['arguments'] | tojson)) + '}\n</tool_call>\n' }}
+{%- endfor %}
+{%- endif %}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %})TPL";
 
-bool has_chat_template(const std::filesystem::path& dir) {
-  if (std::filesystem::exists(dir / "chat_template.jinja")) return true;
-  std::FILE* f = std::fopen((dir / "tokenizer_config.json").string().c_str(), "rb");
-  if (!f) return false;
+std::string read_text(const std::filesystem::path& p) {
+  std::FILE* f = std::fopen(p.string().c_str(), "rb");
+  if (!f) return {};
   std::string text;
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
   std::fclose(f);
-  return text.find("\"chat_template\"") != std::string::npos;
+  return text;
 }
 
 // Returns 0 on success, otherwise the exit status (help: -1 meaning "exit 0").
@@ -243,6 +262,16 @@ int parse(int argc, char** argv, serve_args& a) {
       a.engine.load_format = v;
     }
     else if (f == "--skip-tokenizer-init") a.engine.skip_tokenizer_init = true;
+    else if (f == "--chat-template") { const char* v = need("a file or template text"); if (!v) return 2; a.engine.chat_template = v; }
+    else if (f == "--enable-auto-tool-choice") a.enable_auto_tool_choice = true;
+    else if (f == "--tool-call-parser") {
+      const char* v = need("a parser name");
+      if (!v || !http::find_tool_parser(v)) {
+        std::fprintf(stderr, "coserve serve: --tool-call-parser must be one of: %s\n", http::tool_parser_names().c_str());
+        return 2;
+      }
+      a.tool_call_parser = v;
+    }
     else if (f == "--no-enable-prefix-caching") a.engine.enable_prefix_caching = false;
     else if (f == "--enable-prefix-caching") a.engine.enable_prefix_caching = true;
     else if (!f.empty() && f[0] == '-') {
@@ -260,6 +289,11 @@ int parse(int argc, char** argv, serve_args& a) {
     return 2;
   }
   if (a.http_threads < 1) a.http_threads = 1;
+  if (a.enable_auto_tool_choice && a.tool_call_parser.empty()) {
+    std::fprintf(stderr, "coserve serve: --enable-auto-tool-choice needs --tool-call-parser (one of: %s)\n",
+                 http::tool_parser_names().c_str());
+    return 2;
+  }
   return 0;
 }
 
@@ -299,7 +333,8 @@ int cmd_serve(int argc, char** argv) {
         return 1;
       }
     }
-    if (!has_chat_template(dir)) {
+    // The demo folder is ours: its template is (re)written whenever it is not the current one.
+    if (read_text(dir / "chat_template.jinja") != k_demo_chat_template) {
       if (std::FILE* f = std::fopen((dir / "chat_template.jinja").string().c_str(), "wb")) {
         std::fputs(k_demo_chat_template, f);
         std::fclose(f);
@@ -314,6 +349,8 @@ int cmd_serve(int argc, char** argv) {
                                                      ? a.engine.model_dir.filename().string()
                                                      : a.engine.served_model_name};
   api_opts.sse_keepalive = std::chrono::seconds(a.sse_keepalive_s);
+  api_opts.enable_auto_tool_choice = a.enable_auto_tool_choice;
+  api_opts.tool_call_parser = a.tool_call_parser;
   http::openai_api api(api_opts);
   http::http_server server(io, a.limits, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
   auto port = server.listen(a.host, static_cast<uint16_t>(a.port));

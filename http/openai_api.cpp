@@ -13,6 +13,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include "http/openai_response.hpp"
+#include "http/tool_calls.hpp"
 #include "http/openapi.hpp"
 
 namespace coserve::http {
@@ -91,6 +92,8 @@ void openai_api::attach(engine& e) {
   limits_.served_model_name = info.served_model_name;
   limits_.vocab_size = info.vocab_size;
   limits_.max_model_len = info.max_model_len;
+  limits_.enable_auto_tool_choice = options_.enable_auto_tool_choice;
+  limits_.tool_call_parser = find_tool_parser(options_.tool_call_parser);
   engine_.store(&e, std::memory_order_release);  // publishes limits_ to the handlers
 }
 
@@ -402,6 +405,11 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     for (size_t i = 0; i < choices.size(); ++i) {
       auto& c = choices[i];
       completion_tokens += c.completion_tokens;
+      if (chat && r.tools != tool_mode::none) {
+        parsed_tool_output p = parse_tool_output(r.tools, limits_.tool_call_parser, r.tool_name, c.text);
+        c.text = std::move(p.content);
+        c.tool_calls = std::move(p.calls);
+      }
       if (!chat && r.echo) c.text = sub.streams[i / static_cast<size_t>(n)]->prompt_text() + c.text;
       if (!want_logprobs) lps.emplace_back();
       else if (chat) lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, text_of));
@@ -453,6 +461,11 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     }
   };
   const bool usage_null = r.include_usage;
+  // Chat with tools: which text streams as content and which becomes tool calls, per choice.
+  std::vector<tool_stream> tool_streams;
+  std::vector<int32_t> tool_calls_sent(choices.size(), 0);
+  if (chat)
+    for (size_t i = 0; i < choices.size(); ++i) tool_streams.emplace_back(r.tools, limits_.tool_call_parser, r.tool_name);
   auto pump = [&]() -> asio::awaitable<void> {
     if (chat)
       for (const auto& c : choices)
@@ -497,11 +510,51 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         }
         std::string_view fin = finish_text(ev->finish);
         bool ok = true;
-        if (!ev->text.empty() || !lp.is_null() || (!chat && !fin.empty())) {
+        std::string content = ev->text;
+        tool_stream* ts = chat && r.tools != tool_mode::none ? &tool_streams[static_cast<size_t>(c.index)] : nullptr;
+        if (ts) {
+          content = ts->push(ev->text);
+          if (r.tools == tool_mode::named && !ev->text.empty()) {
+            // The output is the named function's arguments: streamed as they come.
+            if (!ts->header_sent) {
+              ts->header_sent = true;
+              tool_calls_sent[static_cast<size_t>(c.index)] = 1;
+              const std::string chunk = sse_event(chat_tool_header_chunk(h, c.index, 0, ts->named_id(), r.tool_name, usage_null));
+              ok = co_await write(chunk);
+            }
+            if (ok) {
+              const std::string chunk = sse_event(chat_tool_args_chunk(h, c.index, 0, ev->text, usage_null));
+              ok = co_await write(chunk);
+            }
+          }
+        }
+        if (ok && (!content.empty() || !lp.is_null() || (!chat && !fin.empty()))) {
           // Chat puts finish_reason in a chunk of its own (an empty delta), as OpenAI does.
-          const std::string chunk = sse_event(chat ? chat_delta_chunk(h, c.index, ev->text, lp, {}, usage_null)
-                                                   : text_chunk(h, c.index, ev->text, lp, fin, usage_null));
+          const std::string chunk = sse_event(chat ? chat_delta_chunk(h, c.index, content, lp, {}, usage_null)
+                                                   : text_chunk(h, c.index, content, lp, fin, usage_null));
           ok = co_await write(chunk);
+        }
+        if (ok && ts && !fin.empty()) {
+          // The whole output parsed once (as a non-streamed response is): held content, then calls.
+          tool_stream::final_part last = ts->finish();
+          if (!last.content.empty()) {
+            const std::string chunk = sse_event(chat_delta_chunk(h, c.index, last.content, value(), {}, usage_null));
+            ok = co_await write(chunk);
+          }
+          if (r.tools != tool_mode::named) {
+            int32_t k = 0;
+            for (const tool_call& call : last.calls) {
+              if (!ok) break;
+              const std::string head = sse_event(chat_tool_header_chunk(h, c.index, k, call.id, call.name, usage_null));
+              ok = co_await write(head);
+              if (!ok) break;
+              const std::string args = sse_event(chat_tool_args_chunk(h, c.index, k, call.arguments, usage_null));
+              ok = co_await write(args);
+              ++k;
+            }
+            tool_calls_sent[static_cast<size_t>(c.index)] = k;
+          }
+          if (tool_calls_sent[static_cast<size_t>(c.index)] > 0 && ev->finish == finish_reason::stop) fin = "tool_calls";
         }
         if (ok && chat && !fin.empty()) {
           const std::string chunk = sse_event(chat_delta_chunk(h, c.index, {}, value(), fin, usage_null));

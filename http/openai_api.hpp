@@ -32,6 +32,9 @@ struct api_options {
   std::string served_model_name;    // the metrics' model label before an engine is attached
   // Streams write an SSE comment (": keep-alive") after this long without output (0: never).
   std::chrono::milliseconds sse_keepalive{std::chrono::seconds(15)};
+  // Tool calling (vLLM's flags): tool_choice "auto" is served only with both set.
+  bool enable_auto_tool_choice = false;
+  std::string tool_call_parser;     // a name from tool_parser_names(), or ""
 };
 
 // Lifecycle: an api made without an engine answers while the model loads — /health 503

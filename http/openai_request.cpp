@@ -366,6 +366,86 @@ std::optional<api_error> read_structured(const value& body, openai_request& r) {
   return std::nullopt;
 }
 
+// tools (chat_in.tools, an array already) and tool_choice / parallel_tool_calls.
+std::optional<api_error> read_tools(const value& body, const model_limits& lim, openai_request& r) {
+  const value& tools = r.chat_in.tools;
+  std::vector<std::string> names;
+  if (tools.is_array()) {
+    for (const auto& t : tools.as_array()) {
+      if (!t.is_object()) return type_error("tools", "an array of objects");
+      if (const value* type = t.find("type"); type && !(type->is_string() && type->as_string() == "function"))
+        return api_error::bad_request("'tools' entries must have type 'function'", "tools");
+      const value* f = t.find("function");
+      const value* name = f && f->is_object() ? f->find("name") : nullptr;
+      if (!name || !name->is_string() || name->as_string().empty())
+        return api_error::bad_request("'tools' entries need a 'function' with a non-empty string 'name'", "tools");
+      if (const value* params = f->find("parameters"); params && !params->is_null() && !params->is_object())
+        return type_error("tools", "entries whose function 'parameters' is a JSON schema object");
+      names.push_back(name->as_string());
+    }
+  }
+  if (auto e = read_bool(body, "parallel_tool_calls", r.parallel_tool_calls)) return e;
+  const value* tc = body.find("tool_choice");
+  if (tc && !tc->is_null()) {
+    if (tc->is_string()) {
+      const std::string& c = tc->as_string();
+      if (c == "none") r.tools = tool_mode::none;
+      else if (c == "auto") r.tools = tool_mode::automatic;
+      else if (c == "required") r.tools = tool_mode::required;
+      else
+        return api_error::bad_request("'tool_choice' must be 'none', 'auto', 'required' or a named function (got '" + c + "')",
+                                      "tool_choice");
+    } else if (tc->is_object()) {
+      const value* f = tc->find("function");
+      const value* name = f && f->is_object() ? f->find("name") : nullptr;
+      if (!name || !name->is_string())
+        return api_error::bad_request("'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+                                      "tool_choice");
+      r.tools = tool_mode::named;
+      r.tool_name = name->as_string();
+    } else {
+      return type_error("tool_choice", "a string or an object");
+    }
+    if (r.tools != tool_mode::none && names.empty())
+      return api_error::bad_request("when 'tool_choice' is given, 'tools' must be set", "tool_choice");
+  } else {
+    r.tools = names.empty() ? tool_mode::none : tool_mode::automatic;
+  }
+  switch (r.tools) {
+    case tool_mode::none:
+      return std::nullopt;
+    case tool_mode::automatic:
+      if (!lim.enable_auto_tool_choice || lim.tool_call_parser == nullptr)
+        return api_error::bad_request("\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
+                                      "set (or pass tool_choice \"none\", \"required\" or a named function)",
+                                      "tool_choice");
+      return std::nullopt;
+    case tool_mode::required:
+    case tool_mode::named:
+      break;
+  }
+  if (r.structured)
+    return api_error::bad_request("tool_choice '" + std::string(r.tools == tool_mode::named ? "function" : "required") +
+                                      "' cannot be combined with '" + r.structured->param + "'",
+                                  "tool_choice");
+  grammar_spec g;
+  g.type = grammar_spec::kind::json_schema;
+  g.param = "tool_choice";
+  g.any_whitespace = false;  // calls in the compact form models are trained on
+  if (r.tools == tool_mode::required) {
+    g.text = required_tool_calls_schema(tools, r.parallel_tool_calls);
+  } else {
+    const value* fn = nullptr;
+    for (const auto& t : tools.as_array())
+      if (const value* f = t.find("function"); f && f->find("name")->as_string() == r.tool_name) fn = f;
+    if (!fn) return api_error::bad_request("tool '" + r.tool_name + "' named in 'tool_choice' is not in 'tools'", "tool_choice");
+    const value* params = fn->find("parameters");
+    g.text = params && params->is_object() ? json::dump(*params) : std::string(R"({"type": "object"})");
+  }
+  r.structured = std::move(g);
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<json::value, api_error> parse_json_object(std::string_view body) {
@@ -391,6 +471,8 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
   if (auto e = chat ? read_messages(body, r) : read_prompt(body, lim.vocab_size, r)) return *e;
   if (auto e = read_sampling(body, lim, r)) return *e;
   if (auto e = read_structured(body, r)) return *e;
+  if (chat)
+    if (auto e = read_tools(body, lim, r)) return *e;
   if (auto e = read_bool(body, "stream", r.stream)) return *e;
   if (!chat)
     if (auto e = read_bool(body, "echo", r.echo)) return *e;

@@ -11,6 +11,7 @@
 
 #include "actors/engine.hpp"
 #include "http/api_error.hpp"
+#include "http/tool_calls.hpp"
 #include "model/json/value.hpp"
 #include "model/sampling_params.hpp"
 
@@ -21,6 +22,9 @@ struct model_limits {
   std::string served_model_name;
   int32_t vocab_size = 0;      // ids must be in [0, vocab_size)
   int32_t max_model_len = 0;   // prompt + max_tokens at most
+  // Tool calling: tool_choice "auto" needs --enable-auto-tool-choice and a --tool-call-parser.
+  bool enable_auto_tool_choice = false;
+  const tool_parser* tool_call_parser = nullptr;
 };
 
 struct openai_request {
@@ -37,8 +41,13 @@ struct openai_request {
   bool chat_logprobs = false;     // chat: logprobs requested (top_logprobs in params.logprobs)
   bool echo = false;              // completions: prompt text prepended to the output
   std::string user;
-  // response_format json_object / json_schema, structured_outputs, or a guided_* alias.
+  // response_format json_object / json_schema, structured_outputs, or a guided_* alias (or the
+  // grammar tool_choice "required" / a named function imposes).
   std::optional<grammar_spec> structured;
+  // Chat tools: how the output is read (tool_choice), the named function, parallel_tool_calls.
+  tool_mode tools = tool_mode::none;
+  std::string tool_name;
+  bool parallel_tool_calls = true;
 };
 
 // Parses a request body. On failure the error names the offending field in `param`.

@@ -166,6 +166,44 @@ std::string chat_delta_chunk(const response_header& h, int32_t index, std::strin
   return finish_chunk(chunk_base(h), std::move(c), usage_null);
 }
 
+namespace {
+
+std::string tool_delta_chunk(const response_header& h, int32_t index, value call, bool usage_null) {
+  value c = json::object{};
+  c["index"] = value(int64_t{index});
+  value delta = json::object{};
+  delta["tool_calls"] = json::array{std::move(call)};
+  c["delta"] = std::move(delta);
+  c["logprobs"] = value();
+  c["finish_reason"] = value();
+  return finish_chunk(chunk_base(h), std::move(c), usage_null);
+}
+
+}  // namespace
+
+std::string chat_tool_header_chunk(const response_header& h, int32_t index, int32_t call_index,
+                                   const std::string& id, const std::string& name, bool usage_null) {
+  value call = json::object{};
+  call["index"] = value(int64_t{call_index});
+  call["id"] = value(id);
+  call["type"] = value("function");
+  value fn = json::object{};
+  fn["name"] = value(name);
+  fn["arguments"] = value("");
+  call["function"] = std::move(fn);
+  return tool_delta_chunk(h, index, std::move(call), usage_null);
+}
+
+std::string chat_tool_args_chunk(const response_header& h, int32_t index, int32_t call_index,
+                                 std::string_view arguments, bool usage_null) {
+  value call = json::object{};
+  call["index"] = value(int64_t{call_index});
+  value fn = json::object{};
+  fn["arguments"] = value(std::string(arguments));
+  call["function"] = std::move(fn);
+  return tool_delta_chunk(h, index, std::move(call), usage_null);
+}
+
 std::string usage_chunk(const response_header& h, const value& usage) {
   value v = chunk_base(h);
   v["choices"] = json::array{};
@@ -192,14 +230,27 @@ std::string body(const response_header& h, const std::vector<choice_state>& choi
     if (h.chat) {
       value msg = json::object{};
       msg["role"] = value("assistant");
-      msg["content"] = value(ch.text);
-      msg["tool_calls"] = json::array{};
+      value calls = json::array{};
+      for (const auto& t : ch.tool_calls) {
+        value call = json::object{};
+        call["id"] = value(t.id);
+        call["type"] = value("function");
+        value fn = json::object{};
+        fn["name"] = value(t.name);
+        fn["arguments"] = value(t.arguments);
+        call["function"] = std::move(fn);
+        calls.push_back(std::move(call));
+      }
+      msg["content"] = ch.tool_calls.empty() || !ch.text.empty() ? value(ch.text) : value();
+      msg["tool_calls"] = std::move(calls);
       c["message"] = std::move(msg);
     } else {
       c["text"] = value(ch.text);
     }
     c["logprobs"] = i < logprobs.size() ? logprobs[i] : value();
-    c["finish_reason"] = finish_value(finish_text(ch.finish));
+    c["finish_reason"] = finish_value(!ch.tool_calls.empty() && ch.finish == finish_reason::stop
+                                          ? std::string_view("tool_calls")
+                                          : finish_text(ch.finish));
     c["stop_reason"] = ch.stop_reason.empty() ? value() : value(ch.stop_reason);
     arr.push_back(std::move(c));
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
+#include "http/tool_calls.hpp"
 #include "model/json/value.hpp"
 
 namespace coserve::http {
@@ -34,6 +35,9 @@ struct choice_state {
   finish_reason finish = finish_reason::none;
   std::string stop_reason;
   int32_t completion_tokens = 0;
+  // Chat with tools: the calls found in the output (text then holds the rest, the content);
+  // with calls and a "stop" finish, finish_reason is "tool_calls".
+  std::vector<tool_call> tool_calls;
 
   void add(const output_event& ev);
 };
@@ -64,6 +68,12 @@ std::string chat_role_chunk(const response_header& h, int32_t index, bool usage_
 std::string chat_delta_chunk(const response_header& h, int32_t index, std::string_view text,
                              const json::value& logprobs, std::string_view finish, bool usage_null);
 std::string usage_chunk(const response_header& h, const json::value& usage);
+// Tool-call deltas of choice `index`: the call's first chunk (id, type, name, empty arguments),
+// then argument text.
+std::string chat_tool_header_chunk(const response_header& h, int32_t index, int32_t call_index,
+                                   const std::string& id, const std::string& name, bool usage_null);
+std::string chat_tool_args_chunk(const response_header& h, int32_t index, int32_t call_index,
+                                 std::string_view arguments, bool usage_null);
 
 // Whole bodies. `choices` in index order; each choice's logprobs object (or null) alongside.
 std::string completion_body(const response_header& h, const std::vector<choice_state>& choices,

@@ -137,8 +137,9 @@ TEST_CASE("structured output: random logits follow each kind of grammar to the s
         "id":{"type":"integer","minimum":-5,"maximum":40},
         "tag":{"enum":["a","b","c"]},
         "ok":{"type":"boolean"},
-        "xs":{"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"minItems":1,"maxItems":3}},
-      "required":["id","tag","ok","xs"],"additionalProperties":false})";
+        "xs":{"type":"array","items":{"type":"integer","minimum":0,"maximum":9},"minItems":1,"maxItems":3},
+        "label":{"type":"string","maxLength":6}},
+      "required":["id","tag","ok","xs","label"],"additionalProperties":false})";
     auto g = c.compile(s);
     REQUIRE(g.ok());
     for (uint64_t seed = 1; seed <= 20; ++seed) {
@@ -148,7 +149,12 @@ TEST_CASE("structured output: random logits follow each kind of grammar to the s
       auto v = json::parse(r.text);
       REQUIRE(v.ok());
       REQUIRE(v->is_object());
-      CHECK(v->as_object().size() == 4);
+      CHECK(v->as_object().size() == 5);
+      // A bounded string holds no raw control character (JSON forbids them; see scripts/deps).
+      const json::value* label = v->find("label");
+      REQUIRE((label && label->is_string()));
+      CHECK(label->as_string().size() <= 6 * 4);
+      for (unsigned char ch : label->as_string()) CHECK(ch >= 0x20);
       const json::value* id = v->find("id");
       REQUIRE((id && id->is_int()));
       CHECK((id->as_int() >= -5 && id->as_int() <= 40));

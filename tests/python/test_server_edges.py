@@ -21,11 +21,11 @@ def test_metrics_parse(server):
               "coserve_time_to_first_token_seconds", "coserve_inter_token_latency_seconds",
               "coserve_e2e_request_latency_seconds", "coserve_request_queue_time_seconds",
               "coserve_request_success", "coserve_num_requests_open", "coserve_engine_steps",
-              "coserve_actor_mailbox_depth"]:
+              "coserve_actor_mailbox_depth", "coserve_grammar_compiles", "coserve_grammar_cache_hits"]:
         assert n in names, n
     depth = {f.samples[i].labels["actor"] for f in text_string_to_metric_families(text)
              if f.name == "coserve_actor_mailbox_depth" for i in range(len(f.samples))}
-    assert depth == {"intake", "tokenizer", "scheduler", "kv_allocator", "executor", "streamer"}
+    assert depth == {"intake", "tokenizer", "grammar", "scheduler", "kv_allocator", "executor", "streamer"}
     assert metric_value(text, "coserve_generation_tokens_total") >= 3
     assert metric_value(text, "coserve_time_to_first_token_seconds_count") >= 1
 
