@@ -29,6 +29,7 @@
 #include "cli/commands.hpp"
 #include "http/openai_api.hpp"
 #include "http/server.hpp"
+#include "http/reasoning.hpp"
 #include "http/tool_calls.hpp"
 #include "model/demo_model.hpp"
 #include "model/dtype.hpp"
@@ -103,6 +104,10 @@ tools:
                                 work without it ("required" and named calls are grammar-forced)
   --tool-call-parser NAME       the model's tool-call format: hermes (Qwen2.5, Hermes), llama3_json,
                                 mistral or pythonic
+  --reasoning-parser NAME       split <think>...</think> reasoning from the answer into
+                                reasoning_content (messages and stream deltas): deepseek_r1 (the
+                                output starts inside the reasoning) or qwen3 (reasoning only after a
+                                leading <think>); tool calls are read from the answer only
   -h, --help                    this text
 )";
 
@@ -118,6 +123,7 @@ struct serve_args {
   int sse_keepalive_s = 15;
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;
+  std::string reasoning_parser;
 };
 
 std::filesystem::path cache_dir() {
@@ -272,6 +278,14 @@ int parse(int argc, char** argv, serve_args& a) {
       }
       a.tool_call_parser = v;
     }
+    else if (f == "--reasoning-parser") {
+      const char* v = need("a parser name");
+      if (!v || !http::find_reasoning_parser(v)) {
+        std::fprintf(stderr, "coserve serve: --reasoning-parser must be one of: %s\n", http::reasoning_parser_names().c_str());
+        return 2;
+      }
+      a.reasoning_parser = v;
+    }
     else if (f == "--no-enable-prefix-caching") a.engine.enable_prefix_caching = false;
     else if (f == "--enable-prefix-caching") a.engine.enable_prefix_caching = true;
     else if (!f.empty() && f[0] == '-') {
@@ -351,6 +365,7 @@ int cmd_serve(int argc, char** argv) {
   api_opts.sse_keepalive = std::chrono::seconds(a.sse_keepalive_s);
   api_opts.enable_auto_tool_choice = a.enable_auto_tool_choice;
   api_opts.tool_call_parser = a.tool_call_parser;
+  api_opts.reasoning_parser = a.reasoning_parser;
   http::openai_api api(api_opts);
   http::http_server server(io, a.limits, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
   auto port = server.listen(a.host, static_cast<uint16_t>(a.port));

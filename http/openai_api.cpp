@@ -13,6 +13,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include "http/openai_response.hpp"
+#include "http/reasoning.hpp"
 #include "http/tool_calls.hpp"
 #include "http/openapi.hpp"
 
@@ -49,16 +50,6 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// `input_error`: the error came from tokenizing or templating the client's input, so any code but
-// the overload ones is the client's mistake (400), never a 500.
-api_error from_engine_error(const error& e, const std::string& param, bool input_error = false) {
-  if (e.code == "queue_full") return {429, e.message.empty() ? "server overloaded, retry later" : e.message, "RateLimitError", {}, {}};
-  if (e.code == "engine_down") return {503, e.message.empty() ? "engine unavailable" : e.message, "ServiceUnavailableError", {}, {}};
-  if (input_error || e.code == "invalid_request" || e.code == "template_error" || e.code == "invalid_argument")
-    return api_error::bad_request(e.message, e.param.empty() ? param : e.param);
-  return {500, e.message, "InternalServerError", {}, {}};
-}
-
 struct route {
   const char* path;
   const char* method;
@@ -67,6 +58,7 @@ constexpr route k_routes[] = {
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
     {"/health", "GET"},          {"/metrics", "GET"},              {"/tokenize", "POST"},
     {"/detokenize", "POST"},     {"/version", "GET"},              {"/openapi.json", "GET"},
+    {"/v1/responses", "POST"},   {"/v1/messages", "POST"},
 };
 
 // Streams of one HTTP request (one per prompt) and the index offset of each one's choices.
@@ -78,6 +70,17 @@ struct submitted {
 };
 
 }  // namespace
+
+// `input_error`: the error came from tokenizing or templating the client's input, so any code but
+// the overload ones is the client's mistake (400), never a 500.
+api_error from_engine_error(const error& e, const std::string& param, bool input_error) {
+  if (e.code == "queue_full") return {429, e.message.empty() ? "server overloaded, retry later" : e.message, "RateLimitError", {}, {}};
+  if (e.code == "engine_down") return {503, e.message.empty() ? "engine unavailable" : e.message, "ServiceUnavailableError", {}, {}};
+  if (input_error || e.code == "invalid_request" || e.code == "template_error" || e.code == "invalid_argument")
+    return api_error::bad_request(e.message, e.param.empty() ? param : e.param);
+  return {500, e.message, "InternalServerError", {}, {}};
+}
+
 
 openai_api::openai_api(engine& e, api_options options)
     : options_(std::move(options)), metrics_(e.info().served_model_name), rng_(std::random_device{}()) {
@@ -94,6 +97,7 @@ void openai_api::attach(engine& e) {
   limits_.max_model_len = info.max_model_len;
   limits_.enable_auto_tool_choice = options_.enable_auto_tool_choice;
   limits_.tool_call_parser = find_tool_parser(options_.tool_call_parser);
+  reasoning_ = find_reasoning_parser(options_.reasoning_parser);
   engine_.store(&e, std::memory_order_release);  // publishes limits_ to the handlers
 }
 
@@ -144,8 +148,9 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
     co_await respond(w, r);
     co_return;
   }
+  // The key as OpenAI clients send it (Authorization: Bearer) or as Anthropic's do (X-Api-Key).
   if (!options_.api_key.empty() && path.rfind("/v1/", 0) == 0 &&
-      req.header("authorization") != "Bearer " + options_.api_key) {
+      req.header("authorization") != "Bearer " + options_.api_key && req.header("x-api-key") != options_.api_key) {
     {
       const api_error err_ = {401, "invalid or missing API key", "AuthenticationError", {}, "invalid_api_key"};
       co_await respond_error(w, err_);
@@ -184,13 +189,16 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
     co_return;
   }
   if (draining_.load(std::memory_order_acquire) &&
-      (path == "/v1/completions" || path == "/v1/chat/completions")) {
+      (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/responses" ||
+       path == "/v1/messages")) {
     const api_error e{503, "the server is shutting down", "ServiceUnavailableError", {}, {}};
     co_await respond_error(w, e);
     co_return;
   }
   if (path == "/v1/completions") co_return co_await generate(req, w, false);
   if (path == "/v1/chat/completions") co_return co_await generate(req, w, true);
+  if (path == "/v1/responses") co_return co_await responses(req, w);
+  if (path == "/v1/messages") co_return co_await messages(req, w);
   if (path == "/tokenize") co_return co_await tokenize(req, w);
   if (path == "/detokenize") co_return co_await detokenize(req, w);
   if (path == "/metrics") {
@@ -405,6 +413,12 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     for (size_t i = 0; i < choices.size(); ++i) {
       auto& c = choices[i];
       completion_tokens += c.completion_tokens;
+      if (chat && reasoning_) {
+        reasoning_split sp = split_reasoning(*reasoning_, c.text);
+        c.reasoning = std::move(sp.reasoning);
+        c.has_reasoning = sp.has_reasoning;
+        c.text = std::move(sp.content);
+      }
       if (chat && r.tools != tool_mode::none) {
         parsed_tool_output p = parse_tool_output(r.tools, limits_.tool_call_parser, r.tool_name, c.text);
         c.text = std::move(p.content);
@@ -463,9 +477,13 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   const bool usage_null = r.include_usage;
   // Chat with tools: which text streams as content and which becomes tool calls, per choice.
   std::vector<tool_stream> tool_streams;
+  std::vector<reasoning_stream> reasoning_streams;
   std::vector<int32_t> tool_calls_sent(choices.size(), 0);
   if (chat)
-    for (size_t i = 0; i < choices.size(); ++i) tool_streams.emplace_back(r.tools, limits_.tool_call_parser, r.tool_name);
+    for (size_t i = 0; i < choices.size(); ++i) {
+      tool_streams.emplace_back(r.tools, limits_.tool_call_parser, r.tool_name);
+      if (reasoning_) reasoning_streams.emplace_back(*reasoning_);
+    }
   auto pump = [&]() -> asio::awaitable<void> {
     if (chat)
       for (const auto& c : choices)
@@ -510,11 +528,27 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         }
         std::string_view fin = finish_text(ev->finish);
         bool ok = true;
-        std::string content = ev->text;
+        // Reasoning first (its text never reaches the tool parser), then tool calls, then content.
+        std::string text = ev->text;
+        if (chat && reasoning_) {
+          reasoning_stream& rs = reasoning_streams[static_cast<size_t>(c.index)];
+          reasoning_split part = rs.push(text);
+          if (!fin.empty()) {
+            reasoning_split rest = rs.finish();
+            part.reasoning += rest.reasoning;
+            part.content += rest.content;
+          }
+          if (!part.reasoning.empty()) {
+            const std::string chunk = sse_event(chat_reasoning_chunk(h, c.index, part.reasoning, usage_null));
+            ok = co_await write(chunk);
+          }
+          text = std::move(part.content);
+        }
+        std::string content = text;
         tool_stream* ts = chat && r.tools != tool_mode::none ? &tool_streams[static_cast<size_t>(c.index)] : nullptr;
-        if (ts) {
-          content = ts->push(ev->text);
-          if (r.tools == tool_mode::named && !ev->text.empty()) {
+        if (ok && ts) {
+          content = ts->push(text);
+          if (r.tools == tool_mode::named && !text.empty()) {
             // The output is the named function's arguments: streamed as they come.
             if (!ts->header_sent) {
               ts->header_sent = true;
@@ -523,7 +557,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
               ok = co_await write(chunk);
             }
             if (ok) {
-              const std::string chunk = sse_event(chat_tool_args_chunk(h, c.index, 0, ev->text, usage_null));
+              const std::string chunk = sse_event(chat_tool_args_chunk(h, c.index, 0, text, usage_null));
               ok = co_await write(chunk);
             }
           }

@@ -21,6 +21,7 @@
 #include "actors/engine.hpp"
 #include "http/api_error.hpp"
 #include "http/openai_request.hpp"
+#include "http/tool_calls.hpp"
 #include "http/prometheus_metrics.hpp"
 #include "http/server.hpp"
 
@@ -35,7 +36,12 @@ struct api_options {
   // Tool calling (vLLM's flags): tool_choice "auto" is served only with both set.
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;     // a name from tool_parser_names(), or ""
+  std::string reasoning_parser;     // a name from reasoning_parser_names(), or ""
 };
+
+// An engine error as an HTTP error: queue_full 429, engine_down 503, request errors 400 (param from
+// the error, else `param`); `input_error`: any other code is the client's mistake too (400).
+api_error from_engine_error(const error& e, const std::string& param, bool input_error = false);
 
 // Lifecycle: an api made without an engine answers while the model loads — /health 503
 // {"status":"loading"}, the other model routes 503 with Retry-After — until attach(). After
@@ -59,6 +65,45 @@ class openai_api {
   asio::awaitable<void> generate(http_request& req, response_writer& w, bool chat);
   asio::awaitable<void> tokenize(http_request& req, response_writer& w);
   asio::awaitable<void> detokenize(http_request& req, response_writer& w);
+  // /v1/responses and /v1/messages (http/dialects.cpp).
+  asio::awaitable<void> responses(http_request& req, response_writer& w);
+  asio::awaitable<void> messages(http_request& req, response_writer& w);
+  // One chat sample's output, reasoning and tool calls split as for /v1/chat/completions, handed
+  // to the sink as it streams (tool calls once the output is complete).
+  struct chat_sink {
+    std::function<asio::awaitable<bool>(const std::string&)> reasoning, content;
+    std::function<asio::awaitable<bool>(const tool_call&)> call;
+  };
+  struct chat_outcome {
+    finish_reason finish = finish_reason::none;
+    std::string stop_reason;
+    int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+    std::string error;  // the engine's failure, if any
+    bool tool_calls = false;
+  };
+  asio::awaitable<chat_outcome> drain_chat(request_stream& s, const openai_request& r, const chat_sink& sink);
+  // A dialect request translated, validated and submitted (or the error to answer with).
+  struct dialect_rules {
+    std::variant<json::value, api_error> (*translate)(const json::value&);
+    std::string (*param)(const std::string&);  // chat param -> the dialect's
+    const char* input_param;
+    const char* max_tokens_param;
+  };
+  struct dialect_run {
+    json::value body;  // the dialect's request body
+    openai_request r;  // its chat translation
+    std::shared_ptr<request_stream> s;
+  };
+  asio::awaitable<std::variant<dialect_run, api_error>> start_dialect(const std::string& body_text,
+                                                                      const dialect_rules& rules);
+  // drain_chat() while watching for the client leaving (which cancels the request).
+  asio::awaitable<chat_outcome> pump_chat(dialect_run& run, const chat_sink& sink, response_writer& w);
+  struct collected_chat {
+    std::string reasoning, text;
+    std::vector<tool_call> calls;
+    chat_outcome outcome;
+  };
+  asio::awaitable<collected_chat> collect_chat(dialect_run& run, response_writer& w);
   // Coroutine arguments are references to named locals: GCC 12 destroys non-trivial temporaries of
   // a co_await full-expression twice, so no call site builds one.
   asio::awaitable<void> respond(response_writer& w, http_response& r);
@@ -72,6 +117,7 @@ class openai_api {
   std::atomic<bool> draining_{false};
   api_options options_;
   model_limits limits_;
+  const struct reasoning_parser* reasoning_ = nullptr;  // options_.reasoning_parser
   prometheus_metrics metrics_;
   std::mutex id_mu_;  // guards rng_
   std::mt19937_64 rng_;

@@ -181,6 +181,17 @@ std::string tool_delta_chunk(const response_header& h, int32_t index, value call
 
 }  // namespace
 
+std::string chat_reasoning_chunk(const response_header& h, int32_t index, std::string_view text, bool usage_null) {
+  value c = json::object{};
+  c["index"] = value(int64_t{index});
+  value delta = json::object{};
+  delta["reasoning_content"] = value(std::string(text));
+  c["delta"] = std::move(delta);
+  c["logprobs"] = value();
+  c["finish_reason"] = value();
+  return finish_chunk(chunk_base(h), std::move(c), usage_null);
+}
+
 std::string chat_tool_header_chunk(const response_header& h, int32_t index, int32_t call_index,
                                    const std::string& id, const std::string& name, bool usage_null) {
   value call = json::object{};
@@ -242,6 +253,7 @@ std::string body(const response_header& h, const std::vector<choice_state>& choi
         calls.push_back(std::move(call));
       }
       msg["content"] = ch.tool_calls.empty() || !ch.text.empty() ? value(ch.text) : value();
+      if (ch.has_reasoning) msg["reasoning_content"] = value(ch.reasoning);
       msg["tool_calls"] = std::move(calls);
       c["message"] = std::move(msg);
     } else {

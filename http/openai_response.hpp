@@ -38,6 +38,9 @@ struct choice_state {
   // Chat with tools: the calls found in the output (text then holds the rest, the content);
   // with calls and a "stop" finish, finish_reason is "tool_calls".
   std::vector<tool_call> tool_calls;
+  // With a reasoning parser: the thinking split off the output (message.reasoning_content).
+  std::string reasoning;
+  bool has_reasoning = false;
 
   void add(const output_event& ev);
 };
@@ -68,6 +71,8 @@ std::string chat_role_chunk(const response_header& h, int32_t index, bool usage_
 std::string chat_delta_chunk(const response_header& h, int32_t index, std::string_view text,
                              const json::value& logprobs, std::string_view finish, bool usage_null);
 std::string usage_chunk(const response_header& h, const json::value& usage);
+// A reasoning delta ({"reasoning_content": text}) of choice `index`.
+std::string chat_reasoning_chunk(const response_header& h, int32_t index, std::string_view text, bool usage_null);
 // Tool-call deltas of choice `index`: the call's first chunk (id, type, name, empty arguments),
 // then argument text.
 std::string chat_tool_header_chunk(const response_header& h, int32_t index, int32_t call_index,

@@ -115,7 +115,8 @@ TEST_CASE("out-of-range and wrongly typed fields name their param", "[http][requ
 
 TEST_CASE("chat: messages, content parts, logprobs", "[http][request]") {
   auto r = expect_ok(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
-                        "logprobs":true,"top_logprobs":2,"tools":[{"type":"function"}]})", true);
+                        "logprobs":true,"top_logprobs":2,"tools":[{"type":"function","function":{"name":"f"}}],
+                        "tool_choice":"none"})", true);
   CHECK(r.chat_in.messages.as_array()[0].find("content")->as_string() == "a\nb");
   CHECK(r.params.logprobs == 2);
   CHECK(r.chat_in.tools.is_array());

@@ -6,6 +6,7 @@ calls only because the grammar engine forces them; their arguments must validate
 tool's parameters schema (the `jsonschema` package). "auto" is exercised end to end by forcing the
 model's text into the Hermes format with a regex, so the parser has real output to read."""
 import json
+import re
 
 import httpx
 import jsonschema
@@ -183,5 +184,37 @@ def test_tools_without_a_template_that_supports_them_is_a_400():
         assert r.json()["error"]["param"] == "tools"
         ok = s.client().chat.completions.create(model=s.model, messages=MESSAGES, max_tokens=3)
         assert ok.choices[0].finish_reason == "length"
+    finally:
+        s.stop()
+
+
+def test_reasoning_is_split_before_tool_parsing():
+    s = Server("--reasoning-parser", "deepseek_r1", "--enable-auto-tool-choice", "--tool-call-parser", "hermes")
+    try:
+        c = s.client(timeout=120)
+        # Thinking, then an answer holding a Hermes call: forced by a regex so the random model writes it.
+        regex = (r'[a-z]{3,8} [a-z]{3,8}\.\n</think>\n\n[A-Z][a-z]{1,6}\. <tool_call>\n\{"name": "add", '
+                 r'"arguments": \{"a": [1-9], "b": 0\.5\}\}\n</tool_call>')
+        for seed in range(3):
+            kw = dict(model=s.model, messages=MESSAGES, tools=TOOLS, max_tokens=200, seed=seed,
+                      extra_body={"structured_outputs": {"regex": regex}})
+            ch = c.chat.completions.create(**kw).choices[0]
+            reasoning = ch.message.model_extra["reasoning_content"]
+            assert re.fullmatch(r"[a-z]{3,8} [a-z]{3,8}\.\n", reasoning)
+            assert re.fullmatch(r"\n\n[A-Z][a-z]{1,6}\. ", ch.message.content)
+            assert ch.finish_reason == "tool_calls" and [t.function.name for t in ch.message.tool_calls] == ["add"]
+            streamed_reasoning, content, names = "", "", []
+            for chunk in c.chat.completions.create(stream=True, **kw):
+                if not chunk.choices:
+                    continue
+                d = chunk.choices[0].delta
+                streamed_reasoning += (d.model_extra or {}).get("reasoning_content") or ""
+                content += d.content or ""
+                names += [t.function.name for t in d.tool_calls or [] if t.function and t.function.name]
+            assert streamed_reasoning == reasoning and content == ch.message.content and names == ["add"]
+        # No </think> before max_tokens: everything is reasoning (the template opened <think>).
+        ch = c.chat.completions.create(model=s.model, messages=MESSAGES, max_tokens=8, seed=1,
+                                       tool_choice="none", tools=TOOLS).choices[0]
+        assert ch.message.model_extra["reasoning_content"] and not ch.message.content
     finally:
         s.stop()

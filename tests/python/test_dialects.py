@@ -1,0 +1,166 @@
+"""/v1/responses through the official openai client and /v1/messages through the official anthropic
+client, against `coserve serve --demo` (random weights: forced tool calls and schemas are well-formed
+only because of the grammar engine)."""
+import json
+
+import anthropic
+import httpx
+import jsonschema
+import pytest
+
+from conftest import Server
+
+KEY = "k-dialects"
+ADD = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                                        "op": {"enum": ["plus", "minus"]}},
+       "required": ["a", "op"], "additionalProperties": False}
+
+
+@pytest.fixture(scope="module")
+def srv():
+    s = Server("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--api-key", KEY)
+    yield s
+    s.stop()
+
+
+def oai(s):
+    return s.client(api_key=KEY, timeout=120)
+
+
+def claude(s, key=KEY):
+    return anthropic.Anthropic(base_url=s.url, api_key=key, max_retries=0, timeout=120)
+
+
+# ---- Responses ------------------------------------------------------------------------------------
+
+def test_responses_text_streamed_and_not(srv):
+    c = oai(srv)
+    r = c.responses.create(model=srv.model, input="Hello there", instructions="Be brief.", max_output_tokens=12,
+                           temperature=0)
+    assert r.object == "response" and r.status == "incomplete"
+    assert r.incomplete_details.reason == "max_output_tokens"
+    assert r.output[0].type == "message" and r.output_text
+    assert r.usage.output_tokens == 12 and r.usage.input_tokens > 0
+    with c.responses.stream(model=srv.model, input="Hello there", instructions="Be brief.", max_output_tokens=12,
+                            temperature=0) as st:
+        deltas = [e.delta for e in st if e.type == "response.output_text.delta"]
+        final = st.get_final_response()
+    assert "".join(deltas) == final.output_text == r.output_text
+
+
+def test_responses_function_tools_and_text_format(srv):
+    c = oai(srv)
+    tools = [{"type": "function", "name": "calc", "description": "calculator", "parameters": ADD}]
+    for choice in ("required", {"type": "function", "name": "calc"}):
+        r = c.responses.create(model=srv.model, input=[{"role": "user", "content": "add 2"}], tools=tools,
+                               tool_choice=choice, parallel_tool_calls=False, max_output_tokens=60)
+        calls = [o for o in r.output if o.type == "function_call"]
+        assert r.status == "completed" and len(calls) == 1
+        assert calls[0].name == "calc" and calls[0].call_id
+        jsonschema.validate(json.loads(calls[0].arguments), ADD)
+        events = list(c.responses.create(model=srv.model, input="add 2", tools=tools, tool_choice=choice,
+                                         parallel_tool_calls=False, max_output_tokens=60, stream=True))
+        types = [e.type for e in events]
+        assert types[0] == "response.created" and types[-1] == "response.completed"
+        done = [e for e in events if e.type == "response.function_call_arguments.done"]
+        assert len(done) == 1
+        jsonschema.validate(json.loads(done[0].arguments), ADD)
+    schema = {"type": "object", "properties": {"k": {"enum": ["a", "b"]}, "n": {"type": "integer", "minimum": 1,
+                                                                              "maximum": 3}},
+              "required": ["k", "n"], "additionalProperties": False}
+    r = c.responses.create(model=srv.model, input="json please", max_output_tokens=100,
+                           text={"format": {"type": "json_schema", "name": "kn", "schema": schema, "strict": True}})
+    assert r.status == "completed"
+    jsonschema.validate(json.loads(r.output_text), schema)
+    # A conversation carrying an earlier call and its output renders and runs.
+    r = c.responses.create(model=srv.model, max_output_tokens=4, tools=tools, tool_choice="none", input=[
+        {"role": "user", "content": [{"type": "input_text", "text": "add 2"}]},
+        {"type": "function_call", "call_id": "call_1", "name": "calc", "arguments": "{\"a\": 2, \"op\": \"plus\"}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "4"}])
+    assert r.status == "incomplete" and r.output_text
+
+
+@pytest.mark.parametrize("body,param", [
+    ({"input": "x", "previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
+    ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
+    ({}, "input"),
+    ({"input": [{"type": "image_generation_call"}]}, "input"),
+    ({"input": "x", "text": {"format": {"type": "json_schema", "name": "s", "schema": {"type": "nope"}}}},
+     "text.format.schema"),
+])
+def test_responses_errors(srv, body, param):
+    r = httpx.post(srv.url + "/v1/responses", json={"model": srv.model, **body},
+                   headers={"Authorization": "Bearer " + KEY}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == param
+
+
+# ---- Anthropic Messages ---------------------------------------------------------------------------
+
+def test_messages_text_streamed_and_not(srv):
+    a = claude(srv)
+    kw = dict(model=srv.model, max_tokens=10, system="You are terse.", extra_body={"temperature": 0},
+              messages=[{"role": "user", "content": "hi"}])
+    m = a.messages.create(**kw)
+    assert m.type == "message" and m.role == "assistant" and m.stop_reason == "max_tokens"
+    assert m.content[0].type == "text" and m.content[0].text
+    assert m.usage.output_tokens == 10 and m.usage.input_tokens > 0
+    with a.messages.stream(**kw) as st:
+        text = "".join(st.text_stream)
+        final = st.get_final_message()
+    assert text == m.content[0].text == final.content[0].text
+    assert final.stop_reason == "max_tokens"
+
+
+def test_messages_stop_sequence(srv):
+    a = claude(srv)
+    m = a.messages.create(model=srv.model, max_tokens=200, extra_body={"temperature": 0},
+                          messages=[{"role": "user", "content": "go"}])
+    words = m.content[0].text.split()
+    assert len(words) > 3
+    stop = words[2]
+    s = a.messages.create(model=srv.model, max_tokens=200, extra_body={"temperature": 0}, stop_sequences=[stop],
+                          messages=[{"role": "user", "content": "go"}])
+    assert s.stop_reason == "stop_sequence" and s.stop_sequence == stop
+    assert stop not in s.content[0].text
+
+
+def test_messages_tool_use_forced_and_multi_turn(srv):
+    a = claude(srv)
+    tools = [{"name": "calc", "description": "calculator", "input_schema": ADD}]
+    for choice in ({"type": "any", "disable_parallel_tool_use": True}, {"type": "tool", "name": "calc"}):
+        m = a.messages.create(model=srv.model, max_tokens=80, tools=tools, tool_choice=choice,
+                              messages=[{"role": "user", "content": "add"}])
+        uses = [b for b in m.content if b.type == "tool_use"]
+        assert m.stop_reason == "tool_use" and len(uses) == 1
+        assert uses[0].name == "calc" and uses[0].id.startswith("toolu_")
+        jsonschema.validate(uses[0].input, ADD)
+        with a.messages.stream(model=srv.model, max_tokens=80, tools=tools, tool_choice=choice,
+                               messages=[{"role": "user", "content": "add"}]) as st:
+            final = st.get_final_message()
+        assert final.stop_reason == "tool_use"
+        jsonschema.validate([b for b in final.content if b.type == "tool_use"][0].input, ADD)
+    m = a.messages.create(model=srv.model, max_tokens=3, tools=tools, tool_choice={"type": "none"}, messages=[
+        {"role": "user", "content": "add 2"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Calling."},
+                                          {"type": "tool_use", "id": "toolu_1", "name": "calc",
+                                           "input": {"a": 2, "op": "plus"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4"}]}])
+    assert m.stop_reason == "max_tokens"
+
+
+def test_messages_errors_and_auth(srv):
+    with pytest.raises(anthropic.BadRequestError) as e:
+        claude(srv).messages.create(model=srv.model, max_tokens=5, messages=[
+            {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "data": ""}}]}])
+    assert e.value.body["type"] == "error" and e.value.body["error"]["type"] == "invalid_request_error"
+    r = httpx.post(srv.url + "/v1/messages", json={"model": srv.model, "messages": [{"role": "user", "content": "x"}]},
+                   headers={"x-api-key": KEY}, timeout=60)
+    assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]
+    with pytest.raises(anthropic.AuthenticationError):
+        claude(srv, key="wrong").messages.create(model=srv.model, max_tokens=5,
+                                                 messages=[{"role": "user", "content": "x"}])
+    # X-Api-Key is accepted on the OpenAI routes too.
+    r = httpx.get(srv.url + "/v1/models", headers={"X-Api-Key": KEY})
+    assert r.status_code == 200
