@@ -46,11 +46,14 @@ if(NOT EXISTS "${COSERVE_XGRAMMAR_DIR}/include/xgrammar/xgrammar.h")
 endif()
 file(GLOB_RECURSE _xgrammar_sources CONFIGURE_DEPENDS "${COSERVE_XGRAMMAR_DIR}/cpp/*.cc")
 list(FILTER _xgrammar_sources EXCLUDE REGEX "/cpp/tvm_ffi/.*\\.cc$")
-add_library(coserve_xgrammar STATIC ${_xgrammar_sources})
+# model/xgrammar_logging.cpp is xgrammar's log sink (XGRAMMAR_LOG_CUSTOMIZE): warnings about
+# ignored JSON-schema keywords become request errors instead of stderr lines.
+add_library(coserve_xgrammar STATIC ${_xgrammar_sources} ${PROJECT_SOURCE_DIR}/model/xgrammar_logging.cpp)
 set_target_properties(coserve_xgrammar PROPERTIES CXX_STANDARD 17 CXX_EXTENSIONS OFF)
 target_include_directories(coserve_xgrammar SYSTEM PUBLIC "${COSERVE_XGRAMMAR_DIR}/include")
 target_include_directories(coserve_xgrammar SYSTEM PUBLIC "${COSERVE_XGRAMMAR_DIR}/3rdparty/picojson"
                                                          "${COSERVE_XGRAMMAR_DIR}/3rdparty/dlpack/include")
-target_compile_definitions(coserve_xgrammar PUBLIC XGRAMMAR_ENABLE_CPPTRACE=0)
+target_compile_definitions(coserve_xgrammar PUBLIC XGRAMMAR_ENABLE_CPPTRACE=0 PRIVATE XGRAMMAR_LOG_CUSTOMIZE=1)
+target_include_directories(coserve_xgrammar PRIVATE "${COSERVE_XGRAMMAR_DIR}/cpp" "${PROJECT_SOURCE_DIR}")
 target_compile_options(coserve_xgrammar PRIVATE -w -g0)
 target_link_libraries(coserve_xgrammar PUBLIC Threads::Threads)

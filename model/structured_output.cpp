@@ -8,7 +8,9 @@
 #include <exception>
 #include <optional>
 
+#include "model/json/value.hpp"
 #include "model/tokenizer/tokenizer.hpp"
+#include "model/xgrammar_logging.hpp"
 #include "runtime/lru_cache.hpp"
 
 namespace coserve {
@@ -73,6 +75,40 @@ std::string ebnf_literal(const std::string& s) {
   return out;
 }
 
+// JSON-schema keywords xgrammar ignores without a warning (it would accept outputs that break
+// them): the first one found, with its path, or "".
+std::string unsupported_keyword(const json::value& node, const std::string& path, int depth = 0) {
+  if (!node.is_object() || depth > 64) return {};
+  static constexpr const char* k_unsupported[] = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                                                  "uniqueItems", "contains", "minContains", "maxContains"};
+  for (const char* k : k_unsupported)
+    if (node.find(k)) return (path.empty() ? std::string() : path + ".") + k;
+  auto sub = [&](const json::value& v, const std::string& p) { return unsupported_keyword(v, p, depth + 1); };
+  for (const char* map : {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+    if (const json::value* m = node.find(map); m && m->is_object())
+      for (const auto& [name, v] : m->as_object())
+        if (auto r = sub(v, path + (path.empty() ? "" : ".") + map + "." + name); !r.empty()) return r;
+  for (const char* list : {"anyOf", "oneOf", "allOf", "prefixItems"})
+    if (const json::value* l = node.find(list); l && l->is_array())
+      for (size_t i = 0; i < l->as_array().size(); ++i)
+        if (auto r = sub(l->as_array()[i], path + (path.empty() ? "" : ".") + list + "[" + std::to_string(i) + "]");
+            !r.empty())
+          return r;
+  for (const char* one : {"items", "additionalProperties", "propertyNames", "additionalItems", "unevaluatedProperties",
+                          "unevaluatedItems"})
+    if (const json::value* v = node.find(one)) {
+      if (v->is_array()) {
+        for (size_t i = 0; i < v->as_array().size(); ++i)
+          if (auto r = sub(v->as_array()[i], path + (path.empty() ? "" : ".") + one + "[" + std::to_string(i) + "]");
+              !r.empty())
+            return r;
+      } else if (auto r = sub(*v, path + (path.empty() ? "" : ".") + one); !r.empty()) {
+        return r;
+      }
+    }
+  return {};
+}
+
 }  // namespace
 
 struct grammar_compiler::impl {
@@ -125,6 +161,13 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   };
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<xgrammar::CompiledGrammar> g;
+  xgrammar_warning_capture warnings;  // xgrammar warns when it ignores a schema keyword
+  if (spec.type == grammar_spec::kind::json_schema) {
+    auto schema = json::parse(spec.text);
+    if (!schema) return fail("invalid json_schema: " + schema.err().message);
+    if (std::string k = unsupported_keyword(*schema, ""); !k.empty())
+      return fail("unsupported JSON schema feature: '" + k + "' (the grammar engine cannot enforce it)");
+  }
   try {
     auto& c = impl_->compiler;
     switch (spec.type) {
@@ -155,10 +198,20 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
     }
   } catch (const std::exception& e) {
     std::string what = e.what();
-    // xgrammar prefixes some messages with its source location ("[hh:mm:ss] /path/file.cc:123: ").
-    if (auto p = what.find(".cc:"); p != std::string::npos)
-      if (auto colon = what.find(": ", p + 4); colon != std::string::npos) what = what.substr(colon + 2);
+    // xgrammar's fatal errors read "[hh:mm:ss] /path/file.cc:123: message\n": keep the message.
+    if (!what.empty() && what.front() == '[')
+      if (auto close = what.find("] "); close != std::string::npos)
+        if (auto colon = what.find(": ", close + 2); colon != std::string::npos) what = what.substr(colon + 2);
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
     return fail(std::string("invalid ") + to_string(spec.type) + ": " + what);
+  }
+  // A schema keyword xgrammar ignored would let outputs break the schema: refuse it, as vLLM
+  // refuses schemas with features its grammar backend does not support.
+  if ((spec.type == grammar_spec::kind::json_schema || spec.type == grammar_spec::kind::json_object) &&
+      !warnings.warnings().empty()) {
+    std::string why = "unsupported JSON schema feature: " + warnings.warnings().front();
+    for (size_t i = 1; i < warnings.warnings().size() && i < 4; ++i) why += "; " + warnings.warnings()[i];
+    return fail(std::move(why));
   }
   stats_.compile_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -187,8 +240,15 @@ int32_t grammar_matcher::vocab_size() const noexcept { return impl_->grammar->vo
 void grammar_matcher::fill_mask(std::span<uint32_t> mask) {
   const int32_t vocab = impl_->grammar->vocab_size;
   const size_t words = size_t(grammar_mask_words(vocab));
+  if (mask.size() < words) {
+    // A narrower logits row (a model with fewer rows than its tokenizer has ids): fill the whole
+    // mask aside and keep the words the row has.
+    std::vector<uint32_t> full(words);
+    fill_mask(full);
+    std::copy_n(full.begin(), mask.size(), mask.begin());
+    return;
+  }
   std::fill(mask.begin(), mask.end(), 0u);
-  if (mask.size() < words) return;
   if (impl_->matcher.IsTerminated()) {
     for (int32_t s : impl_->grammar->stop_ids) mask[size_t(s) / 32] |= 1u << (s % 32);
     return;

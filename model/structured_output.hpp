@@ -93,8 +93,9 @@ class grammar_matcher {
   grammar_matcher& operator=(grammar_matcher&&) noexcept;
 
   int32_t vocab_size() const noexcept;
-  // Fills `mask` (grammar_mask_words(vocab_size()) words) with the tokens allowed next. Once the
-  // grammar has terminated (a stop token was accepted), only the stop tokens are allowed.
+  // Fills `mask` with the tokens allowed next: grammar_mask_words(vocab_size()) words, or fewer
+  // for a narrower logits row (the words past the row are dropped; extra words are cleared). Once
+  // the grammar has terminated (a stop token was accepted), only the stop tokens are allowed.
   void fill_mask(std::span<uint32_t> mask);
   // Advances by a sampled token; false (state unchanged) when the grammar does not allow it.
   bool accept(int32_t token);

@@ -3,6 +3,8 @@
 // skips with a message elsewhere.
 #include <catch2/catch.hpp>
 
+#include <regex>
+
 #include <cmath>
 #include <filesystem>
 #include <cstdlib>
@@ -13,6 +15,8 @@
 #include "gpu/gpu_executor.hpp"
 #include "model/cpu_executor.hpp"
 #include "model/demo_model.hpp"
+#include "model/structured_output.hpp"
+#include "model/tokenizer/tokenizer.hpp"
 #include "tests/gpu/device_helpers.hpp"
 
 using namespace coserve;
@@ -26,7 +30,8 @@ struct run_out {
 
 // Prefills every prompt in one step (mixed lengths), then decodes `steps` tokens for all of them
 // in one batch per step, feeding back k_token_from_last_step (two-steps-in-flight protocol).
-run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, int32_t steps, int32_t block_size) {
+run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, int32_t steps, int32_t block_size,
+              const sampling_params* params = nullptr) {
   run_out r;
   r.tokens.resize(prompts.size());
   std::vector<std::vector<int32_t>> tables(prompts.size());
@@ -43,6 +48,8 @@ run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, in
     n.seq_id = i + 1;
     n.prompt_ids = prompts[i];
     n.params.temperature = 0.0f;
+    if (params) n.params = *params;
+    n.seed = 11 + i;
     p.new_seqs.push_back(n);
     scheduled_seq s;
     s.seq_id = i + 1;
@@ -142,6 +149,54 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
   }
   INFO("identical greedy continuations: " << prompts_equal << " / " << prompts_total);
   CHECK(prompts_equal * 10 >= prompts_total * 9);
+}
+
+TEST_CASE("gpu executor under a grammar: every sampled output follows it (token bitmask kernel)",
+          "[gpu][executor][structured]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  COSERVE_SKIP_UNLESS_EXISTS(test::testdata() / "tokenizers/gpt2/tokenizer.json");
+  const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_grammar";
+  demo_options o;
+  o.seed = 5;
+  REQUIRE(make_demo_model(dir.string(), o).ok());
+  auto tok = tokenizer::load(dir.string());
+  REQUIRE(tok.ok());
+  const int32_t eos = *tok->token_to_id("<|endoftext|>");
+  auto gc = grammar_compiler::create(*tok, tok->vocab_size(), {eos});
+  REQUIRE(gc.ok());
+  grammar_spec spec;
+  spec.type = grammar_spec::kind::regex;
+  spec.text = "[a-z]{2,6}-[0-9]{2,3}";
+  auto g = (*gc)->compile(spec);
+  REQUIRE(g.ok());
+  sampling_params sp;
+  sp.temperature = 1.0f;
+  sp.grammar = *g;
+  gpu::gpu_executor_options go;
+  go.model_dir = dir.string();
+  go.num_kv_blocks = 256;
+  go.max_num_tokens = 1024;
+  go.max_num_seqs = 16;
+  auto gpu_ex = gpu::make_gpu_executor(go);
+  REQUIRE(gpu_ex.ok());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 8; ++i) prompts.push_back({int32_t(100 + i), 200, 300});
+  auto out = drive(**gpu_ex, prompts, 12, 16, &sp);
+  for (const auto& ids : out.tokens) {
+    std::string text;
+    bool ended = false;
+    for (int32_t t : ids) {
+      if (t == eos) {
+        ended = true;
+        break;
+      }
+      text += tok->token_bytes(t);
+    }
+    INFO(text);
+    CHECK(ended);
+    CHECK(std::regex_match(text, std::regex(spec.text)));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("gpu executor: dummy weights, unknown sequences, penalties and top logprobs", "[gpu][executor]") {

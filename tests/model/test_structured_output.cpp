@@ -246,7 +246,10 @@ TEST_CASE("structured output: invalid specs are request errors naming the field,
   bad(grammar_spec::kind::json_schema, R"({"type":"integer","minimum":5,"maximum":1})");
   bad(grammar_spec::kind::regex, "[a-");
   bad(grammar_spec::kind::grammar, "root ::= undefined_rule");
-  CHECK(c.stats().failures == 4);
+  // Keywords the grammar engine would ignore (outputs could then break the schema) are refused.
+  bad(grammar_spec::kind::json_schema, R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})");
+  bad(grammar_spec::kind::json_schema, R"({"type":"object","properties":{"a":{"not":{"type":"string"}}}})");
+  CHECK(c.stats().failures == 6);
 
   grammar_spec s;
   s.type = grammar_spec::kind::json_schema;

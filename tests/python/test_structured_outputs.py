@@ -236,6 +236,8 @@ def test_completions_endpoint_and_streaming_match(server):
     ({"structured_outputs": {"bogus": 1}}, "structured_outputs.bogus"),
     ({"guided_json": {"type": "integer", "minimum": 5, "maximum": 1}}, "guided_json"),
     ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+    ({"guided_json": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}}, "guided_json"),
+    ({"structured_outputs": {"json": {"if": {"type": "string"}, "then": {"maxLength": 2}}}}, "structured_outputs.json"),
 ])
 def test_invalid_structured_output_is_a_400_naming_the_field(server, body, param):
     for path, base in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
