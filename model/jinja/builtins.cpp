@@ -84,9 +84,33 @@ bool py_is_alpha(int32_t cp) {
          c == UTF8PROC_CATEGORY_LM || c == UTF8PROC_CATEGORY_LO;
 }
 bool py_is_decimal(int32_t cp) { return category(cp) == UTF8PROC_CATEGORY_ND; }
+// str.isdigit: Numeric_Type Decimal or Digit. The Digit code points (superscripts, circled and
+// parenthesized digits, ...) as Python 3.11 (Unicode 14) reports them.
+bool py_is_digit(int32_t cp) {
+  static constexpr std::pair<int32_t, int32_t> k_digit[] = {
+      {0xB2, 0xB3},     {0xB9, 0xB9},     {0x1369, 0x1371}, {0x19DA, 0x19DA}, {0x2070, 0x2070},
+      {0x2074, 0x2079}, {0x2080, 0x2089}, {0x2460, 0x2468}, {0x2474, 0x247C}, {0x2488, 0x2490},
+      {0x24EA, 0x24EA}, {0x24F5, 0x24FD}, {0x24FF, 0x24FF}, {0x2776, 0x277E}, {0x2780, 0x2788},
+      {0x278A, 0x2792}, {0x10A40, 0x10A43}, {0x10E60, 0x10E68}, {0x11052, 0x1105A}, {0x1F100, 0x1F10A}};
+  if (py_is_decimal(cp)) return true;
+  for (auto [lo, hi] : k_digit)
+    if (cp >= lo && cp <= hi) return true;
+  return false;
+}
+// str.isnumeric: categories Nd, Nl, No, and the CJK ideographs with a numeric value (一, 二, 万,
+// ... category Lo), as Python 3.11 reports them.
 bool py_is_numeric(int32_t cp) {
   const auto c = category(cp);
-  return c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO;
+  if (c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO) return true;
+  static constexpr int32_t k_cjk[] = {
+      0x3405, 0x3483, 0x382A, 0x3B4D, 0x4E00, 0x4E03, 0x4E07, 0x4E09, 0x4E5D, 0x4E8C, 0x4E94, 0x4E96, 0x4EBF,
+      0x4EC0, 0x4EDF, 0x4EE8, 0x4F0D, 0x4F70, 0x5104, 0x5146, 0x5169, 0x516B, 0x516D, 0x5341, 0x5343, 0x5344,
+      0x5345, 0x534C, 0x53C1, 0x53C2, 0x53C3, 0x53C4, 0x56DB, 0x58F1, 0x58F9, 0x5E7A, 0x5EFE, 0x5EFF, 0x5F0C,
+      0x5F0D, 0x5F0E, 0x5F10, 0x62FE, 0x634C, 0x67D2, 0x6F06, 0x7396, 0x767E, 0x8086, 0x842C, 0x8CAE, 0x8CB3,
+      0x8D30, 0x9621, 0x9646, 0x964C, 0x9678, 0x96F6, 0xF96B, 0xF973, 0xF978, 0xF9B2, 0xF9D1, 0xF9D3, 0xF9FD,
+      0x20001, 0x20064, 0x200E2, 0x20121, 0x2092A, 0x20983, 0x2098C, 0x2099C, 0x20AEA, 0x20AFD, 0x20B19, 0x22390, 0x22998,
+      0x23B1B, 0x2626D, 0x2F890};
+  return std::binary_search(std::begin(k_cjk), std::end(k_cjk), cp);
 }
 
 // str.strip/lstrip/rstrip (and the trim filter): whitespace as Python defines it, or the code
@@ -418,8 +442,8 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
       return jvalue(!cps.empty() && std::all_of(cps.begin(), cps.end(), [&](const cp_span& c) { return pred(c.cp); }));
     });
   };
-  // isdigit as isdecimal (category Nd): Python also counts superscript and circled digits.
-  if (name == "isdigit" || name == "isdecimal") return all_of(py_is_decimal);
+  if (name == "isdigit") return all_of(py_is_digit);
+  if (name == "isdecimal") return all_of(py_is_decimal);
   if (name == "isnumeric") return all_of(py_is_numeric);
   if (name == "isalpha") return all_of(py_is_alpha);
   if (name == "isspace") return all_of(py_is_space);

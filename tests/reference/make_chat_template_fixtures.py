@@ -179,6 +179,8 @@ UNIT_CASES = [
  ("{{ 'straße ﬁx ŉ'|upper }}|{{ 'İstanbul'|lower|length }}|{{ 'ﬂow'.title() }}|{{ 'STRAẞE'.lower() }}", {}),
  ("{{ 'ΟΔΟΣ ΣΑΣ Σ'|lower }}|{{ 'ΑΣ.'.lower() }}|{{ s.lower() }}|{{ 'ΑΣ\\'Β'.lower() }}", {"s": "Α\u0301Σ ΑΣ\u0301"}),
  ("{{ 'Ωmega'.isalpha() }}{{ '١٢٣'.isdigit() }}{{ 'x١'.isalnum() }}{{ 'ⅫⅢ'.isnumeric() }}{{ 'a b'.isalpha() }}", {}),
+ ("{{ '²³'.isdigit() }}{{ '²³'.isdecimal() }}{{ '①⑩'.isdigit() }}{{ '一二三'.isnumeric() }}{{ '一'.isdigit() }}"
+  "{{ '½'.isnumeric() }}{{ '½'.isdigit() }}{{ 'x²'.isalnum() }}{{ '万'.isalnum() }}", {}),
  ("{{ none.x }}", {}),
  ("{% if %}", {}),
  ("{% for x in xs %}{{ x }}", {"xs": [1]}),
