@@ -249,10 +249,10 @@ void grammar_matcher::fill_mask(std::span<uint32_t> mask) {
     return;
   }
   std::fill(mask.begin(), mask.end(), 0u);
-  if (impl_->matcher.IsTerminated()) {
+  auto stop_only = [&] {
     for (int32_t s : impl_->grammar->stop_ids) mask[size_t(s) / 32] |= 1u << (s % 32);
-    return;
-  }
+  };
+  if (impl_->matcher.IsTerminated()) return stop_only();
   int64_t shape[2] = {1, int64_t(words)};
   DLTensor t{};
   t.data = mask.data();
@@ -262,14 +262,25 @@ void grammar_matcher::fill_mask(std::span<uint32_t> mask) {
   t.shape = shape;
   t.strides = nullptr;
   t.byte_offset = 0;
-  impl_->matcher.FillNextTokenBitmask(&t, 0);
+  try {
+    impl_->matcher.FillNextTokenBitmask(&t, 0);
+  } catch (const std::exception& e) {
+    // A grammar engine failure mid-output ends the output (only stop tokens) rather than the step.
+    std::fprintf(stderr, "coserve: structured output: token mask failed (%s); ending the output\n", e.what());
+    std::fill(mask.begin(), mask.end(), 0u);
+    return stop_only();
+  }
   // Ids past the tokenizer's vocabulary (padded logits rows) are never allowed.
   for (int32_t i = impl_->grammar->tokenizer_vocab; i < vocab; ++i) mask[size_t(i) / 32] &= ~(1u << (i % 32));
 }
 
 bool grammar_matcher::accept(int32_t token) {
   if (token < 0 || token >= impl_->grammar->tokenizer_vocab) return false;
-  if (!impl_->matcher.AcceptToken(token)) return false;
+  try {
+    if (!impl_->matcher.AcceptToken(token)) return false;
+  } catch (const std::exception&) {
+    return false;
+  }
   ++accepted_;
   return true;
 }
