@@ -13,6 +13,7 @@
 #include <hwy/contrib/math/math-inl.h>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -481,6 +482,26 @@ float log_sum_exp_impl(const float* x, size_t n) {
   return mx + float(std::log(sum));
 }
 
+// x[i] = -inf where bit i of `bits` (LSB first) is clear. Vectors of 8k lanes read whole bytes of
+// bits; other widths, and the tail, go one value at a time.
+void mask_logits_impl(float* x, const uint8_t* bits, size_t n) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  size_t i = 0;
+  if (L % 8 == 0) {
+    const VF ninf = hn::Set(df, -INFINITY);
+    for (; i + L <= n; i += L) {
+      const uint8_t* b = bits + i / 8;
+      bool all = true;
+      for (size_t k = 0; k < L / 8; ++k) all = all && b[k] == 0xFF;
+      if (all) continue;  // inside free text most tokens are allowed
+      hn::StoreU(hn::IfThenElse(hn::LoadMaskBits(df, b), hn::LoadU(df, x + i), ninf), df, x + i);
+    }
+  }
+  for (; i < n; ++i)
+    if (!((bits[i / 8] >> (i % 8)) & 1u)) x[i] = -INFINITY;
+}
+
 int64_t target_bit() { return HWY_TARGET; }
 
 }  // namespace HWY_NAMESPACE
@@ -617,8 +638,14 @@ HWY_EXPORT(matmul_nt_impl);
 HWY_EXPORT(attend_impl);
 HWY_EXPORT(target_bit);
 HWY_EXPORT(log_sum_exp_impl);
+HWY_EXPORT(mask_logits_impl);
 
 float log_sum_exp(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n); }
+
+void mask_logits(float* x, const uint32_t* words, size_t n) noexcept {
+  static_assert(std::endian::native == std::endian::little, "the bitmask words are read as bytes");
+  HWY_DYNAMIC_DISPATCH(mask_logits_impl)(x, reinterpret_cast<const uint8_t*>(words), n);
+}
 
 void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                bool accumulate, bool act_bf16) {

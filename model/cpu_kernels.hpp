@@ -91,6 +91,10 @@ void attn_merge(int32_t splits, int32_t rows, int32_t head_dim, const float* max
 // vectorized exp with per-lane fp32 partial sums added in double.
 float log_sum_exp(const float* x, size_t n) noexcept;
 
+// x[i] = -inf for every i < n whose bit is clear in `words` (bit i % 32 of words[i / 32]: the
+// structured-output token bitmask); other values unchanged.
+void mask_logits(float* x, const uint32_t* words, size_t n) noexcept;
+
 // n fp32 values to `t` (bf16 and f16 rounded to nearest even).
 void store_kv(dtype t, const float* src, void* dst, size_t n) noexcept;
 

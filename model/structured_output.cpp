@@ -8,6 +8,7 @@
 #include <exception>
 #include <optional>
 
+#include "model/cpu_kernels.hpp"
 #include "model/json/value.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 #include "model/xgrammar_logging.hpp"
@@ -297,23 +298,8 @@ bool grammar_matcher::terminated() const { return impl_->matcher.IsTerminated();
 void apply_grammar_mask(std::span<float> logits, std::span<const uint32_t> mask) {
   const size_t n = logits.size();
   const size_t covered = std::min(n, mask.size() * 32);
-  float* l = logits.data();
-  for (size_t w = 0; w * 32 < covered; ++w) {
-    const uint32_t bits = mask[w];
-    if (bits == 0xffffffffu) continue;  // inside free text most words allow every token
-    const size_t base = w * 32, len = std::min<size_t>(32, covered - base);
-    if (bits == 0) {  // restrictive grammars: most words allow none
-      std::fill(l + base, l + base + len, -INFINITY);
-      continue;
-    }
-    uint32_t clear = ~bits;
-    if (len < 32) clear &= (1u << len) - 1u;
-    while (clear) {
-      l[base + size_t(__builtin_ctz(clear))] = -INFINITY;
-      clear &= clear - 1u;
-    }
-  }
-  std::fill(l + covered, l + n, -INFINITY);
+  mask_logits(logits.data(), mask.data(), covered);
+  std::fill(logits.begin() + std::ptrdiff_t(covered), logits.end(), -INFINITY);
 }
 
 }  // namespace coserve

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <random>
 #include <cstring>
 #include <vector>
 
@@ -249,6 +250,29 @@ TEST_CASE("log_sum_exp equals the double-precision sum, -inf entries count as ze
     }
     const std::vector<float> none(9, -INFINITY);
     CHECK(log_sum_exp(none.data(), none.size()) == -INFINITY);
+  }
+}
+
+TEST_CASE("mask_logits clears exactly the tokens whose bit is clear, on every instruction set", "[model][kernels]") {
+  isa_guard guard;
+  std::mt19937 g(9);
+  for (const std::string& isa : cpu_isa_available()) {
+    REQUIRE(cpu_isa_force(isa));
+    INFO("isa " << isa);
+    for (size_t n : {size_t(1), size_t(7), size_t(33), size_t(1000), size_t(50257)}) {
+      std::vector<uint32_t> words((n + 31) / 32);
+      for (size_t w = 0; w < words.size(); ++w)
+        words[w] = w % 5 == 0 ? 0xffffffffu : w % 7 == 0 ? 0u : uint32_t(g());
+      std::vector<float> x(n), want(n);
+      for (size_t i = 0; i < n; ++i) x[i] = want[i] = float(int(g() % 2001) - 1000) / 100.0f;
+      for (size_t i = 0; i < n; ++i)
+        if (!((words[i / 32] >> (i % 32)) & 1u)) want[i] = -INFINITY;
+      mask_logits(x.data(), words.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        INFO("n " << n << " i " << i);
+        REQUIRE(x[i] == want[i]);
+      }
+    }
   }
 }
 
