@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "tests/actors/pipeline_util.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "model/demo_model.hpp"
+#include "model/json/value.hpp"
 #include "runtime/trace.hpp"
 #include "tests/skip.hpp"
 
@@ -269,4 +271,55 @@ TEST_CASE("pipeline: CPU KV cache sized from memory", "[actors][pipeline]") {
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 256);
   cfg.num_kv_blocks = 77;
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 77);
+}
+
+TEST_CASE("pipeline: structured outputs under concurrency and preemption equal each run alone and follow the grammar",
+          "[actors][pipeline][structured]") {
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
+  engine_config cfg = small_config();
+  cfg.cpu_threads = 2;  // rows sample (and fill their masks) in parallel
+  auto eng = engine::start(cfg);
+  REQUIRE(eng);
+  const std::string pattern = "[a-z]{3,9}( [a-z]{2,9}){3,8}\\.";
+  grammar_spec regex;
+  regex.type = grammar_spec::kind::regex;
+  regex.text = pattern;
+  grammar_spec schema;
+  schema.type = grammar_spec::kind::json_schema;
+  schema.any_whitespace = false;
+  schema.text = R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer","minimum":0,"maximum":999},"minItems":3,"maxItems":6},"b":{"enum":["x","yy","zzz"]}},"required":["a","b"],"additionalProperties":false})";
+  auto reqs = random_requests(24, 31, 40, 8);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].structured = i % 2 ? regex : schema;
+    reqs[i].params.max_tokens = 120;
+    reqs[i].params.ignore_eos = false;
+  }
+  const auto alone = run_all(**eng, reqs, false);
+  const auto together = run_all(**eng, reqs, true);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    CAPTURE(i, alone[i].text);
+    REQUIRE(alone[i].error_code.empty());
+    CHECK(together[i].tokens == alone[i].tokens);
+    REQUIRE(alone[i].finish == finish_reason::stop);
+    if (i % 2) {
+      CHECK(std::regex_match(alone[i].text, std::regex(pattern)));
+    } else {
+      auto v = json::parse(alone[i].text);
+      REQUIRE(v.ok());
+      CHECK(v->find("a")->as_array().size() >= 3);
+    }
+  }
+  // An invalid grammar is refused before anything is queued.
+  generate_request bad = reqs[0];
+  bad.structured->text = R"({"type":"integer","minimum":3,"maximum":1})";
+  bad.structured->param = "response_format.json_schema.schema";
+  const auto refused = run_all(**eng, {bad}, true);
+  CHECK(refused[0].error_code == "invalid_request");
+  REQUIRE(wait_all_blocks_free(**eng));
+  const engine_metrics m = (*eng)->metrics();
+  CHECK(m.preemptions > 0);  // the matcher replay after preemption was exercised
+  CHECK(m.grammar_compiles == 2);
+  CHECK(m.grammar_cache_hits >= 46);
+  CHECK(m.grammar_failures == 1);
+  (*eng)->stop();
 }
