@@ -336,6 +336,7 @@ class engine_impl final : public engine {
     out.grammar_compiles = m.grammar_compiles.load(std::memory_order_relaxed);
     out.grammar_cache_hits = m.grammar_cache_hits.load(std::memory_order_relaxed);
     out.grammar_failures = m.grammar_failures.load(std::memory_order_relaxed);
+    out.grammar_cache_bytes = m.grammar_cache_bytes.load(std::memory_order_relaxed);
     out.grammar_compile_seconds = double(m.grammar_compile_us.load(std::memory_order_relaxed)) / 1e6;
     if (p_->intake_ref) {
       int64_t tokenizer_queued = 0;  // the pool, summed

@@ -199,7 +199,7 @@ struct engine_metrics {
   int64_t steps = 0;                                // executor steps completed
   // Structured outputs (grammar actor): grammars compiled, served from its cache, rejected; time
   // spent compiling.
-  int64_t grammar_compiles = 0, grammar_cache_hits = 0, grammar_failures = 0;
+  int64_t grammar_compiles = 0, grammar_cache_hits = 0, grammar_failures = 0, grammar_cache_bytes = 0;
   double grammar_compile_seconds = 0.0;
   std::vector<std::pair<std::string, int64_t>> mailbox_depth;  // per actor: messages queued
   histogram_snapshot ttft, itl, e2e, queue;        // seconds

@@ -86,7 +86,8 @@ struct pipeline_metrics {
   latency_histogram ttft{ttft_buckets()}, itl{itl_buckets()}, e2e{request_latency_buckets()},
       queue{request_latency_buckets()};
   // grammar actor
-  std::atomic<int64_t> grammar_compiles{0}, grammar_cache_hits{0}, grammar_failures{0}, grammar_compile_us{0};
+  std::atomic<int64_t> grammar_compiles{0}, grammar_cache_hits{0}, grammar_failures{0}, grammar_compile_us{0},
+      grammar_cache_bytes{0};
   // executor: when the step now running started (tracer clock, ns), 0 while idle
   std::atomic<int64_t> step_started_ns{0};
 };

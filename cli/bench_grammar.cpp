@@ -180,9 +180,10 @@ int bench_grammar(int argc, char** argv) {
       }
     }
     std::printf("{\"bench\":\"grammar\",\"grammar\":\"%s\",\"vocab\":%d,\"compile_ms\":%.3f,\"cache_hit_us\":%.2f,"
+                "\"cache_bytes_after\":%lld,"
                 "\"walks\":%d,\"finished\":%d,\"tokens\":%lld,\"fill_us_p50\":%.2f,\"fill_us_p99\":%.2f,"
                 "\"fill_us_max\":%.2f,\"apply_us_p50\":%.2f}\n",
-                name, vocab, cms, hus, walks, finished, static_cast<long long>(tokens), percentile(fill, 0.5),
+                name, vocab, cms, hus, static_cast<long long>(c.stats().cache_bytes), walks, finished, static_cast<long long>(tokens), percentile(fill, 0.5),
                 percentile(fill, 0.99), percentile(fill, 1.0), percentile(apply, 0.5));
     all_fill.insert(all_fill.end(), fill.begin(), fill.end());
     all_apply.insert(all_apply.end(), apply.begin(), apply.end());

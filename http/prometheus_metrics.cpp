@@ -88,6 +88,8 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
   sample("coserve_grammar_cache_hits_total", static_cast<double>(m.grammar_cache_hits));
   family("coserve_grammar_compile_failures_total", "counter", "Structured-output specs rejected as invalid.");
   sample("coserve_grammar_compile_failures_total", static_cast<double>(m.grammar_failures));
+  family("coserve_grammar_cache_bytes", "gauge", "Compiled grammars held by the compile cache (bytes, xgrammar's estimate).");
+  sample("coserve_grammar_cache_bytes", static_cast<double>(m.grammar_cache_bytes));
   family("coserve_grammar_compile_seconds_total", "counter", "Time spent compiling grammars.");
   sample("coserve_grammar_compile_seconds_total", m.grammar_compile_seconds);
   family("coserve_actor_mailbox_depth", "gauge", "Messages queued in each serving actor's mailbox.");

@@ -19,11 +19,13 @@ namespace coserve {
 class compiled_grammar {
  public:
   compiled_grammar(xgrammar::CompiledGrammar g, int32_t vocab, int32_t tok_vocab, std::vector<int32_t> stops)
-      : grammar(std::move(g)), vocab_size(vocab), tokenizer_vocab(tok_vocab), stop_ids(std::move(stops)) {}
+      : grammar(std::move(g)), vocab_size(vocab), tokenizer_vocab(tok_vocab), stop_ids(std::move(stops)),
+        bytes(int64_t(grammar.MemorySizeBytes())) {}
   xgrammar::CompiledGrammar grammar;
   int32_t vocab_size;       // logits width
   int32_t tokenizer_vocab;  // ids xgrammar knows (the rest are never allowed)
   std::vector<int32_t> stop_ids;
+  int64_t bytes;  // xgrammar's estimate
 };
 
 const char* to_string(grammar_spec::kind k) noexcept {
@@ -119,11 +121,13 @@ struct grammar_compiler::impl {
   rt::lru_cache<std::string, std::shared_ptr<const compiled_grammar>> cache;
   std::vector<int32_t> stop_ids;
   int32_t tokenizer_vocab = 0;
+  int64_t byte_limit = 0;
 };
 
 result<std::unique_ptr<grammar_compiler>> grammar_compiler::create(const tokenizer& tok, int32_t vocab_size,
                                                                    std::vector<int32_t> stop_ids,
-                                                                   size_t cache_entries, int threads) {
+                                                                   size_t cache_entries, int threads,
+                                                                   int64_t cache_bytes) {
   const int32_t n = tok.vocab_size();
   if (vocab_size < n) vocab_size = n;
   std::vector<std::string> vocab(static_cast<size_t>(n));
@@ -140,6 +144,7 @@ result<std::unique_ptr<grammar_compiler>> grammar_compiler::create(const tokeniz
     c->impl_ = std::make_unique<impl>(std::move(info), std::max(1, threads), cache_entries);
     c->impl_->stop_ids = std::move(stops);
     c->impl_->tokenizer_vocab = n;
+    c->impl_->byte_limit = cache_bytes;
     c->vocab_size_ = vocab_size;
     return c;
   } catch (const std::exception& e) {
@@ -219,7 +224,17 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   ++stats_.compiles;
   auto out = std::make_shared<const compiled_grammar>(std::move(*g), vocab_size_, impl_->tokenizer_vocab,
                                                       impl_->stop_ids);
-  impl_->cache.insert(key, out);
+  // Room by count, then by bytes (the newest grammar always stays); requests holding an evicted
+  // grammar keep it alive until they end.
+  auto& cache = impl_->cache;
+  while (cache.size() >= cache.capacity() ||
+         (!cache.empty() && stats_.cache_bytes + out->bytes > impl_->byte_limit)) {
+    auto old = cache.pop_least_recent();
+    stats_.cache_bytes -= old->second->bytes;
+  }
+  cache.insert(key, out);
+  stats_.cache_bytes += out->bytes;
+  stats_.cache_entries = int64_t(cache.size());
   return std::shared_ptr<const compiled_grammar>(out);
 }
 

@@ -55,16 +55,21 @@ struct grammar_compiler_stats {
   int64_t cache_hits = 0;
   int64_t failures = 0;    // specs rejected (invalid schema, pattern, grammar)
   double compile_seconds = 0.0;  // total time spent compiling
+  int64_t cache_entries = 0;
+  int64_t cache_bytes = 0;       // xgrammar's size estimate of the cached grammars
 };
 
 class grammar_compiler {
  public:
   // The vocabulary comes from `tok` (tokenizer::token_bytes; special tokens are never allowed
   // except `stop_ids`, which end the output once the grammar is complete). `vocab_size` is the
-  // model's logits width (at least the tokenizer's). `threads`: xgrammar's compile threads.
+  // model's logits width (at least the tokenizer's). `threads`: xgrammar's compile threads. The
+  // cache holds at most `cache_entries` grammars and, beyond the most recent one, at most
+  // `cache_bytes` of them (a grammar over a large vocabulary can take megabytes).
   static result<std::unique_ptr<grammar_compiler>> create(const tokenizer& tok, int32_t vocab_size,
                                                           std::vector<int32_t> stop_ids,
-                                                          size_t cache_entries = 256, int threads = 1);
+                                                          size_t cache_entries = 256, int threads = 1,
+                                                          int64_t cache_bytes = int64_t{512} << 20);
   ~grammar_compiler();
 
   // The compiled grammar (from the cache when the same spec was compiled before). Errors: code

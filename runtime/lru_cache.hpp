@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <functional>
 #include <list>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -81,6 +82,15 @@ class lru_cache {
     index_.erase(it);
     order_.erase(node);
     return true;
+  }
+
+  // Removes the least recently used entry and returns it (nullopt when empty).
+  std::optional<std::pair<Key, Value>> pop_least_recent() {
+    if (order_.empty()) return std::nullopt;
+    std::optional<std::pair<Key, Value>> out(std::move(order_.back()));
+    index_.erase(out->first);
+    order_.pop_back();
+    return out;
   }
 
   void clear() noexcept {

@@ -263,6 +263,20 @@ TEST_CASE("structured output: invalid specs are request errors naming the field,
   s.any_whitespace = false;  // another option: another grammar
   REQUIRE(c.compile(s).ok());
   CHECK(c.stats().compiles == 2);
+  CHECK(c.stats().cache_entries == 2);
+  CHECK(c.stats().cache_bytes > 0);
+
+  // A byte budget smaller than one grammar keeps only the newest; evicted specs compile again.
+  auto small = grammar_compiler::create(*tok, tok->vocab_size(), {eos}, 256, 1, /*cache_bytes=*/1);
+  REQUIRE(small.ok());
+  grammar_spec x = s, y = s;
+  y.any_whitespace = true;
+  REQUIRE((*small)->compile(x).ok());
+  REQUIRE((*small)->compile(y).ok());
+  CHECK((*small)->stats().cache_entries == 1);
+  REQUIRE((*small)->compile(x).ok());
+  CHECK((*small)->stats().compiles == 3);
+  CHECK((*small)->stats().cache_hits == 0);
 }
 
 TEST_CASE("structured output: the grammar wins over min_tokens and a replayed output resumes the matcher",

@@ -59,6 +59,21 @@ TEST_CASE("lru_cache evicts the least recently inserted key first", "[lru]") {
   CHECK(*c.find(5) == 50);
 }
 
+TEST_CASE("lru_cache: pop_least_recent hands out entries oldest first", "[lru]") {
+  lru_cache<int, int> c(4);
+  for (int k = 1; k <= 3; ++k) c.insert(k, k * 10);
+  REQUIRE(c.find(1) != nullptr);  // 1 is now the most recent: 2, 3, 1
+  auto a = c.pop_least_recent();
+  REQUIRE(a.has_value());
+  CHECK((a->first == 2 && a->second == 20));
+  CHECK(c.size() == 2);
+  CHECK(c.find(2) == nullptr);
+  CHECK(c.pop_least_recent()->first == 3);
+  CHECK(c.pop_least_recent()->first == 1);
+  CHECK_FALSE(c.pop_least_recent().has_value());
+  CHECK(c.empty());
+}
+
 TEST_CASE("lru_cache: a hit makes its key the most recently used", "[lru]") {
   lru_cache<int, int> c(3);
   for (int k = 1; k <= 3; ++k) c.insert(k, k);
