@@ -42,7 +42,10 @@ constexpr const char* k_help = R"(usage: coserve serve [MODEL_DIR | --demo] [fla
 
 Serves a Hugging Face model folder over an OpenAI-compatible HTTP API:
   POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,
-  POST /tokenize, POST /detokenize, GET /version, GET /openapi.json.
+  POST /tokenize, POST /detokenize, GET /version, GET /openapi.json; and, mapped onto chat,
+  POST /v1/responses (OpenAI Responses) and POST /v1/messages (Anthropic Messages).
+Structured outputs (response_format, structured_outputs, guided_*), tools and reasoning:
+docs/agent-api.md.
 
 model:
   MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json
@@ -53,7 +56,8 @@ model:
 http:
   --host ADDR                   listen address (default: 127.0.0.1)
   --port N                      listen port; 0 picks a free one and logs it (default: 8000)
-  --api-key KEY                 require "Authorization: Bearer KEY" on /v1/* routes
+  --api-key KEY                 require "Authorization: Bearer KEY" (or "X-Api-Key: KEY") on /v1/*
+                                routes
   --http-threads N              threads running the HTTP event loop (default: 2)
   --max-body-bytes N            request body limit, beyond it 413 (default: 8388608)
   --idle-timeout-s S            keep-alive idle limit in seconds (default: 60)
