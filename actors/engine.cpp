@@ -2,9 +2,12 @@
 //
 //   intake → tokenizer → scheduler ⇄ kv_allocator → executor → scheduler → streamer → streams
 //
-// and exposes it as the embedding API (actors/engine.hpp). The facade itself holds no request
-// state: submit() asks intake, metrics() reads what each actor publishes, stop() drains or aborts
-// through intake and then stops the actors in reverse start order.
+// and exposes it as the embedding API (actors/engine.hpp). Over 500 lines: engine_impl's
+// constructor wires every actor of the graph (and the grammar actor) with the options each needs,
+// and its methods are the facade over the same pipeline; they share engine_impl's private state.
+// The facade itself holds no request state: submit() asks intake, metrics() reads what each actor
+// publishes, stop() drains or aborts through intake and then stops the actors in reverse start
+// order.
 #include "actors/engine.hpp"
 
 #include <asio/associated_executor.hpp>

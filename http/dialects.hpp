@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <variant>
 
 #include "http/api_error.hpp"
@@ -29,5 +30,8 @@ std::string messages_param(const std::string& chat_param);
 
 // Anthropic's error body: {"type":"error","error":{"type":"invalid_request_error","message":...}}.
 std::string anthropic_error_json(const api_error& e);
+
+// A named server-sent event: "event: <event>\ndata: <compact JSON>\n\n".
+std::string sse_named_event(std::string_view event, const json::value& data);
 
 }  // namespace coserve::http

@@ -1,3 +1,7 @@
+// Request parsing for /v1/completions and /v1/chat/completions. Over 500 lines: one reader per
+// group of fields (prompt, messages, sampling, structured outputs, tools), all sharing the same
+// typed readers and error builders; split by group, those helpers would move to a header of their
+// own and the groups still call into each other (tool_choice builds a structured-output grammar).
 #include "http/openai_request.hpp"
 
 #include <cmath>
