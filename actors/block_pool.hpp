@@ -44,6 +44,8 @@ class block_pool {
   int32_t num_free() const noexcept {
     return static_cast<int32_t>(plain_free_.size() + evictable_.size());
   }
+  // Free blocks that still hold a cached prefix (evicted last, least recently freed first).
+  int32_t num_cached_free() const noexcept { return static_cast<int32_t>(evictable_.size()); }
   double usage() const noexcept {
     return blocks_.empty() ? 0.0 : 1.0 - static_cast<double>(num_free()) / num_blocks();
   }

@@ -324,6 +324,7 @@ class engine_impl final : public engine {
     out.requests_waiting = m.waiting.load(std::memory_order_relaxed);
     out.kv_blocks_total = m.kv_total.load(std::memory_order_relaxed);
     out.kv_blocks_free = m.kv_free.load(std::memory_order_relaxed);
+    out.kv_blocks_cached_free = m.kv_cached_free.load(std::memory_order_relaxed);
     out.prefix_queries = m.prefix_queries.load(std::memory_order_relaxed);
     out.prefix_hits = m.prefix_hits.load(std::memory_order_relaxed);
     out.prompt_tokens = m.prompt_tokens.load(std::memory_order_relaxed);
@@ -357,6 +358,16 @@ class engine_impl final : public engine {
     out.e2e = m.e2e.snapshot();
     out.queue = m.queue.snapshot();
     return out;
+  }
+
+  asio::awaitable<result<std::vector<request_status>>> requests(size_t limit) override {
+    auto ref = p_->scheduler_ref;
+    co_return co_await await_reply<std::vector<request_status>>([&](rt::reply_ptr<std::vector<request_status>> reply) {
+      list_requests m{limit, reply};
+      const rt::send_status s = ref.try_tell(m);
+      if (s == rt::send_status::full) reply->complete(error{"queue_full", "the scheduler is busy; retry later"});
+      else if (s == rt::send_status::closed) reply->complete(error{"engine_down", "the engine is stopping"});
+    });
   }
 
   rt::tracer* tracer() noexcept override { return &sys_->trace(); }

@@ -190,6 +190,7 @@ struct histogram_snapshot {
 struct engine_metrics {
   int64_t requests_running = 0, requests_waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_free = 0;
+  int64_t kv_blocks_cached_free = 0;                // of the free ones: still holding a cached prefix
   int64_t prefix_queries = 0, prefix_hits = 0;     // in tokens
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t preemptions = 0;
@@ -203,6 +204,19 @@ struct engine_metrics {
   double grammar_compile_seconds = 0.0;
   std::vector<std::pair<std::string, int64_t>> mailbox_depth;  // per actor: messages queued
   histogram_snapshot ttft, itl, e2e, queue;        // seconds
+};
+
+// A request the scheduler holds (tokenized, not finished), for status views.
+struct request_status {
+  uint64_t id = 0;
+  bool running = false;              // a sample of it is in the running batch; else all wait
+  double age_seconds = 0.0;          // since submit()
+  int32_t samples = 1;               // n
+  int32_t prompt_tokens = 0;
+  int32_t generated_tokens = 0;      // all samples together
+  int32_t cached_prompt_tokens = 0;  // served from the prefix cache (first sample)
+  int32_t max_tokens = 0;            // per sample
+  int32_t preemptions = 0;           // all samples together
 };
 
 class engine {
@@ -229,6 +243,12 @@ class engine {
   // Why healthy() is false ("" while it is true): draining, stopped, or the failure's reason.
   virtual std::string unhealthy_reason() const { return healthy() ? std::string() : "engine unavailable"; }
   virtual engine_metrics metrics() = 0;
+  // The requests the scheduler holds, oldest first, as the scheduler actor answers (at most
+  // `limit` of them; the running ones come first). An engine without a scheduler answers none.
+  virtual asio::awaitable<result<std::vector<request_status>>> requests(size_t limit) {
+    (void)limit;
+    co_return std::vector<request_status>{};
+  }
   // The actor graph's tracer (spans per actor and per request), or nullptr without one.
   virtual rt::tracer* tracer() noexcept { return nullptr; }
 

@@ -14,6 +14,7 @@ kv_allocator::kv_allocator(std::shared_ptr<pipeline> p, block_pool_options opts)
 void kv_allocator::publish() {
   auto& m = p_->metrics;
   m.kv_free.store(kv_.pool().num_free(), std::memory_order_relaxed);
+  m.kv_cached_free.store(kv_.pool().num_cached_free(), std::memory_order_relaxed);
   m.prefix_queries.store(kv_.pool().prefix_queries(), std::memory_order_relaxed);
   m.prefix_hits.store(kv_.pool().prefix_hits(), std::memory_order_relaxed);
 }

@@ -78,7 +78,7 @@ struct pipeline_metrics {
   std::atomic<int64_t> running{0}, waiting{0}, preemptions{0}, prompt_tokens{0}, steps{0};
   std::atomic<int64_t> waiting_tokens{0};  // prompt tokens of waiting sequences not yet computed
   // kv_allocator
-  std::atomic<int64_t> kv_total{0}, kv_free{0}, prefix_queries{0}, prefix_hits{0};
+  std::atomic<int64_t> kv_total{0}, kv_free{0}, kv_cached_free{0}, prefix_queries{0}, prefix_hits{0};
   // streamer
   std::atomic<int64_t> generation_tokens{0}, finished_stop{0}, finished_length{0},
       finished_abort{0}, finished_error{0};

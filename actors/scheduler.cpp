@@ -114,6 +114,38 @@ rt::maybe_async scheduler::handle(engine_failed& m) {
   return out.finish();
 }
 
+rt::maybe_async scheduler::handle(list_requests& m) {
+  std::unordered_map<uint64_t, request_status> by_id;
+  core_.for_each_sequence([&](const sequence& s) {
+    request_status& r = by_id[s.request_id];
+    r.id = s.request_id;
+    r.running = r.running || s.state == seq_state::running;
+    r.prompt_tokens = static_cast<int32_t>(s.prompt.size());
+    r.generated_tokens += s.num_generated();
+    r.cached_prompt_tokens = std::max(r.cached_prompt_tokens, s.num_cached_prompt);
+    r.max_tokens = s.params.max_tokens;
+    r.preemptions += s.num_preemptions;
+  });
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<request_status> out;
+  out.reserve(by_id.size());
+  for (auto& [rid, r] : by_id) {
+    if (auto it = requests_.find(rid); it != requests_.end()) {
+      r.samples = it->second.samples;
+      r.age_seconds = std::chrono::duration<double>(now - it->second.submitted).count();
+    }
+    out.push_back(r);
+  }
+  std::sort(out.begin(), out.end(), [](const request_status& a, const request_status& b) {
+    if (a.running != b.running) return a.running;
+    if (a.age_seconds != b.age_seconds) return a.age_seconds > b.age_seconds;
+    return a.id < b.id;
+  });
+  if (out.size() > m.limit) out.resize(m.limit);
+  m.reply->complete(std::move(out));
+  return {};
+}
+
 rt::maybe_async scheduler::handle(cancel_sequences& m) {
   p_->fault_point("scheduler", "cancel_sequences");
   rt::outbox out;

@@ -33,7 +33,8 @@ namespace coserve::actors {
 class scheduler {
  public:
   using messages =
-      rt::message_list<add_request, cancel_sequences, finish_sequence, step_allocated, step_done, engine_failed>;
+      rt::message_list<add_request, cancel_sequences, finish_sequence, step_allocated, step_done, engine_failed,
+                       list_requests>;
 
   scheduler(std::shared_ptr<pipeline> p, planner_config cfg, std::vector<int32_t> extra_eos, int32_t kv_blocks,
             int32_t max_consecutive_failures)
@@ -47,6 +48,7 @@ class scheduler {
   rt::maybe_async handle(step_allocated& m);
   rt::maybe_async handle(step_done& m);
   rt::maybe_async handle(engine_failed& m);
+  rt::maybe_async handle(list_requests& m);
 
  private:
   struct request {

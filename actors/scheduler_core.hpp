@@ -72,6 +72,12 @@ class scheduler_core {
   // preemption); n > 1 children waiting for their parent are not counted. O(waiting).
   int64_t num_waiting_tokens() const;
   const sequence* find(seq_id_t id) const;
+  // Calls f(const sequence&) for every sequence not finished (any order).
+  template <class F>
+  void for_each_sequence(F&& f) const {
+    for (const auto& [id, s] : seqs_)
+      if (s.state != seq_state::finished) f(s);
+  }
   const planner_config& config() const noexcept { return config_; }
 
  private:

@@ -10,6 +10,7 @@
 #include "actors/step_draft.hpp"
 #include "model/step.hpp"
 #include "runtime/expected.hpp"
+#include "runtime/reply.hpp"
 
 namespace coserve::actors {
 
@@ -53,6 +54,12 @@ struct step_done {
 // request ends with an error and later ones are refused.
 struct engine_failed {
   std::string reason;
+};
+
+// engine (status views) → scheduler: the requests it holds, running ones first, oldest first.
+struct list_requests {
+  size_t limit = 0;
+  rt::reply_ptr<std::vector<request_status>> reply;
 };
 
 }  // namespace coserve::actors

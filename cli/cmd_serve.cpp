@@ -57,7 +57,10 @@ http:
   --host ADDR                   listen address (default: 127.0.0.1)
   --port N                      listen port; 0 picks a free one and logs it (default: 8000)
   --api-key KEY                 require "Authorization: Bearer KEY" (or "X-Api-Key: KEY") on /v1/*
-                                routes
+                                routes and the web UI's data (/api/status, /api/trace); the web
+                                UI's pages and files stay open (they hold no data) and ask for it
+  --no-webui                    no web UI: GET / (the chat page), /status (the live view of the
+                                scheduler, KV cache and actors), /webui/* and /api/* answer 404
   --http-threads N              threads running the HTTP event loop (default: 2)
   --max-body-bytes N            request body limit, beyond it 413 (default: 8388608)
   --idle-timeout-s S            keep-alive idle limit in seconds (default: 60)
@@ -121,6 +124,7 @@ struct serve_args {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
+  bool webui = true;
   int http_threads = 2;
   http::server_limits limits;
   int shutdown_timeout_s = 30;
@@ -196,6 +200,7 @@ int parse(int argc, char** argv, serve_args& a) {
     else if (f == "--port") { if (!as_int(need("a port"), a.port) || a.port > 65535) return 2; }
     else if (f == "--served-model-name") { const char* v = need("a name"); if (!v) return 2; a.engine.served_model_name = v; }
     else if (f == "--api-key") { const char* v = need("a key"); if (!v) return 2; a.api_key = v; }
+    else if (f == "--no-webui") a.webui = false;
     else if (f == "--device") {
       const char* v = need("cpu or cuda");
       if (!v || (std::string_view(v) != "cpu" && std::string_view(v) != "cuda")) {
@@ -370,6 +375,7 @@ int cmd_serve(int argc, char** argv) {
   api_opts.enable_auto_tool_choice = a.enable_auto_tool_choice;
   api_opts.tool_call_parser = a.tool_call_parser;
   api_opts.reasoning_parser = a.reasoning_parser;
+  api_opts.webui = a.webui;
   http::openai_api api(api_opts);
   http::http_server server(io, a.limits, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
   auto port = server.listen(a.host, static_cast<uint16_t>(a.port));
@@ -431,9 +437,13 @@ int cmd_serve(int argc, char** argv) {
   loaded.store(eng.get());
   std::fprintf(stderr, "[serve] ready: model '%s' (%s), max_model_len %d, vocab %d\n", info.served_model_name.c_str(),
                info.architecture.c_str(), info.max_model_len, info.vocab_size);
+  if (a.webui)
+    std::fprintf(stderr, "[serve] web UI: chat at http://%s:%u/ , live status at http://%s:%u/status\n", a.host.c_str(),
+                 static_cast<unsigned>(*port), a.host.c_str(), static_cast<unsigned>(*port));
   std::fflush(stderr);
 
   join_http();
+  api.detach_background();
   std::fprintf(stderr, "[serve] stopping the engine\n");
   eng->stop(true);
   std::fprintf(stderr, "[serve] bye\n");

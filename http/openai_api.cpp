@@ -16,6 +16,8 @@
 #include "http/reasoning.hpp"
 #include "http/tool_calls.hpp"
 #include "http/openapi.hpp"
+#include "http/webui.hpp"
+#include "runtime/trace.hpp"
 
 namespace coserve::http {
 
@@ -58,7 +60,8 @@ constexpr route k_routes[] = {
     {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
     {"/health", "GET"},          {"/metrics", "GET"},              {"/tokenize", "POST"},
     {"/detokenize", "POST"},     {"/version", "GET"},              {"/openapi.json", "GET"},
-    {"/v1/responses", "POST"},   {"/v1/messages", "POST"},
+    {"/v1/responses", "POST"},   {"/v1/messages", "POST"},       {"/api/status", "GET"},
+    {"/api/trace", "GET"},
 };
 
 // Streams of one HTTP request (one per prompt) and the index offset of each one's choices.
@@ -99,7 +102,10 @@ void openai_api::attach(engine& e) {
   limits_.tool_call_parser = find_tool_parser(options_.tool_call_parser);
   reasoning_ = find_reasoning_parser(options_.reasoning_parser);
   engine_.store(&e, std::memory_order_release);  // publishes limits_ to the handlers
+  if (options_.webui) history_.start([&e] { return e.metrics(); });
 }
+
+openai_api::~openai_api() { history_.stop(); }
 
 std::string openai_api::new_id(const char* prefix) {
   uint64_t a, b;
@@ -131,9 +137,12 @@ asio::awaitable<void> openai_api::respond_json(response_writer& w, int status, s
 
 asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) {
   const std::string path = req.path();
+  if (options_.webui && req.method == "GET") {
+    if (const struct web_asset* a = find_web_asset(path)) co_return co_await web_asset(req, w, *a);
+  }
   const route* found = nullptr;
   for (const auto& r : k_routes)
-    if (path == r.path) found = &r;
+    if (path == r.path && (options_.webui || path.rfind("/api/", 0) != 0)) found = &r;
   if (!found) {
     {
       const api_error err_ = api_error::not_found("route " + path + " not found");
@@ -149,7 +158,8 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
     co_return;
   }
   // The key as OpenAI clients send it (Authorization: Bearer) or as Anthropic's do (X-Api-Key).
-  if (!options_.api_key.empty() && path.rfind("/v1/", 0) == 0 &&
+  // The web UI's data (/api/*: requests, traffic, traces) needs it too; its static files do not.
+  if (!options_.api_key.empty() && (path.rfind("/v1/", 0) == 0 || path.rfind("/api/", 0) == 0) &&
       req.header("authorization") != "Bearer " + options_.api_key && req.header("x-api-key") != options_.api_key) {
     {
       const api_error err_ = {401, "invalid or missing API key", "AuthenticationError", {}, "invalid_api_key"};
@@ -199,6 +209,8 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   if (path == "/v1/chat/completions") co_return co_await generate(req, w, true);
   if (path == "/v1/responses") co_return co_await responses(req, w);
   if (path == "/v1/messages") co_return co_await messages(req, w);
+  if (path == "/api/status") co_return co_await status(req, w);
+  if (path == "/api/trace") co_return co_await trace(req, w);
   if (path == "/tokenize") co_return co_await tokenize(req, w);
   if (path == "/detokenize") co_return co_await detokenize(req, w);
   if (path == "/metrics") {
@@ -227,6 +239,45 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   std::string body;
   json::dump_compact(list, body);
   co_await respond_json(w, 200, body);
+}
+
+asio::awaitable<void> openai_api::web_asset(http_request&, response_writer& w, const struct web_asset& a) {
+  http_response r{200, std::string(a.content_type), std::string(a.body), {}};
+  r.headers.emplace_back("Content-Security-Policy", std::string(k_webui_csp));
+  r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+  r.headers.emplace_back("Referrer-Policy", "no-referrer");
+  r.headers.emplace_back("X-Frame-Options", "DENY");
+  r.headers.emplace_back("Cache-Control", "no-cache");
+  co_await respond(w, r);
+}
+
+asio::awaitable<void> openai_api::status(http_request&, response_writer& w) {
+  engine& e = eng();
+  status_inputs in;
+  in.model = e.info().served_model_name;
+  in.uptime_seconds = double(unix_now() - e.info().created);
+  in.unhealthy_reason = draining_.load(std::memory_order_acquire) ? "the server is shutting down" : e.unhealthy_reason();
+  in.metrics = e.metrics();
+  in.history = history_.samples();
+  in.history_period_seconds = std::chrono::duration<double>(history_.period()).count();
+  if (auto reqs = co_await e.requests(200); reqs) in.requests = std::move(*reqs);
+  in.trace = e.tracer();
+  std::string body = status_json(in);
+  http_response r{200, "application/json", std::move(body), {}};
+  r.headers.emplace_back("Cache-Control", "no-store");
+  co_await respond(w, r);
+}
+
+asio::awaitable<void> openai_api::trace(http_request&, response_writer& w) {
+  const rt::tracer* tr = eng().tracer();
+  if (tr == nullptr || !tr->enabled()) {
+    const api_error e = api_error::not_found("tracing is off in this engine");
+    co_return co_await respond_error(w, e);
+  }
+  http_response r{200, "application/json", tr->chrome_json(), {}};
+  r.headers.emplace_back("Content-Disposition", "attachment; filename=\"coserve-trace.json\"");
+  r.headers.emplace_back("Cache-Control", "no-store");
+  co_await respond(w, r);
 }
 
 asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w) {

@@ -24,6 +24,7 @@
 #include "http/tool_calls.hpp"
 #include "http/prometheus_metrics.hpp"
 #include "http/server.hpp"
+#include "http/status_view.hpp"
 
 namespace coserve::http {
 
@@ -37,6 +38,9 @@ struct api_options {
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;     // a name from tool_parser_names(), or ""
   std::string reasoning_parser;     // a name from reasoning_parser_names(), or ""
+  // The web UI: the chat page (GET /), the live view (GET /status), their files (GET /webui/*)
+  // and the view's data (GET /api/status, /api/trace). Off: all of them answer 404.
+  bool webui = true;
 };
 
 // An engine error as an HTTP error: queue_full 429, engine_down 503, request errors 400 (param from
@@ -50,8 +54,13 @@ class openai_api {
  public:
   openai_api(engine& e, api_options options);
   explicit openai_api(api_options options);
-  // Any thread, once: the engine serves from now on.
+  ~openai_api();
+  // Any thread, once: the engine serves from now on (and, with the web UI, the status history
+  // starts sampling it once a second).
   void attach(engine& e);
+  // Any thread: stops using the engine in the background (the status sampler); call before the
+  // engine is destroyed. Idempotent.
+  void detach_background() { history_.stop(); }
   // Any thread: the server is shutting down.
   void set_draining() noexcept { draining_.store(true, std::memory_order_release); }
 
@@ -65,6 +74,10 @@ class openai_api {
   asio::awaitable<void> generate(http_request& req, response_writer& w, bool chat);
   asio::awaitable<void> tokenize(http_request& req, response_writer& w);
   asio::awaitable<void> detokenize(http_request& req, response_writer& w);
+  // The web UI (http/webui.hpp): a static file, the live view's JSON, the Chrome trace.
+  asio::awaitable<void> web_asset(http_request& req, response_writer& w, const struct web_asset& a);
+  asio::awaitable<void> status(http_request& req, response_writer& w);
+  asio::awaitable<void> trace(http_request& req, response_writer& w);
   // /v1/responses and /v1/messages (http/dialects.cpp).
   asio::awaitable<void> responses(http_request& req, response_writer& w);
   asio::awaitable<void> messages(http_request& req, response_writer& w);
@@ -119,6 +132,7 @@ class openai_api {
   model_limits limits_;
   const struct reasoning_parser* reasoning_ = nullptr;  // options_.reasoning_parser
   prometheus_metrics metrics_;
+  status_history history_;
   std::mutex id_mu_;  // guards rng_
   std::mt19937_64 rng_;
 };

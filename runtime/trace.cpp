@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <thread>
 
 namespace coserve::rt {
@@ -112,7 +113,9 @@ void tracer::record(const span& s) noexcept {
   r->count.store(n + 1, std::memory_order_release);
 }
 
-std::vector<span> tracer::spans() const {
+std::vector<span> tracer::spans() const { return spans_since(std::numeric_limits<int64_t>::min()); }
+
+std::vector<span> tracer::spans_since(int64_t since_ns) const {
   std::vector<span> out;
   {
     std::lock_guard lock(mu_);
@@ -120,7 +123,11 @@ std::vector<span> tracer::spans() const {
       const uint64_t n = r->count.load(std::memory_order_acquire);
       const uint64_t cap = r->slots.size();
       const uint64_t first = n > cap ? n - cap : 0;
-      for (uint64_t i = first; i < n; ++i) out.push_back(r->slots[i % cap]);
+      for (uint64_t i = n; i > first; --i) {
+        const span& s = r->slots[(i - 1) % cap];
+        if (s.end_ns < since_ns) break;
+        out.push_back(s);
+      }
     }
   }
   std::sort(out.begin(), out.end(),

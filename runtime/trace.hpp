@@ -60,6 +60,10 @@ class tracer {
   std::vector<span> spans_of_actor(std::string_view name) const;  // sorted by start_ns
   std::vector<span> spans_of_request(uint64_t request_id) const;  // sorted by start_ns
   std::vector<span> spans_of_message(std::string_view message) const;
+  // Spans that ended at or after `since_ns` (tracer clock), sorted by start_ns. Reads each ring
+  // back from its newest span only as far as that point (a thread records in end order), so a
+  // recent window costs what it holds, not the rings' capacity.
+  std::vector<span> spans_since(int64_t since_ns) const;
   uint64_t dropped() const noexcept;  // spans overwritten because a ring wrapped
 
   // Chrome trace-event JSON (opens in Perfetto / chrome://tracing): one track per actor,

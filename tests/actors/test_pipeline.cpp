@@ -323,3 +323,63 @@ TEST_CASE("pipeline: structured outputs under concurrency and preemption equal e
   CHECK(m.grammar_failures == 1);
   (*eng)->stop();
 }
+
+TEST_CASE("pipeline: the scheduler lists the requests it holds, running first; cached free blocks counted",
+          "[actors][pipeline]") {
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
+  engine_config cfg = small_config();
+  cfg.max_num_seqs = 2;  // the n = 2 request runs alone, the others wait
+  cfg.num_kv_blocks = 120;
+  auto eng = engine::start(cfg);
+  REQUIRE(eng);
+  auto reqs = random_requests(4, 46, 10, 1);
+  for (auto& r : reqs) r.params.max_tokens = 200;
+  reqs[0].params.n = 2;
+  reqs[0].input = std::vector<int32_t>(17, 7);  // two full blocks of 8 to cache
+  std::vector<collected> out(reqs.size());
+  std::vector<request_status> seen;
+  size_t max_running = 0, max_waiting = 0;
+  asio::io_context io;
+  for (size_t i = 0; i < reqs.size(); ++i) asio::co_spawn(io, run_one(**eng, reqs[i], out[i], -1), asio::detached);
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(io);
+    for (int i = 0; i < 2000; ++i) {
+      auto r = co_await (*eng)->requests(100);
+      REQUIRE(r);
+      size_t running = 0, waiting = 0;
+      for (const auto& s : *r) (s.running ? running : waiting) += 1;
+      if (running > 0 && waiting > 0 && seen.empty()) seen = *r;
+      max_running = std::max(max_running, running);
+      max_waiting = std::max(max_waiting, waiting);
+      if (!seen.empty()) break;
+      t.expires_after(std::chrono::microseconds(200));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+  }, asio::detached);
+  io.run();
+  REQUIRE_FALSE(seen.empty());
+  CHECK(max_running == 1);
+  // Running first, then the waiting ones oldest first.
+  CHECK(seen.front().running);
+  CHECK(seen.front().samples == 2);
+  CHECK(seen.front().prompt_tokens == 17);
+  CHECK(seen.front().max_tokens == 200);
+  CHECK(seen.front().generated_tokens <= 400);
+  CHECK(seen.front().age_seconds > 0.0);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    CHECK_FALSE(seen[i].running);
+    CHECK(seen[i].generated_tokens == 0);
+    CHECK(seen[i].samples == 1);
+    if (i > 1) CHECK(seen[i - 1].age_seconds >= seen[i].age_seconds);
+  }
+  for (const auto& c : out) CHECK(c.finish == finish_reason::length);
+  REQUIRE(wait_all_blocks_free(**eng));
+  // Nothing held any more; the prompts' full blocks stay cached in the free pool.
+  asio::io_context io2;
+  std::vector<request_status> after{request_status{}};
+  asio::co_spawn(io2, [&]() -> asio::awaitable<void> { after = (co_await (*eng)->requests(100)).value(); }, asio::detached);
+  io2.run();
+  CHECK(after.empty());
+  CHECK((*eng)->metrics().kv_blocks_cached_free >= 2);
+  (*eng)->stop();
+}

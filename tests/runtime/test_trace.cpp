@@ -5,6 +5,7 @@
 #include <future>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <asio/steady_timer.hpp>
 
@@ -132,4 +133,28 @@ TEST_CASE("tracing can be switched off", "[trace]") {
   (void)sink.tell(job{2, 2});
   done->get_future().wait();
   REQUIRE(sys.trace().spans().empty());
+}
+
+TEST_CASE("spans_since returns the spans that ended in a recent window, also across threads",
+          "[trace]") {
+  rt::tracer tr(true, 64);
+  auto rec = [&](int64_t start, int64_t end, uint64_t rid) {
+    rt::span s;
+    s.message = "m";
+    s.request_id = rid;
+    s.start_ns = s.enqueue_ns = start;
+    s.end_ns = end;
+    tr.record(s);
+  };
+  for (int64_t i = 0; i < 100; ++i) rec(i * 10, i * 10 + 5, static_cast<uint64_t>(i));  // wraps the ring
+  std::thread other([&] { rec(500, 995, 1000); });
+  other.join();
+  auto recent = tr.spans_since(900);
+  // Ended at or after 900: i = 90..99 (ends 905..995) and the other thread's span.
+  REQUIRE(recent.size() == 11);
+  REQUIRE(recent.front().request_id == 1000);  // sorted by start
+  for (size_t k = 1; k < recent.size(); ++k) REQUIRE(recent[k].request_id == 89 + k);
+  REQUIRE(tr.spans_since(2000).empty());
+  // The whole window is bounded by what the rings still hold (64 of the first thread's 100).
+  REQUIRE(tr.spans_since(0).size() == 65);
 }
