@@ -32,15 +32,16 @@ const coserve = (() => {
       const e = body && body.error;
       msg = (e && (e.message || (typeof e === "string" ? e : ""))) || body.message || "";
     } catch (_) { /* not JSON */ }
-    const what = {
+    const known = {
       400: "The request was refused",
       401: "The API key is missing or wrong",
       404: "Not found",
       413: "The request is too large",
       429: "The server is busy; try again in a moment",
       503: "The server is unavailable (loading, shutting down or failed); try again shortly",
-    }[r.status] || "The server answered " + r.status;
-    return msg ? what + " (" + r.status + "): " + msg : what + " (" + r.status + ").";
+    }[r.status];
+    const what = (known || "The server answered") + " (" + r.status + ")";
+    return msg ? what + ": " + msg : what + ".";
   }
 
   function showKeyBar(message) {

@@ -186,6 +186,22 @@ def test_errors_are_sentences(page, server):
     assert "max_tokens" in err or "context" in err
 
 
+def test_overload_and_unavailable_read_as_sentences(page):
+    """429 and 503 are hard to cause on cue against the real server; the page's own error
+    formatter gets the server's error bodies for them (as the API writes them) instead."""
+    texts = page.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const body = (m, t) => JSON.stringify({error: {message: m, type: t, param: null, code: null}});
+        Promise.all([
+          coserve.errorText(new Response(body("server overloaded, retry later", "RateLimitError"), {status: 429})),
+          coserve.errorText(new Response(body("the model is still loading; retry later", "ServiceUnavailableError"), {status: 503})),
+          coserve.errorText(new Response("<html>bad gateway</html>", {status: 502})),
+        ]).then(done);""")
+    assert texts[0] == "The server is busy; try again in a moment (429): server overloaded, retry later"
+    assert texts[1].startswith("The server is unavailable") and texts[1].endswith("(503): the model is still loading; retry later")
+    assert texts[2] == "The server answered (502)."
+
+
 def test_model_output_is_never_rendered_as_html_and_import_export_round_trip(page, server, downloads):
     evil = ("**bold** and `code`\n\n<img src=x onerror=\"window.__pwned=1\">"
             "<script>window.__pwned=2</script>\n\n[click](javascript:window.__pwned=3)\n\n"
