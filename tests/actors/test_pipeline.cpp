@@ -324,7 +324,7 @@ TEST_CASE("pipeline: structured outputs under concurrency and preemption equal e
   (*eng)->stop();
 }
 
-TEST_CASE("pipeline: the scheduler lists the requests it holds, running first; cached free blocks counted",
+TEST_CASE("pipeline: the scheduler lists the requests it holds, running first, and cached free blocks are counted",
           "[actors][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
