@@ -104,8 +104,8 @@ int64_t available_memory_bytes() {
 class engine_impl final : public engine {
  public:
   engine_impl(engine_config cfg, std::optional<tokenizer> tok, model_config model, generation_config gen,
-              std::unique_ptr<executor> exec)
-      : cfg_(std::move(cfg)), tok_(std::move(tok)) {
+              std::unique_ptr<executor> exec, actors::speculative_config spec)
+      : cfg_(std::move(cfg)), tok_(std::move(tok)), spec_(spec) {
     const executor_info ei = exec->info();
     info_.served_model_name = cfg_.served_model_name.empty() ? cfg_.model_dir.filename().string()
                                                              : cfg_.served_model_name;
@@ -187,7 +187,9 @@ class engine_impl final : public engine {
     const planner_config pc{.max_num_seqs = cfg_.max_num_seqs,
                             .max_num_batched_tokens = cfg_.max_num_batched_tokens,
                             .max_model_len = ei.max_model_len,
-                            .eos_id = eos.empty() ? -1 : eos.front()};
+                            .eos_id = eos.empty() ? -1 : eos.front(),
+                            .speculation = spec_};
+    p_->metrics.spec_positions.store(spec_.enabled() ? spec_.num_speculative_tokens : 0, std::memory_order_relaxed);
     const int32_t kv_blocks = ei.num_kv_blocks;
     const int32_t max_failures = cfg_.max_consecutive_step_failures;
     p_->scheduler_ref = sys_->root().spawn_factory<scheduler>(
@@ -232,6 +234,13 @@ class engine_impl final : public engine {
                  "max_model_len %d\n",
                  pool, grammar_ref_ ? " grammar," : "", ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
                  cfg_.max_num_batched_tokens, ei.max_model_len);
+    if (spec_.enabled())
+      std::fprintf(stderr,
+                   "coserve engine: speculative decoding: %s, up to %d proposals a step, n-grams of %d..%d tokens%s\n",
+                   spec_.method.c_str(), spec_.num_speculative_tokens, spec_.prompt_lookup_min, spec_.prompt_lookup_max,
+                   spec_.disable_by_batch_size > 0
+                       ? (", off above " + std::to_string(spec_.disable_by_batch_size) + " running sequences").c_str()
+                       : "");
     if (cfg_.step_timeout.count() > 0) watchdog_ = std::thread([this] { watch_steps(); });
   }
 
@@ -342,6 +351,12 @@ class engine_impl final : public engine {
     out.grammar_failures = m.grammar_failures.load(std::memory_order_relaxed);
     out.grammar_cache_bytes = m.grammar_cache_bytes.load(std::memory_order_relaxed);
     out.grammar_compile_seconds = double(m.grammar_compile_us.load(std::memory_order_relaxed)) / 1e6;
+    out.spec_drafts = m.spec_drafts.load(std::memory_order_relaxed);
+    out.spec_draft_tokens = m.spec_draft_tokens.load(std::memory_order_relaxed);
+    out.spec_accepted_tokens = m.spec_accepted_tokens.load(std::memory_order_relaxed);
+    const auto positions = static_cast<size_t>(m.spec_positions.load(std::memory_order_relaxed));
+    for (size_t i = 0; i < positions && i < m.spec_accepted_per_position.size(); ++i)
+      out.spec_accepted_per_position.push_back(m.spec_accepted_per_position[i].load(std::memory_order_relaxed));
     if (p_->intake_ref) {
       int64_t tokenizer_queued = 0;  // the pool, summed
       for (const auto& t : p_->tokenizer_refs) tokenizer_queued += static_cast<int64_t>(t.queued());
@@ -444,6 +459,7 @@ class engine_impl final : public engine {
  private:
   engine_config cfg_;
   std::optional<tokenizer> tok_;  // absent: token ids in and out only
+  actors::speculative_config spec_;  // parsed --speculative-config (off unless enabled())
   std::optional<chat_template> template_;
   prompt_encoder encoder_;
   model_info info_;
@@ -533,6 +549,12 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
 }
 
 result<std::unique_ptr<engine>> engine::start(engine_config config) {
+  actors::speculative_config spec;
+  if (!config.speculative_config.empty()) {
+    auto parsed = actors::parse_speculative_config(config.speculative_config);
+    if (!parsed) return parsed.err();
+    spec = *parsed;
+  }
   std::optional<tokenizer> tok;
   if (!config.skip_tokenizer_init && std::filesystem::exists(config.model_dir / "tokenizer.json")) {
     auto loaded = tokenizer::load(config.model_dir / "tokenizer.json");
@@ -550,10 +572,14 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   auto made = config.make_executor ? config.make_executor(config) : make_default_executor(config);
   if (!made) return made.err();
   std::unique_ptr<executor> exec = std::move(*made);
+  if (spec.enabled() && !exec->info().verifies_proposals)
+    return error{"invalid_argument", "--speculative-config: the " + exec->info().device +
+                                         " executor does not verify proposals; speculative decoding runs on "
+                                         "--device cpu", "speculative_config"};
   std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n", config.model_dir.string().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return std::unique_ptr<engine>(
-      new engine_impl(std::move(config), std::move(tok), std::move(*model), std::move(*gen), std::move(exec)));
+      new engine_impl(std::move(config), std::move(tok), std::move(*model), std::move(*gen), std::move(exec), spec));
 }
 
 }  // namespace coserve

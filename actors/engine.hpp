@@ -69,6 +69,10 @@ struct engine_config {
   // template text itself ("": the model's).
   std::string chat_template;
   std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
+  // Speculative decoding: vLLM's --speculative-config JSON ("": off), e.g.
+  // {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3}. Needs an executor that
+  // verifies proposals (the CPU executor); errors at start() name the field.
+  std::string speculative_config;
 
   // Faults. A failed step ends the requests scheduled in it; this many failed steps in a row (or
   // one fatal executor error) fail the engine: every open request ends with an error, submit()
@@ -202,6 +206,10 @@ struct engine_metrics {
   // spent compiling.
   int64_t grammar_compiles = 0, grammar_cache_hits = 0, grammar_failures = 0, grammar_cache_bytes = 0;
   double grammar_compile_seconds = 0.0;
+  // Speculative decoding (vLLM's spec_decode counters): verify steps with proposals, tokens
+  // proposed, proposals accepted, and accepted per proposal position.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
   std::vector<std::pair<std::string, int64_t>> mailbox_depth;  // per actor: messages queued
   histogram_snapshot ttft, itl, e2e, queue;        // seconds
 };

@@ -147,7 +147,7 @@ void kv_manager::register_full_blocks(seq_kv& s) {
 }
 
 void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens, int32_t cached,
-                          step_plan& plan, step_allocation& alloc) {
+                          std::span<const int32_t> proposals, step_plan& plan, step_allocation& alloc) {
   if (!s.known_to_executor) {
     if (s.announce) plan.new_seqs.push_back(std::move(*s.announce));
     s.announce.reset();
@@ -161,8 +161,13 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
   const auto known = static_cast<int32_t>(s.tokens.size());
   for (int32_t k = 0; k < n; ++k) {
     const int32_t pos = s.num_computed + k;
-    out.tokens[static_cast<size_t>(k)] = pos < known ? s.tokens[static_cast<size_t>(pos)] : k_token_from_last_step;
+    const int32_t past = pos - known;  // proposals follow the known tokens
+    out.tokens[static_cast<size_t>(k)] = pos < known ? s.tokens[static_cast<size_t>(pos)]
+                                         : past < static_cast<int32_t>(proposals.size()) && !proposals.empty()
+                                             ? proposals[static_cast<size_t>(past)]
+                                             : k_token_from_last_step;
   }
+  out.num_draft = static_cast<int32_t>(proposals.size());
   out.block_table = s.table;
   alloc.seqs.push_back({id, s.num_computed, n, cached});
   s.num_computed += n;
@@ -210,7 +215,7 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
       auto [it, inserted] = seqs_.emplace(e.seq_id, std::move(s));
       (void)inserted;
       holders_.push_back(e.seq_id);
-      schedule(e.seq_id, it->second, n, e.num_tokens, cached, plan, alloc);
+      schedule(e.seq_id, it->second, n, e.num_tokens, cached, {}, plan, alloc);
       continue;
     }
     auto it = seqs_.find(e.seq_id);
@@ -218,6 +223,12 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
     seq_kv& s = it->second;
     const auto tokens = draft.append_of(e);
     s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+    if (e.num_computed >= 0 && e.num_computed < s.num_computed) {
+      // Proposals a step computed were rejected: their positions are computed again, and K/V
+      // past this point is no longer committed.
+      s.num_computed = e.num_computed;
+      s.num_committed = std::min(s.num_committed, e.num_computed);
+    }
     const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
     if (n <= 0) continue;
     bool preempted_self = false;
@@ -233,7 +244,7 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
       admissions_closed = true;  // it was the newest holder: no room for anyone newer
       continue;
     }
-    schedule(e.seq_id, s, n, e.num_tokens, 0, plan, alloc);
+    schedule(e.seq_id, s, n, e.num_tokens, 0, draft.proposals_of(e), plan, alloc);
   }
   alloc.num_free_blocks = pool_.num_free();
   alloc.prefix_queries = pool_.prefix_queries();

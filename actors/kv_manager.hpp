@@ -7,6 +7,10 @@
 // blocks are registered in the prefix cache. "Holders" are the sequences holding blocks, in
 // admission order; the newest holder is the one preempted when blocks run out.
 //
+// Speculative decoding: a step may compute proposals past the known tokens; they are never
+// hashed (only known tokens are), and when some are rejected the next draft entry carries the
+// scheduler's lower computed count, to which this count (and the committed one) rolls back.
+//
 // A full block enters the prefix cache only once the step that filled it has succeeded
 // (step_outcome(id, true)): until then another request could read K/V that a failing step never
 // wrote. A failed step's blocks stay with their sequences, uncached, until they are released.
@@ -16,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -75,7 +80,7 @@ class kv_manager {
   void grow(seq_kv& s, int32_t n, step_plan& plan);
   void register_full_blocks(seq_kv& s);
   void schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens, int32_t cached,
-                step_plan& plan, step_allocation& alloc);
+                std::span<const int32_t> proposals, step_plan& plan, step_allocation& alloc);
 
   block_pool pool_;
   std::unordered_map<seq_id_t, seq_kv> seqs_;

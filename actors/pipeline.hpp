@@ -13,6 +13,7 @@
 // for the latency samples) and read by engine::metrics() on any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -88,6 +89,11 @@ struct pipeline_metrics {
   // grammar actor
   std::atomic<int64_t> grammar_compiles{0}, grammar_cache_hits{0}, grammar_failures{0}, grammar_compile_us{0},
       grammar_cache_bytes{0};
+  // scheduler: speculative decoding
+  std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0};
+  static constexpr size_t k_spec_positions = 16;
+  std::array<std::atomic<int64_t>, k_spec_positions> spec_accepted_per_position{};
+  std::atomic<int32_t> spec_positions{0};  // num_speculative_tokens (0: off)
   // executor: when the step now running started (tracer clock, ns), 0 while idle
   std::atomic<int64_t> step_started_ns{0};
 };

@@ -16,6 +16,12 @@ void scheduler::publish() {
   m.waiting.store(core_.num_waiting(), std::memory_order_relaxed);
   m.waiting_tokens.store(core_.num_waiting_tokens(), std::memory_order_relaxed);
   m.preemptions.store(core_.num_preemptions(), std::memory_order_relaxed);
+  const speculation_stats& sp = core_.speculation();
+  m.spec_drafts.store(sp.drafts, std::memory_order_relaxed);
+  m.spec_draft_tokens.store(sp.draft_tokens, std::memory_order_relaxed);
+  m.spec_accepted_tokens.store(sp.accepted_tokens, std::memory_order_relaxed);
+  for (size_t i = 0; i < sp.accepted_per_position.size() && i < m.spec_accepted_per_position.size(); ++i)
+    m.spec_accepted_per_position[i].store(sp.accepted_per_position[i], std::memory_order_relaxed);
 }
 
 void scheduler::pump(rt::outbox& out) {

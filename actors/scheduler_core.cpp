@@ -76,12 +76,49 @@ bool scheduler_core::can_schedule() const {
   if (!forking_.empty()) return true;
   for (seq_id_t id : running_) {
     const sequence& s = seqs_.at(id);
-    const bool unresolved = s.pending > 1 || (s.pending == 1 && s.pending_step != last_step_);
+    const bool unresolved = s.pending > 1 || (s.pending == 1 && (s.pending_step != last_step_ || s.spec_proposed > 0));
     const bool at_limit = s.num_generated() >= s.params.max_tokens || s.num_tokens() >= config_.max_model_len;
-    if (!unresolved && !at_limit && s.num_tokens() > s.num_computed) return true;
+    if (!unresolved && !at_limit && s.num_tokens() > s.num_computed && !held_for_proposal(s)) return true;
   }
   return !waiting_.empty() && seqs_.at(waiting_.front()).pending == 0 &&
          num_running() < config_.max_num_seqs;
+}
+
+int32_t scheduler_core::proposal_limit(const sequence& s) const {
+  const speculative_config& sc = config_.speculation;
+  if (!sc.enabled() || s.params.grammar) return 0;
+  if (sc.disable_by_batch_size > 0 && num_running() > sc.disable_by_batch_size) return 0;
+  // The step yields up to k + 1 tokens, each needing a position: stay inside both limits.
+  return std::max(0, std::min({sc.num_speculative_tokens, s.params.max_tokens - s.num_generated() - 1,
+                               config_.max_model_len - s.num_tokens() - 1}));
+}
+
+bool scheduler_core::held_for_proposal(const sequence& s) const {
+  return s.pending == 1 && s.pending_step == last_step_ && s.spec_proposed == 0 && s.backoff.skip == 0 &&
+         s.num_tokens() - s.num_computed == 1 && proposal_limit(s) > 0;
+}
+
+void scheduler_core::propose(sequence& s, draft_entry& e, step_draft& d, int32_t budget, uint64_t step_id) {
+  const int32_t k = std::min(proposal_limit(s), budget);
+  if (k <= 0) return;
+  if (s.backoff.skip > 0) {
+    --s.backoff.skip;
+    return;
+  }
+  if (s.pending != 0) return;
+  const speculative_config& sc = config_.speculation;
+  e.proposal_begin = static_cast<uint32_t>(d.proposals.size());
+  const int32_t got = ngram_propose(token_view{&s.prompt, &s.output}, sc.prompt_lookup_min, sc.prompt_lookup_max, k,
+                                    d.proposals);
+  if (got <= 0) {
+    s.backoff.on_outcome(false);
+    return;
+  }
+  e.proposal_count = static_cast<uint32_t>(got);
+  e.tokens += got;
+  e.num_tokens += got;
+  s.spec_proposed = got;
+  s.spec_step = step_id;
 }
 
 step_draft scheduler_core::draft() {
@@ -131,18 +168,22 @@ step_draft scheduler_core::draft() {
   for (seq_id_t id : running_) {
     if (budget <= 0) break;
     sequence& s = at(id);
-    const bool unresolved = s.pending > 1 || (s.pending == 1 && s.pending_step != last_step_);
+    // A sequence verifying proposals waits for that result: its next input is not known yet.
+    const bool unresolved = s.pending > 1 || (s.pending == 1 && (s.pending_step != last_step_ || s.spec_proposed > 0));
     const bool at_limit = s.num_generated() >= s.params.max_tokens ||
                           s.num_tokens() >= config_.max_model_len;
     const int32_t n = std::min(s.num_tokens() - s.num_computed, budget);
-    if (unresolved || at_limit || n <= 0) continue;
+    // Speculation: wait for the last token when proposals are to be looked up from it.
+    if (unresolved || at_limit || n <= 0 || held_for_proposal(s)) continue;
     draft_entry e;
     e.seq_id = id;
     e.tokens = n;
     e.num_tokens = s.num_tokens();
+    e.num_computed = s.num_computed;
     send_unsent_tokens(s, e, d.appended);
+    if (n == 1) propose(s, e, d, budget - 1, step_id);
+    budget -= e.tokens;
     d.entries.push_back(std::move(e));
-    budget -= n;
   }
 
   // 2. Waiting sequences, by (priority, arrival), chunked into the remaining budget.
@@ -158,6 +199,7 @@ step_draft scheduler_core::draft() {
     e.count_query = s.num_preemptions == 0;
     e.num_tokens = s.num_tokens();
     e.tokens = std::min(e.num_tokens, budget);
+    e.num_computed = s.num_computed;
     s.kv_sent = 0;
     send_unsent_tokens(s, e, d.appended);
     e.announce = announce_of(s);
@@ -184,6 +226,7 @@ void scheduler_core::on_allocation(const step_allocation& alloc) {
     s.state = seq_state::waiting;
     s.num_computed = 0;
     s.kv_sent = 0;
+    if (s.spec_step == alloc.step_id) s.spec_proposed = 0;  // preempted instead of verifying
     ++s.num_preemptions;
     ++preemptions_;
     insert_waiting(id);
@@ -198,11 +241,24 @@ void scheduler_core::on_allocation(const step_allocation& alloc) {
       running_.push_back(s.id);
       if (s.num_preemptions == 0) s.num_cached_prompt = sc.cached_tokens;
     }
+    if (s.spec_proposed > 0 && s.spec_step == alloc.step_id) {
+      // Verifying: only the last known token counts as computed until the result says how many
+      // proposals hold; one token (at least) is on its way.
+      s.num_computed = sc.start_pos + 1;
+      ++s.pending;
+      s.pending_step = alloc.step_id;
+      continue;
+    }
     s.num_computed = sc.start_pos + sc.tokens;
     if (s.num_computed == s.num_tokens()) {
       ++s.pending;
       s.pending_step = alloc.step_id;
     }
+  }
+  // Proposals of this step whose sequence the allocator did not schedule (deferred) are void.
+  for (seq_id_t id : running_) {
+    sequence& s = at(id);
+    if (s.spec_step == alloc.step_id && s.spec_proposed > 0 && s.pending == 0) s.spec_proposed = 0;
   }
   for (seq_id_t id : alloc.deferred) {
     auto it = seqs_.find(id);
@@ -213,10 +269,26 @@ void scheduler_core::on_allocation(const step_allocation& alloc) {
 std::vector<seq_event> scheduler_core::on_result(const step_result& result) {
   std::vector<seq_event> events;
   events.reserve(result.outputs.size());
-  for (const seq_output& o : result.outputs) {
+  for (size_t i = 0; i < result.outputs.size(); ++i) {
+    const seq_output& o = result.outputs[i];
     auto it = seqs_.find(o.seq_id);
     if (it == seqs_.end() || it->second.state == seq_state::finished) continue;
     sequence& s = it->second;
+    if (s.spec_proposed > 0 && s.spec_step == result.step_id && s.pending > 0) {
+      // The first of this sequence's outputs: 1 + accepted proposals, consecutive.
+      size_t m = 1;
+      while (i + m < result.outputs.size() && result.outputs[i + m].seq_id == o.seq_id) ++m;
+      const auto accepted = static_cast<int32_t>(m) - 1;
+      if (s.state == seq_state::running) s.num_computed += accepted;  // their K/V hold
+      spec_stats_.drafts += 1;
+      spec_stats_.draft_tokens += s.spec_proposed;
+      spec_stats_.accepted_tokens += accepted;
+      if (spec_stats_.accepted_per_position.size() < size_t(s.spec_proposed))
+        spec_stats_.accepted_per_position.resize(size_t(s.spec_proposed), 0);
+      for (int32_t p = 0; p < accepted; ++p) ++spec_stats_.accepted_per_position[size_t(p)];
+      s.backoff.on_outcome(2 * accepted >= s.spec_proposed);
+      s.spec_proposed = 0;
+    }
     if (s.pending > 0) --s.pending;
     s.output.push_back(o.token);
     seq_event ev;

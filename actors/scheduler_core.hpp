@@ -9,7 +9,16 @@
 //
 // Two steps in flight: draft() may be called while the previous step's result is outstanding (at
 // most one). A sequence whose last token is still being sampled gets `k_token_from_last_step` as
-// its decode input. Each draft must be answered (on_allocation) before the next draft();
+// its decode input.
+//
+// Speculative decoding (config.speculation): a running sequence whose every token is known and
+// only its last one uncomputed may get proposals (n-gram lookup over its own tokens, at most k,
+// fewer near max_tokens / max_model_len / the step's budget, none with a grammar, while more
+// than disable_by_batch_size sequences run, or while its back-off lasts). The step computes the
+// last token and the proposals; the result brings 1 + (accepted proposals) tokens, and the
+// computed count moves past the accepted ones only, so rejected positions are computed again.
+// Such a sequence waits for that result before its next step (it leaves the two-in-flight
+// overlap for that step). Each draft must be answered (on_allocation) before the next draft();
 // on_result() must be called with results in step order.
 //
 // Threads: none (owned by the scheduler actor, or by batch_planner in single-threaded use).
@@ -30,6 +39,15 @@ struct planner_config {
   int32_t max_num_batched_tokens = 2048;
   int32_t max_model_len = 4096;
   int32_t eos_id = -1;  // -1: none
+  speculative_config speculation;  // off unless enabled()
+};
+
+// Speculative decoding counters (cumulative), as vLLM's spec_decode metrics.
+struct speculation_stats {
+  int64_t drafts = 0;           // verify steps of sequences with proposals
+  int64_t draft_tokens = 0;     // tokens proposed
+  int64_t accepted_tokens = 0;  // proposals accepted
+  std::vector<int64_t> accepted_per_position;  // [i]: proposals accepted at position i
 };
 
 // One sampled token applied to a sequence (or a sequence's end).
@@ -68,6 +86,7 @@ class scheduler_core {
   int32_t num_running() const noexcept { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const noexcept { return static_cast<int32_t>(waiting_.size() + forking_.size()); }
   int64_t num_preemptions() const noexcept { return preemptions_; }
+  const speculation_stats& speculation() const noexcept { return spec_stats_; }
   // Tokens of waiting sequences not yet computed (prompts, and outputs to recompute after a
   // preemption); n > 1 children waiting for their parent are not counted. O(waiting).
   int64_t num_waiting_tokens() const;
@@ -86,6 +105,13 @@ class scheduler_core {
   void drop(seq_id_t id);
   new_seq announce_of(const sequence& s) const;
   static void send_unsent_tokens(sequence& s, draft_entry& e, std::vector<int32_t>& appended);
+  // Speculative decoding: adds proposals to a decode entry of one token (see the header comment).
+  void propose(sequence& s, draft_entry& e, step_draft& d, int32_t budget, uint64_t step_id);
+  // Proposals the sequence may get now (0: none: off, a grammar, a large batch, at its limits).
+  int32_t proposal_limit(const sequence& s) const;
+  // A decode whose last token is still being sampled and that will look up proposals from it:
+  // it waits for that result rather than taking the two-in-flight placeholder.
+  bool held_for_proposal(const sequence& s) const;
 
   planner_config config_;
   std::unordered_map<seq_id_t, sequence> seqs_;
@@ -97,6 +123,7 @@ class scheduler_core {
   uint64_t last_step_ = 0;          // the previous draft's step id
   bool outstanding_ = false;
   int64_t preemptions_ = 0;
+  speculation_stats spec_stats_;
 };
 
 }  // namespace coserve::actors

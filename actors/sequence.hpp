@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
+#include "actors/speculation.hpp"
 #include "model/sampling_params.hpp"
 #include "model/step.hpp"
 
@@ -40,6 +41,10 @@ struct sequence {
   seq_id_t fork_parent = 0;        // n > 1: copies the parent's prompt blocks (0: none)
   finish_reason finish = finish_reason::none;
   int32_t num_preemptions = 0;
+  // Speculative decoding: proposals of the step in flight (0: none), and the back-off.
+  int32_t spec_proposed = 0;
+  uint64_t spec_step = 0;
+  speculation_backoff backoff;
 
   int32_t num_known() const noexcept { return static_cast<int32_t>(prompt.size() + output.size()); }
   int32_t num_tokens() const noexcept { return num_known() + pending; }

@@ -29,6 +29,13 @@ struct draft_entry {
   uint32_t append_begin = 0;       // known tokens the allocator has not been sent yet, in order:
   uint32_t append_count = 0;       //   step_draft::appended[append_begin, append_begin + count)
   std::optional<new_seq> announce; // executor registration (with every admission)
+  // Speculative decoding: the last proposal_count of `tokens` are proposals to verify,
+  // step_draft::proposals[proposal_begin, proposal_begin + count); they follow every known token.
+  uint32_t proposal_begin = 0;
+  uint32_t proposal_count = 0;
+  // The scheduler's computed count: lower than the allocator's after rejected proposals, whose
+  // positions are then computed again (the allocator rolls its count back to this; -1: not given).
+  int32_t num_computed = -1;
 };
 
 // An n > 1 sample sharing its parent's computed prompt blocks (copy-on-write).
@@ -44,9 +51,13 @@ struct step_draft {
   std::vector<draft_fork> forks;   // applied first
   std::vector<draft_entry> entries;  // running sequences in admission order, then admissions
   std::vector<int32_t> appended;     // every entry's new tokens, back to back (one allocation)
+  std::vector<int32_t> proposals;    // every entry's proposals, back to back
 
   std::span<const int32_t> append_of(const draft_entry& e) const noexcept {
     return {appended.data() + e.append_begin, e.append_count};
+  }
+  std::span<const int32_t> proposals_of(const draft_entry& e) const noexcept {
+    return {proposals.data() + e.proposal_begin, e.proposal_count};
   }
 };
 

@@ -104,6 +104,15 @@ engine:
   --chat-template T             the chat template to use instead of the model's: a file (.jinja, or
                                 a .json with a chat_template field) or the template text itself
   --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit
+  --speculative-config JSON     speculative decoding, as vLLM's flag: {"method": "ngram",
+                                "num_speculative_tokens": K, "prompt_lookup_min": A,
+                                "prompt_lookup_max": B, "disable_by_batch_size": C}. Each step a
+                                decode may propose up to K tokens found after the latest earlier
+                                occurrence of its last B..A tokens (prompt and output) and the model
+                                verifies them in the same step; outputs keep the model's
+                                distribution (greedy: identical). Lookup bounds default to 5; no
+                                proposals while more than C sequences run (default: no limit).
+                                CPU executor only; draft models are not supported
 tools:
   --enable-auto-tool-choice     serve tool_choice "auto" (the default when a request has tools):
                                 the output is read for tool calls by --tool-call-parser. Without it
@@ -210,6 +219,7 @@ int parse(int argc, char** argv, serve_args& a) {
       a.engine.device = v;
     }
     else if (f == "--trace-file") { const char* v = need("a path"); if (!v) return 2; a.engine.trace_file = v; }
+    else if (f == "--speculative-config") { const char* v = need("a JSON object"); if (!v) return 2; a.engine.speculative_config = v; }
     else if (f == "--max-num-seqs") { if (!as_int(need("N"), a.engine.max_num_seqs)) return 2; }
     else if (f == "--max-num-batched-tokens") { if (!as_int(need("N"), a.engine.max_num_batched_tokens)) return 2; }
     else if (f == "--max-model-len") { if (!as_int(need("N"), a.engine.max_model_len)) return 2; }

@@ -92,6 +92,18 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
   sample("coserve_grammar_cache_bytes", static_cast<double>(m.grammar_cache_bytes));
   family("coserve_grammar_compile_seconds_total", "counter", "Time spent compiling grammars.");
   sample("coserve_grammar_compile_seconds_total", m.grammar_compile_seconds);
+  family("coserve_spec_decode_num_drafts_total", "counter",
+         "Speculative decoding: verify steps of sequences with proposals.");
+  sample("coserve_spec_decode_num_drafts_total", static_cast<double>(m.spec_drafts));
+  family("coserve_spec_decode_num_draft_tokens_total", "counter", "Speculative decoding: tokens proposed.");
+  sample("coserve_spec_decode_num_draft_tokens_total", static_cast<double>(m.spec_draft_tokens));
+  family("coserve_spec_decode_num_accepted_tokens_total", "counter", "Speculative decoding: proposals accepted.");
+  sample("coserve_spec_decode_num_accepted_tokens_total", static_cast<double>(m.spec_accepted_tokens));
+  family("coserve_spec_decode_num_accepted_tokens_per_pos_total", "counter",
+         "Speculative decoding: proposals accepted at each position of a proposal (0 first).");
+  for (size_t i = 0; i < m.spec_accepted_per_position.size(); ++i)
+    sample("coserve_spec_decode_num_accepted_tokens_per_pos_total{position=\"" + std::to_string(i) + "\"}",
+           static_cast<double>(m.spec_accepted_per_position[i]));
   family("coserve_actor_mailbox_depth", "gauge", "Messages queued in each serving actor's mailbox.");
   for (const auto& [actor, n] : m.mailbox_depth)
     sample("coserve_actor_mailbox_depth{actor=\"" + actor + "\"}", static_cast<double>(n));

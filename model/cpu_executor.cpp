@@ -64,6 +64,7 @@ executor_info cpu_executor::info() const {
   i.block_size = cache_.block_size();
   i.vocab_size = weights_.config.vocab_size;
   i.max_model_len = opts_.max_model_len;
+  i.verifies_proposals = true;
   i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
              std::string(dtype_name(cache_.type())) + (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations" : "") + ")";
   return i;
@@ -105,34 +106,58 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     if (s.start_pos + int32_t(s.tokens.size()) > opts_.max_model_len)
       return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " exceeds max_model_len " +
                                                 std::to_string(opts_.max_model_len));
-    batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()), s.start_pos, &s.block_table, s.sample};
+    if (s.num_draft < 0 || s.num_draft >= int32_t(s.tokens.size()) || (s.num_draft > 0 && !s.sample))
+      return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " has " +
+                                                std::to_string(s.num_draft) + " draft tokens in a slice of " +
+                                                std::to_string(s.tokens.size()));
+    batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()), s.start_pos, &s.block_table, s.sample,
+                           1 + s.num_draft};
   }
   if (auto r = forward_.run(batch, cache_, false, logits_); !r) return r.err();
 
   // Sampling: each row has its own state, so rows sample in parallel on the forward pass's pool.
-  step_result out;
-  out.step_id = plan.step_id;
-  const size_t vocab = size_t(weights_.config.vocab_size);
-  std::vector<seq_state*> states;
+  // A sequence with proposals verifies them in order on its 1 + num_draft rows.
+  struct sampled {
+    seq_state* st;
+    const scheduled_seq* seq;
+    size_t first_row;
+    std::vector<seq_output> outs;
+  };
+  std::vector<sampled> rows;
+  size_t next_row = 0;
   for (const scheduled_seq& s : plan.seqs) {
     if (!s.sample) continue;
-    states.push_back(&seqs_.at(s.seq_id));
-    seq_output o;
-    o.seq_id = s.seq_id;
-    out.outputs.push_back(std::move(o));
+    rows.push_back({&seqs_.at(s.seq_id), &s, next_row, {}});
+    next_row += size_t(1 + s.num_draft);
   }
-  pool_.parallel_for(int64_t(states.size()), [&](int64_t row) {
-    seq_state& st = *states[size_t(row)];
-    std::span<const float> logits(logits_.data() + size_t(row) * vocab, vocab);
-    sample_output so = sample_token(logits, st.sampling);
-    st.sampling.accept(so.token);
-    st.last_token = so.token;
-    seq_output& o = out.outputs[size_t(row)];
-    o.token = so.token;
-    o.logprob = so.logprob;
-    o.top_logprobs = std::move(so.top_logprobs);
-    if (opts_.return_logits) o.logits.assign(logits.begin(), logits.end());
+  const size_t vocab = size_t(weights_.config.vocab_size);
+  pool_.parallel_for(int64_t(rows.size()), [&](int64_t r) {
+    sampled& sm = rows[size_t(r)];
+    seq_state& st = *sm.st;
+    const scheduled_seq& s = *sm.seq;
+    const size_t draft_at = s.tokens.size() - size_t(s.num_draft);
+    for (int32_t j = 0; j <= s.num_draft; ++j) {
+      std::span<const float> logits(logits_.data() + (sm.first_row + size_t(j)) * vocab, vocab);
+      bool accepted = false;
+      sample_output so = j < s.num_draft ? verify_token(logits, st.sampling, s.tokens[draft_at + size_t(j)], accepted)
+                                         : sample_token(logits, st.sampling);
+      st.sampling.accept(so.token);
+      st.last_token = so.token;
+      seq_output o;
+      o.seq_id = s.seq_id;
+      o.token = so.token;
+      o.logprob = so.logprob;
+      o.top_logprobs = std::move(so.top_logprobs);
+      if (opts_.return_logits) o.logits.assign(logits.begin(), logits.end());
+      sm.outs.push_back(std::move(o));
+      if (j < s.num_draft && !accepted) break;
+    }
   });
+  step_result out;
+  out.step_id = plan.step_id;
+  out.outputs.reserve(rows.size());
+  for (sampled& sm : rows)
+    for (seq_output& o : sm.outs) out.outputs.push_back(std::move(o));
   return out;
 }
 

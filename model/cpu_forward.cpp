@@ -320,7 +320,10 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     for (int64_t t = 0; t < total; ++t) rows.push_back(t);
   } else {
     for (size_t s = 0; s < batch.size(); ++s)
-      if (batch[s].want_logits) rows.push_back(seq_offsets_[s] + batch[s].num_tokens - 1);
+      if (batch[s].want_logits) {
+        const int32_t k = std::clamp(batch[s].logit_rows, 1, batch[s].num_tokens);
+        for (int32_t r = batch[s].num_tokens - k; r < batch[s].num_tokens; ++r) rows.push_back(seq_offsets_[s] + r);
+      }
   }
   logits.resize(size_t(int64_t(rows.size()) * vocab));
   ++profile_.steps;

@@ -27,6 +27,7 @@ struct forward_seq {
   int32_t start_pos = 0;
   const std::vector<int32_t>* block_table = nullptr;  // covers [0, start_pos + n)
   bool want_logits = false;         // logits of the last token
+  int32_t logit_rows = 1;           // with want_logits: of the last logit_rows tokens (in order)
 };
 
 // Seconds spent per phase since the last reset (wall time of the calling thread).
@@ -42,7 +43,7 @@ class cpu_forward {
   // `weights` must outlive this object. `pool` runs every parallel part of the pass.
   cpu_forward(const model_weights& weights, worker_pool& pool);
 
-  // Runs the batch; fills `logits` with one row of vocab_size floats per sequence with
+  // Runs the batch; fills `logits` with logit_rows rows of vocab_size floats per sequence with
   // want_logits (in batch order), or one row per token when all_rows is true.
   // Errors: a token id outside the vocabulary, a position past the block table or the model's
   // context, a block id outside the cache.

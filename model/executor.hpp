@@ -21,6 +21,7 @@ struct executor_info {
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;
   std::string device;  // e.g. "cpu (4 threads)"
+  bool verifies_proposals = false;  // runs scheduled_seq::num_draft > 0 (speculative decoding)
 };
 
 class executor {

@@ -112,7 +112,10 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
   for (size_t i = keep; i < vocab; ++i) logits[size_t(order[i])] = -INFINITY;
 }
 
-sample_output sample_token(std::span<const float> raw, sampling_state& st) {
+namespace {
+
+// Steps 0-6 on a copy of `raw`; `lp` gets the log-softmax of the processed row.
+std::vector<float> processed_row(std::span<const float> raw, sampling_state& st, std::vector<float>& lp) {
   std::vector<float> row(raw.begin(), raw.end());
   if (st.matcher) {
     st.matcher->fill_mask(st.mask);
@@ -131,40 +134,69 @@ sample_output sample_token(std::span<const float> raw, sampling_state& st) {
     apply_penalties(row, st);
   }
   apply_temperature_and_filters(row, st.params);
-  std::vector<float> lp;
   log_softmax(row, lp);
+  return row;
+}
 
+// Inverse CDF draw over exp(lp), skipping `excluded` (-1: none) and scaling u by the remaining
+// mass. Always advances the rng once.
+int32_t draw(const std::vector<float>& lp, seq_rng& rng, int32_t excluded, double mass) {
+  const double u = rng.uniform() * mass;
+  double cum = 0.0;
+  int32_t last_finite = -1;
+  for (size_t i = 0; i < lp.size(); ++i) {
+    if (lp[i] == -INFINITY || int32_t(i) == excluded) continue;
+    last_finite = int32_t(i);
+    cum += std::exp(double(lp[i]));
+    if (u < cum) return int32_t(i);
+  }
+  return last_finite;  // rounding left u just above the total mass
+}
+
+void fill_top_logprobs(const std::vector<float>& lp, const sampling_state& st, sample_output& out) {
+  out.logprob = lp[size_t(out.token)];
+  if (st.params.logprobs <= 0) return;
+  const size_t n = std::min(size_t(st.params.logprobs), lp.size());
+  std::vector<int32_t> idx(lp.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
+    return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
+  });
+  for (size_t i = 0; i < n; ++i)
+    if (lp[size_t(idx[i])] != -INFINITY) out.top_logprobs.push_back({idx[i], lp[size_t(idx[i])]});
+}
+
+}  // namespace
+
+sample_output sample_token(std::span<const float> raw, sampling_state& st) {
+  std::vector<float> lp;
+  const std::vector<float> row = processed_row(raw, st, lp);
   sample_output out;
+  if (st.params.greedy()) out.token = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+  else out.token = std::max(0, draw(lp, st.rng, -1, 1.0));
+  fill_top_logprobs(lp, st, out);
+  return out;
+}
+
+sample_output verify_token(std::span<const float> raw, sampling_state& st, int32_t draft, bool& accepted) {
+  std::vector<float> lp;
+  const std::vector<float> row = processed_row(raw, st, lp);
+  sample_output out;
+  const bool in_vocab = draft >= 0 && size_t(draft) < lp.size();
   if (st.params.greedy()) {
     out.token = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+    accepted = out.token == draft;
   } else {
-    // Inverse CDF over the processed distribution; the draw always advances the rng once.
-    const double u = st.rng.uniform();
-    double cum = 0.0;
-    int32_t last_finite = 0;
-    out.token = -1;
-    for (size_t i = 0; i < lp.size(); ++i) {
-      if (lp[i] == -INFINITY) continue;
-      last_finite = int32_t(i);
-      cum += std::exp(double(lp[i]));
-      if (u < cum) {
-        out.token = int32_t(i);
-        break;
-      }
+    const double p = in_vocab && lp[size_t(draft)] != -INFINITY ? std::exp(double(lp[size_t(draft)])) : 0.0;
+    accepted = p > 0.0 && st.rng.uniform() < p;
+    if (accepted) {
+      out.token = draft;
+    } else {
+      const int32_t t = draw(lp, st.rng, in_vocab ? draft : -1, std::max(0.0, 1.0 - p));
+      out.token = t >= 0 ? t : std::max(0, draft);  // p == 1 cannot be rejected; defensive
     }
-    if (out.token < 0) out.token = last_finite;  // rounding left u just above the total mass
   }
-  out.logprob = lp[size_t(out.token)];
-  if (st.params.logprobs > 0) {
-    const size_t n = std::min(size_t(st.params.logprobs), lp.size());
-    std::vector<int32_t> idx(lp.size());
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
-      return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
-    });
-    for (size_t i = 0; i < n; ++i)
-      if (lp[size_t(idx[i])] != -INFINITY) out.top_logprobs.push_back({idx[i], lp[size_t(idx[i])]});
-  }
+  fill_top_logprobs(lp, st, out);
   return out;
 }
 

@@ -69,4 +69,15 @@ void log_softmax(std::span<const float> logits, std::vector<float>& out);
 // seeded rng advances and the grammar's mask is filled into st.mask.
 sample_output sample_token(std::span<const float> raw, sampling_state& st);
 
+// Speculative decoding: decides on a proposed token `draft` at one position, from that position's
+// raw logits, processed as sample_token() processes them (the state must have accepted every
+// earlier token of the sequence). Greedy: the draft is accepted when it is the argmax, and the
+// output is the argmax either way. Sampled (the rejection rule of speculative sampling for a
+// proposal that is a single token, as n-gram lookup makes): the draft is accepted with its
+// probability p(draft) under the processed distribution; otherwise the output is drawn from that
+// distribution with the draft removed and renormalised. Either way the output follows the target
+// distribution exactly. `accepted` tells which happened; the output's logprob is its log p.
+// Does not call st.accept().
+sample_output verify_token(std::span<const float> raw, sampling_state& st, int32_t draft, bool& accepted);
+
 }  // namespace coserve

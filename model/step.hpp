@@ -42,6 +42,11 @@ struct scheduled_seq {
   std::vector<int32_t> block_table;  // physical KV blocks covering [0, start_pos + tokens.size())
   bool sample = false;               // true when the last token's logits are sampled this step
                                      // (false for a prefill chunk that does not reach the end)
+  // Speculative decoding: the last num_draft tokens are proposals to verify (sample is then true).
+  // The executor scores every one of the last 1 + num_draft positions and outputs, in order, the
+  // proposals it accepts and then one token of its own (the correction of the first rejected
+  // proposal, or the next token after all of them): 1 to 1 + num_draft outputs for the sequence.
+  int32_t num_draft = 0;
 };
 
 struct step_plan {
@@ -67,7 +72,9 @@ struct seq_output {
 
 struct step_result {
   uint64_t step_id = 0;
-  std::vector<seq_output> outputs;  // one per scheduled_seq with sample == true, in batch order
+  // One per scheduled_seq with sample == true, in batch order; a sequence with proposals
+  // (num_draft > 0) has one per token it produced, consecutive, in order.
+  std::vector<seq_output> outputs;
 };
 
 }  // namespace coserve

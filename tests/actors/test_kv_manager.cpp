@@ -164,3 +164,71 @@ TEST_CASE("kv_manager: blocks of a failed step never enter the prefix cache and 
   CHECK(kv.steps_pending() == 0);
   CHECK(run(4, 4) == 8);  // steps 2 and 3 succeeded: two full blocks are reused
 }
+
+TEST_CASE("kv_manager: proposals follow the known tokens, are never cached, and roll back when rejected",
+          "[actors][kv][speculation]") {
+  kv_manager kv({.num_blocks = 8, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  {
+    step_draft d;
+    d.step_id = 1;
+    d.entries.push_back(admit(d, 1, {1, 2, 3, 4, 5, 6}, 6));
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    kv.step_outcome(1, true);
+  }
+  {
+    // Sampled 7 (known now); the step computes it and proposals 8, 9, 10 at positions 7..9.
+    step_draft d;
+    d.step_id = 2;
+    draft_entry e = decode(1, 7 + 3);
+    e.tokens = 4;
+    e.num_computed = 6;
+    e.append_begin = 0;
+    e.append_count = 1;
+    d.appended = {7};
+    e.proposal_begin = 0;
+    e.proposal_count = 3;
+    d.proposals = {8, 9, 10};
+    d.entries.push_back(e);
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    REQUIRE(plan.seqs.size() == 1);
+    CHECK(plan.seqs[0].start_pos == 6);
+    CHECK(plan.seqs[0].tokens == std::vector<int32_t>{7, 8, 9, 10});
+    CHECK(plan.seqs[0].num_draft == 3);
+    CHECK(plan.seqs[0].sample);
+    CHECK(plan.seqs[0].block_table.size() == 3);  // positions 0..9
+    kv.step_outcome(2, true);
+  }
+  {
+    // Only 8 was accepted, then the model's own 11: known 1..8, 11; computed through position 7.
+    step_draft d;
+    d.step_id = 3;
+    draft_entry e = decode(1, 10);
+    e.num_computed = 8;
+    e.append_begin = 0;
+    e.append_count = 2;
+    d.appended = {8, 11};
+    d.entries.push_back(e);
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    REQUIRE(plan.seqs.size() == 1);
+    CHECK(plan.seqs[0].start_pos == 8);  // position 8 (proposal 9's) is computed again, as 11
+    CHECK(plan.seqs[0].tokens == std::vector<int32_t>{11});
+    CHECK(plan.seqs[0].num_draft == 0);
+    kv.step_outcome(3, true);
+  }
+  kv.release(1);
+  // What the cache holds is the known tokens' blocks: [1..4] and [5 6 7 8]; a prompt with the
+  // rejected proposals there finds only the first block.
+  step_draft d;
+  d.step_id = 4;
+  d.entries.push_back(admit(d, 2, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 10));
+  auto [plan, alloc] = kv.resolve(std::move(d));
+  REQUIRE(alloc.seqs.size() == 1);
+  CHECK(alloc.seqs[0].cached_tokens == 8);
+  step_draft d2;
+  d2.step_id = 5;
+  kv.release(2);
+  d2.entries.push_back(admit(d2, 3, {1, 2, 3, 4, 5, 6, 7, 11, 12}, 9));
+  auto [plan2, alloc2] = kv.resolve(std::move(d2));
+  REQUIRE(alloc2.seqs.size() == 1);
+  CHECK(alloc2.seqs[0].cached_tokens == 4);
+}

@@ -1,0 +1,75 @@
+// Speculative decoding's host side: the --speculative-config JSON (vLLM's keys), the n-gram
+// proposer (prompt lookup over a sequence's own tokens) and the per-sequence back-off.
+//
+// The n-gram proposer takes the last n tokens of the sequence (prompt and output), for n from
+// prompt_lookup_max down to prompt_lookup_min, finds the latest earlier place where those n
+// tokens occur, and proposes the tokens that followed them there (at most k). No match: no
+// proposal, and the sequence decodes as usual.
+//
+// Threads: none (plain data and pure functions; the scheduler actor owns the state).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "runtime/expected.hpp"
+
+namespace coserve::actors {
+
+struct speculative_config {
+  std::string method;                 // "" (off) or "ngram"
+  int32_t num_speculative_tokens = 0; // k: proposals verified per step at most
+  int32_t prompt_lookup_min = 0;      // n-gram lengths tried, longest first
+  int32_t prompt_lookup_max = 0;
+  // No proposals while more sequences than this run (0: no limit): with a large batch the step is
+  // compute-bound and verifying proposals costs more than it saves.
+  int32_t disable_by_batch_size = 0;
+
+  bool enabled() const noexcept { return !method.empty() && num_speculative_tokens > 0; }
+};
+
+// Parses vLLM's --speculative-config JSON: {"method":"ngram","num_speculative_tokens":k,
+// "prompt_lookup_min":a,"prompt_lookup_max":b,"disable_by_batch_size":c}. Both lookup bounds
+// default to 5 when neither is given, else the one given. Errors ("invalid_argument") name the
+// field: malformed JSON, unknown keys or methods, out-of-range values, and a draft model
+// ("model"), which this engine does not run.
+result<speculative_config> parse_speculative_config(std::string_view text);
+
+// Reads token i of a sequence (prompt then output).
+struct token_view {
+  const std::vector<int32_t>* prompt;
+  const std::vector<int32_t>* output;
+  int32_t size() const noexcept { return static_cast<int32_t>(prompt->size() + output->size()); }
+  int32_t operator[](int32_t i) const noexcept {
+    const auto p = static_cast<int32_t>(prompt->size());
+    return i < p ? (*prompt)[static_cast<size_t>(i)] : (*output)[static_cast<size_t>(i - p)];
+  }
+};
+
+// Appends at most k proposed tokens to `out`; returns how many.
+int32_t ngram_propose(const token_view& seq, int32_t min_n, int32_t max_n, int32_t k, std::vector<int32_t>& out);
+
+// Per-sequence back-off. A sequence that may propose waits for its last token before each step
+// (proposals are looked up from it), which gives up the overlap of two steps in flight for that
+// step; so after a lookup that found nothing, or a proposal of which less than half was accepted,
+// the sequence decodes without proposals (and with the overlap) for 1, 2, 4, ... up to 64 steps,
+// reset by a proposal that does well. A sequence whose text never repeats itself then waits once
+// in every 64 steps.
+struct speculation_backoff {
+  int32_t skip = 0;      // decode steps left without proposals
+  int32_t penalty = 0;   // the last back-off length (0: none)
+
+  void on_outcome(bool good) noexcept {
+    if (good) {
+      penalty = 0;
+      return;
+    }
+    penalty = penalty == 0 ? 1 : std::min(64, 2 * penalty);
+    skip = penalty;
+  }
+};
+
+}  // namespace coserve::actors
