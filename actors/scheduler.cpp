@@ -10,6 +10,18 @@
 
 namespace coserve::actors {
 
+// "verify 2/3 accepted": a static name per (proposed, accepted) for the trace's spans.
+const char* verify_span_name(int32_t proposed, int32_t accepted) {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (int32_t p = 0; p <= 16; ++p)
+      for (int32_t a = 0; a <= 16; ++a) v.push_back("verify " + std::to_string(a) + "/" + std::to_string(p) + " accepted");
+    return v;
+  }();
+  if (proposed < 0 || proposed > 16 || accepted < 0 || accepted > proposed) return "verify";
+  return names[static_cast<size_t>(proposed * 17 + accepted)].c_str();
+}
+
 void scheduler::publish() {
   auto& m = p_->metrics;
   m.running.store(core_.num_running(), std::memory_order_relaxed);
@@ -234,7 +246,12 @@ rt::maybe_async scheduler::handle(step_done& m) {
   token_batch batch;
   batch.step_id = result.step_id;
   kv_release rel;
+  auto& tr = p_->sys->trace();
+  const int64_t t_result = tr.now_ns();
   for (const seq_event& e : core_.on_result(result)) {
+    if (e.proposed > 0 && tr.enabled())  // speculation, in the request's timeline
+      trace_for_request(*p_->sys, trace_id_, verify_span_name(e.proposed, e.accepted), e.request_id, t_result,
+                        tr.now_ns());
     token_event t;
     t.request_id = e.request_id;
     t.seq_id = e.seq_id;

@@ -274,6 +274,7 @@ std::vector<seq_event> scheduler_core::on_result(const step_result& result) {
     auto it = seqs_.find(o.seq_id);
     if (it == seqs_.end() || it->second.state == seq_state::finished) continue;
     sequence& s = it->second;
+    int32_t proposed = 0, accepted_now = 0;
     if (s.spec_proposed > 0 && s.spec_step == result.step_id && s.pending > 0) {
       // The first of this sequence's outputs: 1 + accepted proposals, consecutive.
       size_t m = 1;
@@ -287,6 +288,8 @@ std::vector<seq_event> scheduler_core::on_result(const step_result& result) {
         spec_stats_.accepted_per_position.resize(size_t(s.spec_proposed), 0);
       for (int32_t p = 0; p < accepted; ++p) ++spec_stats_.accepted_per_position[size_t(p)];
       s.backoff.on_outcome(2 * accepted >= s.spec_proposed);
+      proposed = s.spec_proposed;
+      accepted_now = accepted;
       s.spec_proposed = 0;
     }
     if (s.pending > 0) --s.pending;
@@ -310,6 +313,8 @@ std::vector<seq_event> scheduler_core::on_result(const step_result& result) {
     ev.prompt_tokens = static_cast<int32_t>(s.prompt.size());
     ev.completion_tokens = generated;
     ev.cached_prompt_tokens = s.num_cached_prompt;
+    ev.proposed = proposed;
+    ev.accepted = accepted_now;
     if (ev.finish != finish_reason::none) finish(s.id, ev.finish);
     events.push_back(ev);
   }

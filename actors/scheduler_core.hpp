@@ -59,6 +59,8 @@ struct seq_event {
   const seq_output* output = nullptr;  // the executor's output (valid while the result lives)
   finish_reason finish = finish_reason::none;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
+  // Speculative decoding, on the first event of a sequence that verified proposals this step.
+  int32_t proposed = 0, accepted = 0;
 };
 
 class scheduler_core {

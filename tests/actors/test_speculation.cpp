@@ -15,6 +15,7 @@
 
 #include "actors/engine.hpp"
 #include "actors/speculation.hpp"
+#include "runtime/trace.hpp"
 #include "model/demo_model.hpp"
 #include "tests/actors/pipeline_util.hpp"
 #include "tests/model/model_test_util.hpp"
@@ -232,6 +233,11 @@ TEST_CASE("speculation: greedy outputs equal plain decoding under concurrency, p
         m.spec_accepted_tokens);
   CHECK(m.preemptions > 0);
   CHECK((*plain)->metrics().spec_drafts == 0);
+  // Each verification is a span in its request's timeline: "verify A/P accepted".
+  int verify_spans = 0;
+  for (const auto& sp : (*spec)->tracer()->spans_of_actor("scheduler"))
+    if (std::string_view(sp.message).rfind("verify ", 0) == 0 && sp.request_id != 0) ++verify_spans;
+  CHECK(verify_spans == m.spec_drafts);
   // Alone, one at a time, the same again.
   const auto alone = run_all(**spec, std::vector<generate_request>(reqs.begin(), reqs.begin() + 8), false);
   for (size_t i = 0; i < alone.size(); ++i)
