@@ -247,6 +247,7 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
     schedule(e.seq_id, s, n, e.num_tokens, 0, draft.proposals_of(e), plan, alloc);
   }
   alloc.num_free_blocks = pool_.num_free();
+  alloc.num_holders = num_holders();
   alloc.prefix_queries = pool_.prefix_queries();
   alloc.prefix_hits = pool_.prefix_hits();
   return {std::move(plan), std::move(alloc)};

@@ -205,8 +205,10 @@ rt::maybe_async scheduler::handle(step_allocated& m) {
     it->second.queued = false;
     p_->metrics.queue.observe(std::chrono::duration<double>(now - it->second.submitted).count());
   }
-  // An admission deferred while nothing else holds blocks can never fit: fail it.
-  if (a.seqs.empty() && !a.deferred.empty() && core_.num_running() == 0 && in_flight_ == 0) {
+  // An admission deferred while nothing else holds blocks can never fit: fail it. "Nothing holds"
+  // as the allocator saw it (this answer may arrive after a result whose releases it has not
+  // seen yet), and not when this step preempted: the blocks it freed are there for the next one.
+  if (a.seqs.empty() && !a.deferred.empty() && a.preempted.empty() && a.num_holders == 0) {
     const uint64_t rid = request_of(a.deferred.front());
     end_request_now(rid, finish_reason::error,
                     "the request needs more KV cache blocks than the cache has (" + std::to_string(kv_blocks_) +

@@ -73,6 +73,7 @@ struct step_allocation {
   std::vector<seq_id_t> preempted; // running sequences preempted by recompute (blocks freed)
   std::vector<seq_id_t> deferred;  // admissions that did not fit (hold no blocks)
   int32_t num_free_blocks = 0;     // after this step's allocations
+  int32_t num_holders = 0;         // sequences holding blocks after this step's allocations
   int64_t prefix_queries = 0, prefix_hits = 0;  // cumulative, in tokens
 };
 

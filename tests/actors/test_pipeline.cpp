@@ -386,3 +386,22 @@ TEST_CASE("pipeline: the scheduler lists the requests it holds, running first, a
   CHECK((*eng)->metrics().kv_blocks_cached_free >= 2);
   (*eng)->stop();
 }
+
+TEST_CASE("pipeline: a prompt larger than the whole KV cache ends with an error, the rest are served",
+          "[actors][pipeline]") {
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
+  engine_config cfg = small_config();
+  cfg.num_kv_blocks = 6;  // 48 token slots
+  auto eng = engine::start(cfg);
+  REQUIRE(eng);
+  auto reqs = random_requests(6, 47, 8, 1);
+  for (auto& r : reqs) r.params.max_tokens = 8;
+  reqs[2].input = std::vector<int32_t>(60, 11);  // 8 blocks: never fits
+  const auto got = run_all(**eng, reqs, true);
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO(i);
+    CHECK(got[i].finish == (i == 2 ? finish_reason::error : finish_reason::length));
+  }
+  REQUIRE(wait_all_blocks_free(**eng));
+  (*eng)->stop();
+}

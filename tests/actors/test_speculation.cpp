@@ -1,7 +1,7 @@
 // Speculative decoding: the --speculative-config parser, the n-gram proposer and the back-off;
 // then the engine end to end on small demo models: greedy outputs identical with and without
-// speculation (64 concurrent requests, preemption, n > 1, stop ids, max_tokens, logprobs, every
-// KV block free afterwards), and seeded sampling drawing from the same distribution (chi-square
+// speculation (64 concurrent requests, preemption, chunked prefill, prefix caching, n > 1, stop
+// ids, max_tokens, logprobs, every KV block free afterwards), and seeded sampling drawing from the same distribution (chi-square
 // on a 16-token vocabulary), not the same sequence.
 #include <catch2/catch.hpp>
 
@@ -50,7 +50,9 @@ std::vector<generate_request> repetitive_requests(int k, uint32_t seed) {
     } else {
       std::vector<int32_t> pattern;
       for (uint32_t j = 0; j < 3 + rng() % 4; ++j) pattern.push_back(static_cast<int32_t>(rng() % 1000));
-      while (ids.size() < 30) ids.insert(ids.end(), pattern.begin(), pattern.end());
+      // Every eighth prompt is longer than a step's token budget (96): chunked prefill.
+      const size_t len = i % 8 == 4 ? 110 : 30;
+      while (ids.size() < len) ids.insert(ids.end(), pattern.begin(), pattern.end());
     }
     generate_request r;
     r.input = ids;
@@ -68,6 +70,7 @@ struct full_output {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   finish_reason finish = finish_reason::none;
+  std::string error;
 };
 
 asio::awaitable<void> run_collect(engine& eng, generate_request req, std::map<int32_t, full_output>& out) {
@@ -78,6 +81,7 @@ asio::awaitable<void> run_collect(engine& eng, generate_request req, std::map<in
     o.tokens.insert(o.tokens.end(), ev->token_ids.begin(), ev->token_ids.end());
     o.logprobs.insert(o.logprobs.end(), ev->token_logprobs.begin(), ev->token_logprobs.end());
     if (ev->finish != finish_reason::none) o.finish = ev->finish;
+    if (!ev->error_message.empty()) o.error = ev->error_message;
   }
 }
 
@@ -214,6 +218,7 @@ TEST_CASE("speculation: greedy outputs equal plain decoding under concurrency, p
     for (const auto& [index, w] : want[i]) {
       const full_output& g = got[i].at(index);
       CHECK(g.tokens == w.tokens);
+      INFO("errors: '" << w.error << "' / '" << g.error << "'");
       CHECK(g.finish == w.finish);
       if (w.finish == finish_reason::stop) ++stopped;
       CHECK(g.tokens.size() <= static_cast<size_t>(reqs[i].params.max_tokens));
