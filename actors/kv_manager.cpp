@@ -159,13 +159,13 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
   out.start_pos = s.num_computed;
   out.tokens.resize(static_cast<size_t>(n));
   const auto known = static_cast<int32_t>(s.tokens.size());
+  // Known tokens, then a token still being sampled (the executor's placeholder), then proposals.
+  const int32_t first_proposal = num_tokens - static_cast<int32_t>(proposals.size());
   for (int32_t k = 0; k < n; ++k) {
     const int32_t pos = s.num_computed + k;
-    const int32_t past = pos - known;  // proposals follow the known tokens
-    out.tokens[static_cast<size_t>(k)] = pos < known ? s.tokens[static_cast<size_t>(pos)]
-                                         : past < static_cast<int32_t>(proposals.size()) && !proposals.empty()
-                                             ? proposals[static_cast<size_t>(past)]
-                                             : k_token_from_last_step;
+    out.tokens[static_cast<size_t>(k)] = pos < known            ? s.tokens[static_cast<size_t>(pos)]
+                                         : pos < first_proposal ? k_token_from_last_step
+                                                                : proposals[static_cast<size_t>(pos - first_proposal)];
   }
   out.num_draft = static_cast<int32_t>(proposals.size());
   out.block_table = s.table;

@@ -78,7 +78,7 @@ bool scheduler_core::can_schedule() const {
     const sequence& s = seqs_.at(id);
     const bool unresolved = s.pending > 1 || (s.pending == 1 && (s.pending_step != last_step_ || s.spec_proposed > 0));
     const bool at_limit = s.num_generated() >= s.params.max_tokens || s.num_tokens() >= config_.max_model_len;
-    if (!unresolved && !at_limit && s.num_tokens() > s.num_computed && !held_for_proposal(s)) return true;
+    if (!unresolved && !at_limit && s.num_tokens() > s.num_computed) return true;
   }
   return !waiting_.empty() && seqs_.at(waiting_.front()).pending == 0 &&
          num_running() < config_.max_num_seqs;
@@ -93,11 +93,6 @@ int32_t scheduler_core::proposal_limit(const sequence& s) const {
                                config_.max_model_len - s.num_tokens() - 1}));
 }
 
-bool scheduler_core::held_for_proposal(const sequence& s) const {
-  return s.pending == 1 && s.pending_step == last_step_ && s.spec_proposed == 0 && s.backoff.skip == 0 &&
-         s.num_tokens() - s.num_computed == 1 && proposal_limit(s) > 0;
-}
-
 void scheduler_core::propose(sequence& s, draft_entry& e, step_draft& d, int32_t budget, uint64_t step_id) {
   const int32_t k = std::min(proposal_limit(s), budget);
   if (k <= 0) return;
@@ -105,11 +100,11 @@ void scheduler_core::propose(sequence& s, draft_entry& e, step_draft& d, int32_t
     --s.backoff.skip;
     return;
   }
-  if (s.pending != 0) return;
   const speculative_config& sc = config_.speculation;
   e.proposal_begin = static_cast<uint32_t>(d.proposals.size());
+  // With the last token still being sampled (two steps in flight), the lookup predicts it too.
   const int32_t got = ngram_propose(token_view{&s.prompt, &s.output}, sc.prompt_lookup_min, sc.prompt_lookup_max, k,
-                                    d.proposals);
+                                    s.pending, d.proposals);
   if (got <= 0) {
     s.backoff.on_outcome(false);
     return;
@@ -173,8 +168,7 @@ step_draft scheduler_core::draft() {
     const bool at_limit = s.num_generated() >= s.params.max_tokens ||
                           s.num_tokens() >= config_.max_model_len;
     const int32_t n = std::min(s.num_tokens() - s.num_computed, budget);
-    // Speculation: wait for the last token when proposals are to be looked up from it.
-    if (unresolved || at_limit || n <= 0 || held_for_proposal(s)) continue;
+    if (unresolved || at_limit || n <= 0) continue;
     draft_entry e;
     e.seq_id = id;
     e.tokens = n;

@@ -11,14 +11,14 @@
 // most one). A sequence whose last token is still being sampled gets `k_token_from_last_step` as
 // its decode input.
 //
-// Speculative decoding (config.speculation): a running sequence whose every token is known and
-// only its last one uncomputed may get proposals (n-gram lookup over its own tokens, at most k,
-// fewer near max_tokens / max_model_len / the step's budget, none with a grammar, while more
-// than disable_by_batch_size sequences run, or while its back-off lasts). The step computes the
-// last token and the proposals; the result brings 1 + (accepted proposals) tokens, and the
-// computed count moves past the accepted ones only, so rejected positions are computed again.
-// Such a sequence waits for that result before its next step (it leaves the two-in-flight
-// overlap for that step). Each draft must be answered (on_allocation) before the next draft();
+// Speculative decoding (config.speculation): a decode (one token to compute: known, or still being
+// sampled by the step in flight) may get proposals (n-gram lookup over its known tokens, which
+// also predicts a token still being sampled; at most k, fewer near max_tokens / max_model_len /
+// the step's budget, none with a grammar, while more than disable_by_batch_size sequences run,
+// or while its back-off lasts). The step computes that token and the proposals; the result
+// brings 1 + (accepted proposals) tokens, and the computed count moves past the accepted ones
+// only, so rejected positions are computed again. A sequence with proposals in flight is not
+// scheduled again until their result is in (its next position is unknown till then). Each draft must be answered (on_allocation) before the next draft();
 // on_result() must be called with results in step order.
 //
 // Threads: none (owned by the scheduler actor, or by batch_planner in single-threaded use).
@@ -111,9 +111,6 @@ class scheduler_core {
   void propose(sequence& s, draft_entry& e, step_draft& d, int32_t budget, uint64_t step_id);
   // Proposals the sequence may get now (0: none: off, a grammar, a large batch, at its limits).
   int32_t proposal_limit(const sequence& s) const;
-  // A decode whose last token is still being sampled and that will look up proposals from it:
-  // it waits for that result rather than taking the two-in-flight placeholder.
-  bool held_for_proposal(const sequence& s) const;
 
   planner_config config_;
   std::unordered_map<seq_id_t, sequence> seqs_;

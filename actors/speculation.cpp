@@ -67,19 +67,31 @@ result<speculative_config> parse_speculative_config(std::string_view text) {
   return c;
 }
 
-int32_t ngram_propose(const token_view& seq, int32_t min_n, int32_t max_n, int32_t k, std::vector<int32_t>& out) {
+int32_t ngram_propose(const token_view& seq, int32_t min_n, int32_t max_n, int32_t k, int32_t skip,
+                      std::vector<int32_t>& out) {
   const int32_t len = seq.size();
   if (k <= 0) return 0;
+  const int32_t want = k + skip;  // tokens after the match: `skip` predicted ones, then the proposals
   for (int32_t n = std::min(max_n, len - 1); n >= std::max(1, min_n); --n) {
-    // The pattern is seq[len - n, len); look for it ending before the end, latest first.
+    // The pattern is seq[len - n, len); look for it ending before the end, latest first. The
+    // latest match with k tokens after it wins; else the latest match (fewer tokens follow it:
+    // in text that repeats with a short period the latest match sits right before the end).
+    int32_t fallback = -1;
     for (int32_t end = len - 1; end >= n; --end) {  // a match occupies [end - n, end)
       int32_t i = 0;
       while (i < n && seq[end - n + i] == seq[len - n + i]) ++i;
       if (i < n) continue;
-      const int32_t take = std::min(k, len - end);
-      for (int32_t j = 0; j < take; ++j) out.push_back(seq[end + j]);
-      return take;
+      if (len - end >= want) {
+        fallback = end;
+        break;
+      }
+      if (fallback < 0) fallback = end;
     }
+    if (fallback < 0) continue;
+    const int32_t take = std::min(want, len - fallback) - skip;
+    if (take <= 0) continue;
+    for (int32_t j = 0; j < take; ++j) out.push_back(seq[fallback + skip + j]);
+    return take;
   }
   return 0;
 }

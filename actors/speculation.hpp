@@ -3,8 +3,8 @@
 //
 // The n-gram proposer takes the last n tokens of the sequence (prompt and output), for n from
 // prompt_lookup_max down to prompt_lookup_min, finds the latest earlier place where those n
-// tokens occur, and proposes the tokens that followed them there (at most k). No match: no
-// proposal, and the sequence decodes as usual.
+// tokens occur with k tokens after them (else the latest place at all), and proposes the tokens
+// that followed them there (at most k). No match: no proposal, and the sequence decodes as usual.
 //
 // Threads: none (plain data and pure functions; the scheduler actor owns the state).
 #pragma once
@@ -49,15 +49,16 @@ struct token_view {
   }
 };
 
-// Appends at most k proposed tokens to `out`; returns how many.
-int32_t ngram_propose(const token_view& seq, int32_t min_n, int32_t max_n, int32_t k, std::vector<int32_t>& out);
+// Appends at most k proposed tokens to `out`; returns how many. `skip`: tokens still being sampled
+// after `seq` (0 or 1): the tokens following a match predict them first, and the proposals are
+// what follows those (a wrong prediction only gets the proposals rejected).
+int32_t ngram_propose(const token_view& seq, int32_t min_n, int32_t max_n, int32_t k, int32_t skip,
+                      std::vector<int32_t>& out);
 
-// Per-sequence back-off. A sequence that may propose waits for its last token before each step
-// (proposals are looked up from it), which gives up the overlap of two steps in flight for that
-// step; so after a lookup that found nothing, or a proposal of which less than half was accepted,
-// the sequence decodes without proposals (and with the overlap) for 1, 2, 4, ... up to 64 steps,
-// reset by a proposal that does well. A sequence whose text never repeats itself then waits once
-// in every 64 steps.
+// Per-sequence back-off: after a lookup that found nothing, or a proposal of which less than half
+// was accepted, the sequence makes no lookup for 1, 2, 4, ... up to 64 decode steps, reset by a
+// proposal that does well. It bounds the lookups' cost and that of verifying proposals that keep
+// being rejected.
 struct speculation_backoff {
   int32_t skip = 0;      // decode steps left without proposals
   int32_t penalty = 0;   // the last back-off length (0: none)

@@ -232,3 +232,27 @@ TEST_CASE("kv_manager: proposals follow the known tokens, are never cached, and 
   REQUIRE(alloc2.seqs.size() == 1);
   CHECK(alloc2.seqs[0].cached_tokens == 4);
 }
+
+TEST_CASE("kv_manager: proposals after a token still being sampled follow the placeholder",
+          "[actors][kv][speculation]") {
+  kv_manager kv({.num_blocks = 8, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  step_draft d;
+  d.step_id = 1;
+  d.entries.push_back(admit(d, 1, {1, 2, 3, 4, 5}, 5));
+  kv.resolve(std::move(d));
+  step_draft d2;
+  d2.step_id = 2;
+  draft_entry e = decode(1, 5 + 1 + 2);  // the token step 1 samples, then two proposals
+  e.tokens = 3;
+  e.num_computed = 5;
+  e.proposal_begin = 0;
+  e.proposal_count = 2;
+  d2.proposals = {8, 9};
+  d2.entries.push_back(e);
+  auto [plan, alloc] = kv.resolve(std::move(d2));
+  REQUIRE(plan.seqs.size() == 1);
+  CHECK(plan.seqs[0].start_pos == 5);
+  CHECK(plan.seqs[0].tokens == std::vector<int32_t>{k_token_from_last_step, 8, 9});
+  CHECK(plan.seqs[0].num_draft == 2);
+  CHECK(plan.seqs[0].sample);
+}

@@ -32,9 +32,9 @@ namespace {
 constexpr const char* k_ngram = R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
 
 std::vector<int32_t> propose(const std::vector<int32_t>& prompt, const std::vector<int32_t>& output, int32_t lo,
-                             int32_t hi, int32_t k) {
+                             int32_t hi, int32_t k, int32_t skip = 0) {
   std::vector<int32_t> out;
-  const int32_t n = ngram_propose(token_view{&prompt, &output}, lo, hi, k, out);
+  const int32_t n = ngram_propose(token_view{&prompt, &output}, lo, hi, k, skip, out);
   REQUIRE(n == static_cast<int32_t>(out.size()));
   return out;
 }
@@ -145,6 +145,16 @@ TEST_CASE("n-gram proposer: the latest earlier match of the longest suffix, at m
   CHECK(propose({1}, {}, 1, 3, 4).empty());
   // A match near the end proposes what there is.
   CHECK(propose({5, 5}, {}, 1, 1, 4) == std::vector<int32_t>{5});
+  // A later match with fewer than k tokens after it loses to an earlier one with k: in a loop of
+  // period 1 or 2 the whole proposal continues the loop.
+  CHECK(propose({1, 1, 1, 1, 1, 1}, {}, 1, 2, 3) == std::vector<int32_t>{1, 1, 1});
+  CHECK(propose({4, 6, 4, 6, 4, 6, 4}, {}, 1, 2, 4) == std::vector<int32_t>{6, 4, 6, 4});
+  CHECK(propose({4, 6, 4, 6}, {}, 2, 2, 4) == std::vector<int32_t>{4, 6});
+  // A token still being sampled: the match predicts it (9) and the proposals follow it.
+  CHECK(propose({3, 7, 8, 9, 4, 5, 6, 1, 7, 8}, {}, 2, 2, 3, 1) == std::vector<int32_t>{4, 5, 6});
+  // Nothing left after the prediction: no proposal.
+  CHECK(propose({2, 7, 8}, {7, 8}, 2, 2, 3, 1) == std::vector<int32_t>{8});
+  CHECK(propose({8, 8, 8}, {}, 2, 2, 3, 1).empty());
 }
 
 TEST_CASE("speculation back-off doubles up to 64 decode steps and resets on a good proposal", "[speculation]") {
