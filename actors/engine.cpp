@@ -234,13 +234,17 @@ class engine_impl final : public engine {
                  "max_model_len %d\n",
                  pool, grammar_ref_ ? " grammar," : "", ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
                  cfg_.max_num_batched_tokens, ei.max_model_len);
-    if (spec_.enabled())
-      std::fprintf(stderr,
-                   "coserve engine: speculative decoding: %s, up to %d proposals a step, n-grams of %d..%d tokens%s\n",
-                   spec_.method.c_str(), spec_.num_speculative_tokens, spec_.prompt_lookup_min, spec_.prompt_lookup_max,
-                   spec_.disable_by_batch_size > 0
-                       ? (", off above " + std::to_string(spec_.disable_by_batch_size) + " running sequences").c_str()
-                       : "");
+    if (spec_.enabled()) {
+      const std::string how = spec_.method == "draft_model"
+                                  ? "draft model " + spec_.draft_model
+                                  : "n-grams of " + std::to_string(spec_.prompt_lookup_min) + ".." +
+                                        std::to_string(spec_.prompt_lookup_max) + " tokens";
+      const std::string off = spec_.disable_by_batch_size > 0
+                                  ? ", off above " + std::to_string(spec_.disable_by_batch_size) + " running sequences"
+                                  : "";
+      std::fprintf(stderr, "coserve engine: speculative decoding: %s, up to %d proposals a step, %s%s\n",
+                   spec_.method.c_str(), spec_.num_speculative_tokens, how.c_str(), off.c_str());
+    }
     if (cfg_.step_timeout.count() > 0) watchdog_ = std::thread([this] { watch_steps(); });
   }
 
@@ -480,14 +484,17 @@ class engine_impl final : public engine {
 }  // namespace
 
 int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg, int32_t max_model_len,
-                            int64_t available_bytes) {
+                            int64_t available_bytes, const model_config* draft) {
   if (cfg.num_kv_blocks > 0) return static_cast<int32_t>(cfg.num_kv_blocks);
   const int32_t bs = std::max(1, cfg.block_size);
-  const int64_t head_dim = model.head_dim > 0 ? model.head_dim : model.hidden_size / std::max(1, model.num_attention_heads);
   dtype kv = dtype::bf16;
   if (!parse_kv_cache_dtype(cfg.kv_cache_dtype, kv)) kv = dtype::f32;  // rejected later; size conservatively
-  const int64_t per_block = int64_t{2} * model.num_hidden_layers * model.num_key_value_heads * head_dim * bs *
-                            static_cast<int64_t>(dtype_size(kv));
+  auto block_bytes = [&](const model_config& m) {
+    const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max(1, m.num_attention_heads);
+    return int64_t{2} * m.num_hidden_layers * m.num_key_value_heads * head_dim * bs * static_cast<int64_t>(dtype_size(kv));
+  };
+  // A draft model keeps a cache of the same blocks beside the model's.
+  const int64_t per_block = block_bytes(model) + (draft ? block_bytes(*draft) : 0);
   const int64_t budget = cfg.kv_cache_bytes > 0 ? cfg.kv_cache_bytes
                                                 : std::min<int64_t>(int64_t{4} << 30, available_bytes / 4);
   const int64_t per_seq = (max_model_len + bs - 1) / bs;
@@ -512,7 +519,19 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     if (!parse_compute_dtype(config.dtype, opts.bf16_activations))
       return error{"invalid_argument", "dtype '" + config.dtype + "' is not auto, bfloat16 or float32"};
     opts.block_size = config.block_size;
-    opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes());
+    if (!config.speculative_config.empty()) {
+      auto spec = actors::parse_speculative_config(config.speculative_config);
+      if (!spec) return spec.err();
+      opts.draft_model_dir = spec->draft_model;
+    }
+    std::optional<model_config> draft_cfg;
+    if (!opts.draft_model_dir.empty()) {
+      auto d = load_model_config(opts.draft_model_dir);
+      if (!d) return error{d.err().code, "--speculative-config: 'model' " + opts.draft_model_dir + ": " + d.err().message, "model"};
+      draft_cfg = std::move(*d);
+    }
+    opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes(),
+                                             draft_cfg ? &*draft_cfg : nullptr);
     opts.num_threads = config.cpu_threads;
     opts.max_model_len = config.max_model_len;
     opts.return_logits = config.return_logits;

@@ -70,8 +70,9 @@ struct engine_config {
   std::string chat_template;
   std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
   // Speculative decoding: vLLM's --speculative-config JSON ("": off), e.g.
-  // {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3}. Needs an executor that
-  // verifies proposals (the CPU executor); errors at start() name the field.
+  // {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3} or
+  // {"model":"/models/draft","num_speculative_tokens":4}. Needs an executor that verifies
+  // proposals (the CPU executor; a draft model runs inside it); errors at start() name the field.
   std::string speculative_config;
 
   // Faults. A failed step ends the requests scheduled in it; this many failed steps in a row (or
@@ -272,9 +273,10 @@ class engine {
 };
 
 // KV blocks for the CPU executor: num_kv_blocks when set, else what kv_cache_bytes (or min(4 GiB,
-// a quarter of `available_bytes`)) holds in K and V of cfg.kv_cache_dtype for every layer, at least one sequence at
+// a quarter of `available_bytes`)) holds in K and V of cfg.kv_cache_dtype for every layer (of the
+// model, and of a draft model's cache beside it when `draft` is given), at least one sequence at
 // max_model_len and at most max_num_seqs of them.
 int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg, int32_t max_model_len,
-                            int64_t available_bytes);
+                            int64_t available_bytes, const model_config* draft = nullptr);
 
 }  // namespace coserve

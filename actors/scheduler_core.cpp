@@ -102,9 +102,14 @@ void scheduler_core::propose(sequence& s, draft_entry& e, step_draft& d, int32_t
   }
   const speculative_config& sc = config_.speculation;
   e.proposal_begin = static_cast<uint32_t>(d.proposals.size());
-  // With the last token still being sampled (two steps in flight), the lookup predicts it too.
-  const int32_t got = ngram_propose(token_view{&s.prompt, &s.output}, sc.prompt_lookup_min, sc.prompt_lookup_max, k,
-                                    s.pending, d.proposals);
+  int32_t got = k;
+  if (sc.method == "draft_model") {  // the executor's draft model fills them in
+    d.proposals.insert(d.proposals.end(), static_cast<size_t>(k), k_token_from_draft);
+  } else {
+    // With the last token still being sampled (two steps in flight), the lookup predicts it too.
+    got = ngram_propose(token_view{&s.prompt, &s.output}, sc.prompt_lookup_min, sc.prompt_lookup_max, k, s.pending,
+                        d.proposals);
+  }
   if (got <= 0) {
     s.backoff.on_outcome(false);
     return;

@@ -33,13 +33,12 @@ result<speculative_config> parse_speculative_config(std::string_view text) {
     result<void> r;
     if (key == "method") {
       if (!x.is_string()) return bad(key, "must be a string");
-      if (x.as_string() == "draft_model")
-        return bad(key, "\"draft_model\" is not available in this engine: use \"ngram\"");
-      if (x.as_string() != "ngram")
-        return bad(key, "is \"" + x.as_string() + "\"; the supported method is \"ngram\"");
+      if (x.as_string() != "ngram" && x.as_string() != "draft_model")
+        return bad(key, "is \"" + x.as_string() + "\"; the supported methods are \"ngram\" and \"draft_model\"");
       c.method = x.as_string();
     } else if (key == "model") {
-      return bad(key, "names a draft model, which this engine does not run: use {\"method\": \"ngram\", ...}");
+      if (!x.is_string() || x.as_string().empty()) return bad(key, "must be a model folder (a non-empty string)");
+      c.draft_model = x.as_string();
     } else if (key == "num_speculative_tokens") {
       r = int_field(key, x, 1, 16, c.num_speculative_tokens);
     } else if (key == "prompt_lookup_min") {
@@ -56,8 +55,17 @@ result<speculative_config> parse_speculative_config(std::string_view text) {
     }
     if (!r) return r.err();
   }
-  if (c.method.empty()) return bad("method", "is required (\"ngram\")");
+  if (!c.draft_model.empty() && c.method.empty()) c.method = "draft_model";
+  if (c.method.empty()) return bad("method", "is required (\"ngram\", or a draft \"model\")");
+  if (c.method == "ngram" && !c.draft_model.empty())
+    return bad("model", "is for a draft model; method \"ngram\" looks up the sequence's own tokens");
+  if (c.method == "draft_model") {
+    if (c.draft_model.empty()) return bad("model", "is required with method \"draft_model\" (the draft's folder)");
+    if (have_min || have_max)
+      return bad(have_min ? "prompt_lookup_min" : "prompt_lookup_max", "applies to method \"ngram\" only");
+  }
   if (c.num_speculative_tokens == 0) return bad("num_speculative_tokens", "is required");
+  if (c.method == "draft_model") return c;
   if (!have_min && !have_max) c.prompt_lookup_min = c.prompt_lookup_max = 5;
   else if (!have_min) c.prompt_lookup_min = c.prompt_lookup_max;
   else if (!have_max) c.prompt_lookup_max = c.prompt_lookup_min;

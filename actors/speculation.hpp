@@ -20,22 +20,25 @@
 namespace coserve::actors {
 
 struct speculative_config {
-  std::string method;                 // "" (off) or "ngram"
+  std::string method;                 // "" (off), "ngram" or "draft_model"
   int32_t num_speculative_tokens = 0; // k: proposals verified per step at most
   int32_t prompt_lookup_min = 0;      // n-gram lengths tried, longest first
   int32_t prompt_lookup_max = 0;
   // No proposals while more sequences than this run (0: no limit): with a large batch the step is
   // compute-bound and verifying proposals costs more than it saves.
   int32_t disable_by_batch_size = 0;
+  std::string draft_model;            // draft_model: its Hugging Face folder
 
   bool enabled() const noexcept { return !method.empty() && num_speculative_tokens > 0; }
 };
 
 // Parses vLLM's --speculative-config JSON: {"method":"ngram","num_speculative_tokens":k,
-// "prompt_lookup_min":a,"prompt_lookup_max":b,"disable_by_batch_size":c}. Both lookup bounds
-// default to 5 when neither is given, else the one given. Errors ("invalid_argument") name the
-// field: malformed JSON, unknown keys or methods, out-of-range values, and a draft model
-// ("model"), which this engine does not run.
+// "prompt_lookup_min":a,"prompt_lookup_max":b,"disable_by_batch_size":c} or
+// {"model":DIR,"num_speculative_tokens":k} (method "draft_model", which may be given). Both lookup
+// bounds default to 5 when neither is given, else the one given. Errors ("invalid_argument") name
+// the field: malformed JSON, unknown keys or methods, out-of-range values, lookup bounds with a
+// draft model, a draft model without "model". (Whether the draft folder loads and matches the
+// target's vocabulary is checked when the executor loads it.)
 result<speculative_config> parse_speculative_config(std::string_view text);
 
 // Reads token i of a sequence (prompt then output).

@@ -104,15 +104,18 @@ engine:
   --chat-template T             the chat template to use instead of the model's: a file (.jinja, or
                                 a .json with a chat_template field) or the template text itself
   --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit
-  --speculative-config JSON     speculative decoding, as vLLM's flag: {"method": "ngram",
-                                "num_speculative_tokens": K, "prompt_lookup_min": A,
-                                "prompt_lookup_max": B, "disable_by_batch_size": C}. Each step a
-                                decode may propose up to K tokens found after the latest earlier
-                                occurrence of its last B..A tokens (prompt and output) and the model
-                                verifies them in the same step; outputs keep the model's
-                                distribution (greedy: identical). Lookup bounds default to 5; no
-                                proposals while more than C sequences run (default: no limit).
-                                CPU executor only; draft models are not supported
+  --speculative-config JSON     speculative decoding, as vLLM's flag. N-gram lookup:
+                                {"method": "ngram", "num_speculative_tokens": K,
+                                "prompt_lookup_min": A, "prompt_lookup_max": B}: each step a decode
+                                may propose up to K tokens found after the latest earlier occurrence
+                                of its last B..A tokens (prompt and output; both default to 5).
+                                Draft model: {"model": DIR, "num_speculative_tokens": K}: a smaller
+                                model with the same vocabulary runs beside this one (its own KV
+                                cache over the same blocks) and proposes K tokens greedily. Either
+                                way the model verifies the proposals in the same step and outputs
+                                keep its distribution (greedy: identical). "disable_by_batch_size":
+                                C turns proposals off while more than C sequences run (default: no
+                                limit). CPU executor only
 tools:
   --enable-auto-tool-choice     serve tool_choice "auto" (the default when a request has tools):
                                 the output is read for tool calls by --tool-call-parser. Without it

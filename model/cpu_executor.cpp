@@ -55,7 +55,28 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::load(const std::string& dir,
   if (!w) return w.err();
   auto g = load_generation_config(dir);
   if (!g) return g.err();
-  return create(std::move(*w), std::move(*g), opts);
+  auto made = create(std::move(*w), std::move(*g), opts);
+  if (!made || opts.draft_model_dir.empty()) return made;
+  cpu_executor& ex = **made;
+  auto dw = load_weights(opts.draft_model_dir, progress);
+  if (!dw) return error{dw.err().code, "draft model " + opts.draft_model_dir + ": " + dw.err().message, "model"};
+  const model_config& dc = dw->config;
+  if (dc.vocab_size != ex.weights_.config.vocab_size)
+    return error{"invalid_argument",
+                 "--speculative-config: 'model' " + opts.draft_model_dir + " has a vocabulary of " +
+                     std::to_string(dc.vocab_size) + " tokens; the model's has " +
+                     std::to_string(ex.weights_.config.vocab_size),
+                 "model"};
+  if (dc.max_position_embeddings < ex.opts_.max_model_len)
+    return error{"invalid_argument",
+                 "--speculative-config: 'model' " + opts.draft_model_dir + " has a context of " +
+                     std::to_string(dc.max_position_embeddings) + " tokens, less than max_model_len " +
+                     std::to_string(ex.opts_.max_model_len),
+                 "model"};
+  ex.draft_ = std::make_unique<draft_model>(std::move(*dw), ex.cache_.num_blocks(), ex.cache_.block_size(),
+                                            ex.cache_.type(), ex.pool_);
+  ex.draft_->forward.set_bf16_activations(ex.opts_.bf16_activations);
+  return made;
 }
 
 executor_info cpu_executor::info() const {
@@ -66,7 +87,8 @@ executor_info cpu_executor::info() const {
   i.max_model_len = opts_.max_model_len;
   i.verifies_proposals = true;
   i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
-             std::string(dtype_name(cache_.type())) + (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations" : "") + ")";
+             std::string(dtype_name(cache_.type())) + (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations" : "") +
+             (draft_ ? ", draft model " + std::to_string(draft_->weights.config.num_hidden_layers) + " layers" : "") + ")";
   return i;
 }
 
@@ -84,7 +106,7 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     seqs_.emplace(ns.seq_id, std::move(st));
   }
   for (auto [src, dst] : plan.block_copies)
-    if (!cache_.copy_block(src, dst))
+    if (!cache_.copy_block(src, dst) || (draft_ && !draft_->cache.copy_block(src, dst)))
       return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
                                                 " outside the cache");
 
@@ -113,6 +135,13 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()), s.start_pos, &s.block_table, s.sample,
                            1 + s.num_draft};
   }
+  if (draft_) {
+    if (auto r = run_draft(batch, inputs, plan); !r) return r.err();
+  } else {
+    for (const auto& in : inputs)
+      if (std::find(in.begin(), in.end(), k_token_from_draft) != in.end())
+        return make_error("invalid_argument", "a plan asks for draft proposals, and there is no draft model");
+  }
   if (auto r = forward_.run(batch, cache_, false, logits_); !r) return r.err();
 
   // Sampling: each row has its own state, so rows sample in parallel on the forward pass's pool.
@@ -120,14 +149,16 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   struct sampled {
     seq_state* st;
     const scheduled_seq* seq;
+    const std::vector<int32_t>* input;  // the tokens computed (proposals filled in)
     size_t first_row;
     std::vector<seq_output> outs;
   };
   std::vector<sampled> rows;
   size_t next_row = 0;
-  for (const scheduled_seq& s : plan.seqs) {
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduled_seq& s = plan.seqs[i];
     if (!s.sample) continue;
-    rows.push_back({&seqs_.at(s.seq_id), &s, next_row, {}});
+    rows.push_back({&seqs_.at(s.seq_id), &s, &inputs[i], next_row, {}});
     next_row += size_t(1 + s.num_draft);
   }
   const size_t vocab = size_t(weights_.config.vocab_size);
@@ -135,11 +166,12 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     sampled& sm = rows[size_t(r)];
     seq_state& st = *sm.st;
     const scheduled_seq& s = *sm.seq;
-    const size_t draft_at = s.tokens.size() - size_t(s.num_draft);
+    const std::vector<int32_t>& in = *sm.input;
+    const size_t draft_at = in.size() - size_t(s.num_draft);
     for (int32_t j = 0; j <= s.num_draft; ++j) {
       std::span<const float> logits(logits_.data() + (sm.first_row + size_t(j)) * vocab, vocab);
       bool accepted = false;
-      sample_output so = j < s.num_draft ? verify_token(logits, st.sampling, s.tokens[draft_at + size_t(j)], accepted)
+      sample_output so = j < s.num_draft ? verify_token(logits, st.sampling, in[draft_at + size_t(j)], accepted)
                                          : sample_token(logits, st.sampling);
       st.sampling.accept(so.token);
       st.last_token = so.token;
@@ -159,6 +191,49 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   for (sampled& sm : rows)
     for (seq_output& o : sm.outs) out.outputs.push_back(std::move(o));
   return out;
+}
+
+result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std::vector<std::vector<int32_t>>& inputs,
+                                     const step_plan& plan) {
+  draft_model& dm = *draft_;
+  // 1. Every sequence's tokens up to its first draft proposal (all of them for the others), with
+  //    the draft's logits at that point for sequences it proposes for.
+  std::vector<forward_seq> first(batch.size());
+  std::vector<size_t> proposing;  // batch indices, in order
+  std::vector<int32_t> proposal_at(batch.size(), -1);  // index into inputs[i] of the first proposal
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const scheduled_seq& s = plan.seqs[i];
+    int32_t n = batch[i].num_tokens;
+    if (s.num_draft > 0 && inputs[i][size_t(n - s.num_draft)] == k_token_from_draft) {
+      n -= s.num_draft;
+      proposal_at[i] = n;
+      proposing.push_back(i);
+    }
+    first[i] = forward_seq{inputs[i].data(), n, s.start_pos, &s.block_table, proposal_at[i] >= 0, 1};
+  }
+  if (auto r = dm.forward.run(first, dm.cache, false, dm.logits); !r) return r;
+  // 2. Proposal j of each sequence: the argmax of the draft's last logits, then computed into the
+  //    draft's cache (its logits give proposal j + 1).
+  const size_t vocab = size_t(dm.weights.config.vocab_size);
+  for (int32_t j = 0; !proposing.empty(); ++j) {
+    std::vector<forward_seq> step;
+    std::vector<size_t> next;
+    for (size_t r = 0; r < proposing.size(); ++r) {
+      const size_t i = proposing[r];
+      const float* l = dm.logits.data() + r * vocab;
+      const auto tok = int32_t(std::max_element(l, l + vocab) - l);
+      const size_t at = size_t(proposal_at[i] + j);
+      inputs[i][at] = tok;
+      const bool more = j + 1 < plan.seqs[i].num_draft;
+      step.push_back(forward_seq{inputs[i].data() + at, 1, plan.seqs[i].start_pos + int32_t(at),
+                                 &plan.seqs[i].block_table, more, 1});
+      if (more) next.push_back(i);
+    }
+    // Computing the last proposal too keeps the draft's cache whole when all of them are accepted.
+    if (auto r = dm.forward.run(step, dm.cache, false, dm.logits); !r) return r;
+    proposing = std::move(next);
+  }
+  return {};
 }
 
 }  // namespace coserve

@@ -2,7 +2,8 @@
 // KV cache plus sampling, behind `executor`.
 // Keeps each sequence's sampling state from its new_seq until it appears in `finished` (of any
 // plan, whether that step succeeds or fails), and the token it sampled last (substituted for
-// k_token_from_last_step in its next decode).
+// k_token_from_last_step in its next decode). Verifies proposals (scheduled_seq::num_draft): the
+// n-gram lookup's, or its draft model's (options.draft_model_dir).
 // Thread: execute() runs on the caller's thread (one caller at a time); the forward pass and the
 // sampling of a step's rows fan out to one worker pool (num_threads - 1 workers plus the caller).
 #pragma once
@@ -31,13 +32,20 @@ struct cpu_executor_options {
   bool bf16_activations = true;
   bool return_logits = false;  // copy each sampled row's raw logits into seq_output::logits
   int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
+  // Speculative decoding with a draft model: its folder ("": none). It runs beside the model on
+  // the same block tables with a KV cache of its own (same blocks, block size and element type),
+  // computes every token the model computes, and proposes greedily where a plan asks for
+  // k_token_from_draft. Its vocabulary must be the model's.
+  std::string draft_model_dir;
 };
 
 class cpu_executor final : public executor {
  public:
   static result<std::unique_ptr<cpu_executor>> create(model_weights weights, generation_config gen,
                                                       const cpu_executor_options& opts);
-  // Loads a model folder (config, generation config, weights) and creates the executor.
+  // Loads a model folder (config, generation config, weights) and creates the executor; with
+  // opts.draft_model_dir, loads the draft too (errors name the draft: a vocabulary that is not the
+  // model's, a context shorter than max_model_len).
   static result<std::unique_ptr<cpu_executor>> load(const std::string& dir, const cpu_executor_options& opts,
                                                     const load_progress& progress = {});
 
@@ -63,6 +71,23 @@ class cpu_executor final : public executor {
   cpu_executor(model_weights weights, generation_config gen, const cpu_executor_options& opts);
   // The step without dropping `finished` (execute() drops them whatever the outcome).
   result<step_result> run_step(const step_plan& plan);
+  // The draft model's share of a step: computes the batch's tokens up to the proposals into its
+  // cache, then fills each k_token_from_draft proposal with its argmax, one position at a time
+  // (computing each proposal's K/V too, so accepted ones need no catching up).
+  result<void> run_draft(const std::vector<forward_seq>& batch, std::vector<std::vector<int32_t>>& inputs,
+                         const step_plan& plan);
+
+  struct draft_model {
+    model_weights weights;
+    kv_cache cache;
+    cpu_forward forward;
+    std::vector<float> logits;
+    draft_model(model_weights w, int32_t blocks, int32_t block_size, dtype kv, worker_pool& pool)
+        : weights(std::move(w)),
+          cache(weights.config.num_hidden_layers, blocks, block_size, weights.config.num_key_value_heads,
+                weights.config.head_dim, kv),
+          forward(weights, pool) {}
+  };
 
   model_weights weights_;
   generation_config gen_;
@@ -72,6 +97,7 @@ class cpu_executor final : public executor {
   cpu_forward forward_;
   std::unordered_map<seq_id_t, seq_state> seqs_;
   std::vector<float> logits_;
+  std::unique_ptr<draft_model> draft_;
 };
 
 }  // namespace coserve

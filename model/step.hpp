@@ -22,6 +22,9 @@ using seq_id_t = uint64_t;
 
 // Placeholder input token: "the token this sequence sampled in the previous step".
 inline constexpr int32_t k_token_from_last_step = -1;
+// Placeholder proposal (speculative decoding with a draft model): "the executor's draft model
+// proposes this one" (only among a scheduled_seq's last num_draft tokens).
+inline constexpr int32_t k_token_from_draft = -2;
 
 // A sequence the executor has not seen before (or sees again after preemption by recompute).
 // The executor keeps its sampling state (params, rng, token history for penalties) until the

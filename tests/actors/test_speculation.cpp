@@ -9,6 +9,8 @@
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <cmath>
+#include <filesystem>
+#include <memory>
 #include <numeric>
 #include <map>
 #include <random>
@@ -105,6 +107,10 @@ TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the fiel
   c = parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3})");
   REQUIRE(c);
   CHECK(c->prompt_lookup_min == 3);
+  c = parse_speculative_config(R"({"model":"/models/draft","num_speculative_tokens":3})");
+  REQUIRE(c);
+  CHECK(c->method == "draft_model");
+  CHECK(c->draft_model == "/models/draft");
   c = parse_speculative_config(k_ngram);
   REQUIRE(c);
   CHECK(c->prompt_lookup_min == 1);
@@ -119,7 +125,10 @@ TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the fiel
       {R"({"method":"ngram","num_speculative_tokens":"3"})", "num_speculative_tokens"},
       {R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":4,"prompt_lookup_max":2})", "prompt_lookup_min"},
       {R"({"method":"ngram","num_speculative_tokens":3,"lookahead":2})", "lookahead"},
-      {R"({"model":"/models/draft","num_speculative_tokens":3})", "model"},
+      {R"({"method":"draft_model","num_speculative_tokens":3})", "model"},
+      {R"({"method":"ngram","model":"/models/draft","num_speculative_tokens":3})", "model"},
+      {R"({"model":"/models/draft","num_speculative_tokens":3,"prompt_lookup_max":2})", "prompt_lookup_max"},
+      {R"({"model":7,"num_speculative_tokens":3})", "model"},
   };
   for (auto [text, field] : bad) {
     INFO(text);
@@ -360,6 +369,142 @@ TEST_CASE("speculation: seeded sampling draws from the plain distribution, not t
   CHECK(m.spec_accepted_tokens > samples / 10);
   CHECK(m.spec_draft_tokens - m.spec_accepted_tokens > samples / 10);
   CHECK(same_sequences < samples);
+  REQUIRE(wait_all_blocks_free(**spec));
+  REQUIRE(wait_all_blocks_free(**plain));
+  (*spec)->stop();
+  (*plain)->stop();
+}
+
+namespace {
+
+std::filesystem::path small_model(const char* name, uint64_t seed, int32_t vocab) {
+  static std::map<std::string, std::unique_ptr<test::temp_dir>> made;
+  auto& slot = made[std::string(name) + std::to_string(seed)];
+  if (!slot) {
+    slot = std::make_unique<test::temp_dir>(name);
+    demo_options o;
+    if (vocab > 0) {
+      o.copy_tokenizer = false;
+      o.vocab_size = vocab;
+      o.max_position_embeddings = 64;
+    } else {
+      o.max_position_embeddings = 256;
+    }
+    o.hidden_size = 64;
+    o.intermediate_size = 128;
+    o.num_layers = vocab > 0 ? 2 : 1;
+    o.num_heads = 4;
+    o.num_kv_heads = 2;
+    o.seed = seed;
+    REQUIRE(make_demo_model(slot->str(), o));
+  }
+  return slot->str();
+}
+
+}  // namespace
+
+TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding; the model as its own draft "
+          "accepts every proposal",
+          "[speculation][pipeline]") {
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
+  auto reqs = repetitive_requests(64, 93);
+  engine_config plain_cfg = small_config();
+  auto plain = engine::start(plain_cfg);
+  REQUIRE(plain);
+  const auto want = run_collect_all(**plain, reqs);
+  // A different, smaller draft (one layer, another seed) and the model itself.
+  for (const std::string draft : {small_model("spec-draft", 77, 0).string(), demo_dir().string()}) {
+    INFO("draft " << draft);
+    engine_config cfg = plain_cfg;
+    cfg.speculative_config = R"({"model":")" + draft + R"(","num_speculative_tokens":3})";
+    auto spec = engine::start(cfg);
+    REQUIRE(spec);
+    const auto got = run_collect_all(**spec, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      INFO("request " << i);
+      for (const auto& [index, w] : want[i]) {
+        CHECK(got[i].at(index).tokens == w.tokens);
+        CHECK(got[i].at(index).finish == w.finish);
+      }
+    }
+    const engine_metrics m = (*spec)->metrics();
+    CHECK(m.spec_drafts > 0);
+    if (draft == demo_dir().string()) CHECK(m.spec_accepted_tokens == m.spec_draft_tokens);
+    else CHECK(m.spec_accepted_tokens < m.spec_draft_tokens);
+    REQUIRE(wait_all_blocks_free(**spec));
+    (*spec)->stop();
+  }
+  REQUIRE(wait_all_blocks_free(**plain));
+  (*plain)->stop();
+}
+
+TEST_CASE("speculation with a draft model: a vocabulary other than the model's is a startup error naming 'model'",
+          "[speculation]") {
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
+  engine_config cfg = small_config();
+  cfg.speculative_config = R"({"model":")" + small_model("spec-vocab16", 5, 16).string() + R"(","num_speculative_tokens":2})";
+  auto e = engine::start(cfg);
+  REQUIRE_FALSE(e);
+  CHECK(e.err().param == "model");
+  CHECK(e.err().message.find("vocabulary of 16 tokens") != std::string::npos);
+  cfg.speculative_config = R"({"model":"/nonexistent/draft","num_speculative_tokens":2})";
+  e = engine::start(cfg);
+  REQUIRE_FALSE(e);
+  CHECK(e.err().param == "model");
+}
+
+TEST_CASE("speculation with a draft model: seeded sampling draws from the plain distribution", "[speculation][pipeline]") {
+  // The model as its own (greedy) draft: its proposal is the argmax, accepted with the
+  // probability sampling gives it, so both branches of the rule run thousands of times.
+  const auto target = small_model("spec-target16", 17, 16);
+  const auto draft = target;
+  engine_config cfg;
+  cfg.model_dir = target;
+  cfg.max_num_seqs = 64;
+  cfg.block_size = 8;
+  cfg.num_kv_blocks = 64 * 4;
+  cfg.cpu_threads = 1;
+  cfg.max_waiting = 4096;
+  engine_config spec_cfg = cfg;
+  spec_cfg.speculative_config = R"({"model":")" + draft.string() + R"(","num_speculative_tokens":3})";
+  auto plain = engine::start(cfg);
+  auto spec = engine::start(spec_cfg);
+  REQUIRE(plain);
+  REQUIRE(spec);
+  const int samples = 3000, length = 4;
+  std::vector<generate_request> reqs;
+  for (int i = 0; i < samples; ++i) {
+    generate_request r;
+    r.input = std::vector<int32_t>{1, 2, 3, 4, 5};
+    r.params.temperature = 0.8f;
+    r.params.max_tokens = length;
+    r.params.ignore_eos = true;
+    r.params.seed = static_cast<uint64_t>(i);
+    reqs.push_back(std::move(r));
+  }
+  const auto a = run_all(**plain, reqs, true);
+  const auto b = run_all(**spec, reqs, true);
+  for (int pos = 1; pos < length; ++pos) {
+    std::vector<double> ca(16, 0), cb(16, 0);
+    for (int i = 0; i < samples; ++i) {
+      REQUIRE(a[size_t(i)].tokens.size() == size_t(length));
+      REQUIRE(b[size_t(i)].tokens.size() == size_t(length));
+      ca[size_t(a[size_t(i)].tokens[size_t(pos)])] += 1;
+      cb[size_t(b[size_t(i)].tokens[size_t(pos)])] += 1;
+    }
+    double stat = 0.0;
+    for (size_t t = 0; t < 16; ++t) {
+      if (ca[t] + cb[t] == 0) continue;
+      const double e = (ca[t] + cb[t]) / 2;  // equal sample sizes
+      stat += (ca[t] - e) * (ca[t] - e) / e + (cb[t] - e) * (cb[t] - e) / e;
+    }
+    INFO("position " << pos << " chi2 " << stat);
+    CHECK(stat < 37.7);  // df <= 15, 0.1%
+  }
+  const engine_metrics m = (*spec)->metrics();
+  INFO("proposed " << m.spec_draft_tokens << " accepted " << m.spec_accepted_tokens);
+  CHECK(m.spec_accepted_tokens > samples / 10);
+  CHECK(m.spec_draft_tokens - m.spec_accepted_tokens > samples / 10);
   REQUIRE(wait_all_blocks_free(**spec));
   REQUIRE(wait_all_blocks_free(**plain));
   (*spec)->stop();

@@ -21,7 +21,7 @@ def test_bad_speculative_config_fails_the_start_naming_the_field():
         '{"method":"ngram"': "not valid JSON",
         '{"method":"medusa","num_speculative_tokens":2}': "'method'",
         '{"method":"ngram","num_speculative_tokens":0}': "'num_speculative_tokens'",
-        '{"model":"/models/draft","num_speculative_tokens":2}': "'model'",
+        '{"model":"/nonexistent/draft","num_speculative_tokens":2}': "'model'",
         '{"method":"ngram","num_speculative_tokens":2,"lookup":1}': "'lookup'",
     }
     for text, needle in cases.items():

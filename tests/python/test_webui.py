@@ -265,7 +265,7 @@ def test_status_numbers_move_under_load_and_the_trace_downloads(browser, server,
     try:
         while time.monotonic() < end and not (seen_running and seen_rows and seen_tps):
             seen_running |= by_id(browser, "stat-running").text not in ("0", "–")
-            seen_rows |= bool(css(browser, "#requests tbody tr.running"))
+            seen_rows |= browser.execute_script("return document.querySelectorAll('#requests tbody tr.running').length") > 0
             seen_tps |= by_id(browser, "stat-gen-tps").text not in ("0.0", "–")
             time.sleep(0.1)
     finally:
@@ -276,10 +276,12 @@ def test_status_numbers_move_under_load_and_the_trace_downloads(browser, server,
     after = int(by_id(browser, "stat-generated-total").text.replace(",", ""))
     assert after > before
     assert wait_for(lambda: len(css(browser, ".timeline")) > 0, 5)
-    lanes = [e.text for e in css(browser, ".timeline .lane .name")]
+    # The page redraws every second: read the tables in one script, not element by element.
+    lanes = browser.execute_script(
+        "return [...document.querySelectorAll('.timeline .lane .name')].map(e => e.textContent)")
     assert {"intake", "scheduler", "executor", "streamer"} <= set(lanes)
-    busy = {r.find_elements("css selector", "td")[0].text: r.find_elements("css selector", "td")[2].text
-            for r in css(browser, "#actors tbody tr")}
+    busy = dict(browser.execute_script(
+        "return [...document.querySelectorAll('#actors tbody tr')].map(r => [r.cells[0].textContent, r.cells[2].textContent])"))
     assert busy["executor"] not in ("0%", "0.0%")
     # The Chrome trace opens as JSON with an event per handled message.
     target = os.path.join(downloads, "coserve-trace.json")
