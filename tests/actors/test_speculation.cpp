@@ -71,6 +71,7 @@ std::vector<generate_request> repetitive_requests(int k, uint32_t seed) {
 struct full_output {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  std::string text;
   finish_reason finish = finish_reason::none;
   std::string error;
 };
@@ -82,6 +83,7 @@ asio::awaitable<void> run_collect(engine& eng, generate_request req, std::map<in
     full_output& o = out[ev->index];
     o.tokens.insert(o.tokens.end(), ev->token_ids.begin(), ev->token_ids.end());
     o.logprobs.insert(o.logprobs.end(), ev->token_logprobs.begin(), ev->token_logprobs.end());
+    o.text += ev->text;
     if (ev->finish != finish_reason::none) o.finish = ev->finish;
     if (!ev->error_message.empty()) o.error = ev->error_message;
   }
@@ -222,11 +224,16 @@ TEST_CASE("speculation: greedy outputs equal plain decoding under concurrency, p
   auto spec = engine::start(spec_cfg);
   REQUIRE(plain);
   REQUIRE(spec);
-  // Stop ids from a first plain run: each request stops at a token it produced mid-way.
+  // Stop ids and stop strings from a first plain run: such requests stop at a token, or in the
+  // middle of the text, they produced mid-way.
   const auto first = run_collect_all(**plain, reqs);
   for (size_t i = 0; i < reqs.size(); i += 3) {
     const auto& t = first[i].at(0).tokens;
     if (t.size() > 6) reqs[i].params.stop_token_ids = {t[t.size() / 2]};
+  }
+  for (size_t i = 1; i < reqs.size(); i += 3) {
+    const std::string& text = first[i].at(0).text;
+    if (text.size() > 12) reqs[i].params.stop = {text.substr(text.size() / 2, 3)};
   }
   const auto want = run_collect_all(**plain, reqs);
   const auto got = run_collect_all(**spec, reqs);
@@ -237,6 +244,7 @@ TEST_CASE("speculation: greedy outputs equal plain decoding under concurrency, p
     for (const auto& [index, w] : want[i]) {
       const full_output& g = got[i].at(index);
       CHECK(g.tokens == w.tokens);
+      CHECK(g.text == w.text);
       INFO("errors: '" << w.error << "' / '" << g.error << "'");
       CHECK(g.finish == w.finish);
       if (w.finish == finish_reason::stop) ++stopped;
