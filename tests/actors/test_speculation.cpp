@@ -411,7 +411,7 @@ std::filesystem::path small_model(const char* name, uint64_t seed, int32_t vocab
 
 }  // namespace
 
-TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding; the model as its own draft "
+TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding, and the model as its own draft "
           "accepts every proposal",
           "[speculation][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
