@@ -23,6 +23,14 @@ function(coserve_add_test name)
   # so the labels are joined into one, e.g. "runtime-concurrency". `ctest -L` takes a regular
   # expression, so `-L concurrency` and `-L runtime` both select such a test.
   string(REPLACE ";" "-" label "${T_LABELS}")
+  # ctest splits a discovered test's name at ';' (it becomes two tests that both fail): refuse
+  # such names here, in the first or a continued string literal of a TEST_CASE.
+  foreach(src IN LISTS T_SOURCES)
+    file(READ "${CMAKE_CURRENT_SOURCE_DIR}/${src}" text)
+    if(text MATCHES "TEST_CASE\\(\"[^\"]*;" OR text MATCHES "TEST_CASE\\(\"[^\"]*\"[ \n]*\"[^\"]*;")
+      message(FATAL_ERROR "${src}: a TEST_CASE name contains ';', which ctest splits into two tests")
+    endif()
+  endforeach()
   catch_discover_tests(${name} WORKING_DIRECTORY ${CMAKE_SOURCE_DIR}
                        PROPERTIES LABELS "${label}" SKIP_RETURN_CODE 77)
 endfunction()
