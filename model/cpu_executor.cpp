@@ -99,6 +99,7 @@ result<step_result> cpu_executor::execute(const step_plan& plan) {
 }
 
 result<step_result> cpu_executor::run_step(const step_plan& plan) {
+  draft_q_.clear();
   for (const new_seq& ns : plan.new_seqs) {
     seqs_.erase(ns.seq_id);
     seq_state st{sampling_state(ns.params, ns.seed, ns.prompt_ids, ns.output_ids, gen_.eos_token_ids), -1};
@@ -150,6 +151,7 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     seq_state* st;
     const scheduled_seq* seq;
     const std::vector<int32_t>* input;  // the tokens computed (proposals filled in)
+    const std::vector<std::vector<float>>* draft_q;  // the draft's distributions (sampled draft proposals)
     size_t first_row;
     std::vector<seq_output> outs;
   };
@@ -158,7 +160,8 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const scheduled_seq& s = plan.seqs[i];
     if (!s.sample) continue;
-    rows.push_back({&seqs_.at(s.seq_id), &s, &inputs[i], next_row, {}});
+    const auto q = draft_q_.find(s.seq_id);
+    rows.push_back({&seqs_.at(s.seq_id), &s, &inputs[i], q == draft_q_.end() ? nullptr : &q->second, next_row, {}});
     next_row += size_t(1 + s.num_draft);
   }
   const size_t vocab = size_t(weights_.config.vocab_size);
@@ -171,8 +174,11 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     for (int32_t j = 0; j <= s.num_draft; ++j) {
       std::span<const float> logits(logits_.data() + (sm.first_row + size_t(j)) * vocab, vocab);
       bool accepted = false;
-      sample_output so = j < s.num_draft ? verify_token(logits, st.sampling, in[draft_at + size_t(j)], accepted)
-                                         : sample_token(logits, st.sampling);
+      const std::vector<float>* q = nullptr;
+      if (j < s.num_draft && sm.draft_q != nullptr && size_t(j) < sm.draft_q->size()) q = &(*sm.draft_q)[size_t(j)];
+      sample_output so = j >= s.num_draft ? sample_token(logits, st.sampling)
+                         : q != nullptr   ? verify_token_q(logits, st.sampling, in[draft_at + size_t(j)], *q, accepted)
+                                          : verify_token(logits, st.sampling, in[draft_at + size_t(j)], accepted);
       st.sampling.accept(so.token);
       st.last_token = so.token;
       seq_output o;
@@ -221,7 +227,18 @@ result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std:
     for (size_t r = 0; r < proposing.size(); ++r) {
       const size_t i = proposing[r];
       const float* l = dm.logits.data() + r * vocab;
-      const auto tok = int32_t(std::max_element(l, l + vocab) - l);
+      // Greedy requests take the draft's argmax; sampled ones draw from the draft's distribution
+      // (kept for the acceptance rule).
+      seq_state& st = seqs_.at(plan.seqs[i].seq_id);
+      int32_t tok = 0;
+      if (st.sampling.params.greedy()) {
+        tok = int32_t(std::max_element(l, l + vocab) - l);
+      } else {
+        auto& qs = draft_q_[plan.seqs[i].seq_id];
+        if (j == 0) qs.clear();
+        qs.emplace_back();
+        tok = draft_sample(std::span<const float>(l, vocab), st.sampling.params, st.sampling.rng, qs.back());
+      }
       const size_t at = size_t(proposal_at[i] + j);
       inputs[i][at] = tok;
       const bool more = j + 1 < plan.seqs[i].num_draft;

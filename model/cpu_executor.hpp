@@ -34,8 +34,9 @@ struct cpu_executor_options {
   int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
   // Speculative decoding with a draft model: its folder ("": none). It runs beside the model on
   // the same block tables with a KV cache of its own (same blocks, block size and element type),
-  // computes every token the model computes, and proposes greedily where a plan asks for
-  // k_token_from_draft. Its vocabulary must be the model's.
+  // computes every token the model computes, and proposes where a plan asks for
+  // k_token_from_draft (greedy requests: its argmax; sampled: a draw from its distribution, accepted
+  // by the speculative-sampling rule). Its vocabulary must be the model's.
   std::string draft_model_dir;
 };
 
@@ -72,8 +73,9 @@ class cpu_executor final : public executor {
   // The step without dropping `finished` (execute() drops them whatever the outcome).
   result<step_result> run_step(const step_plan& plan);
   // The draft model's share of a step: computes the batch's tokens up to the proposals into its
-  // cache, then fills each k_token_from_draft proposal with its argmax, one position at a time
-  // (computing each proposal's K/V too, so accepted ones need no catching up).
+  // cache, then fills each k_token_from_draft proposal, one position at a time (computing each
+  // proposal's K/V too, so accepted ones need no catching up): its argmax for greedy requests, a
+  // draw from its distribution for sampled ones (kept in draft_q_ for the acceptance rule).
   result<void> run_draft(const std::vector<forward_seq>& batch, std::vector<std::vector<int32_t>>& inputs,
                          const step_plan& plan);
 
@@ -98,6 +100,8 @@ class cpu_executor final : public executor {
   std::unordered_map<seq_id_t, seq_state> seqs_;
   std::vector<float> logits_;
   std::unique_ptr<draft_model> draft_;
+  // This step's draft distributions per sequence (sampled requests), one per proposal.
+  std::unordered_map<seq_id_t, std::vector<std::vector<float>>> draft_q_;
 };
 
 }  // namespace coserve

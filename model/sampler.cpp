@@ -200,4 +200,52 @@ sample_output verify_token(std::span<const float> raw, sampling_state& st, int32
   return out;
 }
 
+sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int32_t draft, std::span<const float> q,
+                             bool& accepted) {
+  std::vector<float> lp;
+  processed_row(raw, st, lp);
+  sample_output out;
+  const bool in_vocab = draft >= 0 && size_t(draft) < lp.size() && q.size() == lp.size();
+  const double p_d = in_vocab && lp[size_t(draft)] != -INFINITY ? std::exp(double(lp[size_t(draft)])) : 0.0;
+  const double q_d = in_vocab ? double(q[size_t(draft)]) : 0.0;
+  accepted = p_d > 0.0 && (q_d <= p_d || st.rng.uniform() * q_d < p_d);
+  if (accepted) {
+    out.token = draft;
+  } else {
+    // Residual max(0, p - q): an inverse-CDF draw over it (p itself when it has no mass).
+    double mass = 0.0;
+    std::vector<double> r(lp.size(), 0.0);
+    for (size_t i = 0; i < lp.size(); ++i) {
+      const double pi = lp[i] == -INFINITY ? 0.0 : std::exp(double(lp[i]));
+      r[i] = std::max(0.0, pi - (q.size() == lp.size() ? double(q[i]) : 0.0));
+      mass += r[i];
+    }
+    if (mass <= 1e-12) {
+      out.token = std::max(0, draw(lp, st.rng, -1, 1.0));
+    } else {
+      const double u = st.rng.uniform() * mass;
+      double cum = 0.0;
+      out.token = -1;
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (r[i] <= 0.0) continue;
+        cum += r[i];
+        out.token = int32_t(i);
+        if (u < cum) break;
+      }
+    }
+  }
+  fill_top_logprobs(lp, st, out);
+  return out;
+}
+
+int32_t draft_sample(std::span<const float> raw, const sampling_params& p, seq_rng& rng, std::vector<float>& q) {
+  std::vector<float> row(raw.begin(), raw.end());
+  apply_temperature_and_filters(row, p);
+  std::vector<float> lp;
+  log_softmax(row, lp);
+  q.resize(lp.size());
+  for (size_t i = 0; i < lp.size(); ++i) q[i] = lp[i] == -INFINITY ? 0.0f : std::exp(lp[i]);
+  return std::max(0, draw(lp, rng, -1, 1.0));
+}
+
 }  // namespace coserve

@@ -80,4 +80,15 @@ sample_output sample_token(std::span<const float> raw, sampling_state& st);
 // Does not call st.accept().
 sample_output verify_token(std::span<const float> raw, sampling_state& st, int32_t draft, bool& accepted);
 
+// The same for a proposal drawn from a distribution q (a draft model sampling): accepted with
+// probability min(1, p(draft) / q(draft)); otherwise the output is drawn from max(0, p - q),
+// renormalised (from p when that is empty). Sampled requests only (greedy ones use verify_token).
+sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int32_t draft, std::span<const float> q,
+                             bool& accepted);
+
+// A draft model's proposal for a sampled request: the draft's raw logits processed by the
+// request's temperature and top-k/top-p/min-p (no penalties: the rule above stays exact whatever
+// q is), drawn with the sequence's rng. `q` gets the distribution it was drawn from.
+int32_t draft_sample(std::span<const float> raw, const sampling_params& p, seq_rng& rng, std::vector<float>& q);
+
 }  // namespace coserve

@@ -462,10 +462,11 @@ TEST_CASE("speculation with a draft model: a vocabulary other than the model's i
 }
 
 TEST_CASE("speculation with a draft model: seeded sampling draws from the plain distribution", "[speculation][pipeline]") {
-  // The model as its own (greedy) draft: its proposal is the argmax, accepted with the
-  // probability sampling gives it, so both branches of the rule run thousands of times.
+  // Another model of the same vocabulary as the draft: it samples its proposals from its own
+  // distribution q, accepted with min(1, p/q), so both branches of the rule (and the draw from
+  // max(0, p - q)) run thousands of times.
   const auto target = small_model("spec-target16", 17, 16);
-  const auto draft = target;
+  const auto draft = small_model("spec-draft16", 18, 16);
   engine_config cfg;
   cfg.model_dir = target;
   cfg.max_num_seqs = 64;
@@ -479,7 +480,9 @@ TEST_CASE("speculation with a draft model: seeded sampling draws from the plain 
   auto spec = engine::start(spec_cfg);
   REQUIRE(plain);
   REQUIRE(spec);
-  const int samples = 3000, length = 4;
+  // Draft and target agree on few tokens (a few percent accepted), so the test needs many samples
+  // to see a wrong residual draw: 12000 per side.
+  const int samples = 12000, length = 4;
   std::vector<generate_request> reqs;
   for (int i = 0; i < samples; ++i) {
     generate_request r;
@@ -490,8 +493,19 @@ TEST_CASE("speculation with a draft model: seeded sampling draws from the plain 
     r.params.seed = static_cast<uint64_t>(i);
     reqs.push_back(std::move(r));
   }
-  const auto a = run_all(**plain, reqs, true);
-  const auto b = run_all(**spec, reqs, true);
+  // In rounds of 3000: the engine's mailboxes hold fewer than 12000 requests at once.
+  auto run_rounds = [&](engine& eng) {
+    std::vector<collected> out;
+    for (size_t at = 0; at < reqs.size(); at += 3000) {
+      const std::vector<generate_request> part(reqs.begin() + std::ptrdiff_t(at),
+                                               reqs.begin() + std::ptrdiff_t(std::min(reqs.size(), at + 3000)));
+      auto got = run_all(eng, part, true);
+      out.insert(out.end(), got.begin(), got.end());
+    }
+    return out;
+  };
+  const auto a = run_rounds(**plain);
+  const auto b = run_rounds(**spec);
   for (int pos = 1; pos < length; ++pos) {
     std::vector<double> ca(16, 0), cb(16, 0);
     for (int i = 0; i < samples; ++i) {
@@ -507,7 +521,7 @@ TEST_CASE("speculation with a draft model: seeded sampling draws from the plain 
       stat += (ca[t] - e) * (ca[t] - e) / e + (cb[t] - e) * (cb[t] - e) / e;
     }
     INFO("position " << pos << " chi2 " << stat);
-    CHECK(stat < 37.7);  // df <= 15, 0.1%
+    CHECK(stat < 42.6);  // df <= 15, 0.01%
   }
   const engine_metrics m = (*spec)->metrics();
   INFO("proposed " << m.spec_draft_tokens << " accepted " << m.spec_accepted_tokens);
