@@ -254,11 +254,6 @@ void scheduler_core::on_allocation(const step_allocation& alloc) {
       s.pending_step = alloc.step_id;
     }
   }
-  // Proposals of this step whose sequence the allocator did not schedule (deferred) are void.
-  for (seq_id_t id : running_) {
-    sequence& s = at(id);
-    if (s.spec_step == alloc.step_id && s.spec_proposed > 0 && s.pending == 0) s.spec_proposed = 0;
-  }
   for (seq_id_t id : alloc.deferred) {
     auto it = seqs_.find(id);
     if (it != seqs_.end()) it->second.kv_sent = 0;  // the allocator kept nothing of it

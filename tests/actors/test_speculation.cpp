@@ -1,8 +1,8 @@
-// Speculative decoding: the --speculative-config parser, the n-gram proposer and the back-off;
-// then the engine end to end on small demo models: greedy outputs identical with and without
+// Speculative decoding through the engine on small demo models (the parser, the proposer and the
+// back-off alone: test_speculation_core.cpp): greedy outputs identical with and without
 // speculation (64 concurrent requests, preemption, chunked prefill, prefix caching, n > 1, stop
-// ids, max_tokens, logprobs, every KV block free afterwards), and seeded sampling drawing from the same distribution (chi-square
-// on a 16-token vocabulary), not the same sequence.
+// ids, stop strings, max_tokens, logprobs, every KV block free afterwards), and seeded sampling
+// drawing from the same distribution (chi-square on a 16-token vocabulary), not the same sequence.
 #include <catch2/catch.hpp>
 
 #include <asio/co_spawn.hpp>
@@ -16,7 +16,6 @@
 #include <random>
 
 #include "actors/engine.hpp"
-#include "actors/speculation.hpp"
 #include "runtime/trace.hpp"
 #include "model/demo_model.hpp"
 #include "tests/actors/pipeline_util.hpp"
@@ -25,21 +24,10 @@
 
 using namespace coserve;
 using namespace coserve::test;
-using actors::ngram_propose;
-using actors::parse_speculative_config;
-using actors::token_view;
 
 namespace {
 
 constexpr const char* k_ngram = R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
-
-std::vector<int32_t> propose(const std::vector<int32_t>& prompt, const std::vector<int32_t>& output, int32_t lo,
-                             int32_t hi, int32_t k, int32_t skip = 0) {
-  std::vector<int32_t> out;
-  const int32_t n = ngram_propose(token_view{&prompt, &output}, lo, hi, k, skip, out);
-  REQUIRE(n == static_cast<int32_t>(out.size()));
-  return out;
-}
 
 // Prompts that repeat themselves (the lookup finds matches) and some that do not.
 std::vector<generate_request> repetitive_requests(int k, uint32_t seed) {
@@ -97,92 +85,22 @@ std::vector<std::map<int32_t, full_output>> run_collect_all(engine& eng, const s
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the field", "[speculation]") {
-  auto c = parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":4})");
-  REQUIRE(c);
-  CHECK(c->enabled());
-  CHECK(c->num_speculative_tokens == 4);
-  CHECK(c->prompt_lookup_min == 5);
-  CHECK(c->prompt_lookup_max == 5);
-  c = parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3})");
-  REQUIRE(c);
-  CHECK(c->prompt_lookup_min == 3);
-  c = parse_speculative_config(R"({"model":"/models/draft","num_speculative_tokens":3})");
-  REQUIRE(c);
-  CHECK(c->method == "draft_model");
-  CHECK(c->draft_model == "/models/draft");
-  c = parse_speculative_config(k_ngram);
-  REQUIRE(c);
-  CHECK(c->prompt_lookup_min == 1);
-  CHECK(c->prompt_lookup_max == 3);
-  const std::pair<const char*, const char*> bad[] = {
-      {"{", ""},
-      {"[1]", ""},
-      {R"({"num_speculative_tokens":2})", "method"},
-      {R"({"method":"eagle","num_speculative_tokens":2})", "method"},
-      {R"({"method":"ngram"})", "num_speculative_tokens"},
-      {R"({"method":"ngram","num_speculative_tokens":0})", "num_speculative_tokens"},
-      {R"({"method":"ngram","num_speculative_tokens":"3"})", "num_speculative_tokens"},
-      {R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":4,"prompt_lookup_max":2})", "prompt_lookup_min"},
-      {R"({"method":"ngram","num_speculative_tokens":3,"lookahead":2})", "lookahead"},
-      {R"({"method":"draft_model","num_speculative_tokens":3})", "model"},
-      {R"({"method":"ngram","model":"/models/draft","num_speculative_tokens":3})", "model"},
-      {R"({"model":"/models/draft","num_speculative_tokens":3,"prompt_lookup_max":2})", "prompt_lookup_max"},
-      {R"({"model":7,"num_speculative_tokens":3})", "model"},
-  };
-  for (auto [text, field] : bad) {
-    INFO(text);
-    auto r = parse_speculative_config(text);
-    REQUIRE_FALSE(r);
-    CHECK(r.err().code == "invalid_argument");
-    CHECK(r.err().param == field);
-    CHECK(r.err().message.find("--speculative-config") == 0);
+// Two-sample chi-square statistic of two count vectors; `df` gets its degrees of freedom (cells
+// with any count, minus one).
+double chi2(const std::vector<int>& x, const std::vector<int>& y, int& df) {
+  const double nx = std::accumulate(x.begin(), x.end(), 0.0), ny = std::accumulate(y.begin(), y.end(), 0.0);
+  double stat = 0.0;
+  df = -1;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] + y[i] == 0) continue;
+    ++df;
+    const double ex = nx * (x[i] + y[i]) / (nx + ny), ey = ny * (x[i] + y[i]) / (nx + ny);
+    stat += (x[i] - ex) * (x[i] - ex) / ex + (y[i] - ey) * (y[i] - ey) / ey;
   }
+  return stat;
 }
 
-TEST_CASE("n-gram proposer: the latest earlier match of the longest suffix, at most k tokens", "[speculation]") {
-  // Suffix [7 8] occurs at 1..2 (followed by 9 4 5) and at 5..6 (followed by 1 2): the latest wins.
-  CHECK(propose({3, 7, 8, 9, 4, 7, 8, 1, 2}, {7, 8}, 2, 2, 3) == std::vector<int32_t>{1, 2, 7});
-  // The output counts as much as the prompt; k caps the proposal.
-  CHECK(propose({1, 2, 3}, {4, 1, 2}, 1, 3, 1) == std::vector<int32_t>{3});
-  // Longest first: [5 6] matches nowhere earlier, [6] does.
-  CHECK(propose({6, 9, 9, 5}, {6}, 1, 2, 2) == std::vector<int32_t>{9, 9});
-  // Below prompt_lookup_min nothing is tried.
-  CHECK(propose({6, 9, 9, 5}, {6}, 2, 3, 2).empty());
-  // No earlier occurrence, or too short a sequence.
-  CHECK(propose({1, 2, 3, 4}, {}, 1, 3, 4).empty());
-  CHECK(propose({1}, {}, 1, 3, 4).empty());
-  // A match near the end proposes what there is.
-  CHECK(propose({5, 5}, {}, 1, 1, 4) == std::vector<int32_t>{5});
-  // A later match with fewer than k tokens after it loses to an earlier one with k: in a loop of
-  // period 1 or 2 the whole proposal continues the loop.
-  CHECK(propose({1, 1, 1, 1, 1, 1}, {}, 1, 2, 3) == std::vector<int32_t>{1, 1, 1});
-  CHECK(propose({4, 6, 4, 6, 4, 6, 4}, {}, 1, 2, 4) == std::vector<int32_t>{6, 4, 6, 4});
-  CHECK(propose({4, 6, 4, 6}, {}, 2, 2, 4) == std::vector<int32_t>{4, 6});
-  // A token still being sampled: the match predicts it (9) and the proposals follow it.
-  CHECK(propose({3, 7, 8, 9, 4, 5, 6, 1, 7, 8}, {}, 2, 2, 3, 1) == std::vector<int32_t>{4, 5, 6});
-  // Nothing left after the prediction: no proposal.
-  CHECK(propose({2, 7, 8}, {7, 8}, 2, 2, 3, 1) == std::vector<int32_t>{8});
-  CHECK(propose({8, 8, 8}, {}, 2, 2, 3, 1).empty());
-}
-
-TEST_CASE("speculation back-off doubles up to 64 decode steps and resets on a good proposal", "[speculation]") {
-  actors::speculation_backoff b;
-  b.on_outcome(false);
-  CHECK(b.skip == 1);
-  b.skip = 0;
-  b.on_outcome(false);
-  CHECK(b.skip == 2);
-  for (int i = 0; i < 10; ++i) b.on_outcome(false);
-  CHECK(b.skip == 64);
-  b.on_outcome(true);
-  CHECK(b.penalty == 0);
-  b.skip = 0;
-  b.on_outcome(false);
-  CHECK(b.skip == 1);
-}
+}  // namespace
 
 TEST_CASE("speculation: a malformed config or an executor that cannot verify is a startup error", "[speculation]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
@@ -334,18 +252,6 @@ TEST_CASE("speculation: seeded sampling draws from the plain distribution, not t
   const auto b = run_all(**spec, reqs, true);
   // Two-sample chi-square per output position over the 16 tokens (df <= 15; 0.1% critical value
   // 37.7), and on the pair of the first two tokens (df <= 255; 0.1% critical value 330.5).
-  auto chi2 = [](const std::vector<int>& x, const std::vector<int>& y, int& df) {
-    const double nx = std::accumulate(x.begin(), x.end(), 0.0), ny = std::accumulate(y.begin(), y.end(), 0.0);
-    double stat = 0.0;
-    df = -1;
-    for (size_t i = 0; i < x.size(); ++i) {
-      if (x[i] + y[i] == 0) continue;
-      ++df;
-      const double ex = nx * (x[i] + y[i]) / (nx + ny), ey = ny * (x[i] + y[i]) / (nx + ny);
-      stat += (x[i] - ex) * (x[i] - ex) / ex + (y[i] - ey) * (y[i] - ey) / ey;
-    }
-    return stat;
-  };
   int same_sequences = 0;
   std::vector<int> pair_a(256, 0), pair_b(256, 0);
   for (int pos = 0; pos < length; ++pos) {
@@ -507,20 +413,16 @@ TEST_CASE("speculation with a draft model: seeded sampling draws from the plain 
   const auto a = run_rounds(**plain);
   const auto b = run_rounds(**spec);
   for (int pos = 1; pos < length; ++pos) {
-    std::vector<double> ca(16, 0), cb(16, 0);
+    std::vector<int> ca(16, 0), cb(16, 0);
     for (int i = 0; i < samples; ++i) {
       REQUIRE(a[size_t(i)].tokens.size() == size_t(length));
       REQUIRE(b[size_t(i)].tokens.size() == size_t(length));
-      ca[size_t(a[size_t(i)].tokens[size_t(pos)])] += 1;
-      cb[size_t(b[size_t(i)].tokens[size_t(pos)])] += 1;
+      ++ca[size_t(a[size_t(i)].tokens[size_t(pos)])];
+      ++cb[size_t(b[size_t(i)].tokens[size_t(pos)])];
     }
-    double stat = 0.0;
-    for (size_t t = 0; t < 16; ++t) {
-      if (ca[t] + cb[t] == 0) continue;
-      const double e = (ca[t] + cb[t]) / 2;  // equal sample sizes
-      stat += (ca[t] - e) * (ca[t] - e) / e + (cb[t] - e) * (cb[t] - e) / e;
-    }
-    INFO("position " << pos << " chi2 " << stat);
+    int df = 0;
+    const double stat = chi2(ca, cb, df);
+    INFO("position " << pos << " chi2 " << stat << " df " << df);
     CHECK(stat < 42.6);  // df <= 15, 0.01%
   }
   const engine_metrics m = (*spec)->metrics();

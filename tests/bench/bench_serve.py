@@ -32,8 +32,9 @@ import urllib.request
 import httpx
 
 
-def start_server(binary, extra):
-    proc = subprocess.Popen([binary, "serve", "--demo", "--port", "0", *extra],
+def start_server(binary, extra, model_args=("--demo",)):
+    """Starts `coserve serve MODEL_ARGS --port 0 EXTRA`; returns (process, url) once /health is 200."""
+    proc = subprocess.Popen([binary, "serve", *model_args, "--port", "0", *extra],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     port = []
     ready = threading.Event()

@@ -18,13 +18,15 @@ proposals made and accepted (from /metrics). Example:
 """
 import argparse
 import json
+import os
 import re
-import subprocess
 import sys
-import threading
 import time
 
 import httpx
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_serve import start_server  # noqa: E402
 
 CODE = '''def merge(a, b):
     out = []
@@ -39,38 +41,6 @@ CODE = '''def merge(a, b):
 
 CONFIG = {"name": "merge", "inputs": [[1, 3, 5], [2, 4, 6]], "expected": [1, 2, 3, 4, 5, 6]}
 '''
-
-
-def start(binary, model_args, extra):
-    proc = subprocess.Popen([binary, "serve", *model_args, "--port", "0", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    port, ready, log = [], threading.Event(), []
-
-    def drain():
-        for line in proc.stderr:
-            log.append(line)
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
-            if m:
-                port.append(int(m.group(1)))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=drain, daemon=True).start()
-    ready.wait(600)
-    if not port:
-        proc.kill()
-        sys.exit("server did not start:\n" + "".join(log))
-    url = f"http://127.0.0.1:{port[0]}"
-    end = time.monotonic() + 600
-    while time.monotonic() < end:
-        try:
-            if httpx.get(url + "/health", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    sys.exit("server did not become ready:\n" + "".join(log))
 
 
 def spec_counters(url):
@@ -103,8 +73,8 @@ def main():
     a = ap.parse_args()
     model_args = [a.model] if a.model else ["--demo"]
     common = ["--cpu-threads", str(a.cpu_threads)] if a.cpu_threads else []
-    plain, plain_url = start(a.bin, model_args, common)
-    spec, spec_url = start(a.bin, model_args, common + ["--speculative-config", a.spec])
+    plain, plain_url = start_server(a.bin, common, model_args)
+    spec, spec_url = start_server(a.bin, common + ["--speculative-config", a.spec], model_args)
     try:
         model = httpx.get(plain_url + "/v1/models").json()["data"][0]["id"]
         prompt = "Repeat this file exactly.\n\n" + CODE + "\n" + CODE
