@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# One file on purpose (~600 lines): its two phases share the server start-up, the health prober,
+# the request generators and the JSON report; split, each would import the others.
 """Overload benchmark: how `coserve serve` behaves under huge prompts and past its admission limit.
 
 Runs each --bin in turn (fresh server, identical settings, identical prompts) and prints one JSON
