@@ -247,7 +247,21 @@ TEST_CASE("tokenizer pool: admission by waiting prompt tokens", "[actors][tokeni
     r.input = std::vector<int32_t>(60, 11);
     r.params.max_tokens = 24;
   }
-  const auto got = run_all(e, reqs, true);
+  // Two first; the rest once one of them waits in the scheduler (the tokenizers admit by the
+  // waiting tokens the scheduler has published, so all ten at once could all pass before it has
+  // seen any).
+  std::vector<collected> got(reqs.size());
+  asio::io_context io;
+  for (size_t i = 0; i < 2; ++i) asio::co_spawn(io, run_one(e, reqs[i], got[i], -1), asio::detached);
+  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
+    asio::steady_timer t(io);
+    for (int k = 0; k < 20000 && e.metrics().requests_waiting < 1; ++k) {
+      t.expires_after(std::chrono::microseconds(100));
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    for (size_t i = 2; i < reqs.size(); ++i) asio::co_spawn(io, run_one(e, reqs[i], got[i], -1), asio::detached);
+  }, asio::detached);
+  io.run();
   int rejected = 0, completed = 0;
   for (const auto& c : got) {
     if (c.error_code == "queue_full") ++rejected;
