@@ -35,6 +35,7 @@
 #include "actors/tokenizer_actor.hpp"
 #include "model/config.hpp"
 #include "model/cpu_executor.hpp"
+#include "model/gguf_model.hpp"
 #include "model/jinja/chat_template.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 #include "runtime/system.hpp"
@@ -116,7 +117,14 @@ class engine_impl final : public engine {
                         std::chrono::system_clock::now().time_since_epoch()).count();
     // The model's chat template (chat_template.jinja / .json or tokenizer_config.json), if any.
     auto template_source = [&]() -> result<std::string> {
-      if (cfg_.chat_template.empty()) return load_chat_template_source(cfg_.model_dir);
+      if (cfg_.chat_template.empty()) {
+        if (is_gguf_file(cfg_.model_dir.string())) {
+          auto f = gguf_file::open(cfg_.model_dir.string());
+          if (!f) return f.err();
+          return gguf_chat_template(**f);
+        }
+        return load_chat_template_source(cfg_.model_dir);
+      }
       std::error_code ec;
       if (cfg_.chat_template.find('\n') == std::string::npos && cfg_.chat_template.find("{%") == std::string::npos &&
           cfg_.chat_template.find("{{") == std::string::npos && std::filesystem::is_regular_file(cfg_.chat_template, ec))
@@ -575,7 +583,22 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
     spec = *parsed;
   }
   std::optional<tokenizer> tok;
-  if (!config.skip_tokenizer_init && std::filesystem::exists(config.model_dir / "tokenizer.json")) {
+  const bool gguf = is_gguf_file(config.model_dir.string());
+  std::shared_ptr<const gguf_file> gguf_meta;
+  if (gguf) {
+    auto f = gguf_file::open(config.model_dir.string());
+    if (!f) return f.err();
+    gguf_meta = std::move(*f);
+    std::fprintf(stderr, "coserve engine: %s: %s\n", config.model_dir.string().c_str(), gguf_summary(*gguf_meta).c_str());
+  }
+  if (!config.skip_tokenizer_init && gguf && gguf_meta->find("tokenizer.ggml.model")) {
+    auto loaded = load_gguf_tokenizer(*gguf_meta);
+    if (!loaded) return loaded.err();
+    tok.emplace(std::move(*loaded));
+  } else if (!config.skip_tokenizer_init && gguf) {
+    std::fprintf(stderr, "coserve engine: no tokenizer (the GGUF file has no tokenizer.ggml.* metadata): prompts are "
+                         "token ids, outputs token ids without text\n");
+  } else if (!config.skip_tokenizer_init && std::filesystem::exists(config.model_dir / "tokenizer.json")) {
     auto loaded = tokenizer::load(config.model_dir / "tokenizer.json");
     if (!loaded) return loaded.err();
     tok.emplace(std::move(*loaded));

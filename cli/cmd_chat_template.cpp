@@ -11,6 +11,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "model/gguf_model.hpp"
 #include "model/jinja/chat_template.hpp"
 
 namespace coserve::cli {
@@ -22,7 +23,8 @@ constexpr const char* kUsage =
     "\n"
     "Renders a Hugging Face chat template as transformers' apply_chat_template does.\n"
     "  SOURCE        a model folder (chat_template.jinja, chat_template.json or\n"
-    "                tokenizer_config.json) or a .jinja / .json file\n"
+    "                tokenizer_config.json), a .jinja / .json file, or a GGUF model file\n"
+    "                (its tokenizer.chat_template)\n"
     "  --input FILE  JSON object: {\"messages\": [...], \"tools\": [...],\n"
     "                \"add_generation_prompt\": true, \"bos_token\": \"...\", ...}; every member\n"
     "                becomes a template variable ('-' reads standard input)\n"
@@ -70,7 +72,12 @@ int cmd_chat_template(int argc, char** argv) {
     std::fputs(kUsage, stderr);
     return 2;
   }
-  auto source = load_chat_template_source(source_path, name);
+  auto source = [&]() -> result<std::string> {
+    if (!is_gguf_file(source_path)) return load_chat_template_source(source_path, name);
+    auto f = gguf_file::open(source_path);
+    if (!f) return f.err();
+    return gguf_chat_template(**f);
+  }();
   if (!source) {
     std::fprintf(stderr, "coserve chat-template: %s\n", source.err().message.c_str());
     return 2;

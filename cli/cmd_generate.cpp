@@ -24,6 +24,7 @@ namespace {
 const char* k_help =
     "usage: coserve generate MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N [options]\n"
     "       coserve generate MODEL_DIR --bench [--batch B] [--prompt-len P] [--max-tokens N]\n"
+    "  MODEL_DIR: a Hugging Face model folder or a GGUF file (docs/gguf.md)\n"
     "\n"
     "  --prompt-ids LIST     comma-separated prompt token ids\n"
     "  --prompt TEXT         prompt text, encoded with the folder's tokenizer (special tokens added)\n"

@@ -40,7 +40,7 @@ namespace {
 
 constexpr const char* k_help = R"(usage: coserve serve [MODEL_DIR | --demo] [flags]
 
-Serves a Hugging Face model folder over an OpenAI-compatible HTTP API:
+Serves a Hugging Face model folder or a GGUF file over an OpenAI-compatible HTTP API:
   POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics,
   POST /tokenize, POST /detokenize, GET /version, GET /openapi.json; and, mapped onto chat,
   POST /v1/responses (OpenAI Responses) and POST /v1/messages (Anthropic Messages).
@@ -48,10 +48,13 @@ Structured outputs (response_format, structured_outputs, guided_*), tools and re
 docs/agent-api.md.
 
 model:
-  MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json
+  MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json,
+                                or a GGUF file (llama, mistral, qwen2; F32, F16, BF16, Q8_0, Q4_0,
+                                Q4_K, Q5_K, Q6_K; tokenizer and chat template from its metadata;
+                                quantized weights run on --device cpu; docs/gguf.md)
   --demo                        serve the built-in demo model (created on first use in
                                 $COSERVE_CACHE, else $XDG_CACHE_HOME/coserve, else ~/.cache/coserve)
-  --served-model-name NAME      the model id clients send (default: the folder's name)
+  --served-model-name NAME      the model id clients send (default: the folder's or file's name)
   --device cpu|cuda             executor device (default: cpu)
 http:
   --host ADDR                   listen address (default: 127.0.0.1)

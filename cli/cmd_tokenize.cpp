@@ -1,4 +1,5 @@
-// `coserve tokenize` and `coserve detokenize`: line-oriented JSON filters over a tokenizer.json.
+// `coserve tokenize` and `coserve detokenize`: line-oriented JSON filters over a tokenizer.json
+// (or its folder, or a GGUF file's tokenizer).
 //   tokenize TOKENIZER [--add-special-tokens]: one JSON string per stdin line -> one JSON array of ids
 //   detokenize TOKENIZER [--skip-special-tokens]: one JSON array of ids per line -> one JSON string
 // A line that is not the expected JSON prints an error to stderr and the command exits 1 at the end.
@@ -11,6 +12,7 @@
 #include <simdjson.h>
 
 #include "cli/commands.hpp"
+#include "model/gguf_model.hpp"
 #include "model/json/value.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 
@@ -51,7 +53,12 @@ int run_filter(const char* name, int argc, char** argv, std::string_view flag_na
     std::fprintf(a.help ? stdout : stderr, "%s", usage);
     return a.help ? 0 : 2;
   }
-  auto tok = tokenizer::load(a.path);
+  auto tok = [&]() -> result<tokenizer> {
+    if (!is_gguf_file(a.path)) return tokenizer::load(a.path);
+    auto f = gguf_file::open(a.path);
+    if (!f) return f.err();
+    return load_gguf_tokenizer(**f);
+  }();
   if (!tok) {
     std::fprintf(stderr, "coserve %s: %s\n", name, tok.err().message.c_str());
     return 1;
@@ -109,7 +116,8 @@ bool detokenize_line(const tokenizer& tok, bool skip_special, simdjson::dom::ele
 int cmd_tokenize(int argc, char** argv) {
   return run_filter("tokenize", argc, argv, "--add-special-tokens",
                     "usage: coserve tokenize TOKENIZER [--add-special-tokens]\n"
-                    "  TOKENIZER: a folder holding tokenizer.json (and tokenizer_config.json), or the file.\n"
+                    "  TOKENIZER: a folder holding tokenizer.json (and tokenizer_config.json), the file, or a GGUF\n"
+                    "             model file (its tokenizer.ggml.* metadata).\n"
                     "  Reads one JSON string per stdin line; prints one JSON array of token ids per line.\n"
                     "  --add-special-tokens  apply the post-processor (BOS/EOS templates)\n",
                     tokenize_line);
@@ -118,7 +126,8 @@ int cmd_tokenize(int argc, char** argv) {
 int cmd_detokenize(int argc, char** argv) {
   return run_filter("detokenize", argc, argv, "--skip-special-tokens",
                     "usage: coserve detokenize TOKENIZER [--skip-special-tokens]\n"
-                    "  TOKENIZER: a folder holding tokenizer.json (and tokenizer_config.json), or the file.\n"
+                    "  TOKENIZER: a folder holding tokenizer.json (and tokenizer_config.json), the file, or a GGUF\n"
+                    "             model file (its tokenizer.ggml.* metadata).\n"
                     "  Reads one JSON array of token ids per stdin line; prints one JSON string per line.\n"
                     "  --skip-special-tokens  leave out special tokens\n",
                     detokenize_line);

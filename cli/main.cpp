@@ -20,6 +20,7 @@ constexpr command k_commands[] = {
     {"tokenize", coserve::cli::cmd_tokenize, "JSON strings on stdin -> JSON id arrays"},
     {"detokenize", coserve::cli::cmd_detokenize, "JSON id arrays on stdin -> JSON strings"},
     {"chat-template", coserve::cli::cmd_chat_template, "render a chat template"},
+    {"gguf", coserve::cli::cmd_gguf, "show a GGUF file's metadata and tensors, dequantize a tensor"},
     {"bench", coserve::cli::cmd_bench, "benchmarks: runtime, pipeline, serve, tokenizer"},
 };
 

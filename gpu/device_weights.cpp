@@ -78,6 +78,10 @@ result<void> check_config(const model_config& c) {
       c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
     return make_error("invalid_argument", "gpu: model config has a zero dimension");
   if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
+  if (c.rope_interleaved || !c.rope_freq_factors.empty())
+    return make_error("unsupported",
+                      "gpu: GGUF files of the llama architecture (interleaved RoPE pairs, rope_freqs.weight) are "
+                      "not read by the CUDA executor; serve them with --device cpu");
   return {};
 }
 

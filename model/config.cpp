@@ -1,5 +1,7 @@
 #include "model/config.hpp"
 
+#include "model/gguf_model.hpp"
+
 #include <simdjson.h>
 
 #include <cmath>
@@ -224,6 +226,11 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
 }
 
 result<model_config> load_model_config(const std::string& model_dir) {
+  if (is_gguf_file(model_dir)) {
+    auto f = gguf_file::open(model_dir);
+    if (!f) return f.err();
+    return gguf_model_config(**f);
+  }
   const std::string path = model_dir + "/config.json";
   auto text = read_text_file(path);
   if (!text) return text.err();
@@ -257,6 +264,11 @@ result<generation_config> parse_generation_config(std::string_view json, std::st
 }
 
 result<generation_config> load_generation_config(const std::string& model_dir) {
+  if (is_gguf_file(model_dir)) {
+    auto f = gguf_file::open(model_dir);
+    if (!f) return f.err();
+    return gguf_generation_config(**f);
+  }
   const std::string path = model_dir + "/generation_config.json";
   std::ifstream probe(path);
   if (!probe) return generation_config{};

@@ -38,6 +38,11 @@ struct model_config {
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   rope_scaling_config rope_scaling;
+  // GGUF llama-architecture files: q/k heads hold interleaved pairs (2i, 2i + 1) rather than
+  // (i, i + D/2); the rotation pairs them the same way (the attention products are unchanged).
+  bool rope_interleaved = false;
+  // GGUF rope_freqs.weight (Llama 3.1 scaling): inverse frequency i is divided by factor i.
+  std::vector<float> rope_freq_factors;
   bool tie_word_embeddings = false;
   bool qkv_bias = false;      // attention_bias (Llama) or always (Qwen2)
   bool o_bias = false;        // attention_bias on o_proj (Llama with attention_bias=true)
@@ -59,9 +64,11 @@ struct generation_config {
 
 // Parses config.json text; `origin` names the file in error messages.
 result<model_config> parse_model_config(std::string_view json, std::string_view origin);
+// `model_dir`/config.json, or the metadata of a GGUF file when `model_dir` is one.
 result<model_config> load_model_config(const std::string& model_dir);
 
-// A missing generation_config.json yields an empty generation_config (not an error).
+// A missing generation_config.json yields an empty generation_config (not an error); a GGUF
+// file gives its bos/eos/eot/eom token ids.
 result<generation_config> parse_generation_config(std::string_view json, std::string_view origin);
 result<generation_config> load_generation_config(const std::string& model_dir);
 

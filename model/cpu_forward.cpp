@@ -1,5 +1,7 @@
 #include "model/cpu_forward.hpp"
 
+#include "model/quant.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -28,6 +30,10 @@ std::vector<float> rope_inv_freq(const model_config& c) {
   for (int32_t i = 0; i < half; ++i) {
     const float exponent = float(2 * i) / float(c.head_dim);
     inv[size_t(i)] = float(1.0 / std::pow(double(c.rope_theta), double(exponent)));
+  }
+  if (!c.rope_freq_factors.empty()) {
+    for (int32_t i = 0; i < half; ++i) inv[size_t(i)] /= c.rope_freq_factors[size_t(i)];
+    return inv;
   }
   if (c.rope_scaling.kind == rope_kind::llama3) {
     // Same rule as transformers' _compute_llama3_parameters.
@@ -85,12 +91,31 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
     });
     return;
   }
+  // Quantized weights: x quantized once here, in each activation format the parts need.
+  bool need[2] = {false, false};
+  for (const auto& p : parts)
+    if (dtype_is_quantized(p.w->type)) need[uses_q8k(p.w->type) ? 1 : 0] = true;
+  for (int f = 0; f < 2; ++f) {
+    if (!need[f]) continue;
+    const dtype t = f ? dtype::q4_k : dtype::q8_0;  // a weight type of that activation format
+    const size_t row_bytes = quantized_row_bytes(t, k);
+    xq_[f].resize(size_t(rows) * row_bytes);
+    const int64_t rows_per = std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());
+    pool_.parallel_for((rows + rows_per - 1) / rows_per, [&](int64_t c) {
+      const int64_t r0 = c * rows_per, r1 = std::min(rows, r0 + rows_per);
+      quantize_rows(t, x + r0 * k, k, r1 - r0, k, xq_[f].data() + size_t(r0) * row_bytes);
+    });
+  }
   pool_.parallel_for(int64_t(pieces.size()), [&](int64_t i) {
     const gemm_piece& pc = pieces[size_t(i)];
     weight_ref sub = *pc.part->w;
     sub.data = sub.row(pc.row0);
     sub.rows = pc.n;
-    matmul_nt(x, k, rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate, bf16_act_);
+    if (dtype_is_quantized(sub.type))
+      matmul_quantized(xq_[uses_q8k(sub.type) ? 1 : 0].data(), rows, sub, pc.n, y + pc.part->col + pc.row0, ldy,
+                       accumulate);
+    else
+      matmul_nt(x, k, rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate, bf16_act_);
   });
 }
 
@@ -107,7 +132,8 @@ void cpu_forward::rms_norm(const float* x, const float* w, float* out, int64_t r
   });
 }
 
-// Rotates q and k heads in place (the "rotate_half" layout: pairs (i, i + D/2)).
+// Rotates q and k heads in place: pairs (i, i + D/2) (the "rotate_half" layout), or (2i, 2i + 1)
+// where the config says the heads are interleaved (GGUF llama files).
 void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
   const int32_t d = c_.head_dim, half = d / 2;
   const int32_t heads = c_.num_attention_heads + c_.num_key_value_heads;
@@ -123,11 +149,14 @@ void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
     float* r = qkv + t * row;
     for (int32_t hd = 0; hd < heads; ++hd) {
       float* v = r + int64_t(hd) * d;
+      const int32_t stride = c_.rope_interleaved ? 2 : 1, offset = c_.rope_interleaved ? 1 : half;
       for (int32_t i = 0; i < half; ++i) {
-        const float a = v[i], b = v[i + half];
+        float& x0 = v[i * stride];
+        float& x1 = v[i * stride + offset];
+        const float a = x0, b = x1;
         const float cos = cs[size_t(i)], sin = cs[size_t(half + i)];
-        v[i] = a * cos - b * sin;
-        v[i + half] = b * cos + a * sin;
+        x0 = a * cos - b * sin;
+        x1 = b * cos + a * sin;
       }
     }
   });

@@ -88,6 +88,7 @@ class cpu_forward {
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_;
   std::vector<uint16_t> xb_;  // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
+  std::vector<uint8_t> xq_[2];  // a matmul's activations quantized (Q8_0 blocks, Q8_K blocks)
   std::vector<gemm_piece> pieces_;
   std::vector<attn_item> items_;
   std::vector<int64_t> split_groups_;   // per split group: its first item

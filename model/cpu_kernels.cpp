@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/cpu_kernels.hpp"
+#include "model/quant.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace coserve {
@@ -253,6 +254,12 @@ void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w,
       matmul_typed(x, size_t(ldx), size_t(M), static_cast<const hwy::float16_t*>(w->data), size_t(n), K, y,
                    size_t(ldy), accumulate);
       break;
+    case dtype::q8_0:
+    case dtype::q4_0:
+    case dtype::q4_k:
+    case dtype::q5_k:
+    case dtype::q6_k:
+      break;  // matmul_nt sends quantized weights to matmul_quant
   }
 }
 
@@ -447,6 +454,7 @@ void attend_impl(const attn_tile* t) {
     case dtype::f32: attend_typed<float>(*t); break;
     case dtype::bf16: attend_typed<hwy::bfloat16_t>(*t); break;
     case dtype::f16: attend_typed<hwy::float16_t>(*t); break;
+    default: break;  // KV caches are f32, bf16 or f16
   }
 }
 
@@ -650,6 +658,10 @@ void mask_logits(float* x, const uint32_t* words, size_t n) noexcept {
 void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                bool accumulate, bool act_bf16) {
   if (M <= 0 || n <= 0) return;
+  if (dtype_is_quantized(w.type)) {
+    matmul_quant(x, ldx, M, w, n, y, ldy, accumulate);
+    return;
+  }
   act_bf16 = act_bf16 && w.type == dtype::bf16;
 #if COSERVE_BF16DOT
   if (act_bf16 && bf16dot_on().load(std::memory_order_relaxed)) {
@@ -733,6 +745,8 @@ void store_kv(dtype t, const float* src, void* dst, size_t n) noexcept {
         std::memcpy(p + 2 * i, &h, 2);
       }
       break;
+    default:
+      break;  // KV caches are f32, bf16 or f16
   }
 }
 

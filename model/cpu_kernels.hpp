@@ -16,18 +16,18 @@
 
 namespace coserve {
 
-// A row-major [rows, cols] matrix in one of the weight dtypes (the Hugging Face [out, in] layout).
-// The data may live in a mapped safetensors file: unaligned pointers are allowed.
+// A row-major [rows, cols] matrix in one of the weight dtypes (the Hugging Face [out, in] layout);
+// rows of a quantized type hold cols / block-size whole blocks. The data may live in a mapped
+// safetensors or GGUF file: unaligned pointers are allowed.
 struct weight_ref {
   dtype type = dtype::f32;
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
 
-  size_t bytes() const noexcept { return size_t(rows) * size_t(cols) * dtype_size(type); }
-  const void* row(int64_t r) const noexcept {
-    return static_cast<const unsigned char*>(data) + size_t(r) * size_t(cols) * dtype_size(type);
-  }
+  size_t row_bytes() const noexcept { return dtype_bytes(type, cols); }
+  size_t bytes() const noexcept { return size_t(rows) * row_bytes(); }
+  const void* row(int64_t r) const noexcept { return static_cast<const unsigned char*>(data) + size_t(r) * row_bytes(); }
 };
 
 // y[m * ldy + j] = (accumulate ? y[m * ldy + j] : 0) + sum_k x[m * ldx + k] * w[j, k]

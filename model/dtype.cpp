@@ -1,5 +1,7 @@
 #include "model/dtype.hpp"
 
+#include "model/quant.hpp"
+
 #include <cmath>
 
 namespace coserve {
@@ -9,8 +11,41 @@ std::string_view dtype_name(dtype t) noexcept {
     case dtype::f32: return "F32";
     case dtype::f16: return "F16";
     case dtype::bf16: return "BF16";
+    case dtype::q8_0: return "Q8_0";
+    case dtype::q4_0: return "Q4_0";
+    case dtype::q4_k: return "Q4_K";
+    case dtype::q5_k: return "Q5_K";
+    case dtype::q6_k: return "Q6_K";
   }
   return "?";
+}
+
+int64_t dtype_block_elems(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32:
+    case dtype::f16:
+    case dtype::bf16: return 1;
+    case dtype::q8_0:
+    case dtype::q4_0: return 32;
+    case dtype::q4_k:
+    case dtype::q5_k:
+    case dtype::q6_k: return 256;
+  }
+  return 1;
+}
+
+size_t dtype_block_bytes(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return 4;
+    case dtype::f16:
+    case dtype::bf16: return 2;
+    case dtype::q8_0: return 34;   // f16 scale + 32 int8
+    case dtype::q4_0: return 18;   // f16 scale + 16 bytes of nibbles
+    case dtype::q4_k: return 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
+    case dtype::q5_k: return 176;  // as Q4_K + 32 bytes of high bits
+    case dtype::q6_k: return 210;  // 128 low nibbles, 64 high 2-bit pairs, 16 int8 scales, f16 d
+  }
+  return 4;
 }
 
 bool parse_dtype(std::string_view name, dtype& out) noexcept {
@@ -103,6 +138,13 @@ void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept {
         std::memcpy(&h, p + 2 * i, 2);
         dst[i] = f16_to_f32(h);
       }
+      break;
+    case dtype::q8_0:
+    case dtype::q4_0:
+    case dtype::q4_k:
+    case dtype::q5_k:
+    case dtype::q6_k:
+      dequantize(t, src, dst, n);
       break;
   }
 }

@@ -8,11 +8,23 @@
 
 namespace coserve {
 
-enum class dtype : uint8_t { f32, f16, bf16 };
+// f32, f16, bf16: one element per value (safetensors, GGUF, KV caches). The others are GGUF's
+// block-quantized weight types (ggml's layouts, model/quant.hpp): a block of dtype_block_elems
+// values takes dtype_block_bytes bytes; a row holds whole blocks.
+enum class dtype : uint8_t { f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k };
 
-std::string_view dtype_name(dtype t) noexcept;          // "F32", "F16", "BF16" (safetensors spelling)
-bool parse_dtype(std::string_view name, dtype& out) noexcept;  // safetensors spelling
+// "F32", "F16", "BF16" (safetensors spelling), "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K" (ggml's).
+std::string_view dtype_name(dtype t) noexcept;
+bool parse_dtype(std::string_view name, dtype& out) noexcept;  // safetensors spelling (float types only)
+inline bool dtype_is_quantized(dtype t) noexcept { return t >= dtype::q8_0; }
+// Bytes per element of a float type (f32, f16, bf16); quantized types have no element size.
 inline size_t dtype_size(dtype t) noexcept { return t == dtype::f32 ? 4 : 2; }
+int64_t dtype_block_elems(dtype t) noexcept;  // 1 for float types, 32 (Q8_0, Q4_0) or 256 (K types)
+size_t dtype_block_bytes(dtype t) noexcept;   // bytes of one block (the element size for float types)
+// Bytes of `n` values of `t`; n must be a multiple of dtype_block_elems(t).
+inline size_t dtype_bytes(dtype t, int64_t n) noexcept {
+  return size_t(n / dtype_block_elems(t)) * dtype_block_bytes(t);
+}
 
 inline float bf16_to_f32(uint16_t h) noexcept {
   uint32_t bits = uint32_t(h) << 16;
@@ -43,7 +55,8 @@ bool parse_compute_dtype(std::string_view name, bool& bf16_activations) noexcept
 float f16_to_f32(uint16_t h) noexcept;
 uint16_t f32_to_f16(float f) noexcept;  // round to nearest even, overflow to inf
 
-// Converts n elements of type t at src (unaligned allowed) to fp32.
+// Converts n elements of type t at src (unaligned allowed) to fp32; quantized types are
+// dequantized as ggml does (n a multiple of the block size).
 void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept;
 
 }  // namespace coserve

@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include "model/gguf_model.hpp"
 #include "model/safetensors.hpp"
 
 namespace coserve {
@@ -65,6 +66,11 @@ std::vector<float> to_f32(const weight_ref& w) {
 }
 
 result<model_weights> load_weights(const std::string& dir, const load_progress& progress) {
+  if (is_gguf_file(dir)) {
+    auto f = gguf_file::open(dir);
+    if (!f) return f.err();
+    return load_gguf_weights(std::move(*f), progress);
+  }
   auto cfg = load_model_config(dir);
   if (!cfg) return cfg.err();
   auto set = safetensors_set::open_dir(dir);

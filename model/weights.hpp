@@ -18,6 +18,7 @@
 namespace coserve {
 
 class safetensors_set;
+class gguf_file;
 
 struct layer_weights {
   std::vector<float> input_norm;     // [hidden]
@@ -37,6 +38,7 @@ struct model_weights {
   weight_ref lm_head;                // [vocab, hidden]; the embedding when tied
   std::vector<layer_weights> layers;
   std::shared_ptr<const safetensors_set> files;  // the mapped files the weight_refs point into
+  std::shared_ptr<const gguf_file> gguf;         // or the mapped GGUF file
 
   // Bytes of every matrix (what a forward pass over all layers reads once, the LM head included).
   size_t matrix_bytes() const noexcept;
@@ -45,7 +47,8 @@ struct model_weights {
 // Called after each tensor: (tensors loaded, tensors total, bytes read so far).
 using load_progress = std::function<void(size_t, size_t, size_t)>;
 
-// Loads config.json and the safetensors of `dir`. Errors name the file and tensor.
+// Loads config.json and the safetensors of `dir`, or a GGUF file when `dir` is one. Errors name
+// the file and tensor.
 result<model_weights> load_weights(const std::string& dir, const load_progress& progress = {});
 
 // A copy of the matrix in fp32 (tests and the CUDA upload use it).

@@ -11,9 +11,11 @@ prints one JSON object per row plus a markdown table of ratios (above 1 = coserv
 
 Everything downloaded or built lives in ${COSERVE_CACHE:-~/.cache/coserve}/llamacpp/ (or --cache):
   llama_cpp_python-V.tar.gz, llama_cpp_python-V/   the sdist and its unpacked tree
-  build-V/bin/                                     llama-bench, llama-batched-bench, llama-server
+  build-V/bin/                                     llama-bench, llama-batched-bench, llama-server,
+                                                   llama-quantize
   venv-V/                                          the converter's Python packages
   models/NAME-DTYPE/, models/NAME-DTYPE.gguf       the model folders and their GGUF files
+  models/NAME-QUANT.gguf                           --quant files (llama-quantize of NAME-f32.gguf)
 A second run reuses them: the build when its stamp (configure flags) matches, a GGUF when the
 model folder's files hash to what they hashed to when it was converted.
 
@@ -28,6 +30,11 @@ Rows, for each (model, dtype), both sides at --threads T:
                          and `llama-server -np C --cont-batching`: streamed tokens/s, TTFT, ITL
   greedy (f32 file)      16 greedy token ids from the same prompt ids: coserve `generate --json`
                          vs llama-server /completion (return_tokens), match or first differing index
+With --quant, the same rows for each GGUF type, both sides running the same file (coserve
+`generate`/`serve FILE.gguf`), then for f16 the greedy row and for the quantized types:
+  logprobs               16 greedy steps from the same prompt ids, KV cache f16 on both sides: at each
+                         step (while both greedy paths agree) the largest |coserve - llama.cpp|
+                         log-probability over llama.cpp's top 10 (llama-server n_probs)
 Each number is the median of --reps runs after one discarded warm-up run (llama-bench: its own
 warm-up, --reps repetitions). Ratios: throughput coserve / llama.cpp, latency llama.cpp / coserve.
 
@@ -37,6 +44,7 @@ llama.cpp's -t T.
 import argparse
 import hashlib
 import json
+import math
 import os
 import random
 import shlex
@@ -67,7 +75,10 @@ CMAKE_FLAGS = [
     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF",
 ]
-TARGETS = ["llama-bench", "llama-batched-bench", "llama-server"]
+TARGETS = ["llama-bench", "llama-batched-bench", "llama-server", "llama-quantize"]
+# --quant types: GGUF files made from the f32 GGUF by llama-quantize; both sides run the same file.
+QUANTS = {"f16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M"}
+LOGPROB_TOP = 10
 
 MODELS = {
     "demo": [],
@@ -251,6 +262,21 @@ def make_model(coserve, cache, name, dtype, conv_py, llama):
     tmp.rename(gguf)
     stamp.write_text(digest)
     return folder, gguf
+
+
+def make_quant(cache, bindir, name, f32_gguf, quant):
+    """The f32 GGUF quantized by llama-quantize (redone when the f32 file was reconverted)."""
+    out = cache / "models" / f"{name}-{quant}.gguf"
+    stamp = Path(str(out) + ".src-sha256")
+    src = Path(str(f32_gguf) + ".src-sha256").read_text()
+    if out.exists() and stamp.exists() and stamp.read_text() == src:
+        log(f"{out.name} up to date")
+        return out
+    tmp = Path(str(out) + ".tmp")
+    run([bindir / "llama-quantize", f32_gguf, tmp, QUANTS[quant], os.cpu_count() or 1])
+    tmp.rename(out)
+    stamp.write_text(src)
+    return out
 
 
 # ---------------------------------------------------------------- runs
@@ -457,12 +483,50 @@ def greedy_row(ctx, folder, gguf):
     match = first_diff is None
     log(f"  greedy ids {'match' if match else f'differ at index {first_diff}'}: "
         f"coserve {cids} llama.cpp {lids}")
-    return {"model": ctx.model, "dtype": "f32", "threads": ctx.threads, "bench": "greedy",
+    return {"model": ctx.model, "dtype": ctx.dtype, "threads": ctx.threads, "bench": "greedy",
             "name": f"greedy ids, {GREEDY_PROMPT}-token prompt, {GREEDY_TOKENS} tokens",
             "match": match, "first_diff": first_diff, "prompt_ids": ids, "coserve_ids": cids,
             "llamacpp_ids": lids, "llamacpp_prompt_tokens_evaluated": res.get("tokens_evaluated"),
             "coserve_cmd": shlex.join(map(str, ccmd)), "llamacpp_cmd": shlex.join(map(str, lcmd)),
             "llamacpp_request": {k: v for k, v in body.items() if k != "prompt"}}
+
+
+def logprob_row(ctx, gguf):
+    """Next-token log-probabilities of the same quantized file on both sides: LOGPROB_TOP of
+    llama.cpp's top tokens at each of GREEDY_TOKENS greedy steps (while the two greedy paths
+    agree), max |coserve - llama.cpp|. Both sides keep the KV cache in f16."""
+    rng = random.Random(4321)
+    ids = [rng.randrange(256, VOCAB - 1) for _ in range(GREEDY_PROMPT)]
+    ccmd = [ctx.coserve, "generate", gguf, "--prompt-ids", ",".join(map(str, ids)),
+            "--max-tokens", GREEDY_TOKENS, "--ignore-eos", "--json", "--threads", ctx.threads,
+            "--kv-cache-dtype", "fp16", "--logits", "all"]
+    out, _ = run(ccmd, env=coserve_env(ctx.threads))
+    cres = last_json(out)
+    lcmd = [ctx.bin / "llama-server", "-m", gguf, "-t", ctx.threads, "-np", 1, "-c", 256,
+            "--host", "127.0.0.1"]
+    logs = ctx.cache / "logs"
+    logs.mkdir(exist_ok=True)
+    with Server(lcmd, "llama-server", logs / f"llama-server-logprob-{ctx.model}-{ctx.dtype}.log") as s:
+        body = {"prompt": ids, "n_predict": GREEDY_TOKENS, "temperature": 0, "ignore_eos": True,
+                "return_tokens": True, "cache_prompt": False, "n_probs": LOGPROB_TOP}
+        req = urllib.request.Request(s.url + "/completion", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=600) as r:
+            res = json.loads(r.read())
+        lcmd = s.cmd
+    diffs = []
+    for step, (logits, probs) in enumerate(zip(cres["logits"], res["completion_probabilities"])):
+        m = max(logits)
+        lse = m + math.log(sum(math.exp(x - m) for x in logits))
+        diffs.append(max(abs((logits[t["id"]] - lse) - t["logprob"]) for t in probs["top_logprobs"]))
+        if cres["output_ids"][step] != res["tokens"][step]:
+            break  # later steps condition on different tokens
+    worst = max(diffs) if diffs else None
+    log(f"  {ctx.dtype} logprobs: max |diff| over llama.cpp's top {LOGPROB_TOP} at {len(diffs)} steps: {worst}")
+    return {"model": ctx.model, "dtype": ctx.dtype, "threads": ctx.threads, "bench": "logprobs",
+            "name": f"next-token logprobs, top {LOGPROB_TOP}, {len(diffs)} steps", "max_abs_diff": worst,
+            "per_step_max_abs_diff": diffs, "coserve_ids": cres["output_ids"], "llamacpp_ids": res["tokens"],
+            "coserve_cmd": shlex.join(map(str, ccmd)), "llamacpp_cmd": shlex.join(map(str, lcmd))}
 
 
 class Ctx:
@@ -544,6 +608,10 @@ def main():
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: demo model only, f32 unless --dtype is given, prefill 128, "
                          "decode batch 1 and 8, serve 1 and 8 clients, 1 rep, the greedy row")
+    ap.add_argument("--quant", default="",
+                    help="comma-separated GGUF types to compare as well (f16, q8_0, q4_0, q4_k_m, or "
+                         "'all'): llama-quantize makes them from the f32 GGUF and both sides run the same "
+                         "file; f16 adds a greedy-ids row, the others a logprob row (default: none)")
     ap.add_argument("--no-serve", action="store_true", help="skip the HTTP serving rows")
     ap.add_argument("--no-greedy", action="store_true",
                     help="skip the greedy-ids row (which otherwise makes the f32 model even when "
@@ -588,6 +656,10 @@ def main():
 
     models = ["demo", "150m"] if a.model == "both" else [a.model]
     dtypes = ["bf16", "f32"] if a.dtype == "both" else [a.dtype]
+    quants = list(QUANTS) if a.quant == "all" else [q for q in a.quant.split(",") if q]
+    for q in quants:
+        if q not in QUANTS:
+            sys.exit(f"--quant: unknown type {q} (known: {', '.join(QUANTS)})")
     prefill = [128] if a.quick else [128, 512]
     batches = [1, 8] if a.quick else [1, 8, 32]
     clients = [1, 8] if a.quick else [1, 8, 32]
@@ -616,6 +688,18 @@ def main():
             folder, gguf = model(name, "f32")
             ctx = Ctx(model=name, dtype="f32", threads=a.threads, coserve=coserve, bin=bindir, cache=cache)
             rows.append(greedy_row(ctx, folder, gguf))
+        for quant in quants:
+            _, f32_gguf = model(name, "f32")
+            qfile = make_quant(cache, bindir, name, f32_gguf, quant)
+            ctx = Ctx(model=name, dtype=quant, threads=a.threads, reps=a.reps, coserve=coserve,
+                      folder=qfile, gguf=qfile, bin=bindir, cache=cache, llama_build={})
+            log(f"== {name} {quant} (GGUF on both sides): warm-up run (discarded)")
+            coserve_bench(coserve, qfile, a.threads, 1, 128, 1)
+            rows += prefill_rows(ctx, prefill)
+            rows += decode_rows(ctx, batches)
+            if not a.no_serve:
+                rows += serve_rows(ctx, clients, a.serve_rounds)
+            rows.append(greedy_row(ctx, qfile, qfile) if quant == "f16" else logprob_row(ctx, qfile))
     meta["machine"]["load_avg_end"] = os.getloadavg()[0]
 
     lines = [json.dumps({"meta": meta})] + [json.dumps(r) for r in rows]

@@ -137,3 +137,90 @@ put("safetensors", st({"__metadata__": {"format": "pt"}, "a": {"dtype": "F16", "
 put("safetensors", st({"x": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}}, bytes(8)))
 put("safetensors", st({"x": {"dtype": "F32", "shape": [4], "data_offsets": [8, 4]}}, bytes(16)))
 put("safetensors", struct.pack("<Q", 1 << 40) + b"{}")
+
+
+# gguf: small valid GGUF files (header, metadata of every kind incl. string arrays, tiny tensors of
+# several ggml types, default and custom alignment, version 2 and 3) and a few broken ones.
+GGUF_SCALAR = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def gguf_str(s):
+    b = s.encode() if isinstance(s, str) else s
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(vtype, value):
+    if vtype == 8:
+        return gguf_str(value)
+    if vtype == 9:
+        elem, items = value
+        out = struct.pack("<IQ", elem, len(items))
+        return out + b"".join(gguf_value(elem, x) for x in items)
+    return struct.pack("<" + GGUF_SCALAR[vtype], value)
+
+
+def gguf_file(kvs, tensors, alignment=32, version=3):
+    """kvs: [(key, value type, value)]; tensors: [(name, ggml type, dims (contiguous first), bytes)]."""
+    out = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    for key, vtype, value in kvs:
+        out += gguf_str(key) + struct.pack("<I", vtype) + gguf_value(vtype, value)
+    data = b""
+    for name, gtype, dims, raw in tensors:
+        offset = -(-len(data) // alignment) * alignment
+        data = data.ljust(offset, b"\0") + raw
+        out += gguf_str(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}q", *dims)
+        out += struct.pack("<IQ", gtype, offset)
+    if tensors:
+        out = out.ljust(-(-len(out) // alignment) * alignment, b"\0")
+    return out + data
+
+
+def f16(x):
+    return struct.pack("<e", x)
+
+
+def gguf_block(gtype, seed):
+    """One block of ggml type gtype with a finite f16 scale (and min) and varied quants."""
+    body = bytes((seed * 31 + 7 * i) & 0xFF for i in range(256))
+    if gtype == 8:  # Q8_0
+        return f16(0.125) + body[:32]
+    if gtype == 2:  # Q4_0
+        return f16(-0.5) + body[:16]
+    if gtype == 12:  # Q4_K: d, dmin, scales[12], qs[128]
+        return f16(0.25) + f16(0.0625) + body[:12] + body[12:140]
+    if gtype == 13:  # Q5_K: d, dmin, scales[12], qh[32], qs[128]
+        return f16(0.25) + f16(0.0625) + body[:12] + body[12:44] + body[44:172]
+    if gtype == 14:  # Q6_K: ql[128], qh[64], scales[16], d
+        return body[:128] + body[128:192] + body[192:208] + f16(0.5)
+    raise ValueError(gtype)
+
+
+GGUF_KVS = [("general.architecture", 8, "llama"), ("general.name", 8, "fuzz seed"),
+            ("llama.block_count", 4, 2), ("llama.context_length", 4, 4096), ("llama.embedding_length", 4, 64),
+            ("llama.rope.freq_base", 6, 10000.0), ("llama.attention.layer_norm_rms_epsilon", 6, 1e-5),
+            ("t.u8", 0, 255), ("t.i8", 1, -128), ("t.u16", 2, 65535), ("t.i16", 3, -32768), ("t.i32", 5, -7),
+            ("t.bool", 7, True), ("t.u64", 10, 2**64 - 1), ("t.i64", 11, -(2**63)), ("t.f64", 12, 3.5),
+            ("tokenizer.ggml.model", 8, "gpt2"),
+            ("tokenizer.ggml.tokens", 9, (8, ["<s>", "</s>", "a", "b", "ab", " ", "\u00e9", ""])),
+            ("tokenizer.ggml.scores", 9, (6, [0.0, -1.0, -2.5, 3.0])),
+            ("tokenizer.ggml.token_type", 9, (5, [3, 3, 1, 1, 1, 1, 1, 4])),
+            ("tokenizer.ggml.merges", 9, (8, ["a b"])),
+            ("t.empty_array", 9, (4, [])), ("t.bools", 9, (7, [True, False]))]
+GGUF_TENSORS = [("token_embd.weight", 0, [4, 2], struct.pack("<8f", *[0.5 * i - 1 for i in range(8)])),
+                ("blk.0.attn_q.weight", 8, [32, 2], gguf_block(8, 1) + gguf_block(8, 2)),
+                ("blk.0.ffn_down.weight", 12, [256], gguf_block(12, 3))]
+put("gguf", gguf_file(GGUF_KVS, GGUF_TENSORS))
+put("gguf", gguf_file([("general.architecture", 8, "llama"), ("general.alignment", 4, 64)], GGUF_TENSORS,
+                      alignment=64, version=2))
+put("gguf", gguf_file(GGUF_KVS[:3] + GGUF_KVS[17:21], []))
+put("gguf", gguf_file([("general.alignment", 4, 8)],
+                      [("f16", 1, [3], f16(1.0) + f16(-2.0) + f16(65504.0)),
+                       ("bf16", 30, [2, 1, 1], b"\x80\x3f\x00\xc0"),
+                       ("q4_0", 2, [32], gguf_block(2, 4)),
+                       ("q5_k", 13, [256], gguf_block(13, 5)),
+                       ("q6_k", 14, [256, 1], gguf_block(14, 6))], alignment=8))
+put("gguf", gguf_file([], [("q2_k", 10, [256], bytes(84))]))  # unsupported tensor type
+put("gguf", gguf_file([("k", 4, 1), ("k", 4, 2)], []))  # duplicate key
+put("gguf", gguf_file([], [("a", 0, [8], bytes(32)), ("a", 0, [8], bytes(32))]))  # duplicate tensor
+put("gguf", gguf_file([], [("q8", 8, [33], bytes(34))]))  # not a whole number of blocks
+put("gguf", b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + gguf_str("nested") + struct.pack("<IIQ", 9, 9, 1))

@@ -22,13 +22,28 @@ def skip_or_fail_in_ci(reason):
     pytest.skip(reason)
 
 
+def coserve_binary():
+    """The coserve binary (COSERVE_BIN, default build/bin/coserve); skips (fails under CI) when absent."""
+    binary = os.environ.get("COSERVE_BIN", "build/bin/coserve")
+    if not os.access(binary, os.X_OK):
+        skip_or_fail_in_ci(f"coserve binary not found at {binary} (set COSERVE_BIN)")
+    return binary
+
+
+@pytest.fixture(scope="session")
+def coserve_bin():
+    """Path of the coserve binary, for tests that run its subcommands directly."""
+    return coserve_binary()
+
+
 class Server:
-    def __init__(self, *extra_args):
-        binary = os.environ.get("COSERVE_BIN", "build/bin/coserve")
-        if not os.access(binary, os.X_OK):
-            skip_or_fail_in_ci(f"coserve binary not found at {binary} (set COSERVE_BIN)")
+    """`coserve serve --demo` (or `serve MODEL` when model is given) on a free port."""
+
+    def __init__(self, *extra_args, model=None):
+        binary = coserve_binary()
+        source = [str(model)] if model is not None else ["--demo"]
         self.proc = subprocess.Popen(
-            [binary, "serve", "--demo", "--port", "0", *extra_args],
+            [binary, "serve", *source, "--port", "0", *extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.log = []
         self.port = None

@@ -1,0 +1,178 @@
+// Built with -ffp-contract=off (model/CMakeLists.txt): the dequantized values must be the products
+// and differences gguf-py computes, each rounded to fp32 on its own, never fused.
+#include "model/quant.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace coserve {
+namespace {
+
+float f16_at(const uint8_t* p) noexcept {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// The 5-bit (Q5_K) or 4-bit (Q4_K) quant of value v (0..255) of a K block.
+inline int q4k_value(const uint8_t* qs, int v) noexcept {
+  const int chunk = v / 64, r = v % 64;
+  return (qs[32 * chunk + (r % 32)] >> (4 * (r / 32))) & 15;
+}
+inline int q5k_value(const uint8_t* qh, const uint8_t* qs, int v) noexcept {
+  return q4k_value(qs, v) | (((qh[v % 32] >> (v / 32)) & 1) << 4);
+}
+// The 6-bit quant of value v of a Q6_K block, minus 32.
+inline int q6k_value(const uint8_t* ql, const uint8_t* qh, int v) noexcept {
+  const int hh = v / 128, r = v % 128;
+  const int low = (ql[64 * hh + (r % 64)] >> (4 * (r / 64))) & 15;
+  const int high = (qh[32 * hh + (r % 32)] >> (2 * (r / 32))) & 3;
+  return (low | (high << 4)) - 32;
+}
+inline int q4_0_value(const uint8_t* qs, int i) noexcept {
+  return (i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4)) - 8;
+}
+
+}  // namespace
+
+void dequantize(dtype t, const void* src, float* dst, size_t n) noexcept {
+  const auto* p = static_cast<const uint8_t*>(src);
+  const size_t nb = n / size_t(dtype_block_elems(t)), bb = dtype_block_bytes(t);
+  for (size_t b = 0; b < nb; ++b, p += bb) {
+    switch (t) {
+      case dtype::q8_0: {
+        const float d = f16_at(p);
+        for (int i = 0; i < 32; ++i) *dst++ = float(int8_t(p[2 + i])) * d;
+        break;
+      }
+      case dtype::q4_0: {
+        const float d = f16_at(p);
+        for (int i = 0; i < 32; ++i) *dst++ = d * float(q4_0_value(p + 2, i));
+        break;
+      }
+      case dtype::q4_k:
+      case dtype::q5_k: {
+        const float d = f16_at(p), dmin = f16_at(p + 2);
+        const uint8_t* scales = p + 4;
+        const uint8_t* qh = p + 16;
+        const uint8_t* qs = t == dtype::q5_k ? p + 48 : p + 16;
+        for (int s = 0; s < 8; ++s) {
+          uint8_t sc, m;
+          k_scale_min(scales, s, sc, m);
+          const float ds = d * float(sc), dm = dmin * float(m);
+          for (int i = 0; i < 32; ++i) {
+            const int v = 32 * s + i;
+            const int q = t == dtype::q5_k ? q5k_value(qh, qs, v) : q4k_value(qs, v);
+            const float prod = ds * float(q);
+            *dst++ = prod - dm;
+          }
+        }
+        break;
+      }
+      case dtype::q6_k: {
+        const uint8_t* ql = p;
+        const uint8_t* qh = p + 128;
+        const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+        const float d = f16_at(p + 208);
+        for (int g = 0; g < 16; ++g) {
+          const float ds = d * float(sc[g]);
+          for (int i = 0; i < 16; ++i) *dst++ = ds * float(q6k_value(ql, qh, 16 * g + i));
+        }
+        break;
+      }
+      case dtype::f32:
+      case dtype::f16:
+      case dtype::bf16:
+        convert_to_f32(t, src, dst, n);
+        return;
+    }
+  }
+}
+
+void quantize_q8_0(const float* x, q8_block* out, int64_t k) noexcept {
+  for (int64_t b = 0; b < k / 32; ++b, x += 32) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = f16_to_f32(f32_to_f16(d));
+    for (int i = 0; i < 32; ++i) out[b].q[i] = int8_t(std::nearbyint(x[i] * id));
+  }
+}
+
+void quantize_q8_k(const float* x, q8k_block* out, int64_t k) noexcept {
+  for (int64_t b = 0; b < k / 256; ++b, x += 256) {
+    float amax = 0, max = 0;
+    for (int i = 0; i < 256; ++i)
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    q8k_block& o = out[b];
+    if (amax == 0.0f) {
+      o.d = 0;
+      std::memset(o.q, 0, sizeof o.q);
+      std::memset(o.bsums, 0, sizeof o.bsums);
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int i = 0; i < 256; ++i) o.q[i] = int8_t(std::min(127, int(std::nearbyint(iscale * x[i]))));
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int i = 0; i < 16; ++i) s += o.q[16 * g + i];
+      o.bsums[g] = int16_t(s);
+    }
+    o.d = 1.0f / iscale;
+  }
+}
+
+float vec_dot_ref(dtype t, const void* w, const void* act, int64_t k) noexcept {
+  const auto* p = static_cast<const uint8_t*>(w);
+  const size_t bb = dtype_block_bytes(t);
+  float sum = 0;
+  if (!uses_q8k(t)) {
+    const auto* a = static_cast<const q8_block*>(act);
+    for (int64_t b = 0; b < k / 32; ++b, p += bb) {
+      int isum = 0;
+      for (int i = 0; i < 32; ++i)
+        isum += (t == dtype::q8_0 ? int(int8_t(p[2 + i])) : q4_0_value(p + 2, i)) * int(a[b].q[i]);
+      sum += float(isum) * (f16_at(p) * a[b].d);
+    }
+    return sum;
+  }
+  const auto* a = static_cast<const q8k_block*>(act);
+  for (int64_t b = 0; b < k / 256; ++b, p += bb) {
+    const int8_t* q8 = a[b].q;
+    if (t == dtype::q6_k) {
+      const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
+      int isum = 0;
+      for (int g = 0; g < 16; ++g) {
+        int s = 0;
+        for (int i = 0; i < 16; ++i) s += q6k_value(p, p + 128, 16 * g + i) * q8[16 * g + i];
+        isum += int(sc[g]) * s;
+      }
+      sum += f16_at(p + 208) * a[b].d * float(isum);
+      continue;
+    }
+    const uint8_t* scales = p + 4;
+    const uint8_t* qh = p + 16;
+    const uint8_t* qs = t == dtype::q5_k ? p + 48 : p + 16;
+    int isum = 0, msum = 0;
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, m;
+      k_scale_min(scales, s, sc, m);
+      int d = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int v = 32 * s + i;
+        d += (t == dtype::q5_k ? q5k_value(qh, qs, v) : q4k_value(qs, v)) * q8[v];
+      }
+      isum += int(sc) * d;
+      msum += int(m) * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    }
+    sum += f16_at(p) * a[b].d * float(isum) - f16_at(p + 2) * a[b].d * float(msum);
+  }
+  return sum;
+}
+
+}  // namespace coserve

@@ -1,0 +1,84 @@
+// ggml's block-quantized weight formats (the GGUF tensor types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K):
+// their dequantization to fp32 (the values gguf-py's numpy code produces, bit for bit), the int8
+// quantization of activations the integer products use (ggml's Q8_0 blocks of 32 and Q8_K blocks
+// of 256), and scalar reference dot products of one weight row with one quantized activation row.
+// The SIMD products the forward pass runs live in cpu_kernels.cpp; these scalar ones are their
+// oracle in tests.
+//
+// Block layouts (bytes, little-endian), as ggml defines them:
+//   Q8_0  (32 values, 34 B):  f16 d, int8 q[32];                value = d * q
+//   Q4_0  (32 values, 18 B):  f16 d, u8 qs[16];                 value i < 16: d * ((qs[i] & 15) - 8),
+//                                                               i >= 16: d * ((qs[i-16] >> 4) - 8)
+//   Q4_K (256 values, 144 B): f16 d, f16 dmin, u8 scales[12] (eight 6-bit scales and mins),
+//                             u8 qs[128];                       value = d*sc[s] * q - dmin*m[s]
+//   Q5_K (256 values, 176 B): as Q4_K with u8 qh[32] (the fifth bit) before qs
+//   Q6_K (256 values, 210 B): u8 ql[128], u8 qh[64], int8 scales[16], f16 d;
+//                                                               value = d*scales[v/16] * (q - 32)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/dtype.hpp"
+
+namespace coserve {
+
+// Dequantizes n values (a multiple of the block size) of quantized type t at src to fp32.
+void dequantize(dtype t, const void* src, float* dst, size_t n) noexcept;
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block's 12 scale bytes.
+inline void k_scale_min(const uint8_t* s, int j, uint8_t& sc, uint8_t& m) noexcept {
+  if (j < 4) {
+    sc = s[j] & 63;
+    m = s[j + 4] & 63;
+  } else {
+    sc = uint8_t((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+    m = uint8_t((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// Activations quantized for the integer products: ggml's Q8_0 (blocks of 32, scale rounded
+// through f16 as ggml stores it) for Q8_0 / Q4_0 weights, Q8_K (blocks of 256, fp32 scale, the
+// sums of each 16 values) for the K types.
+struct q8_block {
+  float d;
+  int8_t q[32];
+};
+struct q8k_block {
+  float d;
+  int8_t q[256];
+  int16_t bsums[16];
+};
+
+// The activation format weight type t multiplies with: false for Q8_0 blocks, true for Q8_K.
+inline bool uses_q8k(dtype t) noexcept { return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k; }
+
+// Quantizes k values of x (k a multiple of 32 / 256) as ggml's quantize_row_q8_0 / q8_K do, with
+// values rounded to nearest, ties to even (as ggml's x86 SIMD quantizer rounds).
+void quantize_q8_0(const float* x, q8_block* out, int64_t k) noexcept;
+void quantize_q8_k(const float* x, q8k_block* out, int64_t k) noexcept;
+
+// Scalar reference products of one weight row (k values of type t) with one quantized
+// activation row (Q8_0 blocks for Q8_0/Q4_0, Q8_K blocks for the K types): integer sums per
+// block, scaled and summed in fp32 as ggml's reference does.
+float vec_dot_ref(dtype t, const void* w, const void* act, int64_t k) noexcept;
+
+struct weight_ref;
+// matmul_nt (cpu_kernels.hpp) for a quantized weight: each row of x [M, w.cols] (row stride ldx)
+// is quantized to the activation format of w.type, then y[m * ldy + j] (+)= the integer product
+// with weight row j for j < n (quant_kernels.cpp, SIMD per the dispatcher's target). Every
+// weight row is read once per call, for all M rows.
+void matmul_quant(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                  bool accumulate);
+
+// The same in two parts, so that threads sharing one x quantize it once: quantize_rows writes
+// M rows of x [M, K] (row stride ldx) in the activation format of weight type t,
+// quantized_row_bytes(t, K) bytes per row (SIMD; the values quantize_q8_0 / quantize_q8_k give);
+// matmul_quantized multiplies such rows with the first n rows of w.
+size_t quantized_row_bytes(dtype t, int64_t k) noexcept;
+void quantize_rows(dtype t, const float* x, int64_t ldx, int64_t M, int64_t K, void* out) noexcept;
+void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                      bool accumulate);
+
+}  // namespace coserve

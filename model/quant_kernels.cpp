@@ -1,0 +1,512 @@
+// Integer products of ggml-quantized weight rows with int8-quantized activations, compiled once per
+// SIMD target by Highway (foreach_target re-includes this file) and dispatched at run time with the
+// same chosen target as cpu_kernels.cpp. Each block's weights are unpacked to int8 in 128-bit
+// vectors, multiplied with the activations' int8 as int16 pairs summed into int32 lanes, and the
+// block's integer sums are scaled into fp32 accumulators; one horizontal sum per output.
+// Over 500 lines: Highway compiles the whole file once per target and HWY_EXPORT names the entry
+// points of every target compiled from it, so the generic kernels, the x86 ones and the
+// activation quantizer they share live in one translation unit.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "model/quant_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "model/cpu_kernels.hpp"
+#include "model/quant.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace coserve {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET != HWY_SCALAR  // 128-bit vectors; the scalar target uses vec_dot_ref
+
+using D8 = hn::FixedTag<int8_t, 16>;
+using DU8 = hn::FixedTag<uint8_t, 16>;
+using D16 = hn::FixedTag<int16_t, 8>;
+using D32 = hn::FixedTag<int32_t, 4>;
+using DF4 = hn::FixedTag<float, 4>;
+using V8 = hn::Vec<D8>;
+using VU8 = hn::Vec<DU8>;
+using V32 = hn::Vec<D32>;
+using VF4 = hn::Vec<DF4>;
+
+HWY_INLINE float f16_at(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return f16_to_f32(h);
+}
+
+// sum + the pairwise products of 16 int8 weights and 16 int8 activations, in int32 lanes.
+HWY_INLINE V32 dot16(V8 w, V8 a, V32 sum) {
+  const D8 d8;
+  const D16 d16;
+  const D32 d32;
+  const hn::Half<D8> dh;
+  V32 s1 = hn::Zero(d32);
+  sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::LowerHalf(dh, w)),
+                                      hn::PromoteTo(d16, hn::LowerHalf(dh, a)), sum, s1);
+  sum = hn::ReorderWidenMulAccumulate(d32, hn::PromoteTo(d16, hn::UpperHalf(dh, w)),
+                                      hn::PromoteTo(d16, hn::UpperHalf(dh, a)), sum, s1);
+  (void)d8;
+  return hn::Add(sum, s1);
+}
+
+HWY_INLINE V8 load8(const int8_t* p) { return hn::LoadU(D8(), p); }
+HWY_INLINE VU8 loadu8(const uint8_t* p) { return hn::LoadU(DU8(), p); }
+HWY_INLINE V8 as_i8(VU8 v) { return hn::BitCast(D8(), v); }
+
+HWY_INLINE float reduce(VF4 v) { return hn::GetLane(hn::SumOfLanes(DF4(), v)); }
+
+float dot_q8_0(const uint8_t* w, const q8_block* a, size_t nb) {
+  const D32 d32;
+  const DF4 df;
+  VF4 acc = hn::Zero(df);
+  for (size_t b = 0; b < nb; ++b, w += 34) {
+    const auto* q = reinterpret_cast<const int8_t*>(w + 2);
+    V32 s = hn::Zero(d32);
+    s = dot16(load8(q), load8(a[b].q), s);
+    s = dot16(load8(q + 16), load8(a[b].q + 16), s);
+    acc = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, f16_at(w) * a[b].d), acc);
+  }
+  return reduce(acc);
+}
+
+float dot_q4_0(const uint8_t* w, const q8_block* a, size_t nb) {
+  const D32 d32;
+  const DF4 df;
+  const DU8 du8;
+  const VU8 mask = hn::Set(du8, uint8_t(15));
+  const V8 eight = hn::Set(D8(), int8_t(8));
+  VF4 acc = hn::Zero(df);
+  for (size_t b = 0; b < nb; ++b, w += 18) {
+    const VU8 qs = loadu8(w + 2);
+    const V8 lo = hn::Sub(as_i8(hn::And(qs, mask)), eight);
+    const V8 hi = hn::Sub(as_i8(hn::ShiftRight<4>(qs)), eight);
+    V32 s = hn::Zero(d32);
+    s = dot16(lo, load8(a[b].q), s);
+    s = dot16(hi, load8(a[b].q + 16), s);
+    acc = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, f16_at(w) * a[b].d), acc);
+  }
+  return reduce(acc);
+}
+
+// Q4_K and Q5_K (kFive): per sub-block s of 32 values, sc[s] * sum(q * a); the mins come from the
+// activations' 16-value sums.
+template <bool kFive>
+float dot_k45(const uint8_t* w, const q8k_block* a, size_t nb) {
+  const D32 d32;
+  const DF4 df;
+  const DU8 du8;
+  const VU8 mask = hn::Set(du8, uint8_t(15));
+  const VU8 sixteen = hn::Set(du8, uint8_t(16));
+  constexpr size_t bb = kFive ? 176 : 144;
+  VF4 acc = hn::Zero(df);
+  float mins = 0;
+  for (size_t b = 0; b < nb; ++b, w += bb) {
+    const uint8_t* scales = w + 4;
+    const uint8_t* qh = w + 16;
+    const uint8_t* qs = kFive ? w + 48 : w + 16;
+    const int8_t* q8 = a[b].q;
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 8; ++s) k_scale_min(scales, s, sc[s], mn[s]);
+    VU8 h0 = hn::Zero(du8), h1 = hn::Zero(du8);
+    if constexpr (kFive) {
+      h0 = loadu8(qh);
+      h1 = loadu8(qh + 16);
+    }
+    V32 isum = hn::Zero(d32);
+    for (int c = 0; c < 4; ++c) {
+      const VU8 b0 = loadu8(qs + 32 * c), b1 = loadu8(qs + 32 * c + 16);
+      for (int half = 0; half < 2; ++half) {
+        const int s = 2 * c + half;
+        VU8 v0 = half ? hn::ShiftRight<4>(b0) : hn::And(b0, mask);
+        VU8 v1 = half ? hn::ShiftRight<4>(b1) : hn::And(b1, mask);
+        if constexpr (kFive) {
+          const VU8 bit = hn::Set(du8, uint8_t(1u << s));
+          v0 = hn::Or(v0, hn::IfThenElseZero(hn::TestBit(h0, bit), sixteen));
+          v1 = hn::Or(v1, hn::IfThenElseZero(hn::TestBit(h1, bit), sixteen));
+        }
+        V32 d = hn::Zero(d32);
+        d = dot16(as_i8(v0), load8(q8 + 32 * s), d);
+        d = dot16(as_i8(v1), load8(q8 + 32 * s + 16), d);
+        isum = hn::Add(isum, hn::Mul(d, hn::Set(d32, int32_t(sc[s]))));
+      }
+    }
+    int msum = 0;
+    for (int s = 0; s < 8; ++s) msum += int(mn[s]) * (a[b].bsums[2 * s] + a[b].bsums[2 * s + 1]);
+    acc = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, f16_at(w) * a[b].d), acc);
+    mins += f16_at(w + 2) * a[b].d * float(msum);
+  }
+  return reduce(acc) - mins;
+}
+
+float dot_q6_k(const uint8_t* w, const q8k_block* a, size_t nb) {
+  const D32 d32;
+  const DF4 df;
+  const DU8 du8;
+  const VU8 mask4 = hn::Set(du8, uint8_t(15));
+  const VU8 mask2 = hn::Set(du8, uint8_t(3));
+  const V8 k32 = hn::Set(D8(), int8_t(32));
+  VF4 acc = hn::Zero(df);
+  for (size_t b = 0; b < nb; ++b, w += 210) {
+    const uint8_t* ql = w;
+    const uint8_t* qh = w + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    const int8_t* q8 = a[b].q;
+    V32 isum = hn::Zero(d32);
+    for (int hh = 0; hh < 2; ++hh) {
+      const VU8 h[2] = {loadu8(qh + 32 * hh), loadu8(qh + 32 * hh + 16)};
+      const VU8 l[4] = {loadu8(ql + 64 * hh), loadu8(ql + 64 * hh + 16), loadu8(ql + 64 * hh + 32),
+                        loadu8(ql + 64 * hh + 48)};
+      for (int s = 0; s < 4; ++s) {
+        for (int part = 0; part < 2; ++part) {  // values 16 * part .. of the 32-value chunk
+          VU8 low = l[2 * (s & 1) + part];
+          low = (s >> 1) ? hn::ShiftRight<4>(low) : hn::And(low, mask4);
+          VU8 high = h[part];
+          switch (s) {
+            case 1: high = hn::ShiftRight<2>(high); break;
+            case 2: high = hn::ShiftRight<4>(high); break;
+            case 3: high = hn::ShiftRight<6>(high); break;
+            default: break;
+          }
+          high = hn::And(high, mask2);
+          const V8 q = hn::Sub(as_i8(hn::Or(low, hn::ShiftLeft<4>(high))), k32);
+          const int v0 = 128 * hh + 32 * s + 16 * part;
+          const V32 d = dot16(q, load8(q8 + v0), hn::Zero(d32));
+          isum = hn::Add(isum, hn::Mul(d, hn::Set(d32, int32_t(sc[v0 / 16]))));
+        }
+      }
+    }
+    acc = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, f16_at(w + 208) * a[b].d), acc);
+  }
+  return reduce(acc);
+}
+
+float row_dot(dtype t, const uint8_t* w, const void* act, size_t nb) {
+  switch (t) {
+    case dtype::q8_0: return dot_q8_0(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q4_0: return dot_q4_0(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q4_k: return dot_k45<false>(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::q5_k: return dot_k45<true>(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::q6_k: return dot_q6_k(w, static_cast<const q8k_block*>(act), nb);
+    default: return 0;
+  }
+}
+
+#else
+
+float row_dot(dtype t, const uint8_t* w, const void* act, size_t nb) {
+  return vec_dot_ref(t, w, act, int64_t(nb) * dtype_block_elems(t));
+}
+
+#endif
+
+
+#undef COSERVE_QUANT_X86  // set again below for the x86 targets (this file is compiled per target)
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+// x86 with AVX2 (and the AVX-512 targets, which run the same 256-bit code): 32 int8 products per
+// instruction (unsigned x signed VPMADDUBSW, then pairs to int32 with VPMADDWD), and R activation
+// rows per decoded weight block so that prefill decodes each block once for R rows.
+#define COSERVE_QUANT_X86 1
+
+HWY_INLINE float f16x(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+HWY_INLINE __m256i ld(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+HWY_INLINE float hsum8(__m256 v) {
+  __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+  x = _mm_add_ss(x, _mm_movehdup_ps(x));
+  return _mm_cvtss_f32(x);
+}
+// 8 int32 sums of adjacent products: unsigned u (0..255) times signed s.
+HWY_INLINE __m256i dot_us(__m256i u, __m256i s) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+// Q8_0 / Q4_0 weights (kFour: Q4_0) with Q8_0 activations, R rows.
+template <bool kFour, int R>
+void rows_32(const uint8_t* w, const q8_block* const* a, size_t nb, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(15), k8 = _mm256_set1_epi8(8);
+  constexpr size_t bb = kFour ? 18 : 34;
+  for (size_t b = 0; b < nb; ++b, w += bb) {
+    _mm_prefetch(reinterpret_cast<const char*>(w) + 1024, _MM_HINT_T0);
+    __m256i wq;
+    if constexpr (kFour) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+      wq = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), k8);
+    } else {
+      wq = ld(w + 2);
+    }
+    const __m256i aw = _mm256_sign_epi8(wq, wq);
+    const float dw = f16x(w);
+    for (int r = 0; r < R; ++r) {
+      const __m256i s = dot_us(aw, _mm256_sign_epi8(ld(a[r][b].q), wq));
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw * a[r][b].d), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
+}
+
+// Q4_K / Q5_K (kFive) with Q8_K activations, R rows.
+template <bool kFive, int R>
+void rows_k45(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out) {
+  __m256 acc[R];
+  float mins[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    mins[r] = 0;
+  }
+  const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
+  constexpr size_t bb = kFive ? 176 : 144;
+  for (size_t b = 0; b < nb; ++b, w += bb) {
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 8; ++s) k_scale_min(w + 4, s, sc[s], mn[s]);
+    const uint8_t* qs = kFive ? w + 48 : w + 16;
+    __m256i hv = _mm256_setzero_si256();
+    if constexpr (kFive) hv = ld(w + 16);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = ld(qs + 32 * c);
+      for (int half = 0; half < 2; ++half) {
+        const int s = 2 * c + half;
+        __m256i q = half ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
+        if constexpr (kFive) {
+          const __m256i bit = _mm256_set1_epi8(char(1 << s));
+          q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit), k16));
+        }
+        const __m256i scale = _mm256_set1_epi16(sc[s]);
+        for (int r = 0; r < R; ++r)
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + 32 * s)), scale));
+      }
+    }
+    const float d = f16x(w), dmin = f16x(w + 2);
+    for (int r = 0; r < R; ++r) {
+      const q8k_block& x = a[r][b];
+      int msum = 0;
+      for (int s = 0; s < 8; ++s) msum += int(mn[s]) * (x.bsums[2 * s] + x.bsums[2 * s + 1]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * x.d), acc[r]);
+      mins[r] += dmin * x.d * float(msum);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) - mins[r];
+}
+
+// Q6_K with Q8_K activations, R rows: the 6-bit values unsigned (0..63) in the products, the
+// offset 32 taken off through the activations' 16-value sums.
+template <int R>
+void rows_q6k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out) {
+  __m256 acc[R];
+  float corr[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    corr[r] = 0;
+  }
+  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+  for (size_t b = 0; b < nb; ++b, w += 210) {
+    const uint8_t* ql = w;
+    const uint8_t* qh = w + 128;
+    const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int hh = 0; hh < 2; ++hh) {
+      const __m256i hv = ld(qh + 32 * hh);
+      const __m256i l[2] = {ld(ql + 64 * hh), ld(ql + 64 * hh + 32)};
+      for (int s = 0; s < 4; ++s) {
+        const __m256i low = (s >> 1) ? _mm256_and_si256(_mm256_srli_epi16(l[s & 1], 4), m4) : _mm256_and_si256(l[s & 1], m4);
+        const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hv, _mm_cvtsi32_si128(2 * s)), m3);
+        const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+        const int v0 = 128 * hh + 32 * s;
+        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[v0 / 16 + 1]), _mm_set1_epi16(sc[v0 / 16]));
+        for (int r = 0; r < R; ++r)
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + v0)), scales));
+      }
+    }
+    const float d = f16x(w + 208);
+    for (int r = 0; r < R; ++r) {
+      const q8k_block& x = a[r][b];
+      int off = 0;
+      for (int g = 0; g < 16; ++g) off += int(sc[g]) * x.bsums[g];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * x.d), acc[r]);
+      corr[r] += d * x.d * float(32 * off);
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) - corr[r];
+}
+
+template <int R>
+void rows_dot(dtype t, const uint8_t* w, const void* const* act, size_t nb, float* out) {
+  switch (t) {
+    case dtype::q8_0: rows_32<false, R>(w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q4_0: rows_32<true, R>(w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q4_k: rows_k45<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::q5_k: rows_k45<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::q6_k: rows_q6k<R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    default: break;
+  }
+}
+#endif  // x86 AVX2 / AVX-512
+
+// Activation rows quantized for weight type t (Q8_0 or Q8_K blocks, as quant.hpp's scalar
+// quantizers produce them; rounding to nearest, ties to even).
+void quantize_rows_impl(dtype t, const float* x, int64_t ldx, int64_t M, int64_t K, void* out) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const size_t L = hn::Lanes(df);
+  if (!uses_q8k(t)) {
+    auto* o = static_cast<q8_block*>(out);
+    for (int64_t m = 0; m < M; ++m) {
+      const float* xr = x + m * ldx;
+      for (int64_t b = 0; b < K / 32; ++b, ++o) {
+        const float* p = xr + 32 * b;
+        if (L > 32) {
+          quantize_q8_0(p, o, 32);
+          continue;
+        }
+        auto amax = hn::Zero(df);
+        for (size_t i = 0; i < 32; i += L) amax = hn::Max(amax, hn::Abs(hn::LoadU(df, p + i)));
+        const float d = hn::GetLane(hn::MaxOfLanes(df, amax)) / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        o->d = f16_to_f32(f32_to_f16(d));
+        const auto vid = hn::Set(df, id);
+        for (size_t i = 0; i < 32; i += L) {
+          const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, p + i), vid));
+          hn::StoreU(hn::DemoteTo(d8, q), d8, o->q + i);
+        }
+      }
+    }
+    return;
+  }
+  auto* o = static_cast<q8k_block*>(out);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * ldx;
+    for (int64_t b = 0; b < K / 256; ++b, ++o) {
+      const float* p = xr + 256 * b;
+      if (L > 16) {
+        quantize_q8_k(p, o, 256);
+        continue;
+      }
+      auto vmax = hn::Set(df, -INFINITY), vmin = hn::Set(df, INFINITY);
+      for (size_t i = 0; i < 256; i += L) {
+        const auto v = hn::LoadU(df, p + i);
+        vmax = hn::Max(vmax, v);
+        vmin = hn::Min(vmin, v);
+      }
+      const float hi = hn::GetLane(hn::MaxOfLanes(df, vmax)), lo = hn::GetLane(hn::MinOfLanes(df, vmin));
+      const float max = -lo > hi ? lo : hi;
+      if (max == 0.0f) {
+        o->d = 0;
+        std::memset(o->q, 0, sizeof o->q);
+        std::memset(o->bsums, 0, sizeof o->bsums);
+        continue;
+      }
+      const float iscale = -127.0f / max;
+      const auto vs = hn::Set(df, iscale);
+      const auto cap = hn::Set(di, 127);
+      for (size_t i = 0; i < 256; i += L) {
+        const auto q = hn::Min(hn::NearestInt(hn::Mul(hn::LoadU(df, p + i), vs)), cap);
+        hn::StoreU(hn::DemoteTo(d8, q), d8, o->q + i);
+      }
+      for (int g = 0; g < 16; ++g) {
+        int sum = 0;
+        for (int k = 0; k < 16; ++k) sum += o->q[16 * g + k];
+        o->bsums[g] = int16_t(sum);
+      }
+      o->d = 1.0f / iscale;
+    }
+  }
+}
+
+// y[m * ldy + j] (+)= dot(w row j, activation row m) for m < M, j < n; xq holds M rows of
+// quantize_rows output for w.type.
+void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y, int64_t ldy,
+                           bool accumulate) {
+  const weight_ref& w = *wr;
+  const int64_t K = w.cols;
+  const bool k_type = uses_q8k(w.type);
+  const size_t nb = size_t(K / (k_type ? 256 : 32));
+  const size_t row_bytes = w.row_bytes();
+  const size_t act_stride = (k_type ? sizeof(q8k_block) : sizeof(q8_block)) * nb;
+  const auto* act0 = static_cast<const uint8_t*>(xq);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* wj = base + size_t(j) * row_bytes;
+#ifdef COSERVE_QUANT_X86
+    for (int64_t m = 0; m < M; m += 4) {
+      const int r = int(std::min<int64_t>(4, M - m));
+      const void* act[4];
+      for (int i = 0; i < r; ++i) act[i] = act0 + size_t(m + i) * act_stride;
+      float s[4];
+      switch (r) {
+        case 4: rows_dot<4>(w.type, wj, act, nb, s); break;
+        case 3: rows_dot<3>(w.type, wj, act, nb, s); break;
+        case 2: rows_dot<2>(w.type, wj, act, nb, s); break;
+        default: rows_dot<1>(w.type, wj, act, nb, s); break;
+      }
+      for (int i = 0; i < r; ++i) {
+        float& out = y[(m + i) * ldy + j];
+        out = accumulate ? out + s[i] : s[i];
+      }
+    }
+#else
+    for (int64_t m = 0; m < M; ++m) {
+      const float s = row_dot(w.type, wj, act0 + size_t(m) * act_stride, nb);
+      float& out = y[m * ldy + j];
+      out = accumulate ? out + s : s;
+    }
+#endif
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace coserve
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace coserve {
+
+HWY_EXPORT(quantize_rows_impl);
+HWY_EXPORT(matmul_quantized_impl);
+
+size_t quantized_row_bytes(dtype t, int64_t k) noexcept {
+  return uses_q8k(t) ? size_t(k / 256) * sizeof(q8k_block) : size_t(k / 32) * sizeof(q8_block);
+}
+
+void quantize_rows(dtype t, const float* x, int64_t ldx, int64_t M, int64_t K, void* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(quantize_rows_impl)(t, x, ldx, M, K, out);
+}
+
+void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                      bool accumulate) {
+  if (M <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(matmul_quantized_impl)(xq, M, &w, n, y, ldy, accumulate);
+}
+
+void matmul_quant(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                  bool accumulate) {
+  if (M <= 0 || n <= 0) return;
+  thread_local std::vector<uint8_t> xq;
+  xq.resize(size_t(M) * quantized_row_bytes(w.type, w.cols));
+  quantize_rows(w.type, x, ldx, M, w.cols, xq.data());
+  matmul_quantized(xq.data(), M, w, n, y, ldy, accumulate);
+}
+
+}  // namespace coserve
+#endif  // HWY_ONCE

@@ -1,0 +1,224 @@
+"""GGUF model files through the real binary: generate, serve with the official openai client, refuse
+malformed files.
+
+The files are written with gguf-py (llama.cpp's own GGUF library, from PyPI) the way llama.cpp's
+convert_hf_to_gguf.py writes a Llama model: its tensor names, Q/K rows permuted to interleaved
+RoPE pairs, norms in F32, the tokenizer metadata of llama.cpp's GPT-2 vocabulary file (the demo
+model's tokenizer is GPT-2's), and Q8_0 / Q4_0 blocks from gguf-py's quantizer (bit-exact with
+ggml's reference quantizer). tests/bench/vs_llamacpp.py runs llama.cpp's converter and quantizer
+themselves on the same model.
+"""
+import json
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import Server, skip_or_fail_in_ci
+from test_gguf_tokenizer import vocab_dir
+
+gguf = pytest.importorskip("gguf")
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}assistant:{% endif %}")
+
+
+def read_safetensors(path):
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        raw = data[8 + n + b:8 + n + e]
+        if info["dtype"] == "BF16":
+            arr = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif info["dtype"] == "F16":
+            arr = np.frombuffer(raw, np.float16).astype(np.float32)
+        else:
+            arr = np.frombuffer(raw, np.float32)
+        out[name] = arr.reshape(info["shape"])
+    return out
+
+
+def permute(w, n_head):
+    # convert_hf_to_gguf.py LlamaModel.permute: rows of each head to interleaved RoPE pairs.
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def string_array(field):
+    return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+
+def write_gguf(model_dir, out, qtype, dequantized=False):
+    """dequantized: the matrices as F32 holding the quantized values (the same weights as the
+    quantized file, without quantizing the activations)."""
+    cfg = json.loads((model_dir / "config.json").read_text())
+    vocab = gguf.GGUFReader(str(vocab_dir() / "ggml-vocab-gpt-2.gguf"))
+    t = read_safetensors(model_dir / "model.safetensors")
+    w = gguf.GGUFWriter(str(out), "llama")
+    w.add_name("coserve demo")
+    h, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(h)
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv)
+    w.add_rope_freq_base(cfg["rope_theta"])
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_rope_dimension_count(h // heads)
+    w.add_vocab_size(cfg["vocab_size"])
+    f = vocab.fields
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("gpt-2")
+    w.add_token_list(string_array(f["tokenizer.ggml.tokens"]))
+    w.add_token_types([int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data])
+    w.add_token_merges(string_array(f["tokenizer.ggml.merges"]))
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    w.add_chat_template(CHAT_TEMPLATE)
+
+    def matrix(name, arr):
+        if qtype == "F32":
+            w.add_tensor(name, arr.astype(np.float32))
+        elif qtype == "F16" or arr.shape[-1] % 32 != 0:  # llama-quantize's fallback for partial blocks
+            w.add_tensor(name, arr.astype(np.float16))
+        else:
+            q = getattr(gguf.GGMLQuantizationType, qtype)
+            blocks = gguf.quants.quantize(arr.astype(np.float32), q)
+            if dequantized:
+                w.add_tensor(name, gguf.quants.dequantize(blocks, q).astype(np.float32))
+            else:
+                w.add_tensor(name, blocks, raw_dtype=q)
+
+    matrix("token_embd.weight", t["model.embed_tokens.weight"])
+    w.add_tensor("output_norm.weight", t["model.norm.weight"].astype(np.float32))
+    matrix("output.weight", t["lm_head.weight"])
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        w.add_tensor(b + "attn_norm.weight", t[p + "input_layernorm.weight"].astype(np.float32))
+        matrix(b + "attn_q.weight", permute(t[p + "self_attn.q_proj.weight"], heads))
+        matrix(b + "attn_k.weight", permute(t[p + "self_attn.k_proj.weight"], kv))
+        matrix(b + "attn_v.weight", t[p + "self_attn.v_proj.weight"])
+        matrix(b + "attn_output.weight", t[p + "self_attn.o_proj.weight"])
+        w.add_tensor(b + "ffn_norm.weight", t[p + "post_attention_layernorm.weight"].astype(np.float32))
+        matrix(b + "ffn_gate.weight", t[p + "mlp.gate_proj.weight"])
+        matrix(b + "ffn_up.weight", t[p + "mlp.up_proj.weight"])
+        matrix(b + "ffn_down.weight", t[p + "mlp.down_proj.weight"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def demo(coserve_bin, tmp_path_factory):
+    d = tmp_path_factory.mktemp("gguf")
+    folder = d / "demo"
+    p = subprocess.run([coserve_bin, "make-demo-model", str(folder)], capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        if "tokenizer" in p.stderr:
+            skip_or_fail_in_ci("make-demo-model needs ../shared/testdata: " + p.stderr)
+        raise AssertionError(p.stderr)
+    files = {q: write_gguf(folder, d / f"demo-{q.lower()}.gguf", q) for q in ("F32", "Q8_0", "Q4_0")}
+    for q in ("Q8_0", "Q4_0"):
+        files["dequantized " + q] = write_gguf(folder, d / f"demo-{q.lower()}-as-f32.gguf", q, dequantized=True)
+    return folder, files
+
+
+def generate(binary, model, prompt_ids, n=16):
+    p = subprocess.run([binary, "generate", str(model), "--prompt-ids", ",".join(map(str, prompt_ids)),
+                        "--max-tokens", str(n), "--ignore-eos", "--json", "--logits", "last", "--kv-cache-dtype", "fp32",
+                        "--dtype", "float32"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def log_softmax(x):
+    x = np.asarray(x, np.float64)
+    m = x.max()
+    return x - (m + np.log(np.exp(x - m).sum()))
+
+
+def test_f32_gguf_matches_the_folder(coserve_bin, demo):
+    # Same weights in both files: the interleaved-pair RoPE of the GGUF layout must give the
+    # folder's greedy tokens and logits.
+    folder, files = demo
+    for prompt in ([50256, 464, 2068, 7586, 21831], list(range(100, 140))):
+        a = generate(coserve_bin, folder, prompt)
+        b = generate(coserve_bin, files["F32"], prompt)
+        assert a["output_ids"] == b["output_ids"]
+        np.testing.assert_allclose(a["logits"][0], b["logits"][0], atol=2e-4)
+
+
+@pytest.mark.parametrize("q", ["Q8_0", "Q4_0"])
+def test_quantized_gguf_logprobs_close(coserve_bin, demo, q):
+    # The integer kernels against the same weights held as F32 (gguf-py's dequantization): only the
+    # activations' int8 quantization differs, so the next-token log-probabilities over the top 10
+    # stay within 0.03; they differ by more from the unquantized F32 file's (the weights changed).
+    folder, files = demo
+    for prompt in (list(range(200, 232)), [50256, 464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290]):
+        ref = log_softmax(generate(coserve_bin, files["dequantized " + q], prompt, 1)["logits"][0])
+        top = np.argsort(-ref)[:10]
+        got = log_softmax(generate(coserve_bin, files[q], prompt, 1)["logits"][0])
+        diff = np.abs(got[top] - ref[top]).max()
+        print(q, "max |dlogprob| vs dequantized weights", diff)
+        assert diff < 0.15, (q, diff)
+
+
+def test_q8_0_gguf_serves_openai_api(demo):
+    _, files = demo
+    s = Server(model=files["Q8_0"])
+    try:
+        assert s.model == "demo-q8_0.gguf"
+        c = s.client()
+        r = c.chat.completions.create(model=s.model, messages=[{"role": "user", "content": "Hello"}], max_tokens=8,
+                                      temperature=0)
+        assert r.choices[0].finish_reason in ("stop", "length")
+        assert r.usage.completion_tokens >= 1
+        chunks = list(c.chat.completions.create(model=s.model, messages=[{"role": "user", "content": "Hello"}],
+                                                max_tokens=8, temperature=0, stream=True))
+        text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+        assert text == r.choices[0].message.content
+        comp = c.completions.create(model=s.model, prompt="The quick brown fox", max_tokens=5, temperature=0,
+                                    logprobs=2)
+        assert len(comp.choices[0].logprobs.tokens) == comp.usage.completion_tokens
+    finally:
+        assert s.stop() == 0
+
+
+def run_serve_fails(binary, path):
+    p = subprocess.run([binary, "serve", str(path), "--port", "0"], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0
+    return p.stderr
+
+
+def test_malformed_gguf_refused(coserve_bin, demo, tmp_path):
+    _, files = demo
+    data = files["Q8_0"].read_bytes()
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(data[: len(data) // 2])
+    err = run_serve_fails(coserve_bin, truncated)
+    assert "truncated.gguf" in err and "past the end" in err, err
+    header_only = tmp_path / "header.gguf"
+    header_only.write_bytes(data[:100])
+    err = run_serve_fails(coserve_bin, header_only)
+    assert "header.gguf" in err and ("truncated" in err or "exceeds the file" in err), err
+    # An architecture the forward pass does not implement: named in the error.
+    other = tmp_path / "gpt2-arch.gguf"
+    w = gguf.GGUFWriter(str(other), "gpt2")
+    w.add_tensor("token_embd.weight", np.zeros((8, 32), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    err = run_serve_fails(coserve_bin, other)
+    assert "general.architecture 'gpt2'" in err, err
