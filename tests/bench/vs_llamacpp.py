@@ -580,7 +580,11 @@ def markdown(meta, rows):
     for r in rows:
         if r["bench"] == "greedy":
             verdict = "identical" if r["match"] else f"differ from index {r['first_diff']}"
-            lines.append(f"| {r['model']} | f32 | {r['name']} | {verdict} | | |")
+            lines.append(f"| {r['model']} | {r['dtype']} | {r['name']} | {verdict} | | |")
+            continue
+        if r["bench"] == "logprobs":
+            lines.append(f"| {r['model']} | {r['dtype']} | {r['name']}: max abs difference | "
+                         f"{fmt(r['max_abs_diff'])} | | |")
             continue
         unit = "ms" if r["metric"].endswith("_ms") else "tok/s"
         lines.append(f"| {r['model']} | {r['dtype']} | {r['name']} ({unit}) | {fmt(r['coserve'])} | "

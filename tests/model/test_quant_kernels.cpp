@@ -47,7 +47,7 @@ TEST_CASE("quantized matmul matches the scalar integer reference on every instru
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k})
-  for (int64_t M : {1, 3, 6}) {  // the x86 kernels take 1 to 4 rows at a time
+  for (int64_t M : {1, 3, 6, 67}) {  // 1 to 4 rows at a time, and 2 weight rows per pass from 64
     const int64_t K = 512, N = 9;
     const auto blocks = random_blocks(t, N, K, rng);
     weight_ref w{t, blocks.data(), N, K};

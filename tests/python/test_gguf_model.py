@@ -9,6 +9,7 @@ ggml's reference quantizer). tests/bench/vs_llamacpp.py runs llama.cpp's convert
 themselves on the same model.
 """
 import json
+import math
 import struct
 import subprocess
 from pathlib import Path
@@ -61,7 +62,10 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     cfg = json.loads((model_dir / "config.json").read_text())
     vocab = gguf.GGUFReader(str(vocab_dir() / "ggml-vocab-gpt-2.gguf"))
     t = read_safetensors(model_dir / "model.safetensors")
-    w = gguf.GGUFWriter(str(out), "llama")
+    qwen2 = cfg["model_type"] == "qwen2"
+    # llama.cpp's converter permutes Q/K only for its llama architecture (qwen2 rotates halves).
+    perm = (lambda x, n: x) if qwen2 else permute
+    w = gguf.GGUFWriter(str(out), "qwen2" if qwen2 else "llama")
     w.add_name("coserve demo")
     h, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     w.add_context_length(cfg["max_position_embeddings"])
@@ -72,7 +76,11 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     w.add_head_count_kv(kv)
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
-    w.add_rope_dimension_count(h // heads)
+    head_dim = cfg.get("head_dim") or h // heads
+    w.add_rope_dimension_count(head_dim)
+    if head_dim != h // heads:
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     w.add_vocab_size(cfg["vocab_size"])
     f = vocab.fields
     w.add_tokenizer_model("gpt2")
@@ -99,13 +107,37 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
 
     matrix("token_embd.weight", t["model.embed_tokens.weight"])
     w.add_tensor("output_norm.weight", t["model.norm.weight"].astype(np.float32))
-    matrix("output.weight", t["lm_head.weight"])
+    if "lm_head.weight" in t and not cfg.get("tie_word_embeddings"):
+        matrix("output.weight", t["lm_head.weight"])
+    rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type") == "llama3":
+        # convert_hf_to_gguf.py LlamaModel.generate_extra_tensors: per-frequency divisors.
+        freqs = 1.0 / (cfg["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+        factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        factors = []
+        for f_ in freqs:
+            wavelen = 2 * math.pi / f_
+            if wavelen < old / high:
+                factors.append(1.0)
+            elif wavelen > old / low:
+                factors.append(factor)
+            else:
+                smooth = (old / wavelen - low) / (high - low)
+                factors.append(1 / ((1 - smooth) / factor + smooth))
+        w.add_tensor("rope_freqs.weight", np.array(factors, dtype=np.float32))
     for i in range(cfg["num_hidden_layers"]):
         p = f"model.layers.{i}."
         b = f"blk.{i}."
         w.add_tensor(b + "attn_norm.weight", t[p + "input_layernorm.weight"].astype(np.float32))
-        matrix(b + "attn_q.weight", permute(t[p + "self_attn.q_proj.weight"], heads))
-        matrix(b + "attn_k.weight", permute(t[p + "self_attn.k_proj.weight"], kv))
+        matrix(b + "attn_q.weight", perm(t[p + "self_attn.q_proj.weight"], heads))
+        matrix(b + "attn_k.weight", perm(t[p + "self_attn.k_proj.weight"], kv))
+        if p + "self_attn.q_proj.bias" in t:
+            w.add_tensor(b + "attn_q.bias", perm(t[p + "self_attn.q_proj.bias"], heads).astype(np.float32))
+            w.add_tensor(b + "attn_k.bias", perm(t[p + "self_attn.k_proj.bias"], kv).astype(np.float32))
+            w.add_tensor(b + "attn_v.bias", t[p + "self_attn.v_proj.bias"].astype(np.float32))
+        if p + "self_attn.o_proj.bias" in t:
+            w.add_tensor(b + "attn_output.bias", t[p + "self_attn.o_proj.bias"].astype(np.float32))
         matrix(b + "attn_v.weight", t[p + "self_attn.v_proj.weight"])
         matrix(b + "attn_output.weight", t[p + "self_attn.o_proj.weight"])
         w.add_tensor(b + "ffn_norm.weight", t[p + "post_attention_layernorm.weight"].astype(np.float32))
@@ -157,6 +189,26 @@ def test_f32_gguf_matches_the_folder(coserve_bin, demo):
         b = generate(coserve_bin, files["F32"], prompt)
         assert a["output_ids"] == b["output_ids"]
         np.testing.assert_allclose(a["logits"][0], b["logits"][0], atol=2e-4)
+
+
+@pytest.mark.parametrize("variant", [
+    ["--architecture", "qwen2", "--tie-embeddings"],
+    ["--rope-scaling", "llama3", "--qkv-bias", "--head-dim", "48"],
+], ids=["qwen2-tied-bias", "llama3-rope-bias-head48"])
+def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
+    # The other layouts the loader reads: qwen2 (q/k/v biases, halves rotated, no permutation) with
+    # tied embeddings; llama with Llama 3.1 frequency scaling (rope_freqs.weight), biases and a
+    # head size other than hidden / heads (attention.key_length).
+    folder = tmp_path / "model"
+    p = subprocess.run([coserve_bin, "make-demo-model", str(folder), "--num-layers", "2", *variant],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    path = write_gguf(folder, tmp_path / "model.gguf", "F32")
+    prompt = list(range(300, 340))
+    a = generate(coserve_bin, folder, prompt)
+    b = generate(coserve_bin, path, prompt)
+    assert a["output_ids"] == b["output_ids"]
+    np.testing.assert_allclose(a["logits"][0], b["logits"][0], atol=2e-4)
 
 
 @pytest.mark.parametrize("q", ["Q8_0", "Q4_0"])
