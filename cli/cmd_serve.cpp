@@ -51,7 +51,8 @@ model:
   MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json,
                                 or a GGUF file (llama, mistral, qwen2; F32, F16, BF16, Q8_0, Q4_0,
                                 Q4_K, Q5_K, Q6_K; tokenizer and chat template from its metadata;
-                                quantized weights run on --device cpu; docs/gguf.md)
+                                integer kernels on --device cpu, dequantized to bf16 at load on
+                                --device cuda; docs/gguf.md)
   --demo                        serve the built-in demo model (created on first use in
                                 $COSERVE_CACHE, else $XDG_CACHE_HOME/coserve, else ~/.cache/coserve)
   --served-model-name NAME      the model id clients send (default: the folder's or file's name)

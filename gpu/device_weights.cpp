@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "gpu/kernels.hpp"
 #include "model/dtype.hpp"
+#include "model/gguf_model.hpp"
 
 namespace coserve::gpu {
 
@@ -19,6 +21,10 @@ struct tensor_spec {
   // concatenated by rows (q/k/v and gate/up are fused on the device). Neither: no host data.
   const std::vector<float>* vec = nullptr;
   std::vector<const weight_ref*> mats;
+  // Per matrix: its rows are heads of this size stored with interleaved RoPE pairs (GGUF llama
+  // layout), restored to the Hugging Face order on upload; 0: as stored.
+  std::vector<int64_t> interleaved_head;
+  std::shared_ptr<std::vector<float>> owned_vec;  // vec, when it had to be reordered
 };
 
 // The spec's host elements as bf16 (matrices already in bf16 are copied as they are).
@@ -31,15 +37,20 @@ bool host_to_bf16(const tensor_spec& t, std::vector<uint16_t>& out) {
   }
   size_t at = 0;
   std::vector<float> row;
-  for (const weight_ref* m : t.mats) {
+  for (size_t mi = 0; mi < t.mats.size(); ++mi) {
+    const weight_ref* m = t.mats[mi];
+    const int64_t head = mi < t.interleaved_head.size() ? t.interleaved_head[mi] : 0;
     const size_t n = size_t(m->rows) * size_t(m->cols);
     if (at + n > out.size()) return false;
-    if (m->type == dtype::bf16) {
+    if (head > 0 && m->rows % head != 0) return false;
+    // Row r of the upload comes from row src(r) of the matrix.
+    auto src = [&](int64_t r) { return head > 0 ? r / head * head + interleaved_row(r % head, head) : r; };
+    if (m->type == dtype::bf16 && head == 0) {
       std::memcpy(out.data() + at, m->data, n * 2);
     } else {
       row.resize(size_t(m->cols));
       for (int64_t r = 0; r < m->rows; ++r) {
-        convert_to_f32(m->type, m->row(r), row.data(), row.size());
+        convert_to_f32(m->type, m->row(src(r)), row.data(), row.size());
         for (size_t k = 0; k < row.size(); ++k) out[at + size_t(r) * row.size() + k] = f32_to_bf16(row[k]);
       }
     }
@@ -59,8 +70,20 @@ std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const m
     device_layer& L = d.layers[size_t(l)];
     const layer_weights* lw = w ? &w->layers[size_t(l)] : nullptr;
     s.push_back({&L.input_norm, H, 0, 1.0f, lw ? &lw->input_norm : nullptr, {}});
-    s.push_back({&L.qkv, qkv_rows * H, int32_t(H), 0, nullptr, lw ? mats{&lw->q, &lw->k, &lw->v} : mats{}});
-    if (c.qkv_bias) s.push_back({&L.qkv_bias, qkv_rows, 0, 0.0f, lw ? &lw->qkv_bias : nullptr, {}});
+    const int64_t il = c.rope_interleaved ? D : 0;  // q and k rows restored to the Hugging Face order
+    s.push_back({&L.qkv, qkv_rows * H, int32_t(H), 0, nullptr, lw ? mats{&lw->q, &lw->k, &lw->v} : mats{},
+                 {il, il, 0}, nullptr});
+    if (c.qkv_bias) {
+      tensor_spec b{&L.qkv_bias, qkv_rows, 0, 0.0f, lw ? &lw->qkv_bias : nullptr, {}, {}, nullptr};
+      if (lw && il > 0 && int64_t(lw->qkv_bias.size()) == qkv_rows) {
+        b.owned_vec = std::make_shared<std::vector<float>>(lw->qkv_bias);
+        const int64_t qk = (int64_t(c.num_attention_heads) + c.num_key_value_heads) * D;
+        for (int64_t r = 0; r < qk; ++r)
+          (*b.owned_vec)[size_t(r)] = lw->qkv_bias[size_t(r / D * D + interleaved_row(r % D, D))];
+        b.vec = b.owned_vec.get();
+      }
+      s.push_back(std::move(b));
+    }
     s.push_back({&L.o, H * attn, int32_t(attn), 0, nullptr, lw ? mats{&lw->o} : mats{}});
     if (c.o_bias) s.push_back({&L.o_bias, H, 0, 0.0f, lw ? &lw->o_bias : nullptr, {}});
     s.push_back({&L.post_norm, H, 0, 1.0f, lw ? &lw->post_norm : nullptr, {}});
@@ -78,10 +101,6 @@ result<void> check_config(const model_config& c) {
       c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
     return make_error("invalid_argument", "gpu: model config has a zero dimension");
   if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
-  if (c.rope_interleaved || !c.rope_freq_factors.empty())
-    return make_error("unsupported",
-                      "gpu: GGUF files of the llama architecture (interleaved RoPE pairs, rope_freqs.weight) are "
-                      "not read by the CUDA executor; serve them with --device cpu");
   return {};
 }
 

@@ -1,8 +1,9 @@
 // A model's weights resident on one GPU as bf16, in the Hugging Face layout ([out_features,
 // in_features] row-major), with q/k/v fused into one matrix and gate/up into another. Two ways in:
 //   upload_weights: from host model_weights (matrices in file precision, mapped; bf16 ones copied
-//                   as they are, others converted; q/k/v and gate/up concatenated), tensor by
-//                   tensor, with progress after each tensor;
+//                   as they are, others converted, GGUF quantized types dequantized; q/k/v and
+//                   gate/up concatenated; q/k rows of GGUF llama-layout files put back in the
+//                   Hugging Face order), tensor by tensor, with progress after each tensor;
 //   dummy_weights:  --load-format dummy, random bf16 generated on the device from a seed (no
 //                   checkpoint, no host transfer): uniform(-1/sqrt(in), 1/sqrt(in)) matrices, unit
 //                   norms, zero biases.

@@ -221,7 +221,9 @@ result<void> gpu_executor::allocate_buffers() {
   rp.low_freq_factor = c.rope_scaling.low_freq_factor;
   rp.high_freq_factor = c.rope_scaling.high_freq_factor;
   rp.original_max_position = c.rope_scaling.original_max_position_embeddings;
-  const auto inv = rope_inv_freq(rp);
+  auto inv = rope_inv_freq(rp);
+  if (c.rope_freq_factors.size() == inv.size())  // GGUF rope_freqs.weight (Llama 3.1 scaling)
+    for (size_t i = 0; i < inv.size(); ++i) inv[i] /= c.rope_freq_factors[i];
   auto f = device_buffer::allocate(inv.size() * 4);
   if (!f) return std::move(f).err();
   inv_freq_ = std::move(f.value());

@@ -14,6 +14,7 @@
 // for our tokenizer. Anything else is an error naming the key and value.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,11 @@
 namespace coserve {
 
 result<model_config> gguf_model_config(const gguf_file& f);
+
+// Where Hugging Face's row r of a head of size d sits in a q/k projection stored with interleaved
+// RoPE pairs (llama.cpp's llama layout, model_config::rope_interleaved): rows r < d/2 at 2r,
+// the others at 2(r - d/2) + 1. The CUDA upload uses it to restore the Hugging Face order.
+inline int64_t interleaved_row(int64_t r, int64_t d) noexcept { return r < d / 2 ? 2 * r : 2 * (r - d / 2) + 1; }
 result<generation_config> gguf_generation_config(const gguf_file& f);
 result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> f, const load_progress& progress = {});
 

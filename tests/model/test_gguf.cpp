@@ -17,6 +17,7 @@
 
 #include "model/dtype.hpp"
 #include "model/gguf.hpp"
+#include "model/gguf_model.hpp"
 #include "model/quant.hpp"
 #include "model_test_util.hpp"
 
@@ -804,3 +805,19 @@ TEST_CASE("gguf quant: vec_dot_ref equals the dot product of the dequantized row
 }
 
 }  // namespace coserve
+
+TEST_CASE("gguf: interleaved_row inverts llama.cpp's q/k permutation", "[gguf]") {
+  // convert_hf_to_gguf.py permute(): rows viewed as [heads, 2, d/2], axes 1 and 2 swapped, so
+  // GGUF row h*d + 2i + j holds Hugging Face row h*d + j*d/2 + i.
+  for (int64_t d : {2, 8, 64, 128})
+    for (int64_t heads : {1, 3}) {
+      std::vector<int64_t> gguf_holds(size_t(heads * d));
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t i = 0; i < d / 2; ++i)
+          for (int64_t j = 0; j < 2; ++j) gguf_holds[size_t(h * d + 2 * i + j)] = h * d + j * (d / 2) + i;
+      for (int64_t r = 0; r < heads * d; ++r) {
+        const int64_t g = r / d * d + coserve::interleaved_row(r % d, d);
+        REQUIRE(gguf_holds[size_t(g)] == r);
+      }
+    }
+}
