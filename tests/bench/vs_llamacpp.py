@@ -77,7 +77,7 @@ CMAKE_FLAGS = [
 ]
 TARGETS = ["llama-bench", "llama-batched-bench", "llama-server", "llama-quantize"]
 # --quant types: GGUF files made from the f32 GGUF by llama-quantize; both sides run the same file.
-QUANTS = {"f16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M"}
+QUANTS = {"f16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K"}
 LOGPROB_TOP = 10
 
 MODELS = {
@@ -613,8 +613,8 @@ def main():
                     help="smoke run: demo model only, f32 unless --dtype is given, prefill 128, "
                          "decode batch 1 and 8, serve 1 and 8 clients, 1 rep, the greedy row")
     ap.add_argument("--quant", default="",
-                    help="comma-separated GGUF types to compare as well (f16, q8_0, q4_0, q4_k_m, or "
-                         "'all'): llama-quantize makes them from the f32 GGUF and both sides run the same "
+                    help="comma-separated GGUF types to compare as well (f16, q8_0, q4_0, q4_k_m, "
+                         "q5_k_m, q6_k, or 'all'): llama-quantize makes them from the f32 GGUF and both sides run the same "
                          "file; f16 adds a greedy-ids row, the others a logprob row (default: none)")
     ap.add_argument("--no-serve", action="store_true", help="skip the HTTP serving rows")
     ap.add_argument("--no-greedy", action="store_true",
