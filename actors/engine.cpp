@@ -606,9 +606,10 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
     std::fprintf(stderr, "coserve engine: no tokenizer (%s): prompts are token ids, outputs token ids without text\n",
                  config.skip_tokenizer_init ? "skip_tokenizer_init" : "the folder has no tokenizer.json");
   }
-  auto model = load_model_config(config.model_dir.string());
+  // A GGUF file's metadata is parsed once above and read from there.
+  auto model = gguf ? gguf_model_config(*gguf_meta) : load_model_config(config.model_dir.string());
   if (!model) return model.err();
-  auto gen = load_generation_config(config.model_dir.string());
+  auto gen = gguf ? gguf_generation_config(*gguf_meta) : load_generation_config(config.model_dir.string());
   if (!gen) return gen.err();
   const auto t0 = std::chrono::steady_clock::now();
   auto made = config.make_executor ? config.make_executor(config) : make_default_executor(config);

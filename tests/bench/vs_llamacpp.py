@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-# One file on purpose (~630 lines): fetching and building llama.cpp, converting the models, the
-# three kinds of runs and the report share one context object and one row format; split, each part
-# would import all of the others.
+# One file on purpose (~720 lines): fetching and building llama.cpp, converting and quantizing the
+# models, the kinds of runs and the report share one context object and one row format; split,
+# each part would import all of the others.
 """coserve's CPU executor next to llama.cpp: same weights, same precision, same thread count.
 
 Builds llama.cpp's llama-bench, llama-batched-bench and llama-server (CPU only) from the llama.cpp
