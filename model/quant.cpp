@@ -97,7 +97,12 @@ void quantize_q8_0(const float* x, q8_block* out, int64_t k) noexcept {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out[b].d = f16_to_f32(f32_to_f16(d));
-    for (int i = 0; i < 32; ++i) out[b].q[i] = int8_t(std::nearbyint(x[i] * id));
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      out[b].q[i] = int8_t(std::nearbyint(x[i] * id));
+      sum += out[b].q[i];
+    }
+    out[b].s = int16_t(sum);
   }
 }
 

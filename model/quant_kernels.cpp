@@ -3,6 +3,8 @@
 // same chosen target as cpu_kernels.cpp. Each block's weights are unpacked to int8 in 128-bit
 // vectors, multiplied with the activations' int8 as int16 pairs summed into int32 lanes, and the
 // block's integer sums are scaled into fp32 accumulators; one horizontal sum per output.
+// matmul_quantized hands batches of several activation rows to quant_gemm.cpp first, on the x86
+// targets that have its kernels.
 // Over 500 lines: Highway compiles the whole file once per target and HWY_EXPORT names the entry
 // points of every target compiled from it, so the generic kernels, the x86 ones and the
 // activation quantizer they share live in one translation unit.
@@ -399,10 +401,13 @@ void quantize_rows_impl(dtype t, const float* x, int64_t ldx, int64_t M, int64_t
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         o->d = f16_to_f32(f32_to_f16(d));
         const auto vid = hn::Set(df, id);
+        auto sum = hn::Zero(di);
         for (size_t i = 0; i < 32; i += L) {
           const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, p + i), vid));
           hn::StoreU(hn::DemoteTo(d8, q), d8, o->q + i);
+          sum = hn::Add(sum, q);
         }
+        o->s = int16_t(hn::GetLane(hn::SumOfLanes(di, sum)));
       }
     }
     return;
@@ -466,10 +471,10 @@ void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int6
 #ifdef COSERVE_QUANT_X86
   // Tiles of up to 16 weight rows (about 7-14 KB at K = 768-2048) against groups of 4 activation
   // rows: both stay in L1 while they meet, instead of all M activation rows streaming from L2 for
-  // every weight row. Q8_0 / Q4_0 prefill (64 rows or more) takes 2 weight rows per pass; below
-  // that, two interleaved weight-row streams measured slower (2x at one row, 15-20% at 8 and 32).
-  const bool pairs = (w.type == dtype::q8_0 || w.type == dtype::q4_0) && M >= 64;
-  const bool four = w.type == dtype::q4_0;
+  // every weight row. Batches that reach here with 64 rows or more are Q8_0 without AVX-512 VNNI
+  // (quant_gemm.cpp takes the others): 2 weight rows per pass for them; below that, two
+  // interleaved weight-row streams measured slower (2x at one row, 15-20% at 8 and 32).
+  const bool pairs = w.type == dtype::q8_0 && M >= 64;
   constexpr int64_t tile = 16;
   for (int64_t t0 = 0; t0 < n; t0 += tile) {
     const int64_t t1 = std::min(n, t0 + tile);
@@ -484,10 +489,10 @@ void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int6
           const uint8_t* wj[2] = {base + size_t(j) * row_bytes, base + size_t(j + 1) * row_bytes};
           float s[8];
           switch (r) {
-            case 4: four ? rows_32<true, 2, 4>(wj, a8, nb, s) : rows_32<false, 2, 4>(wj, a8, nb, s); break;
-            case 3: four ? rows_32<true, 2, 3>(wj, a8, nb, s) : rows_32<false, 2, 3>(wj, a8, nb, s); break;
-            case 2: four ? rows_32<true, 2, 2>(wj, a8, nb, s) : rows_32<false, 2, 2>(wj, a8, nb, s); break;
-            default: four ? rows_32<true, 2, 1>(wj, a8, nb, s) : rows_32<false, 2, 1>(wj, a8, nb, s); break;
+            case 4: rows_32<false, 2, 4>(wj, a8, nb, s); break;
+            case 3: rows_32<false, 2, 3>(wj, a8, nb, s); break;
+            case 2: rows_32<false, 2, 2>(wj, a8, nb, s); break;
+            default: rows_32<false, 2, 1>(wj, a8, nb, s); break;
           }
           for (int jj = 0; jj < 2; ++jj)
             for (int i = 0; i < r; ++i) put(m + i, j + jj, s[jj * r + i]);
@@ -535,6 +540,7 @@ void quantize_rows(dtype t, const float* x, int64_t ldx, int64_t M, int64_t K, v
 void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                       bool accumulate) {
   if (M <= 0 || n <= 0) return;
+  if (M >= lane_gemm_min_rows(w.type) && matmul_quantized_lanes(xq, M, w, n, y, ldy, accumulate)) return;
   HWY_DYNAMIC_DISPATCH(matmul_quantized_impl)(xq, M, &w, n, y, ldy, accumulate);
 }
 

@@ -3,6 +3,7 @@
 // dequantized weights times the unquantized activations.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -10,6 +11,7 @@
 
 #include "model/cpu_kernels.hpp"
 #include "model/quant.hpp"
+#include "tests/skip.hpp"
 
 namespace {
 
@@ -46,9 +48,16 @@ std::vector<uint8_t> random_blocks(dtype t, int64_t rows, int64_t cols, std::mt1
 TEST_CASE("quantized matmul matches the scalar integer reference on every instruction set", "[quant]") {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct shape {
+    int64_t M, N, K;
+  };
+  // Below 5 (Q8_0, Q4_0) or 8 rows (K types): up to 4 activation rows per weight row, 2 weight
+  // rows per pass from 64 rows where Q8_0 has no VNNI; from there the batched kernels (tiles of
+  // 8 / 16 weight rows, partial tiles at N = 9 and 37, 4 activation rows at a time and the rest).
+  const shape shapes[] = {{1, 9, 512}, {3, 9, 512}, {6, 9, 512}, {67, 9, 512}, {5, 37, 768}, {16, 16, 256}, {67, 37, 512}};
   for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k})
-  for (int64_t M : {1, 3, 6, 67}) {  // 1 to 4 rows at a time, and 2 weight rows per pass from 64
-    const int64_t K = 512, N = 9;
+  for (const shape& sh : shapes) {
+    const int64_t M = sh.M, N = sh.N, K = sh.K;
     const auto blocks = random_blocks(t, N, K, rng);
     weight_ref w{t, blocks.data(), N, K};
     std::vector<float> x(size_t(M * K));
@@ -71,7 +80,7 @@ TEST_CASE("quantized matmul matches the scalar integer reference on every instru
       }
     }
     for (const std::string& isa : cpu_isa_available()) {
-      INFO(std::string(dtype_name(t)) << " on " << isa);
+      INFO(std::string(dtype_name(t)) << " on " << isa << ", M " << M << ", N " << N << ", K " << K);
       REQUIRE(cpu_isa_force(isa));
       std::vector<float> y(size_t(M * N), 1.0f);
       matmul_nt(x.data(), K, M, w, N, y.data(), N, /*accumulate=*/false);
@@ -90,4 +99,24 @@ TEST_CASE("quantized matmul matches the scalar integer reference on every instru
     }
     cpu_isa_force("");
   }
+}
+
+TEST_CASE("the batched quantized kernels take x86 targets with AVX2 or better", "[quant]") {
+  const auto isas = cpu_isa_available();
+  if (std::find(isas.begin(), isas.end(), "AVX2") == isas.end()) COSERVE_SKIP("this CPU has no AVX2");
+  std::mt19937 rng(3);
+  const int64_t K = 256, N = 8, M = 4;
+  std::vector<float> x(size_t(M * K), 0.5f), y(size_t(M * N));
+  std::vector<uint8_t> xq(size_t(M) * std::max(quantized_row_bytes(dtype::q4_k, K), quantized_row_bytes(dtype::q4_0, K)));
+  for (const std::string& isa : isas) {
+    if (isa != "AVX2" && isa.rfind("AVX3", 0) != 0) continue;
+    INFO(isa);
+    REQUIRE(cpu_isa_force(isa));
+    for (dtype t : {dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+      const auto blocks = random_blocks(t, N, K, rng);
+      quantize_rows(t, x.data(), K, M, K, xq.data());
+      CHECK(matmul_quantized_lanes(xq.data(), M, weight_ref{t, blocks.data(), N, K}, N, y.data(), N, false));
+    }
+  }
+  cpu_isa_force("");
 }

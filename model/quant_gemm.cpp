@@ -1,0 +1,458 @@
+// Batched integer products for quantized weights on x86 (AVX2, AVX-512, AVX-512 VNNI): the path
+// matmul_quantized takes when several activation rows meet each weight row (prefill, large decode
+// batches). Compiled once per SIMD target by Highway; targets without the kernels return false.
+//
+// Layout: a tile of L weight rows (L = 8 on AVX2, 16 on AVX-512) is unpacked to unsigned bytes
+// (Q8_0 + 128, Q4_0 nibbles, Q4_K/Q5_K 4-/5-bit values, Q6_K 6-bit values) and transposed so that
+// 32-bit lane i of a vector holds four consecutive values of row i. One activation dword
+// broadcast over the vector then makes 4 x L products per instruction (VPDPBUSD, or VPMADDUBSW +
+// VPMADDWD without VNNI), and the per-block scales of the L rows are vectors too: one conversion
+// and one FMA per block give L outputs. The weight offsets (Q8_0's +128, Q4_0's -8, the K types'
+// mins and Q6_K's -32) come from the activations' block sums. The tile is unpacked once per call
+// and stays in L1/L2 while every activation row passes it; the file's blocks are only read.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "model/quant_gemm.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "model/cpu_kernels.hpp"
+#include "model/quant.hpp"
+
+HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3_DL && HWY_COMPILER_GCC && !HWY_COMPILER_CLANG
+#pragma GCC target("avx512vnni,no-avxvnni")
+#elif HWY_TARGET == HWY_AVX3_DL && HWY_COMPILER_CLANG
+#pragma clang attribute push(__attribute__((target("avx512vnni"))), apply_to = function)
+#endif
+namespace coserve {
+namespace HWY_NAMESPACE {
+
+#undef COSERVE_LANE_GEMM
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+#define COSERVE_LANE_GEMM 1
+
+#if HWY_TARGET == HWY_AVX2
+constexpr int kLanes = 8;
+using vi = __m256i;
+using vf = __m256;
+HWY_INLINE vi vzero() { return _mm256_setzero_si256(); }
+HWY_INLINE vi vload(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+HWY_INLINE vi vset1(int32_t v) { return _mm256_set1_epi32(v); }
+HWY_INLINE vi vadd(vi a, vi b) { return _mm256_add_epi32(a, b); }
+HWY_INLINE vi vsub(vi a, vi b) { return _mm256_sub_epi32(a, b); }
+HWY_INLINE vi vmullo(vi a, vi b) { return _mm256_mullo_epi32(a, b); }
+HWY_INLINE vi vshl5(vi a) { return _mm256_slli_epi32(a, 5); }
+HWY_INLINE vi vmadd16(vi a, vi b) { return _mm256_madd_epi16(a, b); }
+HWY_INLINE vi vmaddubs(vi u, vi s) { return _mm256_maddubs_epi16(u, s); }
+HWY_INLINE vi vones16() { return _mm256_set1_epi16(1); }
+HWY_INLINE vf fzero() { return _mm256_setzero_ps(); }
+HWY_INLINE vf fload(const float* p) { return _mm256_loadu_ps(p); }
+HWY_INLINE vf fset1(float v) { return _mm256_set1_ps(v); }
+HWY_INLINE vf fmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+HWY_INLINE vf ffma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
+HWY_INLINE vf ffnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
+HWY_INLINE vf fcvt(vi a) { return _mm256_cvtepi32_ps(a); }
+HWY_INLINE void fstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
+#else
+constexpr int kLanes = 16;
+using vi = __m512i;
+using vf = __m512;
+HWY_INLINE vi vzero() { return _mm512_setzero_si512(); }
+HWY_INLINE vi vload(const void* p) { return _mm512_loadu_si512(p); }
+HWY_INLINE vi vset1(int32_t v) { return _mm512_set1_epi32(v); }
+HWY_INLINE vi vadd(vi a, vi b) { return _mm512_add_epi32(a, b); }
+HWY_INLINE vi vsub(vi a, vi b) { return _mm512_sub_epi32(a, b); }
+HWY_INLINE vi vmullo(vi a, vi b) { return _mm512_mullo_epi32(a, b); }
+HWY_INLINE vi vshl5(vi a) { return _mm512_slli_epi32(a, 5); }
+HWY_INLINE vi vmadd16(vi a, vi b) { return _mm512_madd_epi16(a, b); }
+HWY_INLINE vi vmaddubs(vi u, vi s) { return _mm512_maddubs_epi16(u, s); }
+HWY_INLINE vi vones16() { return _mm512_set1_epi16(1); }
+HWY_INLINE vf fzero() { return _mm512_setzero_ps(); }
+HWY_INLINE vf fload(const float* p) { return _mm512_loadu_ps(p); }
+HWY_INLINE vf fset1(float v) { return _mm512_set1_ps(v); }
+HWY_INLINE vf fmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+HWY_INLINE vf ffma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
+HWY_INLINE vf ffnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
+HWY_INLINE vf fcvt(vi a) { return _mm512_cvtepi32_ps(a); }
+HWY_INLINE void fstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
+#endif
+
+constexpr bool kVnni = HWY_TARGET == HWY_AVX3_DL;
+
+// acc + per lane the four products of unsigned bytes u with signed bytes s. Without VNNI the
+// int16 pair sums saturate past 32767: the callers' unsigned values stay <= 63, so they cannot.
+HWY_INLINE vi dot4(vi acc, vi u, vi s) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return _mm512_dpbusd_epi32(acc, u, s);
+#else
+  return vadd(acc, vmadd16(vmaddubs(u, s), vones16()));
+#endif
+}
+// acc + per lane a.lo * b.lo + a.hi * b.hi (int16 halves of each 32-bit lane).
+HWY_INLINE vi dot2w(vi acc, vi a, vi b) {
+#if HWY_TARGET == HWY_AVX3_DL
+  return _mm512_dpwssd_epi32(acc, a, b);
+#else
+  return vadd(acc, vmadd16(a, b));
+#endif
+}
+HWY_INLINE vi bcast(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return vset1(v);
+}
+HWY_INLINE float f16x(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+HWY_INLINE __m256i ld256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+HWY_INLINE void st256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
+
+// One tile of kLanes weight rows, unpacked and transposed; reused (thread-local) across calls.
+//   wt:   K / 4 dwords x kLanes lanes: the four unsigned values k .. k + 3 of row i at dword
+//         (k / 4) * kLanes + i
+//   f0:   per block x kLanes: d (all types)
+//   f1:   per block x kLanes: dmin (Q4_K, Q5_K)
+//   sc:   per sub-block x kLanes: the int32 sub-block scale (K types: 8 per block, Q6_K 16)
+//   pr:   per pair x kLanes: int16 pairs multiplied with the activations' 16-value sums (Q4_K/Q5_K:
+//         (m[s], m[s]); Q6_K: (sc[2u], sc[2u + 1]))
+//   rows: staging, kLanes rows of K unpacked values
+struct lane_tile {
+  uint8_t* wt = nullptr;
+  float* f0 = nullptr;
+  float* f1 = nullptr;
+  int32_t* sc = nullptr;
+  int32_t* pr = nullptr;
+  uint8_t* rows = nullptr;
+  int64_t k = 0;
+  uint8_t* mem = nullptr;
+
+  lane_tile() = default;
+  lane_tile(const lane_tile&) = delete;
+  lane_tile& operator=(const lane_tile&) = delete;
+  ~lane_tile() { ::operator delete[](mem, std::align_val_t{64}); }
+
+  void reserve(int64_t K) {
+    if (K <= k) return;
+    auto up = [](size_t b) { return (b + 63) / 64 * 64; };
+    const size_t L = kLanes;
+    const size_t s_wt = up(size_t(K) * L), s_f = up(size_t(K / 32) * L * 4), s_sc = up(size_t(K / 16) * L * 4),
+                 s_pr = up(size_t(K / 32) * L * 4), s_rows = up(size_t(K) * L);
+    ::operator delete[](mem, std::align_val_t{64});
+    mem = static_cast<uint8_t*>(::operator new[](s_wt + 2 * s_f + s_sc + s_pr + s_rows, std::align_val_t{64}));
+    uint8_t* p = mem;
+    wt = p;
+    p += s_wt;
+    f0 = reinterpret_cast<float*>(p);
+    p += s_f;
+    f1 = reinterpret_cast<float*>(p);
+    p += s_f;
+    sc = reinterpret_cast<int32_t*>(p);
+    p += s_sc;
+    pr = reinterpret_cast<int32_t*>(p);
+    p += s_pr;
+    rows = p;
+    k = K;
+  }
+};
+
+// Unpacks row i (of the tile) of type t at w into T.rows and the scale arrays.
+void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
+  uint8_t* dst = T.rows + size_t(i) * size_t(K);
+  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+  switch (t) {
+    case dtype::q8_0: {
+      const __m256i flip = _mm256_set1_epi8(char(0x80));
+      for (int64_t b = 0; b < K / 32; ++b, w += 34) {
+        T.f0[b * kLanes + i] = f16x(w);
+        st256(dst + 32 * b, _mm256_xor_si256(ld256(w + 2), flip));
+      }
+      break;
+    }
+    case dtype::q4_0: {
+      const __m128i m4x = _mm_set1_epi8(15);
+      for (int64_t b = 0; b < K / 32; ++b, w += 18) {
+        T.f0[b * kLanes + i] = f16x(w);
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b), _mm_and_si128(raw, m4x));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b + 16), _mm_and_si128(_mm_srli_epi16(raw, 4), m4x));
+      }
+      break;
+    }
+    case dtype::q4_k:
+    case dtype::q5_k: {
+      const bool five = t == dtype::q5_k;
+      const size_t bb = five ? 176 : 144;
+      const __m256i k16 = _mm256_set1_epi8(16);
+      for (int64_t b = 0; b < K / 256; ++b, w += bb) {
+        T.f0[b * kLanes + i] = f16x(w);
+        T.f1[b * kLanes + i] = f16x(w + 2);
+        for (int s = 0; s < 8; ++s) {
+          uint8_t sc, mn;
+          k_scale_min(w + 4, s, sc, mn);
+          T.sc[(b * 8 + s) * kLanes + i] = sc;
+          T.pr[(b * 8 + s) * kLanes + i] = int32_t(uint32_t(mn) | (uint32_t(mn) << 16));
+        }
+        const uint8_t* qs = five ? w + 48 : w + 16;
+        const __m256i hv = five ? ld256(w + 16) : _mm256_setzero_si256();
+        uint8_t* o = dst + 256 * b;
+        for (int c = 0; c < 4; ++c) {
+          const __m256i v = ld256(qs + 32 * c);
+          __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          if (five) {
+            const __m256i b0 = _mm256_set1_epi8(char(1 << (2 * c))), b1 = _mm256_set1_epi8(char(1 << (2 * c + 1)));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b0), b0), k16));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b1), b1), k16));
+          }
+          st256(o + 64 * c, lo);
+          st256(o + 64 * c + 32, hi);
+        }
+      }
+      break;
+    }
+    case dtype::q6_k: {
+      for (int64_t b = 0; b < K / 256; ++b, w += 210) {
+        const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
+        T.f0[b * kLanes + i] = f16x(w + 208);
+        for (int s = 0; s < 16; ++s) T.sc[(b * 16 + s) * kLanes + i] = scales[s];
+        for (int u = 0; u < 8; ++u)
+          T.pr[(b * 8 + u) * kLanes + i] =
+              int32_t(uint32_t(uint16_t(scales[2 * u])) | (uint32_t(uint16_t(scales[2 * u + 1])) << 16));
+        uint8_t* o = dst + 256 * b;
+        for (int n = 0; n < 2; ++n) {
+          const __m256i l0 = ld256(w + 64 * n), l1 = ld256(w + 64 * n + 32), h = ld256(w + 128 + 32 * n);
+          auto hi2 = [&](int shift) {
+            return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(shift)), m3), 4);
+          };
+          st256(o + 128 * n, _mm256_or_si256(_mm256_and_si256(l0, m4), hi2(0)));
+          st256(o + 128 * n + 32, _mm256_or_si256(_mm256_and_si256(l1, m4), hi2(2)));
+          st256(o + 128 * n + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hi2(4)));
+          st256(o + 128 * n + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hi2(6)));
+        }
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+// T.rows (kLanes rows of K bytes) to T.wt: dword t of row i to dword t * kLanes + i, by 8 x 8
+// dword transposes.
+void transpose_tile(lane_tile& T, int64_t K) {
+  const int64_t ndw = K / 4;
+  for (int h = 0; h < kLanes / 8; ++h)
+    for (int64_t t0 = 0; t0 < ndw; t0 += 8) {
+      __m256 r[8], u[8], s[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = _mm256_castsi256_ps(ld256(T.rows + size_t(8 * h + i) * size_t(K) + size_t(4 * t0)));
+      for (int i = 0; i < 8; i += 2) {
+        u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        s[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
+        s[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
+        s[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
+        s[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
+      }
+      for (int k = 0; k < 4; ++k) {
+        uint8_t* o0 = T.wt + (size_t(t0 + k) * kLanes + size_t(8 * h)) * 4;
+        uint8_t* o1 = T.wt + (size_t(t0 + k + 4) * kLanes + size_t(8 * h)) * 4;
+        st256(o0, _mm256_castps_si256(_mm256_permute2f128_ps(s[k], s[k + 4], 0x20)));
+        st256(o1, _mm256_castps_si256(_mm256_permute2f128_ps(s[k], s[k + 4], 0x31)));
+      }
+    }
+}
+
+void pack_tile(dtype t, const uint8_t* w, size_t row_bytes, int nr, int64_t K, lane_tile& T) {
+  T.reserve(K);
+  for (int i = 0; i < nr; ++i) unpack_row(t, w + size_t(i) * row_bytes, K, i, T);
+  if (nr < kLanes) {
+    // Missing rows: zero values and scales, so their lanes compute zeros that are never stored.
+    for (int i = nr; i < kLanes; ++i) std::memset(T.rows + size_t(i) * size_t(K), 0, size_t(K));
+    const int64_t nb = uses_q8k(t) ? K / 256 : K / 32;
+    for (int64_t b = 0; b < nb; ++b)
+      for (int i = nr; i < kLanes; ++i) T.f0[b * kLanes + i] = T.f1[b * kLanes + i] = 0.0f;
+    if (uses_q8k(t)) {
+      for (int64_t s = 0; s < K / 16; ++s)
+        for (int i = nr; i < kLanes; ++i) T.sc[s * kLanes + i] = 0;
+      for (int64_t s = 0; s < K / 32; ++s)
+        for (int i = nr; i < kLanes; ++i) T.pr[s * kLanes + i] = 0;
+    }
+  }
+  transpose_tile(T, K);
+}
+
+HWY_INLINE const uint8_t* wvec(const lane_tile& T, int64_t dword) { return T.wt + size_t(dword) * kLanes * 4; }
+
+// Q8_0 / Q4_0: per block, the integer sums of (value + off) * a, less off * sum(a).
+template <int R>
+void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t nb, float* out) {
+  vf acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = fzero();
+  for (int64_t b = 0; b < nb; ++b) {
+    vi d[R];
+    for (int r = 0; r < R; ++r) d[r] = vzero();
+    for (int k = 0; k < 8; ++k) {
+      const vi w = vload(wvec(T, b * 8 + k));
+      for (int r = 0; r < R; ++r) d[r] = dot4(d[r], w, bcast(a[r][b].q + 4 * k));
+    }
+    const vf dw = fload(T.f0 + b * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const vi s = vsub(d[r], vset1(off * a[r][b].s));
+      acc[r] = ffma(fcvt(s), fmul(dw, fset1(a[r][b].d)), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
+}
+
+// Q4_K / Q5_K: d * sum_s sc[s] * (q . a)_s - dmin * sum_s m[s] * (sum of a)_s, per block.
+template <int R>
+void lanes_k45(const lane_tile& T, const q8k_block* const* a, int64_t nb, float* out) {
+  vf acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = fzero();
+  for (int64_t b = 0; b < nb; ++b) {
+    vi is[R], ms[R];
+    for (int r = 0; r < R; ++r) is[r] = ms[r] = vzero();
+    for (int s = 0; s < 8; ++s) {
+      const int64_t sb = b * 8 + s;
+      vi d[R];
+      for (int r = 0; r < R; ++r) d[r] = vzero();
+      for (int k = 0; k < 8; ++k) {
+        const vi w = vload(wvec(T, sb * 8 + k));
+        for (int r = 0; r < R; ++r) d[r] = dot4(d[r], w, bcast(a[r][b].q + 32 * s + 4 * k));
+      }
+      const vi scv = vload(T.sc + sb * kLanes), mp = vload(T.pr + sb * kLanes);
+      for (int r = 0; r < R; ++r) {
+        is[r] = vadd(is[r], vmullo(d[r], scv));
+        ms[r] = dot2w(ms[r], mp, bcast(a[r][b].bsums + 2 * s));
+      }
+    }
+    const vf dv = fload(T.f0 + b * kLanes), mv = fload(T.f1 + b * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const vf ad = fset1(a[r][b].d);
+      acc[r] = ffma(fcvt(is[r]), fmul(dv, ad), acc[r]);
+      acc[r] = ffnma(fcvt(ms[r]), fmul(mv, ad), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
+}
+
+// Q6_K: d * (sum_t sc[t] * (q . a)_t - 32 * sum_t sc[t] * (sum of a)_t), 16-value sub-blocks t.
+template <int R>
+void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float* out) {
+  vf acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = fzero();
+  for (int64_t b = 0; b < nb; ++b) {
+    vi is[R], cs[R];
+    for (int r = 0; r < R; ++r) is[r] = cs[r] = vzero();
+    for (int t = 0; t < 16; ++t) {
+      vi d[R];
+      for (int r = 0; r < R; ++r) d[r] = vzero();
+      for (int k = 0; k < 4; ++k) {
+        const vi w = vload(wvec(T, b * 64 + t * 4 + k));
+        for (int r = 0; r < R; ++r) d[r] = dot4(d[r], w, bcast(a[r][b].q + 16 * t + 4 * k));
+      }
+      const vi scv = vload(T.sc + (b * 16 + t) * kLanes);
+      for (int r = 0; r < R; ++r) is[r] = vadd(is[r], vmullo(d[r], scv));
+    }
+    for (int u = 0; u < 8; ++u) {
+      const vi pv = vload(T.pr + (b * 8 + u) * kLanes);
+      for (int r = 0; r < R; ++r) cs[r] = dot2w(cs[r], pv, bcast(a[r][b].bsums + 2 * u));
+    }
+    const vf dv = fload(T.f0 + b * kLanes);
+    for (int r = 0; r < R; ++r) acc[r] = ffma(fcvt(vsub(is[r], vshl5(cs[r]))), fmul(dv, fset1(a[r][b].d)), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
+}
+
+template <int R>
+void lanes_rows(dtype t, const lane_tile& T, const void* const* act, int64_t nb, float* out) {
+  switch (t) {
+    case dtype::q8_0: lanes_32<R>(T, 128, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q4_0: lanes_32<R>(T, 8, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q4_k:
+    case dtype::q5_k: lanes_k45<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::q6_k: lanes_q6k<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    default: break;
+  }
+}
+#endif  // x86
+
+// See quant.hpp (matmul_quantized); false when this target has no such kernels for w.type.
+bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y, int64_t ldy,
+                       bool accumulate) {
+#ifdef COSERVE_LANE_GEMM
+  const weight_ref& w = *wr;
+  // Without VNNI the products are int16 pair sums: Q8_0's +128 bytes could saturate them.
+  if (!kVnni && w.type == dtype::q8_0) return false;
+  if (!dtype_is_quantized(w.type)) return false;
+  const int64_t K = w.cols;
+  const bool k_type = uses_q8k(w.type);
+  const int64_t nb = K / (k_type ? 256 : 32);
+  const size_t row_bytes = w.row_bytes();
+  const size_t act_stride = (k_type ? sizeof(q8k_block) : sizeof(q8_block)) * size_t(nb);
+  const auto* act0 = static_cast<const uint8_t*>(xq);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  thread_local lane_tile T;
+  constexpr int kR = 4;
+  alignas(64) float res[kR * kLanes];
+  for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
+    const int nr = int(std::min<int64_t>(kLanes, n - j0));
+    pack_tile(w.type, base + size_t(j0) * row_bytes, row_bytes, nr, K, T);
+    for (int64_t m = 0; m < M; m += kR) {
+      const int r = int(std::min<int64_t>(kR, M - m));
+      const void* act[kR];
+      for (int i = 0; i < r; ++i) act[i] = act0 + size_t(m + i) * act_stride;
+      switch (r) {
+        case 4: lanes_rows<4>(w.type, T, act, nb, res); break;
+        case 3: lanes_rows<3>(w.type, T, act, nb, res); break;
+        case 2: lanes_rows<2>(w.type, T, act, nb, res); break;
+        default: lanes_rows<1>(w.type, T, act, nb, res); break;
+      }
+      for (int i = 0; i < r; ++i) {
+        float* yr = y + (m + i) * ldy + j0;
+        const float* s = res + i * kLanes;
+        if (accumulate)
+          for (int l = 0; l < nr; ++l) yr[l] += s[l];
+        else
+          for (int l = 0; l < nr; ++l) yr[l] = s[l];
+      }
+    }
+  }
+  return true;
+#else
+  (void)xq, (void)M, (void)wr, (void)n, (void)y, (void)ldy, (void)accumulate;
+  return false;
+#endif
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace coserve
+#if HWY_TARGET == HWY_AVX3_DL && HWY_COMPILER_CLANG
+#pragma clang attribute pop
+#endif
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace coserve {
+
+HWY_EXPORT(matmul_lanes_impl);
+
+bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                            bool accumulate) {
+  return HWY_DYNAMIC_DISPATCH(matmul_lanes_impl)(xq, M, &w, n, y, ldy, accumulate);
+}
+
+}  // namespace coserve
+#endif  // HWY_ONCE
