@@ -34,7 +34,9 @@ With --quant, the same rows for each GGUF type, both sides running the same file
 `generate`/`serve FILE.gguf`), then for f16 the greedy row and for the quantized types:
   logprobs               16 greedy steps from the same prompt ids, KV cache f16 on both sides: at each
                          step (while both greedy paths agree) the largest |coserve - llama.cpp|
-                         log-probability over llama.cpp's top 10 (llama-server n_probs)
+                         log-probability over llama.cpp's top 10 (llama-server n_probs); and vLLM's
+                         check_logprobs_close: where the ids first differ, each side's token is in
+                         the other's top 10
 Each number is the median of --reps runs after one discarded warm-up run (llama-bench: its own
 warm-up, --reps repetitions). Ratios: throughput coserve / llama.cpp, latency llama.cpp / coserve.
 
@@ -515,16 +517,23 @@ def logprob_row(ctx, gguf):
             res = json.loads(r.read())
         lcmd = s.cmd
     diffs = []
+    close = True  # vLLM's check_logprobs_close: where the greedy ids first differ, each side's
+    # token is among the other side's top LOGPROB_TOP; the comparison stops there.
     for step, (logits, probs) in enumerate(zip(cres["logits"], res["completion_probabilities"])):
         m = max(logits)
         lse = m + math.log(sum(math.exp(x - m) for x in logits))
         diffs.append(max(abs((logits[t["id"]] - lse) - t["logprob"]) for t in probs["top_logprobs"]))
-        if cres["output_ids"][step] != res["tokens"][step]:
+        cid, lid = cres["output_ids"][step], res["tokens"][step]
+        if cid != lid:
+            ctop = sorted(range(len(logits)), key=lambda i: -logits[i])[:LOGPROB_TOP]
+            close = cid in [t["id"] for t in probs["top_logprobs"]] and lid in ctop
             break  # later steps condition on different tokens
     worst = max(diffs) if diffs else None
-    log(f"  {ctx.dtype} logprobs: max |diff| over llama.cpp's top {LOGPROB_TOP} at {len(diffs)} steps: {worst}")
+    log(f"  {ctx.dtype} logprobs: max |diff| over llama.cpp's top {LOGPROB_TOP} at {len(diffs)} steps: {worst}; "
+        f"logprobs close (vLLM's criterion): {close}")
     return {"model": ctx.model, "dtype": ctx.dtype, "threads": ctx.threads, "bench": "logprobs",
             "name": f"next-token logprobs, top {LOGPROB_TOP}, {len(diffs)} steps", "max_abs_diff": worst,
+            "logprobs_close": close,
             "per_step_max_abs_diff": diffs, "coserve_ids": cres["output_ids"], "llamacpp_ids": res["tokens"],
             "coserve_cmd": shlex.join(map(str, ccmd)), "llamacpp_cmd": shlex.join(map(str, lcmd))}
 
@@ -583,8 +592,9 @@ def markdown(meta, rows):
             lines.append(f"| {r['model']} | {r['dtype']} | {r['name']} | {verdict} | | |")
             continue
         if r["bench"] == "logprobs":
-            lines.append(f"| {r['model']} | {r['dtype']} | {r['name']}: max abs difference | "
-                         f"{fmt(r['max_abs_diff'])} | | |")
+            close = {True: "yes", False: "no"}.get(r.get("logprobs_close"), "?")
+            lines.append(f"| {r['model']} | {r['dtype']} | {r['name']}: max abs difference; "
+                         f"close by vLLM's check_logprobs_close | {fmt(r['max_abs_diff'])}; {close} | | |")
             continue
         unit = "ms" if r["metric"].endswith("_ms") else "tok/s"
         lines.append(f"| {r['model']} | {r['dtype']} | {r['name']} ({unit}) | {fmt(r['coserve'])} | "
