@@ -151,6 +151,10 @@ class engine_impl final : public engine {
 
     rt::system_config sc;
     sc.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 4);
+    // Spans kept per thread (56 bytes each, the ring allocated whole): 2^18 (14.7 MB a thread)
+    // when a trace file is asked for, otherwise 2^15 (1.8 MB), enough for /api/trace's recent
+    // window without the engine's threads holding ~100 MB of trace.
+    sc.trace_ring_capacity = cfg_.trace_file.empty() ? size_t(1) << 15 : size_t(1) << 18;
     sys_ = std::make_unique<rt::system>(sc);
     p_ = std::make_shared<pipeline>();
     p_->sys = sys_.get();
