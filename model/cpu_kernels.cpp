@@ -387,12 +387,48 @@ void attend_typed(const attn_tile& t) {
       widen_row(vc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, vbuf + size_t(j) * d, d);
     }
     const size_t n_pad = (size_t(n) + L - 1) / L * L;
-    if (transposed)
+    if (transposed) {
       for (size_t c = 0; c < d; ++c) {
         float* dst = kt + c * sc_len;
         for (size_t j = 0; j < size_t(n); ++j) dst[j] = kbuf[j * d + c];
         for (size_t j = size_t(n); j < n_pad; ++j) dst[j] = 0.0f;
       }
+      // Scores of every row that sees part of the chunk: 4 rows at a time share each K load, and
+      // their 4 independent FMA chains (8 with two position vectors) keep the FMA units busy where
+      // one row's chain waited on each FMA's latency.
+      // Rows go by query position: a group of 4 whose last row cannot see pos is skipped.
+      for (size_t r0 = 0; r0 < rows; r0 += 4) {
+        if (t.q_pos0 + int32_t(std::min(r0 + 3, rows - 1) / size_t(t.group)) < pos) continue;
+        const float* qr[4];
+        for (size_t i = 0; i < 4; ++i) qr[i] = q + std::min(r0 + i, rows - 1) * d;
+        size_t j0 = 0;
+        for (; j0 + 2 * L <= n_pad; j0 += 2 * L) {
+          VF a[4][2];
+          for (auto& ai : a) ai[0] = ai[1] = hn::Zero(df);
+          for (size_t c = 0; c < d; ++c) {
+            const VF k0 = hn::LoadU(df, kt + c * sc_len + j0), k1 = hn::LoadU(df, kt + c * sc_len + j0 + L);
+            for (size_t i = 0; i < 4; ++i) {
+              const VF qv = hn::Set(df, qr[i][c]);
+              a[i][0] = hn::MulAdd(qv, k0, a[i][0]);
+              a[i][1] = hn::MulAdd(qv, k1, a[i][1]);
+            }
+          }
+          for (size_t i = 0; i < 4 && r0 + i < rows; ++i) {
+            hn::StoreU(a[i][0], df, sc + (r0 + i) * sc_len + j0);
+            hn::StoreU(a[i][1], df, sc + (r0 + i) * sc_len + j0 + L);
+          }
+        }
+        if (j0 < n_pad) {
+          VF a[4];
+          for (auto& ai : a) ai = hn::Zero(df);
+          for (size_t c = 0; c < d; ++c) {
+            const VF k0 = hn::LoadU(df, kt + c * sc_len + j0);
+            for (size_t i = 0; i < 4; ++i) a[i] = hn::MulAdd(hn::Set(df, qr[i][c]), k0, a[i]);
+          }
+          for (size_t i = 0; i < 4 && r0 + i < rows; ++i) hn::StoreU(a[i], df, sc + (r0 + i) * sc_len + j0);
+        }
+      }
+    }
     for (size_t r = 0; r < rows; ++r) {
       const int32_t limit = t.q_pos0 + int32_t(r / size_t(t.group));  // last visible position
       float* s = sc + r * sc_len;
@@ -400,17 +436,6 @@ void attend_typed(const attn_tile& t) {
       if (visible <= 0) continue;
       float block_max = -INFINITY;
       if (transposed) {
-        const float* qr = q + r * d;
-        for (size_t j0 = 0; j0 < n_pad; j0 += L) {
-          VF a0 = hn::Zero(df), a1 = hn::Zero(df);
-          size_t c = 0;
-          for (; c + 2 <= d; c += 2) {
-            a0 = hn::MulAdd(hn::Set(df, qr[c]), hn::LoadU(df, kt + c * sc_len + j0), a0);
-            a1 = hn::MulAdd(hn::Set(df, qr[c + 1]), hn::LoadU(df, kt + (c + 1) * sc_len + j0), a1);
-          }
-          if (c < d) a0 = hn::MulAdd(hn::Set(df, qr[c]), hn::LoadU(df, kt + c * sc_len + j0), a0);
-          hn::StoreU(hn::Add(a0, a1), df, s + j0);
-        }
         for (int32_t j = 0; j < visible; ++j) block_max = std::max(block_max, s[j]);
       } else {
         for (int32_t j = 0; j < visible; ++j) {

@@ -244,12 +244,14 @@ HWY_INLINE __m256i dot_us(__m256i u, __m256i s) {
 template <bool kFour, int NR, int R>
 void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float* out) {
   // Two accumulator sets, even and odd blocks: with one weight and one activation row a single
-  // FMA chain (4 cycles a block) was the limit, not memory.
+  // FMA chain (4 cycles a block) was the limit, not memory. Q4_0's nibbles go into the products
+  // unsigned (0..15); their offset, 8 * d_w * d_a * sum(a), is summed apart (q8_block.s).
   __m256 acc[2][NR][R];
+  float off[NR][R] = {};
   for (int e = 0; e < 2; ++e)
     for (int i = 0; i < NR; ++i)
       for (int r = 0; r < R; ++r) acc[e][i][r] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(15), k8 = _mm256_set1_epi8(8);
+  const __m256i m4 = _mm256_set1_epi8(15);
   constexpr size_t bb = kFour ? 18 : 34;
   auto block = [&](size_t b, __m256(&ac)[NR][R]) HWY_ATTR {
     __m256i wq[NR], aw[NR];
@@ -258,19 +260,26 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
       const uint8_t* wb = w[i] + b * bb;
       if constexpr (kFour) {
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
-        wq[i] = _mm256_sub_epi8(_mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4), k8);
+        wq[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
       } else {
         wq[i] = ld(wb + 2);
+        aw[i] = _mm256_sign_epi8(wq[i], wq[i]);
       }
-      aw[i] = _mm256_sign_epi8(wq[i], wq[i]);
       dw[i] = f16x(wb);
     }
     for (int r = 0; r < R; ++r) {
       const __m256i x = ld(a[r][b].q);
       const float da = a[r][b].d;
       for (int i = 0; i < NR; ++i) {
-        const __m256i s = dot_us(aw[i], _mm256_sign_epi8(x, wq[i]));
-        ac[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(dw[i] * da), ac[i][r]);
+        const float scale = dw[i] * da;
+        __m256i s;
+        if constexpr (kFour) {
+          s = dot_us(wq[i], x);
+          off[i][r] += scale * float(a[r][b].s);
+        } else {
+          s = dot_us(aw[i], _mm256_sign_epi8(x, wq[i]));
+        }
+        ac[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(scale), ac[i][r]);
       }
     }
   };
@@ -281,7 +290,8 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
   }
   if (b < nb) block(b, acc[0]);
   for (int i = 0; i < NR; ++i)
-    for (int r = 0; r < R; ++r) out[i * R + r] = hsum8(_mm256_add_ps(acc[0][i][r], acc[1][i][r]));
+    for (int r = 0; r < R; ++r)
+      out[i * R + r] = hsum8(_mm256_add_ps(acc[0][i][r], acc[1][i][r])) - 8.0f * off[i][r];
 }
 
 // Q4_K / Q5_K (kFive) with Q8_K activations, R rows. The mins' share (dmin * m[s] times the sum of
