@@ -315,8 +315,11 @@ void rows_k45(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
     utmp[0] &= km1;
     // The scales and mins come from the registers: reading utmp back as bytes or as one 64-bit
     // value right after its 32-bit stores stalls on store forwarding (measured: 40% of the kernel).
-    auto sc_at = [&](int s) { return int(((s < 4 ? utmp[0] : utmp[1]) >> (8 * (s & 3))) & 0xFF); };
     const __m128i mn8 = _mm_cvtsi64_si128(int64_t(uint64_t(utmp[2]) | (uint64_t(utmp[3]) << 32)));
+    // The eight scales as int16 in both 128-bit halves; sub-block s's scale is word s broadcast
+    // by one byte shuffle (a scalar extract and broadcast per sub-block cost 3-4 instructions).
+    const __m256i sc16 = _mm256_broadcastsi128_si256(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(uint64_t(utmp[0]) | (uint64_t(utmp[1]) << 32)))));
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));  // m[s] at 2s, 2s + 1
     const uint8_t* qs = kFive ? w + 48 : w + 16;
     __m256i hv = _mm256_setzero_si256();
@@ -332,7 +335,7 @@ void rows_k45(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
           const __m256i bit = _mm256_set1_epi8(char(1 << s));
           q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit), k16));
         }
-        const __m256i scale = _mm256_set1_epi16(short(sc_at(s)));
+        const __m256i scale = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0100 + 0x0202 * s)));
         for (int r = 0; r < R; ++r)
           isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + 32 * s)), scale));
       }
@@ -360,6 +363,10 @@ void rows_q6k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
     const uint8_t* qh = w + 128;
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    // Scale pairs (sc[2k], sc[2k + 1]) are dword k of sc16: broadcast it, then one shuffle puts
+    // sc[2k] in every word of the low half and sc[2k + 1] in the high half.
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
     __m256i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
     for (int hh = 0; hh < 2; ++hh) {
@@ -370,7 +377,8 @@ void rows_q6k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
         const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hv, _mm_cvtsi32_si128(2 * s)), m3);
         const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
         const int v0 = 128 * hh + 32 * s;
-        const __m256i scales = _mm256_set_m128i(_mm_set1_epi16(sc[v0 / 16 + 1]), _mm_set1_epi16(sc[v0 / 16]));
+        const __m256i scales =
+            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(v0 / 32)), pick);
         for (int r = 0; r < R; ++r)
           isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + v0)), scales));
       }
