@@ -21,9 +21,13 @@
 #include <cstdio>
 #include <fstream>
 #include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "actors/executor_actor.hpp"
 #include "actors/grammar_actor.hpp"
@@ -40,6 +44,8 @@
 #include "model/tokenizer/tokenizer.hpp"
 #include "runtime/system.hpp"
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
+#include <dlfcn.h>
+
 #include "gpu/gpu_executor.hpp"
 #endif
 
@@ -516,6 +522,48 @@ int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
   return static_cast<int32_t>(std::clamp<int64_t>(std::min(fit, cap), std::min(per_seq, cap), int64_t{1} << 30));
 }
 
+#if defined(COSERVE_HAVE_GPU_EXECUTOR)
+namespace {
+// The CUDA executor lives in libcoserve_cuda.so (gpu/cuda_module.cpp), loaded on first use and
+// kept for the life of the process: $COSERVE_CUDA_MODULE if set, else the file beside the running
+// binary, else the dynamic loader's search path.
+result<std::unique_ptr<executor>> make_cuda_executor(const gpu::gpu_executor_options& opts) {
+  using make_fn = void (*)(const gpu::gpu_executor_options*, std::optional<result<std::unique_ptr<executor>>>*);
+  static std::mutex mu;
+  static make_fn fn = nullptr;
+  std::lock_guard lock(mu);
+  if (!fn) {
+    std::vector<std::string> tried;
+    if (const char* env = std::getenv("COSERVE_CUDA_MODULE"); env && *env) {
+      tried.emplace_back(env);
+    } else {
+      std::error_code ec;
+      const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+      if (!ec) tried.push_back((exe.parent_path() / "libcoserve_cuda.so").string());
+      tried.emplace_back("libcoserve_cuda.so");
+    }
+    std::string why;
+    for (const std::string& path : tried) {
+      void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (!h) {
+        const char* e = dlerror();
+        why += (why.empty() ? "" : "; ") + std::string(e ? e : path + ": cannot load");
+        continue;
+      }
+      fn = reinterpret_cast<make_fn>(dlsym(h, "coserve_make_gpu_executor_v1"));
+      if (fn) break;
+      why += (why.empty() ? "" : "; ") + path + ": no coserve_make_gpu_executor_v1";
+    }
+    if (!fn) return error{"unavailable", "device 'cuda': the CUDA executor module did not load (" + why + ")"};
+  }
+  std::optional<result<std::unique_ptr<executor>>> out;
+  fn(&opts, &out);
+  if (!out) return error{"internal", "device 'cuda': the CUDA executor module returned nothing"};
+  return std::move(*out);
+}
+}  // namespace
+#endif
+
 result<std::unique_ptr<executor>> make_default_executor(const engine_config& config) {
   auto model = load_model_config(config.model_dir.string());
   if (!model) return model.err();
@@ -567,7 +615,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.num_kv_blocks = static_cast<int32_t>(config.num_kv_blocks);
     opts.return_logits = config.return_logits;
     opts.progress = progress_logger("weights to the GPU");
-    auto e = gpu::make_gpu_executor(opts);
+    auto e = make_cuda_executor(opts);
     if (!e) return e.err();
     exec = std::move(*e);
 #else

@@ -1,0 +1,59 @@
+"""The CUDA executor as a module: the coserve binary does not link the CUDA libraries (a CPU-only
+host runs it without them), and --device cuda loads libcoserve_cuda.so from beside the binary.
+On a host without a GPU the module loads and reports that there is no device; a module path that
+does not exist is a clear error. Both end the server with a non-zero exit status and the reason."""
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import coserve_binary
+
+
+def module_path(binary):
+    return pathlib.Path(binary).resolve().parent / "libcoserve_cuda.so"
+
+
+def needed_libraries(path):
+    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+    return [line.split("[", 1)[1].rstrip("]") for line in out.splitlines() if "(NEEDED)" in line]
+
+
+def test_binary_does_not_link_cuda_libraries():
+    if shutil.which("readelf") is None:
+        pytest.skip("readelf not installed")
+    binary = coserve_binary()
+    needed = needed_libraries(binary)
+    assert not [n for n in needed if "cuda" in n or "cublas" in n], needed
+    if module_path(binary).exists():
+        mod = needed_libraries(module_path(binary))
+        assert any("cublasLt" in n for n in mod) and any("cudart" in n for n in mod), mod
+
+
+def run_serve(binary, env):
+    return subprocess.run([binary, "serve", "--demo", "--device", "cuda", "--port", "0"],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_device_cuda_loads_the_module():
+    binary = coserve_binary()
+    if not module_path(binary).exists():
+        pytest.skip("this build has no CUDA executor module")
+    if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
+        pytest.skip("a GPU is present: the GPU tests run the module")
+    r = run_serve(binary, dict(os.environ))
+    assert r.returncode != 0, r.stderr
+    assert "no CUDA device" in r.stderr, r.stderr
+    assert "did not load" not in r.stderr
+
+
+def test_missing_module_is_a_clear_error():
+    binary = coserve_binary()
+    if not module_path(binary).exists():
+        pytest.skip("this build has no CUDA executor module")
+    env = dict(os.environ, COSERVE_CUDA_MODULE="/nonexistent/libcoserve_cuda.so")
+    r = run_serve(binary, env)
+    assert r.returncode != 0, r.stderr
+    assert "the CUDA executor module did not load" in r.stderr and "/nonexistent/libcoserve_cuda.so" in r.stderr, r.stderr
