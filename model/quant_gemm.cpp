@@ -28,10 +28,15 @@
 #include "model/quant.hpp"
 
 HWY_BEFORE_NAMESPACE();
+// VPDPBUSD on the AVX3_DL target, with GCC: the pragma adds AVX512-VNNI to the target's flags (and
+// drops the VEX AVX-VNNI that Highway 1.0 lists there). Clang does not combine a second target
+// attribute with Highway's, so a clang build runs the AVX3_DL target on the AVX-512 products.
+#undef COSERVE_VNNI
 #if HWY_TARGET == HWY_AVX3_DL && HWY_COMPILER_GCC && !HWY_COMPILER_CLANG
 #pragma GCC target("avx512vnni,no-avxvnni")
-#elif HWY_TARGET == HWY_AVX3_DL && HWY_COMPILER_CLANG
-#pragma clang attribute push(__attribute__((target("avx512vnni"))), apply_to = function)
+#define COSERVE_VNNI 1
+#else
+#define COSERVE_VNNI 0
 #endif
 namespace coserve {
 namespace HWY_NAMESPACE {
@@ -86,12 +91,12 @@ HWY_INLINE vf fcvt(vi a) { return _mm512_cvtepi32_ps(a); }
 HWY_INLINE void fstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
 #endif
 
-constexpr bool kVnni = HWY_TARGET == HWY_AVX3_DL;
+constexpr bool kVnni = COSERVE_VNNI;
 
 // acc + per lane the four products of unsigned bytes u with signed bytes s. Without VNNI the
 // int16 pair sums saturate past 32767: the callers' unsigned values stay <= 63, so they cannot.
 HWY_INLINE vi dot4(vi acc, vi u, vi s) {
-#if HWY_TARGET == HWY_AVX3_DL
+#if COSERVE_VNNI
   return _mm512_dpbusd_epi32(acc, u, s);
 #else
   return vadd(acc, vmadd16(vmaddubs(u, s), vones16()));
@@ -99,7 +104,7 @@ HWY_INLINE vi dot4(vi acc, vi u, vi s) {
 }
 // acc + per lane a.lo * b.lo + a.hi * b.hi (int16 halves of each 32-bit lane).
 HWY_INLINE vi dot2w(vi acc, vi a, vi b) {
-#if HWY_TARGET == HWY_AVX3_DL
+#if COSERVE_VNNI
   return _mm512_dpwssd_epi32(acc, a, b);
 #else
   return vadd(acc, vmadd16(a, b));
@@ -439,9 +444,6 @@ bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t 
 
 }  // namespace HWY_NAMESPACE
 }  // namespace coserve
-#if HWY_TARGET == HWY_AVX3_DL && HWY_COMPILER_CLANG
-#pragma clang attribute pop
-#endif
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
