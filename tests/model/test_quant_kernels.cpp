@@ -54,10 +54,14 @@ TEST_CASE("quantized matmul matches the scalar integer reference on every instru
   // Below 5 (Q8_0, Q4_0) or 8 rows (K types): up to 4 activation rows per weight row, 2 weight
   // rows per pass from 64 rows where Q8_0 has no VNNI; from there the batched kernels (tiles of
   // 8 / 16 weight rows, partial tiles at N = 9 and 37, 4 activation rows at a time and the rest).
-  const shape shapes[] = {{1, 9, 512}, {3, 9, 512}, {6, 9, 512}, {67, 9, 512}, {5, 37, 768}, {16, 16, 256}, {67, 37, 512}};
+  // K = 288 and 96: Q8_0 / Q4_0 only (block counts that are no multiple of 8 or of the 256-value
+  // K blocks).
+  const shape shapes[] = {{1, 9, 512}, {3, 9, 512}, {6, 9, 512}, {67, 9, 512}, {5, 37, 768}, {16, 16, 256},
+                          {67, 37, 512}, {1, 9, 288}, {1, 5, 96}, {2, 5, 96}};
   for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k})
   for (const shape& sh : shapes) {
     const int64_t M = sh.M, N = sh.N, K = sh.K;
+    if (K % dtype_block_elems(t) != 0) continue;
     const auto blocks = random_blocks(t, N, K, rng);
     weight_ref w{t, blocks.data(), N, K};
     std::vector<float> x(size_t(M * K));
