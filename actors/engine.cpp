@@ -593,12 +593,19 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes(),
                                              draft_cfg ? &*draft_cfg : nullptr);
     opts.num_threads = config.cpu_threads;
+    opts.tensor_parallel_size = config.tensor_parallel_size;
+    opts.world = config.tp_communicator;
     opts.max_model_len = config.max_model_len;
     opts.return_logits = config.return_logits;
     auto e = cpu_executor::load(config.model_dir.string(), opts, progress_logger("weights"));
     if (!e) return e.err();
     exec = std::move(*e);
   } else if (config.device == "cuda") {
+    if (config.tensor_parallel_size > 1)
+      return error{"invalid_argument", "--tensor-parallel-size " + std::to_string(config.tensor_parallel_size) +
+                                           ": the CUDA executor runs on one GPU in this build; tensor parallelism "
+                                           "runs on --device cpu (threads, or MPI ranks under mpirun)",
+                   "tensor_parallel_size"};
     if (config.kv_cache_dtype != "auto" && config.kv_cache_dtype != "bf16" && config.kv_cache_dtype != "bfloat16")
       return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "': the CUDA executor keeps a bf16 cache"};
     if (config.dtype != "auto" && config.dtype != "bfloat16" && config.dtype != "bf16")

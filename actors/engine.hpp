@@ -34,6 +34,7 @@ namespace coserve {
 
 class executor;
 struct engine_config;
+class communicator;
 
 // Builds the engine's executor instead of the built-in CPU/CUDA choice (embedders with their own
 // device, tests injecting faults). It may wrap the built-in one: make_default_executor.
@@ -81,6 +82,11 @@ struct engine_config {
   int32_t max_consecutive_step_failures = 3;
   // A step running longer than this fails the engine the same way (0: never).
   std::chrono::milliseconds step_timeout{std::chrono::minutes(5)};
+  // Tensor parallelism (--tensor-parallel-size): the model's layers split over this many ranks
+  // (CPU executor; model/tensor_parallel.hpp). Without `communicator` the ranks are threads of
+  // this process; with tp_communicator (an MPI launch), the job's ranks, this process being rank 0.
+  int32_t tensor_parallel_size = 1;
+  std::shared_ptr<communicator> tp_communicator;
   executor_factory make_executor;        // empty: the built-in executor for `device`
   // Fault injection: called as each serving actor starts handling a message (actor and message
   // names); an exception it throws is that handler's failure. Leave empty outside tests.

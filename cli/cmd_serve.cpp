@@ -31,6 +31,8 @@
 #include "http/server.hpp"
 #include "http/reasoning.hpp"
 #include "http/tool_calls.hpp"
+#include "model/communicator.hpp"
+#include "model/cpu_executor.hpp"
 #include "model/demo_model.hpp"
 #include "model/dtype.hpp"
 
@@ -95,7 +97,16 @@ engine:
                                 /tokenize and /detokenize run there, never on the HTTP threads
                                 (default: min(4, cores))
   --cpu-threads N               CPU executor threads: GEMMs, attention and sampling share them
-                                (default: the physical core count)
+                                (default: the physical core count; with tensor parallel ranks in
+                                one process, split evenly among them; under mpirun, per rank)
+  --tensor-parallel-size N      split each layer over N ranks (Megatron-style: heads and MLP columns
+                                per rank, all-reduced; -tp is the same flag). CPU executor. Started
+                                plainly, the ranks are threads of this process; started by mpirun
+                                or srun with N processes (mpirun -np N coserve serve MODEL
+                                --tensor-parallel-size N), rank 0 serves HTTP and the others run
+                                their shard of every step. N must divide the attention heads and
+                                the MLP width, and divide or be a multiple of the KV heads; a size
+                                that does not fit is an error listing those that do (default: 1)
   --kv-cache-dtype D            KV cache element type: auto (bf16), bf16, fp16 or fp32 (default: auto;
                                 the CUDA executor supports auto and bf16)
   --dtype D                     activation precision of the matrix products: auto or bfloat16 (bf16
@@ -242,6 +253,12 @@ int parse(int argc, char** argv, serve_args& a) {
       }
     }
     else if (f == "--cpu-threads") { if (!as_int(need("N"), a.engine.cpu_threads)) return 2; }
+    else if (f == "--tensor-parallel-size" || f == "-tp") {
+      if (!as_int(need("N"), a.engine.tensor_parallel_size) || a.engine.tensor_parallel_size < 1) {
+        std::fprintf(stderr, "coserve serve: --tensor-parallel-size must be at least 1\n");
+        return 2;
+      }
+    }
     else if (f == "--kv-cache-dtype") {
       const char* v = need("auto, bf16, fp16 or fp32");
       dtype t;
@@ -353,6 +370,23 @@ asio::awaitable<void> finish_http(asio::io_context& io, http::http_server& serve
   io.stop();
 }
 
+// A rank other than 0 of an MPI tensor-parallel job: its shard of every step, until rank 0 stops.
+int serve_tp_rank(const serve_args& a, communicator& world) {
+  std::fprintf(stderr, "coserve rank %d/%d: loading %s\n", world.rank(), world.size(),
+               a.engine.model_dir.string().c_str());
+  std::fflush(stderr);
+  auto r = run_tp_rank(a.engine.model_dir.string(), world, a.engine.cpu_threads);
+  if (!r) {
+    std::fprintf(stderr, "coserve rank %d: %s\n", world.rank(), r.err().message.c_str());
+    std::fflush(stderr);
+    // After a lost peer, MPI_Finalize would wait on it: leave at once.
+    if (r.err().code == k_executor_fatal) std::_Exit(1);
+    return 1;
+  }
+  std::fprintf(stderr, "coserve rank %d: rank 0 stopped; bye\n", world.rank());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -364,7 +398,31 @@ int cmd_serve(int argc, char** argv) {
     }
     return rc;
   }
-  if (a.demo) {
+  // An mpirun/srun launch: the MPI communicator first (the demo model below is made once per
+  // host, while the other ranks of the host wait).
+  const mpi_launch launch = detect_mpi_launch();
+  std::shared_ptr<communicator> world;
+  if (launch.launched && (launch.size > 1 || a.engine.tensor_parallel_size > 1)) {
+    if (launch.size != a.engine.tensor_parallel_size) {
+      std::fprintf(stderr, "coserve serve: rank %d: started as %d MPI ranks, and --tensor-parallel-size is %d: start "
+                           "one rank per shard (mpirun -np N ... --tensor-parallel-size N)\n",
+                   launch.rank, launch.size, a.engine.tensor_parallel_size);
+      return 2;
+    }
+    if (a.engine.device != "cpu") {
+      std::fprintf(stderr, "coserve serve: --tensor-parallel-size under mpirun runs on --device cpu\n");
+      return 2;
+    }
+    auto made = make_mpi_communicator();
+    if (!made) {
+      std::fprintf(stderr, "coserve serve: rank %d: %s\n", launch.rank, made.err().message.c_str());
+      return 1;
+    }
+    world = std::move(*made);
+  }
+  const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  const bool makes_demo = !world || !local_rank || std::string_view(local_rank) == "0";
+  if (a.demo && makes_demo) {
     auto dir = cache_dir() / "demo-model";
     if (!std::filesystem::exists(dir / "config.json")) {
       std::fprintf(stderr, "[serve] creating the demo model in %s\n", dir.string().c_str());
@@ -381,8 +439,20 @@ int cmd_serve(int argc, char** argv) {
         std::fclose(f);
       }
     }
-    a.engine.model_dir = dir;
+  }
+  if (a.demo) {
+    a.engine.model_dir = cache_dir() / "demo-model";
     if (a.engine.served_model_name.empty()) a.engine.served_model_name = "demo";
+  }
+  if (world) {
+    // Every host's demo model is written before any rank reads it.
+    std::vector<unsigned char> none;
+    if (!world->gather(nullptr, 0, nullptr, 0) || !world->broadcast(none, 0)) {
+      std::fprintf(stderr, "coserve serve: rank %d: the startup barrier failed\n", world->rank());
+      return 1;
+    }
+    if (world->rank() > 0) return serve_tp_rank(a, *world);
+    a.engine.tp_communicator = world;
   }
   // The listener opens before the model loads: /health answers 503 {"status":"loading"} meanwhile.
   asio::io_context io;
@@ -450,6 +520,23 @@ int cmd_serve(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<engine> eng = std::move(started).value();
+  std::thread tp_watch;
+  std::atomic<bool> tp_watch_stop{false};
+  if (world) {
+    // A lost rank fails the engine (every open request ends with an error); this rank then exits
+    // non-zero once the errors had a moment to reach the clients.
+    tp_watch = std::thread([&, e = eng.get()] {
+      while (!tp_watch_stop.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        const std::string why = e->unhealthy_reason();
+        if (e->healthy() || signals_seen.load() > 0 || why.find("tensor parallel") == std::string::npos) continue;
+        std::fprintf(stderr, "[serve] tensor parallel: %s; exiting\n", why.c_str());
+        std::fflush(stderr);
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::_Exit(1);
+      }
+    });
+  }
   const auto& info = eng->info();
   api.attach(*eng);
   loaded.store(eng.get());
@@ -461,6 +548,8 @@ int cmd_serve(int argc, char** argv) {
   std::fflush(stderr);
 
   join_http();
+  tp_watch_stop.store(true);
+  if (tp_watch.joinable()) tp_watch.join();
   api.detach_background();
   std::fprintf(stderr, "[serve] stopping the engine\n");
   eng->stop(true);

@@ -1,7 +1,9 @@
 #include "model/cpu_executor.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -26,7 +28,82 @@ int32_t physical_cores() {
 
 int32_t default_workers(int32_t asked) { return (asked > 0 ? asked : physical_cores()) - 1; }
 
+// Threads of each rank's forward pass when `ranks` ranks share this process.
+int32_t threads_per_rank(int32_t asked, int32_t ranks) {
+  return std::max(1, (asked > 0 ? asked : physical_cores()) / std::max(1, ranks));
+}
+
+// Every rank's load error, gathered on rank 0 ("rank r: ..." lines; "" when all loaded).
+result<std::string> gather_load_errors(communicator& world, const std::string& mine) {
+  std::vector<unsigned char> all;
+  const bool root = world.rank() == 0;
+  if (auto r = world.gather(mine.data(), mine.size(), root ? &all : nullptr, 0); !r) return r.err();
+  return std::string(all.begin(), all.end());
+}
+
+std::string tag_error(int32_t rank, const std::string& e) {
+  return e.empty() ? e : "rank " + std::to_string(rank) + ": " + e + "\n";
+}
+
 }  // namespace
+
+struct cpu_executor::tp_ranks {
+  std::shared_ptr<communicator> world;             // MPI: rank 0 of the job
+  std::vector<std::unique_ptr<communicator>> local;  // in-process: one per rank (0 is ours)
+  std::vector<std::unique_ptr<tp_worker>> workers;   // in-process ranks 1..N-1
+  std::vector<std::thread> threads;
+  communicator* comm = nullptr;                      // rank 0's
+  bool failed = false;                               // a collective failed: no stop message
+
+  ~tp_ranks() {
+    if (!failed && comm) {
+      auto stop = encode_tp_stop();
+      (void)comm->broadcast(stop, 0);
+    }
+    for (auto& t : threads) t.join();
+  }
+};
+
+result<void> tp_setup_exchange_root(communicator& world, const std::string& my_error, const tp_setup& setup) {
+  auto errors = gather_load_errors(world, tag_error(0, my_error));
+  if (!errors) return errors.err();
+  tp_setup s = setup;
+  s.error = *errors;
+  auto msg = encode_tp_setup(s);
+  if (auto r = world.broadcast(msg, 0); !r) return r;
+  if (!s.error.empty()) {
+    while (!s.error.empty() && s.error.back() == '\n') s.error.pop_back();
+    return error{"invalid_argument", "tensor parallel startup failed: " + s.error, "tensor_parallel_size"};
+  }
+  return {};
+}
+
+result<void> run_tp_rank(const std::string& dir, communicator& world, int32_t threads, const load_progress& progress) {
+  std::string my_error;
+  std::optional<model_weights> shard;
+  auto full = load_weights(dir, progress);
+  if (!full) {
+    my_error = full.err().message;
+  } else {
+    auto s = shard_weights(*full, world.rank(), world.size());
+    if (!s) my_error = s.err().message;
+    else shard.emplace(std::move(*s));
+  }
+  auto errors = gather_load_errors(world, tag_error(world.rank(), my_error));
+  if (!errors) return errors.err();
+  std::vector<unsigned char> msg;
+  if (auto r = world.broadcast(msg, 0); !r) return r;
+  auto setup = decode_tp_setup(msg);
+  if (!setup) return setup.err();
+  if (!setup->error.empty()) {
+    while (!setup->error.empty() && setup->error.back() == '\n') setup->error.pop_back();
+    return error{"invalid_argument", "tensor parallel startup failed: " + setup->error, "tensor_parallel_size"};
+  }
+  tp_worker w(std::move(*shard), *setup, world, threads > 0 ? threads : physical_cores());
+  std::fprintf(stderr, "coserve rank %d: %s; KV cache %zu MiB (%d blocks)\n", world.rank(),
+               describe_shard(w.weights()).c_str(), w.kv_cache_bytes() >> 20, setup->num_kv_blocks);
+  return w.serve();
+}
 
 cpu_executor::cpu_executor(model_weights weights, generation_config gen, const cpu_executor_options& opts)
     : weights_(std::move(weights)),
@@ -34,7 +111,8 @@ cpu_executor::cpu_executor(model_weights weights, generation_config gen, const c
       opts_(opts),
       pool_(default_workers(opts.num_threads)),
       cache_(weights_.config.num_hidden_layers, opts.num_kv_blocks, opts.block_size,
-             weights_.config.num_key_value_heads, weights_.config.head_dim, opts.kv_cache_dtype),
+             weights_.shard.num_heads ? weights_.shard.num_kv_heads : weights_.config.num_key_value_heads,
+             weights_.config.head_dim, opts.kv_cache_dtype),
       forward_(weights_, pool_) {
   if (opts_.max_model_len <= 0 || opts_.max_model_len > weights_.config.max_position_embeddings)
     opts_.max_model_len = weights_.config.max_position_embeddings;
@@ -46,15 +124,80 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
   if (opts.num_kv_blocks <= 0 || opts.block_size <= 0)
     return make_error("invalid_argument", "cpu executor: num_kv_blocks and block_size must be positive");
   if (gen.eos_token_ids.empty()) gen.eos_token_ids = weights.config.eos_token_ids;
-  return std::unique_ptr<cpu_executor>(new cpu_executor(std::move(weights), std::move(gen), opts));
+  const int32_t n = std::max(1, opts.tensor_parallel_size);
+  if (n == 1) return std::unique_ptr<cpu_executor>(new cpu_executor(std::move(weights), std::move(gen), opts));
+  if (!opts.draft_model_dir.empty())
+    return error{"invalid_argument", "--speculative-config: a draft model does not run with --tensor-parallel-size > 1 "
+                                     "(n-gram speculation does)", "speculative_config"};
+  tp_setup setup;
+  setup.num_kv_blocks = opts.num_kv_blocks;
+  setup.block_size = opts.block_size;
+  setup.kv_type = opts.kv_cache_dtype;
+  setup.bf16_activations = opts.bf16_activations;
+  auto tp = std::make_unique<tp_ranks>();
+  cpu_executor_options o = opts;
+  if (opts.world) {
+    if (opts.world->size() != n || opts.world->rank() != 0) {
+      const std::string e = "--tensor-parallel-size " + std::to_string(n) + " in a job of " +
+                            std::to_string(opts.world->size()) + " ranks: start one rank per shard (mpirun -np " +
+                            std::to_string(n) + ")";
+      if (opts.world->rank() == 0) (void)tp_setup_exchange_root(*opts.world, e, setup);
+      return error{"invalid_argument", e, "tensor_parallel_size"};
+    }
+    auto shard = shard_weights(weights, 0, n);
+    if (auto r = tp_setup_exchange_root(*opts.world, shard ? "" : shard.err().message, setup); !r) return r.err();
+    tp->world = opts.world;
+    tp->comm = opts.world.get();
+    weights = std::move(*shard);
+  } else {
+    if (auto r = check_tensor_parallel_size(weights, n); !r) return r.err();
+    const int32_t per = threads_per_rank(opts.num_threads, n);
+    o.num_threads = per;
+    tp->local = make_local_group(n);
+    tp->comm = tp->local[0].get();
+    for (int32_t r = 1; r < n; ++r) {
+      auto shard = shard_weights(weights, r, n);
+      if (!shard) return shard.err();
+      tp->workers.push_back(std::make_unique<tp_worker>(std::move(*shard), setup, *tp->local[size_t(r)], per));
+    }
+    auto shard = shard_weights(weights, 0, n);
+    if (!shard) return shard.err();
+    weights = std::move(*shard);
+    for (auto& w : tp->workers)
+      tp->threads.emplace_back([w = w.get()] {
+        if (auto r = w->serve(); !r)
+          std::fprintf(stderr, "coserve: tensor parallel rank %d stopped: %s\n", w->weights().shard.rank,
+                       r.err().message.c_str());
+      });
+  }
+  std::unique_ptr<cpu_executor> ex(new cpu_executor(std::move(weights), std::move(gen), o));
+  ex->forward_.set_communicator(tp->comm);
+  ex->tp_ = std::move(tp);
+  return ex;
+}
+
+cpu_executor::~cpu_executor() = default;
+
+result<void> cpu_executor::run_forward(const step_plan& plan, const std::vector<forward_seq>& batch) {
+  if (!tp_) return forward_.run(batch, cache_, false, logits_);
+  if (tp_->failed) return make_error(k_executor_fatal, "tensor parallel: a rank was lost in an earlier step");
+  auto msg = encode_tp_step(plan.block_copies, batch);
+  auto r = tp_->comm->broadcast(msg, 0);
+  if (r) r = run_tp_step(plan.block_copies, batch, cache_, forward_, logits_);
+  if (!r && r.err().code == k_executor_fatal) tp_->failed = true;
+  return r;
 }
 
 result<std::unique_ptr<cpu_executor>> cpu_executor::load(const std::string& dir, const cpu_executor_options& opts,
                                                          const load_progress& progress) {
   auto w = load_weights(dir, progress);
-  if (!w) return w.err();
-  auto g = load_generation_config(dir);
-  if (!g) return g.err();
+  auto g = w ? load_generation_config(dir) : result<generation_config>(w.err());
+  if (!g) {
+    // The other ranks of an MPI job wait for rank 0's setup: they get the error too.
+    if (opts.world && opts.world->rank() == 0 && opts.tensor_parallel_size > 1)
+      (void)tp_setup_exchange_root(*opts.world, g.err().message, tp_setup{});
+    return g.err();
+  }
   auto made = create(std::move(*w), std::move(*g), opts);
   if (!made || opts.draft_model_dir.empty()) return made;
   cpu_executor& ex = **made;
@@ -88,7 +231,9 @@ executor_info cpu_executor::info() const {
   i.verifies_proposals = true;
   i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
              std::string(dtype_name(cache_.type())) + (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations" : "") +
-             (draft_ ? ", draft model " + std::to_string(draft_->weights.config.num_hidden_layers) + " layers" : "") + ")";
+             (draft_ ? ", draft model " + std::to_string(draft_->weights.config.num_hidden_layers) + " layers" : "") +
+             (tp_ ? ", tensor parallel " + std::to_string(tp_->comm->size()) + " ranks over " +
+                        (tp_->world ? "MPI, threads of rank 0" : "threads, threads per rank") : "") + ")";
   return i;
 }
 
@@ -106,10 +251,12 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     if (!ns.output_ids.empty()) st.last_token = ns.output_ids.back();
     seqs_.emplace(ns.seq_id, std::move(st));
   }
-  for (auto [src, dst] : plan.block_copies)
-    if (!cache_.copy_block(src, dst) || (draft_ && !draft_->cache.copy_block(src, dst)))
-      return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
-                                                " outside the cache");
+  // Tensor parallel: every rank copies the blocks once the step is broadcast (run_forward).
+  if (!tp_)
+    for (auto [src, dst] : plan.block_copies)
+      if (!cache_.copy_block(src, dst) || (draft_ && !draft_->cache.copy_block(src, dst)))
+        return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
+                                                  " outside the cache");
 
   // Resolve k_token_from_last_step and lay out the forward batch.
   std::vector<std::vector<int32_t>> inputs(plan.seqs.size());
@@ -143,7 +290,7 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
       if (std::find(in.begin(), in.end(), k_token_from_draft) != in.end())
         return make_error("invalid_argument", "a plan asks for draft proposals, and there is no draft model");
   }
-  if (auto r = forward_.run(batch, cache_, false, logits_); !r) return r.err();
+  if (auto r = run_forward(plan, batch); !r) return r.err();
 
   // Sampling: each row has its own state, so rows sample in parallel on the forward pass's pool.
   // A sequence with proposals verifies them in order on its 1 + num_draft rows.

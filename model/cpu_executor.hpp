@@ -6,17 +6,24 @@
 // n-gram lookup's, or its draft model's (options.draft_model_dir).
 // Thread: execute() runs on the caller's thread (one caller at a time); the forward pass and the
 // sampling of a step's rows fan out to one worker pool (num_threads - 1 workers plus the caller).
+// Tensor parallel (options.tensor_parallel_size > 1, model/tensor_parallel.hpp): this executor is
+// rank 0, holding its shard; the other ranks are threads of this process, each with its shard,
+// KV cache slice and worker pool (num_threads split evenly among the ranks), or, with
+// options.world, the other processes of an MPI job (each running run_tp_rank). Every step rank 0
+// broadcasts the resolved batch, all ranks run the forward pass together, and rank 0 samples.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <unordered_map>
 
+#include "model/communicator.hpp"
 #include "model/config.hpp"
 #include "model/cpu_forward.hpp"
 #include "model/executor.hpp"
 #include "model/kv_cache.hpp"
 #include "model/sampler.hpp"
+#include "model/tensor_parallel.hpp"
 #include "model/weights.hpp"
 #include "model/worker_pool.hpp"
 
@@ -38,18 +45,26 @@ struct cpu_executor_options {
   // k_token_from_draft (greedy requests: its argmax; sampled: a draw from its distribution, accepted
   // by the speculative-sampling rule). Its vocabulary must be the model's.
   std::string draft_model_dir;
+  // Tensor parallel ranks (1: none). Not with a draft model.
+  int32_t tensor_parallel_size = 1;
+  // The job's communicator, this process rank 0 of it (an MPI launch); null: the ranks are threads
+  // of this process. Its size must be tensor_parallel_size.
+  std::shared_ptr<communicator> world;
 };
 
 class cpu_executor final : public executor {
  public:
   static result<std::unique_ptr<cpu_executor>> create(model_weights weights, generation_config gen,
                                                       const cpu_executor_options& opts);
+  // With opts.tensor_parallel_size > 1, `weights` is the whole model: create() shards it (errors
+  // name the sizes that work) and starts the other ranks (threads, or the MPI setup exchange).
   // Loads a model folder (config, generation config, weights) and creates the executor; with
   // opts.draft_model_dir, loads the draft too (errors name the draft: a vocabulary that is not the
   // model's, a context shorter than max_model_len).
   static result<std::unique_ptr<cpu_executor>> load(const std::string& dir, const cpu_executor_options& opts,
                                                     const load_progress& progress = {});
 
+  ~cpu_executor() override;
   result<step_result> execute(const step_plan& plan) override;
   executor_info info() const override;
 
@@ -70,6 +85,8 @@ class cpu_executor final : public executor {
   };
 
   cpu_executor(model_weights weights, generation_config gen, const cpu_executor_options& opts);
+  // The forward pass of a step: here, or broadcast to every tensor-parallel rank and run together.
+  result<void> run_forward(const step_plan& plan, const std::vector<forward_seq>& batch);
   // The step without dropping `finished` (execute() drops them whatever the outcome).
   result<step_result> run_step(const step_plan& plan);
   // The draft model's share of a step: computes the batch's tokens up to the proposals into its
@@ -102,6 +119,18 @@ class cpu_executor final : public executor {
   std::unique_ptr<draft_model> draft_;
   // This step's draft distributions per sequence (sampled requests), one per proposal.
   std::unordered_map<seq_id_t, std::vector<std::vector<float>>> draft_q_;
+  struct tp_ranks;  // the other ranks and rank 0's communicator (tensor parallel only)
+  std::unique_ptr<tp_ranks> tp_;
 };
+
+// A rank other than 0 of an MPI tensor-parallel job: loads the model folder, takes its shard,
+// exchanges the setup with rank 0 (a failure on any rank ends every rank with that error), then
+// runs every step rank 0 broadcasts until rank 0 stops. `threads`: of its forward pass (0:
+// physical cores). Logs its shard on stderr.
+result<void> run_tp_rank(const std::string& dir, communicator& world, int32_t threads,
+                         const load_progress& progress = {});
+// Rank 0's half of that exchange: every rank's load error (or none), then the setup; an error when
+// any rank failed. `my_error`: rank 0's own load failure ("" when it loaded).
+result<void> tp_setup_exchange_root(communicator& world, const std::string& my_error, const tp_setup& setup);
 
 }  // namespace coserve

@@ -26,6 +26,11 @@ constexpr int32_t k_min_split_ctx = 256;  // decode context per split, at least
 
 }  // namespace
 
+std::pair<int32_t, int32_t> vocab_range(int32_t vocab, int32_t size, int32_t rank) {
+  const int64_t b = int64_t(vocab) * rank / size, e = int64_t(vocab) * (rank + 1) / size;
+  return {int32_t(b), int32_t(e)};
+}
+
 std::vector<float> rope_inv_freq(const model_config& c) {
   const int32_t half = c.head_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
@@ -58,7 +63,61 @@ std::vector<float> rope_inv_freq(const model_config& c) {
 }
 
 cpu_forward::cpu_forward(const model_weights& weights, worker_pool& pool)
-    : w_(weights), c_(weights.config), pool_(pool), inv_freq_(rope_inv_freq(weights.config)) {}
+    : w_(weights), c_(weights.config), pool_(pool), inv_freq_(rope_inv_freq(weights.config)) {
+  const tensor_shard& sh = weights.shard;
+  tp_ = sh.size > 1;
+  const bool whole = sh.num_heads == 0;
+  nh_ = whole ? c_.num_attention_heads : sh.num_heads;
+  nkv_ = whole ? c_.num_key_value_heads : sh.num_kv_heads;
+  inter_ = whole ? c_.intermediate_size : sh.intermediate_size;
+  vocab0_ = whole ? 0 : sh.vocab_begin;
+  vocab1_ = whole ? c_.vocab_size : sh.vocab_end;
+}
+
+result<void> cpu_forward::residual_matmul(const float* in, int64_t rows, const weight_ref& w,
+                                          std::chrono::steady_clock::time_point& tp) {
+  const int64_t h = c_.hidden_size;
+  if (!tp_) {
+    matmul(in, rows, {{&w, 0}}, x_.data(), h, true);
+    profile_.gemm_s += seconds_since(tp);
+    return {};
+  }
+  matmul(in, rows, {{&w, 0}}, part_.data(), h, false);
+  profile_.gemm_s += seconds_since(tp);
+  if (!comm_) return make_error("internal", "forward: a tensor-parallel shard without a communicator");
+  if (auto r = comm_->all_reduce_sum(part_.data(), size_t(rows * h)); !r) return r;
+  pool_.parallel_for(rows, [&](int64_t r) {
+    float* x = x_.data() + r * h;
+    const float* p = part_.data() + r * h;
+    for (int64_t j = 0; j < h; ++j) x[j] += p[j];
+  });
+  profile_.comm_s += seconds_since(tp);
+  return {};
+}
+
+// Every rank's [rows, its vocabulary rows] block to rank 0, laid out there as [rows, vocab].
+result<void> cpu_forward::gather_logits(const std::vector<float>& local, int64_t rows, std::vector<float>& logits) {
+  std::vector<unsigned char> all;
+  const bool root = comm_->rank() == 0;
+  if (auto r = comm_->gather(local.data(), local.size() * sizeof(float), root ? &all : nullptr, 0); !r) return r;
+  if (!root) {
+    logits.clear();
+    return {};
+  }
+  const int64_t vocab = c_.vocab_size;
+  logits.resize(size_t(rows * vocab));
+  const float* src = reinterpret_cast<const float*>(all.data());
+  const size_t got = all.size() / sizeof(float);
+  size_t at = 0;
+  for (int32_t r = 0; r < comm_->size(); ++r) {
+    const auto [b, e] = vocab_range(int32_t(vocab), comm_->size(), r);
+    const int64_t n = e - b;
+    if (at + size_t(rows * n) > got) return make_error("internal", "forward: gathered logits are short");
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(src + at + size_t(i * n), n, logits.data() + i * vocab + b);
+    at += size_t(rows * n);
+  }
+  return {};
+}
 
 // y[:, part.col + j] for each part: the parts' output features are cut into chunks of whole
 // 4-row tiles, enough of them to keep every thread busy; each chunk reads its weights once.
@@ -138,8 +197,8 @@ void cpu_forward::rms_norm(const float* x, const float* w, float* out, int64_t r
 // where the config says the heads are interleaved (GGUF llama files).
 void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
   const int32_t d = c_.head_dim, half = d / 2;
-  const int32_t heads = c_.num_attention_heads + c_.num_key_value_heads;
-  const int64_t row = int64_t(c_.num_attention_heads + 2 * c_.num_key_value_heads) * d;
+  const int32_t heads = nh_ + nkv_;
+  const int64_t row = int64_t(nh_ + 2 * nkv_) * d;
   pool_.parallel_for(int64_t(positions.size()), [&](int64_t t) {
     std::vector<float> cs(static_cast<size_t>(d));
     const float pos = float(positions[size_t(t)]);
@@ -168,7 +227,7 @@ void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
 // are fewer items than threads and the context is long); a prefill chunk's tokens in tiles of
 // k_attn_rows query rows per KV head. The costliest items go first.
 void cpu_forward::plan_attention(const std::vector<forward_seq>& batch) {
-  const int32_t nkv = c_.num_key_value_heads, group = c_.num_attention_heads / nkv;
+  const int32_t nkv = nkv_, group = nh_ / nkv;
   const int32_t threads = pool_.num_threads();
   items_.clear();
   split_groups_.clear();
@@ -209,7 +268,7 @@ void cpu_forward::plan_attention(const std::vector<forward_seq>& batch) {
 }
 
 void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch, const kv_cache& cache) {
-  const int32_t d = c_.head_dim, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
+  const int32_t d = c_.head_dim, nh = nh_, nkv = nkv_;
   const int32_t group = nh / nkv;
   const int64_t row = int64_t(nh + 2 * nkv) * d;
   const float scale = 1.0f / std::sqrt(float(d));
@@ -254,8 +313,8 @@ void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch
 
 result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& cache, bool all_rows,
                               std::vector<float>& logits) {
-  const int64_t h = c_.hidden_size, d = c_.head_dim, nh = c_.num_attention_heads, nkv = c_.num_key_value_heads;
-  const int64_t inter = c_.intermediate_size, vocab = c_.vocab_size;
+  const int64_t h = c_.hidden_size, d = c_.head_dim, nh = nh_, nkv = nkv_;
+  const int64_t inter = inter_, vocab = c_.vocab_size;
   const int64_t qkv_n = (nh + 2 * nkv) * d;
 
   // Validate and lay out the batch: token t of the flattened batch has positions_[t], slots_[t].
@@ -295,6 +354,7 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
   attn_.resize(size_t(total * nh * d));
   gu_.resize(size_t(total * 2 * inter));  // [gate | up] per token
   act_.resize(size_t(total * inter));
+  if (tp_) part_.resize(size_t(total * h));
   {
     int64_t t = 0;
     for (const auto& fs : batch)
@@ -324,8 +384,7 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     }
     attention(l, batch, cache);
     profile_.attention_s += seconds_since(tp);
-    matmul(attn_.data(), total, {{&L.o, 0}}, x_.data(), h, true);
-    profile_.gemm_s += seconds_since(tp);
+    if (auto r = residual_matmul(attn_.data(), total, L.o, tp); !r) return r;
     if (!L.o_bias.empty())
       for (int64_t r = 0; r < total; ++r)
         for (int64_t j = 0; j < h; ++j) x_[size_t(r * h + j)] += L.o_bias[size_t(j)];
@@ -341,8 +400,7 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
       for (int64_t j = 0; j < inter; ++j) a[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
     });
     profile_.other_s += seconds_since(tp);
-    matmul(act_.data(), total, {{&L.down, 0}}, x_.data(), h, true);
-    profile_.gemm_s += seconds_since(tp);
+    if (auto r = residual_matmul(act_.data(), total, L.down, tp); !r) return r;
   }
 
   // Final norm and LM head over the rows asked for.
@@ -356,17 +414,29 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
         for (int32_t r = batch[s].num_tokens - k; r < batch[s].num_tokens; ++r) rows.push_back(seq_offsets_[s] + r);
       }
   }
-  logits.resize(size_t(int64_t(rows.size()) * vocab));
   ++profile_.steps;
-  if (rows.empty()) return {};
+  if (rows.empty()) {
+    logits.clear();
+    return {};
+  }
   std::vector<float> picked(rows.size() * size_t(h));
   for (size_t r = 0; r < rows.size(); ++r) std::copy_n(x_.data() + rows[r] * h, h, picked.data() + r * size_t(h));
   std::vector<float> normed(picked.size());
   rms_norm(picked.data(), w_.final_norm.data(), normed.data(), int64_t(rows.size()));
   profile_.other_s += seconds_since(tp);
-  matmul(normed.data(), int64_t(rows.size()), {{&w_.lm_head, 0}}, logits.data(), vocab, false);
+  if (!tp_) {
+    logits.resize(size_t(int64_t(rows.size()) * vocab));
+    matmul(normed.data(), int64_t(rows.size()), {{&w_.lm_head, 0}}, logits.data(), vocab, false);
+    profile_.gemm_s += seconds_since(tp);
+    return {};
+  }
+  const int64_t nv = vocab1_ - vocab0_;
+  local_logits_.resize(rows.size() * size_t(nv));
+  matmul(normed.data(), int64_t(rows.size()), {{&w_.lm_head, 0}}, local_logits_.data(), nv, false);
   profile_.gemm_s += seconds_since(tp);
-  return {};
+  auto g = gather_logits(local_logits_, int64_t(rows.size()), logits);
+  profile_.comm_s += seconds_since(tp);
+  return g;
 }
 
 }  // namespace coserve

@@ -7,12 +7,19 @@
 // residual -> RMSNorm -> gate/up GEMM -> SiLU(gate) * up -> down GEMM -> residual.
 // Everything runs on the one worker_pool: GEMMs split over output features (the kernels of
 // cpu_kernels.hpp), attention over (sequence, KV head, query tile or context split).
+// Tensor parallel (weights.shard of size > 1, with a communicator): the pass runs the rank's
+// heads and MLP columns; the O and down products are partial sums, all-reduced before the
+// residual; the LM head computes the rank's vocabulary rows, gathered on rank 0, the only rank
+// whose `logits` are filled.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
+#include "model/communicator.hpp"
 #include "model/kv_cache.hpp"
 #include "model/weights.hpp"
 #include "model/worker_pool.hpp"
@@ -35,6 +42,7 @@ struct forward_profile {
   double gemm_s = 0;       // projections and the LM head
   double attention_s = 0;  // attention (with the KV writes and split merges)
   double other_s = 0;      // embedding, norms, RoPE, activation, residuals
+  double comm_s = 0;       // tensor parallel: all-reduces and the logits gather (waits included)
   int64_t steps = 0;
 };
 
@@ -53,6 +61,9 @@ class cpu_forward {
   // Matrix products with bf16 weights round their activations to bf16 (matmul_nt's act_bf16;
   // --dtype auto/bfloat16). Off: fp32 activations (--dtype float32).
   void set_bf16_activations(bool on) noexcept { bf16_act_ = on; }
+  // The group a tensor-parallel shard's collectives run on (must outlive this object); needed when
+  // weights.shard.size > 1. Its rank and size must be the shard's.
+  void set_communicator(communicator* comm) noexcept { comm_ = comm; }
   bool bf16_activations() const noexcept { return bf16_act_; }
 
   const forward_profile& profile() const noexcept { return profile_; }
@@ -79,14 +90,23 @@ class cpu_forward {
   void rope(float* qkv, const std::vector<int32_t>& positions);
   void plan_attention(const std::vector<forward_seq>& batch);
   void attention(int32_t layer, const std::vector<forward_seq>& batch, const kv_cache& cache);
+  // x_ += in [rows, w.cols] x w^T: directly, or (tensor parallel) as the sum over ranks of each
+  // rank's partial product, all-reduced. Adds the time to the profile from `tp` on.
+  result<void> residual_matmul(const float* in, int64_t rows, const weight_ref& w,
+                               std::chrono::steady_clock::time_point& tp);
+  result<void> gather_logits(const std::vector<float>& local, int64_t rows, std::vector<float>& logits);
 
   const model_weights& w_;
   const model_config& c_;
   worker_pool& pool_;
   bool bf16_act_ = false;
+  communicator* comm_ = nullptr;
+  int32_t nh_, nkv_, inter_;       // this rank's query heads, KV heads, MLP width
+  int32_t vocab0_, vocab1_;        // this rank's LM-head rows
+  bool tp_;                        // weights.shard.size > 1
   std::vector<float> inv_freq_;  // [head_dim / 2]
   // Scratch, reused across calls (grown, never shrunk).
-  std::vector<float> x_, xn_, qkv_, attn_, gu_, act_;
+  std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, part_, local_logits_;
   std::vector<uint16_t> xb_;  // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
   std::vector<uint8_t> xq_[2];  // a matmul's activations quantized (Q8_0 blocks, Q8_K blocks)
   std::vector<gemm_piece> pieces_;
@@ -98,6 +118,10 @@ class cpu_forward {
   std::vector<int64_t> slots_;
   std::vector<int64_t> seq_offsets_;
 };
+
+// Rank r's LM-head rows of a vocabulary split over `size` ranks: [b, e), contiguous, sizes
+// differing by at most one.
+std::pair<int32_t, int32_t> vocab_range(int32_t vocab, int32_t size, int32_t rank);
 
 // RoPE inverse frequencies of a config: theta^(-2i/d), with llama3 scaling when configured.
 std::vector<float> rope_inv_freq(const model_config& c);

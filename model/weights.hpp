@@ -31,14 +31,31 @@ struct layer_weights {
   weight_ref down;                   // [hidden, I]
 };
 
+// A rank's part of a tensor-parallel model (Megatron-style, model/tensor_parallel.hpp). size 1:
+// the whole model. The config stays the whole model's; these are the rank's own counts.
+struct tensor_shard {
+  int32_t rank = 0;
+  int32_t size = 1;
+  int32_t num_heads = 0;          // query heads of this rank
+  int32_t num_kv_heads = 0;       // KV heads it holds
+  int32_t intermediate_size = 0;  // its gate/up rows, down columns
+  int32_t vocab_begin = 0;        // its LM-head rows [vocab_begin, vocab_end)
+  int32_t vocab_end = 0;
+};
+
 struct model_weights {
   model_config config;
+  // The rank's counts; all zero (the default) means the whole model.
+  tensor_shard shard;
   weight_ref embed;                  // [vocab, hidden]
   std::vector<float> final_norm;     // [hidden]
   weight_ref lm_head;                // [vocab, hidden]; the embedding when tied
   std::vector<layer_weights> layers;
   std::shared_ptr<const safetensors_set> files;  // the mapped files the weight_refs point into
   std::shared_ptr<const gguf_file> gguf;         // or the mapped GGUF file
+  // Matrices a tensor-parallel shard holds as copies (column slices of o and down): weight_refs
+  // point into these.
+  std::vector<std::shared_ptr<const std::vector<unsigned char>>> owned;
 
   // Bytes of every matrix (what a forward pass over all layers reads once, the LM head included).
   size_t matrix_bytes() const noexcept;

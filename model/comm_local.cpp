@@ -1,0 +1,138 @@
+// The in-process communicator: ranks are threads sharing one state. Each collective publishes a
+// pointer per rank, meets at a barrier, works on the published buffers, and meets again before
+// anyone may touch its buffer. The all-reduce splits the vector into one segment per rank; each
+// rank sums its segment over all ranks (in rank order) into a shared result, which every rank
+// copies out. The result buffer alternates between two per call, so a rank starting the next
+// all-reduce never resizes the buffer a slower rank is still copying from.
+#include "model/communicator.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#endif
+
+namespace coserve {
+namespace {
+
+void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(_M_X64)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+struct local_shared {
+  explicit local_shared(int32_t n) : size(n), ptrs(size_t(n)), sizes(size_t(n)) {}
+
+  // Spins briefly (ranks usually arrive within microseconds of each other), then yields, then
+  // sleeps on the generation (ranks may outnumber cores).
+  void barrier() {
+    const uint64_t g = generation.load();
+    if (arrived.fetch_add(1) + 1 == size) {
+      arrived.store(0);
+      generation.fetch_add(1);
+      generation.notify_all();
+      return;
+    }
+    for (int i = 0; i < 4000; ++i) {
+      if (generation.load() != g) return;
+      cpu_relax();
+    }
+    for (int i = 0; i < 64; ++i) {
+      if (generation.load() != g) return;
+      std::this_thread::yield();
+    }
+    while (generation.load() == g) generation.wait(g);
+  }
+
+  const int32_t size;
+  std::atomic<int32_t> arrived{0};
+  std::atomic<uint64_t> generation{0};
+  std::vector<const void*> ptrs;
+  std::vector<size_t> sizes;
+  std::vector<float> acc[2];
+};
+
+class local_communicator final : public communicator {
+ public:
+  local_communicator(std::shared_ptr<local_shared> s, int32_t rank) : s_(std::move(s)), rank_(rank) {}
+
+  int32_t rank() const noexcept override { return rank_; }
+  int32_t size() const noexcept override { return s_->size; }
+  std::string backend() const override { return "local"; }
+
+  result<void> all_reduce_sum(float* data, size_t n) override {
+    local_shared& s = *s_;
+    if (s.size == 1) return {};
+    const int parity = int(calls_++ & 1);
+    std::vector<float>& acc = s.acc[parity];
+    if (rank_ == 0) acc.resize(n);
+    s.ptrs[size_t(rank_)] = data;
+    s.sizes[size_t(rank_)] = n;
+    s.barrier();
+    for (int32_t r = 0; r < s.size; ++r)
+      if (s.sizes[size_t(r)] != n) return make_error("internal", "all-reduce: ranks passed different sizes");
+    const size_t per = (n + size_t(s.size) - 1) / size_t(s.size);
+    const size_t b = std::min(n, per * size_t(rank_)), e = std::min(n, b + per);
+    if (b < e) {
+      const float* first = static_cast<const float*>(s.ptrs[0]);
+      std::copy(first + b, first + e, acc.data() + b);
+      for (int32_t r = 1; r < s.size; ++r) {
+        const float* src = static_cast<const float*>(s.ptrs[size_t(r)]);
+        for (size_t i = b; i < e; ++i) acc[i] += src[i];
+      }
+    }
+    s.barrier();
+    std::memcpy(data, acc.data(), n * sizeof(float));
+    return {};
+  }
+
+  result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out, int32_t root) override {
+    local_shared& s = *s_;
+    s.ptrs[size_t(rank_)] = data;
+    s.sizes[size_t(rank_)] = bytes;
+    s.barrier();
+    if (rank_ == root && out) {
+      size_t total = 0;
+      for (size_t b : s.sizes) total += b;
+      out->resize(total);
+      size_t at = 0;
+      for (int32_t r = 0; r < s.size; ++r) {
+        if (s.sizes[size_t(r)]) std::memcpy(out->data() + at, s.ptrs[size_t(r)], s.sizes[size_t(r)]);
+        at += s.sizes[size_t(r)];
+      }
+    }
+    s.barrier();
+    return {};
+  }
+
+  result<void> broadcast(std::vector<unsigned char>& data, int32_t root) override {
+    local_shared& s = *s_;
+    if (rank_ == root) s.ptrs[size_t(root)] = &data;
+    s.barrier();
+    if (rank_ != root) data = *static_cast<const std::vector<unsigned char>*>(s.ptrs[size_t(root)]);
+    s.barrier();
+    return {};
+  }
+
+ private:
+  std::shared_ptr<local_shared> s_;
+  int32_t rank_;
+  uint64_t calls_ = 0;  // this rank's all-reduce count (the same on every rank)
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<communicator>> make_local_group(int32_t size) {
+  auto shared = std::make_shared<local_shared>(std::max(1, size));
+  std::vector<std::unique_ptr<communicator>> out;
+  for (int32_t r = 0; r < shared->size; ++r) out.push_back(std::make_unique<local_communicator>(shared, r));
+  return out;
+}
+
+}  // namespace coserve
