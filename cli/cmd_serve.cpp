@@ -372,6 +372,11 @@ asio::awaitable<void> finish_http(asio::io_context& io, http::http_server& serve
 
 // A rank other than 0 of an MPI tensor-parallel job: its shard of every step, until rank 0 stops.
 int serve_tp_rank(const serve_args& a, communicator& world) {
+  // Rank 0 decides when the job ends: a signal mpirun forwards to every rank starts rank 0's drain,
+  // after which its stop message ends this loop (mpirun's SIGKILL, after odls_base_sigkill_timeout,
+  // still ends a rank that would not).
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
   std::fprintf(stderr, "coserve rank %d/%d: loading %s\n", world.rank(), world.size(),
                a.engine.model_dir.string().c_str());
   std::fflush(stderr);

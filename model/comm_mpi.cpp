@@ -14,6 +14,8 @@
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "model/executor.hpp"
 #endif
@@ -96,9 +98,30 @@ class mpi_communicator final : public communicator {
                  "MPI_Gatherv");
   }
 
+  // A rank waiting for the root (the next step, while rank 0 samples, or an idle server) polls a
+  // non-blocking broadcast of the size and sleeps between polls instead of spinning in MPI_Bcast,
+  // which would take a core from the forward pass on the same host. The payload follows at once.
   result<void> broadcast(std::vector<unsigned char>& data, int32_t root) override {
     uint64_t n = data.size();
-    if (auto r = check(MPI_Bcast(&n, 1, MPI_UINT64_T, root, MPI_COMM_WORLD), "MPI_Bcast"); !r) return r;
+    // Non-blocking on every rank: a blocking and a non-blocking collective do not match in MPI.
+    MPI_Request req;
+    if (auto r = check(MPI_Ibcast(&n, 1, MPI_UINT64_T, root, MPI_COMM_WORLD, &req), "MPI_Ibcast"); !r) return r;
+    if (rank_ == root) {
+      if (auto r = check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); !r) return r;
+    } else {
+      const auto start = std::chrono::steady_clock::now();
+      for (int done = 0;;) {
+        if (auto r = check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "MPI_Test"); !r) return r;
+        if (done) break;
+        // Spin 200 us (the next step is usually that close), then sleep 100 us between polls for
+        // 10 ms, then 1 ms (an idle server).
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited > std::chrono::milliseconds(10))
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        else if (waited > std::chrono::microseconds(200))
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
     if (rank_ != root) data.resize(size_t(n));
     if (n == 0) return {};
     return check(MPI_Bcast(data.data(), int(n), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");

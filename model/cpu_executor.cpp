@@ -100,7 +100,7 @@ result<void> run_tp_rank(const std::string& dir, communicator& world, int32_t th
     return error{"invalid_argument", "tensor parallel startup failed: " + setup->error, "tensor_parallel_size"};
   }
   tp_worker w(std::move(*shard), *setup, world, threads > 0 ? threads : physical_cores());
-  std::fprintf(stderr, "coserve rank %d: %s; KV cache %zu MiB (%d blocks)\n", world.rank(),
+  std::fprintf(stderr, "coserve rank %d/%d: %s; KV cache %zu MiB (%d blocks)\n", world.rank(), world.size(),
                describe_shard(w.weights()).c_str(), w.kv_cache_bytes() >> 20, setup->num_kv_blocks);
   return w.serve();
 }
@@ -172,6 +172,11 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
   }
   std::unique_ptr<cpu_executor> ex(new cpu_executor(std::move(weights), std::move(gen), o));
   ex->forward_.set_communicator(tp->comm);
+  std::fprintf(stderr, "coserve rank 0/%d: %s; KV cache %zu MiB (%d blocks)\n", n,
+               describe_shard(ex->weights_).c_str(), ex->cache_.bytes() >> 20, opts.num_kv_blocks);
+  for (const auto& w : tp->workers)
+    std::fprintf(stderr, "coserve rank %d/%d: %s; KV cache %zu MiB\n", w->weights().shard.rank, n,
+                 describe_shard(w->weights()).c_str(), w->kv_cache_bytes() >> 20);
   ex->tp_ = std::move(tp);
   return ex;
 }

@@ -1,6 +1,7 @@
 #include "model/tensor_parallel.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <tuple>
 
@@ -317,16 +318,17 @@ std::string describe_shard(const model_weights& s) {
   for (const layer_weights& L : s.layers)
     for (const weight_ref* w : {&L.q, &L.k, &L.v, &L.gate, &L.up}) viewed += w->bytes();
   const layer_weights* L = s.layers.empty() ? nullptr : &s.layers[0];
-  std::string out = "rank " + std::to_string(sh.rank) + "/" + std::to_string(sh.size) + ": " +
-                    std::to_string(sh.num_heads) + " query heads, " + std::to_string(sh.num_kv_heads) +
+  std::string out = std::to_string(sh.num_heads) + " query heads, " + std::to_string(sh.num_kv_heads) +
                     " KV heads, MLP " + std::to_string(sh.intermediate_size) + ", vocabulary rows [" +
                     std::to_string(sh.vocab_begin) + ", " + std::to_string(sh.vocab_end) + ")";
   if (L)
     out += "; per layer q [" + std::to_string(L->q.rows) + ", " + std::to_string(L->q.cols) + "], o [" +
            std::to_string(L->o.rows) + ", " + std::to_string(L->o.cols) + "], down [" + std::to_string(L->down.rows) +
            ", " + std::to_string(L->down.cols) + "]";
-  out += "; " + std::to_string(viewed >> 20) + " MiB mapped from the file, " + std::to_string(bytes >> 20) +
-         " MiB copied (o, down columns)";
+  char mib[96];
+  std::snprintf(mib, sizeof mib, "; %.1f MiB mapped from the file, %.1f MiB copied (o, down columns)",
+                double(viewed) / (1 << 20), double(bytes) / (1 << 20));
+  out += mib;
   return out;
 }
 

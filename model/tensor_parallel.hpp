@@ -99,7 +99,7 @@ class tp_worker {
   std::vector<float> logits_;
 };
 
-// One line per rank for the startup log: shard shapes and the bytes it holds.
+// The startup log's line for a rank: shard shapes and the bytes it holds.
 std::string describe_shard(const model_weights& shard);
 
 }  // namespace coserve

@@ -39,12 +39,14 @@ def coserve_bin():
 class Server:
     """`coserve serve --demo` (or `serve MODEL` when model is given) on a free port."""
 
-    def __init__(self, *extra_args, model=None):
+    def __init__(self, *extra_args, model=None, launcher=(), env=None):
+        """launcher: a command the server runs under (e.g. mpirun ... ); env: extra variables."""
         binary = coserve_binary()
         source = [str(model)] if model is not None else ["--demo"]
         self.proc = subprocess.Popen(
-            [binary, "serve", *source, "--port", "0", *extra_args],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [*launcher, binary, "serve", *source, "--port", "0", *extra_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env=None if env is None else {**os.environ, **env})
         self.log = []
         self.port = None
         ready = threading.Event()
