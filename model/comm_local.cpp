@@ -80,11 +80,14 @@ class local_communicator final : public communicator {
     const size_t per = (n + size_t(s.size) - 1) / size_t(s.size);
     const size_t b = std::min(n, per * size_t(rank_)), e = std::min(n, b + per);
     if (b < e) {
-      const float* first = static_cast<const float*>(s.ptrs[0]);
-      std::copy(first + b, first + e, acc.data() + b);
-      for (int32_t r = 1; r < s.size; ++r) {
+      // Rank 0 + rank 1 in one pass, then the other ranks in order.
+      float* out = acc.data();
+      const float* r0 = static_cast<const float*>(s.ptrs[0]);
+      const float* r1 = static_cast<const float*>(s.ptrs[1]);
+      for (size_t i = b; i < e; ++i) out[i] = r0[i] + r1[i];
+      for (int32_t r = 2; r < s.size; ++r) {
         const float* src = static_cast<const float*>(s.ptrs[size_t(r)]);
-        for (size_t i = b; i < e; ++i) acc[i] += src[i];
+        for (size_t i = b; i < e; ++i) out[i] += src[i];
       }
     }
     s.barrier();

@@ -97,7 +97,7 @@ result<void> cpu_forward::residual_matmul(const float* in, int64_t rows, const w
 
 // Every rank's [rows, its vocabulary rows] block to rank 0, laid out there as [rows, vocab].
 result<void> cpu_forward::gather_logits(const std::vector<float>& local, int64_t rows, std::vector<float>& logits) {
-  std::vector<unsigned char> all;
+  std::vector<unsigned char>& all = gathered_;  // kept: no allocation and zero fill per step
   const bool root = comm_->rank() == 0;
   if (auto r = comm_->gather(local.data(), local.size() * sizeof(float), root ? &all : nullptr, 0); !r) return r;
   if (!root) {

@@ -107,6 +107,7 @@ class cpu_forward {
   std::vector<float> inv_freq_;  // [head_dim / 2]
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, part_, local_logits_;
+  std::vector<unsigned char> gathered_;  // tensor parallel: every rank's logits, on rank 0
   std::vector<uint16_t> xb_;  // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
   std::vector<uint8_t> xq_[2];  // a matmul's activations quantized (Q8_0 blocks, Q8_K blocks)
   std::vector<gemm_piece> pieces_;
