@@ -114,6 +114,7 @@ class engine_impl final : public engine {
               std::unique_ptr<executor> exec, actors::speculative_config spec)
       : cfg_(std::move(cfg)), tok_(std::move(tok)), spec_(spec) {
     const executor_info ei = exec->info();
+    rank_stats_ = exec->rank_stats();
     info_.served_model_name = cfg_.served_model_name.empty() ? cfg_.model_dir.filename().string()
                                                              : cfg_.served_model_name;
     info_.architecture = model.architecture;
@@ -390,6 +391,7 @@ class engine_impl final : public engine {
                            {"executor", int64_t(p_->executor_ref.queued())},
                            {"streamer", int64_t(p_->streamer_ref.queued())}};
     }
+    if (rank_stats_) out.tp_ranks = rank_stats_->snapshot();
     out.ttft = m.ttft.snapshot();
     out.itl = m.itl.snapshot();
     out.e2e = m.e2e.snapshot();
@@ -482,6 +484,7 @@ class engine_impl final : public engine {
   engine_config cfg_;
   std::optional<tokenizer> tok_;  // absent: token ids in and out only
   actors::speculative_config spec_;  // parsed --speculative-config (off unless enabled())
+  std::shared_ptr<const rank_stats_board> rank_stats_;  // tensor parallel executors only
   std::optional<chat_template> template_;
   prompt_encoder encoder_;
   model_info info_;

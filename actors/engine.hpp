@@ -20,6 +20,7 @@
 #include <asio/awaitable.hpp>
 
 #include "model/config.hpp"
+#include "model/executor.hpp"
 #include "model/json/value.hpp"
 #include "model/sampling_params.hpp"
 #include "model/step.hpp"
@@ -218,6 +219,7 @@ struct engine_metrics {
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;
   std::vector<std::pair<std::string, int64_t>> mailbox_depth;  // per actor: messages queued
+  std::vector<rank_stats> tp_ranks;                // tensor parallel: per rank (empty without)
   histogram_snapshot ttft, itl, e2e, queue;        // seconds
 };
 

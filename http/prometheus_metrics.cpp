@@ -107,6 +107,23 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
   family("coserve_actor_mailbox_depth", "gauge", "Messages queued in each serving actor's mailbox.");
   for (const auto& [actor, n] : m.mailbox_depth)
     sample("coserve_actor_mailbox_depth{actor=\"" + actor + "\"}", static_cast<double>(n));
+  if (!m.tp_ranks.empty()) {
+    family("coserve_tensor_parallel_size", "gauge", "Tensor-parallel ranks of the executor.");
+    sample("coserve_tensor_parallel_size", static_cast<double>(m.tp_ranks.size()));
+    family("coserve_tp_rank_compute_seconds_total", "counter",
+           "Per tensor-parallel rank: seconds of its forward passes outside collectives.");
+    for (const rank_stats& r : m.tp_ranks)
+      sample("coserve_tp_rank_compute_seconds_total{rank=\"" + std::to_string(r.rank) + "\"}", r.compute_seconds);
+    family("coserve_tp_rank_collective_seconds_total", "counter",
+           "Per tensor-parallel rank: seconds in all-reduces and the logits gather, waiting for the slowest "
+           "rank included.");
+    for (const rank_stats& r : m.tp_ranks)
+      sample("coserve_tp_rank_collective_seconds_total{rank=\"" + std::to_string(r.rank) + "\"}",
+             r.collective_seconds);
+    family("coserve_tp_rank_steps_total", "counter", "Per tensor-parallel rank: forward passes run.");
+    for (const rank_stats& r : m.tp_ranks)
+      sample("coserve_tp_rank_steps_total{rank=\"" + std::to_string(r.rank) + "\"}", static_cast<double>(r.steps));
+  }
 
   family("coserve_request_success_total", "counter", "Finished requests by finish reason.");
   const std::pair<const char*, int64_t> reasons[] = {{"stop", m.finished_stop},

@@ -172,6 +172,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
   }
   std::unique_ptr<cpu_executor> ex(new cpu_executor(std::move(weights), std::move(gen), o));
   ex->forward_.set_communicator(tp->comm);
+  ex->stats_board_ = std::make_shared<rank_stats_board>();
   std::fprintf(stderr, "coserve rank 0/%d: %s; KV cache %zu MiB (%d blocks)\n", n,
                describe_shard(ex->weights_).c_str(), ex->cache_.bytes() >> 20, opts.num_kv_blocks);
   for (const auto& w : tp->workers)
@@ -190,6 +191,14 @@ result<void> cpu_executor::run_forward(const step_plan& plan, const std::vector<
   auto r = tp_->comm->broadcast(msg, 0);
   if (r) r = run_tp_step(plan.block_copies, batch, cache_, forward_, logits_);
   if (!r && r.err().code == k_executor_fatal) tp_->failed = true;
+  if (r && !forward_.rank_profiles().empty()) {
+    std::vector<coserve::rank_stats> s;
+    for (size_t i = 0; i < forward_.rank_profiles().size(); ++i) {
+      const forward_profile& p = i == 0 ? forward_.profile() : forward_.rank_profiles()[i];
+      s.push_back({int32_t(i), i == 0 ? p.gemm_s + p.attention_s + p.other_s : p.other_s, p.comm_s, p.steps});
+    }
+    stats_board_->set(std::move(s));
+  }
   return r;
 }
 

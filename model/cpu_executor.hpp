@@ -67,6 +67,7 @@ class cpu_executor final : public executor {
   ~cpu_executor() override;
   result<step_result> execute(const step_plan& plan) override;
   executor_info info() const override;
+  std::shared_ptr<const rank_stats_board> rank_stats() const override { return stats_board_; }
 
   void set_return_logits(bool on) noexcept { opts_.return_logits = on; }
   const model_config& config() const noexcept { return weights_.config; }
@@ -121,6 +122,7 @@ class cpu_executor final : public executor {
   std::unordered_map<seq_id_t, std::vector<std::vector<float>>> draft_q_;
   struct tp_ranks;  // the other ranks and rank 0's communicator (tensor parallel only)
   std::unique_ptr<tp_ranks> tp_;
+  std::shared_ptr<rank_stats_board> stats_board_;  // tensor parallel only
 };
 
 // A rank other than 0 of an MPI tensor-parallel job: loads the model folder, takes its shard,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 namespace coserve {
@@ -95,26 +96,39 @@ result<void> cpu_forward::residual_matmul(const float* in, int64_t rows, const w
   return {};
 }
 
-// Every rank's [rows, its vocabulary rows] block to rank 0, laid out there as [rows, vocab].
-result<void> cpu_forward::gather_logits(const std::vector<float>& local, int64_t rows, std::vector<float>& logits) {
+// Every rank's [rows, its vocabulary rows] block to rank 0, laid out there as [rows, vocab]. Each
+// block is followed by the rank's profile (compute, collective seconds, steps) for rank_profiles().
+result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows, std::vector<float>& logits) {
   std::vector<unsigned char>& all = gathered_;  // kept: no allocation and zero fill per step
   const bool root = comm_->rank() == 0;
-  if (auto r = comm_->gather(local.data(), local.size() * sizeof(float), root ? &all : nullptr, 0); !r) return r;
+  const size_t payload = local.size() * sizeof(float);
+  const double mine[3] = {profile_.gemm_s + profile_.attention_s + profile_.other_s, profile_.comm_s,
+                          double(profile_.steps)};
+  local.resize(local.size() + sizeof mine / sizeof(float));
+  std::memcpy(reinterpret_cast<unsigned char*>(local.data()) + payload, mine, sizeof mine);
+  if (auto r = comm_->gather(local.data(), payload + sizeof mine, root ? &all : nullptr, 0); !r) return r;
   if (!root) {
     logits.clear();
     return {};
   }
   const int64_t vocab = c_.vocab_size;
   logits.resize(size_t(rows * vocab));
-  const float* src = reinterpret_cast<const float*>(all.data());
-  const size_t got = all.size() / sizeof(float);
-  size_t at = 0;
+  rank_profiles_.resize(size_t(comm_->size()));
+  size_t at = 0;  // bytes
   for (int32_t r = 0; r < comm_->size(); ++r) {
     const auto [b, e] = vocab_range(int32_t(vocab), comm_->size(), r);
     const int64_t n = e - b;
-    if (at + size_t(rows * n) > got) return make_error("internal", "forward: gathered logits are short");
-    for (int64_t i = 0; i < rows; ++i) std::copy_n(src + at + size_t(i * n), n, logits.data() + i * vocab + b);
-    at += size_t(rows * n);
+    const size_t block = size_t(rows * n) * sizeof(float);
+    double stats[3];
+    if (at + block + sizeof stats > all.size()) return make_error("internal", "forward: gathered logits are short");
+    const float* src = reinterpret_cast<const float*>(all.data() + at);
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(src + size_t(i * n), n, logits.data() + i * vocab + b);
+    std::memcpy(stats, all.data() + at + block, sizeof stats);
+    forward_profile& p = rank_profiles_[size_t(r)];
+    p.other_s = stats[0];  // compute, all phases together
+    p.comm_s = stats[1];
+    p.steps = int64_t(stats[2]);
+    at += block + sizeof stats;
   }
   return {};
 }

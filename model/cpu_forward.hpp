@@ -67,6 +67,8 @@ class cpu_forward {
   bool bf16_activations() const noexcept { return bf16_act_; }
 
   const forward_profile& profile() const noexcept { return profile_; }
+  // Tensor parallel, on rank 0: every rank's profile as of its latest logits gather (rank order).
+  const std::vector<forward_profile>& rank_profiles() const noexcept { return rank_profiles_; }
   void reset_profile() noexcept { profile_ = {}; }
 
  private:
@@ -94,7 +96,7 @@ class cpu_forward {
   // rank's partial product, all-reduced. Adds the time to the profile from `tp` on.
   result<void> residual_matmul(const float* in, int64_t rows, const weight_ref& w,
                                std::chrono::steady_clock::time_point& tp);
-  result<void> gather_logits(const std::vector<float>& local, int64_t rows, std::vector<float>& logits);
+  result<void> gather_logits(std::vector<float>& local, int64_t rows, std::vector<float>& logits);
 
   const model_weights& w_;
   const model_config& c_;
@@ -108,6 +110,7 @@ class cpu_forward {
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, part_, local_logits_;
   std::vector<unsigned char> gathered_;  // tensor parallel: every rank's logits, on rank 0
+  std::vector<forward_profile> rank_profiles_;
   std::vector<uint16_t> xb_;  // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
   std::vector<uint8_t> xq_[2];  // a matmul's activations quantized (Q8_0 blocks, Q8_K blocks)
   std::vector<gemm_piece> pieces_;

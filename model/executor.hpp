@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "model/step.hpp"
 #include "runtime/expected.hpp"
@@ -24,6 +27,33 @@ struct executor_info {
   bool verifies_proposals = false;  // runs scheduled_seq::num_draft > 0 (speculative decoding)
 };
 
+// Per tensor-parallel rank: seconds of its forward passes spent computing and in collectives
+// (waiting for the slowest rank included), and its steps. Rank 0 learns the others' figures
+// with each step's logits gather, so they trail by at most one step.
+struct rank_stats {
+  int32_t rank = 0;
+  double compute_seconds = 0;
+  double collective_seconds = 0;
+  int64_t steps = 0;
+};
+
+// Written by the executor after each step, read by any thread (the /metrics scrape).
+class rank_stats_board {
+ public:
+  void set(std::vector<rank_stats> s) {
+    std::lock_guard lk(mu_);
+    stats_ = std::move(s);
+  }
+  std::vector<rank_stats> snapshot() const {
+    std::lock_guard lk(mu_);
+    return stats_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<rank_stats> stats_;
+};
+
 class executor {
  public:
   virtual ~executor() = default;
@@ -35,6 +65,8 @@ class executor {
   // and finished); the result then has no outputs.
   virtual result<step_result> execute(const step_plan& plan) = 0;
   virtual executor_info info() const = 0;
+  // Tensor-parallel executors: their ranks' figures (null otherwise). Outlives the executor when held.
+  virtual std::shared_ptr<const rank_stats_board> rank_stats() const { return nullptr; }
 };
 
 }  // namespace coserve

@@ -90,5 +90,13 @@ TEST_CASE("pipeline: tensor parallel 2 and 4 give TP 1's greedy tokens under con
     CHECK(got.fork.at(1) == one.together[0].tokens);
     CHECK(got.metrics.preemptions > 0);
     CHECK(got.metrics.prefix_hits > 0);
+    // Every rank's figures reach rank 0 (with the logits gather of each step).
+    REQUIRE(got.metrics.tp_ranks.size() == size_t(tp));
+    for (const rank_stats& r : got.metrics.tp_ranks) {
+      CHECK(r.steps > 0);
+      CHECK(r.compute_seconds > 0);
+      CHECK(r.collective_seconds > 0);
+    }
   }
+  CHECK(one.metrics.tp_ranks.empty());
 }

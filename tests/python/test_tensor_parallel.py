@@ -19,7 +19,7 @@ import time
 import httpx
 import pytest
 
-from conftest import Server, coserve_binary, skip_or_fail_in_ci, wait_for
+from conftest import Server, coserve_binary, metric_value, skip_or_fail_in_ci, wait_for
 
 EXACT = ("--dtype", "float32", "--kv-cache-dtype", "fp32", "--cpu-threads", "2")
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
@@ -92,6 +92,12 @@ def test_mpirun_two_ranks_serve_the_openai_api_like_tp1(tp1):
         assert wait_for(lambda: "coserve rank 1/2: 4 query heads, 1 KV heads, MLP 344, vocabulary rows [25128, 50257)"
                         in "".join(s.log), 10), "".join(s.log)
         assert_same(completions(s.url, s.model), tp1)
+        # /metrics: per-rank series, rank 1's figures included (they travel with the logits gather).
+        text = httpx.get(s.url + "/metrics").text
+        assert metric_value(text, "coserve_tensor_parallel_size") == 2
+        for rank in ("0", "1"):
+            assert metric_value(text, "coserve_tp_rank_steps_total", {"rank": rank}) > 0, text
+            assert metric_value(text, "coserve_tp_rank_collective_seconds_total", {"rank": rank}) > 0
         # The official client too.
         r = s.client().completions.create(model=s.model, prompt=PROMPTS[0], max_tokens=24, temperature=0,
                                           extra_body={"ignore_eos": True})
