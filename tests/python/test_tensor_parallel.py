@@ -136,10 +136,11 @@ def rank_pid(launcher, rank):
     return None
 
 
-def test_a_killed_rank_ends_the_job_with_an_error_and_the_stream_ends():
+@pytest.mark.parametrize("victim_rank", [1, 0])
+def test_a_killed_rank_ends_the_job_with_an_error_and_the_stream_ends(victim_rank):
     s = Server(*EXACT, "--tensor-parallel-size", "2", launcher=mpi_launcher(2), env=MPI_ENV)
     try:
-        victim = rank_pid(s.proc.pid, 1)
+        victim = rank_pid(s.proc.pid, victim_rank)
         assert victim is not None
         chunks, ended_cleanly, failed = [], False, None
         t0 = None
@@ -166,7 +167,7 @@ def test_a_killed_rank_ends_the_job_with_an_error_and_the_stream_ends():
         code = s.proc.wait(20)
         assert code != 0
         log = "".join(s.log)
-        assert "rank 1" in log and ("exited on signal 9" in log or "tensor parallel" in log), log
+        assert f"rank {victim_rank}" in log and ("exited on signal 9" in log or "tensor parallel" in log), log
     finally:
         if s.proc.poll() is None:
             s.proc.kill()
