@@ -104,7 +104,8 @@ result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
   const size_t payload = local.size() * sizeof(float);
   const double mine[3] = {profile_.gemm_s + profile_.attention_s + profile_.other_s, profile_.comm_s,
                           double(profile_.steps)};
-  local.resize(local.size() + sizeof mine / sizeof(float));
+  static_assert(sizeof mine % sizeof(float) == 0);
+  local.resize(local.size() + sizeof(mine) / (sizeof(float)));
   std::memcpy(reinterpret_cast<unsigned char*>(local.data()) + payload, mine, sizeof mine);
   if (auto r = comm_->gather(local.data(), payload + sizeof mine, root ? &all : nullptr, 0); !r) return r;
   if (!root) {

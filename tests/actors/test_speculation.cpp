@@ -327,7 +327,7 @@ TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding, 
   REQUIRE(plain);
   const auto want = run_collect_all(**plain, reqs);
   // A different, smaller draft (one layer, another seed) and the model itself.
-  for (const std::string draft : {small_model("spec-draft", 77, 0).string(), demo_dir().string()}) {
+  for (const std::string& draft : {small_model("spec-draft", 77, 0).string(), demo_dir().string()}) {
     INFO("draft " << draft);
     engine_config cfg = plain_cfg;
     cfg.speculative_config = R"({"model":")" + draft + R"(","num_speculative_tokens":3})";
