@@ -510,12 +510,27 @@ int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
   const int32_t bs = std::max(1, cfg.block_size);
   dtype kv = dtype::bf16;
   if (!parse_kv_cache_dtype(cfg.kv_cache_dtype, kv)) kv = dtype::f32;  // rejected later; size conservatively
-  auto block_bytes = [&](const model_config& m) {
+  auto block_bytes = [&](const model_config& m, int64_t kv_heads) {
     const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max(1, m.num_attention_heads);
-    return int64_t{2} * m.num_hidden_layers * m.num_key_value_heads * head_dim * bs * static_cast<int64_t>(dtype_size(kv));
+    return int64_t{2} * m.num_hidden_layers * kv_heads * head_dim * bs * static_cast<int64_t>(dtype_size(kv));
   };
+  // Tensor parallel: the KV heads this host stores per block, over the ranks it runs (each rank its
+  // share, a replicated head counted on every rank that holds it). Ranks as threads: all of them;
+  // MPI ranks: the launcher's count for this host (all N where it does not say).
+  int64_t kv_heads = model.num_key_value_heads;
+  if (const int32_t n = cfg.tensor_parallel_size; n > 1 && model.num_key_value_heads > 0) {
+    const int64_t per_rank = model.num_key_value_heads % n == 0 ? model.num_key_value_heads / n : 1;
+    int64_t here = n;
+    if (cfg.tp_communicator)
+      for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+        if (const char* v = std::getenv(var); v && std::atoi(v) > 0) {
+          here = std::min<int64_t>(n, std::atoi(v));
+          break;
+        }
+    kv_heads = per_rank * here;
+  }
   // A draft model keeps a cache of the same blocks beside the model's.
-  const int64_t per_block = block_bytes(model) + (draft ? block_bytes(*draft) : 0);
+  const int64_t per_block = block_bytes(model, kv_heads) + (draft ? block_bytes(*draft, draft->num_key_value_heads) : 0);
   const int64_t budget = cfg.kv_cache_bytes > 0 ? cfg.kv_cache_bytes
                                                 : std::min<int64_t>(int64_t{4} << 30, available_bytes / 4);
   const int64_t per_seq = (max_model_len + bs - 1) / bs;

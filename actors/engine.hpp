@@ -283,7 +283,8 @@ class engine {
 // KV blocks for the CPU executor: num_kv_blocks when set, else what kv_cache_bytes (or min(4 GiB,
 // a quarter of `available_bytes`)) holds in K and V of cfg.kv_cache_dtype for every layer (of the
 // model, and of a draft model's cache beside it when `draft` is given), at least one sequence at
-// max_model_len and at most max_num_seqs of them.
+// max_model_len and at most max_num_seqs of them. Tensor parallel: the KV heads this host stores
+// for its ranks (all ranks as threads; the launcher's per-host count of MPI ranks).
 int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg, int32_t max_model_len,
                             int64_t available_bytes, const model_config* draft = nullptr);
 

@@ -245,9 +245,8 @@ template <bool kFour, int NR, int R>
 void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float* out) {
   // Two accumulator sets, even and odd blocks: with one weight and one activation row a single
   // FMA chain (4 cycles a block) was the limit, not memory. Q4_0's nibbles go into the products
-  // unsigned (0..15); their offset, 8 * d_w * d_a * sum(a), is summed apart (q8_block.s).
+  // unsigned (0..15); their offset, 8 * sum(a) (q8_block.s), is taken off each block's integer sum.
   __m256 acc[2][NR][R];
-  float off[NR][R] = {};
   for (int e = 0; e < 2; ++e)
     for (int i = 0; i < NR; ++i)
       for (int r = 0; r < R; ++r) acc[e][i][r] = _mm256_setzero_ps();
@@ -274,8 +273,8 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
         const float scale = dw[i] * da;
         __m256i s;
         if constexpr (kFour) {
-          s = dot_us(wq[i], x);
-          off[i][r] += scale * float(a[r][b].s);
+          // The offset in the integer sum (lane 0): no float chain across blocks for it.
+          s = _mm256_sub_epi32(dot_us(wq[i], x), _mm256_zextsi128_si256(_mm_cvtsi32_si128(8 * a[r][b].s)));
         } else {
           s = dot_us(aw[i], _mm256_sign_epi8(x, wq[i]));
         }
@@ -291,7 +290,7 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
   if (b < nb) block(b, acc[0]);
   for (int i = 0; i < NR; ++i)
     for (int r = 0; r < R; ++r)
-      out[i * R + r] = hsum8(_mm256_add_ps(acc[0][i][r], acc[1][i][r])) - 8.0f * off[i][r];
+      out[i * R + r] = hsum8(_mm256_add_ps(acc[0][i][r], acc[1][i][r]));
 }
 
 // Q4_K / Q5_K (kFive) with Q8_K activations, R rows. The mins' share (dmin * m[s] times the sum of

@@ -269,6 +269,14 @@ TEST_CASE("pipeline: CPU KV cache sized from memory", "[actors][pipeline]") {
   cfg.max_num_seqs = 256;
   cfg.kv_cache_bytes = per_block;  // at least one sequence at max_model_len
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 256);
+  cfg.kv_cache_bytes = int64_t{1} << 30;
+  // Tensor parallel as threads: the host stores every rank's share, 8 KV heads in all at TP 2 and
+  // 8; at TP 16 each rank holds one replicated head: 16 per block, half the blocks.
+  cfg.tensor_parallel_size = 2;
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 1024);
+  cfg.tensor_parallel_size = 16;
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 512);
+  cfg.tensor_parallel_size = 1;
   cfg.num_kv_blocks = 77;
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 77);
 }
