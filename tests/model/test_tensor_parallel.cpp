@@ -44,7 +44,8 @@ struct step_out {
 };
 
 // Two sequences: a prompt prefilled in two chunks then decoded, and a second one forked from the
-// first by a block copy (the prompt's blocks shared, the partial block copied), both decoded.
+// first by a block copy (the prompt's blocks shared, the partial block copied), both decoded; then
+// a speculative verify step (several logit rows of one sequence gathered from every rank).
 std::vector<step_out> run_script(cpu_executor& ex) {
   std::vector<step_out> out;
   auto run = [&](const step_plan& p) {
@@ -80,6 +81,19 @@ std::vector<step_out> run_script(cpu_executor& ex) {
     p.seqs.push_back({2, {k_token_from_last_step}, 12 + i, {0, 5, 6}, true});
     run(p);
   }
+  // Sequence 2 (the same greedy continuation as 1) runs 3 tokens ahead; sequence 1 then verifies
+  // two of them as proposals in one step: 3 logit rows, both accepted, the third token its own.
+  std::vector<int32_t> ahead;
+  for (int i = 0; i < 3; ++i) {
+    p = {};
+    p.seqs.push_back({2, {k_token_from_last_step}, 18 + i, {0, 5, 6}, true});
+    run(p);
+    ahead.push_back(out.back().tokens[0]);
+  }
+  p = {};
+  p.seqs.push_back({1, {k_token_from_last_step, ahead[0], ahead[1]}, 18, {0, 1, 2}, true, 2});
+  run(p);
+  CHECK(out.back().tokens == ahead);
   p = {};
   p.finished = {1, 2};
   REQUIRE(ex.execute(p).ok());
