@@ -37,6 +37,8 @@ const char* k_help =
     "                        logits the token after it was sampled from)\n"
     "  --json                print {\"prompt_ids\":[..],\"output_ids\":[..],\"logits\":[[..],..]}\n"
     "  --threads N           CPU executor threads (default: physical cores)\n"
+    "  --tensor-parallel-size N  split the layers over N ranks, threads of this process sharing\n"
+    "                        --threads (docs/distributed.md; MPI ranks are `serve`'s) (default 1)\n"
     "  --kv-cache-dtype D    auto (bf16) | bf16 | fp16 | fp32 (default auto)\n"
     "  --dtype D             auto | bfloat16 | float32: activations multiplied with bf16 weights are\n"
     "                        rounded to bf16 (auto, bfloat16) or kept fp32 (float32) (default auto)\n"
@@ -127,19 +129,24 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
   const double kv_elem = double(dtype_size(ex.kv_cache_dtype()));
   const double mean_ctx = prompt_len + (max_tokens + 1) / 2.0;
   const double kv_bytes = double(batch) * mean_ctx * c.num_hidden_layers * 2.0 * c.num_key_value_heads * c.head_dim * kv_elem;
-  const double step_bytes = double(ex.weights().matrix_bytes()) + kv_bytes;
+  // Tensor parallel: what all ranks read (rank 0's shard times the ranks: the shards differ by at
+  // most one LM-head row; replicated KV heads are read on every rank holding them).
+  const double ranks = double(std::max(1, ex.weights().shard.size));
+  const double step_bytes = double(ex.weights().matrix_bytes()) * ranks + kv_bytes;
   const forward_profile& p = ex.profile();
-  const double fwd = p.gemm_s + p.attention_s + p.other_s;
+  const double fwd = p.gemm_s + p.attention_s + p.other_s + p.comm_s;
   std::printf("{\"device\":\"%s\",\"batch\":%d,\"prompt_len\":%d,\"decode_steps\":%d,"
               "\"prefill_s\":%.4f,\"prefill_tokens_per_s\":%.1f,\"decode_s\":%.4f,\"decode_tokens_per_s\":%.1f,"
               "\"decode_step_bytes\":%.0f,\"decode_gb_per_s\":%.2f,"
-              "\"decode_split\":{\"gemm\":%.3f,\"attention\":%.3f,\"other\":%.3f,\"outside_forward\":%.3f}}\n",
+              "\"decode_split\":{\"gemm\":%.3f,\"attention\":%.3f,\"other\":%.3f,\"collectives\":%.3f,"
+              "\"outside_forward\":%.3f}}\n",
               info.device.c_str(), batch, prompt_len, max_tokens, prefill_s,
               double(batch) * prompt_len / prefill_s, decode_s,
               max_tokens > 0 ? double(batch) * max_tokens / decode_s : 0.0, step_bytes,
               max_tokens > 0 ? step_bytes * max_tokens / decode_s / 1e9 : 0.0,
               decode_s > 0 ? p.gemm_s / decode_s : 0.0, decode_s > 0 ? p.attention_s / decode_s : 0.0,
-              decode_s > 0 ? p.other_s / decode_s : 0.0, decode_s > 0 ? std::max(0.0, decode_s - fwd) / decode_s : 0.0);
+              decode_s > 0 ? p.other_s / decode_s : 0.0, decode_s > 0 ? p.comm_s / decode_s : 0.0,
+              decode_s > 0 ? std::max(0.0, decode_s - fwd) / decode_s : 0.0);
   return 0;
 }
 
@@ -149,7 +156,7 @@ int cmd_generate(int argc, char** argv) {
   std::string dir, prompt_text, logits_mode = "none";
   std::vector<int32_t> prompt;
   bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
-  int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128;
+  int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128, tp = 1;
   std::string device = "cpu", trace_file, kv_dtype = "auto", compute_dtype = "auto";
   sampling_params params;
   params.temperature = 0.0f;
@@ -190,6 +197,7 @@ int cmd_generate(int argc, char** argv) {
       else if (a == "--seed") seed = std::strtoull(v, nullptr, 10);
       else if (a == "--logits") logits_mode = v;
       else if (a == "--threads") threads = std::atoi(v);
+      else if (a == "--tensor-parallel-size" || a == "-tp") tp = std::atoi(v);
       else if (a == "--kv-cache-dtype") {
         dtype t;
         if (!parse_kv_cache_dtype(v, t)) {
@@ -221,13 +229,15 @@ int cmd_generate(int argc, char** argv) {
     }
   }
   if (dir.empty() || (!bench && have_ids == have_text) || max_tokens < 0 ||
-      (logits_mode != "none" && logits_mode != "last" && logits_mode != "all") || batch <= 0 || prompt_len <= 0) {
+      (logits_mode != "none" && logits_mode != "last" && logits_mode != "all") || batch <= 0 || prompt_len <= 0 ||
+      tp <= 0) {
     std::fputs(k_help, stderr);
     return 2;
   }
   if (bench) {
     cpu_executor_options opts;
     opts.num_threads = threads;
+    opts.tensor_parallel_size = tp;
     parse_kv_cache_dtype(kv_dtype, opts.kv_cache_dtype);
     parse_compute_dtype(compute_dtype, opts.bf16_activations);
     opts.num_kv_blocks = batch * (prompt_len + max_tokens + 16) / opts.block_size + batch + 1;
@@ -251,6 +261,7 @@ int cmd_generate(int argc, char** argv) {
   cfg.model_dir = dir;
   cfg.device = device;
   cfg.cpu_threads = threads;
+  cfg.tensor_parallel_size = tp;
   cfg.kv_cache_dtype = kv_dtype;
   cfg.dtype = compute_dtype;
   cfg.max_num_seqs = 1;
