@@ -380,7 +380,15 @@ int serve_tp_rank(const serve_args& a, communicator& world) {
   std::fprintf(stderr, "coserve rank %d/%d: loading %s\n", world.rank(), world.size(),
                a.engine.model_dir.string().c_str());
   std::fflush(stderr);
-  auto r = run_tp_rank(a.engine.model_dir.string(), world, a.engine.cpu_threads);
+  result<void> r;
+  try {
+    r = run_tp_rank(a.engine.model_dir.string(), world, a.engine.cpu_threads);
+  } catch (const std::exception& e) {
+    // Rank 0 is inside a collective of this step: leaving ends the job (mpirun stops every rank).
+    std::fprintf(stderr, "coserve rank %d: forward pass failed: %s; exiting\n", world.rank(), e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
   if (!r) {
     std::fprintf(stderr, "coserve rank %d: %s\n", world.rank(), r.err().message.c_str());
     std::fflush(stderr);

@@ -3,12 +3,17 @@
 // anyone may touch its buffer. The all-reduce splits the vector into one segment per rank; each
 // rank sums its segment over all ranks (in rank order) into a shared result, which every rank
 // copies out. The result buffer alternates between two per call, so a rank starting the next
-// all-reduce never resizes the buffer a slower rank is still copying from.
+// all-reduce never resizes the buffer a slower rank is still copying from. abort() poisons the
+// group: every barrier then returns at once and every collective fails.
 #include "model/communicator.hpp"
+
+#include "model/executor.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -30,27 +35,48 @@ struct local_shared {
   explicit local_shared(int32_t n) : size(n), ptrs(size_t(n)), sizes(size_t(n)) {}
 
   // Spins briefly (ranks usually arrive within microseconds of each other), then yields, then
-  // sleeps on the generation (ranks may outnumber cores).
-  void barrier() {
+  // sleeps on the generation (ranks may outnumber cores). False once the group was aborted.
+  bool barrier() {
     const uint64_t g = generation.load();
+    if (failed.load()) return false;
     if (arrived.fetch_add(1) + 1 == size) {
       arrived.store(0);
       generation.fetch_add(1);
       generation.notify_all();
-      return;
+      return !failed.load();
     }
     for (int i = 0; i < 4000; ++i) {
-      if (generation.load() != g) return;
+      if (generation.load() != g) return !failed.load();
       cpu_relax();
     }
     for (int i = 0; i < 64; ++i) {
-      if (generation.load() != g) return;
+      if (generation.load() != g) return !failed.load();
       std::this_thread::yield();
     }
     while (generation.load() == g) generation.wait(g);
+    return !failed.load();
+  }
+
+  // Marks the group failed and wakes every rank waiting in a barrier.
+  void abort(int32_t rank, const std::string& reason) {
+    {
+      std::lock_guard lk(mu);
+      if (why.empty()) why = "rank " + std::to_string(rank) + ": " + reason;
+    }
+    failed.store(true);
+    generation.fetch_add(1);
+    generation.notify_all();
+  }
+
+  error failure() {
+    std::lock_guard lk(mu);
+    return error{k_executor_fatal, "tensor parallel group failed (" + why + ")"};
   }
 
   const int32_t size;
+  std::atomic<bool> failed{false};
+  std::mutex mu;
+  std::string why;  // the first abort's reason (under mu)
   std::atomic<int32_t> arrived{0};
   std::atomic<uint64_t> generation{0};
   std::vector<const void*> ptrs;
@@ -74,9 +100,12 @@ class local_communicator final : public communicator {
     if (rank_ == 0) acc.resize(n);
     s.ptrs[size_t(rank_)] = data;
     s.sizes[size_t(rank_)] = n;
-    s.barrier();
+    if (!s.barrier()) return s.failure();
     for (int32_t r = 0; r < s.size; ++r)
-      if (s.sizes[size_t(r)] != n) return make_error("internal", "all-reduce: ranks passed different sizes");
+      if (s.sizes[size_t(r)] != n) {
+        s.abort(rank_, "all-reduce: ranks passed different sizes");
+        return s.failure();
+      }
     const size_t per = (n + size_t(s.size) - 1) / size_t(s.size);
     const size_t b = std::min(n, per * size_t(rank_)), e = std::min(n, b + per);
     if (b < e) {
@@ -90,16 +119,18 @@ class local_communicator final : public communicator {
         for (size_t i = b; i < e; ++i) out[i] += src[i];
       }
     }
-    s.barrier();
+    if (!s.barrier()) return s.failure();
     std::memcpy(data, acc.data(), n * sizeof(float));
     return {};
   }
+
+  void abort(const std::string& why) override { s_->abort(rank_, why); }
 
   result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out, int32_t root) override {
     local_shared& s = *s_;
     s.ptrs[size_t(rank_)] = data;
     s.sizes[size_t(rank_)] = bytes;
-    s.barrier();
+    if (!s.barrier()) return s.failure();
     if (rank_ == root && out) {
       size_t total = 0;
       for (size_t b : s.sizes) total += b;
@@ -110,16 +141,16 @@ class local_communicator final : public communicator {
         at += s.sizes[size_t(r)];
       }
     }
-    s.barrier();
+    if (!s.barrier()) return s.failure();
     return {};
   }
 
   result<void> broadcast(std::vector<unsigned char>& data, int32_t root) override {
     local_shared& s = *s_;
     if (rank_ == root) s.ptrs[size_t(root)] = &data;
-    s.barrier();
+    if (!s.barrier()) return s.failure();
     if (rank_ != root) data = *static_cast<const std::vector<unsigned char>*>(s.ptrs[size_t(root)]);
-    s.barrier();
+    if (!s.barrier()) return s.failure();
     return {};
   }
 

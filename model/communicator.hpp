@@ -34,6 +34,10 @@ class communicator {
   virtual result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out, int32_t root) = 0;
   // Root's `data` (any size) replaces `data` on every other rank.
   virtual result<void> broadcast(std::vector<unsigned char>& data, int32_t root) = 0;
+  // This rank cannot go on (an exception in its forward pass): every rank's pending and later
+  // collectives fail with k_executor_fatal naming `why`, instead of waiting for it. In-process
+  // groups only; an MPI rank that fails exits, and mpirun ends the job.
+  virtual void abort(const std::string& why) { (void)why; }
 };
 
 // `size` communicators (rank i at index i) of one in-process group; each goes to one thread.

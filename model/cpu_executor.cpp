@@ -163,11 +163,20 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
     auto shard = shard_weights(weights, 0, n);
     if (!shard) return shard.err();
     weights = std::move(*shard);
-    for (auto& w : tp->workers)
-      tp->threads.emplace_back([w = w.get()] {
-        if (auto r = w->serve(); !r)
-          std::fprintf(stderr, "coserve: tensor parallel rank %d stopped: %s\n", w->weights().shard.rank,
-                       r.err().message.c_str());
+    for (size_t i = 0; i < tp->workers.size(); ++i)
+      tp->threads.emplace_back([w = tp->workers[i].get(), c = tp->local[i + 1].get()] {
+        // A rank that fails releases the others (their collectives fail instead of waiting for it);
+        // rank 0's next step then fails the engine.
+        std::string why;
+        try {
+          if (auto r = w->serve(); !r) why = r.err().message;
+        } catch (const std::exception& e) {
+          why = std::string("forward pass: ") + e.what();
+        }
+        if (!why.empty()) {
+          std::fprintf(stderr, "coserve: tensor parallel rank %d stopped: %s\n", w->weights().shard.rank, why.c_str());
+          c->abort(why);
+        }
       });
   }
   std::unique_ptr<cpu_executor> ex(new cpu_executor(std::move(weights), std::move(gen), o));
@@ -187,9 +196,16 @@ cpu_executor::~cpu_executor() = default;
 result<void> cpu_executor::run_forward(const step_plan& plan, const std::vector<forward_seq>& batch) {
   if (!tp_) return forward_.run(batch, cache_, false, logits_);
   if (tp_->failed) return make_error(k_executor_fatal, "tensor parallel: a rank was lost in an earlier step");
-  auto msg = encode_tp_step(plan.block_copies, batch);
-  auto r = tp_->comm->broadcast(msg, 0);
-  if (r) r = run_tp_step(plan.block_copies, batch, cache_, forward_, logits_);
+  result<void> r;
+  try {
+    auto msg = encode_tp_step(plan.block_copies, batch);
+    r = tp_->comm->broadcast(msg, 0);
+    if (r) r = run_tp_step(plan.block_copies, batch, cache_, forward_, logits_);
+  } catch (const std::exception& e) {
+    // The other ranks may be inside a collective of this step: release them.
+    tp_->comm->abort(std::string("forward pass: ") + e.what());
+    r = make_error(k_executor_fatal, std::string("tensor parallel rank 0: forward pass: ") + e.what());
+  }
   if (!r && r.err().code == k_executor_fatal) tp_->failed = true;
   if (r && !forward_.rank_profiles().empty()) {
     std::vector<coserve::rank_stats> s;

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <random>
+#include <chrono>
+#include <string>
 #include <thread>
 
 #include "model/cpu_executor.hpp"
@@ -164,6 +166,37 @@ TEST_CASE("tensor parallel: local all-reduce, gather and broadcast give every ra
       }
     });
     for (int32_t r = 0; r < n; ++r) CHECK(failures[size_t(r)] == 0);
+  }
+}
+
+TEST_CASE("tensor parallel: an aborted rank releases the others from their collectives with a fatal error",
+          "[model][tensor_parallel]") {
+  for (int32_t n : {2, 4}) {
+    CAPTURE(n);
+    std::vector<std::string> errors(static_cast<size_t>(n));
+    std::vector<int> codes_fatal(static_cast<size_t>(n), 0);
+    on_ranks(n, [&](int32_t r, communicator& c) {
+      std::vector<float> v(64, 1.0f);
+      // A round that works, then rank n - 1 fails while the others wait in an all-reduce.
+      if (!c.all_reduce_sum(v.data(), v.size())) errors[size_t(r)] = "first round failed";
+      if (r == n - 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        c.abort("out of memory");
+        return;
+      }
+      auto res = c.all_reduce_sum(v.data(), v.size());
+      if (res.ok()) return;
+      errors[size_t(r)] = res.err().message;
+      codes_fatal[size_t(r)] = res.err().code == k_executor_fatal;
+      // Every later collective fails at once too.
+      std::vector<unsigned char> b;
+      if (c.broadcast(b, 0).ok()) errors[size_t(r)] += "; a later broadcast succeeded";
+    });
+    for (int32_t r = 0; r + 1 < n; ++r) {
+      CAPTURE(r);
+      CHECK(errors[size_t(r)] == "tensor parallel group failed (rank " + std::to_string(n - 1) + ": out of memory)");
+      CHECK(codes_fatal[size_t(r)] == 1);
+    }
   }
 }
 
