@@ -634,7 +634,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.load_format = config.load_format;
     opts.gpu_memory_utilization = config.gpu_memory_utilization;
     opts.block_size = config.block_size;
-    opts.max_num_tokens = config.max_num_batched_tokens;
+    opts.max_num_tokens = config.max_num_batched_tokens > 0 ? config.max_num_batched_tokens : 2048;
     opts.max_num_seqs = config.max_num_seqs;
     opts.max_model_len = config.max_model_len;
     opts.num_kv_blocks = static_cast<int32_t>(config.num_kv_blocks);
@@ -653,6 +653,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
 }
 
 result<std::unique_ptr<engine>> engine::start(engine_config config) {
+  if (config.max_num_batched_tokens <= 0) config.max_num_batched_tokens = config.device == "cpu" ? 512 : 2048;
   actors::speculative_config spec;
   if (!config.speculative_config.empty()) {
     auto parsed = actors::parse_speculative_config(config.speculative_config);

@@ -78,7 +78,8 @@ http:
                                 at once with status 1). --drain-timeout-s is the same flag
 engine:
   --max-num-seqs N              running sequences at most (default: 256)
-  --max-num-batched-tokens N    tokens per scheduler step at most (default: 2048)
+  --max-num-batched-tokens N    tokens per scheduler step at most: the chunked-prefill budget shared
+                                by prompts and decodes (default: 512 on the CPU, 2048 on a GPU)
   --max-model-len N             context length (default: the model's)
   --block-size N                tokens per KV block (default: 16)
   --num-gpu-blocks-override N   KV blocks in the pool (default: sized from memory: on the CPU from
