@@ -153,6 +153,10 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
     if (auto r = check_tensor_parallel_size(weights, n); !r) return r.err();
     const int32_t per = threads_per_rank(opts.num_threads, n);
     o.num_threads = per;
+    const int32_t cores = opts.num_threads > 0 ? opts.num_threads : physical_cores();
+    if (n > cores)
+      std::fprintf(stderr, "coserve: warning: %d tensor-parallel ranks on %d %s: each rank still runs one thread, so "
+                   "they take turns on the cores\n", n, cores, opts.num_threads > 0 ? "--cpu-threads" : "cores");
     tp->local = make_local_group(n);
     tp->comm = tp->local[0].get();
     for (int32_t r = 1; r < n; ++r) {
