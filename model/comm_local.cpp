@@ -1,10 +1,9 @@
 // The in-process communicator: ranks are threads sharing one state. Each collective publishes a
 // pointer per rank, meets at a barrier, works on the published buffers, and meets again before
 // anyone may touch its buffer. The all-reduce splits the vector into one segment per rank; each
-// rank sums its segment over all ranks (in rank order) into a shared result, which every rank
-// copies out. The result buffer alternates between two per call, so a rank starting the next
-// all-reduce never resizes the buffer a slower rank is still copying from. abort() poisons the
-// group: every barrier then returns at once and every collective fails.
+// rank sums its segment over all ranks (in rank order) and writes the sum into every rank's
+// buffer. abort() poisons the group: every barrier then returns at once and every collective
+// fails.
 #include "model/communicator.hpp"
 
 #include "model/executor.hpp"
@@ -81,7 +80,6 @@ struct local_shared {
   std::atomic<uint64_t> generation{0};
   std::vector<const void*> ptrs;
   std::vector<size_t> sizes;
-  std::vector<float> acc[2];
 };
 
 class local_communicator final : public communicator {
@@ -95,9 +93,6 @@ class local_communicator final : public communicator {
   result<void> all_reduce_sum(float* data, size_t n) override {
     local_shared& s = *s_;
     if (s.size == 1) return {};
-    const int parity = int(calls_++ & 1);
-    std::vector<float>& acc = s.acc[parity];
-    if (rank_ == 0) acc.resize(n);
     s.ptrs[size_t(rank_)] = data;
     s.sizes[size_t(rank_)] = n;
     if (!s.barrier()) return s.failure();
@@ -106,21 +101,26 @@ class local_communicator final : public communicator {
         s.abort(rank_, "all-reduce: ranks passed different sizes");
         return s.failure();
       }
+    // This rank owns segment [b, e) of every rank's buffer: it sums it (rank 0 + rank 1 + ...) a
+    // chunk at a time and writes the sum back into every buffer. Nobody else touches the segment,
+    // and no rank touches its own buffer until the barrier below.
     const size_t per = (n + size_t(s.size) - 1) / size_t(s.size);
     const size_t b = std::min(n, per * size_t(rank_)), e = std::min(n, b + per);
-    if (b < e) {
-      // Rank 0 + rank 1 in one pass, then the other ranks in order.
-      float* out = acc.data();
-      const float* r0 = static_cast<const float*>(s.ptrs[0]);
-      const float* r1 = static_cast<const float*>(s.ptrs[1]);
-      for (size_t i = b; i < e; ++i) out[i] = r0[i] + r1[i];
+    constexpr size_t k_chunk = 2048;
+    float sum[k_chunk];
+    for (size_t c = b; c < e; c += k_chunk) {
+      const size_t m = std::min(k_chunk, e - c);
+      const float* r0 = static_cast<const float*>(s.ptrs[0]) + c;
+      const float* r1 = static_cast<const float*>(s.ptrs[1]) + c;
+      for (size_t i = 0; i < m; ++i) sum[i] = r0[i] + r1[i];
       for (int32_t r = 2; r < s.size; ++r) {
-        const float* src = static_cast<const float*>(s.ptrs[size_t(r)]);
-        for (size_t i = b; i < e; ++i) out[i] += src[i];
+        const float* src = static_cast<const float*>(s.ptrs[size_t(r)]) + c;
+        for (size_t i = 0; i < m; ++i) sum[i] += src[i];
       }
+      for (int32_t r = 0; r < s.size; ++r)
+        std::memcpy(static_cast<float*>(const_cast<void*>(s.ptrs[size_t(r)])) + c, sum, m * sizeof(float));
     }
     if (!s.barrier()) return s.failure();
-    std::memcpy(data, acc.data(), n * sizeof(float));
     return {};
   }
 
@@ -157,7 +157,6 @@ class local_communicator final : public communicator {
  private:
   std::shared_ptr<local_shared> s_;
   int32_t rank_;
-  uint64_t calls_ = 0;  // this rank's all-reduce count (the same on every rank)
 };
 
 }  // namespace
