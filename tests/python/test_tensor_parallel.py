@@ -295,3 +295,22 @@ def test_two_hosts_over_a_veth_pair_serve_like_tp1(tp1, tmp_path):
                 except OSError:
                     pass
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_bench_tp_smoke():
+    # `coserve bench tp` (the communication of a TP step) runs on threads and under mpirun and prints
+    # one JSON line per token count; the timed runs are in docs/benchmarks/distributed.md.
+    binary = coserve_binary()
+    args = ["bench", "tp", "--steps", "3", "--warmup", "1", "--hidden", "64", "--layers", "2", "--vocab", "1000",
+            "--tokens", "1,4"]
+    runs = {"local": [binary, *args, "--ranks", "3"],
+            "mpi": [mpirun(), "-np", "2", "--bind-to", "none", binary, *args]}
+    for backend, cmd in runs.items():
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, **MPI_ENV})
+        assert r.returncode == 0, r.stderr
+        lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+        assert [d["tokens"] for d in lines] == [1, 4], r.stdout
+        for d in lines:
+            assert d["backend"] == backend
+            assert d["ranks"] == (3 if backend == "local" else 2)
+            assert d["us_per_step"] > 0 and d["us_all_reduce"] > 0 and d["us_gather_logits"] > 0
