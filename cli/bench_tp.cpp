@@ -144,7 +144,6 @@ int bench_tp(int argc, char** argv) {
   }
   const int32_t size = comms[0]->size();
   const std::string backend = comms[0]->backend();
-  int rc = 0;
   for (int32_t tokens : a.tokens) {
     std::vector<timing> per(comms.size());
     std::vector<std::string> errors(comms.size());
@@ -158,10 +157,11 @@ int bench_tp(int argc, char** argv) {
     for (size_t i = 1; i < comms.size(); ++i) threads.emplace_back(rank_main, i);
     rank_main(0);
     for (auto& t : threads) t.join();
-    if (!errors[0].empty()) {
-      std::fprintf(stderr, "coserve bench tp: %s\n", errors[0].c_str());
-      return 1;
-    }
+    for (const std::string& e : errors)
+      if (!e.empty()) {
+        std::fprintf(stderr, "coserve bench tp: %s\n", e.c_str());
+        return 1;
+      }
     if (comms[0]->rank() != 0) continue;
     const double us = 1e6 / a.steps;
     const timing& t = per[0];
@@ -173,7 +173,7 @@ int bench_tp(int argc, char** argv) {
                 t.all_reduce * us / (2 * a.layers), t.gather * us);
     std::fflush(stdout);
   }
-  return rc;
+  return 0;
 }
 
 }  // namespace coserve::cli

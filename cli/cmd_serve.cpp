@@ -6,6 +6,9 @@
 // requests may finish for --shutdown-timeout seconds, then are aborted (their streams end with
 // finish_reason "abort" and [DONE]); the process exits 0 once the last response is written. A
 // second signal exits at once with status 1.
+//
+// Over 500 lines because of one concept: the serve command's flag table (its --help text is most
+// of the file) and the process lifecycle around the engine; the MPI parts live in serve_tp.cpp.
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -13,6 +16,7 @@
 #include <functional>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -27,12 +31,11 @@
 
 #include "actors/engine.hpp"
 #include "cli/commands.hpp"
+#include "cli/serve_tp.hpp"
 #include "http/openai_api.hpp"
 #include "http/server.hpp"
 #include "http/reasoning.hpp"
 #include "http/tool_calls.hpp"
-#include "model/communicator.hpp"
-#include "model/cpu_executor.hpp"
 #include "model/demo_model.hpp"
 #include "model/dtype.hpp"
 
@@ -371,36 +374,6 @@ asio::awaitable<void> finish_http(asio::io_context& io, http::http_server& serve
   io.stop();
 }
 
-// A rank other than 0 of an MPI tensor-parallel job: its shard of every step, until rank 0 stops.
-int serve_tp_rank(const serve_args& a, communicator& world) {
-  // Rank 0 decides when the job ends: a signal mpirun forwards to every rank starts rank 0's drain,
-  // after which its stop message ends this loop (mpirun's SIGKILL, after odls_base_sigkill_timeout,
-  // still ends a rank that would not).
-  std::signal(SIGINT, SIG_IGN);
-  std::signal(SIGTERM, SIG_IGN);
-  std::fprintf(stderr, "coserve rank %d/%d: loading %s\n", world.rank(), world.size(),
-               a.engine.model_dir.string().c_str());
-  std::fflush(stderr);
-  result<void> r;
-  try {
-    r = run_tp_rank(a.engine.model_dir.string(), world, a.engine.cpu_threads);
-  } catch (const std::exception& e) {
-    // Rank 0 is inside a collective of this step: leaving ends the job (mpirun stops every rank).
-    std::fprintf(stderr, "coserve rank %d: forward pass failed: %s; exiting\n", world.rank(), e.what());
-    std::fflush(stderr);
-    std::_Exit(1);
-  }
-  if (!r) {
-    std::fprintf(stderr, "coserve rank %d: %s\n", world.rank(), r.err().message.c_str());
-    std::fflush(stderr);
-    // After a lost peer, MPI_Finalize would wait on it: leave at once.
-    if (r.err().code == k_executor_fatal) std::_Exit(1);
-    return 1;
-  }
-  std::fprintf(stderr, "coserve rank %d: rank 0 stopped; bye\n", world.rank());
-  return 0;
-}
-
 }  // namespace
 
 int cmd_serve(int argc, char** argv) {
@@ -414,29 +387,10 @@ int cmd_serve(int argc, char** argv) {
   }
   // An mpirun/srun launch: the MPI communicator first (the demo model below is made once per
   // host, while the other ranks of the host wait).
-  const mpi_launch launch = detect_mpi_launch();
-  std::shared_ptr<communicator> world;
-  if (launch.launched && (launch.size > 1 || a.engine.tensor_parallel_size > 1)) {
-    if (launch.size != a.engine.tensor_parallel_size) {
-      std::fprintf(stderr, "coserve serve: rank %d: started as %d MPI ranks, and --tensor-parallel-size is %d: start "
-                           "one rank per shard (mpirun -np N ... --tensor-parallel-size N)\n",
-                   launch.rank, launch.size, a.engine.tensor_parallel_size);
-      return 2;
-    }
-    if (a.engine.device != "cpu") {
-      std::fprintf(stderr, "coserve serve: --tensor-parallel-size under mpirun runs on --device cpu\n");
-      return 2;
-    }
-    auto made = make_mpi_communicator();
-    if (!made) {
-      std::fprintf(stderr, "coserve serve: rank %d: %s\n", launch.rank, made.err().message.c_str());
-      return 1;
-    }
-    world = std::move(*made);
-  }
-  const char* local_rank = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-  const bool makes_demo = !world || !local_rank || std::string_view(local_rank) == "0";
-  if (a.demo && makes_demo) {
+  const mpi_job job = join_mpi_job(a.engine.tensor_parallel_size, a.engine.device);
+  if (job.exit_code != 0) return job.exit_code;
+  const std::shared_ptr<communicator>& world = job.world;
+  if (a.demo && writes_demo_model(world.get())) {
     auto dir = cache_dir() / "demo-model";
     if (!std::filesystem::exists(dir / "config.json")) {
       std::fprintf(stderr, "[serve] creating the demo model in %s\n", dir.string().c_str());
@@ -460,12 +414,11 @@ int cmd_serve(int argc, char** argv) {
   }
   if (world) {
     // Every host's demo model is written before any rank reads it.
-    std::vector<unsigned char> none;
-    if (!world->gather(nullptr, 0, nullptr, 0) || !world->broadcast(none, 0)) {
+    if (!mpi_startup_barrier(*world)) {
       std::fprintf(stderr, "coserve serve: rank %d: the startup barrier failed\n", world->rank());
       return 1;
     }
-    if (world->rank() > 0) return serve_tp_rank(a, *world);
+    if (world->rank() > 0) return serve_tp_rank(a.engine.model_dir, a.engine.cpu_threads, *world);
     a.engine.tp_communicator = world;
   }
   // The listener opens before the model loads: /health answers 503 {"status":"loading"} meanwhile.
@@ -534,23 +487,9 @@ int cmd_serve(int argc, char** argv) {
     return 1;
   }
   std::unique_ptr<engine> eng = std::move(started).value();
-  std::thread tp_watch;
-  std::atomic<bool> tp_watch_stop{false};
-  if (world) {
-    // A lost rank fails the engine (every open request ends with an error); this rank then exits
-    // non-zero once the errors had a moment to reach the clients.
-    tp_watch = std::thread([&, e = eng.get()] {
-      while (!tp_watch_stop.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        const std::string why = e->unhealthy_reason();
-        if (e->healthy() || signals_seen.load() > 0 || why.find("tensor parallel") == std::string::npos) continue;
-        std::fprintf(stderr, "[serve] tensor parallel: %s; exiting\n", why.c_str());
-        std::fflush(stderr);
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-        std::_Exit(1);
-      }
-    });
-  }
+  // Under mpirun a failed engine ends this rank, and with it the job.
+  std::optional<engine_failure_exit> failure_exit;
+  if (world) failure_exit.emplace(*eng, signals_seen);
   const auto& info = eng->info();
   api.attach(*eng);
   loaded.store(eng.get());
@@ -562,8 +501,7 @@ int cmd_serve(int argc, char** argv) {
   std::fflush(stderr);
 
   join_http();
-  tp_watch_stop.store(true);
-  if (tp_watch.joinable()) tp_watch.join();
+  failure_exit.reset();
   api.detach_background();
   std::fprintf(stderr, "[serve] stopping the engine\n");
   eng->stop(true);

@@ -211,14 +211,7 @@ result<void> cpu_executor::run_forward(const step_plan& plan, const std::vector<
     r = make_error(k_executor_fatal, std::string("tensor parallel rank 0: forward pass: ") + e.what());
   }
   if (!r && r.err().code == k_executor_fatal) tp_->failed = true;
-  if (r && !forward_.rank_profiles().empty()) {
-    std::vector<coserve::rank_stats> s;
-    for (size_t i = 0; i < forward_.rank_profiles().size(); ++i) {
-      const forward_profile& p = i == 0 ? forward_.profile() : forward_.rank_profiles()[i];
-      s.push_back({int32_t(i), i == 0 ? p.gemm_s + p.attention_s + p.other_s : p.other_s, p.comm_s, p.steps});
-    }
-    stats_board_->set(std::move(s));
-  }
+  if (r && !forward_.tp_rank_stats().empty()) stats_board_->set(forward_.tp_rank_stats());
   return r;
 }
 

@@ -97,7 +97,7 @@ result<void> cpu_forward::residual_matmul(const float* in, int64_t rows, const w
 }
 
 // Every rank's [rows, its vocabulary rows] block to rank 0, laid out there as [rows, vocab]. Each
-// block is followed by the rank's profile (compute, collective seconds, steps) for rank_profiles().
+// block is followed by the rank's profile (compute, collective seconds, steps) for tp_rank_stats().
 result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows, std::vector<float>& logits) {
   std::vector<unsigned char>& all = gathered_;  // kept: no allocation and zero fill per step
   const bool root = comm_->rank() == 0;
@@ -114,7 +114,7 @@ result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
   }
   const int64_t vocab = c_.vocab_size;
   logits.resize(size_t(rows * vocab));
-  rank_profiles_.resize(size_t(comm_->size()));
+  rank_stats_.resize(size_t(comm_->size()));
   size_t at = 0;  // bytes
   for (int32_t r = 0; r < comm_->size(); ++r) {
     const auto [b, e] = vocab_range(int32_t(vocab), comm_->size(), r);
@@ -125,10 +125,7 @@ result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
     const float* src = reinterpret_cast<const float*>(all.data() + at);
     for (int64_t i = 0; i < rows; ++i) std::copy_n(src + size_t(i * n), n, logits.data() + i * vocab + b);
     std::memcpy(stats, all.data() + at + block, sizeof stats);
-    forward_profile& p = rank_profiles_[size_t(r)];
-    p.other_s = stats[0];  // compute, all phases together
-    p.comm_s = stats[1];
-    p.steps = int64_t(stats[2]);
+    rank_stats_[size_t(r)] = {r, stats[0], stats[1], int64_t(stats[2])};
     at += block + sizeof stats;
   }
   return {};

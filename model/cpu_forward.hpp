@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "model/communicator.hpp"
+#include "model/executor.hpp"
 #include "model/kv_cache.hpp"
 #include "model/weights.hpp"
 #include "model/worker_pool.hpp"
@@ -67,8 +68,8 @@ class cpu_forward {
   bool bf16_activations() const noexcept { return bf16_act_; }
 
   const forward_profile& profile() const noexcept { return profile_; }
-  // Tensor parallel, on rank 0: every rank's profile as of its latest logits gather (rank order).
-  const std::vector<forward_profile>& rank_profiles() const noexcept { return rank_profiles_; }
+  // Tensor parallel, on rank 0: every rank's figures as of the latest logits gather (rank order).
+  const std::vector<rank_stats>& tp_rank_stats() const noexcept { return rank_stats_; }
   void reset_profile() noexcept { profile_ = {}; }
 
  private:
@@ -110,7 +111,7 @@ class cpu_forward {
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, part_, local_logits_;
   std::vector<unsigned char> gathered_;  // tensor parallel: every rank's logits, on rank 0
-  std::vector<forward_profile> rank_profiles_;
+  std::vector<rank_stats> rank_stats_;
   std::vector<uint16_t> xb_;  // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
   std::vector<uint8_t> xq_[2];  // a matmul's activations quantized (Q8_0 blocks, Q8_K blocks)
   std::vector<gemm_piece> pieces_;
