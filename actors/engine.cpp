@@ -369,6 +369,7 @@ class engine_impl final : public engine {
     out.rejected = m.rejected.load(std::memory_order_relaxed);
     out.open_requests = m.open_requests.load(std::memory_order_relaxed);
     out.steps = m.steps.load(std::memory_order_relaxed);
+    out.steps_launched_ahead = m.steps_launched_ahead.load(std::memory_order_relaxed);
     out.grammar_compiles = m.grammar_compiles.load(std::memory_order_relaxed);
     out.grammar_cache_hits = m.grammar_cache_hits.load(std::memory_order_relaxed);
     out.grammar_failures = m.grammar_failures.load(std::memory_order_relaxed);

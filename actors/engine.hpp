@@ -213,6 +213,7 @@ struct engine_metrics {
   int64_t rejected = 0;
   int64_t open_requests = 0;                        // submitted, stream not ended yet
   int64_t steps = 0;                                // executor steps completed
+  int64_t steps_launched_ahead = 0;                 // launched while the previous step still ran
   // Structured outputs (grammar actor): grammars compiled, served from its cache, rejected; time
   // spent compiling.
   int64_t grammar_compiles = 0, grammar_cache_hits = 0, grammar_failures = 0, grammar_cache_bytes = 0;

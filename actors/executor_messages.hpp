@@ -1,4 +1,4 @@
-// executor_actor's interface: run one step_plan (the CPU or CUDA executor behind it).
+// executor_actor's interface: run step_plans on the CPU or CUDA executor behind it.
 #pragma once
 
 #include "model/step.hpp"
@@ -9,5 +9,9 @@ namespace coserve::actors {
 struct execute_step {
   step_plan plan;
 };
+
+// executor → itself: the oldest launched step has completed and can be collected (posted by the
+// executor's completion callback: a CUDA host function's post, or the CPU step thread's).
+struct step_ready {};
 
 }  // namespace coserve::actors

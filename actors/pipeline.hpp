@@ -94,8 +94,10 @@ struct pipeline_metrics {
   static constexpr size_t k_spec_positions = 16;
   std::array<std::atomic<int64_t>, k_spec_positions> spec_accepted_per_position{};
   std::atomic<int32_t> spec_positions{0};  // num_speculative_tokens (0: off)
-  // executor: when the step now running started (tracer clock, ns), 0 while idle
+  // executor: when the step now running started (tracer clock, ns), 0 while idle; steps launched
+  // while another was still running (queued behind it on the device or the CPU step thread)
   std::atomic<int64_t> step_started_ns{0};
+  std::atomic<int64_t> steps_launched_ahead{0};
 };
 
 // The engine's health: ready until something makes every later step fail (a stopped actor, a

@@ -1,11 +1,17 @@
-// The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling.
-// Longer than most files (about 350 lines) because the forward pass reads best as one piece.
+// The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling,
+// launched and collected as two halves. Longer than most files (about 550 lines) because the step's
+// host planning and the forward pass read best as one piece.
 #include "gpu/gpu_executor.hpp"
 
 #include <algorithm>
+#include <asio/bind_executor.hpp>
+#include <asio/io_context.hpp>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <unordered_map>
+
+#include "gpu/async_wait.hpp"
 
 #include "gpu/batch_plan.hpp"
 #include "gpu/device_buffer.hpp"
@@ -15,6 +21,7 @@
 #include "gpu/kv_cache_sizing.hpp"
 #include "gpu/launch_params.hpp"
 #include "gpu/logit_edit.hpp"
+#include "gpu/nvtx.hpp"
 #include "gpu/rope_freqs.hpp"
 #include "gpu/stream.hpp"
 #include "model/sampler.hpp"
@@ -80,20 +87,36 @@ bool grammar_allows_only(std::span<const uint32_t> mask, const std::vector<int32
 class gpu_executor final : public executor {
  public:
   static result<std::unique_ptr<gpu_executor>> create(const gpu_executor_options& o);
+  ~gpu_executor() override;
   result<step_result> execute(const step_plan& plan) override;
+  void launch(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready) override {
+    launch_step(std::move(plan), ex, std::move(ready), true);
+  }
+  result<step_result> collect() override;
+  int32_t max_in_flight() const override { return 2; }
+  bool can_launch_ahead(const step_plan& plan) const override;
   executor_info info() const override { return info_; }
+  step_timeline timeline() const { return timeline_; }
+  void reset_timeline() { timeline_ = {}; }
 
  private:
-  // The step without dropping `finished` (execute() drops them whatever the outcome).
-  result<step_result> run_step(const step_plan& plan);
   struct seq_state {
     sampling_params params;
     uint64_t seed = 0;
-    int32_t generated = 0;
-    int32_t last_token = -1;
+    int32_t slot = -1;        // its entry in the device's last-token buffer
+    int32_t generated = 0;    // tokens the host has collected
+    int32_t launched = 0;     // sampled rows launched (generated + those not collected yet)
+    int32_t last_token = -1;  // the last token the host has collected (or the last output id)
     std::unordered_map<int32_t, int32_t> seen;       // prompt + output tokens (repetition penalty)
     std::unordered_map<int32_t, int32_t> out_count;  // output token -> count (presence/frequency)
     std::optional<grammar_matcher> matcher;           // structured output (params.grammar)
+    int32_t pending() const noexcept { return launched - generated; }
+    // Penalties and grammars are applied from the host's view of the history: a step that samples
+    // for this sequence needs every earlier step of it collected.
+    bool needs_history() const noexcept {
+      return matcher.has_value() || params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
+             params.frequency_penalty != 0.0f;
+    }
     void accept(int32_t t) {
       seen[t] = 1;
       ++out_count[t];
@@ -101,6 +124,22 @@ class gpu_executor final : public executor {
       last_token = t;
       if (matcher && !matcher->terminated()) (void)matcher->accept(t);
     }
+  };
+  using seq_ptr = std::shared_ptr<seq_state>;
+  // Host staging of one step: the pinned metadata it uploads and the pinned outputs it downloads.
+  // Two, used alternately, so step N+1's staging cannot overwrite step N's while N's copies are
+  // pending (a third step is launched only after step N is collected).
+  struct frame {
+    pinned_buffer meta, out, edited_rows;
+  };
+  struct launched_step {
+    uint64_t step_id = 0;
+    std::optional<error> failed;     // issue() failed: nothing (or part) of the step ran
+    result<void> device;             // the stream's state when the step's completion ran
+    int32_t frame = 0, events = -1;  // events: -1 when no timing events were recorded
+    std::vector<seq_ptr> rows;       // per sampled row, the sequence's state
+    std::vector<seq_id_t> row_ids;
+    std::vector<int32_t> logprob_rows;
   };
   // Device addresses of this step's metadata (inside meta_dev_).
   struct step_meta {
@@ -114,10 +153,15 @@ class gpu_executor final : public executor {
     const uint32_t* grammar_masks;   // [num_grammar_rows, mask_words] allowed-token bitmasks
     int32_t num_grammar_rows;
     int32_t mask_words;
+    const int32_t* row_slots;        // per sampled row, its sequence's last-token slot
   };
   gpu_executor() = default;
+  // filter_failed: leave out the sequences of failed steps (launch()); execute() runs what it is given.
+  void launch_step(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready, bool filter_failed);
   result<void> allocate_buffers();
-  result<void> forward(const batch_plan& p, const step_meta& m, const std::vector<int32_t>& logprob_rows);
+  // Host planning and every enqueue of a step (the caller records the outcome).
+  result<void> issue(const step_plan& plan, launched_step& rec);
+  result<void> forward(const batch_plan& p, const step_meta& m, const frame& f, const std::vector<int32_t>& logprob_rows);
 
   gpu_executor_options opts_;
   executor_info info_;
@@ -126,14 +170,25 @@ class gpu_executor final : public executor {
   gemm_runner gemm_;
   device_buffer inv_freq_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
   device_buffer tok_out_, lp_out_, partial_o_, partial_lse_, meta_dev_;
-  pinned_buffer meta_host_, out_host_;
-  pinned_buffer edited_rows_;   // rows asking for top-N logprobs, after the device edits (grown on use)
+  device_buffer last_tokens_;   // [slot capacity] each live sequence's last sampled id, on the device
+  frame frames_[2];
+  int32_t next_frame_ = 0;
+  std::vector<pinned_buffer> retired_;  // outgrown staging buffers, freed at teardown
+  struct step_events {
+    event start, end;
+  };
+  step_events events_[3];       // timing events of launched steps, in turn (two in flight + the last collected)
+  int32_t next_events_ = 0;
+  int32_t last_events_ = -1;    // events of the step collected last (-1: none)
+  step_timeline timeline_;
   int64_t kv_layer_elems_ = 0;  // elements of one layer's K (== V) cache
   int32_t num_sms_ = 0;
-  std::unordered_map<seq_id_t, seq_state> seqs_;
+  std::unordered_map<seq_id_t, seq_ptr> seqs_;
+  std::vector<int32_t> free_slots_;
+  std::deque<std::shared_ptr<launched_step>> launched_;
+  failed_sequences failed_;
   std::vector<int32_t> eos_ids_;  // generation_config eos ids, else config.json's (min_tokens masking)
 };
-
 
 result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_options& o) {
   if (device_count() == 0) return make_error("unavailable", "gpu: no CUDA device");
@@ -206,12 +261,30 @@ result<void> gpu_executor::allocate_buffers() {
     if (!b) return std::move(b).err();
     *x.b = std::move(b.value());
   }
-  auto mh = pinned_buffer::allocate(k_metadata_bytes);
-  if (!mh) return std::move(mh).err();
-  meta_host_ = std::move(mh.value());
-  auto oh = pinned_buffer::allocate(S * 8 + (opts_.return_logits ? S * V * 4 : 0));
-  if (!oh) return std::move(oh).err();
-  out_host_ = std::move(oh.value());
+  for (frame& f : frames_) {
+    auto mh = pinned_buffer::allocate(k_metadata_bytes);
+    if (!mh) return std::move(mh).err();
+    f.meta = std::move(mh.value());
+    auto oh = pinned_buffer::allocate(S * 8 + (opts_.return_logits ? S * V * 4 : 0));
+    if (!oh) return std::move(oh).err();
+    f.out = std::move(oh.value());
+  }
+  for (step_events& e : events_) {
+    auto a = event::create(true);
+    auto b = event::create(true);
+    if (!a) return std::move(a).err();
+    if (!b) return std::move(b).err();
+    e.start = std::move(a.value());
+    e.end = std::move(b.value());
+  }
+  // Live sequences: those running (at most max_num_seqs) plus those registered for a prefill that
+  // is still being chunked or whose finish notice has not arrived yet.
+  const size_t slots = 4 * S + 64;
+  auto lt = device_buffer::allocate(slots * 4);
+  if (!lt) return std::move(lt).err();
+  last_tokens_ = std::move(lt.value());
+  COSERVE_CUDA_TRY(cuda_check(cudaMemset(last_tokens_.get(), 0, slots * 4), "last-token buffer"));
+  for (size_t i = slots; i-- > 0;) free_slots_.push_back(int32_t(i));
 
   rope_params rp;
   rp.theta = c.rope_theta;
@@ -247,26 +320,141 @@ result<void> gpu_executor::allocate_buffers() {
   return {};
 }
 
-result<step_result> gpu_executor::execute(const step_plan& plan) {
-  result<step_result> r = run_step(plan);
-  for (seq_id_t f : plan.finished) seqs_.erase(f);
-  return r;
+gpu_executor::~gpu_executor() {
+  // Teardown: the stream's work reads the buffers about to be freed.
+  if (stream_.get() != nullptr) (void)stream_.synchronize();
 }
 
-result<step_result> gpu_executor::run_step(const step_plan& plan) {
+result<step_result> gpu_executor::execute(const step_plan& plan) {
+  if (!launched_.empty()) return make_error("failed_precondition", "gpu: execute() while launched steps are not collected");
+  // The synchronous form (tests, benchmarks): launch, wait on a private io_context, collect.
+  asio::io_context io;
+  launch_step(plan, io.get_executor(), [] {}, false);
+  io.run();  // returns once the completion posted (async_wait keeps the context busy until then)
+  return collect();
+}
+
+bool gpu_executor::can_launch_ahead(const step_plan& plan) const {
+  for (const scheduled_seq& q : plan.seqs) {
+    if (q.num_draft > 0) return false;
+    auto it = seqs_.find(q.seq_id);
+    if (it != seqs_.end() && q.sample && it->second->pending() > 0 && it->second->needs_history()) return false;
+  }
+  return true;
+}
+
+void gpu_executor::launch_step(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready,
+                               bool filter_failed) {
+  nvtx_range range("launch");
+  auto rec = std::make_shared<launched_step>();
+  rec->step_id = plan.step_id;
+  rec->frame = next_frame_;
+  next_frame_ ^= 1;
+  if (filter_failed) failed_.filter(plan);
+  if (auto r = issue(plan, *rec); !r.ok()) rec->failed = std::move(r).err();
+  failed_.on_step(plan, !rec->failed);
+  // `finished`: their host state lives on in the launched steps that still reference it (for
+  // collect); their slot is free for a sequence registered later (stream order keeps the last
+  // write of an earlier step ahead of any later use).
+  for (seq_id_t id : plan.finished) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end()) continue;
+    free_slots_.push_back(it->second->slot);
+    seqs_.erase(it);
+  }
+  launched_.push_back(rec);
+  // Completion: a host function behind the step's work posts to `ex` (gpu/async_wait.hpp); there
+  // the stream's state is recorded and `ready` runs. A step that failed to issue still completes
+  // this way, in order.
+  async_wait(stream_.get(), asio::bind_executor(ex, [rec, ready = std::move(ready)](result<void> r) mutable {
+               rec->device = std::move(r);
+               ready();
+             }));
+}
+
+result<step_result> gpu_executor::collect() {
+  nvtx_range range("collect");
+  if (launched_.empty()) return make_error("failed_precondition", "gpu: collect() with no step launched");
+  std::shared_ptr<launched_step> rec = std::move(launched_.front());
+  launched_.pop_front();
+  if (!rec->device.ok())  // an asynchronous fault: the context is unusable
+    return make_error(k_executor_fatal, "gpu: " + rec->device.err().message);
+  if (rec->failed) return std::move(*rec->failed);
+  step_result out;
+  out.step_id = rec->step_id;
+  if (rec->events >= 0) {
+    const step_events& e = events_[rec->events];
+    auto busy = event::elapsed_ms(e.start, e.end);
+    if (busy.ok()) {
+      ++timeline_.steps;
+      timeline_.busy_ms += *busy;
+      if (last_events_ >= 0) {
+        auto idle = event::elapsed_ms(events_[last_events_].end, e.start);
+        if (idle.ok()) {
+          const double gap = std::max(0.0, double(*idle));
+          timeline_.idle_ms += gap;
+          timeline_.max_idle_ms = std::max(timeline_.max_idle_ms, gap);
+          timeline_.last_idle_ms = gap;
+        }
+      }
+      timeline_.last_busy_ms = *busy;
+    }
+    last_events_ = rec->events;
+  }
+  const frame& f = frames_[rec->frame];
+  const size_t S = rec->rows.size();
+  const size_t V = size_t(w_.config.vocab_size);
+  const char* h = f.out.as<char>();
+  const int32_t* toks = reinterpret_cast<const int32_t*>(h);
+  const float* lps = reinterpret_cast<const float*>(h + S * 4);
+  for (size_t i = 0; i < S; ++i) {
+    seq_output so;
+    so.seq_id = rec->row_ids[i];
+    so.token = toks[i];
+    so.logprob = lps[i];
+    if (opts_.return_logits) {
+      const float* row = reinterpret_cast<const float*>(h + size_t(opts_.max_num_seqs) * 8) + i * V;
+      so.logits.assign(row, row + V);
+    }
+    seq_state& st = *rec->rows[i];
+    if (st.params.logprobs > 0) {
+      const size_t lr = size_t(std::find(rec->logprob_rows.begin(), rec->logprob_rows.end(), int32_t(i)) -
+                               rec->logprob_rows.begin());
+      const float* row = f.edited_rows.as<float>() + lr * V;
+      so.top_logprobs = top_logprobs_of(std::vector<float>(row, row + V), st.params);
+    }
+    st.accept(so.token);
+    out.outputs.push_back(std::move(so));
+  }
+  return out;
+}
+
+result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   const model_config& c = w_.config;
   // The calling thread may not be the one that created the executor: select our device.
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(opts_.device), "cudaSetDevice"));
   for (const new_seq& n : plan.new_seqs) {
-    seq_state st;
-    st.params = n.params;
-    st.seed = n.seed;
-    if (st.params.grammar) st.matcher.emplace(st.params.grammar);
-    for (int32_t t : n.prompt_ids) st.seen[t] = 1;
-    for (int32_t t : n.output_ids) st.accept(t);
+    auto st = std::make_shared<seq_state>();
+    st->params = n.params;
+    st->seed = n.seed;
+    if (st->params.grammar) st->matcher.emplace(st->params.grammar);
+    for (int32_t t : n.prompt_ids) st->seen[t] = 1;
+    for (int32_t t : n.output_ids) st->accept(t);
+    st->launched = st->generated;
+    if (auto it = seqs_.find(n.seq_id); it != seqs_.end()) {  // registered again (after preemption)
+      st->slot = it->second->slot;
+    } else {
+      if (free_slots_.empty()) return make_error("resource_exhausted", "gpu: more live sequences than last-token slots");
+      st->slot = free_slots_.back();
+      free_slots_.pop_back();
+    }
     seqs_[n.seq_id] = std::move(st);
   }
   cudaStream_t s = stream_.get();
+  const step_events& ev = events_[next_events_];
+  COSERVE_CUDA_TRY(ev.start.record(s));
+  rec.events = next_events_;
+  next_events_ = (next_events_ + 1) % 3;
   // Copy-on-write block copies, every layer, K and V, before the forward.
   const size_t block_bytes = size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * 2;
   for (auto [src, dst] : plan.block_copies) {
@@ -279,135 +467,137 @@ result<step_result> gpu_executor::run_step(const step_plan& plan) {
                                   "block copy"));
     }
   }
+  if (plan.seqs.empty()) return ev.end.record(s);
 
-  step_result out;
-  out.step_id = plan.step_id;
-  if (!plan.seqs.empty()) {
-    // Resolve k_token_from_last_step and check every sequence is known and in range.
-    std::vector<int32_t> ids;
-    for (const scheduled_seq& q : plan.seqs) {
-      auto it = seqs_.find(q.seq_id);
-      if (it == seqs_.end()) return make_error("invalid_argument", "gpu: unknown sequence " + std::to_string(q.seq_id));
-      for (int32_t t : q.tokens) {
-        if (t == k_token_from_last_step) t = it->second.last_token;
-        if (t < 0 || t >= c.vocab_size) return make_error("invalid_argument", "gpu: token id out of range");
-        ids.push_back(t);
+  // Input ids: literal, or for a decode whose previous token the host has not collected yet, a
+  // reference -(slot + 1) to the sequence's entry in the device's last-token buffer.
+  std::vector<int32_t> ids;
+  std::vector<seq_state*> states;
+  for (const scheduled_seq& q : plan.seqs) {
+    auto it = seqs_.find(q.seq_id);
+    if (it == seqs_.end()) return make_error("invalid_argument", "gpu: unknown sequence " + std::to_string(q.seq_id));
+    seq_state& st = *it->second;
+    if (q.num_draft > 0) return make_error("unsupported", "gpu: the CUDA executor does not verify proposals");
+    for (int32_t t : q.tokens) {
+      if (t == k_token_from_last_step) {
+        if (st.pending() > 0) {
+          ids.push_back(-(st.slot + 1));
+          continue;
+        }
+        t = st.last_token;
       }
-      for (int32_t b : q.block_table)
-        if (b < 0 || b >= info_.num_kv_blocks) return make_error("invalid_argument", "gpu: block id out of range");
+      if (t < 0 || t >= c.vocab_size) return make_error("invalid_argument", "gpu: token id out of range");
+      ids.push_back(t);
     }
-    batch_plan_options po{opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads,
-                          num_sms_, 32};
-    auto pl = plan_batch(plan.seqs, po);
+    for (int32_t b : q.block_table)
+      if (b < 0 || b >= info_.num_kv_blocks) return make_error("invalid_argument", "gpu: block id out of range");
+    states.push_back(&st);
+  }
+  batch_plan_options po{opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads,
+                        num_sms_, 32};
+  auto pl = plan_batch(plan.seqs, po);
+  if (!pl) return std::move(pl).err();
+  if (pl->num_partial_rows > k_max_partial_rows) {  // too many split rows: plan without splits
+    po.num_sms = 0;
+    pl = plan_batch(plan.seqs, po);
     if (!pl) return std::move(pl).err();
-    if (pl->num_partial_rows > k_max_partial_rows) {  // too many split rows: plan without splits
-      po.num_sms = 0;
-      pl = plan_batch(plan.seqs, po);
-      if (!pl) return std::move(pl).err();
+  }
+  const batch_plan& p = *pl;
+  if (p.num_tokens > opts_.max_num_tokens || int32_t(p.sample_tokens.size()) > opts_.max_num_seqs)
+    return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
+  std::vector<sample_row_params> sp;
+  std::vector<logit_edit> edits;
+  std::vector<int32_t> grammar_rows, row_slots;
+  std::vector<uint32_t> grammar_masks;
+  const int32_t mask_words = grammar_mask_words(c.vocab_size);
+  for (size_t row = 0; row < p.sample_seqs.size(); ++row) {
+    seq_state& st = *states[size_t(p.sample_seqs[row])];
+    if (st.pending() > 0 && st.needs_history())
+      return make_error("failed_precondition", "gpu: a step needing the host's history was launched ahead");
+    // The draw's counter and min_tokens count every token sampled before this one, collected or not.
+    sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
+                  uint64_t(st.launched)});
+    int32_t generated = st.launched;
+    if (st.matcher) {
+      // The allowed tokens, filled on the host (xgrammar) and applied by a mask kernel.
+      grammar_rows.push_back(int32_t(row));
+      grammar_masks.resize(grammar_masks.size() + size_t(mask_words));
+      std::span<uint32_t> mask(grammar_masks.data() + grammar_masks.size() - size_t(mask_words), size_t(mask_words));
+      st.matcher->fill_mask(mask);
+      // The grammar wins over min_tokens (model/sampler.hpp): when it allows nothing but the ids
+      // min_tokens would mask, that mask is dropped for this row.
+      if (generated < st.params.min_tokens &&
+          grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_, st.params.stop_token_ids))
+        generated = st.params.min_tokens;
     }
-    const batch_plan& p = *pl;
-    if (p.num_tokens > opts_.max_num_tokens || int32_t(p.sample_tokens.size()) > opts_.max_num_seqs)
-      return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
-    std::vector<sample_row_params> sp;
-    std::vector<logit_edit> edits;
-    std::vector<int32_t> logprob_rows;  // sampled rows with params.logprobs > 0
-    std::vector<int32_t> grammar_rows;
-    std::vector<uint32_t> grammar_masks;
-    const int32_t mask_words = grammar_mask_words(c.vocab_size);
-    for (size_t row = 0; row < p.sample_seqs.size(); ++row) {
-      seq_state& st = seqs_.at(plan.seqs[size_t(p.sample_seqs[row])].seq_id);
-      sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
-                    uint64_t(st.generated)});
-      int32_t generated = st.generated;
-      if (st.matcher) {
-        // The allowed tokens, filled on the host (xgrammar) and applied by a mask kernel.
-        grammar_rows.push_back(int32_t(row));
-        grammar_masks.resize(grammar_masks.size() + size_t(mask_words));
-        std::span<uint32_t> mask(grammar_masks.data() + grammar_masks.size() - size_t(mask_words), size_t(mask_words));
-        st.matcher->fill_mask(mask);
-        // The grammar wins over min_tokens (model/sampler.hpp): when it allows nothing but the ids
-        // min_tokens would mask, that mask is dropped for this row.
-        if (st.generated < st.params.min_tokens &&
-            grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_, st.params.stop_token_ids))
-          generated = st.params.min_tokens;
-      }
-      append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, generated, eos_ids_, c.vocab_size, edits);
-      if (st.params.logprobs > 0) logprob_rows.push_back(int32_t(row));
-    }
-    const size_t row_bytes = size_t(c.vocab_size) * 4;
-    if (logprob_rows.size() * row_bytes > edited_rows_.bytes()) {
-      auto b = pinned_buffer::allocate(logprob_rows.size() * row_bytes);
-      if (!b) return std::move(b).err();
-      edited_rows_ = std::move(b.value());
-    }
-    metadata_packer pk(meta_host_);
-    size_t off[11];
-    int k = 0;
-    for (auto r : {pk.add(ids), pk.add(p.positions), pk.add(p.slot_mapping), pk.add(p.cu_seqlens_q), pk.add(p.kv_lens),
-                   pk.add(p.block_table_offsets), pk.add(p.block_tables), pk.add(p.sample_tokens)}) {
-      if (!r) return std::move(r).err();
-      off[k++] = *r;
-    }
-    auto ow = pk.add(p.work);
-    auto om = pk.add(p.merges);
-    auto op = pk.add(sp);
-    auto oe = pk.add(edits);
-    auto ogr = pk.add(grammar_rows);
-    auto ogm = pk.add(grammar_masks);
-    if (!ow || !om || !op || !oe || !ogr || !ogm)
-      return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
-    off[8] = *ow;
-    off[9] = *om;
-    off[10] = *op;
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(meta_dev_.get(), meta_host_.get(), pk.used(), cudaMemcpyHostToDevice, s),
-                                "metadata upload"));
-    const char* d = meta_dev_.as<char>();
-    step_meta m{reinterpret_cast<const int32_t*>(d + off[0]), reinterpret_cast<const int32_t*>(d + off[1]),
-                reinterpret_cast<const int32_t*>(d + off[2]), reinterpret_cast<const int32_t*>(d + off[3]),
-                reinterpret_cast<const int32_t*>(d + off[4]), reinterpret_cast<const int32_t*>(d + off[5]),
-                reinterpret_cast<const int32_t*>(d + off[6]), reinterpret_cast<const int32_t*>(d + off[7]),
-                reinterpret_cast<const attn_work_item*>(d + off[8]), reinterpret_cast<const attn_merge_item*>(d + off[9]),
-                reinterpret_cast<const sample_row_params*>(d + off[10]), reinterpret_cast<const logit_edit*>(d + *oe),
-                int32_t(edits.size()), reinterpret_cast<const int32_t*>(d + *ogr),
-                reinterpret_cast<const uint32_t*>(d + *ogm), int32_t(grammar_rows.size()), mask_words};
-    if (auto fr = forward(p, m, logprob_rows); !fr.ok()) {
-      // Drain what was issued: the pinned staging buffers must not be rewritten under a pending copy.
-      (void)cudaStreamSynchronize(s);
-      return std::move(fr).err();
-    }
-
-    const size_t S = p.sample_tokens.size();
-    char* h = out_host_.as<char>();
+    append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, generated, eos_ids_, c.vocab_size, edits);
+    if (st.params.logprobs > 0) rec.logprob_rows.push_back(int32_t(row));
+    row_slots.push_back(st.slot);
+  }
+  frame& f = frames_[rec.frame];
+  const size_t row_bytes = size_t(c.vocab_size) * 4;
+  if (rec.logprob_rows.size() * row_bytes > f.edited_rows.bytes()) {
+    // Grown geometrically; the old buffer is kept until teardown (cudaFreeHost would synchronize).
+    auto b = pinned_buffer::allocate(std::max(rec.logprob_rows.size() * row_bytes, 2 * f.edited_rows.bytes()));
+    if (!b) return std::move(b).err();
+    if (f.edited_rows.bytes() > 0) retired_.push_back(std::move(f.edited_rows));
+    f.edited_rows = std::move(b.value());
+  }
+  metadata_packer pk(f.meta);
+  size_t off[13];
+  int k = 0;
+  for (auto r : {pk.add(ids), pk.add(p.positions), pk.add(p.slot_mapping), pk.add(p.cu_seqlens_q), pk.add(p.kv_lens),
+                 pk.add(p.block_table_offsets), pk.add(p.block_tables), pk.add(p.sample_tokens)}) {
+    if (!r) return std::move(r).err();
+    off[k++] = *r;
+  }
+  auto ow = pk.add(p.work);
+  auto om = pk.add(p.merges);
+  auto op = pk.add(sp);
+  auto oe = pk.add(edits);
+  auto ogr = pk.add(grammar_rows);
+  auto ogm = pk.add(grammar_masks);
+  auto ors = pk.add(row_slots);
+  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors)
+    return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
+  off[8] = *ow;
+  off[9] = *om;
+  off[10] = *op;
+  COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(meta_dev_.get(), f.meta.get(), pk.used(), cudaMemcpyHostToDevice, s),
+                              "metadata upload"));
+  const char* d = meta_dev_.as<char>();
+  step_meta m{reinterpret_cast<const int32_t*>(d + off[0]), reinterpret_cast<const int32_t*>(d + off[1]),
+              reinterpret_cast<const int32_t*>(d + off[2]), reinterpret_cast<const int32_t*>(d + off[3]),
+              reinterpret_cast<const int32_t*>(d + off[4]), reinterpret_cast<const int32_t*>(d + off[5]),
+              reinterpret_cast<const int32_t*>(d + off[6]), reinterpret_cast<const int32_t*>(d + off[7]),
+              reinterpret_cast<const attn_work_item*>(d + off[8]), reinterpret_cast<const attn_merge_item*>(d + off[9]),
+              reinterpret_cast<const sample_row_params*>(d + off[10]), reinterpret_cast<const logit_edit*>(d + *oe),
+              int32_t(edits.size()), reinterpret_cast<const int32_t*>(d + *ogr),
+              reinterpret_cast<const uint32_t*>(d + *ogm), int32_t(grammar_rows.size()), mask_words,
+              reinterpret_cast<const int32_t*>(d + *ors)};
+  COSERVE_CUDA_TRY(forward(p, m, f, rec.logprob_rows));
+  const size_t S = p.sample_tokens.size();
+  if (S > 0) {
+    // The sampled ids stay on the device for the next step's inputs; the host gets a copy.
+    COSERVE_CUDA_TRY(launch_scatter_tokens(last_tokens_.as<int32_t>(), m.row_slots, tok_out_.as<int32_t>(), int32_t(S), s));
+    char* h = f.out.as<char>();
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
-    const size_t V = size_t(c.vocab_size);
-    // The metadata staging buffer is reused next step, so the host waits here (see the header).
-    COSERVE_CUDA_TRY(stream_.synchronize());
-    const int32_t* toks = reinterpret_cast<const int32_t*>(h);
-    const float* lps = reinterpret_cast<const float*>(h + S * 4);
-    for (size_t i = 0; i < S; ++i) {
-      seq_output so;
-      so.seq_id = plan.seqs[size_t(p.sample_seqs[i])].seq_id;
-      so.token = toks[i];
-      so.logprob = lps[i];
-      if (opts_.return_logits) {
-        const float* row = reinterpret_cast<const float*>(h + size_t(opts_.max_num_seqs) * 8) + i * V;
-        so.logits.assign(row, row + V);
-      }
-      seq_state& st = seqs_.at(so.seq_id);
-      if (st.params.logprobs > 0) {
-        const size_t lr = size_t(std::find(logprob_rows.begin(), logprob_rows.end(), int32_t(i)) - logprob_rows.begin());
-        const float* row = edited_rows_.as<float>() + lr * V;
-        so.top_logprobs = top_logprobs_of(std::vector<float>(row, row + V), st.params);
-      }
-      st.accept(so.token);
-      out.outputs.push_back(std::move(so));
-    }
   }
-  return out;
+  COSERVE_CUDA_TRY(ev.end.record(s));
+  // Everything is enqueued: the sampled rows are now pending until collect().
+  for (size_t row = 0; row < p.sample_seqs.size(); ++row) {
+    const size_t i = size_t(p.sample_seqs[row]);
+    ++states[i]->launched;
+    rec.rows.push_back(seqs_.at(plan.seqs[i].seq_id));
+    rec.row_ids.push_back(plan.seqs[i].seq_id);
+  }
+  return {};
 }
 
-result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, const std::vector<int32_t>& logprob_rows) {
+result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, const frame& f,
+                                   const std::vector<int32_t>& logprob_rows) {
+  nvtx_range range("forward");
   const model_config& c = w_.config;
   cudaStream_t s = stream_.get();
   const int32_t T = p.num_tokens, H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
@@ -415,7 +605,7 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, cons
   const int32_t qkv_n = (hq + 2 * hkv) * D;
   const float eps = c.rms_norm_eps;
   bf16 *hidden = hidden_.as<bf16>(), *residual = residual_.as<bf16>(), *normed = normed_.as<bf16>();
-  COSERVE_CUDA_TRY(launch_embedding(hidden, w_.embed.as<bf16>(), m.ids, T, H, c.vocab_size, s));
+  COSERVE_CUDA_TRY(launch_embedding(hidden, w_.embed.as<bf16>(), m.ids, last_tokens_.as<int32_t>(), T, H, c.vocab_size, s));
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const device_layer& L = w_.layers[size_t(l)];
     // layer 0: residual = hidden; later layers: residual += hidden (the previous MLP output)
@@ -445,7 +635,7 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, cons
                              nullptr, S, c.vocab_size, H, s));
   // Raw logits (before penalties/bias) go out now, in stream order ahead of the in-place edits.
   if (opts_.return_logits)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(out_host_.as<char>() + size_t(opts_.max_num_seqs) * 8, logits_.get(),
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.out.as<char>() + size_t(opts_.max_num_seqs) * 8, logits_.get(),
                                                 size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
                                 "logits"));
   COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s));
@@ -453,7 +643,7 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, cons
                                         m.mask_words, c.vocab_size, s));
   const size_t row_bytes = size_t(c.vocab_size) * 4;
   for (size_t k = 0; k < logprob_rows.size(); ++k)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(edited_rows_.as<char>() + k * row_bytes,
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.edited_rows.as<char>() + k * row_bytes,
                                                 logits_.as<char>() + size_t(logprob_rows[k]) * row_bytes, row_bytes,
                                                 cudaMemcpyDeviceToHost, s),
                                 "edited logits"));
@@ -466,6 +656,15 @@ result<std::unique_ptr<executor>> make_gpu_executor(const gpu_executor_options& 
   auto e = gpu_executor::create(options);
   if (!e) return std::move(e).err();
   return std::unique_ptr<executor>(std::move(e.value()));
+}
+
+std::optional<step_timeline> gpu_step_timeline(const executor& e) {
+  if (const auto* g = dynamic_cast<const gpu_executor*>(&e)) return g->timeline();
+  return std::nullopt;
+}
+
+void reset_gpu_step_timeline(executor& e) {
+  if (auto* g = dynamic_cast<gpu_executor*>(&e)) g->reset_timeline();
 }
 
 }  // namespace coserve::gpu

@@ -1,14 +1,22 @@
 // The CUDA executor: the `executor` interface (model/executor.hpp) on one GPU. bf16 weights and KV
 // cache, cuBLASLt GEMMs, the kernel families of gpu/kernels.hpp, sampling on the device.
 //
-// Thread and ownership: one executor per GPU, owned by its actor; execute() runs on the actor's
-// thread, never concurrently. It issues the whole step on its own stream and waits for the sampled
-// ids with a blocking stream synchronize, because the interface is synchronous: the actor runs it on
-// the executor's own thread, not on a runtime thread. (gpu::async_wait is the awaitable form for a
-// split issue/collect interface; the executor does not expose one yet.)
+// Thread and ownership: one executor per GPU, owned by its actor, called from one thread at a time.
+// Launch / collect (model/executor.hpp): launch() plans the step on the host, enqueues all of it on
+// the executor's stream (metadata upload, forward, sampling, the sampled ids' copy into pinned
+// memory) and a host function behind it (gpu::async_wait) that only posts the completion to the
+// caller's executor; it never waits. collect() reads the step's outputs from pinned memory. Two
+// steps may be in flight: step N+1's decode inputs come from step N's sampled ids on the device (a
+// last-token buffer with one slot per live sequence, which the embedding gather reads and the
+// sampler's scatter writes), so the host learns the ids one step later. A step that samples for a
+// sequence with penalties or a grammar needs the host's view of its history, so it is not launched
+// ahead (can_launch_ahead). No stream or device synchronize on this path; execute() (tests,
+// benchmarks) is launch + wait on a private io_context + collect.
 //
 // Per step the host builds the batch metadata once (gpu/batch_plan.hpp), packs it into one pinned
-// buffer and uploads it with one copy; every layer's kernels read it from there.
+// buffer and uploads it with one copy; every layer's kernels read it from there. The pinned
+// metadata and output buffers are double-buffered (step N+1 is staged while N's copies may still be
+// pending). CUDA timing events around each step give the device timeline (gpu_step_timeline).
 //
 // Sampling follows the CPU sampler's order: logit_bias, min_tokens masking and the repetition /
 // presence / frequency penalties as sparse edits (gpu/logit_edit.hpp), then temperature, top-k,
@@ -47,5 +55,17 @@ struct gpu_executor_options {
 
 // Creates the CUDA executor (errors: no device, out of memory, unsupported model, bad options).
 result<std::unique_ptr<executor>> make_gpu_executor(const gpu_executor_options& options);
+
+// The device's timeline over the steps collected so far, from CUDA timing events recorded on the
+// stream before and after each step: busy = a step's own span; idle = the gap between the end of
+// the step before it and its start (0 when it was already queued behind that step).
+struct step_timeline {
+  int64_t steps = 0;
+  double busy_ms = 0, idle_ms = 0, max_idle_ms = 0;
+  double last_busy_ms = 0, last_idle_ms = 0;
+};
+// The CUDA executor's timeline (nullopt for any other executor); reset_gpu_step_timeline zeroes it.
+std::optional<step_timeline> gpu_step_timeline(const executor& e);
+void reset_gpu_step_timeline(executor& e);
 
 }  // namespace coserve::gpu

@@ -20,9 +20,14 @@ namespace coserve::gpu {
 using bf16 = __nv_bfloat16;
 
 // ---- embedding.cuh ------------------------------------------------------------------------------
-// out[t, :] = table[ids[t], :]; table [vocab, hidden]; ids out of [0, vocab) give a zero row.
-result<void> launch_embedding(bf16* out, const bf16* table, const int32_t* ids, int32_t num_tokens,
-                              int32_t hidden, int32_t vocab, cudaStream_t stream);
+// out[t, :] = table[id, :] with id = ids[t], or, where ids[t] < 0 and last_tokens is given,
+// id = last_tokens[-ids[t] - 1] (a decode input the previous step sampled on the device: the
+// per-sequence last-token buffer). table [vocab, hidden]; ids out of [0, vocab) give a zero row.
+result<void> launch_embedding(bf16* out, const bf16* table, const int32_t* ids, const int32_t* last_tokens,
+                              int32_t num_tokens, int32_t hidden, int32_t vocab, cudaStream_t stream);
+// last_tokens[slots[r]] = tokens[r] for r < n (each step's sampled ids into that buffer).
+result<void> launch_scatter_tokens(int32_t* last_tokens, const int32_t* slots, const int32_t* tokens, int32_t n,
+                                   cudaStream_t stream);
 
 // ---- rmsnorm.cuh --------------------------------------------------------------------------------
 // For each output row i with source row r = rows ? rows[i] : i:

@@ -82,6 +82,9 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
   sample("coserve_num_requests_open", static_cast<double>(m.open_requests));
   family("coserve_engine_steps_total", "counter", "Executor steps completed.");
   sample("coserve_engine_steps_total", static_cast<double>(m.steps));
+  family("coserve_engine_steps_launched_ahead_total", "counter",
+         "Executor steps launched while the step before them was still running (queued behind it).");
+  sample("coserve_engine_steps_launched_ahead_total", static_cast<double>(m.steps_launched_ahead));
   family("coserve_grammar_compiles_total", "counter", "Structured-output grammars compiled (cache misses).");
   sample("coserve_grammar_compiles_total", static_cast<double>(m.grammar_compiles));
   family("coserve_grammar_cache_hits_total", "counter", "Structured-output grammars served from the compile cache.");

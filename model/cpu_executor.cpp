@@ -195,7 +195,53 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
   return ex;
 }
 
-cpu_executor::~cpu_executor() = default;
+cpu_executor::~cpu_executor() {
+  {
+    std::lock_guard lk(launch_mu_);
+    stopping_ = true;  // the step now running ends; steps still queued are dropped
+  }
+  launch_cv_.notify_all();
+  if (step_thread_.joinable()) step_thread_.join();
+}
+
+void cpu_executor::launch(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready) {
+  {
+    std::lock_guard lk(launch_mu_);
+    launched_.push_back({std::move(plan), asio::prefer(ex, asio::execution::outstanding_work.tracked), std::move(ready)});
+    if (!step_thread_.joinable()) step_thread_ = std::thread([this] { step_thread_main(); });
+  }
+  launch_cv_.notify_one();
+}
+
+result<step_result> cpu_executor::collect() {
+  std::lock_guard lk(launch_mu_);
+  if (completed_.empty()) return make_error("failed_precondition", "cpu executor: collect() before a step completed");
+  result<step_result> r = std::move(completed_.front());
+  completed_.pop_front();
+  return r;
+}
+
+void cpu_executor::step_thread_main() {
+  for (;;) {
+    launched_step s;
+    {
+      std::unique_lock lk(launch_mu_);
+      launch_cv_.wait(lk, [this] { return stopping_ || !launched_.empty(); });
+      if (stopping_) return;
+      s = std::move(launched_.front());
+      launched_.pop_front();
+    }
+    failed_.filter(s.plan);
+    result<step_result> r = execute(s.plan);
+    failed_.on_step(s.plan, r.ok());
+    {
+      std::lock_guard lk(launch_mu_);
+      completed_.push_back(std::move(r));
+    }
+    asio::post(s.ex, std::move(s.ready));  // only posts: the owner collects on its own thread
+    s.ex = {};                             // the work it tracked ends with the post
+  }
+}
 
 result<void> cpu_executor::run_forward(const step_plan& plan, const std::vector<forward_seq>& batch) {
   if (!tp_) return forward_.run(batch, cache_, false, logits_);
@@ -411,7 +457,8 @@ result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std:
         auto& qs = draft_q_[plan.seqs[i].seq_id];
         if (j == 0) qs.clear();
         qs.emplace_back();
-        tok = draft_sample(std::span<const float>(l, vocab), st.sampling.params, st.sampling.rng, qs.back());
+        seq_rng rng(sampling_state::draft_seed(st.sampling.seed, st.sampling.num_output + j));
+        tok = draft_sample(std::span<const float>(l, vocab), st.sampling.params, rng, qs.back());
       }
       const size_t at = size_t(proposal_at[i] + j);
       inputs[i][at] = tok;

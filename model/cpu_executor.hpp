@@ -4,8 +4,12 @@
 // plan, whether that step succeeds or fails), and the token it sampled last (substituted for
 // k_token_from_last_step in its next decode). Verifies proposals (scheduled_seq::num_draft): the
 // n-gram lookup's, or its draft model's (options.draft_model_dir).
-// Thread: execute() runs on the caller's thread (one caller at a time); the forward pass and the
-// sampling of a step's rows fan out to one worker pool (num_threads - 1 workers plus the caller).
+// Threads: execute() runs on the caller's thread (one caller at a time); launched steps
+// (launch/collect, model/executor.hpp) run on the executor's step thread, started by the first
+// launch, one after another in launch order, up to two launched and not yet collected: the step
+// thread resolves k_token_from_last_step from the step before it, so step N+1 waits in its queue,
+// not in the caller, while N runs. Either way the forward pass and the sampling of a step's rows
+// fan out to one worker pool (num_threads - 1 workers plus the thread running the step).
 // Tensor parallel (options.tensor_parallel_size > 1, model/tensor_parallel.hpp): this executor is
 // rank 0, holding its shard; the other ranks are threads of this process, each with its shard,
 // KV cache slice and worker pool (num_threads split evenly among the ranks), or, with
@@ -13,8 +17,12 @@
 // broadcasts the resolved batch, all ranks run the forward pass together, and rank 0 samples.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "model/communicator.hpp"
@@ -66,6 +74,10 @@ class cpu_executor final : public executor {
 
   ~cpu_executor() override;
   result<step_result> execute(const step_plan& plan) override;
+  void launch(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready) override;
+  result<step_result> collect() override;
+  int32_t max_in_flight() const override { return 2; }
+  bool can_launch_ahead(const step_plan&) const override { return true; }
   executor_info info() const override;
   std::shared_ptr<const rank_stats_board> rank_stats() const override { return stats_board_; }
 
@@ -123,6 +135,21 @@ class cpu_executor final : public executor {
   struct tp_ranks;  // the other ranks and rank 0's communicator (tensor parallel only)
   std::unique_ptr<tp_ranks> tp_;
   std::shared_ptr<rank_stats_board> stats_board_;  // tensor parallel only
+
+  // launch/collect: steps waiting for the step thread, and outcomes waiting for collect().
+  struct launched_step {
+    step_plan plan;
+    asio::any_io_executor ex;  // tracks outstanding work until `ready` is posted
+    std::function<void()> ready;
+  };
+  void step_thread_main();
+  std::mutex launch_mu_;
+  std::condition_variable launch_cv_;
+  std::deque<launched_step> launched_;
+  std::deque<result<step_result>> completed_;
+  bool stopping_ = false;
+  failed_sequences failed_;  // the step thread's (launched steps only)
+  std::thread step_thread_;  // started by the first launch()
 };
 
 // A rank other than 0 of an MPI tensor-parallel job: loads the model folder, takes its shard,

@@ -17,7 +17,7 @@ double seq_rng::normal() noexcept {
 
 sampling_state::sampling_state(sampling_params p, uint64_t seed, std::span<const int32_t> prompt,
                                std::span<const int32_t> output, std::vector<int32_t> eos)
-    : params(std::move(p)), eos_ids(std::move(eos)), rng(seed) {
+    : params(std::move(p)), eos_ids(std::move(eos)), seed(seed), rng(seed) {
   if (params.grammar) {
     matcher.emplace(params.grammar);
     mask.resize(size_t(grammar_mask_words(matcher->vocab_size())));
@@ -173,7 +173,7 @@ sample_output sample_token(std::span<const float> raw, sampling_state& st) {
   const std::vector<float> row = processed_row(raw, st, lp);
   sample_output out;
   if (st.params.greedy()) out.token = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
-  else out.token = std::max(0, draw(lp, st.rng, -1, 1.0));
+  else out.token = std::max(0, draw(lp, st.draw_rng(), -1, 1.0));
   fill_top_logprobs(lp, st, out);
   return out;
 }
@@ -188,7 +188,7 @@ sample_output verify_token(std::span<const float> raw, sampling_state& st, int32
     accepted = out.token == draft;
   } else {
     const double p = in_vocab && lp[size_t(draft)] != -INFINITY ? std::exp(double(lp[size_t(draft)])) : 0.0;
-    accepted = p > 0.0 && st.rng.uniform() < p;
+    accepted = p > 0.0 && st.draw_rng().uniform() < p;
     if (accepted) {
       out.token = draft;
     } else {
@@ -208,7 +208,8 @@ sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int
   const bool in_vocab = draft >= 0 && size_t(draft) < lp.size() && q.size() == lp.size();
   const double p_d = in_vocab && lp[size_t(draft)] != -INFINITY ? std::exp(double(lp[size_t(draft)])) : 0.0;
   const double q_d = in_vocab ? double(q[size_t(draft)]) : 0.0;
-  accepted = p_d > 0.0 && (q_d <= p_d || st.rng.uniform() * q_d < p_d);
+  seq_rng& rng = st.draw_rng();
+  accepted = p_d > 0.0 && (q_d <= p_d || rng.uniform() * q_d < p_d);
   if (accepted) {
     out.token = draft;
   } else {
@@ -221,9 +222,9 @@ sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int
       mass += r[i];
     }
     if (mass <= 1e-12) {
-      out.token = std::max(0, draw(lp, st.rng, -1, 1.0));
+      out.token = std::max(0, draw(lp, rng, -1, 1.0));
     } else {
-      const double u = st.rng.uniform() * mass;
+      const double u = rng.uniform() * mass;
       double cum = 0.0;
       out.token = -1;
       for (size_t i = 0; i < r.size(); ++i) {

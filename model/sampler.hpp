@@ -33,6 +33,10 @@ struct sampling_state {
   std::unordered_map<int32_t, int32_t> seen;       // prompt + output token -> 1 (repetition)
   std::unordered_map<int32_t, int32_t> out_count;  // output token -> count (presence/frequency)
   int32_t num_output = 0;
+  uint64_t seed = 0;
+  // The draws for output position k come from seq_rng(position_seed(seed, k)) (draw_rng(), set by
+  // the sampling functions below), so a sequence recomputed after preemption, its outputs replayed,
+  // draws what it would have drawn: seeded output does not depend on scheduling.
   seq_rng rng;
   // With params.grammar: the sequence's matcher (already past `output`) and its bitmask buffer.
   std::optional<grammar_matcher> matcher;
@@ -47,6 +51,19 @@ struct sampling_state {
   // Records a generated token (penalties and min_tokens see it from the next step on; the grammar
   // matcher advances by it).
   void accept(int32_t token);
+  // The rng of output position num_output, fresh (the sampling functions call it before drawing).
+  seq_rng& draw_rng() noexcept {
+    rng = seq_rng(position_seed(seed, num_output));
+    return rng;
+  }
+  static uint64_t position_seed(uint64_t seed, int64_t position) noexcept {
+    return seed ^ (0x9e3779b97f4a7c15ull * uint64_t(position + 1));
+  }
+  // A speculative draft's proposal for output position `position`: a stream of its own, so the
+  // draft's draw and the acceptance test never share uniforms.
+  static uint64_t draft_seed(uint64_t seed, int64_t position) noexcept {
+    return position_seed(seed, position) ^ 0xd1b54a32d192ed03ull;
+  }
 };
 
 struct sample_output {

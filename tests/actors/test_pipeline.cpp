@@ -217,11 +217,11 @@ TEST_CASE("pipeline: every request's trace passes intake, tokenizer, scheduler, 
     for (const auto& s : spans) batches += std::string(s.message) == "token_batch";
     CHECK(batches == c.tokens.size());
   }
-  // Two steps in flight: the scheduler plans step N+1 while the executor runs step N.
+  // Two steps in flight: the scheduler plans step N+1 while the executor runs step N (the "step"
+  // spans of the executor's steps track).
   const auto plans = tr->spans_of_message("plan_step");
-  std::vector<rt::span> steps;
-  for (const auto& s : tr->spans_of_actor("executor"))
-    if (s.request_id == 0) steps.push_back(s);
+  const auto steps = tr->spans_of_actor("executor steps");
+  for (size_t i = 1; i < steps.size(); ++i) CHECK(steps[i - 1].end_ns <= steps[i].start_ns);  // one at a time
   REQUIRE(plans.size() >= 8);
   REQUIRE(steps.size() >= 8);
   size_t inside = 0;

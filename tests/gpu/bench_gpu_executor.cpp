@@ -4,8 +4,11 @@
 //   bench_gpu_executor [--batches 1,16,64,256] [--prompt 128] [--steps 64] [--prefill-tokens 8192]
 //                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256]
 //
-// Roofline: a decode step must read every weight once, so step_ms >= weight_bytes / HBM bandwidth
-// (16.06 GB at 4.8 TB/s = 3.35 ms on an H200); "roofline_fraction" = that bound / measured step.
+// Roofline: a decode step must read every streamed weight once (the embedding table is gathered,
+// not streamed) plus the KV of every sequence, so step_ms >= bytes_read_per_step / HBM bandwidth;
+// "roofline_fraction" = that bound / measured step. Decode runs as the server runs it, two steps in
+// flight; "gpu_idle_fraction" is the device's idle time between consecutive steps over its busy +
+// idle time, from CUDA events (gpu_step_timeline).
 // Exits 0 with a message when no CUDA device is present.
 #include <chrono>
 #include <cstdio>
@@ -14,6 +17,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <asio/io_context.hpp>
 
 #include "gpu/gpu_executor.hpp"
 #include "gpu/stream.hpp"
@@ -31,11 +36,18 @@ std::vector<int32_t> parse_list(const char* s) {
   return v;
 }
 
+// Bytes of weights a decode step streams: every layer's matrices and norms, the final norm and the
+// LM head. The embedding table is gathered (a few rows per step), so it is not counted.
 double weight_bytes(const model_config& c) {
   const double H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
   const double per_layer = H * (c.num_attention_heads + 2.0 * c.num_key_value_heads) * D +
                            H * c.num_attention_heads * D + 3.0 * H * I + 2.0 * H;
-  return 2.0 * (c.num_hidden_layers * per_layer + V * H * (c.tie_word_embeddings ? 1.0 : 2.0) + H);
+  return 2.0 * (c.num_hidden_layers * per_layer + V * H + H);
+}
+
+// Bytes of K and V (bf16) a decode step reads: every sequence's `context` positions, every layer.
+double kv_bytes_per_step(const model_config& c, int32_t batch, int32_t context) {
+  return 2.0 * 2.0 * double(c.num_hidden_layers) * c.num_key_value_heads * c.head_dim * double(batch) * context;
 }
 
 }  // namespace
@@ -86,7 +98,7 @@ int main(int argc, char** argv) {
   const auto info = (*ex)->info();
   const double wbytes = weight_bytes(c);
   const double bound_ms = wbytes / (hbm_tbps * 1e12) * 1e3;
-  std::printf("{\"device\":\"%s\",\"weight_bytes\":%.0f,\"kv_blocks\":%d,\"load_s\":%.2f,\"roofline_step_ms\":%.3f}\n",
+  std::printf("{\"device\":\"%s\",\"weight_bytes\":%.0f,\"kv_blocks\":%d,\"load_s\":%.2f,\"weights_read_ms\":%.3f}\n",
               info.device.c_str(), wbytes, info.num_kv_blocks, load_s, bound_ms);
 
   const int32_t bs = info.block_size;
@@ -132,9 +144,13 @@ int main(int argc, char** argv) {
     }
     std::printf("{\"bench\":\"prefill\",\"batch\":%d,\"prompt\":%d,\"tokens_per_s\":%.1f}\n", batch, prompt,
                 double(batch) * prompt / prefill_s);
-    double decode_s = 0.0;
-    for (int32_t st = 0; st < steps; ++st) {
+    // Decode as the server runs it: step N+1 launched before step N is collected (its inputs are N's
+    // sampled ids, on the device), so two steps are in flight. The first two steps are warm-up.
+    asio::io_context io;
+    int64_t completed = 0;
+    auto launch = [&](int32_t st) {
       step_plan d;
+      d.step_id = uint64_t(st + 1);
       for (int32_t i = 0; i < batch; ++i) {
         scheduled_seq s = seqs[size_t(i)];
         s.tokens = {k_token_from_last_step};
@@ -143,18 +159,35 @@ int main(int argc, char** argv) {
       }
       if (st == steps - 1)
         for (int32_t i = 0; i < batch; ++i) d.finished.push_back(seqs[size_t(i)].seq_id);
-      auto ts = clock_type::now();
-      auto r = (*ex)->execute(d);
-      if (st > 0) decode_s += std::chrono::duration<double>(clock_type::now() - ts).count();  // first is warm-up
+      (*ex)->launch(std::move(d), io.get_executor(), [&completed] { ++completed; });
+    };
+    const int32_t warm = std::min(2, steps - 1);
+    clock_type::time_point ts = clock_type::now();
+    launch(0);
+    for (int32_t st = 0; st < steps; ++st) {
+      if (st + 1 < steps) launch(st + 1);
+      while (completed <= st) io.run_one();
+      auto r = (*ex)->collect();
       if (!r) {
         std::fprintf(stderr, "error: %s\n", r.err().message.c_str());
         return 1;
       }
+      if (st + 1 == warm) {
+        ts = clock_type::now();
+        gpu::reset_gpu_step_timeline(**ex);
+      }
     }
-    const double step_ms = decode_s / std::max(1, steps - 1) * 1e3;
+    const double decode_s = std::chrono::duration<double>(clock_type::now() - ts).count();
+    const double step_ms = decode_s / std::max(1, steps - warm) * 1e3;
+    const gpu::step_timeline tl = gpu::gpu_step_timeline(**ex).value_or(gpu::step_timeline{});
+    const double kv_read = kv_bytes_per_step(c, batch, prompt + steps / 2);
+    const double read_ms = (wbytes + kv_read) / (hbm_tbps * 1e12) * 1e3;
     std::printf("{\"bench\":\"decode\",\"batch\":%d,\"context\":%d,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                "\"roofline_fraction\":%.3f}\n",
-                batch, prompt + steps, step_ms, batch * 1e3 / step_ms, bound_ms / step_ms);
+                "\"bytes_read_per_step\":%.0f,\"roofline_fraction\":%.3f,\"device_busy_ms\":%.3f,"
+                "\"gpu_idle_fraction\":%.4f,\"max_idle_ms\":%.3f}\n",
+                batch, prompt + steps, step_ms, batch * 1e3 / step_ms, wbytes + kv_read, read_ms / step_ms,
+                tl.steps ? tl.busy_ms / double(tl.steps) : 0.0,
+                tl.busy_ms + tl.idle_ms > 0 ? tl.idle_ms / (tl.busy_ms + tl.idle_ms) : 0.0, tl.max_idle_ms);
   }
   return 0;
 }

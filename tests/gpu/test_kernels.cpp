@@ -20,10 +20,30 @@ TEST_CASE("embedding kernel matches reference", "[gpu][kernels]") {
   auto d_table = upload(table), d_ids = upload(ids);
   auto d_out = device_buffer::allocate(ids.size() * hidden * 2);
   REQUIRE(d_out.ok());
-  REQUIRE(launch_embedding(d_out->as<bf16>(), d_table.as<bf16>(), d_ids.as<int32_t>(), int32_t(ids.size()), hidden,
-                           vocab, nullptr).ok());
+  REQUIRE(launch_embedding(d_out->as<bf16>(), d_table.as<bf16>(), d_ids.as<int32_t>(), nullptr, int32_t(ids.size()),
+                           hidden, vocab, nullptr).ok());
   CHECK(download<uint16_t>(*d_out, ids.size() * hidden) == ref::embedding_ref(table, ids, hidden, vocab));
-  CHECK_FALSE(launch_embedding(d_out->as<bf16>(), d_table.as<bf16>(), d_ids.as<int32_t>(), 1, 13, vocab, nullptr).ok());
+  CHECK_FALSE(
+      launch_embedding(d_out->as<bf16>(), d_table.as<bf16>(), d_ids.as<int32_t>(), nullptr, 1, 13, vocab, nullptr).ok());
+}
+
+TEST_CASE("embedding reads decode inputs from the last-token buffer the sampler scatters into", "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int32_t vocab = 1003, hidden = 64;
+  auto table = random_bf16(size_t(vocab) * hidden, 2);
+  // Slots 0..3; the "sampled" ids of rows 0..2 go to slots 2, 0, 3.
+  std::vector<int32_t> last{9, 9, 9, 9}, slots{2, 0, 3}, sampled{41, 1002, 7};
+  auto d_table = upload(table), d_last = upload(last), d_slots = upload(slots), d_sampled = upload(sampled);
+  REQUIRE(launch_scatter_tokens(d_last.as<int32_t>(), d_slots.as<int32_t>(), d_sampled.as<int32_t>(), 3, nullptr).ok());
+  CHECK(download<int32_t>(d_last, 4) == std::vector<int32_t>{1002, 9, 41, 7});
+  // Inputs: a literal id, then references to slots 2, 1 and 3 (-(slot + 1)).
+  std::vector<int32_t> ids{5, -3, -2, -4}, resolved{5, 41, 9, 7};
+  auto d_ids = upload(ids);
+  auto d_out = device_buffer::allocate(ids.size() * hidden * 2);
+  REQUIRE(d_out.ok());
+  REQUIRE(launch_embedding(d_out->as<bf16>(), d_table.as<bf16>(), d_ids.as<int32_t>(), d_last.as<int32_t>(),
+                           int32_t(ids.size()), hidden, vocab, nullptr).ok());
+  CHECK(download<uint16_t>(*d_out, ids.size() * hidden) == ref::embedding_ref(table, resolved, hidden, vocab));
 }
 
 TEST_CASE("rmsnorm kernel with fused residual matches reference", "[gpu][kernels]") {

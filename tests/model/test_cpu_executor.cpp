@@ -2,6 +2,8 @@
 // return_logits, errors.
 #include <catch2/catch.hpp>
 
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
 #include <map>
 
 #include "model_test_util.hpp"
@@ -39,6 +41,20 @@ std::vector<int32_t> generate(cpu_executor& ex, seq_id_t id, const std::vector<i
   plan.seqs.clear();
   plan.finished = {id};
   REQUIRE(ex.execute(plan).ok());
+  return out;
+}
+
+// Runs `plan` (one sequence, sampled), then decodes with k_token_from_last_step until `out` holds
+// n tokens; returns them.
+std::vector<int32_t> decode_until(executor& ex, step_plan plan, std::vector<int32_t> out, size_t n) {
+  while (out.size() < n) {
+    auto r = ex.execute(plan);
+    REQUIRE(r.ok());
+    out.push_back(r->outputs.at(0).token);
+    plan.new_seqs.clear();
+    plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
+    plan.seqs[0].tokens = {k_token_from_last_step};
+  }
   return out;
 }
 
@@ -119,7 +135,7 @@ TEST_CASE("executor: block copies fork a sequence, return_logits, errors", "[mod
   CHECK_FALSE(ex->execute(bad).ok());  // beyond max_model_len
 }
 
-TEST_CASE("executor: seeded sampling is reproducible across executors", "[model][executor]") {
+TEST_CASE("executor: seeded sampling is reproducible across executors and across preemption", "[model][executor]") {
   test::temp_dir dir("exec3");
   auto ex = make_executor(dir, false);
   auto run = [&](seq_id_t id, uint64_t seed) {
@@ -130,19 +146,32 @@ TEST_CASE("executor: seeded sampling is reproducible across executors", "[model]
     n.seed = seed;
     plan.new_seqs.push_back(n);
     plan.seqs.push_back({id, {4, 5, 6}, 0, {int32_t(id % 8)}, true});
-    std::vector<int32_t> out;
-    for (int i = 0; i < 10; ++i) {
-      auto r = ex->execute(plan);
-      REQUIRE(r.ok());
-      out.push_back(r->outputs.at(0).token);
-      plan.new_seqs.clear();
-      plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
-      plan.seqs[0].tokens = {k_token_from_last_step};
-    }
-    return out;
+    return decode_until(*ex, plan, {}, 10);
   };
   CHECK(run(1, 1234) == run(2, 1234));
   CHECK(run(3, 1234) != run(4, 999));
+
+  // Recomputed after preemption (registered again with its outputs so far, prompt and outputs
+  // prefilled): the draws go on where they were, so the continuation is the one without preemption.
+  const std::vector<int32_t> full = run(5, 4321);
+  for (size_t cut : {size_t(1), size_t(4), size_t(9)}) {
+    CAPTURE(cut);
+    const seq_id_t id = 10 + cut;
+    step_plan plan;
+    new_seq n = test::greedy_seq(id, {4, 5, 6});
+    n.params.temperature = 1.0f;
+    n.params.top_p = 0.95f;
+    n.seed = 4321;
+    n.output_ids.assign(full.begin(), full.begin() + std::ptrdiff_t(cut));
+    std::vector<int32_t> history{4, 5, 6};
+    history.insert(history.end(), n.output_ids.begin(), n.output_ids.end());
+    plan.new_seqs.push_back(n);
+    plan.seqs.push_back({id, history, 0, {int32_t(id % 8)}, true});
+    CHECK(decode_until(*ex, plan, n.output_ids, full.size()) == full);
+    plan.seqs.clear();
+    plan.finished = {id};
+    REQUIRE(ex->execute(plan).ok());
+  }
 }
 
 TEST_CASE("executor: finished, aborted, preempted and failed-step sequences all leave no state", "[model][executor]") {
@@ -229,6 +258,94 @@ TEST_CASE("executor: finished, aborted, preempted and failed-step sequences all 
     sampled.clear();
   }
   CHECK(ex->num_live_sequences() == 0);
+}
+
+TEST_CASE("executor: launch / collect with two steps in flight gives what execute() gives, and a failed step's "
+          "sequences are left out of the step launched behind it",
+          "[model][executor][launch]") {
+  test::temp_dir dir("exec-launch");
+  auto sync = make_executor(dir, false);
+  cpu_executor_options o;
+  o.num_kv_blocks = 16;
+  o.num_threads = 2;
+  auto ex = cpu_executor::load(dir.str(), o);
+  REQUIRE(ex.ok());
+  auto& async = **ex;
+  CHECK(async.max_in_flight() == 2);
+
+  const std::vector<int32_t> pa{5, 9, 14, 3, 77}, pb{40, 2, 2, 61};
+  const auto want_a = generate(*sync, 1, pa, 8, {0});
+  // b samples (seeded): its draws count every token before them, collected or not.
+  new_seq b = test::greedy_seq(2, pb);
+  b.params.temperature = 0.8f;
+  b.seed = 99;
+  step_plan pb_plan;
+  pb_plan.new_seqs.push_back(b);
+  pb_plan.seqs.push_back({2, pb, 0, {1}, true});
+  const std::vector<int32_t> want_b = decode_until(*sync, pb_plan, {}, 8);
+
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);  // run_one() waits for the completions, never stops the context
+  int ready = 0;
+  auto launch = [&](step_plan p) { async.launch(std::move(p), io.get_executor(), [&ready] { ++ready; }); };
+  int collected = 0;
+  auto collect = [&]() {
+    while (ready <= collected) io.run_one();
+    ++collected;
+    return async.collect();
+  };
+  // Step k + 1 is launched before step k is collected: its k_token_from_last_step inputs are the
+  // ids step k samples, which the host has not seen yet.
+  step_plan p;
+  p.step_id = 1;
+  p.new_seqs = {test::greedy_seq(1, pa), b};
+  p.seqs = {{1, pa, 0, {0}, true}, {2, pb, 0, {1}, true}};
+  launch(p);
+  std::vector<int32_t> got_a, got_b;
+  for (int step = 1; step <= 8; ++step) {
+    if (step < 8) {
+      step_plan n;
+      n.step_id = uint64_t(step + 1);
+      const int32_t pos_a = int32_t(pa.size()) + step - 1, pos_b = int32_t(pb.size()) + step - 1;
+      n.seqs = {{1, {k_token_from_last_step}, pos_a, {0}, true}, {2, {k_token_from_last_step}, pos_b, {1}, true}};
+      launch(n);
+    }
+    auto r = collect();
+    REQUIRE(r.ok());
+    CHECK(r->step_id == uint64_t(step));
+    REQUIRE(r->outputs.size() == 2);
+    got_a.push_back(r->outputs[0].token);
+    got_b.push_back(r->outputs[1].token);
+  }
+  CHECK(got_a == want_a);
+  CHECK(got_b == want_b);
+
+  // A failed step (a block copy outside the cache), with the step behind it already launched:
+  // sequence 1 is left out of that one (its input would be a token never sampled), the new
+  // sequence 3 runs.
+  step_plan bad;
+  bad.step_id = 20;
+  bad.block_copies = {{0, 999}};
+  bad.seqs = {{1, {k_token_from_last_step}, int32_t(pa.size()) + 8, {0}, true}};
+  launch(bad);
+  step_plan next;
+  next.step_id = 21;
+  next.new_seqs = {test::greedy_seq(3, pa)};
+  next.seqs = {{1, {k_token_from_last_step}, int32_t(pa.size()) + 9, {0, 2}, true}, {3, pa, 0, {3}, true}};
+  next.finished = {2};
+  launch(next);
+  auto rb = collect();
+  CHECK_FALSE(rb.ok());
+  auto rn = collect();
+  REQUIRE(rn.ok());
+  REQUIRE(rn->outputs.size() == 1);
+  CHECK(rn->outputs[0].seq_id == 3);
+  CHECK(rn->outputs[0].token == want_a[0]);  // the same prompt as sequence 1
+  step_plan end;
+  end.finished = {1, 3};
+  launch(end);
+  REQUIRE(collect().ok());
+  CHECK(async.num_live_sequences() == 0);
 }
 
 }  // namespace coserve

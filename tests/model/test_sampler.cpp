@@ -20,11 +20,15 @@ sampling_params greedy() {
   return p;
 }
 
-// Empirical distribution of n draws.
+// Empirical distribution of n draws, one per output position.
 std::map<int32_t, int> draws(const std::vector<float>& logits, sampling_params p, int n, uint64_t seed = 3) {
   auto st = state(p, {}, {}, seed);
   std::map<int32_t, int> counts;
-  for (int i = 0; i < n; ++i) ++counts[sample_token(logits, st).token];
+  for (int i = 0; i < n; ++i) {  // one draw per output position (no penalties: the row stays the same)
+    const int32_t t = sample_token(logits, st).token;
+    ++counts[t];
+    st.accept(t);
+  }
   return counts;
 }
 
