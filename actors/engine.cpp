@@ -640,6 +640,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.max_model_len = config.max_model_len;
     opts.num_kv_blocks = static_cast<int32_t>(config.num_kv_blocks);
     opts.return_logits = config.return_logits;
+    opts.enforce_eager = config.enforce_eager;
     opts.progress = progress_logger("weights to the GPU");
     auto e = make_cuda_executor(opts);
     if (!e) return e.err();

@@ -56,6 +56,7 @@ struct engine_config {
                                          // gpu_memory_utilization)
   int64_t kv_cache_bytes = 0;            // CPU KV cache budget; 0: min(4 GiB, 1/4 of available memory)
   double gpu_memory_utilization = 0.9;
+  bool enforce_eager = false;            // CUDA: no CUDA graphs, every step eager (vLLM's flag)
   std::string load_format = "auto";      // CUDA: "auto" (safetensors) or "dummy" (random weights)
   bool return_logits = false;            // executor copies raw logits (for output_event::logits)
   int32_t max_waiting = 1024;            // admission limit; beyond it submit() fails "queue_full"

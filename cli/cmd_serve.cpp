@@ -62,6 +62,10 @@ model:
                                 $COSERVE_CACHE, else $XDG_CACHE_HOME/coserve, else ~/.cache/coserve)
   --served-model-name NAME      the model id clients send (default: the folder's or file's name)
   --device cpu|cuda             executor device (default: cpu)
+  --enforce-eager               --device cuda: run every step eagerly; without it decode-only steps
+                                replay CUDA graphs captured at startup for batch sizes 1, 2, 4, 8,
+                                16, ... up to --max-num-seqs (the startup log gives their time and
+                                memory)
 http:
   --host ADDR                   listen address (default: 127.0.0.1)
   --port N                      listen port; 0 picks a free one and logs it (default: 8000)
@@ -241,6 +245,7 @@ int parse(int argc, char** argv, serve_args& a) {
       }
       a.engine.device = v;
     }
+    else if (f == "--enforce-eager") a.engine.enforce_eager = true;
     else if (f == "--trace-file") { const char* v = need("a path"); if (!v) return 2; a.engine.trace_file = v; }
     else if (f == "--speculative-config") { const char* v = need("a JSON object"); if (!v) return 2; a.engine.speculative_config = v; }
     else if (f == "--max-num-seqs") { if (!as_int(need("N"), a.engine.max_num_seqs)) return 2; }

@@ -4,6 +4,8 @@
 #include "gpu/gpu_executor.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <asio/bind_executor.hpp>
 #include <asio/io_context.hpp>
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "gpu/async_wait.hpp"
 
 #include "gpu/batch_plan.hpp"
+#include "gpu/decode_graph.hpp"
 #include "gpu/device_buffer.hpp"
 #include "gpu/device_weights.hpp"
 #include "gpu/gemm.hpp"
@@ -140,6 +143,7 @@ class gpu_executor final : public executor {
     std::vector<seq_ptr> rows;       // per sampled row, the sequence's state
     std::vector<seq_id_t> row_ids;
     std::vector<int32_t> logprob_rows;
+    bool graph = false;              // replayed a decode graph
   };
   // Device addresses of this step's metadata (inside meta_dev_).
   struct step_meta {
@@ -155,13 +159,33 @@ class gpu_executor final : public executor {
     int32_t mask_words;
     const int32_t* row_slots;        // per sampled row, its sequence's last-token slot
   };
+  // What one forward pass computes: tokens, sampled rows, attention grid (capacities when
+  // attn_counts points at the step's real counts in device memory: graphs).
+  struct forward_shape {
+    int32_t num_tokens, num_samples, num_work, num_merges;
+    const int32_t* attn_counts;
+  };
+  struct decode_graph {
+    int32_t bucket = 0;
+    graph_capacity cap;
+    cudaGraphExec_t exec = nullptr;
+  };
+  batch_plan_options plan_options() const {
+    const model_config& c = w_.config;
+    return {opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads, num_sms_, 32};
+  }
+  // Captures one graph per decode bucket (startup; logs time and memory).
+  result<void> capture_graphs();
+  // The arena's device addresses as a step_meta (graphs read their metadata there).
+  step_meta arena_meta() const;
   gpu_executor() = default;
   // filter_failed: leave out the sequences of failed steps (launch()); execute() runs what it is given.
   void launch_step(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready, bool filter_failed);
   result<void> allocate_buffers();
   // Host planning and every enqueue of a step (the caller records the outcome).
   result<void> issue(const step_plan& plan, launched_step& rec);
-  result<void> forward(const batch_plan& p, const step_meta& m, const frame& f, const std::vector<int32_t>& logprob_rows);
+  result<void> forward(const forward_shape& fs, const step_meta& m, const frame* f,
+                       const std::vector<int32_t>& logprob_rows);
 
   gpu_executor_options opts_;
   executor_info info_;
@@ -186,6 +210,15 @@ class gpu_executor final : public executor {
   std::unordered_map<seq_id_t, seq_ptr> seqs_;
   std::vector<int32_t> free_slots_;
   std::deque<std::shared_ptr<launched_step>> launched_;
+  // CUDA graphs (none with enforce_eager or return_logits): buckets ascending, one graph each.
+  std::vector<int32_t> buckets_;
+  std::vector<decode_graph> graphs_;
+  batch_plan_options graph_opts_;  // how graph steps are planned (splits bounded by the workspace)
+  graph_arena_layout arena_;
+  device_buffer arena_dev_;
+  int32_t pad_block_ = 0;          // scratch KV block past the allocator's blocks (padding rows)
+  int32_t pad_slot_ = 0;           // scratch last-token slot (padding rows)
+
   failed_sequences failed_;
   std::vector<int32_t> eos_ids_;  // generation_config eos ids, else config.json's (min_tokens masking)
 };
@@ -240,7 +273,103 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.vocab_size = c.vocab_size;
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")";
+  if (!o.enforce_eager && !o.return_logits) COSERVE_CUDA_TRY(e->capture_graphs());
   return e;
+}
+
+gpu_executor::step_meta gpu_executor::arena_meta() const {
+  const char* d = arena_dev_.as<char>();
+  auto i32 = [d](size_t off) { return reinterpret_cast<const int32_t*>(d + off); };
+  const graph_arena_layout& l = arena_;
+  return step_meta{i32(l.ids), i32(l.positions), i32(l.slots), i32(l.cu_seqlens), i32(l.kv_lens), i32(l.bt_offsets),
+                   i32(l.block_tables), i32(l.sample_tokens), reinterpret_cast<const attn_work_item*>(d + l.work),
+                   reinterpret_cast<const attn_merge_item*>(d + l.merges),
+                   reinterpret_cast<const sample_row_params*>(d + l.params), nullptr, 0, nullptr, nullptr, 0,
+                   grammar_mask_words(w_.config.vocab_size), i32(l.row_slots)};
+}
+
+result<void> gpu_executor::capture_graphs() {
+  const auto t0 = std::chrono::steady_clock::now();
+  size_t free0 = 0, free1 = 0, total = 0;
+  COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free0, &total), "cudaMemGetInfo"));
+  cudaStream_t s = stream_.get();
+  const int32_t max_len = info_.max_model_len;
+  const int32_t max_blocks = (max_len + opts_.block_size - 1) / opts_.block_size;
+  for (int32_t b : decode_graph_buckets(opts_.max_num_seqs))
+    if (b <= opts_.max_num_tokens) buckets_.push_back(b);
+  // Splits are bounded by the partial-output workspace: plan graph steps without them if the
+  // largest bucket at the longest context would exceed it.
+  graph_opts_ = plan_options();
+  for (int32_t b : buckets_) {
+    auto pl = plan_batch(std::vector<scheduled_seq>(size_t(b), scheduled_seq{0, {0}, max_len - 1,
+                                                                           std::vector<int32_t>(size_t(max_blocks), 0),
+                                                                           true}),
+                         graph_opts_);
+    if (pl && pl->num_partial_rows > k_max_partial_rows) graph_opts_.num_sms = 0;
+  }
+  graph_capacity most;
+  for (int32_t b : buckets_) {
+    decode_graph g;
+    g.bucket = b;
+    g.cap = decode_graph_capacity(b, max_len, graph_opts_);
+    most.max_work = std::max(most.max_work, g.cap.max_work);
+    most.max_merges = std::max(most.max_merges, g.cap.max_merges);
+    graphs_.push_back(g);
+  }
+  arena_ = make_graph_arena_layout(buckets_.back(), max_blocks, most.max_work, most.max_merges);
+  auto ad = device_buffer::allocate(arena_.bytes);
+  if (!ad) return std::move(ad).err();
+  arena_dev_ = std::move(ad.value());
+  if (arena_.bytes > frames_[0].meta.bytes())
+    return make_error("resource_exhausted", "gpu: the graph metadata arena exceeds the staging buffer");
+  const step_meta m = arena_meta();
+  const int32_t* counts = reinterpret_cast<const int32_t*>(arena_dev_.as<char>() + arena_.counts);
+  for (decode_graph& g : graphs_) {
+    // Metadata of a batch of padding rows only, then one eager run (cuBLASLt plans for this batch
+    // size, lazy module loading) and the capture of the same launches.
+    std::vector<scheduled_seq> seqs(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true});
+    const std::vector<int32_t> ids(size_t(g.bucket), 0), slots(size_t(g.bucket), pad_slot_);
+    const std::vector<sample_row_params> params(size_t(g.bucket), sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
+    auto bytes = fill_graph_arena(graph_step_input{seqs, ids, params, slots, pad_block_, pad_slot_}, g.bucket, arena_,
+                                  graph_opts_,
+                                  std::span<std::byte>(static_cast<std::byte*>(frames_[0].meta.get()),
+                                                       frames_[0].meta.bytes()));
+    if (!bytes) return std::move(bytes).err();
+    // Padding-only rows would write no KV; here every row is "real" and writes the scratch block.
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
+                                "graph metadata"));
+    const forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
+    COSERVE_CUDA_TRY(forward(fs, m, nullptr, {}));
+    COSERVE_CUDA_TRY(stream_.synchronize());  // startup only
+    cudaGraph_t graph = nullptr;
+    COSERVE_CUDA_TRY(cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture"));
+    auto fr = forward(fs, m, nullptr, {});
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    if (!fr.ok()) {
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      return std::move(fr).err();
+    }
+    COSERVE_CUDA_TRY(cuda_check(end, "cudaStreamEndCapture"));
+    const cudaError_t inst = cudaGraphInstantiate(&g.exec, graph, 0);
+    (void)cudaGraphDestroy(graph);
+    COSERVE_CUDA_TRY(cuda_check(inst, "cudaGraphInstantiate"));
+  }
+  // The capture batches wrote the scratch block: zero it again.
+  const model_config& c = w_.config;
+  const size_t block_bytes = size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * 2;
+  for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half)
+    COSERVE_CUDA_TRY(cuda_check(cudaMemsetAsync(kv_.as<char>() + size_t(half) * size_t(kv_layer_elems_) * 2 +
+                                                    size_t(pad_block_) * block_bytes,
+                                                0, block_bytes, s),
+                                "scratch KV block"));
+  COSERVE_CUDA_TRY(stream_.synchronize());
+  COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo"));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(stderr,
+               "coserve gpu: captured %zu CUDA graphs for decode batches 1..%d in %.2f s (%.1f MiB; "
+               "--enforce-eager turns them off)\n",
+               graphs_.size(), buckets_.back(), secs, double(int64_t(free0) - int64_t(free1)) / double(1 << 20));
+  return {};
 }
 
 result<void> gpu_executor::allocate_buffers() {
@@ -284,7 +413,8 @@ result<void> gpu_executor::allocate_buffers() {
   if (!lt) return std::move(lt).err();
   last_tokens_ = std::move(lt.value());
   COSERVE_CUDA_TRY(cuda_check(cudaMemset(last_tokens_.get(), 0, slots * 4), "last-token buffer"));
-  for (size_t i = slots; i-- > 0;) free_slots_.push_back(int32_t(i));
+  pad_slot_ = int32_t(slots - 1);  // reserved for graph padding rows
+  for (size_t i = slots - 1; i-- > 0;) free_slots_.push_back(int32_t(i));
 
   rope_params rp;
   rp.theta = c.rope_theta;
@@ -312,17 +442,28 @@ result<void> gpu_executor::allocate_buffers() {
     if (!n) return std::move(n).err();
     blocks = std::min<int64_t>(*n, INT32_MAX / opts_.block_size);
   }
-  kv_layer_elems_ = blocks * opts_.block_size * c.num_key_value_heads * c.head_dim;
-  auto kv = device_buffer::allocate(size_t(blocks) * size_t(kv_block_bytes(shape)));
+  // One more block than the allocator hands out: the scratch block CUDA-graph padding rows attend
+  // over (zeroed, never written: padding rows write no KV).
+  kv_layer_elems_ = (blocks + 1) * opts_.block_size * c.num_key_value_heads * c.head_dim;
+  auto kv = device_buffer::allocate(size_t(blocks + 1) * size_t(kv_block_bytes(shape)));
   if (!kv) return std::move(kv).err();
   kv_ = std::move(kv.value());
   info_.num_kv_blocks = int32_t(blocks);
+  pad_block_ = int32_t(blocks);
+  const size_t block_bytes = size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * 2;
+  for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half)
+    COSERVE_CUDA_TRY(cuda_check(cudaMemset(kv_.as<char>() + size_t(half) * size_t(kv_layer_elems_) * 2 +
+                                               size_t(pad_block_) * block_bytes,
+                                           0, block_bytes),
+                                "scratch KV block"));
   return {};
 }
 
 gpu_executor::~gpu_executor() {
   // Teardown: the stream's work reads the buffers about to be freed.
   if (stream_.get() != nullptr) (void)stream_.synchronize();
+  for (decode_graph& g : graphs_)
+    if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
 }
 
 result<step_result> gpu_executor::execute(const step_plan& plan) {
@@ -398,6 +539,7 @@ result<step_result> gpu_executor::collect() {
         }
       }
       timeline_.last_busy_ms = *busy;
+      timeline_.graph_steps += rec->graph;
     }
     last_events_ = rec->events;
   }
@@ -493,25 +635,19 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       if (b < 0 || b >= info_.num_kv_blocks) return make_error("invalid_argument", "gpu: block id out of range");
     states.push_back(&st);
   }
-  batch_plan_options po{opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads,
-                        num_sms_, 32};
-  auto pl = plan_batch(plan.seqs, po);
-  if (!pl) return std::move(pl).err();
-  if (pl->num_partial_rows > k_max_partial_rows) {  // too many split rows: plan without splits
-    po.num_sms = 0;
-    pl = plan_batch(plan.seqs, po);
-    if (!pl) return std::move(pl).err();
-  }
-  const batch_plan& p = *pl;
-  if (p.num_tokens > opts_.max_num_tokens || int32_t(p.sample_tokens.size()) > opts_.max_num_seqs)
+  // The sampled rows, in batch order (plan_batch's sample_seqs).
+  std::vector<int32_t> sample_seqs;
+  for (size_t i = 0; i < plan.seqs.size(); ++i)
+    if (plan.seqs[i].sample) sample_seqs.push_back(int32_t(i));
+  if (int32_t(sample_seqs.size()) > opts_.max_num_seqs)
     return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
   std::vector<sample_row_params> sp;
   std::vector<logit_edit> edits;
   std::vector<int32_t> grammar_rows, row_slots;
   std::vector<uint32_t> grammar_masks;
   const int32_t mask_words = grammar_mask_words(c.vocab_size);
-  for (size_t row = 0; row < p.sample_seqs.size(); ++row) {
-    seq_state& st = *states[size_t(p.sample_seqs[row])];
+  for (size_t row = 0; row < sample_seqs.size(); ++row) {
+    seq_state& st = *states[size_t(sample_seqs[row])];
     if (st.pending() > 0 && st.needs_history())
       return make_error("failed_precondition", "gpu: a step needing the host's history was launched ahead");
     // The draw's counter and min_tokens count every token sampled before this one, collected or not.
@@ -534,6 +670,56 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     if (st.params.logprobs > 0) rec.logprob_rows.push_back(int32_t(row));
     row_slots.push_back(st.slot);
   }
+  // Everything is enqueued: the sampled rows are now pending until collect().
+  auto commit = [&] {
+    for (int32_t i : sample_seqs) {
+      ++states[size_t(i)]->launched;
+      rec.rows.push_back(seqs_.at(plan.seqs[size_t(i)].seq_id));
+      rec.row_ids.push_back(plan.seqs[size_t(i)].seq_id);
+    }
+  };
+
+  // A decode-only step without logit edits, grammars or top-N logprobs replays its bucket's graph.
+  const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() && edits.empty() &&
+                          grammar_rows.empty() && rec.logprob_rows.empty() &&
+                          std::all_of(plan.seqs.begin(), plan.seqs.end(),
+                                      [](const scheduled_seq& q) { return q.tokens.size() == 1; });
+  if (const int32_t bucket = graph_step ? bucket_for(buckets_, int32_t(plan.seqs.size())) : 0; bucket > 0) {
+    nvtx_range gr("graph replay");
+    frame& f = frames_[rec.frame];
+    const auto g = std::find_if(graphs_.begin(), graphs_.end(), [&](const decode_graph& x) { return x.bucket == bucket; });
+    graph_arena_layout layout = arena_;  // the same addresses, this graph's grid as the capacity
+    layout.max_work = g->cap.max_work;
+    layout.max_merges = g->cap.max_merges;
+    graph_step_input in{plan.seqs, ids, sp, row_slots, pad_block_, pad_slot_};
+    // A batch the graph cannot take (more attention work than its grid) runs eagerly below.
+    if (auto bytes = fill_graph_arena(in, bucket, layout, graph_opts_,
+                                      std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()))) {
+      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
+                                  "graph metadata upload"));
+      COSERVE_CUDA_TRY(cuda_check(cudaGraphLaunch(g->exec, s), "cudaGraphLaunch"));
+      const size_t S = sample_seqs.size();  // the real rows come first
+      char* h = f.out.as<char>();
+      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
+      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
+      COSERVE_CUDA_TRY(ev.end.record(s));
+      rec.graph = true;
+      commit();
+      return {};
+    }
+  }
+
+  batch_plan_options po = plan_options();
+  auto pl = plan_batch(plan.seqs, po);
+  if (!pl) return std::move(pl).err();
+  if (pl->num_partial_rows > k_max_partial_rows) {  // too many split rows: plan without splits
+    po.num_sms = 0;
+    pl = plan_batch(plan.seqs, po);
+    if (!pl) return std::move(pl).err();
+  }
+  const batch_plan& p = *pl;
+  if (p.num_tokens > opts_.max_num_tokens)
+    return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
   frame& f = frames_[rec.frame];
   const size_t row_bytes = size_t(c.vocab_size) * 4;
   if (rec.logprob_rows.size() * row_bytes > f.edited_rows.bytes()) {
@@ -575,32 +761,26 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               int32_t(edits.size()), reinterpret_cast<const int32_t*>(d + *ogr),
               reinterpret_cast<const uint32_t*>(d + *ogm), int32_t(grammar_rows.size()), mask_words,
               reinterpret_cast<const int32_t*>(d + *ors)};
-  COSERVE_CUDA_TRY(forward(p, m, f, rec.logprob_rows));
+  COSERVE_CUDA_TRY(forward(forward_shape{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()),
+                                         int32_t(p.merges.size()), nullptr},
+                           m, &f, rec.logprob_rows));
   const size_t S = p.sample_tokens.size();
   if (S > 0) {
-    // The sampled ids stay on the device for the next step's inputs; the host gets a copy.
-    COSERVE_CUDA_TRY(launch_scatter_tokens(last_tokens_.as<int32_t>(), m.row_slots, tok_out_.as<int32_t>(), int32_t(S), s));
     char* h = f.out.as<char>();
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
   }
   COSERVE_CUDA_TRY(ev.end.record(s));
-  // Everything is enqueued: the sampled rows are now pending until collect().
-  for (size_t row = 0; row < p.sample_seqs.size(); ++row) {
-    const size_t i = size_t(p.sample_seqs[row]);
-    ++states[i]->launched;
-    rec.rows.push_back(seqs_.at(plan.seqs[i].seq_id));
-    rec.row_ids.push_back(plan.seqs[i].seq_id);
-  }
+  commit();
   return {};
 }
 
-result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, const frame& f,
+result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, const frame* f,
                                    const std::vector<int32_t>& logprob_rows) {
   nvtx_range range("forward");
   const model_config& c = w_.config;
   cudaStream_t s = stream_.get();
-  const int32_t T = p.num_tokens, H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int32_t T = fs.num_tokens, H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const int32_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
   const int32_t qkv_n = (hq + 2 * hkv) * D;
   const float eps = c.rms_norm_eps;
@@ -617,8 +797,8 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, cons
         rope_kv_args{qkv_.as<bf16>(), m.positions, m.slots, inv_freq_.as<float>(), kc, vc, T, hq, hkv, D}, s));
     attention_args a{qkv_.as<bf16>(), qkv_n, kc, vc, attn_.as<bf16>(), partial_o_.as<float>(), partial_lse_.as<float>(),
                      m.cu_seqlens, m.kv_lens, m.bt_offsets, m.block_tables, m.work, m.merges,
-                     int32_t(p.work.size()), int32_t(p.merges.size()), hq, hkv, D, opts_.block_size,
-                     1.0f / std::sqrt(float(D))};
+                     fs.num_work, fs.num_merges, hq, hkv, D, opts_.block_size,
+                     1.0f / std::sqrt(float(D)), fs.attn_counts};
     COSERVE_CUDA_TRY(launch_attention(a, s));
     COSERVE_CUDA_TRY(gemm_.run(hidden, gemm_out::bf16, attn_.as<bf16>(), L.o.as<bf16>(), L.o_bias.as<bf16>(), T, H, hq * D, s));
     COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.post_norm.as<bf16>(), nullptr, T, H, eps, true, s));
@@ -626,7 +806,7 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, cons
     COSERVE_CUDA_TRY(launch_silu_mul(act_.as<bf16>(), gate_up_.as<bf16>(), T, I, s));
     COSERVE_CUDA_TRY(gemm_.run(hidden, gemm_out::bf16, act_.as<bf16>(), L.down.as<bf16>(), nullptr, T, H, I, s));
   }
-  const int32_t S = int32_t(p.sample_tokens.size());
+  const int32_t S = fs.num_samples;
   if (S == 0) return {};
   // Final norm on the sampled rows only (gathered), then the LM head in fp32 for sampling.
   COSERVE_CUDA_TRY(launch_rmsnorm(final_.as<bf16>(), hidden, residual, w_.final_norm.as<bf16>(), m.sample_tokens, S, H,
@@ -634,8 +814,8 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, cons
   COSERVE_CUDA_TRY(gemm_.run(logits_.get(), gemm_out::f32, final_.as<bf16>(), static_cast<const bf16*>(w_.lm_head_data()),
                              nullptr, S, c.vocab_size, H, s));
   // Raw logits (before penalties/bias) go out now, in stream order ahead of the in-place edits.
-  if (opts_.return_logits)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.out.as<char>() + size_t(opts_.max_num_seqs) * 8, logits_.get(),
+  if (opts_.return_logits && f != nullptr)
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f->out.as<char>() + size_t(opts_.max_num_seqs) * 8, logits_.get(),
                                                 size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
                                 "logits"));
   COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s));
@@ -643,11 +823,14 @@ result<void> gpu_executor::forward(const batch_plan& p, const step_meta& m, cons
                                         m.mask_words, c.vocab_size, s));
   const size_t row_bytes = size_t(c.vocab_size) * 4;
   for (size_t k = 0; k < logprob_rows.size(); ++k)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.edited_rows.as<char>() + k * row_bytes,
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f->edited_rows.as<char>() + k * row_bytes,
                                                 logits_.as<char>() + size_t(logprob_rows[k]) * row_bytes, row_bytes,
                                                 cudaMemcpyDeviceToHost, s),
                                 "edited logits"));
-  return launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S, c.vocab_size, s);
+  COSERVE_CUDA_TRY(
+      launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S, c.vocab_size, s));
+  // The sampled ids stay on the device for the next step's inputs (the host gets a copy later).
+  return launch_scatter_tokens(last_tokens_.as<int32_t>(), m.row_slots, tok_out_.as<int32_t>(), S, s);
 }
 
 }  // namespace

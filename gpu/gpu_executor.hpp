@@ -50,6 +50,9 @@ struct gpu_executor_options {
   int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
   int32_t num_kv_blocks = 0;             // > 0: use exactly this many blocks instead of sizing
   bool return_logits = false;            // copy raw logits of sampled rows into seq_output::logits
+  // Decode-only steps replay CUDA graphs captured at startup per batch bucket (gpu/decode_graph.hpp);
+  // true runs every step eagerly (vLLM's --enforce-eager). No graphs with return_logits either.
+  bool enforce_eager = false;
   load_progress progress;                // (tensors done, total, bytes) while weights load
 };
 
@@ -61,6 +64,7 @@ result<std::unique_ptr<executor>> make_gpu_executor(const gpu_executor_options& 
 // the step before it and its start (0 when it was already queued behind that step).
 struct step_timeline {
   int64_t steps = 0;
+  int64_t graph_steps = 0;  // of them, replayed from a CUDA graph
   double busy_ms = 0, idle_ms = 0, max_idle_ms = 0;
   double last_busy_ms = 0, last_idle_ms = 0;
 };

@@ -72,9 +72,12 @@ struct attention_args {
   const int32_t* block_tables;          // concatenated
   const attn_work_item* work;           // [num_work]
   const attn_merge_item* merges;        // [num_merges]
-  int32_t num_work, num_merges;
+  int32_t num_work, num_merges;         // grid sizes (with counts: capacities)
   int32_t num_q_heads, num_kv_heads, head_dim, block_size;
   float scale;                          // usually 1 / sqrt(head_dim)
+  // Fixed grid (CUDA graphs): {work items, merges} of this step in device memory; blocks past them
+  // exit at once. nullptr: the grid is exactly num_work / num_merges.
+  const int32_t* counts = nullptr;
 };
 result<void> launch_attention(const attention_args& a, cudaStream_t stream);
 

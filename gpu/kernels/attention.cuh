@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_
   bf16* k_s = reinterpret_cast<bf16*>(q_s + rows * D);
   bf16* v_s = k_s + k_attn_kv_tile * kPad;
 
+  if (a.counts != nullptr && int32_t(blockIdx.x) >= a.counts[0]) return;  // fixed grid (graphs): past the step's work
   const attn_work_item w = a.work[blockIdx.x];
   const int32_t kvh = blockIdx.y;
   const int32_t seq_q0 = a.cu_seqlens_q[w.seq];
@@ -135,6 +136,7 @@ __global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_
 // grid (num_merges, num_q_heads), block D threads: thread d combines column d of every split,
 // weighting split s by exp(lse_s - max lse).
 __global__ void attention_merge_kernel(attention_args a) {
+  if (a.counts != nullptr && int32_t(blockIdx.x) >= a.counts[1]) return;
   const attn_merge_item mi = a.merges[blockIdx.x];
   const int32_t h = blockIdx.y, d = threadIdx.x, D = a.head_dim;
   for (int32_t t = 0; t < mi.q_len; ++t) {
@@ -163,7 +165,7 @@ result<void> launch_attention(const attention_args& a, cudaStream_t stream) {
   const int32_t gqa = a.num_q_heads / a.num_kv_heads;
   if (!attention_supported(gqa, a.head_dim))
     return make_error("invalid_argument", "attention: unsupported head_dim (64, 128) or GQA ratio (<= 32)");
-  if (a.num_merges > 0 && (a.partial_o == nullptr || a.partial_lse == nullptr))
+  if ((a.num_merges > 0 || a.counts != nullptr) && (a.partial_o == nullptr || a.partial_lse == nullptr))
     return make_error("invalid_argument", "attention: split-KV plan without a partial workspace");
   if (a.num_work == 0) return {};
   const int32_t q_tile = attention_q_tile(gqa);

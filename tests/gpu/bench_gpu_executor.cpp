@@ -2,7 +2,7 @@
 // by default, random weights generated on the device). Prints one JSON object per measurement.
 //
 //   bench_gpu_executor [--batches 1,16,64,256] [--prompt 128] [--steps 64] [--prefill-tokens 8192]
-//                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256]
+//                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256] [--enforce-eager 0|1]
 //
 // Roofline: a decode step must read every streamed weight once (the embedding table is gathered,
 // not streamed) plus the KV of every sequence, so step_ms >= bytes_read_per_step / HBM bandwidth;
@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   std::vector<int32_t> batches{1, 16, 64, 256};
   int32_t prompt = 128, steps = 64, prefill_tokens = 8192;
   double hbm_tbps = 3.35;
+  bool eager = false;
   model_config c;  // Llama-3-8B
   c.hidden_size = 4096;
   c.intermediate_size = 14336;
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
     else if (a == "--hbm-tbps") hbm_tbps = std::atof(argv[i + 1]);
     else if (a == "--layers") c.num_hidden_layers = std::atoi(argv[i + 1]);
     else if (a == "--vocab") c.vocab_size = std::atoi(argv[i + 1]);
+    else if (a == "--enforce-eager") eager = std::atoi(argv[i + 1]) != 0;
   }
   if (gpu::device_count() == 0) {
     std::printf("{\"skipped\":\"no CUDA device\"}\n");
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
   o.load_format = "dummy";
   o.max_num_tokens = std::max(prefill_tokens, 8192);
   o.max_num_seqs = 256;
+  o.enforce_eager = eager;
   auto t0 = clock_type::now();
   auto ex = gpu::make_gpu_executor(o);
   if (!ex) {
@@ -184,10 +187,11 @@ int main(int argc, char** argv) {
     const double read_ms = (wbytes + kv_read) / (hbm_tbps * 1e12) * 1e3;
     std::printf("{\"bench\":\"decode\",\"batch\":%d,\"context\":%d,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
                 "\"bytes_read_per_step\":%.0f,\"roofline_fraction\":%.3f,\"device_busy_ms\":%.3f,"
-                "\"gpu_idle_fraction\":%.4f,\"max_idle_ms\":%.3f}\n",
+                "\"gpu_idle_fraction\":%.4f,\"max_idle_ms\":%.3f,\"graph_steps\":%lld,\"steps\":%lld}\n",
                 batch, prompt + steps, step_ms, batch * 1e3 / step_ms, wbytes + kv_read, read_ms / step_ms,
                 tl.steps ? tl.busy_ms / double(tl.steps) : 0.0,
-                tl.busy_ms + tl.idle_ms > 0 ? tl.idle_ms / (tl.busy_ms + tl.idle_ms) : 0.0, tl.max_idle_ms);
+                tl.busy_ms + tl.idle_ms > 0 ? tl.idle_ms / (tl.busy_ms + tl.idle_ms) : 0.0, tl.max_idle_ms,
+                static_cast<long long>(tl.graph_steps), static_cast<long long>(tl.steps));
   }
   return 0;
 }
