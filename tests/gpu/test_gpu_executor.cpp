@@ -1,5 +1,6 @@
 // The CUDA executor against the CPU executor on demo models (same folder, same step plans): greedy
-// tokens for 32 steps and the logits of the first step within bf16 tolerance. Runs on a GPU host;
+// tokens for 32 steps, the logits of the first step within bf16 tolerance, and vLLM's
+// check_logprobs_close criterion teacher-forced on every prompt. Runs on a GPU host;
 // skips with a message elsewhere.
 #include <catch2/catch.hpp>
 
@@ -21,6 +22,7 @@
 #include "model/structured_output.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 #include "tests/gpu/device_helpers.hpp"
+#include "tests/model/logprobs_close.hpp"
 
 using namespace coserve;
 
@@ -163,6 +165,18 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
       }
       INFO(v.arch << " prompt " << i << " worst logit diff " << worst << " of " << scale);
       CHECK(worst <= 0.05f * std::max(1.0f, scale));
+      // vLLM's check_logprobs_close, teacher-forced on the CPU executor's greedy tokens: every prompt
+      // must pass (a divergence only where each side's token is in the other's top 5).
+      const auto ref = test::run_logits(**cpu, 1000 + i, prompts[i], nullptr, 24, 16);
+      REQUIRE(ref.rows.size() == 25);
+      const auto got = test::run_logits(**gpu_ex, 1000 + i, prompts[i], &ref.tokens, 24, 16);
+      REQUIRE(got.rows.size() == 25);
+      const auto close = test::logprobs_close(ref.rows, got.rows);
+      float step_worst = 0.0f;
+      for (float d : close.max_abs_logit_diff) step_worst = std::max(step_worst, d);
+      INFO(v.arch << " prompt " << i << ": " << close.steps_compared << " steps compared, diverged at "
+                  << close.diverged_at << ", per-step max |dlogit| " << step_worst << " " << close.why);
+      CHECK(close.ok);
     }
     std::filesystem::remove_all(dir);
   }
