@@ -5,7 +5,9 @@ device, same run, same shapes (Llama-3-8B dims, random bf16 weights, prompt 128,
     python3 tests/bench/gpu_vs_hf.py --bench build-gpu/bench/bench_gpu_executor --hbm-tbps 4.8
 
 Prints one JSON object per line: coserve's (from bench_gpu_executor) then transformers' for each
-batch size, with tokens/s and the fraction of the HBM roofline (weight bytes / bandwidth per step).
+batch size, with tokens/s and the fraction of the HBM roofline: the bytes a decode step reads (every
+weight but the gathered embedding table, plus the KV cache at the middle of the decode) over the
+bandwidth. Both sides warm up before each timed phase (prefill and decode).
 """
 import argparse
 import json
@@ -25,12 +27,18 @@ def hf_rows(batches, prompt, steps, hbm_tbps):
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg).eval()
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    bound_ms = weight_bytes / (hbm_tbps * 1e12) * 1e3
+    embed = model.get_input_embeddings().weight
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters()) - embed.numel() * embed.element_size()
+    head_dim = cfg.hidden_size // cfg.num_attention_heads
     for b in batches:
+        kv_bytes = 2 * 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * head_dim * b * (prompt + steps // 2)
+        bound_ms = (weight_bytes + kv_bytes) / (hbm_tbps * 1e12) * 1e3
         ids = torch.randint(3, cfg.vocab_size, (b, prompt), device="cuda")
         mask = torch.ones_like(ids)
         with torch.no_grad():
+            model(ids, attention_mask=mask)  # warm-up: prefill, then a short decode
+            model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=4, min_new_tokens=4,
+                           pad_token_id=0)
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             model(ids, attention_mask=mask)  # prefill only
@@ -44,7 +52,8 @@ def hf_rows(batches, prompt, steps, hbm_tbps):
         step_ms = max(total_s - prefill_s, 1e-9) / (steps - 1) * 1e3
         yield {"impl": "transformers", "batch": b, "prefill_tokens_per_s": round(b * prompt / prefill_s, 1),
                "step_ms": round(step_ms, 3), "tokens_per_s": round(b * 1e3 / step_ms, 1),
-               "roofline_fraction": round(bound_ms / step_ms, 3), "device": torch.cuda.get_device_name()}
+               "bytes_read_per_step": weight_bytes + kv_bytes, "roofline_fraction": round(bound_ms / step_ms, 3),
+               "device": torch.cuda.get_device_name()}
         del ids, mask
         torch.cuda.empty_cache()
 
