@@ -789,8 +789,13 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const device_layer& L = w_.layers[size_t(l)];
     // layer 0: residual = hidden; later layers: residual += hidden (the previous MLP output)
+    // NVTX ranges per kernel family: norm + QKV GEMM, RoPE + KV write + attention, O GEMM + norm,
+    // MLP (Nsight Systems projects each range onto the GPU work it launched).
+    std::optional<nvtx_range> family(std::in_place, "qkv");
     COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.input_norm.as<bf16>(), nullptr, T, H, eps, l > 0, s));
     COSERVE_CUDA_TRY(gemm_.run(qkv_.get(), gemm_out::bf16, normed, L.qkv.as<bf16>(), L.qkv_bias.as<bf16>(), T, qkv_n, H, s));
+    family.reset();
+    family.emplace("attention");
     bf16* kc = kv_.as<bf16>() + size_t(2 * l) * size_t(kv_layer_elems_);
     bf16* vc = kc + kv_layer_elems_;
     COSERVE_CUDA_TRY(launch_rope_kv_write(
@@ -800,14 +805,19 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
                      fs.num_work, fs.num_merges, hq, hkv, D, opts_.block_size,
                      1.0f / std::sqrt(float(D)), fs.attn_counts};
     COSERVE_CUDA_TRY(launch_attention(a, s));
+    family.reset();
+    family.emplace("o_proj");
     COSERVE_CUDA_TRY(gemm_.run(hidden, gemm_out::bf16, attn_.as<bf16>(), L.o.as<bf16>(), L.o_bias.as<bf16>(), T, H, hq * D, s));
     COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.post_norm.as<bf16>(), nullptr, T, H, eps, true, s));
+    family.reset();
+    family.emplace("mlp");
     COSERVE_CUDA_TRY(gemm_.run(gate_up_.get(), gemm_out::bf16, normed, L.gate_up.as<bf16>(), nullptr, T, 2 * I, H, s));
     COSERVE_CUDA_TRY(launch_silu_mul(act_.as<bf16>(), gate_up_.as<bf16>(), T, I, s));
     COSERVE_CUDA_TRY(gemm_.run(hidden, gemm_out::bf16, act_.as<bf16>(), L.down.as<bf16>(), nullptr, T, H, I, s));
   }
   const int32_t S = fs.num_samples;
   if (S == 0) return {};
+  nvtx_range head_range("lm_head+sample");
   // Final norm on the sampled rows only (gathered), then the LM head in fp32 for sampling.
   COSERVE_CUDA_TRY(launch_rmsnorm(final_.as<bf16>(), hidden, residual, w_.final_norm.as<bf16>(), m.sample_tokens, S, H,
                                   eps, true, s));
