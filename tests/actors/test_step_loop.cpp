@@ -8,8 +8,10 @@
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "actors/engine.hpp"
+#include "actors/pipeline.hpp"
 #include "tests/actors/pipeline_util.hpp"
 
 using namespace coserve;
@@ -68,7 +70,79 @@ std::vector<sampled> run_samples(engine& eng, const std::vector<generate_request
   return out;
 }
 
+// Forwards launch / collect to the CPU executor, and makes its `fail_at`-th launched step fail where
+// it runs (an invalid block copy put first: rejected before anything is written), while the step
+// behind it may already be launched.
+class fail_one_launch final : public executor {
+ public:
+  fail_one_launch(std::unique_ptr<executor> inner, int fail_at) : inner_(std::move(inner)), fail_at_(fail_at) {}
+  result<step_result> execute(const step_plan& p) override { return inner_->execute(p); }
+  void launch(step_plan p, const asio::any_io_executor& ex, std::function<void()> ready) override {
+    if (!p.seqs.empty() && ++launched_ == fail_at_) {
+      for (const scheduled_seq& s : p.seqs) failed_requests_.insert(actors::request_of(s.seq_id));
+      p.block_copies.insert(p.block_copies.begin(), {-1, -1});
+    }
+    inner_->launch(std::move(p), ex, std::move(ready));
+  }
+  result<step_result> collect() override { return inner_->collect(); }
+  int32_t max_in_flight() const override { return inner_->max_in_flight(); }
+  bool can_launch_ahead(const step_plan& p) const override { return inner_->can_launch_ahead(p); }
+  executor_info info() const override { return inner_->info(); }
+  // Read after the engine has stopped (the executor actor's thread is the only writer).
+  static std::set<uint64_t> failed_requests_;
+
+ private:
+  std::unique_ptr<executor> inner_;
+  int fail_at_;
+  int launched_ = 0;
+};
+std::set<uint64_t> fail_one_launch::failed_requests_;
+
 }  // namespace
+
+TEST_CASE("step loop: a launched step that fails ends only its requests, the step launched behind it goes on",
+          "[actors][step_loop][faults]") {
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
+  const auto reqs = random_requests(24, 31, 30, 16);
+  auto clean = engine::start(small_config());
+  REQUIRE(clean);
+  const auto want = run_all(**clean, reqs, true);
+  (*clean)->stop();
+  for (int fail_at : {2, 7}) {
+    CAPTURE(fail_at);
+    fail_one_launch::failed_requests_.clear();
+    engine_config cfg = small_config();
+    cfg.make_executor = [fail_at](const engine_config& c) -> result<std::unique_ptr<executor>> {
+      auto inner = make_default_executor(c);
+      if (!inner) return inner.err();
+      return std::unique_ptr<executor>(std::make_unique<fail_one_launch>(std::move(*inner), fail_at));
+    };
+    auto eng = engine::start(cfg);
+    REQUIRE(eng);
+    const auto got = run_all(**eng, reqs, true);
+    REQUIRE(wait_all_blocks_free(**eng));
+    const engine_metrics m = (*eng)->metrics();
+    CHECK((*eng)->healthy());
+    (*eng)->stop();
+    const auto failed = fail_one_launch::failed_requests_;
+    REQUIRE(!failed.empty());
+    int errors = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE(got[i].error_code.empty());
+      if (failed.count(got[i].id) != 0) {
+        CHECK(got[i].finish == finish_reason::error);
+        ++errors;
+      } else {  // undisturbed, though its next step may have been launched behind the failed one
+        CHECK(got[i].finish == finish_reason::length);
+        CHECK(got[i].tokens == want[i].tokens);
+      }
+    }
+    CHECK(errors == int(failed.size()));
+    CHECK(errors < int(reqs.size()));
+    CHECK(m.steps_launched_ahead > 0);
+  }
+}
 
 TEST_CASE("step loop: steps launched ahead give the outputs of one step at a time (stop ids, max_tokens, "
           "stop strings, n > 1, seeded sampling, preemption)",
