@@ -139,4 +139,17 @@ class executor {
   std::deque<result<step_result>> done_;  // the default launch(): results not yet collected
 };
 
+// Runs another executor through execute() only, so the default launch() takes each step at once,
+// one at a time (no launch-ahead): the baseline of the step loop in tests and `coserve bench steps`.
+class one_step_at_a_time final : public executor {
+ public:
+  explicit one_step_at_a_time(std::unique_ptr<executor> inner) : inner_(std::move(inner)) {}
+  result<step_result> execute(const step_plan& p) override { return inner_->execute(p); }
+  executor_info info() const override { return inner_->info(); }
+  std::shared_ptr<const rank_stats_board> rank_stats() const override { return inner_->rank_stats(); }
+
+ private:
+  std::unique_ptr<executor> inner_;
+};
+
 }  // namespace coserve

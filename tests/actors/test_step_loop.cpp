@@ -19,17 +19,6 @@ using namespace coserve::test;
 
 namespace {
 
-// Exposes only execute(): the executor's default launch() runs each step at once, one at a time.
-class one_step_at_a_time final : public executor {
- public:
-  explicit one_step_at_a_time(std::unique_ptr<executor> inner) : inner_(std::move(inner)) {}
-  result<step_result> execute(const step_plan& p) override { return inner_->execute(p); }
-  executor_info info() const override { return inner_->info(); }
-
- private:
-  std::unique_ptr<executor> inner_;
-};
-
 engine_config one_at_a_time_config() {
   engine_config cfg = small_config();
   cfg.make_executor = [](const engine_config& c) -> result<std::unique_ptr<executor>> {
