@@ -38,8 +38,8 @@ class stream {
   }
   cudaStream_t get() const noexcept { return s_; }
 
-  // Blocks the calling thread until the stream drains. Only for tests and shutdown; serving code
-  // awaits async_wait(stream) instead.
+  // Blocks the calling thread until the stream drains. Only for tests, setup (graph capture) and
+  // shutdown; the executor's serving path completes steps through async_wait (gpu/async_wait.hpp).
   result<void> synchronize() const { return cuda_check(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
 
  private:
