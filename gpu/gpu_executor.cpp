@@ -317,16 +317,22 @@ result<void> gpu_executor::capture_graphs() {
     graphs_.push_back(g);
   }
   arena_ = make_graph_arena_layout(buckets_.back(), max_blocks, most.max_work, most.max_merges);
+  if (arena_.bytes > frames_[0].meta.bytes()) {  // very long contexts x many sequences: stay eager
+    std::fprintf(stderr, "coserve gpu: CUDA graphs off: their metadata (%zu MiB for %d sequences x %d blocks) "
+                         "exceeds the %zu MiB staging buffer\n",
+                 arena_.bytes >> 20, buckets_.back(), max_blocks, frames_[0].meta.bytes() >> 20);
+    graphs_.clear();
+    buckets_.clear();
+    return {};
+  }
   auto ad = device_buffer::allocate(arena_.bytes);
   if (!ad) return std::move(ad).err();
   arena_dev_ = std::move(ad.value());
-  if (arena_.bytes > frames_[0].meta.bytes())
-    return make_error("resource_exhausted", "gpu: the graph metadata arena exceeds the staging buffer");
   const step_meta m = arena_meta();
   const int32_t* counts = reinterpret_cast<const int32_t*>(arena_dev_.as<char>() + arena_.counts);
   for (decode_graph& g : graphs_) {
-    // Metadata of a batch of padding rows only, then one eager run (cuBLASLt plans for this batch
-    // size, lazy module loading) and the capture of the same launches.
+    // Metadata of a batch whose rows all sit on the scratch block, then one eager run (cuBLASLt
+    // plans for this batch size, lazy module loading) and the capture of the same launches.
     std::vector<scheduled_seq> seqs(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true});
     const std::vector<int32_t> ids(size_t(g.bucket), 0), slots(size_t(g.bucket), pad_slot_);
     const std::vector<sample_row_params> params(size_t(g.bucket), sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
