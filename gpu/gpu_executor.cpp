@@ -1,6 +1,8 @@
 // The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling,
-// launched and collected as two halves. Longer than most files (about 550 lines) because the step's
-// host planning and the forward pass read best as one piece.
+// launched and collected as two halves, and the decode CUDA graphs captured from the same forward
+// pass. Longer than most files (about 870 lines) because launch, collect, the forward pass and the
+// graph capture share one set of device buffers and per-sequence state; the graph arena's host logic
+// is already apart (gpu/decode_graph.cpp).
 #include "gpu/gpu_executor.hpp"
 
 #include <algorithm>
@@ -541,10 +543,8 @@ result<step_result> gpu_executor::collect() {
           const double gap = std::max(0.0, double(*idle));
           timeline_.idle_ms += gap;
           timeline_.max_idle_ms = std::max(timeline_.max_idle_ms, gap);
-          timeline_.last_idle_ms = gap;
         }
       }
-      timeline_.last_busy_ms = *busy;
       timeline_.graph_steps += rec->graph;
     }
     last_events_ = rec->events;

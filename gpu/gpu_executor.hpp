@@ -66,7 +66,6 @@ struct step_timeline {
   int64_t steps = 0;
   int64_t graph_steps = 0;  // of them, replayed from a CUDA graph
   double busy_ms = 0, idle_ms = 0, max_idle_ms = 0;
-  double last_busy_ms = 0, last_idle_ms = 0;
 };
 // The CUDA executor's timeline (nullopt for any other executor); reset_gpu_step_timeline zeroes it.
 std::optional<step_timeline> gpu_step_timeline(const executor& e);
