@@ -114,6 +114,7 @@ cpu_executor::cpu_executor(model_weights weights, generation_config gen, const c
              weights_.shard.num_heads ? weights_.shard.num_kv_heads : weights_.config.num_key_value_heads,
              weights_.config.head_dim, opts.kv_cache_dtype),
       forward_(weights_, pool_) {
+  pack_for_cpu(weights_);
   if (opts_.max_model_len <= 0 || opts_.max_model_len > weights_.config.max_position_embeddings)
     opts_.max_model_len = weights_.config.max_position_embeddings;
   forward_.set_bf16_activations(opts_.bf16_activations);

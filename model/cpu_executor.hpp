@@ -118,7 +118,9 @@ class cpu_executor final : public executor {
         : weights(std::move(w)),
           cache(weights.config.num_hidden_layers, blocks, block_size, weights.config.num_key_value_heads,
                 weights.config.head_dim, kv),
-          forward(weights, pool) {}
+          forward(weights, pool) {
+      pack_for_cpu(weights);
+    }
   };
 
   model_weights weights_;

@@ -132,14 +132,15 @@ result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
 }
 
 // y[:, part.col + j] for each part: the parts' output features are cut into chunks of whole
-// 4-row tiles, enough of them to keep every thread busy; each chunk reads its weights once.
+// 16-row tiles, enough of them to keep every thread busy; each chunk reads its weights once.
 void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y,
                          int64_t ldy, bool accumulate) {
   int64_t total = 0;
   for (const auto& p : parts) total += p.w->rows;
   const int64_t threads = pool_.num_threads();
   int64_t chunk = (total + threads * 8 - 1) / (threads * 8);
-  chunk = std::clamp<int64_t>((chunk + 3) / 4 * 4, 16, 256);
+  // Whole 16-row tiles: the repacked Q4_0 layout (weight_ref.packed) is cut only at tile edges.
+  chunk = std::clamp<int64_t>((chunk + 15) / 16 * 16, 16, 256);
   std::vector<gemm_piece>& pieces = pieces_;
   pieces.clear();
   for (const auto& p : parts)
@@ -160,6 +161,7 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
       weight_ref sub = *pc.part->w;
       sub.data = sub.row(pc.row0);
       sub.rows = pc.n;
+      sub.packed = nullptr;
       matmul_nt_bf16(xb_.data(), rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate);
     });
     return;
@@ -184,6 +186,10 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
     weight_ref sub = *pc.part->w;
     sub.data = sub.row(pc.row0);
     sub.rows = pc.n;
+    sub.packed = sub.packed && pc.row0 % k_q4_0_tile_rows == 0
+                     ? static_cast<const unsigned char*>(sub.packed) +
+                           size_t(pc.row0 / k_q4_0_tile_rows) * q4_0_tile_bytes(sub.cols)
+                     : nullptr;
     if (dtype_is_quantized(sub.type))
       matmul_quantized(xq_[uses_q8k(sub.type) ? 1 : 0].data(), rows, sub, pc.n, y + pc.part->col + pc.row0, ldy,
                        accumulate);

@@ -24,6 +24,10 @@ struct weight_ref {
   const void* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  // Q4_0 only, or null: the same rows repacked in tiles of 16 for the x86 kernels
+  // (quant.hpp, pack_q4_0_tiles), starting at this ref's row 0. Refs cut from others keep it only
+  // where their first row starts a tile (cpu_forward::matmul); everything else reads `data`.
+  const void* packed = nullptr;
 
   size_t row_bytes() const noexcept { return dtype_bytes(type, cols); }
   size_t bytes() const noexcept { return size_t(rows) * row_bytes(); }

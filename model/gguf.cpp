@@ -334,6 +334,16 @@ result<std::shared_ptr<const gguf_file>> gguf_file::open(const std::string& path
   return parsed;
 }
 
+void gguf_file::release_pages(const void* p, size_t n) const noexcept {
+  if (!map_) return;
+  const auto lo = reinterpret_cast<uintptr_t>(map_), hi = lo + map_size_;
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (b < lo || e > hi || b >= e) return;
+  madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
 bool is_gguf_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;

@@ -106,6 +106,11 @@ class gguf_file {
   result<std::optional<double>> get_float(std::string_view key) const;  // any numeric kind
   result<std::optional<bool>> get_bool(std::string_view key) const;
 
+  // Drops the mapped file's resident pages inside [p, p + n) from this process (madvise
+  // MADV_DONTNEED on the whole pages there); a later read maps them from the file again. Nothing
+  // happens for a range outside the mapping or a file parsed from memory.
+  void release_pages(const void* p, size_t n) const noexcept;
+
  private:
   std::string path_;
   void* map_ = nullptr;

@@ -2,6 +2,8 @@
 // and differences gguf-py computes, each rounded to fp32 on its own, never fused.
 #include "model/quant.hpp"
 
+#include "model/cpu_kernels.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -178,6 +180,23 @@ float vec_dot_ref(dtype t, const void* w, const void* act, int64_t k) noexcept {
     sum += f16_at(p) * a[b].d * float(isum) - f16_at(p + 2) * a[b].d * float(msum);
   }
   return sum;
+}
+
+std::vector<unsigned char> pack_q4_0_tiles(const weight_ref& w) {
+  const int64_t nb = w.cols / 32, tiles = (w.rows + k_q4_0_tile_rows - 1) / k_q4_0_tile_rows;
+  const size_t tile = q4_0_tile_bytes(w.cols), row_bytes = w.row_bytes();
+  std::vector<unsigned char> out(size_t(tiles) * tile, 0);  // padding rows: zero scales and values
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const auto* src = static_cast<const unsigned char*>(w.data) + size_t(r) * row_bytes;
+    const int64_t i = r % k_q4_0_tile_rows;
+    unsigned char* t = out.data() + size_t(r / k_q4_0_tile_rows) * tile;
+    for (int64_t b = 0; b < nb; ++b, src += 18) {
+      unsigned char* rec = t + size_t(b) * 288;
+      std::memcpy(rec + 2 * i, src, 2);
+      for (int g = 0; g < 4; ++g) std::memcpy(rec + 32 + 64 * g + 4 * i, src + 2 + 4 * g, 4);
+    }
+  }
+  return out;
 }
 
 }  // namespace coserve

@@ -92,4 +92,19 @@ inline int64_t lane_gemm_min_rows(dtype t) noexcept { return t == dtype::q8_0 ||
 bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                             bool accumulate);
 
+// Q4_0 weights repacked for the x86 kernels (quant_gemm.cpp), as llama.cpp repacks them at load:
+// tiles of 16 rows; per block of 32 columns a 288-byte record of the 16 rows' f16 scales (32 B),
+// then four 64-byte groups t = 0..3 holding, at 4 * i, bytes 4t .. 4t + 3 of row i's block
+// (low nibbles: values 4t .. 4t + 3, high nibbles: values 16 + 4t .. 16 + 4t + 3). A vector load
+// then holds one dword per row, so one activation dword broadcast makes 4 products per row per
+// instruction, and one conversion gives the 16 rows' scales. A last partial tile is padded with
+// zero rows. Same size as the original blocks.
+constexpr int64_t k_q4_0_tile_rows = 16;
+inline size_t q4_0_tile_bytes(int64_t k) noexcept { return size_t(k / 32) * 288; }
+std::vector<unsigned char> pack_q4_0_tiles(const weight_ref& w);
+// matmul_quantized from w.packed (Q4_0 tiles above); false, computing nothing, where the
+// dispatched target has no such kernel (then the caller reads w.data).
+bool matmul_quantized_packed(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                             bool accumulate);
+
 }  // namespace coserve

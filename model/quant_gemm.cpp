@@ -10,6 +10,10 @@
 // and one FMA per block give L outputs. The weight offsets (Q8_0's +128, Q4_0's -8, the K types'
 // mins and Q6_K's -32) come from the activations' block sums. The tile is unpacked once per call
 // and stays in L1/L2 while every activation row passes it; the file's blocks are only read.
+// Q4_0 matrices that were repacked at load (weight_ref.packed) take matmul_packed_impl instead, at
+// every batch size: the same lane layout, kept 4-bit, read straight from the repacked tiles.
+// Over 500 lines: Highway compiles the file once per target, and the lane kernels of every type
+// share its per-target vector helpers and tile layout.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "model/quant_gemm.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -23,6 +27,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 #include "model/cpu_kernels.hpp"
 #include "model/quant.hpp"
@@ -67,6 +72,9 @@ HWY_INLINE vf ffma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 HWY_INLINE vf ffnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
 HWY_INLINE vf fcvt(vi a) { return _mm256_cvtepi32_ps(a); }
 HWY_INLINE void fstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
+HWY_INLINE vi vlow4(vi v) { return _mm256_and_si256(v, _mm256_set1_epi8(15)); }
+HWY_INLINE vi vhigh4(vi v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15)); }
+HWY_INLINE vf fload_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 #else
 constexpr int kLanes = 16;
 using vi = __m512i;
@@ -89,6 +97,9 @@ HWY_INLINE vf ffma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 HWY_INLINE vf ffnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
 HWY_INLINE vf fcvt(vi a) { return _mm512_cvtepi32_ps(a); }
 HWY_INLINE void fstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
+HWY_INLINE vi vlow4(vi v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
+HWY_INLINE vi vhigh4(vi v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
+HWY_INLINE vf fload_f16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 #endif
 
 constexpr bool kVnni = COSERVE_VNNI;
@@ -392,7 +403,94 @@ void lanes_rows(dtype t, const lane_tile& T, const void* const* act, int64_t nb,
     default: break;
   }
 }
+// Q4_0 from the repacked tiles (quant.hpp, pack_q4_0_tiles): out[r * 16 + i] for the 16 rows of
+// the tile and R activation rows. The nibbles are split in registers (no unpacked copy), the 16
+// rows' scales come from one f16 vector load per block; with 8 lanes (AVX2) a tile is two halves.
+// Per block the same integer sums and fp32 operations as lanes_32, so the results are those of
+// the unpacked path.
+template <int R>
+void packed_q4_0(const uint8_t* tile, const q8_block* const* a, int64_t nb, float* out) {
+  constexpr int kHalves = int(k_q4_0_tile_rows) / kLanes;
+  vf acc[kHalves][R];
+  for (int h = 0; h < kHalves; ++h)
+    for (int r = 0; r < R; ++r) acc[h][r] = fzero();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rec = tile + size_t(b) * 288;
+    for (int h = 0; h < kHalves; ++h) {
+      vi d[R];
+      for (int r = 0; r < R; ++r) d[r] = vzero();
+      for (int g = 0; g < 4; ++g) {
+        const vi v = vload(rec + 32 + 64 * g + 4 * kLanes * h);
+        const vi lo = vlow4(v), hi = vhigh4(v);
+        for (int r = 0; r < R; ++r) {
+          d[r] = dot4(d[r], lo, bcast(a[r][b].q + 4 * g));
+          d[r] = dot4(d[r], hi, bcast(a[r][b].q + 16 + 4 * g));
+        }
+      }
+      const vf dw = fload_f16(rec + 2 * kLanes * h);
+      for (int r = 0; r < R; ++r) {
+        const vi s = vsub(d[r], vset1(8 * a[r][b].s));
+        acc[h][r] = ffma(fcvt(s), fmul(dw, fset1(a[r][b].d)), acc[h][r]);
+      }
+    }
+  }
+  for (int h = 0; h < kHalves; ++h)
+    for (int r = 0; r < R; ++r) fstore(out + r * k_q4_0_tile_rows + h * kLanes, acc[h][r]);
+}
 #endif  // x86
+
+// Groups of up to 4 activation rows (M rows, act_stride bytes apart) against one tile of W weight
+// rows starting at j0, nr of them real: kernel(R, act, res) fills res[i * W + l] for the group's R
+// rows; y[(m + i) * ldy + j0 + l] gets them for l < nr (or adds them).
+template <int64_t W, typename Kernel>
+void row_groups(const uint8_t* act0, size_t act_stride, int64_t M, int64_t j0, int nr, float* y, int64_t ldy,
+                bool accumulate, const Kernel& kernel) {
+  alignas(64) float res[4 * W];
+  for (int64_t m = 0; m < M; m += 4) {
+    const int r = int(std::min<int64_t>(4, M - m));
+    const void* act[4];
+    for (int i = 0; i < r; ++i) act[i] = act0 + size_t(m + i) * act_stride;
+    switch (r) {
+      case 4: kernel(std::integral_constant<int, 4>{}, act, res); break;
+      case 3: kernel(std::integral_constant<int, 3>{}, act, res); break;
+      case 2: kernel(std::integral_constant<int, 2>{}, act, res); break;
+      default: kernel(std::integral_constant<int, 1>{}, act, res); break;
+    }
+    for (int i = 0; i < r; ++i) {
+      float* yr = y + (m + i) * ldy + j0;
+      const float* v = res + i * W;
+      if (accumulate)
+        for (int l = 0; l < nr; ++l) yr[l] += v[l];
+      else
+        for (int l = 0; l < nr; ++l) yr[l] = v[l];
+    }
+  }
+}
+
+// See quant.hpp (matmul_quantized_packed).
+bool matmul_packed_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y, int64_t ldy,
+                        bool accumulate) {
+#ifdef COSERVE_LANE_GEMM
+  const weight_ref& w = *wr;
+  if (w.type != dtype::q4_0 || !w.packed) return false;
+  const int64_t K = w.cols, nb = K / 32;
+  const size_t tile_bytes = q4_0_tile_bytes(K), act_stride = sizeof(q8_block) * size_t(nb);
+  const auto* act0 = static_cast<const uint8_t*>(xq);
+  const auto* tiles = static_cast<const uint8_t*>(w.packed);
+  constexpr int64_t kT = k_q4_0_tile_rows;
+  for (int64_t j0 = 0; j0 < n; j0 += kT) {
+    const uint8_t* tile = tiles + size_t(j0 / kT) * tile_bytes;
+    row_groups<kT>(act0, act_stride, M, j0, int(std::min<int64_t>(kT, n - j0)), y, ldy, accumulate,
+                   [&](auto R, const void* const* act, float* res) HWY_ATTR {
+                     packed_q4_0<decltype(R)::value>(tile, reinterpret_cast<const q8_block* const*>(act), nb, res);
+                   });
+  }
+  return true;
+#else
+  (void)xq, (void)M, (void)wr, (void)n, (void)y, (void)ldy, (void)accumulate;
+  return false;
+#endif
+}
 
 // See quant.hpp (matmul_quantized); false when this target has no such kernels for w.type.
 bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y, int64_t ldy,
@@ -410,30 +508,13 @@ bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t 
   const auto* act0 = static_cast<const uint8_t*>(xq);
   const auto* base = static_cast<const uint8_t*>(w.data);
   thread_local lane_tile T;
-  constexpr int kR = 4;
-  alignas(64) float res[kR * kLanes];
   for (int64_t j0 = 0; j0 < n; j0 += kLanes) {
     const int nr = int(std::min<int64_t>(kLanes, n - j0));
     pack_tile(w.type, base + size_t(j0) * row_bytes, row_bytes, nr, K, T);
-    for (int64_t m = 0; m < M; m += kR) {
-      const int r = int(std::min<int64_t>(kR, M - m));
-      const void* act[kR];
-      for (int i = 0; i < r; ++i) act[i] = act0 + size_t(m + i) * act_stride;
-      switch (r) {
-        case 4: lanes_rows<4>(w.type, T, act, nb, res); break;
-        case 3: lanes_rows<3>(w.type, T, act, nb, res); break;
-        case 2: lanes_rows<2>(w.type, T, act, nb, res); break;
-        default: lanes_rows<1>(w.type, T, act, nb, res); break;
-      }
-      for (int i = 0; i < r; ++i) {
-        float* yr = y + (m + i) * ldy + j0;
-        const float* s = res + i * kLanes;
-        if (accumulate)
-          for (int l = 0; l < nr; ++l) yr[l] += s[l];
-        else
-          for (int l = 0; l < nr; ++l) yr[l] = s[l];
-      }
-    }
+    row_groups<kLanes>(act0, act_stride, M, j0, nr, y, ldy, accumulate,
+                       [&](auto R, const void* const* act, float* res) HWY_ATTR {
+                         lanes_rows<decltype(R)::value>(w.type, T, act, nb, res);
+                       });
   }
   return true;
 #else
@@ -450,6 +531,12 @@ HWY_AFTER_NAMESPACE();
 namespace coserve {
 
 HWY_EXPORT(matmul_lanes_impl);
+HWY_EXPORT(matmul_packed_impl);
+
+bool matmul_quantized_packed(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                             bool accumulate) {
+  return HWY_DYNAMIC_DISPATCH(matmul_packed_impl)(xq, M, &w, n, y, ldy, accumulate);
+}
 
 bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                             bool accumulate) {

@@ -568,6 +568,7 @@ void quantize_rows(dtype t, const float* x, int64_t ldx, int64_t M, int64_t K, v
 void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                       bool accumulate) {
   if (M <= 0 || n <= 0) return;
+  if (w.packed && matmul_quantized_packed(xq, M, w, n, y, ldy, accumulate)) return;
   if (M >= lane_gemm_min_rows(w.type) && matmul_quantized_lanes(xq, M, w, n, y, ldy, accumulate)) return;
   HWY_DYNAMIC_DISPATCH(matmul_quantized_impl)(xq, M, &w, n, y, ldy, accumulate);
 }

@@ -47,6 +47,7 @@ weight_ref rows_of(const weight_ref& w, int64_t first, int64_t n) {
   weight_ref s = w;
   s.data = w.row(first);
   s.rows = n;
+  s.packed = nullptr;
   return s;
 }
 
@@ -59,6 +60,7 @@ weight_ref columns_of(const weight_ref& w, int64_t first, int64_t n, model_weigh
   weight_ref s = w;
   s.data = buf->data();
   s.cols = n;
+  s.packed = nullptr;
   shard.owned.push_back(std::move(buf));
   return s;
 }
@@ -294,6 +296,7 @@ tp_worker::tp_worker(model_weights shard, const tp_setup& setup, communicator& c
       cache_(weights_.config.num_hidden_layers, setup.num_kv_blocks, setup.block_size, weights_.shard.num_kv_heads,
              weights_.config.head_dim, setup.kv_type),
       forward_(weights_, pool_) {
+  pack_for_cpu(weights_);
   forward_.set_bf16_activations(setup.bf16_activations);
   forward_.set_communicator(&comm_);
 }

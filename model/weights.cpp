@@ -1,6 +1,7 @@
 #include "model/weights.hpp"
 
 #include "model/gguf_model.hpp"
+#include "model/quant.hpp"
 #include "model/safetensors.hpp"
 
 namespace coserve {
@@ -57,6 +58,22 @@ size_t model_weights::matrix_bytes() const noexcept {
   for (const auto& L : layers)
     for (const weight_ref* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) b += w->bytes();
   return b;
+}
+
+size_t pack_for_cpu(model_weights& w) {
+  size_t bytes = 0;
+  auto pack = [&](weight_ref& r) {
+    if (r.type != dtype::q4_0 || r.packed || r.rows <= 0) return;
+    auto buf = std::make_shared<std::vector<unsigned char>>(pack_q4_0_tiles(r));
+    r.packed = buf->data();
+    bytes += buf->size();
+    w.owned.push_back(std::move(buf));
+    if (w.gguf) w.gguf->release_pages(r.data, r.bytes());
+  };
+  for (auto& L : w.layers)
+    for (weight_ref* r : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) pack(*r);
+  pack(w.lm_head);
+  return bytes;
 }
 
 std::vector<float> to_f32(const weight_ref& w) {

@@ -68,6 +68,12 @@ using load_progress = std::function<void(size_t, size_t, size_t)>;
 // the file and tensor.
 result<model_weights> load_weights(const std::string& dir, const load_progress& progress = {});
 
+// For the CPU executors: every Q4_0 matrix repacked into 16-row tiles (quant.hpp,
+// pack_q4_0_tiles; kept in `owned`, the refs' `packed` pointing there), and the GGUF file's pages
+// of the originals released (gguf_file::release_pages), so resident memory stays about one copy.
+// Returns the bytes repacked.
+size_t pack_for_cpu(model_weights& w);
+
 // A copy of the matrix in fp32 (tests and the CUDA upload use it).
 std::vector<float> to_f32(const weight_ref& w);
 

@@ -124,3 +124,62 @@ TEST_CASE("the batched quantized kernels take x86 targets with AVX2 or better", 
   }
   cpu_isa_force("");
 }
+
+TEST_CASE("repacked Q4_0 tiles give the unpacked kernels' products on every instruction set", "[quant]") {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct shape {
+    int64_t M, N, K;
+  };
+  // N = 9 and 37: a partial last tile (padding rows); M from 1 to 70: 4 activation rows at a time
+  // and the remainder; K = 96 and 288: block counts that are no multiple of 4 or 8.
+  const shape shapes[] = {{1, 9, 512}, {2, 16, 96}, {3, 37, 288}, {4, 32, 256}, {5, 37, 512}, {8, 16, 768},
+                          {70, 37, 288}, {1, 48, 2048}};
+  for (const shape& sh : shapes) {
+    const int64_t M = sh.M, N = sh.N, K = sh.K;
+    const auto blocks = random_blocks(dtype::q4_0, N, K, rng);
+    const weight_ref plain{dtype::q4_0, blocks.data(), N, K};
+    const std::vector<unsigned char> tiles = pack_q4_0_tiles(plain);
+    REQUIRE(tiles.size() == size_t((N + 15) / 16) * q4_0_tile_bytes(K));
+    weight_ref packed = plain;
+    packed.packed = tiles.data();
+    std::vector<float> x(size_t(M * K));
+    for (auto& v : x) v = nd(rng);
+    std::vector<uint8_t> xq(size_t(M) * quantized_row_bytes(dtype::q4_0, K));
+    quantize_rows(dtype::q4_0, x.data(), K, M, K, xq.data());
+    std::vector<float> ref(size_t(M * N));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < N; ++j)
+        ref[size_t(m * N + j)] = vec_dot_ref(dtype::q4_0, plain.row(j), xq.data() + size_t(m) * quantized_row_bytes(dtype::q4_0, K), K);
+    for (const std::string& isa : cpu_isa_available()) {
+      INFO("M " << M << ", N " << N << ", K " << K << " on " << isa);
+      REQUIRE(cpu_isa_force(isa));
+      const bool lanes = isa == "AVX2" || isa.rfind("AVX3", 0) == 0;
+      std::vector<float> y(size_t(M * N), 5.0f);
+      // The packed kernel exists on the x86 targets with lane kernels; elsewhere it declines.
+      CHECK(matmul_quantized_packed(xq.data(), M, packed, N, y.data(), N, false) == lanes);
+      matmul_quantized(xq.data(), M, packed, N, y.data(), N, false);
+      for (size_t i = 0; i < y.size(); ++i)
+        CHECK_THAT(y[i], Catch::Matchers::WithinAbs(ref[i], 1e-4 + 1e-5 * std::fabs(ref[i])));
+      if (lanes) {
+        // The same integer sums and fp32 steps as the unpacked lane kernel: equal results.
+        std::vector<float> u(size_t(M * N));
+        REQUIRE(matmul_quantized_lanes(xq.data(), M, plain, N, u.data(), N, false));
+        for (size_t i = 0; i < y.size(); ++i) CHECK(y[i] == u[i]);
+      }
+      // A ref that starts at the second tile reads the second tile.
+      if (N > 16) {
+        weight_ref sub = packed;
+        sub.data = plain.row(16);
+        sub.rows = N - 16;
+        sub.packed = tiles.data() + q4_0_tile_bytes(K);
+        std::vector<float> ys(size_t(M * (N - 16)), 1.0f);
+        matmul_quantized(xq.data(), M, sub, N - 16, ys.data(), N - 16, true);
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t j = 0; j < N - 16; ++j)
+            CHECK(ys[size_t(m * (N - 16) + j)] == 1.0f + y[size_t(m * N + 16 + j)]);
+      }
+    }
+    cpu_isa_force("");
+  }
+}
