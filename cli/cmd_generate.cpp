@@ -17,6 +17,7 @@
 #include "actors/engine.hpp"
 #include "cli/commands.hpp"
 #include "model/cpu_executor.hpp"
+#include "model/cpu_kernels.hpp"
 
 namespace coserve::cli {
 namespace {
@@ -42,6 +43,9 @@ const char* k_help =
     "  --kv-cache-dtype D    auto (bf16) | bf16 | fp16 | fp32 (default auto)\n"
     "  --dtype D             auto | bfloat16 | float32: activations multiplied with bf16 weights are\n"
     "                        rounded to bf16 (auto, bfloat16) or kept fp32 (float32) (default auto)\n"
+    "  --cpu-isa NAME        instruction set of the CPU kernels: auto (default: the best this CPU\n"
+    "                        runs) or one it runs, e.g. AVX2 to time that path on a newer CPU;\n"
+    "                        a name it cannot run is an error that lists those it can\n"
     "  --device D            cpu (default) or cuda (builds with the CUDA executor)\n"
     "  --trace-file PATH     write the actors' Chrome trace (open in Perfetto) when done\n"
     "  --bench               throughput: B sequences of P random prompt tokens, one prefill step,\n"
@@ -152,6 +156,16 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
 
 }  // namespace
 
+bool apply_cpu_isa(const char* prog, const char* name) {
+  if (std::string_view(name) == "auto") return cpu_isa_force("");
+  if (cpu_isa_force(name)) return true;
+  std::string runs;
+  for (const std::string& isa : cpu_isa_available()) runs += (runs.empty() ? "" : ", ") + isa;
+  std::fprintf(stderr, "%s: --cpu-isa %s: not an instruction set this CPU runs (auto, %s)\n", prog, name,
+               runs.c_str());
+  return false;
+}
+
 int cmd_generate(int argc, char** argv) {
   std::string dir, prompt_text, logits_mode = "none";
   std::vector<int32_t> prompt;
@@ -215,6 +229,9 @@ int cmd_generate(int argc, char** argv) {
         compute_dtype = v;
       }
       else if (a == "--device") device = v;
+      else if (a == "--cpu-isa") {
+        if (!apply_cpu_isa("generate", v)) return 2;
+      }
       else if (a == "--trace-file") trace_file = v;
       else if (a == "--batch") batch = std::atoi(v);
       else if (a == "--prompt-len") prompt_len = std::atoi(v);

@@ -107,6 +107,9 @@ engine:
   --cpu-threads N               CPU executor threads: GEMMs, attention and sampling share them
                                 (default: the physical core count; with tensor parallel ranks in
                                 one process, split evenly among them; under mpirun, per rank)
+  --cpu-isa NAME                instruction set of the CPU kernels: auto (the best this CPU runs) or
+                                one it runs, e.g. AVX2 to time that path on a newer CPU; a name it
+                                cannot run is an error that lists those it can (default: auto)
   --tensor-parallel-size N      split each layer over N ranks (Megatron-style: heads and MLP columns
                                 per rank, all-reduced; -tp is the same flag). CPU executor. Started
                                 plainly, the ranks are threads of this process; started by mpirun
@@ -262,6 +265,7 @@ int parse(int argc, char** argv, serve_args& a) {
       }
     }
     else if (f == "--cpu-threads") { if (!as_int(need("N"), a.engine.cpu_threads)) return 2; }
+    else if (f == "--cpu-isa") { const char* v = need("a name"); if (!v || !apply_cpu_isa("coserve serve", v)) return 2; }
     else if (f == "--tensor-parallel-size" || f == "-tp") {
       if (!as_int(need("N"), a.engine.tensor_parallel_size) || a.engine.tensor_parallel_size < 1) {
         std::fprintf(stderr, "coserve serve: --tensor-parallel-size must be at least 1\n");

@@ -4,6 +4,12 @@
 
 namespace coserve::cli {
 
+// --cpu-isa NAME for `serve` and `generate`: "auto" keeps the instruction set the CPU kernels
+// picked at startup (the best this CPU runs); another name forces that one (as cpu_isa_available
+// lists them: AVX3+BF16, AVX3_SPR, AVX3_ZEN4, AVX3_DL, AVX3, AVX2, SSE4, ...), for comparisons.
+// Prints an error naming the ones this CPU runs and returns false for a name it cannot run.
+bool apply_cpu_isa(const char* prog, const char* name);
+
 int cmd_bench(int argc, char** argv);            // bench runtime|pipeline|serve|tokenizer ...
 int cmd_make_demo_model(int argc, char** argv);  // make-demo-model DIR [...]
 int cmd_generate(int argc, char** argv);         // generate MODEL_DIR ...

@@ -8,6 +8,7 @@
 #define HWY_TARGET_INCLUDE "model/cpu_kernels.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <hwy/aligned_allocator.h>
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
@@ -180,9 +181,113 @@ HWY_INLINE void tile_rows(size_t mr, const float* x, size_t ldx, const WT* w, si
   }
 }
 
+// Many activation rows (prefill): a broadcast-FMA micro-kernel, as BLAS libraries compute GEMMs.
+// The weights of a panel of k_bc_nv vectors of output features are packed, widened to fp32, for
+// k_bc_kc columns at a time (bp[k][c], about 32 KiB: it stays in L1); then for every k_bc_mr rows
+// of x the tile's k_bc_mr x k_bc_nv accumulators take, per column k, k_bc_nv vector loads of bp
+// and one broadcast of each row's x[k]. Nothing is reduced across lanes, and only the broadcast
+// x values stream from L2 (the dot-product tiles above load a vector of x per 4 FMAs).
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_ARCH_ARM
+constexpr size_t k_bc_nv = 4;  // 6 x 4 accumulators + 4 panel vectors + 1 broadcast of 32 registers
+#else
+constexpr size_t k_bc_nv = 2;  // 6 x 2 + 2 + 1 of 16
+#endif
+constexpr size_t k_bc_mr = 6;
+// From this many rows the broadcast kernel runs (below it, packing the panel costs more than it
+// saves).
+constexpr size_t k_bc_min_m = 16;
+
+template <size_t MR>
+HWY_INLINE void bcast_tile(const float* HWY_RESTRICT x, size_t ldx, const float* HWY_RESTRICT bp, size_t kc,
+                           float* HWY_RESTRICT y, size_t ldy, size_t ncols, bool add) {
+  const DF df;
+  const size_t L = hn::Lanes(df), NRL = k_bc_nv * L;
+  VF acc[MR][k_bc_nv];
+  HWY_UNROLL(1)
+  for (size_t m = 0; m < MR; ++m)
+    for (size_t v = 0; v < k_bc_nv; ++v) acc[m][v] = hn::Zero(df);
+  for (size_t k = 0; k < kc; ++k) {
+    VF b[k_bc_nv];
+    for (size_t v = 0; v < k_bc_nv; ++v) b[v] = hn::Load(df, bp + k * NRL + v * L);
+    for (size_t m = 0; m < MR; ++m) {
+      const VF a = hn::Set(df, x[m * ldx + k]);
+      for (size_t v = 0; v < k_bc_nv; ++v) acc[m][v] = hn::MulAdd(a, b[v], acc[m][v]);
+    }
+  }
+  if (ncols == NRL) {
+    for (size_t m = 0; m < MR; ++m)
+      for (size_t v = 0; v < k_bc_nv; ++v) {
+        float* p = y + m * ldy + v * L;
+        hn::StoreU(add ? hn::Add(hn::LoadU(df, p), acc[m][v]) : acc[m][v], df, p);
+      }
+    return;
+  }
+  HWY_ALIGN float tmp[k_bc_nv * hn::MaxLanes(DF())];
+  for (size_t m = 0; m < MR; ++m) {
+    for (size_t v = 0; v < k_bc_nv; ++v) hn::Store(acc[m][v], df, tmp + v * L);
+    float* p = y + m * ldy;
+    for (size_t c = 0; c < ncols; ++c) p[c] = add ? p[c] + tmp[c] : tmp[c];
+  }
+}
+
+// bp[k * NRL + c] = w[c, k0 + k] as fp32 for c < ncols, 0 beyond (a partial last panel).
+template <typename WT>
+HWY_INLINE void pack_panel(const WT* HWY_RESTRICT w, size_t K, size_t ncols, size_t k0, size_t kc,
+                           float* HWY_RESTRICT bp) {
+  const size_t NRL = k_bc_nv * hn::Lanes(DF());
+  for (size_t c = 0; c < NRL; ++c) {
+    if (c < ncols) {
+      const WT* src = w + c * K + k0;
+      for (size_t k = 0; k < kc; ++k) bp[k * NRL + c] = scalar_f32(src + k);
+    } else {
+      for (size_t k = 0; k < kc; ++k) bp[k * NRL + c] = 0.0f;
+    }
+  }
+}
+
+template <typename WT>
+void matmul_bcast(const float* x, size_t ldx, size_t M, const WT* w, size_t N, size_t K, float* y, size_t ldy,
+                  bool accumulate) {
+  const size_t NRL = k_bc_nv * hn::Lanes(DF());
+  // About 32 KiB of panel, and at most 256 columns: each block's sums are chains of kc FMAs, added
+  // into y block by block, which keeps the fp32 rounding of long K near the dot-product tiles'.
+  const size_t KC = std::clamp<size_t>((size_t(32) << 10) / (NRL * sizeof(float)), 64, 256);
+  thread_local hwy::AlignedFreeUniquePtr<float[]> bp_mem;
+  thread_local size_t bp_size = 0;
+  if (bp_size < KC * NRL) {
+    bp_mem = hwy::AllocateAligned<float>(KC * NRL);
+    bp_size = KC * NRL;
+  }
+  float* bp = bp_mem.get();
+  for (size_t j0 = 0; j0 < N; j0 += NRL) {
+    const size_t ncols = std::min(NRL, N - j0);
+    for (size_t k0 = 0; k0 < K; k0 += KC) {
+      const size_t kc = std::min(KC, K - k0);
+      pack_panel(w + j0 * K, K, ncols, k0, kc, bp);
+      const bool add = accumulate || k0 > 0;
+      for (size_t m = 0; m < M; m += k_bc_mr) {
+        const float* xm = x + m * ldx + k0;
+        float* ym = y + m * ldy + j0;
+        switch (std::min(k_bc_mr, M - m)) {
+          case 6: bcast_tile<6>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 5: bcast_tile<5>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 4: bcast_tile<4>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 3: bcast_tile<3>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 2: bcast_tile<2>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          default: bcast_tile<1>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+        }
+      }
+    }
+  }
+}
+
 template <typename WT>
 void matmul_typed(const float* x, size_t ldx, size_t M, const WT* w, size_t N, size_t K, float* y, size_t ldy,
                   bool accumulate) {
+  if (M >= k_bc_min_m) {
+    matmul_bcast(x, ldx, M, w, N, K, y, ldy, accumulate);
+    return;
+  }
   // Rows of x per block: about 256 KiB of them, so they stay in L2 while a weight tile (NR rows,
   // in L1) is applied to each of them.
   const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr * k_mr, k_mr, 256);
@@ -205,6 +310,18 @@ void matmul_typed(const float* x, size_t ldx, size_t M, const WT* w, size_t N, s
 // two bf16 numbers, as the AVX512-BF16 kernel computes them).
 void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y,
                  size_t ldy, bool accumulate, bool act_bf16) {
+  if (M >= k_bc_min_m) {
+    if (!act_bf16) {
+      matmul_bcast(x, ldx, M, w, N, K, y, ldy, accumulate);
+      return;
+    }
+    thread_local std::vector<float> xb;  // x rounded to bf16 (nearest even), as fp32
+    xb.resize(M * K);
+    for (size_t m = 0; m < M; ++m)
+      for (size_t k = 0; k < K; ++k) xb[m * K + k] = bf16_to_f32(f32_to_bf16(x[m * ldx + k]));
+    matmul_bcast(xb.data(), K, M, w, N, K, y, ldy, accumulate);
+    return;
+  }
   const size_t L = hn::Lanes(DF());
   const size_t K2 = K / (2 * L) * (2 * L);
   const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr * k_mr, k_mr, 256);

@@ -22,6 +22,11 @@
 // has consumed everything (drained()); a claimed-but-unpublished slot is never mistaken for the
 // end of the queue.
 //
+// Memory: the ring is one anonymous mapping, and each slot stores seq - i (i = its index), which
+// is 0 for a slot never used; so the mapping's zero pages need no initialization, and a ring only
+// costs the pages of the slots it has used (a 2^16-slot mailbox that never holds more than a few
+// dozen messages stays a few pages resident).
+//
 // A producer that claimed a position but has not yet published it makes the consumer see the
 // queue as empty at that slot (try_pop returns nullopt) even if later slots are published; the
 // consumer retries on its next wakeup, which the producer triggers after publishing. Nothing is
@@ -38,6 +43,8 @@
 #include <type_traits>
 #include <utility>
 
+#include <sys/mman.h>
+
 namespace coserve::rt {
 
 inline constexpr std::size_t k_cache_line = 64;
@@ -49,13 +56,11 @@ class mpsc_queue {
  public:
   // capacity is rounded up to a power of two (at least 2).
   explicit mpsc_queue(std::size_t capacity)
-      : mask_(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity) - 1),
-        slots_(new slot[mask_ + 1]) {
-    for (std::size_t i = 0; i <= mask_; ++i) slots_[i].seq.store(i, std::memory_order_relaxed);
-  }
+      : mask_(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity) - 1), slots_(map_slots(mask_ + 1)) {}
   ~mpsc_queue() {
     while (try_pop()) {
     }
+    munmap(slots_, (mask_ + 1) * sizeof(slot));
   }
   mpsc_queue(const mpsc_queue&) = delete;
   mpsc_queue& operator=(const mpsc_queue&) = delete;
@@ -73,14 +78,14 @@ class mpsc_queue {
       slot& s = slots_[pos & mask_];
       // acquire: pairs with the consumer's release store of seq in try_pop, so the consumer's
       // destruction of the previous value happens-before our construction of the new one.
-      const std::size_t seq = s.seq.load(std::memory_order_acquire);
+      const std::size_t seq = load_seq(pos);
       const auto diff = static_cast<std::intptr_t>(seq) - static_cast<std::intptr_t>(pos);
       if (diff == 0) {
         // relaxed CAS: claiming the position needs atomicity only; publication is via seq.
         if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           ::new (static_cast<void*>(s.storage)) T(std::forward<U>(value));
           // release: publishes the constructed value to the consumer's acquire load.
-          s.seq.store(pos + 1, std::memory_order_release);
+          store_seq(pos, pos + 1);
           return push_result::ok;
         }
         // CAS failure reloaded pos (possibly with the closed bit); retry.
@@ -96,13 +101,12 @@ class mpsc_queue {
   std::optional<T> try_pop() noexcept(std::is_nothrow_move_constructible_v<T>) {
     slot& s = slots_[head_ & mask_];
     // acquire: pairs with the producer's release store; the value is fully constructed.
-    const std::size_t seq = s.seq.load(std::memory_order_acquire);
-    if (seq != head_ + 1) return std::nullopt;
+    if (load_seq(head_) != head_ + 1) return std::nullopt;
     T* p = std::launder(reinterpret_cast<T*>(s.storage));
     std::optional<T> out(std::move(*p));
     p->~T();
     // release: our reads and the destructor happen-before a producer reuses the slot.
-    s.seq.store(head_ + mask_ + 1, std::memory_order_release);
+    store_seq(head_, head_ + mask_ + 1);
     ++head_;
     // relaxed: head_copy_ only feeds size_approx, a hint.
     head_copy_.store(head_, std::memory_order_relaxed);
@@ -128,7 +132,7 @@ class mpsc_queue {
   std::size_t head() const noexcept { return head_; }
   // Any thread: no value is published at consumer position `h`.
   bool empty_at(std::size_t h) const noexcept {
-    return slots_[h & mask_].seq.load(std::memory_order_acquire) != h + 1;
+    return load_seq(h) != h + 1;
   }
   // Any thread: closed, and every position claimed before the close is below `h`.
   bool drained_at(std::size_t h) const noexcept {
@@ -149,14 +153,32 @@ class mpsc_queue {
   }
 
  private:
+  // A trivial type: the zero pages of the mapping are slots with seq_rel 0 (seq == index) as they
+  // are; seq_rel is only accessed through std::atomic_ref.
   struct slot {
-    std::atomic<std::size_t> seq;
+    alignas(std::atomic_ref<std::size_t>::required_alignment) std::size_t seq_rel;  // seq - index
     alignas(T) unsigned char storage[sizeof(T)];
   };
+  static_assert(std::is_trivially_default_constructible_v<slot>);
+
+  static slot* map_slots(std::size_t n) {
+    void* p = mmap(nullptr, n * sizeof(slot), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return static_cast<slot*>(p);
+  }
+  // The seq of the slot holding position pos (acquire) / set to v (release).
+  std::size_t load_seq(std::size_t pos) const noexcept {
+    const std::size_t i = pos & mask_;
+    return std::atomic_ref<std::size_t>(slots_[i].seq_rel).load(std::memory_order_acquire) + i;
+  }
+  void store_seq(std::size_t pos, std::size_t v) noexcept {
+    const std::size_t i = pos & mask_;
+    std::atomic_ref<std::size_t>(slots_[i].seq_rel).store(v - i, std::memory_order_release);
+  }
 
   static constexpr std::size_t k_closed = std::size_t(1) << (sizeof(std::size_t) * 8 - 1);
   const std::size_t mask_;
-  std::unique_ptr<slot[]> slots_;
+  slot* const slots_;
   alignas(k_cache_line) std::atomic<std::size_t> tail_{0};   // producers
   alignas(k_cache_line) std::size_t head_ = 0;               // consumer only
   std::atomic<std::size_t> head_copy_{0};                    // consumer writes, anyone reads

@@ -77,6 +77,14 @@ CMAKE_FLAGS = [
     "-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DBUILD_SHARED_LIBS=OFF",
 ]
+# --isa avx2: both engines on AVX2 + FMA + F16C alone, whatever the CPU has beyond (llama.cpp built
+# without GGML_NATIVE and without its AVX-512 paths; coserve run with --cpu-isa AVX2).
+AVX2_FLAGS = ["-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON",
+              "-DGGML_BMI2=ON", "-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF", "-DGGML_AVX512_VNNI=OFF",
+              "-DGGML_AVX512_BF16=OFF", "-DGGML_AVX_VNNI=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF",
+              "-DGGML_AMX_BF16=OFF"]
+# Extra arguments of every coserve generate / serve command (--isa avx2: --cpu-isa AVX2).
+COSERVE_ISA_ARGS = []
 TARGETS = ["llama-bench", "llama-batched-bench", "llama-server", "llama-quantize"]
 # --quant types: GGUF files made from the f32 GGUF by llama-quantize; both sides run the same file.
 QUANTS = {"f16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K"}
@@ -171,20 +179,21 @@ def fetch_sdist(cache, version):
     return llama
 
 
-def build_llamacpp(cache, version, llama, jobs):
+def build_llamacpp(cache, version, llama, jobs, isa="native"):
     """Configures and builds the three tools unless the build's stamp matches; returns
     (bin dir, build seconds or None when cached)."""
-    build = cache / f"build-{version}"
+    flags = CMAKE_FLAGS if isa == "native" else [f for f in CMAKE_FLAGS if f != "-DGGML_NATIVE=ON"] + AVX2_FLAGS
+    build = cache / (f"build-{version}" if isa == "native" else f"build-{version}-{isa}")
     bindir = build / "bin"
     stamp = build / "coserve-bench.stamp"
-    want = json.dumps({"flags": CMAKE_FLAGS, "targets": TARGETS})
+    want = json.dumps({"flags": flags, "targets": TARGETS})
     if stamp.exists() and stamp.read_text() == want and all((bindir / t).exists() for t in TARGETS):
         log(f"llama.cpp tools cached in {bindir}")
         return bindir, None
     log(f"building {', '.join(TARGETS)} in {build} (-j{jobs}; minutes on a few cores)")
     t0 = time.monotonic()
     gen = ["-G", "Ninja"] if shutil.which("ninja") else []
-    run(["cmake", "-S", llama, "-B", build, *gen, *CMAKE_FLAGS], capture=False)
+    run(["cmake", "-S", llama, "-B", build, *gen, *flags], capture=False)
     run(["cmake", "--build", build, "-j", str(jobs), "--target", *TARGETS], capture=False)
     secs = time.monotonic() - t0
     stamp.write_text(want)
@@ -297,7 +306,7 @@ def last_json(text):
 
 
 def coserve_bench(coserve, folder, threads, batch, prompt, steps):
-    cmd = [coserve, "generate", folder, "--bench", "--batch", batch, "--prompt-len", prompt,
+    cmd = [coserve, "generate", folder, *COSERVE_ISA_ARGS, "--bench", "--batch", batch, "--prompt-len", prompt,
            "--max-tokens", steps, "--threads", threads]
     out, err = run(cmd, env=coserve_env(threads))
     return last_json(out + "\n" + err), cmd
@@ -423,7 +432,7 @@ def serve_rows(ctx, client_counts, rounds):
     logs.mkdir(exist_ok=True)
     tag = f"{ctx.model}-{ctx.dtype}"
     cres = {}
-    ccmd = [ctx.coserve, "serve", ctx.folder, "--host", "127.0.0.1", "--cpu-threads", ctx.threads]
+    ccmd = [ctx.coserve, "serve", ctx.folder, *COSERVE_ISA_ARGS, "--host", "127.0.0.1", "--cpu-threads", ctx.threads]
     with Server(ccmd, "coserve serve", logs / f"coserve-serve-{tag}.log", coserve_env(ctx.threads)) as s:
         for c in client_counts:
             cres[c] = serve_one(s.url, c, rounds, seed=c)
@@ -460,7 +469,7 @@ def serve_rows(ctx, client_counts, rounds):
 def greedy_row(ctx, folder, gguf):
     rng = random.Random(1234)
     ids = [rng.randrange(256, VOCAB - 1) for _ in range(GREEDY_PROMPT)]
-    ccmd = [ctx.coserve, "generate", folder, "--prompt-ids", ",".join(map(str, ids)),
+    ccmd = [ctx.coserve, "generate", folder, *COSERVE_ISA_ARGS, "--prompt-ids", ",".join(map(str, ids)),
             "--max-tokens", GREEDY_TOKENS, "--ignore-eos", "--json", "--threads", ctx.threads,
             "--kv-cache-dtype", "fp32"]
     out, err = run(ccmd, env=coserve_env(ctx.threads))
@@ -499,7 +508,7 @@ def logprob_row(ctx, gguf):
     agree), max |coserve - llama.cpp|. Both sides keep the KV cache in f16."""
     rng = random.Random(4321)
     ids = [rng.randrange(256, VOCAB - 1) for _ in range(GREEDY_PROMPT)]
-    ccmd = [ctx.coserve, "generate", gguf, "--prompt-ids", ",".join(map(str, ids)),
+    ccmd = [ctx.coserve, "generate", gguf, *COSERVE_ISA_ARGS, "--prompt-ids", ",".join(map(str, ids)),
             "--max-tokens", GREEDY_TOKENS, "--ignore-eos", "--json", "--threads", ctx.threads,
             "--kv-cache-dtype", "fp16", "--logits", "all"]
     out, _ = run(ccmd, env=coserve_env(ctx.threads))
@@ -639,6 +648,11 @@ def main():
                     help="llama-cpp-python sdist whose vendored llama.cpp is built (default %(default)s)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count(),
                     help="parallel compile jobs for llama.cpp (default: nproc, %(default)s)")
+    ap.add_argument("--isa", choices=["native", "avx2"], default="native",
+                    help="native: llama.cpp's GGML_NATIVE build and coserve's own pick (default); avx2: "
+                         "both on AVX2 + FMA + F16C only (llama.cpp built without its AVX-512 paths in "
+                         "a separate folder, coserve with --cpu-isa AVX2), to time the AVX2 paths on a "
+                         "CPU that has more")
     ap.add_argument("--build-only", action="store_true",
                     help="fetch and build llama.cpp and the converter venv, then stop")
     a = ap.parse_args()
@@ -661,7 +675,10 @@ def main():
             "running, and both sides lose to them (llama.cpp above all: its threads spin at barriers "
             "and stall when one is descheduled); each row records the load average")
     llama = fetch_sdist(cache, a.llama_cpp_python)
-    bindir, build_s = build_llamacpp(cache, a.llama_cpp_python, llama, a.jobs)
+    if a.isa == "avx2":
+        COSERVE_ISA_ARGS[:] = ["--cpu-isa", "AVX2"]
+    meta["isa"] = a.isa
+    bindir, build_s = build_llamacpp(cache, a.llama_cpp_python, llama, a.jobs, a.isa)
     meta["llama_cpp_build_s"] = round(build_s, 1) if build_s is not None else "cached"
     conv_py = converter_venv(cache, a.llama_cpp_python, llama)
     if a.build_only:

@@ -107,6 +107,9 @@ TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[
         check_matmul(9, 64, 256, t, 0, true, act);
         check_matmul(64, 19, 1000, t, 1, false, act);
         check_matmul(70, 9, 2048, t, 0, true, act);  // rows span several row blocks
+        // From 16 rows the broadcast kernel: several weight panels and a partial one, several K
+        // blocks and a partial one, a partial last row tile.
+        check_matmul(40, 150, 600, t, 1, false, act);
     }
   }
 }
