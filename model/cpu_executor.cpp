@@ -114,7 +114,9 @@ cpu_executor::cpu_executor(model_weights weights, generation_config gen, const c
              weights_.shard.num_heads ? weights_.shard.num_kv_heads : weights_.config.num_key_value_heads,
              weights_.config.head_dim, opts.kv_cache_dtype),
       forward_(weights_, pool_) {
-  pack_for_cpu(weights_);
+  if (const size_t packed = pack_for_cpu(weights_); packed > 0)
+    std::fprintf(stderr, "coserve: Q4_0 matrices repacked into 16-row tiles for the CPU kernels (%zu MiB; the "
+                 "file's pages of the originals released)\n", packed >> 20);
   if (opts_.max_model_len <= 0 || opts_.max_model_len > weights_.config.max_position_embeddings)
     opts_.max_model_len = weights_.config.max_position_embeddings;
   forward_.set_bf16_activations(opts_.bf16_activations);

@@ -183,16 +183,18 @@ HWY_INLINE void tile_rows(size_t mr, const float* x, size_t ldx, const WT* w, si
 
 // Many activation rows (prefill): a broadcast-FMA micro-kernel, as BLAS libraries compute GEMMs.
 // The weights of a panel of k_bc_nv vectors of output features are packed, widened to fp32, for
-// k_bc_kc columns at a time (bp[k][c], about 32 KiB: it stays in L1); then for every k_bc_mr rows
+// up to 256 columns at a time (bp[k][c], about 32 KiB: it stays in L1); then for every k_bc_mr rows
 // of x the tile's k_bc_mr x k_bc_nv accumulators take, per column k, k_bc_nv vector loads of bp
 // and one broadcast of each row's x[k]. Nothing is reduced across lanes, and only the broadcast
 // x values stream from L2 (the dot-product tiles above load a vector of x per 4 FMAs).
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL || HWY_ARCH_ARM
-constexpr size_t k_bc_nv = 4;  // 6 x 4 accumulators + 4 panel vectors + 1 broadcast of 32 registers
+// 12 x 2 accumulators + 2 panel vectors + 1 broadcast of 32 registers: 14 loads per 24 FMAs. On
+// the Intel machine of docs/benchmarks/cpu.md, 150M f32 prefill 512: 6 x 4 tiles 935-960 tok/s,
+// 8 x 3 900-1030, 12 x 2 975-1030.
+constexpr size_t k_bc_nv = 2, k_bc_mr = 12;
 #else
-constexpr size_t k_bc_nv = 2;  // 6 x 2 + 2 + 1 of 16
+constexpr size_t k_bc_nv = 2, k_bc_mr = 6;  // 6 x 2 accumulators + 2 panel vectors + 1 broadcast of 16
 #endif
-constexpr size_t k_bc_mr = 6;
 // From this many rows the broadcast kernel runs (below it, packing the panel costs more than it
 // saves).
 constexpr size_t k_bc_min_m = 16;
@@ -269,6 +271,12 @@ void matmul_bcast(const float* x, size_t ldx, size_t M, const WT* w, size_t N, s
         const float* xm = x + m * ldx + k0;
         float* ym = y + m * ldy + j0;
         switch (std::min(k_bc_mr, M - m)) {
+          case 12: bcast_tile<12>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 11: bcast_tile<11>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 10: bcast_tile<10>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 9: bcast_tile<9>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 8: bcast_tile<8>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
+          case 7: bcast_tile<7>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
           case 6: bcast_tile<6>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
           case 5: bcast_tile<5>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
           case 4: bcast_tile<4>(xm, ldx, bp, kc, ym, ldy, ncols, add); break;
