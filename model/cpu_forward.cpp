@@ -132,15 +132,16 @@ result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
 }
 
 // y[:, part.col + j] for each part: the parts' output features are cut into chunks of whole
-// 16-row tiles, enough of them to keep every thread busy; each chunk reads its weights once.
+// 32-row tiles, enough of them to keep every thread busy; each chunk reads its weights once.
 void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y,
                          int64_t ldy, bool accumulate) {
   int64_t total = 0;
   for (const auto& p : parts) total += p.w->rows;
   const int64_t threads = pool_.num_threads();
   int64_t chunk = (total + threads * 8 - 1) / (threads * 8);
-  // Whole 16-row tiles: the repacked Q4_0 layout (weight_ref.packed) is cut only at tile edges.
-  chunk = std::clamp<int64_t>((chunk + 15) / 16 * 16, 16, 256);
+  // Multiples of 32 rows: the repacked Q4_0 layout (weight_ref.packed) is cut only at its 16-row
+  // tile edges, and the prefill kernel's weight panels (16 or 32 features) are whole.
+  chunk = std::clamp<int64_t>((chunk + 31) / 32 * 32, 32, 256);
   std::vector<gemm_piece>& pieces = pieces_;
   pieces.clear();
   for (const auto& p : parts)
