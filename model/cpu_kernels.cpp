@@ -261,13 +261,29 @@ void matmul_bcast(const float* x, size_t ldx, size_t M, const WT* w, size_t N, s
     bp_size = KC * NRL;
   }
   float* bp = bp_mem.get();
+  const size_t tiles = (M + k_bc_mr - 1) / k_bc_mr;
   for (size_t j0 = 0; j0 < N; j0 += NRL) {
     const size_t ncols = std::min(NRL, N - j0);
     for (size_t k0 = 0; k0 < K; k0 += KC) {
       const size_t kc = std::min(KC, K - k0);
       pack_panel(w + j0 * K, K, ncols, k0, kc, bp);
       const bool add = accumulate || k0 > 0;
+      // The weights of the next block (this panel's next columns, or the next panel's first) are
+      // prefetched into L2 a share per row tile while this block computes, so the next pack finds
+      // them there instead of waiting on memory (the weights stream from DRAM once per call).
+      size_t nj = j0, nk = k0 + KC;
+      if (nk >= K) {
+        nj = j0 + NRL;
+        nk = 0;
+      }
+      const size_t nrows = nj < N ? std::min(NRL, N - nj) : 0;
+      const size_t row_lines = std::min(KC, K - nk) * sizeof(WT) / 64 + 2;  // any alignment
+      const size_t lines = nrows * row_lines, per_tile = (lines + tiles - 1) / tiles;
+      size_t line = 0;
       for (size_t m = 0; m < M; m += k_bc_mr) {
+        for (const size_t end = std::min(lines, line + per_tile); line < end; ++line)
+          __builtin_prefetch(reinterpret_cast<const char*>(w + (nj + line / row_lines) * K + nk) + 64 * (line % row_lines),
+                             0, 2);
         const float* xm = x + m * ldx + k0;
         float* ym = y + m * ldy + j0;
         switch (std::min(k_bc_mr, M - m)) {
