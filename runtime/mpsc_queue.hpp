@@ -23,9 +23,10 @@
 // end of the queue.
 //
 // Memory: the ring is one anonymous mapping, and each slot stores seq - i (i = its index), which
-// is 0 for a slot never used; so the mapping's zero pages need no initialization, and a ring only
-// costs the pages of the slots it has used (a 2^16-slot mailbox that never holds more than a few
-// dozen messages stays a few pages resident).
+// is 0 for a slot never used; so the mapping's zero pages need no initialization, and a ring costs
+// only the pages of the slots used so far. Positions go round every slot in turn, however few
+// values are queued at a time: once `capacity` values have passed through it, a ring is resident
+// in full (as it was from the start when every slot was initialized at construction).
 //
 // A producer that claimed a position but has not yet published it makes the consumer see the
 // queue as empty at that slot (try_pop returns nullopt) even if later slots are published; the
