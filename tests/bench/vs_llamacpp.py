@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# One file on purpose (~720 lines): fetching and building llama.cpp, converting and quantizing the
+# One file on purpose (~750 lines): fetching and building llama.cpp, converting and quantizing the
 # models, the kinds of runs and the report share one context object and one row format; split,
 # each part would import all of the others.
 """coserve's CPU executor next to llama.cpp: same weights, same precision, same thread count.
@@ -13,6 +13,7 @@ Everything downloaded or built lives in ${COSERVE_CACHE:-~/.cache/coserve}/llama
   llama_cpp_python-V.tar.gz, llama_cpp_python-V/   the sdist and its unpacked tree
   build-V/bin/                                     llama-bench, llama-batched-bench, llama-server,
                                                    llama-quantize
+  build-V-avx2/bin/                                the same tools without AVX-512 (--isa avx2)
   venv-V/                                          the converter's Python packages
   models/NAME-DTYPE/, models/NAME-DTYPE.gguf       the model folders and their GGUF files
   models/NAME-QUANT.gguf                           --quant files (llama-quantize of NAME-f32.gguf)
