@@ -107,6 +107,7 @@ void scheduler::end_request_now(uint64_t rid, finish_reason reason, const std::s
   for (int32_t i = 0; i < it->second.samples; ++i)
     if (core_.finish(make_seq_id(rid, i), reason)) rel.seqs.push_back(make_seq_id(rid, i));
   requests_.erase(it);
+  publish();  // before the messages below: whoever sees their effects sees these gauges too
   if (!rel.seqs.empty()) out.tell(p_->kv_ref, std::move(rel));
   out.tell(p_->streamer_ref, end_request{rid, reason, message});
 }
@@ -178,6 +179,7 @@ rt::maybe_async scheduler::handle(finish_sequence& m) {
   p_->fault_point("scheduler", "finish_sequence");
   rt::outbox out;
   if (core_.finish(m.seq_id, finish_reason::stop)) {
+    publish();
     out.tell(p_->kv_ref, kv_release{{m.seq_id}});
     sample_finished(request_of(m.seq_id));
   }
@@ -275,6 +277,7 @@ rt::maybe_async scheduler::handle(step_done& m) {
     }
     batch.events.push_back(std::move(t));
   }
+  publish();  // before the sends: the KV release and the streamed ends follow the gauges
   if (!rel.seqs.empty()) out.tell(p_->kv_ref, std::move(rel));
   if (!batch.events.empty()) out.tell(p_->streamer_ref, std::move(batch));
   pump(out);
