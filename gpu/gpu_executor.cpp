@@ -256,6 +256,8 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   } else {
     auto hw = load_weights(o.model_dir, o.progress);
     if (!hw) return std::move(hw).err();
+    if (const std::string fp8 = describe_fp8(*hw); !fp8.empty())
+      std::fprintf(stderr, "coserve: %s (uploaded as bf16)\n", fp8.c_str());
     auto w = upload_weights(*hw, e->stream_.get(), o.progress);
     if (!w) return std::move(w).err();
     e->w_ = std::move(w.value());

@@ -102,6 +102,72 @@ result<std::string> read_text_file(const std::string& path) {
   return ss.str();
 }
 
+// A [rows, cols] pair of positive ints (weight_block_size, block_structure).
+bool get_block(element e, int32_t& rows, int32_t& cols) {
+  simdjson::dom::array a;
+  if (e.get_array().get(a) || a.size() != 2) return false;
+  int64_t v[2];
+  for (size_t i = 0; i < 2; ++i)
+    if (a.at(i).get_int64().get(v[i]) || v[i] <= 0 || v[i] > (1 << 20)) return false;
+  rows = int32_t(v[0]);
+  cols = int32_t(v[1]);
+  return true;
+}
+
+// quantization_config: what model_config::quantization documents; an error message, or empty.
+std::string parse_quantization(const object& o, quantization_config& q) {
+  element e;
+  if (o["quantization_config"].get(e) || e.is_null()) return {};
+  object qc;
+  if (e.get_object().get(qc)) return "quantization_config must be an object";
+  q.method = get_string(qc, "quant_method");
+  if (q.method == "fp8") {
+    const std::string fmt = get_string(qc, "fmt");
+    if (!fmt.empty() && fmt != "e4m3" && fmt != "e5m2")
+      return "quantization_config: fp8 format '" + fmt + "' is not supported (supported: e4m3, e5m2)";
+    const std::string act = get_string(qc, "activation_scheme");
+    if (!act.empty() && act != "dynamic" && act != "static")
+      return "quantization_config: activation_scheme '" + act + "' is not supported (supported: dynamic, static)";
+    q.static_activations = act == "static";
+    element b;
+    if (!qc["weight_block_size"].get(b) && !b.is_null() && !get_block(b, q.block_rows, q.block_cols))
+      return "quantization_config: weight_block_size must be two positive integers";
+    return {};
+  }
+  if (q.method == "compressed-tensors") {
+    const std::string format = get_string(qc, "format");
+    if (format != "float-quantized")
+      return "quantization_config: compressed-tensors format '" + format +
+             "' is not supported (supported: float-quantized, the fp8 checkpoints of llm-compressor)";
+    object groups;
+    if (qc["config_groups"].get_object().get(groups)) return "quantization_config: config_groups must be an object";
+    for (auto [name, g] : groups) {
+      const std::string where = "quantization_config: config_groups." + std::string(name);
+      object grp, wq;
+      if (g.get_object().get(grp) || grp["weights"].get_object().get(wq)) return where + ".weights must be an object";
+      int64_t bits = 0;
+      if (wq["num_bits"].get_int64().get(bits) || bits != 8 || get_string(wq, "type") != "float")
+        return where + ": only 8-bit float weights are supported (num_bits 8, type float)";
+      const std::string strategy = get_string(wq, "strategy");
+      if (strategy == "block") {
+        element b;
+        if (wq["block_structure"].get(b) || !get_block(b, q.block_rows, q.block_cols))
+          return where + ": block_structure must be two positive integers";
+      } else if (strategy != "tensor" && strategy != "channel") {
+        return where + ": weight strategy '" + strategy + "' is not supported (supported: tensor, channel, block)";
+      }
+      object act;
+      bool dynamic = true;
+      if (!grp["input_activations"].get_object().get(act) && act["dynamic"].get_bool().get(dynamic) == simdjson::SUCCESS &&
+          !dynamic)
+        q.static_activations = true;
+    }
+    return {};
+  }
+  if (q.method.empty()) return "quantization_config has no quant_method";
+  return "quantization method '" + q.method + "' is not supported (supported: fp8, compressed-tensors float8)";
+}
+
 result<model_config> parse_model_config(std::string_view json, std::string_view origin) {
   simdjson::dom::parser parser;
   simdjson::padded_string padded(json);
@@ -222,6 +288,7 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   if (td == "bfloat16") c.torch_dtype = dtype::bf16;
   else if (td == "float16") c.torch_dtype = dtype::f16;
   else c.torch_dtype = dtype::f32;
+  if (std::string qerr = parse_quantization(o, c.quantization); !qerr.empty()) return config_error(origin, qerr);
   return c;
 }
 

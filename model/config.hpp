@@ -24,6 +24,18 @@ struct rope_scaling_config {
   int32_t original_max_position_embeddings = 8192;
 };
 
+// config.json's quantization_config, for the fp8 checkpoints coserve reads: "fp8" (vLLM / Hugging
+// Face FP8: per-tensor `weight_scale`, or `weight_scale_inv` per weight_block_size block as in
+// DeepSeek-V3 and Qwen3-FP8) and "compressed-tensors" with float8 weights (llm-compressor's
+// FP8 / FP8_DYNAMIC / FP8_BLOCK: `weight_scale` per tensor, channel or block). Anything else
+// (GPTQ, AWQ, int4 compressed-tensors, ...) is a config error naming it.
+struct quantization_config {
+  std::string method;           // "" (none), "fp8" or "compressed-tensors"
+  int32_t block_rows = 0;       // scales per block of block_rows x block_cols weights, when given
+  int32_t block_cols = 0;
+  bool static_activations = false;  // the checkpoint carries input_scale (activation_scheme static)
+};
+
 struct model_config {
   std::string architecture;   // e.g. "LlamaForCausalLM"
   std::string model_type;     // "llama", "mistral", "qwen2"
@@ -50,6 +62,7 @@ struct model_config {
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;
   dtype torch_dtype = dtype::f32;
+  quantization_config quantization;
 };
 
 struct generation_config {

@@ -114,6 +114,7 @@ cpu_executor::cpu_executor(model_weights weights, generation_config gen, const c
              weights_.shard.num_heads ? weights_.shard.num_kv_heads : weights_.config.num_key_value_heads,
              weights_.config.head_dim, opts.kv_cache_dtype),
       forward_(weights_, pool_) {
+  if (const std::string fp8 = describe_fp8(weights_); !fp8.empty()) std::fprintf(stderr, "coserve: %s\n", fp8.c_str());
   if (const size_t packed = pack_for_cpu(weights_); packed > 0)
     std::fprintf(stderr, "coserve: Q4_0 matrices repacked into 16-row tiles for the CPU kernels (%zu MiB; the "
                  "file's pages of the originals released)\n", packed >> 20);

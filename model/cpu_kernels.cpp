@@ -401,6 +401,9 @@ void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w,
     case dtype::q5_k:
     case dtype::q6_k:
       break;  // matmul_nt sends quantized weights to matmul_quant
+    case dtype::f8_e4m3:
+    case dtype::f8_e5m2:
+      break;  // dequantized at load (model/fp8.hpp): no weight_ref holds them
   }
 }
 

@@ -3,6 +3,7 @@
 #include "model/quant.hpp"
 
 #include <cmath>
+#include <limits>
 
 namespace coserve {
 
@@ -11,6 +12,8 @@ std::string_view dtype_name(dtype t) noexcept {
     case dtype::f32: return "F32";
     case dtype::f16: return "F16";
     case dtype::bf16: return "BF16";
+    case dtype::f8_e4m3: return "F8_E4M3";
+    case dtype::f8_e5m2: return "F8_E5M2";
     case dtype::q8_0: return "Q8_0";
     case dtype::q4_0: return "Q4_0";
     case dtype::q4_k: return "Q4_K";
@@ -24,7 +27,9 @@ int64_t dtype_block_elems(dtype t) noexcept {
   switch (t) {
     case dtype::f32:
     case dtype::f16:
-    case dtype::bf16: return 1;
+    case dtype::bf16:
+    case dtype::f8_e4m3:
+    case dtype::f8_e5m2: return 1;
     case dtype::q8_0:
     case dtype::q4_0: return 32;
     case dtype::q4_k:
@@ -39,6 +44,8 @@ size_t dtype_block_bytes(dtype t) noexcept {
     case dtype::f32: return 4;
     case dtype::f16:
     case dtype::bf16: return 2;
+    case dtype::f8_e4m3:
+    case dtype::f8_e5m2: return 1;
     case dtype::q8_0: return 34;   // f16 scale + 32 int8
     case dtype::q4_0: return 18;   // f16 scale + 16 bytes of nibbles
     case dtype::q4_k: return 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
@@ -52,6 +59,8 @@ bool parse_dtype(std::string_view name, dtype& out) noexcept {
   if (name == "F32") out = dtype::f32;
   else if (name == "F16") out = dtype::f16;
   else if (name == "BF16") out = dtype::bf16;
+  else if (name == "F8_E4M3") out = dtype::f8_e4m3;
+  else if (name == "F8_E5M2") out = dtype::f8_e5m2;
   else return false;
   return true;
 }
@@ -77,6 +86,34 @@ float f16_to_f32(uint16_t h) noexcept {
   float f;
   std::memcpy(&f, &bits, 4);
   return f;
+}
+
+float e4m3_to_f32(uint8_t c) noexcept {
+  const uint32_t exp = (c >> 3) & 0xfu, mant = c & 7u;
+  float v;
+  if (exp == 15 && mant == 7) v = std::numeric_limits<float>::quiet_NaN();
+  else if (exp == 0) v = std::ldexp(float(mant), -9);  // subnormal: mant * 2^-9
+  else v = std::ldexp(float(8 + mant), int(exp) - 10);  // (1 + mant/8) * 2^(exp - 7)
+  return (c & 0x80u) ? -v : v;
+}
+
+float e5m2_to_f32(uint8_t c) noexcept { return f16_to_f32(uint16_t(uint16_t(c) << 8)); }
+
+uint8_t f32_to_e4m3(float f) noexcept {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  const uint8_t sign = uint8_t((bits >> 24) & 0x80u);
+  uint32_t abs = bits & 0x7fffffffu;
+  if (abs > 0x7f800000u) return uint8_t(sign | 0x7fu);  // NaN
+  if (abs >= 0x43e00000u) return uint8_t(sign | 0x7eu);  // >= 448 (or inf): saturate
+  if (abs < 0x3c800000u) {  // below 2^-6, the smallest normal: multiples of 2^-9, ties to even
+    float a;
+    std::memcpy(&a, &abs, 4);
+    return uint8_t(sign | uint8_t(std::nearbyint(a * 512.0f)));  // 8 (= 2^-6) is the smallest normal's code
+  }
+  abs += 0x7ffffu + ((abs >> 20) & 1u);  // round to nearest even at mantissa bit 20
+  const uint32_t code = (abs >> 20) - (120u << 3);  // rebias the exponent: 127 -> 7
+  return uint8_t(sign | uint8_t(code));  // at most 0x7e: magnitudes from 448 up saturated above
 }
 
 uint16_t f32_to_f16(float f) noexcept {
@@ -138,6 +175,12 @@ void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept {
         std::memcpy(&h, p + 2 * i, 2);
         dst[i] = f16_to_f32(h);
       }
+      break;
+    case dtype::f8_e4m3:
+      for (size_t i = 0; i < n; ++i) dst[i] = e4m3_to_f32(p[i]);
+      break;
+    case dtype::f8_e5m2:
+      for (size_t i = 0; i < n; ++i) dst[i] = e5m2_to_f32(p[i]);
       break;
     case dtype::q8_0:
     case dtype::q4_0:

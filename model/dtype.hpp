@@ -8,17 +8,22 @@
 
 namespace coserve {
 
-// f32, f16, bf16: one element per value (safetensors, GGUF, KV caches). The others are GGUF's
-// block-quantized weight types (ggml's layouts, model/quant.hpp): a block of dtype_block_elems
-// values takes dtype_block_bytes bytes; a row holds whole blocks.
-enum class dtype : uint8_t { f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k };
+// f32, f16, bf16: one element per value (safetensors, GGUF, KV caches). f8_e4m3 / f8_e5m2: the
+// one-byte floats of fp8 checkpoints (OCP FP8: E4M3 "fn" without infinities, max 448; E5M2 as the
+// top byte of an f16); they need their checkpoint's scales and are dequantized at load
+// (model/fp8.hpp), so no kernel sees them. The others are GGUF's block-quantized weight types
+// (ggml's layouts, model/quant.hpp): a block of dtype_block_elems values takes dtype_block_bytes
+// bytes; a row holds whole blocks.
+enum class dtype : uint8_t { f32, f16, bf16, f8_e4m3, f8_e5m2, q8_0, q4_0, q4_k, q5_k, q6_k };
 
-// "F32", "F16", "BF16" (safetensors spelling), "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K" (ggml's).
+// "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2" (safetensors spelling), "Q8_0", "Q4_0", "Q4_K",
+// "Q5_K", "Q6_K" (ggml's).
 std::string_view dtype_name(dtype t) noexcept;
 bool parse_dtype(std::string_view name, dtype& out) noexcept;  // safetensors spelling (float types only)
 inline bool dtype_is_quantized(dtype t) noexcept { return t >= dtype::q8_0; }
-// Bytes per element of a float type (f32, f16, bf16); quantized types have no element size.
-inline size_t dtype_size(dtype t) noexcept { return t == dtype::f32 ? 4 : 2; }
+inline bool dtype_is_fp8(dtype t) noexcept { return t == dtype::f8_e4m3 || t == dtype::f8_e5m2; }
+// Bytes per element of a float type; quantized types have no element size.
+inline size_t dtype_size(dtype t) noexcept { return t == dtype::f32 ? 4 : dtype_is_fp8(t) ? 1 : 2; }
 int64_t dtype_block_elems(dtype t) noexcept;  // 1 for float types, 32 (Q8_0, Q4_0) or 256 (K types)
 size_t dtype_block_bytes(dtype t) noexcept;   // bytes of one block (the element size for float types)
 // Bytes of `n` values of `t`; n must be a multiple of dtype_block_elems(t).
@@ -53,10 +58,16 @@ bool parse_kv_cache_dtype(std::string_view name, dtype& out) noexcept;
 bool parse_compute_dtype(std::string_view name, bool& bf16_activations) noexcept;
 
 float f16_to_f32(uint16_t h) noexcept;
+// E4M3 ("fn": no infinities, 0x7f / 0xff NaN, largest finite 448) and E5M2 bytes to fp32, exactly.
+float e4m3_to_f32(uint8_t c) noexcept;
+float e5m2_to_f32(uint8_t c) noexcept;
+// fp32 to E4M3, round to nearest even, saturating: magnitudes beyond 448 (infinities included)
+// give +-448, as vLLM's and torch's fp8 quantizers clamp before the cast; NaN stays NaN.
+uint8_t f32_to_e4m3(float f) noexcept;
 uint16_t f32_to_f16(float f) noexcept;  // round to nearest even, overflow to inf
 
 // Converts n elements of type t at src (unaligned allowed) to fp32; quantized types are
-// dequantized as ggml does (n a multiple of the block size).
+// dequantized as ggml does (n a multiple of the block size); fp8 types give their unscaled values.
 void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept;
 
 }  // namespace coserve

@@ -1,4 +1,5 @@
 #include "model/gguf.hpp"
+#include "model/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -335,13 +336,7 @@ result<std::shared_ptr<const gguf_file>> gguf_file::open(const std::string& path
 }
 
 void gguf_file::release_pages(const void* p, size_t n) const noexcept {
-  if (!map_) return;
-  const auto lo = reinterpret_cast<uintptr_t>(map_), hi = lo + map_size_;
-  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
-  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
-  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
-  if (b < lo || e > hi || b >= e) return;
-  madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+  release_mapped_pages(map_, map_size_, p, n);
 }
 
 bool is_gguf_file(const std::string& path) {

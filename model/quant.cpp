@@ -86,6 +86,8 @@ void dequantize(dtype t, const void* src, float* dst, size_t n) noexcept {
       case dtype::f32:
       case dtype::f16:
       case dtype::bf16:
+      case dtype::f8_e4m3:
+      case dtype::f8_e5m2:
         convert_to_f32(t, src, dst, n);
         return;
     }

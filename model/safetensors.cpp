@@ -193,6 +193,24 @@ result<safetensors_set> safetensors_set::open_dir(const std::string& dir) {
   return s;
 }
 
+void release_mapped_pages(const void* map, size_t map_size, const void* p, size_t n) noexcept {
+  if (map == nullptr) return;
+  const auto lo = reinterpret_cast<uintptr_t>(map), hi = lo + map_size;
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  if (b < lo || e > hi || b >= e) return;
+  madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
+
+void safetensors_file::release_pages(const void* p, size_t n) const noexcept {
+  release_mapped_pages(map_, map_size_, p, n);
+}
+
+void safetensors_set::release_pages(const void* p, size_t n) const noexcept {
+  for (const auto& f : files_) f->release_pages(p, n);
+}
+
 const tensor_view* safetensors_set::find(const std::string& name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : it->second;

@@ -52,6 +52,7 @@ class safetensors_file {
   const std::string& path() const noexcept { return path_; }
   const std::map<std::string, tensor_view>& tensors() const noexcept { return tensors_; }
   const tensor_view* find(const std::string& name) const;
+  void release_pages(const void* p, size_t n) const noexcept;  // as safetensors_set::release_pages
 
  private:
   void unmap() noexcept;
@@ -79,12 +80,19 @@ class safetensors_set {
   const tensor_view* find(const std::string& name) const;
   size_t size() const noexcept { return index_.size(); }
   std::vector<std::string> names() const;
+  // Drops the resident pages of [p, p + n) (whole pages inside one mapped file) once a copy has
+  // been made; reading them again faults them back in from the file.
+  void release_pages(const void* p, size_t n) const noexcept;
 
  private:
   std::vector<std::unique_ptr<safetensors_file>> files_;
   std::map<std::string, const tensor_view*> index_;
   std::string dir_;
 };
+
+// madvise(MADV_DONTNEED) on the whole pages of [p, p + n) when they lie inside the file mapping
+// [map, map + map_size); nothing otherwise. Used once weights have been copied out of a mapping.
+void release_mapped_pages(const void* map, size_t map_size, const void* p, size_t n) noexcept;
 
 // A tensor to write: raw little-endian bytes of `type`, numel(shape) * dtype_size(type) long.
 struct tensor_data {

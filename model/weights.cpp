@@ -1,18 +1,22 @@
 #include "model/weights.hpp"
 
+#include "model/fp8.hpp"
 #include "model/gguf_model.hpp"
 #include "model/quant.hpp"
 #include "model/safetensors.hpp"
+
+#include <cstring>
 
 namespace coserve {
 namespace {
 
 class loader {
  public:
-  loader(const safetensors_set& set, size_t total, const load_progress& progress)
-      : set_(set), total_(total), progress_(progress) {}
+  loader(const safetensors_set& set, size_t total, const load_progress& progress, model_weights& w)
+      : set_(set), total_(total), progress_(progress), w_(w) {}
 
-  // Tensor `name` (checked against `shape`) as a view into the mapped file.
+  // Tensor `name` (checked against `shape`) as a view into the mapped file; an fp8 matrix is
+  // dequantized to bf16 with its scale (model/fp8.hpp), held in w.owned.
   result<void> map(const std::string& name, const std::vector<int64_t>& shape, weight_ref& out) {
     auto t = set_.get(name, shape);
     if (!t) return t.err();
@@ -21,6 +25,23 @@ class loader {
     out.data = v.data;
     out.rows = shape[0];
     out.cols = shape.size() > 1 ? shape[1] : 1;
+    if (dtype_is_fp8(v.type)) {
+      const tensor_view* scale = find_fp8_scale(set_, name);
+      if (scale == nullptr)
+        return make_error("invalid_model", v.file + ": fp8 tensor '" + name + "' has no '" + name + "_scale' or '" +
+                                               name + "_scale_inv' beside it");
+      const quantization_config& q = w_.config.quantization;
+      auto bf = dequantize_fp8(v, *scale, q.block_rows, q.block_cols);
+      if (!bf) return bf.err();
+      auto buf = std::make_shared<std::vector<unsigned char>>(bf->size() * 2);
+      std::memcpy(buf->data(), bf->data(), buf->size());
+      out.type = dtype::bf16;
+      out.data = buf->data();
+      w_.owned.push_back(std::move(buf));
+      set_.release_pages(v.data, v.nbytes);
+      ++w_.fp8_matrices;
+      w_.fp8_bytes += v.nbytes;
+    }
     tick(v.nbytes);
     return {};
   }
@@ -30,6 +51,9 @@ class loader {
     auto t = set_.get(name, shape);
     if (!t) return t.err();
     const tensor_view& v = **t;
+    if (dtype_is_fp8(v.type))
+      return make_error("invalid_model", v.file + ": '" + name + "' is " + std::string(dtype_name(v.type)) +
+                                             "; norms and biases must be F32, F16 or BF16");
     const size_t old = out.size();
     out.resize(old + size_t(v.numel()));
     convert_to_f32(v.type, v.data, out.data() + old, size_t(v.numel()));
@@ -47,6 +71,7 @@ class loader {
   const safetensors_set& set_;
   size_t total_;
   const load_progress& progress_;
+  model_weights& w_;
   size_t done_ = 0;
   size_t bytes_ = 0;
 };
@@ -76,6 +101,15 @@ size_t pack_for_cpu(model_weights& w) {
   return bytes;
 }
 
+std::string describe_fp8(const model_weights& w) {
+  if (w.fp8_matrices == 0) return {};
+  const std::string& m = w.config.quantization.method;
+  return "fp8 checkpoint (" + (m.empty() ? std::string("no quantization_config") : m) + "): " +
+         std::to_string(w.fp8_matrices) + " matrices dequantized to bf16 at load (" +
+         std::to_string(w.fp8_bytes >> 20) + " MiB of fp8 -> " + std::to_string((w.fp8_bytes * 2) >> 20) +
+         " MiB)" + (w.config.quantization.static_activations ? "; its input_scale tensors are not used" : "");
+}
+
 std::vector<float> to_f32(const weight_ref& w) {
   std::vector<float> out(size_t(w.rows) * size_t(w.cols));
   if (!out.empty()) convert_to_f32(w.type, w.data, out.data(), out.size());
@@ -102,7 +136,7 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   const bool has_lm_head = !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
   const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0);
   const size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
-  loader ld(files, total, progress);
+  loader ld(files, total, progress, w);
 
   if (auto r = ld.map("model.embed_tokens.weight", {vocab, h}, w.embed); !r) return r.err();
   w.layers.resize(size_t(c.num_hidden_layers));

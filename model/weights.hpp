@@ -1,7 +1,8 @@
 // A model folder's weights for the CPU executor, in the file's own precision (F32, F16 or BF16):
 // every matrix is a weight_ref into the mapped safetensors files, which model_weights keeps open,
 // so loading copies nothing and the resident size is the pages the forward pass touches. Only the
-// small vectors (norms, biases) are converted to fp32 arrays.
+// small vectors (norms, biases) are converted to fp32 arrays, and the matrices of fp8 checkpoints
+// are dequantized to bf16 copies (model/fp8.hpp).
 // Matrices keep the Hugging Face layout [out_features, in_features], row-major.
 #pragma once
 
@@ -56,6 +57,10 @@ struct model_weights {
   // Matrices a tensor-parallel shard holds as copies (column slices of o and down): weight_refs
   // point into these.
   std::vector<std::shared_ptr<const std::vector<unsigned char>>> owned;
+  // fp8 checkpoints: the matrices dequantized to bf16 at load (kept in `owned`) and their bytes
+  // in the files.
+  size_t fp8_matrices = 0;
+  size_t fp8_bytes = 0;
 
   // Bytes of every matrix (what a forward pass over all layers reads once, the LM head included).
   size_t matrix_bytes() const noexcept;
@@ -73,6 +78,10 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
 // of the originals released (gguf_file::release_pages), so resident memory stays about one copy.
 // Returns the bytes repacked.
 size_t pack_for_cpu(model_weights& w);
+
+// For startup logs: "fp8 checkpoint (compressed-tensors): 7 matrices dequantized to bf16 at load
+// (12 MiB of fp8 -> 24 MiB)", empty when the model has no fp8 matrices.
+std::string describe_fp8(const model_weights& w);
 
 // A copy of the matrix in fp32 (tests and the CUDA upload use it).
 std::vector<float> to_f32(const weight_ref& w);

@@ -1,0 +1,221 @@
+"""fp8 checkpoints through the real binary: the three layouts fp8 models ship in, loaded, generated
+from and served with the official openai client; malformed ones refused with the tensor named.
+
+The checkpoints are quantized here with ml_dtypes' float8_e4m3fn (the float8 type of JAX / numpy)
+the way their producers quantize: scale = max|W| / 448 over the tensor (vLLM / AutoFP8 "fp8", static
+activation scales), over each output channel (llm-compressor's compressed-tensors FP8_DYNAMIC,
+bf16 scales [rows, 1]) or over each block (Hugging Face fine-grained FP8 / DeepSeek-V3,
+`weight_scale_inv` per weight_block_size block). Each is compared with a bf16 folder holding
+bf16(e4m3 value * scale), computed in numpy: the logits must be bit-identical, since coserve's
+loader must dequantize to exactly those weights.
+"""
+import json
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import Server, skip_or_fail_in_ci
+
+ml_dtypes = pytest.importorskip("ml_dtypes")
+E4M3 = ml_dtypes.float8_e4m3fn
+BF16 = ml_dtypes.bfloat16
+MATRICES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+ST_DTYPE = {np.dtype(np.float32): "F32", np.dtype(BF16): "BF16", np.dtype(E4M3): "F8_E4M3"}
+
+
+def read_safetensors(path):
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    types = {"F32": np.float32, "BF16": BF16, "F16": np.float16, "F8_E4M3": E4M3}
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = info["data_offsets"]
+        out[name] = np.frombuffer(data[8 + n + b:8 + n + e], types[info["dtype"]]).reshape(info["shape"])
+    return out
+
+
+def write_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name, arr in tensors.items():
+        raw = np.ascontiguousarray(arr).tobytes()
+        header[name] = {"dtype": ST_DTYPE[arr.dtype], "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        blobs.append(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def quantize(w, layout, block=(32, 64)):
+    """(fp8 codes, scale array, scale tensor suffix) the way each producer writes them."""
+    w = w.astype(np.float32)
+    if layout == "tensor":
+        scale = np.array(np.abs(w).max() / 448, np.float32)  # shape []
+        s_full = scale
+    elif layout == "channel":
+        scale = (np.abs(w).max(axis=1, keepdims=True) / 448).astype(BF16)  # [rows, 1], the model's dtype
+        s_full = scale.astype(np.float32)
+    else:
+        br, bc = block
+        rows, cols = w.shape
+        scale = np.zeros(((rows + br - 1) // br, (cols + bc - 1) // bc), np.float32)
+        for i in range(scale.shape[0]):
+            for j in range(scale.shape[1]):
+                scale[i, j] = np.abs(w[i * br:(i + 1) * br, j * bc:(j + 1) * bc]).max() / 448
+        s_full = np.repeat(np.repeat(scale, br, 0), bc, 1)[:rows, :cols]
+    q = np.clip(w / s_full, -448, 448).astype(E4M3)
+    deq = (q.astype(np.float32) * s_full).astype(np.float32).astype(BF16)
+    return q, scale, deq
+
+
+QUANT_CONFIG = {
+    "tensor": {"quant_method": "fp8", "activation_scheme": "static", "ignored_layers": ["lm_head"]},
+    "channel": {"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+                "quantization_status": "compressed",
+                "config_groups": {"group_0": {"targets": ["Linear"],
+                                              "weights": {"num_bits": 8, "type": "float", "strategy": "channel",
+                                                          "symmetric": True, "dynamic": False},
+                                              "input_activations": {"num_bits": 8, "type": "float",
+                                                                    "strategy": "token", "dynamic": True}}}},
+    "block": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [32, 64]},
+}
+
+
+def make_pair(src, out, layout):
+    """out/fp8-LAYOUT (the checkpoint) and out/deq-LAYOUT (bf16 of its dequantized weights)."""
+    cfg = json.loads((src / "config.json").read_text())
+    t = read_safetensors(src / "model.safetensors")
+    fp8, deq = dict(t), dict(t)
+    for name in list(t):
+        if not any(name.endswith(m + ".weight") for m in MATRICES):
+            continue
+        q, scale, d = quantize(t[name], layout)
+        fp8[name] = q
+        fp8[name + ("_scale_inv" if layout == "block" else "_scale")] = scale
+        if layout == "tensor":
+            fp8[name.replace(".weight", ".input_scale")] = np.array(0.02, np.float32)
+        deq[name] = d
+    folders = {}
+    for kind, tensors in (("fp8", fp8), ("deq", deq)):
+        d = out / f"{kind}-{layout}"
+        d.mkdir()
+        for f in src.iterdir():
+            if f.name not in ("model.safetensors", "config.json"):
+                (d / f.name).write_bytes(f.read_bytes())
+        c = dict(cfg)
+        if kind == "fp8":
+            c["quantization_config"] = QUANT_CONFIG[layout]
+        (d / "config.json").write_text(json.dumps(c))
+        write_safetensors(d / "model.safetensors", tensors)
+        folders[kind] = d
+    return folders
+
+
+@pytest.fixture(scope="module")
+def demo(coserve_bin, tmp_path_factory):
+    d = tmp_path_factory.mktemp("fp8")
+    src = d / "src"
+    p = subprocess.run([coserve_bin, "make-demo-model", str(src), "--hidden-size", "128", "--intermediate-size",
+                        "352", "--num-layers", "2", "--num-heads", "4", "--num-kv-heads", "2", "--seed", "5"],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        if "tokenizer" in p.stderr:
+            skip_or_fail_in_ci("make-demo-model needs ../shared/testdata: " + p.stderr)
+        raise AssertionError(p.stderr)
+    return d, src
+
+
+def generate(binary, model, extra=()):
+    p = subprocess.run([binary, "generate", str(model), "--prompt-ids", "50256,464,2068,7586,21831,18045,625",
+                        "--max-tokens", "12", "--ignore-eos", "--json", "--logits", "last", *extra],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout), p.stderr
+
+
+@pytest.mark.parametrize("layout", ["tensor", "channel", "block"])
+def test_fp8_checkpoint_loads_as_its_dequantized_weights(coserve_bin, demo, layout):
+    d, src = demo
+    folders = make_pair(src, d, layout)
+    a, log = generate(coserve_bin, folders["fp8"])
+    b, _ = generate(coserve_bin, folders["deq"])
+    method = QUANT_CONFIG[layout]["quant_method"]
+    assert f"fp8 checkpoint ({method}): 14 matrices dequantized to bf16 at load" in log, log
+    assert ("input_scale tensors are not used" in log) == (layout == "tensor")
+    assert a["output_ids"] == b["output_ids"]
+    np.testing.assert_array_equal(np.array(a["logits"][0]), np.array(b["logits"][0]))
+    # And the weights are really the fp8 ones: the original bf16 model's logits differ.
+    c, _ = generate(coserve_bin, src)
+    assert np.abs(np.array(c["logits"][0]) - np.array(a["logits"][0])).max() > 1e-3
+
+
+def test_fp8_checkpoint_serves_the_openai_api(coserve_bin, demo, tmp_path):
+    d, src = demo
+    ckpt = make_pair(src, tmp_path, "channel")["fp8"]
+    s = Server(model=ckpt)
+    try:
+        c = s.client()
+        assert [m.id for m in c.models.list().data] == [s.model]
+        r = c.completions.create(model=s.model, prompt="The quick brown", max_tokens=8, temperature=0)
+        assert r.choices[0].finish_reason in ("length", "stop")
+        assert r.usage.completion_tokens >= 1
+        stream = c.completions.create(model=s.model, prompt="The quick brown", max_tokens=8, temperature=0,
+                                      stream=True)
+        assert "".join(ch.choices[0].text for ch in stream if ch.choices) == r.choices[0].text
+    finally:
+        assert s.stop() == 0
+    assert any("fp8 checkpoint (compressed-tensors)" in line for line in s.log)
+
+
+def refused(binary, model):
+    p = subprocess.run([binary, "generate", str(model), "--prompt-ids", "1,2", "--max-tokens", "1"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0
+    return p.stderr
+
+
+def test_malformed_fp8_checkpoints_are_refused_naming_the_tensor(coserve_bin, demo, tmp_path):
+    d, src = demo
+    folders = make_pair(src, tmp_path, "block")
+    ckpt = folders["fp8"]
+    t = read_safetensors(ckpt / "model.safetensors")
+    st = ckpt / "model.safetensors"
+
+    def with_tensors(tensors):
+        write_safetensors(st, tensors)
+        return refused(coserve_bin, ckpt)
+
+    full = dict(t)
+    victim = "model.layers.1.mlp.down_proj.weight"
+
+    missing = dict(full)
+    del missing[victim + "_scale_inv"]
+    err = with_tensors(missing)
+    assert victim in err and "_scale" in err, err
+
+    wrong = dict(full)
+    wrong[victim + "_scale_inv"] = np.ones((3, 3), np.float32)
+    err = with_tensors(wrong)
+    assert victim + "_scale_inv" in err and "[3, 3]" in err, err
+
+    nan = dict(full)
+    s = full[victim + "_scale_inv"].copy()
+    s[0, 0] = np.nan
+    nan[victim + "_scale_inv"] = s
+    err = with_tensors(nan)
+    assert victim in err and "NaN" in err, err
+
+    write_safetensors(st, full)
+    cfg = json.loads((ckpt / "config.json").read_text())
+    for q, needle in (({"quant_method": "gptq", "bits": 4}, "'gptq' is not supported"),
+                      ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {}},
+                       "pack-quantized")):
+        (ckpt / "config.json").write_text(json.dumps({**cfg, "quantization_config": q}))
+        err = refused(coserve_bin, ckpt)
+        assert needle in err and "config.json" in err, err
