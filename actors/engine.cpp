@@ -592,6 +592,11 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
   if (config.device == "cpu") {
     if (config.load_format != "auto")
       return error{"invalid_argument", "load format '" + config.load_format + "' needs --device cuda"};
+    if (!config.quantization.empty())
+      return error{"invalid_argument", "--quantization " + config.quantization +
+                                           " needs --device cuda (the CPU executor runs fp8 checkpoints dequantized "
+                                           "to bf16 and GGUF files with its integer kernels)",
+                   "quantization"};
     cpu_executor_options opts;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, opts.kv_cache_dtype))
       return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "' is not auto, bf16, fp16 or fp32"};
@@ -641,6 +646,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.num_kv_blocks = static_cast<int32_t>(config.num_kv_blocks);
     opts.return_logits = config.return_logits;
     opts.enforce_eager = config.enforce_eager;
+    opts.quantization = config.quantization;
     opts.progress = progress_logger("weights to the GPU");
     auto e = make_cuda_executor(opts);
     if (!e) return e.err();

@@ -58,6 +58,7 @@ struct engine_config {
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;            // CUDA: no CUDA graphs, every step eager (vLLM's flag)
   std::string load_format = "auto";      // CUDA: "auto" (safetensors) or "dummy" (random weights)
+  std::string quantization;              // CUDA: "fp8" (W8A8, vLLM's --quantization fp8) or "" (none)
   bool return_logits = false;            // executor copies raw logits (for output_event::logits)
   int32_t max_waiting = 1024;            // admission limit; beyond it submit() fails "queue_full"
   // Admission limit on prompt tokens waiting for their first step: a request whose prompt would

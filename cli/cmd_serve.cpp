@@ -95,6 +95,9 @@ engine:
                                 never more than max-num-seqs sequences at max-model-len)
   --load-format auto|dummy      weights from safetensors (auto), or random (dummy, CUDA only: benchmarks
                                 of model shapes without downloading weights)
+  --quantization fp8            --device cuda: layer weights in fp8 (E4M3 per output channel, quantized
+                                at load) and activations quantized per token, cuBLASLt fp8 GEMMs
+                                (W8A8); fp8 checkpoints (docs/fp8.md) select it by themselves
   --skip-tokenizer-init         no tokenizer: prompts as token ids, outputs as token ids without text
   --gpu-memory-utilization F    fraction of GPU memory for weights + KV (default: 0.9)
   --max-waiting-requests N      admission queue limit; beyond it 429 (default: 1024)
@@ -323,6 +326,14 @@ int parse(int argc, char** argv, serve_args& a) {
         return 2;
       }
       a.engine.load_format = v;
+    }
+    else if (f == "--quantization") {
+      const char* v = need("fp8");
+      if (!v || std::string_view(v) != "fp8") {
+        std::fprintf(stderr, "coserve serve: --quantization must be fp8\n");
+        return 2;
+      }
+      a.engine.quantization = v;
     }
     else if (f == "--skip-tokenizer-init") a.engine.skip_tokenizer_init = true;
     else if (f == "--chat-template") { const char* v = need("a file or template text"); if (!v) return 2; a.engine.chat_template = v; }

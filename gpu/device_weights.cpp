@@ -25,6 +25,7 @@ struct tensor_spec {
   // layout), restored to the Hugging Face order on upload; 0: as stored.
   std::vector<int64_t> interleaved_head;
   std::shared_ptr<std::vector<float>> owned_vec;  // vec, when it had to be reordered
+  device_buffer* fp8_scale = nullptr;  // a layer matrix: its per-row scales when stored in fp8
 };
 
 // The spec's host elements as bf16 (matrices already in bf16 are copied as they are).
@@ -72,7 +73,7 @@ std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const m
     s.push_back({&L.input_norm, H, 0, 1.0f, lw ? &lw->input_norm : nullptr, {}});
     const int64_t il = c.rope_interleaved ? D : 0;  // q and k rows restored to the Hugging Face order
     s.push_back({&L.qkv, qkv_rows * H, int32_t(H), 0, nullptr, lw ? mats{&lw->q, &lw->k, &lw->v} : mats{},
-                 {il, il, 0}, nullptr});
+                 {il, il, 0}, nullptr, &L.qkv_scale});
     if (c.qkv_bias) {
       tensor_spec b{&L.qkv_bias, qkv_rows, 0, 0.0f, lw ? &lw->qkv_bias : nullptr, {}, {}, nullptr};
       if (lw && il > 0 && int64_t(lw->qkv_bias.size()) == qkv_rows) {
@@ -84,11 +85,12 @@ std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const m
       }
       s.push_back(std::move(b));
     }
-    s.push_back({&L.o, H * attn, int32_t(attn), 0, nullptr, lw ? mats{&lw->o} : mats{}});
+    s.push_back({&L.o, H * attn, int32_t(attn), 0, nullptr, lw ? mats{&lw->o} : mats{}, {}, nullptr, &L.o_scale});
     if (c.o_bias) s.push_back({&L.o_bias, H, 0, 0.0f, lw ? &lw->o_bias : nullptr, {}});
     s.push_back({&L.post_norm, H, 0, 1.0f, lw ? &lw->post_norm : nullptr, {}});
-    s.push_back({&L.gate_up, 2 * I * H, int32_t(H), 0, nullptr, lw ? mats{&lw->gate, &lw->up} : mats{}});
-    s.push_back({&L.down, H * I, int32_t(I), 0, nullptr, lw ? mats{&lw->down} : mats{}});
+    s.push_back({&L.gate_up, 2 * I * H, int32_t(H), 0, nullptr, lw ? mats{&lw->gate, &lw->up} : mats{}, {}, nullptr,
+                 &L.gate_up_scale});
+    s.push_back({&L.down, H * I, int32_t(I), 0, nullptr, lw ? mats{&lw->down} : mats{}, {}, nullptr, &L.down_scale});
   }
   s.push_back({&d.final_norm, H, 0, 1.0f, w ? &w->final_norm : nullptr, {}});
   if (!c.tie_word_embeddings)
@@ -96,20 +98,46 @@ std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const m
   return s;
 }
 
-result<void> check_config(const model_config& c) {
+result<void> check_config(const model_config& c, bool fp8) {
   if (c.hidden_size <= 0 || c.num_hidden_layers <= 0 || c.num_attention_heads <= 0 || c.num_key_value_heads <= 0 ||
       c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
     return make_error("invalid_argument", "gpu: model config has a zero dimension");
   if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
+  if (fp8 && (c.hidden_size % 16 != 0 || c.intermediate_size % 16 != 0 || (c.num_attention_heads * c.head_dim) % 16 != 0))
+    return make_error("unsupported", "gpu: fp8 GEMMs need hidden_size, intermediate_size and heads x head_dim to be "
+                                     "multiples of 16");
   return {};
+}
+
+// Finishes tensor t whose bf16 values are in `bf16_values` on the device: stored as they are, or,
+// for a layer matrix under fp8, quantized per row into E4M3 codes and scales. Returns the bytes kept.
+result<int64_t> store(const tensor_spec& t, device_buffer bf16_values, bool fp8, cudaStream_t stream) {
+  if (!fp8 || t.fp8_scale == nullptr) {
+    *t.dst = std::move(bf16_values);
+    return t.n * 2;
+  }
+  const int64_t rows = t.n / t.fan_in;
+  auto codes = device_buffer::allocate(size_t(t.n));
+  if (!codes) return std::move(codes).err();
+  auto scales = device_buffer::allocate(size_t(rows) * 4);
+  if (!scales) return std::move(scales).err();
+  COSERVE_CUDA_TRY(launch_quantize_rows_e4m3(codes.value().as<uint8_t>(), scales.value().as<float>(),
+                                             bf16_values.as<bf16>(), rows, t.fan_in, stream));
+  // The bf16 copy is freed on return: wait for the kernel reading it.
+  COSERVE_CUDA_TRY(cuda_check(cudaStreamSynchronize(stream), "fp8 weight quantization"));
+  *t.dst = std::move(codes.value());
+  *t.fp8_scale = std::move(scales.value());
+  return t.n + rows * 4;
 }
 
 }  // namespace
 
-result<device_weights> upload_weights(const model_weights& w, cudaStream_t stream, const load_progress& progress) {
-  COSERVE_CUDA_TRY(check_config(w.config));
+result<device_weights> upload_weights(const model_weights& w, cudaStream_t stream, const load_progress& progress,
+                                      bool fp8) {
+  COSERVE_CUDA_TRY(check_config(w.config, fp8));
   device_weights d;
   d.config = w.config;
+  d.fp8 = fp8;
   d.layers.resize(size_t(w.config.num_hidden_layers));
   auto all = specs(d, w.config, &w);
   std::vector<uint16_t> staging;
@@ -120,35 +148,37 @@ result<device_weights> upload_weights(const model_weights& w, cudaStream_t strea
                                                 std::to_string(t.n) + " elements the config implies");
     auto b = device_buffer::allocate(size_t(t.n) * 2);
     if (!b) return std::move(b).err();
-    *t.dst = std::move(b.value());
     // Synchronous copy from pageable memory: the staging vector is reused for the next tensor.
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(t.dst->get(), staging.data(), size_t(t.n) * 2, cudaMemcpyHostToDevice),
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(b.value().get(), staging.data(), size_t(t.n) * 2, cudaMemcpyHostToDevice),
                                 "upload weights"));
-    d.bytes += t.n * 2;
+    auto kept = store(t, std::move(b.value()), fp8, stream);
+    if (!kept) return std::move(kept).err();
+    d.bytes += kept.value();
     if (progress) progress(i + 1, all.size(), size_t(d.bytes));
   }
-  (void)stream;
   return d;
 }
 
 result<device_weights> dummy_weights(const model_config& c, uint64_t seed, cudaStream_t stream,
-                                     const load_progress& progress) {
-  COSERVE_CUDA_TRY(check_config(c));
+                                     const load_progress& progress, bool fp8) {
+  COSERVE_CUDA_TRY(check_config(c, fp8));
   device_weights d;
   d.config = c;
+  d.fp8 = fp8;
   d.layers.resize(size_t(c.num_hidden_layers));
   auto all = specs(d, c, nullptr);
   for (size_t i = 0; i < all.size(); ++i) {
     const tensor_spec& t = all[i];
     auto b = device_buffer::allocate(size_t(t.n) * 2);
     if (!b) return std::move(b).err();
-    *t.dst = std::move(b.value());
     if (t.fan_in > 0)
-      COSERVE_CUDA_TRY(launch_fill_random_bf16(t.dst->as<bf16>(), t.n, 1.0f / std::sqrt(float(t.fan_in)),
+      COSERVE_CUDA_TRY(launch_fill_random_bf16(b.value().as<bf16>(), t.n, 1.0f / std::sqrt(float(t.fan_in)),
                                                seed * 1000003ull + i, stream));
     else
-      COSERVE_CUDA_TRY(launch_fill_bf16(t.dst->as<bf16>(), t.n, t.value, stream));
-    d.bytes += t.n * 2;
+      COSERVE_CUDA_TRY(launch_fill_bf16(b.value().as<bf16>(), t.n, t.value, stream));
+    auto kept = store(t, std::move(b.value()), fp8, stream);
+    if (!kept) return std::move(kept).err();
+    d.bytes += kept.value();
     if (progress) progress(i + 1, all.size(), size_t(d.bytes));
   }
   COSERVE_CUDA_TRY(cuda_check(cudaStreamSynchronize(stream), "dummy weights"));

@@ -1,10 +1,10 @@
-// gemm_runner: y = x * w^T (+ bias) with cuBLASLt, bf16 inputs, fp32 accumulation, bf16 or fp32
-// output. Shapes are those of a Hugging Face linear layer: x [m, k] row-major activations,
+// gemm_runner: y = x * w^T (+ bias) with cuBLASLt, bf16 inputs (or E4M3 with per-row scales,
+// run_fp8), fp32 accumulation, bf16 or fp32 output. Shapes are those of a Hugging Face linear layer: x [m, k] row-major activations,
 // w [n, k] row-major weights (out_features x in_features), y [m, n] row-major.
 //
 // Column-major view used for cuBLASLt: y^T (n x m, ld n) = op_T(W: k x n, ld k) * X (k x m, ld k).
 // Descriptors and the heuristic's algorithm ("plans") are cached per (m, n, k, out type, bias) so a
-// repeated shape costs one cublasLtMatmul call. m is the number of tokens in a step, so the set of
+// repeated shape costs one cublasLtMatmul call (scale and bias pointers are set per call). m is the number of tokens in a step, so the set of
 // shapes grows with traffic: the cache keeps at most max_plans plans (create()'s argument) and, when
 // a new shape arrives at a full cache, destroys the descriptors of the least recently used plan.
 // Not thread-safe: owned by one executor thread.
@@ -44,6 +44,14 @@ class gemm_runner {
   result<void> run(void* y, gemm_out out, const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias,
                    int32_t m, int32_t n, int32_t k, cudaStream_t stream);
 
+  // fp8 (E4M3) W8A8: y = (x_scales[i] * w_scales[j] * sum_k x[i, k] w[j, k]) (+ bias), x [m, k] and
+  // w [n, k] E4M3 codes, per-token x_scales [m] and per-output-channel w_scales [n] (fp32, device),
+  // fp32 accumulation, bf16 output (cuBLASLt's outer-vector scale modes, CUDA 12.9+ on Hopper).
+  // k and n must be multiples of 16 (cuBLASLt's fp8 alignment). Never synchronizes.
+  result<void> run_fp8(__nv_bfloat16* y, const uint8_t* x, const float* x_scales, const uint8_t* w,
+                       const float* w_scales, const __nv_bfloat16* bias, int32_t m, int32_t n, int32_t k,
+                       cudaStream_t stream);
+
   size_t num_plans() const noexcept { return plans_.size(); }
   size_t max_plans() const noexcept { return plans_.capacity(); }
 
@@ -53,12 +61,15 @@ class gemm_runner {
     int32_t m = 0, n = 0, k = 0;
     gemm_out out = gemm_out::bf16;
     bool bias = false;
+    bool fp8 = false;
     bool operator==(const plan_key&) const = default;
   };
   struct plan_key_hash {
     size_t operator()(const plan_key& p) const noexcept;
   };
-  result<plan*> get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias);
+  result<plan*> get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8 = false);
+  // cublasLtMatmul with `pl`, its bias pointer set first when there is one.
+  result<void> matmul(plan* pl, void* y, const void* x, const void* w, const void* bias, cudaStream_t stream);
 
   cublaslt_handle handle_;
   device_buffer workspace_;

@@ -196,6 +196,7 @@ class gpu_executor final : public executor {
   gemm_runner gemm_;
   device_buffer inv_freq_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
   device_buffer tok_out_, lp_out_, partial_o_, partial_lse_, meta_dev_;
+  device_buffer xq_, xscale_;  // fp8: an activation's E4M3 codes [tokens, widest input] and per-token scales
   device_buffer last_tokens_;   // [slot capacity] each live sequence's last sampled id, on the device
   frame frames_[2];
   int32_t next_frame_ = 0;
@@ -231,6 +232,8 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     return make_error("invalid_argument", "gpu: load_format must be auto or dummy");
   if (o.block_size <= 0 || o.max_num_tokens <= 0 || o.max_num_seqs <= 0)
     return make_error("invalid_argument", "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
+  if (!o.quantization.empty() && o.quantization != "fp8")
+    return make_error("invalid_argument", "gpu: quantization must be fp8 (or none), not '" + o.quantization + "'");
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(o.device), "cudaSetDevice"));
   std::unique_ptr<gpu_executor> e(new gpu_executor());
   e->opts_ = o;
@@ -250,15 +253,16 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
       if (!lc) return std::move(lc).err();
       c = std::move(lc.value());
     }
-    auto w = dummy_weights(c, o.dummy_seed, e->stream_.get(), o.progress);
+    auto w = dummy_weights(c, o.dummy_seed, e->stream_.get(), o.progress, o.quantization == "fp8");
     if (!w) return std::move(w).err();
     e->w_ = std::move(w.value());
   } else {
     auto hw = load_weights(o.model_dir, o.progress);
     if (!hw) return std::move(hw).err();
-    if (const std::string fp8 = describe_fp8(*hw); !fp8.empty())
-      std::fprintf(stderr, "coserve: %s (uploaded as bf16)\n", fp8.c_str());
-    auto w = upload_weights(*hw, e->stream_.get(), o.progress);
+    const bool fp8 = o.quantization == "fp8" || !hw->config.quantization.method.empty();
+    if (const std::string note = describe_fp8(*hw); !note.empty())
+      std::fprintf(stderr, "coserve: %s, requantized to fp8 per output channel on the GPU\n", note.c_str());
+    auto w = upload_weights(*hw, e->stream_.get(), o.progress, fp8);
     if (!w) return std::move(w).err();
     e->w_ = std::move(w.value());
     auto gen = load_generation_config(o.model_dir);
@@ -276,7 +280,8 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.block_size = o.block_size;
   e->info_.vocab_size = c.vocab_size;
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
-  e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")";
+  e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
+                    (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) + " MiB";
   if (!o.enforce_eager && !o.return_logits) COSERVE_CUDA_TRY(e->capture_graphs());
   return e;
 }
@@ -395,7 +400,8 @@ result<void> gpu_executor::allocate_buffers() {
                  want{&qkv_, T * (hq + 2 * hkv) * D * 2}, want{&attn_, T * hq * D * 2}, want{&gate_up_, T * 2 * I * 2},
                  want{&act_, T * I * 2}, want{&final_, S * H * 2}, want{&logits_, S * V * 4}, want{&tok_out_, S * 4},
                  want{&lp_out_, S * 4}, want{&partial_o_, size_t(k_max_partial_rows) * hq * D * 4},
-                 want{&partial_lse_, size_t(k_max_partial_rows) * hq * 4}, want{&meta_dev_, k_metadata_bytes}}) {
+                 want{&partial_lse_, size_t(k_max_partial_rows) * hq * 4}, want{&meta_dev_, k_metadata_bytes},
+                 want{&xq_, w_.fp8 ? T * std::max({H, I, hq * D}) : 0}, want{&xscale_, w_.fp8 ? T * 4 : 0}}) {
     auto b = device_buffer::allocate(x.bytes);
     if (!b) return std::move(b).err();
     *x.b = std::move(b.value());
@@ -793,6 +799,15 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
   const int32_t qkv_n = (hq + 2 * hkv) * D;
   const float eps = c.rms_norm_eps;
   bf16 *hidden = hidden_.as<bf16>(), *residual = residual_.as<bf16>(), *normed = normed_.as<bf16>();
+  // y [T, n] = x [T, k] w^T (+ bias): bf16, or fp8 W8A8 with x quantized per token first.
+  auto linear = [&](bf16* y, const bf16* x, const device_buffer& w, const device_buffer& w_scale,
+                    const device_buffer& bias, int32_t n, int32_t k) -> result<void> {
+    if (!w_.fp8) return gemm_.run(y, gemm_out::bf16, x, w.as<bf16>(), bias.as<bf16>(), T, n, k, s);
+    COSERVE_CUDA_TRY(launch_quantize_rows_e4m3(xq_.as<uint8_t>(), xscale_.as<float>(), x, T, k, s));
+    return gemm_.run_fp8(y, xq_.as<uint8_t>(), xscale_.as<float>(), w.as<uint8_t>(), w_scale.as<float>(),
+                         bias.as<bf16>(), T, n, k, s);
+  };
+  const device_buffer no_bias;
   COSERVE_CUDA_TRY(launch_embedding(hidden, w_.embed.as<bf16>(), m.ids, last_tokens_.as<int32_t>(), T, H, c.vocab_size, s));
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
     const device_layer& L = w_.layers[size_t(l)];
@@ -801,7 +816,7 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
     // MLP (Nsight Systems projects each range onto the GPU work it launched).
     std::optional<nvtx_range> family(std::in_place, "qkv");
     COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.input_norm.as<bf16>(), nullptr, T, H, eps, l > 0, s));
-    COSERVE_CUDA_TRY(gemm_.run(qkv_.get(), gemm_out::bf16, normed, L.qkv.as<bf16>(), L.qkv_bias.as<bf16>(), T, qkv_n, H, s));
+    COSERVE_CUDA_TRY(linear(qkv_.as<bf16>(), normed, L.qkv, L.qkv_scale, L.qkv_bias, qkv_n, H));
     family.reset();
     family.emplace("attention");
     bf16* kc = kv_.as<bf16>() + size_t(2 * l) * size_t(kv_layer_elems_);
@@ -815,13 +830,13 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
     COSERVE_CUDA_TRY(launch_attention(a, s));
     family.reset();
     family.emplace("o_proj");
-    COSERVE_CUDA_TRY(gemm_.run(hidden, gemm_out::bf16, attn_.as<bf16>(), L.o.as<bf16>(), L.o_bias.as<bf16>(), T, H, hq * D, s));
+    COSERVE_CUDA_TRY(linear(hidden, attn_.as<bf16>(), L.o, L.o_scale, L.o_bias, H, hq * D));
     COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.post_norm.as<bf16>(), nullptr, T, H, eps, true, s));
     family.reset();
     family.emplace("mlp");
-    COSERVE_CUDA_TRY(gemm_.run(gate_up_.get(), gemm_out::bf16, normed, L.gate_up.as<bf16>(), nullptr, T, 2 * I, H, s));
+    COSERVE_CUDA_TRY(linear(gate_up_.as<bf16>(), normed, L.gate_up, L.gate_up_scale, no_bias, 2 * I, H));
     COSERVE_CUDA_TRY(launch_silu_mul(act_.as<bf16>(), gate_up_.as<bf16>(), T, I, s));
-    COSERVE_CUDA_TRY(gemm_.run(hidden, gemm_out::bf16, act_.as<bf16>(), L.down.as<bf16>(), nullptr, T, H, I, s));
+    COSERVE_CUDA_TRY(linear(hidden, act_.as<bf16>(), L.down, L.down_scale, no_bias, H, I));
   }
   const int32_t S = fs.num_samples;
   if (S == 0) return {};

@@ -5,6 +5,7 @@
 #include "gpu/kernels/dummy_init.cuh"
 #include "gpu/kernels/embedding.cuh"
 #include "gpu/kernels/logit_edits.cuh"
+#include "gpu/kernels/quantize_fp8.cuh"
 #include "gpu/kernels/token_bitmask.cuh"
 #include "gpu/kernels/rmsnorm.cuh"
 #include "gpu/kernels/rope_kv.cuh"

@@ -37,6 +37,15 @@ result<void> launch_scatter_tokens(int32_t* last_tokens, const int32_t* slots, c
 result<void> launch_rmsnorm(bf16* out, const bf16* x, bf16* residual, const bf16* weight, const int32_t* rows,
                             int32_t num_rows, int32_t hidden, float eps, bool add_residual, cudaStream_t stream);
 
+// ---- quantize_fp8.cuh ---------------------------------------------------------------------------
+// Per row r of x [rows, cols] (bf16): scales[r] = max(max_j |x[r, j]| / 448, k_fp8_min_scale) and
+// codes[r, j] = E4M3(x[r, j] / scales[r]), rounded to nearest even, saturated at +-448 (the codes
+// times the scale give back x to E4M3's precision). Weights per output channel at load,
+// activations per token before each fp8 GEMM.
+inline constexpr float k_fp8_min_scale = 1.0f / (448.0f * 512.0f);  // vLLM's floor: an all-zero row stays finite
+result<void> launch_quantize_rows_e4m3(uint8_t* codes, float* scales, const bf16* x, int64_t rows, int32_t cols,
+                                       cudaStream_t stream);
+
 // ---- rope_kv.cuh --------------------------------------------------------------------------------
 // qkv [num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: per token q heads, then k, then v.
 // Rotates q and k in place (rotate-half / GPT-NeoX pairing (i, i + head_dim/2), angle =

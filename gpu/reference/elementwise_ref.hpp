@@ -47,6 +47,24 @@ inline std::vector<uint16_t> rmsnorm_ref(const std::vector<uint16_t>& x, std::ve
   return out;
 }
 
+// Same contract as launch_quantize_rows_e4m3 (min_scale: k_fp8_min_scale): codes [rows, cols],
+// scales [rows].
+inline void quantize_rows_e4m3_ref(const std::vector<uint16_t>& x, int64_t rows, int32_t cols, float min_scale,
+                                   std::vector<uint8_t>& codes, std::vector<float>& scales) {
+  codes.assign(size_t(rows) * size_t(cols), 0);
+  scales.assign(size_t(rows), 0.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0.0f;
+    for (int32_t j = 0; j < cols; ++j) amax = std::fmax(amax, std::fabs(bf16_to_f32(x[size_t(r) * size_t(cols) + size_t(j)])));
+    const float scale = std::fmax(amax / 448.0f, min_scale);
+    scales[size_t(r)] = scale;
+    for (int32_t j = 0; j < cols; ++j) {
+      const size_t k = size_t(r) * size_t(cols) + size_t(j);
+      codes[k] = f32_to_e4m3(bf16_to_f32(x[k]) / scale);
+    }
+  }
+}
+
 inline std::vector<uint16_t> silu_mul_ref(const std::vector<uint16_t>& gu, int32_t num_tokens, int32_t inter) {
   std::vector<uint16_t> out(size_t(num_tokens) * size_t(inter));
   for (int32_t t = 0; t < num_tokens; ++t)

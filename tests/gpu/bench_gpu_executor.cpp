@@ -3,6 +3,7 @@
 //
 //   bench_gpu_executor [--batches 1,16,64,256] [--prompt 128] [--steps 64] [--prefill-tokens 8192]
 //                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256] [--enforce-eager 0|1]
+//                      [--quantization fp8]
 //
 // Roofline: a decode step must read every streamed weight once (the embedding table is gathered,
 // not streamed) plus the KV of every sequence, so step_ms >= bytes_read_per_step / HBM bandwidth;
@@ -38,11 +39,15 @@ std::vector<int32_t> parse_list(const char* s) {
 
 // Bytes of weights a decode step streams: every layer's matrices and norms, the final norm and the
 // LM head. The embedding table is gathered (a few rows per step), so it is not counted.
-double weight_bytes(const model_config& c) {
+// fp8: the layer matrices at one byte per weight plus a 4-byte scale per row; norms, the LM head
+// (streamed) and the embedding (counted once, as before) in bf16.
+double weight_bytes(const model_config& c, bool fp8) {
   const double H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
-  const double per_layer = H * (c.num_attention_heads + 2.0 * c.num_key_value_heads) * D +
-                           H * c.num_attention_heads * D + 3.0 * H * I + 2.0 * H;
-  return 2.0 * (c.num_hidden_layers * per_layer + V * H + H);
+  const double qkv_rows = (c.num_attention_heads + 2.0 * c.num_key_value_heads) * D;
+  const double matrices = H * qkv_rows + H * c.num_attention_heads * D + 3.0 * H * I;
+  const double rows = qkv_rows + H + 2.0 * I + H;
+  const double per_layer = fp8 ? matrices + 4.0 * rows + 2.0 * 2.0 * H : 2.0 * (matrices + 2.0 * H);
+  return c.num_hidden_layers * per_layer + 2.0 * (V * H + H);
 }
 
 // Bytes of K and V (bf16) a decode step reads: every sequence's `context` positions, every layer.
@@ -57,6 +62,7 @@ int main(int argc, char** argv) {
   int32_t prompt = 128, steps = 64, prefill_tokens = 8192;
   double hbm_tbps = 3.35;
   bool eager = false;
+  std::string quantization;
   model_config c;  // Llama-3-8B
   c.hidden_size = 4096;
   c.intermediate_size = 14336;
@@ -80,6 +86,7 @@ int main(int argc, char** argv) {
     else if (a == "--layers") c.num_hidden_layers = std::atoi(argv[i + 1]);
     else if (a == "--vocab") c.vocab_size = std::atoi(argv[i + 1]);
     else if (a == "--enforce-eager") eager = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--quantization") quantization = argv[i + 1];
   }
   if (gpu::device_count() == 0) {
     std::printf("{\"skipped\":\"no CUDA device\"}\n");
@@ -91,6 +98,7 @@ int main(int argc, char** argv) {
   o.max_num_tokens = std::max(prefill_tokens, 8192);
   o.max_num_seqs = 256;
   o.enforce_eager = eager;
+  o.quantization = quantization;
   auto t0 = clock_type::now();
   auto ex = gpu::make_gpu_executor(o);
   if (!ex) {
@@ -99,7 +107,7 @@ int main(int argc, char** argv) {
   }
   const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
   const auto info = (*ex)->info();
-  const double wbytes = weight_bytes(c);
+  const double wbytes = weight_bytes(c, quantization == "fp8");
   const double bound_ms = wbytes / (hbm_tbps * 1e12) * 1e3;
   std::printf("{\"device\":\"%s\",\"weight_bytes\":%.0f,\"kv_blocks\":%d,\"load_s\":%.2f,\"weights_read_ms\":%.3f}\n",
               info.device.c_str(), wbytes, info.num_kv_blocks, load_s, bound_ms);

@@ -42,6 +42,41 @@ TEST_CASE("gemm_runner matches a float reference, bf16 and fp32 outputs, with bi
   CHECK_FALSE(gr->run(nullptr, gemm_out::f32, nullptr, nullptr, nullptr, 1, 0, 4, nullptr).ok());
 }
 
+TEST_CASE("gemm_runner fp8: E4M3 codes with per-token and per-channel scales, with and without bias",
+          "[gpu][gemm][fp8]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  auto gr = gemm_runner::create();
+  REQUIRE(gr.ok());
+  struct shape { int32_t m, n, k; };
+  for (shape s : {shape{1, 64, 128}, shape{7, 320, 96}, shape{33, 1024, 512}}) {
+    CAPTURE(s.m, s.n, s.k);
+    std::vector<uint8_t> xq(size_t(s.m) * s.k), wq(size_t(s.n) * s.k);
+    for (size_t i = 0; i < xq.size(); ++i) xq[i] = uint8_t((i * 131 + 7) % 251) & 0xf7;  // no NaN codes
+    for (size_t i = 0; i < wq.size(); ++i) wq[i] = uint8_t((i * 97 + 3) % 241) & 0xf7;
+    std::vector<float> xs(size_t(s.m)), ws(size_t(s.n));
+    for (int32_t i = 0; i < s.m; ++i) xs[size_t(i)] = 0.001f * float(1 + i % 5);
+    for (int32_t j = 0; j < s.n; ++j) ws[size_t(j)] = 0.002f * float(1 + j % 7);
+    auto bias = random_bf16(size_t(s.n), 3);
+    auto d_xq = upload(xq), d_wq = upload(wq), d_xs = upload(xs), d_ws = upload(ws), d_b = upload(bias);
+    auto d_y = device_buffer::allocate(size_t(s.m) * s.n * 2);
+    REQUIRE(d_y.ok());
+    for (bool with_bias : {false, true}) {
+      REQUIRE(gr->run_fp8(d_y->as<bf16>(), d_xq.as<uint8_t>(), d_xs.as<float>(), d_wq.as<uint8_t>(), d_ws.as<float>(),
+                          with_bias ? d_b.as<bf16>() : nullptr, s.m, s.n, s.k, nullptr).ok());
+      auto y = download<uint16_t>(*d_y, size_t(s.m) * s.n);
+      for (int32_t i = 0; i < s.m; ++i)
+        for (int32_t j = 0; j < s.n; ++j) {
+          double acc = 0;
+          for (int32_t c = 0; c < s.k; ++c)
+            acc += double(e4m3_to_f32(xq[size_t(i) * s.k + c])) * e4m3_to_f32(wq[size_t(j) * s.k + c]);
+          const float e = float(acc * xs[size_t(i)] * ws[size_t(j)]) + (with_bias ? bf16_to_f32(bias[size_t(j)]) : 0.0f);
+          REQUIRE(bf16_to_f32(y[size_t(i) * s.n + j]) == Approx(e).margin(0.02 + 0.01 * std::fabs(e)));
+        }
+    }
+  }
+  CHECK_FALSE(gr->run_fp8(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 64, 100, nullptr).ok());  // k % 16
+}
+
 TEST_CASE("gemm_runner keeps at most max_plans plans and rebuilds evicted ones correctly", "[gpu][gemm]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   CHECK_FALSE(gemm_runner::create(0).ok());

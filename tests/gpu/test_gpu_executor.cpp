@@ -105,6 +105,77 @@ run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, in
   return r;
 }
 
+// n prompts, prompt i: len0 + step * i consecutive ids from first * i + 1 + offset.
+std::vector<std::vector<int32_t>> ramp_prompts(int32_t n, int32_t len0, int32_t step, int32_t first, int32_t offset) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < n; ++i) {
+    std::vector<int32_t> pr(size_t(len0 + step * i));
+    std::iota(pr.begin(), pr.end(), first * i + 1 + offset);
+    prompts.push_back(pr);
+  }
+  return prompts;
+}
+
+// vLLM's check_logprobs_close, teacher-forced on `ref`'s greedy tokens for 24 steps: `got` must
+// pass on the prompt (a divergence only where each side's token is in the other's top 5).
+void check_logprobs_close_to(executor& ref, executor& got, seq_id_t id, const std::vector<int32_t>& prompt,
+                             const std::string& label) {
+  const auto r = test::run_logits(ref, id, prompt, nullptr, 24, 16);
+  REQUIRE(r.rows.size() == 25);
+  const auto g = test::run_logits(got, id, prompt, &r.tokens, 24, 16);
+  REQUIRE(g.rows.size() == 25);
+  const auto close = test::logprobs_close(r.rows, g.rows);
+  float step_worst = 0.0f;
+  for (float d : close.max_abs_logit_diff) step_worst = std::max(step_worst, d);
+  INFO(label << ": " << close.steps_compared << " steps compared, diverged at " << close.diverged_at
+             << ", per-step max |dlogit| " << step_worst << " " << close.why);
+  CHECK(close.ok);
+}
+
+// Options for a model folder compared step by step: 256 KV blocks, raw logits returned.
+gpu::gpu_executor_options folder_options(const std::string& dir) {
+  gpu::gpu_executor_options go;
+  go.model_dir = dir;
+  go.num_kv_blocks = 256;
+  go.return_logits = true;
+  go.max_num_tokens = 1024;
+  go.max_num_seqs = 16;
+  return go;
+}
+
+// A demo model of 8 heads over 2 KV heads of 64, hidden 512, a 2000-token vocabulary, no tokenizer.
+demo_options gpu_demo_options(uint64_t seed) {
+  demo_options o;
+  o.seed = seed;
+  o.copy_tokenizer = false;
+  o.vocab_size = 2000;
+  o.num_heads = 8;
+  o.num_kv_heads = 2;
+  o.head_dim = 64;
+  o.hidden_size = 512;
+  return o;
+}
+
+// --load-format dummy options for a small model: two layers, head_dim 64.
+gpu::gpu_executor_options dummy_options(int32_t hidden, int32_t inter, int32_t kv_heads, int32_t vocab,
+                                        double memory_fraction) {
+  model_config c;
+  c.hidden_size = hidden;
+  c.intermediate_size = inter;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = hidden / 64;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = 64;
+  c.vocab_size = vocab;
+  gpu::gpu_executor_options go;
+  go.config = c;
+  go.load_format = "dummy";
+  go.max_num_tokens = 256;
+  go.max_num_seqs = 8;
+  go.gpu_memory_utilization = memory_fraction;
+  return go;
+}
+
 }  // namespace
 
 TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 tokens)", "[gpu][executor]") {
@@ -137,21 +208,11 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
     co.return_logits = true;
     auto cpu = cpu_executor::load(dir.string(), co);
     REQUIRE(cpu.ok());
-    gpu::gpu_executor_options go;
-    go.model_dir = dir.string();
-    go.num_kv_blocks = 256;
-    go.return_logits = true;
-    go.max_num_tokens = 1024;
-    go.max_num_seqs = 16;
+    gpu::gpu_executor_options go = folder_options(dir.string());
     auto gpu_ex = gpu::make_gpu_executor(go);
     REQUIRE(gpu_ex.ok());
 
-    std::vector<std::vector<int32_t>> prompts;
-    for (int32_t i = 0; i < 10; ++i) {
-      std::vector<int32_t> pr(size_t(3 + 5 * i));
-      std::iota(pr.begin(), pr.end(), 17 * i + 1);
-      prompts.push_back(pr);
-    }
+    const auto prompts = ramp_prompts(10, 3, 5, 17, 0);
     auto a = drive(**cpu, prompts, 32, 16);
     auto b = drive(**gpu_ex, prompts, 32, 16);
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -165,18 +226,8 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
       }
       INFO(v.arch << " prompt " << i << " worst logit diff " << worst << " of " << scale);
       CHECK(worst <= 0.05f * std::max(1.0f, scale));
-      // vLLM's check_logprobs_close, teacher-forced on the CPU executor's greedy tokens: every prompt
-      // must pass (a divergence only where each side's token is in the other's top 5).
-      const auto ref = test::run_logits(**cpu, 1000 + i, prompts[i], nullptr, 24, 16);
-      REQUIRE(ref.rows.size() == 25);
-      const auto got = test::run_logits(**gpu_ex, 1000 + i, prompts[i], &ref.tokens, 24, 16);
-      REQUIRE(got.rows.size() == 25);
-      const auto close = test::logprobs_close(ref.rows, got.rows);
-      float step_worst = 0.0f;
-      for (float d : close.max_abs_logit_diff) step_worst = std::max(step_worst, d);
-      INFO(v.arch << " prompt " << i << ": " << close.steps_compared << " steps compared, diverged at "
-                  << close.diverged_at << ", per-step max |dlogit| " << step_worst << " " << close.why);
-      CHECK(close.ok);
+      // Teacher-forced on the CPU executor's greedy tokens: every prompt must pass.
+      check_logprobs_close_to(**cpu, **gpu_ex, 1000 + i, prompts[i], std::string(v.arch) + " prompt " + std::to_string(i));
     }
     std::filesystem::remove_all(dir);
   }
@@ -184,18 +235,57 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
   CHECK(prompts_equal * 10 >= prompts_total * 9);
 }
 
+TEST_CASE("gpu executor fp8 (W8A8) is logprob-close to bf16 on demo models, with less weight memory",
+          "[gpu][executor][fp8]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  // The tolerance: vLLM's check_logprobs_close (top 5), teacher-forced on the bf16 executor's greedy
+  // tokens for 24 steps, on every prompt; and at least 70% identical greedy continuations.
+  int prompts_total = 0, prompts_equal = 0;
+  for (const char* arch : {"llama", "qwen2"}) {
+    const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_fp8_" + std::string(arch));
+    demo_options o = gpu_demo_options(4);
+    o.architecture = arch;
+    o.intermediate_size = 1408;
+    REQUIRE(make_demo_model(dir.string(), o).ok());
+    gpu::gpu_executor_options go = folder_options(dir.string());
+    auto bf = gpu::make_gpu_executor(go);
+    REQUIRE(bf.ok());
+    go.quantization = "fp8";
+    auto f8 = gpu::make_gpu_executor(go);
+    REQUIRE(f8.ok());
+    CHECK_THAT((*f8)->info().device, Catch::Contains("fp8 W8A8"));
+    const auto prompts = ramp_prompts(8, 4, 7, 13, 1);
+    auto a = drive(**bf, prompts, 24, 16);
+    auto b = drive(**f8, prompts, 24, 16);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      ++prompts_total;
+      prompts_equal += a.tokens[i] == b.tokens[i];
+      check_logprobs_close_to(**bf, **f8, 2000 + i, prompts[i], std::string(arch) + " prompt " + std::to_string(i));
+    }
+    std::filesystem::remove_all(dir);
+  }
+  INFO("identical greedy continuations: " << prompts_equal << " / " << prompts_total);
+  CHECK(prompts_equal * 10 >= prompts_total * 7);
+
+  // --load-format dummy with fp8: the layer matrices take half the bytes, so more KV blocks fit.
+  gpu::gpu_executor_options d = dummy_options(1024, 2816, 4, 4096, 0.05);
+  auto dbf = gpu::make_gpu_executor(d);
+  REQUIRE(dbf.ok());
+  const int32_t blocks_bf16 = (*dbf)->info().num_kv_blocks;
+  dbf->reset();
+  d.quantization = "fp8";
+  auto df8 = gpu::make_gpu_executor(d);
+  REQUIRE(df8.ok());
+  CHECK((*df8)->info().num_kv_blocks > blocks_bf16);
+  d.quantization = "int4";
+  CHECK_FALSE(gpu::make_gpu_executor(d).ok());
+}
+
 TEST_CASE("gpu executor: CUDA graphs on and off, one step at a time or two in flight, give the same greedy tokens",
           "[gpu][executor][graphs]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_graphs";
-  demo_options o;
-  o.seed = 9;
-  o.copy_tokenizer = false;
-  o.vocab_size = 2000;
-  o.num_heads = 8;
-  o.num_kv_heads = 2;
-  o.head_dim = 64;
-  o.hidden_size = 512;
+  const demo_options o = gpu_demo_options(9);
   REQUIRE(make_demo_model(dir.string(), o).ok());
   auto make = [&](bool eager) {
     gpu::gpu_executor_options go;
@@ -283,20 +373,7 @@ TEST_CASE("gpu executor under a grammar: every sampled output follows it (token 
 
 TEST_CASE("gpu executor: dummy weights, unknown sequences, penalties and top logprobs", "[gpu][executor]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
-  model_config c;
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 64;
-  c.vocab_size = 1000;
-  gpu::gpu_executor_options go;
-  go.config = c;
-  go.load_format = "dummy";
-  go.max_num_tokens = 256;
-  go.max_num_seqs = 8;
-  go.gpu_memory_utilization = 0.5;
+  gpu::gpu_executor_options go = dummy_options(256, 512, 2, 1000, 0.5);
   auto ex = gpu::make_gpu_executor(go);
   REQUIRE(ex.ok());
   CHECK((*ex)->info().num_kv_blocks > 0);

@@ -86,6 +86,26 @@ TEST_CASE("silu_mul kernel matches reference", "[gpu][kernels]") {
   CHECK(max_abs_diff(download<uint16_t>(*d_out, expect.size()), expect) <= 0.03f);
 }
 
+TEST_CASE("fp8 per-row quantization matches the reference bit for bit", "[gpu][kernels][fp8]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int32_t rows = 37, cols = 1000;
+  auto x = random_bf16(size_t(rows) * cols, 9, 30.0f);
+  for (int32_t j = 0; j < cols; ++j) x[size_t(5) * cols + size_t(j)] = 0;  // an all-zero row: the floor scale
+  auto d_x = upload(x);
+  auto d_codes = device_buffer::allocate(size_t(rows) * cols);
+  auto d_scales = device_buffer::allocate(size_t(rows) * 4);
+  REQUIRE(d_codes.ok());
+  REQUIRE(d_scales.ok());
+  REQUIRE(launch_quantize_rows_e4m3(d_codes->as<uint8_t>(), d_scales->as<float>(), d_x.as<bf16>(), rows, cols, nullptr).ok());
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  ref::quantize_rows_e4m3_ref(x, rows, cols, k_fp8_min_scale, codes, scales);
+  CHECK(download<float>(*d_scales, scales.size()) == scales);
+  CHECK(download<uint8_t>(*d_codes, codes.size()) == codes);
+  CHECK(scales[5] == k_fp8_min_scale);
+  CHECK_FALSE(launch_quantize_rows_e4m3(nullptr, nullptr, nullptr, 1, 0, nullptr).ok());
+}
+
 TEST_CASE("dummy fill kernel matches reference bit for bit", "[gpu][kernels]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const int64_t n = 100003;
