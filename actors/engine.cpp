@@ -599,7 +599,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
                    "quantization"};
     cpu_executor_options opts;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, opts.kv_cache_dtype))
-      return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "' is not auto, bf16, fp16 or fp32"};
+      return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "' is not auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2"};
     if (!parse_compute_dtype(config.dtype, opts.bf16_activations))
       return error{"invalid_argument", "dtype '" + config.dtype + "' is not auto, bfloat16 or float32"};
     opts.block_size = config.block_size;

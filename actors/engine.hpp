@@ -66,7 +66,7 @@ struct engine_config {
   int64_t max_waiting_tokens = int64_t{1} << 20;
   int32_t tokenizer_pool_size = 0;       // tokenizer actors, each on its own thread; 0: min(4, cores)
   int32_t cpu_threads = 0;               // CPU executor threads; 0: physical core count
-  std::string kv_cache_dtype = "auto";   // auto | bf16 | fp16 | fp32 (CPU; auto is bf16, the CUDA
+  std::string kv_cache_dtype = "auto";   // auto | bf16 | fp16 | fp32 | fp8 | fp8_e4m3 | fp8_e5m2 (CPU; auto is bf16, the CUDA
                                          // executor's cache is always bf16)
   std::string dtype = "auto";            // auto | bfloat16 | float32: activation precision of the products
                                          // with bf16 weights (CPU); CUDA: auto and bfloat16

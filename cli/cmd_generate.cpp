@@ -40,7 +40,7 @@ const char* k_help =
     "  --threads N           CPU executor threads (default: physical cores)\n"
     "  --tensor-parallel-size N  split the layers over N ranks, threads of this process sharing\n"
     "                        --threads (docs/distributed.md; MPI ranks are `serve`'s) (default 1)\n"
-    "  --kv-cache-dtype D    auto (bf16) | bf16 | fp16 | fp32 (default auto)\n"
+    "  --kv-cache-dtype D    auto (bf16) | bf16 | fp16 | fp32 | fp8 (= fp8_e4m3) | fp8_e5m2 (default auto)\n"
     "  --dtype D             auto | bfloat16 | float32: activations multiplied with bf16 weights are\n"
     "                        rounded to bf16 (auto, bfloat16) or kept fp32 (float32) (default auto)\n"
     "  --cpu-isa NAME        instruction set of the CPU kernels: auto (default: the best this CPU\n"
@@ -215,7 +215,7 @@ int cmd_generate(int argc, char** argv) {
       else if (a == "--kv-cache-dtype") {
         dtype t;
         if (!parse_kv_cache_dtype(v, t)) {
-          std::fprintf(stderr, "generate: --kv-cache-dtype must be auto, bf16, fp16 or fp32\n");
+          std::fprintf(stderr, "generate: --kv-cache-dtype must be auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2\n");
           return 2;
         }
         kv_dtype = v;

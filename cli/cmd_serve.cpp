@@ -121,8 +121,10 @@ engine:
                                 their shard of every step. N must divide the attention heads and
                                 the MLP width, and divide or be a multiple of the KV heads; a size
                                 that does not fit is an error listing those that do (default: 1)
-  --kv-cache-dtype D            KV cache element type: auto (bf16), bf16, fp16 or fp32 (default: auto;
-                                the CUDA executor supports auto and bf16)
+  --kv-cache-dtype D            KV cache element type: auto (bf16), bf16, fp16, fp32, or fp8 / fp8_e4m3
+                                / fp8_e5m2 (one byte per value, twice the bf16 cache's tokens;
+                                values stored unscaled, saturated at the format's largest) (default:
+                                auto; the CUDA executor supports auto and bf16)
   --dtype D                     activation precision of the matrix products: auto or bfloat16 (bf16
                                 weights multiply activations rounded to bf16, as llama.cpp and
                                 vLLM's CPU backend do; AVX512-BF16 dot products where the CPU has
@@ -276,10 +278,10 @@ int parse(int argc, char** argv, serve_args& a) {
       }
     }
     else if (f == "--kv-cache-dtype") {
-      const char* v = need("auto, bf16, fp16 or fp32");
+      const char* v = need("auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2");
       dtype t;
       if (!v || !parse_kv_cache_dtype(v, t)) {
-        std::fprintf(stderr, "coserve serve: --kv-cache-dtype must be auto, bf16, fp16 or fp32\n");
+        std::fprintf(stderr, "coserve serve: --kv-cache-dtype must be auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2\n");
         return 2;
       }
       a.engine.kv_cache_dtype = v;

@@ -42,6 +42,32 @@ HWY_INLINE VF load_f32(DF df, const hwy::float16_t* p) {
   return hn::PromoteTo(df, hn::LoadU(dh, p));
 }
 
+// fp8 KV caches: a byte per value. E4M3 widens through f16: (c & 0x7f) << 7 is the f16 of
+// value * 2^-8 (normals and subnormals alike), the sign moves to bit 15, and the product with 256
+// restores the value exactly. E5M2 is the top byte of an f16.
+struct e4m3_t {
+  uint8_t bits;
+};
+struct e5m2_t {
+  uint8_t bits;
+};
+HWY_INLINE VF load_f32(DF df, const e4m3_t* p) {
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const auto c = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const uint8_t*>(p)));
+  const auto h = hn::Or(hn::ShiftLeft<7>(hn::And(c, hn::Set(d16, uint16_t{0x7f}))),
+                        hn::ShiftLeft<8>(hn::And(c, hn::Set(d16, uint16_t{0x80}))));
+  return hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, h)), hn::Set(df, 256.0f));
+}
+HWY_INLINE VF load_f32(DF df, const e5m2_t* p) {
+  const hn::Rebind<uint8_t, DF> d8;
+  const hn::Rebind<uint16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const auto c = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const uint8_t*>(p)));
+  return hn::PromoteTo(df, hn::BitCast(dh, hn::ShiftLeft<8>(c)));
+}
+
 // Weights may sit at any byte offset of a mapped file: scalar reads go through memcpy.
 HWY_INLINE float scalar_f32(const float* p) {
   float f;
@@ -58,6 +84,8 @@ HWY_INLINE float scalar_f32(const hwy::float16_t* p) {
   std::memcpy(&h, p, 2);
   return f16_to_f32(h);
 }
+HWY_INLINE float scalar_f32(const e4m3_t* p) { return e4m3_to_f32(p->bits); }
+HWY_INLINE float scalar_f32(const e5m2_t* p) { return e5m2_to_f32(p->bits); }
 
 // Registers allow 4 x 4 accumulators where there are 32 vector registers (AVX-512, NEON);
 // 4 x 2 with 16 (AVX2, SSE4).
@@ -623,7 +651,9 @@ void attend_impl(const attn_tile* t) {
     case dtype::f32: attend_typed<float>(*t); break;
     case dtype::bf16: attend_typed<hwy::bfloat16_t>(*t); break;
     case dtype::f16: attend_typed<hwy::float16_t>(*t); break;
-    default: break;  // KV caches are f32, bf16 or f16
+    case dtype::f8_e4m3: attend_typed<e4m3_t>(*t); break;
+    case dtype::f8_e5m2: attend_typed<e5m2_t>(*t); break;
+    default: break;  // KV caches are f32, bf16, f16 or fp8
   }
 }
 
@@ -914,8 +944,14 @@ void store_kv(dtype t, const float* src, void* dst, size_t n) noexcept {
         std::memcpy(p + 2 * i, &h, 2);
       }
       break;
+    case dtype::f8_e4m3:
+      for (size_t i = 0; i < n; ++i) p[i] = f32_to_e4m3(src[i]);
+      break;
+    case dtype::f8_e5m2:
+      for (size_t i = 0; i < n; ++i) p[i] = f32_to_e5m2(src[i]);
+      break;
     default:
-      break;  // KV caches are f32, bf16 or f16
+      break;  // KV caches are f32, bf16, f16 or fp8
   }
 }
 

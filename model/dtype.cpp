@@ -99,22 +99,34 @@ float e4m3_to_f32(uint8_t c) noexcept {
 
 float e5m2_to_f32(uint8_t c) noexcept { return f16_to_f32(uint16_t(uint16_t(c) << 8)); }
 
-uint8_t f32_to_e4m3(float f) noexcept {
+namespace {
+
+// fp32 to a one-byte float of E exponent bits (bias 2^(E-1) - 1) and M mantissa bits, round to
+// nearest even; magnitudes from the largest finite value (f32 bits `max_bits`, code `max_code`)
+// up saturate to it; NaN gives 0x7f (a NaN in both formats).
+template <int E, int M>
+uint8_t f32_to_fp8(float f, uint32_t max_bits, uint8_t max_code) noexcept {
+  constexpr uint32_t bias = (1u << (E - 1)) - 1, shift = 23 - M;
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
   const uint8_t sign = uint8_t((bits >> 24) & 0x80u);
   uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint8_t(sign | 0x7fu);  // NaN
-  if (abs >= 0x43e00000u) return uint8_t(sign | 0x7eu);  // >= 448 (or inf): saturate
-  if (abs < 0x3c800000u) {  // below 2^-6, the smallest normal: multiples of 2^-9, ties to even
+  if (abs > 0x7f800000u) return uint8_t(sign | 0x7fu);
+  if (abs >= max_bits) return uint8_t(sign | max_code);
+  if (abs < ((128 - bias) << 23)) {  // below the smallest normal: multiples of 2^(1 - bias - M), ties to even
     float a;
     std::memcpy(&a, &abs, 4);
-    return uint8_t(sign | uint8_t(std::nearbyint(a * 512.0f)));  // 8 (= 2^-6) is the smallest normal's code
+    return uint8_t(sign | uint8_t(std::nearbyint(a * float(1u << (bias - 1 + M)))));
   }
-  abs += 0x7ffffu + ((abs >> 20) & 1u);  // round to nearest even at mantissa bit 20
-  const uint32_t code = (abs >> 20) - (120u << 3);  // rebias the exponent: 127 -> 7
-  return uint8_t(sign | uint8_t(code));  // at most 0x7e: magnitudes from 448 up saturated above
+  abs += ((1u << (shift - 1)) - 1) + ((abs >> shift) & 1u);  // round to nearest even at bit `shift`
+  return uint8_t(sign | uint8_t((abs >> shift) - ((127 - bias) << M)));  // rebias the exponent
 }
+
+}  // namespace
+
+uint8_t f32_to_e4m3(float f) noexcept { return f32_to_fp8<4, 3>(f, 0x43e00000u, 0x7e); }  // 448
+
+uint8_t f32_to_e5m2(float f) noexcept { return f32_to_fp8<5, 2>(f, 0x47600000u, 0x7b); }  // 57344
 
 uint16_t f32_to_f16(float f) noexcept {
   uint32_t bits;
@@ -150,6 +162,10 @@ bool parse_kv_cache_dtype(std::string_view name, dtype& out) noexcept {
     out = dtype::f16;
   } else if (name == "fp32" || name == "float32") {
     out = dtype::f32;
+  } else if (name == "fp8" || name == "fp8_e4m3") {
+    out = dtype::f8_e4m3;
+  } else if (name == "fp8_e5m2") {
+    out = dtype::f8_e5m2;
   } else {
     return false;
   }

@@ -48,7 +48,8 @@ inline uint16_t f32_to_bf16(float f) noexcept {
 }
 
 // --kv-cache-dtype (vLLM's flag): "auto" (bf16 on the CPU), "bf16"/"bfloat16", "fp16"/"float16",
-// "fp32"/"float32". False for any other name.
+// "fp32"/"float32", "fp8"/"fp8_e4m3" (E4M3), "fp8_e5m2". False for any other name. fp8 caches hold
+// the values unscaled (vLLM's default k/v scale of 1.0), saturated at the format's largest value.
 bool parse_kv_cache_dtype(std::string_view name, dtype& out) noexcept;
 
 // --dtype (vLLM's flag), the precision of the activations multiplied with the weights:
@@ -64,6 +65,8 @@ float e5m2_to_f32(uint8_t c) noexcept;
 // fp32 to E4M3, round to nearest even, saturating: magnitudes beyond 448 (infinities included)
 // give +-448, as vLLM's and torch's fp8 quantizers clamp before the cast; NaN stays NaN.
 uint8_t f32_to_e4m3(float f) noexcept;
+// fp32 to E5M2, round to nearest even, saturating at +-57344 (infinities included); NaN stays NaN.
+uint8_t f32_to_e5m2(float f) noexcept;
 uint16_t f32_to_f16(float f) noexcept;  // round to nearest even, overflow to inf
 
 // Converts n elements of type t at src (unaligned allowed) to fp32; quantized types are

@@ -223,7 +223,7 @@ TEST_CASE("attention kernel equals scalar causal attention on every instruction 
   for (const std::string& isa : cpu_isa_available()) {
     REQUIRE(cpu_isa_force(isa));
     INFO("isa " << isa);
-    for (dtype kv : {dtype::f32, dtype::bf16, dtype::f16}) {
+    for (dtype kv : {dtype::f32, dtype::bf16, dtype::f16, dtype::f8_e4m3, dtype::f8_e5m2}) {
       check_attention({64, 4, 2, 16, 1, 1, kv}, false);     // first token
       check_attention({64, 4, 2, 16, 77, 1, kv}, false);    // decode
       check_attention({64, 4, 2, 16, 77, 1, kv}, true);     // decode, context split

@@ -10,6 +10,7 @@ bf16(e4m3 value * scale), computed in numpy: the logits must be bit-identical, s
 loader must dequantize to exactly those weights.
 """
 import json
+import re
 import struct
 import subprocess
 
@@ -219,3 +220,29 @@ def test_malformed_fp8_checkpoints_are_refused_naming_the_tensor(coserve_bin, de
         (ckpt / "config.json").write_text(json.dumps({**cfg, "quantization_config": q}))
         err = refused(coserve_bin, ckpt)
         assert needle in err and "config.json" in err, err
+
+
+def kv_blocks(server):
+    for line in server.log:
+        m = re.search(r"KV cache (\d+) blocks", line)
+        if m:
+            return int(m.group(1))
+    raise AssertionError("no KV cache line in the startup log:\n" + "".join(server.log))
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e5m2"])
+def test_fp8_kv_cache_holds_twice_the_blocks_and_serves(kv):
+    # The same KV memory (--cpu-kv-cache-gib) holds twice the blocks at one byte per value; greedy
+    # completions run through the official client on both.
+    runs = {}
+    for dtype in ("bf16", kv):
+        s = Server("--kv-cache-dtype", dtype, "--cpu-kv-cache-gib", "0.01")
+        try:
+            c = s.client()
+            r = c.completions.create(model=s.model, prompt="The quick brown fox", max_tokens=8, temperature=0)
+            assert r.usage.completion_tokens == 8
+            runs[dtype] = (kv_blocks(s), r.choices[0].text)
+        finally:
+            assert s.stop() == 0
+    assert runs[kv][0] == 2 * runs["bf16"][0]
+    assert any(f"kv F8_E{'4M3' if kv == 'fp8' else '5M2'}" in line for line in s.log)
