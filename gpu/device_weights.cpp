@@ -52,6 +52,8 @@ bool host_to_bf16(const tensor_spec& t, std::vector<uint16_t>& out) {
       row.resize(size_t(m->cols));
       for (int64_t r = 0; r < m->rows; ++r) {
         convert_to_f32(m->type, m->row(src(r)), row.data(), row.size());
+        if (m->row_scale != nullptr)  // fp8 codes kept by the CPU loader: their values
+          for (float& v : row) v *= m->row_scale[src(r)];
         for (size_t k = 0; k < row.size(); ++k) out[at + size_t(r) * row.size() + k] = f32_to_bf16(row[k]);
       }
     }

@@ -187,6 +187,7 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
     weight_ref sub = *pc.part->w;
     sub.data = sub.row(pc.row0);
     sub.rows = pc.n;
+    if (sub.row_scale != nullptr) sub.row_scale += pc.row0;
     sub.packed = sub.packed && pc.row0 % k_q4_0_tile_rows == 0
                      ? static_cast<const unsigned char*>(sub.packed) +
                            size_t(pc.row0 / k_q4_0_tile_rows) * q4_0_tile_bytes(sub.cols)

@@ -51,6 +51,19 @@ struct e4m3_t {
 struct e5m2_t {
   uint8_t bits;
 };
+// E4M3 weights, read as value * 2^-8 (matmul_nt multiplies the 256 back in with the row scale):
+// the sign-extended byte shifted left by 7, bit 14 cleared, is that f16.
+struct e4m3_lo_t {
+  uint8_t bits;
+};
+HWY_INLINE VF load_f32(DF df, const e4m3_lo_t* p) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::Rebind<int16_t, DF> d16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const auto c = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+  const auto h = hn::And(hn::ShiftLeft<7>(c), hn::Set(d16, int16_t(-16512)));  // 0xbf80
+  return hn::PromoteTo(df, hn::BitCast(dh, h));
+}
 HWY_INLINE VF load_f32(DF df, const e4m3_t* p) {
   const hn::Rebind<uint8_t, DF> d8;
   const hn::Rebind<uint16_t, DF> d16;
@@ -86,6 +99,7 @@ HWY_INLINE float scalar_f32(const hwy::float16_t* p) {
 }
 HWY_INLINE float scalar_f32(const e4m3_t* p) { return e4m3_to_f32(p->bits); }
 HWY_INLINE float scalar_f32(const e5m2_t* p) { return e5m2_to_f32(p->bits); }
+HWY_INLINE float scalar_f32(const e4m3_lo_t* p) { return e4m3_to_f32(p->bits) * (1.0f / 256.0f); }
 
 // Registers allow 4 x 4 accumulators where there are 32 vector registers (AVX-512, NEON);
 // 4 x 2 with 16 (AVX2, SSE4).
@@ -264,11 +278,18 @@ HWY_INLINE void bcast_tile(const float* HWY_RESTRICT x, size_t ldx, const float*
 template <typename WT>
 HWY_INLINE void pack_panel(const WT* HWY_RESTRICT w, size_t K, size_t ncols, size_t k0, size_t kc,
                            float* HWY_RESTRICT bp) {
-  const size_t NRL = k_bc_nv * hn::Lanes(DF());
+  const DF df;
+  const size_t L = hn::Lanes(df), NRL = k_bc_nv * L;
+  HWY_ALIGN float row[256 + HWY_MAX_BYTES / sizeof(float)];  // kc <= 256 (matmul_bcast's KC)
   for (size_t c = 0; c < NRL; ++c) {
     if (c < ncols) {
+      // Widened a vector at a time (the fp8 and f16 conversions cost more than a store), then
+      // transposed into the panel.
       const WT* src = w + c * K + k0;
-      for (size_t k = 0; k < kc; ++k) bp[k * NRL + c] = scalar_f32(src + k);
+      size_t k = 0;
+      for (; k + L <= kc; k += L) hn::Store(load_f32(df, src + k), df, row + k);
+      for (; k < kc; ++k) row[k] = scalar_f32(src + k);
+      for (k = 0; k < kc; ++k) bp[k * NRL + c] = row[k];
     } else {
       for (size_t k = 0; k < kc; ++k) bp[k * NRL + c] = 0.0f;
     }
@@ -429,9 +450,14 @@ void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w,
     case dtype::q5_k:
     case dtype::q6_k:
       break;  // matmul_nt sends quantized weights to matmul_quant
-    case dtype::f8_e4m3:
+    case dtype::f8_e4m3:  // value * 2^-8, unscaled: matmul_nt applies 256 * row_scale
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const e4m3_lo_t*>(w->data), size_t(n), K, y, size_t(ldy),
+                   accumulate);
+      break;
     case dtype::f8_e5m2:
-      break;  // dequantized at load (model/fp8.hpp): no weight_ref holds them
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const e5m2_t*>(w->data), size_t(n), K, y, size_t(ldy),
+                   accumulate);
+      break;
   }
 }
 
@@ -859,6 +885,26 @@ void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int6
   if (M <= 0 || n <= 0) return;
   if (dtype_is_quantized(w.type)) {
     matmul_quant(x, ldx, M, w, n, y, ldy, accumulate);
+    return;
+  }
+  if (dtype_is_fp8(w.type) && w.row_scale != nullptr) {
+    // The kernel's sums over the codes, then times each output column's scale; accumulating
+    // calls sum into a scratch first.
+    thread_local std::vector<float> part;
+    float* out = y;
+    int64_t ldo = ldy;
+    if (accumulate) {
+      part.resize(size_t(M * n));
+      out = part.data();
+      ldo = n;
+    }
+    HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(x, ldx, M, &w, n, out, ldo, false, false);
+    const float unit = w.type == dtype::f8_e4m3 ? 256.0f : 1.0f;  // the E4M3 kernel's 2^-8
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < n; ++j) {
+        const float v = out[m * ldo + j] * (w.row_scale[j] * unit);
+        y[m * ldy + j] = accumulate ? y[m * ldy + j] + v : v;
+      }
     return;
   }
   act_bf16 = act_bf16 && w.type == dtype::bf16;

@@ -28,6 +28,9 @@ struct weight_ref {
   // (quant.hpp, pack_q4_0_tiles), starting at this ref's row 0. Refs cut from others keep it only
   // where their first row starts a tile (cpu_forward::matmul); everything else reads `data`.
   const void* packed = nullptr;
+  // fp8 (F8_E4M3 / F8_E5M2) only: row r holds the codes of values code * row_scale[r] (per-tensor
+  // and per-channel scales of fp8 checkpoints), starting at this ref's row 0.
+  const float* row_scale = nullptr;
 
   size_t row_bytes() const noexcept { return dtype_bytes(type, cols); }
   size_t bytes() const noexcept { return size_t(rows) * row_bytes(); }
@@ -38,6 +41,7 @@ struct weight_ref {
 // for m in [0, M), j in [0, n): the product with the first n rows of `w` (w.cols = K).
 // Register tiles of up to 4 rows x 4 weight rows read each weight once per 4 rows of x; the rows
 // of x are walked in blocks that stay in cache while a weight tile is reused.
+// fp8 weights: the products with the codes, scaled by w.row_scale per output column.
 // act_bf16 (bf16 weights only; ignored for others): x is rounded to bf16 (nearest even) first, so
 // every product is bf16 x bf16, summed in fp32 — what the AVX512-BF16 kernel (VDPBF16PS, used
 // where the CPU has it) computes; without it the same rounding runs through the widening kernel.

@@ -88,15 +88,6 @@ float f16_to_f32(uint16_t h) noexcept {
   return f;
 }
 
-float e4m3_to_f32(uint8_t c) noexcept {
-  const uint32_t exp = (c >> 3) & 0xfu, mant = c & 7u;
-  float v;
-  if (exp == 15 && mant == 7) v = std::numeric_limits<float>::quiet_NaN();
-  else if (exp == 0) v = std::ldexp(float(mant), -9);  // subnormal: mant * 2^-9
-  else v = std::ldexp(float(8 + mant), int(exp) - 10);  // (1 + mant/8) * 2^(exp - 7)
-  return (c & 0x80u) ? -v : v;
-}
-
 float e5m2_to_f32(uint8_t c) noexcept { return f16_to_f32(uint16_t(uint16_t(c) << 8)); }
 
 namespace {

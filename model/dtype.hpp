@@ -60,7 +60,19 @@ bool parse_compute_dtype(std::string_view name, bool& bf16_activations) noexcept
 
 float f16_to_f32(uint16_t h) noexcept;
 // E4M3 ("fn": no infinities, 0x7f / 0xff NaN, largest finite 448) and E5M2 bytes to fp32, exactly.
-float e4m3_to_f32(uint8_t c) noexcept;
+inline float e4m3_to_f32(uint8_t c) noexcept {
+  const uint32_t exp = (c >> 3) & 0xfu, mant = c & 7u;
+  float v;
+  if (exp == 0) {
+    v = float(mant) * (1.0f / 512.0f);  // subnormal: mant * 2^-9
+  } else if (exp == 15 && mant == 7) {
+    v = __builtin_nanf("");
+  } else {
+    const uint32_t bits = ((exp + 120u) << 23) | (mant << 20);  // rebias 7 -> 127
+    std::memcpy(&v, &bits, 4);
+  }
+  return (c & 0x80u) ? -v : v;
+}
 float e5m2_to_f32(uint8_t c) noexcept;
 // fp32 to E4M3, round to nearest even, saturating: magnitudes beyond 448 (infinities included)
 // give +-448, as vLLM's and torch's fp8 quantizers clamp before the cast; NaN stays NaN.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <thread>
 
@@ -12,8 +13,16 @@ const tensor_view* find_fp8_scale(const safetensors_set& files, const std::strin
   return files.find(weight_name + "_scale");
 }
 
-result<std::vector<uint16_t>> dequantize_fp8(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
-                                             int32_t block_cols) {
+namespace {
+
+// The scale tensor read and checked: element (r, c) of `w` has scale s[(r / br) * scale_cols + c / bc].
+struct scale_layout {
+  std::vector<float> s;
+  int64_t br = 1, bc = 1, scale_cols = 1;
+};
+
+result<scale_layout> read_scale(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
+                                int32_t block_cols) {
   auto fail = [&](const std::string& why) {
     return make_error("invalid_model", w.file + ": fp8 tensor '" + w.name + "' " + shape_string(w.shape) +
                                            " with scale '" + scale.name + "' " + shape_string(scale.shape) + ": " + why);
@@ -23,30 +32,50 @@ result<std::vector<uint16_t>> dequantize_fp8(const tensor_view& w, const tensor_
   if (scale.type != dtype::f32 && scale.type != dtype::bf16 && scale.type != dtype::f16)
     return fail("the scale is " + std::string(dtype_name(scale.type)) + ", not F32, BF16 or F16");
   const int64_t rows = w.shape[0], cols = w.shape[1];
-  std::vector<float> s(size_t(scale.numel()));
-  convert_to_f32(scale.type, scale.data, s.data(), s.size());
-
-  // The scale of element (r, c) is s[(r / br) * scale_cols + c / bc].
-  int64_t br = rows, bc = cols, scale_cols = 1;
+  scale_layout l;
+  l.s.resize(size_t(scale.numel()));
+  convert_to_f32(scale.type, scale.data, l.s.data(), l.s.size());
+  l.br = rows;
+  l.bc = cols;
   const bool two_d = scale.shape.size() == 2;
   if (scale.numel() == 1) {
     // per tensor
   } else if ((scale.shape.size() == 1 || (two_d && scale.shape[1] == 1)) && scale.shape[0] == rows) {
-    br = 1;  // per output channel
+    l.br = 1;  // per output channel
   } else if (two_d) {
-    br = block_rows > 0 ? block_rows : 128;
-    bc = block_cols > 0 ? block_cols : 128;
-    if (scale.shape[0] != (rows + br - 1) / br || scale.shape[1] != (cols + bc - 1) / bc)
-      return fail("a block scale must be [ceil(rows / " + std::to_string(br) + "), ceil(cols / " +
-                  std::to_string(bc) + ")]");
-    scale_cols = scale.shape[1];
+    l.br = block_rows > 0 ? block_rows : 128;
+    l.bc = block_cols > 0 ? block_cols : 128;
+    if (scale.shape[0] != (rows + l.br - 1) / l.br || scale.shape[1] != (cols + l.bc - 1) / l.bc)
+      return fail("a block scale must be [ceil(rows / " + std::to_string(l.br) + "), ceil(cols / " +
+                  std::to_string(l.bc) + ")]");
+    l.scale_cols = scale.shape[1];
   } else {
     return fail("the scale is neither one value, one per row, nor one per block");
   }
-  for (float v : s)
-    if (!(v == v) || v == std::numeric_limits<float>::infinity() || v == -std::numeric_limits<float>::infinity())
-      return fail("the scale holds a NaN or an infinity");
+  for (float v : l.s)
+    if (!std::isfinite(v)) return fail("the scale holds a NaN or an infinity");
+  return l;
+}
 
+}  // namespace
+
+result<std::vector<float>> fp8_row_scales(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
+                                          int32_t block_cols) {
+  auto l = read_scale(w, scale, block_rows, block_cols);
+  if (!l) return l.err();
+  if (l->scale_cols != 1) return std::vector<float>{};  // scales per block of columns
+  std::vector<float> out(size_t(w.shape[0]));
+  for (int64_t r = 0; r < w.shape[0]; ++r) out[size_t(r)] = l->s[size_t(r / l->br)];
+  return out;
+}
+
+result<std::vector<uint16_t>> dequantize_fp8(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
+                                             int32_t block_cols) {
+  auto l = read_scale(w, scale, block_rows, block_cols);
+  if (!l) return l.err();
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  const std::vector<float>& s = l->s;
+  const int64_t br = l->br, bc = l->bc, scale_cols = l->scale_cols;
   std::array<float, 256> lut;
   for (int c = 0; c < 256; ++c)
     lut[size_t(c)] = w.type == dtype::f8_e4m3 ? e4m3_to_f32(uint8_t(c)) : e5m2_to_f32(uint8_t(c));

@@ -48,6 +48,7 @@ weight_ref rows_of(const weight_ref& w, int64_t first, int64_t n) {
   s.data = w.row(first);
   s.rows = n;
   s.packed = nullptr;
+  if (s.row_scale != nullptr) s.row_scale += first;
   return s;
 }
 

@@ -15,9 +15,11 @@ class loader {
   loader(const safetensors_set& set, size_t total, const load_progress& progress, model_weights& w)
       : set_(set), total_(total), progress_(progress), w_(w) {}
 
-  // Tensor `name` (checked against `shape`) as a view into the mapped file; an fp8 matrix is
-  // dequantized to bf16 with its scale (model/fp8.hpp), held in w.owned.
-  result<void> map(const std::string& name, const std::vector<int64_t>& shape, weight_ref& out) {
+  // Tensor `name` (checked against `shape`) as a view into the mapped file. An fp8 matrix with one
+  // scale per tensor or row stays a view of its codes when `keep_fp8` (row_scale beside it, in
+  // w.owned); otherwise it is dequantized to bf16 with its scale (model/fp8.hpp), held in w.owned.
+  result<void> map(const std::string& name, const std::vector<int64_t>& shape, weight_ref& out,
+                   bool keep_fp8 = false) {
     auto t = set_.get(name, shape);
     if (!t) return t.err();
     const tensor_view& v = **t;
@@ -31,6 +33,18 @@ class loader {
         return make_error("invalid_model", v.file + ": fp8 tensor '" + name + "' has no '" + name + "_scale' or '" +
                                                name + "_scale_inv' beside it");
       const quantization_config& q = w_.config.quantization;
+      auto rs = fp8_row_scales(v, *scale, q.block_rows, q.block_cols);
+      if (!rs) return rs.err();
+      if (keep_fp8 && !rs->empty()) {
+        auto buf = std::make_shared<std::vector<unsigned char>>(rs->size() * sizeof(float));
+        std::memcpy(buf->data(), rs->data(), buf->size());
+        out.row_scale = reinterpret_cast<const float*>(buf->data());
+        w_.owned.push_back(std::move(buf));
+        ++w_.fp8_kept;
+        w_.fp8_bytes += v.nbytes;
+        tick(v.nbytes);
+        return {};
+      }
       auto bf = dequantize_fp8(v, *scale, q.block_rows, q.block_cols);
       if (!bf) return bf.err();
       auto buf = std::make_shared<std::vector<unsigned char>>(bf->size() * 2);
@@ -39,7 +53,7 @@ class loader {
       out.data = buf->data();
       w_.owned.push_back(std::move(buf));
       set_.release_pages(v.data, v.nbytes);
-      ++w_.fp8_matrices;
+      ++w_.fp8_dequantized;
       w_.fp8_bytes += v.nbytes;
     }
     tick(v.nbytes);
@@ -102,17 +116,23 @@ size_t pack_for_cpu(model_weights& w) {
 }
 
 std::string describe_fp8(const model_weights& w) {
-  if (w.fp8_matrices == 0) return {};
+  if (w.fp8_kept + w.fp8_dequantized == 0) return {};
   const std::string& m = w.config.quantization.method;
-  return "fp8 checkpoint (" + (m.empty() ? std::string("no quantization_config") : m) + "): " +
-         std::to_string(w.fp8_matrices) + " matrices dequantized to bf16 at load (" +
-         std::to_string(w.fp8_bytes >> 20) + " MiB of fp8 -> " + std::to_string((w.fp8_bytes * 2) >> 20) +
-         " MiB)" + (w.config.quantization.static_activations ? "; its input_scale tensors are not used" : "");
+  std::string out = "fp8 checkpoint (" + (m.empty() ? std::string("no quantization_config") : m) + ", " +
+                    std::to_string(w.fp8_bytes >> 20) + " MiB of fp8): ";
+  if (w.fp8_kept > 0) out += std::to_string(w.fp8_kept) + " matrices kept in fp8 with per-row scales";
+  if (w.fp8_kept > 0 && w.fp8_dequantized > 0) out += ", ";
+  if (w.fp8_dequantized > 0) out += std::to_string(w.fp8_dequantized) + " matrices dequantized to bf16 at load";
+  if (w.config.quantization.static_activations) out += "; its input_scale tensors are not used";
+  return out;
 }
 
 std::vector<float> to_f32(const weight_ref& w) {
   std::vector<float> out(size_t(w.rows) * size_t(w.cols));
   if (!out.empty()) convert_to_f32(w.type, w.data, out.data(), out.size());
+  if (w.row_scale != nullptr)
+    for (int64_t r = 0; r < w.rows; ++r)
+      for (int64_t c = 0; c < w.cols; ++c) out[size_t(r * w.cols + c)] *= w.row_scale[r];
   return out;
 }
 
@@ -144,14 +164,14 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
     const std::string p = "model.layers." + std::to_string(i) + ".";
     layer_weights& L = w.layers[size_t(i)];
     for (auto r : {ld.append(p + "input_layernorm.weight", {h}, L.input_norm),
-                   ld.map(p + "self_attn.q_proj.weight", {nh * d, h}, L.q),
-                   ld.map(p + "self_attn.k_proj.weight", {nkv * d, h}, L.k),
-                   ld.map(p + "self_attn.v_proj.weight", {nkv * d, h}, L.v),
-                   ld.map(p + "self_attn.o_proj.weight", {h, nh * d}, L.o),
+                   ld.map(p + "self_attn.q_proj.weight", {nh * d, h}, L.q, true),
+                   ld.map(p + "self_attn.k_proj.weight", {nkv * d, h}, L.k, true),
+                   ld.map(p + "self_attn.v_proj.weight", {nkv * d, h}, L.v, true),
+                   ld.map(p + "self_attn.o_proj.weight", {h, nh * d}, L.o, true),
                    ld.append(p + "post_attention_layernorm.weight", {h}, L.post_norm),
-                   ld.map(p + "mlp.gate_proj.weight", {inter, h}, L.gate),
-                   ld.map(p + "mlp.up_proj.weight", {inter, h}, L.up),
-                   ld.map(p + "mlp.down_proj.weight", {h, inter}, L.down)})
+                   ld.map(p + "mlp.gate_proj.weight", {inter, h}, L.gate, true),
+                   ld.map(p + "mlp.up_proj.weight", {inter, h}, L.up, true),
+                   ld.map(p + "mlp.down_proj.weight", {h, inter}, L.down, true)})
       if (!r) return r.err();
     if (c.qkv_bias) {
       for (auto r : {ld.append(p + "self_attn.q_proj.bias", {nh * d}, L.qkv_bias),

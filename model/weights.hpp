@@ -1,8 +1,8 @@
 // A model folder's weights for the CPU executor, in the file's own precision (F32, F16 or BF16):
 // every matrix is a weight_ref into the mapped safetensors files, which model_weights keeps open,
 // so loading copies nothing and the resident size is the pages the forward pass touches. Only the
-// small vectors (norms, biases) are converted to fp32 arrays, and the matrices of fp8 checkpoints
-// are dequantized to bf16 copies (model/fp8.hpp).
+// small vectors (norms, biases) are converted to fp32 arrays, and the fp8 matrices of fp8
+// checkpoints with block scales are dequantized to bf16 copies (model/fp8.hpp).
 // Matrices keep the Hugging Face layout [out_features, in_features], row-major.
 #pragma once
 
@@ -57,9 +57,11 @@ struct model_weights {
   // Matrices a tensor-parallel shard holds as copies (column slices of o and down): weight_refs
   // point into these.
   std::vector<std::shared_ptr<const std::vector<unsigned char>>> owned;
-  // fp8 checkpoints: the matrices dequantized to bf16 at load (kept in `owned`) and their bytes
-  // in the files.
-  size_t fp8_matrices = 0;
+  // fp8 checkpoints: the layer matrices kept as fp8 codes (weight_ref::row_scale), those
+  // dequantized to bf16 at load (block scales, the embedding / LM head; kept in `owned`), and the
+  // bytes of both in the files.
+  size_t fp8_kept = 0;
+  size_t fp8_dequantized = 0;
   size_t fp8_bytes = 0;
 
   // Bytes of every matrix (what a forward pass over all layers reads once, the LM head included).
@@ -79,8 +81,8 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
 // Returns the bytes repacked.
 size_t pack_for_cpu(model_weights& w);
 
-// For startup logs: "fp8 checkpoint (compressed-tensors): 7 matrices dequantized to bf16 at load
-// (12 MiB of fp8 -> 24 MiB)", empty when the model has no fp8 matrices.
+// For startup logs: "fp8 checkpoint (compressed-tensors, 12 MiB of fp8): 7 matrices kept in fp8
+// with per-row scales", empty when the model has no fp8 matrices.
 std::string describe_fp8(const model_weights& w);
 
 // A copy of the matrix in fp32 (tests and the CUDA upload use it).

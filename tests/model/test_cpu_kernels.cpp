@@ -29,10 +29,11 @@ std::vector<float> random_floats(size_t n, uint64_t seed, float scale = 1.0f) {
 }
 
 // Weights of `t` in a byte buffer at byte offset `skew` (1: unaligned for every element type),
-// and the fp32 values they hold exactly.
+// and the fp32 values they hold exactly (fp8: the codes' values times a per-row scale).
 struct weights_of {
   std::vector<unsigned char> bytes;
   std::vector<float> exact;
+  std::vector<float> scales;  // fp8: per row
   weight_ref ref;
 };
 
@@ -47,6 +48,9 @@ weights_of make_weights(dtype t, int64_t rows, int64_t cols, uint64_t seed, size
     if (t == dtype::f32) {
       std::memcpy(p + 4 * i, &src[i], 4);
       w.exact[i] = src[i];
+    } else if (dtype_is_fp8(t)) {  // codes of values up to 8, and a scale per row
+      p[i] = t == dtype::f8_e4m3 ? f32_to_e4m3(8.0f * src[i]) : f32_to_e5m2(8.0f * src[i]);
+      w.exact[i] = t == dtype::f8_e4m3 ? e4m3_to_f32(p[i]) : e5m2_to_f32(p[i]);
     } else {
       const uint16_t h = t == dtype::bf16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
       std::memcpy(p + 2 * i, &h, 2);
@@ -54,6 +58,14 @@ weights_of make_weights(dtype t, int64_t rows, int64_t cols, uint64_t seed, size
     }
   }
   w.ref = weight_ref{t, p, rows, cols};
+  if (dtype_is_fp8(t)) {
+    w.scales.resize(size_t(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      w.scales[size_t(r)] = 0.01f * float(1 + r % 13);
+      for (int64_t c = 0; c < cols; ++c) w.exact[size_t(r * cols + c)] *= w.scales[size_t(r)];
+    }
+    w.ref.row_scale = w.scales.data();
+  }
   return w;
 }
 
@@ -99,7 +111,7 @@ TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[
     REQUIRE(cpu_isa_force(isa));
     INFO("isa " << isa);
     CHECK(cpu_isa() == isa);
-    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16})
+    for (dtype t : {dtype::f32, dtype::bf16, dtype::f16, dtype::f8_e4m3, dtype::f8_e5m2})
       for (bool act : {false, true}) {
         for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 32, 64}) check_matmul(M, 37, 83, t, 0, false, act);
         check_matmul(3, 1, 1, t, 1, false, act);

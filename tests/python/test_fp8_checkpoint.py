@@ -5,9 +5,10 @@ The checkpoints are quantized here with ml_dtypes' float8_e4m3fn (the float8 typ
 the way their producers quantize: scale = max|W| / 448 over the tensor (vLLM / AutoFP8 "fp8", static
 activation scales), over each output channel (llm-compressor's compressed-tensors FP8_DYNAMIC,
 bf16 scales [rows, 1]) or over each block (Hugging Face fine-grained FP8 / DeepSeek-V3,
-`weight_scale_inv` per weight_block_size block). Each is compared with a bf16 folder holding
-bf16(e4m3 value * scale), computed in numpy: the logits must be bit-identical, since coserve's
-loader must dequantize to exactly those weights.
+`weight_scale_inv` per weight_block_size block). Per-tensor and per-channel checkpoints run on
+their codes: compared with an fp32 folder of e4m3 value * scale (numpy), logits equal to fp32
+rounding. Block-scaled ones are dequantized to bf16 at load: compared with a bf16 folder of
+bf16(e4m3 value * scale), logits bit-identical.
 """
 import json
 import re
@@ -71,7 +72,7 @@ def quantize(w, layout, block=(32, 64)):
                 scale[i, j] = np.abs(w[i * br:(i + 1) * br, j * bc:(j + 1) * bc]).max() / 448
         s_full = np.repeat(np.repeat(scale, br, 0), bc, 1)[:rows, :cols]
     q = np.clip(w / s_full, -448, 448).astype(E4M3)
-    deq = (q.astype(np.float32) * s_full).astype(np.float32).astype(BF16)
+    deq = (q.astype(np.float32) * s_full).astype(np.float32)
     return q, scale, deq
 
 
@@ -89,10 +90,11 @@ QUANT_CONFIG = {
 
 
 def make_pair(src, out, layout):
-    """out/fp8-LAYOUT (the checkpoint) and out/deq-LAYOUT (bf16 of its dequantized weights)."""
+    """out/fp8-LAYOUT (the checkpoint), out/deq-LAYOUT (bf16 of its dequantized weights) and
+    out/deq32-LAYOUT (the dequantized weights in fp32)."""
     cfg = json.loads((src / "config.json").read_text())
     t = read_safetensors(src / "model.safetensors")
-    fp8, deq = dict(t), dict(t)
+    fp8, deq, deq32 = dict(t), dict(t), {k: v.astype(np.float32) for k, v in t.items()}
     for name in list(t):
         if not any(name.endswith(m + ".weight") for m in MATRICES):
             continue
@@ -101,9 +103,10 @@ def make_pair(src, out, layout):
         fp8[name + ("_scale_inv" if layout == "block" else "_scale")] = scale
         if layout == "tensor":
             fp8[name.replace(".weight", ".input_scale")] = np.array(0.02, np.float32)
-        deq[name] = d
+        deq[name] = d.astype(BF16)
+        deq32[name] = d
     folders = {}
-    for kind, tensors in (("fp8", fp8), ("deq", deq)):
+    for kind, tensors in (("fp8", fp8), ("deq", deq), ("deq32", deq32)):
         d = out / f"{kind}-{layout}"
         d.mkdir()
         for f in src.iterdir():
@@ -140,20 +143,42 @@ def generate(binary, model, extra=()):
     return json.loads(p.stdout), p.stderr
 
 
-@pytest.mark.parametrize("layout", ["tensor", "channel", "block"])
-def test_fp8_checkpoint_loads_as_its_dequantized_weights(coserve_bin, demo, layout):
+@pytest.mark.parametrize("layout", ["tensor", "channel"])
+def test_fp8_checkpoint_per_tensor_or_channel_runs_on_its_codes(coserve_bin, demo, layout):
+    # Kept as fp8 codes with a scale per row: the kernels' sums over the codes times the scale
+    # must match the fp32 products with the dequantized weights, to fp32 rounding.
     d, src = demo
     folders = make_pair(src, d, layout)
-    a, log = generate(coserve_bin, folders["fp8"])
-    b, _ = generate(coserve_bin, folders["deq"])
+    exact = ("--dtype", "float32", "--kv-cache-dtype", "fp32")
+    a, log = generate(coserve_bin, folders["fp8"], exact)
+    b, _ = generate(coserve_bin, folders["deq32"], exact)
     method = QUANT_CONFIG[layout]["quant_method"]
-    assert f"fp8 checkpoint ({method}): 14 matrices dequantized to bf16 at load" in log, log
+    assert f"fp8 checkpoint ({method}, " in log and "14 matrices kept in fp8 with per-row scales" in log, log
+    assert "dequantized" not in log
     assert ("input_scale tensors are not used" in log) == (layout == "tensor")
     assert a["output_ids"] == b["output_ids"]
-    np.testing.assert_array_equal(np.array(a["logits"][0]), np.array(b["logits"][0]))
-    # And the weights are really the fp8 ones: the original bf16 model's logits differ.
-    c, _ = generate(coserve_bin, src)
+    np.testing.assert_allclose(np.array(a["logits"][0]), np.array(b["logits"][0]), rtol=1e-4, atol=1e-4)
+    # And the weights are really the fp8 ones: the original model's logits differ.
+    c, _ = generate(coserve_bin, src, exact)
     assert np.abs(np.array(c["logits"][0]) - np.array(a["logits"][0])).max() > 1e-3
+    # The default (bf16 activations for bf16 weights; fp8 ones take fp32 activations) runs too.
+    e, _ = generate(coserve_bin, folders["fp8"])
+    assert len(e["output_ids"]) == 12
+    # Tensor parallelism cuts the codes and their per-row scales together (q/k/v and gate/up by
+    # rows, o and down by columns).
+    tp, _ = generate(coserve_bin, folders["fp8"], exact + ("--tensor-parallel-size", "2"))
+    assert tp["output_ids"] == a["output_ids"]
+    np.testing.assert_allclose(np.array(tp["logits"][0]), np.array(a["logits"][0]), rtol=1e-4, atol=1e-4)
+
+
+def test_fp8_checkpoint_with_block_scales_loads_as_its_dequantized_weights(coserve_bin, demo):
+    d, src = demo
+    folders = make_pair(src, d, "block")
+    a, log = generate(coserve_bin, folders["fp8"])
+    b, _ = generate(coserve_bin, folders["deq"])
+    assert "fp8 checkpoint (fp8, " in log and "14 matrices dequantized to bf16 at load" in log, log
+    assert a["output_ids"] == b["output_ids"]
+    np.testing.assert_array_equal(np.array(a["logits"][0]), np.array(b["logits"][0]))
 
 
 def test_fp8_checkpoint_serves_the_openai_api(coserve_bin, demo, tmp_path):
@@ -171,7 +196,7 @@ def test_fp8_checkpoint_serves_the_openai_api(coserve_bin, demo, tmp_path):
         assert "".join(ch.choices[0].text for ch in stream if ch.choices) == r.choices[0].text
     finally:
         assert s.stop() == 0
-    assert any("fp8 checkpoint (compressed-tensors)" in line for line in s.log)
+    assert any("fp8 checkpoint (compressed-tensors, " in line for line in s.log)
 
 
 def refused(binary, model):
