@@ -150,9 +150,17 @@ result<device_weights> upload_weights(const model_weights& w, cudaStream_t strea
                                                 std::to_string(t.n) + " elements the config implies");
     auto b = device_buffer::allocate(size_t(t.n) * 2);
     if (!b) return std::move(b).err();
-    // Synchronous copy from pageable memory: the staging vector is reused for the next tensor.
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(b.value().get(), staging.data(), size_t(t.n) * 2, cudaMemcpyHostToDevice),
-                                "upload weights"));
+    if (fp8 && t.fp8_scale != nullptr) {
+      // On the stream the quantization kernel runs on, so it reads the whole copy. A copy from
+      // pageable memory has taken the staging vector's bytes when it returns: it can be reused.
+      COSERVE_CUDA_TRY(cuda_check(
+          cudaMemcpyAsync(b.value().get(), staging.data(), size_t(t.n) * 2, cudaMemcpyHostToDevice, stream),
+          "upload weights"));
+    } else {
+      // Synchronous copy from pageable memory: the staging vector is reused for the next tensor.
+      COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(b.value().get(), staging.data(), size_t(t.n) * 2, cudaMemcpyHostToDevice),
+                                  "upload weights"));
+    }
     auto kept = store(t, std::move(b.value()), fp8, stream);
     if (!kept) return std::move(kept).err();
     d.bytes += kept.value();

@@ -887,9 +887,9 @@ void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int6
     matmul_quant(x, ldx, M, w, n, y, ldy, accumulate);
     return;
   }
-  if (dtype_is_fp8(w.type) && w.row_scale != nullptr) {
-    // The kernel's sums over the codes, then times each output column's scale; accumulating
-    // calls sum into a scratch first.
+  if (dtype_is_fp8(w.type)) {
+    // The kernel's sums over the codes, then times each output column's scale (1 without
+    // row_scale); accumulating calls sum into a scratch first.
     thread_local std::vector<float> part;
     float* out = y;
     int64_t ldo = ldy;
@@ -902,7 +902,7 @@ void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int6
     const float unit = w.type == dtype::f8_e4m3 ? 256.0f : 1.0f;  // the E4M3 kernel's 2^-8
     for (int64_t m = 0; m < M; ++m)
       for (int64_t j = 0; j < n; ++j) {
-        const float v = out[m * ldo + j] * (w.row_scale[j] * unit);
+        const float v = out[m * ldo + j] * ((w.row_scale ? w.row_scale[j] : 1.0f) * unit);
         y[m * ldy + j] = accumulate ? y[m * ldy + j] + v : v;
       }
     return;

@@ -41,7 +41,8 @@ struct weight_ref {
 // for m in [0, M), j in [0, n): the product with the first n rows of `w` (w.cols = K).
 // Register tiles of up to 4 rows x 4 weight rows read each weight once per 4 rows of x; the rows
 // of x are walked in blocks that stay in cache while a weight tile is reused.
-// fp8 weights: the products with the codes, scaled by w.row_scale per output column.
+// fp8 weights: the products with the codes' values, scaled by w.row_scale per output column
+// (unscaled without it).
 // act_bf16 (bf16 weights only; ignored for others): x is rounded to bf16 (nearest even) first, so
 // every product is bf16 x bf16, summed in fp32 — what the AVX512-BF16 kernel (VDPBF16PS, used
 // where the CPU has it) computes; without it the same rounding runs through the widening kernel.
