@@ -594,8 +594,8 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
       return error{"invalid_argument", "load format '" + config.load_format + "' needs --device cuda"};
     if (!config.quantization.empty())
       return error{"invalid_argument", "--quantization " + config.quantization +
-                                           " needs --device cuda (the CPU executor runs fp8 checkpoints dequantized "
-                                           "to bf16 and GGUF files with its integer kernels)",
+                                           " needs --device cuda (the CPU executor reads fp8 checkpoints by "
+                                           "themselves, docs/fp8.md, and GGUF files with its integer kernels)",
                    "quantization"};
     cpu_executor_options opts;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, opts.kv_cache_dtype))

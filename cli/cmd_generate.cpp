@@ -47,6 +47,7 @@ const char* k_help =
     "                        runs) or one it runs, e.g. AVX2 to time that path on a newer CPU;\n"
     "                        a name it cannot run is an error that lists those it can\n"
     "  --device D            cpu (default) or cuda (builds with the CUDA executor)\n"
+    "  --quantization fp8    --device cuda: fp8 W8A8 layer matrices (serve --help explains)\n"
     "  --trace-file PATH     write the actors' Chrome trace (open in Perfetto) when done\n"
     "  --bench               throughput: B sequences of P random prompt tokens, one prefill step,\n"
     "                        then N decode steps, after one warm-up pass; prints JSON: prefill and\n"
@@ -171,7 +172,7 @@ int cmd_generate(int argc, char** argv) {
   std::vector<int32_t> prompt;
   bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
   int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128, tp = 1;
-  std::string device = "cpu", trace_file, kv_dtype = "auto", compute_dtype = "auto";
+  std::string device = "cpu", trace_file, kv_dtype = "auto", compute_dtype = "auto", quantization;
   sampling_params params;
   params.temperature = 0.0f;
   uint64_t seed = 0;
@@ -229,6 +230,13 @@ int cmd_generate(int argc, char** argv) {
         compute_dtype = v;
       }
       else if (a == "--device") device = v;
+      else if (a == "--quantization") {
+        if (std::string_view(v) != "fp8") {
+          std::fprintf(stderr, "generate: --quantization must be fp8\n");
+          return 2;
+        }
+        quantization = v;
+      }
       else if (a == "--cpu-isa") {
         if (!apply_cpu_isa("generate", v)) return 2;
       }
@@ -249,6 +257,11 @@ int cmd_generate(int argc, char** argv) {
       (logits_mode != "none" && logits_mode != "last" && logits_mode != "all") || batch <= 0 || prompt_len <= 0 ||
       tp <= 0) {
     std::fputs(k_help, stderr);
+    return 2;
+  }
+  if (bench && !quantization.empty()) {
+    std::fprintf(stderr, "generate: --bench runs the CPU executor; --quantization fp8 needs --device cuda "
+                         "(bench_gpu_executor --quantization fp8 times it)\n");
     return 2;
   }
   if (bench) {
@@ -281,6 +294,7 @@ int cmd_generate(int argc, char** argv) {
   cfg.tensor_parallel_size = tp;
   cfg.kv_cache_dtype = kv_dtype;
   cfg.dtype = compute_dtype;
+  cfg.quantization = quantization;
   cfg.max_num_seqs = 1;
   cfg.return_logits = logits_mode != "none";
   cfg.trace_file = trace_file;
