@@ -12,6 +12,7 @@
 #include "model/cpu_kernels.hpp"
 #include "model/dtype.hpp"
 #include "model/rng.hpp"
+#include "tests/skip.hpp"
 
 namespace coserve {
 namespace {
@@ -123,6 +124,82 @@ TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[
         // blocks and a partial one, a partial last row tile.
         check_matmul(40, 150, 600, t, 1, false, act);
     }
+  }
+}
+
+// matmul_nt_bf16 on activations rounded by round_to_bf16 (rows of K), as cpu_forward calls it.
+void check_matmul_rounded(int64_t M, int64_t N, int64_t K) {
+  INFO("matmul_nt_bf16 M " << M << " N " << N << " K " << K);
+  const auto w = make_weights(dtype::bf16, N, K, uint64_t(M * 17 + K), 0);
+  const auto x = random_floats(size_t(M * K), uint64_t(N));
+  std::vector<uint16_t> xb(x.size());
+  round_to_bf16(x.data(), K, M, K, xb.data());
+  std::vector<float> y(size_t(M * N));
+  std::vector<double> want(y.size());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0.0;
+      for (int64_t k = 0; k < K; ++k)
+        s += double(bf16_to_f32(f32_to_bf16(x[size_t(m * K + k)]))) * double(w.exact[size_t(j * K + k)]);
+      want[size_t(m * N + j)] = s;
+    }
+  matmul_nt_bf16(xb.data(), M, w.ref, N, y.data(), N, false);
+  CHECK(max_rel_err(y, want) <= 2e-5f);
+}
+
+TEST_CASE("round_to_bf16_f32 rounds to nearest even as f32_to_bf16 does, NaN stays NaN", "[model][kernels]") {
+  isa_guard guard;
+  std::vector<float> x = random_floats(1000, 5, 100.0f);
+  // Ties (the dropped half exactly 0x8000) both ways, an odd tie that carries into the exponent,
+  // infinities, NaNs, signed zero and subnormals.
+  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x3fff8000u, 0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
+                        0xffa00000u, 0x7f800001u, 0x80000000u, 0x00000001u, 0x00018000u}) {
+    float f;
+    std::memcpy(&f, &bits, 4);
+    x.push_back(f);
+  }
+  const int64_t M = 3, K = int64_t(x.size()) / M - 5;  // rows of K out of row stride K + 5
+  for (const std::string& isa : cpu_isa_available()) {
+    REQUIRE(cpu_isa_force(isa));
+    INFO("isa " << isa);
+    std::vector<float> out(size_t(M * K));
+    round_to_bf16_f32(x.data(), K + 5, M, K, out.data());
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        const float want = bf16_to_f32(f32_to_bf16(x[size_t(m * (K + 5) + k)]));
+        const float got = out[size_t(m * K + k)];
+        if (std::isnan(want)) CHECK(std::isnan(got));
+        else CHECK(std::memcmp(&want, &got, 4) == 0);
+      }
+  }
+}
+
+TEST_CASE("bf16 x bf16 products from 20 rows: both broadcast kernels equal the scalar product", "[model][kernels]") {
+  isa_guard guard;
+  struct kernel_guard {
+    ~kernel_guard() { bf16_bcast_kernel_force(""); }
+  } kernels;
+  CHECK_FALSE(bf16_bcast_kernel_force("not-a-kernel"));
+  const auto isas = cpu_isa_available();
+  if (isas.empty() || isas.front() != "AVX3+BF16") COSERVE_SKIP("this CPU has no AVX512-BF16");
+  REQUIRE(cpu_isa_force("AVX3+BF16"));
+  // Measured: one of the two, with the rates it measured.
+  const std::string measured = bf16_bcast_kernel();
+  CHECK((measured.starts_with("dpbf16 (measured ") || measured.starts_with("fma (measured ")));
+  for (const std::string kernel : {"dpbf16", "fma"}) {
+    INFO("kernel " << kernel);
+    REQUIRE(bf16_bcast_kernel_force(kernel));
+    CHECK(bf16_bcast_kernel() == kernel);
+    CHECK(bf16_dot_rows(19));
+    CHECK(bf16_dot_rows(20) == (kernel == "dpbf16"));
+    // Around the threshold; odd K (the pair kernel's fallback); several panels, a partial one,
+    // several K blocks (512) and a partial one with an odd number of pairs; partial row tiles.
+    for (int64_t M : {19, 20, 21, 40, 64, 100}) check_matmul(M, 150, 600, dtype::bf16, 1, false, true);
+    check_matmul(33, 37, 83, dtype::bf16, 0, true, true);
+    check_matmul(25, 70, 1062, dtype::bf16, 1, true, true);
+    check_matmul(24, 16, 32, dtype::bf16, 0, false, true);
+    for (int64_t M : {19, 20, 48}) check_matmul_rounded(M, 96, 1030);
+    check_matmul_rounded(30, 33, 99);
   }
 }
 
