@@ -31,6 +31,7 @@
 
 #include "model/cpu_kernels.hpp"
 #include "model/quant.hpp"
+#include "model/x86_transpose.hpp"
 
 HWY_BEFORE_NAMESPACE();
 // VPDPBUSD on the AVX3_DL target, with GCC: the pragma adds AVX512-VNNI to the target's flags (and
@@ -64,6 +65,7 @@ HWY_INLINE vi vshl5(vi a) { return _mm256_slli_epi32(a, 5); }
 HWY_INLINE vi vmadd16(vi a, vi b) { return _mm256_madd_epi16(a, b); }
 HWY_INLINE vi vmaddubs(vi u, vi s) { return _mm256_maddubs_epi16(u, s); }
 HWY_INLINE vi vones16() { return _mm256_set1_epi16(1); }
+HWY_INLINE vi vadd16(vi a, vi b) { return _mm256_add_epi16(a, b); }
 HWY_INLINE vf fzero() { return _mm256_setzero_ps(); }
 HWY_INLINE vf fload(const float* p) { return _mm256_loadu_ps(p); }
 HWY_INLINE vf fset1(float v) { return _mm256_set1_ps(v); }
@@ -89,6 +91,7 @@ HWY_INLINE vi vshl5(vi a) { return _mm512_slli_epi32(a, 5); }
 HWY_INLINE vi vmadd16(vi a, vi b) { return _mm512_madd_epi16(a, b); }
 HWY_INLINE vi vmaddubs(vi u, vi s) { return _mm512_maddubs_epi16(u, s); }
 HWY_INLINE vi vones16() { return _mm512_set1_epi16(1); }
+HWY_INLINE vi vadd16(vi a, vi b) { return _mm512_add_epi16(a, b); }
 HWY_INLINE vf fzero() { return _mm512_setzero_ps(); }
 HWY_INLINE vf fload(const float* p) { return _mm512_loadu_ps(p); }
 HWY_INLINE vf fset1(float v) { return _mm512_set1_ps(v); }
@@ -139,7 +142,8 @@ HWY_INLINE void st256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m2
 //         (k / 4) * kLanes + i
 //   f0:   per block x kLanes: d (all types)
 //   f1:   per block x kLanes: dmin (Q4_K, Q5_K)
-//   sc:   per sub-block x kLanes: the int32 sub-block scale (K types: 8 per block, Q6_K 16)
+//   sc:   per sub-block x kLanes: the sub-block scale (K types: 8 per block, Q6_K 16); an int32
+//         with VNNI, else the int16 pair (scale, scale) that VPMADDWD multiplies int16 sums with
 //   pr:   per pair x kLanes: int16 pairs multiplied with the activations' 16-value sums (Q4_K/Q5_K:
 //         (m[s], m[s]); Q6_K: (sc[2u], sc[2u + 1]))
 //   rows: staging, kLanes rows of K unpacked values
@@ -216,7 +220,7 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
         for (int s = 0; s < 8; ++s) {
           uint8_t sc, mn;
           k_scale_min(w + 4, s, sc, mn);
-          T.sc[(b * 8 + s) * kLanes + i] = sc;
+          T.sc[(b * 8 + s) * kLanes + i] = kVnni ? int32_t(sc) : int32_t(uint32_t(sc) * 0x10001u);
           T.pr[(b * 8 + s) * kLanes + i] = int32_t(uint32_t(mn) | (uint32_t(mn) << 16));
         }
         const uint8_t* qs = five ? w + 48 : w + 16;
@@ -240,7 +244,8 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
       for (int64_t b = 0; b < K / 256; ++b, w += 210) {
         const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
         T.f0[b * kLanes + i] = f16x(w + 208);
-        for (int s = 0; s < 16; ++s) T.sc[(b * 16 + s) * kLanes + i] = scales[s];
+        for (int s = 0; s < 16; ++s)
+          T.sc[(b * 16 + s) * kLanes + i] = kVnni ? int32_t(scales[s]) : int32_t(uint32_t(uint16_t(scales[s])) * 0x10001u);
         for (int u = 0; u < 8; ++u)
           T.pr[(b * 8 + u) * kLanes + i] =
               int32_t(uint32_t(uint16_t(scales[2 * u])) | (uint32_t(uint16_t(scales[2 * u + 1])) << 16));
@@ -268,25 +273,12 @@ void transpose_tile(lane_tile& T, int64_t K) {
   const int64_t ndw = K / 4;
   for (int h = 0; h < kLanes / 8; ++h)
     for (int64_t t0 = 0; t0 < ndw; t0 += 8) {
-      __m256 r[8], u[8], s[8];
+      __m256 r[8];
       for (int i = 0; i < 8; ++i)
         r[i] = _mm256_castsi256_ps(ld256(T.rows + size_t(8 * h + i) * size_t(K) + size_t(4 * t0)));
-      for (int i = 0; i < 8; i += 2) {
-        u[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        u[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        s[i] = _mm256_shuffle_ps(u[i], u[i + 2], 0x44);
-        s[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], 0xEE);
-        s[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0x44);
-        s[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], 0xEE);
-      }
-      for (int k = 0; k < 4; ++k) {
-        uint8_t* o0 = T.wt + (size_t(t0 + k) * kLanes + size_t(8 * h)) * 4;
-        uint8_t* o1 = T.wt + (size_t(t0 + k + 4) * kLanes + size_t(8 * h)) * 4;
-        st256(o0, _mm256_castps_si256(_mm256_permute2f128_ps(s[k], s[k + 4], 0x20)));
-        st256(o1, _mm256_castps_si256(_mm256_permute2f128_ps(s[k], s[k + 4], 0x31)));
-      }
+      x86::transpose8(r);
+      for (int k = 0; k < 8; ++k)
+        st256(T.wt + (size_t(t0 + k) * kLanes + size_t(8 * h)) * 4, _mm256_castps_si256(r[k]));
     }
 }
 
@@ -332,9 +324,27 @@ void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t
   for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
 }
 
-// Q4_K / Q5_K: d * sum_s sc[s] * (q . a)_s - dmin * sum_s m[s] * (sum of a)_s, per block.
-template <int R>
+// is[r] + sc * (the products of dword steps k0 .. k0 + n of the weight tile with activations
+// q[r] + 4 * (k - k0)), per lane. VNNI: VPDPBUSD sums, times the int32 scale. Without it the
+// VPMADDUBSW pair sums are added in int16 over the n steps, then VPMADDWD multiplies them with
+// the (scale, scale) pair and widens: the caller's n keeps n * 2 * max value * 127 below 2^15, so
+// neither the pairs nor the sums saturate and the result is the VNNI path's exactly.
+template <int R, int N>
+HWY_INLINE void scaled_dots(const lane_tile& T, int64_t k0, const int8_t* const* q, vi scv, vi* is) {
+  vi d[R];
+  for (int r = 0; r < R; ++r) d[r] = vzero();
+  for (int k = 0; k < N; ++k) {
+    const vi w = vload(wvec(T, k0 + k));
+    for (int r = 0; r < R; ++r) d[r] = kVnni ? dot4(d[r], w, bcast(q[r] + 4 * k)) : vadd16(d[r], vmaddubs(w, bcast(q[r] + 4 * k)));
+  }
+  for (int r = 0; r < R; ++r) is[r] = vadd(is[r], kVnni ? vmullo(d[r], scv) : vmadd16(d[r], scv));
+}
+
+// Q4_K / Q5_K: d * sum_s sc[s] * (q . a)_s - dmin * sum_s m[s] * (sum of a)_s, per block. Fold:
+// dword steps summed in int16 without VNNI (Q4_K values <= 15: all 8 of a sub-block; Q5_K <= 31: 4).
+template <int R, int Fold>
 void lanes_k45(const lane_tile& T, const q8k_block* const* a, int64_t nb, float* out) {
+  constexpr int N = kVnni ? 8 : Fold;
   vf acc[R];
   for (int r = 0; r < R; ++r) acc[r] = fzero();
   for (int64_t b = 0; b < nb; ++b) {
@@ -342,17 +352,17 @@ void lanes_k45(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
     for (int r = 0; r < R; ++r) is[r] = ms[r] = vzero();
     for (int s = 0; s < 8; ++s) {
       const int64_t sb = b * 8 + s;
-      vi d[R];
-      for (int r = 0; r < R; ++r) d[r] = vzero();
-      for (int k = 0; k < 8; ++k) {
-        const vi w = vload(wvec(T, sb * 8 + k));
-        for (int r = 0; r < R; ++r) d[r] = dot4(d[r], w, bcast(a[r][b].q + 32 * s + 4 * k));
+      const vi scv = vload(T.sc + sb * kLanes);
+      for (int k0 = 0; k0 < 8; k0 += N) {
+        const int8_t* q[R];
+        for (int r = 0; r < R; ++r) q[r] = a[r][b].q + 32 * s + 4 * k0;
+        scaled_dots<R, N>(T, sb * 8 + k0, q, scv, is);
       }
-      const vi scv = vload(T.sc + sb * kLanes), mp = vload(T.pr + sb * kLanes);
-      for (int r = 0; r < R; ++r) {
-        is[r] = vadd(is[r], vmullo(d[r], scv));
-        ms[r] = dot2w(ms[r], mp, bcast(a[r][b].bsums + 2 * s));
-      }
+    }
+    // The mins in a loop of their own: fewer vectors live at once (AVX2 has 16 registers).
+    for (int s = 0; s < 8; ++s) {
+      const vi mp = vload(T.pr + (b * 8 + s) * kLanes);
+      for (int r = 0; r < R; ++r) ms[r] = dot2w(ms[r], mp, bcast(a[r][b].bsums + 2 * s));
     }
     const vf dv = fload(T.f0 + b * kLanes), mv = fload(T.f1 + b * kLanes);
     for (int r = 0; r < R; ++r) {
@@ -373,14 +383,14 @@ void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
     vi is[R], cs[R];
     for (int r = 0; r < R; ++r) is[r] = cs[r] = vzero();
     for (int t = 0; t < 16; ++t) {
-      vi d[R];
-      for (int r = 0; r < R; ++r) d[r] = vzero();
-      for (int k = 0; k < 4; ++k) {
-        const vi w = vload(wvec(T, b * 64 + t * 4 + k));
-        for (int r = 0; r < R; ++r) d[r] = dot4(d[r], w, bcast(a[r][b].q + 16 * t + 4 * k));
-      }
+      // Values <= 63: without VNNI, two dword steps per int16 sum.
+      constexpr int N = kVnni ? 4 : 2;
       const vi scv = vload(T.sc + (b * 16 + t) * kLanes);
-      for (int r = 0; r < R; ++r) is[r] = vadd(is[r], vmullo(d[r], scv));
+      for (int k0 = 0; k0 < 4; k0 += N) {
+        const int8_t* q[R];
+        for (int r = 0; r < R; ++r) q[r] = a[r][b].q + 16 * t + 4 * k0;
+        scaled_dots<R, N>(T, b * 64 + t * 4 + k0, q, scv, is);
+      }
     }
     for (int u = 0; u < 8; ++u) {
       const vi pv = vload(T.pr + (b * 8 + u) * kLanes);
@@ -397,8 +407,8 @@ void lanes_rows(dtype t, const lane_tile& T, const void* const* act, int64_t nb,
   switch (t) {
     case dtype::q8_0: lanes_32<R>(T, 128, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
     case dtype::q4_0: lanes_32<R>(T, 8, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q4_k:
-    case dtype::q5_k: lanes_k45<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::q4_k: lanes_k45<R, 8>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::q5_k: lanes_k45<R, 4>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q6_k: lanes_q6k<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     default: break;
   }

@@ -105,6 +105,43 @@ TEST_CASE("quantized matmul matches the scalar integer reference on every instru
   }
 }
 
+// Every weight at its type's largest value and every activation at +-127 (one sign per row): the
+// int16 sums of the kernels without VNNI are closest to saturating here, and must not.
+TEST_CASE("batched quantized products at the largest values do not saturate", "[quant]") {
+  std::mt19937 rng(11);
+  const int64_t M = 10, N = 20, K = 512;  // M >= lane_gemm_min_rows: the batched kernels
+  for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+    REQUIRE(M >= lane_gemm_min_rows(t));
+    auto blocks = random_blocks(t, N, K, rng);
+    const size_t bb = dtype_bytes(t, 256);
+    for (size_t b = 0; b < blocks.size() / bb; ++b) {
+      uint8_t* blk = blocks.data() + b * bb;
+      if (t == dtype::q6_k) std::memset(blk, 0xFF, 192);         // ql, qh: every value 63
+      else if (t == dtype::q5_k) std::memset(blk + 16, 0xFF, 160);  // qh, qs: every value 31
+      else std::memset(blk + 16, 0xFF, 128);                       // qs: every value 15
+    }
+    const weight_ref w{t, blocks.data(), N, K};
+    std::vector<float> x(size_t(M * K));
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) x[size_t(m * K + k)] = (m % 2 ? -1.0f : 1.0f) * (1.0f + 1e-3f * float(k % 7 == 0));
+    std::vector<float> ref(size_t(M * N));
+    for (int64_t m = 0; m < M; ++m) {
+      std::vector<q8k_block> ak(size_t(K / 256));
+      quantize_q8_k(x.data() + m * K, ak.data(), K);
+      for (int64_t j = 0; j < N; ++j) ref[size_t(m * N + j)] = vec_dot_ref(t, w.row(j), ak.data(), K);
+    }
+    for (const std::string& isa : cpu_isa_available()) {
+      INFO(dtype_name(t) << " on " << isa);
+      REQUIRE(cpu_isa_force(isa));
+      std::vector<float> y(size_t(M * N));
+      matmul_nt(x.data(), K, M, w, N, y.data(), N, false);
+      for (size_t i = 0; i < y.size(); ++i)
+        CHECK_THAT(y[i], Catch::Matchers::WithinAbs(ref[i], 1e-4 + 1e-5 * std::fabs(ref[i])));
+    }
+    cpu_isa_force("");
+  }
+}
+
 TEST_CASE("the batched quantized kernels take x86 targets with AVX2 or better", "[quant]") {
   const auto isas = cpu_isa_available();
   if (std::find(isas.begin(), isas.end(), "AVX2") == isas.end()) COSERVE_SKIP("this CPU has no AVX2");
