@@ -12,40 +12,17 @@ needs: numpy, ml_dtypes (PyPI); SRC with one model.safetensors file
 import argparse
 import json
 import shutil
-import struct
+import sys
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+from safetensors_io import read_safetensors as read, write_safetensors as write  # noqa: E402
+
 E4M3, BF16 = ml_dtypes.float8_e4m3fn, ml_dtypes.bfloat16
-ST = {"F32": np.float32, "BF16": BF16, "F16": np.float16}
-ST_NAME = {np.dtype(np.float32): "F32", np.dtype(BF16): "BF16", np.dtype(np.float16): "F16", np.dtype(E4M3): "F8_E4M3"}
 LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def read(path):
-    data = path.read_bytes()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    return {k: np.frombuffer(data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]],
-                             ST[v["dtype"]]).reshape(v["shape"])
-            for k, v in header.items() if k != "__metadata__"}
-
-
-def write(path, tensors):
-    header, blobs, off = {}, [], 0
-    for k, a in tensors.items():
-        raw = np.ascontiguousarray(a).tobytes()
-        header[k] = {"dtype": ST_NAME[a.dtype], "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        off += len(raw)
-        blobs.append(raw)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h)
-        for b in blobs:
-            f.write(b)
 
 
 def main():

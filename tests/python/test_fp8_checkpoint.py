@@ -12,46 +12,19 @@ bf16(e4m3 value * scale), logits bit-identical.
 """
 import json
 import re
-import struct
 import subprocess
 
 import numpy as np
 import pytest
 
 from conftest import Server, skip_or_fail_in_ci
+from safetensors_io import read_safetensors, write_safetensors
 
 ml_dtypes = pytest.importorskip("ml_dtypes")
 E4M3 = ml_dtypes.float8_e4m3fn
 BF16 = ml_dtypes.bfloat16
 MATRICES = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
             "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-ST_DTYPE = {np.dtype(np.float32): "F32", np.dtype(BF16): "BF16", np.dtype(E4M3): "F8_E4M3"}
-
-
-def read_safetensors(path):
-    data = path.read_bytes()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    types = {"F32": np.float32, "BF16": BF16, "F16": np.float16, "F8_E4M3": E4M3}
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = info["data_offsets"]
-        out[name] = np.frombuffer(data[8 + n + b:8 + n + e], types[info["dtype"]]).reshape(info["shape"])
-    return out
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, arr in tensors.items():
-        raw = np.ascontiguousarray(arr).tobytes()
-        header[name] = {"dtype": ST_DTYPE[arr.dtype], "shape": list(arr.shape), "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-        blobs.append(raw)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def quantize(w, layout, block=(32, 64)):

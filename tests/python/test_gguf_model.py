@@ -10,14 +10,13 @@ themselves on the same model.
 """
 import json
 import math
-import struct
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import Server, skip_or_fail_in_ci
+from safetensors_io import read_safetensors
 from test_gguf_tokenizer import vocab_dir
 
 gguf = pytest.importorskip("gguf")
@@ -25,26 +24,6 @@ gguf = pytest.importorskip("gguf")
 
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant:{% endif %}")
-
-
-def read_safetensors(path):
-    data = Path(path).read_bytes()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        b, e = info["data_offsets"]
-        raw = data[8 + n + b:8 + n + e]
-        if info["dtype"] == "BF16":
-            arr = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
-        elif info["dtype"] == "F16":
-            arr = np.frombuffer(raw, np.float16).astype(np.float32)
-        else:
-            arr = np.frombuffer(raw, np.float32)
-        out[name] = arr.reshape(info["shape"])
-    return out
 
 
 def permute(w, n_head):
@@ -61,7 +40,7 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     quantized file, without quantizing the activations)."""
     cfg = json.loads((model_dir / "config.json").read_text())
     vocab = gguf.GGUFReader(str(vocab_dir() / "ggml-vocab-gpt-2.gguf"))
-    t = read_safetensors(model_dir / "model.safetensors")
+    t = read_safetensors(model_dir / "model.safetensors", as_f32=True)
     qwen2 = cfg["model_type"] == "qwen2"
     # llama.cpp's converter permutes Q/K only for its llama architecture (qwen2 rotates halves).
     perm = (lambda x, n: x) if qwen2 else permute
