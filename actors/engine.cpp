@@ -630,8 +630,11 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
                                            ": the CUDA executor runs on one GPU in this build; tensor parallelism "
                                            "runs on --device cpu (threads, or MPI ranks under mpirun)",
                    "tensor_parallel_size"};
-    if (config.kv_cache_dtype != "auto" && config.kv_cache_dtype != "bf16" && config.kv_cache_dtype != "bfloat16")
-      return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "': the CUDA executor keeps a bf16 cache"};
+    dtype gpu_kv = dtype::bf16;
+    if (!parse_kv_cache_dtype(config.kv_cache_dtype, gpu_kv) ||
+        (gpu_kv != dtype::bf16 && gpu_kv != dtype::f8_e4m3 && gpu_kv != dtype::f8_e5m2))
+      return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype +
+                                           "': the CUDA executor keeps a bf16 (auto), fp8 / fp8_e4m3 or fp8_e5m2 cache"};
     if (config.dtype != "auto" && config.dtype != "bfloat16" && config.dtype != "bf16")
       return error{"invalid_argument", "dtype '" + config.dtype + "': the CUDA executor computes in bfloat16"};
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
@@ -647,6 +650,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.return_logits = config.return_logits;
     opts.enforce_eager = config.enforce_eager;
     opts.quantization = config.quantization;
+    opts.kv_cache_dtype = gpu_kv;
     opts.progress = progress_logger("weights to the GPU");
     auto e = make_cuda_executor(opts);
     if (!e) return e.err();

@@ -124,7 +124,7 @@ engine:
   --kv-cache-dtype D            KV cache element type: auto (bf16), bf16, fp16, fp32, or fp8 / fp8_e4m3
                                 / fp8_e5m2 (one byte per value, twice the bf16 cache's tokens;
                                 values stored unscaled, saturated at the format's largest) (default:
-                                auto; the CUDA executor supports auto and bf16)
+                                auto; the CUDA executor supports auto, bf16, fp8 / fp8_e4m3 and fp8_e5m2)
   --dtype D                     activation precision of the matrix products: auto or bfloat16 (bf16
                                 weights multiply activations rounded to bf16, as llama.cpp and
                                 vLLM's CPU backend do; AVX512-BF16 dot products where the CPU has

@@ -209,6 +209,12 @@ class gpu_executor final : public executor {
   int32_t last_events_ = -1;    // events of the step collected last (-1: none)
   step_timeline timeline_;
   int64_t kv_layer_elems_ = 0;  // elements of one layer's K (== V) cache
+  kv_elem kv_type_ = kv_elem::bf16;
+  size_t kv_layer_bytes() const { return size_t(kv_layer_elems_) * size_t(kv_elem_bytes(kv_type_)); }
+  size_t kv_block_bytes_one() const {  // one block of one layer's K (or V)
+    const model_config& c = w_.config;
+    return size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * size_t(kv_elem_bytes(kv_type_));
+  }
   int32_t num_sms_ = 0;
   std::unordered_map<seq_id_t, seq_ptr> seqs_;
   std::vector<int32_t> free_slots_;
@@ -234,9 +240,19 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     return make_error("invalid_argument", "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
   if (!o.quantization.empty() && o.quantization != "fp8")
     return make_error("invalid_argument", "gpu: quantization must be fp8 (or none), not '" + o.quantization + "'");
+  kv_elem kv_type = kv_elem::bf16;
+  switch (o.kv_cache_dtype) {
+    case dtype::bf16: break;
+    case dtype::f8_e4m3: kv_type = kv_elem::fp8_e4m3; break;
+    case dtype::f8_e5m2: kv_type = kv_elem::fp8_e5m2; break;
+    default:
+      return make_error("invalid_argument", std::string("gpu: the KV cache is bf16, fp8_e4m3 or fp8_e5m2, not ") +
+                                                std::string(dtype_name(o.kv_cache_dtype)));
+  }
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(o.device), "cudaSetDevice"));
   std::unique_ptr<gpu_executor> e(new gpu_executor());
   e->opts_ = o;
+  e->kv_type_ = kv_type;
   auto s = stream::create();
   if (!s) return std::move(s).err();
   e->stream_ = std::move(s.value());
@@ -281,7 +297,8 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.vocab_size = c.vocab_size;
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
-                    (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) + " MiB";
+                    (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) +
+                    " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype));
   if (!o.enforce_eager && !o.return_logits) COSERVE_CUDA_TRY(e->capture_graphs());
   return e;
 }
@@ -371,9 +388,9 @@ result<void> gpu_executor::capture_graphs() {
   }
   // The capture batches wrote the scratch block: zero it again.
   const model_config& c = w_.config;
-  const size_t block_bytes = size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * 2;
+  const size_t block_bytes = kv_block_bytes_one();
   for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemsetAsync(kv_.as<char>() + size_t(half) * size_t(kv_layer_elems_) * 2 +
+    COSERVE_CUDA_TRY(cuda_check(cudaMemsetAsync(kv_.as<char>() + size_t(half) * kv_layer_bytes() +
                                                     size_t(pad_block_) * block_bytes,
                                                 0, block_bytes, s),
                                 "scratch KV block"));
@@ -449,7 +466,7 @@ result<void> gpu_executor::allocate_buffers() {
   COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice), "inv_freq"));
 
   // KV cache last, from what is left: [layer][K|V][num_blocks, block_size, kv_heads, head_dim].
-  kv_cache_shape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, opts_.block_size, 2};
+  kv_cache_shape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, opts_.block_size, kv_elem_bytes(kv_type_)};
   int64_t blocks = opts_.num_kv_blocks;
   if (blocks <= 0) {
     size_t free_b = 0, total_b = 0;
@@ -466,9 +483,9 @@ result<void> gpu_executor::allocate_buffers() {
   kv_ = std::move(kv.value());
   info_.num_kv_blocks = int32_t(blocks);
   pad_block_ = int32_t(blocks);
-  const size_t block_bytes = size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * 2;
+  const size_t block_bytes = kv_block_bytes_one();
   for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemset(kv_.as<char>() + size_t(half) * size_t(kv_layer_elems_) * 2 +
+    COSERVE_CUDA_TRY(cuda_check(cudaMemset(kv_.as<char>() + size_t(half) * kv_layer_bytes() +
                                                size_t(pad_block_) * block_bytes,
                                            0, block_bytes),
                                 "scratch KV block"));
@@ -612,12 +629,12 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   rec.events = next_events_;
   next_events_ = (next_events_ + 1) % 3;
   // Copy-on-write block copies, every layer, K and V, before the forward.
-  const size_t block_bytes = size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * 2;
+  const size_t block_bytes = kv_block_bytes_one();
   for (auto [src, dst] : plan.block_copies) {
     if (src < 0 || dst < 0 || src >= info_.num_kv_blocks || dst >= info_.num_kv_blocks)
       return make_error("invalid_argument", "gpu: block copy out of range");
     for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half) {
-      char* base = kv_.as<char>() + size_t(half) * size_t(kv_layer_elems_) * 2;
+      char* base = kv_.as<char>() + size_t(half) * kv_layer_bytes();
       COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(base + size_t(dst) * block_bytes, base + size_t(src) * block_bytes,
                                                   block_bytes, cudaMemcpyDeviceToDevice, s),
                                   "block copy"));
@@ -819,14 +836,14 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
     COSERVE_CUDA_TRY(linear(qkv_.as<bf16>(), normed, L.qkv, L.qkv_scale, L.qkv_bias, qkv_n, H));
     family.reset();
     family.emplace("attention");
-    bf16* kc = kv_.as<bf16>() + size_t(2 * l) * size_t(kv_layer_elems_);
-    bf16* vc = kc + kv_layer_elems_;
+    char* kc = kv_.as<char>() + size_t(2 * l) * kv_layer_bytes();
+    char* vc = kc + kv_layer_bytes();
     COSERVE_CUDA_TRY(launch_rope_kv_write(
-        rope_kv_args{qkv_.as<bf16>(), m.positions, m.slots, inv_freq_.as<float>(), kc, vc, T, hq, hkv, D}, s));
+        rope_kv_args{qkv_.as<bf16>(), m.positions, m.slots, inv_freq_.as<float>(), kc, vc, T, hq, hkv, D, kv_type_}, s));
     attention_args a{qkv_.as<bf16>(), qkv_n, kc, vc, attn_.as<bf16>(), partial_o_.as<float>(), partial_lse_.as<float>(),
                      m.cu_seqlens, m.kv_lens, m.bt_offsets, m.block_tables, m.work, m.merges,
                      fs.num_work, fs.num_merges, hq, hkv, D, opts_.block_size,
-                     1.0f / std::sqrt(float(D)), fs.attn_counts};
+                     1.0f / std::sqrt(float(D)), fs.attn_counts, kv_type_};
     COSERVE_CUDA_TRY(launch_attention(a, s));
     family.reset();
     family.emplace("o_proj");

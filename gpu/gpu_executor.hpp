@@ -57,6 +57,9 @@ struct gpu_executor_options {
   // quantized per token before each GEMM (W8A8, cuBLASLt fp8). "" keeps bf16, except that an fp8
   // checkpoint (config.json quantization_config) selects fp8 by itself.
   std::string quantization;
+  // --kv-cache-dtype: bf16, or f8_e4m3 / f8_e5m2 (one byte per value, unscaled: twice the blocks
+  // in the same memory; gpu/kernels.hpp, kv_elem).
+  dtype kv_cache_dtype = dtype::bf16;
   load_progress progress;                // (tensors done, total, bytes) while weights load
 };
 

@@ -46,19 +46,28 @@ inline constexpr float k_fp8_min_scale = 1.0f / (448.0f * 512.0f);  // vLLM's fl
 result<void> launch_quantize_rows_e4m3(uint8_t* codes, float* scales, const bf16* x, int64_t rows, int32_t cols,
                                        cudaStream_t stream);
 
+// ---- KV cache elements --------------------------------------------------------------------------
+// What the paged K/V caches hold (--kv-cache-dtype): bf16, or one byte per value in E4M3 or E5M2,
+// stored unscaled (vLLM's default k/v scale of 1.0), rounded to nearest even and saturated at the
+// format's largest finite value. Attention widens the bytes back to bf16 exactly.
+enum class kv_elem : uint8_t { bf16, fp8_e4m3, fp8_e5m2 };
+inline constexpr int32_t kv_elem_bytes(kv_elem t) { return t == kv_elem::bf16 ? 2 : 1; }
+
 // ---- rope_kv.cuh --------------------------------------------------------------------------------
 // qkv [num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]: per token q heads, then k, then v.
 // Rotates q and k in place (rotate-half / GPT-NeoX pairing (i, i + head_dim/2), angle =
 // positions[t] * inv_freq[i]), then writes k and v to the paged cache at slot_mapping[t]:
-//   k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim]; slot = block * block_size + offset.
+//   k_cache, v_cache [num_blocks, block_size, num_kv_heads, head_dim] of kv_type; slot = block *
+//   block_size + offset. fp8 caches take the rotated k as rounded to bf16 (what a bf16 cache holds).
 struct rope_kv_args {
   bf16* qkv;
   const int32_t* positions;
   const int32_t* slot_mapping;
   const float* inv_freq;  // [head_dim / 2]
-  bf16* k_cache;
-  bf16* v_cache;
+  void* k_cache;
+  void* v_cache;
   int32_t num_tokens, num_q_heads, num_kv_heads, head_dim;
+  kv_elem kv_type = kv_elem::bf16;
 };
 result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream);
 
@@ -70,8 +79,8 @@ result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream);
 struct attention_args {
   const bf16* q;            // [num_tokens, q_stride]; head h at q + t * q_stride + h * head_dim
   int64_t q_stride;
-  const bf16* k_cache;      // [num_blocks, block_size, num_kv_heads, head_dim]
-  const bf16* v_cache;
+  const void* k_cache;      // [num_blocks, block_size, num_kv_heads, head_dim] of kv_type
+  const void* v_cache;
   bf16* out;                // [num_tokens, num_q_heads * head_dim]
   float* partial_o;         // [num_partial_rows, num_q_heads, head_dim] (split-KV workspace)
   float* partial_lse;       // [num_partial_rows, num_q_heads]
@@ -87,6 +96,7 @@ struct attention_args {
   // Fixed grid (CUDA graphs): {work items, merges} of this step in device memory; blocks past them
   // exit at once. nullptr: the grid is exactly num_work / num_merges.
   const int32_t* counts = nullptr;
+  kv_elem kv_type = kv_elem::bf16;
 };
 result<void> launch_attention(const attention_args& a, cudaStream_t stream);
 

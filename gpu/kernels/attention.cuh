@@ -19,8 +19,9 @@ namespace kern {
 
 // ---- kernels ----
 // grid (num_work, num_kv_heads), block k_attn_warps * 32 threads, dynamic shared memory
-// attention_smem_bytes(gqa, D): q_s [rows][D] f32 (pre-scaled) | k_s [32][D+2] bf16 | v_s [32][D+2] bf16.
-template <int D>
+// attention_smem_bytes(gqa, D): q_s [rows][D] f32 (pre-scaled) | k_s [32][D+2] bf16 | v_s [32][D+2] bf16
+// (fp8 caches are widened to bf16 as the tile is staged).
+template <int D, kv_elem KV>
 __global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_args a, int32_t gqa, int32_t q_tile) {
   constexpr int kPad = D + 2;
   constexpr int kCols = D / 32;
@@ -73,8 +74,8 @@ __global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_
       if (j < kv_stop) {
         const int64_t slot = int64_t(table[j / a.block_size]) * a.block_size + j % a.block_size;
         const int64_t off = (slot * a.num_kv_heads + kvh) * D + 2 * d2;
-        kv = *reinterpret_cast<const __nv_bfloat162*>(a.k_cache + off);
-        vv = *reinterpret_cast<const __nv_bfloat162*>(a.v_cache + off);
+        kv = load_kv2<KV>(a.k_cache, off);
+        vv = load_kv2<KV>(a.v_cache, off);
       }
       *reinterpret_cast<__nv_bfloat162*>(k_s + jj * kPad + 2 * d2) = kv;
       *reinterpret_cast<__nv_bfloat162*>(v_s + jj * kPad + 2 * d2) = vv;
@@ -171,10 +172,20 @@ result<void> launch_attention(const attention_args& a, cudaStream_t stream) {
   const int32_t q_tile = attention_q_tile(gqa);
   const size_t smem = attention_smem_bytes(gqa, a.head_dim);
   const dim3 grid(unsigned(a.num_work), unsigned(a.num_kv_heads));
-  if (a.head_dim == 128)
-    kern::attention_kernel<128><<<grid, k_attn_warps * 32, smem, stream>>>(a, gqa, q_tile);
-  else
-    kern::attention_kernel<64><<<grid, k_attn_warps * 32, smem, stream>>>(a, gqa, q_tile);
+  auto launch = [&](auto kernel) { kernel<<<grid, k_attn_warps * 32, smem, stream>>>(a, gqa, q_tile); };
+  switch (a.kv_type) {
+    case kv_elem::bf16:
+      a.head_dim == 128 ? launch(kern::attention_kernel<128, kv_elem::bf16>) : launch(kern::attention_kernel<64, kv_elem::bf16>);
+      break;
+    case kv_elem::fp8_e4m3:
+      a.head_dim == 128 ? launch(kern::attention_kernel<128, kv_elem::fp8_e4m3>)
+                        : launch(kern::attention_kernel<64, kv_elem::fp8_e4m3>);
+      break;
+    case kv_elem::fp8_e5m2:
+      a.head_dim == 128 ? launch(kern::attention_kernel<128, kv_elem::fp8_e5m2>)
+                        : launch(kern::attention_kernel<64, kv_elem::fp8_e5m2>);
+      break;
+  }
   COSERVE_CUDA_TRY(kern::check_launch("attention_kernel"));
   if (a.num_merges == 0) return {};
   kern::attention_merge_kernel<<<dim3(unsigned(a.num_merges), unsigned(a.num_q_heads)), unsigned(a.head_dim), 0,

@@ -11,6 +11,7 @@ namespace kern {
 // ---- kernels ----
 // One block per token. Rotation pairs (i, i + half) of every q and k head are independent, so each
 // thread owns whole pairs: no barrier between the rotation and the cache write of the same values.
+template <kv_elem KV>
 __global__ void rope_kv_kernel(rope_kv_args a) {
   const int32_t t = blockIdx.x;
   const int32_t D = a.head_dim, half = D / 2;
@@ -30,15 +31,15 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
     v[i] = o1;
     v[i + half] = o2;
     if (h >= a.num_q_heads && slot >= 0) {
-      bf16* kc = a.k_cache + cache_row + int64_t(h - a.num_q_heads) * D;
-      kc[i] = o1;
-      kc[i + half] = o2;
+      const int64_t kc = cache_row + int64_t(h - a.num_q_heads) * D;
+      store_kv<KV>(a.k_cache, kc + i, to_f(o1));
+      store_kv<KV>(a.k_cache, kc + i + half, to_f(o2));
     }
   }
   if (slot < 0) return;  // padding token: no cache write
   const bf16* vsrc = base + int64_t(rot_heads) * D;
-  bf16* vc = a.v_cache + cache_row;
-  for (int32_t k = threadIdx.x; k < a.num_kv_heads * D; k += blockDim.x) vc[k] = vsrc[k];
+  for (int32_t k = threadIdx.x; k < a.num_kv_heads * D; k += blockDim.x)
+    store_kv<KV>(a.v_cache, cache_row + k, to_f(vsrc[k]));
 }
 
 }  // namespace kern
@@ -48,7 +49,11 @@ result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream) {
   if (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.num_q_heads <= 0 || a.num_kv_heads <= 0 || a.num_tokens < 0)
     return make_error("invalid_argument", "rope_kv_write: bad shape");
   if (a.num_tokens == 0) return {};
-  kern::rope_kv_kernel<<<a.num_tokens, 256, 0, stream>>>(a);
+  switch (a.kv_type) {
+    case kv_elem::bf16: kern::rope_kv_kernel<kv_elem::bf16><<<a.num_tokens, 256, 0, stream>>>(a); break;
+    case kv_elem::fp8_e4m3: kern::rope_kv_kernel<kv_elem::fp8_e4m3><<<a.num_tokens, 256, 0, stream>>>(a); break;
+    case kv_elem::fp8_e5m2: kern::rope_kv_kernel<kv_elem::fp8_e5m2><<<a.num_tokens, 256, 0, stream>>>(a); break;
+  }
   return kern::check_launch("rope_kv_kernel");
 }
 

@@ -3,7 +3,7 @@
 //
 //   bench_gpu_executor [--batches 1,16,64,256] [--prompt 128] [--steps 64] [--prefill-tokens 8192]
 //                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256] [--enforce-eager 0|1]
-//                      [--quantization fp8]
+//                      [--quantization fp8] [--kv-cache-dtype auto|fp8|fp8_e5m2]
 //
 // Roofline: a decode step must read every streamed weight once (the embedding table is gathered,
 // not streamed) plus the KV of every sequence, so step_ms >= bytes_read_per_step / HBM bandwidth;
@@ -51,8 +51,8 @@ double weight_bytes(const model_config& c, bool fp8) {
 }
 
 // Bytes of K and V (bf16) a decode step reads: every sequence's `context` positions, every layer.
-double kv_bytes_per_step(const model_config& c, int32_t batch, int32_t context) {
-  return 2.0 * 2.0 * double(c.num_hidden_layers) * c.num_key_value_heads * c.head_dim * double(batch) * context;
+double kv_bytes_per_step(const model_config& c, int32_t batch, int32_t context, double elem_bytes) {
+  return 2.0 * elem_bytes * double(c.num_hidden_layers) * c.num_key_value_heads * c.head_dim * double(batch) * context;
 }
 
 }  // namespace
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   int32_t prompt = 128, steps = 64, prefill_tokens = 8192;
   double hbm_tbps = 3.35;
   bool eager = false;
-  std::string quantization;
+  std::string quantization, kv_dtype = "auto";
   model_config c;  // Llama-3-8B
   c.hidden_size = 4096;
   c.intermediate_size = 14336;
@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
     else if (a == "--vocab") c.vocab_size = std::atoi(argv[i + 1]);
     else if (a == "--enforce-eager") eager = std::atoi(argv[i + 1]) != 0;
     else if (a == "--quantization") quantization = argv[i + 1];
+    else if (a == "--kv-cache-dtype") kv_dtype = argv[i + 1];
   }
   if (gpu::device_count() == 0) {
     std::printf("{\"skipped\":\"no CUDA device\"}\n");
@@ -99,6 +100,10 @@ int main(int argc, char** argv) {
   o.max_num_seqs = 256;
   o.enforce_eager = eager;
   o.quantization = quantization;
+  if (!parse_kv_cache_dtype(kv_dtype, o.kv_cache_dtype)) {
+    std::fprintf(stderr, "error: --kv-cache-dtype %s is not auto, bf16, fp8, fp8_e4m3 or fp8_e5m2\n", kv_dtype.c_str());
+    return 1;
+  }
   auto t0 = clock_type::now();
   auto ex = gpu::make_gpu_executor(o);
   if (!ex) {
@@ -206,7 +211,7 @@ int main(int argc, char** argv) {
     const double decode_s = std::chrono::duration<double>(clock_type::now() - ts).count();
     const double step_ms = decode_s / std::max(1, steps - warm) * 1e3;
     const gpu::step_timeline tl = gpu::gpu_step_timeline(**ex).value_or(gpu::step_timeline{});
-    const double kv_read = kv_bytes_per_step(c, batch, prompt + steps / 2);
+    const double kv_read = kv_bytes_per_step(c, batch, prompt + steps / 2, double(dtype_size(o.kv_cache_dtype)));
     const double read_ms = (wbytes + kv_read) / (hbm_tbps * 1e12) * 1e3;
     std::printf("{\"bench\":\"decode\",\"batch\":%d,\"context\":%d,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
                 "\"bytes_read_per_step\":%.0f,\"roofline_fraction\":%.3f,\"device_busy_ms\":%.3f,"

@@ -9,6 +9,7 @@
 
 #include "gpu/kernels.hpp"
 #include "gpu/reference/attention_ref.hpp"
+#include "model/dtype.hpp"
 #include "tests/gpu/device_helpers.hpp"
 
 using namespace coserve;
@@ -22,7 +23,11 @@ struct case_shape {
   std::vector<std::pair<int32_t, int32_t>> seqs;  // (start_pos, new tokens)
 };
 
-void run_case(const case_shape& c, uint32_t seed) {
+constexpr float k_v_spread = 40.0f;
+
+// kv: the cache element type. fp8 caches hold the E4M3 / E5M2 encodings of random values; the
+// reference attends over those values widened to bf16 (exact), as the kernel does.
+void run_case(const case_shape& c, uint32_t seed, kv_elem kv = kv_elem::bf16) {
   const int32_t hq = c.num_kv_heads * c.gqa, D = c.head_dim;
   std::mt19937 g(seed);
   int32_t total_blocks = 0;
@@ -55,7 +60,21 @@ void run_case(const case_shape& c, uint32_t seed) {
   auto kc = random_bf16(cache_n, seed + 2, 2.0f), vc = random_bf16(cache_n, seed + 3);
   const float scale = 1.0f / std::sqrt(float(D));
 
-  auto d_q = upload(q), d_k = upload(kc), d_v = upload(vc);
+  std::vector<uint8_t> k8, v8;
+  if (kv != kv_elem::bf16) {
+    auto encode = [kv](std::vector<uint16_t>& vals, std::vector<uint8_t>& codes, float spread) {
+      codes.resize(vals.size());
+      for (size_t i = 0; i < vals.size(); ++i) {
+        const float f = bf16_to_f32(vals[i]) * spread;  // over more of the formats' exponents
+        codes[i] = kv == kv_elem::fp8_e4m3 ? f32_to_e4m3(f) : f32_to_e5m2(f);
+        vals[i] = f32_to_bf16(kv == kv_elem::fp8_e4m3 ? e4m3_to_f32(codes[i]) : e5m2_to_f32(codes[i]));
+      }
+    };
+    encode(kc, k8, 4.0f);
+    encode(vc, v8, k_v_spread);
+  }
+  auto d_q = upload(q);
+  auto d_k = kv == kv_elem::bf16 ? upload(kc) : upload(k8), d_v = kv == kv_elem::bf16 ? upload(vc) : upload(v8);
   auto d_cu = upload(p.cu_seqlens_q), d_kvl = upload(p.kv_lens), d_bto = upload(p.block_table_offsets);
   auto d_bt = upload(p.block_tables), d_work = upload(p.work), d_merge = upload(p.merges);
   auto d_out = device_buffer::allocate(size_t(p.num_tokens) * hq * D * 2);
@@ -65,14 +84,15 @@ void run_case(const case_shape& c, uint32_t seed) {
   attention_args a{d_q.as<bf16>(), q_stride, d_k.as<bf16>(), d_v.as<bf16>(), d_out->as<bf16>(), d_po->as<float>(),
                    d_pl->as<float>(), d_cu.as<int32_t>(), d_kvl.as<int32_t>(), d_bto.as<int32_t>(), d_bt.as<int32_t>(),
                    d_work.as<attn_work_item>(), d_merge.as<attn_merge_item>(), int32_t(p.work.size()),
-                   int32_t(p.merges.size()), hq, c.num_kv_heads, D, c.block_size, scale};
+                   int32_t(p.merges.size()), hq, c.num_kv_heads, D, c.block_size, scale, nullptr, kv};
   REQUIRE(launch_attention(a, nullptr).ok());
   auto got = download<uint16_t>(*d_out, size_t(p.num_tokens) * hq * D);
   auto expect = ref::attention_ref(q, q_stride, kc, vc, p, hq, c.num_kv_heads, D, c.block_size, scale);
   float worst = 0.0f;
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(bf16_to_f32(got[i]) - expect[i]));
-  INFO("gqa " << c.gqa << " head_dim " << D << " splits " << p.merges.size() << " worst " << worst);
-  CHECK(worst <= 0.02f);
+  INFO("gqa " << c.gqa << " head_dim " << D << " splits " << p.merges.size() << " kv " << int(kv) << " worst " << worst);
+  // fp8 runs' values are k_v_spread times larger, and so are the outputs and their bf16 rounding.
+  CHECK(worst <= (kv == kv_elem::bf16 ? 0.02f : 0.02f * k_v_spread));
 }
 
 }  // namespace
@@ -95,6 +115,16 @@ TEST_CASE("attention: long decodes split over KV, merged", "[gpu][attention]") {
       // num_sms large so the planner splits; lengths not multiples of the block or the tile
       case_shape c{2, gqa, D, 16, 1000, {{3000, 1}, {777, 1}, {1500, 2}}};
       run_case(c, seed++);
+    }
+}
+
+TEST_CASE("attention over fp8 KV caches (E4M3, E5M2): prefill, decode and split-KV", "[gpu][attention][fp8]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  uint32_t seed = 500;
+  for (kv_elem kv : {kv_elem::fp8_e4m3, kv_elem::fp8_e5m2})
+    for (int32_t D : {64, 128}) {
+      run_case(case_shape{2, 4, D, 16, 132, {{0, 37}, {50, 1}, {700, 1}, {16, 9}}}, seed++, kv);
+      run_case(case_shape{1, 8, D, 16, 1000, {{0, 1}, {1500, 1}}}, seed++, kv);  // split over KV
     }
 }
 

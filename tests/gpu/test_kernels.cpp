@@ -6,6 +6,7 @@
 #include "gpu/reference/elementwise_ref.hpp"
 #include "gpu/reference/rope_kv_ref.hpp"
 #include "gpu/rope_freqs.hpp"
+#include "model/dtype.hpp"
 #include "tests/gpu/device_helpers.hpp"
 
 using namespace coserve;
@@ -144,5 +145,50 @@ TEST_CASE("rope + paged KV write matches reference", "[gpu][kernels]") {
       CHECK(max_abs_diff(download<uint16_t>(d_kc, cache_n), kc) <= 0.02f);
       CHECK(download<uint16_t>(d_vc, cache_n) == vc);
     }
+  }
+}
+
+TEST_CASE("rope + paged KV write into fp8 caches: the bf16 cache's values, encoded", "[gpu][kernels][fp8]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int32_t head_dim = 128, hq = 8, hkv = 2, tokens = 19, block_size = 16, num_blocks = 4;
+  rope_params rp;
+  rp.theta = 10000.0f;
+  rp.rotary_dim = head_dim;
+  auto inv = rope_inv_freq(rp);
+  auto qkv = random_bf16(size_t(tokens) * (hq + 2 * hkv) * head_dim, 16, 300.0f);  // past E4M3's 448 too
+  std::vector<int32_t> pos, slots;
+  for (int32_t t = 0; t < tokens; ++t) {
+    pos.push_back(t * 131 + 5);
+    slots.push_back(t == 7 ? -1 : (t * 5) % (num_blocks * block_size));
+  }
+  const size_t cache_n = size_t(num_blocks) * block_size * hkv * head_dim;
+  // The bf16 run gives the values; the fp8 runs must hold exactly their encodings.
+  auto d_pos = upload(pos), d_slots = upload(slots), d_inv = upload(inv);
+  std::vector<uint16_t> zeros16(cache_n, 0);
+  auto d_qkv = upload(qkv), d_kc = upload(zeros16), d_vc = upload(zeros16);
+  REQUIRE(launch_rope_kv_write(rope_kv_args{d_qkv.as<bf16>(), d_pos.as<int32_t>(), d_slots.as<int32_t>(),
+                                            d_inv.as<float>(), d_kc.as<bf16>(), d_vc.as<bf16>(), tokens, hq, hkv,
+                                            head_dim},
+                               nullptr)
+              .ok());
+  const auto kb = download<uint16_t>(d_kc, cache_n), vb = download<uint16_t>(d_vc, cache_n);
+  for (kv_elem t : {kv_elem::fp8_e4m3, kv_elem::fp8_e5m2}) {
+    INFO((t == kv_elem::fp8_e4m3 ? "e4m3" : "e5m2"));
+    std::vector<uint8_t> zeros8(cache_n, 0);
+    auto q2 = upload(qkv), k8 = upload(zeros8), v8 = upload(zeros8);
+    REQUIRE(launch_rope_kv_write(rope_kv_args{q2.as<bf16>(), d_pos.as<int32_t>(), d_slots.as<int32_t>(),
+                                              d_inv.as<float>(), k8.as<uint8_t>(), v8.as<uint8_t>(), tokens, hq, hkv,
+                                              head_dim, t},
+                                 nullptr)
+                .ok());
+    const auto kg = download<uint8_t>(k8, cache_n), vg = download<uint8_t>(v8, cache_n);
+    size_t bad = 0;
+    for (size_t i = 0; i < cache_n; ++i) {
+      const float kf = bf16_to_f32(kb[i]), vf = bf16_to_f32(vb[i]);
+      const uint8_t ke = t == kv_elem::fp8_e4m3 ? f32_to_e4m3(kf) : f32_to_e5m2(kf);
+      const uint8_t ve = t == kv_elem::fp8_e4m3 ? f32_to_e4m3(vf) : f32_to_e5m2(vf);
+      bad += (kg[i] != ke) + (vg[i] != ve);
+    }
+    CHECK(bad == 0);
   }
 }

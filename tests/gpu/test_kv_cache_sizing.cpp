@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "gpu/kernels.hpp"
 #include "gpu/kv_cache_sizing.hpp"
 
 using namespace coserve::gpu;
@@ -7,6 +8,23 @@ using namespace coserve::gpu;
 TEST_CASE("KV block bytes for Llama-3-8B", "[gpu_host][kv_sizing]") {
   kv_cache_shape s{32, 8, 128, 16, 2};
   CHECK(kv_block_bytes(s) == 2LL * 32 * 16 * 8 * 128 * 2);  // 2 MiB per 16-token block
+}
+
+TEST_CASE("an fp8 KV cache holds twice the blocks of a bf16 one in the same memory", "[gpu_host][kv_sizing][fp8]") {
+  const kv_cache_shape bf{32, 8, 128, 16, kv_elem_bytes(kv_elem::bf16)};
+  const kv_cache_shape f8{32, 8, 128, 16, kv_elem_bytes(kv_elem::fp8_e4m3)};
+  CHECK(kv_elem_bytes(kv_elem::fp8_e5m2) == 1);
+  CHECK(kv_block_bytes(bf) == 2 * kv_block_bytes(f8));
+  const int64_t gib = int64_t(1) << 30;
+  kv_budget_input in;
+  in.total_bytes = 80 * gib;
+  in.free_bytes = 60 * gib;
+  in.utilization = 0.9;
+  in.reserve_bytes = gib;
+  auto a = kv_cache_num_blocks(bf, in), b = kv_cache_num_blocks(f8, in);
+  REQUIRE((a.ok() && b.ok()));
+  CHECK(*b >= 2 * *a);
+  CHECK(*b <= 2 * *a + 1);
 }
 
 TEST_CASE("KV blocks from gpu_memory_utilization", "[gpu_host][kv_sizing]") {

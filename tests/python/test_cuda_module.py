@@ -32,8 +32,8 @@ def test_binary_does_not_link_cuda_libraries():
         assert any("cublasLt" in n for n in mod) and any("cudart" in n for n in mod), mod
 
 
-def run_serve(binary, env):
-    return subprocess.run([binary, "serve", "--demo", "--device", "cuda", "--port", "0"],
+def run_serve(binary, env, extra=()):
+    return subprocess.run([binary, "serve", "--demo", "--device", "cuda", "--port", "0", *extra],
                           capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -57,3 +57,20 @@ def test_missing_module_is_a_clear_error():
     r = run_serve(binary, env)
     assert r.returncode != 0, r.stderr
     assert "the CUDA executor module did not load" in r.stderr and "/nonexistent/libcoserve_cuda.so" in r.stderr, r.stderr
+
+
+def test_cuda_kv_cache_dtypes():
+    """--device cuda keeps bf16 or fp8 (E4M3 / E5M2) caches: fp16 and fp32 are refused at startup
+    naming the ones it keeps; fp8 passes that check (and then needs a device)."""
+    if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
+        pytest.skip("a GPU is present: the GPU tests run the fp8 cache")
+    binary = coserve_binary()
+    for kv in ("fp16", "fp32"):
+        r = run_serve(binary, dict(os.environ), ("--kv-cache-dtype", kv))
+        assert r.returncode != 0, r.stderr
+        assert f"kv cache dtype '{kv}'" in r.stderr and "fp8_e5m2" in r.stderr, r.stderr
+    for kv in ("fp8", "fp8_e5m2"):
+        r = run_serve(binary, dict(os.environ), ("--kv-cache-dtype", kv))
+        assert r.returncode != 0, r.stderr
+        assert "kv cache dtype" not in r.stderr, r.stderr
+        assert "no CUDA device" in r.stderr or "no CUDA executor" in r.stderr, r.stderr
