@@ -1,4 +1,4 @@
-// Blocking helpers of the broadcast GEMM kernels. Those kernels (model/cpu_kernels.cpp) walk a row-major weight matrix of N rows x K
+// Blocking helpers of the broadcast GEMM kernel. It (matmul_bcast, model/cpu_kernels.cpp) walks a row-major weight matrix of N rows x K
 // columns in blocks of `cols` rows x `kc` columns, packing one block and applying it to every row
 // tile of the activations. While a block computes, the next block's weights (this panel's next
 // columns, or the next panel's first) are prefetched into L2, a share per row tile, so the next

@@ -121,10 +121,6 @@ cpu_executor::cpu_executor(model_weights weights, generation_config gen, const c
   if (opts_.max_model_len <= 0 || opts_.max_model_len > weights_.config.max_position_embeddings)
     opts_.max_model_len = weights_.config.max_position_embeddings;
   forward_.set_bf16_activations(opts_.bf16_activations);
-  if (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16)
-    if (const std::string k = bf16_bcast_kernel(); !k.empty())
-      std::fprintf(stderr, "coserve: bf16 products of 20 or more rows on %s\n",
-                   k.starts_with("dpbf16") ? ("VDPBF16PS" + k.substr(6)).c_str() : ("fp32 FMAs" + k.substr(3)).c_str());
 }
 
 result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights, generation_config gen,

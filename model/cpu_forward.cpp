@@ -158,7 +158,7 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
   if (bf16_act_ && all_bf16) {
     // x rounded to bf16 once here, not once per piece: as bf16 for the AVX512-BF16 kernels, or as
     // fp32 values for the widening kernel.
-    const bool dot = bf16_dot_rows(rows);
+    const bool dot = bf16_dot_active();
     if (dot) xb_.resize(size_t(rows * k));
     else xr_.resize(size_t(rows * k));
     const int64_t rows_per = std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());

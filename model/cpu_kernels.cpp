@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <chrono>
-#include <cstdio>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -843,108 +841,12 @@ COSERVE_BF16DOT_TARGET inline void dot_rows(size_t mr, const uint16_t* xb, size_
   }
 }
 
-// Many activation rows (prefill, large batches): matmul_bcast's broadcast micro-kernel on
-// VDPBF16PS. A panel of 32 output features is packed for up to 512 columns as bf16 pairs,
-// bp[p * 32 + c] = the 32 bits (w[c][2p], w[c][2p + 1]): a 32-bit transpose of the weight rows,
-// 16 x 16 at a time in registers. Per pair p, each of 12 rows broadcasts its pair of activations
-// and two VDPBF16PS add two products per lane into its 32 sums, twice an fp32 FMA's work per
-// instruction. Needs K even (the pairs); matmul sends odd K to the dot-product tiles.
-constexpr size_t k_dbc_cols = 32, k_dbc_mr = 12, k_dbc_kc = 512;
-// From this many rows (below it the dot-product tiles, which need no packing). On the Intel Xeon
-// of docs/benchmarks/cpu.md (150M bf16, decode with the fp32-FMA broadcast kernel chosen), batch 16
-// ran 7% slower than the VDPBF16PS dot-product tiles, batch 20 4-8% faster.
-constexpr size_t k_dbc_min_m = 20;
-
-COSERVE_BF16DOT_TARGET inline uint32_t load_pair(const uint16_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-COSERVE_BF16DOT_TARGET inline void pack_pairs(const uint16_t* w, size_t K, size_t ncols, size_t k0, size_t kc,
-                                              uint32_t* bp) {
-  const size_t np = kc / 2;
-  size_t c = 0;
-  for (; c + 16 <= ncols; c += 16) {
-    const uint16_t* src = w + c * K + k0;
-    size_t p = 0;
-    for (; p + 16 <= np; p += 16) {
-      __m512 v[16];
-      for (size_t r = 0; r < 16; ++r) v[r] = _mm512_castsi512_ps(_mm512_loadu_si512(src + r * K + 2 * p));
-      x86::transpose16(v);
-      for (size_t i = 0; i < 16; ++i) _mm512_storeu_si512(bp + (p + i) * k_dbc_cols + c, _mm512_castps_si512(v[i]));
-    }
-    for (; p < np; ++p)
-      for (size_t r = 0; r < 16; ++r) bp[p * k_dbc_cols + c + r] = load_pair(src + r * K + 2 * p);
-  }
-  for (; c < k_dbc_cols; ++c)
-    for (size_t p = 0; p < np; ++p) bp[p * k_dbc_cols + c] = c < ncols ? load_pair(w + c * K + k0 + 2 * p) : 0u;
-}
-
-template <size_t MR>
-COSERVE_BF16DOT_TARGET inline void dbc_tile(const uint16_t* xb, size_t ldxb, const uint32_t* bp, size_t np, float* y,
-                                            size_t ldy, size_t ncols, bool add) {
-  __m512 acc[MR][2];
-  for (size_t m = 0; m < MR; ++m) acc[m][0] = acc[m][1] = _mm512_setzero_ps();
-  for (size_t p = 0; p < np; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(bp + p * k_dbc_cols);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(bp + p * k_dbc_cols + 16);
-    for (size_t m = 0; m < MR; ++m) {
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(load_pair(xb + m * ldxb + 2 * p)));
-      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], a, b0);
-      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], a, b1);
-    }
-  }
-  for (size_t m = 0; m < MR; ++m) {
-    float* out = y + m * ldy;
-    if (ncols == k_dbc_cols) {
-      for (size_t v = 0; v < 2; ++v) {
-        const __m512 r = add ? _mm512_add_ps(_mm512_loadu_ps(out + 16 * v), acc[m][v]) : acc[m][v];
-        _mm512_storeu_ps(out + 16 * v, r);
-      }
-    } else {
-      alignas(64) float tmp[k_dbc_cols];
-      _mm512_store_ps(tmp, acc[m][0]);
-      _mm512_store_ps(tmp + 16, acc[m][1]);
-      for (size_t c = 0; c < ncols; ++c) out[c] = add ? out[c] + tmp[c] : tmp[c];
-    }
-  }
-}
-
-COSERVE_BF16DOT_TARGET void bf16dot_bcast(const uint16_t* xb, size_t M, const uint16_t* w, size_t N, size_t K,
-                                          float* y, size_t ldy, bool accumulate) {
-  thread_local std::vector<uint32_t> bp_mem;
-  bp_mem.resize(k_dbc_cols * k_dbc_kc / 2);
-  uint32_t* bp = bp_mem.data();
-  const size_t tiles = (M + k_dbc_mr - 1) / k_dbc_mr;
-  for (size_t j0 = 0; j0 < N; j0 += k_dbc_cols) {
-    const size_t ncols = std::min(k_dbc_cols, N - j0);
-    for (size_t k0 = 0; k0 < K; k0 += k_dbc_kc) {
-      const size_t kc = std::min(k_dbc_kc, K - k0);
-      pack_pairs(w + j0 * K, K, ncols, k0, kc, bp);
-      const bool add = accumulate || k0 > 0;
-      next_block_prefetch next(w, sizeof(uint16_t), N, K, k_dbc_cols, k_dbc_kc, j0, k0, tiles);
-      for (size_t m = 0; m < M; m += k_dbc_mr) {
-        next.share();
-        const uint16_t* xm = xb + m * K + k0;
-        float* ym = y + m * ldy + j0;
-        const size_t np = kc / 2;
-        with_tile_rows<k_dbc_mr>(M - m, [&](auto mr) { dbc_tile<mr()>(xm, K, bp, np, ym, ldy, ncols, add); });
-      }
-    }
-  }
-}
-
 // Rows [0, M) of bf16 activations xb (row stride K) times weight rows [0, N).
 COSERVE_BF16DOT_TARGET void bf16dot_rows(const uint16_t* xb, size_t M, const uint16_t* w, size_t N, size_t K,
                                          float* y, size_t ldy, bool accumulate) {
   // One weight row at a time up to 8 activation rows (one sequential stream per thread; measured
   // ~10% faster than 4 x 4 tiles at 8 rows, slower at 16).
   constexpr size_t mr = 4, nr = 4, single_row_max_m = 8;
-  if (M >= k_dbc_min_m && K % 2 == 0) {
-    bf16dot_bcast(xb, M, w, N, K, y, ldy, accumulate);
-    return;
-  }
   const size_t K2 = K / 32 * 32;
   // Rows of xb per block: about 256 KiB, kept in L2 while a weight tile (in L1) meets each of them.
   const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * 2 + 1) / mr * mr, mr, 256);
@@ -1015,94 +917,6 @@ HWY_EXPORT(round_bf16_f32_impl);
 
 float log_sum_exp(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n); }
 
-namespace {
-// The broadcast kernel for k_dbc_min_m or more rows of bf16 x bf16 products where AVX512-BF16 is
-// on: VDPBF16PS on bf16 pairs, or fp32 FMAs on widened weights (the same products: a bf16 x bf16
-// product is exact in fp32). 0: measure; otherwise forced (tests, --cpu-isa).
-constexpr int k_bcast_dpbf16 = 1, k_bcast_fma = 2;
-std::atomic<int>& bcast_forced() {
-  static std::atomic<int> f{0};
-  return f;
-}
-
-#if COSERVE_BF16DOT
-struct bcast_timing {
-  int choice;
-  double dpbf16_gmacs, fma_gmacs;
-};
-
-// Both kernels timed on one shape (48 x 1024 activations, 64 weight rows), warm, best of 7 runs
-// each, alternating: about 2 ms once per process.
-bcast_timing measure_bcast() {
-  constexpr size_t M = 48, N = 64, K = 1024;
-  std::vector<uint16_t> w(N * K), xb(M * K);
-  std::vector<float> x(M * K), y(M * N);
-  uint32_t h = 12345;
-  auto next = [&h] {
-    h = h * 1664525u + 1013904223u;
-    return float(h >> 8) / float(1u << 24) - 0.5f;
-  };
-  for (auto& v : w) v = f32_to_bf16(next());
-  for (auto& v : x) v = bf16_to_f32(f32_to_bf16(next()));
-  for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-  const weight_ref wr{.type = dtype::bf16, .data = w.data(), .rows = int64_t(N), .cols = int64_t(K)};
-  auto time = [](auto&& f) {
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  double best_d = 1e9, best_f = 1e9;
-  for (int rep = 0; rep < 9; ++rep) {
-    const double d = time([&] { bf16dot_bcast(xb.data(), M, w.data(), N, K, y.data(), N, false); });
-    const double f = time([&] {
-      HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(x.data(), int64_t(K), int64_t(M), &wr, int64_t(N), y.data(), int64_t(N),
-                                           false, true);
-    });
-    if (rep >= 2) {
-      best_d = std::min(best_d, d);
-      best_f = std::min(best_f, f);
-    }
-  }
-  const double macs = double(M) * N * K * 1e-9;
-  return {best_d <= best_f ? k_bcast_dpbf16 : k_bcast_fma, macs / best_d, macs / best_f};
-}
-
-const bcast_timing& measured_bcast() {
-  static const bcast_timing t = measure_bcast();
-  return t;
-}
-
-int bcast_choice() {
-  const int f = bcast_forced().load(std::memory_order_relaxed);
-  return f != 0 ? f : measured_bcast().choice;
-}
-#endif
-}  // namespace
-
-std::string bf16_bcast_kernel() {
-#if COSERVE_BF16DOT
-  if (!bf16dot_on().load()) return "";
-  const int c = bcast_choice();
-  std::string out = c == k_bcast_dpbf16 ? "dpbf16" : "fma";
-  if (bcast_forced().load() == 0) {
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " (measured %.0f GMAC/s on VDPBF16PS, %.0f on fp32 FMAs)",
-                  measured_bcast().dpbf16_gmacs, measured_bcast().fma_gmacs);
-    out += buf;
-  }
-  return out;
-#else
-  return "";
-#endif
-}
-
-bool bf16_bcast_kernel_force(const std::string& name) {
-  if (name.empty()) bcast_forced() = 0;
-  else if (name == "dpbf16") bcast_forced() = k_bcast_dpbf16;
-  else if (name == "fma") bcast_forced() = k_bcast_fma;
-  else return false;
-  return true;
-}
 
 void mask_logits(float* x, const uint32_t* words, size_t n) noexcept {
   static_assert(std::endian::native == std::endian::little, "the bitmask words are read as bytes");
@@ -1138,8 +952,7 @@ void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int6
   }
   act_bf16 = act_bf16 && w.type == dtype::bf16;
 #if COSERVE_BF16DOT
-  if (act_bf16 && bf16dot_on().load(std::memory_order_relaxed) &&
-      !(size_t(M) >= k_dbc_min_m && bcast_choice() == k_bcast_fma)) {
+  if (act_bf16 && bf16dot_on().load(std::memory_order_relaxed)) {
     matmul_bf16dot(x, size_t(ldx), size_t(M), static_cast<const uint16_t*>(w.data), size_t(n), size_t(w.cols), y,
                    size_t(ldy), accumulate);
     return;
@@ -1152,15 +965,6 @@ bool bf16_dot_active() noexcept { return COSERVE_BF16DOT && bf16dot_on().load(st
 
 void round_to_bf16_f32(const float* x, int64_t ldx, int64_t M, int64_t K, float* out) noexcept {
   HWY_DYNAMIC_DISPATCH(round_bf16_f32_impl)(x, ldx, M, K, out);
-}
-
-bool bf16_dot_rows(int64_t M) noexcept {
-#if COSERVE_BF16DOT
-  return bf16_dot_active() && !(size_t(M) >= k_dbc_min_m && bcast_choice() == k_bcast_fma);
-#else
-  (void)M;
-  return false;
-#endif
 }
 
 void round_to_bf16(const float* x, int64_t ldx, int64_t M, int64_t K, uint16_t* out) noexcept {
@@ -1178,14 +982,13 @@ void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t 
                     bool accumulate) {
   if (M <= 0 || n <= 0) return;
 #if COSERVE_BF16DOT
-  if (bf16_dot_active() && w.type == dtype::bf16 && !(size_t(M) >= k_dbc_min_m && bcast_choice() == k_bcast_fma)) {
+  if (bf16_dot_active() && w.type == dtype::bf16) {
     bf16dot_rows(xb, size_t(M), static_cast<const uint16_t*>(w.data), size_t(n), size_t(w.cols), y, size_t(ldy),
                  accumulate);
     return;
   }
 #endif
-  // Without the AVX512-BF16 kernel (or where fp32 FMAs measured faster for this many rows): the
-  // widening kernel on the (exactly representable) values.
+  // Without the AVX512-BF16 kernel: the widening kernel on the (exactly representable) values.
   const int64_t K = w.cols;
   thread_local std::vector<float> xf;
   xf.resize(size_t(M * K));

@@ -52,21 +52,8 @@ void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int6
 // Whether matmul_nt with act_bf16 runs on the AVX512-BF16 kernel (the CPU has it and no other
 // instruction set is forced).
 bool bf16_dot_active() noexcept;
-// From 20 rows, bf16 x bf16 products on an AVX512-BF16 CPU take one of two broadcast kernels:
-// VDPBF16PS on pairs of bf16 weights, or fp32 FMAs on the weights widened (the same products,
-// exact in fp32). Which is faster depends on the core (VDPBF16PS issued at a quarter of the FMA
-// rate on the Intel Xeon of docs/benchmarks/cpu.md), so both are timed once per process, at the
-// first call of either function below or of such a product. Returns "dpbf16" or "fma" (with the
-// measured rates unless forced), or "" where the AVX512-BF16 kernel is not in use.
-std::string bf16_bcast_kernel();
-// Whether matmul_nt_bf16 of M rows runs on VDPBF16PS (bf16_dot_active, and for 16 or more rows
-// the dpbf16 broadcast kernel chosen from 20); otherwise bf16 x bf16 products of M rows are fastest as
-// the widening kernel's on activations rounded by round_to_bf16_f32.
-bool bf16_dot_rows(int64_t M) noexcept;
 // x [M, K] (row stride ldx) rounded to bf16, nearest even, kept as fp32 values in out [M, K].
 void round_to_bf16_f32(const float* x, int64_t ldx, int64_t M, int64_t K, float* out) noexcept;
-// Tests: "dpbf16" or "fma" forces one, "" returns to the measured choice; false for other names.
-bool bf16_bcast_kernel_force(const std::string& name);
 // x [M, K] (row stride ldx) rounded to bf16, nearest even, into out [M, K].
 void round_to_bf16(const float* x, int64_t ldx, int64_t M, int64_t K, uint16_t* out) noexcept;
 // matmul_nt with act_bf16 on activations already rounded (xb [M, w.cols] from round_to_bf16), so

@@ -1,7 +1,8 @@
 // In-register transposes of 32-bit lanes on x86 (v[r] lane i -> v[i] lane r), the unpack / shuffle
 // networks BLAS packing routines use: 16 x 16 with AVX-512 (64 shuffles for 256 values) and 8 x 8
-// with AVX (24 for 64). The CPU GEMMs' broadcast kernels pack weight panels with them: fp32 lanes,
-// or pairs of bf16 moved as one 32-bit lane. Callers are compiled for the instruction set named.
+// with AVX (24 for 64). The CPU GEMMs pack weight panels with them: fp32 lanes for the broadcast
+// kernel (model/cpu_kernels.cpp), 4-byte groups of quantized values for the integer lane kernels
+// (model/quant_gemm.cpp). Callers are compiled for the instruction set named.
 #pragma once
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
