@@ -155,7 +155,8 @@ TEST_CASE("rope + paged KV write into fp8 caches: the bf16 cache's values, encod
   rp.theta = 10000.0f;
   rp.rotary_dim = head_dim;
   auto inv = rope_inv_freq(rp);
-  auto qkv = random_bf16(size_t(tokens) * (hq + 2 * hkv) * head_dim, 16, 300.0f);  // past E4M3's 448 too
+  // Values to +-600 (rotated k to about 850): past E4M3's largest, 448, so saturation is checked.
+  auto qkv = random_bf16(size_t(tokens) * (hq + 2 * hkv) * head_dim, 16, 600.0f);
   std::vector<int32_t> pos, slots;
   for (int32_t t = 0; t < tokens; ++t) {
     pos.push_back(t * 131 + 5);
