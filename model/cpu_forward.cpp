@@ -155,17 +155,13 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
   const int64_t k = parts.begin()->w->cols;
   bool all_bf16 = true;
   for (const auto& p : parts) all_bf16 = all_bf16 && p.w->type == dtype::bf16;
-  if (bf16_act_ && all_bf16) {
-    // x rounded to bf16 once here, not once per piece: as bf16 for the AVX512-BF16 kernels, or as
-    // fp32 values for the widening kernel.
-    const bool dot = bf16_dot_active();
-    if (dot) xb_.resize(size_t(rows * k));
-    else xr_.resize(size_t(rows * k));
+  if (bf16_act_ && all_bf16 && bf16_dot_active()) {
+    // The AVX512-BF16 kernel: x rounded to bf16 once here, not once per piece.
+    xb_.resize(size_t(rows * k));
     const int64_t rows_per = std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());
     pool_.parallel_for((rows + rows_per - 1) / rows_per, [&](int64_t c) {
       const int64_t r0 = c * rows_per, r1 = std::min(rows, r0 + rows_per);
-      if (dot) round_to_bf16(x + r0 * k, k, r1 - r0, k, xb_.data() + r0 * k);
-      else round_to_bf16_f32(x + r0 * k, k, r1 - r0, k, xr_.data() + r0 * k);
+      round_to_bf16(x + r0 * k, k, r1 - r0, k, xb_.data() + r0 * k);
     });
     pool_.parallel_for(int64_t(pieces.size()), [&](int64_t i) {
       const gemm_piece& pc = pieces[size_t(i)];
@@ -173,9 +169,7 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
       sub.data = sub.row(pc.row0);
       sub.rows = pc.n;
       sub.packed = nullptr;
-      float* out = y + pc.part->col + pc.row0;
-      if (dot) matmul_nt_bf16(xb_.data(), rows, sub, pc.n, out, ldy, accumulate);
-      else matmul_nt(xr_.data(), k, rows, sub, pc.n, out, ldy, accumulate, false);
+      matmul_nt_bf16(xb_.data(), rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate);
     });
     return;
   }

@@ -163,14 +163,12 @@ HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr, const hwy::
   const hn::RebindToUnsigned<DF> du;
   const size_t L = hn::Lanes(df);
   const auto hi_mask = hn::Set(du, 0xffff0000u);
-  // One weight row (NR == 1) has registers to spare: the odd columns get their own accumulators,
-  // so two FMA chains run side by side.
-  constexpr size_t NO = NR == 1 ? 1 : 0;
-  VF acc[MR][NR], acc_o[MR][NO + 1];
+  // One accumulator per output at every tile shape, so each output is the same chain of FMAs
+  // whatever NR and MR (see matmul_bf16).
+  VF acc[MR][NR];
   HWY_UNROLL(1)
   for (size_t m = 0; m < MR; ++m) {
     for (size_t j = 0; j < NR; ++j) acc[m][j] = hn::Zero(df);
-    acc_o[m][0] = hn::Zero(df);
   }
   for (size_t k = 0; k < K2; k += 2 * L) {
     VF we[NR], wo[NR];
@@ -185,17 +183,12 @@ HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr, const hwy::
       const VF xo = hn::LoadU(df, xr + m * ldxr + k + L);
       for (size_t j = 0; j < NR; ++j) {
         acc[m][j] = hn::MulAdd(xe, we[j], acc[m][j]);
-        if constexpr (NO != 0) {
-          acc_o[m][0] = hn::MulAdd(xo, wo[j], acc_o[m][0]);
-        } else {
-          acc[m][j] = hn::MulAdd(xo, wo[j], acc[m][j]);
-        }
+        acc[m][j] = hn::MulAdd(xo, wo[j], acc[m][j]);
       }
     }
   }
   for (size_t m = 0; m < MR; ++m)
     for (size_t j = 0; j < NR; ++j) {
-      if constexpr (NO != 0) acc[m][j] = hn::Add(acc[m][j], acc_o[m][0]);
       float s = hn::GetLane(hn::SumOfLanes(df, acc[m][j]));
       for (size_t kk = K2; kk < K; ++kk) s += xr[m * ldxr + kk] * scalar_f32(w + j * K + kk);
       float& out = y[m * ldy + j];
@@ -402,15 +395,12 @@ void round_bf16_f32_impl(const float* x, int64_t ldx, int64_t M, int64_t K, floa
 // two bf16 numbers, as the AVX512-BF16 kernel computes them).
 void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y,
                  size_t ldy, bool accumulate, bool act_bf16) {
-  if (M >= k_bc_min_m) {
-    if (!act_bf16) {
-      matmul_bcast(x, ldx, M, w, N, K, y, ldy, accumulate);
-      return;
-    }
-    thread_local std::vector<float> xb;  // x rounded to bf16 (nearest even), as fp32
-    xb.resize(M * K);
-    round_bf16_f32_impl(x, int64_t(ldx), int64_t(M), int64_t(K), xb.data());
-    matmul_bcast(xb.data(), K, M, w, N, K, y, ldy, accumulate);
+  // bf16 activations (the serving default) stay on the dot-product tiles at every row count, and
+  // every tile shape computes an output with the same chain of FMAs, so a sequence's results do not
+  // change with its batch (as on the AVX512-BF16 kernel). fp32 activations take the broadcast
+  // kernel from k_bc_min_m rows (its sums are in another order).
+  if (M >= k_bc_min_m && !act_bf16) {
+    matmul_bcast(x, ldx, M, w, N, K, y, ldy, accumulate);
     return;
   }
   const size_t L = hn::Lanes(DF());
@@ -429,8 +419,7 @@ void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w,
           dst[k + L + i] = src[k + 2 * i + 1];
         }
       for (size_t k = K2; k < K; ++k) dst[k] = src[k];
-      if (act_bf16)
-        for (size_t k = 0; k < K; ++k) dst[k] = bf16_to_f32(f32_to_bf16(dst[k]));
+      if (act_bf16) round_bf16_f32_impl(dst, int64_t(K), 1, int64_t(K), dst);
     }
     const float* xb = xr.data();
     size_t j = 0;
@@ -993,7 +982,8 @@ void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t 
   thread_local std::vector<float> xf;
   xf.resize(size_t(M * K));
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
-  HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(xf.data(), K, M, &w, n, y, ldy, accumulate, false);
+  // act_bf16 (the values are bf16 already): the same batch-invariant path as matmul_nt's.
+  HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(xf.data(), K, M, &w, n, y, ldy, accumulate, w.type == dtype::bf16);
 }
 
 void attend(const attn_tile& t) { HWY_DYNAMIC_DISPATCH(attend_impl)(&t); }

@@ -51,7 +51,11 @@ def test_ngram_speculation_keeps_greedy_outputs_and_counts_proposals(server):
         drafts = metric_value(text, "coserve_spec_decode_num_drafts_total")
         proposed = metric_value(text, "coserve_spec_decode_num_draft_tokens_total")
         accepted = metric_value(text, "coserve_spec_decode_num_accepted_tokens_total")
-        assert drafts and drafts > 0 and 0 < accepted <= proposed
+        # How many proposals this random-weight model accepts depends on how soon its continuation
+        # repeats itself (the CPU's instruction set changes it; speculation backs off after
+        # rejections): counted here, not required. The model as its own draft accepting every
+        # proposal is tests/actors/test_speculation.cpp's.
+        assert drafts and drafts > 0 and 0 <= accepted <= proposed
         per_pos = [metric_value(text, "coserve_spec_decode_num_accepted_tokens_per_pos_total", {"position": str(i)})
                    for i in range(4)]
         assert sum(per_pos) == accepted
