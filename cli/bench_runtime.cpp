@@ -107,21 +107,36 @@ int bench_runtime(int argc, char** argv) {
   long n = 1000000;
   std::size_t threads = 0;
   bool trace = true;
+  std::size_t release_chunk = rt::spawn_options{}.mailbox_release_chunk_bytes;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--n") && i + 1 < argc) n = std::atol(argv[++i]);
     else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atol(argv[++i]);
     else if (!std::strcmp(argv[i], "--no-trace")) trace = false;
+    else if (!std::strcmp(argv[i], "--mailbox-release-chunk") && i + 1 < argc)
+      release_chunk = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--help")) {
-      std::printf("usage: coserve bench runtime [--n N] [--threads T] [--no-trace]\n"
+      std::printf("usage: coserve bench runtime [--n N] [--threads T] [--no-trace] [--mailbox-release-chunk B]\n"
                   "  --n N        messages per workload (default 1000000)\n"
                   "  --threads T  executor pool threads (default: core count)\n"
-                  "  --no-trace   disable per-actor tracing (on by default)\n");
+                  "  --no-trace   disable per-actor tracing (on by default)\n"
+                  "  --mailbox-release-chunk B\n"
+                  "               the 2^16-slot mailboxes of fanin and pipeline hand consumed chunks\n"
+                  "               of B bytes back to the system (default %zu; 0 keeps every page)\n",
+                  release_chunk);
       return 0;
     } else {
       std::fprintf(stderr, "coserve bench runtime: unknown flag '%s'\n", argv[i]);
       return 2;
     }
   }
+  // The fanin and pipeline receivers' mailboxes: 2^16 slots.
+  auto big = [release_chunk](const char* name) {
+    rt::spawn_options o;
+    o.name = name;
+    o.mailbox_capacity = 1 << 16;
+    o.mailbox_release_chunk_bytes = release_chunk;
+    return o;
+  };
   rt::system_config cfg;
   cfg.threads = threads;
   cfg.tracing = trace;
@@ -143,7 +158,7 @@ int bench_runtime(int argc, char** argv) {
     rt::system sys(cfg);
     std::promise<void> done;
     const int producers = 4;
-    auto s = sys.spawn<sink>({.name = "sink", .mailbox_capacity = 1 << 16}, long(n) * producers,
+    auto s = sys.spawn<sink>(big("sink"), long(n) * producers,
                              &done);
     auto t = clk::now();
     std::vector<rt::actor_ref<producer<sink>>> ps;
@@ -157,12 +172,12 @@ int bench_runtime(int argc, char** argv) {
   {
     rt::system sys(cfg);
     std::promise<void> done;
-    auto s = sys.spawn<sink>({.name = "sink", .mailbox_capacity = 1 << 16}, n, &done);
-    auto s5 = sys.spawn<stage<sink>>({.name = "stage5", .mailbox_capacity = 1 << 16}, s);
-    auto s4 = sys.spawn<stage<stage<sink>>>({.name = "stage4", .mailbox_capacity = 1 << 16}, s5);
-    auto s3 = sys.spawn<stage<stage<stage<sink>>>>({.name = "stage3", .mailbox_capacity = 1 << 16}, s4);
-    auto s2 = sys.spawn<stage<stage<stage<stage<sink>>>>>({.name = "stage2", .mailbox_capacity = 1 << 16}, s3);
-    auto s1 = sys.spawn<stage<stage<stage<stage<stage<sink>>>>>>({.name = "stage1", .mailbox_capacity = 1 << 16}, s2);
+    auto s = sys.spawn<sink>(big("sink"), n, &done);
+    auto s5 = sys.spawn<stage<sink>>(big("stage5"), s);
+    auto s4 = sys.spawn<stage<stage<sink>>>(big("stage4"), s5);
+    auto s3 = sys.spawn<stage<stage<stage<sink>>>>(big("stage3"), s4);
+    auto s2 = sys.spawn<stage<stage<stage<stage<sink>>>>>(big("stage2"), s3);
+    auto s1 = sys.spawn<stage<stage<stage<stage<stage<sink>>>>>>(big("stage1"), s2);
     auto t = clk::now();
     auto source = sys.spawn<producer<stage<stage<stage<stage<stage<sink>>>>>>>({.name = "source"}, s1);
     (void)source.tell(go{n});

@@ -50,7 +50,11 @@ enum class restart_policy : uint8_t {
 
 struct spawn_options {
   std::string name = "actor";
-  std::size_t mailbox_capacity = 1024;   // rounded up to a power of two
+  std::size_t mailbox_capacity = 1024;   // rounded up to a power of two (see below)
+  // Large mailboxes (at least 8 chunks) that go round slower than once a second hand the memory of
+  // consumed chunks back to the system, so they stay resident only for what is queued; they then
+  // hold one chunk less than mailbox_capacity (runtime/mpsc_queue.hpp). 0 keeps every page.
+  std::size_t mailbox_release_chunk_bytes = 256 << 10;
   std::size_t batch = 64;                // messages per scheduling before yielding the thread
   restart_policy on_failure = restart_policy::restart;
   int max_restarts = 10;                 // within restart_window; one more failure stops it
@@ -185,7 +189,7 @@ class actor_cell final : public cell_base {
   actor_cell(spawn_options opts, tracer& tr, asio::any_io_executor ex, factory make,
              start_hook on_start)
       : cell_base(std::move(opts), tr, std::move(ex)),
-        mailbox_(opts_.mailbox_capacity),
+        mailbox_(opts_.mailbox_capacity, opts_.mailbox_release_chunk_bytes),
         make_(std::move(make)),
         on_start_(std::move(on_start)) {}
 

@@ -42,7 +42,9 @@ inline const char* to_string(send_status s) noexcept {
 template <class E>
 class mailbox {
  public:
-  explicit mailbox(std::size_t capacity) : ring_(capacity) {}
+  explicit mailbox(std::size_t capacity,
+                   std::size_t release_chunk_bytes = mpsc_queue<E>::k_default_release_chunk_bytes)
+      : ring_(capacity, release_chunk_bytes) {}
 
   std::size_t capacity() const noexcept { return ring_.capacity(); }
   std::size_t size_approx() const noexcept { return ring_.size_approx(); }

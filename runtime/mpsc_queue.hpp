@@ -1,10 +1,11 @@
 // mpsc_queue<T>: a bounded, lock-free, multi-producer single-consumer ring (the mailbox storage).
 //
 // Algorithm: D. Vyukov's bounded queue, restricted to one consumer. Every slot carries a sequence
-// number `seq`. For slot i of a ring of capacity C (a power of two):
+// number `seq`. For slot i of a ring of C slots (a power of two):
 //   seq == pos          the slot is free for the producer that claims position `pos`
 //   seq == pos + 1      the slot holds the value written for position `pos` (consumer may read)
 //   seq == pos + C      the consumer has emptied it; free for position pos + C
+//                       (with page release, the slot reads 0 instead: see Memory below)
 // Producers claim a position with a CAS on `tail_`, write the value, then publish it with a
 // release store of seq. The consumer owns `head_` outright (plain loads/stores by one thread).
 //
@@ -25,8 +26,28 @@
 // Memory: the ring is one anonymous mapping, and each slot stores seq - i (i = its index), which
 // is 0 for a slot never used; so the mapping's zero pages need no initialization, and a ring costs
 // only the pages of the slots used so far. Positions go round every slot in turn, however few
-// values are queued at a time: once `capacity` values have passed through it, a ring is resident
-// in full (as it was from the start when every slot was initialized at construction).
+// values are queued at a time, so a ring that kept every page it touched would be resident in full
+// once `capacity` values had passed through it.
+//
+// Page release (rings of at least 8 release chunks; 256 KiB chunks by default): the ring is cut
+// into chunks of S slots that start and end on page boundaries. When the consumer pops the first
+// slot of a chunk it decides whether that chunk's pages go back to the system at its end: they do
+// when the consumer's previous lap through the chunk began `release_after` ago or longer (1 s by
+// default) or never. A ring that goes round faster keeps its pages, since writing a dropped page
+// again costs a page fault (about 2 us in a VM: 100+ ns a message with 256-byte slots, where
+// the push and pop take 20 ns); a slower one pays at most one fault per page per `release_after`.
+// In a kept chunk each popped slot is handed back at once, as above. In a dropped chunk the
+// consumer hands nothing back slot by slot: after popping its last slot it drops the chunk's pages
+// (madvise MADV_DONTNEED: they read as zeros again and cost no memory until written) and then
+// publishes its position in `head_copy_` (release). A slot that reads 0 at a position of a later
+// lap (pos >= ring size) is free exactly when the consumer has passed pos - ring size: the
+// producer checks `head_copy_` (acquire) for that, which also orders the consumer's destruction
+// of the old value before the new one is constructed. Until the chunk is dropped its popped slots
+// still read "full", so no producer writes into a chunk while it is being dropped. A ring whose
+// chunks are dropped is resident only for the chunks between the consumer and the producers (the
+// values queued plus up to two chunks), whatever has passed through it. `capacity()` is then the
+// ring's slots less one chunk: that many values always fit (a push can fail only when the ring
+// holds at least that many), so a sender waiting for space is not woken while none can be had.
 //
 // A producer that claimed a position but has not yet published it makes the consumer see the
 // queue as empty at that slot (try_pop returns nullopt) even if later slots are published; the
@@ -34,17 +55,21 @@
 // lost and per-producer order is kept (positions are claimed in each producer's program order).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <numeric>
 #include <optional>
 #include <type_traits>
 #include <utility>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 namespace coserve::rt {
 
@@ -55,9 +80,21 @@ enum class push_result : uint8_t { ok, full, closed };
 template <class T>
 class mpsc_queue {
  public:
-  // capacity is rounded up to a power of two (at least 2).
-  explicit mpsc_queue(std::size_t capacity)
-      : mask_(std::bit_ceil(capacity < 2 ? std::size_t{2} : capacity) - 1), slots_(map_slots(mask_ + 1)) {}
+  // Release chunks of this many bytes (rounded to whole pages and a power of two of slots) when
+  // the ring is at least 8 chunks; 0 turns page release off.
+  static constexpr std::size_t k_default_release_chunk_bytes = std::size_t(256) << 10;  // spawn_options too
+  // A chunk is dropped when the consumer's previous lap through it began this long ago or longer.
+  static constexpr std::chrono::nanoseconds k_default_release_after = std::chrono::seconds(1);
+
+  // capacity is rounded up to a power of two (at least 2): the ring's slots. With page release,
+  // capacity() is one release chunk less (at most 1/8 less).
+  explicit mpsc_queue(std::size_t capacity, std::size_t release_chunk_bytes = k_default_release_chunk_bytes,
+                      std::chrono::nanoseconds release_after = k_default_release_after)
+      : chunk_(chunk_slots(capacity, release_chunk_bytes)),
+        mask_(std::bit_ceil(std::max<std::size_t>(capacity, 2)) - 1),
+        slots_(map_slots(mask_ + 1, chunk_ != 0)),
+        release_after_ns_(release_after.count()),
+        lap_start_ns_(chunk_ ? new int64_t[(mask_ + 1) / chunk_]() : nullptr) {}
   ~mpsc_queue() {
     while (try_pop()) {
     }
@@ -66,7 +103,21 @@ class mpsc_queue {
   mpsc_queue(const mpsc_queue&) = delete;
   mpsc_queue& operator=(const mpsc_queue&) = delete;
 
-  std::size_t capacity() const noexcept { return mask_ + 1; }
+  // The number of values that always fit (pushes from an empty ring that cannot fail).
+  std::size_t capacity() const noexcept { return mask_ + 1 - chunk_; }
+  // Slots per release chunk; 0 when the ring keeps its pages.
+  std::size_t release_chunk() const noexcept { return chunk_; }
+  // Any thread: bytes of the ring's mapping resident in memory now (mincore; a measurement).
+  std::size_t resident_bytes() const {
+    const std::size_t page = page_size();
+    const std::size_t bytes = (mask_ + 1) * sizeof(slot);
+    const std::size_t pages = (bytes + page - 1) / page;
+    std::unique_ptr<unsigned char[]> vec(new unsigned char[pages]);
+    if (mincore(slots_, bytes, vec.get()) != 0) return 0;
+    std::size_t n = 0;
+    for (std::size_t i = 0; i < pages; ++i) n += vec[i] & 1;
+    return n * page;
+  }
 
   // Producer side. `value` is moved from only when the result is `ok`.
   template <class U>
@@ -91,7 +142,13 @@ class mpsc_queue {
         }
         // CAS failure reloaded pos (possibly with the closed bit); retry.
       } else if (diff < 0) {
-        return push_result::full;  // the slot still holds the value from one lap ago
+        if (!released_free(pos)) return push_result::full;  // still holds the value from a lap ago
+        // A dropped chunk's slot (reads 0) that the consumer has passed: claim it as above.
+        if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+          ::new (static_cast<void*>(s.storage)) T(std::forward<U>(value));
+          store_seq(pos, pos + 1);
+          return push_result::ok;
+        }
       } else {
         pos = tail_.load(std::memory_order_relaxed);  // another producer moved on; catch up
       }
@@ -106,11 +163,17 @@ class mpsc_queue {
     T* p = std::launder(reinterpret_cast<T*>(s.storage));
     std::optional<T> out(std::move(*p));
     p->~T();
-    // release: our reads and the destructor happen-before a producer reuses the slot.
-    store_seq(head_, head_ + mask_ + 1);
+    if (chunk_ != 0 && (head_ & (chunk_ - 1)) == 0) dropping_ = drop_chunk_starting(head_);
+    if (!dropping_) {
+      // release: our reads and the destructor happen-before a producer reuses the slot.
+      store_seq(head_, head_ + mask_ + 1);
+    } else if (((head_ + 1) & (chunk_ - 1)) == 0) {
+      release_chunk(head_ + 1 - chunk_);  // popped the chunk's last slot
+    }
     ++head_;
-    // relaxed: head_copy_ only feeds size_approx, a hint.
-    head_copy_.store(head_, std::memory_order_relaxed);
+    // release: with page release, a producer that finds a dropped slot acquires head_copy_ to see
+    // that the consumer passed it (released_free); otherwise it only feeds size_approx.
+    head_copy_.store(head_, std::memory_order_release);
     return out;
   }
 
@@ -162,10 +225,53 @@ class mpsc_queue {
   };
   static_assert(std::is_trivially_default_constructible_v<slot>);
 
-  static slot* map_slots(std::size_t n) {
+  static std::size_t page_size() noexcept {
+    static const std::size_t page = [] {
+      const long p = sysconf(_SC_PAGESIZE);
+      return p > 0 ? static_cast<std::size_t>(p) : std::size_t{4096};
+    }();
+    return page;
+  }
+  // Slots per release chunk (a power of two whose bytes are whole pages), or 0: no page release.
+  static std::size_t chunk_slots(std::size_t capacity, std::size_t chunk_bytes) noexcept {
+    if (chunk_bytes == 0) return 0;
+    const std::size_t page = page_size();
+    std::size_t s = page / std::gcd(page, sizeof(slot));  // fewest slots filling whole pages
+    while (s * sizeof(slot) < chunk_bytes) s *= 2;
+    return std::bit_ceil(capacity) >= 8 * s ? s : 0;
+  }
+  static slot* map_slots(std::size_t n, bool release) {
     void* p = mmap(nullptr, n * sizeof(slot), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
+    // Huge pages would keep 2 MiB resident for every chunk touched; a failure only costs memory.
+    if (release) (void)madvise(p, n * sizeof(slot), MADV_NOHUGEPAGE);
     return static_cast<slot*>(p);
+  }
+  // Consumer side, at the first pop of the chunk starting at `pos`: whether it is dropped at its end.
+  bool drop_chunk_starting(std::size_t pos) noexcept {
+    const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                            std::chrono::steady_clock::now().time_since_epoch()).count();
+    int64_t& last = lap_start_ns_[(pos & mask_) / chunk_];
+    const bool drop = last == 0 || now - last >= release_after_ns_;
+    last = now;
+    return drop;
+  }
+  // Consumer side: every value of the chunk starting at position `first` has been popped.
+  void release_chunk(std::size_t first) noexcept {
+    slot* s = &slots_[first & mask_];
+    if (madvise(s, chunk_ * sizeof(slot), MADV_DONTNEED) == 0) return;
+    // Not dropped (never expected for a private anonymous mapping): hand the slots back one by one.
+    for (std::size_t pos = first; pos != first + chunk_; ++pos) store_seq(pos, pos + mask_ + 1);
+  }
+  // Producer side, for a slot whose seq is behind `pos`: true when it is a dropped chunk's slot
+  // (reads 0 in a later lap) and the consumer has popped the value a lap before `pos`.
+  bool released_free(std::size_t pos) const noexcept {
+    if (chunk_ == 0 || pos <= mask_) return false;
+    if (std::atomic_ref<std::size_t>(slots_[pos & mask_].seq_rel).load(std::memory_order_acquire) != 0)
+      return false;
+    // acquire: pairs with try_pop's release store, made after the old value was destroyed and
+    // its chunk dropped.
+    return head_copy_.load(std::memory_order_acquire) > pos - (mask_ + 1);
   }
   // The seq of the slot holding position pos (acquire) / set to v (release).
   std::size_t load_seq(std::size_t pos) const noexcept {
@@ -178,8 +284,12 @@ class mpsc_queue {
   }
 
   static constexpr std::size_t k_closed = std::size_t(1) << (sizeof(std::size_t) * 8 - 1);
+  const std::size_t chunk_;  // slots per release chunk, 0: no page release
   const std::size_t mask_;
   slot* const slots_;
+  const int64_t release_after_ns_;
+  const std::unique_ptr<int64_t[]> lap_start_ns_;  // per chunk: when the consumer last entered it
+  bool dropping_ = false;                           // consumer only: the current chunk is dropped
   alignas(k_cache_line) std::atomic<std::size_t> tail_{0};   // producers
   alignas(k_cache_line) std::size_t head_ = 0;               // consumer only
   std::atomic<std::size_t> head_copy_{0};                    // consumer writes, anyone reads
