@@ -423,11 +423,21 @@ void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w,
     }
     const float* xb = xr.data();
     size_t j = 0;
-    if (M > k_single_row_max_m)
-      for (; j + k_nr <= N; j += k_nr)
+    if (M > k_single_row_max_m) {
+      // Weight rows in blocks of about 256 KiB (L2); each tile of k_mr activation rows (in L1)
+      // meets a whole block before the next tile, so the fp32 activations are read from L2 once
+      // per block rather than once per weight tile.
+      const size_t nb = std::max<size_t>(k_nr, (size_t(256) << 10) / (K * sizeof(uint16_t) + 1) / k_nr * k_nr);
+      const size_t nt = N / k_nr * k_nr;
+      for (size_t j0 = 0; j0 < nt; j0 += nb) {
+        const size_t j1 = std::min(nt, j0 + nb);
         for (size_t m = m0; m < m1; m += k_mr)
-          tile_rows_bf16<k_nr>(std::min(k_mr, m1 - m), xb + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
-                               accumulate, m == m0);
+          for (size_t jj = j0; jj < j1; jj += k_nr)
+            tile_rows_bf16<k_nr>(std::min(k_mr, m1 - m), xb + (m - m0) * K, K, w + jj * K, K, K2, y + m * ldy + jj,
+                                 ldy, accumulate, m == m0);
+      }
+      j = nt;
+    }
     for (; j < N; ++j)
       for (size_t m = m0; m < m1; m += k_mr)
         tile_rows_bf16<1>(std::min(k_mr, m1 - m), xb + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
@@ -842,11 +852,20 @@ COSERVE_BF16DOT_TARGET void bf16dot_rows(const uint16_t* xb, size_t M, const uin
   for (size_t m0 = 0; m0 < M; m0 += mb) {
     const size_t m1 = std::min(M, m0 + mb);
     size_t j = 0;
-    if (M > single_row_max_m)
-      for (; j + nr <= N; j += nr)
+    if (M > single_row_max_m) {
+      // Weight rows in blocks of about 256 KiB (L2), each met by every tile of mr activation rows
+      // (in L1) before the next block (as matmul_bf16 does).
+      const size_t nb = std::max<size_t>(nr, (size_t(256) << 10) / (K * 2 + 1) / nr * nr);
+      const size_t nt = N / nr * nr;
+      for (size_t j0 = 0; j0 < nt; j0 += nb) {
+        const size_t j1 = std::min(nt, j0 + nb);
         for (size_t m = m0; m < m1; m += mr)
-          dot_rows<nr>(std::min(mr, m1 - m), xb + m * K, K, w + j * K, K, K2, y + m * ldy + j, ldy, accumulate,
-                       m == m0);
+          for (size_t jj = j0; jj < j1; jj += nr)
+            dot_rows<nr>(std::min(mr, m1 - m), xb + m * K, K, w + jj * K, K, K2, y + m * ldy + jj, ldy, accumulate,
+                         m == m0);
+      }
+      j = nt;
+    }
     for (; j < N; ++j)
       for (size_t m = m0; m < m1; m += mr)
         dot_rows<1>(std::min(mr, m1 - m), xb + m * K, K, w + j * K, K, K2, y + m * ldy + j, ldy, accumulate,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "model/cpu_kernels.hpp"
@@ -123,6 +124,8 @@ TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[
         // From 16 rows the broadcast kernel: several weight panels and a partial one, several K
         // blocks and a partial one, a partial last row tile.
         check_matmul(40, 150, 600, t, 1, false, act);
+        // Weight rows in several L2 blocks (about 256 KiB of bf16 each) and a partial one.
+        check_matmul(20, 301, 2048, t, 1, true, act);
     }
   }
 }
@@ -162,15 +165,17 @@ TEST_CASE("round_to_bf16_f32 rounds to nearest even as f32_to_bf16 does, NaN sta
 // at a time with the same chains at every row count.
 TEST_CASE("bf16 x bf16 products do not depend on the number of rows, on every instruction set", "[model][kernels]") {
   isa_guard guard;
-  const int64_t N = 70, K = 1030, Mmax = 100;
-  const auto w = make_weights(dtype::bf16, N, K, 77, 0);
-  const auto x = random_floats(size_t(Mmax * K), 78);
+  // The second shape spans several blocks of weight rows (about 256 KiB each) and a partial one.
+  for (const auto& [N, K, Mmax] : {std::tuple<int64_t, int64_t, int64_t>{70, 1030, 100}, {263, 2080, 24}})
   for (const std::string& isa : cpu_isa_available()) {
+    const auto w = make_weights(dtype::bf16, N, K, 77, 0);
+    const auto x = random_floats(size_t(Mmax * K), 78);
     REQUIRE(cpu_isa_force(isa));
     std::vector<float> all(size_t(Mmax * N));
     matmul_nt(x.data(), K, Mmax, w.ref, N, all.data(), N, false, true);
     for (int64_t M : {1, 2, 3, 5, 8, 9, 16, 20, 33, 64}) {
-      INFO("isa " << isa << " M " << M);
+      if (M > Mmax) continue;
+      INFO("isa " << isa << " N " << N << " K " << K << " M " << M);
       for (int64_t m0 : {int64_t(0), Mmax - M}) {
         std::vector<float> y(size_t(M * N));
         matmul_nt(x.data() + m0 * K, K, M, w.ref, N, y.data(), N, false, true);
