@@ -54,7 +54,7 @@ struct spawn_options {
   // Large mailboxes (at least 8 chunks) that go round slower than once a second hand the memory of
   // consumed chunks back to the system, so they stay resident only for what is queued; they then
   // hold one chunk less than mailbox_capacity (runtime/mpsc_queue.hpp). 0 keeps every page.
-  std::size_t mailbox_release_chunk_bytes = 256 << 10;
+  std::size_t mailbox_release_chunk_bytes = k_default_mailbox_release_chunk_bytes;
   std::size_t batch = 64;                // messages per scheduling before yielding the thread
   restart_policy on_failure = restart_policy::restart;
   int max_restarts = 10;                 // within restart_window; one more failure stops it

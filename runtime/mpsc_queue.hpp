@@ -77,12 +77,14 @@ inline constexpr std::size_t k_cache_line = 64;
 
 enum class push_result : uint8_t { ok, full, closed };
 
+// Release chunks of this many bytes (rounded to whole pages and a power of two of slots) when the
+// ring is at least 8 chunks; 0 turns page release off (mpsc_queue and spawn_options' default).
+inline constexpr std::size_t k_default_mailbox_release_chunk_bytes = std::size_t(256) << 10;
+
 template <class T>
 class mpsc_queue {
  public:
-  // Release chunks of this many bytes (rounded to whole pages and a power of two of slots) when
-  // the ring is at least 8 chunks; 0 turns page release off.
-  static constexpr std::size_t k_default_release_chunk_bytes = std::size_t(256) << 10;  // spawn_options too
+  static constexpr std::size_t k_default_release_chunk_bytes = k_default_mailbox_release_chunk_bytes;
   // A chunk is dropped when the consumer's previous lap through it began this long ago or longer.
   static constexpr std::chrono::nanoseconds k_default_release_after = std::chrono::seconds(1);
 
@@ -132,7 +134,9 @@ class mpsc_queue {
       // destruction of the previous value happens-before our construction of the new one.
       const std::size_t seq = load_seq(pos);
       const auto diff = static_cast<std::intptr_t>(seq) - static_cast<std::intptr_t>(pos);
-      if (diff == 0) {
+      // A slot still holding the value from a lap ago is full, unless it belongs to a dropped
+      // chunk that the consumer has passed (released_free).
+      if (diff == 0 || (diff < 0 && released_free(pos, seq))) {
         // relaxed CAS: claiming the position needs atomicity only; publication is via seq.
         if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
           ::new (static_cast<void*>(s.storage)) T(std::forward<U>(value));
@@ -142,13 +146,7 @@ class mpsc_queue {
         }
         // CAS failure reloaded pos (possibly with the closed bit); retry.
       } else if (diff < 0) {
-        if (!released_free(pos)) return push_result::full;  // still holds the value from a lap ago
-        // A dropped chunk's slot (reads 0) that the consumer has passed: claim it as above.
-        if (tail_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-          ::new (static_cast<void*>(s.storage)) T(std::forward<U>(value));
-          store_seq(pos, pos + 1);
-          return push_result::ok;
-        }
+        return push_result::full;
       } else {
         pos = tail_.load(std::memory_order_relaxed);  // another producer moved on; catch up
       }
@@ -263,12 +261,11 @@ class mpsc_queue {
     // Not dropped (never expected for a private anonymous mapping): hand the slots back one by one.
     for (std::size_t pos = first; pos != first + chunk_; ++pos) store_seq(pos, pos + mask_ + 1);
   }
-  // Producer side, for a slot whose seq is behind `pos`: true when it is a dropped chunk's slot
-  // (reads 0 in a later lap) and the consumer has popped the value a lap before `pos`.
-  bool released_free(std::size_t pos) const noexcept {
-    if (chunk_ == 0 || pos <= mask_) return false;
-    if (std::atomic_ref<std::size_t>(slots_[pos & mask_].seq_rel).load(std::memory_order_acquire) != 0)
-      return false;
+  // Producer side, for the slot of `pos` whose seq (as loaded) is behind pos: true when it is a
+  // dropped chunk's slot (reads 0, i.e. seq == its index, in a later lap) and the consumer has
+  // popped the value a lap before `pos`.
+  bool released_free(std::size_t pos, std::size_t seq) const noexcept {
+    if (chunk_ == 0 || pos <= mask_ || seq != (pos & mask_)) return false;
     // acquire: pairs with try_pop's release store, made after the old value was destroyed and
     // its chunk dropped.
     return head_copy_.load(std::memory_order_acquire) > pos - (mask_ + 1);
