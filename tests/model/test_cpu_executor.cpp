@@ -264,6 +264,9 @@ TEST_CASE("executor: launch / collect with two steps in flight gives what execut
           "sequences are left out of the step launched behind it",
           "[model][executor][launch]") {
   test::temp_dir dir("exec-launch");
+  // Declared before the executor, so it outlives it: the step thread may still hold a work-tracked
+  // copy of its executor for a moment after `ready` has run (model/executor.hpp, launch).
+  asio::io_context io;
   auto sync = make_executor(dir, false);
   cpu_executor_options o;
   o.num_kv_blocks = 16;
@@ -284,7 +287,6 @@ TEST_CASE("executor: launch / collect with two steps in flight gives what execut
   pb_plan.seqs.push_back({2, pb, 0, {1}, true});
   const std::vector<int32_t> want_b = decode_until(*sync, pb_plan, {}, 8);
 
-  asio::io_context io;
   auto work = asio::make_work_guard(io);  // run_one() waits for the completions, never stops the context
   int ready = 0;
   auto launch = [&](step_plan p) { async.launch(std::move(p), io.get_executor(), [&ready] { ++ready; }); };
