@@ -18,6 +18,9 @@
 #include <asio/use_awaitable.hpp>
 #include <algorithm>
 #include <chrono>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <cstdio>
 #include <fstream>
 #include <condition_variable>
@@ -711,6 +714,11 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
                                          "--device cpu", "speculative_config"};
   std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n", config.model_dir.string().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+#if defined(__GLIBC__)
+  // Loading freed more than it keeps (the tokenizer's JSON document tree, the GGUF metadata's
+  // parse buffers): hand the free pages inside the heap back instead of keeping them resident.
+  malloc_trim(0);
+#endif
   return std::unique_ptr<engine>(
       new engine_impl(std::move(config), std::move(tok), std::move(*model), std::move(*gen), std::move(exec), spec));
 }
