@@ -50,9 +50,11 @@ struct host_wait_state {
   }
 
   // Runs on a CUDA driver thread: posts and returns, nothing else.
+  // The tracked executor stays in the state, which travels inside the handler; the post goes
+  // through an untracked copy, so this thread never touches the context once the handler may run.
   static void CUDART_CB on_host(void* p) {
     std::unique_ptr<host_wait_state> st(static_cast<host_wait_state*>(p));
-    auto ex = st->work;
+    const auto ex = asio::prefer(st->work, asio::execution::outstanding_work.untracked);
     asio::post(ex, [s = std::move(st)]() mutable { complete(std::move(s)); });
   }
 };

@@ -242,8 +242,14 @@ void cpu_executor::step_thread_main() {
       std::lock_guard lk(launch_mu_);
       completed_.push_back(std::move(r));
     }
-    asio::post(s.ex, std::move(s.ready));  // only posts: the owner collects on its own thread
-    s.ex = {};                             // the work it tracked ends with the post
+    // Only posts: the owner collects on its own thread. The work-tracked executor travels inside
+    // the handler (released on the owner's thread once `ready` has run) and the post goes through
+    // an untracked copy, so nothing here touches the owner's context once the handler may run.
+    const asio::any_io_executor post_ex = asio::prefer(s.ex, asio::execution::outstanding_work.untracked);
+    asio::post(post_ex, [work = std::move(s.ex), ready = std::move(s.ready)]() mutable {
+      ready();
+      work = {};
+    });
   }
 }
 

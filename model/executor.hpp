@@ -114,9 +114,9 @@ class executor {
   // fails here: a step that cannot run reports its error from collect(), in launch order, and its
   // `finished` are dropped all the same. The executor leaves the sequences of a failed step out of
   // the steps launched behind it (failed_sequences), as the caller does for later launches.
-  // The executor keeps an outstanding-work-tracked copy of `ex` until just after the post, which
-  // may be after `ready` has run: the context behind `ex` must outlive either the executor or its
-  // outstanding work (io_context::run() has returned).
+  // The executor holds outstanding work on `ex` until `ready` has run (run() does not return
+  // before), and touches the context behind `ex` no more once `ready` may run: the context may go
+  // as soon as `ready` has run.
   virtual void launch(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready) {
     done_.push_back(execute(plan));
     asio::post(ex, std::move(ready));

@@ -209,7 +209,6 @@ int main(int argc, char** argv) {
       }
     }
     const double decode_s = std::chrono::duration<double>(clock_type::now() - ts).count();
-    io.run();  // returns once the completion callbacks hold no work-tracked copy of its executor
     const double step_ms = decode_s / std::max(1, steps - warm) * 1e3;
     const gpu::step_timeline tl = gpu::gpu_step_timeline(**ex).value_or(gpu::step_timeline{});
     const double kv_read = kv_bytes_per_step(c, batch, prompt + steps / 2, double(dtype_size(o.kv_cache_dtype)));

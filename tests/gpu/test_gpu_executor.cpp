@@ -104,10 +104,6 @@ run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, in
       if (step == 0) r.first_logits.push_back(res->outputs[i].logits);
     }
   }
-  // The completion callbacks' work-tracked executor copies are gone once run() returns: only then
-  // may the context go.
-  work.reset();
-  io.run();
   return r;
 }
 

@@ -264,9 +264,6 @@ TEST_CASE("executor: launch / collect with two steps in flight gives what execut
           "sequences are left out of the step launched behind it",
           "[model][executor][launch]") {
   test::temp_dir dir("exec-launch");
-  // Declared before the executor, so it outlives it: the step thread may still hold a work-tracked
-  // copy of its executor for a moment after `ready` has run (model/executor.hpp, launch).
-  asio::io_context io;
   auto sync = make_executor(dir, false);
   cpu_executor_options o;
   o.num_kv_blocks = 16;
@@ -287,6 +284,7 @@ TEST_CASE("executor: launch / collect with two steps in flight gives what execut
   pb_plan.seqs.push_back({2, pb, 0, {1}, true});
   const std::vector<int32_t> want_b = decode_until(*sync, pb_plan, {}, 8);
 
+  asio::io_context io;
   auto work = asio::make_work_guard(io);  // run_one() waits for the completions, never stops the context
   int ready = 0;
   auto launch = [&](step_plan p) { async.launch(std::move(p), io.get_executor(), [&ready] { ++ready; }); };
@@ -348,6 +346,36 @@ TEST_CASE("executor: launch / collect with two steps in flight gives what execut
   launch(end);
   REQUIRE(collect().ok());
   CHECK(async.num_live_sequences() == 0);
+}
+
+TEST_CASE("executor: the owner's io_context may go as soon as a launched step's ready has run",
+          "[model][executor][launch]") {
+  // model/executor.hpp (launch): the step thread touches the owner's context no more once `ready`
+  // may run. Each round destroys its context right after `ready` ran, while the step thread may
+  // still be returning from its post; under ASan a touch after that is a use after free.
+  test::temp_dir dir("exec-launch-lifetime");
+  (void)make_executor(dir, false);
+  cpu_executor_options o;
+  o.num_kv_blocks = 16;
+  o.num_threads = 1;
+  auto ex = cpu_executor::load(dir.str(), o);
+  REQUIRE(ex.ok());
+  const std::vector<int32_t> prompt{5, 9, 14};
+  for (int round = 0; round < 200; ++round) {
+    asio::io_context io;  // no work guard: the launched step's outstanding work keeps run_one() waiting
+    bool ready = false;
+    step_plan p;
+    p.step_id = uint64_t(round + 1);
+    p.new_seqs = {test::greedy_seq(1, prompt)};
+    p.seqs = {{1, prompt, 0, {0}, true}};
+    p.finished = {1};
+    (*ex)->launch(std::move(p), io.get_executor(), [&ready] { ready = true; });
+    while (!ready) REQUIRE(io.run_one() == 1);
+    auto r = (*ex)->collect();
+    REQUIRE(r.ok());
+    REQUIRE(r->outputs.size() == 1);
+  }
+  CHECK((*ex)->num_live_sequences() == 0);
 }
 
 }  // namespace coserve
