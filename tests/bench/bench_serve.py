@@ -70,7 +70,8 @@ def start_server(binary, extra, model_args=("--demo",)):
 async def one_request(client, url, model, max_tokens, prompt):
     """One streaming completion. TTFT and inter-token latencies are taken at the chunks that carry
     text; "tokens" is the usage chunk's completion_tokens when the server sends one (requested
-    for token-id prompts), else the number of chunks with text."""
+    for token-id prompts), else the number of chunks with text. A stream that ends with [DONE]
+    but carried no text (the sampled tokens decode to nothing) is completed, without a TTFT."""
     body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
             "temperature": 0, "ignore_eos": True}
     if isinstance(prompt, list):
@@ -79,12 +80,15 @@ async def one_request(client, url, model, max_tokens, prompt):
         t0 = time.perf_counter()
         stamps = []
         usage_tokens = None
+        done = False
         try:
             async with client.stream("POST", url + "/v1/completions", json=body) as r:
                 if r.status_code != 200:
                     await r.aread()
                     return None
                 async for line in r.aiter_lines():
+                    if line == "data: [DONE]":
+                        done = True
                     if not line.startswith("data: ") or line == "data: [DONE]":
                         continue
                     chunk = json.loads(line[6:])
@@ -100,7 +104,10 @@ async def one_request(client, url, model, max_tokens, prompt):
             if attempt or stamps:
                 raise
     if not stamps:
-        return None
+        if not done:
+            return None
+        return {"ttft": None, "itl": [], "e2e": time.perf_counter() - t0,
+                "tokens": usage_tokens or 0, "retried": attempt}
     itl = [b - a for a, b in zip(stamps, stamps[1:])]
     tokens = usage_tokens if usage_tokens is not None else len(stamps)
     return {"ttft": stamps[0] - t0, "itl": itl, "e2e": time.perf_counter() - t0, "tokens": tokens,
@@ -141,7 +148,7 @@ def pct(xs, p):
 
 
 def summarize(ok, total, wall, clients, max_tokens):
-    ttft = [r["ttft"] * 1e3 for r in ok]
+    ttft = [r["ttft"] * 1e3 for r in ok if r["ttft"] is not None]
     itl = [x * 1e3 for r in ok for x in r["itl"]]
     e2e = [r["e2e"] * 1e3 for r in ok]
     tokens = sum(r["tokens"] for r in ok)
