@@ -141,7 +141,7 @@ class cpu_executor final : public executor {
   // launch/collect: steps waiting for the step thread, and outcomes waiting for collect().
   struct launched_step {
     step_plan plan;
-    asio::any_io_executor ex;  // tracks outstanding work until `ready` is posted
+    asio::any_io_executor ex;  // tracks outstanding work until `ready` has run (moved into its handler)
     std::function<void()> ready;
   };
   void step_thread_main();

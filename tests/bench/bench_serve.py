@@ -89,7 +89,8 @@ async def one_request(client, url, model, max_tokens, prompt):
                 async for line in r.aiter_lines():
                     if line == "data: [DONE]":
                         done = True
-                    if not line.startswith("data: ") or line == "data: [DONE]":
+                        continue
+                    if not line.startswith("data: "):
                         continue
                     chunk = json.loads(line[6:])
                     if chunk.get("choices") and chunk["choices"][0].get("text"):

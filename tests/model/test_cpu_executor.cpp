@@ -352,7 +352,9 @@ TEST_CASE("executor: the owner's io_context may go as soon as a launched step's 
           "[model][executor][launch]") {
   // model/executor.hpp (launch): the step thread touches the owner's context no more once `ready`
   // may run. Each round destroys its context right after `ready` ran, while the step thread may
-  // still be returning from its post; under ASan a touch after that is a use after free.
+  // still be returning from its post. A late touch is a use after free under ASan, or (the next
+  // round's context taking the same stack slot) a stray end of work that stops that context, so
+  // its run_one() returns 0.
   test::temp_dir dir("exec-launch-lifetime");
   (void)make_executor(dir, false);
   cpu_executor_options o;
