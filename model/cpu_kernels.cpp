@@ -126,6 +126,17 @@ constexpr size_t k_mr_bf16 = 4;
 // measured faster); single rows do not (the hardware prefetcher does better alone).
 constexpr size_t k_single_row_max_m = 4;
 
+// Keeps v in a register at this point on the 16-register x86 targets: the compiler cannot fold
+// its load into each FMA that uses it (GCC otherwise reads the same activations from memory once
+// per weight column, which made the AVX2 tiles load-bound; AVX-512 measured no better with it).
+HWY_INLINE void in_register(VF& v) {
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4) && (defined(__GNUC__) || defined(__clang__))
+  asm("" : "+x"(v.raw));
+#else
+  (void)v;
+#endif
+}
+
 // y[MR rows, NR cols] for weight rows w[0..NR) (row stride K) and x rows (stride ldx).
 template <size_t MR, size_t NR, typename WT>
 HWY_INLINE void tile(const float* HWY_RESTRICT x, size_t ldx, const WT* HWY_RESTRICT w, size_t K,
@@ -144,7 +155,8 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, size_t ldx, const WT* HWY_REST
       wv[j] = load_f32(df, w + j * K + k);
     }
     for (size_t m = 0; m < MR; ++m) {
-      const VF xv = hn::LoadU(df, x + m * ldx + k);
+      VF xv = hn::LoadU(df, x + m * ldx + k);
+      in_register(xv);
       for (size_t j = 0; j < NR; ++j) acc[m][j] = hn::MulAdd(xv, wv[j], acc[m][j]);
     }
   }
@@ -155,17 +167,6 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, size_t ldx, const WT* HWY_REST
       float& out = y[m * ldy + j];
       out = accumulate ? out + s : s;
     }
-}
-
-// Keeps v in a register at this point on the 16-register x86 targets: the compiler cannot fold
-// its load into each FMA that uses it (GCC otherwise reads the same activations from memory once
-// per weight column, which made the AVX2 tiles load-bound; AVX-512 measured no better with it).
-HWY_INLINE void in_register(VF& v) {
-#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4) && (defined(__GNUC__) || defined(__clang__))
-  asm("" : "+x"(v.raw));
-#else
-  (void)v;
-#endif
 }
 
 // bf16 weights without a widening shuffle: a u32 lane holds elements 2i (low half) and 2i+1
