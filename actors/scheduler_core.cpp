@@ -23,6 +23,10 @@ void scheduler_core::add(sequence seq) {
   seq.num_computed = 0;
   seq.pending = 0;
   seq.kv_sent = 0;
+  if (config_.speculation.backoff) {
+    seq.backoff.penalty = spec_prior_.penalty;
+    seq.backoff.skip = spec_prior_.penalty;
+  }
   const seq_id_t id = seq.id;
   const bool fork = seq.fork_parent != 0;
   seqs_[id] = std::move(seq);
@@ -96,7 +100,7 @@ int32_t scheduler_core::proposal_limit(const sequence& s) const {
 void scheduler_core::propose(sequence& s, draft_entry& e, step_draft& d, int32_t budget, uint64_t step_id) {
   const int32_t k = std::min(proposal_limit(s), budget);
   if (k <= 0) return;
-  if (s.backoff.skip > 0) {
+  if (s.backoff.skip > 0 && config_.speculation.backoff) {
     --s.backoff.skip;
     return;
   }
@@ -282,6 +286,7 @@ std::vector<seq_event> scheduler_core::on_result(const step_result& result) {
         spec_stats_.accepted_per_position.resize(size_t(s.spec_proposed), 0);
       for (int32_t p = 0; p < accepted; ++p) ++spec_stats_.accepted_per_position[size_t(p)];
       s.backoff.on_outcome(2 * accepted >= s.spec_proposed);
+      spec_prior_.on_outcome(2 * accepted >= s.spec_proposed);
       proposed = s.spec_proposed;
       accepted_now = accepted;
       s.spec_proposed = 0;

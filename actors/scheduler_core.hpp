@@ -123,6 +123,10 @@ class scheduler_core {
   bool outstanding_ = false;
   int64_t preemptions_ = 0;
   speculation_stats spec_stats_;
+  // The back-off a new sequence starts with: the same rule applied to every verified proposal of
+  // every sequence (empty lookups not counted), so that with proposals that keep being rejected a
+  // new sequence does not probe them again at 1, 2, 4, ... steps.
+  speculation_backoff spec_prior_;
 };
 
 }  // namespace coserve::actors

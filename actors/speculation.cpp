@@ -49,9 +49,12 @@ result<speculative_config> parse_speculative_config(std::string_view text) {
       have_max = true;
     } else if (key == "disable_by_batch_size") {
       r = int_field(key, x, 0, 1 << 20, c.disable_by_batch_size);
+    } else if (key == "backoff") {
+      if (!x.is_bool()) return bad(key, "must be true or false");
+      c.backoff = x.as_bool();
     } else {
-      return bad(key, "is not a known key (known: method, num_speculative_tokens, prompt_lookup_min, "
-                      "prompt_lookup_max, disable_by_batch_size)");
+      return bad(key, "is not a known key (known: method, model, num_speculative_tokens, prompt_lookup_min, "
+                      "prompt_lookup_max, disable_by_batch_size, backoff)");
     }
     if (!r) return r.err();
   }

@@ -27,6 +27,9 @@ struct speculative_config {
   // No proposals while more sequences than this run (0: no limit): with a large batch the step is
   // compute-bound and verifying proposals costs more than it saves.
   int32_t disable_by_batch_size = 0;
+  // Back off after rejected proposals (speculation_backoff). false: propose at every decode step
+  // whatever the outcomes (to measure acceptance; not a vLLM key).
+  bool backoff = true;
   std::string draft_model;            // draft_model: its Hugging Face folder
 
   bool enabled() const noexcept { return !method.empty() && num_speculative_tokens > 0; }
@@ -34,7 +37,8 @@ struct speculative_config {
 
 // Parses vLLM's --speculative-config JSON: {"method":"ngram","num_speculative_tokens":k,
 // "prompt_lookup_min":a,"prompt_lookup_max":b,"disable_by_batch_size":c} or
-// {"model":DIR,"num_speculative_tokens":k} (method "draft_model", which may be given). Both lookup
+// {"model":DIR,"num_speculative_tokens":k} (method "draft_model", which may be given), and
+// "backoff":false (ours) to propose at every step. Both lookup
 // bounds default to 5 when neither is given, else the one given. Errors ("invalid_argument") name
 // the field: malformed JSON, unknown keys or methods, out-of-range values, lookup bounds with a
 // draft model, a draft model without "model". (Whether the draft folder loads and matches the
@@ -61,7 +65,9 @@ int32_t ngram_propose(const token_view& seq, int32_t min_n, int32_t max_n, int32
 // Per-sequence back-off: after a lookup that found nothing, or a proposal of which less than half
 // was accepted, the sequence makes no lookup for 1, 2, 4, ... up to 64 decode steps, reset by a
 // proposal that does well. It bounds the lookups' cost and that of verifying proposals that keep
-// being rejected.
+// being rejected. The scheduler applies the same rule to every verified proposal of every
+// sequence, and a new sequence starts from that (so a draft that is rarely accepted is not probed
+// afresh by each new request).
 struct speculation_backoff {
   int32_t skip = 0;      // decode steps left without proposals
   int32_t penalty = 0;   // the last back-off length (0: none)

@@ -340,6 +340,8 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
       if (!cache_.copy_block(src, dst) || (draft_ && !draft_->cache.copy_block(src, dst)))
         return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
                                                   " outside the cache");
+      else if (draft_)
+        draft_->map.note_copy(src, dst);
 
   // Resolve k_token_from_last_step and lay out the forward batch.
   std::vector<std::vector<int32_t>> inputs(plan.seqs.size());
@@ -374,6 +376,10 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
         return make_error("invalid_argument", "a plan asks for draft proposals, and there is no draft model");
   }
   if (auto r = run_forward(plan, batch); !r) return r.err();
+  if (draft_)
+    for (size_t i = 0; i < plan.seqs.size(); ++i)
+      draft_->map.note_model(plan.seqs[i].seq_id, plan.seqs[i].block_table, plan.seqs[i].start_pos, inputs[i].data(),
+                         int32_t(inputs[i].size()));
 
   // Sampling: each row has its own state, so rows sample in parallel on the forward pass's pool.
   // A sequence with proposals verifies them in order on its 1 + num_draft rows.
@@ -432,9 +438,12 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
 result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std::vector<std::vector<int32_t>>& inputs,
                                      const step_plan& plan) {
   draft_model& dm = *draft_;
-  // 1. Every sequence's tokens up to its first draft proposal (all of them for the others), with
-  //    the draft's logits at that point for sequences it proposes for.
-  std::vector<forward_seq> first(batch.size());
+  // 1. For each sequence the draft proposes for, or whose prompt is being computed: the positions
+  //    its cache lacks before this step's tokens (from the tokens recorded there), then this step's
+  //    tokens up to the first proposal, with the draft's logits at that point for proposing ones.
+  std::vector<forward_seq> first;
+  std::vector<std::vector<int32_t>> caught_up(batch.size());
+  std::vector<size_t> computed;  // batch indices of `first`, in order
   std::vector<size_t> proposing;  // batch indices, in order
   std::vector<int32_t> proposal_at(batch.size(), -1);  // index into inputs[i] of the first proposal
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -444,10 +453,23 @@ result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std:
       n -= s.num_draft;
       proposal_at[i] = n;
       proposing.push_back(i);
+    } else if (n == 1) {
+      continue;  // a plain decode step
     }
-    first[i] = forward_seq{inputs[i].data(), n, s.start_pos, &s.block_table, proposal_at[i] >= 0, 1};
+    const int32_t from = dm.map.valid_prefix(s.block_table, s.start_pos);
+    std::vector<int32_t>& toks = caught_up[i];
+    for (int32_t p = from; p < s.start_pos; ++p) toks.push_back(dm.map.token_at(s.block_table, p));
+    toks.insert(toks.end(), inputs[i].begin(), inputs[i].begin() + n);
+    first.push_back(forward_seq{toks.data(), int32_t(toks.size()), from, &s.block_table, proposal_at[i] >= 0, 1});
+    computed.push_back(i);
   }
+  if (first.empty()) return {};
   if (auto r = dm.forward.run(first, dm.cache, false, dm.logits); !r) return r;
+  for (size_t c = 0; c < computed.size(); ++c) {
+    const size_t i = computed[c];
+    dm.map.note_draft(plan.seqs[i].seq_id, plan.seqs[i].block_table, first[c].start_pos, first[c].tokens,
+                  first[c].num_tokens);
+  }
   // 2. Proposal j of each sequence: the argmax of the draft's last logits, then computed into the
   //    draft's cache (its logits give proposal j + 1).
   const size_t vocab = size_t(dm.weights.config.vocab_size);
@@ -479,6 +501,10 @@ result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std:
     }
     // Computing the last proposal too keeps the draft's cache whole when all of them are accepted.
     if (auto r = dm.forward.run(step, dm.cache, false, dm.logits); !r) return r;
+    for (size_t r = 0; r < step.size(); ++r) {
+      const scheduled_seq& s = plan.seqs[proposing[r]];
+      dm.map.note_draft(s.seq_id, s.block_table, step[r].start_pos, step[r].tokens, 1);
+    }
     proposing = std::move(next);
   }
   return {};

@@ -28,6 +28,7 @@
 #include "model/communicator.hpp"
 #include "model/config.hpp"
 #include "model/cpu_forward.hpp"
+#include "model/draft_kv_map.hpp"
 #include "model/executor.hpp"
 #include "model/kv_cache.hpp"
 #include "model/sampler.hpp"
@@ -102,10 +103,14 @@ class cpu_executor final : public executor {
   result<void> run_forward(const step_plan& plan, const std::vector<forward_seq>& batch);
   // The step without dropping `finished` (execute() drops them whatever the outcome).
   result<step_result> run_step(const step_plan& plan);
-  // The draft model's share of a step: computes the batch's tokens up to the proposals into its
-  // cache, then fills each k_token_from_draft proposal, one position at a time (computing each
-  // proposal's K/V too, so accepted ones need no catching up): its argmax for greedy requests, a
-  // draw from its distribution for sampled ones (kept in draft_q_ for the acceptance rule).
+  // The draft model's share of a step. The draft computes only what its proposals need: for each
+  // sequence it proposes for, the positions its cache lacks up to the proposals (caught up in one
+  // pass from the tokens the model computed there), then each k_token_from_draft proposal, one
+  // position at a time (computing each proposal's K/V too, so accepted ones need no catching up):
+  // its argmax for greedy requests, a draw from its distribution for sampled ones (kept in
+  // draft_q_ for the acceptance rule). Prompt chunks are computed as they come (so a first
+  // proposal never waits for a whole prompt); a sequence's plain decode steps are not (while its
+  // proposals are backed off or switched off by batch size, the draft costs nothing).
   result<void> run_draft(const std::vector<forward_seq>& batch, std::vector<std::vector<int32_t>>& inputs,
                          const step_plan& plan);
 
@@ -114,11 +119,13 @@ class cpu_executor final : public executor {
     kv_cache cache;
     cpu_forward forward;
     std::vector<float> logits;
+    draft_kv_map map;  // which of the draft's cache positions are valid
     draft_model(model_weights w, int32_t blocks, int32_t block_size, dtype kv, worker_pool& pool)
         : weights(std::move(w)),
           cache(weights.config.num_hidden_layers, blocks, block_size, weights.config.num_key_value_heads,
                 weights.config.head_dim, kv),
-          forward(weights, pool) {
+          forward(weights, pool),
+          map(blocks, block_size) {
       pack_for_cpu(weights);
     }
   };

@@ -14,6 +14,8 @@
 #include <numeric>
 #include <map>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "actors/engine.hpp"
 #include "runtime/trace.hpp"
@@ -221,7 +223,9 @@ TEST_CASE("speculation: seeded sampling draws from the plain distribution, not t
   cfg.cpu_threads = 1;
   cfg.max_waiting = 4096;
   engine_config spec_cfg = cfg;
-  spec_cfg.speculative_config = R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":2})";
+  // Proposals at every step ("backoff": false): the acceptance rule runs thousands of times.
+  spec_cfg.speculative_config =
+      R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":2,"backoff":false})";
   auto plain = engine::start(cfg);
   auto spec = engine::start(spec_cfg);
   REQUIRE(plain);
@@ -322,15 +326,35 @@ TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding, 
           "[speculation][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   auto reqs = repetitive_requests(64, 93);
+  // Requests sharing a 40-token prefix (five blocks): later ones reuse blocks that earlier ones
+  // computed, some of them while the draft was not proposing for them.
+  std::mt19937 rng(94);
+  std::vector<int32_t> prefix;
+  for (int j = 0; j < 40; ++j) prefix.push_back(static_cast<int32_t>(rng() % 1000));
+  for (int i = 0; i < 12; ++i) {
+    generate_request r;
+    std::vector<int32_t> ids = prefix;
+    for (int j = 0; j < i % 3; ++j) ids.push_back(static_cast<int32_t>(rng() % 1000));
+    r.input = std::move(ids);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 8 + i * 3;
+    r.params.ignore_eos = true;
+    reqs.push_back(std::move(r));
+  }
   engine_config plain_cfg = small_config();
   auto plain = engine::start(plain_cfg);
   REQUIRE(plain);
   const auto want = run_collect_all(**plain, reqs);
-  // A different, smaller draft (one layer, another seed) and the model itself.
-  for (const std::string& draft : {small_model("spec-draft", 77, 0).string(), demo_dir().string()}) {
-    INFO("draft " << draft);
+  // A different, smaller draft (one layer, another seed) and the model itself; then the model
+  // itself with proposals switched off while more than 4 sequences run, so the draft skips long
+  // stretches of decode steps (and of blocks other sequences reuse) and catches up when proposals
+  // resume: as its own draft it must still accept every proposal.
+  const std::string other = small_model("spec-draft", 77, 0).string(), self = demo_dir().string();
+  for (const auto& [draft, extra] : {std::pair<std::string, std::string>{other, ""}, {self, ""},
+                                     {self, R"(,"disable_by_batch_size":4)"}}) {
+    INFO("draft " << draft << extra);
     engine_config cfg = plain_cfg;
-    cfg.speculative_config = R"({"model":")" + draft + R"(","num_speculative_tokens":3})";
+    cfg.speculative_config = R"({"model":")" + draft + R"(","num_speculative_tokens":3)" + extra + "}";
     auto spec = engine::start(cfg);
     REQUIRE(spec);
     const auto got = run_collect_all(**spec, reqs);
@@ -343,13 +367,43 @@ TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding, 
     }
     const engine_metrics m = (*spec)->metrics();
     CHECK(m.spec_drafts > 0);
-    if (draft == demo_dir().string()) CHECK(m.spec_accepted_tokens == m.spec_draft_tokens);
+    if (draft == self) CHECK(m.spec_accepted_tokens == m.spec_draft_tokens);
     else CHECK(m.spec_accepted_tokens < m.spec_draft_tokens);
     REQUIRE(wait_all_blocks_free(**spec));
     (*spec)->stop();
   }
   REQUIRE(wait_all_blocks_free(**plain));
   (*plain)->stop();
+}
+
+TEST_CASE("speculation with a draft model: a draft that keeps being rejected is not probed afresh by each new request",
+          "[speculation][pipeline]") {
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
+  engine_config cfg = small_config();
+  cfg.speculative_config = R"({"model":")" + small_model("spec-draft", 77, 0).string() + R"(","num_speculative_tokens":3})";
+  auto spec = engine::start(cfg);
+  REQUIRE(spec);
+  std::mt19937 rng(5);
+  std::vector<int64_t> drafts;  // verify steps so far, after each request
+  for (int i = 0; i < 6; ++i) {
+    generate_request r;
+    std::vector<int32_t> ids;
+    for (int j = 0; j < 20; ++j) ids.push_back(static_cast<int32_t>(rng() % 1000));
+    r.input = std::move(ids);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 40;
+    r.params.ignore_eos = true;
+    run_collect_all(**spec, {r});
+    drafts.push_back((*spec)->metrics().spec_drafts);
+  }
+  INFO("verify steps after each request: " << Catch::Detail::stringify(drafts));
+  // Another model's proposals are (almost) never accepted: the first request probes them at
+  // decode steps 1, 3, 6, 11, 20, 37 (its own back-off doubling), and the requests after it start
+  // backed off as far as those outcomes took the back-off (64 steps, more than they decode).
+  CHECK(drafts[0] >= 4);
+  CHECK(drafts[5] - drafts[1] <= 4);
+  REQUIRE(wait_all_blocks_free(**spec));
+  (*spec)->stop();
 }
 
 TEST_CASE("speculation with a draft model: a vocabulary other than the model's is a startup error naming 'model'",
@@ -381,7 +435,7 @@ TEST_CASE("speculation with a draft model: seeded sampling draws from the plain 
   cfg.cpu_threads = 1;
   cfg.max_waiting = 4096;
   engine_config spec_cfg = cfg;
-  spec_cfg.speculative_config = R"({"model":")" + draft.string() + R"(","num_speculative_tokens":3})";
+  spec_cfg.speculative_config = R"({"model":")" + draft.string() + R"(","num_speculative_tokens":3,"backoff":false})";
   auto plain = engine::start(cfg);
   auto spec = engine::start(spec_cfg);
   REQUIRE(plain);

@@ -40,6 +40,10 @@ TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the fiel
   REQUIRE(c);
   CHECK(c->method == "draft_model");
   CHECK(c->draft_model == "/models/draft");
+  CHECK(c->backoff);
+  c = parse_speculative_config(R"({"model":"/models/draft","num_speculative_tokens":3,"backoff":false})");
+  REQUIRE(c);
+  CHECK_FALSE(c->backoff);
   c = parse_speculative_config(k_ngram);
   REQUIRE(c);
   CHECK(c->prompt_lookup_min == 1);
@@ -58,6 +62,7 @@ TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the fiel
       {R"({"method":"ngram","model":"/models/draft","num_speculative_tokens":3})", "model"},
       {R"({"model":"/models/draft","num_speculative_tokens":3,"prompt_lookup_max":2})", "prompt_lookup_max"},
       {R"({"model":7,"num_speculative_tokens":3})", "model"},
+      {R"({"method":"ngram","num_speculative_tokens":3,"backoff":0})", "backoff"},
   };
   for (auto [text, field] : bad) {
     INFO(text);
