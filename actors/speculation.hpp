@@ -38,10 +38,10 @@ struct speculative_config {
 // Parses vLLM's --speculative-config JSON: {"method":"ngram","num_speculative_tokens":k,
 // "prompt_lookup_min":a,"prompt_lookup_max":b,"disable_by_batch_size":c} or
 // {"model":DIR,"num_speculative_tokens":k} (method "draft_model", which may be given), and
-// "backoff":false (ours) to propose at every step. Both lookup
-// bounds default to 5 when neither is given, else the one given. Errors ("invalid_argument") name
-// the field: malformed JSON, unknown keys or methods, out-of-range values, lookup bounds with a
-// draft model, a draft model without "model". (Whether the draft folder loads and matches the
+// "backoff":false (ours) to propose at every step. Both lookup bounds default to 5 when neither is
+// given, else the one given. Errors ("invalid_argument") name the field: malformed JSON, unknown
+// keys or methods, out-of-range values, lookup bounds with a draft model, a draft model without
+// "model". (Whether the draft folder loads and matches the
 // target's vocabulary is checked when the executor loads it.)
 result<speculative_config> parse_speculative_config(std::string_view text);
 

@@ -336,12 +336,12 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   }
   // Tensor parallel: every rank copies the blocks once the step is broadcast (run_forward).
   if (!tp_)
-    for (auto [src, dst] : plan.block_copies)
+    for (auto [src, dst] : plan.block_copies) {
       if (!cache_.copy_block(src, dst) || (draft_ && !draft_->cache.copy_block(src, dst)))
         return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
                                                   " outside the cache");
-      else if (draft_)
-        draft_->map.note_copy(src, dst);
+      if (draft_) draft_->map.note_copy(src, dst);
+    }
 
   // Resolve k_token_from_last_step and lay out the forward batch.
   std::vector<std::vector<int32_t>> inputs(plan.seqs.size());
@@ -378,8 +378,8 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   if (auto r = run_forward(plan, batch); !r) return r.err();
   if (draft_)
     for (size_t i = 0; i < plan.seqs.size(); ++i)
-      draft_->map.note_model(plan.seqs[i].seq_id, plan.seqs[i].block_table, plan.seqs[i].start_pos, inputs[i].data(),
-                         int32_t(inputs[i].size()));
+      draft_->map.note_model(plan.seqs[i].seq_id, plan.seqs[i].block_table, plan.seqs[i].start_pos,
+                             inputs[i].data(), int32_t(inputs[i].size()));
 
   // Sampling: each row has its own state, so rows sample in parallel on the forward pass's pool.
   // A sequence with proposals verifies them in order on its 1 + num_draft rows.
@@ -468,7 +468,7 @@ result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std:
   for (size_t c = 0; c < computed.size(); ++c) {
     const size_t i = computed[c];
     dm.map.note_draft(plan.seqs[i].seq_id, plan.seqs[i].block_table, first[c].start_pos, first[c].tokens,
-                  first[c].num_tokens);
+                      first[c].num_tokens);
   }
   // 2. Proposal j of each sequence: the argmax of the draft's last logits, then computed into the
   //    draft's cache (its logits give proposal j + 1).
