@@ -155,13 +155,13 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
   const int64_t k = parts.begin()->w->cols;
   bool all_bf16 = true;
   for (const auto& p : parts) all_bf16 = all_bf16 && p.w->type == dtype::bf16;
-  if (bf16_act_ && all_bf16 && bf16_dot_active()) {
-    // The AVX512-BF16 kernel: x rounded to bf16 once here, not once per piece.
-    xb_.resize(size_t(rows * k));
-    const int64_t rows_per = std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());
+  // bf16 activations for bf16 weights: x prepared once here (rows split over the threads), then
+  // the pieces share it.
+  const int64_t rows_per = std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());
+  auto shared_x = [&](auto&& prepare, auto&& product) {
     pool_.parallel_for((rows + rows_per - 1) / rows_per, [&](int64_t c) {
-      const int64_t r0 = c * rows_per, r1 = std::min(rows, r0 + rows_per);
-      round_to_bf16(x + r0 * k, k, r1 - r0, k, xb_.data() + r0 * k);
+      const int64_t r0 = c * rows_per;
+      prepare(r0, std::min(rows, r0 + rows_per));
     });
     pool_.parallel_for(int64_t(pieces.size()), [&](int64_t i) {
       const gemm_piece& pc = pieces[size_t(i)];
@@ -169,8 +169,25 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
       sub.data = sub.row(pc.row0);
       sub.rows = pc.n;
       sub.packed = nullptr;
-      matmul_nt_bf16(xb_.data(), rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate);
+      product(sub, y + pc.part->col + pc.row0);
     });
+  };
+  if (bf16_act_ && all_bf16 && bf16_dot_active()) {
+    // The AVX512-BF16 kernel: x rounded to bf16.
+    xb_.resize(size_t(rows * k));
+    shared_x([&](int64_t r0, int64_t r1) { round_to_bf16(x + r0 * k, k, r1 - r0, k, xb_.data() + r0 * k); },
+             [&](const weight_ref& sub, float* out) { matmul_nt_bf16(xb_.data(), rows, sub, sub.rows, out, ldy, accumulate); });
+    return;
+  }
+  if (bf16_act_ && all_bf16 && rows > 4) {
+    // The widening kernel: x rounded and laid out as its tiles read it. From 5 rows: with fewer,
+    // each piece lays out its few rows itself, cheaper than one more pass over the pool.
+    xp_.resize(size_t(rows * k));
+    shared_x(
+        [&](int64_t r0, int64_t r1) { prepare_bf16_activations(x + r0 * k, k, r1 - r0, k, xp_.data() + r0 * k); },
+        [&](const weight_ref& sub, float* out) {
+          matmul_nt_bf16_prepared(xp_.data(), rows, sub, sub.rows, out, ldy, accumulate);
+        });
     return;
   }
   // Quantized weights: x quantized once here, in each activation format the parts need.
@@ -182,7 +199,6 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
     const dtype t = f ? dtype::q4_k : dtype::q8_0;  // a weight type of that activation format
     const size_t row_bytes = quantized_row_bytes(t, k);
     xq_[f].resize(size_t(rows) * row_bytes);
-    const int64_t rows_per = std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());
     pool_.parallel_for((rows + rows_per - 1) / rows_per, [&](int64_t c) {
       const int64_t r0 = c * rows_per, r1 = std::min(rows, r0 + rows_per);
       quantize_rows(t, x + r0 * k, k, r1 - r0, k, xq_[f].data() + size_t(r0) * row_bytes);

@@ -113,6 +113,7 @@ class cpu_forward {
   std::vector<unsigned char> gathered_;  // tensor parallel: every rank's logits, on rank 0
   std::vector<rank_stats> rank_stats_;
   std::vector<uint16_t> xb_;  // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
+  std::vector<float> xp_;     // the same for the widening kernel, in its tiles' layout
   std::vector<uint8_t> xq_[2];  // a matmul's activations quantized (Q8_0 blocks, Q8_K blocks)
   std::vector<gemm_piece> pieces_;
   std::vector<attn_item> items_;

@@ -521,37 +521,36 @@ void matmul_typed(const float* x, size_t ldx, size_t M, const WT* w, size_t N, s
 
 void round_bf16_f32_impl(const float* x, int64_t ldx, int64_t M, int64_t K, float* out);
 
-// act_bf16: the activations are rounded to bf16 first (the products are then those of
-// two bf16 numbers, as the AVX512-BF16 kernel computes them).
-void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y,
-                 size_t ldy, bool accumulate, bool act_bf16) {
-  // bf16 activations (the serving default) stay on the dot-product tiles at every row count, and
-  // every tile shape computes an output with the same chain of FMAs, so a sequence's results do not
-  // change with its batch (as on the AVX512-BF16 kernel). fp32 activations take the broadcast
-  // kernel from k_bc_min_m rows (its sums are in another order).
-  if (M >= k_bc_min_m && !act_bf16) {
-    matmul_bcast(x, ldx, M, w, N, K, y, ldy, accumulate);
-    return;
-  }
+// One row of activations in the layout the bf16 tiles read: per block of 2L columns, the L even
+// columns, then the L odd ones; the K - K2 tail as it is; rounded to bf16 (kept as fp32) when
+// act_bf16.
+HWY_INLINE void reorder_bf16_row(const float* src, size_t K, bool act_bf16, float* dst) {
   const size_t L = hn::Lanes(DF());
   const size_t K2 = K / (2 * L) * (2 * L);
+  for (size_t k = 0; k < K2; k += 2 * L)
+    for (size_t i = 0; i < L; ++i) {
+      dst[k + i] = src[k + 2 * i];
+      dst[k + L + i] = src[k + 2 * i + 1];
+    }
+  for (size_t k = K2; k < K; ++k) dst[k] = src[k];
+  if (act_bf16) round_bf16_f32_impl(dst, int64_t(K), 1, int64_t(K), dst);
+}
+
+// Rows of activations (row stride ldx) in that layout, into xr [M, K].
+void prepare_bf16_impl(const float* x, int64_t ldx, int64_t M, int64_t K, float* xr) {
+  for (int64_t m = 0; m < M; ++m) reorder_bf16_row(x + m * ldx, size_t(K), true, xr + m * K);
+}
+
+// The bf16 tiles over activations already in that layout (xr [M, K]).
+void matmul_bf16_tiles(const float* xr, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y, size_t ldy,
+                       bool accumulate) {
+  const size_t L = hn::Lanes(DF());
+  const size_t K2 = K / (2 * L) * (2 * L);
+  // Rows in blocks of about 256 KiB (L2).
   const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr_bf16 * k_mr_bf16, k_mr_bf16, 256);
-  thread_local std::vector<float> xr;  // per row: K2 reordered columns, then the tail as it is
-  xr.resize(std::min(M, mb) * K);
   for (size_t m0 = 0; m0 < M; m0 += mb) {
     const size_t m1 = std::min(M, m0 + mb);
-    for (size_t m = m0; m < m1; ++m) {
-      const float* src = x + m * ldx;
-      float* dst = xr.data() + (m - m0) * K;
-      for (size_t k = 0; k < K2; k += 2 * L)
-        for (size_t i = 0; i < L; ++i) {
-          dst[k + i] = src[k + 2 * i];
-          dst[k + L + i] = src[k + 2 * i + 1];
-        }
-      for (size_t k = K2; k < K; ++k) dst[k] = src[k];
-      if (act_bf16) round_bf16_f32_impl(dst, int64_t(K), 1, int64_t(K), dst);
-    }
-    const float* xb = xr.data();
+    const float* xb = xr + m0 * K;
     size_t j = 0;
     if (M > k_single_row_max_m) {
       // Weight rows in blocks of about 256 KiB (L2); each tile of k_mr_bf16 activation rows (in L1)
@@ -572,6 +571,35 @@ void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w,
       for (size_t m = m0; m < m1; m += k_mr_bf16)
         tile_rows_bf16<1>(std::min(k_mr_bf16, m1 - m), xb + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
                           accumulate, m == m0);
+  }
+}
+
+void matmul_bf16_prepared_impl(const float* xr, int64_t M, const weight_ref* w, int64_t n, float* y, int64_t ldy,
+                               bool accumulate) {
+  matmul_bf16_tiles(xr, size_t(M), static_cast<const hwy::bfloat16_t*>(w->data), size_t(n), size_t(w->cols), y,
+                    size_t(ldy), accumulate);
+}
+
+// act_bf16: the activations are rounded to bf16 first (the products are then those of
+// two bf16 numbers, as the AVX512-BF16 kernel computes them).
+void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y,
+                 size_t ldy, bool accumulate, bool act_bf16) {
+  // bf16 activations (the serving default) stay on the dot-product tiles at every row count, and
+  // every tile shape computes an output with the same chain of FMAs, so a sequence's results do not
+  // change with its batch (as on the AVX512-BF16 kernel). fp32 activations take the broadcast
+  // kernel from k_bc_min_m rows (its sums are in another order).
+  if (M >= k_bc_min_m && !act_bf16) {
+    matmul_bcast(x, ldx, M, w, N, K, y, ldy, accumulate);
+    return;
+  }
+  // The rows reordered (and rounded) in blocks of about 256 KiB, each block's tiles run on it.
+  const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr_bf16 * k_mr_bf16, k_mr_bf16, 256);
+  thread_local std::vector<float> xr;
+  xr.resize(std::min(M, mb) * K);
+  for (size_t m0 = 0; m0 < M; m0 += mb) {
+    const size_t m1 = std::min(M, m0 + mb);
+    for (size_t m = m0; m < m1; ++m) reorder_bf16_row(x + m * ldx, K, act_bf16, xr.data() + (m - m0) * K);
+    matmul_bf16_tiles(xr.data(), m1 - m0, w, N, K, y + m0 * ldy, ldy, accumulate);
   }
 }
 
@@ -1052,6 +1080,8 @@ HWY_EXPORT(target_bit);
 HWY_EXPORT(log_sum_exp_impl);
 HWY_EXPORT(mask_logits_impl);
 HWY_EXPORT(round_bf16_f32_impl);
+HWY_EXPORT(prepare_bf16_impl);
+HWY_EXPORT(matmul_bf16_prepared_impl);
 
 float log_sum_exp(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n); }
 
@@ -1133,6 +1163,16 @@ void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t 
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
   // act_bf16 (the values are bf16 already): the same batch-invariant path as matmul_nt's.
   HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(xf.data(), K, M, &w, n, y, ldy, accumulate, w.type == dtype::bf16);
+}
+
+void prepare_bf16_activations(const float* x, int64_t ldx, int64_t M, int64_t K, float* out) noexcept {
+  HWY_DYNAMIC_DISPATCH(prepare_bf16_impl)(x, ldx, M, K, out);
+}
+
+void matmul_nt_bf16_prepared(const float* xr, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                             bool accumulate) {
+  if (M <= 0 || n <= 0) return;
+  HWY_DYNAMIC_DISPATCH(matmul_bf16_prepared_impl)(xr, M, &w, n, y, ldy, accumulate);
 }
 
 void attend(const attn_tile& t) { HWY_DYNAMIC_DISPATCH(attend_impl)(&t); }

@@ -61,6 +61,14 @@ void round_to_bf16(const float* x, int64_t ldx, int64_t M, int64_t K, uint16_t* 
 // matmul_nt(act_bf16 = true).
 void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                     bool accumulate);
+// Without the AVX512-BF16 kernel (!bf16_dot_active()): bf16 activations for bf16 weights prepared
+// once (x [M, K], row stride ldx, rounded to bf16 and laid out as the widening kernel's tiles read
+// them, into out [M, K]; the layout belongs to the instruction set in use) and shared by every
+// matmul_nt_bf16_prepared over the same x, such as threads computing parts of one product. Its
+// results are matmul_nt(act_bf16 = true)'s, bit for bit.
+void prepare_bf16_activations(const float* x, int64_t ldx, int64_t M, int64_t K, float* out) noexcept;
+void matmul_nt_bf16_prepared(const float* xr, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
+                             bool accumulate);
 
 // One piece of attention work: query rows (the `group` query heads of one KV head, for num_q
 // consecutive tokens of one sequence) against the sequence's cached positions [ctx_begin, ctx_end),

@@ -189,6 +189,36 @@ TEST_CASE("bf16 x bf16 products do not depend on the number of rows, on every in
   }
 }
 
+TEST_CASE("bf16 activations prepared once give matmul_nt's products bit for bit, on every instruction set",
+          "[model][kernels]") {
+  isa_guard guard;
+  for (const std::string& isa : cpu_isa_available()) {
+    REQUIRE(cpu_isa_force(isa));
+    if (bf16_dot_active()) continue;  // the AVX512-BF16 kernel has its own entry (matmul_nt_bf16)
+    for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 37, 83}, {3, 19, 600}, {5, 64, 256},
+                                  {7, 9, 1030}, {13, 150, 600}, {32, 37, 83}, {70, 40, 2048}}) {
+      INFO("isa " << isa << " M " << M << " N " << N << " K " << K);
+      const auto w = make_weights(dtype::bf16, N, K, uint64_t(M + N + K), 1);
+      const int64_t ldx = K + 3;
+      const auto x = random_floats(size_t(M * ldx), uint64_t(K) + 5);
+      for (bool acc : {false, true}) {
+        std::vector<float> want = random_floats(size_t(M * N), 7), got = want;
+        matmul_nt(x.data(), ldx, M, w.ref, N, want.data(), N, acc, true);
+        std::vector<float> xr(size_t(M * K));
+        prepare_bf16_activations(x.data(), ldx, M, K, xr.data());
+        // Two calls over column ranges of the weights, as threads split one product.
+        const int64_t half = N / 2;
+        weight_ref hi = w.ref;
+        hi.data = w.ref.row(half);
+        hi.rows = N - half;
+        matmul_nt_bf16_prepared(xr.data(), M, w.ref, half, got.data(), N, acc);
+        matmul_nt_bf16_prepared(xr.data(), M, hi, N - half, got.data() + half, N, acc);
+        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("unknown instruction set names are refused", "[model][kernels]") {
   isa_guard guard;
   CHECK_FALSE(cpu_isa_force("not-an-isa"));
