@@ -541,13 +541,17 @@ void prepare_bf16_impl(const float* x, int64_t ldx, int64_t M, int64_t K, float*
   for (int64_t m = 0; m < M; ++m) reorder_bf16_row(x + m * ldx, size_t(K), true, xr + m * K);
 }
 
+// Activation rows per block of the bf16 tiles: about 256 KiB of them (L2), whole tiles.
+HWY_INLINE size_t bf16_row_block(size_t K) {
+  return std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr_bf16 * k_mr_bf16, k_mr_bf16, 256);
+}
+
 // The bf16 tiles over activations already in that layout (xr [M, K]).
 void matmul_bf16_tiles(const float* xr, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y, size_t ldy,
                        bool accumulate) {
   const size_t L = hn::Lanes(DF());
   const size_t K2 = K / (2 * L) * (2 * L);
-  // Rows in blocks of about 256 KiB (L2).
-  const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr_bf16 * k_mr_bf16, k_mr_bf16, 256);
+  const size_t mb = bf16_row_block(K);
   for (size_t m0 = 0; m0 < M; m0 += mb) {
     const size_t m1 = std::min(M, m0 + mb);
     const float* xb = xr + m0 * K;
@@ -593,7 +597,7 @@ void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w,
     return;
   }
   // The rows reordered (and rounded) in blocks of about 256 KiB, each block's tiles run on it.
-  const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr_bf16 * k_mr_bf16, k_mr_bf16, 256);
+  const size_t mb = bf16_row_block(K);
   thread_local std::vector<float> xr;
   xr.resize(std::min(M, mb) * K);
   for (size_t m0 = 0; m0 < M; m0 += mb) {
