@@ -862,7 +862,7 @@ void attend_impl(const attn_tile* t) {
   }
 }
 
-float log_sum_exp_impl(const float* x, size_t n) {
+float max_of(const float* x, size_t n) {
   const DF df;
   const size_t L = hn::Lanes(df);
   float mx = -INFINITY;
@@ -873,12 +873,18 @@ float log_sum_exp_impl(const float* x, size_t n) {
     mx = hn::GetLane(hn::MaxOfLanes(df, vm));
   }
   for (size_t j = i; j < n; ++j) mx = std::max(mx, x[j]);
-  if (mx == -INFINITY || std::isnan(mx)) return mx;
+  return mx;
+}
+
+// log(sum exp(x[i])) given mx = max x[i] (finite).
+float log_sum_exp_from(const float* x, size_t n, float mx) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
   const VF vmx = hn::Set(df, mx), ninf = hn::Set(df, -INFINITY);
   // fp32 lane sums over at most 256 terms each, then added into the double total.
   HWY_ALIGN float lanes[2 * HWY_MAX_BYTES / sizeof(float)];
   double sum = 0.0;
-  i = 0;
+  size_t i = 0;
   while (i + 2 * L <= n) {
     VF s0 = hn::Zero(df), s1 = hn::Zero(df);
     for (size_t r = 0; r < 256 && i + 2 * L <= n; ++r, i += 2 * L) {
@@ -892,6 +898,31 @@ float log_sum_exp_impl(const float* x, size_t n) {
   }
   for (; i < n; ++i) sum += std::exp(double(x[i]) - double(mx));
   return mx + float(std::log(sum));
+}
+
+float log_sum_exp_impl(const float* x, size_t n) {
+  const float mx = max_of(x, n);
+  if (mx == -INFINITY || std::isnan(mx)) return mx;
+  return log_sum_exp_from(x, n, mx);
+}
+
+// log_sum_exp, and in `first_max` the first index holding the largest value (-1 when the values
+// are all -inf or the maximum is NaN: then the first return is that maximum).
+float log_sum_exp_argmax_impl(const float* x, size_t n, int64_t* first_max) {
+  *first_max = -1;
+  const float mx = max_of(x, n);
+  if (mx == -INFINITY || std::isnan(mx)) return mx;
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  const VF vmx = hn::Set(df, mx);
+  size_t i = 0;
+  for (; i + L <= n && *first_max < 0; i += L) {
+    const intptr_t lane = hn::FindFirstTrue(df, hn::Eq(hn::LoadU(df, x + i), vmx));
+    if (lane >= 0) *first_max = int64_t(i) + lane;
+  }
+  for (; i < n && *first_max < 0; ++i)
+    if (x[i] == mx) *first_max = int64_t(i);
+  return log_sum_exp_from(x, n, mx);
 }
 
 // x[i] = -inf where bit i of `bits` (LSB first) is clear. Vectors of 8k lanes read whole bytes of
@@ -1082,12 +1113,17 @@ HWY_EXPORT(matmul_nt_impl);
 HWY_EXPORT(attend_impl);
 HWY_EXPORT(target_bit);
 HWY_EXPORT(log_sum_exp_impl);
+HWY_EXPORT(log_sum_exp_argmax_impl);
 HWY_EXPORT(mask_logits_impl);
 HWY_EXPORT(round_bf16_f32_impl);
 HWY_EXPORT(prepare_bf16_impl);
 HWY_EXPORT(matmul_bf16_prepared_impl);
 
 float log_sum_exp(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n); }
+
+float log_sum_exp_argmax(const float* x, size_t n, int64_t& first_max) noexcept {
+  return HWY_DYNAMIC_DISPATCH(log_sum_exp_argmax_impl)(x, n, &first_max);
+}
 
 
 void mask_logits(float* x, const uint32_t* words, size_t n) noexcept {

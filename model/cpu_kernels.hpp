@@ -110,6 +110,10 @@ void attn_merge(int32_t splits, int32_t rows, int32_t head_dim, const float* max
 // vectorized exp with per-lane fp32 partial sums added in double.
 float log_sum_exp(const float* x, size_t n) noexcept;
 
+// log_sum_exp(x, n), bit for bit, and in `first_max` the first index of the largest value (what
+// std::max_element returns) when the maximum is neither -inf nor NaN; -1 when it is.
+float log_sum_exp_argmax(const float* x, size_t n, int64_t& first_max) noexcept;
+
 // x[i] = -inf for every i < n whose bit is clear in `words` (bit i % 32 of words[i / 32]: the
 // structured-output token bitmask); other values unchanged.
 void mask_logits(float* x, const uint32_t* words, size_t n) noexcept;

@@ -166,9 +166,31 @@ void fill_top_logprobs(const std::vector<float>& lp, const sampling_state& st, s
     if (lp[size_t(idx[i])] != -INFINITY) out.top_logprobs.push_back({idx[i], lp[size_t(idx[i])]});
 }
 
+// True when steps 0-6 leave the row as the model gave it: no grammar, bias, min_tokens masking or
+// penalties (temperature and filters aside).
+bool row_as_is(const sampling_state& st) {
+  const sampling_params& p = st.params;
+  return !st.matcher && p.logit_bias.empty() && st.num_output >= p.min_tokens &&
+         (p.repetition_penalty == 1.0f || p.repetition_penalty <= 0.0f) && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
+}
+
+// Greedy on an untouched row without top logprobs: the argmax and log-sum-exp in one kernel, no
+// copies; the same token and logprob as the general path, bit for bit. False: take that path.
+bool greedy_as_is(std::span<const float> raw, const sampling_state& st, sample_output& out) {
+  if (!st.params.greedy() || st.params.logprobs > 0 || !row_as_is(st)) return false;
+  int64_t tok = -1;
+  const float lse = log_sum_exp_argmax(raw.data(), raw.size(), tok);
+  if (tok < 0 || !std::isfinite(lse)) return false;
+  out.token = int32_t(tok);
+  out.logprob = raw[size_t(tok)] - lse;
+  return true;
+}
+
 }  // namespace
 
 sample_output sample_token(std::span<const float> raw, sampling_state& st) {
+  if (sample_output fast; greedy_as_is(raw, st, fast)) return fast;
   std::vector<float> lp;
   const std::vector<float> row = processed_row(raw, st, lp);
   sample_output out;
@@ -179,6 +201,10 @@ sample_output sample_token(std::span<const float> raw, sampling_state& st) {
 }
 
 sample_output verify_token(std::span<const float> raw, sampling_state& st, int32_t draft, bool& accepted) {
+  if (sample_output fast; greedy_as_is(raw, st, fast)) {
+    accepted = fast.token == draft;
+    return fast;
+  }
   std::vector<float> lp;
   const std::vector<float> row = processed_row(raw, st, lp);
   sample_output out;

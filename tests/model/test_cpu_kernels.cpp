@@ -1,9 +1,10 @@
 // The SIMD kernels against plain scalar references, on every instruction set this CPU can run
 // (dispatch forced to each in turn): matmul for M = 1..64 rows, N and K that are not multiples of
 // any vector width, weights in f32 / bf16 / f16 (unaligned too); attention over paged caches of
-// each KV dtype, causal prefill tiles and split-context decode merged; log-sum-exp.
+// each KV dtype, causal prefill tiles and split-context decode merged; log-sum-exp (and its argmax).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <cstring>
@@ -358,6 +359,37 @@ TEST_CASE("log_sum_exp equals the double-precision sum, -inf entries count as ze
     }
     const std::vector<float> none(9, -INFINITY);
     CHECK(log_sum_exp(none.data(), none.size()) == -INFINITY);
+  }
+}
+
+TEST_CASE("log_sum_exp_argmax: log_sum_exp bit for bit and std::max_element's index, on every instruction set",
+          "[model][kernels]") {
+  isa_guard guard;
+  std::mt19937 g(11);
+  for (const std::string& isa : cpu_isa_available()) {
+    REQUIRE(cpu_isa_force(isa));
+    INFO("isa " << isa);
+    for (size_t n : {size_t(1), size_t(5), size_t(16), size_t(33), size_t(50257), size_t(151936)}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        INFO("n " << n << " variant " << variant);
+        // Coarse values (many ties), the maximum repeated late, or in the tail after the vectors.
+        std::vector<float> x(n);
+        for (float& v : x) v = variant == 0 ? float(int(g() % 64)) / 8.0f : float(int(g() % 200001) - 100000) / 1e4f;
+        if (variant >= 1 && n > 1) x[n - 1] = 1e3f;
+        if (variant == 2 && n > 3) x[n / 2] = 1e3f;
+        if (variant == 3) x[g() % n] = -INFINITY;
+        int64_t idx = -2;
+        const float lse = log_sum_exp_argmax(x.data(), n, idx);
+        const float want = log_sum_exp(x.data(), n);
+        CHECK(std::memcmp(&lse, &want, sizeof lse) == 0);
+        if (std::isfinite(float(*std::max_element(x.begin(), x.end()))))
+          CHECK(idx == int64_t(std::max_element(x.begin(), x.end()) - x.begin()));
+      }
+    }
+    const std::vector<float> none(9, -INFINITY);
+    int64_t idx = 5;
+    CHECK(log_sum_exp_argmax(none.data(), none.size(), idx) == -INFINITY);
+    CHECK(idx == -1);
   }
 }
 

@@ -1,6 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <set>
 
@@ -42,6 +43,41 @@ TEST_CASE("sampler: greedy is argmax, logprob is the log-softmax", "[model][samp
   double z = 0;
   for (float x : l) z += std::exp(double(x));
   CHECK(o.logprob == Approx(2.0 - std::log(z)).epsilon(1e-5));
+}
+
+TEST_CASE("sampler: greedy without top logprobs gives the general path's token and logprob bit for bit",
+          "[model][sampler]") {
+  // logprobs = 1 takes the general path (copy, log-softmax, max_element); -1 and 0 the one-pass kernel.
+  seq_rng rng(5);
+  for (size_t n : {size_t(1), size_t(3), size_t(17), size_t(50257)}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<float> l(n);
+      for (float& v : l) v = variant == 0 ? float(int(rng.next() % 16)) : float(rng.uniform() * 40.0 - 20.0);
+      if (variant == 2) l[rng.next() % n] = -INFINITY;
+      auto general = greedy();
+      general.logprobs = 1;
+      auto sg = state(general);
+      const sample_output want = sample_token(l, sg);
+      for (int32_t lp : {-1, 0}) {
+        auto p = greedy();
+        p.logprobs = lp;
+        auto st = state(p);
+        const sample_output got = sample_token(l, st);
+        INFO("n " << n << " variant " << variant << " logprobs " << lp);
+        CHECK(got.token == want.token);
+        CHECK(std::memcmp(&got.logprob, &want.logprob, sizeof(float)) == 0);
+        CHECK(got.top_logprobs.empty());
+      }
+    }
+  }
+  // A NaN row goes the general way: the same answer either way.
+  std::vector<float> nan_row{1.0f, NAN, 3.0f};
+  auto p = greedy();
+  auto st = state(p);
+  auto general = greedy();
+  general.logprobs = 1;
+  auto sg = state(general);
+  CHECK(sample_token(nan_row, st).token == sample_token(nan_row, sg).token);
 }
 
 TEST_CASE("sampler: logit_bias and min_tokens masking", "[model][sampler]") {
