@@ -1114,12 +1114,15 @@ HWY_EXPORT(attend_impl);
 HWY_EXPORT(target_bit);
 HWY_EXPORT(log_sum_exp_impl);
 HWY_EXPORT(log_sum_exp_argmax_impl);
+HWY_EXPORT(max_of);
 HWY_EXPORT(mask_logits_impl);
 HWY_EXPORT(round_bf16_f32_impl);
 HWY_EXPORT(prepare_bf16_impl);
 HWY_EXPORT(matmul_bf16_prepared_impl);
 
 float log_sum_exp(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n); }
+
+float max_value(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(max_of)(x, n); }
 
 float log_sum_exp_argmax(const float* x, size_t n, int64_t& first_max) noexcept {
   return HWY_DYNAMIC_DISPATCH(log_sum_exp_argmax_impl)(x, n, &first_max);

@@ -110,6 +110,9 @@ void attn_merge(int32_t splits, int32_t rows, int32_t head_dim, const float* max
 // vectorized exp with per-lane fp32 partial sums added in double.
 float log_sum_exp(const float* x, size_t n) noexcept;
 
+// The largest of n values (-inf when n is 0; with NaN entries, what the vector max instructions give).
+float max_value(const float* x, size_t n) noexcept;
+
 // log_sum_exp(x, n), bit for bit, and in `first_max` the first index of the largest value (what
 // std::max_element returns) when the maximum is neither -inf nor NaN; -1 when it is.
 float log_sum_exp_argmax(const float* x, size_t n, int64_t& first_max) noexcept;

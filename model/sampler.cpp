@@ -67,6 +67,70 @@ void log_softmax(std::span<const float> logits, std::vector<float>& out) {
   for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - lse;
 }
 
+namespace {
+
+// A token as the filters see it: candidates are taken larger logit first, ties by smaller id.
+struct candidate {
+  float logit;
+  int32_t id;
+  float mass;  // exp(logit - max): its probability times the softmax's normalizer
+};
+
+bool ahead(const candidate& a, const candidate& b) noexcept {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+// Reorders c so that c[0, n) are the first n candidates in `ahead` order, n the fewest whose mass
+// reaches `target` (at least 1; all of c when rounding leaves the sum short). Quickselect on the
+// mass before each pivot: O(size) expected, no sort.
+size_t nucleus(std::span<candidate> c, double target) {
+  size_t lo = 0, hi = c.size();
+  double mass_before = 0.0;  // of c[0, lo), all kept
+  while (lo < hi) {
+    // Median of three as the pivot, moved to the end of the range.
+    const size_t mid = lo + (hi - lo) / 2;
+    if (ahead(c[mid], c[lo])) std::swap(c[mid], c[lo]);
+    if (ahead(c[hi - 1], c[lo])) std::swap(c[hi - 1], c[lo]);
+    if (ahead(c[mid], c[hi - 1])) std::swap(c[mid], c[hi - 1]);
+    const candidate pivot = c[hi - 1];
+    auto first_after = std::partition(c.begin() + std::ptrdiff_t(lo), c.begin() + std::ptrdiff_t(hi - 1),
+                                      [&](const candidate& x) { return ahead(x, pivot); });
+    const size_t at = size_t(first_after - c.begin());
+    std::swap(c[at], c[hi - 1]);  // the pivot between those ahead of it and the rest
+    double mass_ahead = 0.0;
+    for (size_t i = lo; i < at; ++i) mass_ahead += double(c[i].mass);
+    if (at > lo && mass_before + mass_ahead >= target) {
+      hi = at;  // the boundary lies among those ahead of the pivot
+      continue;
+    }
+    mass_before += mass_ahead + double(pivot.mass);
+    if (mass_before >= target) return at + 1;  // the pivot is the last one kept
+    lo = at + 1;
+  }
+  return std::max<size_t>(lo, 1);
+}
+
+}  // namespace
+
+namespace {
+
+// Logits in k_buckets buckets of equal width below the row's maximum, spanning k_bucket_span; the
+// last bucket also takes everything lower (and -inf, NaN). The bucket never decreases as the logit
+// falls, so each bucket holds a run of the `ahead` order (ties share a bucket).
+constexpr int k_buckets = 2048;
+constexpr float k_bucket_span = 40.0f;  // exp(-40): 4e-18 of the most likely token's probability
+
+struct logit_buckets {
+  float mx;
+  int of(float l) const noexcept {
+    const float d = (mx - l) * (float(k_buckets - 1) / k_bucket_span);
+    return d < float(k_buckets - 1) ? int(d) : k_buckets - 1;
+  }
+  float mass(float l) const noexcept { return l > -INFINITY ? std::exp(l - mx) : 0.0f; }
+};
+
+}  // namespace
+
 void apply_temperature_and_filters(std::span<float> logits, const sampling_params& p) {
   if (p.greedy()) return;
   const size_t vocab = logits.size();
@@ -76,40 +140,70 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
   const bool top_p = p.top_p < 1.0f;
   const bool min_p = p.min_p > 0.0f;
   if (!top_k && !top_p && !min_p) return;
+  const float mx = max_value(logits.data(), vocab);
+  if (!(mx > -INFINITY)) return;  // nothing finite to choose among
 
-  // Indices ordered by logit, descending (ties by id, for determinism).
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  auto desc = [&](int32_t a, int32_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
-  };
-  std::sort(order.begin(), order.end(), desc);
-  size_t keep = vocab;
-  if (top_k) keep = size_t(p.top_k);
-  const float mx = logits[size_t(order[0])];
-  if (top_p || min_p) {
-    // Probabilities of the kept candidates, renormalised over them (top-k applies first).
-    std::vector<double> prob(keep);
+  // The kept tokens are a prefix of the `ahead` order: top-k takes the first k, top-p the fewest
+  // of those whose probability (renormalised over them) reaches top_p, min-p those of the rest
+  // with p >= min_p * p_max. Buckets of the logits narrow each cut to one bucket's tokens, where
+  // selection finishes it: no sort of the vocabulary.
+  const logit_buckets b{mx};
+  std::vector<candidate> c;  // c[0, keep): the kept tokens, with their masses
+  size_t keep = 0;
+  if (top_k) {
+    std::vector<int32_t> count(k_buckets, 0);
+    for (float l : logits) ++count[size_t(b.of(l))];
+    int last = 0;
+    for (int64_t cum = 0; last < k_buckets - 1 && (cum += count[size_t(last)]) < p.top_k;) ++last;
+    for (size_t i = 0; i < vocab; ++i)
+      if (b.of(logits[i]) <= last) c.push_back({logits[i], int32_t(i), 0.0f});
+    keep = size_t(p.top_k);
+    std::nth_element(c.begin(), c.begin() + std::ptrdiff_t(keep - 1), c.end(), ahead);
     double sum = 0.0;
-    for (size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(double(logits[size_t(order[i])]) - double(mx));
-    if (top_p) {
-      double cum = 0.0;
-      size_t n = 0;
-      while (n < keep) {
-        cum += prob[n] / sum;
-        ++n;
-        if (cum >= double(p.top_p)) break;
-      }
-      keep = std::max<size_t>(n, 1);
+    for (size_t i = 0; i < keep; ++i) sum += double(c[i].mass = b.mass(c[i].logit));
+    if (top_p) keep = nucleus(std::span<candidate>(c.data(), keep), double(p.top_p) * sum);
+  } else if (top_p) {
+    // The bucket where the running mass reaches top_p: the ones before it are kept, its tokens
+    // go through nucleus() for the rest of the mass.
+    std::vector<float> mass(vocab);
+    std::vector<double> in_bucket(k_buckets, 0.0);
+    double sum = 0.0;
+    for (size_t i = 0; i < vocab; ++i) {
+      mass[i] = b.mass(logits[i]);
+      in_bucket[size_t(b.of(logits[i]))] += double(mass[i]);
+      sum += double(mass[i]);
     }
-    if (min_p) {
-      // p_i >= min_p * p_max  <=>  exp(l_i - l_max) >= min_p (prob[0] is the max).
-      size_t n = 1;
-      while (n < keep && prob[n] / prob[0] >= double(p.min_p)) ++n;
-      keep = n;
+    const double target = double(p.top_p) * sum;
+    double before = 0.0;
+    int at = 0;
+    while (at < k_buckets - 1 && before + in_bucket[size_t(at)] < target) before += in_bucket[size_t(at++)];
+    std::vector<candidate> edge;
+    for (size_t i = 0; i < vocab; ++i) {
+      const int k = b.of(logits[i]);
+      if (k < at) c.push_back({logits[i], int32_t(i), mass[i]});
+      else if (k == at) edge.push_back({logits[i], int32_t(i), mass[i]});
     }
+    keep = c.size();
+    if (!edge.empty()) {
+      const size_t n = nucleus(edge, target - before);
+      c.insert(c.end(), edge.begin(), edge.begin() + std::ptrdiff_t(n));
+      keep = c.size();
+    }
+  } else {
+    // min-p alone: mass >= min_p needs logit >= mx + log(min_p); the exact test on those near it.
+    const float floor = std::min(mx, mx + std::log(p.min_p) - 1e-3f);
+    for (size_t i = 0; i < vocab; ++i)
+      if (logits[i] >= floor) c.push_back({logits[i], int32_t(i), b.mass(logits[i])});
+    keep = c.size();
   }
-  for (size_t i = keep; i < vocab; ++i) logits[size_t(order[i])] = -INFINITY;
+  if (min_p) {
+    // p_i >= min_p * p_max  <=>  exp(l_i - l_max) >= min_p; the most likely tokens (mass 1) stay.
+    auto last = std::partition(c.begin(), c.begin() + std::ptrdiff_t(keep),
+                               [&](const candidate& x) { return x.logit == mx || double(x.mass) >= double(p.min_p); });
+    keep = size_t(last - c.begin());
+  }
+  std::fill(logits.begin(), logits.end(), -INFINITY);
+  for (size_t i = 0; i < keep; ++i) logits[size_t(c[i].id)] = c[i].logit;
 }
 
 namespace {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
+#include <algorithm>
 #include <set>
 
 #include "model/sampler.hpp"
@@ -159,6 +161,78 @@ TEST_CASE("sampler: top-k, top-p and min-p keep the right sets", "[model][sample
   CHECK(row[0] == Approx(2 * std::log(8.0f)));
   CHECK(std::isinf(row[3]));
   CHECK(std::isinf(row[4]));
+}
+
+// The filters' definition, by a full sort: tokens ordered by logit (ties: smaller id first), the
+// first top_k, then the fewest of those whose renormalised probability reaches top_p, then those
+// with p >= min_p * p_max. Returns the kept ids.
+std::set<int32_t> kept_by_sorting(std::vector<float> l, const sampling_params& p) {
+  for (float& x : l) x /= p.temperature;
+  std::vector<int32_t> order(l.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return l[size_t(a)] > l[size_t(b)] || (l[size_t(a)] == l[size_t(b)] && a < b);
+  });
+  size_t keep = p.top_k > 0 ? std::min(l.size(), size_t(p.top_k)) : l.size();
+  const double mx = l[size_t(order[0])];
+  std::vector<double> prob(keep);
+  double sum = 0.0;
+  for (size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(double(l[size_t(order[i])]) - mx);
+  if (p.top_p < 1.0f) {
+    double cum = 0.0;
+    size_t n = 0;
+    while (n < keep) {
+      cum += prob[n++];
+      if (cum >= double(p.top_p) * sum) break;
+    }
+    keep = n;
+  }
+  if (p.min_p > 0.0f) {
+    size_t n = 1;
+    while (n < keep && prob[n] >= double(p.min_p)) ++n;
+    keep = n;
+  }
+  return std::set<int32_t>(order.begin(), order.begin() + std::ptrdiff_t(keep));
+}
+
+TEST_CASE("sampler: top-k, top-p and min-p by selection keep what a full sort keeps", "[model][sampler]") {
+  seq_rng rng(17);
+  int checked = 0;
+  for (size_t vocab : {size_t(1), size_t(2), size_t(9), size_t(100), size_t(1000), size_t(50257)}) {
+    for (int trial = 0; trial < (vocab > 1000 ? 6 : 60); ++trial) {
+      // Coarse values give many ties, which the ids order.
+      // Peaked, flat, and spread over more than the filters' 40-nat buckets.
+      const int shape = trial % 4;
+      std::vector<float> l(vocab);
+      for (float& x : l)
+        x = shape == 0   ? float(int(rng.next() % 12)) * 0.5f
+            : shape == 1 ? float(rng.normal() * 4.0)
+            : shape == 2 ? float(rng.uniform() * 0.2)
+                         : float(rng.normal() * 30.0);
+      if (vocab > 4 && trial % 4 == 0) l[rng.next() % vocab] = -INFINITY;
+      sampling_params p;
+      p.temperature = trial % 5 == 0 ? 1.0f : float(0.3 + rng.uniform());
+      if (trial % 2 == 0) p.top_k = int32_t(1 + rng.next() % std::max<size_t>(1, vocab + 2));
+      // Values of top_p and min_p away from the partial sums of coarse rows (no exact-boundary ties).
+      if (trial % 3 != 1) p.top_p = trial % 7 == 0 ? 0.99999f : float(0.05 + 0.9 * rng.uniform()) + 1e-4f;
+      if (trial % 4 == 3) p.min_p = float(0.01 + 0.5 * rng.uniform()) + 1e-4f;
+      std::vector<float> row = l;
+      apply_temperature_and_filters(row, p);
+      std::set<int32_t> kept;
+      for (size_t i = 0; i < vocab; ++i)
+        if (row[i] != -INFINITY) kept.insert(int32_t(i));
+      // A token that was -inf before stays -inf; compare the finite ones.
+      std::set<int32_t> want;
+      for (int32_t t : kept_by_sorting(l, p))
+        if (l[size_t(t)] != -INFINITY) want.insert(t);
+      INFO("vocab " << vocab << " trial " << trial << " top_k " << p.top_k << " top_p " << p.top_p << " min_p "
+                    << p.min_p << " temperature " << p.temperature);
+      REQUIRE(kept == want);
+      REQUIRE(!kept.empty());
+      ++checked;
+    }
+  }
+  CHECK(checked == 5 * 60 + 6);
 }
 
 TEST_CASE("sampler: temperature sampling follows the distribution", "[model][sampler]") {
