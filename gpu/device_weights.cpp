@@ -105,6 +105,9 @@ result<void> check_config(const model_config& c, bool fp8) {
       c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
     return make_error("invalid_argument", "gpu: model config has a zero dimension");
   if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
+  if (c.qk_norm)
+    return make_error("unsupported", "gpu: " + c.architecture + " (q/k RMSNorm per head) runs on the CPU executor only "
+                                     "(--device cpu); the CUDA executor has no q/k-norm kernel yet");
   if (fp8 && (c.hidden_size % 16 != 0 || c.intermediate_size % 16 != 0 || (c.num_attention_heads * c.head_dim) % 16 != 0))
     return make_error("unsupported", "gpu: fp8 GEMMs need hidden_size, intermediate_size and heads x head_dim to be "
                                      "multiples of 16");

@@ -191,10 +191,12 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   const bool llama = a == "LlamaForCausalLM" || (a.empty() && c.model_type == "llama");
   const bool mistral = a == "MistralForCausalLM" || (a.empty() && c.model_type == "mistral");
   const bool qwen2 = a == "Qwen2ForCausalLM" || (a.empty() && c.model_type == "qwen2");
-  if (!llama && !mistral && !qwen2)
+  const bool qwen3 = a == "Qwen3ForCausalLM" || (a.empty() && c.model_type == "qwen3");
+  if (!llama && !mistral && !qwen2 && !qwen3)
     return config_error(origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
-                                    "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
-  if (c.model_type.empty()) c.model_type = llama ? "llama" : mistral ? "mistral" : "qwen2";
+                                    "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                                    "Qwen3ForCausalLM)");
+  if (c.model_type.empty()) c.model_type = llama ? "llama" : mistral ? "mistral" : qwen2 ? "qwen2" : "qwen3";
 
   std::string err;
   bool attention_bias = false;
@@ -225,6 +227,7 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   if (c.num_key_value_heads <= 0) c.num_key_value_heads = c.num_attention_heads;
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     return config_error(origin, "num_attention_heads must be a multiple of num_key_value_heads");
+  if (c.head_dim <= 0 && qwen3) c.head_dim = 128;  // transformers' Qwen3Config default
   if (c.head_dim <= 0) {
     if (c.hidden_size % c.num_attention_heads != 0)
       return config_error(origin, "hidden_size is not a multiple of num_attention_heads");
@@ -235,6 +238,7 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   if (qwen2) {
     c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
   } else {
+    // Llama, Mistral, Qwen3: attention_bias puts biases on q/k/v and o_proj.
     c.qkv_bias = attention_bias;
     c.o_bias = attention_bias;
   }
@@ -243,7 +247,8 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   // context length) is fine; Mistral's window caps the usable context instead.
   bool use_sliding = false;
   if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
-  if (qwen2 && use_sliding) return config_error(origin, "unsupported option use_sliding_window=true");
+  if ((qwen2 || qwen3) && use_sliding) return config_error(origin, "unsupported option use_sliding_window=true");
+  c.qk_norm = qwen3;
   if (mistral) {
     int32_t window = 0;
     if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);

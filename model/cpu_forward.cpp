@@ -235,6 +235,24 @@ void cpu_forward::rms_norm(const float* x, const float* w, float* out, int64_t r
   });
 }
 
+// Qwen3: each q and k head of `rows` tokens RMS-normalised over head_dim in place (float sums, as
+// rms_norm), times L.q_norm / L.k_norm.
+void cpu_forward::head_norm(float* qkv, int64_t rows, const layer_weights& L) {
+  const int32_t d = c_.head_dim;
+  const float eps = c_.rms_norm_eps;
+  const int64_t row = int64_t(nh_ + 2 * nkv_) * d;
+  pool_.parallel_for(rows, [&](int64_t t) {
+    for (int32_t hd = 0; hd < nh_ + nkv_; ++hd) {
+      float* v = qkv + t * row + int64_t(hd) * d;
+      const float* w = hd < nh_ ? L.q_norm.data() : L.k_norm.data();
+      float ss = 0.0f;
+      for (int32_t i = 0; i < d; ++i) ss += v[i] * v[i];
+      const float scale = 1.0f / std::sqrt(ss / float(d) + eps);
+      for (int32_t i = 0; i < d; ++i) v[i] = w[i] * (v[i] * scale);
+    }
+  });
+}
+
 // Rotates q and k heads in place: pairs (i, i + D/2) (the "rotate_half" layout), or (2i, 2i + 1)
 // where the config says the heads are interleaved (GGUF llama files).
 void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
@@ -417,6 +435,7 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
         float* q = qkv_.data() + r * qkv_n;
         for (int64_t j = 0; j < qkv_n; ++j) q[j] += L.qkv_bias[size_t(j)];
       });
+    if (!L.q_norm.empty()) head_norm(qkv_.data(), total, L);
     rope(qkv_.data(), positions_);
     profile_.other_s += seconds_since(tp);
     for (int64_t r = 0; r < total; ++r) {

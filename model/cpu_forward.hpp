@@ -90,6 +90,7 @@ class cpu_forward {
   void matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y, int64_t ldy,
               bool accumulate);
   void rms_norm(const float* x, const float* w, float* out, int64_t rows);
+  void head_norm(float* qkv, int64_t rows, const layer_weights& L);
   void rope(float* qkv, const std::vector<int32_t>& positions);
   void plan_attention(const std::vector<forward_seq>& batch);
   void attention(int32_t layer, const std::vector<forward_seq>& batch, const kv_cache& cache);

@@ -36,7 +36,7 @@ const char* const k_demo_help =
     "  --tokenizer PATH              folder whose tokenizer files are copied (default\n"
     "                                ../shared/testdata/tokenizers/gpt2, also tried from the source tree)\n"
     "  --no-tokenizer                copy no tokenizer files (requires --vocab-size)\n"
-    "  --architecture A              llama | mistral | qwen2 (default llama)\n"
+    "  --architecture A              llama | mistral | qwen2 | qwen3 (default llama; qwen3: q/k RMSNorm per head)\n"
     "  --hidden-size N               default 256\n"
     "  --intermediate-size N         default 688\n"
     "  --num-layers N                default 4\n"

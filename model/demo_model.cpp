@@ -155,8 +155,8 @@ result<std::string> find_default_tokenizer() {
 
 result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   const std::string arch = o.architecture;
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2")
-    return make_error("invalid_argument", "unsupported architecture '" + arch + "' (llama, mistral, qwen2)");
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3")
+    return make_error("invalid_argument", "unsupported architecture '" + arch + "' (llama, mistral, qwen2, qwen3)");
   if (o.hidden_size <= 0 || o.intermediate_size <= 0 || o.num_layers <= 0 || o.num_heads <= 0 ||
       o.num_kv_heads <= 0 || o.num_heads % o.num_kv_heads != 0)
     return make_error("invalid_argument", "sizes must be positive and num_heads a multiple of num_kv_heads");
@@ -208,6 +208,10 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     }
     w.normal(p + "self_attn.o_proj.weight", {h, nh * d}, 1.0 / std::sqrt(double(nh * d * o.num_layers)));
     if (qkv_bias && arch != "qwen2") w.normal(p + "self_attn.o_proj.bias", {h}, 0.1);  // attention_bias
+    if (arch == "qwen3") {
+      w.around_one(p + "self_attn.q_norm.weight", {d}, 0.1);
+      w.around_one(p + "self_attn.k_norm.weight", {d}, 0.1);
+    }
     w.around_one(p + "post_attention_layernorm.weight", {h}, 0.1);
     w.normal(p + "mlp.gate_proj.weight", {inter, h}, 1.0 / std::sqrt(double(h)));
     w.normal(p + "mlp.up_proj.weight", {inter, h}, 1.0 / std::sqrt(double(h)));
@@ -217,7 +221,10 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   if (!o.tie_embeddings) w.normal("lm_head.weight", {vocab, h}, emb_std);
   if (auto r = write_safetensors((fs::path(dir) / "model.safetensors").string(), w.tensors()); !r) return r;
 
-  const char* arch_name = arch == "llama" ? "LlamaForCausalLM" : arch == "mistral" ? "MistralForCausalLM" : "Qwen2ForCausalLM";
+  const char* arch_name = arch == "llama"     ? "LlamaForCausalLM"
+                          : arch == "mistral" ? "MistralForCausalLM"
+                          : arch == "qwen2"   ? "Qwen2ForCausalLM"
+                                              : "Qwen3ForCausalLM";
   std::string c = "{\n";
   c += "  \"architectures\": [\"" + std::string(arch_name) + "\"],\n";
   c += "  \"model_type\": \"" + arch + "\",\n";
@@ -226,7 +233,7 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   c += "  \"num_hidden_layers\": " + std::to_string(o.num_layers) + ",\n";
   c += "  \"num_attention_heads\": " + std::to_string(nh) + ",\n";
   c += "  \"num_key_value_heads\": " + std::to_string(nkv) + ",\n";
-  if (o.head_dim > 0) c += "  \"head_dim\": " + std::to_string(head_dim) + ",\n";
+  if (o.head_dim > 0 || arch == "qwen3") c += "  \"head_dim\": " + std::to_string(head_dim) + ",\n";
   c += "  \"hidden_act\": \"silu\",\n";
   c += "  \"vocab_size\": " + std::to_string(vocab) + ",\n";
   c += "  \"max_position_embeddings\": " + std::to_string(o.max_position_embeddings) + ",\n";
@@ -240,10 +247,11 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   } else {
     c += "  \"rope_scaling\": null,\n";
   }
-  if (arch == "llama") c += std::string("  \"attention_bias\": ") + (qkv_bias ? "true" : "false") + ",\n";
+  if (arch == "llama" || arch == "qwen3")
+    c += std::string("  \"attention_bias\": ") + (qkv_bias ? "true" : "false") + ",\n";
   if (arch == "llama") c += "  \"mlp_bias\": false,\n";
   if (arch == "mistral") c += "  \"sliding_window\": null,\n";
-  if (arch == "qwen2") c += "  \"use_sliding_window\": false,\n";
+  if (arch == "qwen2" || arch == "qwen3") c += "  \"use_sliding_window\": false,\n";
   c += std::string("  \"tie_word_embeddings\": ") + (o.tie_embeddings ? "true" : "false") + ",\n";
   c += "  \"bos_token_id\": " + std::to_string(bos) + ",\n";
   c += "  \"eos_token_id\": " + std::to_string(eos) + ",\n";

@@ -125,8 +125,12 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     c.architecture = "Qwen2ForCausalLM";
     c.model_type = "qwen2";
     c.qkv_bias = true;
+  } else if (arch == "qwen3") {
+    c.architecture = "Qwen3ForCausalLM";
+    c.model_type = "qwen3";
+    c.qk_norm = true;
   } else {
-    return gunsupported(f, "general.architecture '" + arch + "' is not supported (supported: llama, mistral, qwen2)");
+    return gunsupported(f, "general.architecture '" + arch + "' is not supported (supported: llama, mistral, qwen2, qwen3)");
   }
   const std::string a = arch + ".";
   auto hidden = get_i32(f, a + "embedding_length", std::nullopt);
@@ -288,6 +292,9 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
         if (!r) return r.err();
     if (c.o_bias)
       if (auto r = append(p + "attn_output.bias", h, L.o_bias); !r) return r.err();
+    if (c.qk_norm)
+      for (auto r : {append(p + "attn_q_norm.weight", d, L.q_norm), append(p + "attn_k_norm.weight", d, L.k_norm)})
+        if (!r) return r.err();
   }
   if (auto r = append("output_norm.weight", h, w.final_norm); !r) return r.err();
   if (!c.tie_word_embeddings) {

@@ -188,6 +188,8 @@ result<model_weights> shard_weights(const model_weights& full, int32_t rank, int
     }
     L.o = columns_of(F.o, q0, qn, s);
     L.o_bias = F.o_bias;
+    L.q_norm = F.q_norm;  // one weight vector for every head: each rank's heads use all of it
+    L.k_norm = F.k_norm;
     L.gate = rows_of(F.gate, i0, in);
     L.up = rows_of(F.up, i0, in);
     L.down = columns_of(F.down, i0, in, s);

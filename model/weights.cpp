@@ -154,7 +154,7 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   const bool has_lm_head = !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
-  const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0);
+  const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
   const size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
   loader ld(files, total, progress, w);
 
@@ -181,6 +181,10 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
     }
     if (c.o_bias)
       if (auto r = ld.append(p + "self_attn.o_proj.bias", {h}, L.o_bias); !r) return r.err();
+    if (c.qk_norm)
+      for (auto r : {ld.append(p + "self_attn.q_norm.weight", {d}, L.q_norm),
+                     ld.append(p + "self_attn.k_norm.weight", {d}, L.k_norm)})
+        if (!r) return r.err();
   }
   if (auto r = ld.append("model.norm.weight", {h}, w.final_norm); !r) return r.err();
   if (has_lm_head) {

@@ -27,6 +27,7 @@ struct layer_weights {
   std::vector<float> qkv_bias;       // [(H + 2 KVH) D] (q, k, v biases in that order) or empty
   weight_ref o;                      // [hidden, H D]
   std::vector<float> o_bias;         // [hidden] or empty
+  std::vector<float> q_norm, k_norm;  // [D] each (Qwen3's per-head RMSNorm weights) or empty
   std::vector<float> post_norm;      // [hidden]
   weight_ref gate, up;               // [I, hidden] each
   weight_ref down;                   // [hidden, I]

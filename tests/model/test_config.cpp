@@ -57,6 +57,32 @@ TEST_CASE("config: the older 'type' key, head_dim, qwen2 bias, mistral window", 
   CHECK(bias->o_bias);
 }
 
+TEST_CASE("config: qwen3 has per-head q/k norms, head_dim 128 unless given, biases only with attention_bias",
+          "[model][config]") {
+  const std::string q3 = with(with(k_llama, "LlamaForCausalLM", "Qwen3ForCausalLM"), "\"llama\"", "\"qwen3\"");
+  auto c = parse_model_config(q3, "c");
+  REQUIRE(c.ok());
+  CHECK(c->model_type == "qwen3");
+  CHECK(c->qk_norm);
+  CHECK(c->head_dim == 128);  // transformers' Qwen3Config default, not hidden / heads (8)
+  CHECK_FALSE(c->qkv_bias);
+  CHECK_FALSE(c->o_bias);
+  auto hd = parse_model_config(with(q3, "\"vocab_size\"", "\"head_dim\":16,\"attention_bias\":true,\"vocab_size\""), "c");
+  REQUIRE(hd.ok());
+  CHECK(hd->head_dim == 16);
+  CHECK(hd->qkv_bias);
+  CHECK(hd->o_bias);
+  auto by_type = parse_model_config(with(q3, "\"architectures\":[\"Qwen3ForCausalLM\"],", ""), "c");
+  REQUIRE(by_type.ok());
+  CHECK(by_type->qk_norm);
+  auto sliding = parse_model_config(with(q3, "\"vocab_size\"", "\"use_sliding_window\":true,\"vocab_size\""), "c");
+  REQUIRE_FALSE(sliding.ok());
+  CHECK_THAT(sliding.err().message, Catch::Contains("use_sliding_window"));
+  auto llama = parse_model_config(k_llama, "c");
+  REQUIRE(llama.ok());
+  CHECK_FALSE(llama->qk_norm);
+}
+
 TEST_CASE("config: transformers 5 rope_parameters (theta inside)", "[model][config]") {
   auto c = parse_model_config(with(with(k_llama, "\"rope_scaling\":{", "\"rope_parameters\":{\"rope_theta\":123.0,"),
                                    "\"rope_theta\":500000.0,", ""), "c");

@@ -41,10 +41,10 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     cfg = json.loads((model_dir / "config.json").read_text())
     vocab = gguf.GGUFReader(str(vocab_dir() / "ggml-vocab-gpt-2.gguf"))
     t = read_safetensors(model_dir / "model.safetensors", as_f32=True)
-    qwen2 = cfg["model_type"] == "qwen2"
-    # llama.cpp's converter permutes Q/K only for its llama architecture (qwen2 rotates halves).
-    perm = (lambda x, n: x) if qwen2 else permute
-    w = gguf.GGUFWriter(str(out), "qwen2" if qwen2 else "llama")
+    qwen = cfg["model_type"] in ("qwen2", "qwen3")
+    # llama.cpp's converter permutes Q/K only for its llama architecture (qwen2/qwen3 rotate halves).
+    perm = (lambda x, n: x) if qwen else permute
+    w = gguf.GGUFWriter(str(out), cfg["model_type"] if qwen else "llama")
     w.add_name("coserve demo")
     h, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     w.add_context_length(cfg["max_position_embeddings"])
@@ -117,6 +117,9 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
             w.add_tensor(b + "attn_v.bias", t[p + "self_attn.v_proj.bias"].astype(np.float32))
         if p + "self_attn.o_proj.bias" in t:
             w.add_tensor(b + "attn_output.bias", t[p + "self_attn.o_proj.bias"].astype(np.float32))
+        if p + "self_attn.q_norm.weight" in t:  # qwen3 (convert_hf_to_gguf.py: attn_q_norm / attn_k_norm)
+            w.add_tensor(b + "attn_q_norm.weight", t[p + "self_attn.q_norm.weight"].astype(np.float32))
+            w.add_tensor(b + "attn_k_norm.weight", t[p + "self_attn.k_norm.weight"].astype(np.float32))
         matrix(b + "attn_v.weight", t[p + "self_attn.v_proj.weight"])
         matrix(b + "attn_output.weight", t[p + "self_attn.o_proj.weight"])
         w.add_tensor(b + "ffn_norm.weight", t[p + "post_attention_layernorm.weight"].astype(np.float32))
@@ -173,11 +176,12 @@ def test_f32_gguf_matches_the_folder(coserve_bin, demo):
 @pytest.mark.parametrize("variant", [
     ["--architecture", "qwen2", "--tie-embeddings"],
     ["--rope-scaling", "llama3", "--qkv-bias", "--head-dim", "48"],
-], ids=["qwen2-tied-bias", "llama3-rope-bias-head48"])
+    ["--architecture", "qwen3", "--tie-embeddings", "--head-dim", "48"],
+], ids=["qwen2-tied-bias", "llama3-rope-bias-head48", "qwen3-qk-norm-head48"])
 def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
     # The other layouts the loader reads: qwen2 (q/k/v biases, halves rotated, no permutation) with
     # tied embeddings; llama with Llama 3.1 frequency scaling (rope_freqs.weight), biases and a
-    # head size other than hidden / heads (attention.key_length).
+    # head size other than hidden / heads (attention.key_length); qwen3 (attn_q_norm / attn_k_norm).
     folder = tmp_path / "model"
     p = subprocess.run([coserve_bin, "make-demo-model", str(folder), "--num-layers", "2", *variant],
                        capture_output=True, text=True, timeout=600)

@@ -9,6 +9,7 @@ test_reference_logits.cpp) rebuilds the same model without Python and compares:
     (every 8th recorded column, to keep the fixtures small).
 
 usage: make_model_fixtures.py [--coserve build-model/bin/coserve] [--out tests/reference/fixtures/model]
+                              [--only NAME ...]
 needs: torch, transformers, safetensors (PyPI); run from the project root.
 """
 import argparse
@@ -39,6 +40,12 @@ MODELS = {
     "mistral_mqa": SMALL + ["--architecture", "mistral", "--seed", "13", "--hidden-size", "64",
                             "--intermediate-size", "96", "--num-layers", "3", "--num-heads", "8",
                             "--num-kv-heads", "1", "--rope-theta", "500000"],
+    # Qwen3: an RMSNorm over each q and k head before RoPE, head_dim given and != hidden / heads,
+    # tied embeddings, no biases.
+    "qwen3_qk_norm": SMALL + ["--architecture", "qwen3", "--seed", "16", "--hidden-size", "48",
+                              "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
+                              "--num-kv-heads", "2", "--head-dim", "16", "--tie-embeddings",
+                              "--rope-theta", "1000000"],
     # bf16 and f16 weights on disk (computed in fp32 on both sides).
     "llama_bf16": ["--no-tokenizer", "--vocab-size", "512", "--dtype", "bf16", "--seed", "14",
                    "--hidden-size", "64", "--intermediate-size", "128", "--num-layers", "2",
@@ -109,10 +116,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--coserve", default="build-model/bin/coserve")
     ap.add_argument("--out", default="tests/reference/fixtures/model")
+    ap.add_argument("--only", nargs="*", help="write only these fixtures (names of MODELS)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     torch.manual_seed(0)
     for name, args in MODELS.items():
+        if a.only and name not in a.only:
+            continue
         data = fixture(a.coserve, name, args)
         path = os.path.join(a.out, name + ".json")
         with open(path, "w") as f:
