@@ -105,6 +105,11 @@ result<void> check_config(const model_config& c, bool fp8) {
       c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
     return make_error("invalid_argument", "gpu: model config has a zero dimension");
   if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
+  if (c.rope_scaling.kind == rope_kind::linear || c.rope_scaling.kind == rope_kind::yarn)
+    return make_error("unsupported", std::string("gpu: rope_scaling '") +
+                                         (c.rope_scaling.kind == rope_kind::yarn ? "yarn" : "linear") +
+                                         "' runs on the CPU executor only (--device cpu); the CUDA executor "
+                                         "implements default and llama3 RoPE");
   if (c.qk_norm)
     return make_error("unsupported", "gpu: " + c.architecture + " (q/k RMSNorm per head) runs on the CPU executor only "
                                      "(--device cpu); the CUDA executor has no q/k-norm kernel yet");

@@ -49,6 +49,39 @@ bool get_float(const object& o, const char* key, float& out, std::string& err) {
   return true;
 }
 
+bool get_bool(const object& o, const char* key, bool& out, std::string& err);
+
+// rope_scaling of type yarn, as transformers reads it (_compute_yarn_parameters): factor defaults
+// to max_position_embeddings / original_max_position_embeddings, original_max_position_embeddings
+// to max_position_embeddings, beta_fast / beta_slow to 32 / 1 (also when 0), and the attention
+// factor to 0.1 ln(factor) + 1 (above factor 1), or the mscale / mscale_all_dim ratio of that form.
+std::string parse_yarn(const object& r, int32_t max_positions, rope_scaling_config& s) {
+  std::string err;
+  s = rope_scaling_config{};
+  s.kind = rope_kind::yarn;
+  s.original_max_position_embeddings = max_positions;
+  float factor = 0.0f, attention_factor = 0.0f, mscale = 0.0f, mscale_all_dim = 0.0f;
+  float beta_fast = 0.0f, beta_slow = 0.0f;
+  if (!get_int(r, "original_max_position_embeddings", s.original_max_position_embeddings, err) ||
+      !get_float(r, "factor", factor, err) || !get_float(r, "attention_factor", attention_factor, err) ||
+      !get_float(r, "mscale", mscale, err) || !get_float(r, "mscale_all_dim", mscale_all_dim, err) ||
+      !get_float(r, "beta_fast", beta_fast, err) || !get_float(r, "beta_slow", beta_slow, err) ||
+      !get_bool(r, "truncate", s.truncate, err))
+    return err;
+  if (s.original_max_position_embeddings <= 0) return "original_max_position_embeddings must be positive";
+  s.factor = factor != 0.0f ? factor : float(double(max_positions) / double(s.original_max_position_embeddings));
+  if (!(s.factor > 0.0f)) return "factor must be positive";
+  if (attention_factor < 0.0f) return "attention_factor must not be negative";
+  auto get_mscale = [](double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (attention_factor != 0.0f) s.attention_factor = attention_factor;
+  else if (mscale != 0.0f && mscale_all_dim != 0.0f)
+    s.attention_factor = float(get_mscale(s.factor, mscale) / get_mscale(s.factor, mscale_all_dim));
+  else s.attention_factor = float(get_mscale(s.factor, 1.0));
+  s.beta_fast = beta_fast != 0.0f ? beta_fast : 32.0f;
+  s.beta_slow = beta_slow != 0.0f ? beta_slow : 1.0f;
+  return {};
+}
+
 bool get_bool(const object& o, const char* key, bool& out, std::string& err) {
   element e;
   if (o[key].get(e)) return true;
@@ -243,6 +276,8 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     c.o_bias = attention_bias;
   }
 
+  const int32_t raw_max_positions = c.max_position_embeddings;  // before a sliding window caps it
+
   // Sliding window: only full attention is implemented. A window that never bites (>= the
   // context length) is fine; Mistral's window caps the usable context instead.
   bool use_sliding = false;
@@ -282,9 +317,16 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
         return config_error(origin, std::string(rope_key) + ": " + err);
       if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
         return config_error(origin, std::string(rope_key) + ": high_freq_factor must exceed low_freq_factor");
+    } else if (type == "linear") {
+      c.rope_scaling.kind = rope_kind::linear;
+      if (!get_float(r, "factor", c.rope_scaling.factor, err)) return config_error(origin, std::string(rope_key) + ": " + err);
+      if (!(c.rope_scaling.factor > 0.0f)) return config_error(origin, std::string(rope_key) + ": factor must be positive");
+    } else if (type == "yarn") {
+      if (auto e = parse_yarn(r, raw_max_positions, c.rope_scaling); !e.empty())
+        return config_error(origin, std::string(rope_key) + ": " + e);
     } else if (type != "default" && !type.empty()) {
       return config_error(origin, "unsupported " + std::string(rope_key) + " type '" + type +
-                                      "' (supported: default, llama3)");
+                                      "' (supported: default, llama3, linear, yarn)");
     }
   }
 

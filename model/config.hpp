@@ -14,7 +14,7 @@
 
 namespace coserve {
 
-enum class rope_kind : uint8_t { standard, llama3 };
+enum class rope_kind : uint8_t { standard, llama3, linear, yarn };
 
 struct rope_scaling_config {
   rope_kind kind = rope_kind::standard;
@@ -22,6 +22,13 @@ struct rope_scaling_config {
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;
   int32_t original_max_position_embeddings = 8192;
+  // yarn (transformers' _compute_yarn_parameters): the correction range's rotations, whether it is
+  // rounded outward, and the factor cos and sin are multiplied by (from factor, mscale and
+  // mscale_all_dim unless given as attention_factor).
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  bool truncate = true;
+  float attention_factor = 1.0f;
 };
 
 // config.json's quantization_config, for the fp8 checkpoints coserve reads: "fp8" (vLLM / Hugging

@@ -60,6 +60,31 @@ std::vector<float> rope_inv_freq(const model_config& c) {
       f = scaled;
     }
   }
+  if (c.rope_scaling.kind == rope_kind::linear)
+    for (float& f : inv) f /= c.rope_scaling.factor;  // positions divided by the factor
+  if (c.rope_scaling.kind == rope_kind::yarn) {
+    // transformers' _compute_yarn_parameters: interpolated (divided by the factor) below the
+    // correction range's low dimension, extrapolated (kept) above its high one, a linear ramp between.
+    const auto& s = c.rope_scaling;
+    const double dim = double(c.head_dim), base = double(c.rope_theta), pi = 3.14159265358979323846;
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(double(s.original_max_position_embeddings) / (rotations * 2.0 * pi)) / (2.0 * std::log(base));
+    };
+    double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+    if (s.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1.0);
+    if (low == high) high += 0.001;
+    for (int32_t i = 0; i < half; ++i) {
+      const float ramp = std::clamp(float((float(i) - float(low)) / float(high - low)), 0.0f, 1.0f);
+      const float extrapolation = 1.0f - ramp;
+      const float kept = inv[size_t(i)], interpolated = inv[size_t(i)] / s.factor;
+      inv[size_t(i)] = interpolated * (1.0f - extrapolation) + kept * extrapolation;
+    }
+  }
   return inv;
 }
 
@@ -262,10 +287,11 @@ void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
   pool_.parallel_for(int64_t(positions.size()), [&](int64_t t) {
     std::vector<float> cs(static_cast<size_t>(d));
     const float pos = float(positions[size_t(t)]);
+    const float m = c_.rope_scaling.kind == rope_kind::yarn ? c_.rope_scaling.attention_factor : 1.0f;
     for (int32_t i = 0; i < half; ++i) {
       const float angle = inv_freq_[size_t(i)] * pos;
-      cs[size_t(i)] = float(std::cos(double(angle)));
-      cs[size_t(half + i)] = float(std::sin(double(angle)));
+      cs[size_t(i)] = float(std::cos(double(angle))) * m;  // yarn: cos and sin times its attention factor
+      cs[size_t(half + i)] = float(std::sin(double(angle))) * m;
     }
     float* r = qkv + t * row;
     for (int32_t hd = 0; hd < heads; ++hd) {

@@ -44,9 +44,10 @@ const char* const k_demo_help =
     "  --num-kv-heads N              default 2 (grouped-query attention)\n"
     "  --head-dim N                  default hidden-size / num-heads (written to config.json when given)\n"
     "  --rope-theta F                default 10000\n"
-    "  --rope-scaling llama3         llama3 rope scaling (factor 8, low 1, high 4 unless given below)\n"
+    "  --rope-scaling T              rope scaling: llama3 (factor 8, low 1, high 4 unless given below),\n"
+    "                                linear (factor) or yarn (factor, original max positions)\n"
     "  --rope-factor F --rope-low-freq-factor F --rope-high-freq-factor F\n"
-    "  --rope-original-max-position-embeddings N   llama3 scaling parameters (default 8192)\n"
+    "  --rope-original-max-position-embeddings N   llama3 / yarn scaling parameters (default 8192)\n"
     "  --tie-embeddings              the LM head shares the embedding matrix\n"
     "  --qkv-bias                    biases on q/k/v projections (always on for qwen2)\n"
     "  --dtype bf16|f16|f32          weight dtype on disk (default bf16)\n"
@@ -87,9 +88,9 @@ result<demo_args> parse_demo_args(const std::vector<std::string>& args) {
     else if (a == "--rope-theta") ok = num(out.options.rope_theta);
     else if (a == "--rope-scaling") {
       const char* v = next();
-      if (!v || std::strcmp(v, "llama3") != 0)
-        return make_error("invalid_argument", "--rope-scaling supports only llama3");
-      out.options.rope_llama3 = true;
+      if (!v || (std::strcmp(v, "llama3") != 0 && std::strcmp(v, "linear") != 0 && std::strcmp(v, "yarn") != 0))
+        return make_error("invalid_argument", "--rope-scaling must be llama3, linear or yarn");
+      out.options.rope_type = v;
     } else if (a == "--rope-factor") ok = num(out.options.rope_factor);
     else if (a == "--rope-low-freq-factor") ok = num(out.options.rope_low_freq_factor);
     else if (a == "--rope-high-freq-factor") ok = num(out.options.rope_high_freq_factor);

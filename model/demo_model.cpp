@@ -239,11 +239,16 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   c += "  \"max_position_embeddings\": " + std::to_string(o.max_position_embeddings) + ",\n";
   c += "  \"rms_norm_eps\": " + fmt_float(o.rms_norm_eps) + ",\n";
   c += "  \"rope_theta\": " + fmt_float(o.rope_theta) + ",\n";
-  if (o.rope_llama3) {
+  if (o.rope_type == "llama3") {
     c += "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " + fmt_float(o.rope_factor) +
          ", \"low_freq_factor\": " + fmt_float(o.rope_low_freq_factor) + ", \"high_freq_factor\": " +
          fmt_float(o.rope_high_freq_factor) + ", \"original_max_position_embeddings\": " +
          std::to_string(o.rope_original_max_position_embeddings) + "},\n";
+  } else if (o.rope_type == "linear") {
+    c += "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": " + fmt_float(o.rope_factor) + "},\n";
+  } else if (o.rope_type == "yarn") {
+    c += "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": " + fmt_float(o.rope_factor) +
+         ", \"original_max_position_embeddings\": " + std::to_string(o.rope_original_max_position_embeddings) + "},\n";
   } else {
     c += "  \"rope_scaling\": null,\n";
   }

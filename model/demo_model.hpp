@@ -24,7 +24,7 @@ struct demo_options {
   int32_t num_kv_heads = 2;
   int32_t head_dim = 0;             // 0: hidden_size / num_heads (and not written to config.json)
   float rope_theta = 10000.0f;
-  bool rope_llama3 = false;         // llama3 rope scaling with the fields below
+  std::string rope_type;            // rope scaling: "" (none), llama3, linear or yarn, with the fields below
   float rope_factor = 8.0f;
   float rope_low_freq_factor = 1.0f;
   float rope_high_freq_factor = 4.0f;

@@ -177,8 +177,24 @@ result<model_config> gguf_model_config(const gguf_file& f) {
   if (*scaling && **scaling != "none") {
     auto factor = f.get_float(a + "rope.scaling.factor");
     if (!factor) return factor.err();
-    if (!(*factor && **factor == 1.0))
-      return gunsupported(f, a + "rope.scaling.type '" + **scaling + "' is not supported (none, or Llama 3's rope_freqs.weight)");
+    const double fac = *factor ? **factor : 1.0;
+    if (**scaling == "linear" && fac > 0.0) {
+      c.rope_scaling.kind = rope_kind::linear;
+      c.rope_scaling.factor = float(fac);
+    } else if (**scaling == "yarn" && fac > 0.0) {
+      // As convert_hf_to_gguf.py writes it from Hugging Face's rope_scaling: factor and the original
+      // context; the attention factor is then 0.1 ln(factor) + 1, as transformers and llama.cpp use.
+      auto orig = get_i32(f, a + "rope.scaling.original_context_length", c.max_position_embeddings);
+      if (!orig) return orig.err();
+      if (*orig <= 0) return gerr(f, a + "rope.scaling.original_context_length must be positive");
+      c.rope_scaling.kind = rope_kind::yarn;
+      c.rope_scaling.factor = float(fac);
+      c.rope_scaling.original_max_position_embeddings = *orig;
+      c.rope_scaling.attention_factor = fac <= 1.0 ? 1.0f : float(0.1 * std::log(fac) + 1.0);
+    } else if (fac != 1.0) {
+      return gunsupported(f, a + "rope.scaling.type '" + **scaling +
+                                 "' is not supported (none, linear, yarn, or Llama 3's rope_freqs.weight)");
+    }
   }
   if (const gguf_tensor* rf = f.tensor("rope_freqs.weight")) {
     if (rf->type != dtype::f32 || rf->numel() != c.head_dim / 2)

@@ -201,7 +201,7 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
     o.num_kv_heads = v.kv_heads;
     o.head_dim = v.head_dim;
     o.hidden_size = v.heads * v.head_dim;
-    o.rope_llama3 = v.llama3;
+    o.rope_type = v.llama3 ? "llama3" : "";
     o.tie_embeddings = v.tie;
     REQUIRE(make_demo_model(dir.string(), o).ok());
 

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "model/config.hpp"
 
 namespace coserve {
@@ -83,6 +85,48 @@ TEST_CASE("config: qwen3 has per-head q/k norms, head_dim 128 unless given, bias
   CHECK_FALSE(llama->qk_norm);
 }
 
+TEST_CASE("config: linear and yarn rope scaling, yarn's defaults and attention factor as transformers computes them",
+          "[model][config]") {
+  const std::string llama3 = R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+ "original_max_position_embeddings":8192})";
+  auto scaled = [&](const std::string& rs) { return parse_model_config(with(k_llama, llama3, "\"rope_scaling\":" + rs), "c"); };
+  auto lin = scaled(R"({"type":"linear","factor":2.0})");
+  REQUIRE(lin.ok());
+  CHECK(lin->rope_scaling.kind == rope_kind::linear);
+  CHECK(lin->rope_scaling.factor == 2.0f);
+  // Qwen2.5's long-context setting: attention factor 0.1 ln 4 + 1.
+  auto y = scaled(R"({"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":1024})");
+  REQUIRE(y.ok());
+  CHECK(y->rope_scaling.kind == rope_kind::yarn);
+  CHECK(y->rope_scaling.original_max_position_embeddings == 1024);
+  CHECK(y->rope_scaling.attention_factor == Approx(0.1 * std::log(4.0) + 1.0));
+  CHECK(y->rope_scaling.beta_fast == 32.0f);
+  CHECK(y->rope_scaling.beta_slow == 1.0f);
+  CHECK(y->rope_scaling.truncate);
+  // No factor: max_position_embeddings (4096) / original; mscale over mscale_all_dim (DeepSeek's form).
+  auto d = scaled(R"({"rope_type":"yarn","original_max_position_embeddings":1024,"mscale":1.0,"mscale_all_dim":0.5,
+ "beta_fast":0,"truncate":false})");
+  REQUIRE(d.ok());
+  CHECK(d->rope_scaling.factor == 4.0f);
+  CHECK(d->rope_scaling.attention_factor ==
+        Approx((0.1 * std::log(4.0) + 1.0) / (0.05 * std::log(4.0) + 1.0)));
+  CHECK(d->rope_scaling.beta_fast == 32.0f);  // 0 means the default, as in transformers
+  CHECK_FALSE(d->rope_scaling.truncate);
+  auto given = scaled(R"({"rope_type":"yarn","factor":2.0,"attention_factor":1.5})");
+  REQUIRE(given.ok());
+  CHECK(given->rope_scaling.attention_factor == 1.5f);
+  CHECK(given->rope_scaling.original_max_position_embeddings == 4096);  // max_position_embeddings
+  auto bad = scaled(R"({"rope_type":"yarn","factor":"big"})");
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.err().message, Catch::Contains("factor"));
+  auto neg = scaled(R"({"rope_type":"linear","factor":-1})");
+  REQUIRE_FALSE(neg.ok());
+  auto other = scaled(R"({"rope_type":"dynamic","factor":2.0})");
+  REQUIRE_FALSE(other.ok());
+  CHECK_THAT(other.err().message, Catch::Contains("dynamic"));
+  CHECK_THAT(other.err().message, Catch::Contains("yarn"));
+}
+
 TEST_CASE("config: transformers 5 rope_parameters (theta inside)", "[model][config]") {
   auto c = parse_model_config(with(with(k_llama, "\"rope_scaling\":{", "\"rope_parameters\":{\"rope_theta\":123.0,"),
                                    "\"rope_theta\":500000.0,", ""), "c");
@@ -101,9 +145,9 @@ TEST_CASE("config: unsupported or malformed configs are clear errors", "[model][
   auto arch = parse_model_config(with(k_llama, "LlamaForCausalLM", "GPTNeoXForCausalLM"), "dir/config.json");
   REQUIRE_FALSE(arch.ok());
   CHECK_THAT(arch.err().message, Catch::Contains("GPTNeoXForCausalLM") && Catch::Contains("dir/config.json"));
-  auto rope = parse_model_config(with(k_llama, "\"llama3\"", "\"yarn\""), "c");
+  auto rope = parse_model_config(with(k_llama, "\"llama3\"", "\"longrope\""), "c");
   REQUIRE_FALSE(rope.ok());
-  CHECK_THAT(rope.err().message, Catch::Contains("yarn"));
+  CHECK_THAT(rope.err().message, Catch::Contains("longrope"));
   auto heads = parse_model_config(with(k_llama, "\"num_key_value_heads\":2", "\"num_key_value_heads\":3"), "c");
   REQUIRE_FALSE(heads.ok());
   CHECK_THAT(heads.err().message, Catch::Contains("num_key_value_heads"));

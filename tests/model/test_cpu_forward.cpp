@@ -55,7 +55,7 @@ demo_options variant(int which) {
   if (which == 1) {
     o.architecture = "qwen2";
     o.tie_embeddings = true;
-    o.rope_llama3 = true;
+    o.rope_type = "llama3";
     o.rope_original_max_position_embeddings = 16;
     o.head_dim = 12;
   }

@@ -38,12 +38,13 @@ TEST_CASE("demo model: flags parse into options, bad flags are errors", "[model]
   CHECK(ok->options.architecture == "qwen2");
   CHECK(ok->options.weight_dtype == dtype::f16);
   CHECK(ok->options.num_kv_heads == 1);
-  CHECK(ok->options.rope_llama3);
+  CHECK(ok->options.rope_type == "llama3");
   CHECK(ok->options.tie_embeddings);
   CHECK(ok->options.head_dim == 16);
   CHECK(parse_demo_args({"--help"})->help);
   CHECK_FALSE(parse_demo_args({"--dtype", "int8"}).ok());
-  CHECK_FALSE(parse_demo_args({"--rope-scaling", "yarn"}).ok());
+  CHECK_FALSE(parse_demo_args({"--rope-scaling", "dynamic"}).ok());
+  CHECK(parse_demo_args({"DIR", "--rope-scaling", "yarn"})->options.rope_type == "yarn");
   CHECK_FALSE(parse_demo_args({"--hidden-size", "x"}).ok());
   CHECK_FALSE(parse_demo_args({"--hidden-size"}).ok());
   CHECK_FALSE(parse_demo_args({"--bogus"}).ok());

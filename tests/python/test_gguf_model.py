@@ -89,6 +89,13 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     if "lm_head.weight" in t and not cfg.get("tie_word_embeddings"):
         matrix("output.weight", t["lm_head.weight"])
     rs = cfg.get("rope_scaling") or {}
+    if rs.get("rope_type") == "linear":  # convert_hf_to_gguf.py: type and factor
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(rs["factor"])
+    if rs.get("rope_type") == "yarn":  # type, factor and the original context length
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(rs["factor"])
+        w.add_rope_scaling_orig_ctx_len(rs["original_max_position_embeddings"])
     if rs.get("rope_type") == "llama3":
         # convert_hf_to_gguf.py LlamaModel.generate_extra_tensors: per-frequency divisors.
         freqs = 1.0 / (cfg["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
@@ -177,11 +184,15 @@ def test_f32_gguf_matches_the_folder(coserve_bin, demo):
     ["--architecture", "qwen2", "--tie-embeddings"],
     ["--rope-scaling", "llama3", "--qkv-bias", "--head-dim", "48"],
     ["--architecture", "qwen3", "--tie-embeddings", "--head-dim", "48"],
-], ids=["qwen2-tied-bias", "llama3-rope-bias-head48", "qwen3-qk-norm-head48"])
+    ["--architecture", "qwen2", "--rope-scaling", "yarn", "--rope-factor", "4",
+     "--rope-original-max-position-embeddings", "16"],
+    ["--rope-scaling", "linear", "--rope-factor", "3"],
+], ids=["qwen2-tied-bias", "llama3-rope-bias-head48", "qwen3-qk-norm-head48", "qwen2-yarn", "llama-linear"])
 def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
     # The other layouts the loader reads: qwen2 (q/k/v biases, halves rotated, no permutation) with
     # tied embeddings; llama with Llama 3.1 frequency scaling (rope_freqs.weight), biases and a
-    # head size other than hidden / heads (attention.key_length); qwen3 (attn_q_norm / attn_k_norm).
+    # head size other than hidden / heads (attention.key_length); qwen3 (attn_q_norm / attn_k_norm);
+    # YaRN and linear rope scaling (rope.scaling.*).
     folder = tmp_path / "model"
     p = subprocess.run([coserve_bin, "make-demo-model", str(folder), "--num-layers", "2", *variant],
                        capture_output=True, text=True, timeout=600)

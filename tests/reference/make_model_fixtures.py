@@ -46,6 +46,17 @@ MODELS = {
                               "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
                               "--num-kv-heads", "2", "--head-dim", "16", "--tie-embeddings",
                               "--rope-theta", "1000000"],
+    # YaRN as Qwen2.5 configures it for long contexts: factor 4 over 256 original positions, so the
+    # ramp between interpolated and kept frequencies spans dimensions 0-4 at head_dim 16, and cos/sin
+    # carry the attention factor 0.1 ln 4 + 1.
+    "qwen2_yarn": SMALL + ["--architecture", "qwen2", "--seed", "17", "--hidden-size", "64",
+                           "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
+                           "--num-kv-heads", "2", "--rope-scaling", "yarn", "--rope-factor", "4",
+                           "--rope-original-max-position-embeddings", "256"],
+    # Linear (position interpolation) scaling.
+    "llama_linear": SMALL + ["--architecture", "llama", "--seed", "18", "--hidden-size", "64",
+                             "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
+                             "--num-kv-heads", "2", "--rope-scaling", "linear", "--rope-factor", "2.5"],
     # bf16 and f16 weights on disk (computed in fp32 on both sides).
     "llama_bf16": ["--no-tokenizer", "--vocab-size", "512", "--dtype", "bf16", "--seed", "14",
                    "--hidden-size", "64", "--intermediate-size", "128", "--num-layers", "2",
