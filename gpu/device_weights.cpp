@@ -110,6 +110,9 @@ result<void> check_config(const model_config& c, bool fp8) {
                                          (c.rope_scaling.kind == rope_kind::yarn ? "yarn" : "linear") +
                                          "' runs on the CPU executor only (--device cpu); the CUDA executor "
                                          "implements default and llama3 RoPE");
+  if (c.fused_projections)
+    return make_error("unsupported", "gpu: " + c.architecture + " runs on the CPU executor only (--device cpu); "
+                                     "the CUDA executor's upload has not been run on its fused qkv / gate_up tensors");
   if (c.qk_norm)
     return make_error("unsupported", "gpu: " + c.architecture + " (q/k RMSNorm per head) runs on the CPU executor only "
                                      "(--device cpu); the CUDA executor has no q/k-norm kernel yet");

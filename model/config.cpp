@@ -225,11 +225,14 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   const bool mistral = a == "MistralForCausalLM" || (a.empty() && c.model_type == "mistral");
   const bool qwen2 = a == "Qwen2ForCausalLM" || (a.empty() && c.model_type == "qwen2");
   const bool qwen3 = a == "Qwen3ForCausalLM" || (a.empty() && c.model_type == "qwen3");
-  if (!llama && !mistral && !qwen2 && !qwen3)
+  const bool phi3 = a == "Phi3ForCausalLM" || (a.empty() && c.model_type == "phi3");
+  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3)
     return config_error(origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
                                     "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                                    "Qwen3ForCausalLM)");
-  if (c.model_type.empty()) c.model_type = llama ? "llama" : mistral ? "mistral" : qwen2 ? "qwen2" : "qwen3";
+                                    "Qwen3ForCausalLM, Phi3ForCausalLM)");
+  if (c.model_type.empty())
+    c.model_type = llama ? "llama" : mistral ? "mistral" : qwen2 ? "qwen2" : qwen3 ? "qwen3" : "phi3";
+  c.fused_projections = phi3;
 
   std::string err;
   bool attention_bias = false;
@@ -284,7 +287,14 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
   if ((qwen2 || qwen3) && use_sliding) return config_error(origin, "unsupported option use_sliding_window=true");
   c.qk_norm = qwen3;
-  if (mistral) {
+  if (phi3) {
+    float partial = 1.0f;
+    if (!get_float(o, "partial_rotary_factor", partial, err)) return config_error(origin, err);
+    if (partial != 1.0f)
+      return config_error(origin, "unsupported option partial_rotary_factor=" + std::to_string(partial) +
+                                      " (only full rotary embeddings)");
+  }
+  if (mistral || phi3) {
     int32_t window = 0;
     if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
     if (window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
@@ -303,6 +313,13 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   }
   if (have_rope) {
     object r;
+    if (phi3 && !rs.get_object().get(r)) {
+      std::string t = get_string(r, "rope_type");
+      if (t.empty()) t = get_string(r, "type");
+      if (t == "longrope" || t == "su")
+        return config_error(origin, "unsupported " + std::string(rope_key) + " type '" + t +
+                                        "' (Phi-3's long-context variants; the 4k ones have none)");
+    }
     if (rs.get_object().get(r)) return config_error(origin, std::string(rope_key) + " must be an object");
     if (!get_float(r, "rope_theta", c.rope_theta, err)) return config_error(origin, std::string(rope_key) + ": " + err);
     std::string type = get_string(r, "rope_type");

@@ -155,8 +155,9 @@ result<std::string> find_default_tokenizer() {
 
 result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   const std::string arch = o.architecture;
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3")
-    return make_error("invalid_argument", "unsupported architecture '" + arch + "' (llama, mistral, qwen2, qwen3)");
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" && arch != "phi3")
+    return make_error("invalid_argument", "unsupported architecture '" + arch + "' (llama, mistral, qwen2, qwen3, phi3)");
+  if (arch == "phi3" && o.qkv_bias) return make_error("invalid_argument", "phi3 has no attention biases");
   if (o.hidden_size <= 0 || o.intermediate_size <= 0 || o.num_layers <= 0 || o.num_heads <= 0 ||
       o.num_kv_heads <= 0 || o.num_heads % o.num_kv_heads != 0)
     return make_error("invalid_argument", "sizes must be positive and num_heads a multiple of num_kv_heads");
@@ -198,9 +199,13 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   for (int32_t l = 0; l < o.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     w.around_one(p + "input_layernorm.weight", {h}, 0.1);
-    w.normal(p + "self_attn.q_proj.weight", {nh * d, h}, 1.0 / std::sqrt(double(h)));
-    w.normal(p + "self_attn.k_proj.weight", {nkv * d, h}, 1.0 / std::sqrt(double(h)));
-    w.normal(p + "self_attn.v_proj.weight", {nkv * d, h}, 1.0 / std::sqrt(double(h)));
+    if (arch == "phi3") {  // q, k and v rows in one tensor
+      w.normal(p + "self_attn.qkv_proj.weight", {(nh + 2 * nkv) * d, h}, 1.0 / std::sqrt(double(h)));
+    } else {
+      w.normal(p + "self_attn.q_proj.weight", {nh * d, h}, 1.0 / std::sqrt(double(h)));
+      w.normal(p + "self_attn.k_proj.weight", {nkv * d, h}, 1.0 / std::sqrt(double(h)));
+      w.normal(p + "self_attn.v_proj.weight", {nkv * d, h}, 1.0 / std::sqrt(double(h)));
+    }
     if (qkv_bias) {
       w.normal(p + "self_attn.q_proj.bias", {nh * d}, 0.1);
       w.normal(p + "self_attn.k_proj.bias", {nkv * d}, 0.1);
@@ -213,8 +218,12 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
       w.around_one(p + "self_attn.k_norm.weight", {d}, 0.1);
     }
     w.around_one(p + "post_attention_layernorm.weight", {h}, 0.1);
-    w.normal(p + "mlp.gate_proj.weight", {inter, h}, 1.0 / std::sqrt(double(h)));
-    w.normal(p + "mlp.up_proj.weight", {inter, h}, 1.0 / std::sqrt(double(h)));
+    if (arch == "phi3") {  // gate rows, then up rows
+      w.normal(p + "mlp.gate_up_proj.weight", {2 * inter, h}, 1.0 / std::sqrt(double(h)));
+    } else {
+      w.normal(p + "mlp.gate_proj.weight", {inter, h}, 1.0 / std::sqrt(double(h)));
+      w.normal(p + "mlp.up_proj.weight", {inter, h}, 1.0 / std::sqrt(double(h)));
+    }
     w.normal(p + "mlp.down_proj.weight", {h, inter}, 1.0 / std::sqrt(double(inter * o.num_layers)));
   }
   w.around_one("model.norm.weight", {h}, 0.1);
@@ -224,7 +233,8 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   const char* arch_name = arch == "llama"     ? "LlamaForCausalLM"
                           : arch == "mistral" ? "MistralForCausalLM"
                           : arch == "qwen2"   ? "Qwen2ForCausalLM"
-                                              : "Qwen3ForCausalLM";
+                          : arch == "qwen3"   ? "Qwen3ForCausalLM"
+                                              : "Phi3ForCausalLM";
   std::string c = "{\n";
   c += "  \"architectures\": [\"" + std::string(arch_name) + "\"],\n";
   c += "  \"model_type\": \"" + arch + "\",\n";
@@ -255,11 +265,13 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   if (arch == "llama" || arch == "qwen3")
     c += std::string("  \"attention_bias\": ") + (qkv_bias ? "true" : "false") + ",\n";
   if (arch == "llama") c += "  \"mlp_bias\": false,\n";
-  if (arch == "mistral") c += "  \"sliding_window\": null,\n";
+  if (arch == "mistral" || arch == "phi3") c += "  \"sliding_window\": null,\n";
+  if (arch == "phi3") c += "  \"original_max_position_embeddings\": " + std::to_string(o.max_position_embeddings) + ",\n";
   if (arch == "qwen2" || arch == "qwen3") c += "  \"use_sliding_window\": false,\n";
   c += std::string("  \"tie_word_embeddings\": ") + (o.tie_embeddings ? "true" : "false") + ",\n";
   c += "  \"bos_token_id\": " + std::to_string(bos) + ",\n";
   c += "  \"eos_token_id\": " + std::to_string(eos) + ",\n";
+  if (arch == "phi3") c += "  \"pad_token_id\": " + std::to_string(eos) + ",\n";  // its config's default is 32000
   c += "  \"torch_dtype\": \"" + torch_dtype_name(o.weight_dtype) + "\"\n}\n";
   if (auto r = write_text(fs::path(dir) / "config.json", c); !r) return r;
   std::string g = "{\n  \"bos_token_id\": " + std::to_string(bos) + ",\n  \"eos_token_id\": " +

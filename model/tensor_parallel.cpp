@@ -43,15 +43,6 @@ const char* why_not(const model_weights& w, int32_t size) {
   return nullptr;
 }
 
-weight_ref rows_of(const weight_ref& w, int64_t first, int64_t n) {
-  weight_ref s = w;
-  s.data = w.row(first);
-  s.rows = n;
-  s.packed = nullptr;
-  if (s.row_scale != nullptr) s.row_scale += first;
-  return s;
-}
-
 // Columns [first, first + n) of every row, copied into a buffer the shard keeps.
 weight_ref columns_of(const weight_ref& w, int64_t first, int64_t n, model_weights& shard) {
   const size_t skip = dtype_bytes(w.type, first), row = dtype_bytes(w.type, n);
@@ -169,16 +160,16 @@ result<model_weights> shard_weights(const model_weights& full, int32_t rank, int
   const int64_t i0 = int64_t(rank) * sh.intermediate_size, in = sh.intermediate_size;
   s.embed = full.embed;
   s.final_norm = full.final_norm;
-  s.lm_head = rows_of(full.lm_head, sh.vocab_begin, sh.vocab_end - sh.vocab_begin);
+  s.lm_head = weight_rows(full.lm_head, sh.vocab_begin, sh.vocab_end - sh.vocab_begin);
   s.layers.resize(full.layers.size());
   for (size_t l = 0; l < full.layers.size(); ++l) {
     const layer_weights& F = full.layers[l];
     layer_weights& L = s.layers[l];
     L.input_norm = F.input_norm;
     L.post_norm = F.post_norm;
-    L.q = rows_of(F.q, q0, qn);
-    L.k = rows_of(F.k, k0, kn);
-    L.v = rows_of(F.v, k0, kn);
+    L.q = weight_rows(F.q, q0, qn);
+    L.k = weight_rows(F.k, k0, kn);
+    L.v = weight_rows(F.v, k0, kn);
     if (!F.qkv_bias.empty()) {
       const int64_t qall = int64_t(c.num_attention_heads) * d, kall = int64_t(c.num_key_value_heads) * d;
       const float* b = F.qkv_bias.data();
@@ -190,8 +181,8 @@ result<model_weights> shard_weights(const model_weights& full, int32_t rank, int
     L.o_bias = F.o_bias;
     L.q_norm = F.q_norm;  // one weight vector for every head: each rank's heads use all of it
     L.k_norm = F.k_norm;
-    L.gate = rows_of(F.gate, i0, in);
-    L.up = rows_of(F.up, i0, in);
+    L.gate = weight_rows(F.gate, i0, in);
+    L.up = weight_rows(F.up, i0, in);
     L.down = columns_of(F.down, i0, in, s);
   }
   return s;

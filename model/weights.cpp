@@ -127,6 +127,15 @@ std::string describe_fp8(const model_weights& w) {
   return out;
 }
 
+weight_ref weight_rows(const weight_ref& w, int64_t first, int64_t n) {
+  weight_ref s = w;
+  s.data = w.row(first);
+  s.rows = n;
+  s.packed = nullptr;
+  if (s.row_scale != nullptr) s.row_scale += first;
+  return s;
+}
+
 std::vector<float> to_f32(const weight_ref& w) {
   std::vector<float> out(size_t(w.rows) * size_t(w.cols));
   if (!out.empty()) convert_to_f32(w.type, w.data, out.data(), out.size());
@@ -154,7 +163,7 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   const bool has_lm_head = !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
-  const size_t per_layer = 9 + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
+  const size_t per_layer = (c.fused_projections ? 6 : 9) + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
   const size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
   loader ld(files, total, progress, w);
 
@@ -163,6 +172,23 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     layer_weights& L = w.layers[size_t(i)];
+    if (c.fused_projections) {
+      // Phi-3: q, k and v are row ranges of qkv_proj; gate and up the two halves of gate_up_proj.
+      weight_ref qkv, gate_up;
+      for (auto r : {ld.append(p + "input_layernorm.weight", {h}, L.input_norm),
+                     ld.map(p + "self_attn.qkv_proj.weight", {(nh + 2 * nkv) * d, h}, qkv, true),
+                     ld.map(p + "self_attn.o_proj.weight", {h, nh * d}, L.o, true),
+                     ld.append(p + "post_attention_layernorm.weight", {h}, L.post_norm),
+                     ld.map(p + "mlp.gate_up_proj.weight", {2 * inter, h}, gate_up, true),
+                     ld.map(p + "mlp.down_proj.weight", {h, inter}, L.down, true)})
+        if (!r) return r.err();
+      L.q = weight_rows(qkv, 0, nh * d);
+      L.k = weight_rows(qkv, nh * d, nkv * d);
+      L.v = weight_rows(qkv, (nh + nkv) * d, nkv * d);
+      L.gate = weight_rows(gate_up, 0, inter);
+      L.up = weight_rows(gate_up, inter, inter);
+      continue;
+    }
     for (auto r : {ld.append(p + "input_layernorm.weight", {h}, L.input_norm),
                    ld.map(p + "self_attn.q_proj.weight", {nh * d, h}, L.q, true),
                    ld.map(p + "self_attn.k_proj.weight", {nkv * d, h}, L.k, true),

@@ -89,4 +89,7 @@ std::string describe_fp8(const model_weights& w);
 // A copy of the matrix in fp32 (tests and the CUDA upload use it).
 std::vector<float> to_f32(const weight_ref& w);
 
+// Rows [first, first + n) of w, a view of the same bytes (no repacked tiles).
+weight_ref weight_rows(const weight_ref& w, int64_t first, int64_t n);
+
 }  // namespace coserve

@@ -127,6 +127,25 @@ TEST_CASE("config: linear and yarn rope scaling, yarn's defaults and attention f
   CHECK_THAT(other.err().message, Catch::Contains("yarn"));
 }
 
+TEST_CASE("config: phi3 has fused projections, its sliding window caps the context, partial rotary and longrope "
+          "are refused", "[model][config]") {
+  const std::string p3 = with(with(with(k_llama, "LlamaForCausalLM", "Phi3ForCausalLM"), "\"llama\"", "\"phi3\""),
+                              R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
+ "original_max_position_embeddings":8192})", "\"rope_scaling\":null,\"sliding_window\":2047");
+  auto c = parse_model_config(p3, "c");
+  REQUIRE(c.ok());
+  CHECK(c->fused_projections);
+  CHECK(c->max_position_embeddings == 2047);
+  CHECK_FALSE(parse_model_config(k_llama, "c")->fused_projections);
+  auto partial = parse_model_config(with(p3, "\"vocab_size\"", "\"partial_rotary_factor\":0.75,\"vocab_size\""), "c");
+  REQUIRE_FALSE(partial.ok());
+  CHECK_THAT(partial.err().message, Catch::Contains("partial_rotary_factor"));
+  auto longrope = parse_model_config(
+      with(p3, "\"rope_scaling\":null", R"("rope_scaling":{"type":"longrope","short_factor":[1],"long_factor":[1]})"), "c");
+  REQUIRE_FALSE(longrope.ok());
+  CHECK_THAT(longrope.err().message, Catch::Contains("longrope"));
+}
+
 TEST_CASE("config: transformers 5 rope_parameters (theta inside)", "[model][config]") {
   auto c = parse_model_config(with(with(k_llama, "\"rope_scaling\":{", "\"rope_parameters\":{\"rope_theta\":123.0,"),
                                    "\"rope_theta\":500000.0,", ""), "c");

@@ -150,11 +150,12 @@ void check_fixture(const std::filesystem::path& path) {
     CHECK((*ex)->num_live_sequences() == 0);
     ++id;
   }
-  // Largest logit differences measured over the fixtures' prompts: bf16 0.037, E4M3 0.40, E5M2 0.67
-  // (fp8 keeps 3 or 2 mantissa bits of each cached K and V value); the top-5 checks hold for all.
+  // Largest logit differences measured over the fixtures' prompts: bf16 0.037, E4M3 0.40, E5M2 1.02
+  // (phi3_fused; 0.67 over the first five fixtures): fp8 keeps 3 or 2 mantissa bits of each cached
+  // K and V value. The top-5 checks hold for all.
   check_low_precision_cache(fx, dir.str(), dtype::bf16, 0.1f);
   check_low_precision_cache(fx, dir.str(), dtype::f8_e4m3, 0.6f);
-  check_low_precision_cache(fx, dir.str(), dtype::f8_e5m2, 1.0f);
+  check_low_precision_cache(fx, dir.str(), dtype::f8_e5m2, 1.5f);
 }
 
 }  // namespace
@@ -164,7 +165,7 @@ TEST_CASE("cpu forward matches transformers on the reference fixtures", "[model]
   for (const auto& e : std::filesystem::directory_iterator(k_fixture_dir))
     if (e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
-  REQUIRE(files.size() >= 8);
+  REQUIRE(files.size() >= 9);
   for (const auto& f : files) check_fixture(f);
 }
 

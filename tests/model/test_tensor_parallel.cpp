@@ -280,6 +280,7 @@ TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same toke
       {"qwen2 with qkv bias, tied", "qwen2", 4, 4, 64, true},   // every rank its own KV heads
       {"mistral, one KV head", "mistral", 4, 1, 40, false},     // KV head on every rank
       {"qwen3, q/k norm, tied", "qwen3", 4, 2, 48, true},       // the norm weights on every rank
+      {"phi3, fused qkv and gate_up", "phi3", 4, 2, 48, false}, // rank slices of the row views
   };
   for (const shape& sh : shapes) {
     CAPTURE(sh.name);

@@ -53,6 +53,10 @@ MODELS = {
                            "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
                            "--num-kv-heads", "2", "--rope-scaling", "yarn", "--rope-factor", "4",
                            "--rope-original-max-position-embeddings", "256"],
+    # Phi-3: q/k/v rows in one qkv_proj tensor, gate and up halves in one gate_up_proj, GQA.
+    "phi3_fused": SMALL + ["--architecture", "phi3", "--seed", "19", "--hidden-size", "64",
+                           "--intermediate-size", "96", "--num-layers", "2", "--num-heads", "4",
+                           "--num-kv-heads", "2"],
     # Linear (position interpolation) scaling.
     "llama_linear": SMALL + ["--architecture", "llama", "--seed", "18", "--hidden-size", "64",
                              "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
