@@ -130,7 +130,9 @@ class cpu_forward {
 // differing by at most one.
 std::pair<int32_t, int32_t> vocab_range(int32_t vocab, int32_t size, int32_t rank);
 
-// RoPE inverse frequencies of a config: theta^(-2i/d), with llama3 scaling when configured.
+// RoPE inverse frequencies of a config (model/rope.cpp): theta^(-2i/d), with GGUF's per-frequency
+// divisors, or llama3, linear or yarn scaling when configured (yarn's attention factor is applied
+// to cos and sin by the forward pass).
 std::vector<float> rope_inv_freq(const model_config& c);
 
 }  // namespace coserve

@@ -31,84 +31,6 @@ result<int32_t> get_i32(const gguf_file& f, const std::string& key, std::optiona
   return int32_t(**v);
 }
 
-std::string json_escape(std::string_view s) {
-  std::string out = "\"";
-  json::append_escaped(out, s);
-  out += '"';
-  return out;
-}
-
-// ggml token types.
-constexpr int64_t k_tok_normal = 1, k_tok_unknown = 2, k_tok_control = 3, k_tok_user = 4;
-
-// Hugging Face pre-tokenizers for the names llama.cpp's converter writes to tokenizer.ggml.pre.
-struct bpe_pre {
-  const char* names[6];
-  const char* pre_tokenizer;  // tokenizer.json "pre_tokenizer"
-  const char* normalizer;     // tokenizer.json "normalizer" ("null" for none)
-  bool ignore_merges;
-};
-
-constexpr const char* k_byte_level_regex =
-    R"({"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true})";
-// Digits(individual_digits) as a split of every \p{N} character, then GPT-2's byte-level regex.
-constexpr const char* k_digits_byte_level =
-    R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"\\p{N}"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}]})";
-constexpr const char* k_llama3_split =
-    R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]})";
-constexpr const char* k_qwen2_split =
-    R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false}]})";
-
-const bpe_pre k_bpe_pres[] = {
-    {{"gpt-2", "phi-2", nullptr}, k_byte_level_regex, "null", false},
-    {{"starcoder", "refact", nullptr}, k_digits_byte_level, "null", false},
-    {{"mpt", "gpt-neox", "olmo", nullptr}, k_byte_level_regex, R"({"type":"NFC"})", false},
-    {{"llama-bpe", "llama3", "llama-v3", "falcon3", nullptr}, k_llama3_split, "null", true},
-    {{"qwen2", "deepseek-r1-qwen", nullptr}, k_qwen2_split, R"({"type":"NFC"})", false},
-};
-
-std::string supported_pres() {
-  std::string s;
-  for (const auto& p : k_bpe_pres)
-    for (const char* const* n = p.names; *n; ++n) s += (s.empty() ? "" : ", ") + std::string(*n);
-  return s;
-}
-
-// Merges from SentencePiece scores, as transformers' SentencePieceExtractor derives them: every
-// split of every piece into two pieces of the vocabulary (ordered by the ids of the halves), all
-// of them ordered by the merged piece's score, highest first (stable).
-std::vector<std::pair<std::string_view, std::string_view>> merges_from_scores(
-    const std::vector<std::string_view>& tokens, const std::vector<double>& scores) {
-  std::unordered_map<std::string_view, int32_t> id;
-  id.reserve(tokens.size() * 2);
-  for (size_t i = 0; i < tokens.size(); ++i) id.emplace(tokens[i], int32_t(i));
-  struct merge {
-    std::string_view l, r;
-    double score;
-    int32_t il, ir;
-  };
-  std::vector<merge> all;
-  std::vector<merge> local;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const std::string_view p = tokens[i];
-    local.clear();
-    for (size_t cut = 1; cut < p.size(); ++cut) {
-      if ((static_cast<unsigned char>(p[cut]) & 0xC0) == 0x80) continue;  // inside a UTF-8 sequence
-      auto l = id.find(p.substr(0, cut)), r = id.find(p.substr(cut));
-      if (l != id.end() && r != id.end()) local.push_back({l->first, r->first, scores[i], l->second, r->second});
-    }
-    std::sort(local.begin(), local.end(), [](const merge& a, const merge& b) {
-      return a.il != b.il ? a.il < b.il : a.ir < b.ir;
-    });
-    all.insert(all.end(), local.begin(), local.end());
-  }
-  std::stable_sort(all.begin(), all.end(), [](const merge& a, const merge& b) { return a.score > b.score; });
-  std::vector<std::pair<std::string_view, std::string_view>> out;
-  out.reserve(all.size());
-  for (const merge& m : all) out.emplace_back(m.l, m.r);
-  return out;
-}
-
 }  // namespace
 
 result<model_config> gguf_model_config(const gguf_file& f) {
@@ -129,8 +51,13 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     c.architecture = "Qwen3ForCausalLM";
     c.model_type = "qwen3";
     c.qk_norm = true;
+  } else if (arch == "phi3") {
+    c.architecture = "Phi3ForCausalLM";
+    c.model_type = "phi3";
+    c.fused_projections = true;  // attn_qkv, and ffn_up holding gate then up
   } else {
-    return gunsupported(f, "general.architecture '" + arch + "' is not supported (supported: llama, mistral, qwen2, qwen3)");
+    return gunsupported(f, "general.architecture '" + arch +
+                               "' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
   }
   const std::string a = arch + ".";
   auto hidden = get_i32(f, a + "embedding_length", std::nullopt);
@@ -164,6 +91,16 @@ result<model_config> gguf_model_config(const gguf_file& f) {
   auto ctx = get_i32(f, a + "context_length", 2048);
   if (!ctx) return ctx.err();
   c.max_position_embeddings = *ctx;
+  if (c.fused_projections) {
+    // Phi-3's sliding window (0: none) caps the context, as for the folder's config.json; its
+    // long-context variants carry per-frequency factors for LongRoPE, which is not implemented.
+    auto window = f.get_int(a + "attention.sliding_window");
+    if (!window) return window.err();
+    if (*window && **window < 0) return gerr(f, "metadata " + a + "attention.sliding_window is negative");
+    if (*window && **window > 0 && **window < c.max_position_embeddings) c.max_position_embeddings = int32_t(**window);
+    if (f.tensor("rope_factors_long.weight") || f.tensor("rope_factors_short.weight"))
+      return gunsupported(f, "rope_factors_long.weight / rope_factors_short.weight (LongRoPE) are not supported");
+  }
   auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
   if (!eps) return eps.err();
   if (!*eps) return gerr(f, "metadata " + a + "attention.layer_norm_rms_epsilon is missing");
@@ -296,6 +233,15 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
   for (int32_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     layer_weights& L = w.layers[size_t(i)];
+    if (c.fused_projections) {
+      weight_ref qkv, gate_up;
+      for (auto r : {append(p + "attn_norm.weight", h, L.input_norm), map(p + "attn_qkv.weight", (nh + 2 * nkv) * d, h, qkv),
+                     map(p + "attn_output.weight", h, nh * d, L.o), append(p + "ffn_norm.weight", h, L.post_norm),
+                     map(p + "ffn_up.weight", 2 * inter, h, gate_up), map(p + "ffn_down.weight", h, inter, L.down)})
+        if (!r) return r.err();
+      split_fused(c, qkv, gate_up, L);
+      continue;
+    }
     for (auto r : {append(p + "attn_norm.weight", h, L.input_norm), map(p + "attn_q.weight", nh * d, h, L.q),
                    map(p + "attn_k.weight", nkv * d, h, L.k), map(p + "attn_v.weight", nkv * d, h, L.v),
                    map(p + "attn_output.weight", h, nh * d, L.o), append(p + "ffn_norm.weight", h, L.post_norm),
@@ -319,159 +265,6 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
     w.lm_head = w.embed;
   }
   return w;
-}
-
-result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
-  auto model_v = f.get_string("tokenizer.ggml.model");
-  if (!model_v) return model_v.err();
-  if (!*model_v) return gerr(f, "metadata tokenizer.ggml.model is missing (the file has no tokenizer)");
-  const std::string model = **model_v;
-  if (model != "gpt2" && model != "llama")
-    return gunsupported(f, "tokenizer.ggml.model '" + model + "' is not supported (supported: gpt2, llama)");
-  const gguf_value* tokens_v = f.find("tokenizer.ggml.tokens");
-  if (!tokens_v || tokens_v->kind != gguf_kind::array || tokens_v->elem != gguf_kind::string)
-    return gerr(f, "metadata tokenizer.ggml.tokens must be an array of strings");
-  const std::vector<std::string_view>& tokens = tokens_v->strings;
-  if (tokens.empty() || tokens.size() > (size_t(1) << 24)) return gerr(f, "tokenizer.ggml.tokens is empty or too large");
-  std::vector<int64_t> types(tokens.size(), k_tok_normal);
-  if (const gguf_value* tt = f.find("tokenizer.ggml.token_type")) {
-    if (tt->kind != gguf_kind::array || tt->ints.size() != tokens.size())
-      return gerr(f, "metadata tokenizer.ggml.token_type must be an integer array as long as tokenizer.ggml.tokens");
-    types = tt->ints;
-  }
-  auto token_id = [&](const char* key) -> result<std::optional<int32_t>> {
-    auto v = f.get_int(key);
-    if (!v) return v.err();
-    if (!*v || **v < 0) return std::optional<int32_t>{};
-    if (**v >= int64_t(tokens.size())) return gerr(f, std::string("metadata ") + key + " is not a token id");
-    return std::optional<int32_t>(int32_t(**v));
-  };
-  auto bos = token_id("tokenizer.ggml.bos_token_id");
-  auto eos = token_id("tokenizer.ggml.eos_token_id");
-  auto unk = token_id("tokenizer.ggml.unknown_token_id");
-  for (auto* r : {&bos, &eos, &unk})
-    if (!*r) return r->err();
-  const bool spm = model == "llama";
-  auto add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
-  auto add_eos = f.get_bool("tokenizer.ggml.add_eos_token");
-  auto add_space = f.get_bool("tokenizer.ggml.add_space_prefix");
-  for (auto* r : {&add_bos, &add_eos, &add_space})
-    if (!*r) return r->err();
-  const bool want_bos = add_bos->value_or(spm) && *bos;
-  const bool want_eos = add_eos->value_or(false) && *eos;
-
-  std::string j;
-  j.reserve(tokens.size() * 24);
-  // GGUF has no per-token strip attributes; llama.cpp sets them by model name, as here: Phi-3's
-  // special tokens and </s> swallow the whitespace after them (as its tokenizer.json says).
-  auto name_v = f.get_string("general.name");
-  if (!name_v) return name_v.err();
-  std::string name = name_v->value_or("");
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-  const bool phi3 = name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
-  j += "{\"version\":\"1.0\",\"added_tokens\":[";
-  bool first = true;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int64_t t = types[i];
-    if (t != k_tok_control && t != k_tok_user && t != k_tok_unknown) continue;
-    bool rstrip = false;
-    if (phi3) {
-      rstrip = t == k_tok_control || tokens[i] == "</s>";
-      if (tokens[i] == "<unk>" || tokens[i] == "<s>" || tokens[i] == "<|endoftext|>") rstrip = false;
-    }
-    if (!first) j += ',';
-    first = false;
-    j += "{\"id\":" + std::to_string(i) + ",\"content\":" + json_escape(tokens[i]) +
-         ",\"single_word\":false,\"lstrip\":false,\"rstrip\":" + (rstrip ? "true" : "false") +
-         ",\"normalized\":false,\"special\":" + (t == k_tok_user ? "false" : "true") + "}";
-  }
-  j += "],";
-  std::string post = "null";
-  if (want_bos || want_eos) {
-    post = "{\"type\":\"TemplateProcessing\",\"single\":[";
-    std::string specials;
-    if (want_bos) {
-      post += "{\"SpecialToken\":{\"id\":" + json_escape(tokens[size_t(**bos)]) + ",\"type_id\":0}},";
-      specials += json_escape(tokens[size_t(**bos)]) + ":{\"id\":" + json_escape(tokens[size_t(**bos)]) +
-                  ",\"ids\":[" + std::to_string(**bos) + "],\"tokens\":[" + json_escape(tokens[size_t(**bos)]) + "]}";
-    }
-    post += "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}";
-    if (want_eos) {
-      post += ",{\"SpecialToken\":{\"id\":" + json_escape(tokens[size_t(**eos)]) + ",\"type_id\":0}}";
-      if (!specials.empty()) specials += ',';
-      specials += json_escape(tokens[size_t(**eos)]) + ":{\"id\":" + json_escape(tokens[size_t(**eos)]) +
-                  ",\"ids\":[" + std::to_string(**eos) + "],\"tokens\":[" + json_escape(tokens[size_t(**eos)]) + "]}";
-    }
-    post += "],\"special_tokens\":{" + specials + "}}";
-  }
-
-  std::vector<std::pair<std::string_view, std::string_view>> merges;
-  bool ignore_merges = false;
-  if (spm) {
-    const gguf_value* sc = f.find("tokenizer.ggml.scores");
-    if (!sc || sc->kind != gguf_kind::array || sc->floats.size() != tokens.size())
-      return gerr(f, "metadata tokenizer.ggml.scores must be a float array as long as tokenizer.ggml.tokens");
-    merges = merges_from_scores(tokens, sc->floats);
-    const bool prefix = add_space->value_or(true);
-    j += std::string("\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[") +
-         (prefix ? "{\"type\":\"Prepend\",\"prepend\":\"\u2581\"}," : "") +
-         "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\u2581\"}]},"
-         "\"pre_tokenizer\":null,\"post_processor\":" + post + ","
-         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\u2581\"},"
-         "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"}" +
-         (prefix ? ",{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}" : "") + "]},";
-  } else {
-    auto pre_v = f.get_string("tokenizer.ggml.pre");
-    if (!pre_v) return pre_v.err();
-    const std::string pre = pre_v->value_or("default");
-    const bpe_pre* chosen = nullptr;
-    for (const auto& p : k_bpe_pres)
-      for (const char* const* n = p.names; *n; ++n)
-        if (pre == *n) chosen = &p;
-    if (!chosen)
-      return gunsupported(f, "tokenizer.ggml.pre '" + pre + "' is not supported (supported: " + supported_pres() + ")");
-    ignore_merges = chosen->ignore_merges;
-    const gguf_value* mv = f.find("tokenizer.ggml.merges");
-    if (!mv || mv->kind != gguf_kind::array || mv->elem != gguf_kind::string)
-      return gerr(f, "metadata tokenizer.ggml.merges must be an array of strings");
-    merges.reserve(mv->strings.size());
-    for (std::string_view m : mv->strings) {
-      const size_t sp = m.find(' ', 1);
-      if (sp == std::string_view::npos) return gerr(f, "tokenizer.ggml.merges entry without a space: " + std::string(m));
-      merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
-    }
-    j += std::string("\"normalizer\":") + chosen->normalizer + ",\"pre_tokenizer\":" + chosen->pre_tokenizer +
-         ",\"post_processor\":" + post +
-         ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},";
-  }
-  j += "\"model\":{\"type\":\"BPE\",\"dropout\":null,";
-  if (spm && *unk) j += "\"unk_token\":" + json_escape(tokens[size_t(**unk)]) + ",";
-  j += std::string("\"fuse_unk\":") + (spm ? "true" : "false") + ",\"byte_fallback\":" + (spm ? "true" : "false") +
-       ",\"ignore_merges\":" + (ignore_merges ? "true" : "false") + ",\"vocab\":{";
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (i) j += ',';
-    j += json_escape(tokens[i]) + ":" + std::to_string(i);
-  }
-  j += "},\"merges\":[";
-  for (size_t i = 0; i < merges.size(); ++i) {
-    if (i) j += ',';
-    j += "[" + json_escape(merges[i].first) + "," + json_escape(merges[i].second) + "]";
-  }
-  j += "]}}";
-
-  std::string cfg = "{";
-  if (*bos) cfg += "\"bos_token\":" + json_escape(tokens[size_t(**bos)]);
-  if (*eos) cfg += std::string(*bos ? "," : "") + "\"eos_token\":" + json_escape(tokens[size_t(**eos)]);
-  cfg += "}";
-  return gguf_tokenizer_documents{std::move(j), std::move(cfg)};
-}
-
-result<tokenizer> load_gguf_tokenizer(const gguf_file& f) {
-  auto docs = gguf_tokenizer_json(f);
-  if (!docs) return docs.err();
-  auto t = tokenizer::from_json(docs->tokenizer_json, docs->tokenizer_config_json);
-  if (!t) return make_error(t.err().code, f.path() + ": tokenizer.ggml.*: " + t.err().message);
-  return t;
 }
 
 std::string gguf_summary(const gguf_file& f) {

@@ -2,7 +2,8 @@
 // tokenizer from `tokenizer.ggml.*`, the chat template from `tokenizer.chat_template`, and the
 // weights used in place from the mapped file (quantized matrices stay quantized).
 //
-// Architectures: llama (Llama, Mistral), mistral (an alias), qwen2. llama.cpp's converter stores
+// Architectures: llama (Llama, Mistral), mistral (an alias), qwen2, qwen3 (attn_q_norm /
+// attn_k_norm), phi3 (attn_qkv and a gate+up ffn_up read as row ranges). llama.cpp's converter stores
 // the Q and K projections of the llama architecture with each head's rows interleaved (row 2i is
 // Hugging Face row i, row 2i+1 is row i + D/2) and rotates adjacent pairs; the config says so
 // (rope_interleaved) and the forward pass rotates the same pairs. Llama 3.1's frequency

@@ -136,6 +136,15 @@ weight_ref weight_rows(const weight_ref& w, int64_t first, int64_t n) {
   return s;
 }
 
+void split_fused(const model_config& c, const weight_ref& qkv, const weight_ref& gate_up, layer_weights& L) {
+  const int64_t d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, inter = c.intermediate_size;
+  L.q = weight_rows(qkv, 0, nh * d);
+  L.k = weight_rows(qkv, nh * d, nkv * d);
+  L.v = weight_rows(qkv, (nh + nkv) * d, nkv * d);
+  L.gate = weight_rows(gate_up, 0, inter);
+  L.up = weight_rows(gate_up, inter, inter);
+}
+
 std::vector<float> to_f32(const weight_ref& w) {
   std::vector<float> out(size_t(w.rows) * size_t(w.cols));
   if (!out.empty()) convert_to_f32(w.type, w.data, out.data(), out.size());
@@ -182,11 +191,7 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
                      ld.map(p + "mlp.gate_up_proj.weight", {2 * inter, h}, gate_up, true),
                      ld.map(p + "mlp.down_proj.weight", {h, inter}, L.down, true)})
         if (!r) return r.err();
-      L.q = weight_rows(qkv, 0, nh * d);
-      L.k = weight_rows(qkv, nh * d, nkv * d);
-      L.v = weight_rows(qkv, (nh + nkv) * d, nkv * d);
-      L.gate = weight_rows(gate_up, 0, inter);
-      L.up = weight_rows(gate_up, inter, inter);
+      split_fused(c, qkv, gate_up, L);
       continue;
     }
     for (auto r : {ld.append(p + "input_layernorm.weight", {h}, L.input_norm),

@@ -92,4 +92,7 @@ std::vector<float> to_f32(const weight_ref& w);
 // Rows [first, first + n) of w, a view of the same bytes (no repacked tiles).
 weight_ref weight_rows(const weight_ref& w, int64_t first, int64_t n);
 
+// Phi-3's fused tensors as L's views: q, k, v the row ranges of qkv; gate then up the halves of gate_up.
+void split_fused(const model_config& c, const weight_ref& qkv, const weight_ref& gate_up, layer_weights& L);
+
 }  // namespace coserve

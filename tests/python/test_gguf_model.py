@@ -41,10 +41,11 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     cfg = json.loads((model_dir / "config.json").read_text())
     vocab = gguf.GGUFReader(str(vocab_dir() / "ggml-vocab-gpt-2.gguf"))
     t = read_safetensors(model_dir / "model.safetensors", as_f32=True)
-    qwen = cfg["model_type"] in ("qwen2", "qwen3")
-    # llama.cpp's converter permutes Q/K only for its llama architecture (qwen2/qwen3 rotate halves).
-    perm = (lambda x, n: x) if qwen else permute
-    w = gguf.GGUFWriter(str(out), cfg["model_type"] if qwen else "llama")
+    own_arch = cfg["model_type"] in ("qwen2", "qwen3", "phi3")
+    fused = cfg["model_type"] == "phi3"  # attn_qkv, and ffn_up holding gate then up (Phi3MiniModel)
+    # llama.cpp's converter permutes Q/K only for its llama architecture (the others rotate halves).
+    perm = (lambda x, n: x) if own_arch else permute
+    w = gguf.GGUFWriter(str(out), cfg["model_type"] if own_arch else "llama")
     w.add_name("coserve demo")
     h, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     w.add_context_length(cfg["max_position_embeddings"])
@@ -116,6 +117,13 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
         p = f"model.layers.{i}."
         b = f"blk.{i}."
         w.add_tensor(b + "attn_norm.weight", t[p + "input_layernorm.weight"].astype(np.float32))
+        if fused:
+            matrix(b + "attn_qkv.weight", t[p + "self_attn.qkv_proj.weight"])
+            matrix(b + "attn_output.weight", t[p + "self_attn.o_proj.weight"])
+            w.add_tensor(b + "ffn_norm.weight", t[p + "post_attention_layernorm.weight"].astype(np.float32))
+            matrix(b + "ffn_up.weight", t[p + "mlp.gate_up_proj.weight"])
+            matrix(b + "ffn_down.weight", t[p + "mlp.down_proj.weight"])
+            continue
         matrix(b + "attn_q.weight", perm(t[p + "self_attn.q_proj.weight"], heads))
         matrix(b + "attn_k.weight", perm(t[p + "self_attn.k_proj.weight"], kv))
         if p + "self_attn.q_proj.bias" in t:
@@ -187,12 +195,13 @@ def test_f32_gguf_matches_the_folder(coserve_bin, demo):
     ["--architecture", "qwen2", "--rope-scaling", "yarn", "--rope-factor", "4",
      "--rope-original-max-position-embeddings", "16"],
     ["--rope-scaling", "linear", "--rope-factor", "3"],
-], ids=["qwen2-tied-bias", "llama3-rope-bias-head48", "qwen3-qk-norm-head48", "qwen2-yarn", "llama-linear"])
+    ["--architecture", "phi3"],
+], ids=["qwen2-tied-bias", "llama3-rope-bias-head48", "qwen3-qk-norm-head48", "qwen2-yarn", "llama-linear", "phi3-fused"])
 def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
     # The other layouts the loader reads: qwen2 (q/k/v biases, halves rotated, no permutation) with
     # tied embeddings; llama with Llama 3.1 frequency scaling (rope_freqs.weight), biases and a
     # head size other than hidden / heads (attention.key_length); qwen3 (attn_q_norm / attn_k_norm);
-    # YaRN and linear rope scaling (rope.scaling.*).
+    # YaRN and linear rope scaling (rope.scaling.*); phi3 (attn_qkv, ffn_up holding gate and up).
     folder = tmp_path / "model"
     p = subprocess.run([coserve_bin, "make-demo-model", str(folder), "--num-layers", "2", *variant],
                        capture_output=True, text=True, timeout=600)
@@ -217,6 +226,24 @@ def test_quantized_gguf_logprobs_close(coserve_bin, demo, q):
         got = log_softmax(generate(coserve_bin, files[q], prompt, 1)["logits"][0])
         diff = np.abs(got[top] - ref[top]).max()
         print(q, "max |dlogprob| vs dequantized weights", diff)
+        assert diff < 0.15, (q, diff)
+
+
+def test_quantized_phi3_rows_of_fused_tensors(coserve_bin, tmp_path):
+    # Phi-3's q/k/v and gate/up are row ranges of one quantized tensor each (Q4_0 repacked per
+    # range): log-probabilities within the bound above of the same weights held as F32.
+    folder = tmp_path / "phi3"
+    p = subprocess.run([coserve_bin, "make-demo-model", str(folder), "--num-layers", "2", "--architecture", "phi3"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    prompt = list(range(200, 232))
+    for q in ("Q8_0", "Q4_0"):
+        ref = log_softmax(generate(coserve_bin, write_gguf(folder, tmp_path / f"{q}-f32.gguf", q, dequantized=True),
+                                   prompt, 1)["logits"][0])
+        top = np.argsort(-ref)[:10]
+        got = log_softmax(generate(coserve_bin, write_gguf(folder, tmp_path / f"{q}.gguf", q), prompt, 1)["logits"][0])
+        diff = np.abs(got[top] - ref[top]).max()
+        print("phi3", q, "max |dlogprob| vs dequantized weights", diff)
         assert diff < 0.15, (q, diff)
 
 
