@@ -55,8 +55,9 @@ docs/agent-api.md.
 model:
   MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json
                                 (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
-                                Qwen3ForCausalLM, Phi3ForCausalLM; rope_scaling llama3, linear,
-                                yarn; Qwen3, Phi-3, linear and yarn on --device cpu only),
+                                Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM;
+                                rope_scaling llama3, linear, yarn; Qwen3, Phi-3, SmolLM3, linear
+                                and yarn on --device cpu only),
                                 or a GGUF file (llama, mistral, qwen2, qwen3, phi3; F32, F16, BF16, Q8_0, Q4_0,
                                 Q4_K, Q5_K, Q6_K; tokenizer and chat template from its metadata;
                                 integer kernels on --device cpu, dequantized to bf16 at load on

@@ -1,5 +1,6 @@
 #include "gpu/device_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -110,6 +111,9 @@ result<void> check_config(const model_config& c, bool fp8) {
                                          (c.rope_scaling.kind == rope_kind::yarn ? "yarn" : "linear") +
                                          "' runs on the CPU executor only (--device cpu); the CUDA executor "
                                          "implements default and llama3 RoPE");
+  if (std::find(c.rope_layers.begin(), c.rope_layers.end(), uint8_t(0)) != c.rope_layers.end())
+    return make_error("unsupported", "gpu: " + c.architecture + " (layers without RoPE) runs on the CPU executor only "
+                                     "(--device cpu)");
   if (c.fused_projections)
     return make_error("unsupported", "gpu: " + c.architecture + " runs on the CPU executor only (--device cpu); "
                                      "the CUDA executor's upload has not been run on its fused qkv / gate_up tensors");

@@ -226,12 +226,14 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   const bool qwen2 = a == "Qwen2ForCausalLM" || (a.empty() && c.model_type == "qwen2");
   const bool qwen3 = a == "Qwen3ForCausalLM" || (a.empty() && c.model_type == "qwen3");
   const bool phi3 = a == "Phi3ForCausalLM" || (a.empty() && c.model_type == "phi3");
-  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3)
+  const bool smollm3 = a == "SmolLM3ForCausalLM" || (a.empty() && c.model_type == "smollm3");
+  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3 && !smollm3)
     return config_error(origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
                                     "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                                    "Qwen3ForCausalLM, Phi3ForCausalLM)");
+                                    "Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM)");
   if (c.model_type.empty())
-    c.model_type = llama ? "llama" : mistral ? "mistral" : qwen2 ? "qwen2" : qwen3 ? "qwen3" : "phi3";
+    c.model_type = llama ? "llama" : mistral ? "mistral" : qwen2 ? "qwen2" : qwen3 ? "qwen3" : phi3 ? "phi3" : "smollm3";
+  if (smollm3) c.tie_word_embeddings = true;  // SmolLM3Config's default
   c.fused_projections = phi3;
 
   std::string err;
@@ -287,6 +289,26 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
   if ((qwen2 || qwen3) && use_sliding) return config_error(origin, "unsupported option use_sliding_window=true");
   c.qk_norm = qwen3;
+  if (smollm3) {
+    // Layers without RoPE: no_rope_layers (1 = RoPE, 0 = none, one per layer) or, without it,
+    // every no_rope_layer_interval-th layer (SmolLM3Config). Its sliding window (NoPE layers only)
+    // caps the context, as Mistral's does.
+    std::vector<int32_t> flags;
+    int32_t interval = 4;
+    if (!get_id_list(o, "no_rope_layers", flags, err) || !get_int(o, "no_rope_layer_interval", interval, err))
+      return config_error(origin, err);
+    if (flags.empty()) {
+      if (interval <= 0) return config_error(origin, "no_rope_layer_interval must be positive");
+      for (int32_t l = 0; l < c.num_hidden_layers; ++l) flags.push_back((l + 1) % interval != 0 ? 1 : 0);
+    }
+    if (int32_t(flags.size()) != c.num_hidden_layers)
+      return config_error(origin, "no_rope_layers has " + std::to_string(flags.size()) + " entries for " +
+                                      std::to_string(c.num_hidden_layers) + " layers");
+    for (int32_t f : flags) c.rope_layers.push_back(f != 0 ? 1 : 0);
+    int32_t window = 0;
+    if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
+    if (use_sliding && window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
+  }
   if (phi3) {
     float partial = 1.0f;
     if (!get_float(o, "partial_rotary_factor", partial, err)) return config_error(origin, err);

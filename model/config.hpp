@@ -67,6 +67,7 @@ struct model_config {
   bool o_bias = false;        // attention_bias on o_proj (Llama with attention_bias=true)
   bool qk_norm = false;       // Qwen3: an RMSNorm (weights [head_dim]) over each q and k head before RoPE
   bool fused_projections = false;  // Phi-3: one qkv_proj and one gate_up_proj tensor per layer
+  std::vector<uint8_t> rope_layers;  // SmolLM3: per layer, 1 = RoPE applied, 0 = none (NoPE); empty: all
   bool mlp_bias = false;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;

@@ -406,7 +406,7 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
         for (int64_t j = 0; j < qkv_n; ++j) q[j] += L.qkv_bias[size_t(j)];
       });
     if (!L.q_norm.empty()) head_norm(qkv_.data(), total, L);
-    rope(qkv_.data(), positions_);
+    if (c_.rope_layers.empty() || c_.rope_layers[size_t(l)] != 0) rope(qkv_.data(), positions_);
     profile_.other_s += seconds_since(tp);
     for (int64_t r = 0; r < total; ++r) {
       const float* q = qkv_.data() + r * qkv_n;

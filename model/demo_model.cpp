@@ -155,8 +155,9 @@ result<std::string> find_default_tokenizer() {
 
 result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   const std::string arch = o.architecture;
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" && arch != "phi3")
-    return make_error("invalid_argument", "unsupported architecture '" + arch + "' (llama, mistral, qwen2, qwen3, phi3)");
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && arch != "smollm3")
+    return make_error("invalid_argument",
+                      "unsupported architecture '" + arch + "' (llama, mistral, qwen2, qwen3, phi3, smollm3)");
   if (arch == "phi3" && o.qkv_bias) return make_error("invalid_argument", "phi3 has no attention biases");
   if (o.hidden_size <= 0 || o.intermediate_size <= 0 || o.num_layers <= 0 || o.num_heads <= 0 ||
       o.num_kv_heads <= 0 || o.num_heads % o.num_kv_heads != 0)
@@ -234,7 +235,8 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
                           : arch == "mistral" ? "MistralForCausalLM"
                           : arch == "qwen2"   ? "Qwen2ForCausalLM"
                           : arch == "qwen3"   ? "Qwen3ForCausalLM"
-                                              : "Phi3ForCausalLM";
+                          : arch == "phi3"    ? "Phi3ForCausalLM"
+                                              : "SmolLM3ForCausalLM";
   std::string c = "{\n";
   c += "  \"architectures\": [\"" + std::string(arch_name) + "\"],\n";
   c += "  \"model_type\": \"" + arch + "\",\n";
@@ -262,16 +264,22 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   } else {
     c += "  \"rope_scaling\": null,\n";
   }
-  if (arch == "llama" || arch == "qwen3")
+  if (arch == "llama" || arch == "qwen3" || arch == "smollm3")
     c += std::string("  \"attention_bias\": ") + (qkv_bias ? "true" : "false") + ",\n";
-  if (arch == "llama") c += "  \"mlp_bias\": false,\n";
+  if (arch == "llama" || arch == "smollm3") c += "  \"mlp_bias\": false,\n";
+  if (arch == "smollm3") {  // RoPE on every layer but each 4th (SmolLM3Config's no_rope_layer_interval)
+    c += "  \"no_rope_layers\": [";
+    for (int32_t l = 0; l < o.num_layers; ++l) c += std::string(l ? ", " : "") + ((l + 1) % 4 != 0 ? "1" : "0");
+    c += "],\n";
+  }
   if (arch == "mistral" || arch == "phi3") c += "  \"sliding_window\": null,\n";
   if (arch == "phi3") c += "  \"original_max_position_embeddings\": " + std::to_string(o.max_position_embeddings) + ",\n";
-  if (arch == "qwen2" || arch == "qwen3") c += "  \"use_sliding_window\": false,\n";
+  if (arch == "qwen2" || arch == "qwen3" || arch == "smollm3") c += "  \"use_sliding_window\": false,\n";
   c += std::string("  \"tie_word_embeddings\": ") + (o.tie_embeddings ? "true" : "false") + ",\n";
   c += "  \"bos_token_id\": " + std::to_string(bos) + ",\n";
   c += "  \"eos_token_id\": " + std::to_string(eos) + ",\n";
-  if (arch == "phi3") c += "  \"pad_token_id\": " + std::to_string(eos) + ",\n";  // its config's default is 32000
+  if (arch == "phi3" || arch == "smollm3")  // their configs' defaults (32000, 128004) lie outside small vocabularies
+    c += "  \"pad_token_id\": " + std::to_string(eos) + ",\n";
   c += "  \"torch_dtype\": \"" + torch_dtype_name(o.weight_dtype) + "\"\n}\n";
   if (auto r = write_text(fs::path(dir) / "config.json", c); !r) return r;
   std::string g = "{\n  \"bos_token_id\": " + std::to_string(bos) + ",\n  \"eos_token_id\": " +

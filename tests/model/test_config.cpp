@@ -146,6 +146,26 @@ TEST_CASE("config: phi3 has fused projections, its sliding window caps the conte
   CHECK_THAT(longrope.err().message, Catch::Contains("longrope"));
 }
 
+TEST_CASE("config: smollm3's layers without RoPE, from the list or the interval", "[model][config]") {
+  const std::string sm = with(with(k_llama, "LlamaForCausalLM", "SmolLM3ForCausalLM"), "\"llama\"", "\"smollm3\"");
+  auto c = parse_model_config(sm, "c");  // 2 layers, interval 4: RoPE on both
+  REQUIRE(c.ok());
+  CHECK(c->rope_layers == std::vector<uint8_t>{1, 1});
+  auto listed = parse_model_config(with(sm, "\"vocab_size\"", "\"no_rope_layers\":[1,0],\"vocab_size\""), "c");
+  REQUIRE(listed.ok());
+  CHECK(listed->rope_layers == std::vector<uint8_t>{1, 0});
+  auto every = parse_model_config(with(sm, "\"vocab_size\"", "\"no_rope_layer_interval\":1,\"vocab_size\""), "c");
+  REQUIRE(every.ok());
+  CHECK(every->rope_layers == std::vector<uint8_t>{0, 0});
+  auto wrong = parse_model_config(with(sm, "\"vocab_size\"", "\"no_rope_layers\":[1,1,0],\"vocab_size\""), "c");
+  REQUIRE_FALSE(wrong.ok());
+  CHECK_THAT(wrong.err().message, Catch::Contains("no_rope_layers"));
+  auto untied = parse_model_config(with(sm, "\"tie_word_embeddings\":true", "\"x\":0"), "c");
+  REQUIRE(untied.ok());
+  CHECK(untied->tie_word_embeddings);  // SmolLM3Config's default when absent
+  CHECK(parse_model_config(k_llama, "c")->rope_layers.empty());
+}
+
 TEST_CASE("config: transformers 5 rope_parameters (theta inside)", "[model][config]") {
   auto c = parse_model_config(with(with(k_llama, "\"rope_scaling\":{", "\"rope_parameters\":{\"rope_theta\":123.0,"),
                                    "\"rope_theta\":500000.0,", ""), "c");

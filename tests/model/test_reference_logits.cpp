@@ -165,7 +165,7 @@ TEST_CASE("cpu forward matches transformers on the reference fixtures", "[model]
   for (const auto& e : std::filesystem::directory_iterator(k_fixture_dir))
     if (e.path().extension() == ".json") files.push_back(e.path());
   std::sort(files.begin(), files.end());
-  REQUIRE(files.size() >= 9);
+  REQUIRE(files.size() >= 10);
   for (const auto& f : files) check_fixture(f);
 }
 

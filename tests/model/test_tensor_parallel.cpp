@@ -281,6 +281,7 @@ TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same toke
       {"mistral, one KV head", "mistral", 4, 1, 40, false},     // KV head on every rank
       {"qwen3, q/k norm, tied", "qwen3", 4, 2, 48, true},       // the norm weights on every rank
       {"phi3, fused qkv and gate_up", "phi3", 4, 2, 48, false}, // rank slices of the row views
+      {"smollm3, a layer without RoPE", "smollm3", 4, 2, 48, true},
   };
   for (const shape& sh : shapes) {
     CAPTURE(sh.name);

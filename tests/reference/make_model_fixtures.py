@@ -57,6 +57,10 @@ MODELS = {
     "phi3_fused": SMALL + ["--architecture", "phi3", "--seed", "19", "--hidden-size", "64",
                            "--intermediate-size", "96", "--num-layers", "2", "--num-heads", "4",
                            "--num-kv-heads", "2"],
+    # SmolLM3: layer 3 of 4 without RoPE (no_rope_layers [1, 1, 1, 0]), tied embeddings.
+    "smollm3_nope": SMALL + ["--architecture", "smollm3", "--seed", "20", "--hidden-size", "64",
+                             "--intermediate-size", "96", "--num-layers", "4", "--num-heads", "4",
+                             "--num-kv-heads", "2", "--tie-embeddings"],
     # Linear (position interpolation) scaling.
     "llama_linear": SMALL + ["--architecture", "llama", "--seed", "18", "--hidden-size", "64",
                              "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
