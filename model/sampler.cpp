@@ -110,12 +110,8 @@ size_t nucleus(std::span<candidate> c, double target) {
   return std::max<size_t>(lo, 1);
 }
 
-}  // namespace
-
-namespace {
-
 // Logits in k_buckets buckets of equal width below the row's maximum, spanning k_bucket_span; the
-// last bucket also takes everything lower (and -inf, NaN). The bucket never decreases as the logit
+// last bucket also takes everything lower (and -inf). The bucket never decreases as the logit
 // falls, so each bucket holds a run of the `ahead` order (ties share a bucket).
 constexpr int k_buckets = 2048;
 constexpr float k_bucket_span = 40.0f;  // exp(-40): 4e-18 of the most likely token's probability
@@ -124,9 +120,12 @@ struct logit_buckets {
   float mx;
   int of(float l) const noexcept {
     const float d = (mx - l) * (float(k_buckets - 1) / k_bucket_span);
-    return d < float(k_buckets - 1) ? int(d) : k_buckets - 1;
+    return d < float(k_buckets - 1) ? (d > 0.0f ? int(d) : 0) : k_buckets - 1;
   }
   float mass(float l) const noexcept { return l > -INFINITY ? std::exp(l - mx) : 0.0f; }
+  candidate at(std::span<const float> logits, size_t i, float m = 0.0f) const noexcept {
+    return {logits[i], int32_t(i), m};
+  }
 };
 
 }  // namespace
@@ -140,6 +139,9 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
   const bool top_p = p.top_p < 1.0f;
   const bool min_p = p.min_p > 0.0f;
   if (!top_k && !top_p && !min_p) return;
+  // A NaN logit (a model that overflowed) is never kept; as -inf it cannot skew the maximum.
+  for (float& l : logits)
+    if (std::isnan(l)) l = -INFINITY;
   const float mx = max_value(logits.data(), vocab);
   if (!(mx > -INFINITY)) return;  // nothing finite to choose among
 
@@ -156,7 +158,7 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
     int last = 0;
     for (int64_t cum = 0; last < k_buckets - 1 && (cum += count[size_t(last)]) < p.top_k;) ++last;
     for (size_t i = 0; i < vocab; ++i)
-      if (b.of(logits[i]) <= last) c.push_back({logits[i], int32_t(i), 0.0f});
+      if (b.of(logits[i]) <= last) c.push_back(b.at(logits, i));
     keep = size_t(p.top_k);
     std::nth_element(c.begin(), c.begin() + std::ptrdiff_t(keep - 1), c.end(), ahead);
     double sum = 0.0;
@@ -180,8 +182,8 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
     std::vector<candidate> edge;
     for (size_t i = 0; i < vocab; ++i) {
       const int k = b.of(logits[i]);
-      if (k < at) c.push_back({logits[i], int32_t(i), mass[i]});
-      else if (k == at) edge.push_back({logits[i], int32_t(i), mass[i]});
+      if (k < at) c.push_back(b.at(logits, i, mass[i]));
+      else if (k == at) edge.push_back(b.at(logits, i, mass[i]));
     }
     keep = c.size();
     if (!edge.empty()) {
@@ -193,7 +195,7 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
     // min-p alone: mass >= min_p needs logit >= mx + log(min_p); the exact test on those near it.
     const float floor = std::min(mx, mx + std::log(p.min_p) - 1e-3f);
     for (size_t i = 0; i < vocab; ++i)
-      if (logits[i] >= floor) c.push_back({logits[i], int32_t(i), b.mass(logits[i])});
+      if (logits[i] >= floor) c.push_back(b.at(logits, i, b.mass(logits[i])));
     keep = c.size();
   }
   if (min_p) {

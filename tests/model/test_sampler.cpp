@@ -233,6 +233,25 @@ TEST_CASE("sampler: top-k, top-p and min-p by selection keep what a full sort ke
     }
   }
   CHECK(checked == 5 * 60 + 6);
+
+  // NaN logits (a model that overflowed) count as -inf: never kept, the others filtered as usual.
+  std::vector<float> l(5000);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = i % 7 == 0 ? NAN : float(rng.normal() * 3.0);
+  for (int variant = 0; variant < 3; ++variant) {
+    sampling_params p;
+    if (variant != 1) p.top_k = 50;
+    if (variant != 0) p.top_p = 0.9f;
+    std::vector<float> row = l, clean = l;
+    for (float& x : clean)
+      if (std::isnan(x)) x = -INFINITY;
+    apply_temperature_and_filters(row, p);
+    std::set<int32_t> kept;
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (i % 7 == 0) CHECK(row[i] == -INFINITY);
+      if (row[i] > -INFINITY) kept.insert(int32_t(i));
+    }
+    CHECK(kept == kept_by_sorting(clean, p));
+  }
 }
 
 TEST_CASE("sampler: temperature sampling follows the distribution", "[model][sampler]") {
