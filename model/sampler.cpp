@@ -123,9 +123,6 @@ struct logit_buckets {
     return d < float(k_buckets - 1) ? (d > 0.0f ? int(d) : 0) : k_buckets - 1;
   }
   float mass(float l) const noexcept { return l > -INFINITY ? std::exp(l - mx) : 0.0f; }
-  candidate at(std::span<const float> logits, size_t i, float m = 0.0f) const noexcept {
-    return {logits[i], int32_t(i), m};
-  }
 };
 
 }  // namespace
@@ -158,7 +155,7 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
     int last = 0;
     for (int64_t cum = 0; last < k_buckets - 1 && (cum += count[size_t(last)]) < p.top_k;) ++last;
     for (size_t i = 0; i < vocab; ++i)
-      if (b.of(logits[i]) <= last) c.push_back(b.at(logits, i));
+      if (b.of(logits[i]) <= last) c.push_back({logits[i], int32_t(i), 0.0f});
     keep = size_t(p.top_k);
     std::nth_element(c.begin(), c.begin() + std::ptrdiff_t(keep - 1), c.end(), ahead);
     double sum = 0.0;
@@ -182,8 +179,8 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
     std::vector<candidate> edge;
     for (size_t i = 0; i < vocab; ++i) {
       const int k = b.of(logits[i]);
-      if (k < at) c.push_back(b.at(logits, i, mass[i]));
-      else if (k == at) edge.push_back(b.at(logits, i, mass[i]));
+      if (k < at) c.push_back({logits[i], int32_t(i), mass[i]});
+      else if (k == at) edge.push_back({logits[i], int32_t(i), mass[i]});
     }
     keep = c.size();
     if (!edge.empty()) {
@@ -195,7 +192,7 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
     // min-p alone: mass >= min_p needs logit >= mx + log(min_p); the exact test on those near it.
     const float floor = std::min(mx, mx + std::log(p.min_p) - 1e-3f);
     for (size_t i = 0; i < vocab; ++i)
-      if (logits[i] >= floor) c.push_back(b.at(logits, i, b.mass(logits[i])));
+      if (logits[i] >= floor) c.push_back({logits[i], int32_t(i), b.mass(logits[i])});
     keep = c.size();
   }
   if (min_p) {
