@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <utf8proc.h>
+
 namespace coserve::jinja {
 
 jvalue* jdict::find(std::string_view key) {
@@ -30,8 +32,9 @@ jvalue& jdict::set(std::string_view key, jvalue v) {
 std::string dict_key(const jvalue& k) {
   if (k.is_string()) return k.str();
   if (k.is_none()) return "\x02N";
-  if (k.is_float() && k.as_float() != std::floor(k.as_float())) return "\x02F" + k.to_str();
-  if (k.is_number()) return "\x02I" + std::to_string(k.as_int());
+  std::string tagged(1, '\x02');
+  if (k.is_float() && k.as_float() != std::floor(k.as_float())) return tagged.append("F").append(k.to_str());
+  if (k.is_number()) return tagged.append("I").append(std::to_string(k.as_int()));
   throw template_error("unhashable type: '" + k.type_name() + "'");
 }
 
@@ -137,20 +140,57 @@ bool jvalue::truthy() const {
   }
 }
 
+namespace {
+
+// Python's str.isprintable() per code point: false for categories Cc, Cf, Cs, Co, Cn, Zl, Zp and
+// Zs, except the ASCII space. repr() escapes the code points it rejects.
+bool py_is_printable(int32_t cp) {
+  if (cp == 0x20) return true;
+  switch (utf8proc_category(cp)) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS: return false;
+    default: return true;
+  }
+}
+
+}  // namespace
+
+// Python's repr(str): quotes chosen as Python chooses them, \n \r \t and backslash escaped, other
+// non-printable code points as \xhh, \uhhhh or \Uhhhhhhhh. Bytes that are not valid UTF-8 (not
+// produced from JSON input) are copied as they are.
 std::string python_repr_string(std::string_view s) {
   bool has_single = s.find('\'') != std::string_view::npos;
   bool has_double = s.find('"') != std::string_view::npos;
   char q = has_single && !has_double ? '"' : '\'';
   std::string out(1, q);
   static constexpr char hex[] = "0123456789abcdef";
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
-    if (ch == q || ch == '\\') { out += '\\'; out += ch; }
-    else if (ch == '\n') out += "\\n";
-    else if (ch == '\r') out += "\\r";
-    else if (ch == '\t') out += "\\t";
-    else if (c < 0x20 || c == 0x7f) { out += "\\x"; out += hex[c >> 4]; out += hex[c & 15]; }
-    else out += ch;
+  auto escape = [&](char kind, uint32_t cp, int digits) {
+    out += '\\';
+    out += kind;
+    for (int i = digits - 1; i >= 0; --i) out += hex[(cp >> (4 * i)) & 15];
+  };
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      if (s[i] == q || s[i] == '\\') { out += '\\'; out += s[i]; }
+      else if (s[i] == '\n') out += "\\n";
+      else if (s[i] == '\r') out += "\\r";
+      else if (s[i] == '\t') out += "\\t";
+      else if (c < 0x20 || c == 0x7f) escape('x', c, 2);
+      else out += s[i];
+      ++i;
+      continue;
+    }
+    utf8proc_int32_t cp = -1;
+    const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                    utf8proc_ssize_t(s.size() - i), &cp);
+    if (n <= 0) { out += s[i++]; continue; }
+    if (py_is_printable(cp)) out.append(s.data() + i, size_t(n));
+    else if (cp < 0x100) escape('x', uint32_t(cp), 2);
+    else if (cp < 0x10000) escape('u', uint32_t(cp), 4);
+    else escape('U', uint32_t(cp), 8);
+    i += size_t(n);
   }
   out += q;
   return out;

@@ -181,6 +181,11 @@ UNIT_CASES = [
  ("{{ 'Ωmega'.isalpha() }}{{ '١٢٣'.isdigit() }}{{ 'x١'.isalnum() }}{{ 'ⅫⅢ'.isnumeric() }}{{ 'a b'.isalpha() }}", {}),
  ("{{ '²³'.isdigit() }}{{ '²³'.isdecimal() }}{{ '①⑩'.isdigit() }}{{ '一二三'.isnumeric() }}{{ '一'.isdigit() }}"
   "{{ '½'.isnumeric() }}{{ '½'.isdigit() }}{{ 'x²'.isalnum() }}{{ '万'.isalnum() }}", {}),
+ # repr() of strings inside lists and dicts: Python escapes what str.isprintable() rejects
+ # (Cc, Cf, Cs, Co, Cn, Zl, Zp, Zs other than the space) as \xhh, \uhhhh or \Uhhhhhhhh.
+ ("{{ [s] }}|{{ {'k': s} }}|{{ '%r'|format(s) }}|{{ [t, u] }}",
+  {"s": "\u00a0a\u200bb\x85\u2028\u2029\ufeff\u00ad\U0001F600é\U000e0001\ue000\U0010fffd\u3000 \x7f",
+   "t": "it's \"q\" \\", "u": "\u0378\u0301ǅ\U0001D400"}),
  ("{{ none.x }}", {}),
  ("{% if %}", {}),
  ("{% for x in xs %}{{ x }}", {"xs": [1]}),
