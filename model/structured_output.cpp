@@ -10,6 +10,7 @@
 
 #include "model/cpu_kernels.hpp"
 #include "model/json/value.hpp"
+#include "model/json_schema_check.hpp"
 #include "model/tokenizer/tokenizer.hpp"
 #include "model/xgrammar_logging.hpp"
 #include "runtime/lru_cache.hpp"
@@ -78,40 +79,6 @@ std::string ebnf_literal(const std::string& s) {
   return out;
 }
 
-// JSON-schema keywords xgrammar ignores without a warning (it would accept outputs that break
-// them): the first one found, with its path, or "".
-std::string unsupported_keyword(const json::value& node, const std::string& path, int depth = 0) {
-  if (!node.is_object() || depth > 64) return {};
-  static constexpr const char* k_unsupported[] = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
-                                                  "uniqueItems", "contains", "minContains", "maxContains"};
-  for (const char* k : k_unsupported)
-    if (node.find(k)) return (path.empty() ? std::string() : path + ".") + k;
-  auto sub = [&](const json::value& v, const std::string& p) { return unsupported_keyword(v, p, depth + 1); };
-  for (const char* map : {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
-    if (const json::value* m = node.find(map); m && m->is_object())
-      for (const auto& [name, v] : m->as_object())
-        if (auto r = sub(v, path + (path.empty() ? "" : ".") + map + "." + name); !r.empty()) return r;
-  for (const char* list : {"anyOf", "oneOf", "allOf", "prefixItems"})
-    if (const json::value* l = node.find(list); l && l->is_array())
-      for (size_t i = 0; i < l->as_array().size(); ++i)
-        if (auto r = sub(l->as_array()[i], path + (path.empty() ? "" : ".") + list + "[" + std::to_string(i) + "]");
-            !r.empty())
-          return r;
-  for (const char* one : {"items", "additionalProperties", "propertyNames", "additionalItems", "unevaluatedProperties",
-                          "unevaluatedItems"})
-    if (const json::value* v = node.find(one)) {
-      if (v->is_array()) {
-        for (size_t i = 0; i < v->as_array().size(); ++i)
-          if (auto r = sub(v->as_array()[i], path + (path.empty() ? "" : ".") + one + "[" + std::to_string(i) + "]");
-              !r.empty())
-            return r;
-      } else if (auto r = sub(*v, path + (path.empty() ? "" : ".") + one); !r.empty()) {
-        return r;
-      }
-    }
-  return {};
-}
-
 }  // namespace
 
 struct grammar_compiler::impl {
@@ -168,11 +135,16 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   const auto t0 = std::chrono::steady_clock::now();
   std::optional<xgrammar::CompiledGrammar> g;
   xgrammar_warning_capture warnings;  // xgrammar warns when it ignores a schema keyword
+  bool one_of_exact = true;           // every oneOf proven disjoint: anyOf semantics are exact
   if (spec.type == grammar_spec::kind::json_schema) {
     auto schema = json::parse(spec.text);
     if (!schema) return fail("invalid json_schema: " + schema.err().message);
-    if (std::string k = unsupported_keyword(*schema, ""); !k.empty())
+    if (std::string k = unsupported_schema_keyword(*schema); !k.empty())
       return fail("unsupported JSON schema feature: '" + k + "' (the grammar engine cannot enforce it)");
+    if (std::string k = ignored_beside_keyword(*schema); !k.empty())
+      return fail("unsupported JSON schema feature: " + k + " (the grammar engine reads only the latter there; "
+                  "move the constraint into it)");
+    one_of_exact = one_of_branches_disjoint(*schema);
   }
   try {
     auto& c = impl_->compiler;
@@ -213,10 +185,16 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   }
   // A schema keyword xgrammar ignored would let outputs break the schema: refuse it, as vLLM
   // refuses schemas with features its grammar backend does not support.
+  // xgrammar builds a oneOf it cannot prove disjoint as anyOf, and warns; where our own proof
+  // (types, const/enum values, a discriminating required property, $refs followed) shows the
+  // branches disjoint, anyOf accepts exactly what oneOf does and that warning is dropped.
+  std::vector<std::string> ignored;
+  for (const auto& w : warnings.warnings())
+    if (!(one_of_exact && w.rfind("oneOf with overlapping", 0) == 0)) ignored.push_back(w);
   if ((spec.type == grammar_spec::kind::json_schema || spec.type == grammar_spec::kind::json_object) &&
-      !warnings.warnings().empty()) {
-    std::string why = "unsupported JSON schema feature: " + warnings.warnings().front();
-    for (size_t i = 1; i < warnings.warnings().size() && i < 4; ++i) why += "; " + warnings.warnings()[i];
+      !ignored.empty()) {
+    std::string why = "unsupported JSON schema feature: " + ignored.front();
+    for (size_t i = 1; i < ignored.size() && i < 4; ++i) if (ignored[i] != ignored[i - 1]) why += "; " + ignored[i];
     return fail(std::move(why));
   }
   stats_.compile_seconds +=

@@ -144,6 +144,44 @@ def test_json_schema_over_varied_schemas(server):
     assert finished >= 0.7 * len(all_schemas), f"only {finished} of {len(all_schemas)} finished"
 
 
+ONE_OF_SCHEMAS = [
+    # Branches of different JSON types.
+    {"type": "object", "properties": {"contact": {"oneOf": [{"type": "string", "maxLength": 8}, {"type": "null"}]},
+                                      "n": {"oneOf": [{"type": "integer", "minimum": 0, "maximum": 9},
+                                                      {"type": "array", "items": {"type": "boolean"}, "maxItems": 2}]}},
+     "required": ["contact", "n"], "additionalProperties": False},
+    # Pydantic's tagged union: oneOf over $refs, told apart by a required const/enum tag.
+    {"$defs": {"Cat": {"type": "object", "title": "Cat",
+                       "properties": {"pet_type": {"const": "cat"}, "lives": {"type": "integer", "minimum": 1, "maximum": 9}},
+                       "required": ["pet_type", "lives"], "additionalProperties": False},
+               "Dog": {"type": "object", "title": "Dog",
+                       "properties": {"pet_type": {"enum": ["dog"], "type": "string"}, "good": {"type": "boolean"}},
+                       "required": ["pet_type", "good"], "additionalProperties": False}},
+     "type": "object",
+     "properties": {"pets": {"type": "array", "maxItems": 2, "items": {
+         "oneOf": [{"$ref": "#/$defs/Cat"}, {"$ref": "#/$defs/Dog"}], "discriminator": {"propertyName": "pet_type"}}}},
+     "required": ["pets"], "additionalProperties": False},
+    # Finite branches with no value in common.
+    {"oneOf": [{"enum": ["red", "green"]}, {"const": 3}, {"enum": [None, [1, 2]]}]},
+]
+
+
+def test_one_of_with_disjoint_branches_is_enforced(server):
+    def one(i):
+        fmt = {"type": "json_schema", "json_schema": {"name": f"o{i % 3}", "schema": ONE_OF_SCHEMAS[i % 3]}}
+        return chat(server, seed=i, response_format=fmt)
+
+    with cf.ThreadPoolExecutor(6) as ex:
+        results = list(ex.map(one, range(12)))
+    finished = 0
+    for i, choice in enumerate(results):
+        if choice.finish_reason != "stop":
+            continue
+        finished += 1
+        jsonschema.validate(json.loads(choice.message.content), ONE_OF_SCHEMAS[i % 3])  # exactly one branch
+    assert finished >= 6, f"only {finished} of 12 finished"
+
+
 def test_json_object_always_yields_an_object(server):
     def one(seed):
         return chat(server, max_tokens=500, seed=seed, response_format={"type": "json_object"})
@@ -238,6 +276,15 @@ def test_completions_endpoint_and_streaming_match(server):
     ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
     ({"guided_json": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}}, "guided_json"),
     ({"structured_outputs": {"json": {"if": {"type": "string"}, "then": {"maxLength": 2}}}}, "structured_outputs.json"),
+    # Constraints the grammar engine would not apply (it reads one keyword per schema object).
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "integer", "enum": [1, "a"]}}}}, "response_format.json_schema.schema"),
+    ({"guided_json": {"$defs": {"s": {"type": "string"}}, "type": "object",
+                      "properties": {"p": {"$ref": "#/$defs/s", "maxLength": 2}}}}, "guided_json"),
+    # oneOf whose branches overlap (every integer is a number): anyOf semantics would let an output
+    # match both, so it is refused rather than enforced loosely.
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "oneOf": [{"type": "integer"}, {"type": "number"}]}}}}, "response_format.json_schema.schema"),
 ])
 def test_invalid_structured_output_is_a_400_naming_the_field(server, body, param):
     for path, base in (("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
