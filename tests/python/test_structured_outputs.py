@@ -182,6 +182,31 @@ def test_one_of_with_disjoint_branches_is_enforced(server):
     assert finished >= 6, f"only {finished} of 12 finished"
 
 
+FORMATS_SCHEMA = {
+    "type": "object", "additionalProperties": False,
+    "properties": {f: {"type": "array", "items": {"type": "string", "format": f}, "minItems": 2, "maxItems": 2}
+                   for f in ("date", "time", "date-time", "ipv4", "ipv6", "uuid")},
+    "required": ["date", "time", "date-time", "ipv4", "ipv6", "uuid"]}
+
+
+def test_string_formats_pass_jsonschemas_format_checker(server):
+    # Random weights pick arbitrary digits: days past the month's end, February 29 of common years,
+    # octets with leading zeros and leap seconds must be out of the grammar, not just unlikely.
+    validator = jsonschema.Draft202012Validator(FORMATS_SCHEMA,
+                                                format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+    def one(seed):
+        fmt = {"type": "json_schema", "json_schema": {"name": "formats", "schema": FORMATS_SCHEMA}}
+        return chat(server, max_tokens=600, seed=seed, response_format=fmt)
+
+    with cf.ThreadPoolExecutor(8) as ex:
+        results = list(ex.map(one, range(24)))
+    finished = [c for c in results if c.finish_reason == "stop"]
+    assert len(finished) >= 12, f"only {len(finished)} of 24 finished"
+    for c in finished:
+        validator.validate(json.loads(c.message.content))
+
+
 def test_json_object_always_yields_an_object(server):
     def one(seed):
         return chat(server, max_tokens=500, seed=seed, response_format={"type": "json_object"})
