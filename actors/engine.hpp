@@ -107,6 +107,9 @@ struct chat_input {
   json::value messages;                  // array of {role, content (string | [{type:"text",...}]), ...}
   json::value tools;                     // null or array
   bool add_generation_prompt = true;
+  // The render ends inside the final message, so the model continues it (vLLM's
+  // continue_final_message; an assistant prefill): render_continuing_final_message.
+  bool continue_final_message = false;
   json::value template_kwargs;           // null or object: extra template variables
 };
 

@@ -99,12 +99,12 @@ result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat)
   json::value ctx;
   ctx["messages"] = chat.messages;
   if (!chat.tools.is_null()) ctx["tools"] = chat.tools;
-  ctx["add_generation_prompt"] = chat.add_generation_prompt;
+  ctx["add_generation_prompt"] = chat.add_generation_prompt && !chat.continue_final_message;
   ctx["bos_token"] = tok->bos_token();
   ctx["eos_token"] = tok->eos_token();
   if (chat.template_kwargs.is_object())
     for (const auto& [key, value] : chat.template_kwargs.as_object()) ctx[key] = value;
-  auto text = tmpl->render(ctx);
+  auto text = chat.continue_final_message ? render_continuing_final_message(*tmpl, std::move(ctx)) : tmpl->render(ctx);
   if (!text.ok()) return error{"invalid_request", std::move(text).err().message, "messages"};
   return tok->encode(*text, false);
 }

@@ -1,6 +1,7 @@
 // coserve chat-template SOURCE --input FILE [--name NAME] [--now EPOCH]: renders a chat template
 // over a JSON context and prints the result exactly (no newline added).
 // Exit codes: 0 rendered; 2 usage or input errors; 3 template errors (syntax or raise_exception).
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -27,7 +28,10 @@ constexpr const char* kUsage =
     "                (its tokenizer.chat_template)\n"
     "  --input FILE  JSON object: {\"messages\": [...], \"tools\": [...],\n"
     "                \"add_generation_prompt\": true, \"bos_token\": \"...\", ...}; every member\n"
-    "                becomes a template variable ('-' reads standard input)\n"
+    "                becomes a template variable ('-' reads standard input), except\n"
+    "                \"continue_final_message\": true, which leaves the final message open\n"
+    "                (apply_chat_template's argument: no generation prompt, the render cut\n"
+    "                after the final message's text)\n"
     "  --name NAME   pick a named template (e.g. tool_use) from a list of templates\n"
     "  --now EPOCH   the time strftime_now() formats (seconds since 1970; default: now)\n"
     "Prints the render to stdout exactly. Exit status 3 on a template error (message on stderr).\n";
@@ -104,7 +108,13 @@ int cmd_chat_template(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", tmpl.err().message.c_str());
     return 3;
   }
-  auto out = tmpl->render(*context, now);
+  bool continue_final = false;
+  if (const json::value* c = context->find("continue_final_message"); c && c->is_bool()) {
+    continue_final = c->as_bool();
+    context->as_object().erase(std::find_if(context->as_object().begin(), context->as_object().end(),
+                                            [](const auto& kv) { return kv.first == "continue_final_message"; }));
+  }
+  auto out = continue_final ? render_continuing_final_message(*tmpl, std::move(*context), now) : tmpl->render(*context, now);
   if (!out) {
     std::fprintf(stderr, "%s\n", out.err().message.c_str());
     return 3;

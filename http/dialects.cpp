@@ -277,6 +277,13 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
     }
     flush_text();
   }
+  // A final assistant message is a prefill: the reply continues it (Anthropic's rule), rendered
+  // with continue_final_message.
+  if (!messages.as_array().empty() && messages.as_array().back().find("role")->as_string() == "assistant" &&
+      !messages.as_array().back().find("tool_calls")) {
+    chat["continue_final_message"] = value(true);
+    chat["add_generation_prompt"] = value(false);
+  }
   chat["messages"] = std::move(messages);
   const value* mt = body.find("max_tokens");
   if (!mt || mt->is_null()) return bad("'max_tokens' is required", "max_tokens");

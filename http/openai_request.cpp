@@ -4,6 +4,7 @@
 // own and the groups still call into each other (tool_choice builds a structured-output grammar).
 #include "http/openai_request.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -145,6 +146,21 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
     r.chat_in.template_kwargs = *kw;
   }
   if (auto e = read_bool(body, "add_generation_prompt", r.chat_in.add_generation_prompt)) return e;
+  if (auto e = read_bool(body, "continue_final_message", r.chat_in.continue_final_message)) return e;
+  // vLLM's rule (add_generation_prompt defaults to true there too).
+  if (r.chat_in.continue_final_message && r.chat_in.add_generation_prompt)
+    return api_error::bad_request("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+                                  "continue_final_message");
+  // OpenAI's reasoning_effort reaches the template as a variable (gpt-oss templates read it),
+  // unless chat_template_kwargs sets one.
+  if (const value* re = body.find("reasoning_effort"); re && !re->is_null()) {
+    static constexpr const char* k_efforts[] = {"none", "minimal", "low", "medium", "high"};
+    if (!re->is_string() || std::none_of(std::begin(k_efforts), std::end(k_efforts),
+                                         [&](const char* x) { return re->as_string() == x; }))
+      return type_error("reasoning_effort", "one of 'none', 'minimal', 'low', 'medium', 'high'");
+    if (!r.chat_in.template_kwargs.is_object()) r.chat_in.template_kwargs = json::object{};
+    if (!r.chat_in.template_kwargs.find("reasoning_effort")) r.chat_in.template_kwargs["reasoning_effort"] = *re;
+  }
   return std::nullopt;
 }
 
@@ -313,6 +329,7 @@ std::optional<api_error> read_structured(const value& body, openai_request& r) {
       if (!d->is_bool()) return type_error("structured_outputs.disable_any_whitespace", "a boolean");
       any_whitespace = !d->as_bool();
     }
+    const size_t before = given.size();
     for (const auto& [key, v] : so->as_object()) {
       if (v.is_null()) continue;
       grammar_spec g;
@@ -343,6 +360,9 @@ std::optional<api_error> read_structured(const value& body, openai_request& r) {
       }
       set(std::move(g));
     }
+    if (given.size() == before)  // vLLM refuses it too
+      return api_error::bad_request("'structured_outputs' must give one of json, regex, choice, grammar or json_object",
+                                    "structured_outputs");
   }
   struct alias {
     const char* field;
@@ -450,6 +470,32 @@ std::optional<api_error> read_tools(const value& body, const model_limits& lim, 
   return std::nullopt;
 }
 
+// Fields of OpenAI's or vLLM's APIs that this server does not implement: a 400 naming the field
+// when they ask for something, rather than an answer that silently lacks it.
+std::optional<api_error> read_unsupported(const value& body, bool chat, const openai_request& r) {
+  auto unsupported = [](const char* field, const std::string& why) {
+    return api_error::bad_request("'" + std::string(field) + "' " + why, field);
+  };
+  if (const value* pl = body.find("prompt_logprobs"); pl && !pl->is_null()) {
+    if (!pl->is_int()) return type_error("prompt_logprobs", "an integer");
+    return unsupported("prompt_logprobs", "is not supported (log-probabilities of prompt tokens are not computed)");
+  }
+  if (!chat && r.echo && body.find("logprobs") && !body.find("logprobs")->is_null())
+    return unsupported("logprobs", "with 'echo' needs the prompt tokens' log-probabilities, which are not supported");
+  if (!chat)
+    if (const value* sx = body.find("suffix"); sx && !sx->is_null()) {
+      if (!sx->is_string()) return type_error("suffix", "a string");
+      return unsupported("suffix", "is not supported");
+    }
+  std::optional<int64_t> best_of;
+  if (auto e = read_int(body, "best_of", 1, 128, best_of)) return e;
+  if (best_of && *best_of < r.params.n)
+    return api_error::bad_request("'best_of' must be greater than or equal to 'n'", "best_of");
+  if (best_of && *best_of > r.params.n)
+    return unsupported("best_of", "greater than 'n' is not supported (every sample is returned)");
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::variant<json::value, api_error> parse_json_object(std::string_view body) {
@@ -492,6 +538,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
     if (!u->is_string()) return type_error("user", "a string");
     r.user = u->as_string();
   }
+  if (auto e = read_unsupported(body, chat, r)) return *e;
   if (!r.max_tokens_given) r.max_tokens_param = "max_tokens";
   return r;
 }

@@ -75,9 +75,13 @@ value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<flo
     text_offset += static_cast<int64_t>(t.size());
     tokens.push_back(value(t));
     token_lps.push_back(i < lps.size() ? value(static_cast<double>(lps[i])) : value());
-    if (i < tops.size() && !tops[i].empty()) {
+    // The top tokens and, as OpenAI's legacy completions do, always the sampled one: up to
+    // logprobs + 1 entries.
+    if (i < tops.size() || i < lps.size()) {
       value m = json::object{};
-      for (const auto& tl : tops[i]) m[text_of(tl.token)] = value(static_cast<double>(tl.logprob));
+      if (i < tops.size())
+        for (const auto& tl : tops[i]) m[text_of(tl.token)] = value(static_cast<double>(tl.logprob));
+      if (i < lps.size() && !m.find(t)) m[t] = value(static_cast<double>(lps[i]));
       top.push_back(std::move(m));
     } else {
       top.push_back(value());

@@ -626,6 +626,8 @@ jvalue to_float(const jvalue& v, const jvalue& def) {
 
 }  // namespace
 
+std::string python_strip(std::string_view s, bool left, bool right) { return py_strip(s, jvalue(), left, right); }
+
 std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {

@@ -33,6 +33,8 @@ namespace coserve::jinja {
 std::string percent_format(const std::string& fmt, const jvalue& args);
 // UTF-8 code points of s, each as its own string (Python indexes strings by code point).
 std::vector<std::string> code_points(std::string_view s);
+// Python's str.strip() / lstrip() / rstrip() (Unicode whitespace as Python defines it).
+std::string python_strip(std::string_view s, bool left = true, bool right = true);
 // HTML escaping as markupsafe.escape does (& < > " ').
 std::string html_escape(const std::string& s);
 }  // namespace coserve::jinja

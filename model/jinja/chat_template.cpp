@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/jinja/builtins.hpp"
 #include "model/jinja/evaluator.hpp"
 #include "model/jinja/parser.hpp"
 
@@ -94,6 +95,34 @@ result<std::string> load_chat_template_source(const std::filesystem::path& path,
   }
   if (path.extension() == ".json") return from_config_json(path, name);
   return read_file(path);
+}
+
+result<std::string> render_continuing_final_message(const chat_template& t, json::value context,
+                                                    std::optional<std::time_t> now) {
+  static constexpr std::string_view tag = "CONTINUE_FINAL_MESSAGE_TAG ";
+  auto fail = [](std::string why) { return make_error("invalid_request", "continue_final_message is set but " + why); };
+  json::value* messages = context.find("messages");
+  if (!messages || !messages->is_array() || messages->as_array().empty()) return fail("the conversation is empty");
+  json::value* content = messages->as_array().back().is_object() ? messages->as_array().back().find("content") : nullptr;
+  if (content && content->is_array()) {  // the last part with a text
+    json::value* text = nullptr;
+    for (auto it = content->as_array().rbegin(); it != content->as_array().rend() && !text; ++it)
+      if (it->is_object()) text = it->find("text");
+    content = text;
+  }
+  if (!content || !content->is_string()) return fail("the final message has no text to continue");
+  if (t.source().find("content") == std::string::npos) return fail("the chat template never reads a message's content");
+  const std::string final_text = jinja::python_strip(content->as_string());
+  content->as_string() += tag;
+  context["add_generation_prompt"] = json::value(false);
+  auto rendered = t.render(context, now);
+  if (!rendered) return rendered;
+  const std::string_view bare = tag.substr(0, tag.size() - 1);  // the marker without its space
+  const size_t at = rendered->rfind(bare);
+  if (rendered->find(final_text) == std::string::npos || at == std::string::npos)
+    return fail("the final message does not appear in the chat after applying the chat template");
+  if (std::string_view(*rendered).substr(at, tag.size()) == tag) return rendered->substr(0, at);
+  return jinja::python_strip(std::string_view(*rendered).substr(0, at), false, true);
 }
 
 }  // namespace coserve

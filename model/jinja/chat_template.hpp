@@ -53,6 +53,16 @@ class chat_template {
   std::shared_ptr<const tree> tree_;
 };
 
+// Renders `context` with its final message left open (continue_final_message), as transformers'
+// apply_chat_template does: the final message's text (a string content, or the last text part
+// of a list) gets a marker appended, the template renders without a generation prompt, and the
+// render is cut where the marker begins (right-stripped when the template dropped the marker's
+// trailing space). An error (code "invalid_request") when there is no final message text, when
+// the template never reads `content`, or when the render lost the text or the marker; template
+// errors as render()'s.
+result<std::string> render_continuing_final_message(const chat_template& t, json::value context,
+                                                    std::optional<std::time_t> now = std::nullopt);
+
 // Reads a chat template: `path` is a folder (chat_template.jinja, else chat_template.json, else
 // tokenizer_config.json's chat_template) or a file (.jinja: the text; .json: its chat_template).
 // A chat_template list of {name, template} yields `name`, or "default" when name is empty.

@@ -164,3 +164,32 @@ def test_messages_errors_and_auth(srv):
     # X-Api-Key is accepted on the OpenAI routes too.
     r = httpx.get(srv.url + "/v1/models", headers={"X-Api-Key": KEY})
     assert r.status_code == 200
+
+
+# ---- Continuing the final message (assistant prefill) ----------------------------------------------
+
+PREFILL = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "My favourite colour is"}]
+
+
+def test_continue_final_message_continues_the_prefill(srv):
+    # The rendered prompt ends inside the assistant message (no end of turn, no new turn) ...
+    h = {"Authorization": f"Bearer {KEY}"}
+    tok = httpx.post(srv.url + "/tokenize", headers=h, timeout=60, json={
+        "model": srv.model, "messages": PREFILL, "continue_final_message": True, "add_generation_prompt": False})
+    assert tok.status_code == 200, tok.text
+    ids = tok.json()["tokens"]
+    prompt = httpx.post(srv.url + "/detokenize", headers=h, timeout=60,
+                        json={"model": srv.model, "tokens": ids}).json()["prompt"]
+    assert prompt.endswith("My favourite colour is")
+    # ... and the chat reply is what a completion of exactly that prompt gives (greedy).
+    c = oai(srv)
+    chat = c.chat.completions.create(model=srv.model, messages=PREFILL, max_tokens=8, temperature=0,
+                                     extra_body={"continue_final_message": True, "add_generation_prompt": False})
+    comp = c.completions.create(model=srv.model, prompt=ids, max_tokens=8, temperature=0)
+    assert chat.choices[0].message.content == comp.choices[0].text
+    assert chat.usage.prompt_tokens == len(ids)
+    # The Anthropic dialect treats a final assistant message as a prefill the same way.
+    m = claude(srv).messages.create(model=srv.model, max_tokens=8, messages=PREFILL,
+                                    extra_body={"temperature": 0})
+    assert m.content[0].text == comp.choices[0].text
+    assert m.usage.input_tokens == len(ids)

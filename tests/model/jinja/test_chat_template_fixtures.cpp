@@ -71,3 +71,36 @@ TEST_CASE("chat templates match Python jinja2 fixtures", "[chat_template]") {
   INFO("rendered " << rendered << ", expected failures " << failures);
   SUCCEED();
 }
+
+TEST_CASE("continue_final_message renders as transformers' apply_chat_template", "[chat_template]") {
+  // Fixtures from tests/reference/make_continue_final_fixtures.py (transformers' own
+  // render_jinja_template with continue_final_message=True) over every testdata template.
+  const fs::path data = test::testdata();
+  COSERVE_SKIP_UNLESS_EXISTS(data / "chat-templates");
+  auto fx = json::parse(slurp("tests/reference/fixtures/chat_template/continue_final.json"));
+  REQUIRE(fx.ok());
+  const json::value& conversations = *fx->find("conversations");
+  size_t rendered = 0, refused = 0;
+  for (const auto& c : fx->find("cases")->as_array()) {
+    const std::string rel = c.find("template")->as_string();
+    const std::string name = c.find("conversation")->as_string();
+    INFO("template " << rel << ", conversation " << name);
+    auto source = load_chat_template_source(data / rel);
+    REQUIRE(source.ok());
+    auto tmpl = chat_template::parse(*source);
+    REQUIRE(tmpl.ok());
+    json::value context = *fx->find("context");
+    context["messages"] = *conversations.find(name);
+    auto out = render_continuing_final_message(*tmpl, std::move(context), kFixtureNow);
+    if (c.find("ok")->as_bool()) {
+      if (!out) FAIL_CHECK("error: " << out.err().message);
+      else CHECK(*out == c.find("output")->as_string());
+      ++rendered;
+    } else {
+      CHECK_FALSE(out.ok());
+      ++refused;
+    }
+  }
+  CHECK(rendered >= 400);
+  CHECK(refused >= 1);
+}
