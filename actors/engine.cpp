@@ -123,6 +123,7 @@ class engine_impl final : public engine {
     info_.architecture = model.architecture;
     info_.max_model_len = ei.max_model_len;
     info_.vocab_size = ei.vocab_size;
+    info_.prompt_logprobs = ei.computes_prompt_logprobs;
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch()).count();
     // The model's chat template (chat_template.jinja / .json or tokenizer_config.json), if any.
@@ -294,6 +295,8 @@ class engine_impl final : public engine {
       p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
       co_return error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) + "); retry later"};
     }
+    if (req.params.prompt_logprobs >= 0 && !info_.prompt_logprobs)
+      co_return error{"invalid_request", "prompt logprobs are not computed by this executor", "prompt_logprobs"};
     if (req.structured) {
       // The grammar first (compiled off the scheduler's path, or found in the cache): a request
       // with an invalid one is refused before anything is queued.

@@ -160,6 +160,11 @@ struct output_event {
   std::vector<int32_t> token_ids;            // tokens this event covers
   std::vector<float> token_logprobs;         // per token id, when params.logprobs >= 0
   std::vector<std::vector<token_logprob>> top_logprobs;  // per token id, when params.logprobs > 0
+  // params.prompt_logprobs >= 0: on the sample's first event, one entry per prompt position
+  // 1 .. prompt length - 1; with return_token_text, prompt_token_texts decodes every id they hold
+  // and the prompt's first token, each on its own.
+  std::vector<prompt_logprob> prompt_logprobs;
+  std::vector<std::pair<int32_t, std::string>> prompt_token_texts;
   std::vector<std::vector<float>> logits;    // per token id, when request.return_logits
   // When request.return_token_text: each token id decoded on its own (special tokens as ""), and
   // the same for each top_logprobs entry.
@@ -195,6 +200,7 @@ struct model_info {
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;
   int64_t created = 0;                  // unix seconds the engine started
+  bool prompt_logprobs = false;         // the executor honours sampling_params::prompt_logprobs
 };
 
 // A latency histogram (cumulative since start): counts[i] observations in (bounds[i-1], bounds[i]],

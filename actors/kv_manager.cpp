@@ -86,6 +86,9 @@ void kv_manager::fork(draft_fork& f) {
 
 int32_t kv_manager::lookup_prefix(seq_kv& s) {
   if (!pool_.prefix_caching()) return 0;
+  // Prompt logprobs need every prompt position computed (vLLM skips the cache for them too); the
+  // sequence's blocks still enter the cache for others.
+  if (s.announce && s.announce->params.prompt_logprobs >= 0) return 0;
   const int32_t bs = pool_.block_size();
   // Leave at least one token to compute: its logits are sampled.
   const int32_t max_blocks = (static_cast<int32_t>(s.tokens.size()) - 1) / bs;

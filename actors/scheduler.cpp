@@ -266,6 +266,7 @@ rt::maybe_async scheduler::handle(step_done& m) {
       auto& o = const_cast<seq_output&>(*e.output);  // the result is ours: move its vectors
       t.logprob = o.logprob;
       t.top_logprobs = std::move(o.top_logprobs);
+      t.prompt_logprobs = std::move(o.prompt_logprobs);
       t.logits = std::move(o.logits);
     }
     t.prompt_tokens = e.prompt_tokens;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <span>
+#include <unordered_set>
 
 #include "actors/intake.hpp"
 #include "actors/scheduler.hpp"
@@ -93,6 +94,24 @@ rt::maybe_async streamer::handle(token_batch& m) {
         for (const auto& tl : ev.top_logprobs.front()) tops.push_back(text_of(tl.token));
         ev.top_logprob_texts.push_back(std::move(tops));
       }
+    }
+    if (!e.prompt_logprobs.empty()) {
+      if (st.return_token_text) {
+        std::unordered_set<int32_t> seen;
+        auto note = [&](int32_t id) {
+          if (seen.insert(id).second) {
+            const int32_t one[1] = {id};
+            ev.prompt_token_texts.emplace_back(id, tok_ ? tok_->decode(std::span<const int32_t>(one), true)
+                                                        : std::string());
+          }
+        };
+        if (!st.stream->prompt_ids().empty()) note(st.stream->prompt_ids().front());
+        for (const auto& pl : e.prompt_logprobs) {
+          note(pl.token);
+          for (const auto& tl : pl.top) note(tl.token);
+        }
+      }
+      ev.prompt_logprobs = std::move(e.prompt_logprobs);
     }
     ev.prompt_tokens = e.prompt_tokens;
     ev.completion_tokens = e.completion_tokens;

@@ -30,6 +30,7 @@ struct token_event {
   finish_reason finish = finish_reason::none;
   float logprob = 0.0f;
   std::vector<token_logprob> top_logprobs;
+  std::vector<prompt_logprob> prompt_logprobs;
   std::vector<float> logits;
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
 };

@@ -99,6 +99,7 @@ void openai_api::attach(engine& e) {
   limits_.vocab_size = info.vocab_size;
   limits_.max_model_len = info.max_model_len;
   limits_.enable_auto_tool_choice = options_.enable_auto_tool_choice;
+  limits_.prompt_logprobs = info.prompt_logprobs;
   limits_.tool_call_parser = find_tool_parser(options_.tool_call_parser);
   reasoning_ = find_reasoning_parser(options_.reasoning_parser);
   engine_.store(&e, std::memory_order_release);  // publishes limits_ to the handlers
@@ -397,7 +398,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     g.params = r.params;
     g.structured = r.structured;
     g.context = context_of(r);
-    g.return_token_text = want_logprobs;
+    g.return_token_text = want_logprobs || r.params.prompt_logprobs >= 0;
     auto s = co_await eng().submit(std::move(g));
     if (!s) {
       sub.cancel_all();
@@ -417,6 +418,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     for (size_t i = 0; i < ev.top_logprobs.size() && i < ev.top_logprob_texts.size(); ++i)
       for (size_t k = 0; k < ev.top_logprobs[i].size() && k < ev.top_logprob_texts[i].size(); ++k)
         token_text.try_emplace(ev.top_logprobs[i][k].token, ev.top_logprob_texts[i][k]);
+    for (const auto& [id, t] : ev.prompt_token_texts) token_text.try_emplace(id, t);
   };
   token_text_fn text_of = [&token_text](int32_t id) {
     auto it = token_text.find(id);
@@ -446,7 +448,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
           if (ev->finish == finish_reason::error && engine_failure.empty())
             engine_failure = ev->error_message.empty() ? "engine failure" : ev->error_message;
           cached = std::max(cached, ev->cached_prompt_tokens);
-          if (want_logprobs) learn_texts(*ev);
+          if (want_logprobs || r.params.prompt_logprobs >= 0) learn_texts(*ev);
           choices[p * static_cast<size_t>(n) + static_cast<size_t>(ev->index)].add(*ev);
         }
         cached_tokens += cached;
@@ -460,7 +462,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         co_return co_await respond_error(w, err_);
       }
     int64_t completion_tokens = 0;
-    std::vector<value> lps;
+    std::vector<value> lps, plps;
     for (size_t i = 0; i < choices.size(); ++i) {
       auto& c = choices[i];
       completion_tokens += c.completion_tokens;
@@ -476,12 +478,23 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         c.tool_calls = std::move(p.calls);
       }
       if (!chat && r.echo) c.text = sub.streams[i / static_cast<size_t>(n)]->prompt_text() + c.text;
+      // The prompt's logprobs came with one sample of the prompt: every choice of it shares them.
+      const std::vector<prompt_logprob>* prompt_lps = nullptr;
+      for (size_t k = i / size_t(n) * size_t(n); k < (i / size_t(n) + 1) * size_t(n); ++k)
+        if (!choices[k].prompt_logprobs.empty()) prompt_lps = &choices[k].prompt_logprobs;
+      static const std::vector<prompt_logprob> none;
+      const auto& prompt_ids = sub.streams[i / static_cast<size_t>(n)]->prompt_ids();
+      if (r.prompt_logprobs_field) plps.push_back(prompt_logprobs_json(prompt_ids, prompt_lps ? *prompt_lps : none, text_of));
       if (!want_logprobs) lps.emplace_back();
       else if (chat) lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, text_of));
+      else if (r.echo)
+        lps.push_back(completion_logprobs_echo(prompt_ids, prompt_lps ? *prompt_lps : none, c.token_ids,
+                                               c.token_logprobs, c.top_logprobs, text_of));
       else lps.push_back(completion_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, 0, text_of));
     }
     value usage = usage_json(prompt_tokens, completion_tokens, cached_tokens);
-    std::string body = chat ? chat_body(h, choices, lps, usage) : completion_body(h, choices, lps, usage);
+    const std::vector<value>* plp = r.prompt_logprobs_field ? &plps : nullptr;
+    std::string body = chat ? chat_body(h, choices, lps, usage, plp) : completion_body(h, choices, lps, usage, plp);
     co_return co_await respond_json(w, 200, body);
   }
 
@@ -575,7 +588,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
           auto& off = text_offsets[static_cast<size_t>(c.index)];
           lp = chat ? chat_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, text_of)
                     : completion_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, off, text_of);
-          for (int32_t id : ev->token_ids) off += static_cast<int64_t>(text_of(id).size());
+          for (int32_t id : ev->token_ids) off += chars_in(text_of(id));
         }
         std::string_view fin = finish_text(ev->finish);
         bool ok = true;

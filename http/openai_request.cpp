@@ -164,6 +164,8 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
   return std::nullopt;
 }
 
+constexpr int64_t k_max_logprobs = 20;
+
 std::optional<api_error> read_sampling(const value& body, const model_limits& lim, openai_request& r) {
   auto& p = r.params;
   if (auto e = read_number(body, "temperature", 0.0, 2.0, false, p.temperature)) return e;
@@ -227,7 +229,6 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
     }
   }
 
-  constexpr int64_t k_max_logprobs = 20;
   if (r.chat) {
     if (auto e = read_bool(body, "logprobs", r.chat_logprobs)) return e;
     i.reset();
@@ -470,18 +471,24 @@ std::optional<api_error> read_tools(const value& body, const model_limits& lim, 
   return std::nullopt;
 }
 
-// Fields of OpenAI's or vLLM's APIs that this server does not implement: a 400 naming the field
-// when they ask for something, rather than an answer that silently lacks it.
-std::optional<api_error> read_unsupported(const value& body, bool chat, const openai_request& r) {
+// Prompt logprobs, and fields of OpenAI's or vLLM's APIs that this server does not implement: a
+// 400 naming the field when they ask for something, rather than an answer that silently lacks it.
+std::optional<api_error> read_unsupported(const value& body, bool chat, const model_limits& lim, openai_request& r) {
   auto unsupported = [](const char* field, const std::string& why) {
     return api_error::bad_request("'" + std::string(field) + "' " + why, field);
   };
-  if (const value* pl = body.find("prompt_logprobs"); pl && !pl->is_null()) {
-    if (!pl->is_int()) return type_error("prompt_logprobs", "an integer");
-    return unsupported("prompt_logprobs", "is not supported (log-probabilities of prompt tokens are not computed)");
+  // Prompt logprobs: vLLM's prompt_logprobs, and what echo + logprobs return for the prompt.
+  std::optional<int64_t> pl;
+  if (auto e = read_int(body, "prompt_logprobs", 0, k_max_logprobs, pl)) return e;
+  const bool echo_logprobs = !chat && r.echo && r.params.logprobs >= 0;
+  if (pl || echo_logprobs) {
+    const char* field = pl ? "prompt_logprobs" : "logprobs";
+    if (!lim.prompt_logprobs) return unsupported(field, "needs prompt log-probabilities, which this executor does not compute");
+    if (r.stream)
+      return unsupported(field, pl ? "is not available when 'stream' is true" : "with 'echo' is not available when 'stream' is true");
+    r.prompt_logprobs_field = pl.has_value();
+    r.params.prompt_logprobs = std::max<int32_t>(pl ? int32_t(*pl) : 0, echo_logprobs ? r.params.logprobs : 0);
   }
-  if (!chat && r.echo && body.find("logprobs") && !body.find("logprobs")->is_null())
-    return unsupported("logprobs", "with 'echo' needs the prompt tokens' log-probabilities, which are not supported");
   if (!chat)
     if (const value* sx = body.find("suffix"); sx && !sx->is_null()) {
       if (!sx->is_string()) return type_error("suffix", "a string");
@@ -538,7 +545,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
     if (!u->is_string()) return type_error("user", "a string");
     r.user = u->as_string();
   }
-  if (auto e = read_unsupported(body, chat, r)) return *e;
+  if (auto e = read_unsupported(body, chat, lim, r)) return *e;
   if (!r.max_tokens_given) r.max_tokens_param = "max_tokens";
   return r;
 }

@@ -25,6 +25,7 @@ struct model_limits {
   // Tool calling: tool_choice "auto" needs --enable-auto-tool-choice and a --tool-call-parser.
   bool enable_auto_tool_choice = false;
   const tool_parser* tool_call_parser = nullptr;
+  bool prompt_logprobs = false;  // the executor computes prompt logprobs (echo + logprobs too)
 };
 
 struct openai_request {
@@ -39,6 +40,7 @@ struct openai_request {
   bool stream = false;
   bool include_usage = false;
   bool chat_logprobs = false;     // chat: logprobs requested (top_logprobs in params.logprobs)
+  bool prompt_logprobs_field = false;  // vLLM's prompt_logprobs given: the response carries them
   bool echo = false;              // completions: prompt text prepended to the output
   std::string user;
   // response_format json_object / json_schema, structured_outputs, or a guided_* alias (or the

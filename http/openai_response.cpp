@@ -9,6 +9,7 @@ void choice_state::add(const output_event& ev) {
   token_ids.insert(token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
   token_logprobs.insert(token_logprobs.end(), ev.token_logprobs.begin(), ev.token_logprobs.end());
   top_logprobs.insert(top_logprobs.end(), ev.top_logprobs.begin(), ev.top_logprobs.end());
+  if (!ev.prompt_logprobs.empty()) prompt_logprobs = ev.prompt_logprobs;
   completion_tokens = ev.completion_tokens;
   if (ev.finish != finish_reason::none) {
     finish = ev.finish;
@@ -65,6 +66,12 @@ std::string finish_chunk(value v, value choice, bool usage_null) {
 
 }  // namespace
 
+int64_t chars_in(std::string_view t) {
+  int64_t n = 0;
+  for (unsigned char c : t) n += (c & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
 value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
                           const std::vector<std::vector<token_logprob>>& tops, int64_t text_offset,
                           const token_text_fn& text_of) {
@@ -72,7 +79,7 @@ value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<flo
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string t = text_of(ids[i]);
     offsets.push_back(value(text_offset));
-    text_offset += static_cast<int64_t>(t.size());
+    text_offset += chars_in(t);
     tokens.push_back(value(t));
     token_lps.push_back(i < lps.size() ? value(static_cast<double>(lps[i])) : value());
     // The top tokens and, as OpenAI's legacy completions do, always the sampled one: up to
@@ -93,6 +100,71 @@ value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<flo
   v["top_logprobs"] = std::move(top);
   v["text_offset"] = std::move(offsets);
   return v;
+}
+
+value completion_logprobs_echo(const std::vector<int32_t>& prompt_ids, const std::vector<prompt_logprob>& prompt_lps,
+                               const std::vector<int32_t>& ids, const std::vector<float>& lps,
+                               const std::vector<std::vector<token_logprob>>& tops, const token_text_fn& text_of) {
+  value tokens = json::array{}, token_lps = json::array{}, top = json::array{}, offsets = json::array{};
+  int64_t offset = 0;
+  for (size_t p = 0; p < prompt_ids.size(); ++p) {
+    std::string t = text_of(prompt_ids[p]);
+    offsets.push_back(value(offset));
+    offset += chars_in(t);
+    const prompt_logprob* e = p > 0 && p - 1 < prompt_lps.size() ? &prompt_lps[p - 1] : nullptr;
+    if (e == nullptr) {
+      token_lps.push_back(value());
+      top.push_back(value());
+    } else {
+      token_lps.push_back(value(static_cast<double>(e->logprob)));
+      value m = json::object{};
+      for (const auto& tl : e->top) m[text_of(tl.token)] = value(static_cast<double>(tl.logprob));
+      if (!m.find(t)) m[t] = value(static_cast<double>(e->logprob));
+      top.push_back(std::move(m));
+    }
+    tokens.push_back(value(std::move(t)));
+  }
+  value gen = completion_logprobs(ids, lps, tops, offset, text_of);
+  auto append = [](value& dst, value& src) {
+    for (auto& x : src.as_array()) dst.push_back(std::move(x));
+  };
+  append(tokens, gen["tokens"]);
+  append(token_lps, gen["token_logprobs"]);
+  append(top, gen["top_logprobs"]);
+  append(offsets, gen["text_offset"]);
+  value v = json::object{};
+  v["tokens"] = std::move(tokens);
+  v["token_logprobs"] = std::move(token_lps);
+  v["top_logprobs"] = std::move(top);
+  v["text_offset"] = std::move(offsets);
+  return v;
+}
+
+value prompt_logprobs_json(const std::vector<int32_t>& prompt_ids, const std::vector<prompt_logprob>& prompt_lps,
+                           const token_text_fn& text_of) {
+  value out = json::array{};
+  auto entry = [&](float logprob, int32_t rank, int32_t id) {
+    value e = json::object{};
+    e["logprob"] = value(static_cast<double>(logprob));
+    e["rank"] = value(int64_t{rank});
+    e["decoded_token"] = value(text_of(id));
+    return e;
+  };
+  for (size_t p = 0; p < prompt_ids.size(); ++p) {
+    const prompt_logprob* e = p > 0 && p - 1 < prompt_lps.size() ? &prompt_lps[p - 1] : nullptr;
+    if (e == nullptr) {
+      out.push_back(value());
+      continue;
+    }
+    value m = json::object{};
+    m[std::to_string(e->token)] = entry(e->logprob, e->rank, e->token);
+    for (size_t k = 0; k < e->top.size(); ++k) {
+      const std::string key = std::to_string(e->top[k].token);
+      if (!m.find(key)) m[key] = entry(e->top[k].logprob, int32_t(k) + 1, e->top[k].token);
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 value chat_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
@@ -231,7 +303,7 @@ std::string usage_chunk(const response_header& h, const value& usage) {
 namespace {
 
 std::string body(const response_header& h, const std::vector<choice_state>& choices,
-                 const std::vector<value>& logprobs, const value& usage) {
+                 const std::vector<value>& logprobs, const value& usage, const std::vector<value>* prompt_lps) {
   value v = json::object{};
   v["id"] = value(h.id);
   v["object"] = value(h.chat ? "chat.completion" : "text_completion");
@@ -268,9 +340,11 @@ std::string body(const response_header& h, const std::vector<choice_state>& choi
                                           ? std::string_view("tool_calls")
                                           : finish_text(ch.finish));
     c["stop_reason"] = ch.stop_reason.empty() ? value() : value(ch.stop_reason);
+    if (prompt_lps && !h.chat) c["prompt_logprobs"] = i < prompt_lps->size() ? (*prompt_lps)[i] : value();
     arr.push_back(std::move(c));
   }
   v["choices"] = std::move(arr);
+  if (prompt_lps && h.chat) v["prompt_logprobs"] = prompt_lps->empty() ? value() : prompt_lps->front();
   v["usage"] = usage;
   std::string out;
   json::dump_compact(v, out);
@@ -280,13 +354,15 @@ std::string body(const response_header& h, const std::vector<choice_state>& choi
 }  // namespace
 
 std::string completion_body(const response_header& h, const std::vector<choice_state>& choices,
-                            const std::vector<value>& logprobs, const value& usage) {
-  return body(h, choices, logprobs, usage);
+                            const std::vector<value>& logprobs, const value& usage,
+                            const std::vector<value>* prompt_logprobs) {
+  return body(h, choices, logprobs, usage, prompt_logprobs);
 }
 
 std::string chat_body(const response_header& h, const std::vector<choice_state>& choices,
-                      const std::vector<value>& logprobs, const value& usage) {
-  return body(h, choices, logprobs, usage);
+                      const std::vector<value>& logprobs, const value& usage,
+                      const std::vector<value>* prompt_logprobs) {
+  return body(h, choices, logprobs, usage, prompt_logprobs);
 }
 
 }  // namespace coserve::http

@@ -32,6 +32,7 @@ struct choice_state {
   std::vector<int32_t> token_ids;
   std::vector<float> token_logprobs;
   std::vector<std::vector<token_logprob>> top_logprobs;
+  std::vector<prompt_logprob> prompt_logprobs;  // from the event that carried them (one sample of a prompt)
   finish_reason finish = finish_reason::none;
   std::string stop_reason;
   int32_t completion_tokens = 0;
@@ -52,6 +53,9 @@ std::string_view finish_text(finish_reason r) noexcept;
 std::string sse_event(std::string_view json);
 inline constexpr std::string_view k_sse_done = "data: [DONE]\n\n";
 inline constexpr std::string_view k_sse_keepalive = ": keep-alive\n\n";  // an SSE comment
+
+// Characters (code points) in UTF-8 text: completions' text offsets count them, as OpenAI's do.
+int64_t chars_in(std::string_view t);
 
 // Logprobs objects. Completions: {tokens, token_logprobs, top_logprobs, text_offset}, offsets
 // counted from `text_offset`. Chat: {content: [{token, logprob, bytes, top_logprobs}]}.
@@ -80,10 +84,27 @@ std::string chat_tool_header_chunk(const response_header& h, int32_t index, int3
 std::string chat_tool_args_chunk(const response_header& h, int32_t index, int32_t call_index,
                                  std::string_view arguments, bool usage_null);
 
+// Completions' logprobs with echo: the prompt's tokens first (the first with null logprob and
+// top_logprobs, the others from `prompt_lps`, their top entries holding the prompt token too),
+// then the generated ones; text offsets from 0 over the tokens' texts.
+json::value completion_logprobs_echo(const std::vector<int32_t>& prompt_ids,
+                                     const std::vector<prompt_logprob>& prompt_lps, const std::vector<int32_t>& ids,
+                                     const std::vector<float>& lps,
+                                     const std::vector<std::vector<token_logprob>>& tops,
+                                     const token_text_fn& text_of);
+// vLLM's prompt_logprobs value: [null, {"<id>": {logprob, rank, decoded_token}, ...}, ...], one
+// entry per prompt token, each holding the prompt token and the top ones (null where missing).
+json::value prompt_logprobs_json(const std::vector<int32_t>& prompt_ids, const std::vector<prompt_logprob>& prompt_lps,
+                                 const token_text_fn& text_of);
+
 // Whole bodies. `choices` in index order; each choice's logprobs object (or null) alongside.
+// prompt_logprobs (vLLM's field), when given: completions put entry i on choice i, chat puts
+// entry 0 on the response.
 std::string completion_body(const response_header& h, const std::vector<choice_state>& choices,
-                            const std::vector<json::value>& logprobs, const json::value& usage);
+                            const std::vector<json::value>& logprobs, const json::value& usage,
+                            const std::vector<json::value>* prompt_logprobs = nullptr);
 std::string chat_body(const response_header& h, const std::vector<choice_state>& choices,
-                      const std::vector<json::value>& logprobs, const json::value& usage);
+                      const std::vector<json::value>& logprobs, const json::value& usage,
+                      const std::vector<json::value>* prompt_logprobs = nullptr);
 
 }  // namespace coserve::http

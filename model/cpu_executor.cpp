@@ -312,6 +312,7 @@ executor_info cpu_executor::info() const {
   i.vocab_size = weights_.config.vocab_size;
   i.max_model_len = opts_.max_model_len;
   i.verifies_proposals = true;
+  i.computes_prompt_logprobs = true;
   i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
              std::string(dtype_name(cache_.type())) + (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations" : "") +
              (draft_ ? ", draft model " + std::to_string(draft_->weights.config.num_hidden_layers) + " layers" : "") +
@@ -330,8 +331,9 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   draft_q_.clear();
   for (const new_seq& ns : plan.new_seqs) {
     seqs_.erase(ns.seq_id);
-    seq_state st{sampling_state(ns.params, ns.seed, ns.prompt_ids, ns.output_ids, gen_.eos_token_ids), -1};
+    seq_state st{sampling_state(ns.params, ns.seed, ns.prompt_ids, ns.output_ids, gen_.eos_token_ids), -1, {}, {}};
     if (!ns.output_ids.empty()) st.last_token = ns.output_ids.back();
+    if (ns.params.prompt_logprobs >= 0 && ns.output_ids.empty() && ns.prompt_ids.size() > 1) st.prompt = ns.prompt_ids;
     seqs_.emplace(ns.seq_id, std::move(st));
   }
   // Tensor parallel: every rank copies the blocks once the step is broadcast (run_forward).
@@ -367,6 +369,14 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
                                                 std::to_string(s.tokens.size()));
     batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()), s.start_pos, &s.block_table, s.sample,
                            1 + s.num_draft};
+    // Prompt logprobs: logits for every position of a chunk that still holds prompt positions.
+    if (!it->second.prompt.empty() && s.start_pos < int32_t(it->second.prompt.size()) - 1) {
+      if (s.num_draft > 0)
+        return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) +
+                                                  " verifies proposals before its prompt logprobs are complete");
+      batch[i].want_logits = true;
+      batch[i].logit_rows = batch[i].num_tokens;
+    }
   }
   if (draft_) {
     if (auto r = run_draft(batch, inputs, plan); !r) return r.err();
@@ -381,6 +391,15 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
       draft_->map.note_model(plan.seqs[i].seq_id, plan.seqs[i].block_table, plan.seqs[i].start_pos,
                              inputs[i].data(), int32_t(inputs[i].size()));
 
+  // Logits rows: consecutive per sequence that asked for them, its last 1 + num_draft sampled.
+  std::vector<size_t> first_row(plan.seqs.size(), 0);
+  for (size_t i = 0, row = 0; i < plan.seqs.size(); ++i) {
+    first_row[i] = row;
+    if (batch[i].want_logits) row += size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens));
+  }
+  const size_t vocab = size_t(weights_.config.vocab_size);
+  score_prompt_positions(plan, batch, first_row);
+
   // Sampling: each row has its own state, so rows sample in parallel on the forward pass's pool.
   // A sequence with proposals verifies them in order on its 1 + num_draft rows.
   struct sampled {
@@ -392,15 +411,14 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     std::vector<seq_output> outs;
   };
   std::vector<sampled> rows;
-  size_t next_row = 0;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const scheduled_seq& s = plan.seqs[i];
     if (!s.sample) continue;
     const auto q = draft_q_.find(s.seq_id);
-    rows.push_back({&seqs_.at(s.seq_id), &s, &inputs[i], q == draft_q_.end() ? nullptr : &q->second, next_row, {}});
-    next_row += size_t(1 + s.num_draft);
+    const size_t sampled_at =
+        first_row[i] + size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens)) - size_t(1 + s.num_draft);
+    rows.push_back({&seqs_.at(s.seq_id), &s, &inputs[i], q == draft_q_.end() ? nullptr : &q->second, sampled_at, {}});
   }
-  const size_t vocab = size_t(weights_.config.vocab_size);
   pool_.parallel_for(int64_t(rows.size()), [&](int64_t r) {
     sampled& sm = rows[size_t(r)];
     seq_state& st = *sm.st;
@@ -423,6 +441,11 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
       o.logprob = so.logprob;
       o.top_logprobs = std::move(so.top_logprobs);
       if (opts_.return_logits) o.logits.assign(logits.begin(), logits.end());
+      if (j == 0 && !st.prompt.empty()) {  // the first token: the prompt's entries go with it
+        o.prompt_logprobs = std::move(st.prompt_lps);
+        st.prompt.clear();
+        st.prompt_lps.clear();
+      }
       sm.outs.push_back(std::move(o));
       if (j < s.num_draft && !accepted) break;
     }
@@ -433,6 +456,35 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   for (sampled& sm : rows)
     for (seq_output& o : sm.outs) out.outputs.push_back(std::move(o));
   return out;
+}
+
+void cpu_executor::score_prompt_positions(const step_plan& plan, const std::vector<forward_seq>& batch,
+                                          const std::vector<size_t>& first_row) {
+  // Position p's logits score the prompt token at p + 1, for p in the chunk and below the last
+  // prompt position (whose logits give the first generated token).
+  struct job {
+    seq_state* st;
+    size_t row;
+    int32_t pos;
+  };
+  std::vector<job> jobs;
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    seq_state& st = seqs_.at(plan.seqs[i].seq_id);
+    if (st.prompt.empty() || !batch[i].want_logits || batch[i].logit_rows != batch[i].num_tokens) continue;
+    const int32_t start = batch[i].start_pos;
+    const int32_t end = std::min(start + batch[i].num_tokens, int32_t(st.prompt.size()) - 1);
+    // Positions before this chunk were scored by earlier chunks (prefill runs in order).
+    if (start != int32_t(st.prompt_lps.size())) continue;
+    st.prompt_lps.resize(size_t(std::max(end, start)));
+    for (int32_t p = start; p < end; ++p) jobs.push_back({&st, first_row[i] + size_t(p - start), p});
+  }
+  const size_t vocab = size_t(weights_.config.vocab_size);
+  pool_.parallel_for(int64_t(jobs.size()), [&](int64_t k) {
+    const job& j = jobs[size_t(k)];
+    std::span<const float> logits(logits_.data() + j.row * vocab, vocab);
+    j.st->prompt_lps[size_t(j.pos)] =
+        score_prompt_token(logits, j.st->prompt[size_t(j.pos) + 1], j.st->sampling.params.prompt_logprobs);
+  });
 }
 
 }  // namespace coserve

@@ -96,9 +96,17 @@ class cpu_executor final : public executor {
   struct seq_state {
     sampling_state sampling;
     int32_t last_token = -1;
+    // params.prompt_logprobs >= 0 and nothing generated yet: the prompt, and the entries of the
+    // positions computed so far (handed out with the first sampled token).
+    std::vector<int32_t> prompt;
+    std::vector<prompt_logprob> prompt_lps;
   };
 
   cpu_executor(model_weights weights, generation_config gen, const cpu_executor_options& opts);
+  // Prompt logprobs of the positions a step computed (seq_state::prompt_lps), from the logits
+  // rows laid out from first_row[i] for batch[i].
+  void score_prompt_positions(const step_plan& plan, const std::vector<forward_seq>& batch,
+                              const std::vector<size_t>& first_row);
   // The forward pass of a step: here, or broadcast to every tensor-parallel rank and run together.
   result<void> run_forward(const step_plan& plan, const std::vector<forward_seq>& batch);
   // The step without dropping `finished` (execute() drops them whatever the outcome).

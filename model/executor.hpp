@@ -42,6 +42,7 @@ struct executor_info {
   int32_t max_model_len = 0;
   std::string device;  // e.g. "cpu (4 threads)"
   bool verifies_proposals = false;  // runs scheduled_seq::num_draft > 0 (speculative decoding)
+  bool computes_prompt_logprobs = false;  // honours sampling_params::prompt_logprobs
 };
 
 // Per tensor-parallel rank: seconds of its forward passes spent computing and in collectives

@@ -368,4 +368,25 @@ int32_t draft_sample(std::span<const float> raw, const sampling_params& p, seq_r
   return std::max(0, draw(lp, rng, -1, 1.0));
 }
 
+prompt_logprob score_prompt_token(std::span<const float> raw, int32_t token, int32_t top_n) {
+  const float lse = log_sum_exp(raw.data(), raw.size());
+  prompt_logprob e;
+  e.token = token;
+  const float at = raw[size_t(token)];
+  e.logprob = at - lse;
+  int32_t above = 0;
+  for (float v : raw) above += v > at ? 1 : 0;
+  e.rank = 1 + above;
+  const size_t n = std::min(size_t(std::max(top_n, 0)), raw.size());
+  if (n > 0) {
+    std::vector<int32_t> idx(raw.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
+      return raw[size_t(a)] > raw[size_t(b)] || (raw[size_t(a)] == raw[size_t(b)] && a < b);
+    });
+    for (size_t i = 0; i < n; ++i) e.top.push_back({idx[i], raw[size_t(idx[i])] - lse});
+  }
+  return e;
+}
+
 }  // namespace coserve

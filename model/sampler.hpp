@@ -86,6 +86,11 @@ void log_softmax(std::span<const float> logits, std::vector<float>& out);
 // seeded rng advances and the grammar's mask is filled into st.mask.
 sample_output sample_token(std::span<const float> raw, sampling_state& st);
 
+// A prompt token's entry (vLLM's prompt_logprobs): the log-softmax of `raw` at `token`, its rank
+// (1 + the number of tokens with a larger logit) and the top_n most likely tokens (ties: lower id
+// first). Raw logits: nothing of the request's sampling applies.
+prompt_logprob score_prompt_token(std::span<const float> raw, int32_t token, int32_t top_n);
+
 // Speculative decoding: decides on a proposed token `draft` at one position, from that position's
 // raw logits, processed as sample_token() processes them (the state must have accepted every
 // earlier token of the sequence). Greedy: the draft is accepted when it is the argmax, and the

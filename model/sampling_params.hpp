@@ -24,6 +24,10 @@ struct sampling_params {
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the raw logits
   std::optional<uint64_t> seed;      // reproducible sampling when set
   int32_t logprobs = -1;             // -1: none; 0: the sampled token's; N > 0: plus top-N
+  // Log-probabilities of the prompt tokens (vLLM's prompt_logprobs) from the raw logits: -1 none;
+  // 0: each prompt token's own (with its rank); N > 0: plus the top N. The prefix cache is not
+  // read for such a request (cached positions are not computed).
+  int32_t prompt_logprobs = -1;
   int32_t max_tokens = 16;           // generated tokens at most
   int32_t min_tokens = 0;            // eos / stop ids are masked until this many are generated
   bool ignore_eos = false;

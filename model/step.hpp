@@ -65,12 +65,25 @@ struct token_logprob {
   float logprob = 0.0f;
 };
 
+// The log-probability of the prompt token at some position under the logits of the position
+// before it (raw logits: no temperature, penalties or grammar), its rank among all tokens (1: the
+// most likely), and the top tokens there.
+struct prompt_logprob {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  int32_t rank = 1;
+  std::vector<token_logprob> top;
+};
+
 struct seq_output {
   seq_id_t seq_id = 0;
   int32_t token = 0;                      // the sampled id
   float logprob = 0.0f;                   // log-softmax of the sampled id (after processors)
   std::vector<token_logprob> top_logprobs;  // when params.logprobs > 0
   std::vector<float> logits;              // raw logits, only when the executor is asked for them
+  // params.prompt_logprobs >= 0: on the sequence's first output only, one entry per prompt
+  // position 1 .. prompt length - 1 (position 0 has no logits before it).
+  std::vector<prompt_logprob> prompt_logprobs;
 };
 
 struct step_result {
