@@ -124,19 +124,14 @@ value completion_logprobs_echo(const std::vector<int32_t>& prompt_ids, const std
     }
     tokens.push_back(value(std::move(t)));
   }
-  value gen = completion_logprobs(ids, lps, tops, offset, text_of);
-  auto append = [](value& dst, value& src) {
-    for (auto& x : src.as_array()) dst.push_back(std::move(x));
-  };
-  append(tokens, gen["tokens"]);
-  append(token_lps, gen["token_logprobs"]);
-  append(top, gen["top_logprobs"]);
-  append(offsets, gen["text_offset"]);
   value v = json::object{};
   v["tokens"] = std::move(tokens);
   v["token_logprobs"] = std::move(token_lps);
   v["top_logprobs"] = std::move(top);
   v["text_offset"] = std::move(offsets);
+  value gen = completion_logprobs(ids, lps, tops, offset, text_of);  // the generated tokens follow
+  for (auto& [key, arr] : gen.as_object())
+    for (auto& x : arr.as_array()) v[key].push_back(std::move(x));
   return v;
 }
 
