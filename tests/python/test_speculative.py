@@ -63,3 +63,22 @@ def test_ngram_speculation_keeps_greedy_outputs_and_counts_proposals(server):
         assert metric_value(httpx.get(server.url + "/metrics").text, "coserve_spec_decode_num_drafts_total") == 0
     finally:
         spec.stop()
+
+
+def test_prompt_logprobs_with_speculation_on(server):
+    # The prefill's last chunk holds one token and may take proposals (the n-gram lookup finds
+    # some in this prompt; no back-off): it has no prompt position left to score, so the entries
+    # and the greedy text equal the plain server's.
+    spec = Server("--speculative-config", NGRAM[:-1] + ',"backoff":false}')
+    try:
+        ids = [11, 12, 13, 14] * 128 + [11]  # 513 tokens: a 512-token chunk, then one
+        pl = {"prompt": ids, "max_tokens": 8, "temperature": 0, "extra_body": {"prompt_logprobs": 1}}
+        got = spec.client().completions.with_raw_response.create(model=spec.model, **pl).http_response.json()
+        want = server.client().completions.with_raw_response.create(model=server.model, **pl).http_response.json()
+        assert len(got["choices"][0]["prompt_logprobs"]) == 513
+        for x, y in zip(got["choices"][0]["prompt_logprobs"][1:], want["choices"][0]["prompt_logprobs"][1:]):
+            assert x.keys() == y.keys()
+            assert all(abs(x[k]["logprob"] - y[k]["logprob"]) < 0.05 for k in x)
+        assert got["choices"][0]["text"] == want["choices"][0]["text"]
+    finally:
+        spec.stop()
