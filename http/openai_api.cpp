@@ -478,6 +478,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         c.tool_calls = std::move(p.calls);
       }
       if (!chat && r.echo) c.text = sub.streams[i / static_cast<size_t>(n)]->prompt_text() + c.text;
+      if (chat && !r.chat_echo.empty()) c.text = r.chat_echo + c.text;
       // The prompt's logprobs came with one sample of the prompt: every choice of it shares them.
       const std::vector<prompt_logprob>* prompt_lps = nullptr;
       for (size_t k = i / size_t(n) * size_t(n); k < (i / size_t(n) + 1) * size_t(n); ++k)
@@ -554,6 +555,10 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
       {
         const std::string chunk = sse_event(chat_role_chunk(h, c.index, usage_null));
         if (!co_await write(chunk)) co_return;
+        if (!r.chat_echo.empty()) {
+          const std::string echo = sse_event(chat_delta_chunk(h, c.index, r.chat_echo, value(), "", usage_null));
+          if (!co_await write(echo)) co_return;
+        }
       }
     for (size_t p = 0; p < sub.streams.size(); ++p) {
       auto& s = sub.streams[p];

@@ -531,8 +531,13 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
   if (chat)
     if (auto e = read_tools(body, lim, r)) return *e;
   if (auto e = read_bool(body, "stream", r.stream)) return *e;
-  if (!chat)
-    if (auto e = read_bool(body, "echo", r.echo)) return *e;
+  if (auto e = read_bool(body, "echo", r.echo)) return *e;
+  if (chat && r.echo) {
+    const auto& msgs = r.chat_in.messages.as_array();
+    const value* role = msgs.back().find("role");
+    const value* content = msgs.back().find("content");
+    if (role && role->as_string() == "assistant" && content && content->is_string()) r.chat_echo = content->as_string();
+  }
   if (const value* so = body.find("stream_options"); so && !so->is_null()) {
     if (!so->is_object()) return type_error("stream_options", "an object");
     if (!r.stream) return api_error::bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");

@@ -41,6 +41,9 @@ struct openai_request {
   bool include_usage = false;
   bool chat_logprobs = false;     // chat: logprobs requested (top_logprobs in params.logprobs)
   bool prompt_logprobs_field = false;  // vLLM's prompt_logprobs given: the response carries them
+  // Chat `echo` (vLLM's extension): when the final message is the assistant's, its text leads
+  // each reply's content.
+  std::string chat_echo;
   bool echo = false;              // completions: prompt text prepended to the output
   std::string user;
   // response_format json_object / json_schema, structured_outputs, or a guided_* alias (or the

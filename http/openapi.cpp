@@ -95,6 +95,8 @@ constexpr std::string_view k_document = R"json({
       "description": "One of json, regex, choice, grammar, json_object; disable_any_whitespace."},
     "chat_template_kwargs": {"type": ["object", "null"]},
     "add_generation_prompt": {"type": ["boolean", "null"]},
+    "echo": {"type": ["boolean", "null"],
+      "description": "When the final message is the assistant's, its text leads the reply's content (vLLM's extension)."},
     "continue_final_message": {"type": ["boolean", "null"],
       "description": "Leave the final message open so the model continues it (an assistant prefill); needs add_generation_prompt false and a final message with text."},
     "reasoning_effort": {"enum": ["none", "minimal", "low", "medium", "high", null],

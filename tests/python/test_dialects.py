@@ -188,6 +188,14 @@ def test_continue_final_message_continues_the_prefill(srv):
     comp = c.completions.create(model=srv.model, prompt=ids, max_tokens=8, temperature=0)
     assert chat.choices[0].message.content == comp.choices[0].text
     assert chat.usage.prompt_tokens == len(ids)
+    # vLLM's chat `echo`: the prefill leads the reply, streamed (its own delta) and not.
+    kw = dict(model=srv.model, messages=PREFILL, max_tokens=8, temperature=0,
+              extra_body={"continue_final_message": True, "add_generation_prompt": False, "echo": True})
+    echoed = c.chat.completions.create(**kw)
+    assert echoed.choices[0].message.content == PREFILL[-1]["content"] + comp.choices[0].text
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in c.chat.completions.create(stream=True, **kw)
+                       if ch.choices)
+    assert streamed == echoed.choices[0].message.content
     # The Anthropic dialect treats a final assistant message as a prefill the same way.
     m = claude(srv).messages.create(model=srv.model, max_tokens=8, messages=PREFILL,
                                     extra_body={"temperature": 0})
