@@ -455,6 +455,9 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   out.outputs.reserve(rows.size());
   for (sampled& sm : rows)
     for (seq_output& o : sm.outs) out.outputs.push_back(std::move(o));
+  // Prompt logprobs ask for a row per prefill position (512 x 152k floats is 311 MB): such a
+  // buffer is handed back rather than kept for the decode steps, which need a row per sequence.
+  if (logits_.size() > size_t(256) * vocab) std::vector<float>().swap(logits_);
   return out;
 }
 

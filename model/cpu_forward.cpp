@@ -467,6 +467,7 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
   profile_.gemm_s += seconds_since(tp);
   auto g = gather_logits(local_logits_, int64_t(rows.size()), logits);
   profile_.comm_s += seconds_since(tp);
+  if (rows.size() > 256) std::vector<float>().swap(local_logits_);  // prompt logprobs' rows: not kept
   return g;
 }
 
