@@ -149,13 +149,15 @@ class schema_walk {
         } else if (const uint8_t t = keyword_type(k)) {
           ignored = (produced & t) != 0;
         }
-        if (ignored) return here + ": '" + k + "' beside '" + d + "'";
+        if (ignored)
+          return here + ": '" + k + "' beside '" + d + "' is not enforced (the grammar engine reads only '" + d +
+                 "' in a schema object; move '" + k + "' into it)";
       }
     } else if (!implied_type && !node.find("type") && !node.find("properties") && !node.find("additionalProperties") &&
                !node.find("unevaluatedProperties") && !node.find("items") && !node.find("prefixItems") &&
                !node.find("unevaluatedItems")) {
       for (const auto& [k, v] : node.as_object())
-        if (keyword_type(k)) return here + ": '" + k + "' without a 'type'";
+        if (keyword_type(k)) return here + ": '" + k + "' without a 'type' is not enforced (give the schema a 'type')";
     }
     return each_subschema(node, path, [&](const json::value& v, const std::string& p, std::string_view key) {
       return shadowed(v, p, depth + 1, key == "propertyNames");

@@ -15,8 +15,9 @@ std::string unsupported_schema_keyword(const json::value& schema);
 
 // A constraint the grammar engine would ignore because it reads one keyword per schema object
 // (the first of $ref, const, enum, anyOf, oneOf, allOf, type, object or array keywords) and it
-// could reject what the grammar emits: "properties.a: 'maxLength' beside '$ref'", "items:
-// 'minLength' without a 'type'"; "" when there is none. Redundant siblings pass: a type that every
+// could reject what the grammar emits, explained: "properties.a: 'maxLength' beside '$ref' is not
+// enforced (...)", "items: 'minLength' without a 'type' is not enforced (...)"; "" when there is
+// none. Redundant siblings pass: a type that every
 // enum value or every branch already has, annotations, keywords of types the grammar cannot emit.
 std::string ignored_beside_keyword(const json::value& schema);
 

@@ -142,8 +142,7 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
     if (std::string k = unsupported_schema_keyword(*schema); !k.empty())
       return fail("unsupported JSON schema feature: '" + k + "' (the grammar engine cannot enforce it)");
     if (std::string k = ignored_beside_keyword(*schema); !k.empty())
-      return fail("unsupported JSON schema feature: " + k + " (the grammar engine reads only the latter there; "
-                  "move the constraint into it)");
+      return fail("unsupported JSON schema feature: " + k);
     one_of_exact = one_of_branches_disjoint(*schema);
   }
   try {
