@@ -63,8 +63,8 @@ int32_t ngram_propose(const token_view& seq, int32_t min_n, int32_t max_n, int32
                       std::vector<int32_t>& out);
 
 // Per-sequence back-off: after a lookup that found nothing, or a proposal of which less than half
-// was accepted, the sequence makes no lookup for 1, 2, 4, ... up to 64 decode steps, reset by a
-// proposal that does well. It bounds the lookups' cost and that of verifying proposals that keep
+// was accepted, the sequence makes no lookup for 1, 2, 4, ... up to 64 decode steps; a proposal
+// that does well halves that length. It bounds the lookups' cost and that of verifying proposals that keep
 // being rejected. The scheduler applies the same rule to every verified proposal of every
 // sequence, and a new sequence starts from that (so a draft that is rarely accepted is not probed
 // afresh by each new request).
@@ -73,8 +73,8 @@ struct speculation_backoff {
   int32_t penalty = 0;   // the last back-off length (0: none)
 
   void on_outcome(bool good) noexcept {
-    if (good) {
-      penalty = 0;
+    if (good) {  // halved, not cleared: one lucky proposal does not restart the probing from 1 step
+      penalty /= 2;
       return;
     }
     penalty = penalty == 0 ? 1 : std::min(64, 2 * penalty);

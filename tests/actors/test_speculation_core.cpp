@@ -100,7 +100,7 @@ TEST_CASE("n-gram proposer: the latest earlier match of the longest suffix, at m
   CHECK(propose({8, 8, 8}, {}, 2, 2, 3, 1).empty());
 }
 
-TEST_CASE("speculation back-off doubles up to 64 decode steps and resets on a good proposal", "[speculation]") {
+TEST_CASE("speculation back-off doubles up to 64 decode steps and halves on a good proposal", "[speculation]") {
   actors::speculation_backoff b;
   b.on_outcome(false);
   CHECK(b.skip == 1);
@@ -109,7 +109,15 @@ TEST_CASE("speculation back-off doubles up to 64 decode steps and resets on a go
   CHECK(b.skip == 2);
   for (int i = 0; i < 10; ++i) b.on_outcome(false);
   CHECK(b.skip == 64);
+  // One good proposal after many bad ones: the next bad one backs off as long again.
+  b.skip = 0;
   b.on_outcome(true);
+  CHECK(b.penalty == 32);
+  CHECK(b.skip == 0);  // the next step may propose
+  b.on_outcome(false);
+  CHECK(b.skip == 64);
+  // A run of good proposals clears it: a draft that keeps being accepted proposes every step.
+  for (int i = 0; i < 7; ++i) b.on_outcome(true);
   CHECK(b.penalty == 0);
   b.skip = 0;
   b.on_outcome(false);
