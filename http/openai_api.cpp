@@ -3,8 +3,11 @@
 // choices and usage accounting.
 #include "http/openai_api.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
+#include <numeric>
 #include <unordered_map>
 
 #include <asio/experimental/awaitable_operators.hpp>
@@ -47,6 +50,37 @@ http_response error_response(const api_error& e) {
 }
 
 namespace {
+
+// best_of: of each prompt's n samples, the `keep` with the highest mean token log-probability
+// (OpenAI's "highest log probability per token"; ties: lower index first), best first and
+// re-indexed. The prompt's logprobs, carried by one sample of the group, go to the first kept.
+void keep_best(std::vector<choice_state>& choices, int32_t n, int32_t keep) {
+  std::vector<choice_state> out;
+  const size_t group = size_t(n);
+  for (size_t g = 0; g * group < choices.size(); ++g) {
+    std::vector<size_t> idx(group);
+    std::iota(idx.begin(), idx.end(), g * group);
+    auto mean = [&](size_t i) {
+      const auto& lp = choices[i].token_logprobs;
+      if (lp.empty()) return -std::numeric_limits<double>::infinity();
+      double sum = 0;
+      for (float x : lp) sum += x;
+      return sum / double(lp.size());
+    };
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return mean(a) > mean(b); });
+    std::vector<prompt_logprob> prompt_lps;
+    for (size_t i : idx)
+      if (!choices[i].prompt_logprobs.empty()) prompt_lps = choices[i].prompt_logprobs;
+    for (size_t k = 0; k < size_t(keep) && k < idx.size(); ++k) {
+      choice_state c = std::move(choices[idx[k]]);
+      c.index = int32_t(out.size());
+      if (k == 0) c.prompt_logprobs = prompt_lps;
+      out.push_back(std::move(c));
+    }
+  }
+  choices = std::move(out);
+}
+
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -377,7 +411,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
 
   // The tokenizer pool renders, encodes and applies the context rule (errors name the field);
   // one engine request per prompt.
-  const bool want_logprobs = r.params.logprobs >= 0;
+  const bool want_logprobs = r.params.logprobs >= 0 && !r.logprobs_for_ranking;
   std::vector<generate_request> gens;
   if (chat) {
     generate_request g;
@@ -462,10 +496,12 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         co_return co_await respond_error(w, err_);
       }
     int64_t completion_tokens = 0;
+    for (const auto& c : choices) completion_tokens += c.completion_tokens;  // every sample generated
+    if (r.returned > 0) keep_best(choices, n, r.returned);
+    const size_t group = size_t(r.returned > 0 ? r.returned : n);  // choices per prompt now
     std::vector<value> lps, plps;
     for (size_t i = 0; i < choices.size(); ++i) {
       auto& c = choices[i];
-      completion_tokens += c.completion_tokens;
       if (chat && reasoning_) {
         reasoning_split sp = split_reasoning(*reasoning_, c.text);
         c.reasoning = std::move(sp.reasoning);
@@ -477,14 +513,14 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         c.text = std::move(p.content);
         c.tool_calls = std::move(p.calls);
       }
-      if (!chat && r.echo) c.text = sub.streams[i / static_cast<size_t>(n)]->prompt_text() + c.text;
+      if (!chat && r.echo) c.text = sub.streams[i / group]->prompt_text() + c.text;
       if (chat && !r.chat_echo.empty()) c.text = r.chat_echo + c.text;
       // The prompt's logprobs came with one sample of the prompt: every choice of it shares them.
       const std::vector<prompt_logprob>* prompt_lps = nullptr;
-      for (size_t k = i / size_t(n) * size_t(n); k < (i / size_t(n) + 1) * size_t(n); ++k)
+      for (size_t k = i / group * group; k < (i / group + 1) * group; ++k)
         if (!choices[k].prompt_logprobs.empty()) prompt_lps = &choices[k].prompt_logprobs;
       static const std::vector<prompt_logprob> none;
-      const auto& prompt_ids = sub.streams[i / static_cast<size_t>(n)]->prompt_ids();
+      const auto& prompt_ids = sub.streams[i / group]->prompt_ids();
       if (r.prompt_logprobs_field) plps.push_back(prompt_logprobs_json(prompt_ids, prompt_lps ? *prompt_lps : none, text_of));
       if (!want_logprobs) lps.emplace_back();
       else if (chat) lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, text_of));

@@ -498,8 +498,16 @@ std::optional<api_error> read_unsupported(const value& body, bool chat, const mo
   if (auto e = read_int(body, "best_of", 1, 128, best_of)) return e;
   if (best_of && *best_of < r.params.n)
     return api_error::bad_request("'best_of' must be greater than or equal to 'n'", "best_of");
-  if (best_of && *best_of > r.params.n)
-    return unsupported("best_of", "greater than 'n' is not supported (every sample is returned)");
+  if (best_of && *best_of > r.params.n) {
+    // OpenAI's legacy semantics: best_of samples, the n best by log-probability per token returned.
+    if (r.stream) return unsupported("best_of", "greater than 'n' is not available when 'stream' is true");
+    r.returned = r.params.n;
+    r.params.n = int32_t(*best_of);
+    if (r.params.logprobs < 0) {
+      r.params.logprobs = 0;
+      r.logprobs_for_ranking = true;
+    }
+  }
   return std::nullopt;
 }
 

@@ -44,6 +44,10 @@ struct openai_request {
   // Chat `echo` (vLLM's extension): when the final message is the assistant's, its text leads
   // each reply's content.
   std::string chat_echo;
+  // best_of > n: params.n samples are generated (best_of of them) and the `returned` best by mean
+  // token logprob are answered; 0: every sample is returned.
+  int32_t returned = 0;
+  bool logprobs_for_ranking = false;  // params.logprobs was raised to 0 only to rank the samples
   bool echo = false;              // completions: prompt text prepended to the output
   std::string user;
   // response_format json_object / json_schema, structured_outputs, or a guided_* alias (or the

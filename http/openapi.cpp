@@ -71,7 +71,7 @@ constexpr std::string_view k_document = R"json({
     "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20},
     "suffix": {"type": ["string", "null"], "description": "Not supported: a string is answered 400."},
     "best_of": {"type": ["integer", "null"], "minimum": 1, "maximum": 128,
-      "description": "Must equal n when given (every sample is returned); greater is answered 400."},
+      "description": "Samples generated; the n with the highest logprob per token are returned (not with stream)."},
     "prompt_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": 20,
       "description": "Log-probabilities of the prompt tokens with the top N (vLLM's field; not with stream)."}}}]},
 "Message": {"type": "object", "required": ["role"], "properties": {

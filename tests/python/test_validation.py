@@ -47,7 +47,7 @@ BAD_FIELDS = [
     ({"prompt_logprobs": 21}, "prompt_logprobs"),
     ({"suffix": "end"}, "suffix"),
     ({"suffix": 5}, "suffix"),
-    ({"best_of": 2}, "best_of"),
+    ({"best_of": 2, "stream": True}, "best_of"),
     ({"best_of": 1, "n": 2}, "best_of"),
     ({"best_of": "x"}, "best_of"),
 ]
@@ -160,3 +160,20 @@ def test_completion_top_logprobs_always_hold_the_sampled_token(server):
     body["logprobs"] = 0
     lp = post(server, "/v1/completions", body).json()["choices"][0]["logprobs"]
     assert all(top == {tok: p} for tok, p, top in zip(lp["tokens"], lp["token_logprobs"], lp["top_logprobs"]))
+
+
+def test_best_of_returns_the_samples_with_the_best_logprob_per_token(server):
+    # best_of 4, n 2: the same four seeded samples as n 4, the two with the highest mean token
+    # logprob returned, best first; usage counts every sample generated.
+    base = {"model": server.model, "prompt": "The weather", "max_tokens": 5, "seed": 42, "temperature": 1.2}
+    every = post(server, "/v1/completions", {**base, "n": 4, "logprobs": 0}).json()["choices"]
+    def mean(c):
+        return sum(c["logprobs"]["token_logprobs"]) / len(c["logprobs"]["token_logprobs"])
+    ranked = sorted(every, key=lambda c: (-mean(c), c["index"]))
+    r = post(server, "/v1/completions", {**base, "n": 2, "best_of": 4})
+    assert r.status_code == 200, r.text
+    best = r.json()
+    assert [c["text"] for c in best["choices"]] == [c["text"] for c in ranked[:2]]
+    assert [c["index"] for c in best["choices"]] == [0, 1]
+    assert all(c["logprobs"] is None for c in best["choices"])  # ranked on logprobs not asked for
+    assert best["usage"]["completion_tokens"] == sum(len(c["logprobs"]["tokens"]) for c in every)
