@@ -82,11 +82,12 @@ rt::maybe_async streamer::handle(token_batch& m) {
     if (st.params.logprobs >= 0) ev.token_logprobs = {e.logprob};
     if (st.params.logprobs > 0) ev.top_logprobs.push_back(std::move(e.top_logprobs));
     if (st.return_logits && !e.logits.empty()) ev.logits.push_back(std::move(e.logits));
-    if (st.return_token_text) {  // logprobs' token strings: each id decoded on its own
-      auto text_of = [this](int32_t id) {
-        const int32_t one[1] = {id};
-        return tok_ ? tok_->decode(std::span<const int32_t>(one), true) : std::string();
-      };
+    // logprobs' token strings: each id decoded on its own
+    auto text_of = [this](int32_t id) {
+      const int32_t one[1] = {id};
+      return tok_ ? tok_->decode(std::span<const int32_t>(one), true) : std::string();
+    };
+    if (st.return_token_text) {
       ev.token_texts = {text_of(e.token)};
       if (!ev.top_logprobs.empty()) {
         std::vector<std::string> tops;
@@ -99,11 +100,7 @@ rt::maybe_async streamer::handle(token_batch& m) {
       if (st.return_token_text) {
         std::unordered_set<int32_t> seen;
         auto note = [&](int32_t id) {
-          if (seen.insert(id).second) {
-            const int32_t one[1] = {id};
-            ev.prompt_token_texts.emplace_back(id, tok_ ? tok_->decode(std::span<const int32_t>(one), true)
-                                                        : std::string());
-          }
+          if (seen.insert(id).second) ev.prompt_token_texts.emplace_back(id, text_of(id));
         };
         if (!st.stream->prompt_ids().empty()) note(st.stream->prompt_ids().front());
         for (const auto& pl : e.prompt_logprobs) {

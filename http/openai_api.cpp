@@ -3,11 +3,8 @@
 // choices and usage accounting.
 #include "http/openai_api.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <limits>
-#include <numeric>
 #include <unordered_map>
 
 #include <asio/experimental/awaitable_operators.hpp>
@@ -50,36 +47,6 @@ http_response error_response(const api_error& e) {
 }
 
 namespace {
-
-// best_of: of each prompt's n samples, the `keep` with the highest mean token log-probability
-// (OpenAI's "highest log probability per token"; ties: lower index first), best first and
-// re-indexed. The prompt's logprobs, carried by one sample of the group, go to the first kept.
-void keep_best(std::vector<choice_state>& choices, int32_t n, int32_t keep) {
-  std::vector<choice_state> out;
-  const size_t group = size_t(n);
-  for (size_t g = 0; g * group < choices.size(); ++g) {
-    std::vector<size_t> idx(group);
-    std::iota(idx.begin(), idx.end(), g * group);
-    auto mean = [&](size_t i) {
-      const auto& lp = choices[i].token_logprobs;
-      if (lp.empty()) return -std::numeric_limits<double>::infinity();
-      double sum = 0;
-      for (float x : lp) sum += x;
-      return sum / double(lp.size());
-    };
-    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return mean(a) > mean(b); });
-    std::vector<prompt_logprob> prompt_lps;
-    for (size_t i : idx)
-      if (!choices[i].prompt_logprobs.empty()) prompt_lps = choices[i].prompt_logprobs;
-    for (size_t k = 0; k < size_t(keep) && k < idx.size(); ++k) {
-      choice_state c = std::move(choices[idx[k]]);
-      c.index = int32_t(out.size());
-      if (k == 0) c.prompt_logprobs = prompt_lps;
-      out.push_back(std::move(c));
-    }
-  }
-  choices = std::move(out);
-}
 
 
 int64_t unix_now() {
@@ -133,7 +100,6 @@ void openai_api::attach(engine& e) {
   limits_.vocab_size = info.vocab_size;
   limits_.max_model_len = info.max_model_len;
   limits_.enable_auto_tool_choice = options_.enable_auto_tool_choice;
-  limits_.prompt_logprobs = info.prompt_logprobs;
   limits_.tool_call_parser = find_tool_parser(options_.tool_call_parser);
   reasoning_ = find_reasoning_parser(options_.reasoning_parser);
   engine_.store(&e, std::memory_order_release);  // publishes limits_ to the handlers

@@ -471,9 +471,10 @@ std::optional<api_error> read_tools(const value& body, const model_limits& lim, 
   return std::nullopt;
 }
 
-// Prompt logprobs, and fields of OpenAI's or vLLM's APIs that this server does not implement: a
-// 400 naming the field when they ask for something, rather than an answer that silently lacks it.
-std::optional<api_error> read_unsupported(const value& body, bool chat, const model_limits& lim, openai_request& r) {
+// prompt_logprobs (and echo + logprobs), best_of, and suffix, which is not implemented: a 400
+// naming the field rather than an answer that silently lacks it. (An executor that does not
+// compute prompt logprobs is refused by the engine.)
+std::optional<api_error> read_extra_fields(const value& body, bool chat, openai_request& r) {
   auto unsupported = [](const char* field, const std::string& why) {
     return api_error::bad_request("'" + std::string(field) + "' " + why, field);
   };
@@ -483,7 +484,6 @@ std::optional<api_error> read_unsupported(const value& body, bool chat, const mo
   const bool echo_logprobs = !chat && r.echo && r.params.logprobs >= 0;
   if (pl || echo_logprobs) {
     const char* field = pl ? "prompt_logprobs" : "logprobs";
-    if (!lim.prompt_logprobs) return unsupported(field, "needs prompt log-probabilities, which this executor does not compute");
     if (r.stream)
       return unsupported(field, pl ? "is not available when 'stream' is true" : "with 'echo' is not available when 'stream' is true");
     r.prompt_logprobs_field = pl.has_value();
@@ -558,7 +558,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
     if (!u->is_string()) return type_error("user", "a string");
     r.user = u->as_string();
   }
-  if (auto e = read_unsupported(body, chat, lim, r)) return *e;
+  if (auto e = read_extra_fields(body, chat, r)) return *e;
   if (!r.max_tokens_given) r.max_tokens_param = "max_tokens";
   return r;
 }

@@ -25,7 +25,6 @@ struct model_limits {
   // Tool calling: tool_choice "auto" needs --enable-auto-tool-choice and a --tool-call-parser.
   bool enable_auto_tool_choice = false;
   const tool_parser* tool_call_parser = nullptr;
-  bool prompt_logprobs = false;  // the executor computes prompt logprobs (echo + logprobs too)
 };
 
 struct openai_request {

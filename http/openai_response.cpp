@@ -1,5 +1,9 @@
 #include "http/openai_response.hpp"
 
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
 namespace coserve::http {
 
 using json::value;
@@ -15,6 +19,33 @@ void choice_state::add(const output_event& ev) {
     finish = ev.finish;
     stop_reason = ev.stop_reason;
   }
+}
+
+void keep_best(std::vector<choice_state>& choices, int32_t n, int32_t keep) {
+  std::vector<choice_state> out;
+  const size_t group = size_t(n);
+  for (size_t g = 0; g * group < choices.size(); ++g) {
+    std::vector<size_t> idx(group);
+    std::iota(idx.begin(), idx.end(), g * group);
+    auto mean = [&](size_t i) {
+      const auto& lp = choices[i].token_logprobs;
+      if (lp.empty()) return -std::numeric_limits<double>::infinity();
+      double sum = 0;
+      for (float x : lp) sum += x;
+      return sum / double(lp.size());
+    };
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return mean(a) > mean(b); });
+    std::vector<prompt_logprob> prompt_lps;
+    for (size_t i : idx)
+      if (!choices[i].prompt_logprobs.empty()) prompt_lps = choices[i].prompt_logprobs;
+    for (size_t k = 0; k < size_t(keep) && k < idx.size(); ++k) {
+      choice_state c = std::move(choices[idx[k]]);
+      c.index = int32_t(out.size());
+      if (k == 0) c.prompt_logprobs = prompt_lps;
+      out.push_back(std::move(c));
+    }
+  }
+  choices = std::move(out);
 }
 
 std::string_view finish_text(finish_reason r) noexcept {

@@ -46,6 +46,11 @@ struct choice_state {
   void add(const output_event& ev);
 };
 
+// best_of: of each prompt's n consecutive choices, the `keep` with the highest mean token
+// log-probability (OpenAI's "highest log probability per token"; ties: lower index first), best
+// first and re-indexed; the prompt's logprobs, carried by one of the group, go to the first kept.
+void keep_best(std::vector<choice_state>& choices, int32_t n, int32_t keep);
+
 // "stop", "length", "abort", "error", or null ("") while unfinished.
 std::string_view finish_text(finish_reason r) noexcept;
 

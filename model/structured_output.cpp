@@ -187,13 +187,14 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   // xgrammar builds a oneOf it cannot prove disjoint as anyOf, and warns; where our own proof
   // (types, const/enum values, a discriminating required property, $refs followed) shows the
   // branches disjoint, anyOf accepts exactly what oneOf does and that warning is dropped.
-  std::vector<std::string> ignored;
+  std::vector<std::string> unsupported;
   for (const auto& w : warnings.warnings())
-    if (!(one_of_exact && w.rfind("oneOf with overlapping", 0) == 0)) ignored.push_back(w);
+    if (!(one_of_exact && w.rfind("oneOf with overlapping", 0) == 0)) unsupported.push_back(w);
   if ((spec.type == grammar_spec::kind::json_schema || spec.type == grammar_spec::kind::json_object) &&
-      !ignored.empty()) {
-    std::string why = "unsupported JSON schema feature: " + ignored.front();
-    for (size_t i = 1; i < ignored.size() && i < 4; ++i) if (ignored[i] != ignored[i - 1]) why += "; " + ignored[i];
+      !unsupported.empty()) {
+    std::string why = "unsupported JSON schema feature: " + unsupported.front();
+    for (size_t i = 1; i < unsupported.size() && i < 4; ++i)
+      if (unsupported[i] != unsupported[i - 1]) why += "; " + unsupported[i];
     return fail(std::move(why));
   }
   stats_.compile_seconds +=
