@@ -58,7 +58,6 @@ rt::maybe_async streamer::handle(token_batch& m) {
   const int64_t t0 = tr.now_ns();
   const auto now = clock::now();
   traced_.clear();
-  int64_t tokens = 0;
   for (token_event& e : m.events) {
     auto it = states_.find(e.request_id);
     if (it == states_.end()) continue;
@@ -70,7 +69,9 @@ rt::maybe_async streamer::handle(token_batch& m) {
       st.cancel_sent = true;
       out.tell(p_->intake_ref, cancel_request{e.request_id});
     }
-    ++tokens;
+    // Counted before the event is sent: a client that has seen its stream end reads a count that
+    // includes every token it was sent.
+    p_->metrics.generation_tokens.fetch_add(1, std::memory_order_relaxed);
     if (!st.first_token_seen) p_->metrics.ttft.observe(seconds(now - st.stream->submitted()));
     else p_->metrics.itl.observe(seconds(now - st.last_token));
     st.first_token_seen = true;
@@ -141,7 +142,6 @@ rt::maybe_async streamer::handle(token_batch& m) {
       st.stream->send(std::move(ev));
     }
   }
-  p_->metrics.generation_tokens.fetch_add(tokens, std::memory_order_relaxed);
   if (tr.enabled()) {
     const int64_t t1 = tr.now_ns();
     std::sort(traced_.begin(), traced_.end());

@@ -178,7 +178,7 @@ TEST_CASE("step loop: steps launched ahead give the outputs of one step at a tim
 
   auto ahead = engine::start(small_config());
   REQUIRE(ahead);
-  (void)run_all(**ahead, base, true);  // the same history as `plain` (metrics compared below)
+  const auto first_ahead = run_all(**ahead, base, true);  // the same history as `plain`
   const auto got = run_samples(**ahead, reqs);
   REQUIRE(wait_all_blocks_free(**ahead));
   const engine_metrics ma = (*ahead)->metrics();
@@ -195,6 +195,12 @@ TEST_CASE("step loop: steps launched ahead give the outputs of one step at a tim
     for (const auto& [idx, f] : want[i].finish) stopped += f == finish_reason::stop;
   }
   CHECK(stopped >= 10);  // the stop ids and strings did fire
+  // Every token a client was sent is counted by the time its stream has ended, and no other.
+  int64_t streamed = 0;
+  for (const auto& c : first_ahead) streamed += int64_t(c.tokens.size());
+  for (const auto& g : got)
+    for (const auto& [idx, t] : g.tokens) streamed += int64_t(t.size());
+  CHECK(ma.generation_tokens == streamed);
   // Tokens counted: those streamed, in both (the extra step's tokens never count).
   CHECK(ma.generation_tokens == mp.generation_tokens);
   CHECK(ma.prompt_tokens == mp.prompt_tokens);
