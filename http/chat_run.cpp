@@ -1,7 +1,8 @@
 // The chat run /v1/responses and /v1/messages share: a dialect request translated, validated and
 // submitted (start_dialect), its one sample's output split into reasoning, content and tool calls
 // as it streams (drain_chat, the same parsers as /v1/chat/completions), with the client watched
-// (pump_chat) or collected whole (collect_chat).
+// (pump_chat) or collected whole (collect_chat); and the input-token count of either dialect's
+// request (count_input_tokens).
 #include <chrono>
 #include <functional>
 
@@ -96,6 +97,51 @@ asio::awaitable<std::variant<openai_api::dialect_run, api_error>> openai_api::st
   }
   run.s = std::move(*submitted);
   co_return run;
+}
+
+asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response_writer& w, bool anthropic) {
+  auto fail = [&](const api_error& e) -> asio::awaitable<void> {
+    if (!anthropic) co_return co_await respond_error(w, e);
+    http_response resp{e.status, "application/json", anthropic_error_json(e), {}};
+    if (e.status == 429) resp.headers.emplace_back("Retry-After", "1");
+    co_await respond(w, resp);
+  };
+  auto parsed = parse_json_object(req.body);
+  if (auto* e = std::get_if<api_error>(&parsed)) {
+    const api_error err = *e;
+    co_return co_await fail(err);
+  }
+  value body = std::move(std::get<value>(parsed));
+  // Nothing is generated: Anthropic's count body has no max_tokens, which the translation needs.
+  if (const value* mt = body.find("max_tokens"); anthropic && (!mt || mt->is_null())) body["max_tokens"] = value(int64_t{1});
+  auto chat = anthropic ? messages_to_chat(body) : responses_to_chat(body);
+  if (auto* e = std::get_if<api_error>(&chat)) {
+    const api_error err = *e;
+    co_return co_await fail(err);
+  }
+  value& c = std::get<value>(chat);
+  if (const value* m = body.find("model"); m && m->is_string()) c["model"] = *m;
+  c["stream"] = value(false);
+  auto pr = parse_openai_request(json::dump(c), true, limits_);
+  if (auto* e = std::get_if<api_error>(&pr)) {
+    api_error err = *e;
+    err.param = anthropic ? messages_param(err.param) : responses_param(err.param);
+    co_return co_await fail(err);
+  }
+  tokenize_request_input in;
+  in.input = std::move(std::get<openai_request>(pr).chat_in);
+  auto ids = co_await eng().tokenize(std::move(in));
+  if (!ids) {
+    const char* param = anthropic ? "messages" : "input";
+    const api_error err = from_engine_error(ids.err(), param, ids.err().code != "queue_full" && ids.err().code != "engine_down");
+    co_return co_await fail(err);
+  }
+  value out = json::object{};
+  if (!anthropic) out["object"] = value("response.input_tokens");
+  out["input_tokens"] = value(static_cast<int64_t>(ids->size()));
+  std::string text;
+  json::dump_compact(out, text);
+  co_await respond_json(w, 200, text);
 }
 
 asio::awaitable<openai_api::collected_chat> openai_api::collect_chat(dialect_run& run, response_writer& w) {

@@ -62,7 +62,8 @@ constexpr route k_routes[] = {
     {"/health", "GET"},          {"/metrics", "GET"},              {"/tokenize", "POST"},
     {"/detokenize", "POST"},     {"/version", "GET"},              {"/openapi.json", "GET"},
     {"/v1/responses", "POST"},   {"/v1/messages", "POST"},       {"/api/status", "GET"},
-    {"/api/trace", "GET"},
+    {"/api/trace", "GET"},       {"/v1/messages/count_tokens", "POST"},
+    {"/v1/responses/input_tokens", "POST"},
 };
 
 // Streams of one HTTP request (one per prompt) and the index offset of each one's choices.
@@ -210,6 +211,8 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   if (path == "/v1/chat/completions") co_return co_await generate(req, w, true);
   if (path == "/v1/responses") co_return co_await responses(req, w);
   if (path == "/v1/messages") co_return co_await messages(req, w);
+  if (path == "/v1/messages/count_tokens") co_return co_await count_input_tokens(req, w, true);
+  if (path == "/v1/responses/input_tokens") co_return co_await count_input_tokens(req, w, false);
   if (path == "/api/status") co_return co_await status(req, w);
   if (path == "/api/trace") co_return co_await trace(req, w);
   if (path == "/tokenize") co_return co_await tokenize(req, w);

@@ -81,6 +81,9 @@ class openai_api {
   // /v1/responses and /v1/messages (http/dialects.cpp).
   asio::awaitable<void> responses(http_request& req, response_writer& w);
   asio::awaitable<void> messages(http_request& req, response_writer& w);
+  // /v1/messages/count_tokens and /v1/responses/input_tokens: the prompt tokens the request's
+  // conversation renders to (chat template, tools and system text included), nothing generated.
+  asio::awaitable<void> count_input_tokens(http_request& req, response_writer& w, bool anthropic);
   // One chat sample's output, reasoning and tool calls split as for /v1/chat/completions, handed
   // to the sink as it streams (tool calls once the output is complete).
   struct chat_sink {

@@ -166,6 +166,57 @@ def test_messages_errors_and_auth(srv):
     assert r.status_code == 200
 
 
+# ---- Counting input tokens ------------------------------------------------------------------------
+
+def test_messages_count_tokens_matches_the_billed_input(srv):
+    """client.messages.count_tokens: the input tokens a /v1/messages call with the same system,
+    messages and tools reports in its usage (template, tool definitions and system text included)."""
+    a = claude(srv)
+    tools = [{"name": "calc", "description": "calculator", "input_schema": ADD}]
+    convs = [
+        dict(messages=[{"role": "user", "content": "hi"}]),
+        dict(system="You are terse.", messages=[{"role": "user", "content": "héllo — wörld"}]),
+        dict(tools=tools, messages=[
+            {"role": "user", "content": "add 2"},
+            {"role": "assistant", "content": [{"type": "text", "text": "Calling."},
+                                              {"type": "tool_use", "id": "toolu_1", "name": "calc",
+                                               "input": {"a": 2, "op": "plus"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "4"}]}]),
+    ]
+    counts = []
+    for kw in convs:
+        n = a.messages.count_tokens(model=srv.model, **kw).input_tokens
+        m = a.messages.create(model=srv.model, max_tokens=1, **kw)
+        assert n == m.usage.input_tokens > 0
+        counts.append(n)
+    assert len(set(counts)) == 3
+    # Errors in Anthropic's shape, the server's own checks included.
+    with pytest.raises(anthropic.BadRequestError) as e:
+        a.messages.count_tokens(model=srv.model, messages=[])
+    assert e.value.body["error"]["type"] == "invalid_request_error"
+    with pytest.raises(anthropic.NotFoundError):
+        a.messages.count_tokens(model="no-such-model", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(anthropic.AuthenticationError):
+        claude(srv, key="wrong").messages.count_tokens(model=srv.model, messages=[{"role": "user", "content": "x"}])
+    r = httpx.get(srv.url + "/v1/messages/count_tokens", headers={"x-api-key": KEY})
+    assert r.status_code == 405
+
+
+def test_responses_input_tokens_matches_the_billed_input(srv):
+    """client.responses.input_tokens.count: the input tokens /v1/responses reports in its usage."""
+    c = oai(srv)
+    tools = [{"type": "function", "name": "calc", "description": "calculator", "parameters": ADD}]
+    for kw in (dict(input="Hello there"), dict(input="Hello there", instructions="Be brief."),
+               dict(input=[{"role": "user", "content": "add 2"}], tools=tools)):
+        n = c.responses.input_tokens.count(model=srv.model, **kw)
+        assert n.object == "response.input_tokens"
+        r = c.responses.create(model=srv.model, max_output_tokens=1, **kw)
+        assert n.input_tokens == r.usage.input_tokens > 0
+    r = httpx.post(srv.url + "/v1/responses/input_tokens", json={"model": srv.model},
+                   headers={"Authorization": "Bearer " + KEY}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input"
+
+
 # ---- Continuing the final message (assistant prefill) ----------------------------------------------
 
 PREFILL = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "My favourite colour is"}]
