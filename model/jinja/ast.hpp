@@ -15,16 +15,18 @@ struct expr;
 using expr_ptr = std::unique_ptr<expr>;
 
 struct expr {
-  enum class kind { literal, name, list, tuple, dict, attr, index, slice, call, filter, test, unop, binop, cond };
+  enum class kind { literal, name, list, tuple, dict, attr, index, slice, call, filter, test, unop, binop, cond, compare };
   kind k = kind::literal;
   jvalue lit;          // literal
   std::string name;    // name / attr / filter / test / operator
   bool negate = false; // test: `is not`
   // Children: list/tuple items; dict as key,value pairs; attr/index: [obj(, key)]; slice:
   // [obj, start, stop, step] (null when absent); call: [callee, positional...]; filter/test:
-  // [subject (null in a filter block), positional...]; unop: [x]; binop: [a, b]; cond: [then, cond, else|null].
+  // [subject (null in a filter block), positional...]; unop: [x]; binop: [a, b]; cond: [then, cond, else|null];
+  // compare (a chain of two or more comparisons): [operand0, operand1, ...] with `ops` between them.
   std::vector<expr_ptr> args;
   std::vector<std::pair<std::string, expr_ptr>> kwargs;
+  std::vector<std::string> ops;  // compare
 };
 
 struct node;

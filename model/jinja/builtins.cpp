@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <utf8proc.h>
 
 namespace coserve::jinja {
@@ -256,6 +257,29 @@ std::string py_title(const std::string& s) {
   }
   return out;
 }
+// The title filter (jinja2's do_title, not str.title()): words split at runs of whitespace and
+// - ( { [ <; each word's first code point uppercased (upper(), so 'ﬁ' becomes 'FI'), the rest
+// lowercased.
+std::string jinja_title(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  bool word_start = true;
+  for (const auto& c : spans(s)) {
+    if (c.cp < 0) {
+      out += s[c.pos];
+      word_start = false;
+      continue;
+    }
+    if (py_is_space(c.cp) || c.cp == '-' || c.cp == '(' || c.cp == '{' || c.cp == '[' || c.cp == '<') {
+      append_cp(out, c.cp);
+      word_start = true;
+      continue;
+    }
+    append_mapped(out, c.cp, word_start ? case_kind::upper : case_kind::lower, true);
+    word_start = false;
+  }
+  return out;
+}
 // str.capitalize() (Python 3.8+): the first code point to titlecase, the rest to lowercase.
 std::string py_capitalize(const std::string& s) {
   std::string out;
@@ -305,9 +329,7 @@ jvalue py_split(const std::string& s, const jvalue& sep, int64_t maxsplit) {
       while (i < cps.size() && py_is_space(cps[i].cp)) ++i;
       if (i >= cps.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
-        size_t e = cps.size();
-        while (e > i && py_is_space(cps[e - 1].cp)) --e;
-        parts.emplace_back(s.substr(cps[i].pos, cps[e - 1].pos + cps[e - 1].len - cps[i].pos));
+        parts.emplace_back(s.substr(cps[i].pos));  // the rest as it is, trailing whitespace kept
         break;
       }
       size_t j = i;
@@ -328,6 +350,82 @@ jvalue py_split(const std::string& s, const jvalue& sep, int64_t maxsplit) {
   }
   parts.emplace_back(s.substr(pos));
   return jvalue::list(std::move(parts));
+}
+
+// str.rsplit: split() from the right; with maxsplit the rest on the left is kept as it is.
+jvalue py_rsplit(const std::string& s, const jvalue& sep, int64_t maxsplit) {
+  std::vector<jvalue> parts;  // right to left, reversed at the end
+  if (!sep.is_string()) {
+    const auto cps = spans(s);
+    size_t e = cps.size();
+    while (e > 0) {
+      while (e > 0 && py_is_space(cps[e - 1].cp)) --e;
+      if (e == 0) break;
+      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) {
+        parts.emplace_back(s.substr(0, cps[e - 1].pos + cps[e - 1].len));
+        break;
+      }
+      size_t b = e;
+      while (b > 0 && !py_is_space(cps[b - 1].cp)) --b;
+      parts.emplace_back(s.substr(cps[b].pos, cps[e - 1].pos + cps[e - 1].len - cps[b].pos));
+      e = b;
+    }
+  } else {
+    const std::string& d = sep.str();
+    if (d.empty()) throw template_error("empty separator");
+    size_t end = s.size();
+    while (true) {
+      if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) break;
+      if (end < d.size()) break;
+      size_t f = s.rfind(d, end - d.size());
+      if (f == std::string::npos) break;
+      parts.emplace_back(s.substr(f + d.size(), end - f - d.size()));
+      end = f;
+    }
+    parts.emplace_back(s.substr(0, end));
+  }
+  std::reverse(parts.begin(), parts.end());
+  return jvalue::list(std::move(parts));
+}
+
+// str.splitlines: Python's line boundaries (\n, \r, \r\n, \v, \f, \x1c-\x1e, \x85, U+2028, U+2029).
+jvalue py_splitlines(const std::string& s, bool keepends) {
+  std::vector<jvalue> out;
+  const auto cps = spans(s);
+  size_t start = 0;  // byte offset of the current line
+  for (size_t i = 0; i < cps.size(); ++i) {
+    const int32_t c = cps[i].cp;
+    const bool brk = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || (c >= 0x1c && c <= 0x1e) || c == 0x85 ||
+                     c == 0x2028 || c == 0x2029;
+    if (!brk) continue;
+    const size_t line_end = cps[i].pos;  // before the break
+    size_t next = cps[i].pos + cps[i].len;
+    if (c == '\r' && i + 1 < cps.size() && cps[i + 1].cp == '\n') next = cps[++i].pos + 1;
+    out.emplace_back(s.substr(start, (keepends ? next : line_end) - start));
+    start = next;
+  }
+  if (start < s.size()) out.emplace_back(s.substr(start));
+  return jvalue::list(std::move(out));
+}
+
+// str.center / ljust / rjust: padded with one fill code point up to `width` code points.
+std::string py_pad(const std::string& s, int64_t width, const jvalue& fill, char how) {
+  std::string f = " ";
+  if (!fill.is_undefined() && !fill.is_none()) {
+    if (!fill.is_string() || code_points(fill.str()).size() != 1)
+      throw template_error("The fill character must be exactly one character long");
+    f = fill.str();
+  }
+  const auto w = static_cast<int64_t>(width_arg(width, "width"));
+  const auto len = static_cast<int64_t>(code_points(s).size());
+  if (len >= w) return s;
+  const int64_t total = w - len;
+  const int64_t left = how == 'l' ? 0 : how == 'r' ? total : total / 2 + (total & w & 1);
+  std::string out;
+  for (int64_t i = 0; i < left; ++i) out += f;
+  out += s;
+  for (int64_t i = left; i < total; ++i) out += f;
+  return out;
 }
 
 jvalue make_method(std::string name, std::function<jvalue(call_args&)> fn) {
@@ -448,6 +546,110 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
   if (name == "isalpha") return all_of(py_is_alpha);
   if (name == "isspace") return all_of(py_is_space);
   if (name == "isalnum") return all_of([](int32_t cp) { return py_is_alpha(cp) || py_is_numeric(cp); });
+  if (name == "rsplit")
+    return m([s](call_args& a) {
+      jvalue mx = a.get(1, "maxsplit", jvalue(-1));
+      return py_rsplit(s, a.get(0, "sep", jvalue()), mx.as_int());
+    });
+  if (name == "splitlines")
+    return m([s](call_args& a) { return py_splitlines(s, a.get(0, "keepends", jvalue(false)).truthy()); });
+  if (name == "center" || name == "ljust" || name == "rjust") {
+    const char how = name == "center" ? 'c' : name == "ljust" ? 'l' : 'r';
+    return m([s, how](call_args& a) {
+      return jvalue(py_pad(s, a.get(0, "width").as_int(), a.get(1, "fillchar", jvalue()), how));
+    });
+  }
+  if (name == "zfill")
+    return m([s](call_args& a) {
+      const bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');
+      std::string padded = py_pad(sign ? s.substr(1) : s, a.get(0, "width").as_int() - (sign ? 1 : 0), jvalue("0"), 'r');
+      return jvalue(sign ? s.substr(0, 1) + padded : padded);
+    });
+  if (name == "partition" || name == "rpartition") {
+    const bool right = name == "rpartition";
+    return m([s, right](call_args& a) {
+      const std::string d = a.get(0, "sep").to_str();
+      if (d.empty()) throw template_error("empty separator");
+      const size_t f = right ? s.rfind(d) : s.find(d);
+      if (f == std::string::npos)
+        return right ? jvalue::list({jvalue(""), jvalue(""), jvalue(s)}, true)
+                     : jvalue::list({jvalue(s), jvalue(""), jvalue("")}, true);
+      return jvalue::list({jvalue(s.substr(0, f)), jvalue(d), jvalue(s.substr(f + d.size()))}, true);
+    });
+  }
+  if (name == "removeprefix" || name == "removesuffix") {
+    const bool suffix = name == "removesuffix";
+    return m([s, suffix](call_args& a) {
+      const std::string x = a.get(0, suffix ? "suffix" : "prefix").to_str();
+      if (x.empty() || x.size() > s.size()) return jvalue(s);
+      if (suffix) return jvalue(s.compare(s.size() - x.size(), x.size(), x) == 0 ? s.substr(0, s.size() - x.size()) : s);
+      return jvalue(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
+    });
+  }
+  if (name == "swapcase")
+    return m([s](call_args&) {
+      std::string out;
+      for (const auto& c : spans(s)) {
+        if (c.cp < 0) { out += s[c.pos]; continue; }
+        const auto cat = category(c.cp);
+        if (cat == UTF8PROC_CATEGORY_LU) append_mapped(out, c.cp, case_kind::lower, true);
+        else if (cat == UTF8PROC_CATEGORY_LL) append_mapped(out, c.cp, case_kind::upper, true);
+        else append_cp(out, c.cp);
+      }
+      return jvalue(out);
+    });
+  if (name == "casefold")
+    return m([s](call_args&) {
+      utf8proc_uint8_t* folded = nullptr;
+      const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                                              static_cast<utf8proc_ssize_t>(s.size()), &folded, UTF8PROC_CASEFOLD);
+      if (n < 0) return jvalue(to_lower(s));  // invalid UTF-8: lowercase what can be
+      std::string out(reinterpret_cast<const char*>(folded), static_cast<size_t>(n));
+      std::free(folded);
+      return jvalue(out);
+    });
+  if (name == "expandtabs")
+    return m([s](call_args& a) {
+      const int64_t tab = a.get(0, "tabsize", jvalue(8)).as_int();
+      std::string out;
+      int64_t col = 0;
+      for (const auto& c : spans(s)) {
+        if (c.cp == '\t') {
+          if (tab > 0) {
+            const int64_t n = tab - col % tab;
+            out.append(width_arg(n, "tabsize"), ' ');
+            col += n;
+          }
+        } else {
+          out.append(s, c.pos, c.len);
+          col = c.cp == '\n' || c.cp == '\r' ? 0 : col + 1;
+        }
+      }
+      return jvalue(out);
+    });
+  if (name == "rindex")
+    return m([s](call_args& a) {
+      const size_t f = s.rfind(a.get(0, "sub").to_str());
+      if (f == std::string::npos) throw template_error("substring not found");
+      return jvalue(static_cast<int64_t>(code_points(s.substr(0, f)).size()));
+    });
+  if (name == "istitle")
+    return m([s](call_args&) {
+      bool cased = false, prev_cased = false;
+      for (const auto& c : spans(s)) {
+        const auto cat = category(c.cp);
+        if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT) {
+          if (prev_cased) return jvalue(false);
+          prev_cased = cased = true;
+        } else if (cat == UTF8PROC_CATEGORY_LL) {
+          if (!prev_cased) return jvalue(false);
+          prev_cased = cased = true;
+        } else {
+          prev_cased = false;
+        }
+      }
+      return jvalue(cased);
+    });
   if (name == "islower") return m([s](call_args&) { return jvalue(to_lower(s) == s && to_upper(s) != s); });
   if (name == "isupper") return m([s](call_args&) { return jvalue(to_upper(s) == s && to_lower(s) != s); });
   return jvalue::undefined("'str object' has no attribute '" + name + "'");
@@ -491,6 +693,11 @@ jvalue dict_method(const jvalue& obj, const std::string& name) {
 
 jvalue list_method(const jvalue& obj, const std::string& name) {
   auto l = std::get<6>(obj.v);
+  if (name == "copy")
+    return make_method(name, [l](call_args&) {
+      std::vector<jvalue> items = l->items;
+      return jvalue::list(std::move(items));
+    });
   if (name == "index")
     return make_method(name, [l](call_args& a) {
       jvalue x = a.get(0, "value");
@@ -566,16 +773,10 @@ jvalue select_like(const jvalue& seq, const call_args& args, bool by_attr, bool 
 }
 
 std::string py_splitlines_indent(const std::string& text, const std::string& ind, bool first, bool blank) {
-  std::string s = text + "\n";
+  // str.splitlines: every Python line boundary (U+2028, \x85, \v, ... too), as jinja2's do_indent.
   std::vector<std::string> lines;
-  size_t i = 0;
-  while (i < s.size()) {
-    size_t j = i;
-    while (j < s.size() && s[j] != '\n' && s[j] != '\r') ++j;
-    lines.push_back(s.substr(i, j - i));
-    if (j < s.size() && s[j] == '\r' && j + 1 < s.size() && s[j + 1] == '\n') ++j;
-    i = j + 1;
-  }
+  const jvalue split = py_splitlines(text + "\n", false);
+  for (const auto& l : split.lst().items) lines.push_back(l.str());
   std::string rv;
   if (blank) {
     for (size_t k = 0; k < lines.size(); ++k) {
@@ -795,6 +996,11 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
     }
     i = j;
   }
+  // Python: a tuple's unused items are an error, and so is an unused single argument unless it is
+  // a mapping, a list or jinja2's Undefined (all pass PyMapping_Check, so '%' treats them as a
+  // mapping).
+  if (ai < list.size() && !args.is_dict() && !args.is_undefined() && !(args.is_list() && !args.lst().tuple))
+    throw template_error("not all arguments converted during string formatting");
   return out;
 }
 
@@ -804,6 +1010,19 @@ bool is_known_test(std::string_view n) {
       "string", "mapping", "iterable", "sequence", "callable", "sameas", "escaped", "in", "odd",
       "even", "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "<", "lessthan", "le", "<=",
       "gt", ">", "greaterthan", "ge", ">=", "lower", "upper", "filter", "test"};
+  return std::find(std::begin(names), std::end(names), n) != std::end(names);
+}
+
+// jinja2's default filters plus transformers' tojson: what the `filter` test knows (some of them,
+// such as urlize, are not implemented here and fail when used).
+bool is_known_filter(std::string_view n) {
+  static constexpr std::string_view names[] = {
+      "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
+      "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "join",
+      "last", "length", "list", "lower", "items", "map", "min", "max", "pprint", "random", "reject",
+      "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort",
+      "string", "striptags", "sum", "title", "trim", "truncate", "unique", "upper", "urlencode", "urlize",
+      "wordcount", "wordwrap", "xmlattr", "tojson"};
   return std::find(std::begin(names), std::end(names), n) != std::end(names);
 }
 
@@ -819,12 +1038,20 @@ bool apply_test(std::string_view name, const jvalue& v, const call_args& a) {
   if (name == "number") return v.is_number();
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_dict() && !v.dct().is_namespace;
-  if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string();
-  if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string();
-  if (name == "callable") return v.is_func();
+  // jinja2's Undefined has __iter__, __len__ and __getitem__: iterable and a sequence.
+  if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
+  if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
+  if (name == "callable") return v.is_func() || v.is_undefined();  // jinja2's Undefined has __call__
   if (name == "escaped") return false;
-  if (name == "lower") return v.is_string() && to_lower(v.str()) == v.str();
-  if (name == "upper") return v.is_string() && to_upper(v.str()) == v.str();
+  // jinja2: str(value).islower() / .isupper(): at least one cased code point, none of the other case.
+  if (name == "lower") {
+    const std::string t = v.to_str();
+    return to_lower(t) == t && to_upper(t) != t;
+  }
+  if (name == "upper") {
+    const std::string t = v.to_str();
+    return to_upper(t) == t && to_lower(t) != t;
+  }
   jvalue arg = a.get(0, "\x01");
   if (name == "sameas") {
     if (v.is_list() && arg.is_list()) return &v.lst() == &arg.lst();
@@ -841,7 +1068,7 @@ bool apply_test(std::string_view name, const jvalue& v, const call_args& a) {
   if (name == "le" || name == "<=") return compare(v, arg) <= 0;
   if (name == "gt" || name == ">" || name == "greaterthan") return compare(v, arg) > 0;
   if (name == "ge" || name == ">=") return compare(v, arg) >= 0;
-  if (name == "filter") return v.is_string();
+  if (name == "filter") return v.is_string() && is_known_filter(v.str());
   if (name == "test") return v.is_string() && is_known_test(v.str());
   throw template_error("No test named '" + std::string(name) + "'.");
 }
@@ -878,12 +1105,15 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
   if (name == "upper") return jvalue(to_upper(need_str()));
   if (name == "lower") return jvalue(to_lower(need_str()));
   if (name == "capitalize") return jvalue(py_capitalize(need_str()));
-  if (name == "title") return jvalue(py_title(need_str()));
+  if (name == "title") return jvalue(jinja_title(need_str()));
   if (name == "replace") {
     jvalue count = a.get(2, "count", jvalue());
     return jvalue(py_replace(need_str(), a.get(0, "old").to_str(), a.get(1, "new").to_str(),
                              count.is_none() ? -1 : count.as_int()));
   }
+  // int(Undefined) and float(Undefined) raise in jinja2 (the filters catch only TypeError and ValueError).
+  if ((name == "int" || name == "float") && v.is_undefined())
+    throw template_error(v.undefined_hint().empty() ? "undefined value" : v.undefined_hint());
   if (name == "int") return to_int(v, a.get(0, "default", jvalue(0)));
   if (name == "float") return to_float(v, a.get(0, "default", jvalue(0.0)));
   if (name == "abs") {
@@ -896,6 +1126,11 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     std::string method = a.get(1, "method", jvalue("common")).to_str();
     double scale = std::pow(10.0, static_cast<double>(prec));
     double x = v.as_float() * scale;
+    // Python's round(int, n) is the int itself; floor and ceil go through math and give floats.
+    if (method != "ceil" && method != "floor" && (v.is_int() || v.is_bool())) {
+      if (prec >= 0) return jvalue(v.as_int());
+      return jvalue(static_cast<int64_t>(std::nearbyint(v.as_float() * scale) / scale));  // half to even
+    }
     double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
     return jvalue(r / scale);
   }
@@ -1015,6 +1250,28 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     }
     return jvalue::list(std::move(out));
   }
+  if (name == "slice") {  // jinja2's do_slice: `slices` columns, the first length % slices one longer
+    const int64_t slices = a.get(0, "slices").as_int();
+    if (slices <= 0) throw template_error("slice count must be positive");
+    if (slices > k_max_width) throw template_error("slice count " + std::to_string(slices) + " is too large");
+    jvalue fill = a.get(1, "fill_with", jvalue());
+    const std::vector<jvalue> seq = iterate(v);
+    const auto length = static_cast<int64_t>(seq.size());
+    const int64_t per = length / slices, extra = length % slices;
+    std::vector<jvalue> out;
+    int64_t offset = 0;
+    for (int64_t k = 0; k < slices; ++k) {
+      const int64_t start = offset + k * per;
+      if (k < extra) ++offset;
+      const int64_t end = offset + (k + 1) * per;
+      std::vector<jvalue> part(seq.begin() + start, seq.begin() + end);
+      if (!fill.is_none() && k >= extra) part.push_back(fill);
+      out.push_back(jvalue::list(std::move(part)));
+    }
+    jvalue res = jvalue::list(std::move(out));
+    res.lst().lazy = true;
+    return res;
+  }
   if (name == "wordcount") {
     int64_t n = 0;
     bool in_word = false;
@@ -1026,6 +1283,9 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     return jvalue(n);
   }
   if (name == "indent") {
+    // jinja2 appends "\n" to the value first: anything but a string is a TypeError there.
+    if (!v.is_string())
+      throw template_error("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
     jvalue width = a.get(0, "width", jvalue(4));
     std::string ind = width.is_string() ? width.str() : std::string(width_arg(width.as_int(), "indent width"), ' ');
     return jvalue(py_splitlines_indent(need_str(), ind, a.get(1, "first", jvalue(false)).truthy(),

@@ -4,6 +4,8 @@
 // the render limits; split, each half would need the other's internals.
 #include "model/jinja/evaluator.hpp"
 
+#include <optional>
+
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -77,6 +79,8 @@ void check_size(std::size_t n, std::size_t max_bytes) {
 }
 
 jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_t max_bytes) {
+  // str % Undefined: Python's str.__mod__ takes it as a mapping (jinja2's Undefined has __getitem__).
+  if (op == "%" && a.is_string() && b.is_undefined()) return jvalue(percent_format(a.str(), b));
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
   if (op == "+") {
@@ -142,9 +146,26 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_
       if (m != 0 && ((m < 0) != (y < 0))) { --q; m += y; }
       return op == "//" ? jvalue(q) : jvalue(m);
     }
-    double x = a.as_float(), y = b.as_float();
-    double q = std::floor(x / y);
-    return op == "//" ? jvalue(q) : jvalue(x - q * y);
+    // CPython's float divmod: the remainder from fmod (exact), its sign from the divisor.
+    const double x = a.as_float(), y = b.as_float();
+    double mod = std::fmod(x, y);
+    double div = (x - mod) / y;
+    if (mod != 0.0) {
+      if ((y < 0) != (mod < 0)) {
+        mod += y;
+        div -= 1.0;
+      }
+    } else {
+      mod = std::copysign(0.0, y);
+    }
+    double floordiv;
+    if (div != 0.0) {
+      floordiv = std::floor(div);
+      if (div - floordiv > 0.5) floordiv += 1.0;
+    } else {
+      floordiv = std::copysign(0.0, x / y);
+    }
+    return op == "//" ? jvalue(floordiv) : jvalue(mod);
   }
   if (op == "**") {
     if (ints && b.as_int() >= 0) return jvalue(int_pow(a.as_int(), b.as_int()));
@@ -367,6 +388,10 @@ class evaluator {
       return exec(n.else_children, f, out);
     }
     size_t len = items.size();
+    // loop.changed(*values): true on the first call and whenever the values differ from the last
+    // call's (jinja2's LoopContext.changed), so its memory spans the iterations.
+    auto last_changed = std::make_shared<std::optional<std::vector<jvalue>>>();
+    bool completed = false;
     for (size_t i = 0; i < len; ++i) {
       step();
       // Each iteration starts from a fresh scope: what one iteration sets is gone in the next.
@@ -389,11 +414,22 @@ class evaluator {
         if (a.pos.empty()) throw template_error("no items for cycling given");
         return a.pos[i % a.pos.size()];
       }));
+      l.set("changed", func("changed", [last_changed](call_args& a) {
+        const auto& prev = *last_changed;
+        bool same = prev && prev->size() == a.pos.size();
+        for (size_t k = 0; same && k < a.pos.size(); ++k) same = equals((*prev)[k], a.pos[k]);
+        *last_changed = a.pos;
+        return jvalue(!same);
+      }));
       scope->set("loop", loop);
       bind_targets(n, items[i], *scope);
       flow fl = exec(n.children, scope, out);
       if (fl == flow::brk) break;
+      if (fl == flow::normal) completed = true;
     }
+    // jinja2 marks an iteration done at the end of its body, so the else block also runs when
+    // every iteration left early through continue, or the first one through break.
+    if (!completed && !n.else_children.empty()) return exec(n.else_children, f, out);
     return flow::normal;
   }
 
@@ -428,7 +464,7 @@ class evaluator {
         scope->set(params[i].first, params[i].second ? eval(*params[i].second, scope)
                                                      : jvalue::undefined("'" + params[i].first + "' is undefined"));
       }
-      scope->set("varargs", jvalue::list(std::move(extra)));
+      scope->set("varargs", jvalue::list(std::move(extra), true));  // a tuple, as in Python
       scope->set("kwargs", kwargs);
       bool has_caller = false;
       for (const auto& kv : a.kw) has_caller = has_caller || kv.first == "caller";
@@ -522,6 +558,7 @@ class evaluator {
         return v.is_float() ? jvalue(v.as_float()) : jvalue(v.as_int());
       }
       case expr::kind::binop: return eval_binop(e, f);
+      case expr::kind::compare: return eval_compare_chain(e, f);
       case expr::kind::cond: {
         if (eval(*e.args[1], f).truthy()) return eval(*e.args[0], f);
         if (e.args[2]) return eval(*e.args[2], f);
@@ -542,17 +579,35 @@ class evaluator {
       check_size(sa.size() + sb.size(), limits_.max_bytes);
       return jvalue(sa + sb);
     }
-    if (op == "==") return jvalue(equals(a, b));
-    if (op == "!=") return jvalue(!equals(a, b));
-    if (op == "in") return jvalue(contains(b, a));
-    if (op == "not in") return jvalue(!contains(b, a));
-    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
-      if (a.is_undefined()) undefined_error(a);
-      if (b.is_undefined()) undefined_error(b);
-      int c = compare(a, b);
-      return jvalue(op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0);
-    }
+    if (is_comparison(op)) return jvalue(compare_op(op, a, b));
     return arith(op, a, b, limits_.max_bytes);
+  }
+
+  static bool is_comparison(const std::string& op) {
+    return op == "==" || op == "!=" || op == "in" || op == "not in" || op == "<" || op == ">" || op == "<=" ||
+           op == ">=";
+  }
+  static bool compare_op(const std::string& op, const jvalue& a, const jvalue& b) {
+    if (op == "==") return equals(a, b);
+    if (op == "!=") return !equals(a, b);
+    if (op == "in") return contains(b, a);
+    if (op == "not in") return !contains(b, a);
+    if (a.is_undefined()) undefined_error(a);
+    if (b.is_undefined()) undefined_error(b);
+    int c = compare(a, b);
+    return op == "<" ? c < 0 : op == ">" ? c > 0 : op == "<=" ? c <= 0 : c >= 0;
+  }
+
+  // a op1 b op2 c ...: Python's chained comparison, (a op1 b) and (b op2 c) ..., each operand
+  // evaluated once and the chain stopping at the first false link.
+  jvalue eval_compare_chain(const expr& e, const frame_ptr& f) {
+    jvalue left = eval(*e.args[0], f);
+    for (size_t i = 0; i < e.ops.size(); ++i) {
+      jvalue right = eval(*e.args[i + 1], f);
+      if (!compare_op(e.ops[i], left, right)) return jvalue(false);
+      left = std::move(right);
+    }
+    return jvalue(true);
   }
 
   std::optional<std::time_t> now_;

@@ -238,6 +238,7 @@ std::string jvalue::repr() const {
       return s + "}";
     }
     case 8: return "<function " + fn().name + ">";
+    case 0: return "Undefined";  // jinja2's Undefined.__repr__
     default: return to_str();
   }
 }

@@ -73,6 +73,7 @@ std::vector<chunk> scan(std::string_view src) {
     size_t i = inner;
     size_t end = std::string_view::npos;
     char quote = 0;
+    int depth = 0;
     while (i + 1 < src.size() + 1 && i < src.size()) {
       char c = src[i];
       if (kind_ch != '#' && quote) {
@@ -82,7 +83,13 @@ std::vector<chunk> scan(std::string_view src) {
         continue;
       }
       if (kind_ch != '#' && (c == '\'' || c == '"')) { quote = c; ++i; continue; }
-      if (src.compare(i, 2, close) == 0) { end = i; break; }
+      // As jinja2's lexer: the closing delimiter counts only outside brackets, so `}}` closing
+      // nested dict literals inside `{{ ... }}` does not end the tag.
+      if (depth == 0 && src.compare(i, 2, close) == 0) { end = i; break; }
+      if (kind_ch != '#') {
+        if (c == '(' || c == '[' || c == '{') ++depth;
+        else if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+      }
       ++i;
     }
     if (end == std::string_view::npos) {
@@ -279,13 +286,14 @@ class parser {
     std::string stop;
     if (kw == "if") {
       n->k = node::kind::if_;
-      expr_ptr cond = parse_expr();
+      // jinja2 parses if/elif tests without a conditional expression (`if a if b else c` is an error).
+      expr_ptr cond = parse_or_test_no_cond();
       expect_end();
       while (true) {
         body b = parse_until({"elif", "else", "endif"}, stop);
         n->branches.emplace_back(std::move(cond), std::move(b));
         if (stop == "elif") {
-          cond = parse_expr();
+          cond = parse_or_test_no_cond();
           expect_end();
         } else if (stop == "else") {
           expect_end();
@@ -306,7 +314,7 @@ class parser {
       } while (accept_op(","));
       if (!accept_name("in")) fail("expected 'in'");
       n->e = parse_or_test_no_cond();
-      if (accept_name("if")) n->cond = parse_or_test_no_cond();
+      if (accept_name("if")) n->cond = parse_expr();  // the filter may be a conditional expression
       if (accept_name("recursive")) n->recursive = true;
       expect_end();
       n->children = parse_until({"else", "endfor"}, stop);
@@ -470,26 +478,38 @@ class parser {
     }
     return parse_compare();
   }
+  // One comparison is a binop; two or more chain as in Python (a < b < c), a compare node.
   expr_ptr parse_compare() {
-    expr_ptr e = parse_math1();
+    expr_ptr first = parse_math1();
+    std::vector<std::string> ops;
+    std::vector<expr_ptr> operands;
     while (true) {
       const token& t = peek();
+      std::string op;
       if (t.k == token::kind::op &&
           (t.s == "==" || t.s == "!=" || t.s == "<" || t.s == ">" || t.s == "<=" || t.s == ">=")) {
-        std::string op = next().s;
-        e = binop(op, std::move(e), parse_math1());
+        op = next().s;
       } else if (t.k == token::kind::name && t.s == "in") {
         next();
-        e = binop("in", std::move(e), parse_math1());
+        op = "in";
       } else if (t.k == token::kind::name && t.s == "not" && peek(1).k == token::kind::name &&
                  peek(1).s == "in") {
         next();
         next();
-        e = binop("not in", std::move(e), parse_math1());
+        op = "not in";
       } else {
-        return e;
+        break;
       }
+      ops.push_back(std::move(op));
+      operands.push_back(parse_math1());
     }
+    if (ops.empty()) return first;
+    if (ops.size() == 1) return binop(ops[0], std::move(first), std::move(operands[0]));
+    auto c = make(expr::kind::compare);
+    c->args.push_back(std::move(first));
+    for (auto& o : operands) c->args.push_back(std::move(o));
+    c->ops = std::move(ops);
+    return c;
   }
   expr_ptr parse_math1() {
     expr_ptr e = parse_concat();

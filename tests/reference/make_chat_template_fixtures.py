@@ -186,6 +186,30 @@ UNIT_CASES = [
  ("{{ [s] }}|{{ {'k': s} }}|{{ '%r'|format(s) }}|{{ [t, u] }}",
   {"s": "\u00a0a\u200bb\x85\u2028\u2029\ufeff\u00ad\U0001F600é\U000e0001\ue000\U0010fffd\u3000 \x7f",
    "t": "it's \"q\" \\", "u": "\u0378\u0301ǅ\U0001D400"}),
+ # Brackets inside a tag: `}}` closing nested dict literals does not end `{{ ... }}`.
+ ("{{ {'a': {'b': [1, {'c': 2}]}} }}|{{ {'n': {'x': 1}}|tojson }}|{{ {'a': 1}}}", {}),
+ # Chained comparisons as in Python; str % with a list or Undefined; round of ints.
+ ("{{ 3 > 2 > 1 }}{{ 1 < 3 > 2 }}{{ 1 < 0 < x }}{{ 'a' in 'ab' in 'xabx' }}|{{ 'v%s' % [1] }}{{ 'w' % [] }}{{ 'u%s' % y }}"
+  "|{{ 7|round(1) }} {{ 25|round(-1) }} {{ 7|round(1, 'floor') }} {{ 2 % 0.1 }} {{ -7.5 // 2 }}", {"x": 5}),
+ # for/else: the else block runs when no iteration reached the end of its body.
+ ("{% for x in xs %}{% if x %}{% continue %}{% endif %}{% else %}A{% endfor %}|"
+  "{% for x in xs %}{% break %}{% else %}B{% endfor %}|{% for x in xs %}{{ x }}{% else %}C{% endfor %}|"
+  "{% for x in xs if x > 1 %}{{ loop.changed(x % 2) }}{% endfor %}|{% for x in xs if x if y else 0 %}!{% endfor %}",
+  {"xs": [1, 2, 3, 4]}),
+ ("{% if a if b else c %}x{% endif %}", {}),
+ # More str methods and the filters' own rules (title: upper() of each word's first letter).
+ ("{{ 'a b  '.split(none, 1) }}{{ '  a b c '.rsplit(none, 1) }}{{ 'a,b,c'.rsplit(',', 1) }}{{ 'x\r\ny\u2028z\n'.splitlines() }}"
+  "{{ 'ab\ncd'.splitlines(true) }}|{{ 'ab'.center(7, '*') }}{{ 'ab'.ljust(4) }}|{{ 'ab'.rjust(4, '.') }}{{ '-42'.zfill(6) }}"
+  "|{{ 'a=b=c'.partition('=') }}{{ 'a=b=c'.rpartition('=') }}{{ 'xy'.partition('#') }}|{{ 'ǅa Ss'.swapcase() }}"
+  "{{ 'Straße'.casefold() }}|{{ 'pre_x'.removeprefix('pre_') }}{{ 'x.py'.removesuffix('.py') }}"
+  "|{{ 'a\tbc\td'.expandtabs(4) }}|{{ 'abcb'.rindex('b') }}{{ 'Hi There'.istitle() }}{{ 'Hi there'.istitle() }}", {}),
+ ("{{ 'ﬁne day'|title }}|{{ 'ǆx-yZ (ab'|title }}|{{ '-3' is upper }}{{ 'AB1' is upper }}{{ 3 is lower }}|"
+  "{{ [1, 2, 3, 4, 5]|slice(2)|list }}{{ 'abc'|slice(2, 'x')|list }}|{{ 'upper' is filter }}{{ 'nope' is filter }}"
+  "|{{ [x] }}{{ x is sequence }}{{ x is callable }}{{ xs.copy() }}|{{ 'a\u2028b'|indent(2) }}", {"xs": [1]}),
+ ("{% macro m(a) %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3) }}{{ m(1) }}", {}),
+ ("{{ x|int }}", {}),
+ ("{{ 5|indent(2) }}", {}),
+ ("{{ 'a' % 'b' }}", {}),
  ("{{ none.x }}", {}),
  ("{% if %}", {}),
  ("{% for x in xs %}{{ x }}", {"xs": [1]}),
