@@ -1061,7 +1061,14 @@ bool apply_test(std::string_view name, const jvalue& v, const call_args& a) {
   if (name == "in") return contains(arg, v);
   if (name == "odd") return v.as_int() % 2 != 0;
   if (name == "even") return v.as_int() % 2 == 0;
-  if (name == "divisibleby") return arg.as_int() != 0 && v.as_int() % arg.as_int() == 0;
+  if (name == "divisibleby") {
+    if (v.is_float() || arg.is_float()) {  // Python's value % num == 0 in floats
+      if (arg.as_float() == 0.0) throw template_error("float modulo by zero");
+      return std::fmod(v.as_float(), arg.as_float()) == 0.0;
+    }
+    if (arg.as_int() == 0) throw template_error("integer modulo by zero");
+    return v.as_int() % arg.as_int() == 0;
+  }
   if (name == "eq" || name == "equalto" || name == "==") return equals(v, arg);
   if (name == "ne" || name == "!=") return !equals(v, arg);
   if (name == "lt" || name == "<" || name == "lessthan") return compare(v, arg) < 0;
