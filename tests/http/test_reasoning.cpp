@@ -2,6 +2,10 @@
 // piece size) concatenating to the whole-output split.
 #include <catch2/catch.hpp>
 
+#include <iterator>
+#include <random>
+#include <string>
+
 #include "http/reasoning.hpp"
 
 using namespace coserve::http;
@@ -64,4 +68,35 @@ TEST_CASE("reasoning: streamed in any pieces equals the whole split", "[reasonin
         CHECK(parts.content == whole.content);
         CHECK(parts.has_reasoning == whole.has_reasoning);
       }
+}
+
+TEST_CASE("reasoning: random outputs split at random points equal the whole split", "[reasoning]") {
+  const char* frags[] = {"<think>", "</think>", "<thi", "nk>", "</", "think>", "<", "Let me see. ", "\n", " ", "é😀", "ok"};
+  std::mt19937 rng(7);
+  for (const char* name : {"deepseek_r1", "qwen3"}) {
+    const reasoning_parser& p = *find_reasoning_parser(name);
+    for (int n = 0; n < 1000; ++n) {
+      std::string text;
+      for (int k = 1 + int(rng() % 6); k > 0; --k) text += frags[rng() % std::size(frags)];
+      const auto whole = split_reasoning(p, text);
+      reasoning_stream s(p);
+      reasoning_split all;
+      for (size_t i = 0; i < text.size();) {
+        const size_t step = 1 + rng() % 6;
+        auto part = s.push(std::string_view(text).substr(i, step));
+        all.reasoning += part.reasoning;
+        all.content += part.content;
+        all.has_reasoning |= part.has_reasoning;
+        i += step;
+      }
+      auto last = s.finish();
+      all.reasoning += last.reasoning;
+      all.content += last.content;
+      all.has_reasoning |= last.has_reasoning;
+      INFO(name << " '" << text << "'");
+      CHECK(all.reasoning == whole.reasoning);
+      CHECK(all.content == whole.content);
+      CHECK(all.has_reasoning == whole.has_reasoning);
+    }
+  }
 }
