@@ -618,6 +618,8 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
           if (tab > 0) {
             const int64_t n = tab - col % tab;
             out.append(width_arg(n, "tabsize"), ' ');
+            if (out.size() > static_cast<size_t>(k_max_width) * 16)
+              throw template_error("expandtabs would build a string over 16 MiB");
             col += n;
           }
         } else {

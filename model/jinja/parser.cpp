@@ -99,6 +99,50 @@ std::vector<chunk> scan(std::string_view src) {
     size_t content_end = end;
     char rmod = end > inner ? src[end - 1] : 0;
     if (rmod == '-' || rmod == '+') --content_end;
+    std::string_view content = src.substr(inner, content_end - inner);
+    while (!content.empty() && is_ws(content.front())) content.remove_prefix(1);
+    while (!content.empty() && is_ws(content.back())) content.remove_suffix(1);
+    if (kind_ch == '%' && content == "raw") {
+      // {% raw %}...{% endraw %}: the text between is output as it is. As jinja2's lexer: `-%}`
+      // after raw strips the whitespace that follows it, `{%-` before endraw the whitespace that
+      // precedes it, and endraw's own end follows the usual rules.
+      count_lines(open, end + 2);
+      size_t body = end + 2;
+      if (rmod == '-')
+        while (body < src.size() && is_ws(src[body])) ++body;
+      size_t e = body, tag_end = std::string_view::npos;
+      char end_lmod = 0, end_rmod = 0;
+      for (; (e = src.find("{%", e)) != std::string_view::npos; ++e) {
+        size_t k = e + 2;
+        end_lmod = k < src.size() && (src[k] == '-' || src[k] == '+') ? src[k++] : 0;
+        while (k < src.size() && is_ws(src[k])) ++k;
+        if (src.compare(k, 6, "endraw") != 0) continue;
+        k += 6;
+        while (k < src.size() && is_ws(src[k])) ++k;
+        end_rmod = k < src.size() && (src[k] == '-' || src[k] == '+') ? src[k++] : 0;
+        if (src.compare(k, 2, "%}") != 0) continue;
+        tag_end = k + 2;
+        break;
+      }
+      if (tag_end == std::string_view::npos) {
+        out.push_back({chunk::kind::block, std::string("\x01unclosed"), line});  // no endraw
+        break;
+      }
+      std::string raw(src.substr(body, e - body));
+      if (end_lmod == '-') {
+        while (!raw.empty() && is_ws(raw.back())) raw.pop_back();
+      } else if (end_lmod != '+') {  // lstrip_blocks: spaces and tabs before endraw at a line's start
+        size_t from = raw.find_last_not_of(" \t");
+        if (from == std::string::npos ? e == body || src[body - 1] == '\n' : raw[from] == '\n')
+          raw.resize(from == std::string::npos ? 0 : from + 1);
+      }
+      if (!raw.empty()) out.push_back({chunk::kind::text, std::move(raw), line});
+      count_lines(end + 2, tag_end);
+      pos = tag_end;
+      strip_next = end_rmod == '-';
+      trim_next = end_rmod != '+';
+      continue;
+    }
     if (kind_ch != '#') {
       out.push_back({kind_ch == '{' ? chunk::kind::var : chunk::kind::block,
                      std::string(src.substr(inner, content_end - inner)), line});

@@ -207,6 +207,9 @@ UNIT_CASES = [
   "{{ [1, 2, 3, 4, 5]|slice(2)|list }}{{ 'abc'|slice(2, 'x')|list }}|{{ 'upper' is filter }}{{ 'nope' is filter }}"
   "|{{ [x] }}{{ x is sequence }}{{ x is callable }}{{ xs.copy() }}|{{ 'a\u2028b'|indent(2) }}", {"xs": [1]}),
  ("{% macro m(a) %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ m(1, 2, 3) }}{{ m(1) }}", {}),
+ # {% raw %}: the text between is output as it is, with the whitespace rules around it.
+ ("a{% raw %}{{ x }}{% if %}{% endraw %}b|{%- raw -%} {{ y }} {%- endraw -%} |x\n  {% raw %}\n  {{ a }}\n  {% endraw %}\n  y", {}),
+ ("{% raw %}never closed", {}),
  ("{{ x|int }}", {}),
  ("{{ 5|indent(2) }}", {}),
  ("{{ 'a' % 'b' }}", {}),
