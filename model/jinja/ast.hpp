@@ -34,7 +34,7 @@ using node_ptr = std::unique_ptr<node>;
 using body = std::vector<node_ptr>;
 
 struct node {
-  enum class kind { text, output, if_, for_, set, set_block, macro, call_block, filter_block, generation, break_, continue_ };
+  enum class kind { text, output, if_, for_, set, set_block, macro, call_block, filter_block, generation, break_, continue_, with };
   kind k = kind::text;
   std::string text;                  // text; macro name
   expr_ptr e;                        // output / set value / for iterable / filter chain / call
@@ -44,7 +44,7 @@ struct node {
   expr_ptr cond;                     // for ... if cond
   std::vector<std::pair<expr_ptr, body>> branches;  // if / elif / else (null condition)
   body children, else_children;
-  std::vector<std::pair<std::string, expr_ptr>> params;  // macro / call-block caller params
+  std::vector<std::pair<std::string, expr_ptr>> params;  // macro / call-block caller params; with: name = value
 };
 
 }  // namespace coserve::jinja

@@ -695,6 +695,7 @@ jvalue dict_method(const jvalue& obj, const std::string& name) {
 
 jvalue list_method(const jvalue& obj, const std::string& name) {
   auto l = std::get<6>(obj.v);
+  if (l->group && l->items.size() == 2 && (name == "grouper" || name == "list")) return l->items[name == "list"];
   if (name == "copy")
     return make_method(name, [l](call_args&) {
       std::vector<jvalue> items = l->items;
@@ -1256,6 +1257,32 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     if (!cur.empty()) {
       if (!fill.is_none()) while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
       out.push_back(jvalue::list(std::move(cur)));
+    }
+    return jvalue::list(std::move(out));
+  }
+  if (name == "groupby") {  // jinja2's do_groupby: sorted by the key, (grouper, list) per key
+    const jvalue attribute = a.get(0, "attribute");
+    const jvalue def = a.get(1, "default", jvalue());
+    const bool case_sensitive = a.get(2, "case_sensitive", jvalue(false)).truthy();
+    std::vector<std::pair<jvalue, jvalue>> keyed;  // (key, item)
+    for (const auto& x : iterate(v)) {
+      jvalue k = attr_path(x, attribute);
+      if (k.is_undefined() && !def.is_none()) k = def;
+      keyed.emplace_back(k, x);
+    }
+    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+      return compare(sort_key(x.first, case_sensitive), sort_key(y.first, case_sensitive)) < 0;
+    });
+    std::vector<jvalue> out;
+    for (size_t i = 0; i < keyed.size();) {
+      size_t j = i;
+      std::vector<jvalue> members;
+      const jvalue key = sort_key(keyed[i].first, case_sensitive);
+      while (j < keyed.size() && equals(sort_key(keyed[j].first, case_sensitive), key)) members.push_back(keyed[j++].second);
+      jvalue g = jvalue::list({keyed[i].first, jvalue::list(std::move(members))}, true);
+      g.lst().group = true;
+      out.push_back(std::move(g));
+      i = j;
     }
     return jvalue::list(std::move(out));
   }

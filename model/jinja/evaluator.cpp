@@ -37,6 +37,9 @@ struct frame {
 
 enum class flow { normal, brk, cont };
 
+// The key under which a recursive loop's `loop` dict holds its call (no template can write it).
+constexpr const char* k_call_key = "\x01call";
+
 constexpr int64_t k_max_range = 100000;  // jinja2's sandbox MAX_RANGE
 
 jvalue func(std::string name, std::function<jvalue(call_args&)> fn) {
@@ -336,6 +339,12 @@ class evaluator {
         return flow::normal;
       }
       case node::kind::generation: return exec(n.children, f, out);
+      case node::kind::with: {  // values evaluated in the enclosing scope, bound in the block's
+        auto scope = std::make_shared<frame>();
+        scope->parent = f;
+        for (const auto& [name, value] : n.params) scope->set(name, eval(*value, f));
+        return exec(n.children, scope, out);
+      }
       case node::kind::break_: return flow::brk;
       case node::kind::continue_: return flow::cont;
     }
@@ -370,8 +379,10 @@ class evaluator {
     for (size_t i = 0; i < items.size(); ++i) f.set(n.targets[i], items[i]);
   }
 
-  flow exec_for(const node& n, const frame_ptr& f, std::string& out) {
-    jvalue seq = eval(*n.e, f);
+  // `seq` and `depth`: a recursive loop's loop(items) call runs the same loop over its items.
+  flow exec_for(const node& n, const frame_ptr& f, std::string& out, const jvalue* seq_in = nullptr,
+                int64_t depth = 1) {
+    jvalue seq = seq_in ? *seq_in : eval(*n.e, f);
     std::vector<jvalue> items = iterate(seq);
     auto scope = std::make_shared<frame>();
     scope->parent = f;
@@ -406,8 +417,19 @@ class evaluator {
       l.set("first", jvalue(i == 0));
       l.set("last", jvalue(i + 1 == len));
       l.set("length", jvalue(len));
-      l.set("depth", jvalue(1));
-      l.set("depth0", jvalue(0));
+      l.set("depth", jvalue(depth));
+      l.set("depth0", jvalue(depth - 1));
+      if (n.recursive) {  // loop(items): the body over items, one level deeper (jinja2's recursive loops)
+        const node* np = &n;
+        frame_ptr outer = f;
+        l.set(k_call_key, func("loop", [this, np, outer, depth](call_args& a) {
+          if (a.pos.size() != 1) throw template_error("loop() takes exactly one argument");
+          step();
+          std::string s;
+          exec_for(*np, outer, s, &a.pos[0], depth + 1);
+          return jvalue(std::move(s));
+        }));
+      }
       l.set("previtem", i > 0 ? items[i - 1] : jvalue::undefined("there is no previous item"));
       l.set("nextitem", i + 1 < len ? items[i + 1] : jvalue::undefined("there is no next item"));
       l.set("cycle", func("cycle", [i](call_args& a) {
@@ -477,6 +499,9 @@ class evaluator {
 
   jvalue invoke(const jvalue& callee, call_args& a) {
     if (callee.is_undefined()) undefined_error(callee);
+    if (callee.is_dict())  // a recursive loop's `loop`
+      if (const jvalue* c = callee.dct().find(dict_key(jvalue(std::string(k_call_key)))); c && c->is_func())
+        return c->fn().fn(a);
     if (!callee.is_func()) throw template_error("'" + callee.type_name() + "' is not callable");
     return callee.fn().fn(a);
   }

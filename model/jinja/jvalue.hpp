@@ -37,6 +37,7 @@ struct jlist {
   // A generator, as jinja2's map/select/reject/... return: iterable once consumed by a filter or
   // loop, always true, but without len(), indexing or JSON form.
   bool lazy = false;
+  bool group = false;  // groupby's (grouper, list) tuple: also reads as .grouper and .list
 };
 
 // Dict keys are stored as strings; a non-string key (int, bool, None, float) is encoded by

@@ -409,6 +409,17 @@ class parser {
       expect_end();
       n->children = parse_until({"endfilter"}, stop);
       expect_end();
+    } else if (kw == "with") {  // {% with a = 1, b = x %}...{% endwith %}: names scoped to the block
+      n->k = node::kind::with;
+      while (peek().k == token::kind::name) {
+        std::string name = next().s;
+        if (!accept_op("=")) fail("expected '=' after '" + name + "' in with");
+        n->params.emplace_back(std::move(name), parse_expr());
+        if (!accept_op(",")) break;
+      }
+      expect_end();
+      n->children = parse_until({"endwith"}, stop);
+      expect_end();
     } else if (kw == "generation") {
       n->k = node::kind::generation;
       expect_end();

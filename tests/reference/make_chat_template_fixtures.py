@@ -210,6 +210,12 @@ UNIT_CASES = [
  # {% raw %}: the text between is output as it is, with the whitespace rules around it.
  ("a{% raw %}{{ x }}{% if %}{% endraw %}b|{%- raw -%} {{ y }} {%- endraw -%} |x\n  {% raw %}\n  {{ a }}\n  {% endraw %}\n  y", {}),
  ("{% raw %}never closed", {}),
+ # {% with %}, recursive loops, groupby.
+ ("{% set a = 5 %}{% with a = a + 1, b = a %}{{ a }}{{ b }}{% endwith %}{{ a }}|"
+  "{% for x in [[1, [2]], [3]] recursive %}<{% if x is iterable %}{{ loop(x) }}{% else %}{{ x }}{{ loop.depth }}{% endif %}>{% endfor %}|"
+  "{% for g in ms|groupby('role') %}{{ g.grouper }}={{ g.list|map(attribute='c')|join(',') }};{% endfor %}"
+  "{% for r, l in ms|groupby('role') %}{{ r }}{{ l|length }}{% endfor %}{{ ms|groupby('x', default='-')|list|length }}",
+  {"ms": [{"role": "user", "c": "a"}, {"role": "system", "c": "b"}, {"role": "User", "c": "d"}]}),
  ("{{ x|int }}", {}),
  ("{{ 5|indent(2) }}", {}),
  ("{{ 'a' % 'b' }}", {}),
