@@ -273,6 +273,13 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   }
   if (c.head_dim % 2 != 0) return config_error(origin, "head_dim must be even for RoPE");
   if (c.mlp_bias) return config_error(origin, "unsupported option mlp_bias=true");
+  // The MLP is SiLU-gated (SwiGLU): another activation would run as SiLU and give wrong outputs.
+  if (element act; !o["hidden_act"].get(act) && !act.is_null()) {
+    std::string_view name;
+    if (act.get_string().get(name)) return config_error(origin, "field 'hidden_act' must be a string");
+    if (name != "silu" && name != "swish")
+      return config_error(origin, "unsupported hidden_act '" + std::string(name) + "' (supported: silu)");
+  }
   if (qwen2) {
     c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
   } else {

@@ -201,6 +201,12 @@ TEST_CASE("config: unsupported or malformed configs are clear errors", "[model][
            "\"use_sliding_window\":true,\"vocab_size\""), "c");
   REQUIRE_FALSE(qsw.ok());
   CHECK_THAT(qsw.err().message, Catch::Contains("sliding"));
+  // Only SiLU-gated MLPs are implemented: another hidden_act is refused, not run as SiLU.
+  auto act = parse_model_config(with(k_llama, "\"vocab_size\"", "\"hidden_act\":\"gelu\",\"vocab_size\""), "c");
+  REQUIRE_FALSE(act.ok());
+  CHECK_THAT(act.err().message, Catch::Contains("hidden_act 'gelu'"));
+  CHECK(parse_model_config(with(k_llama, "\"vocab_size\"", "\"hidden_act\":\"silu\",\"vocab_size\""), "c").ok());
+  CHECK(parse_model_config(with(k_llama, "\"vocab_size\"", "\"hidden_act\":null,\"vocab_size\""), "c").ok());
   CHECK_FALSE(parse_model_config("[1,2]", "c").ok());
   CHECK_FALSE(parse_model_config("{not json", "c").ok());
   auto io = load_model_config("/nonexistent/coserve-model");
