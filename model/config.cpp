@@ -93,6 +93,30 @@ bool get_bool(const object& o, const char* key, bool& out, std::string& err) {
   return true;
 }
 
+// A list of numbers (longrope's factors).
+bool get_float_list(const object& o, const char* key, std::vector<float>& out, std::string& err) {
+  element e;
+  simdjson::dom::array a;
+  if (o[key].get(e) || e.get_array().get(a)) {
+    err = std::string("field '") + key + "' must be a list of numbers";
+    return false;
+  }
+  out.clear();
+  for (element x : a) {
+    double d;
+    if (x.get_double().get(d)) {
+      int64_t i;
+      if (x.get_int64().get(i)) {
+        err = std::string("field '") + key + "' must hold numbers";
+        return false;
+      }
+      d = double(i);
+    }
+    out.push_back(float(d));
+  }
+  return true;
+}
+
 // eos_token_id: int or list of ints.
 bool get_id_list(const object& o, const char* key, std::vector<int32_t>& out, std::string& err) {
   element e;
@@ -316,12 +340,26 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
     if (use_sliding && window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
   }
-  if (phi3) {
+  c.rotary_dim = c.head_dim;
+  {
+    // partial_rotary_factor (Phi-4-mini: 0.75): RoPE over the first int(head_dim * factor)
+    // dimensions of each head, at the top level or (transformers 5) inside rope_parameters.
     float partial = 1.0f;
+    object rp;
     if (!get_float(o, "partial_rotary_factor", partial, err)) return config_error(origin, err);
-    if (partial != 1.0f)
-      return config_error(origin, "unsupported option partial_rotary_factor=" + std::to_string(partial) +
-                                      " (only full rotary embeddings)");
+    if (!o["rope_parameters"].get_object().get(rp) && !get_float(rp, "partial_rotary_factor", partial, err))
+      return config_error(origin, "rope_parameters: " + err);
+    if (partial != 1.0f) {
+      if (!phi3)
+        return config_error(origin, "unsupported option partial_rotary_factor=" + std::to_string(partial) + " for " +
+                                        c.model_type + " (Phi-3 models only)");
+      const auto dim = int32_t(double(c.head_dim) * double(partial));
+      if (!(partial > 0.0f && partial <= 1.0f) || dim <= 0 || dim % 2 != 0)
+        return config_error(origin, "partial_rotary_factor " + std::to_string(partial) +
+                                        " must give an even number of rotated dimensions of head_dim " +
+                                        std::to_string(c.head_dim));
+      c.rotary_dim = dim;
+    }
   }
   if (mistral || phi3) {
     int32_t window = 0;
@@ -342,13 +380,6 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   }
   if (have_rope) {
     object r;
-    if (phi3 && !rs.get_object().get(r)) {
-      std::string t = get_string(r, "rope_type");
-      if (t.empty()) t = get_string(r, "type");
-      if (t == "longrope" || t == "su")
-        return config_error(origin, "unsupported " + std::string(rope_key) + " type '" + t +
-                                        "' (Phi-3's long-context variants; the 4k ones have none)");
-    }
     if (rs.get_object().get(r)) return config_error(origin, std::string(rope_key) + " must be an object");
     if (!get_float(r, "rope_theta", c.rope_theta, err)) return config_error(origin, std::string(rope_key) + ": " + err);
     std::string type = get_string(r, "rope_type");
@@ -370,9 +401,38 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     } else if (type == "yarn") {
       if (auto e = parse_yarn(r, raw_max_positions, c.rope_scaling); !e.empty())
         return config_error(origin, std::string(rope_key) + ": " + e);
+    } else if (type == "longrope" || type == "su") {
+      // transformers' _compute_longrope_parameters; original_max_position_embeddings at the top
+      // level (Phi-3's configs) or inside the rope dict.
+      auto& rs_ = c.rope_scaling;
+      rs_.kind = rope_kind::longrope;
+      int32_t original = raw_max_positions;
+      float factor = 0.0f, attention = 0.0f;
+      if (!get_int(o, "original_max_position_embeddings", original, err) ||
+          !get_int(r, "original_max_position_embeddings", original, err) || !get_float(r, "factor", factor, err) ||
+          !get_float(r, "attention_factor", attention, err) || !get_float_list(r, "short_factor", rs_.short_factor, err) ||
+          !get_float_list(r, "long_factor", rs_.long_factor, err))
+        return config_error(origin, std::string(rope_key) + ": " + err);
+      const size_t pairs = size_t(c.rotary_dim / 2);
+      if (rs_.short_factor.size() != pairs || rs_.long_factor.size() != pairs)
+        return config_error(origin, std::string(rope_key) + ": short_factor and long_factor need " +
+                                        std::to_string(pairs) + " entries (rotary dimensions / 2), not " +
+                                        std::to_string(rs_.short_factor.size()) + " and " +
+                                        std::to_string(rs_.long_factor.size()));
+      for (float f : rs_.short_factor)
+        if (!(f > 0.0f)) return config_error(origin, std::string(rope_key) + ": short_factor entries must be positive");
+      for (float f : rs_.long_factor)
+        if (!(f > 0.0f)) return config_error(origin, std::string(rope_key) + ": long_factor entries must be positive");
+      if (original <= 0) return config_error(origin, "original_max_position_embeddings must be positive");
+      rs_.original_max_position_embeddings = original;
+      if (factor <= 0.0f) factor = float(raw_max_positions) / float(original);
+      rs_.factor = factor;
+      rs_.attention_factor = attention > 0.0f ? attention
+                             : factor <= 1.0f ? 1.0f
+                                              : float(std::sqrt(1.0 + std::log(double(factor)) / std::log(double(original))));
     } else if (type != "default" && !type.empty()) {
       return config_error(origin, "unsupported " + std::string(rope_key) + " type '" + type +
-                                      "' (supported: default, llama3, linear, yarn)");
+                                      "' (supported: default, llama3, linear, yarn, longrope)");
     }
   }
 

@@ -14,7 +14,7 @@
 
 namespace coserve {
 
-enum class rope_kind : uint8_t { standard, llama3, linear, yarn };
+enum class rope_kind : uint8_t { standard, llama3, linear, yarn, longrope };
 
 struct rope_scaling_config {
   rope_kind kind = rope_kind::standard;
@@ -29,6 +29,10 @@ struct rope_scaling_config {
   float beta_slow = 1.0f;
   bool truncate = true;
   float attention_factor = 1.0f;
+  // longrope (Phi-3.5 / Phi-4, transformers' _compute_longrope_parameters): inverse frequency i is
+  // divided by short_factor[i] at positions below original_max_position_embeddings and by
+  // long_factor[i] from there on; cos and sin are multiplied by attention_factor.
+  std::vector<float> short_factor, long_factor;
 };
 
 // config.json's quantization_config, for the fp8 checkpoints coserve reads: "fp8" (vLLM / Hugging
@@ -57,6 +61,9 @@ struct model_config {
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   rope_scaling_config rope_scaling;
+  // Dimensions of each q/k head that RoPE rotates (the first ones, rotate_half over them); the rest
+  // pass through. head_dim unless partial_rotary_factor (Phi-4-mini: 0.75) says fewer; 0 = head_dim.
+  int32_t rotary_dim = 0;
   // GGUF llama-architecture files: q/k heads hold interleaved pairs (2i, 2i + 1) rather than
   // (i, i + D/2); the rotation pairs them the same way (the attention products are unchanged).
   bool rope_interleaved = false;

@@ -33,7 +33,9 @@ std::pair<int32_t, int32_t> vocab_range(int32_t vocab, int32_t size, int32_t ran
 }
 
 cpu_forward::cpu_forward(const model_weights& weights, worker_pool& pool)
-    : w_(weights), c_(weights.config), pool_(pool), inv_freq_(rope_inv_freq(weights.config)) {
+    : w_(weights), c_(weights.config), pool_(pool), inv_freq_(rope_inv_freq(weights.config)),
+      inv_freq_long_(weights.config.rope_scaling.kind == rope_kind::longrope ? rope_inv_freq(weights.config, true)
+                                                                              : std::vector<float>{}) {
   const tensor_shard& sh = weights.shard;
   tp_ = sh.size > 1;
   const bool whole = sh.num_heads == 0;
@@ -225,16 +227,21 @@ void cpu_forward::head_norm(float* qkv, int64_t rows, const layer_weights& L) {
 // Rotates q and k heads in place: pairs (i, i + D/2) (the "rotate_half" layout), or (2i, 2i + 1)
 // where the config says the heads are interleaved (GGUF llama files).
 void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
-  const int32_t d = c_.head_dim, half = d / 2;
+  // The first rotary_dim dimensions of each head rotate (partial_rotary_factor); the rest pass.
+  const int32_t d = c_.head_dim, half = (c_.rotary_dim > 0 ? c_.rotary_dim : d) / 2;
   const int32_t heads = nh_ + nkv_;
   const int64_t row = int64_t(nh_ + 2 * nkv_) * d;
+  const bool longrope = c_.rope_scaling.kind == rope_kind::longrope;
   pool_.parallel_for(int64_t(positions.size()), [&](int64_t t) {
-    std::vector<float> cs(static_cast<size_t>(d));
+    std::vector<float> cs(static_cast<size_t>(2 * half));
     const float pos = float(positions[size_t(t)]);
-    const float m = c_.rope_scaling.kind == rope_kind::yarn ? c_.rope_scaling.attention_factor : 1.0f;
+    const float m = c_.rope_scaling.kind == rope_kind::yarn || longrope ? c_.rope_scaling.attention_factor : 1.0f;
+    // LongRoPE: the long factors from original_max_position_embeddings on, per position.
+    const std::vector<float>& inv =
+        longrope && positions[size_t(t)] >= c_.rope_scaling.original_max_position_embeddings ? inv_freq_long_ : inv_freq_;
     for (int32_t i = 0; i < half; ++i) {
-      const float angle = inv_freq_[size_t(i)] * pos;
-      cs[size_t(i)] = float(std::cos(double(angle))) * m;  // yarn: cos and sin times its attention factor
+      const float angle = inv[size_t(i)] * pos;
+      cs[size_t(i)] = float(std::cos(double(angle))) * m;  // yarn, longrope: cos and sin times their attention factor
       cs[size_t(half + i)] = float(std::sin(double(angle))) * m;
     }
     float* r = qkv + t * row;

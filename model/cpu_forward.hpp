@@ -108,7 +108,8 @@ class cpu_forward {
   int32_t nh_, nkv_, inter_;       // this rank's query heads, KV heads, MLP width
   int32_t vocab0_, vocab1_;        // this rank's LM-head rows
   bool tp_;                        // weights.shard.size > 1
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::vector<float> inv_freq_;       // [rotary_dim / 2]
+  std::vector<float> inv_freq_long_;  // longrope: from original_max_position_embeddings on
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, part_, local_logits_;
   std::vector<unsigned char> gathered_;  // tensor parallel: every rank's logits, on rank 0
@@ -133,6 +134,8 @@ std::pair<int32_t, int32_t> vocab_range(int32_t vocab, int32_t size, int32_t ran
 // RoPE inverse frequencies of a config (model/rope.cpp): theta^(-2i/d), with GGUF's per-frequency
 // divisors, or llama3, linear or yarn scaling when configured (yarn's attention factor is applied
 // to cos and sin by the forward pass).
-std::vector<float> rope_inv_freq(const model_config& c);
+// One inverse frequency per rotated pair (rotary_dim / 2). longrope: the short factors' unless
+// long_factors.
+std::vector<float> rope_inv_freq(const model_config& c, bool long_factors = false);
 
 }  // namespace coserve

@@ -47,9 +47,12 @@ const char* const k_demo_help =
     "  --head-dim N                  default hidden-size / num-heads (written to config.json when given)\n"
     "  --rope-theta F                default 10000\n"
     "  --rope-scaling T              rope scaling: llama3 (factor 8, low 1, high 4 unless given below),\n"
-    "                                linear (factor) or yarn (factor, original max positions)\n"
+    "                                linear (factor), yarn (factor, original max positions) or longrope\n"
+    "                                (Phi-3.5's kind: short factors 1 + i/8, long factors 2 + i per rotated\n"
+    "                                pair, original max positions below)\n"
     "  --rope-factor F --rope-low-freq-factor F --rope-high-freq-factor F\n"
-    "  --rope-original-max-position-embeddings N   llama3 / yarn scaling parameters (default 8192)\n"
+    "  --rope-original-max-position-embeddings N   llama3 / yarn / longrope parameter (default 8192)\n"
+    "  --partial-rotary-factor F     phi3: RoPE over the first head_dim * F dimensions (default 1)\n"
     "  --tie-embeddings              the LM head shares the embedding matrix\n"
     "  --qkv-bias                    biases on q/k/v projections (always on for qwen2)\n"
     "  --dtype bf16|f16|f32          weight dtype on disk (default bf16)\n"
@@ -90,13 +93,15 @@ result<demo_args> parse_demo_args(const std::vector<std::string>& args) {
     else if (a == "--rope-theta") ok = num(out.options.rope_theta);
     else if (a == "--rope-scaling") {
       const char* v = next();
-      if (!v || (std::strcmp(v, "llama3") != 0 && std::strcmp(v, "linear") != 0 && std::strcmp(v, "yarn") != 0))
-        return make_error("invalid_argument", "--rope-scaling must be llama3, linear or yarn");
+      if (!v || (std::strcmp(v, "llama3") != 0 && std::strcmp(v, "linear") != 0 && std::strcmp(v, "yarn") != 0 &&
+                 std::strcmp(v, "longrope") != 0))
+        return make_error("invalid_argument", "--rope-scaling must be llama3, linear, yarn or longrope");
       out.options.rope_type = v;
     } else if (a == "--rope-factor") ok = num(out.options.rope_factor);
     else if (a == "--rope-low-freq-factor") ok = num(out.options.rope_low_freq_factor);
     else if (a == "--rope-high-freq-factor") ok = num(out.options.rope_high_freq_factor);
     else if (a == "--rope-original-max-position-embeddings") ok = num(out.options.rope_original_max_position_embeddings);
+    else if (a == "--partial-rotary-factor") ok = num(out.options.partial_rotary_factor);
     else if (a == "--tie-embeddings") out.options.tie_embeddings = true;
     else if (a == "--qkv-bias") out.options.qkv_bias = true;
     else if (a == "--dtype") {

@@ -261,9 +261,20 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   } else if (o.rope_type == "yarn") {
     c += "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": " + fmt_float(o.rope_factor) +
          ", \"original_max_position_embeddings\": " + std::to_string(o.rope_original_max_position_embeddings) + "},\n";
+  } else if (o.rope_type == "longrope") {
+    // Deterministic factors per rotated pair; original_max_position_embeddings is written at the
+    // top level below, as Phi-3.5's config has it.
+    const int32_t rotated = o.partial_rotary_factor != 1.0f ? int32_t(float(head_dim) * o.partial_rotary_factor) : head_dim;
+    std::string sf, lf;
+    for (int32_t i = 0; i < rotated / 2; ++i) {
+      sf += std::string(i ? ", " : "") + fmt_float(1.0f + float(i) / 8.0f);
+      lf += std::string(i ? ", " : "") + fmt_float(2.0f + float(i));
+    }
+    c += "  \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [" + sf + "], \"long_factor\": [" + lf + "]},\n";
   } else {
     c += "  \"rope_scaling\": null,\n";
   }
+  if (o.partial_rotary_factor != 1.0f) c += "  \"partial_rotary_factor\": " + fmt_float(o.partial_rotary_factor) + ",\n";
   if (arch == "llama" || arch == "qwen3" || arch == "smollm3")
     c += std::string("  \"attention_bias\": ") + (qkv_bias ? "true" : "false") + ",\n";
   if (arch == "llama" || arch == "smollm3") c += "  \"mlp_bias\": false,\n";
@@ -273,7 +284,10 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     c += "],\n";
   }
   if (arch == "mistral" || arch == "phi3") c += "  \"sliding_window\": null,\n";
-  if (arch == "phi3") c += "  \"original_max_position_embeddings\": " + std::to_string(o.max_position_embeddings) + ",\n";
+  if (arch == "phi3")
+    c += "  \"original_max_position_embeddings\": " +
+         std::to_string(o.rope_type == "longrope" ? o.rope_original_max_position_embeddings : o.max_position_embeddings) +
+         ",\n";
   if (arch == "qwen2" || arch == "qwen3" || arch == "smollm3") c += "  \"use_sliding_window\": false,\n";
   c += std::string("  \"tie_word_embeddings\": ") + (o.tie_embeddings ? "true" : "false") + ",\n";
   c += "  \"bos_token_id\": " + std::to_string(bos) + ",\n";

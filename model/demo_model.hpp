@@ -24,11 +24,12 @@ struct demo_options {
   int32_t num_kv_heads = 2;
   int32_t head_dim = 0;             // 0: hidden_size / num_heads (and not written to config.json)
   float rope_theta = 10000.0f;
-  std::string rope_type;            // rope scaling: "" (none), llama3, linear or yarn, with the fields below
+  std::string rope_type;            // rope scaling: "" (none), llama3, linear, yarn or longrope, with the fields below
   float rope_factor = 8.0f;
   float rope_low_freq_factor = 1.0f;
   float rope_high_freq_factor = 4.0f;
   int32_t rope_original_max_position_embeddings = 8192;
+  float partial_rotary_factor = 1.0f;  // phi3: RoPE over the first head_dim * factor dimensions
   bool tie_embeddings = false;
   bool qkv_bias = false;            // qwen2 always has it
   dtype weight_dtype = dtype::bf16;

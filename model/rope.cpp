@@ -1,5 +1,5 @@
-// RoPE inverse frequencies for a model config (model/cpu_forward.hpp): default, Llama 3, linear and
-// YaRN scaling as transformers computes them, or GGUF's per-frequency divisors.
+// RoPE inverse frequencies for a model config (model/cpu_forward.hpp): default, Llama 3, linear,
+// YaRN and LongRoPE scaling as transformers computes them, or GGUF's per-frequency divisors.
 #include <algorithm>
 #include <cmath>
 
@@ -7,12 +7,23 @@
 
 namespace coserve {
 
-std::vector<float> rope_inv_freq(const model_config& c) {
-  const int32_t half = c.head_dim / 2;
+std::vector<float> rope_inv_freq(const model_config& c, bool long_factors) {
+  const int32_t dim = c.rotary_dim > 0 ? c.rotary_dim : c.head_dim;  // the rotated dimensions
+  const int32_t half = dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
   for (int32_t i = 0; i < half; ++i) {
-    const float exponent = float(2 * i) / float(c.head_dim);
+    const float exponent = float(2 * i) / float(dim);
     inv[size_t(i)] = float(1.0 / std::pow(double(c.rope_theta), double(exponent)));
+  }
+  if (c.rope_scaling.kind == rope_kind::longrope) {
+    // 1 / (ext_factor * base^(2i/dim)): the short factors below original_max_position_embeddings,
+    // the long ones from there on (model/cpu_forward.cpp picks per position).
+    const auto& f = long_factors ? c.rope_scaling.long_factor : c.rope_scaling.short_factor;
+    for (int32_t i = 0; i < half; ++i) {
+      const float exponent = float(2 * i) / float(dim);
+      inv[size_t(i)] = float(1.0 / (double(f[size_t(i)]) * std::pow(double(c.rope_theta), double(exponent))));
+    }
+    return inv;
   }
   if (!c.rope_freq_factors.empty()) {
     for (int32_t i = 0; i < half; ++i) inv[size_t(i)] /= c.rope_freq_factors[size_t(i)];

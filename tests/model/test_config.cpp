@@ -128,7 +128,7 @@ TEST_CASE("config: linear and yarn rope scaling, yarn's defaults and attention f
 }
 
 TEST_CASE("config: phi3 has fused projections, its sliding window caps the context, partial rotary and longrope "
-          "are refused", "[model][config]") {
+          "as transformers computes them", "[model][config]") {
   const std::string p3 = with(with(with(k_llama, "LlamaForCausalLM", "Phi3ForCausalLM"), "\"llama\"", "\"phi3\""),
                               R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
  "original_max_position_embeddings":8192})", "\"rope_scaling\":null,\"sliding_window\":2047");
@@ -136,14 +136,35 @@ TEST_CASE("config: phi3 has fused projections, its sliding window caps the conte
   REQUIRE(c.ok());
   CHECK(c->fused_projections);
   CHECK(c->max_position_embeddings == 2047);
+  CHECK(c->rotary_dim == c->head_dim);
   CHECK_FALSE(parse_model_config(k_llama, "c")->fused_projections);
+  // partial_rotary_factor: int(head_dim * factor) dimensions rotate (head_dim 8 here).
   auto partial = parse_model_config(with(p3, "\"vocab_size\"", "\"partial_rotary_factor\":0.75,\"vocab_size\""), "c");
-  REQUIRE_FALSE(partial.ok());
-  CHECK_THAT(partial.err().message, Catch::Contains("partial_rotary_factor"));
-  auto longrope = parse_model_config(
-      with(p3, "\"rope_scaling\":null", R"("rope_scaling":{"type":"longrope","short_factor":[1],"long_factor":[1]})"), "c");
-  REQUIRE_FALSE(longrope.ok());
-  CHECK_THAT(longrope.err().message, Catch::Contains("longrope"));
+  REQUIRE(partial.ok());
+  CHECK(partial->rotary_dim == 6);
+  auto odd = parse_model_config(with(p3, "\"vocab_size\"", "\"partial_rotary_factor\":0.7,\"vocab_size\""), "c");
+  REQUIRE_FALSE(odd.ok());
+  CHECK_THAT(odd.err().message, Catch::Contains("partial_rotary_factor"));
+  auto llama_partial = parse_model_config(with(k_llama, "\"vocab_size\"", "\"partial_rotary_factor\":0.5,\"vocab_size\""), "c");
+  REQUIRE_FALSE(llama_partial.ok());
+  // longrope: factors per rotated pair; the attention factor from max / original positions
+  // (4096 / 512 = 8: sqrt(1 + ln 8 / ln 512)) unless given.
+  const std::string lr = with(with(p3, "\"rope_scaling\":null",
+                                   R"("rope_scaling":{"type":"longrope","short_factor":[1,1.5,2],"long_factor":[4,5,6]},)"
+                                   R"("original_max_position_embeddings":512)"),
+                              "\"vocab_size\"", "\"partial_rotary_factor\":0.75,\"vocab_size\"");
+  auto longrope = parse_model_config(lr, "c");
+  REQUIRE(longrope.ok());
+  CHECK(longrope->rope_scaling.kind == rope_kind::longrope);
+  CHECK(longrope->rope_scaling.original_max_position_embeddings == 512);
+  CHECK(longrope->rope_scaling.long_factor == std::vector<float>{4, 5, 6});
+  CHECK(longrope->rope_scaling.attention_factor == Approx(std::sqrt(1.0 + std::log(8.0) / std::log(512.0))));
+  auto given = parse_model_config(with(lr, "\"long_factor\"", "\"attention_factor\":1.25,\"long_factor\""), "c");
+  REQUIRE(given.ok());
+  CHECK(given->rope_scaling.attention_factor == 1.25f);
+  auto short_list = parse_model_config(with(lr, "[4,5,6]", "[4,5]"), "c");
+  REQUIRE_FALSE(short_list.ok());
+  CHECK_THAT(short_list.err().message, Catch::Contains("short_factor and long_factor need 3 entries"));
 }
 
 TEST_CASE("config: smollm3's layers without RoPE, from the list or the interval", "[model][config]") {
@@ -184,9 +205,9 @@ TEST_CASE("config: unsupported or malformed configs are clear errors", "[model][
   auto arch = parse_model_config(with(k_llama, "LlamaForCausalLM", "GPTNeoXForCausalLM"), "dir/config.json");
   REQUIRE_FALSE(arch.ok());
   CHECK_THAT(arch.err().message, Catch::Contains("GPTNeoXForCausalLM") && Catch::Contains("dir/config.json"));
-  auto rope = parse_model_config(with(k_llama, "\"llama3\"", "\"longrope\""), "c");
+  auto rope = parse_model_config(with(k_llama, "\"llama3\"", "\"dynamic\""), "c");
   REQUIRE_FALSE(rope.ok());
-  CHECK_THAT(rope.err().message, Catch::Contains("longrope"));
+  CHECK_THAT(rope.err().message, Catch::Contains("dynamic"));
   auto heads = parse_model_config(with(k_llama, "\"num_key_value_heads\":2", "\"num_key_value_heads\":3"), "c");
   REQUIRE_FALSE(heads.ok());
   CHECK_THAT(heads.err().message, Catch::Contains("num_key_value_heads"));

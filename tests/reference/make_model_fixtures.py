@@ -57,6 +57,14 @@ MODELS = {
     "phi3_fused": SMALL + ["--architecture", "phi3", "--seed", "19", "--hidden-size", "64",
                            "--intermediate-size", "96", "--num-layers", "2", "--num-heads", "4",
                            "--num-kv-heads", "2"],
+    # Phi-4-mini's RoPE: partial_rotary_factor 0.75 (12 of 16 dimensions rotate) and LongRoPE
+    # with original_max_position_embeddings 44, so the 40-token prompt's greedy steps cross into
+    # the long factors; cos and sin carry the attention factor sqrt(1 + ln(256 / 44) / ln 44).
+    "phi3_longrope_partial": SMALL + ["--architecture", "phi3", "--seed", "21", "--hidden-size", "64",
+                                      "--intermediate-size", "96", "--num-layers", "2", "--num-heads", "4",
+                                      "--num-kv-heads", "2", "--rope-scaling", "longrope",
+                                      "--rope-original-max-position-embeddings", "44",
+                                      "--partial-rotary-factor", "0.75", "--max-position-embeddings", "256"],
     # SmolLM3: layer 3 of 4 without RoPE (no_rope_layers [1, 1, 1, 0]), tied embeddings.
     "smollm3_nope": SMALL + ["--architecture", "smollm3", "--seed", "20", "--hidden-size", "64",
                              "--intermediate-size", "96", "--num-layers", "4", "--num-heads", "4",
@@ -103,15 +111,18 @@ def fixture(coserve, name, args):
         prompts = []
         for n in PROMPT_LENGTHS:
             ids = [rng.randrange(vocab) for _ in range(n)]
-            logits = model(torch.tensor([ids])).logits[0, -1]
-            seq = list(ids)
+            # Greedy decoding with the KV cache, as generate() runs it (LongRoPE switches to its
+            # long factors per forward pass, so recomputing the whole sequence would differ).
+            out = model(torch.tensor([ids]), use_cache=True)
+            logits = out.logits[0, -1]
+            row = logits
             greedy, step_logits = [], []
             for _ in range(GREEDY_STEPS):
-                row = model(torch.tensor([seq])).logits[0, -1]
                 tok = int(torch.argmax(row))
                 step_logits.append(rounded(row[step_cols].tolist()))
                 greedy.append(tok)
-                seq.append(tok)
+                out = model(torch.tensor([[tok]]), past_key_values=out.past_key_values, use_cache=True)
+                row = out.logits[0, -1]
             prompts.append({
                 "ids": ids,
                 "last_logits": rounded(logits[cols].tolist()),
