@@ -86,8 +86,16 @@ result<model_config> gguf_model_config(const gguf_file& f) {
   if (c.head_dim % 2 != 0) return gerr(f, "head dimension " + std::to_string(c.head_dim) + " must be even for RoPE");
   auto rd = get_i32(f, a + "rope.dimension_count", c.head_dim);
   if (!rd) return rd.err();
-  if (*rd != c.head_dim)
-    return gunsupported(f, a + "rope.dimension_count " + std::to_string(*rd) + " (partial rotary) is not supported");
+  if (*rd != c.head_dim) {
+    // Phi-4-mini (partial_rotary_factor): RoPE over the first dimension_count dimensions of each
+    // head, halves rotated as in the folder.
+    if (!c.fused_projections)
+      return gunsupported(f, a + "rope.dimension_count " + std::to_string(*rd) + " (partial rotary) is supported for phi3 only");
+    if (*rd <= 0 || *rd > c.head_dim || *rd % 2 != 0)
+      return gerr(f, a + "rope.dimension_count " + std::to_string(*rd) + " must be even and at most the head size " +
+                         std::to_string(c.head_dim));
+    c.rotary_dim = *rd;
+  }
   auto ctx = get_i32(f, a + "context_length", 2048);
   if (!ctx) return ctx.err();
   c.max_position_embeddings = *ctx;
@@ -98,8 +106,36 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     if (!window) return window.err();
     if (*window && **window < 0) return gerr(f, "metadata " + a + "attention.sliding_window is negative");
     if (*window && **window > 0 && **window < c.max_position_embeddings) c.max_position_embeddings = int32_t(**window);
-    if (f.tensor("rope_factors_long.weight") || f.tensor("rope_factors_short.weight"))
-      return gunsupported(f, "rope_factors_long.weight / rope_factors_short.weight (LongRoPE) are not supported");
+    // LongRoPE (Phi-3.5 / Phi-4's 128k variants), as convert_hf_to_gguf.py writes it: the factors as
+    // rope_factors_long/short.weight, the original context and the attention factor as metadata.
+    const gguf_tensor* lf = f.tensor("rope_factors_long.weight");
+    const gguf_tensor* sf = f.tensor("rope_factors_short.weight");
+    if (lf || sf) {
+      const int32_t pairs = (c.rotary_dim > 0 ? c.rotary_dim : c.head_dim) / 2;
+      for (const gguf_tensor* t : {lf, sf})
+        if (!t || t->type != dtype::f32 || t->numel() != pairs)
+          return gerr(f, "rope_factors_long.weight and rope_factors_short.weight must both be F32 with " +
+                             std::to_string(pairs) + " values");
+      auto& rs = c.rope_scaling;
+      rs.kind = rope_kind::longrope;
+      rs.long_factor.resize(size_t(pairs));
+      rs.short_factor.resize(size_t(pairs));
+      std::memcpy(rs.long_factor.data(), lf->data, size_t(pairs) * 4);
+      std::memcpy(rs.short_factor.data(), sf->data, size_t(pairs) * 4);
+      for (const auto* v : {&rs.long_factor, &rs.short_factor})
+        for (float x : *v)
+          if (!(x > 0) || !std::isfinite(x)) return gerr(f, "rope_factors_long/short.weight hold a non-positive factor");
+      auto orig = get_i32(f, a + "rope.scaling.original_context_length", *ctx);
+      if (!orig) return orig.err();
+      if (*orig <= 0) return gerr(f, a + "rope.scaling.original_context_length must be positive");
+      rs.original_max_position_embeddings = *orig;
+      rs.factor = float(*ctx) / float(*orig);
+      auto attn = f.get_float(a + "rope.scaling.attn_factor");
+      if (!attn) return attn.err();
+      rs.attention_factor = *attn && **attn > 0 ? float(**attn)
+                            : rs.factor <= 1.0f ? 1.0f
+                                                : float(std::sqrt(1.0 + std::log(double(rs.factor)) / std::log(double(*orig))));
+    }
   }
   auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
   if (!eps) return eps.err();

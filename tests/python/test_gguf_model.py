@@ -57,7 +57,8 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     w.add_rope_freq_base(cfg["rope_theta"])
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     head_dim = cfg.get("head_dim") or h // heads
-    w.add_rope_dimension_count(head_dim)
+    # Phi3MiniModel: int(partial_rotary_factor * hidden) // heads rotated dimensions.
+    w.add_rope_dimension_count(int(cfg.get("partial_rotary_factor", 1.0) * h) // heads if fused else head_dim)
     if head_dim != h // heads:
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
@@ -97,6 +98,13 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(rs["factor"])
         w.add_rope_scaling_orig_ctx_len(rs["original_max_position_embeddings"])
+    if rs.get("type") == "longrope":  # Phi3MiniModel: original context, attention factor, factor tensors
+        orig = cfg["original_max_position_embeddings"]
+        scale = cfg["max_position_embeddings"] / orig
+        w.add_rope_scaling_orig_ctx_len(orig)
+        w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+        w.add_tensor("rope_factors_long.weight", np.array(rs["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.array(rs["short_factor"], dtype=np.float32))
     if rs.get("rope_type") == "llama3":
         # convert_hf_to_gguf.py LlamaModel.generate_extra_tensors: per-frequency divisors.
         freqs = 1.0 / (cfg["rope_theta"] ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
@@ -196,12 +204,17 @@ def test_f32_gguf_matches_the_folder(coserve_bin, demo):
      "--rope-original-max-position-embeddings", "16"],
     ["--rope-scaling", "linear", "--rope-factor", "3"],
     ["--architecture", "phi3"],
-], ids=["qwen2-tied-bias", "llama3-rope-bias-head48", "qwen3-qk-norm-head48", "qwen2-yarn", "llama-linear", "phi3-fused"])
+    ["--architecture", "phi3", "--rope-scaling", "longrope", "--rope-original-max-position-embeddings", "24",
+     "--partial-rotary-factor", "0.75", "--max-position-embeddings", "256"],
+], ids=["qwen2-tied-bias", "llama3-rope-bias-head48", "qwen3-qk-norm-head48", "qwen2-yarn", "llama-linear", "phi3-fused",
+        "phi3-longrope-partial"])
 def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
     # The other layouts the loader reads: qwen2 (q/k/v biases, halves rotated, no permutation) with
     # tied embeddings; llama with Llama 3.1 frequency scaling (rope_freqs.weight), biases and a
     # head size other than hidden / heads (attention.key_length); qwen3 (attn_q_norm / attn_k_norm);
-    # YaRN and linear rope scaling (rope.scaling.*); phi3 (attn_qkv, ffn_up holding gate and up).
+    # YaRN and linear rope scaling (rope.scaling.*); phi3 (attn_qkv, ffn_up holding gate and up), and
+    # phi3 with LongRoPE (rope_factors_long/short.weight) over 24 of 32 dimensions per head
+    # (rope.dimension_count), the 40-token prompt crossing the original context of 24.
     folder = tmp_path / "model"
     p = subprocess.run([coserve_bin, "make-demo-model", str(folder), "--num-layers", "2", *variant],
                        capture_output=True, text=True, timeout=600)
