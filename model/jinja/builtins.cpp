@@ -1199,6 +1199,9 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     std::stable_sort(items.begin(), items.end(), [&](const jvalue& p, const jvalue& q) {
       jvalue x = attribute.is_none() ? p : attr_path(p, attribute);
       jvalue y = attribute.is_none() ? q : attr_path(q, attribute);
+      // jinja2 sorts by [key] lists, which compare equal items equal before trying `<`: items
+      // that both lack the attribute (Undefined == Undefined) keep their order.
+      if (!attribute.is_none() && x.is_undefined() && y.is_undefined()) return false;
       int c = compare(sort_key(x, cs), sort_key(y, cs));
       return rev ? c > 0 : c < 0;
     });
