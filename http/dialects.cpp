@@ -180,6 +180,13 @@ std::variant<value, api_error> responses_to_chat(const value& body) {
       chat["tool_choice"] = *tc;
     }
   }
+  // reasoning.effort reaches the template as reasoning_effort (as chat's reasoning_effort does);
+  // chat_template_kwargs (vLLM's extension) pass through.
+  if (const value* rz = body.find("reasoning"); rz && !rz->is_null()) {
+    if (!rz->is_object()) return bad("'reasoning' must be an object", "reasoning");
+    if (const value* e = rz->find("effort"); e && !e->is_null()) chat["reasoning_effort"] = *e;
+  }
+  copy_if(body, "chat_template_kwargs", chat);
   if (const value* text = body.find("text"); text && text->is_object())
     if (const value* fmt = text->find("format"); fmt && !fmt->is_null()) {
       if (!fmt->is_object()) return bad("'text.format' must be an object", "text.format");
@@ -205,6 +212,7 @@ std::variant<value, api_error> responses_to_chat(const value& body) {
 
 std::string responses_param(const std::string& p) {
   return rename_prefix(p, {{"max_tokens", "max_output_tokens"},
+                           {"reasoning_effort", "reasoning.effort"},
                            {"messages", "input"},
                            {"response_format.json_schema.", "text.format."},
                            {"response_format", "text.format"}});
@@ -290,6 +298,20 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
   chat["max_tokens"] = *mt;
   for (const char* k : {"temperature", "top_p", "top_k", "stream"}) copy_if(body, k, chat);
   copy_if(body, "stop_sequences", chat, "stop");
+  // thinking {"type": "enabled" | "disabled"} reaches the template as enable_thinking (the switch
+  // Qwen3-style templates read) unless chat_template_kwargs (vLLM's extension) sets it; the
+  // budget is not enforced.
+  copy_if(body, "chat_template_kwargs", chat);
+  if (const value* th = body.find("thinking"); th && !th->is_null()) {
+    const value* type = th->is_object() ? th->find("type") : nullptr;
+    if (!type || !type->is_string() || (type->as_string() != "enabled" && type->as_string() != "disabled"))
+      return bad("'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}",
+                 "thinking");
+    value kwargs = json::object{};
+    if (const value* given = chat.find("chat_template_kwargs"); given && given->is_object()) kwargs = *given;
+    if (!kwargs.find("enable_thinking")) kwargs["enable_thinking"] = value(type->as_string() == "enabled");
+    chat["chat_template_kwargs"] = std::move(kwargs);
+  }
   if (const value* tools = body.find("tools"); tools && !tools->is_null()) {
     if (!tools->is_array()) return bad("'tools' must be an array", "tools");
     value out = json::array{};

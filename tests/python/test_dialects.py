@@ -252,3 +252,50 @@ def test_continue_final_message_continues_the_prefill(srv):
                                     extra_body={"temperature": 0})
     assert m.content[0].text == comp.choices[0].text
     assert m.usage.input_tokens == len(ids)
+
+
+# ---- Template switches from the dialects' own fields ----------------------------------------------
+
+SWITCH_TEMPLATE = ("{% if enable_thinking is defined %}[thinking {{ 'on one two three' if enable_thinking else 'off' }}]"
+                   "{% endif %}{% if reasoning_effort is defined %}[effort {{ reasoning_effort }}"
+                   "{{ ' very very very hard' if reasoning_effort == 'high' }}]{% endif %}"
+                   "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:")
+
+
+@pytest.fixture(scope="module")
+def switch_srv():
+    s = Server("--chat-template", SWITCH_TEMPLATE)
+    yield s
+    s.stop()
+
+
+def test_anthropic_thinking_and_responses_reasoning_reach_the_template(switch_srv):
+    """Anthropic's thinking {type} sets enable_thinking and the Responses API's reasoning.effort sets
+    reasoning_effort (unless chat_template_kwargs sets them): each render differs, as the counts show."""
+    a = anthropic.Anthropic(base_url=switch_srv.url, api_key="x", max_retries=0, timeout=120)
+    msgs = [{"role": "user", "content": "hi"}]
+    plain = a.messages.count_tokens(model=switch_srv.model, messages=msgs).input_tokens
+    on = a.messages.count_tokens(model=switch_srv.model, messages=msgs,
+                                 thinking={"type": "enabled", "budget_tokens": 1024}).input_tokens
+    off = a.messages.count_tokens(model=switch_srv.model, messages=msgs, thinking={"type": "disabled"}).input_tokens
+    assert plain < off < on
+    # chat_template_kwargs wins over thinking.
+    over = a.messages.count_tokens(model=switch_srv.model, messages=msgs, thinking={"type": "enabled", "budget_tokens": 1024},
+                                   extra_body={"chat_template_kwargs": {"enable_thinking": False}}).input_tokens
+    assert over == off
+    m = a.messages.create(model=switch_srv.model, max_tokens=2, messages=msgs, thinking={"type": "disabled"})
+    assert m.usage.input_tokens == off
+    with pytest.raises(anthropic.BadRequestError) as e:
+        a.messages.count_tokens(model=switch_srv.model, messages=msgs, thinking={"type": "sometimes"})
+    assert "thinking" in e.value.body["error"]["message"]
+
+    c = switch_srv.client(timeout=120)
+    low = c.responses.input_tokens.count(model=switch_srv.model, input="hi", reasoning={"effort": "low"}).input_tokens
+    high = c.responses.input_tokens.count(model=switch_srv.model, input="hi", reasoning={"effort": "high"}).input_tokens
+    none = c.responses.input_tokens.count(model=switch_srv.model, input="hi").input_tokens
+    assert none < low < high
+    r = c.responses.create(model=switch_srv.model, input="hi", reasoning={"effort": "high"}, max_output_tokens=2)
+    assert r.usage.input_tokens == high
+    bad = httpx.post(switch_srv.url + "/v1/responses", json={"model": switch_srv.model, "input": "hi",
+                                                              "reasoning": {"effort": "extreme"}}, timeout=60)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "reasoning.effort"
