@@ -106,17 +106,6 @@ result<void> check_config(const model_config& c, bool fp8) {
       c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
     return make_error("invalid_argument", "gpu: model config has a zero dimension");
   if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
-  if (c.rope_scaling.kind == rope_kind::linear || c.rope_scaling.kind == rope_kind::yarn)
-    return make_error("unsupported", std::string("gpu: rope_scaling '") +
-                                         (c.rope_scaling.kind == rope_kind::yarn ? "yarn" : "linear") +
-                                         "' runs on the CPU executor only (--device cpu); the CUDA executor "
-                                         "implements default and llama3 RoPE");
-  if (c.rope_scaling.kind == rope_kind::longrope)
-    return make_error("unsupported", "gpu: rope_scaling 'longrope' runs on the CPU executor only (--device cpu); the "
-                                     "CUDA executor implements default and llama3 RoPE");
-  if (c.rotary_dim > 0 && c.rotary_dim != c.head_dim)
-    return make_error("unsupported", "gpu: partial_rotary_factor (RoPE over " + std::to_string(c.rotary_dim) + " of " +
-                                     std::to_string(c.head_dim) + " dimensions) runs on the CPU executor only (--device cpu)");
   if (std::find(c.rope_layers.begin(), c.rope_layers.end(), uint8_t(0)) != c.rope_layers.end())
     return make_error("unsupported", "gpu: " + c.architecture + " (layers without RoPE) runs on the CPU executor only "
                                      "(--device cpu)");

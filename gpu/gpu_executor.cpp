@@ -27,8 +27,8 @@
 #include "gpu/launch_params.hpp"
 #include "gpu/logit_edit.hpp"
 #include "gpu/nvtx.hpp"
-#include "gpu/rope_freqs.hpp"
 #include "gpu/stream.hpp"
+#include "model/rope.hpp"
 #include "model/sampler.hpp"
 #include "model/structured_output.hpp"
 
@@ -194,7 +194,7 @@ class gpu_executor final : public executor {
   stream stream_;
   device_weights w_;
   gemm_runner gemm_;
-  device_buffer inv_freq_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
+  device_buffer inv_freq_, inv_freq_long_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
   device_buffer tok_out_, lp_out_, partial_o_, partial_lse_, meta_dev_;
   device_buffer xq_, xscale_;  // fp8: an activation's E4M3 codes [tokens, widest input] and per-token scales
   device_buffer last_tokens_;   // [slot capacity] each live sequence's last sampled id, on the device
@@ -227,6 +227,9 @@ class gpu_executor final : public executor {
   device_buffer arena_dev_;
   int32_t pad_block_ = 0;          // scratch KV block past the allocator's blocks (padding rows)
   int32_t pad_slot_ = 0;           // scratch last-token slot (padding rows)
+  int32_t rope_long_from_ = 0x7fffffff;  // LongRoPE: positions from here on use inv_freq_long_
+  float rope_scale_ = 1.0f;              // YaRN / LongRoPE attention factor on cos and sin
+  int32_t rope_rotary_dim_ = 0;          // partial rotary (0: the whole head)
 
   failed_sequences failed_;
   std::vector<int32_t> eos_ids_;  // generation_config eos ids, else config.json's (min_tokens masking)
@@ -449,21 +452,22 @@ result<void> gpu_executor::allocate_buffers() {
   pad_slot_ = int32_t(slots - 1);  // reserved for graph padding rows
   for (size_t i = slots - 1; i-- > 0;) free_slots_.push_back(int32_t(i));
 
-  rope_params rp;
-  rp.theta = c.rope_theta;
-  rp.rotary_dim = c.head_dim;
-  rp.llama3 = c.rope_scaling.kind == rope_kind::llama3;
-  rp.factor = c.rope_scaling.factor;
-  rp.low_freq_factor = c.rope_scaling.low_freq_factor;
-  rp.high_freq_factor = c.rope_scaling.high_freq_factor;
-  rp.original_max_position = c.rope_scaling.original_max_position_embeddings;
-  auto inv = rope_inv_freq(rp);
-  if (c.rope_freq_factors.size() == inv.size())  // GGUF rope_freqs.weight (Llama 3.1 scaling)
-    for (size_t i = 0; i < inv.size(); ++i) inv[i] /= c.rope_freq_factors[i];
-  auto f = device_buffer::allocate(inv.size() * 4);
-  if (!f) return std::move(f).err();
-  inv_freq_ = std::move(f.value());
-  COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice), "inv_freq"));
+  // The inverse frequencies the CPU executor uses (model/rope.cpp: every scaling type, GGUF's
+  // rope_freqs.weight), and LongRoPE's long table.
+  const auto upload_inv = [&](const std::vector<float>& inv, device_buffer& to) -> result<void> {
+    auto f = device_buffer::allocate(inv.size() * 4);
+    if (!f) return std::move(f).err();
+    to = std::move(f.value());
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(to.get(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice), "inv_freq"));
+    return {};
+  };
+  if (auto r = upload_inv(coserve::rope_inv_freq(c), inv_freq_); !r) return r.err();
+  rope_rotary_dim_ = c.rotary_dim > 0 && c.rotary_dim < c.head_dim ? c.rotary_dim : 0;
+  if (c.rope_scaling.kind == rope_kind::yarn || c.rope_scaling.kind == rope_kind::longrope)
+    rope_scale_ = c.rope_scaling.attention_factor;
+  if (c.rope_scaling.kind == rope_kind::longrope) rope_long_from_ = c.rope_scaling.original_max_position_embeddings;
+  if (c.rope_scaling.kind == rope_kind::longrope)
+    if (auto r = upload_inv(coserve::rope_inv_freq(c, true), inv_freq_long_); !r) return r.err();
 
   // KV cache last, from what is left: [layer][K|V][num_blocks, block_size, kv_heads, head_dim].
   kv_cache_shape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, opts_.block_size, kv_elem_bytes(kv_type_)};
@@ -839,7 +843,10 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
     char* kc = kv_.as<char>() + size_t(2 * l) * kv_layer_bytes();
     char* vc = kc + kv_layer_bytes();
     COSERVE_CUDA_TRY(launch_rope_kv_write(
-        rope_kv_args{qkv_.as<bf16>(), m.positions, m.slots, inv_freq_.as<float>(), kc, vc, T, hq, hkv, D, kv_type_}, s));
+        rope_kv_args{qkv_.as<bf16>(), m.positions, m.slots, inv_freq_.as<float>(), kc, vc, T, hq, hkv, D, kv_type_,
+                     inv_freq_long_.get() ? inv_freq_long_.as<float>() : nullptr, rope_long_from_, rope_scale_,
+                     rope_rotary_dim_},
+        s));
     attention_args a{qkv_.as<bf16>(), qkv_n, kc, vc, attn_.as<bf16>(), partial_o_.as<float>(), partial_lse_.as<float>(),
                      m.cu_seqlens, m.kv_lens, m.bt_offsets, m.block_tables, m.work, m.merges,
                      fs.num_work, fs.num_merges, hq, hkv, D, opts_.block_size,

@@ -63,11 +63,16 @@ struct rope_kv_args {
   bf16* qkv;
   const int32_t* positions;
   const int32_t* slot_mapping;
-  const float* inv_freq;  // [head_dim / 2]
+  const float* inv_freq;  // [rotary_dim / 2]
   void* k_cache;
   void* v_cache;
   int32_t num_tokens, num_q_heads, num_kv_heads, head_dim;
   kv_elem kv_type = kv_elem::bf16;
+  // LongRoPE: positions from long_from on use inv_freq_long instead (null: never).
+  const float* inv_freq_long = nullptr;
+  int32_t long_from = 0x7fffffff;
+  float scale = 1.0f;      // cos and sin times this (YaRN's and LongRoPE's attention factor)
+  int32_t rotary_dim = 0;  // dimensions rotated per head, pairs (i, i + rotary_dim / 2); 0: head_dim
 };
 result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream);
 

@@ -22,6 +22,7 @@
 #include "model/communicator.hpp"
 #include "model/executor.hpp"
 #include "model/kv_cache.hpp"
+#include "model/rope.hpp"
 #include "model/weights.hpp"
 #include "model/worker_pool.hpp"
 #include "runtime/expected.hpp"
@@ -134,8 +135,6 @@ std::pair<int32_t, int32_t> vocab_range(int32_t vocab, int32_t size, int32_t ran
 // RoPE inverse frequencies of a config (model/rope.cpp): theta^(-2i/d), with GGUF's per-frequency
 // divisors, or llama3, linear or yarn scaling when configured (yarn's attention factor is applied
 // to cos and sin by the forward pass).
-// One inverse frequency per rotated pair (rotary_dim / 2). longrope: the short factors' unless
-// long_factors.
-std::vector<float> rope_inv_freq(const model_config& c, bool long_factors = false);
+
 
 }  // namespace coserve

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "model/cpu_forward.hpp"
+#include "model/rope.hpp"
 
 namespace coserve {
 
@@ -52,9 +52,9 @@ std::vector<float> rope_inv_freq(const model_config& c, bool long_factors) {
     // transformers' _compute_yarn_parameters: interpolated (divided by the factor) below the
     // correction range's low dimension, extrapolated (kept) above its high one, a linear ramp between.
     const auto& s = c.rope_scaling;
-    const double dim = double(c.head_dim), base = double(c.rope_theta), pi = 3.14159265358979323846;
+    const double rdim = double(dim), base = double(c.rope_theta), pi = 3.14159265358979323846;
     auto correction_dim = [&](double rotations) {
-      return dim * std::log(double(s.original_max_position_embeddings) / (rotations * 2.0 * pi)) / (2.0 * std::log(base));
+      return rdim * std::log(double(s.original_max_position_embeddings) / (rotations * 2.0 * pi)) / (2.0 * std::log(base));
     };
     double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
     if (s.truncate) {
@@ -62,7 +62,7 @@ std::vector<float> rope_inv_freq(const model_config& c, bool long_factors) {
       high = std::ceil(high);
     }
     low = std::max(low, 0.0);
-    high = std::min(high, dim - 1.0);
+    high = std::min(high, rdim - 1.0);
     if (low == high) high += 0.001;
     for (int32_t i = 0; i < half; ++i) {
       const float ramp = std::clamp(float((float(i) - float(low)) / float(high - low)), 0.0f, 1.0f);

@@ -1,5 +1,6 @@
-// RoPE (default and Llama-3: the difference lives in inv_freq, see gpu/rope_freqs.hpp) fused with
-// the paged KV write. CPU reference: gpu/reference/rope_kv_ref.hpp.
+// RoPE fused with the paged KV write. The scaling types differ in inv_freq (computed on the host,
+// model/rope.cpp), the cos/sin scale (YaRN, LongRoPE), LongRoPE's second inv_freq from a position
+// on, and how many dimensions rotate (partial rotary). CPU reference: gpu/reference/rope_kv_ref.hpp.
 #pragma once
 
 #include "gpu/kernels.hpp"
@@ -14,17 +15,20 @@ namespace kern {
 template <kv_elem KV>
 __global__ void rope_kv_kernel(rope_kv_args a) {
   const int32_t t = blockIdx.x;
-  const int32_t D = a.head_dim, half = D / 2;
+  const int32_t D = a.head_dim, half = (a.rotary_dim > 0 ? a.rotary_dim : D) / 2;
   const int64_t row = int64_t(a.num_q_heads + 2 * a.num_kv_heads) * D;
   bf16* base = a.qkv + int64_t(t) * row;
   const float pos = float(a.positions[t]);
+  const float* inv_freq = a.inv_freq_long && a.positions[t] >= a.long_from ? a.inv_freq_long : a.inv_freq;
   const int32_t slot = a.slot_mapping[t];
   const int64_t cache_row = int64_t(slot) * a.num_kv_heads * D;  // slot * (kv_heads * D)
   const int32_t rot_heads = a.num_q_heads + a.num_kv_heads;
   for (int32_t k = threadIdx.x; k < rot_heads * half; k += blockDim.x) {
     const int32_t h = k / half, i = k % half;
     float s, c;
-    sincosf(pos * a.inv_freq[i], &s, &c);
+    sincosf(pos * inv_freq[i], &s, &c);
+    s *= a.scale;
+    c *= a.scale;
     bf16* v = base + int64_t(h) * D;
     const float x1 = to_f(v[i]), x2 = to_f(v[i + half]);
     const bf16 o1 = to_bf(x1 * c - x2 * s), o2 = to_bf(x2 * c + x1 * s);
@@ -37,6 +41,11 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
     }
   }
   if (slot < 0) return;  // padding token: no cache write
+  const int32_t pass = D - 2 * half;  // partial rotary: k dimensions past the rotated ones, as they are
+  for (int32_t k = threadIdx.x; k < a.num_kv_heads * pass; k += blockDim.x) {
+    const int32_t h = k / pass, i = 2 * half + k % pass;
+    store_kv<KV>(a.k_cache, cache_row + int64_t(h) * D + i, to_f(base[int64_t(a.num_q_heads + h) * D + i]));
+  }
   const bf16* vsrc = base + int64_t(rot_heads) * D;
   for (int32_t k = threadIdx.x; k < a.num_kv_heads * D; k += blockDim.x)
     store_kv<KV>(a.v_cache, cache_row + k, to_f(vsrc[k]));
@@ -46,7 +55,8 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
 
 // ---- launchers ----
 result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream) {
-  if (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.num_q_heads <= 0 || a.num_kv_heads <= 0 || a.num_tokens < 0)
+  if (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.num_q_heads <= 0 || a.num_kv_heads <= 0 || a.num_tokens < 0 ||
+      a.rotary_dim < 0 || a.rotary_dim % 2 != 0 || a.rotary_dim > a.head_dim)
     return make_error("invalid_argument", "rope_kv_write: bad shape");
   if (a.num_tokens == 0) return {};
   switch (a.kv_type) {

@@ -148,6 +148,42 @@ TEST_CASE("rope + paged KV write matches reference", "[gpu][kernels]") {
   }
 }
 
+TEST_CASE("rope + paged KV write: partial rotary, LongRoPE's second table from a position on, cos/sin scale",
+          "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int32_t head_dim = 128, rotary = 96, hq = 8, hkv = 2, tokens = 21, block_size = 16, num_blocks = 6;
+  rope_params rp;
+  rp.rotary_dim = rotary;
+  auto inv = rope_inv_freq(rp);
+  std::vector<float> inv_long(inv);
+  for (size_t i = 0; i < inv_long.size(); ++i) inv_long[i] /= float(2 + i);
+  auto qkv = random_bf16(size_t(tokens) * (hq + 2 * hkv) * head_dim, 9);
+  std::vector<int32_t> pos, slots;
+  for (int32_t t = 0; t < tokens; ++t) {
+    pos.push_back(t * 211 + 1);  // below and above long_from
+    slots.push_back(t == 3 ? -1 : (t * 7) % (num_blocks * block_size));
+  }
+  const size_t cache_n = size_t(num_blocks) * block_size * hkv * head_dim;
+  std::vector<uint16_t> kc(cache_n, 0), vc(cache_n, 0);
+  auto d_qkv = upload(qkv), d_pos = upload(pos), d_slots = upload(slots), d_inv = upload(inv), d_long = upload(inv_long);
+  auto d_kc = upload(kc), d_vc = upload(vc);
+  const int32_t long_from = 2000;
+  const float scale = 1.19f;
+  rope_kv_args a{d_qkv.as<bf16>(), d_pos.as<int32_t>(), d_slots.as<int32_t>(), d_inv.as<float>(),
+                 d_kc.as<bf16>(), d_vc.as<bf16>(), tokens, hq, hkv, head_dim, kv_elem::bf16,
+                 d_long.as<float>(), long_from, scale, rotary};
+  REQUIRE(launch_rope_kv_write(a, nullptr).ok());
+  ref::rope_ref_opts o;
+  o.inv_freq_long = &inv_long;
+  o.long_from = long_from;
+  o.scale = scale;
+  o.rotary_dim = rotary;
+  ref::rope_kv_ref(qkv, pos, slots, inv, kc, vc, hq, hkv, head_dim, o);
+  CHECK(max_abs_diff(download<uint16_t>(d_qkv, qkv.size()), qkv) <= 0.02f);
+  CHECK(max_abs_diff(download<uint16_t>(d_kc, cache_n), kc) <= 0.02f);
+  CHECK(download<uint16_t>(d_vc, cache_n) == vc);
+}
+
 TEST_CASE("rope + paged KV write into fp8 caches: the bf16 cache's values, encoded", "[gpu][kernels][fp8]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const int32_t head_dim = 128, hq = 8, hkv = 2, tokens = 19, block_size = 16, num_blocks = 4;

@@ -9,6 +9,7 @@
 #include "gpu/reference/rope_kv_ref.hpp"
 #include "gpu/reference/sampling_ref.hpp"
 #include "gpu/rope_freqs.hpp"
+#include "model/rope.hpp"
 
 using namespace coserve;
 using namespace coserve::gpu;
@@ -35,6 +36,29 @@ TEST_CASE("rope inverse frequencies: default and llama3", "[gpu_host][reference]
   for (size_t i = 0; i < g.size(); ++i) {  // in between: between the two
     CHECK(g[i] <= h[i] * 1.000001f);
     CHECK(g[i] >= h[i] / 8.0f * 0.999999f);
+  }
+}
+
+TEST_CASE("rope inverse frequencies: the executor's (model/rope.cpp) equal the kernel tests' closed form",
+          "[gpu_host][reference]") {
+  // The CUDA executor uploads coserve::rope_inv_freq(config); the kernel tests build theirs from
+  // rope_params. Default and llama3 must agree.
+  for (bool llama3 : {false, true}) {
+    model_config c;
+    c.head_dim = 128;
+    c.rope_theta = 500000.0f;
+    if (llama3) {
+      c.rope_scaling.kind = rope_kind::llama3;
+      c.rope_scaling.original_max_position_embeddings = 8192;
+      c.rope_scaling.factor = 8.0f;  // Llama 3.1's, rope_params' default
+    }
+    rope_params p;
+    p.theta = c.rope_theta;
+    p.rotary_dim = 128;
+    p.llama3 = llama3;
+    const auto a = coserve::rope_inv_freq(c), b = gpu::rope_inv_freq(p);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == Approx(b[i]).epsilon(1e-5));
   }
 }
 
