@@ -38,7 +38,7 @@ struct frame {
 enum class flow { normal, brk, cont };
 
 // The key under which a recursive loop's `loop` dict holds its call (no template can write it).
-constexpr const char* k_call_key = "\x01call";
+constexpr const char* k_call_key = "\x01" "call";
 
 constexpr int64_t k_max_range = 100000;  // jinja2's sandbox MAX_RANGE
 
