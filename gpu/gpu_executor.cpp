@@ -299,6 +299,9 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.block_size = o.block_size;
   e->info_.vocab_size = c.vocab_size;
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
+  // The CUDA attention has no sliding window: a windowed model's context is capped at the window,
+  // where full attention is exact.
+  if (c.sliding_window > 0) e->info_.max_model_len = std::min(e->info_.max_model_len, c.sliding_window);
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
                     (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) +
                     " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype));

@@ -4,6 +4,7 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -314,11 +315,41 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
 
   const int32_t raw_max_positions = c.max_position_embeddings;  // before a sliding window caps it
 
-  // Sliding window: only full attention is implemented. A window that never bites (>= the
-  // context length) is fine; Mistral's window caps the usable context instead.
+  // Sliding-window attention: Mistral and Phi-3 window every layer; Qwen2/3 only with
+  // use_sliding_window, on the layers layer_types marks "sliding_attention" (transformers 5) or from
+  // max_window_layers on. A window that never bites (>= the context length) is left out.
   bool use_sliding = false;
   if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
-  if ((qwen2 || qwen3) && use_sliding) return config_error(origin, "unsupported option use_sliding_window=true");
+  if (mistral || phi3 || ((qwen2 || qwen3) && use_sliding)) {
+    int32_t window = 0;
+    if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
+    if (window < 0) return config_error(origin, "sliding_window must not be negative");
+    if (window > 0 && window < c.max_position_embeddings) {
+      c.sliding_window = window;
+      if (qwen2 || qwen3) {
+        simdjson::dom::array types;
+        if (!o["layer_types"].get_array().get(types)) {
+          for (element t : types) {
+            std::string_view name;
+            if (t.get_string().get(name) || (name != "sliding_attention" && name != "full_attention"))
+              return config_error(origin, "layer_types entries must be \"sliding_attention\" or \"full_attention\"");
+            c.sliding_layers.push_back(name == "sliding_attention" ? 1 : 0);
+          }
+          if (int32_t(c.sliding_layers.size()) != c.num_hidden_layers)
+            return config_error(origin, "layer_types has " + std::to_string(c.sliding_layers.size()) + " entries for " +
+                                            std::to_string(c.num_hidden_layers) + " layers");
+        } else {
+          int32_t full_layers = 28;  // Qwen2Config's max_window_layers default
+          if (!get_int(o, "max_window_layers", full_layers, err)) return config_error(origin, err);
+          for (int32_t l = 0; l < c.num_hidden_layers; ++l) c.sliding_layers.push_back(l >= full_layers ? 1 : 0);
+        }
+        if (std::find(c.sliding_layers.begin(), c.sliding_layers.end(), uint8_t(1)) == c.sliding_layers.end()) {
+          c.sliding_window = 0;  // no layer is windowed
+          c.sliding_layers.clear();
+        }
+      }
+    }
+  }
   c.qk_norm = qwen3;
   if (smollm3) {
     // Layers without RoPE: no_rope_layers (1 = RoPE, 0 = none, one per layer) or, without it,
@@ -360,11 +391,6 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
                                         std::to_string(c.head_dim));
       c.rotary_dim = dim;
     }
-  }
-  if (mistral || phi3) {
-    int32_t window = 0;
-    if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
-    if (window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
   }
 
   // RoPE: `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5, which also moves

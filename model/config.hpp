@@ -75,6 +75,11 @@ struct model_config {
   bool qk_norm = false;       // Qwen3: an RMSNorm (weights [head_dim]) over each q and k head before RoPE
   bool fused_projections = false;  // Phi-3: one qkv_proj and one gate_up_proj tensor per layer
   std::vector<uint8_t> rope_layers;  // SmolLM3: per layer, 1 = RoPE applied, 0 = none (NoPE); empty: all
+  // Sliding-window attention (Mistral, Phi-3, Qwen2/3 with use_sliding_window): a windowed layer's
+  // query at position q sees keys k with q - sliding_window < k <= q (transformers' mask). 0: none.
+  // sliding_layers: per layer, 1 = windowed; empty: every layer.
+  int32_t sliding_window = 0;
+  std::vector<uint8_t> sliding_layers;
   bool mlp_bias = false;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;

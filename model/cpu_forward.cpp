@@ -309,6 +309,9 @@ void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch
   const int32_t group = nh / nkv;
   const int64_t row = int64_t(nh + 2 * nkv) * d;
   const float scale = 1.0f / std::sqrt(float(d));
+  const bool windowed = c_.sliding_window > 0 &&
+                        (c_.sliding_layers.empty() || c_.sliding_layers[size_t(layer)] != 0);
+  const int32_t window = windowed ? c_.sliding_window : 0;
   pool_.parallel_for(int64_t(items_.size()), [&](int64_t i) {
     const attn_item& it = items_[size_t(i)];
     const forward_seq& fs = batch[size_t(it.seq)];
@@ -331,6 +334,7 @@ void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch
     t.q_pos0 = fs.start_pos + it.q_first;
     t.ctx_begin = it.ctx_begin;
     t.ctx_end = it.ctx_end;
+    t.window = window;
     t.scale = scale;
     if (it.splits > 1) {
       t.partial_max = part_max_.data() + it.partial * group;

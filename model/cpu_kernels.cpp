@@ -754,7 +754,9 @@ void attend_typed(const attn_tile& t) {
   const int32_t last_pos = t.q_pos0 + t.num_q - 1;
   const int32_t end = std::min(t.ctx_end, last_pos + 1);
   const size_t head_off = size_t(t.kv_head) * d;
-  for (int32_t pos = t.ctx_begin; pos < end;) {
+  // With a sliding window no row sees a key before the first row's window.
+  const int32_t begin = t.window > 0 ? std::max(t.ctx_begin, t.q_pos0 - t.window + 1) : t.ctx_begin;
+  for (int32_t pos = begin; pos < end;) {
     // A run of positions that are contiguous slots in one block.
     const int32_t in_block = pos % t.block_size;
     const int32_t n = std::min({t.block_size - in_block, end - pos, int32_t(k_chunk)});
@@ -810,16 +812,19 @@ void attend_typed(const attn_tile& t) {
       const int32_t limit = t.q_pos0 + int32_t(r / size_t(t.group));  // last visible position
       float* s = sc + r * sc_len;
       const int32_t visible = std::min(n, limit - pos + 1);
-      if (visible <= 0) continue;
+      // Sliding window: keys at chunk offsets below `hidden` are before this row's window.
+      const int32_t hidden = t.window > 0 ? std::clamp(limit - t.window + 1 - pos, 0, n) : 0;
+      if (visible <= hidden) continue;
       float block_max = -INFINITY;
       if (transposed) {
-        for (int32_t j = 0; j < visible; ++j) block_max = std::max(block_max, s[j]);
+        for (int32_t j = hidden; j < visible; ++j) block_max = std::max(block_max, s[j]);
       } else {
-        for (int32_t j = 0; j < visible; ++j) {
+        for (int32_t j = hidden; j < visible; ++j) {
           s[j] = dot(q + r * d, kbuf + size_t(j) * d, d);
           block_max = std::max(block_max, s[j]);
         }
       }
+      for (int32_t j = 0; j < hidden; ++j) s[j] = -INFINITY;
       for (size_t j = size_t(visible); j < sc_len; ++j) s[j] = -INFINITY;
       const float new_max = std::max(mx[r], block_max);
       const float corr = std::exp(mx[r] - new_max);  // 0 on the first chunk (mx = -inf)

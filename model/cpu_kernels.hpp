@@ -91,6 +91,8 @@ struct attn_tile {
   int32_t q_pos0 = 0;
   int32_t ctx_begin = 0;
   int32_t ctx_end = 0;
+  // Sliding window (0: none): the query at position q sees only keys k > q - window.
+  int32_t window = 0;
   float scale = 1.0f;
   // Split-context mode: per row r (r = i * group + g) the running max, the sum of exponentials
   // and the unnormalized output [head_dim]; merged by attn_merge.

@@ -53,6 +53,9 @@ const char* const k_demo_help =
     "  --rope-factor F --rope-low-freq-factor F --rope-high-freq-factor F\n"
     "  --rope-original-max-position-embeddings N   llama3 / yarn / longrope parameter (default 8192)\n"
     "  --partial-rotary-factor F     phi3: RoPE over the first head_dim * F dimensions (default 1)\n"
+    "  --sliding-window N            sliding-window attention over N positions: every layer (mistral,\n"
+    "                                phi3) or, with use_sliding_window, the layers from\n"
+    "  --max-window-layers N         on (qwen2, qwen3; default 0)\n"
     "  --tie-embeddings              the LM head shares the embedding matrix\n"
     "  --qkv-bias                    biases on q/k/v projections (always on for qwen2)\n"
     "  --dtype bf16|f16|f32          weight dtype on disk (default bf16)\n"
@@ -102,6 +105,8 @@ result<demo_args> parse_demo_args(const std::vector<std::string>& args) {
     else if (a == "--rope-high-freq-factor") ok = num(out.options.rope_high_freq_factor);
     else if (a == "--rope-original-max-position-embeddings") ok = num(out.options.rope_original_max_position_embeddings);
     else if (a == "--partial-rotary-factor") ok = num(out.options.partial_rotary_factor);
+    else if (a == "--sliding-window") ok = num(out.options.sliding_window);
+    else if (a == "--max-window-layers") ok = num(out.options.max_window_layers);
     else if (a == "--tie-embeddings") out.options.tie_embeddings = true;
     else if (a == "--qkv-bias") out.options.qkv_bias = true;
     else if (a == "--dtype") {

@@ -283,12 +283,17 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     for (int32_t l = 0; l < o.num_layers; ++l) c += std::string(l ? ", " : "") + ((l + 1) % 4 != 0 ? "1" : "0");
     c += "],\n";
   }
-  if (arch == "mistral" || arch == "phi3") c += "  \"sliding_window\": null,\n";
+  if (arch == "mistral" || arch == "phi3")
+    c += "  \"sliding_window\": " + (o.sliding_window > 0 ? std::to_string(o.sliding_window) : std::string("null")) + ",\n";
+  if ((arch == "qwen2" || arch == "qwen3") && o.sliding_window > 0)
+    c += "  \"sliding_window\": " + std::to_string(o.sliding_window) + ",\n  \"max_window_layers\": " +
+         std::to_string(o.max_window_layers) + ",\n";
   if (arch == "phi3")
     c += "  \"original_max_position_embeddings\": " +
          std::to_string(o.rope_type == "longrope" ? o.rope_original_max_position_embeddings : o.max_position_embeddings) +
          ",\n";
-  if (arch == "qwen2" || arch == "qwen3" || arch == "smollm3") c += "  \"use_sliding_window\": false,\n";
+  if (arch == "qwen2" || arch == "qwen3" || arch == "smollm3")
+    c += std::string("  \"use_sliding_window\": ") + (o.sliding_window > 0 && arch != "smollm3" ? "true" : "false") + ",\n";
   c += std::string("  \"tie_word_embeddings\": ") + (o.tie_embeddings ? "true" : "false") + ",\n";
   c += "  \"bos_token_id\": " + std::to_string(bos) + ",\n";
   c += "  \"eos_token_id\": " + std::to_string(eos) + ",\n";

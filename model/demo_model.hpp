@@ -30,6 +30,8 @@ struct demo_options {
   float rope_high_freq_factor = 4.0f;
   int32_t rope_original_max_position_embeddings = 8192;
   float partial_rotary_factor = 1.0f;  // phi3: RoPE over the first head_dim * factor dimensions
+  int32_t sliding_window = 0;       // mistral, phi3: every layer; qwen2, qwen3: layers from max_window_layers on
+  int32_t max_window_layers = 0;
   bool tie_embeddings = false;
   bool qkv_bias = false;            // qwen2 always has it
   dtype weight_dtype = dtype::bf16;

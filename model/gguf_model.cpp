@@ -100,12 +100,12 @@ result<model_config> gguf_model_config(const gguf_file& f) {
   if (!ctx) return ctx.err();
   c.max_position_embeddings = *ctx;
   if (c.fused_projections) {
-    // Phi-3's sliding window (0: none) caps the context, as for the folder's config.json; its
+    // Phi-3's sliding window (0: none), as in the folder's config.json; its
     // long-context variants carry per-frequency factors for LongRoPE, which is not implemented.
     auto window = f.get_int(a + "attention.sliding_window");
     if (!window) return window.err();
     if (*window && **window < 0) return gerr(f, "metadata " + a + "attention.sliding_window is negative");
-    if (*window && **window > 0 && **window < c.max_position_embeddings) c.max_position_embeddings = int32_t(**window);
+    if (*window && **window > 0 && **window < c.max_position_embeddings) c.sliding_window = int32_t(**window);
     // LongRoPE (Phi-3.5 / Phi-4's 128k variants), as convert_hf_to_gguf.py writes it: the factors as
     // rope_factors_long/short.weight, the original context and the attention factor as metadata.
     const gguf_tensor* lf = f.tensor("rope_factors_long.weight");

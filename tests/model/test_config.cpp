@@ -52,7 +52,13 @@ TEST_CASE("config: the older 'type' key, head_dim, qwen2 bias, mistral window", 
   auto m = parse_model_config(with(with(k_llama, "LlamaForCausalLM", "MistralForCausalLM"), "\"llama\"",
                                    "\"mistral\",\"sliding_window\":1024"), "c");
   REQUIRE(m.ok());
-  CHECK(m->max_position_embeddings == 1024);  // full attention is exact inside the window
+  CHECK(m->max_position_embeddings == 4096);  // the window is applied in attention, not as a cap
+  CHECK(m->sliding_window == 1024);
+  CHECK(m->sliding_layers.empty());  // every layer
+  auto wide = parse_model_config(with(with(k_llama, "LlamaForCausalLM", "MistralForCausalLM"), "\"llama\"",
+                                      "\"mistral\",\"sliding_window\":4096"), "c");
+  REQUIRE(wide.ok());
+  CHECK(wide->sliding_window == 0);  // a window as long as the context never bites
   auto bias = parse_model_config(with(k_llama, "\"vocab_size\"", "\"attention_bias\":true,\"vocab_size\""), "c");
   REQUIRE(bias.ok());
   CHECK(bias->qkv_bias);
@@ -77,9 +83,27 @@ TEST_CASE("config: qwen3 has per-head q/k norms, head_dim 128 unless given, bias
   auto by_type = parse_model_config(with(q3, "\"architectures\":[\"Qwen3ForCausalLM\"],", ""), "c");
   REQUIRE(by_type.ok());
   CHECK(by_type->qk_norm);
-  auto sliding = parse_model_config(with(q3, "\"vocab_size\"", "\"use_sliding_window\":true,\"vocab_size\""), "c");
-  REQUIRE_FALSE(sliding.ok());
-  CHECK_THAT(sliding.err().message, Catch::Contains("use_sliding_window"));
+  // use_sliding_window: the window on the layers from max_window_layers on, or as layer_types says.
+  CHECK(parse_model_config(with(q3, "\"vocab_size\"", "\"sliding_window\":64,\"vocab_size\""), "c")->sliding_window == 0);
+  auto sliding = parse_model_config(
+      with(q3, "\"vocab_size\"", "\"use_sliding_window\":true,\"sliding_window\":64,\"max_window_layers\":1,\"vocab_size\""), "c");
+  REQUIRE(sliding.ok());
+  CHECK(sliding->sliding_window == 64);
+  CHECK(sliding->sliding_layers == std::vector<uint8_t>{0, 1});
+  auto typed = parse_model_config(
+      with(q3, "\"vocab_size\"",
+           R"("use_sliding_window":true,"sliding_window":64,"layer_types":["sliding_attention","full_attention"],"vocab_size")"),
+      "c");
+  REQUIRE(typed.ok());
+  CHECK(typed->sliding_layers == std::vector<uint8_t>{1, 0});
+  auto none = parse_model_config(
+      with(q3, "\"vocab_size\"", "\"use_sliding_window\":true,\"sliding_window\":64,\"max_window_layers\":2,\"vocab_size\""), "c");
+  REQUIRE(none.ok());
+  CHECK(none->sliding_window == 0);  // max_window_layers covers every layer: full attention
+  auto bad_types = parse_model_config(
+      with(q3, "\"vocab_size\"", R"("use_sliding_window":true,"sliding_window":64,"layer_types":["x","y"],"vocab_size")"), "c");
+  REQUIRE_FALSE(bad_types.ok());
+  CHECK_THAT(bad_types.err().message, Catch::Contains("layer_types"));
   auto llama = parse_model_config(k_llama, "c");
   REQUIRE(llama.ok());
   CHECK_FALSE(llama->qk_norm);
@@ -127,7 +151,7 @@ TEST_CASE("config: linear and yarn rope scaling, yarn's defaults and attention f
   CHECK_THAT(other.err().message, Catch::Contains("yarn"));
 }
 
-TEST_CASE("config: phi3 has fused projections, its sliding window caps the context, partial rotary and longrope "
+TEST_CASE("config: phi3 has fused projections, a sliding window, partial rotary and longrope "
           "as transformers computes them", "[model][config]") {
   const std::string p3 = with(with(with(k_llama, "LlamaForCausalLM", "Phi3ForCausalLM"), "\"llama\"", "\"phi3\""),
                               R"("rope_scaling":{"rope_type":"llama3","factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,
@@ -135,7 +159,8 @@ TEST_CASE("config: phi3 has fused projections, its sliding window caps the conte
   auto c = parse_model_config(p3, "c");
   REQUIRE(c.ok());
   CHECK(c->fused_projections);
-  CHECK(c->max_position_embeddings == 2047);
+  CHECK(c->sliding_window == 2047);
+  CHECK(c->max_position_embeddings == 4096);
   CHECK(c->rotary_dim == c->head_dim);
   CHECK_FALSE(parse_model_config(k_llama, "c")->fused_projections);
   // partial_rotary_factor: int(head_dim * factor) dimensions rotate (head_dim 8 here).
@@ -217,11 +242,10 @@ TEST_CASE("config: unsupported or malformed configs are clear errors", "[model][
   auto type = parse_model_config(with(k_llama, "\"vocab_size\":100", "\"vocab_size\":\"100\""), "c");
   REQUIRE_FALSE(type.ok());
   CHECK_THAT(type.err().message, Catch::Contains("vocab_size"));
-  auto qsw = parse_model_config(
-      with(with(with(k_llama, "LlamaForCausalLM", "Qwen2ForCausalLM"), "\"llama\"", "\"qwen2\""), "\"vocab_size\"",
-           "\"use_sliding_window\":true,\"vocab_size\""), "c");
-  REQUIRE_FALSE(qsw.ok());
-  CHECK_THAT(qsw.err().message, Catch::Contains("sliding"));
+  auto neg = parse_model_config(with(with(k_llama, "LlamaForCausalLM", "MistralForCausalLM"), "\"llama\"",
+                                     "\"mistral\",\"sliding_window\":-3"), "c");
+  REQUIRE_FALSE(neg.ok());
+  CHECK_THAT(neg.err().message, Catch::Contains("sliding_window"));
   // Only SiLU-gated MLPs are implemented: another hidden_act is refused, not run as SiLU.
   auto act = parse_model_config(with(k_llama, "\"vocab_size\"", "\"hidden_act\":\"gelu\",\"vocab_size\""), "c");
   REQUIRE_FALSE(act.ok());

@@ -65,6 +65,14 @@ MODELS = {
                                       "--num-kv-heads", "2", "--rope-scaling", "longrope",
                                       "--rope-original-max-position-embeddings", "44",
                                       "--partial-rotary-factor", "0.75", "--max-position-embeddings", "256"],
+    # Sliding-window attention over 5 positions on every layer (Mistral's kind), the prompts up to 40
+    # tokens long, and Qwen2's: windowed (3 positions) from layer 1 on, layer 0 full.
+    "mistral_sliding": SMALL + ["--architecture", "mistral", "--seed", "22", "--hidden-size", "64",
+                                "--intermediate-size", "96", "--num-layers", "2", "--num-heads", "4",
+                                "--num-kv-heads", "2", "--sliding-window", "5"],
+    "qwen2_sliding_layers": SMALL + ["--architecture", "qwen2", "--seed", "23", "--hidden-size", "64",
+                                     "--intermediate-size", "96", "--num-layers", "2", "--num-heads", "4",
+                                     "--num-kv-heads", "2", "--sliding-window", "3", "--max-window-layers", "1"],
     # SmolLM3: layer 3 of 4 without RoPE (no_rope_layers [1, 1, 1, 0]), tied embeddings.
     "smollm3_nope": SMALL + ["--architecture", "smollm3", "--seed", "20", "--hidden-size", "64",
                              "--intermediate-size", "96", "--num-layers", "4", "--num-heads", "4",
