@@ -138,6 +138,10 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
   for (int32_t id : ids)
     if (id < 0 || id >= vocab_size)
       return error{"invalid_request", "token id " + std::to_string(id) + " is outside the vocabulary", where};
+  if (const int32_t t = req.context.truncate_prompt_tokens; t != 0) {  // the last `keep` tokens
+    const auto keep = size_t(t < 0 ? max_model_len : t);
+    if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(keep));
+  }
   if (auto r = apply_context_rule(req.context, static_cast<int32_t>(ids.size()), max_model_len, params); !r)
     return std::move(r).err();
   return ids;

@@ -545,6 +545,12 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     }
   };
   const bool usage_null = r.include_usage;
+  // continuous_usage_stats: each chunk carries its choice's usage so far.
+  value live_usage;
+  if (r.continuous_usage) h.usage = &live_usage;
+  auto set_usage = [&](int64_t prompt, int64_t completion) {
+    if (r.continuous_usage) live_usage = usage_json(prompt, completion, 0);
+  };
   // Chat with tools: which text streams as content and which becomes tool calls, per choice.
   std::vector<tool_stream> tool_streams;
   std::vector<reasoning_stream> reasoning_streams;
@@ -558,6 +564,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     if (chat)
       for (const auto& c : choices)
       {
+        set_usage(int64_t(sub.streams[size_t(c.index / n)]->prompt_ids().size()), 0);
         const std::string chunk = sse_event(chat_role_chunk(h, c.index, usage_null));
         if (!co_await write(chunk)) co_return;
         if (!r.chat_echo.empty()) {
@@ -568,6 +575,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     for (size_t p = 0; p < sub.streams.size(); ++p) {
       auto& s = sub.streams[p];
       prompt_tokens += static_cast<int64_t>(s->prompt_ids().size());
+      set_usage(int64_t(s->prompt_ids().size()), 0);
       if (!chat && r.echo)
         for (int32_t k = 0; k < n; ++k) {
           auto idx = static_cast<int32_t>(p) * n + k;
@@ -580,6 +588,7 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         auto& c = choices[p * static_cast<size_t>(n) + static_cast<size_t>(ev->index)];
         if (want_logprobs) learn_texts(*ev);
         c.add(*ev);
+        set_usage(int64_t(s->prompt_ids().size()), c.completion_tokens);
         cached = std::max(cached, ev->cached_prompt_tokens);
         if (ev->finish == finish_reason::error) {
           // The choice ends with finish_reason "error", then an error event; [DONE] follows.

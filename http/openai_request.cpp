@@ -553,10 +553,24 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
       if (!iu->is_bool()) return type_error("stream_options.include_usage", "a boolean");
       r.include_usage = iu->as_bool();
     }
+    if (const value* cu = so->find("continuous_usage_stats"); cu && !cu->is_null()) {
+      if (!cu->is_bool()) return type_error("stream_options.continuous_usage_stats", "a boolean");
+      r.continuous_usage = cu->as_bool() && r.include_usage;  // vLLM: with include_usage only
+    }
   }
   if (const value* u = body.find("user"); u && !u->is_null()) {
     if (!u->is_string()) return type_error("user", "a string");
     r.user = u->as_string();
+  }
+  if (const value* tp = body.find("truncate_prompt_tokens"); tp && !tp->is_null()) {
+    if (!tp->is_number() || tp->as_double() != std::floor(tp->as_double()) || !(tp->as_double() == -1 || tp->as_double() >= 1))
+      return type_error("truncate_prompt_tokens", "-1 or a positive integer");
+    if (tp->as_double() > double(lim.max_model_len))
+      return api_error::bad_request("truncate_prompt_tokens value (" + std::to_string(int64_t(tp->as_double())) +
+                                        ") is greater than max_model_len (" + std::to_string(lim.max_model_len) +
+                                        "). Please select a smaller truncation size.",
+                                    "truncate_prompt_tokens");
+    r.truncate_prompt_tokens = int32_t(tp->as_double());
   }
   if (auto e = read_extra_fields(body, chat, r)) return *e;
   if (!r.max_tokens_given) r.max_tokens_param = "max_tokens";
@@ -569,6 +583,7 @@ context_rule context_of(const openai_request& req) {
   rule.default_max_tokens = req.chat ? 0 : 16;  // OpenAI's completions default; chat: the rest of the context
   rule.input_param = req.chat ? "messages" : "prompt";
   rule.max_tokens_param = req.max_tokens_param.empty() ? "max_tokens" : req.max_tokens_param;
+  rule.truncate_prompt_tokens = req.truncate_prompt_tokens;
   return rule;
 }
 

@@ -82,6 +82,7 @@ value chunk_base(const response_header& h) {
   v["object"] = value(h.chat ? "chat.completion.chunk" : "text_completion");
   v["created"] = value(h.created);
   v["model"] = value(h.model);
+  if (h.usage) v["usage"] = *h.usage;
   return v;
 }
 
@@ -89,7 +90,7 @@ std::string finish_chunk(value v, value choice, bool usage_null) {
   value choices = json::array{};
   choices.push_back(std::move(choice));
   v["choices"] = std::move(choices);
-  if (usage_null) v["usage"] = value();
+  if (usage_null && !v.find("usage")) v["usage"] = value();
   std::string out;
   json::dump_compact(v, out);
   return out;

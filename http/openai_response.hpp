@@ -20,6 +20,9 @@ struct response_header {
   int64_t created = 0;  // unix seconds
   std::string model;
   bool chat = false;
+  // stream_options.continuous_usage_stats: the usage each chunk carries (null: none, or null with
+  // include_usage).
+  const json::value* usage = nullptr;
 };
 
 // Text of one token id (for logprobs).

@@ -161,3 +161,52 @@ def test_echo_of_token_id_prompt_is_its_text(server):
                      timeout=30).json()["tokens"]
     r = server.client().completions.create(model=server.model, prompt=ids, max_tokens=2, temperature=0, echo=True)
     assert r.choices[0].text.startswith("Echo this back")
+
+
+def test_continuous_usage_stats(server):
+    """vLLM's stream_options.continuous_usage_stats: every chunk carries its choice's usage so far,
+    counting up to what the final usage chunk reports."""
+    for chat in (False, True):
+        c = server.client()
+        kw = dict(model=server.model, max_tokens=6, stream=True, temperature=0, extra_body={"ignore_eos": True},
+                  stream_options={"include_usage": True, "continuous_usage_stats": True})
+        chunks = list(c.chat.completions.create(messages=[{"role": "user", "content": "hi"}], **kw) if chat
+                      else c.completions.create(prompt="Count:", **kw))
+        final = chunks[-1]
+        assert final.choices == [] and final.usage.completion_tokens == 6
+        body = chunks[:-1]
+        assert all(ch.usage is not None for ch in body)
+        assert all(ch.usage.prompt_tokens == final.usage.prompt_tokens for ch in body)
+        counts = [ch.usage.completion_tokens for ch in body]
+        assert counts == sorted(counts) and counts[-1] == 6
+        assert all(ch.usage.total_tokens == ch.usage.prompt_tokens + ch.usage.completion_tokens for ch in body)
+    # Without include_usage it changes nothing (vLLM): no usage at all until the end, which has none.
+    chunks = list(server.client().completions.create(model=server.model, prompt="x", max_tokens=2, stream=True,
+                                                     stream_options={"continuous_usage_stats": True}))
+    assert all(ch.usage is None for ch in chunks)
+
+
+def test_truncate_prompt_tokens(server):
+    """vLLM's truncate_prompt_tokens keeps the prompt's last k tokens: the output equals that of the
+    truncated prompt given as ids; above max_model_len it is a 400 naming the field."""
+    c = server.client()
+    ids = httpx.post(server.url + "/tokenize", json={"prompt": "one two three four five six seven eight"}).json()["tokens"]
+    assert len(ids) > 4
+    kw = dict(model=server.model, max_tokens=5, temperature=0)
+    cut = c.completions.create(prompt=ids, extra_body={"truncate_prompt_tokens": 4}, **kw)
+    last4 = c.completions.create(prompt=ids[-4:], **kw)
+    assert cut.usage.prompt_tokens == 4
+    assert cut.choices[0].text == last4.choices[0].text
+    text_cut = c.completions.create(prompt="one two three four five six seven eight",
+                                    extra_body={"truncate_prompt_tokens": 4}, **kw)
+    assert text_cut.usage.prompt_tokens == 4 and text_cut.choices[0].text == last4.choices[0].text
+    chat = c.chat.completions.create(messages=[{"role": "user", "content": "a long message " * 20}],
+                                     extra_body={"truncate_prompt_tokens": 7}, **kw)
+    assert chat.usage.prompt_tokens == 7
+    whole = c.completions.create(prompt=ids, extra_body={"truncate_prompt_tokens": 1000}, **kw)
+    assert whole.usage.prompt_tokens == len(ids)
+    for bad in (0, -2, 1.5, "4", 10**9):
+        r = httpx.post(server.url + "/v1/completions", json={"model": server.model, "prompt": "x",
+                                                             "truncate_prompt_tokens": bad})
+        assert r.status_code == 400, (bad, r.text)
+        assert r.json()["error"]["param"] == "truncate_prompt_tokens"
