@@ -692,12 +692,20 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
                   uint64_t(st.launched)});
     int32_t generated = st.launched;
-    if (st.matcher) {
-      // The allowed tokens, filled on the host (xgrammar) and applied by a mask kernel.
+    if (st.matcher || !st.params.allowed_token_ids.empty()) {
+      // The allowed tokens, filled on the host (xgrammar, and/or allowed_token_ids) and applied by
+      // a mask kernel.
       grammar_rows.push_back(int32_t(row));
       grammar_masks.resize(grammar_masks.size() + size_t(mask_words));
       std::span<uint32_t> mask(grammar_masks.data() + grammar_masks.size() - size_t(mask_words), size_t(mask_words));
-      st.matcher->fill_mask(mask);
+      if (st.matcher) st.matcher->fill_mask(mask);
+      else std::fill(mask.begin(), mask.end(), ~uint32_t{0});
+      if (!st.params.allowed_token_ids.empty()) {
+        std::vector<uint32_t> allowed(mask.size(), 0);
+        for (int32_t id : st.params.allowed_token_ids)
+          if (id >= 0 && id / 32 < int32_t(allowed.size())) allowed[size_t(id / 32)] |= uint32_t{1} << (id % 32);
+        for (size_t w = 0; w < mask.size(); ++w) mask[w] &= allowed[w];
+      }
       // The grammar wins over min_tokens (model/sampler.hpp): when it allows nothing but the ids
       // min_tokens would mask, that mask is dropped for this row.
       if (generated < st.params.min_tokens &&

@@ -214,6 +214,11 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
   }
   if (const value* s = body.find("stop_token_ids"); s && !s->is_null())
     if (auto e = read_token_ids(*s, "stop_token_ids", lim.vocab_size, p.stop_token_ids)) return e;
+  if (const value* s = body.find("allowed_token_ids"); s && !s->is_null()) {
+    if (auto e = read_token_ids(*s, "allowed_token_ids", lim.vocab_size, p.allowed_token_ids)) return e;
+    if (p.allowed_token_ids.empty())
+      return api_error::bad_request("'allowed_token_ids' must hold at least one token id", "allowed_token_ids");
+  }
 
   if (const value* lb = body.find("logit_bias"); lb && !lb->is_null()) {
     if (!lb->is_object()) return type_error("logit_bias", "an object mapping token ids to numbers");

@@ -210,6 +210,15 @@ namespace {
 // Steps 0-6 on a copy of `raw`; `lp` gets the log-softmax of the processed row.
 std::vector<float> processed_row(std::span<const float> raw, sampling_state& st, std::vector<float>& lp) {
   std::vector<float> row(raw.begin(), raw.end());
+  if (!st.params.allowed_token_ids.empty()) {  // allowed_token_ids: every other logit -inf
+    std::vector<float> kept;
+    kept.reserve(st.params.allowed_token_ids.size());
+    for (int32_t id : st.params.allowed_token_ids)
+      kept.push_back(id >= 0 && size_t(id) < row.size() ? row[size_t(id)] : -INFINITY);
+    std::fill(row.begin(), row.end(), -INFINITY);
+    for (size_t i = 0; i < kept.size(); ++i)
+      if (const int32_t id = st.params.allowed_token_ids[i]; id >= 0 && size_t(id) < row.size()) row[size_t(id)] = kept[i];
+  }
   if (st.matcher) {
     st.matcher->fill_mask(st.mask);
     apply_grammar_mask(row, st.mask);
@@ -263,7 +272,7 @@ void fill_top_logprobs(const std::vector<float>& lp, const sampling_state& st, s
 // penalties (temperature and filters aside).
 bool row_as_is(const sampling_state& st) {
   const sampling_params& p = st.params;
-  return !st.matcher && p.logit_bias.empty() && st.num_output >= p.min_tokens &&
+  return !st.matcher && p.logit_bias.empty() && p.allowed_token_ids.empty() && st.num_output >= p.min_tokens &&
          (p.repetition_penalty == 1.0f || p.repetition_penalty <= 0.0f) && p.presence_penalty == 0.0f &&
          p.frequency_penalty == 0.0f;
 }

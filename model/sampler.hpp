@@ -2,7 +2,8 @@
 // globals; the executor owns a sampling_state per sequence.
 //
 // Order (each step is skipped when its parameter disables it):
-//   0. structured output: tokens the grammar does not allow next set to -inf (when min_tokens
+//   0. allowed_token_ids: every other token set to -inf; then
+//      structured output: tokens the grammar does not allow next set to -inf (when min_tokens
 //      would then leave no token at all - the grammar is complete and only allows eos - the
 //      min_tokens mask is dropped for that step: the grammar wins)
 //   1. logit_bias added to the raw logits

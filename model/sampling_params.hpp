@@ -32,6 +32,9 @@ struct sampling_params {
   int32_t min_tokens = 0;            // eos / stop ids are masked until this many are generated
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // finish (reason "stop") when one is sampled
+  // vLLM's allowed_token_ids: when not empty, only these ids are ever sampled (every other logit
+  // is -inf before the penalties and filters).
+  std::vector<int32_t> allowed_token_ids;
   std::vector<std::string> stop;        // stop strings, matched on the detokenized text
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;

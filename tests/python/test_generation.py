@@ -210,3 +210,29 @@ def test_truncate_prompt_tokens(server):
                                                              "truncate_prompt_tokens": bad})
         assert r.status_code == 400, (bad, r.text)
         assert r.json()["error"]["param"] == "truncate_prompt_tokens"
+
+
+def test_allowed_token_ids(server):
+    """vLLM's allowed_token_ids: only those ids are sampled (greedy and random, chat and completions,
+    streamed too); the logprobs are over them alone; out-of-vocabulary or empty lists are 400s."""
+    allowed = [11, 262, 290, 1110, 4000]
+    texts = {httpx.post(server.url + "/detokenize", json={"tokens": [t]}).json()["prompt"] for t in allowed}
+    assert len(texts) == len(allowed)
+    c = server.client()
+    for temp in (0.0, 1.5):
+        r = c.completions.create(model=server.model, prompt="Hello", max_tokens=12, temperature=temp, seed=3,
+                                 logprobs=3, extra_body={"allowed_token_ids": allowed, "ignore_eos": True})
+        lp = r.choices[0].logprobs
+        assert r.usage.completion_tokens == 12 and len(lp.tokens) == 12
+        assert set(lp.tokens) <= texts
+        assert all(set(t) <= texts for t in lp.top_logprobs)
+        assert "".join(lp.tokens) == r.choices[0].text
+    chat = c.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=8,
+                                     stream=True, logprobs=True, temperature=1.0, seed=5,
+                                     extra_body={"allowed_token_ids": allowed, "ignore_eos": True})
+    tokens = [e.token for ch in chat if ch.choices and ch.choices[0].logprobs for e in ch.choices[0].logprobs.content]
+    assert len(tokens) == 8 and set(tokens) <= texts
+    for bad in ([], [10**9], [-1], ["x"], 5):
+        r = httpx.post(server.url + "/v1/completions", json={"model": server.model, "prompt": "x", "allowed_token_ids": bad})
+        assert r.status_code == 400, (bad, r.text)
+        assert r.json()["error"]["param"] == "allowed_token_ids"
