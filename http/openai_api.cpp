@@ -427,6 +427,11 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     auto it = token_text.find(id);
     return it == token_text.end() ? std::string() : it->second;
   };
+  // The tokens' names in logprobs: their text, or "token_id:N" with vLLM's
+  // return_tokens_as_token_ids (text_offset then counts those names, as vLLM's does). The
+  // prompt_logprobs field's decoded_token stays the text.
+  token_text_fn name_of = r.tokens_as_ids ? token_text_fn([](int32_t id) { return "token_id:" + std::to_string(id); })
+                                          : text_of;
   std::vector<choice_state> choices(sub.streams.size() * static_cast<size_t>(n));
   for (size_t i = 0; i < choices.size(); ++i) choices[i].index = static_cast<int32_t>(i);
   std::vector<int64_t> text_offsets(choices.size(), 0);
@@ -492,11 +497,11 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
       const auto& prompt_ids = sub.streams[i / group]->prompt_ids();
       if (r.prompt_logprobs_field) plps.push_back(prompt_logprobs_json(prompt_ids, prompt_lps ? *prompt_lps : none, text_of));
       if (!want_logprobs) lps.emplace_back();
-      else if (chat) lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, text_of));
+      else if (chat) lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, name_of));
       else if (r.echo)
         lps.push_back(completion_logprobs_echo(prompt_ids, prompt_lps ? *prompt_lps : none, c.token_ids,
-                                               c.token_logprobs, c.top_logprobs, text_of));
-      else lps.push_back(completion_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, 0, text_of));
+                                               c.token_logprobs, c.top_logprobs, name_of));
+      else lps.push_back(completion_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, 0, name_of));
     }
     value usage = usage_json(prompt_tokens, completion_tokens, cached_tokens);
     const std::vector<value>* plp = r.prompt_logprobs_field ? &plps : nullptr;
@@ -605,9 +610,9 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         value lp;
         if (want_logprobs && !ev->token_ids.empty()) {
           auto& off = text_offsets[static_cast<size_t>(c.index)];
-          lp = chat ? chat_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, text_of)
-                    : completion_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, off, text_of);
-          for (int32_t id : ev->token_ids) off += chars_in(text_of(id));
+          lp = chat ? chat_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, name_of)
+                    : completion_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, off, name_of);
+          for (int32_t id : ev->token_ids) off += chars_in(name_of(id));
         }
         std::string_view fin = finish_text(ev->finish);
         bool ok = true;

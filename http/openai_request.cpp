@@ -567,6 +567,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
     if (!u->is_string()) return type_error("user", "a string");
     r.user = u->as_string();
   }
+  if (auto e = read_bool(body, "return_tokens_as_token_ids", r.tokens_as_ids)) return *e;
   if (const value* tp = body.find("truncate_prompt_tokens"); tp && !tp->is_null()) {
     if (!tp->is_number() || tp->as_double() != std::floor(tp->as_double()) || !(tp->as_double() == -1 || tp->as_double() >= 1))
       return type_error("truncate_prompt_tokens", "-1 or a positive integer");

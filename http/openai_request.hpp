@@ -41,6 +41,7 @@ struct openai_request {
   bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): usage in every chunk
   // vLLM's truncate_prompt_tokens: keep the prompt's last k tokens (-1: max_model_len); 0: as given.
   int32_t truncate_prompt_tokens = 0;
+  bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:N"
   bool chat_logprobs = false;     // chat: logprobs requested (top_logprobs in params.logprobs)
   bool prompt_logprobs_field = false;  // vLLM's prompt_logprobs given: the response carries them
   // Chat `echo` (vLLM's extension): when the final message is the assistant's, its text leads

@@ -236,3 +236,27 @@ def test_allowed_token_ids(server):
         r = httpx.post(server.url + "/v1/completions", json={"model": server.model, "prompt": "x", "allowed_token_ids": bad})
         assert r.status_code == 400, (bad, r.text)
         assert r.json()["error"]["param"] == "allowed_token_ids"
+
+
+def test_return_tokens_as_token_ids(server):
+    """vLLM's return_tokens_as_token_ids: logprob tokens (and top_logprobs keys) named "token_id:N",
+    the ids the text came from; chat too, streamed and not."""
+    c = server.client()
+    kw = dict(model=server.model, prompt="Hello there", max_tokens=6, temperature=0, logprobs=2)
+    named = c.completions.create(extra_body={"return_tokens_as_token_ids": True}, **kw)
+    plain = c.completions.create(**kw)
+    lp = named.choices[0].logprobs
+    assert all(t.startswith("token_id:") for t in lp.tokens)
+    ids = [int(t.split(":")[1]) for t in lp.tokens]
+    assert httpx.post(server.url + "/detokenize", json={"tokens": ids}).json()["prompt"] == plain.choices[0].text
+    assert lp.token_logprobs == plain.choices[0].logprobs.token_logprobs
+    assert all(all(k.startswith("token_id:") for k in top) for top in lp.top_logprobs)
+    ch = c.chat.completions.create(model=server.model, messages=[{"role": "user", "content": "hi"}], max_tokens=4,
+                                   logprobs=True, top_logprobs=2, stream=True,
+                                   extra_body={"return_tokens_as_token_ids": True})
+    entries = [e for x in ch if x.choices and x.choices[0].logprobs for e in x.choices[0].logprobs.content]
+    assert len(entries) == 4 and all(e.token.startswith("token_id:") for e in entries)
+    assert all(t.token.startswith("token_id:") for e in entries for t in e.top_logprobs)
+    r = httpx.post(server.url + "/v1/completions", json={"model": server.model, "prompt": "x",
+                                                         "return_tokens_as_token_ids": "yes"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "return_tokens_as_token_ids"
