@@ -499,6 +499,16 @@ std::optional<api_error> read_extra_fields(const value& body, bool chat, openai_
       if (!sx->is_string()) return type_error("suffix", "a string");
       return unsupported("suffix", "is not supported");
     }
+  // vLLM's extensions that change what is generated and are not implemented: a 400 naming the
+  // field, not an answer without them.
+  if (const value* bw = body.find("bad_words"); bw && !bw->is_null()) {
+    if (!bw->is_array()) return type_error("bad_words", "an array of strings");
+    if (!bw->as_array().empty()) return unsupported("bad_words", "is not supported");
+  }
+  if (const value* bs = body.find("use_beam_search"); bs && !bs->is_null()) {
+    if (!bs->is_bool()) return type_error("use_beam_search", "a boolean");
+    if (bs->as_bool()) return unsupported("use_beam_search", "is not supported");
+  }
   std::optional<int64_t> best_of;
   if (auto e = read_int(body, "best_of", 1, 128, best_of)) return e;
   if (best_of && *best_of < r.params.n)

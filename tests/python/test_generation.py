@@ -260,3 +260,15 @@ def test_return_tokens_as_token_ids(server):
     r = httpx.post(server.url + "/v1/completions", json={"model": server.model, "prompt": "x",
                                                          "return_tokens_as_token_ids": "yes"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "return_tokens_as_token_ids"
+
+
+def test_vllm_fields_not_implemented_are_refused(server):
+    """bad_words and beam search change what is generated: asked for, they are a 400 naming the
+    field rather than an answer without them; their empty / off values pass."""
+    for field, value in (("bad_words", ["hello"]), ("use_beam_search", True)):
+        r = httpx.post(server.url + "/v1/completions", json={"model": server.model, "prompt": "x", field: value})
+        assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    for field, value in (("bad_words", []), ("use_beam_search", False)):
+        r = httpx.post(server.url + "/v1/completions", json={"model": server.model, "prompt": "x", "max_tokens": 1,
+                                                             field: value})
+        assert r.status_code == 200, r.text
