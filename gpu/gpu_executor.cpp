@@ -1,6 +1,6 @@
 // The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling,
 // launched and collected as two halves, and the decode CUDA graphs captured from the same forward
-// pass. Longer than most files (about 870 lines) because launch, collect, the forward pass and the
+// pass. Longer than most files (about 920 lines) because launch, collect, the forward pass and the
 // graph capture share one set of device buffers and per-sequence state; the graph arena's host logic
 // is already apart (gpu/decode_graph.cpp).
 #include "gpu/gpu_executor.hpp"

@@ -65,21 +65,28 @@ asio::awaitable<openai_api::chat_outcome> openai_api::drain_chat(request_stream&
   co_return out;
 }
 
+std::variant<openai_request, api_error> openai_api::parse_dialect(const value& body, const dialect_rules& rules) const {
+  auto chat = rules.translate(body);
+  if (auto* e = std::get_if<api_error>(&chat)) return *e;
+  if (const value* m = body.find("model"); m && m->is_string()) std::get<value>(chat)["model"] = *m;
+  auto pr = parse_openai_request(json::dump(std::get<value>(chat)), true, limits_);
+  if (auto* e = std::get_if<api_error>(&pr)) e->param = rules.param(e->param);
+  return pr;
+}
+
+asio::awaitable<void> openai_api::respond_anthropic_error(response_writer& w, const api_error& e) {
+  http_response resp{e.status, "application/json", anthropic_error_json(e), {}};
+  if (e.status == 429) resp.headers.emplace_back("Retry-After", "1");
+  co_await respond(w, resp);
+}
+
 asio::awaitable<std::variant<openai_api::dialect_run, api_error>> openai_api::start_dialect(
     const std::string& body_text, const dialect_rules& rules) {
   auto parsed = parse_json_object(body_text);
   if (auto* e = std::get_if<api_error>(&parsed)) co_return *e;
   const value& body = std::get<value>(parsed);
-  auto chat = rules.translate(body);
-  if (auto* e = std::get_if<api_error>(&chat)) co_return *e;
-  if (const value* m = body.find("model"); m && m->is_string()) std::get<value>(chat)["model"] = *m;
-  const std::string chat_text = json::dump(std::get<value>(chat));
-  auto pr = parse_openai_request(chat_text, true, limits_);
-  if (auto* e = std::get_if<api_error>(&pr)) {
-    api_error err = *e;
-    err.param = rules.param(err.param);
-    co_return err;
-  }
+  auto pr = parse_dialect(body, rules);
+  if (auto* e = std::get_if<api_error>(&pr)) co_return *e;
   dialect_run run{body, std::move(std::get<openai_request>(pr)), nullptr};
   generate_request g;
   g.input = run.r.chat_in;
@@ -101,10 +108,8 @@ asio::awaitable<std::variant<openai_api::dialect_run, api_error>> openai_api::st
 
 asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response_writer& w, bool anthropic) {
   auto fail = [&](const api_error& e) -> asio::awaitable<void> {
-    if (!anthropic) co_return co_await respond_error(w, e);
-    http_response resp{e.status, "application/json", anthropic_error_json(e), {}};
-    if (e.status == 429) resp.headers.emplace_back("Retry-After", "1");
-    co_await respond(w, resp);
+    if (anthropic) co_return co_await respond_anthropic_error(w, e);
+    co_await respond_error(w, e);
   };
   auto parsed = parse_json_object(req.body);
   if (auto* e = std::get_if<api_error>(&parsed)) {
@@ -112,28 +117,23 @@ asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response
     co_return co_await fail(err);
   }
   value body = std::move(std::get<value>(parsed));
-  // Nothing is generated: Anthropic's count body has no max_tokens, which the translation needs.
+  // Nothing is generated: Anthropic's count body has no max_tokens, which the translation needs,
+  // and a stream flag changes nothing.
   if (const value* mt = body.find("max_tokens"); anthropic && (!mt || mt->is_null())) body["max_tokens"] = value(int64_t{1});
-  auto chat = anthropic ? messages_to_chat(body) : responses_to_chat(body);
-  if (auto* e = std::get_if<api_error>(&chat)) {
-    const api_error err = *e;
-    co_return co_await fail(err);
-  }
-  value& c = std::get<value>(chat);
-  if (const value* m = body.find("model"); m && m->is_string()) c["model"] = *m;
-  c["stream"] = value(false);
-  auto pr = parse_openai_request(json::dump(c), true, limits_);
+  body["stream"] = value(false);
+  const dialect_rules rules = anthropic ? dialect_rules{messages_to_chat, messages_param, "messages", "max_tokens"}
+                                        : dialect_rules{responses_to_chat, responses_param, "input", "max_output_tokens"};
+  auto pr = parse_dialect(body, rules);
   if (auto* e = std::get_if<api_error>(&pr)) {
-    api_error err = *e;
-    err.param = anthropic ? messages_param(err.param) : responses_param(err.param);
+    const api_error err = *e;
     co_return co_await fail(err);
   }
   tokenize_request_input in;
   in.input = std::move(std::get<openai_request>(pr).chat_in);
   auto ids = co_await eng().tokenize(std::move(in));
   if (!ids) {
-    const char* param = anthropic ? "messages" : "input";
-    const api_error err = from_engine_error(ids.err(), param, ids.err().code != "queue_full" && ids.err().code != "engine_down");
+    const api_error err = from_engine_error(ids.err(), rules.input_param,
+                                            ids.err().code != "queue_full" && ids.err().code != "engine_down");
     co_return co_await fail(err);
   }
   value out = json::object{};

@@ -17,11 +17,7 @@ using namespace asio::experimental::awaitable_operators;
 using json::value;
 
 asio::awaitable<void> openai_api::messages(http_request& req, response_writer& w) {
-  auto fail = [&](const api_error& e) -> asio::awaitable<void> {
-    http_response resp{e.status, "application/json", anthropic_error_json(e), {}};
-    if (e.status == 429) resp.headers.emplace_back("Retry-After", "1");
-    co_await respond(w, resp);
-  };
+  auto fail = [&](const api_error& e) -> asio::awaitable<void> { co_await respond_anthropic_error(w, e); };
   const dialect_rules rules{messages_to_chat, messages_param, "messages", "max_tokens"};
   auto started = co_await start_dialect(req.body, rules);
   if (auto* e = std::get_if<api_error>(&started)) {

@@ -110,8 +110,12 @@ class openai_api {
     openai_request r;  // its chat translation
     std::shared_ptr<request_stream> s;
   };
+  // The dialect body translated and parsed as a chat request (errors name the dialect's fields).
+  std::variant<openai_request, api_error> parse_dialect(const json::value& body, const dialect_rules& rules) const;
   asio::awaitable<std::variant<dialect_run, api_error>> start_dialect(const std::string& body_text,
                                                                       const dialect_rules& rules);
+  // An error in Anthropic's shape (Retry-After on 429), for /v1/messages and its count_tokens.
+  asio::awaitable<void> respond_anthropic_error(response_writer& w, const api_error& e);
   // drain_chat() while watching for the client leaving (which cancels the request).
   asio::awaitable<chat_outcome> pump_chat(dialect_run& run, const chat_sink& sink, response_writer& w);
   struct collected_chat {

@@ -1,3 +1,7 @@
+// config.json (and generation_config.json) into model_config: each architecture's fields, RoPE
+// scaling, sliding windows, quantization_config. Over 500 lines: one parse of one document whose
+// sections read each other (the rope dimensions need head_dim, longrope the unwindowed context), so
+// split files would pass most of model_config back and forth.
 #include "model/config.hpp"
 
 #include "model/gguf_model.hpp"

@@ -409,14 +409,14 @@ jvalue py_splitlines(const std::string& s, bool keepends) {
 }
 
 // str.center / ljust / rjust: padded with one fill code point up to `width` code points.
-std::string py_pad(const std::string& s, int64_t width, const jvalue& fill, char how) {
+std::string py_pad(const std::string& s, int64_t width, const jvalue& fill, char how, const char* what = "width") {
   std::string f = " ";
   if (!fill.is_undefined() && !fill.is_none()) {
     if (!fill.is_string() || code_points(fill.str()).size() != 1)
       throw template_error("The fill character must be exactly one character long");
     f = fill.str();
   }
-  const auto w = static_cast<int64_t>(width_arg(width, "width"));
+  const auto w = static_cast<int64_t>(width_arg(width, what));
   const auto len = static_cast<int64_t>(code_points(s).size());
   if (len >= w) return s;
   const int64_t total = w - len;
@@ -1330,14 +1330,7 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     return jvalue(py_splitlines_indent(need_str(), ind, a.get(1, "first", jvalue(false)).truthy(),
                                        a.get(2, "blank", jvalue(false)).truthy()));
   }
-  if (name == "center") {
-    auto w = static_cast<int64_t>(width_arg(a.get(0, "width", jvalue(80)).as_int(), "center width"));
-    std::string s = need_str();
-    auto len = static_cast<int64_t>(code_points(s).size());
-    if (len >= w) return jvalue(s);
-    int64_t total = w - len, left = total / 2 + (total & w & 1);
-    return jvalue(std::string(static_cast<size_t>(left), ' ') + s + std::string(static_cast<size_t>(total - left), ' '));
-  }
+  if (name == "center") return jvalue(py_pad(need_str(), a.get(0, "width", jvalue(80)).as_int(), jvalue(), 'c', "center width"));
   if (name == "format") {
     std::vector<jvalue> items = a.pos;
     return jvalue(percent_format(need_str(), jvalue::list(std::move(items), true)));
