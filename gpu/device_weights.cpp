@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 #include "gpu/kernels.hpp"
 #include "model/dtype.hpp"
@@ -88,6 +89,16 @@ std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const m
       }
       s.push_back(std::move(b));
     }
+    if (c.qk_norm)
+      for (auto [dst, src] : {std::pair{&L.q_norm, lw ? &lw->q_norm : nullptr}, std::pair{&L.k_norm, lw ? &lw->k_norm : nullptr}}) {
+        tensor_spec nrm{dst, D, 0, 1.0f, src, {}};
+        if (src && il > 0 && int64_t(src->size()) == D) {  // dimensions follow the rows' restored order
+          nrm.owned_vec = std::make_shared<std::vector<float>>(*src);
+          for (int64_t r = 0; r < D; ++r) (*nrm.owned_vec)[size_t(r)] = (*src)[size_t(interleaved_row(r, D))];
+          nrm.vec = nrm.owned_vec.get();
+        }
+        s.push_back(std::move(nrm));
+      }
     s.push_back({&L.o, H * attn, int32_t(attn), 0, nullptr, lw ? mats{&lw->o} : mats{}, {}, nullptr, &L.o_scale});
     if (c.o_bias) s.push_back({&L.o_bias, H, 0, 0.0f, lw ? &lw->o_bias : nullptr, {}});
     s.push_back({&L.post_norm, H, 0, 1.0f, lw ? &lw->post_norm : nullptr, {}});
@@ -106,15 +117,8 @@ result<void> check_config(const model_config& c, bool fp8) {
       c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
     return make_error("invalid_argument", "gpu: model config has a zero dimension");
   if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
-  if (std::find(c.rope_layers.begin(), c.rope_layers.end(), uint8_t(0)) != c.rope_layers.end())
-    return make_error("unsupported", "gpu: " + c.architecture + " (layers without RoPE) runs on the CPU executor only "
-                                     "(--device cpu)");
-  if (c.fused_projections)
-    return make_error("unsupported", "gpu: " + c.architecture + " runs on the CPU executor only (--device cpu); "
-                                     "the CUDA executor's upload has not been run on its fused qkv / gate_up tensors");
-  if (c.qk_norm)
-    return make_error("unsupported", "gpu: " + c.architecture + " (q/k RMSNorm per head) runs on the CPU executor only "
-                                     "(--device cpu); the CUDA executor has no q/k-norm kernel yet");
+  if (c.qk_norm && c.head_dim > 256)
+    return make_error("unsupported", "gpu: q/k RMSNorm per head supports head_dim up to 256");
   if (fp8 && (c.hidden_size % 16 != 0 || c.intermediate_size % 16 != 0 || (c.num_attention_heads * c.head_dim) % 16 != 0))
     return make_error("unsupported", "gpu: fp8 GEMMs need hidden_size, intermediate_size and heads x head_dim to be "
                                      "multiples of 16");

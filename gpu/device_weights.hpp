@@ -21,6 +21,7 @@ namespace coserve::gpu {
 
 struct device_layer {
   device_buffer input_norm, qkv, qkv_bias, o, o_bias, post_norm, gate_up, down;
+  device_buffer q_norm, k_norm;  // Qwen3's per-head RMSNorm weights [head_dim], or empty
   // fp8: qkv, o, gate_up and down hold E4M3 codes, these their per-row fp32 scales.
   device_buffer qkv_scale, o_scale, gate_up_scale, down_scale;
 };

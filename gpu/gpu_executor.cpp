@@ -849,6 +849,8 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
     std::optional<nvtx_range> family(std::in_place, "qkv");
     COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.input_norm.as<bf16>(), nullptr, T, H, eps, l > 0, s));
     COSERVE_CUDA_TRY(linear(qkv_.as<bf16>(), normed, L.qkv, L.qkv_scale, L.qkv_bias, qkv_n, H));
+    if (!L.q_norm.empty())
+      COSERVE_CUDA_TRY(launch_head_rmsnorm(qkv_.as<bf16>(), L.q_norm.as<bf16>(), L.k_norm.as<bf16>(), T, hq, hkv, D, eps, s));
     family.reset();
     family.emplace("attention");
     char* kc = kv_.as<char>() + size_t(2 * l) * kv_layer_bytes();
@@ -856,7 +858,7 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
     COSERVE_CUDA_TRY(launch_rope_kv_write(
         rope_kv_args{qkv_.as<bf16>(), m.positions, m.slots, inv_freq_.as<float>(), kc, vc, T, hq, hkv, D, kv_type_,
                      inv_freq_long_.get() ? inv_freq_long_.as<float>() : nullptr, rope_long_from_, rope_scale_,
-                     rope_rotary_dim_},
+                     rope_rotary_dim_, c.rope_layers.empty() || c.rope_layers[size_t(l)] != 0 ? 1 : 0},
         s));
     attention_args a{qkv_.as<bf16>(), qkv_n, kc, vc, attn_.as<bf16>(), partial_o_.as<float>(), partial_lse_.as<float>(),
                      m.cu_seqlens, m.kv_lens, m.bt_offsets, m.block_tables, m.work, m.merges,

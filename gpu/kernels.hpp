@@ -37,6 +37,13 @@ result<void> launch_scatter_tokens(int32_t* last_tokens, const int32_t* slots, c
 result<void> launch_rmsnorm(bf16* out, const bf16* x, bf16* residual, const bf16* weight, const int32_t* rows,
                             int32_t num_rows, int32_t hidden, float eps, bool add_residual, cudaStream_t stream);
 
+// Qwen3's q/k norm, in place on qkv [num_tokens, (num_q_heads + 2 * num_kv_heads) * head_dim]:
+// every q head h becomes bf16(q_weight * q_h * rsqrt(mean(q_h^2) + eps)) and every k head the same
+// with k_weight (weights [head_dim]; fp32 arithmetic); v untouched. head_dim <= 256.
+result<void> launch_head_rmsnorm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int32_t num_tokens,
+                                 int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, float eps,
+                                 cudaStream_t stream);
+
 // ---- quantize_fp8.cuh ---------------------------------------------------------------------------
 // Per row r of x [rows, cols] (bf16): scales[r] = max(max_j |x[r, j]| / 448, k_fp8_min_scale) and
 // codes[r, j] = E4M3(x[r, j] / scales[r]), rounded to nearest even, saturated at +-448 (the codes
@@ -73,6 +80,7 @@ struct rope_kv_args {
   int32_t long_from = 0x7fffffff;
   float scale = 1.0f;      // cos and sin times this (YaRN's and LongRoPE's attention factor)
   int32_t rotary_dim = 0;  // dimensions rotated per head, pairs (i, i + rotary_dim / 2); 0: head_dim
+  int32_t rotate = 1;      // 0: a layer without RoPE (SmolLM3's NoPE layers): k and v written as they are
 };
 result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream);
 

@@ -15,7 +15,7 @@ namespace kern {
 template <kv_elem KV>
 __global__ void rope_kv_kernel(rope_kv_args a) {
   const int32_t t = blockIdx.x;
-  const int32_t D = a.head_dim, half = (a.rotary_dim > 0 ? a.rotary_dim : D) / 2;
+  const int32_t D = a.head_dim, half = a.rotate ? (a.rotary_dim > 0 ? a.rotary_dim : D) / 2 : 0;
   const int64_t row = int64_t(a.num_q_heads + 2 * a.num_kv_heads) * D;
   bf16* base = a.qkv + int64_t(t) * row;
   const float pos = float(a.positions[t]);
@@ -41,7 +41,7 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
     }
   }
   if (slot < 0) return;  // padding token: no cache write
-  const int32_t pass = D - 2 * half;  // partial rotary: k dimensions past the rotated ones, as they are
+  const int32_t pass = D - 2 * half;  // partial rotary or NoPE: k dimensions past the rotated ones, as they are
   for (int32_t k = threadIdx.x; k < a.num_kv_heads * pass; k += blockDim.x) {
     const int32_t h = k / pass, i = 2 * half + k % pass;
     store_kv<KV>(a.k_cache, cache_row + int64_t(h) * D + i, to_f(base[int64_t(a.num_q_heads + h) * D + i]));

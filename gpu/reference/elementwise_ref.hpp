@@ -1,5 +1,6 @@
-// CPU references of the elementwise kernel families (embedding, RMSNorm + residual, SiLU*mul, dummy
-// fill). Plain C++ over bf16 bit patterns (uint16_t), the same rounding points as the kernels.
+// CPU references of the elementwise kernel families (embedding, RMSNorm + residual, q/k head
+// RMSNorm, SiLU*mul, dummy fill). Plain C++ over bf16 bit patterns (uint16_t), the same rounding
+// points as the kernels.
 #pragma once
 
 #include <cmath>
@@ -45,6 +46,23 @@ inline std::vector<uint16_t> rmsnorm_ref(const std::vector<uint16_t>& x, std::ve
       out[size_t(i) * size_t(hidden) + size_t(j)] = f32_to_bf16(bf16_to_f32(w[size_t(j)]) * (z[size_t(j)] * inv));
   }
   return out;
+}
+
+// Same contract as launch_head_rmsnorm: q and k heads of qkv normalised in place.
+inline void head_rmsnorm_ref(std::vector<uint16_t>& qkv, const std::vector<uint16_t>& q_w,
+                             const std::vector<uint16_t>& k_w, int32_t num_tokens, int32_t q_heads, int32_t kv_heads,
+                             int32_t head_dim, float eps) {
+  const size_t row = size_t(q_heads + 2 * kv_heads) * size_t(head_dim);
+  for (int32_t t = 0; t < num_tokens; ++t)
+    for (int32_t h = 0; h < q_heads + kv_heads; ++h) {
+      uint16_t* v = qkv.data() + size_t(t) * row + size_t(h) * size_t(head_dim);
+      const std::vector<uint16_t>& w = h < q_heads ? q_w : k_w;
+      double ss = 0.0;
+      for (int32_t j = 0; j < head_dim; ++j) ss += double(bf16_to_f32(v[j])) * bf16_to_f32(v[j]);
+      const float inv = float(1.0 / std::sqrt(ss / head_dim + eps));
+      for (int32_t j = 0; j < head_dim; ++j)
+        v[j] = f32_to_bf16(bf16_to_f32(w[size_t(j)]) * (bf16_to_f32(v[j]) * inv));
+    }
 }
 
 // Same contract as launch_quantize_rows_e4m3 (min_scale: k_fp8_min_scale): codes [rows, cols],

@@ -17,13 +17,14 @@ struct rope_ref_opts {
   int32_t long_from = 0x7fffffff;
   float scale = 1.0f;
   int32_t rotary_dim = 0;
+  bool rotate = true;  // false: no rotation, k and v written as they are
 };
 
 inline void rope_kv_ref(std::vector<uint16_t>& qkv, const std::vector<int32_t>& positions,
                         const std::vector<int32_t>& slot_mapping, const std::vector<float>& inv_freq,
                         std::vector<uint16_t>& k_cache, std::vector<uint16_t>& v_cache, int32_t num_q_heads,
                         int32_t num_kv_heads, int32_t head_dim, const rope_ref_opts& o = {}) {
-  const int32_t half = (o.rotary_dim > 0 ? o.rotary_dim : head_dim) / 2;
+  const int32_t half = o.rotate ? (o.rotary_dim > 0 ? o.rotary_dim : head_dim) / 2 : 0;
   const size_t row = size_t(num_q_heads + 2 * num_kv_heads) * size_t(head_dim);
   for (size_t t = 0; t < positions.size(); ++t) {
     uint16_t* base = qkv.data() + t * row;

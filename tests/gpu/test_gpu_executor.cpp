@@ -189,7 +189,10 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
   };
   int prompts_total = 0, prompts_equal = 0;
   for (variant v : {variant{"llama", 8, 2, 64, false, false}, variant{"llama", 4, 4, 64, true, true},
-                    variant{"qwen2", 8, 1, 128, false, false}, variant{"mistral", 16, 2, 64, false, false}}) {
+                    variant{"qwen2", 8, 1, 128, false, false}, variant{"mistral", 16, 2, 64, false, false},
+                    // q/k norm per head; fused qkv / gate_up tensors; every 4th layer without RoPE
+                    variant{"qwen3", 8, 2, 128, false, true}, variant{"phi3", 8, 8, 64, false, false},
+                    variant{"smollm3", 8, 2, 64, false, false}}) {
     const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_demo_" + std::string(v.arch) +
                                                               std::to_string(v.kv_heads) + std::to_string(v.head_dim));
     demo_options o;

@@ -75,6 +75,29 @@ TEST_CASE("rmsnorm kernel with fused residual matches reference", "[gpu][kernels
   }
 }
 
+TEST_CASE("q/k head rmsnorm (Qwen3) matches reference: q and k heads normalised, v untouched", "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  for (int32_t head_dim : {64, 96, 128, 256}) {
+    const int32_t tokens = 23, hq = 8, hkv = 2;
+    const size_t n = size_t(tokens) * (hq + 2 * hkv) * head_dim;
+    auto qkv = random_bf16(n, 7, 4.0f);
+    auto qw = random_bf16(size_t(head_dim), 8), kw = random_bf16(size_t(head_dim), 9);
+    auto d_qkv = upload(qkv), d_qw = upload(qw), d_kw = upload(kw);
+    REQUIRE(launch_head_rmsnorm(d_qkv.as<bf16>(), d_qw.as<bf16>(), d_kw.as<bf16>(), tokens, hq, hkv, head_dim, 1e-6f,
+                                nullptr).ok());
+    auto expect = qkv;
+    ref::head_rmsnorm_ref(expect, qw, kw, tokens, hq, hkv, head_dim, 1e-6f);
+    const auto got = download<uint16_t>(d_qkv, n);
+    INFO("head_dim " << head_dim);
+    CHECK(max_abs_diff(got, expect) <= 0.02f);
+    const size_t row = size_t(hq + 2 * hkv) * head_dim, v0 = size_t(hq + hkv) * head_dim;
+    for (int32_t t = 0; t < tokens; ++t)
+      for (size_t k = v0; k < row; ++k) REQUIRE(got[size_t(t) * row + k] == qkv[size_t(t) * row + k]);
+  }
+  auto qkv = upload(random_bf16(64, 1));
+  CHECK_FALSE(launch_head_rmsnorm(qkv.as<bf16>(), qkv.as<bf16>(), qkv.as<bf16>(), 1, 1, 1, 512, 1e-6f, nullptr).ok());
+}
+
 TEST_CASE("silu_mul kernel matches reference", "[gpu][kernels]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const int32_t tokens = 19, inter = 1377;
@@ -181,6 +204,36 @@ TEST_CASE("rope + paged KV write: partial rotary, LongRoPE's second table from a
   ref::rope_kv_ref(qkv, pos, slots, inv, kc, vc, hq, hkv, head_dim, o);
   CHECK(max_abs_diff(download<uint16_t>(d_qkv, qkv.size()), qkv) <= 0.02f);
   CHECK(max_abs_diff(download<uint16_t>(d_kc, cache_n), kc) <= 0.02f);
+  CHECK(download<uint16_t>(d_vc, cache_n) == vc);
+}
+
+TEST_CASE("rope + paged KV write on a layer without RoPE: q and k as they are, k and v cached", "[gpu][kernels]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const int32_t head_dim = 64, hq = 4, hkv = 2, tokens = 13, block_size = 16, num_blocks = 2;
+  rope_params rp;
+  rp.rotary_dim = head_dim;
+  auto inv = rope_inv_freq(rp);
+  auto qkv = random_bf16(size_t(tokens) * (hq + 2 * hkv) * head_dim, 12);
+  std::vector<int32_t> pos, slots;
+  for (int32_t t = 0; t < tokens; ++t) {
+    pos.push_back(t * 31 + 2);
+    slots.push_back(t == 5 ? -1 : (t * 3) % (num_blocks * block_size));
+  }
+  const size_t cache_n = size_t(num_blocks) * block_size * hkv * head_dim;
+  std::vector<uint16_t> kc(cache_n, 0), vc(cache_n, 0);
+  auto d_qkv = upload(qkv), d_pos = upload(pos), d_slots = upload(slots), d_inv = upload(inv);
+  auto d_kc = upload(kc), d_vc = upload(vc);
+  rope_kv_args a{d_qkv.as<bf16>(), d_pos.as<int32_t>(), d_slots.as<int32_t>(), d_inv.as<float>(),
+                 d_kc.as<bf16>(), d_vc.as<bf16>(), tokens, hq, hkv, head_dim};
+  a.rotate = 0;
+  REQUIRE(launch_rope_kv_write(a, nullptr).ok());
+  const auto before = qkv;
+  ref::rope_ref_opts o;
+  o.rotate = false;
+  ref::rope_kv_ref(qkv, pos, slots, inv, kc, vc, hq, hkv, head_dim, o);
+  CHECK(qkv == before);
+  CHECK(download<uint16_t>(d_qkv, qkv.size()) == qkv);
+  CHECK(download<uint16_t>(d_kc, cache_n) == kc);
   CHECK(download<uint16_t>(d_vc, cache_n) == vc);
 }
 

@@ -77,6 +77,21 @@ TEST_CASE("rmsnorm and silu references", "[gpu_host][reference]") {
   CHECK(bf16_to_f32(a[1]) == Approx(2.0 / (1.0 + std::exp(-2.0)) * 3.0).epsilon(1e-2));
 }
 
+TEST_CASE("q/k head rmsnorm reference: each q and k head over head_dim, v untouched", "[gpu_host][reference]") {
+  // One token, one q head, one kv head, head_dim 2: q (3, 4), k (0, 2), v (5, 6).
+  std::vector<uint16_t> qkv;
+  for (float f : {3.0f, 4.0f, 0.0f, 2.0f, 5.0f, 6.0f}) qkv.push_back(f32_to_bf16(f));
+  std::vector<uint16_t> qw{f32_to_bf16(1.0f), f32_to_bf16(2.0f)}, kw{f32_to_bf16(0.5f), f32_to_bf16(1.0f)};
+  ref::head_rmsnorm_ref(qkv, qw, kw, 1, 1, 1, 2, 0.0f);
+  const double rq = std::sqrt(12.5), rk = std::sqrt(2.0);
+  CHECK(bf16_to_f32(qkv[0]) == Approx(3.0 / rq).epsilon(1e-2));
+  CHECK(bf16_to_f32(qkv[1]) == Approx(2.0 * 4.0 / rq).epsilon(1e-2));
+  CHECK(bf16_to_f32(qkv[2]) == 0.0f);
+  CHECK(bf16_to_f32(qkv[3]) == Approx(2.0 / rk).epsilon(1e-2));
+  CHECK(bf16_to_f32(qkv[4]) == 5.0f);
+  CHECK(bf16_to_f32(qkv[5]) == 6.0f);
+}
+
 TEST_CASE("attention reference: one key returns its value, equal keys average", "[gpu_host][reference]") {
   const int32_t D = 4;
   batch_plan p;
