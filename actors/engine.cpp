@@ -657,6 +657,15 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.enforce_eager = config.enforce_eager;
     opts.quantization = config.quantization;
     opts.kv_cache_dtype = gpu_kv;
+    if (!config.speculative_config.empty()) {
+      auto spec = actors::parse_speculative_config(config.speculative_config);
+      if (!spec) return spec.err();
+      if (!spec->draft_model.empty())
+        return error{"invalid_argument", "--speculative-config: a draft model ('model') runs on --device cpu; the "
+                                         "CUDA executor verifies n-gram proposals ({\"method\":\"ngram\",...})",
+                     "model"};
+      opts.num_speculative_tokens = spec->num_speculative_tokens;
+    }
     opts.progress = progress_logger("weights to the GPU");
     auto e = make_cuda_executor(opts);
     if (!e) return e.err();
@@ -714,7 +723,7 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   if (spec.enabled() && !exec->info().verifies_proposals)
     return error{"invalid_argument", "--speculative-config: the " + exec->info().device +
                                          " executor does not verify proposals; speculative decoding runs on "
-                                         "--device cpu", "speculative_config"};
+                                         "--device cpu, and n-gram lookup on --device cuda", "speculative_config"};
   std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n", config.model_dir.string().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 #if defined(__GLIBC__)

@@ -56,8 +56,9 @@ model:
   MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json
                                 (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
                                 Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM;
-                                rope_scaling llama3, linear, yarn; Qwen3, Phi-3, SmolLM3, linear
-                                and yarn on --device cpu only),
+                                rope_scaling llama3, linear, yarn, longrope; partial rotary;
+                                sliding windows: on --device cuda the context is capped at the
+                                window; docs/models.md),
                                 or a GGUF file (llama, mistral, qwen2, qwen3, phi3; F32, F16, BF16, Q8_0, Q4_0,
                                 Q4_K, Q5_K, Q6_K; tokenizer and chat template from its metadata;
                                 integer kernels on --device cpu, dequantized to bf16 at load on
@@ -151,7 +152,7 @@ engine:
                                 way the model verifies the proposals in the same step and outputs
                                 keep its distribution (greedy: identical). "disable_by_batch_size":
                                 C turns proposals off while more than C sequences run (default: no
-                                limit). CPU executor only
+                                limit). --device cuda: n-gram lookup only
 tools:
   --enable-auto-tool-choice     serve tool_choice "auto" (the default when a request has tools):
                                 the output is read for tool calls by --tool-call-parser. Without it

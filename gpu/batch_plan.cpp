@@ -51,10 +51,15 @@ result<batch_plan> plan_batch(const std::vector<scheduled_seq>& seqs, const batc
     p.kv_lens.push_back(int32_t(kv_len));
     p.block_tables.insert(p.block_tables.end(), s.block_table.begin(), s.block_table.begin() + need_blocks);
     p.block_table_offsets.push_back(int32_t(p.block_tables.size()));
-    if (s.sample) {
-      p.sample_tokens.push_back(p.cu_seqlens_q.back() - 1);
-      p.sample_seqs.push_back(int32_t(i));
-    }
+    if (s.num_draft < 0 || s.num_draft >= n || (s.num_draft > 0 && !s.sample))
+      return make_error("invalid_argument", "plan_batch: sequence " + std::to_string(s.seq_id) + " has " +
+                                                std::to_string(s.num_draft) + " proposals in a slice of " +
+                                                std::to_string(n) + " tokens");
+    if (s.sample)  // its last 1 + num_draft positions (speculative decoding verifies the proposals)
+      for (int32_t j = s.num_draft; j >= 0; --j) {
+        p.sample_tokens.push_back(p.cu_seqlens_q.back() - 1 - j);
+        p.sample_seqs.push_back(int32_t(i));
+      }
   }
   p.num_tokens = p.cu_seqlens_q.back();
 

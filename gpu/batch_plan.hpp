@@ -60,7 +60,9 @@ struct batch_plan {
   std::vector<int32_t> block_table_offsets;  // [num_seqs + 1] into block_tables
   std::vector<int32_t> block_tables;    // all sequences' block tables, concatenated
   // sampling
-  std::vector<int32_t> sample_tokens;   // token indices whose logits are sampled, in batch order
+  // token indices whose logits are sampled, in batch order: a sampled sequence's last token, or its
+  // last 1 + num_draft tokens when it verifies proposals (the rows score the positions in order)
+  std::vector<int32_t> sample_tokens;
   std::vector<int32_t> sample_seqs;     // the sequence index of each of them
   // attention
   std::vector<attn_work_item> work;
@@ -70,7 +72,8 @@ struct batch_plan {
 };
 
 // Plans one step. Errors (invalid_argument) when a sequence's block table does not cover
-// [0, start_pos + tokens), when a slice is empty, or when start_pos is negative.
+// [0, start_pos + tokens), when a slice is empty, when start_pos is negative, or when num_draft is
+// not in [0, tokens) (or is positive on a sequence that does not sample).
 result<batch_plan> plan_batch(const std::vector<scheduled_seq>& seqs, const batch_plan_options& opt);
 
 }  // namespace coserve::gpu

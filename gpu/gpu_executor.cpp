@@ -1,6 +1,6 @@
-// The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling,
-// launched and collected as two halves, and the decode CUDA graphs captured from the same forward
-// pass. Longer than most files (about 920 lines) because launch, collect, the forward pass and the
+// The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling
+// (rows for proposals to verify included), launched and collected as two halves, and the decode
+// CUDA graphs captured from the same forward pass. Longer than most files (about 990 lines) because launch, collect, the forward pass and the
 // graph capture share one set of device buffers and per-sequence state; the graph arena's host logic
 // is already apart (gpu/decode_graph.cpp).
 #include "gpu/gpu_executor.hpp"
@@ -144,6 +144,7 @@ class gpu_executor final : public executor {
     int32_t frame = 0, events = -1;  // events: -1 when no timing events were recorded
     std::vector<seq_ptr> rows;       // per sampled row, the sequence's state
     std::vector<seq_id_t> row_ids;
+    std::vector<int32_t> row_draft;  // per row, the proposal it verifies (-1: the sequence's last row)
     std::vector<int32_t> logprob_rows;
     bool graph = false;              // replayed a decode graph
   };
@@ -230,6 +231,9 @@ class gpu_executor final : public executor {
   int32_t rope_long_from_ = 0x7fffffff;  // LongRoPE: positions from here on use inv_freq_long_
   float rope_scale_ = 1.0f;              // YaRN / LongRoPE attention factor on cos and sin
   int32_t rope_rotary_dim_ = 0;          // partial rotary (0: the whole head)
+  // Sampled rows a step may have: max_num_seqs, times 1 + num_speculative_tokens when proposals
+  // are verified (each verifying sequence samples 1 + num_draft rows), within max_num_tokens.
+  int32_t max_rows_ = 0;
 
   failed_sequences failed_;
   std::vector<int32_t> eos_ids_;  // generation_config eos ids, else config.json's (min_tokens masking)
@@ -241,6 +245,8 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     return make_error("invalid_argument", "gpu: load_format must be auto or dummy");
   if (o.block_size <= 0 || o.max_num_tokens <= 0 || o.max_num_seqs <= 0)
     return make_error("invalid_argument", "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
+  if (o.num_speculative_tokens < 0 || o.num_speculative_tokens > 64)
+    return make_error("invalid_argument", "gpu: num_speculative_tokens must be in [0, 64]");
   if (!o.quantization.empty() && o.quantization != "fp8")
     return make_error("invalid_argument", "gpu: quantization must be fp8 (or none), not '" + o.quantization + "'");
   kv_elem kv_type = kv_elem::bf16;
@@ -256,6 +262,10 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   std::unique_ptr<gpu_executor> e(new gpu_executor());
   e->opts_ = o;
   e->kv_type_ = kv_type;
+  e->max_rows_ = o.num_speculative_tokens > 0
+                     ? int32_t(std::min<int64_t>(int64_t(o.max_num_seqs) * (1 + o.num_speculative_tokens),
+                                                 std::max(o.max_num_seqs, o.max_num_tokens)))
+                     : o.max_num_seqs;
   auto s = stream::create();
   if (!s) return std::move(s).err();
   e->stream_ = std::move(s.value());
@@ -297,6 +307,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->num_sms_ = prop.multiProcessorCount;
   COSERVE_CUDA_TRY(e->allocate_buffers());
   e->info_.block_size = o.block_size;
+  e->info_.verifies_proposals = o.num_speculative_tokens > 0;
   e->info_.vocab_size = c.vocab_size;
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
   // The CUDA attention has no sliding window: a windowed model's context is capped at the window,
@@ -412,7 +423,7 @@ result<void> gpu_executor::capture_graphs() {
 
 result<void> gpu_executor::allocate_buffers() {
   const model_config& c = w_.config;
-  const size_t T = size_t(opts_.max_num_tokens), S = size_t(opts_.max_num_seqs);
+  const size_t T = size_t(opts_.max_num_tokens), S = size_t(max_rows_);
   const size_t H = size_t(c.hidden_size), D = size_t(c.head_dim), I = size_t(c.intermediate_size);
   const size_t hq = size_t(c.num_attention_heads), hkv = size_t(c.num_key_value_heads), V = size_t(c.vocab_size);
   struct want {
@@ -587,13 +598,20 @@ result<step_result> gpu_executor::collect() {
   const char* h = f.out.as<char>();
   const int32_t* toks = reinterpret_cast<const int32_t*>(h);
   const float* lps = reinterpret_cast<const float*>(h + S * 4);
+  bool rejected = false;  // a proposal of the current sequence was not sampled: skip to its last row
   for (size_t i = 0; i < S; ++i) {
+    const bool last_row = rec->row_draft[i] < 0;
+    if (rejected) {
+      --rec->rows[i]->launched;  // a row whose token is dropped
+      rejected = !last_row;
+      continue;
+    }
     seq_output so;
     so.seq_id = rec->row_ids[i];
     so.token = toks[i];
     so.logprob = lps[i];
     if (opts_.return_logits) {
-      const float* row = reinterpret_cast<const float*>(h + size_t(opts_.max_num_seqs) * 8) + i * V;
+      const float* row = reinterpret_cast<const float*>(h + size_t(max_rows_) * 8) + i * V;
       so.logits.assign(row, row + V);
     }
     seq_state& st = *rec->rows[i];
@@ -605,6 +623,9 @@ result<step_result> gpu_executor::collect() {
     }
     st.accept(so.token);
     out.outputs.push_back(std::move(so));
+    // Outputs of a verifying sequence: the proposals its rows sampled, then the first row's own
+    // token that differs (or the last row's).
+    rejected = !last_row && toks[i] != rec->row_draft[i];
   }
   return out;
 }
@@ -657,7 +678,14 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     auto it = seqs_.find(q.seq_id);
     if (it == seqs_.end()) return make_error("invalid_argument", "gpu: unknown sequence " + std::to_string(q.seq_id));
     seq_state& st = *it->second;
-    if (q.num_draft > 0) return make_error("unsupported", "gpu: the CUDA executor does not verify proposals");
+    if (q.num_draft < 0 || q.num_draft >= int32_t(q.tokens.size()) || (q.num_draft > 0 && !q.sample) ||
+        q.num_draft > opts_.num_speculative_tokens)
+      return make_error("invalid_argument", "gpu: sequence " + std::to_string(q.seq_id) + " has " +
+                                                std::to_string(q.num_draft) + " proposals in a slice of " +
+                                                std::to_string(q.tokens.size()) + " (at most " +
+                                                std::to_string(opts_.num_speculative_tokens) + " per step)");
+    if (q.num_draft > 0 && st.matcher)
+      return make_error("unsupported", "gpu: proposals for a sequence under a grammar");
     for (int32_t t : q.tokens) {
       if (t == k_token_from_last_step) {
         if (st.pending() > 0) {
@@ -666,6 +694,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         }
         t = st.last_token;
       }
+      if (t == k_token_from_draft)
+        return make_error("invalid_argument", "gpu: a plan asks for draft-model proposals; the CUDA executor has no "
+                                              "draft model");
       if (t < 0 || t >= c.vocab_size) return make_error("invalid_argument", "gpu: token id out of range");
       ids.push_back(t);
     }
@@ -673,25 +704,46 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       if (b < 0 || b >= info_.num_kv_blocks) return make_error("invalid_argument", "gpu: block id out of range");
     states.push_back(&st);
   }
-  // The sampled rows, in batch order (plan_batch's sample_seqs).
+  // The sampled rows, in batch order (plan_batch's sample_tokens): one per sampling sequence, or
+  // 1 + num_draft for a sequence verifying proposals (row j scores proposal j; the last row gives
+  // the token after all of them).
+  struct sample_row {
+    int32_t seq;    // index into plan.seqs
+    int32_t j;      // position among the sequence's rows
+    int32_t draft;  // the proposal row j verifies; -1 on the sequence's last row
+  };
+  std::vector<sample_row> sample_rows;
   std::vector<int32_t> sample_seqs;
-  for (size_t i = 0; i < plan.seqs.size(); ++i)
-    if (plan.seqs[i].sample) sample_seqs.push_back(int32_t(i));
-  if (int32_t(sample_seqs.size()) > opts_.max_num_seqs)
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduled_seq& q = plan.seqs[i];
+    if (!q.sample) continue;
+    sample_seqs.push_back(int32_t(i));
+    const size_t first_draft = q.tokens.size() - size_t(q.num_draft);
+    for (int32_t j = 0; j <= q.num_draft; ++j)
+      sample_rows.push_back({int32_t(i), j, j < q.num_draft ? q.tokens[first_draft + size_t(j)] : -1});
+  }
+  if (int32_t(sample_rows.size()) > max_rows_)
     return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
   std::vector<sample_row_params> sp;
   std::vector<logit_edit> edits;
   std::vector<int32_t> grammar_rows, row_slots;
   std::vector<uint32_t> grammar_masks;
   const int32_t mask_words = grammar_mask_words(c.vocab_size);
-  for (size_t row = 0; row < sample_seqs.size(); ++row) {
-    seq_state& st = *states[size_t(sample_seqs[row])];
+  std::unordered_map<int32_t, int32_t> seen_then, count_then;  // history with earlier proposals accepted
+  for (size_t row = 0; row < sample_rows.size(); ++row) {
+    const sample_row& sr = sample_rows[row];
+    seq_state& st = *states[size_t(sr.seq)];
     if (st.pending() > 0 && st.needs_history())
       return make_error("failed_precondition", "gpu: a step needing the host's history was launched ahead");
-    // The draw's counter and min_tokens count every token sampled before this one, collected or not.
+    // The draw's counter and min_tokens count every token sampled before this one, collected or
+    // not, and the proposals before this row (it is used only if they are accepted). So row j
+    // draws what plain decoding would draw at that output index: a proposal is accepted when the
+    // row samples it, which for a proposal made without a distribution (n-gram lookup) is the
+    // speculative-sampling rule (accepted with probability p(proposal); otherwise the draw is
+    // from p without it, renormalised) and keeps seeded outputs equal to plain decoding's.
     sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
-                  uint64_t(st.launched)});
-    int32_t generated = st.launched;
+                  uint64_t(st.launched + sr.j)});
+    int32_t generated = st.launched + sr.j;
     if (st.matcher || !st.params.allowed_token_ids.empty()) {
       // The allowed tokens, filled on the host (xgrammar, and/or allowed_token_ids) and applied by
       // a mask kernel.
@@ -712,16 +764,30 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
           grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_, st.params.stop_token_ids))
         generated = st.params.min_tokens;
     }
-    append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, generated, eos_ids_, c.vocab_size, edits);
+    if (sr.j == 0 || !st.needs_history()) {
+      append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, generated, eos_ids_, c.vocab_size, edits);
+    } else {  // penalties see the proposals before this row as generated tokens
+      if (sr.j == 1) {
+        seen_then = st.seen;
+        count_then = st.out_count;
+      }
+      const int32_t before = sample_rows[row - 1].draft;
+      seen_then[before] = 1;
+      ++count_then[before];
+      append_logit_edits(int32_t(row), st.params, seen_then, count_then, generated, eos_ids_, c.vocab_size, edits);
+    }
     if (st.params.logprobs > 0) rec.logprob_rows.push_back(int32_t(row));
-    row_slots.push_back(st.slot);
+    // Only a sequence's last row feeds the next step's input on the device: a verifying sequence
+    // waits for the host to learn how many of its proposals held.
+    row_slots.push_back(sr.draft < 0 ? st.slot : -1);
   }
   // Everything is enqueued: the sampled rows are now pending until collect().
   auto commit = [&] {
-    for (int32_t i : sample_seqs) {
-      ++states[size_t(i)]->launched;
-      rec.rows.push_back(seqs_.at(plan.seqs[size_t(i)].seq_id));
-      rec.row_ids.push_back(plan.seqs[size_t(i)].seq_id);
+    for (const sample_row& sr : sample_rows) {
+      ++states[size_t(sr.seq)]->launched;  // collect() takes back the rows after a rejected proposal
+      rec.rows.push_back(seqs_.at(plan.seqs[size_t(sr.seq)].seq_id));
+      rec.row_ids.push_back(plan.seqs[size_t(sr.seq)].seq_id);
+      rec.row_draft.push_back(sr.draft);
     }
   };
 
@@ -885,7 +951,7 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
                              nullptr, S, c.vocab_size, H, s));
   // Raw logits (before penalties/bias) go out now, in stream order ahead of the in-place edits.
   if (opts_.return_logits && f != nullptr)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f->out.as<char>() + size_t(opts_.max_num_seqs) * 8, logits_.get(),
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f->out.as<char>() + size_t(max_rows_) * 8, logits_.get(),
                                                 size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
                                 "logits"));
   COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s));

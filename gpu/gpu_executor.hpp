@@ -60,6 +60,11 @@ struct gpu_executor_options {
   // --kv-cache-dtype: bf16, or f8_e4m3 / f8_e5m2 (one byte per value, unscaled: twice the blocks
   // in the same memory; gpu/kernels.hpp, kv_elem).
   dtype kv_cache_dtype = dtype::bf16;
+  // Speculative decoding: the most proposals a sequence verifies in one step (> 0 turns
+  // verification on: executor_info::verifies_proposals). Proposals come in the plan (n-gram lookup
+  // on the host); a row is sampled per proposal and one after them, and a proposal is accepted when
+  // its row samples it. No draft model here: such plans are refused.
+  int32_t num_speculative_tokens = 0;
   load_progress progress;                // (tensors done, total, bytes) while weights load
 };
 

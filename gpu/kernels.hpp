@@ -25,7 +25,8 @@ using bf16 = __nv_bfloat16;
 // per-sequence last-token buffer). table [vocab, hidden]; ids out of [0, vocab) give a zero row.
 result<void> launch_embedding(bf16* out, const bf16* table, const int32_t* ids, const int32_t* last_tokens,
                               int32_t num_tokens, int32_t hidden, int32_t vocab, cudaStream_t stream);
-// last_tokens[slots[r]] = tokens[r] for r < n (each step's sampled ids into that buffer).
+// last_tokens[slots[r]] = tokens[r] for r < n where slots[r] >= 0 (each step's sampled ids into that
+// buffer; -1: a row that feeds no input).
 result<void> launch_scatter_tokens(int32_t* last_tokens, const int32_t* slots, const int32_t* tokens, int32_t n,
                                    cudaStream_t stream);
 

@@ -31,7 +31,7 @@ __global__ void embedding_kernel(bf16* __restrict__ out, const bf16* __restrict_
 __global__ void scatter_tokens_kernel(int32_t* __restrict__ last_tokens, const int32_t* __restrict__ slots,
                                       const int32_t* __restrict__ tokens, int32_t n) {
   const int32_t r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r < n) last_tokens[slots[r]] = tokens[r];
+  if (r < n && slots[r] >= 0) last_tokens[slots[r]] = tokens[r];
 }
 
 }  // namespace kern

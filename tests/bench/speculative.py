@@ -68,11 +68,15 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=192)
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--cpu-threads", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the CUDA executor verifies n-gram proposals)")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="an extra argument for both servers (repeat), e.g. --server-arg=--load-format=dummy")
     ap.add_argument("--spec", default='{"method":"ngram","num_speculative_tokens":4,'
                                       '"prompt_lookup_min":2,"prompt_lookup_max":4}')
     a = ap.parse_args()
     model_args = [a.model] if a.model else ["--demo"]
     common = ["--cpu-threads", str(a.cpu_threads)] if a.cpu_threads else []
+    common += ["--device", a.device] + a.server_arg
     plain, plain_url = start_server(a.bin, common, model_args)
     spec, spec_url = start_server(a.bin, common + ["--speculative-config", a.spec], model_args)
     try:

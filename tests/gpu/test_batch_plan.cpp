@@ -67,6 +67,32 @@ TEST_CASE("plan_batch: rejects short block tables and empty slices", "[gpu_host]
   CHECK_FALSE(plan_batch({make_seq(1, 1, 0, {0})}, bad).ok());
 }
 
+TEST_CASE("plan_batch: a sequence verifying proposals samples its last 1 + num_draft positions", "[gpu_host][batch_plan]") {
+  batch_plan_options opt;
+  opt.block_size = 4;
+  // decode (1 row), verify 3 proposals (4 rows), a prefill chunk that does not sample, verify 1
+  auto verify3 = make_seq(2, 4, 6, {0, 1, 2});
+  verify3.num_draft = 3;
+  auto verify1 = make_seq(4, 2, 3, {5, 6});
+  verify1.num_draft = 1;
+  auto r = plan_batch({make_seq(1, 1, 5, {3, 4}), verify3, make_seq(3, 5, 0, {7, 8}, false), verify1}, opt);
+  REQUIRE(r.ok());
+  CHECK(r->cu_seqlens_q == std::vector<int32_t>{0, 1, 5, 10, 12});
+  CHECK(r->sample_tokens == std::vector<int32_t>{0, 1, 2, 3, 4, 10, 11});
+  CHECK(r->sample_seqs == std::vector<int32_t>{0, 1, 1, 1, 1, 3, 3});
+  CHECK(r->positions[1] == 6);  // the verified slice's rows score positions 6..9 in order
+  // num_draft must leave one token of the slice that is not a proposal, and needs sampling
+  auto all_drafts = make_seq(5, 2, 0, {0});
+  all_drafts.num_draft = 2;
+  CHECK_FALSE(plan_batch({all_drafts}, opt).ok());
+  auto no_sample = make_seq(5, 3, 0, {0}, false);
+  no_sample.num_draft = 1;
+  CHECK_FALSE(plan_batch({no_sample}, opt).ok());
+  auto negative = make_seq(5, 3, 0, {0});
+  negative.num_draft = -1;
+  CHECK_FALSE(plan_batch({negative}, opt).ok());
+}
+
 TEST_CASE("plan_batch: long decodes split over KV and every key is covered once", "[gpu_host][batch_plan]") {
   batch_plan_options opt;
   opt.block_size = 16;

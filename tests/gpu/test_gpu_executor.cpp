@@ -25,6 +25,7 @@
 #include "model/tokenizer/tokenizer.hpp"
 #include "tests/gpu/device_helpers.hpp"
 #include "tests/model/logprobs_close.hpp"
+#include "tests/model/verify_driver.hpp"
 
 using namespace coserve;
 
@@ -520,4 +521,60 @@ TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gp
   CHECK(cpu_equal * 10 >= int(prompts.size()) * 9);
   CHECK(first_equal * 10 >= int(prompts.size()) * 9);
   CHECK(equal * 10 >= int(prompts.size()) * 9);
+}
+
+TEST_CASE("gpu executor verifies proposals: greedy and seeded sampled outputs equal plain decoding's",
+          "[gpu][executor][speculation]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_verify_demo";
+  REQUIRE(make_demo_model(dir.string(), gpu_demo_options(5)).ok());
+  gpu::gpu_executor_options go = folder_options(dir.string());
+  go.num_speculative_tokens = 4;
+  auto ex = gpu::make_gpu_executor(go);
+  REQUIRE(ex.ok());
+  CHECK((*ex)->info().verifies_proposals);
+  const auto prompts = ramp_prompts(8, 3, 4, 17, 0);
+  sampling_params greedy;
+  greedy.temperature = 0.0f;
+  sampling_params greedy_top = greedy;
+  greedy_top.logprobs = 3;
+  sampling_params sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.9f;
+  sampling_params penalised = sampled;
+  penalised.repetition_penalty = 1.1f;
+  penalised.frequency_penalty = 0.3f;
+  for (const auto& params : {std::vector<sampling_params>{greedy, greedy_top},
+                             std::vector<sampling_params>{sampled, penalised}}) {
+    const auto plain = test::drive_verify(**ex, prompts, 32, 16, params, {}, 0, 2000, 1);
+    const auto spec = test::drive_verify(**ex, prompts, 32, 16, params, plain.tokens, 4, 2000, 2, 100);
+    INFO("temperature " << params[0].temperature << ": " << spec.accepted << " of " << spec.proposed
+                        << " proposals accepted");
+    // A row draws what plain decoding draws at that output index, so even seeded sampling matches.
+    CHECK(spec.tokens == plain.tokens);
+    CHECK(spec.accepted > 0);
+    CHECK(spec.accepted < spec.proposed);
+    if (params[1].logprobs > 0)
+      for (size_t i = 1; i < prompts.size(); i += 2)
+        for (size_t c : spec.top_counts[i]) CHECK(c == 3);
+  }
+  // Without num_speculative_tokens the executor refuses proposals (and reports it cannot verify).
+  gpu::gpu_executor_options none = folder_options(dir.string());
+  auto plain_ex = gpu::make_gpu_executor(none);
+  REQUIRE(plain_ex.ok());
+  CHECK_FALSE((*plain_ex)->info().verifies_proposals);
+  step_plan p;
+  p.step_id = 1;
+  new_seq ns;
+  ns.seq_id = 1;
+  ns.prompt_ids = {5, 6, 7};
+  p.new_seqs.push_back(ns);
+  scheduled_seq q;
+  q.seq_id = 1;
+  q.tokens = {5, 6, 7};
+  q.block_table = {0};
+  q.sample = true;
+  q.num_draft = 1;
+  CHECK_FALSE((*plain_ex)->execute(p).ok());
+  std::filesystem::remove_all(dir);
 }

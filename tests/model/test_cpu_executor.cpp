@@ -1,5 +1,5 @@
 // The executor's step protocol: registration, k_token_from_last_step, block copies, finished,
-// return_logits, errors.
+// return_logits, errors, verification of proposals.
 #include <catch2/catch.hpp>
 
 #include <asio/executor_work_guard.hpp>
@@ -7,6 +7,7 @@
 #include <map>
 
 #include "model_test_util.hpp"
+#include "verify_driver.hpp"
 
 namespace coserve {
 namespace {
@@ -464,6 +465,39 @@ TEST_CASE("executor: prompt logprobs across chunks and beside other sequences eq
   auto r = ex->execute(again);
   REQUIRE(r.ok());
   CHECK(r->outputs.at(0).prompt_logprobs.empty());
+}
+
+}  // namespace coserve
+
+namespace coserve {
+
+TEST_CASE("executor: verifying proposals, accepted and corrupted, gives plain greedy decoding's tokens",
+          "[model][executor][speculation]") {
+  test::temp_dir dir("exec-verify");
+  REQUIRE(make_demo_model(dir.str(), test::tiny_options(31)).ok());
+  cpu_executor_options o;
+  o.num_kv_blocks = 64;
+  o.num_threads = 2;
+  auto ex = cpu_executor::load(dir.str(), o);
+  REQUIRE(ex.ok());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 6; ++i) {
+    prompts.emplace_back();
+    for (int32_t t = 0; t < 3 + 4 * i; ++t) prompts.back().push_back((t * 7 + i * 13) % 90 + 1);
+  }
+  sampling_params greedy;
+  greedy.temperature = 0.0f;
+  sampling_params with_top = greedy;
+  with_top.logprobs = 2;
+  const std::vector<sampling_params> params{greedy, with_top};
+  const auto plain = test::drive_verify(**ex, prompts, 40, 16, params, {}, 0, 96, 1);
+  const auto spec = test::drive_verify(**ex, prompts, 40, 16, params, plain.tokens, 4, 96, 2, 100);
+  CHECK(spec.tokens == plain.tokens);
+  CHECK(spec.proposed > 0);
+  CHECK(spec.accepted > 0);
+  CHECK(spec.accepted < spec.proposed);  // the corrupted runs were cut short
+  for (size_t i = 1; i < prompts.size(); i += 2)
+    for (size_t c : spec.top_counts[i]) CHECK(c == 2);  // accepted proposals come with their logprobs
 }
 
 }  // namespace coserve
