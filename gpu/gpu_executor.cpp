@@ -1,8 +1,9 @@
 // The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling
-// (rows for proposals to verify included), launched and collected as two halves, and the decode
-// CUDA graphs captured from the same forward pass. Longer than most files (about 990 lines) because launch, collect, the forward pass and the
-// graph capture share one set of device buffers and per-sequence state; the graph arena's host logic
-// is already apart (gpu/decode_graph.cpp).
+// (rows for proposals to verify included), prompt logprob rows, launched and collected as two
+// halves, and the decode CUDA graphs captured from the same forward pass. Longer than most files
+// (about 1080 lines) because launch, collect, the forward pass and the graph capture share one set
+// of device buffers and per-sequence state; the graph arena's host logic is already apart
+// (gpu/decode_graph.cpp).
 #include "gpu/gpu_executor.hpp"
 
 #include <algorithm>
@@ -39,6 +40,7 @@ namespace {
 constexpr int32_t k_max_partial_rows = 4096;          // split-KV workspace rows
 constexpr size_t k_metadata_bytes = size_t(16) << 20;  // per-step metadata (pinned + device)
 constexpr int64_t k_kv_reserve_bytes = int64_t(1) << 30;
+constexpr int32_t k_prompt_row_words = 2 + 2 * k_prompt_logprobs_max_top;  // one prompt logprob row's output
 
 // Appends arrays to the pinned staging buffer at 16-byte boundaries; offsets address the device
 // copy of the same buffer.
@@ -115,6 +117,12 @@ class gpu_executor final : public executor {
     std::unordered_map<int32_t, int32_t> seen;       // prompt + output tokens (repetition penalty)
     std::unordered_map<int32_t, int32_t> out_count;  // output token -> count (presence/frequency)
     std::optional<grammar_matcher> matcher;           // structured output (params.grammar)
+    // Prompt logprobs (params.prompt_logprobs >= 0, first registration): the prompt while entries
+    // are owed; position p's entry scores prompt[p + 1]. prompt_next: the next position a launched
+    // step scores; the entries go out with the sequence's first output.
+    std::vector<int32_t> prompt;
+    int32_t prompt_next = 0;
+    std::vector<prompt_logprob> prompt_lps;
     int32_t pending() const noexcept { return launched - generated; }
     // Penalties and grammars are applied from the host's view of the history: a step that samples
     // for this sequence needs every earlier step of it collected.
@@ -135,7 +143,7 @@ class gpu_executor final : public executor {
   // Two, used alternately, so step N+1's staging cannot overwrite step N's while N's copies are
   // pending (a third step is launched only after step N is collected).
   struct frame {
-    pinned_buffer meta, out, edited_rows;
+    pinned_buffer meta, out, edited_rows, prompt_out;
   };
   struct launched_step {
     uint64_t step_id = 0;
@@ -146,6 +154,8 @@ class gpu_executor final : public executor {
     std::vector<seq_id_t> row_ids;
     std::vector<int32_t> row_draft;  // per row, the proposal it verifies (-1: the sequence's last row)
     std::vector<int32_t> logprob_rows;
+    // Prompt logprob rows, in the order of frame::prompt_out: the sequence and the position scored.
+    std::vector<std::pair<seq_ptr, int32_t>> prompt_rows;
     bool graph = false;              // replayed a decode graph
   };
   // Device addresses of this step's metadata (inside meta_dev_).
@@ -161,6 +171,11 @@ class gpu_executor final : public executor {
     int32_t num_grammar_rows;
     int32_t mask_words;
     const int32_t* row_slots;        // per sampled row, its sequence's last-token slot
+    // Prompt logprobs: token indices (batch order) whose logits score targets, top-N per row.
+    const int32_t* prompt_tokens = nullptr;
+    const int32_t* prompt_targets = nullptr;
+    int32_t num_prompt_rows = 0;
+    int32_t prompt_top_n = 0;
   };
   // What one forward pass computes: tokens, sampled rows, attention grid (capacities when
   // attn_counts points at the step's real counts in device memory: graphs).
@@ -197,6 +212,7 @@ class gpu_executor final : public executor {
   gemm_runner gemm_;
   device_buffer inv_freq_, inv_freq_long_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
   device_buffer tok_out_, lp_out_, partial_o_, partial_lse_, meta_dev_;
+  device_buffer prompt_out_;  // [max_num_tokens, k_prompt_row_words] prompt logprob rows (launch_prompt_logprobs)
   device_buffer xq_, xscale_;  // fp8: an activation's E4M3 codes [tokens, widest input] and per-token scales
   device_buffer last_tokens_;   // [slot capacity] each live sequence's last sampled id, on the device
   frame frames_[2];
@@ -308,6 +324,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   COSERVE_CUDA_TRY(e->allocate_buffers());
   e->info_.block_size = o.block_size;
   e->info_.verifies_proposals = o.num_speculative_tokens > 0;
+  e->info_.computes_prompt_logprobs = true;
   e->info_.vocab_size = c.vocab_size;
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
   // The CUDA attention has no sliding window: a windowed model's context is capped at the window,
@@ -435,6 +452,7 @@ result<void> gpu_executor::allocate_buffers() {
                  want{&act_, T * I * 2}, want{&final_, S * H * 2}, want{&logits_, S * V * 4}, want{&tok_out_, S * 4},
                  want{&lp_out_, S * 4}, want{&partial_o_, size_t(k_max_partial_rows) * hq * D * 4},
                  want{&partial_lse_, size_t(k_max_partial_rows) * hq * 4}, want{&meta_dev_, k_metadata_bytes},
+                 want{&prompt_out_, T * size_t(k_prompt_row_words) * 4},
                  want{&xq_, w_.fp8 ? T * std::max({H, I, hq * D}) : 0}, want{&xscale_, w_.fp8 ? T * 4 : 0}}) {
     auto b = device_buffer::allocate(x.bytes);
     if (!b) return std::move(b).err();
@@ -447,6 +465,9 @@ result<void> gpu_executor::allocate_buffers() {
     auto oh = pinned_buffer::allocate(S * 8 + (opts_.return_logits ? S * V * 4 : 0));
     if (!oh) return std::move(oh).err();
     f.out = std::move(oh.value());
+    auto ph = pinned_buffer::allocate(T * size_t(k_prompt_row_words) * 4);
+    if (!ph) return std::move(ph).err();
+    f.prompt_out = std::move(ph.value());
   }
   for (step_events& e : events_) {
     auto a = event::create(true);
@@ -598,6 +619,24 @@ result<step_result> gpu_executor::collect() {
   const char* h = f.out.as<char>();
   const int32_t* toks = reinterpret_cast<const int32_t*>(h);
   const float* lps = reinterpret_cast<const float*>(h + S * 4);
+  const uint32_t* pw = f.prompt_out.as<uint32_t>();
+  for (size_t k = 0; k < rec->prompt_rows.size(); ++k) {
+    auto& [st, pos] = rec->prompt_rows[k];
+    const uint32_t* w = pw + k * size_t(k_prompt_row_words);
+    prompt_logprob e;
+    e.token = st->prompt[size_t(pos) + 1];
+    std::memcpy(&e.logprob, &w[0], 4);
+    e.rank = int32_t(w[1]);
+    for (int32_t j = 0; j < std::min(st->params.prompt_logprobs, k_prompt_logprobs_max_top); ++j) {
+      const int32_t id = int32_t(w[2 + 2 * j]);
+      if (id < 0) break;
+      float lp;
+      std::memcpy(&lp, &w[3 + 2 * j], 4);
+      e.top.push_back({id, lp});
+    }
+    if (st->prompt_lps.size() <= size_t(pos)) st->prompt_lps.resize(size_t(pos) + 1);
+    st->prompt_lps[size_t(pos)] = std::move(e);
+  }
   bool rejected = false;  // a proposal of the current sequence was not sampled: skip to its last row
   for (size_t i = 0; i < S; ++i) {
     const bool last_row = rec->row_draft[i] < 0;
@@ -621,6 +660,11 @@ result<step_result> gpu_executor::collect() {
       const float* row = f.edited_rows.as<float>() + lr * V;
       so.top_logprobs = top_logprobs_of(std::vector<float>(row, row + V), st.params);
     }
+    if (!st.prompt.empty()) {  // its first output: the prompt's entries go with it
+      so.prompt_logprobs = std::move(st.prompt_lps);
+      st.prompt.clear();
+      st.prompt_lps.clear();
+    }
     st.accept(so.token);
     out.outputs.push_back(std::move(so));
     // Outputs of a verifying sequence: the proposals its rows sampled, then the first row's own
@@ -639,6 +683,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     st->params = n.params;
     st->seed = n.seed;
     if (st->params.grammar) st->matcher.emplace(st->params.grammar);
+    if (n.params.prompt_logprobs >= 0 && n.output_ids.empty() && n.prompt_ids.size() > 1) st->prompt = n.prompt_ids;
     for (int32_t t : n.prompt_ids) st->seen[t] = 1;
     for (int32_t t : n.output_ids) st->accept(t);
     st->launched = st->generated;
@@ -703,6 +748,29 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     for (int32_t b : q.block_table)
       if (b < 0 || b >= info_.num_kv_blocks) return make_error("invalid_argument", "gpu: block id out of range");
     states.push_back(&st);
+  }
+  // Prompt logprob rows: each position of a chunk below the sequence's last prompt position (whose
+  // logits give its first output) scores the prompt token after it. Chunks arrive in order.
+  std::vector<int32_t> prompt_tokens, prompt_targets;
+  int32_t prompt_top_n = 0;
+  for (size_t i = 0, at = 0; i < plan.seqs.size(); at += plan.seqs[i].tokens.size(), ++i) {
+    const scheduled_seq& q = plan.seqs[i];
+    seq_state& st = *states[i];
+    if (st.prompt.empty() || q.start_pos >= int32_t(st.prompt.size()) - 1) continue;
+    if (q.num_draft > 0)
+      return make_error("invalid_argument", "gpu: sequence " + std::to_string(q.seq_id) +
+                                                " verifies proposals before its prompt logprobs are complete");
+    const int32_t end = std::min(q.start_pos + int32_t(q.tokens.size()), int32_t(st.prompt.size()) - 1);
+    if (q.start_pos != st.prompt_next) continue;  // as the CPU executor: only a chunk that follows on
+    for (int32_t pos = q.start_pos; pos < end; ++pos) {
+      const int32_t target = st.prompt[size_t(pos) + 1];
+      if (target < 0 || target >= c.vocab_size) return make_error("invalid_argument", "gpu: token id out of range");
+      prompt_tokens.push_back(int32_t(at) + (pos - q.start_pos));
+      prompt_targets.push_back(target);
+      rec.prompt_rows.emplace_back(seqs_.at(q.seq_id), pos);
+    }
+    st.prompt_next = end;
+    prompt_top_n = std::max(prompt_top_n, std::min(st.params.prompt_logprobs, k_prompt_logprobs_max_top));
   }
   // The sampled rows, in batch order (plan_batch's sample_tokens): one per sampling sequence, or
   // 1 + num_draft for a sequence verifying proposals (row j scores proposal j; the last row gives
@@ -793,6 +861,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
 
   // A decode-only step without logit edits, grammars or top-N logprobs replays its bucket's graph.
   const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() && edits.empty() &&
+                          prompt_tokens.empty() &&
                           grammar_rows.empty() && rec.logprob_rows.empty() &&
                           std::all_of(plan.seqs.begin(), plan.seqs.end(),
                                       [](const scheduled_seq& q) { return q.tokens.size() == 1; });
@@ -856,7 +925,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   auto ogr = pk.add(grammar_rows);
   auto ogm = pk.add(grammar_masks);
   auto ors = pk.add(row_slots);
-  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors)
+  auto opt = pk.add(prompt_tokens);
+  auto opg = pk.add(prompt_targets);
+  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors || !opt || !opg)
     return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
   off[8] = *ow;
   off[9] = *om;
@@ -872,7 +943,8 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               reinterpret_cast<const sample_row_params*>(d + off[10]), reinterpret_cast<const logit_edit*>(d + *oe),
               int32_t(edits.size()), reinterpret_cast<const int32_t*>(d + *ogr),
               reinterpret_cast<const uint32_t*>(d + *ogm), int32_t(grammar_rows.size()), mask_words,
-              reinterpret_cast<const int32_t*>(d + *ors)};
+              reinterpret_cast<const int32_t*>(d + *ors), reinterpret_cast<const int32_t*>(d + *opt),
+              reinterpret_cast<const int32_t*>(d + *opg), int32_t(prompt_tokens.size()), prompt_top_n};
   COSERVE_CUDA_TRY(forward(forward_shape{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()),
                                          int32_t(p.merges.size()), nullptr},
                            m, &f, rec.logprob_rows));
@@ -882,6 +954,11 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
   }
+  if (!prompt_tokens.empty())
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.prompt_out.get(), prompt_out_.get(),
+                                                prompt_tokens.size() * size_t(k_prompt_row_words) * 4,
+                                                cudaMemcpyDeviceToHost, s),
+                                "prompt logprobs"));
   COSERVE_CUDA_TRY(ev.end.record(s));
   commit();
   return {};
@@ -940,6 +1017,22 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
     COSERVE_CUDA_TRY(linear(gate_up_.as<bf16>(), normed, L.gate_up, L.gate_up_scale, no_bias, 2 * I, H));
     COSERVE_CUDA_TRY(launch_silu_mul(act_.as<bf16>(), gate_up_.as<bf16>(), T, I, s));
     COSERVE_CUDA_TRY(linear(hidden, act_.as<bf16>(), L.down, L.down_scale, no_bias, H, I));
+  }
+  if (m.num_prompt_rows > 0) {
+    // Prompt logprobs: final norm and LM head over the scored positions, max_rows_ at a time
+    // through the sampling rows' buffers (these rows are never sampled rows: their residual add
+    // happens once), then each row reduced on the device to the entries that go back.
+    nvtx_range prompt_range("prompt logprobs");
+    for (int32_t r0 = 0; r0 < m.num_prompt_rows; r0 += max_rows_) {
+      const int32_t R = std::min(max_rows_, m.num_prompt_rows - r0);
+      COSERVE_CUDA_TRY(launch_rmsnorm(final_.as<bf16>(), hidden, residual, w_.final_norm.as<bf16>(),
+                                      m.prompt_tokens + r0, R, H, eps, true, s));
+      COSERVE_CUDA_TRY(gemm_.run(logits_.get(), gemm_out::f32, final_.as<bf16>(),
+                                 static_cast<const bf16*>(w_.lm_head_data()), nullptr, R, c.vocab_size, H, s));
+      COSERVE_CUDA_TRY(launch_prompt_logprobs(prompt_out_.as<uint32_t>() + size_t(r0) * k_prompt_row_words,
+                                              logits_.as<float>(), m.prompt_targets + r0, R, c.vocab_size,
+                                              m.prompt_top_n, k_prompt_row_words, s));
+    }
   }
   const int32_t S = fs.num_samples;
   if (S == 0) return {};

@@ -128,6 +128,15 @@ result<void> launch_silu_mul(bf16* out, const bf16* gate_up, int32_t num_tokens,
 result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float* logits,
                            const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream);
 
+// Prompt logprobs (vLLM's prompt_logprobs; the CPU's score_prompt_token) from raw logits [num_rows,
+// vocab] fp32, row r scoring token targets[r] (in [0, vocab)). out [num_rows, stride] 32-bit words:
+// [0] log_softmax at the target (f32 bits), [1] its rank (1 + the count of larger logits), then
+// top_n pairs (id, log_softmax as f32 bits) by value descending, lower id first among equal ones;
+// an id of -1 ends a row shorter than top_n. stride >= 2 + 2 * top_n.
+inline constexpr int32_t k_prompt_logprobs_max_top = 20;
+result<void> launch_prompt_logprobs(uint32_t* out, const float* logits, const int32_t* targets, int32_t num_rows,
+                                    int32_t vocab, int32_t top_n, int32_t stride, cudaStream_t stream);
+
 // ---- logit_edits.cuh ---------------------------------------------------------------------------
 // logits[e.row, e.token] = apply_logit_edit(logits[e.row, e.token], e) for each of n edits, unique
 // per (row, token). logits [rows, vocab] fp32. Runs before launch_sample.

@@ -122,6 +122,48 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
   }
 }
 
+// One block (1024 threads) per row: the log-normalizer, the target's logprob and rank, then the
+// top_n entries in (value desc, index asc) order, one block-wide argmax per entry over the values
+// after the previous entry in that order (no sort, nothing written to the row).
+__global__ void __launch_bounds__(1024) prompt_logprobs_kernel(uint32_t* __restrict__ out, const float* __restrict__ logits,
+                                                               const int32_t* __restrict__ targets, int32_t vocab,
+                                                               int32_t top_n, int32_t stride) {
+  __shared__ float scratch[32];
+  __shared__ arg_best best_scratch[32];
+  const int32_t row = blockIdx.x;
+  const float* x = logits + int64_t(row) * vocab;
+  float mx = -INFINITY;
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  mx = block_max(mx, scratch);
+  float z = 0.0f;
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) z += expf(x[i] - mx);
+  const float lse = mx + logf(block_sum(z, scratch));
+  const float at = x[targets[row]];
+  float above = 0.0f;  // exact: vocab < 2^24
+  for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) above += x[i] > at ? 1.0f : 0.0f;
+  above = block_sum(above, scratch);
+  uint32_t* o = out + int64_t(row) * stride;
+  if (threadIdx.x == 0) {
+    o[0] = __float_as_uint(at - lse);
+    o[1] = uint32_t(1 + int32_t(above));
+  }
+  arg_best prev{0.0f, -1};
+  for (int32_t r = 0; r < top_n; ++r) {
+    arg_best b{-INFINITY, 0x7fffffff};
+    for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = x[i];
+      if (r == 0 || prev.v > v || (prev.v == v && prev.i < i)) b = better(b, arg_best{v, i});
+    }
+    b = block_argmax(b, best_scratch);  // the same in every thread
+    if (threadIdx.x == 0) {
+      o[2 + 2 * r] = uint32_t(b.i < vocab ? b.i : -1);
+      o[3 + 2 * r] = __float_as_uint(b.v - lse);
+    }
+    if (b.i >= vocab) break;  // fewer than top_n values in the row
+    prev = b;
+  }
+}
+
 }  // namespace kern
 
 // ---- launchers ----
@@ -131,6 +173,15 @@ result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float
   if (num_rows == 0) return {};
   kern::sample_kernel<<<num_rows, 1024, 0, stream>>>(out_tokens, out_logprobs, logits, params, vocab);
   return kern::check_launch("sample_kernel");
+}
+
+result<void> launch_prompt_logprobs(uint32_t* out, const float* logits, const int32_t* targets, int32_t num_rows,
+                                    int32_t vocab, int32_t top_n, int32_t stride, cudaStream_t stream) {
+  if (vocab <= 0 || num_rows < 0 || top_n < 0 || stride < 2 + 2 * top_n)
+    return make_error("invalid_argument", "prompt_logprobs: bad shape");
+  if (num_rows == 0) return {};
+  kern::prompt_logprobs_kernel<<<num_rows, 1024, 0, stream>>>(out, logits, targets, vocab, top_n, stride);
+  return kern::check_launch("prompt_logprobs_kernel");
 }
 
 }  // namespace coserve::gpu

@@ -25,6 +25,7 @@
 #include "model/tokenizer/tokenizer.hpp"
 #include "tests/gpu/device_helpers.hpp"
 #include "tests/model/logprobs_close.hpp"
+#include "tests/model/prompt_logprobs_case.hpp"
 #include "tests/model/verify_driver.hpp"
 
 using namespace coserve;
@@ -576,5 +577,19 @@ TEST_CASE("gpu executor verifies proposals: greedy and seeded sampled outputs eq
   q.sample = true;
   q.num_draft = 1;
   CHECK_FALSE((*plain_ex)->execute(p).ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gpu executor: prompt logprobs across chunks and beside other sequences equal the next-token logits",
+          "[gpu][executor][prompt_logprobs]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_plp_demo";
+  REQUIRE(make_demo_model(dir.string(), gpu_demo_options(6)).ok());
+  auto ex = gpu::make_gpu_executor(folder_options(dir.string()));
+  REQUIRE(ex.ok());
+  CHECK((*ex)->info().computes_prompt_logprobs);
+  // The entries come from the prompt rows' own LM-head pass (other GEMM shapes, other attention
+  // tiles than the prefixes' prefills): bf16 tolerance.
+  test::prompt_logprobs_case(**ex, 2000, 0.05);
   std::filesystem::remove_all(dir);
 }

@@ -1,10 +1,14 @@
 // Device sampling against the sort-based CPU reference (same counter-based uniforms).
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
 #include <random>
+#include <span>
 
 #include "gpu/kernels.hpp"
 #include "gpu/reference/sampling_ref.hpp"
+#include "model/sampler.hpp"
 #include "model/structured_output.hpp"
 #include "tests/gpu/device_helpers.hpp"
 
@@ -124,4 +128,58 @@ TEST_CASE("token bitmask kernel matches apply_grammar_mask", "[gpu][sampling][st
       REQUIRE(got[i] == want[i]);
     }
   }
+}
+
+TEST_CASE("prompt logprobs kernel matches score_prompt_token: logprob, rank and top-N with ties", "[gpu][sampling]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  constexpr int32_t stride = 2 + 2 * k_prompt_logprobs_max_top;
+  for (int32_t vocab : {8, 1000, 32000, 151936}) {
+    for (int32_t top_n : {0, 5, 20}) {
+      std::mt19937 g{static_cast<uint32_t>(vocab + top_n)};
+      std::normal_distribution<float> nd(0.0f, 3.0f);
+      const int32_t rows = 6;
+      std::vector<float> logits(size_t(rows) * size_t(vocab));
+      for (size_t i = 0; i < logits.size(); ++i) {
+        const size_t r = i / size_t(vocab);
+        float v = nd(g);
+        if (r == 1) v = std::round(v * 2.0f) / 2.0f;  // many ties
+        if (r == 2 && i % 3 == 0) v = -INFINITY;     // masked entries
+        logits[i] = v;
+      }
+      std::vector<int32_t> targets;
+      for (int32_t r = 0; r < rows; ++r) targets.push_back(int32_t(g() % uint32_t(vocab)));
+      targets[2] = 1;  // a finite entry of the masked row (i % 3 != 0)
+      auto d_logits = upload(logits), d_targets = upload(targets);
+      auto d_out = device_buffer::allocate(size_t(rows) * stride * 4);
+      REQUIRE(d_out.ok());
+      REQUIRE(launch_prompt_logprobs(d_out->as<uint32_t>(), d_logits.as<float>(), d_targets.as<int32_t>(), rows, vocab,
+                                     top_n, stride, nullptr).ok());
+      const auto out = download<uint32_t>(*d_out, size_t(rows) * stride);
+      for (int32_t r = 0; r < rows; ++r) {
+        const auto e = score_prompt_token(std::span<const float>(logits.data() + size_t(r) * size_t(vocab), size_t(vocab)),
+                                          targets[size_t(r)], top_n);
+        const uint32_t* w = out.data() + size_t(r) * stride;
+        float lp;
+        std::memcpy(&lp, &w[0], 4);
+        INFO("vocab " << vocab << " top_n " << top_n << " row " << r);
+        CHECK(lp == Approx(e.logprob).margin(1e-4));
+        CHECK(int32_t(w[1]) == e.rank);
+        for (int32_t j = 0; j < top_n; ++j) {
+          const int32_t id = int32_t(w[2 + 2 * j]);
+          if (size_t(j) >= e.top.size()) {  // a row shorter than top_n
+            CHECK(id == -1);
+            break;
+          }
+          float v;
+          std::memcpy(&v, &w[3 + 2 * j], 4);
+          CHECK(id == e.top[size_t(j)].token);
+          if (std::isinf(e.top[size_t(j)].logprob)) CHECK(std::isinf(v));
+          else CHECK(v == Approx(e.top[size_t(j)].logprob).margin(1e-4));
+        }
+      }
+    }
+  }
+  auto d = device_buffer::allocate(64);
+  REQUIRE(d.ok());
+  CHECK_FALSE(launch_prompt_logprobs(d->as<uint32_t>(), nullptr, nullptr, 1, 10, 5, 11, nullptr).ok());  // stride short
 }

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "model_test_util.hpp"
+#include "prompt_logprobs_case.hpp"
 #include "verify_driver.hpp"
 
 namespace coserve {
@@ -26,23 +27,7 @@ std::unique_ptr<cpu_executor> make_executor(const test::temp_dir& dir, bool logi
 // Greedy tokens of `prompt`, prefilled in one step then decoded with k_token_from_last_step.
 std::vector<int32_t> generate(cpu_executor& ex, seq_id_t id, const std::vector<int32_t>& prompt, int n,
                               std::vector<int32_t> table) {
-  step_plan plan;
-  plan.new_seqs.push_back(test::greedy_seq(id, prompt));
-  plan.seqs.push_back({id, prompt, 0, std::move(table), true});
-  std::vector<int32_t> out;
-  for (int i = 0; i < n; ++i) {
-    auto r = ex.execute(plan);
-    REQUIRE(r.ok());
-    REQUIRE(r->outputs.size() == 1);
-    out.push_back(r->outputs[0].token);
-    plan.new_seqs.clear();
-    plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
-    plan.seqs[0].tokens = {k_token_from_last_step};
-  }
-  plan.seqs.clear();
-  plan.finished = {id};
-  REQUIRE(ex.execute(plan).ok());
-  return out;
+  return test::greedy_tokens(ex, id, prompt, n, std::move(table));
 }
 
 // Runs `plan` (one sequence, sampled), then decodes with k_token_from_last_step until `out` holds
@@ -385,86 +370,7 @@ TEST_CASE("executor: prompt logprobs across chunks and beside other sequences eq
           "[model][executor]") {
   test::temp_dir dir("exec_plp");
   auto ex = make_executor(dir, true);
-  std::vector<int32_t> prompt;
-  for (int32_t i = 0; i < 40; ++i) prompt.push_back((i * 37 + 5) % 96);
-
-  // Reference: the raw logits after each prefix, from a sampled prefill of that prefix.
-  std::vector<std::vector<float>> ref;
-  for (size_t p = 1; p < prompt.size(); ++p) {
-    step_plan plan;
-    const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + std::ptrdiff_t(p));
-    plan.new_seqs.push_back(test::greedy_seq(100 + p, prefix));
-    plan.seqs.push_back({100 + p, prefix, 0, {0, 1, 2}, true});
-    plan.finished = {100 + p};
-    auto r = ex->execute(plan);
-    REQUIRE(r.ok());
-    ref.push_back(r->outputs.at(0).logits);
-  }
-  auto check = [&](const std::vector<prompt_logprob>& got) {
-    REQUIRE(got.size() == prompt.size() - 1);
-    for (size_t p = 0; p < got.size(); ++p) {
-      const auto& lg = ref[p];
-      const int32_t tok = prompt[p + 1];
-      double lse = 0, mx = *std::max_element(lg.begin(), lg.end());
-      for (float v : lg) lse += std::exp(double(v) - mx);
-      lse = mx + std::log(lse);
-      CHECK(got[p].token == tok);
-      CHECK(got[p].logprob == Approx(lg[size_t(tok)] - lse).margin(1e-4));
-      CHECK(got[p].rank == 1 + std::count_if(lg.begin(), lg.end(), [&](float v) { return v > lg[size_t(tok)]; }));
-      REQUIRE(got[p].top.size() == 3);
-      CHECK(got[p].top[0].token == std::max_element(lg.begin(), lg.end()) - lg.begin());
-      CHECK(got[p].top[0].logprob >= got[p].top[1].logprob);
-    }
-  };
-
-  new_seq ns = test::greedy_seq(1, prompt);
-  ns.params.prompt_logprobs = 3;
-  {  // one chunk
-    step_plan plan;
-    plan.new_seqs.push_back(ns);
-    plan.seqs.push_back({1, prompt, 0, {0, 1, 2}, true});
-    plan.finished = {1};
-    auto r = ex->execute(plan);
-    REQUIRE(r.ok());
-    check(r->outputs.at(0).prompt_logprobs);
-  }
-  // Chunks of 16, 16 and 8, beside a decoding sequence whose token must not change.
-  const std::vector<int32_t> other{9, 8, 7, 6, 5};
-  const auto solo = generate(*ex, 50, other, 4, {10});
-  step_plan plan;
-  ns.seq_id = 2;
-  plan.new_seqs = {ns, test::greedy_seq(3, other)};
-  plan.seqs.push_back({3, other, 0, {11}, true});
-  plan.seqs.push_back({2, std::vector<int32_t>(prompt.begin(), prompt.begin() + 16), 0, {0, 1, 2}, false});
-  std::vector<int32_t> others;
-  std::vector<prompt_logprob> got;
-  for (int32_t chunk = 0; chunk < 3; ++chunk) {
-    auto r = ex->execute(plan);
-    REQUIRE(r.ok());
-    for (const auto& o : r->outputs) {
-      if (o.seq_id == 3) others.push_back(o.token);
-      else got = o.prompt_logprobs;
-      if (o.seq_id == 3) CHECK(o.prompt_logprobs.empty());
-    }
-    plan.new_seqs.clear();
-    plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
-    plan.seqs[0].tokens = {k_token_from_last_step};
-    const int32_t at = 16 * (chunk + 1);
-    const int32_t len = chunk == 0 ? 16 : 8;
-    plan.seqs[1] = {2, std::vector<int32_t>(prompt.begin() + at, prompt.begin() + at + len), at, {0, 1, 2}, chunk == 1};
-  }
-  check(got);
-  CHECK(others == std::vector<int32_t>(solo.begin(), solo.begin() + 3));
-  // Registered again with output (after a preemption): the prompt's entries were handed out.
-  step_plan again;
-  new_seq back = ns;
-  back.seq_id = 4;
-  back.output_ids = {1};
-  again.new_seqs.push_back(back);
-  again.seqs.push_back({4, {prompt.begin(), prompt.end()}, 0, {3, 4, 5}, true});
-  auto r = ex->execute(again);
-  REQUIRE(r.ok());
-  CHECK(r->outputs.at(0).prompt_logprobs.empty());
+  test::prompt_logprobs_case(*ex, 96, 1e-4);
 }
 
 }  // namespace coserve
