@@ -57,8 +57,7 @@ model:
                                 (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
                                 Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM;
                                 rope_scaling llama3, linear, yarn, longrope; partial rotary;
-                                sliding windows: on --device cuda the context is capped at the
-                                window; docs/models.md),
+                                sliding windows; docs/models.md),
                                 or a GGUF file (llama, mistral, qwen2, qwen3, phi3; F32, F16, BF16, Q8_0, Q4_0,
                                 Q4_K, Q5_K, Q6_K; tokenizer and chat template from its metadata;
                                 integer kernels on --device cpu, dequantized to bf16 at load on

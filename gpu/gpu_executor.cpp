@@ -327,9 +327,6 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.computes_prompt_logprobs = true;
   e->info_.vocab_size = c.vocab_size;
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
-  // The CUDA attention has no sliding window: a windowed model's context is capped at the window,
-  // where full attention is exact.
-  if (c.sliding_window > 0) e->info_.max_model_len = std::min(e->info_.max_model_len, c.sliding_window);
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
                     (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) +
                     " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype));
@@ -1007,6 +1004,7 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
                      m.cu_seqlens, m.kv_lens, m.bt_offsets, m.block_tables, m.work, m.merges,
                      fs.num_work, fs.num_merges, hq, hkv, D, opts_.block_size,
                      1.0f / std::sqrt(float(D)), fs.attn_counts, kv_type_};
+    if (c.sliding_window > 0 && (c.sliding_layers.empty() || c.sliding_layers[size_t(l)] != 0)) a.window = c.sliding_window;
     COSERVE_CUDA_TRY(launch_attention(a, s));
     family.reset();
     family.emplace("o_proj");

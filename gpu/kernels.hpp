@@ -88,7 +88,7 @@ result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream);
 // ---- attention.cuh ------------------------------------------------------------------------------
 // Causal attention of each new token over its sequence's paged keys (prefill chunks and decodes in
 // one batch). Query t of sequence s sits at position kv_lens[s] - q_len(s) + t and sees keys
-// [0, position]. Output out [num_tokens, num_q_heads * head_dim] bf16. Device arrays come from a
+// [0, position], or with a sliding window W the keys (position - W, position]. Output out [num_tokens, num_q_heads * head_dim] bf16. Device arrays come from a
 // batch_plan uploaded to the device (see gpu/batch_plan.hpp for their layouts).
 struct attention_args {
   const bf16* q;            // [num_tokens, q_stride]; head h at q + t * q_stride + h * head_dim
@@ -111,6 +111,7 @@ struct attention_args {
   // exit at once. nullptr: the grid is exactly num_work / num_merges.
   const int32_t* counts = nullptr;
   kv_elem kv_type = kv_elem::bf16;
+  int32_t window = 0;  // sliding window (transformers' mask: keys k with position - window < k); 0: none
 };
 result<void> launch_attention(const attention_args& a, cudaStream_t stream);
 

@@ -54,6 +54,8 @@ __global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_
   }
   const int32_t last_pos = first_pos + w.q_len - 1;
   const int32_t kv_stop = min(w.kv_end, last_pos + 1);
+  // Sliding window: keys before the tile's first query's window are seen by none of its queries.
+  const int32_t kv_first = a.window > 0 ? max(w.kv_begin, first_pos - a.window + 1) : w.kv_begin;
 
   float acc[kMaxR][kCols];
   float m[kMaxR], l[kMaxR];
@@ -65,7 +67,7 @@ __global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_
     for (int c = 0; c < kCols; ++c) acc[i][c] = 0.0f;
   }
 
-  for (int32_t kb = w.kv_begin; kb < kv_stop; kb += k_attn_kv_tile) {
+  for (int32_t kb = kv_first; kb < kv_stop; kb += k_attn_kv_tile) {
     __syncthreads();  // previous tile fully consumed (and q_s staged on the first pass)
     for (int32_t k = threadIdx.x; k < k_attn_kv_tile * (D / 2); k += blockDim.x) {
       const int32_t jj = k / (D / 2), d2 = k % (D / 2);
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_
       if (r >= rows || r / gqa >= w.q_len) continue;  // warp-uniform
       const int32_t qpos = first_pos + r / gqa;
       const int32_t j = kb + lane;
-      const bool valid = j < kv_stop && j <= qpos;
+      const bool valid = j < kv_stop && j <= qpos && (a.window <= 0 || j > qpos - a.window);
       float s = 0.0f;
       const float* qr = q_s + r * D;
       const __nv_bfloat162* kr = reinterpret_cast<const __nv_bfloat162*>(k_s + lane * kPad);
@@ -161,7 +163,7 @@ __global__ void attention_merge_kernel(attention_args a) {
 
 // ---- launchers ----
 result<void> launch_attention(const attention_args& a, cudaStream_t stream) {
-  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.block_size <= 0)
+  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.block_size <= 0 || a.window < 0)
     return make_error("invalid_argument", "attention: num_q_heads must be a multiple of num_kv_heads");
   const int32_t gqa = a.num_q_heads / a.num_kv_heads;
   if (!attention_supported(gqa, a.head_dim))

@@ -1,5 +1,6 @@
 // Paged attention (prefill chunks + decodes in one batch, split-KV) against the plain CPU softmax
-// reference, over GQA ratios 1/4/8, head_dim 64/128 and lengths that are not block multiples.
+// reference, over GQA ratios 1/4/8, head_dim 64/128, lengths that are not block multiples and
+// sliding windows.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -27,7 +28,7 @@ constexpr float k_v_spread = 40.0f;
 
 // kv: the cache element type. fp8 caches hold the E4M3 / E5M2 encodings of random values; the
 // reference attends over those values widened to bf16 (exact), as the kernel does.
-void run_case(const case_shape& c, uint32_t seed, kv_elem kv = kv_elem::bf16) {
+void run_case(const case_shape& c, uint32_t seed, kv_elem kv = kv_elem::bf16, int32_t window = 0) {
   const int32_t hq = c.num_kv_heads * c.gqa, D = c.head_dim;
   std::mt19937 g(seed);
   int32_t total_blocks = 0;
@@ -84,13 +85,14 @@ void run_case(const case_shape& c, uint32_t seed, kv_elem kv = kv_elem::bf16) {
   attention_args a{d_q.as<bf16>(), q_stride, d_k.as<bf16>(), d_v.as<bf16>(), d_out->as<bf16>(), d_po->as<float>(),
                    d_pl->as<float>(), d_cu.as<int32_t>(), d_kvl.as<int32_t>(), d_bto.as<int32_t>(), d_bt.as<int32_t>(),
                    d_work.as<attn_work_item>(), d_merge.as<attn_merge_item>(), int32_t(p.work.size()),
-                   int32_t(p.merges.size()), hq, c.num_kv_heads, D, c.block_size, scale, nullptr, kv};
+                   int32_t(p.merges.size()), hq, c.num_kv_heads, D, c.block_size, scale, nullptr, kv, window};
   REQUIRE(launch_attention(a, nullptr).ok());
   auto got = download<uint16_t>(*d_out, size_t(p.num_tokens) * hq * D);
-  auto expect = ref::attention_ref(q, q_stride, kc, vc, p, hq, c.num_kv_heads, D, c.block_size, scale);
+  auto expect = ref::attention_ref(q, q_stride, kc, vc, p, hq, c.num_kv_heads, D, c.block_size, scale, window);
   float worst = 0.0f;
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(bf16_to_f32(got[i]) - expect[i]));
-  INFO("gqa " << c.gqa << " head_dim " << D << " splits " << p.merges.size() << " kv " << int(kv) << " worst " << worst);
+  INFO("gqa " << c.gqa << " head_dim " << D << " splits " << p.merges.size() << " kv " << int(kv) << " window " << window
+              << " worst " << worst);
   // fp8 runs' values are k_v_spread times larger, and so are the outputs and their bf16 rounding.
   CHECK(worst <= (kv == kv_elem::bf16 ? 0.02f : 0.02f * k_v_spread));
 }
@@ -132,4 +134,16 @@ TEST_CASE("attention: block size 32 and a single long prefill", "[gpu][attention
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   case_shape c{4, 4, 128, 32, 132, {{0, 300}}};
   run_case(c, 99);
+}
+
+TEST_CASE("attention with a sliding window: prefill tiles, decodes and KV splits wholly before a window",
+          "[gpu][attention]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  uint32_t seed = 700;
+  for (int32_t window : {1, 5, 40, 4096})  // 4096: wider than every context here (full attention)
+    for (int32_t gqa : {1, 8}) {
+      run_case(case_shape{2, gqa, 64, 16, 132, {{0, 37}, {20, 13}, {100, 1}, {47, 3}}}, seed++, kv_elem::bf16, window);
+      // Split over KV (num_sms large): the early splits lie before the window of a long decode.
+      run_case(case_shape{2, gqa, 128, 16, 1000, {{3000, 1}, {777, 1}, {1500, 2}}}, seed++, kv_elem::bf16, window);
+    }
 }

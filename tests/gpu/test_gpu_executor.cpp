@@ -188,15 +188,19 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
     const char* arch;
     int32_t heads, kv_heads, head_dim;
     bool llama3, tie;
+    int32_t window = 0, max_window_layers = 0;  // sliding window (qwen2: windowed from that layer on)
   };
   int prompts_total = 0, prompts_equal = 0;
   for (variant v : {variant{"llama", 8, 2, 64, false, false}, variant{"llama", 4, 4, 64, true, true},
                     variant{"qwen2", 8, 1, 128, false, false}, variant{"mistral", 16, 2, 64, false, false},
                     // q/k norm per head; fused qkv / gate_up tensors; every 4th layer without RoPE
                     variant{"qwen3", 8, 2, 128, false, true}, variant{"phi3", 8, 8, 64, false, false},
-                    variant{"smollm3", 8, 2, 64, false, false}}) {
+                    variant{"smollm3", 8, 2, 64, false, false},
+                    // sliding windows shorter than the longer prompts: every layer, and layers 2-3
+                    variant{"mistral", 8, 2, 64, false, false, 12}, variant{"qwen2", 8, 2, 64, false, false, 9, 2}}) {
     const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_demo_" + std::string(v.arch) +
-                                                              std::to_string(v.kv_heads) + std::to_string(v.head_dim));
+                                                              std::to_string(v.kv_heads) + std::to_string(v.head_dim) +
+                                                              "w" + std::to_string(v.window));
     demo_options o;
     o.seed = 3;
     o.architecture = v.arch;
@@ -208,6 +212,8 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
     o.hidden_size = v.heads * v.head_dim;
     o.rope_type = v.llama3 ? "llama3" : "";
     o.tie_embeddings = v.tie;
+    o.sliding_window = v.window;
+    o.max_window_layers = v.max_window_layers;
     REQUIRE(make_demo_model(dir.string(), o).ok());
 
     cpu_executor_options co;
