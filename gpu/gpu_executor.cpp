@@ -63,25 +63,6 @@ class metadata_packer {
   size_t used_ = 0;
 };
 
-// Top-N logprobs of one processed row, computed on the host from the row after the device edits
-// (temperature and filters applied here by the CPU sampler's own functions, so the semantics are
-// the CPU executor's). Only rows that ask for them are copied back.
-std::vector<token_logprob> top_logprobs_of(std::vector<float> row, const sampling_params& p) {
-  apply_temperature_and_filters(row, p);
-  std::vector<float> lp;
-  log_softmax(row, lp);
-  const size_t n = std::min(size_t(p.logprobs), lp.size());
-  std::vector<int32_t> idx(lp.size());
-  for (size_t i = 0; i < idx.size(); ++i) idx[i] = int32_t(i);
-  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
-    return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
-  });
-  std::vector<token_logprob> out;
-  for (size_t i = 0; i < n; ++i)
-    if (lp[size_t(idx[i])] != -INFINITY) out.push_back({idx[i], lp[size_t(idx[i])]});
-  return out;
-}
-
 // Whether every token the grammar mask allows is one of `a` or `b`.
 bool grammar_allows_only(std::span<const uint32_t> mask, const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   std::vector<uint32_t> rest(mask.begin(), mask.end());
@@ -143,7 +124,7 @@ class gpu_executor final : public executor {
   // Two, used alternately, so step N+1's staging cannot overwrite step N's while N's copies are
   // pending (a third step is launched only after step N is collected).
   struct frame {
-    pinned_buffer meta, out, edited_rows, prompt_out;
+    pinned_buffer meta, out, top, prompt_out;  // top: [max_rows_, k_top_logprob_words] top logprobs
   };
   struct launched_step {
     uint64_t step_id = 0;
@@ -153,7 +134,7 @@ class gpu_executor final : public executor {
     std::vector<seq_ptr> rows;       // per sampled row, the sequence's state
     std::vector<seq_id_t> row_ids;
     std::vector<int32_t> row_draft;  // per row, the proposal it verifies (-1: the sequence's last row)
-    std::vector<int32_t> logprob_rows;
+    bool top_logprobs = false;       // some row asked for top logprobs (frame::top was filled)
     // Prompt logprob rows, in the order of frame::prompt_out: the sequence and the position scored.
     std::vector<std::pair<seq_ptr, int32_t>> prompt_rows;
     bool graph = false;              // replayed a decode graph
@@ -202,8 +183,7 @@ class gpu_executor final : public executor {
   result<void> allocate_buffers();
   // Host planning and every enqueue of a step (the caller records the outcome).
   result<void> issue(const step_plan& plan, launched_step& rec);
-  result<void> forward(const forward_shape& fs, const step_meta& m, const frame* f,
-                       const std::vector<int32_t>& logprob_rows);
+  result<void> forward(const forward_shape& fs, const step_meta& m, const frame* f);
 
   gpu_executor_options opts_;
   executor_info info_;
@@ -211,13 +191,12 @@ class gpu_executor final : public executor {
   device_weights w_;
   gemm_runner gemm_;
   device_buffer inv_freq_, inv_freq_long_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
-  device_buffer tok_out_, lp_out_, partial_o_, partial_lse_, meta_dev_;
+  device_buffer tok_out_, lp_out_, top_out_, partial_o_, partial_lse_, meta_dev_;
   device_buffer prompt_out_;  // [max_num_tokens, k_prompt_row_words] prompt logprob rows (launch_prompt_logprobs)
   device_buffer xq_, xscale_;  // fp8: an activation's E4M3 codes [tokens, widest input] and per-token scales
   device_buffer last_tokens_;   // [slot capacity] each live sequence's last sampled id, on the device
   frame frames_[2];
   int32_t next_frame_ = 0;
-  std::vector<pinned_buffer> retired_;  // outgrown staging buffers, freed at teardown
   struct step_events {
     event start, end;
   };
@@ -402,11 +381,11 @@ result<void> gpu_executor::capture_graphs() {
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
                                 "graph metadata"));
     const forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
-    COSERVE_CUDA_TRY(forward(fs, m, nullptr, {}));
+    COSERVE_CUDA_TRY(forward(fs, m, nullptr));
     COSERVE_CUDA_TRY(stream_.synchronize());  // startup only
     cudaGraph_t graph = nullptr;
     COSERVE_CUDA_TRY(cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture"));
-    auto fr = forward(fs, m, nullptr, {});
+    auto fr = forward(fs, m, nullptr);
     const cudaError_t end = cudaStreamEndCapture(s, &graph);
     if (!fr.ok()) {
       if (graph != nullptr) (void)cudaGraphDestroy(graph);
@@ -447,6 +426,7 @@ result<void> gpu_executor::allocate_buffers() {
   for (want x : {want{&hidden_, T * H * 2}, want{&residual_, T * H * 2}, want{&normed_, T * H * 2},
                  want{&qkv_, T * (hq + 2 * hkv) * D * 2}, want{&attn_, T * hq * D * 2}, want{&gate_up_, T * 2 * I * 2},
                  want{&act_, T * I * 2}, want{&final_, S * H * 2}, want{&logits_, S * V * 4}, want{&tok_out_, S * 4},
+                 want{&top_out_, S * size_t(k_top_logprob_words) * 4},
                  want{&lp_out_, S * 4}, want{&partial_o_, size_t(k_max_partial_rows) * hq * D * 4},
                  want{&partial_lse_, size_t(k_max_partial_rows) * hq * 4}, want{&meta_dev_, k_metadata_bytes},
                  want{&prompt_out_, T * size_t(k_prompt_row_words) * 4},
@@ -462,6 +442,9 @@ result<void> gpu_executor::allocate_buffers() {
     auto oh = pinned_buffer::allocate(S * 8 + (opts_.return_logits ? S * V * 4 : 0));
     if (!oh) return std::move(oh).err();
     f.out = std::move(oh.value());
+    auto th = pinned_buffer::allocate(S * size_t(k_top_logprob_words) * 4);
+    if (!th) return std::move(th).err();
+    f.top = std::move(th.value());
     auto ph = pinned_buffer::allocate(T * size_t(k_prompt_row_words) * 4);
     if (!ph) return std::move(ph).err();
     f.prompt_out = std::move(ph.value());
@@ -651,11 +634,15 @@ result<step_result> gpu_executor::collect() {
       so.logits.assign(row, row + V);
     }
     seq_state& st = *rec->rows[i];
-    if (st.params.logprobs > 0) {
-      const size_t lr = size_t(std::find(rec->logprob_rows.begin(), rec->logprob_rows.end(), int32_t(i)) -
-                               rec->logprob_rows.begin());
-      const float* row = f.edited_rows.as<float>() + lr * V;
-      so.top_logprobs = top_logprobs_of(std::vector<float>(row, row + V), st.params);
+    if (st.params.logprobs > 0 && rec->top_logprobs) {  // computed on the device (launch_sample)
+      const uint32_t* w = f.top.as<uint32_t>() + i * size_t(k_top_logprob_words);
+      for (int32_t j = 0; j < std::min(st.params.logprobs, k_top_logprobs_max); ++j) {
+        const int32_t id = int32_t(w[2 * j]);
+        if (id < 0) break;
+        float lp;
+        std::memcpy(&lp, &w[2 * j + 1], 4);
+        so.top_logprobs.push_back({id, lp});
+      }
     }
     if (!st.prompt.empty()) {  // its first output: the prompt's entries go with it
       so.prompt_logprobs = std::move(st.prompt_lps);
@@ -807,7 +794,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     // speculative-sampling rule (accepted with probability p(proposal); otherwise the draw is
     // from p without it, renormalised) and keeps seeded outputs equal to plain decoding's.
     sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
-                  uint64_t(st.launched + sr.j)});
+                  uint64_t(st.launched + sr.j), std::min(std::max(st.params.logprobs, 0), k_top_logprobs_max)});
     int32_t generated = st.launched + sr.j;
     if (st.matcher || !st.params.allowed_token_ids.empty()) {
       // The allowed tokens, filled on the host (xgrammar, and/or allowed_token_ids) and applied by
@@ -841,7 +828,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       ++count_then[before];
       append_logit_edits(int32_t(row), st.params, seen_then, count_then, generated, eos_ids_, c.vocab_size, edits);
     }
-    if (st.params.logprobs > 0) rec.logprob_rows.push_back(int32_t(row));
+    if (st.params.logprobs > 0) rec.top_logprobs = true;
     // Only a sequence's last row feeds the next step's input on the device: a verifying sequence
     // waits for the host to learn how many of its proposals held.
     row_slots.push_back(sr.draft < 0 ? st.slot : -1);
@@ -856,10 +843,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     }
   };
 
-  // A decode-only step without logit edits, grammars or top-N logprobs replays its bucket's graph.
+  // A decode-only step without logit edits or grammars replays its bucket's graph.
   const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() && edits.empty() &&
-                          prompt_tokens.empty() &&
-                          grammar_rows.empty() && rec.logprob_rows.empty() &&
+                          prompt_tokens.empty() && grammar_rows.empty() &&
                           std::all_of(plan.seqs.begin(), plan.seqs.end(),
                                       [](const scheduled_seq& q) { return q.tokens.size() == 1; });
   if (const int32_t bucket = graph_step ? bucket_for(buckets_, int32_t(plan.seqs.size())) : 0; bucket > 0) {
@@ -880,6 +866,10 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       char* h = f.out.as<char>();
       COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
       COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
+      if (rec.top_logprobs)
+        COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
+                                                    cudaMemcpyDeviceToHost, s),
+                                    "top logprobs"));
       COSERVE_CUDA_TRY(ev.end.record(s));
       rec.graph = true;
       commit();
@@ -899,14 +889,6 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   if (p.num_tokens > opts_.max_num_tokens)
     return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
   frame& f = frames_[rec.frame];
-  const size_t row_bytes = size_t(c.vocab_size) * 4;
-  if (rec.logprob_rows.size() * row_bytes > f.edited_rows.bytes()) {
-    // Grown geometrically; the old buffer is kept until teardown (cudaFreeHost would synchronize).
-    auto b = pinned_buffer::allocate(std::max(rec.logprob_rows.size() * row_bytes, 2 * f.edited_rows.bytes()));
-    if (!b) return std::move(b).err();
-    if (f.edited_rows.bytes() > 0) retired_.push_back(std::move(f.edited_rows));
-    f.edited_rows = std::move(b.value());
-  }
   metadata_packer pk(f.meta);
   size_t off[13];
   int k = 0;
@@ -944,12 +926,16 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               reinterpret_cast<const int32_t*>(d + *opg), int32_t(prompt_tokens.size()), prompt_top_n};
   COSERVE_CUDA_TRY(forward(forward_shape{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()),
                                          int32_t(p.merges.size()), nullptr},
-                           m, &f, rec.logprob_rows));
+                           m, &f));
   const size_t S = p.sample_tokens.size();
   if (S > 0) {
     char* h = f.out.as<char>();
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
+    if (rec.top_logprobs)
+      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
+                                                  cudaMemcpyDeviceToHost, s),
+                                  "top logprobs"));
   }
   if (!prompt_tokens.empty())
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.prompt_out.get(), prompt_out_.get(),
@@ -961,8 +947,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   return {};
 }
 
-result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, const frame* f,
-                                   const std::vector<int32_t>& logprob_rows) {
+result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, const frame* f) {
   nvtx_range range("forward");
   const model_config& c = w_.config;
   cudaStream_t s = stream_.get();
@@ -1048,14 +1033,8 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
   COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s));
   COSERVE_CUDA_TRY(launch_token_bitmask(logits_.as<float>(), m.grammar_rows, m.grammar_masks, m.num_grammar_rows,
                                         m.mask_words, c.vocab_size, s));
-  const size_t row_bytes = size_t(c.vocab_size) * 4;
-  for (size_t k = 0; k < logprob_rows.size(); ++k)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f->edited_rows.as<char>() + k * row_bytes,
-                                                logits_.as<char>() + size_t(logprob_rows[k]) * row_bytes, row_bytes,
-                                                cudaMemcpyDeviceToHost, s),
-                                "edited logits"));
-  COSERVE_CUDA_TRY(
-      launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S, c.vocab_size, s));
+  COSERVE_CUDA_TRY(launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S,
+                                 c.vocab_size, s, top_out_.as<uint32_t>()));
   // The sampled ids stay on the device for the next step's inputs (the host gets a copy later).
   return launch_scatter_tokens(last_tokens_.as<int32_t>(), m.row_slots, tok_out_.as<int32_t>(), S, s);
 }

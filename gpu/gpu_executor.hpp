@@ -22,8 +22,9 @@
 // presence / frequency penalties as sparse edits (gpu/logit_edit.hpp), then temperature, top-k,
 // top-p, min-p and a seeded draw (gpu/kernels/sampling.cuh). Seeded draws use a different random
 // stream than the CPU executor, so only greedy output is expected to match it token for token.
-// Top-N logprobs (logprobs > 0): the edited row of that sequence is copied back and ranked on the
-// host with the CPU sampler's functions.
+// Top-N logprobs (logprobs > 0, at most 20) are ranked on the device by the sampling kernel over
+// the same processed row it draws from; only N (id, logprob) pairs per row come back. Decode steps
+// that ask for them still replay CUDA graphs.
 #pragma once
 
 #include <cstdint>

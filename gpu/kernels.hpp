@@ -126,8 +126,15 @@ result<void> launch_silu_mul(bf16* out, const bf16* gate_up, int32_t num_tokens,
 // values whose mass is >= top_p of what is left (ties kept), then x >= max + log(min_p); draw by
 // Gumbel-max with uniform01(seed, counter, token). logprob = log_softmax over the kept set (the
 // CPU sampler's "log_softmax of the processed row"); greedy: over the whole row, no temperature.
+// out_top (optional) [num_rows, k_top_logprob_words]: for a row with top_n > 0, its top
+// min(top_n, 20) logprobs over the same processed row as (id, logprob as f32 bits) pairs, value
+// descending, lower id first among equal values, without -inf entries; an id of -1 ends a shorter
+// list.
+inline constexpr int32_t k_top_logprobs_max = 20;
+inline constexpr int32_t k_top_logprob_words = 2 * k_top_logprobs_max;
 result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float* logits,
-                           const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream);
+                           const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream,
+                           uint32_t* out_top = nullptr);
 
 // Prompt logprobs (vLLM's prompt_logprobs; the CPU's score_prompt_token) from raw logits [num_rows,
 // vocab] fp32, row r scoring token targets[r] (in [0, vocab)). out [num_rows, stride] 32-bit words:

@@ -46,7 +46,8 @@ __device__ __forceinline__ uint32_t key_of(float f) { return float_order_key(__f
 // One block (1024 threads) per row. Rows may hold -inf (masked by logit edits).
 __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_tok, float* __restrict__ out_lp,
                                                       const float* __restrict__ logits,
-                                                      const sample_row_params* __restrict__ params, int32_t vocab) {
+                                                      const sample_row_params* __restrict__ params, int32_t vocab,
+                                                      uint32_t* __restrict__ out_top) {
   __shared__ float scratch[32];
   __shared__ arg_best best_scratch[32];
   const int32_t row = blockIdx.x;
@@ -120,6 +121,28 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
     out_tok[row] = tok;
     out_lp[row] = x[tok] * inv_t - mx - log_z;
   }
+  if (out_top == nullptr || p.top_n <= 0) return;
+  // Top logprobs of the processed row: the kept values in (value desc, index asc) order, one
+  // block-wide argmax per entry over the values after the previous one; -inf ends the list.
+  uint32_t* o = out_top + int64_t(row) * k_top_logprob_words;
+  arg_best prev{0.0f, -1};
+  const int32_t n = min(p.top_n, k_top_logprobs_max);
+  for (int32_t r = 0; r < n; ++r) {
+    arg_best c{-INFINITY, 0x7fffffff};
+    for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = x[i] * inv_t;
+      if (key_of(v) >= thr && v > -INFINITY && (r == 0 || prev.v > v || (prev.v == v && prev.i < i)))
+        c = better(c, arg_best{v, i});
+    }
+    c = block_argmax(c, best_scratch);  // the same in every thread
+    if (threadIdx.x == 0) {
+      o[2 * r] = uint32_t(c.i < vocab ? c.i : -1);
+      o[2 * r + 1] = __float_as_uint(c.v - mx - log_z);
+    }
+    if (c.i >= vocab) return;
+    prev = c;
+  }
+  if (n < k_top_logprobs_max && threadIdx.x == 0) o[2 * n] = uint32_t(-1);
 }
 
 // One block (1024 threads) per row: the log-normalizer, the target's logprob and rank, then the
@@ -168,10 +191,11 @@ __global__ void __launch_bounds__(1024) prompt_logprobs_kernel(uint32_t* __restr
 
 // ---- launchers ----
 result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float* logits,
-                           const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream) {
+                           const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream,
+                           uint32_t* out_top) {
   if (vocab <= 0 || num_rows < 0) return make_error("invalid_argument", "sample: bad shape");
   if (num_rows == 0) return {};
-  kern::sample_kernel<<<num_rows, 1024, 0, stream>>>(out_tokens, out_logprobs, logits, params, vocab);
+  kern::sample_kernel<<<num_rows, 1024, 0, stream>>>(out_tokens, out_logprobs, logits, params, vocab, out_top);
   return kern::check_launch("sample_kernel");
 }
 

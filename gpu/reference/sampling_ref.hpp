@@ -1,12 +1,14 @@
 // CPU reference of device sampling (gpu/kernels/sampling.cuh), written the direct way: sort the
 // scaled logits, cut top-k / top-p / min-p on the sorted list (ties at a cut kept), then Gumbel-max
-// with the same counter-based uniforms; logprob over the kept set. Same contract as launch_sample.
+// with the same counter-based uniforms; logprob and top logprobs over the kept set. Same contract
+// as launch_sample.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "gpu/sample_row_params.hpp"
@@ -17,6 +19,7 @@ namespace coserve::gpu::ref {
 struct sample_out {
   int32_t token = 0;
   float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  // min(top_n, 20) kept ids by value (lower id first), logprobs
 };
 
 inline sample_out sample_ref(const float* x, int32_t vocab, const sample_row_params& p) {
@@ -61,7 +64,14 @@ inline sample_out sample_ref(const float* x, int32_t vocab, const sample_row_par
   double z = 0.0;
   for (float f : v)
     if (f >= thr) z += std::exp(double(f) - mx);
-  return {best, float(double(v[size_t(best)]) - mx - std::log(z))};
+  sample_out out{best, float(double(v[size_t(best)]) - mx - std::log(z)), {}};
+  std::vector<int32_t> kept;
+  for (int32_t i = 0; i < vocab; ++i)
+    if (v[size_t(i)] >= thr && v[size_t(i)] > -INFINITY) kept.push_back(i);
+  std::stable_sort(kept.begin(), kept.end(), [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
+  for (size_t k = 0; k < kept.size() && k < size_t(std::min(p.top_n, 20)); ++k)
+    out.top.emplace_back(kept[k], float(double(v[size_t(kept[k])]) - mx - std::log(z)));
+  return out;
 }
 
 }  // namespace coserve::gpu::ref

@@ -126,6 +126,17 @@ TEST_CASE("sampling reference: greedy, filters and frequencies", "[gpu_host][ref
   auto g = ref::sample_ref(x.data(), 4, p);
   CHECK(g.token == 1);
   CHECK(g.logprob == Approx(std::log(0.5)).epsilon(1e-5));
+  CHECK(g.top.empty());
+  // Top logprobs: by probability, the lower id first among equal ones, at most top_n.
+  p.top_n = 3;
+  g = ref::sample_ref(x.data(), 4, p);
+  REQUIRE(g.top.size() == 3);
+  CHECK(g.top[0].first == 1);
+  CHECK(g.top[1].first == 2);
+  CHECK(g.top[2].first == 0);  // 0 and 3 tie at 0.1
+  CHECK(g.top[2].second == Approx(std::log(0.1)).epsilon(1e-5));
+  sample_row_params one_kept{1.0f, 1.0f, 0.0f, 1, 3, 0, 4};  // top-k 1 keeps one: a shorter list
+  CHECK(ref::sample_ref(x.data(), 4, one_kept).top.size() == 1);
 
   std::map<int32_t, int> counts;
   const int n = 20000;

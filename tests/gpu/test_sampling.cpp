@@ -21,26 +21,40 @@ TEST_CASE("sampling kernel matches the reference", "[gpu][sampling]") {
   for (int32_t vocab : {1000, 32000, 128256}) {
     std::mt19937 g{static_cast<uint32_t>(vocab)};
     std::normal_distribution<float> nd(0.0f, 3.0f);
+    // Last field: top logprobs wanted (a top-k of 1 keeps one token: a list shorter than asked).
     std::vector<sample_row_params> params{
-        {0.0f, 1.0f, 0.0f, 0, 1, 0},      {1.0f, 1.0f, 0.0f, 0, 2, 3},  {0.7f, 1.0f, 0.0f, 50, 3, 1},
-        {1.0f, 0.9f, 0.0f, 0, 4, 9},      {1.3f, 0.8f, 0.0f, 20, 5, 2}, {1.0f, 1.0f, 0.05f, 0, 6, 4},
-        {0.6f, 0.95f, 0.02f, 100, 7, 11}, {1.0f, 1.0f, 0.0f, 1, 8, 0},
+        {0.0f, 1.0f, 0.0f, 0, 1, 0, 5},     {1.0f, 1.0f, 0.0f, 0, 2, 3},     {0.7f, 1.0f, 0.0f, 50, 3, 1, 20},
+        {1.0f, 0.9f, 0.0f, 0, 4, 9, 1},     {1.3f, 0.8f, 0.0f, 20, 5, 2},    {1.0f, 1.0f, 0.05f, 0, 6, 4, 3},
+        {0.6f, 0.95f, 0.02f, 100, 7, 11, 20}, {1.0f, 1.0f, 0.0f, 1, 8, 0, 4},
     };
     const int32_t rows = int32_t(params.size());
     std::vector<float> logits(size_t(rows) * size_t(vocab));
     for (auto& x : logits) x = nd(g);
     auto d_logits = upload(logits), d_params = upload(params);
     auto d_tok = device_buffer::allocate(size_t(rows) * 4), d_lp = device_buffer::allocate(size_t(rows) * 4);
-    REQUIRE((d_tok.ok() && d_lp.ok()));
+    auto d_top = device_buffer::allocate(size_t(rows) * k_top_logprob_words * 4);
+    REQUIRE((d_tok.ok() && d_lp.ok() && d_top.ok()));
     REQUIRE(launch_sample(d_tok->as<int32_t>(), d_lp->as<float>(), d_logits.as<float>(),
-                          d_params.as<sample_row_params>(), rows, vocab, nullptr).ok());
+                          d_params.as<sample_row_params>(), rows, vocab, nullptr, d_top->as<uint32_t>()).ok());
     auto tok = download<int32_t>(*d_tok, size_t(rows));
     auto lp = download<float>(*d_lp, size_t(rows));
+    auto top = download<uint32_t>(*d_top, size_t(rows) * k_top_logprob_words);
     for (int32_t r = 0; r < rows; ++r) {
       auto e = ref::sample_ref(logits.data() + size_t(r) * size_t(vocab), vocab, params[size_t(r)]);
       INFO("vocab " << vocab << " row " << r);
       CHECK(tok[size_t(r)] == e.token);
       CHECK(lp[size_t(r)] == Approx(e.logprob).margin(1e-3));
+      const uint32_t* w = top.data() + size_t(r) * k_top_logprob_words;
+      for (size_t j = 0; j < size_t(params[size_t(r)].top_n); ++j) {
+        if (j >= e.top.size()) {
+          CHECK(int32_t(w[2 * j]) == -1);
+          break;
+        }
+        float v;
+        std::memcpy(&v, &w[2 * j + 1], 4);
+        CHECK(int32_t(w[2 * j]) == e.top[j].first);
+        CHECK(v == Approx(e.top[j].second).margin(1e-3));
+      }
     }
   }
 }
