@@ -1,7 +1,12 @@
 #include "gpu/gemm.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <functional>
 #include <string>
+
+#include "gpu/launch_params.hpp"
+#include "gpu/stream.hpp"
 
 namespace coserve::gpu {
 
@@ -43,9 +48,12 @@ result<gemm_runner> gemm_runner::create(size_t max_plans) {
   return g;
 }
 
-result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8) {
-  const plan_key key{m, n, k, out, bias, fp8};
-  if (std::unique_ptr<plan>* cached = plans_.find(key)) return cached->get();
+size_t gemm_runner::tuned_key_hash::operator()(const tuned_key& t) const noexcept {
+  return plan_key_hash{}(plan_key{t.bucket, t.n, t.k, t.out, t.bias, t.fp8});
+}
+
+result<std::unique_ptr<gemm_runner::plan>> gemm_runner::describe(int32_t m, int32_t n, int32_t k, gemm_out out,
+                                                                 bool bias, bool fp8) {
   auto p = std::make_unique<plan>();
   COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate"));
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
@@ -68,21 +76,149 @@ result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k
   COSERVE_CUDA_TRY(cublas_check(cublasLtMatrixLayoutCreate(&p->a, in_type, uint64_t(k), uint64_t(n), k), "layout A"));
   COSERVE_CUDA_TRY(cublas_check(cublasLtMatrixLayoutCreate(&p->b, in_type, uint64_t(k), uint64_t(m), k), "layout B"));
   COSERVE_CUDA_TRY(cublas_check(cublasLtMatrixLayoutCreate(&p->c, out_type, uint64_t(n), uint64_t(m), n), "layout C"));
+  return p;
+}
 
+result<std::vector<cublasLtMatmulAlgo_t>> gemm_runner::heuristic(plan& p, int count) {
   cublasLtMatmulPreference_t pref = nullptr;
   COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate"));
   const size_t ws = k_workspace_bytes;
   auto set = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulHeuristicResult_t heur{};
+  std::vector<cublasLtMatmulHeuristicResult_t> heur(size_t(std::max(count, 1)));
   int found = 0;
-  auto st = set == CUBLAS_STATUS_SUCCESS
-                ? cublasLtMatmulAlgoGetHeuristic(handle_.get(), p->desc, p->a, p->b, p->c, p->c, pref, 1, &heur, &found)
-                : set;
+  auto st = set == CUBLAS_STATUS_SUCCESS ? cublasLtMatmulAlgoGetHeuristic(handle_.get(), p.desc, p.a, p.b, p.c, p.c, pref,
+                                                                          int(heur.size()), heur.data(), &found)
+                                         : set;
   (void)cublasLtMatmulPreferenceDestroy(pref);
   COSERVE_CUDA_TRY(cublas_check(st, "cublasLtMatmulAlgoGetHeuristic"));
   if (found == 0) return make_error("cublas", "cuBLASLt found no algorithm for this GEMM shape");
-  p->algo = heur.algo;
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found; ++i)
+    if (heur[size_t(i)].state == CUBLAS_STATUS_SUCCESS) algos.push_back(heur[size_t(i)].algo);
+  if (algos.empty()) return make_error("cublas", "cuBLASLt found no algorithm for this GEMM shape");
+  return algos;
+}
+
+result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8) {
+  const plan_key key{m, n, k, out, bias, fp8};
+  if (std::unique_ptr<plan>* cached = plans_.find(key)) return cached->get();
+  auto made = describe(m, n, k, out, bias, fp8);
+  if (!made) return std::move(made).err();
+  std::unique_ptr<plan> p = std::move(made.value());
+  // The algorithm tune() chose for m's bucket, if cuBLASLt accepts it for this exact m.
+  bool chosen = false;
+  if (const int32_t bucket = gemm_m_bucket(buckets_, m); bucket > 0) {
+    auto it = tuned_.find(tuned_key{bucket, n, k, out, bias, fp8});
+    cublasLtMatmulHeuristicResult_t check{};
+    if (it != tuned_.end() &&
+        cublasLtMatmulAlgoCheck(handle_.get(), p->desc, p->a, p->b, p->c, p->c, &it->second, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.workspaceSize <= k_workspace_bytes) {
+      p->algo = it->second;
+      chosen = true;
+    }
+  }
+  if (!chosen) {
+    auto algos = heuristic(*p, 1);
+    if (!algos) return std::move(algos).err();
+    p->algo = algos.value().front();
+  }
   return plans_.insert(key, std::move(p)).get();
+}
+
+result<gemm_runner::tune_report> gemm_runner::tune(const std::vector<shape>& shapes, cudaStream_t stream) {
+  const auto t0 = std::chrono::steady_clock::now();
+  tune_report rep;
+  tuned_.clear();
+  buckets_.clear();
+  for (const shape& sh : shapes)
+    if (sh.max_m > (buckets_.empty() ? 0 : buckets_.back())) buckets_ = gemm_m_buckets(sh.max_m);
+  auto ev0 = event::create(true), ev1 = event::create(true);
+  if (!ev0) return std::move(ev0).err();
+  if (!ev1) return std::move(ev1).err();
+  constexpr int k_reps = 5;
+  for (const shape& sh : shapes) {
+    for (int32_t m : gemm_m_buckets(sh.max_m)) {
+      auto made = describe(m, sh.n, sh.k, sh.out, sh.bias != nullptr, sh.fp8);
+      if (!made) return std::move(made).err();
+      plan& p = *made.value();
+      if (sh.fp8) {
+        COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                                     &sh.w_scales, sizeof(sh.w_scales)),
+                                      "A_SCALE_POINTER"));
+        COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                                     &sh.x_scales, sizeof(sh.x_scales)),
+                                      "B_SCALE_POINTER"));
+      }
+      auto heur = heuristic(p, 8);
+      if (!heur) return std::move(heur).err();
+      std::vector<cublasLtMatmulAlgo_t> cands = heur.value();
+      // Split-K variants of the heuristic's first three, where the algorithm supports split-K: few
+      // rows leave most SMs idle unless K is split.
+      const size_t firsts = std::min<size_t>(3, cands.size());
+      for (size_t i = 0; i < firsts; ++i) {
+        int32_t support = 0;
+        uint32_t schemes = 0;
+        size_t written = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&cands[i], CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support, sizeof(support),
+                                              &written) != CUBLAS_STATUS_SUCCESS ||
+            support == 0 ||
+            cublasLtMatmulAlgoCapGetAttribute(&cands[i], CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes,
+                                              sizeof(schemes), &written) != CUBLAS_STATUS_SUCCESS)
+          continue;
+        uint32_t scheme = 0;  // the first supported of: fp32 partials, output-type partials, in place
+        for (uint32_t sc : {uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE), uint32_t(CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE),
+                            uint32_t(CUBLASLT_REDUCTION_SCHEME_INPLACE)})
+          if (scheme == 0 && (schemes & sc) != 0) scheme = sc;
+        if (scheme == 0) continue;
+        for (int32_t splits : {2, 4, 8, 16}) {
+          if (sh.k / splits < 256) break;
+          cublasLtMatmulAlgo_t a = cands[i];
+          cublasLtMatmulHeuristicResult_t check{};
+          if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits)) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)) ==
+                  CUBLAS_STATUS_SUCCESS &&
+              cublasLtMatmulAlgoCheck(handle_.get(), p.desc, p.a, p.b, p.c, p.c, &a, &check) == CUBLAS_STATUS_SUCCESS &&
+              check.workspaceSize <= k_workspace_bytes)
+            cands.push_back(a);
+        }
+      }
+      // Time each: one run to warm up (a candidate that fails to launch is skipped), then k_reps.
+      float best_ms = 0, first_ms = 0;
+      int best = -1;
+      for (size_t i = 0; i < cands.size(); ++i) {
+        p.algo = cands[i];
+        auto once = [&] { return matmul(&p, sh.y, sh.x, sh.w, sh.bias, stream); };
+        if (!once()) continue;
+        COSERVE_CUDA_TRY(ev0.value().record(stream));
+        bool ok = true;
+        for (int r = 0; r < k_reps && ok; ++r) ok = once().ok();
+        COSERVE_CUDA_TRY(ev1.value().record(stream));
+        COSERVE_CUDA_TRY(cuda_check(cudaStreamSynchronize(stream), "gemm tuning"));
+        if (!ok) continue;
+        auto ms = event::elapsed_ms(ev0.value(), ev1.value());
+        if (!ms) return std::move(ms).err();
+        const float t = float(*ms) / k_reps;
+        ++rep.candidates;
+        if (i == 0) first_ms = t;
+        if (best < 0 || t < best_ms) {
+          best_ms = t;
+          best = int(i);
+        }
+      }
+      if (best < 0) continue;  // nothing ran: the heuristic decides at run time (and reports the error)
+      ++rep.shapes;
+      if (best != 0) {
+        ++rep.not_first;
+        rep.saved_ms_per_pass += first_ms - best_ms;
+      }
+      tuned_[tuned_key{m, sh.n, sh.k, sh.out, sh.bias != nullptr, sh.fp8}] = cands[size_t(best)];
+    }
+  }
+  plans_ = rt::lru_cache<plan_key, std::unique_ptr<plan>, plan_key_hash>(plans_.capacity());  // re-planned with the choices
+  rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return rep;
 }
 
 result<void> gemm_runner::run(void* y, gemm_out out, const __nv_bfloat16* x, const __nv_bfloat16* w,

@@ -3,10 +3,15 @@
 // w [n, k] row-major weights (out_features x in_features), y [m, n] row-major.
 //
 // Column-major view used for cuBLASLt: y^T (n x m, ld n) = op_T(W: k x n, ld k) * X (k x m, ld k).
-// Descriptors and the heuristic's algorithm ("plans") are cached per (m, n, k, out type, bias) so a
-// repeated shape costs one cublasLtMatmul call (scale and bias pointers are set per call). m is the number of tokens in a step, so the set of
-// shapes grows with traffic: the cache keeps at most max_plans plans (create()'s argument) and, when
-// a new shape arrives at a full cache, destroys the descriptors of the least recently used plan.
+// Descriptors and an algorithm ("plans") are cached per (m, n, k, out type, bias) so a repeated
+// shape costs one cublasLtMatmul call (scale and bias pointers are set per call). m is the number
+// of tokens in a step, so the set of shapes grows with traffic: the cache keeps at most max_plans
+// plans (create()'s argument) and, when a new shape arrives at a full cache, destroys the
+// descriptors of the least recently used plan.
+// The algorithm: tune() times cuBLASLt's candidates (its heuristic's top results, and split-K
+// variants of the first ones where the algorithm supports split-K) for each (bucket of m, n, k)
+// once, at startup; a plan whose bucket was tuned takes that choice when cuBLASLt accepts it for
+// the exact m (cublasLtMatmulAlgoCheck), else the heuristic's first result.
 // Not thread-safe: owned by one executor thread.
 #pragma once
 
@@ -17,6 +22,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include "gpu/cublaslt_handle.hpp"
 #include "gpu/device_buffer.hpp"
@@ -52,6 +59,31 @@ class gemm_runner {
                        const float* w_scales, const __nv_bfloat16* bias, int32_t m, int32_t n, int32_t k,
                        cudaStream_t stream);
 
+  // One GEMM of the model for tune(): its n, k, output and epilogue, and operands to time it with
+  // (the real weights, activation buffers of at least max_m rows, an output of max_m rows; fp8:
+  // the weight scales and activation scales).
+  struct shape {
+    int32_t n = 0, k = 0;
+    gemm_out out = gemm_out::bf16;
+    const void* w = nullptr;
+    const void* x = nullptr;
+    void* y = nullptr;
+    const __nv_bfloat16* bias = nullptr;
+    bool fp8 = false;
+    const float* w_scales = nullptr;
+    const float* x_scales = nullptr;
+    int32_t max_m = 0;  // buckets of m up to this (gemm_m_buckets)
+  };
+  struct tune_report {
+    int32_t shapes = 0, candidates = 0;  // (bucket, shape) pairs tuned, candidates timed
+    int32_t not_first = 0;                // of the pairs, those where a candidate beat the heuristic's first
+    double seconds = 0, saved_ms_per_pass = 0;  // what the winners save on one run of every pair
+  };
+  // Times the candidates of every shape at every bucket of m (synchronizes: startup only) and
+  // keeps the fastest per (bucket, shape) for the plans made from then on (existing plans are
+  // dropped).
+  result<tune_report> tune(const std::vector<shape>& shapes, cudaStream_t stream);
+
   size_t num_plans() const noexcept { return plans_.size(); }
   size_t max_plans() const noexcept { return plans_.capacity(); }
 
@@ -68,12 +100,27 @@ class gemm_runner {
     size_t operator()(const plan_key& p) const noexcept;
   };
   result<plan*> get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8 = false);
+  // The plan's descriptors for (m, n, k, ...), no algorithm chosen yet.
+  result<std::unique_ptr<plan>> describe(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8);
+  // cuBLASLt's heuristic, up to `count` results for `p`'s descriptors.
+  result<std::vector<cublasLtMatmulAlgo_t>> heuristic(plan& p, int count);
+  struct tuned_key {
+    int32_t bucket = 0, n = 0, k = 0;
+    gemm_out out = gemm_out::bf16;
+    bool bias = false, fp8 = false;
+    bool operator==(const tuned_key&) const = default;
+  };
+  struct tuned_key_hash {
+    size_t operator()(const tuned_key& t) const noexcept;
+  };
   // cublasLtMatmul with `pl`, its bias pointer set first when there is one.
   result<void> matmul(plan* pl, void* y, const void* x, const void* w, const void* bias, cudaStream_t stream);
 
   cublaslt_handle handle_;
   device_buffer workspace_;
   rt::lru_cache<plan_key, std::unique_ptr<plan>, plan_key_hash> plans_;  // k_default_max_plans until create()
+  std::vector<int32_t> buckets_;  // tune()'s buckets of m (ascending), empty before it
+  std::unordered_map<tuned_key, cublasLtMatmulAlgo_t, tuned_key_hash> tuned_;
 };
 
 }  // namespace coserve::gpu

@@ -175,6 +175,10 @@ class gpu_executor final : public executor {
   }
   // Captures one graph per decode bucket (startup; logs time and memory).
   result<void> capture_graphs();
+  // Times the GEMM candidates of the model's five matrix shapes (layer 0's operands stand for every
+  // layer's) at every bucket of rows up to max_num_tokens (the LM head: the sampling rows) and logs
+  // the outcome. Startup only: it synchronizes.
+  result<void> tune_gemms();
   // The arena's device addresses as a step_meta (graphs read their metadata there).
   step_meta arena_meta() const;
   gpu_executor() = default;
@@ -309,6 +313,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
                     (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) +
                     " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype));
+  if (o.tune_gemms) COSERVE_CUDA_TRY(e->tune_gemms());
   if (!o.enforce_eager && !o.return_logits) COSERVE_CUDA_TRY(e->capture_graphs());
   return e;
 }
@@ -322,6 +327,55 @@ gpu_executor::step_meta gpu_executor::arena_meta() const {
                    reinterpret_cast<const attn_merge_item*>(d + l.merges),
                    reinterpret_cast<const sample_row_params*>(d + l.params), nullptr, 0, nullptr, nullptr, 0,
                    grammar_mask_words(w_.config.vocab_size), i32(l.row_slots)};
+}
+
+result<void> gpu_executor::tune_gemms() {
+  const model_config& c = w_.config;
+  const device_layer& L = w_.layers.front();
+  const int32_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int32_t hq = c.num_attention_heads, hkv = c.num_key_value_heads, T = opts_.max_num_tokens;
+  // fp8 layer GEMMs read E4M3 activations (zeroed here: timing does not depend on the values).
+  if (w_.fp8) {
+    COSERVE_CUDA_TRY(cuda_check(cudaMemset(xq_.get(), 0, xq_.bytes()), "gemm tuning"));
+    COSERVE_CUDA_TRY(cuda_check(cudaMemset(xscale_.get(), 0, xscale_.bytes()), "gemm tuning"));
+  }
+  auto layer = [&](int32_t n, int32_t k, const device_buffer& w, const device_buffer& scale, const device_buffer& bias,
+                   const device_buffer& x, device_buffer& y) {
+    gemm_runner::shape s;
+    s.n = n;
+    s.k = k;
+    s.w = w.get();
+    s.x = w_.fp8 ? xq_.get() : x.get();
+    s.y = y.get();
+    s.bias = bias.empty() ? nullptr : bias.as<bf16>();
+    s.fp8 = w_.fp8;
+    s.w_scales = w_.fp8 ? scale.as<float>() : nullptr;
+    s.x_scales = w_.fp8 ? xscale_.as<float>() : nullptr;
+    s.max_m = T;
+    return s;
+  };
+  const device_buffer none;
+  std::vector<gemm_runner::shape> shapes{
+      layer((hq + 2 * hkv) * D, H, L.qkv, L.qkv_scale, L.qkv_bias, normed_, qkv_),
+      layer(H, hq * D, L.o, L.o_scale, L.o_bias, attn_, hidden_),
+      layer(2 * I, H, L.gate_up, L.gate_up_scale, none, normed_, gate_up_),
+      layer(H, I, L.down, L.down_scale, none, act_, hidden_)};
+  gemm_runner::shape head;
+  head.n = c.vocab_size;
+  head.k = H;
+  head.out = gemm_out::f32;
+  head.w = w_.lm_head_data();
+  head.x = final_.get();
+  head.y = logits_.get();
+  head.max_m = max_rows_;
+  shapes.push_back(head);
+  auto rep = gemm_.tune(shapes, stream_.get());
+  if (!rep) return std::move(rep).err();
+  std::fprintf(stderr,
+               "coserve gpu: GEMMs tuned in %.2f s: %d (rows bucket, shape) pairs, %d candidates timed; one other "
+               "than cuBLASLt's first choice won %d of them, saving %.3f ms per pass over all pairs\n",
+               rep->seconds, rep->shapes, rep->candidates, rep->not_first, rep->saved_ms_per_pass);
+  return {};
 }
 
 result<void> gpu_executor::capture_graphs() {

@@ -54,6 +54,9 @@ struct gpu_executor_options {
   // Decode-only steps replay CUDA graphs captured at startup per batch bucket (gpu/decode_graph.hpp);
   // true runs every step eagerly (vLLM's --enforce-eager). No graphs with return_logits either.
   bool enforce_eager = false;
+  // Time cuBLASLt's candidate algorithms for each of the model's GEMMs at each bucket of rows at
+  // startup (gemm_runner::tune; logged) instead of taking its heuristic's first choice.
+  bool tune_gemms = true;
   // "fp8" (vLLM's --quantization fp8): the layer matrices in E4M3 per output channel, activations
   // quantized per token before each GEMM (W8A8, cuBLASLt fp8). "" keeps bf16, except that an fp8
   // checkpoint (config.json quantization_config) selects fp8 by itself.

@@ -3,7 +3,7 @@
 //
 //   bench_gpu_executor [--batches 1,16,64,256] [--prompt 128] [--steps 64] [--prefill-tokens 8192]
 //                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256] [--enforce-eager 0|1]
-//                      [--quantization fp8] [--kv-cache-dtype auto|fp8|fp8_e5m2]
+//                      [--quantization fp8] [--kv-cache-dtype auto|fp8|fp8_e5m2] [--tune-gemms 0|1]
 //
 // Roofline: a decode step must read every streamed weight once (the embedding table is gathered,
 // not streamed) plus the KV of every sequence, so step_ms >= bytes_read_per_step / HBM bandwidth;
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   std::vector<int32_t> batches{1, 16, 64, 256};
   int32_t prompt = 128, steps = 64, prefill_tokens = 8192;
   double hbm_tbps = 3.35;
-  bool eager = false;
+  bool eager = false, tune = true;
   std::string quantization, kv_dtype = "auto";
   model_config c;  // Llama-3-8B
   c.hidden_size = 4096;
@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
     else if (a == "--enforce-eager") eager = std::atoi(argv[i + 1]) != 0;
     else if (a == "--quantization") quantization = argv[i + 1];
     else if (a == "--kv-cache-dtype") kv_dtype = argv[i + 1];
+    else if (a == "--tune-gemms") tune = std::atoi(argv[i + 1]) != 0;
   }
   if (gpu::device_count() == 0) {
     std::printf("{\"skipped\":\"no CUDA device\"}\n");
@@ -99,6 +100,7 @@ int main(int argc, char** argv) {
   o.max_num_tokens = std::max(prefill_tokens, 8192);
   o.max_num_seqs = 256;
   o.enforce_eager = eager;
+  o.tune_gemms = tune;
   o.quantization = quantization;
   if (!parse_kv_cache_dtype(kv_dtype, o.kv_cache_dtype)) {
     std::fprintf(stderr, "error: --kv-cache-dtype %s is not auto, bf16, fp8, fp8_e4m3 or fp8_e5m2\n", kv_dtype.c_str());

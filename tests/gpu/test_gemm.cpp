@@ -104,3 +104,50 @@ TEST_CASE("gemm_runner keeps at most max_plans plans and rebuilds evicted ones c
         }
     }
 }
+
+TEST_CASE("gemm_runner tune: the timed choices per row bucket still match the float reference, split-K included",
+          "[gpu][gemm]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  auto gr = gemm_runner::create();
+  REQUIRE(gr.ok());
+  // K large enough for split-K candidates (K / splits >= 256); outputs bf16 with bias and fp32.
+  const int32_t max_m = 100, n = 384, k = 4096;
+  auto x = random_bf16(size_t(max_m) * k, 11), w = random_bf16(size_t(n) * k, 12), bias = random_bf16(size_t(n), 13);
+  auto d_x = upload(x), d_w = upload(w), d_b = upload(bias);
+  auto d_y = device_buffer::allocate(size_t(max_m) * n * 4);
+  REQUIRE(d_y.ok());
+  gemm_runner::shape with_bias;
+  with_bias.n = n;
+  with_bias.k = k;
+  with_bias.w = d_w.get();
+  with_bias.x = d_x.get();
+  with_bias.y = d_y->get();
+  with_bias.bias = d_b.as<bf16>();
+  with_bias.max_m = max_m;
+  gemm_runner::shape f32 = with_bias;
+  f32.out = gemm_out::f32;
+  f32.bias = nullptr;
+  auto rep = gr->tune({with_bias, f32}, nullptr);
+  REQUIRE(rep.ok());
+  INFO(rep->shapes << " pairs, " << rep->candidates << " candidates, " << rep->not_first << " not the first");
+  CHECK(rep->shapes == 2 * 8);  // buckets 1, 2, 4, ..., 64, 100
+  CHECK(rep->candidates >= rep->shapes);
+  for (int32_t m : {1, 3, 8, 33, 64, 65, 100}) {  // bucket edges and rows between them
+    std::vector<float> ref(size_t(m) * n);
+    for (int32_t i = 0; i < m; ++i)
+      for (int32_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int32_t c = 0; c < k; ++c) acc += double(bf16_to_f32(x[size_t(i) * k + c])) * bf16_to_f32(w[size_t(j) * k + c]);
+        ref[size_t(i) * n + j] = float(acc);
+      }
+    REQUIRE(gr->run(d_y->get(), gemm_out::f32, d_x.as<bf16>(), d_w.as<bf16>(), nullptr, m, n, k, nullptr).ok());
+    auto y = download<float>(*d_y, ref.size());
+    for (size_t i = 0; i < y.size(); ++i) REQUIRE(y[i] == Approx(ref[i]).margin(5e-2));
+    REQUIRE(gr->run(d_y->get(), gemm_out::bf16, d_x.as<bf16>(), d_w.as<bf16>(), d_b.as<bf16>(), m, n, k, nullptr).ok());
+    auto yb = download<uint16_t>(*d_y, ref.size());
+    for (size_t i = 0; i < yb.size(); ++i) {
+      const float e = ref[i] + bf16_to_f32(bias[i % size_t(n)]);
+      REQUIRE(bf16_to_f32(yb[i]) == Approx(e).margin(0.05 + 0.01 * std::fabs(e)));
+    }
+  }
+}
