@@ -95,8 +95,7 @@ class gpu_executor final : public executor {
     int32_t generated = 0;    // tokens the host has collected
     int32_t launched = 0;     // sampled rows launched (generated + those not collected yet)
     int32_t last_token = -1;  // the last token the host has collected (or the last output id)
-    std::unordered_map<int32_t, int32_t> seen;       // prompt + output tokens (repetition penalty)
-    std::unordered_map<int32_t, int32_t> out_count;  // output token -> count (presence/frequency)
+    penalty_edits penalties;  // repetition / presence / frequency edits of the collected history
     std::optional<grammar_matcher> matcher;           // structured output (params.grammar)
     // Prompt logprobs (params.prompt_logprobs >= 0, first registration): the prompt while entries
     // are owed; position p's entry scores prompt[p + 1]. prompt_next: the next position a launched
@@ -105,15 +104,16 @@ class gpu_executor final : public executor {
     int32_t prompt_next = 0;
     std::vector<prompt_logprob> prompt_lps;
     int32_t pending() const noexcept { return launched - generated; }
-    // Penalties and grammars are applied from the host's view of the history: a step that samples
-    // for this sequence needs every earlier step of it collected.
-    bool needs_history() const noexcept {
-      return matcher.has_value() || params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
-             params.frequency_penalty != 0.0f;
+    // Penalties are built from the host's view of the history; a token still being sampled is
+    // counted on the device (pending_penalty). A grammar's mask needs every earlier token on the
+    // host: a step that samples under one waits until the previous step is collected.
+    bool has_penalties() const noexcept {
+      return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
     }
+    bool needs_history() const noexcept { return matcher.has_value() || has_penalties(); }
+    bool needs_collected_history() const noexcept { return matcher.has_value(); }
     void accept(int32_t t) {
-      seen[t] = 1;
-      ++out_count[t];
+      penalties.accept(t);
       ++generated;
       last_token = t;
       if (matcher && !matcher->terminated()) (void)matcher->accept(t);
@@ -157,6 +157,10 @@ class gpu_executor final : public executor {
     const int32_t* prompt_targets = nullptr;
     int32_t num_prompt_rows = 0;
     int32_t prompt_top_n = 0;
+    // Rows whose previous token is still on the device (launch_logit_edits).
+    const pending_penalty* pending = nullptr;
+    int32_t num_pending = 0;
+    const int32_t* pending_slot = nullptr;
   };
   // What one forward pass computes: tokens, sampled rows, attention grid (capacities when
   // attn_counts points at the step's real counts in device memory: graphs).
@@ -585,7 +589,7 @@ bool gpu_executor::can_launch_ahead(const step_plan& plan) const {
   for (const scheduled_seq& q : plan.seqs) {
     if (q.num_draft > 0) return false;
     auto it = seqs_.find(q.seq_id);
-    if (it != seqs_.end() && q.sample && it->second->pending() > 0 && it->second->needs_history()) return false;
+    if (it != seqs_.end() && q.sample && it->second->pending() > 0 && it->second->needs_collected_history()) return false;
   }
   return true;
 }
@@ -722,7 +726,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     st->seed = n.seed;
     if (st->params.grammar) st->matcher.emplace(st->params.grammar);
     if (n.params.prompt_logprobs >= 0 && n.output_ids.empty() && n.prompt_ids.size() > 1) st->prompt = n.prompt_ids;
-    for (int32_t t : n.prompt_ids) st->seen[t] = 1;
+    st->penalties = penalty_edits(n.params, n.prompt_ids, c.vocab_size);
     for (int32_t t : n.output_ids) st->accept(t);
     st->launched = st->generated;
     if (auto it = seqs_.find(n.seq_id); it != seqs_.end()) {  // registered again (after preemption)
@@ -835,11 +839,13 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   std::vector<int32_t> grammar_rows, row_slots;
   std::vector<uint32_t> grammar_masks;
   const int32_t mask_words = grammar_mask_words(c.vocab_size);
-  std::unordered_map<int32_t, int32_t> seen_then, count_then;  // history with earlier proposals accepted
+  penalty_edits with_proposals;  // a verifying row's history with the proposals before it accepted
+  std::vector<pending_penalty> pending;
+  std::vector<int32_t> pending_slot;  // per row once a row has a pending token: its slot, or -1
   for (size_t row = 0; row < sample_rows.size(); ++row) {
     const sample_row& sr = sample_rows[row];
     seq_state& st = *states[size_t(sr.seq)];
-    if (st.pending() > 0 && st.needs_history())
+    if ((st.pending() > 0 && st.needs_collected_history()) || (st.pending() > 1 && st.has_penalties()))
       return make_error("failed_precondition", "gpu: a step needing the host's history was launched ahead");
     // The draw's counter and min_tokens count every token sampled before this one, collected or
     // not, and the proposals before this row (it is used only if they are accepted). So row j
@@ -870,17 +876,19 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
           grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_, st.params.stop_token_ids))
         generated = st.params.min_tokens;
     }
+    const int32_t edits_before = int32_t(edits.size());
     if (sr.j == 0 || !st.needs_history()) {
-      append_logit_edits(int32_t(row), st.params, st.seen, st.out_count, generated, eos_ids_, c.vocab_size, edits);
-    } else {  // penalties see the proposals before this row as generated tokens
-      if (sr.j == 1) {
-        seen_then = st.seen;
-        count_then = st.out_count;
+      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits);
+      if (st.pending() > 0 && st.has_penalties()) {  // the previous step's token: counted on the device
+        pending.push_back({int32_t(row), st.slot, edits_before, int32_t(edits.size()), st.params.repetition_penalty,
+                           st.params.presence_penalty, st.params.frequency_penalty});
+        pending_slot.resize(sample_rows.size(), -1);
+        pending_slot[row] = st.slot;
       }
-      const int32_t before = sample_rows[row - 1].draft;
-      seen_then[before] = 1;
-      ++count_then[before];
-      append_logit_edits(int32_t(row), st.params, seen_then, count_then, generated, eos_ids_, c.vocab_size, edits);
+    } else {  // penalties see the proposals before this row as generated tokens
+      if (sr.j == 1) with_proposals = st.penalties;
+      with_proposals.accept(sample_rows[row - 1].draft);
+      with_proposals.append(int32_t(row), st.params, generated, eos_ids_, edits);
     }
     if (st.params.logprobs > 0) rec.top_logprobs = true;
     // Only a sequence's last row feeds the next step's input on the device: a verifying sequence
@@ -960,7 +968,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   auto ors = pk.add(row_slots);
   auto opt = pk.add(prompt_tokens);
   auto opg = pk.add(prompt_targets);
-  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors || !opt || !opg)
+  auto opp = pk.add(pending);
+  auto ops = pk.add(pending_slot);
+  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors || !opt || !opg || !opp || !ops)
     return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
   off[8] = *ow;
   off[9] = *om;
@@ -977,7 +987,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               int32_t(edits.size()), reinterpret_cast<const int32_t*>(d + *ogr),
               reinterpret_cast<const uint32_t*>(d + *ogm), int32_t(grammar_rows.size()), mask_words,
               reinterpret_cast<const int32_t*>(d + *ors), reinterpret_cast<const int32_t*>(d + *opt),
-              reinterpret_cast<const int32_t*>(d + *opg), int32_t(prompt_tokens.size()), prompt_top_n};
+              reinterpret_cast<const int32_t*>(d + *opg), int32_t(prompt_tokens.size()), prompt_top_n,
+              reinterpret_cast<const pending_penalty*>(d + *opp), int32_t(pending.size()),
+              reinterpret_cast<const int32_t*>(d + *ops)};
   COSERVE_CUDA_TRY(forward(forward_shape{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()),
                                          int32_t(p.merges.size()), nullptr},
                            m, &f));
@@ -1084,7 +1096,8 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f->out.as<char>() + size_t(max_rows_) * 8, logits_.get(),
                                                 size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
                                 "logits"));
-  COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s));
+  COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s, m.pending,
+                                      m.num_pending, m.pending_slot, last_tokens_.as<int32_t>()));
   COSERVE_CUDA_TRY(launch_token_bitmask(logits_.as<float>(), m.grammar_rows, m.grammar_masks, m.num_grammar_rows,
                                         m.mask_words, c.vocab_size, s));
   COSERVE_CUDA_TRY(launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S,

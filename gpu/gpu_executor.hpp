@@ -19,7 +19,9 @@
 // pending). CUDA timing events around each step give the device timeline (gpu_step_timeline).
 //
 // Sampling follows the CPU sampler's order: logit_bias, min_tokens masking and the repetition /
-// presence / frequency penalties as sparse edits (gpu/logit_edit.hpp), then temperature, top-k,
+// presence / frequency penalties as sparse edits (gpu/logit_edit.hpp; each sequence's penalty edits
+// are kept up to date as its tokens are collected, and a token still being sampled by the step
+// before is counted on the device, so penalised requests run two steps in flight), then temperature, top-k,
 // top-p, min-p and a seeded draw (gpu/kernels/sampling.cuh). Seeded draws use a different random
 // stream than the CPU executor, so only greedy output is expected to match it token for token.
 // Top-N logprobs (logprobs > 0, at most 20) are ranked on the device by the sampling kernel over

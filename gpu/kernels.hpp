@@ -147,8 +147,13 @@ result<void> launch_prompt_logprobs(uint32_t* out, const float* logits, const in
 
 // ---- logit_edits.cuh ---------------------------------------------------------------------------
 // logits[e.row, e.token] = apply_logit_edit(logits[e.row, e.token], e) for each of n edits, unique
-// per (row, token). logits [rows, vocab] fp32. Runs before launch_sample.
-result<void> launch_logit_edits(float* logits, const logit_edit* edits, int32_t n, int32_t vocab, cudaStream_t stream);
+// per (row, token). logits [rows, vocab] fp32. Runs before launch_sample. Rows whose sequence has
+// a token still being sampled (num_pending entries; pending_slot [rows]: the row's last-token slot
+// or -1) take, for that token t = last_tokens[slot], apply_logit_edit(logit, pending_edit(...))
+// instead of their listed edit for t (gpu/logit_edit.hpp).
+result<void> launch_logit_edits(float* logits, const logit_edit* edits, int32_t n, int32_t vocab, cudaStream_t stream,
+                                const pending_penalty* pending = nullptr, int32_t num_pending = 0,
+                                const int32_t* pending_slot = nullptr, const int32_t* last_tokens = nullptr);
 
 // ---- token_bitmask.cuh -------------------------------------------------------------------------
 // Structured outputs: for each g < num_rows, logits[rows[g], i] = -inf wherever bit (i % 32) of

@@ -5,6 +5,7 @@
 // touch one logit. Plain C++: the builder and apply_logit_edit are the CPU reference.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -21,7 +22,8 @@
 
 namespace coserve::gpu {
 
-// Device layout (24 bytes): row i32 | token i32 | bias f32 | repetition f32 | subtract f32 | mask i32.
+// Device layout (28 bytes): row i32 | token i32 | bias f32 | repetition f32 | subtract f32 | mask i32 |
+// count i32.
 struct logit_edit {
   int32_t row;         // sampled row (index into the logits matrix)
   int32_t token;
@@ -29,8 +31,42 @@ struct logit_edit {
   float repetition;    // 1: none; else positive logits divided, negative multiplied
   float subtract;      // frequency * count + presence * [count > 0]
   int32_t mask;        // 1: set to -inf (min_tokens not reached: eos / stop ids)
+  int32_t count = 0;   // the token's output count the edit was built from
 };
-static_assert(sizeof(logit_edit) == 24);
+static_assert(sizeof(logit_edit) == 28);
+
+// A row whose sequence has one token still being sampled when the row's edits are built (its
+// previous step is in flight): the token is read on the device from last_tokens[slot], and its
+// edit is that of the host's history with the token counted once more (pending_edit).
+struct pending_penalty {
+  int32_t row;
+  int32_t slot;                  // the sequence's entry in the device's last-token buffer
+  int32_t edit_begin, edit_end;  // the row's edits (ascending tokens) in the step's edit list
+  float repetition;              // the request's penalties
+  float presence;
+  float frequency;
+};
+static_assert(sizeof(pending_penalty) == 28);
+
+// The edit token `t` takes once the pending token t is counted: the row's edit for t (binary
+// search over its ascending edits), or none, with the repetition penalty applied (t is now seen)
+// and the presence / frequency subtraction at count + 1.
+COSERVE_LOGIT_HD logit_edit pending_edit(const logit_edit* edits, const pending_penalty& pp, int32_t t) {
+  logit_edit e{pp.row, t, 0.0f, 1.0f, 0.0f, 0, 0};
+  int32_t lo = pp.edit_begin, hi = pp.edit_end;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (edits[mid].token < t) lo = mid + 1;
+    else hi = mid;
+  }
+  if (lo < pp.edit_end && edits[lo].token == t) e = edits[lo];
+  if (pp.repetition != 1.0f && pp.repetition > 0.0f) e.repetition = pp.repetition;
+  if (pp.presence != 0.0f || pp.frequency != 0.0f) {
+    e.count += 1;
+    e.subtract = pp.frequency * float(e.count) + pp.presence;
+  }
+  return e;
+}
 
 COSERVE_LOGIT_HD float apply_logit_edit(float l, const logit_edit& e) {
   l += e.bias;
@@ -48,7 +84,7 @@ inline void append_logit_edits(int32_t row, const sampling_params& p, const std:
   std::map<int32_t, logit_edit> e;  // ordered: deterministic edit order
   auto at = [&](int32_t t) -> logit_edit& {
     auto it = e.find(t);
-    if (it == e.end()) it = e.emplace(t, logit_edit{row, t, 0.0f, 1.0f, 0.0f, 0}).first;
+    if (it == e.end()) it = e.emplace(t, logit_edit{row, t, 0.0f, 1.0f, 0.0f, 0, 0}).first;
     return it->second;
   };
   auto in_range = [&](int32_t t) { return t >= 0 && t < vocab; };
@@ -66,9 +102,83 @@ inline void append_logit_edits(int32_t row, const sampling_params& p, const std:
       if (in_range(tok)) at(tok).repetition = p.repetition_penalty;
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
     for (auto [tok, count] : out_count)
-      if (in_range(tok))
-        at(tok).subtract = p.frequency_penalty * float(count) + p.presence_penalty * (count > 0 ? 1.0f : 0.0f);
+      if (in_range(tok)) {
+        logit_edit& x = at(tok);
+        x.subtract = p.frequency_penalty * float(count) + p.presence_penalty * (count > 0 ? 1.0f : 0.0f);
+        x.count = count;
+      }
   for (auto& [t, x] : e) out.push_back(x);
 }
+
+// A sequence's penalty edits kept up to date as its tokens arrive, so a step copies them instead of
+// rebuilding them from the whole history: the repetition / presence / frequency part of
+// append_logit_edits (ascending tokens), built from the prompt once and updated per output token
+// in O(log n) plus the insert's shift; append() merges in logit_bias and min_tokens masking and
+// gives exactly append_logit_edits's edits. Without penalties it holds nothing.
+class penalty_edits {
+ public:
+  penalty_edits() = default;
+  penalty_edits(const sampling_params& p, const std::vector<int32_t>& prompt, int32_t vocab)
+      : repetition_(p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f ? p.repetition_penalty : 1.0f),
+        presence_(p.presence_penalty),
+        frequency_(p.frequency_penalty),
+        vocab_(vocab) {
+    if (repetition_ == 1.0f) return;  // the prompt counts for the repetition penalty only
+    for (int32_t t : prompt) at(t);
+  }
+  void accept(int32_t t) {
+    if (repetition_ == 1.0f && presence_ == 0.0f && frequency_ == 0.0f) return;
+    logit_edit* e = at(t);
+    if (e == nullptr || (presence_ == 0.0f && frequency_ == 0.0f)) return;
+    ++e->count;
+    e->subtract = frequency_ * float(e->count) + presence_;
+  }
+  void append(int32_t row, const sampling_params& p, int32_t num_output, const std::vector<int32_t>& eos_ids,
+              std::vector<logit_edit>& out) const {
+    std::map<int32_t, logit_edit> extra;  // logit_bias and min_tokens masks: a handful of tokens
+    auto x = [&](int32_t t) -> logit_edit& {
+      auto it = extra.find(t);
+      if (it == extra.end()) it = extra.emplace(t, logit_edit{row, t, 0.0f, 1.0f, 0.0f, 0, 0}).first;
+      return it->second;
+    };
+    auto in_range = [&](int32_t t) { return t >= 0 && t < vocab_; };
+    for (auto [tok, bias] : p.logit_bias)
+      if (in_range(tok)) x(tok).bias += bias;
+    if (num_output < p.min_tokens) {
+      if (!p.ignore_eos)
+        for (int32_t t : eos_ids)
+          if (in_range(t)) x(t).mask = 1;
+      for (int32_t t : p.stop_token_ids)
+        if (in_range(t)) x(t).mask = 1;
+    }
+    out.reserve(out.size() + base_.size() + extra.size());
+    auto it = extra.begin();
+    for (const logit_edit& b : base_) {
+      for (; it != extra.end() && it->first < b.token; ++it) out.push_back(it->second);
+      logit_edit e = b;
+      e.row = row;
+      if (it != extra.end() && it->first == b.token) {
+        e.bias = it->second.bias;
+        e.mask = it->second.mask;
+        ++it;
+      }
+      out.push_back(e);
+    }
+    for (; it != extra.end(); ++it) out.push_back(it->second);
+  }
+  size_t size() const noexcept { return base_.size(); }
+
+ private:
+  // The token's edit, inserted in order the first time (the repetition penalty applies from then).
+  logit_edit* at(int32_t t) {
+    if (t < 0 || t >= vocab_) return nullptr;
+    auto it = std::lower_bound(base_.begin(), base_.end(), t, [](const logit_edit& e, int32_t v) { return e.token < v; });
+    if (it == base_.end() || it->token != t) it = base_.insert(it, logit_edit{0, t, 0.0f, repetition_, 0.0f, 0, 0});
+    return &*it;
+  }
+  std::vector<logit_edit> base_;
+  float repetition_ = 1.0f, presence_ = 0.0f, frequency_ = 0.0f;
+  int32_t vocab_ = 0;
+};
 
 }  // namespace coserve::gpu

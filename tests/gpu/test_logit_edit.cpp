@@ -47,3 +47,105 @@ TEST_CASE("logit edits match the CPU sampler's penalties", "[gpu_host][logit_edi
     for (size_t i = 1; i < edits.size(); ++i) CHECK(edits[i].token > edits[i - 1].token);
   }
 }
+
+TEST_CASE("a pending token counted on the device gives the edits of the history that includes it",
+          "[gpu_host][logit_edit]") {
+  std::mt19937 g(17);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int32_t vocab = 200;
+  const std::vector<int32_t> eos{2, 199};
+  for (int trial = 0; trial < 200; ++trial) {
+    sampling_params p;
+    p.repetition_penalty = trial % 3 == 0 ? 1.0f : 1.0f + float(trial % 7) * 0.1f;
+    p.presence_penalty = float(trial % 4) * 0.25f;
+    p.frequency_penalty = float(trial % 5) * 0.1f;
+    p.min_tokens = trial % 2 ? 6 : 0;
+    p.stop_token_ids = {7};
+    p.logit_bias = {{3, 2.5f}, {11, -100.0f}};
+    std::vector<int32_t> prompt, output;
+    for (int i = 0; i < 15; ++i) prompt.push_back(int32_t(g() % vocab));
+    for (int i = 0; i < trial % 11; ++i) output.push_back(int32_t(g() % 40));  // repeats
+    // The pending token: one already in the output, the prompt, a biased or masked one, or new.
+    const int32_t choice = trial % 5;
+    const int32_t pending = choice == 0 && !output.empty() ? output[size_t(g() % output.size())]
+                            : choice == 1                  ? prompt[size_t(g() % prompt.size())]
+                            : choice == 2                  ? (trial % 2 ? 3 : 2)
+                            : choice == 3                  ? 7
+                                                           : int32_t(150 + g() % 50);
+    std::vector<float> row(vocab);
+    for (auto& x : row) x = nd(g);
+
+    // What the host builds while the token is on the device (num_output counts it), applied as the
+    // kernels do: every edit but the pending token's, then pending_edit for it.
+    sampling_state before(p, 1, prompt, output, eos);
+    const int32_t launched = int32_t(output.size()) + 1;
+    std::vector<logit_edit> edits;
+    edits.push_back({0, 5, 1.0f, 1.0f, 0.0f, 0, 0});  // another row's edit first: ranges are per row
+    const int32_t begin = int32_t(edits.size());
+    append_logit_edits(1, p, before.seen, before.out_count, launched, eos, vocab, edits);
+    const pending_penalty pp{1, 0, begin, int32_t(edits.size()), p.repetition_penalty, p.presence_penalty,
+                             p.frequency_penalty};
+    std::vector<float> got = row;
+    for (int32_t i = begin; i < pp.edit_end; ++i)
+      if (edits[size_t(i)].token != pending) got[size_t(edits[size_t(i)].token)] = apply_logit_edit(got[size_t(edits[size_t(i)].token)], edits[size_t(i)]);
+    got[size_t(pending)] = apply_logit_edit(got[size_t(pending)], pending_edit(edits.data(), pp, pending));
+
+    // The CPU sampler once the token is known.
+    std::vector<int32_t> with = output;
+    with.push_back(pending);
+    sampling_state after(p, 1, prompt, with, eos);
+    std::vector<float> expect = row;
+    apply_penalties(expect, after);
+    for (int32_t i = 0; i < vocab; ++i) {
+      INFO("trial " << trial << " token " << i << " pending " << pending);
+      CHECK(got[size_t(i)] == expect[size_t(i)]);
+    }
+  }
+}
+
+TEST_CASE("penalty edits kept up to date token by token equal the edits rebuilt from the history",
+          "[gpu_host][logit_edit]") {
+  std::mt19937 g(29);
+  const int32_t vocab = 120;
+  const std::vector<int32_t> eos{2, 119};
+  auto same = [](const std::vector<logit_edit>& a, const std::vector<logit_edit>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i].row != b[i].row || a[i].token != b[i].token || a[i].bias != b[i].bias ||
+          a[i].repetition != b[i].repetition || a[i].subtract != b[i].subtract || a[i].mask != b[i].mask ||
+          a[i].count != b[i].count)
+        return false;
+    return true;
+  };
+  for (int trial = 0; trial < 60; ++trial) {
+    sampling_params p;
+    p.repetition_penalty = trial % 3 == 0 ? 1.0f : 1.3f;
+    p.presence_penalty = trial % 4 == 1 ? 0.0f : 0.5f;
+    p.frequency_penalty = trial % 5 == 2 ? 0.0f : 0.2f;
+    p.min_tokens = trial % 2 ? 8 : 0;
+    p.ignore_eos = trial % 7 == 3;
+    p.stop_token_ids = {7, 500};
+    if (trial % 3 != 1) p.logit_bias = {{3, 2.5f}, {11, -100.0f}, {-4, 1.0f}, {119, 0.5f}};
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 25; ++i) prompt.push_back(int32_t(g() % vocab) - (i == 3 ? 200 : 0));  // one out of range
+    penalty_edits kept(p, prompt, vocab);
+    std::unordered_map<int32_t, int32_t> seen, count;
+    for (int32_t t : prompt) seen[t] = 1;
+    for (int step = 0; step < 30; ++step) {
+      std::vector<logit_edit> want, got;
+      append_logit_edits(4, p, seen, count, step, eos, vocab, want);
+      kept.append(4, p, step, eos, got);
+      INFO("trial " << trial << " step " << step);
+      REQUIRE(same(got, want));
+      const int32_t t = int32_t(g() % 60) + (step == 5 ? vocab : 0);  // repeats, and one out of range
+      seen[t] = 1;
+      ++count[t];
+      kept.accept(t);
+    }
+  }
+  // No penalties: nothing is kept, whatever the history.
+  sampling_params plain;
+  penalty_edits none(plain, {1, 2, 3}, vocab);
+  none.accept(5);
+  CHECK(none.size() == 0);
+}
