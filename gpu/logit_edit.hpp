@@ -1,15 +1,15 @@
 // Sparse logits processors for device sampling: logit_bias, min_tokens masking, repetition penalty
 // (HF) and presence/frequency penalties (OpenAI), in the CPU sampler's order (model/sampler.hpp,
-// steps 1-4). The host turns each sampled row's state into at most one edit per (row, token); the
-// kernel (gpu/kernels/logit_edits.cuh) applies them with one thread per edit, so no two threads
-// touch one logit. Plain C++: the builder and apply_logit_edit are the CPU reference.
+// steps 1-4). The host turns each sampled row's state into at most one edit per (row, token)
+// (penalty_edits); the kernel (gpu/kernels/logit_edits.cuh) applies them with one thread per edit,
+// so no two threads touch one logit. Plain C++: the builder and apply_logit_edit are the CPU
+// reference.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
-#include <unordered_map>
 #include <vector>
 
 #include "model/sampling_params.hpp"
@@ -75,46 +75,13 @@ COSERVE_LOGIT_HD float apply_logit_edit(float l, const logit_edit& e) {
   return l - e.subtract;
 }
 
-// Appends the edits of one row. seen: prompt + output tokens; out_count: output token -> count;
-// num_output: tokens generated so far; eos_ids: the model's eos ids. Tokens outside [0, vocab) are
-// ignored, as the CPU sampler does.
-inline void append_logit_edits(int32_t row, const sampling_params& p, const std::unordered_map<int32_t, int32_t>& seen,
-                               const std::unordered_map<int32_t, int32_t>& out_count, int32_t num_output,
-                               const std::vector<int32_t>& eos_ids, int32_t vocab, std::vector<logit_edit>& out) {
-  std::map<int32_t, logit_edit> e;  // ordered: deterministic edit order
-  auto at = [&](int32_t t) -> logit_edit& {
-    auto it = e.find(t);
-    if (it == e.end()) it = e.emplace(t, logit_edit{row, t, 0.0f, 1.0f, 0.0f, 0, 0}).first;
-    return it->second;
-  };
-  auto in_range = [&](int32_t t) { return t >= 0 && t < vocab; };
-  for (auto [tok, bias] : p.logit_bias)
-    if (in_range(tok)) at(tok).bias += bias;
-  if (num_output < p.min_tokens) {
-    if (!p.ignore_eos)
-      for (int32_t t : eos_ids)
-        if (in_range(t)) at(t).mask = 1;
-    for (int32_t t : p.stop_token_ids)
-      if (in_range(t)) at(t).mask = 1;
-  }
-  if (p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f)
-    for (auto [tok, _] : seen)
-      if (in_range(tok)) at(tok).repetition = p.repetition_penalty;
-  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f)
-    for (auto [tok, count] : out_count)
-      if (in_range(tok)) {
-        logit_edit& x = at(tok);
-        x.subtract = p.frequency_penalty * float(count) + p.presence_penalty * (count > 0 ? 1.0f : 0.0f);
-        x.count = count;
-      }
-  for (auto& [t, x] : e) out.push_back(x);
-}
-
-// A sequence's penalty edits kept up to date as its tokens arrive, so a step copies them instead of
-// rebuilding them from the whole history: the repetition / presence / frequency part of
-// append_logit_edits (ascending tokens), built from the prompt once and updated per output token
-// in O(log n) plus the insert's shift; append() merges in logit_bias and min_tokens masking and
-// gives exactly append_logit_edits's edits. Without penalties it holds nothing.
+// A sequence's edits kept up to date as its tokens arrive, so a step copies them instead of
+// rebuilding them from the whole history: one edit per token the repetition penalty (prompt and
+// output tokens) or the presence / frequency penalties (output tokens, with their counts) touch,
+// ascending tokens, built from the prompt once and updated per output token in O(log n) plus the
+// insert's shift. append() merges in logit_bias and min_tokens masking: at most one edit per
+// token, tokens outside [0, vocab) ignored, as the CPU sampler does. Without penalties it holds
+// nothing.
 class penalty_edits {
  public:
   penalty_edits() = default;

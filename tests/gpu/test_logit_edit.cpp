@@ -33,7 +33,9 @@ TEST_CASE("logit edits match the CPU sampler's penalties", "[gpu_host][logit_edi
     apply_penalties(expect, st);
 
     std::vector<logit_edit> edits;
-    append_logit_edits(0, p, st.seen, st.out_count, st.num_output, {2, 299}, vocab, edits);
+    penalty_edits kept(p, prompt, vocab);
+    for (int32_t t : output) kept.accept(t);
+    kept.append(0, p, st.num_output, {2, 299}, edits);
     std::vector<float> got = row;
     for (const auto& e : edits) {
       REQUIRE(e.row == 0);
@@ -77,12 +79,13 @@ TEST_CASE("a pending token counted on the device gives the edits of the history 
 
     // What the host builds while the token is on the device (num_output counts it), applied as the
     // kernels do: every edit but the pending token's, then pending_edit for it.
-    sampling_state before(p, 1, prompt, output, eos);
     const int32_t launched = int32_t(output.size()) + 1;
     std::vector<logit_edit> edits;
     edits.push_back({0, 5, 1.0f, 1.0f, 0.0f, 0, 0});  // another row's edit first: ranges are per row
     const int32_t begin = int32_t(edits.size());
-    append_logit_edits(1, p, before.seen, before.out_count, launched, eos, vocab, edits);
+    penalty_edits kept(p, prompt, vocab);
+    for (int32_t t : output) kept.accept(t);
+    kept.append(1, p, launched, eos, edits);
     const pending_penalty pp{1, 0, begin, int32_t(edits.size()), p.repetition_penalty, p.presence_penalty,
                              p.frequency_penalty};
     std::vector<float> got = row;
@@ -103,20 +106,12 @@ TEST_CASE("a pending token counted on the device gives the edits of the history 
   }
 }
 
-TEST_CASE("penalty edits kept up to date token by token equal the edits rebuilt from the history",
+TEST_CASE("penalty edits kept up to date token by token give the CPU sampler's penalties at every step",
           "[gpu_host][logit_edit]") {
   std::mt19937 g(29);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
   const int32_t vocab = 120;
   const std::vector<int32_t> eos{2, 119};
-  auto same = [](const std::vector<logit_edit>& a, const std::vector<logit_edit>& b) {
-    if (a.size() != b.size()) return false;
-    for (size_t i = 0; i < a.size(); ++i)
-      if (a[i].row != b[i].row || a[i].token != b[i].token || a[i].bias != b[i].bias ||
-          a[i].repetition != b[i].repetition || a[i].subtract != b[i].subtract || a[i].mask != b[i].mask ||
-          a[i].count != b[i].count)
-        return false;
-    return true;
-  };
   for (int trial = 0; trial < 60; ++trial) {
     sampling_params p;
     p.repetition_penalty = trial % 3 == 0 ? 1.0f : 1.3f;
@@ -126,20 +121,26 @@ TEST_CASE("penalty edits kept up to date token by token equal the edits rebuilt 
     p.ignore_eos = trial % 7 == 3;
     p.stop_token_ids = {7, 500};
     if (trial % 3 != 1) p.logit_bias = {{3, 2.5f}, {11, -100.0f}, {-4, 1.0f}, {119, 0.5f}};
-    std::vector<int32_t> prompt;
+    std::vector<int32_t> prompt, output;
     for (int i = 0; i < 25; ++i) prompt.push_back(int32_t(g() % vocab) - (i == 3 ? 200 : 0));  // one out of range
     penalty_edits kept(p, prompt, vocab);
-    std::unordered_map<int32_t, int32_t> seen, count;
-    for (int32_t t : prompt) seen[t] = 1;
     for (int step = 0; step < 30; ++step) {
-      std::vector<logit_edit> want, got;
-      append_logit_edits(4, p, seen, count, step, eos, vocab, want);
-      kept.append(4, p, step, eos, got);
+      std::vector<logit_edit> edits;
+      kept.append(4, p, step, eos, edits);
+      for (size_t i = 1; i < edits.size(); ++i) REQUIRE(edits[i].token > edits[i - 1].token);
+      std::vector<float> row(vocab);
+      for (auto& x : row) x = nd(g);
+      std::vector<float> got = row, expect = row;
+      for (const auto& e : edits) {
+        REQUIRE(e.row == 4);
+        got[size_t(e.token)] = apply_logit_edit(got[size_t(e.token)], e);
+      }
+      sampling_state st(p, 1, prompt, output, eos);
+      apply_penalties(expect, st);
       INFO("trial " << trial << " step " << step);
-      REQUIRE(same(got, want));
+      REQUIRE(got == expect);
       const int32_t t = int32_t(g() % 60) + (step == 5 ? vocab : 0);  // repeats, and one out of range
-      seen[t] = 1;
-      ++count[t];
+      output.push_back(t);
       kept.accept(t);
     }
   }
