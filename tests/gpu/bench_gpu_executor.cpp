@@ -1,9 +1,13 @@
 // Decode and prefill throughput of the CUDA executor on an 8B-shaped dummy model (Llama-3-8B dims
 // by default, random weights generated on the device). Prints one JSON object per measurement.
 //
-//   bench_gpu_executor [--batches 1,16,64,256] [--prompt 128] [--steps 64] [--prefill-tokens 8192]
+//   bench_gpu_executor [--batches 1,16,64,256] [--prompt 128[,1024,...]] [--steps 64] [--prefill-tokens 8192]
 //                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256] [--enforce-eager 0|1]
 //                      [--quantization fp8] [--kv-cache-dtype auto|fp8|fp8_e5m2] [--tune-gemms 0|1]
+//                      [--sampling greedy|sampled|both]
+//
+// --prompt takes a list: every (prompt, sampling, batch) is run in turn. "sampled" requests draw with
+// temperature 1, top-p 0.9 and repetition penalty 1.1 (seeded), as the sampled rows ask.
 //
 // Roofline: a decode step must read every streamed weight once (the embedding table is gathered,
 // not streamed) plus the KV of every sequence, so step_ms >= bytes_read_per_step / HBM bandwidth;
@@ -58,8 +62,9 @@ double kv_bytes_per_step(const model_config& c, int32_t batch, int32_t context, 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<int32_t> batches{1, 16, 64, 256};
-  int32_t prompt = 128, steps = 64, prefill_tokens = 8192;
+  std::vector<int32_t> batches{1, 16, 64, 256}, prompts{128};
+  std::vector<std::string> samplings{"greedy"};
+  int32_t steps = 64, prefill_tokens = 8192;
   double hbm_tbps = 3.35;
   bool eager = false, tune = true;
   std::string quantization, kv_dtype = "auto";
@@ -79,7 +84,15 @@ int main(int argc, char** argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--batches") batches = parse_list(argv[i + 1]);
-    else if (a == "--prompt") prompt = std::atoi(argv[i + 1]);
+    else if (a == "--prompt") prompts = parse_list(argv[i + 1]);
+    else if (a == "--sampling") {
+      const std::string v = argv[i + 1];
+      if (v != "greedy" && v != "sampled" && v != "both") {
+        std::fprintf(stderr, "error: --sampling %s is not greedy, sampled or both\n", v.c_str());
+        return 1;
+      }
+      samplings = v == "both" ? std::vector<std::string>{"greedy", "sampled"} : std::vector<std::string>{v};
+    }
     else if (a == "--steps") steps = std::atoi(argv[i + 1]);
     else if (a == "--prefill-tokens") prefill_tokens = std::atoi(argv[i + 1]);
     else if (a == "--hbm-tbps") hbm_tbps = std::atof(argv[i + 1]);
@@ -120,11 +133,14 @@ int main(int argc, char** argv) {
               info.device.c_str(), wbytes, info.num_kv_blocks, load_s, bound_ms);
 
   const int32_t bs = info.block_size;
-  const int32_t blocks_per_seq = (prompt + steps + bs - 1) / bs;
   seq_id_t next_id = 1;
+  for (int32_t prompt : prompts)
+  for (const std::string& sampling : samplings)
   for (int32_t batch : batches) {
+    const int32_t blocks_per_seq = (prompt + steps + bs - 1) / bs;
     if (int64_t(batch) * blocks_per_seq > info.num_kv_blocks) {
-      std::printf("{\"bench\":\"decode\",\"batch\":%d,\"skipped\":\"not enough KV blocks\"}\n", batch);
+      std::printf("{\"bench\":\"decode\",\"batch\":%d,\"prompt\":%d,\"skipped\":\"not enough KV blocks\"}\n",
+                  batch, prompt);
       continue;
     }
     std::vector<scheduled_seq> seqs;
@@ -133,6 +149,12 @@ int main(int argc, char** argv) {
       new_seq n;
       n.seq_id = next_id;
       n.params.temperature = 0.0f;
+      if (sampling == "sampled") {
+        n.params.temperature = 1.0f;
+        n.params.top_p = 0.9f;
+        n.params.repetition_penalty = 1.1f;
+        n.seed = uint64_t(next_id);
+      }
       p.new_seqs.push_back(n);
       scheduled_seq s;
       s.seq_id = next_id++;
@@ -215,10 +237,10 @@ int main(int argc, char** argv) {
     const gpu::step_timeline tl = gpu::gpu_step_timeline(**ex).value_or(gpu::step_timeline{});
     const double kv_read = kv_bytes_per_step(c, batch, prompt + steps / 2, double(dtype_size(o.kv_cache_dtype)));
     const double read_ms = (wbytes + kv_read) / (hbm_tbps * 1e12) * 1e3;
-    std::printf("{\"bench\":\"decode\",\"batch\":%d,\"context\":%d,\"step_ms\":%.3f,\"tokens_per_s\":%.1f,"
-                "\"bytes_read_per_step\":%.0f,\"roofline_fraction\":%.3f,\"device_busy_ms\":%.3f,"
+    std::printf("{\"bench\":\"decode\",\"sampling\":\"%s\",\"batch\":%d,\"context\":%d,\"step_ms\":%.3f,"
+                "\"tokens_per_s\":%.1f,\"bytes_read_per_step\":%.0f,\"roofline_fraction\":%.3f,\"device_busy_ms\":%.3f,"
                 "\"gpu_idle_fraction\":%.4f,\"max_idle_ms\":%.3f,\"graph_steps\":%lld,\"steps\":%lld}\n",
-                batch, prompt + steps, step_ms, batch * 1e3 / step_ms, wbytes + kv_read, read_ms / step_ms,
+                sampling.c_str(), batch, prompt + steps, step_ms, batch * 1e3 / step_ms, wbytes + kv_read, read_ms / step_ms,
                 tl.steps ? tl.busy_ms / double(tl.steps) : 0.0,
                 tl.busy_ms + tl.idle_ms > 0 ? tl.idle_ms / (tl.busy_ms + tl.idle_ms) : 0.0, tl.max_idle_ms,
                 static_cast<long long>(tl.graph_steps), static_cast<long long>(tl.steps));
