@@ -122,6 +122,9 @@ int bench_grammar(int argc, char** argv) {
   const int32_t vocab = tok->vocab_size();
   const auto t_info = clock_type::now();
   auto gc = grammar_compiler::create(*tok, vocab, stops, 256, 1);
+  if (gc) {
+    if (auto r = (*gc)->prepare(); !r) gc = r.err();  // xgrammar's tokenizer info, timed here
+  }
   if (!gc) {
     std::fprintf(stderr, "coserve bench grammar: %s\n", gc.err().message.c_str());
     return 1;

@@ -82,13 +82,28 @@ std::string ebnf_literal(const std::string& s) {
 }  // namespace
 
 struct grammar_compiler::impl {
-  impl(xgrammar::TokenizerInfo info, int threads, size_t entries)
-      : compiler(info, threads, /*cache_enabled=*/false), cache(entries) {}
-  xgrammar::GrammarCompiler compiler;
+  explicit impl(size_t entries) : cache(entries) {}
+  // xgrammar's tokenizer info and compiler (megabytes for a large vocabulary), built by the first
+  // compile: a server that never sees a structured request never pays for them.
+  std::optional<xgrammar::GrammarCompiler> compiler;
+  const tokenizer* tok = nullptr;
+  int threads = 1;
   rt::lru_cache<std::string, std::shared_ptr<const compiled_grammar>> cache;
   std::vector<int32_t> stop_ids;
   int32_t tokenizer_vocab = 0;
+  int32_t vocab_size = 0;
   int64_t byte_limit = 0;
+
+  xgrammar::GrammarCompiler& get() {
+    if (!compiler) {
+      std::vector<std::string> vocab(static_cast<size_t>(tokenizer_vocab));
+      for (int32_t i = 0; i < tokenizer_vocab; ++i) vocab[size_t(i)] = tok->token_bytes(i);
+      // RAW: the strings are the tokens' bytes already. Ids past the tokenizer are padding rows.
+      xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, vocab_size, stop_ids, false);
+      compiler.emplace(info, threads, /*cache_enabled=*/false);
+    }
+    return *compiler;
+  }
 };
 
 result<std::unique_ptr<grammar_compiler>> grammar_compiler::create(const tokenizer& tok, int32_t vocab_size,
@@ -97,29 +112,33 @@ result<std::unique_ptr<grammar_compiler>> grammar_compiler::create(const tokeniz
                                                                    int64_t cache_bytes) {
   const int32_t n = tok.vocab_size();
   if (vocab_size < n) vocab_size = n;
-  std::vector<std::string> vocab(static_cast<size_t>(n));
-  for (int32_t i = 0; i < n; ++i) vocab[size_t(i)] = tok.token_bytes(i);
   std::vector<int32_t> stops;
   for (int32_t s : stop_ids)
     if (s >= 0 && s < n && std::find(stops.begin(), stops.end(), s) == stops.end()) stops.push_back(s);
   if (stops.empty())
     return make_error("invalid_argument", "structured outputs: the model has no end-of-sequence token in its vocabulary");
+  std::unique_ptr<grammar_compiler> c(new grammar_compiler());
+  c->impl_ = std::make_unique<impl>(cache_entries);
+  c->impl_->tok = &tok;
+  c->impl_->threads = std::max(1, threads);
+  c->impl_->stop_ids = std::move(stops);
+  c->impl_->tokenizer_vocab = n;
+  c->impl_->vocab_size = vocab_size;
+  c->impl_->byte_limit = cache_bytes;
+  c->vocab_size_ = vocab_size;
+  return c;
+}
+
+grammar_compiler::~grammar_compiler() = default;
+
+result<void> grammar_compiler::prepare() {
   try {
-    // RAW: the strings are the tokens' bytes already. Ids past the tokenizer are padding rows.
-    xgrammar::TokenizerInfo info(vocab, xgrammar::VocabType::RAW, vocab_size, stops, false);
-    std::unique_ptr<grammar_compiler> c(new grammar_compiler());
-    c->impl_ = std::make_unique<impl>(std::move(info), std::max(1, threads), cache_entries);
-    c->impl_->stop_ids = std::move(stops);
-    c->impl_->tokenizer_vocab = n;
-    c->impl_->byte_limit = cache_bytes;
-    c->vocab_size_ = vocab_size;
-    return c;
+    (void)impl_->get();
+    return {};
   } catch (const std::exception& e) {
     return make_error("invalid_argument", std::string("structured outputs: ") + e.what());
   }
 }
-
-grammar_compiler::~grammar_compiler() = default;
 
 result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const grammar_spec& spec) {
   const std::string key = spec.key();
@@ -146,7 +165,7 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
     one_of_exact = one_of_branches_disjoint(*schema);
   }
   try {
-    auto& c = impl_->compiler;
+    auto& c = impl_->get();
     switch (spec.type) {
       case grammar_spec::kind::json_schema:
         g.emplace(c.CompileJSONSchema(spec.text, spec.any_whitespace));

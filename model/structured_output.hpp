@@ -62,10 +62,12 @@ struct grammar_compiler_stats {
 class grammar_compiler {
  public:
   // The vocabulary comes from `tok` (tokenizer::token_bytes; special tokens are never allowed
-  // except `stop_ids`, which end the output once the grammar is complete). `vocab_size` is the
-  // model's logits width (at least the tokenizer's). `threads`: xgrammar's compile threads. The
-  // cache holds at most `cache_entries` grammars and, beyond the most recent one, at most
-  // `cache_bytes` of them (a grammar over a large vocabulary can take megabytes).
+  // except `stop_ids`, which end the output once the grammar is complete); `tok` must outlive the
+  // compiler. `vocab_size` is the model's logits width (at least the tokenizer's). `threads`:
+  // xgrammar's compile threads. The cache holds at most `cache_entries` grammars and, beyond the
+  // most recent one, at most `cache_bytes` of them (a grammar over a large vocabulary can take
+  // megabytes). xgrammar's tokenizer info (megabytes for a large vocabulary) is built by the first
+  // compile() or prepare(), not here.
   static result<std::unique_ptr<grammar_compiler>> create(const tokenizer& tok, int32_t vocab_size,
                                                           std::vector<int32_t> stop_ids,
                                                           size_t cache_entries = 256, int threads = 1,
@@ -75,6 +77,8 @@ class grammar_compiler {
   // The compiled grammar (from the cache when the same spec was compiled before). Errors: code
   // "invalid_request", message from the grammar engine, param = spec.param.
   result<std::shared_ptr<const compiled_grammar>> compile(const grammar_spec& spec);
+  // Builds xgrammar's tokenizer info and compiler now (compile() does it when first called).
+  result<void> prepare();
 
   const grammar_compiler_stats& stats() const noexcept { return stats_; }
   int32_t vocab_size() const noexcept { return vocab_size_; }
