@@ -105,18 +105,20 @@ result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k
   auto made = describe(m, n, k, out, bias, fp8);
   if (!made) return std::move(made).err();
   std::unique_ptr<plan> p = std::move(made.value());
-  // The algorithm tune() chose for m's bucket, if cuBLASLt accepts it for this exact m.
+  // The algorithm tune() chose for the shape's smallest tuned bucket >= m, if cuBLASLt accepts it
+  // for this exact m.
   bool chosen = false;
-  if (const int32_t bucket = gemm_m_bucket(buckets_, m); bucket > 0) {
-    auto it = tuned_.find(tuned_key{bucket, n, k, out, bias, fp8});
+  for (auto b = std::lower_bound(buckets_.begin(), buckets_.end(), m); b != buckets_.end() && !chosen; ++b) {
+    auto it = tuned_.find(tuned_key{*b, n, k, out, bias, fp8});
+    if (it == tuned_.end()) continue;
     cublasLtMatmulHeuristicResult_t check{};
-    if (it != tuned_.end() &&
-        cublasLtMatmulAlgoCheck(handle_.get(), p->desc, p->a, p->b, p->c, p->c, &it->second, &check) ==
+    if (cublasLtMatmulAlgoCheck(handle_.get(), p->desc, p->a, p->b, p->c, p->c, &it->second, &check) ==
             CUBLAS_STATUS_SUCCESS &&
         check.workspaceSize <= k_workspace_bytes) {
       p->algo = it->second;
       chosen = true;
     }
+    break;  // that bucket decides: a larger one was timed for other row counts
   }
   if (!chosen) {
     auto algos = heuristic(*p, 1);
@@ -131,8 +133,9 @@ result<gemm_runner::tune_report> gemm_runner::tune(const std::vector<shape>& sha
   tune_report rep;
   tuned_.clear();
   buckets_.clear();
-  for (const shape& sh : shapes)
-    if (sh.max_m > (buckets_.empty() ? 0 : buckets_.back())) buckets_ = gemm_m_buckets(sh.max_m);
+  for (const shape& sh : shapes)  // the union of every shape's buckets, ascending
+    for (int32_t b : gemm_m_buckets(sh.max_m)) buckets_.insert(std::lower_bound(buckets_.begin(), buckets_.end(), b), b);
+  buckets_.erase(std::unique(buckets_.begin(), buckets_.end()), buckets_.end());
   auto ev0 = event::create(true), ev1 = event::create(true);
   if (!ev0) return std::move(ev0).err();
   if (!ev1) return std::move(ev1).err();

@@ -119,7 +119,7 @@ class gemm_runner {
   cublaslt_handle handle_;
   device_buffer workspace_;
   rt::lru_cache<plan_key, std::unique_ptr<plan>, plan_key_hash> plans_;  // k_default_max_plans until create()
-  std::vector<int32_t> buckets_;  // tune()'s buckets of m (ascending), empty before it
+  std::vector<int32_t> buckets_;  // every bucket of m tune() timed, for any shape (ascending); empty before
   std::unordered_map<tuned_key, cublasLtMatmulAlgo_t, tuned_key_hash> tuned_;
 };
 

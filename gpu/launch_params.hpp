@@ -60,18 +60,13 @@ inline grid_1d elementwise_grid(int64_t n, int32_t num_sms, uint32_t threads = 2
 }
 
 // GEMM row-count buckets: cuBLASLt algorithms are timed once per bucket of M (the tokens of a step)
-// and a step of M rows uses its bucket's choice. Powers of two from 1, then max_m (if not one of
-// them); every M in [1, max_m] falls in the first bucket >= M.
+// and a step of M rows uses the choice of the first bucket >= M (gemm_runner). Powers of two from
+// 1, then max_m (if not one of them), ascending.
 inline std::vector<int32_t> gemm_m_buckets(int32_t max_m) {
   std::vector<int32_t> b;
   for (int64_t m = 1; m < max_m; m *= 2) b.push_back(int32_t(m));
   if (max_m >= 1) b.push_back(max_m);
   return b;
-}
-// The bucket of m (buckets ascending); 0 when m is past the last one.
-inline int32_t gemm_m_bucket(const std::vector<int32_t>& buckets, int32_t m) {
-  auto it = std::lower_bound(buckets.begin(), buckets.end(), m);
-  return it == buckets.end() ? 0 : *it;
 }
 
 }  // namespace coserve::gpu
