@@ -1,7 +1,7 @@
 // The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling
 // (rows for proposals to verify included), prompt logprob rows, launched and collected as two
 // halves, and the decode CUDA graphs captured from the same forward pass. Longer than most files
-// (about 1080 lines) because launch, collect, the forward pass and the graph capture share one set
+// (about 1120 lines) because launch, collect, the forward pass and the graph capture share one set
 // of device buffers and per-sequence state; the graph arena's host logic is already apart
 // (gpu/decode_graph.cpp).
 #include "gpu/gpu_executor.hpp"
@@ -63,6 +63,18 @@ class metadata_packer {
   size_t used_ = 0;
 };
 
+// Up to n (id, logprob as f32 bits) pairs a top-N kernel wrote at w, up to an id of -1
+// (launch_sample's out_top, launch_prompt_logprobs's rows).
+std::vector<token_logprob> read_top(const uint32_t* w, int32_t n) {
+  std::vector<token_logprob> out;
+  for (int32_t j = 0; j < n && int32_t(w[2 * j]) >= 0; ++j) {
+    float lp;
+    std::memcpy(&lp, &w[2 * j + 1], 4);
+    out.push_back({int32_t(w[2 * j]), lp});
+  }
+  return out;
+}
+
 // Whether every token the grammar mask allows is one of `a` or `b`.
 bool grammar_allows_only(std::span<const uint32_t> mask, const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   std::vector<uint32_t> rest(mask.begin(), mask.end());
@@ -110,7 +122,6 @@ class gpu_executor final : public executor {
     bool has_penalties() const noexcept {
       return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
     }
-    bool needs_history() const noexcept { return matcher.has_value() || has_penalties(); }
     bool needs_collected_history() const noexcept { return matcher.has_value(); }
     void accept(int32_t t) {
       penalties.accept(t);
@@ -665,13 +676,7 @@ result<step_result> gpu_executor::collect() {
     e.token = st->prompt[size_t(pos) + 1];
     std::memcpy(&e.logprob, &w[0], 4);
     e.rank = int32_t(w[1]);
-    for (int32_t j = 0; j < std::min(st->params.prompt_logprobs, k_prompt_logprobs_max_top); ++j) {
-      const int32_t id = int32_t(w[2 + 2 * j]);
-      if (id < 0) break;
-      float lp;
-      std::memcpy(&lp, &w[3 + 2 * j], 4);
-      e.top.push_back({id, lp});
-    }
+    e.top = read_top(w + 2, std::min(st->params.prompt_logprobs, k_prompt_logprobs_max_top));
     if (st->prompt_lps.size() <= size_t(pos)) st->prompt_lps.resize(size_t(pos) + 1);
     st->prompt_lps[size_t(pos)] = std::move(e);
   }
@@ -692,16 +697,9 @@ result<step_result> gpu_executor::collect() {
       so.logits.assign(row, row + V);
     }
     seq_state& st = *rec->rows[i];
-    if (st.params.logprobs > 0 && rec->top_logprobs) {  // computed on the device (launch_sample)
-      const uint32_t* w = f.top.as<uint32_t>() + i * size_t(k_top_logprob_words);
-      for (int32_t j = 0; j < std::min(st.params.logprobs, k_top_logprobs_max); ++j) {
-        const int32_t id = int32_t(w[2 * j]);
-        if (id < 0) break;
-        float lp;
-        std::memcpy(&lp, &w[2 * j + 1], 4);
-        so.top_logprobs.push_back({id, lp});
-      }
-    }
+    if (st.params.logprobs > 0 && rec->top_logprobs)  // computed on the device (launch_sample)
+      so.top_logprobs = read_top(f.top.as<uint32_t>() + i * size_t(k_top_logprob_words),
+                                 std::min(st.params.logprobs, k_top_logprobs_max));
     if (!st.prompt.empty()) {  // its first output: the prompt's entries go with it
       so.prompt_logprobs = std::move(st.prompt_lps);
       st.prompt.clear();
@@ -877,7 +875,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         generated = st.params.min_tokens;
     }
     const int32_t edits_before = int32_t(edits.size());
-    if (sr.j == 0 || !st.needs_history()) {
+    if (sr.j == 0 || !st.has_penalties()) {
       st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits);
       if (st.pending() > 0 && st.has_penalties()) {  // the previous step's token: counted on the device
         pending.push_back({int32_t(row), st.slot, edits_before, int32_t(edits.size()), st.params.repetition_penalty,

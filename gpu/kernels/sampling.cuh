@@ -42,6 +42,30 @@ __device__ arg_best block_argmax(arg_best x, arg_best* scratch) {
 
 __device__ __forceinline__ uint32_t key_of(float f) { return float_order_key(__float_as_uint(f)); }
 
+// The row's top n entries among those keep(i, v) admits, v = value_of(i), in (value desc, index
+// asc) order: one block-wide argmax per entry over the values after the previous entry in that
+// order (no sort, nothing written to the row). out gets (id, v - offset as f32 bits) pairs; an id
+// of -1 ends a list shorter than n. Every thread of the block calls it.
+template <class Value, class Keep>
+__device__ void write_top_n(uint32_t* out, int32_t n, int32_t vocab, float offset, const Value& value_of,
+                            const Keep& keep, arg_best* scratch) {
+  arg_best prev{0.0f, -1};
+  for (int32_t r = 0; r < n; ++r) {
+    arg_best c{-INFINITY, 0x7fffffff};
+    for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = value_of(i);
+      if (keep(i, v) && (r == 0 || prev.v > v || (prev.v == v && prev.i < i))) c = better(c, arg_best{v, i});
+    }
+    c = block_argmax(c, scratch);  // the same in every thread
+    if (threadIdx.x == 0) {
+      out[2 * r] = uint32_t(c.i < vocab ? c.i : -1);
+      out[2 * r + 1] = __float_as_uint(c.v - offset);
+    }
+    if (c.i >= vocab) return;
+    prev = c;
+  }
+}
+
 // ---- kernels ----
 // One block (1024 threads) per row. Rows may hold -inf (masked by logit edits).
 __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_tok, float* __restrict__ out_lp,
@@ -122,32 +146,15 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
     out_lp[row] = x[tok] * inv_t - mx - log_z;
   }
   if (out_top == nullptr || p.top_n <= 0) return;
-  // Top logprobs of the processed row: the kept values in (value desc, index asc) order, one
-  // block-wide argmax per entry over the values after the previous one; -inf ends the list.
-  uint32_t* o = out_top + int64_t(row) * k_top_logprob_words;
-  arg_best prev{0.0f, -1};
-  const int32_t n = min(p.top_n, k_top_logprobs_max);
-  for (int32_t r = 0; r < n; ++r) {
-    arg_best c{-INFINITY, 0x7fffffff};
-    for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = x[i] * inv_t;
-      if (key_of(v) >= thr && v > -INFINITY && (r == 0 || prev.v > v || (prev.v == v && prev.i < i)))
-        c = better(c, arg_best{v, i});
-    }
-    c = block_argmax(c, best_scratch);  // the same in every thread
-    if (threadIdx.x == 0) {
-      o[2 * r] = uint32_t(c.i < vocab ? c.i : -1);
-      o[2 * r + 1] = __float_as_uint(c.v - mx - log_z);
-    }
-    if (c.i >= vocab) return;
-    prev = c;
-  }
-  if (n < k_top_logprobs_max && threadIdx.x == 0) o[2 * n] = uint32_t(-1);
+  // Top logprobs of the processed row: its kept, finite values.
+  write_top_n(
+      out_top + int64_t(row) * k_top_logprob_words, min(p.top_n, k_top_logprobs_max), vocab, mx + log_z,
+      [&](int32_t i) { return x[i] * inv_t; }, [&](int32_t, float v) { return key_of(v) >= thr && v > -INFINITY; },
+      best_scratch);
 }
 
 // One block (1024 threads) per row: the log-normalizer, the target's logprob and rank, then the
-// top_n entries in (value desc, index asc) order, one block-wide argmax per entry over the values
-// after the previous entry in that order (no sort, nothing written to the row).
+// top_n entries of the raw row (write_top_n).
 __global__ void __launch_bounds__(1024) prompt_logprobs_kernel(uint32_t* __restrict__ out, const float* __restrict__ logits,
                                                                const int32_t* __restrict__ targets, int32_t vocab,
                                                                int32_t top_n, int32_t stride) {
@@ -170,21 +177,8 @@ __global__ void __launch_bounds__(1024) prompt_logprobs_kernel(uint32_t* __restr
     o[0] = __float_as_uint(at - lse);
     o[1] = uint32_t(1 + int32_t(above));
   }
-  arg_best prev{0.0f, -1};
-  for (int32_t r = 0; r < top_n; ++r) {
-    arg_best b{-INFINITY, 0x7fffffff};
-    for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = x[i];
-      if (r == 0 || prev.v > v || (prev.v == v && prev.i < i)) b = better(b, arg_best{v, i});
-    }
-    b = block_argmax(b, best_scratch);  // the same in every thread
-    if (threadIdx.x == 0) {
-      o[2 + 2 * r] = uint32_t(b.i < vocab ? b.i : -1);
-      o[3 + 2 * r] = __float_as_uint(b.v - lse);
-    }
-    if (b.i >= vocab) break;  // fewer than top_n values in the row
-    prev = b;
-  }
+  write_top_n(
+      o + 2, top_n, vocab, lse, [&](int32_t i) { return x[i]; }, [](int32_t, float) { return true; }, best_scratch);
 }
 
 }  // namespace kern
