@@ -139,7 +139,8 @@ engine:
   --chat-template T             the chat template to use instead of the model's: a file (.jinja, or
                                 a .json with a chat_template field) or the template text itself
   --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit (each thread
-                                then keeps its newest 262144 spans, 14.7 MB; 32768 without it)
+                                then keeps its newest 262144 spans, 14.7 MB once that many were
+                                recorded; 32768, 1.8 MB, without it)
   --speculative-config JSON     speculative decoding, as vLLM's flag. N-gram lookup:
                                 {"method": "ngram", "num_speculative_tokens": K,
                                 "prompt_lookup_min": A, "prompt_lookup_max": B}: each step a decode

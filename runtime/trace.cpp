@@ -1,17 +1,38 @@
 #include "runtime/trace.hpp"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <thread>
 
 namespace coserve::rt {
 
 struct tracer::ring {
-  ring(std::size_t cap, uint16_t index, std::thread::id who) : slots(cap), thread(index), owner(who) {}
-  std::vector<span> slots;
+  // The slots are an anonymous mapping, not a vector of value-initialised spans: its zero pages
+  // become resident only when written, so a ring costs the memory of the spans its thread has
+  // recorded (up to its capacity), not its whole capacity from the start. (calloc would not
+  // promise this: it clears reused heap memory.) span is an aggregate, so the zeroed storage
+  // holds span objects; readers touch only written slots.
+  struct unmapper {
+    std::size_t bytes = 0;
+    void operator()(span* p) const noexcept { ::munmap(p, bytes); }
+  };
+  static span* map_slots(std::size_t cap) {
+    void* p = ::mmap(nullptr, cap * sizeof(span), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return static_cast<span*>(p);
+  }
+  ring(std::size_t cap, uint16_t index, std::thread::id who)
+      : slots(map_slots(cap), unmapper{cap * sizeof(span)}), capacity(cap), thread(index),
+        owner(who) {}
+  std::unique_ptr<span[], unmapper> slots;
+  const std::size_t capacity;
   // Written only by the owning thread; release so readers' acquire sees complete spans.
   std::atomic<uint64_t> count{0};
   const uint16_t thread;
@@ -106,7 +127,7 @@ void tracer::record(const span& s) noexcept {
   if (!r) return;
   // relaxed: only this thread writes count.
   const uint64_t n = r->count.load(std::memory_order_relaxed);
-  span& slot = r->slots[n % r->slots.size()];
+  span& slot = r->slots[n % r->capacity];
   slot = s;
   slot.thread = r->thread;
   // release: the span's fields happen-before a reader's acquire load of count.
@@ -121,7 +142,7 @@ std::vector<span> tracer::spans_since(int64_t since_ns) const {
     std::lock_guard lock(mu_);
     for (const auto& r : rings_) {
       const uint64_t n = r->count.load(std::memory_order_acquire);
-      const uint64_t cap = r->slots.size();
+      const uint64_t cap = r->capacity;
       const uint64_t first = n > cap ? n - cap : 0;
       for (uint64_t i = n; i > first; --i) {
         const span& s = r->slots[(i - 1) % cap];
@@ -166,7 +187,7 @@ uint64_t tracer::dropped() const noexcept {
   uint64_t d = 0;
   for (const auto& r : rings_) {
     const uint64_t n = r->count.load(std::memory_order_acquire);
-    if (n > r->slots.size()) d += n - r->slots.size();
+    if (n > r->capacity) d += n - r->capacity;
   }
   return d;
 }
