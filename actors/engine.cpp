@@ -631,10 +631,10 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     if (!e) return e.err();
     exec = std::move(*e);
   } else if (config.device == "cuda") {
-    if (config.tensor_parallel_size > 1)
+    if (config.tensor_parallel_size > 1 && config.tp_communicator)
       return error{"invalid_argument", "--tensor-parallel-size " + std::to_string(config.tensor_parallel_size) +
-                                           ": the CUDA executor runs on one GPU in this build; tensor parallelism "
-                                           "runs on --device cpu (threads, or MPI ranks under mpirun)",
+                                           " under mpirun: the CUDA executor splits a model over the GPUs of one "
+                                           "process (no launcher); MPI ranks run --device cpu",
                    "tensor_parallel_size"};
     dtype gpu_kv = dtype::bf16;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, gpu_kv) ||
@@ -657,6 +657,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.enforce_eager = config.enforce_eager;
     opts.quantization = config.quantization;
     opts.kv_cache_dtype = gpu_kv;
+    opts.tensor_parallel_size = config.tensor_parallel_size;
     if (!config.speculative_config.empty()) {
       auto spec = actors::parse_speculative_config(config.speculative_config);
       if (!spec) return spec.err();

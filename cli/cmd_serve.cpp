@@ -118,13 +118,15 @@ engine:
                                 one it runs, e.g. AVX2 to time that path on a newer CPU; a name it
                                 cannot run is an error that lists those it can (default: auto)
   --tensor-parallel-size N      split each layer over N ranks (Megatron-style: heads and MLP columns
-                                per rank, all-reduced; -tp is the same flag). CPU executor. Started
+                                per rank, all-reduced; -tp is the same flag). CPU executor: started
                                 plainly, the ranks are threads of this process; started by mpirun
                                 or srun with N processes (mpirun -np N coserve serve MODEL
                                 --tensor-parallel-size N), rank 0 serves HTTP and the others run
-                                their shard of every step. N must divide the attention heads and
-                                the MLP width, and divide or be a multiple of the KV heads; a size
-                                that does not fit is an error listing those that do (default: 1)
+                                their shard of every step. CUDA executor: N GPUs of this process
+                                (cuda:0 .. cuda:N-1), one thread and stream each, NCCL all-reduces.
+                                N must divide the attention heads and the MLP width, and divide or
+                                be a multiple of the KV heads; a size that does not fit is an error
+                                listing those that do (default: 1)
   --kv-cache-dtype D            KV cache element type: auto (bf16), bf16, fp16, fp32, or fp8 / fp8_e4m3
                                 / fp8_e5m2 (one byte per value, twice the bf16 cache's tokens;
                                 values stored unscaled, saturated at the format's largest) (default:

@@ -64,7 +64,7 @@ bool host_to_bf16(const tensor_spec& t, std::vector<uint16_t>& out) {
   return at == out.size() && !t.mats.empty();
 }
 
-std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const model_weights* w) {
+std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const model_weights* w, bool lm_head) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim, V = c.vocab_size;
   const int64_t qkv_rows = (int64_t(c.num_attention_heads) + 2 * c.num_key_value_heads) * D;
   const int64_t attn = int64_t(c.num_attention_heads) * D;
@@ -107,7 +107,7 @@ std::vector<tensor_spec> specs(device_weights& d, const model_config& c, const m
     s.push_back({&L.down, H * I, int32_t(I), 0, nullptr, lw ? mats{&lw->down} : mats{}, {}, nullptr, &L.down_scale});
   }
   s.push_back({&d.final_norm, H, 0, 1.0f, w ? &w->final_norm : nullptr, {}});
-  if (!c.tie_word_embeddings)
+  if (!c.tie_word_embeddings && lm_head)
     s.push_back({&d.lm_head, V * H, int32_t(H), 0, nullptr, w ? mats{&w->lm_head} : mats{}});
   return s;
 }
@@ -149,13 +149,13 @@ result<int64_t> store(const tensor_spec& t, device_buffer bf16_values, bool fp8,
 }  // namespace
 
 result<device_weights> upload_weights(const model_weights& w, cudaStream_t stream, const load_progress& progress,
-                                      bool fp8) {
+                                      bool fp8, bool lm_head) {
   COSERVE_CUDA_TRY(check_config(w.config, fp8));
   device_weights d;
   d.config = w.config;
   d.fp8 = fp8;
   d.layers.resize(size_t(w.config.num_hidden_layers));
-  auto all = specs(d, w.config, &w);
+  auto all = specs(d, w.config, &w, lm_head);
   std::vector<uint16_t> staging;
   for (size_t i = 0; i < all.size(); ++i) {
     const tensor_spec& t = all[i];
@@ -184,13 +184,13 @@ result<device_weights> upload_weights(const model_weights& w, cudaStream_t strea
 }
 
 result<device_weights> dummy_weights(const model_config& c, uint64_t seed, cudaStream_t stream,
-                                     const load_progress& progress, bool fp8) {
+                                     const load_progress& progress, bool fp8, bool lm_head) {
   COSERVE_CUDA_TRY(check_config(c, fp8));
   device_weights d;
   d.config = c;
   d.fp8 = fp8;
   d.layers.resize(size_t(c.num_hidden_layers));
-  auto all = specs(d, c, nullptr);
+  auto all = specs(d, c, nullptr, lm_head);
   for (size_t i = 0; i < all.size(); ++i) {
     const tensor_spec& t = all[i];
     auto b = device_buffer::allocate(size_t(t.n) * 2);

@@ -40,9 +40,11 @@ struct device_weights {
 
 // Tensors (and bytes) the model has; progress reports (done, total, bytes so far). fp8: the layer
 // matrices quantized per output channel (launch_quantize_rows_e4m3) from their bf16 values.
+// lm_head false: no LM head is uploaded (a tensor-parallel rank other than 0, which never samples).
+// The sizes come from w.config (for a tensor-parallel shard, the rank's: gpu/tp_peer.hpp).
 result<device_weights> upload_weights(const model_weights& w, cudaStream_t stream, const load_progress& progress = {},
-                                      bool fp8 = false);
+                                      bool fp8 = false, bool lm_head = true);
 result<device_weights> dummy_weights(const model_config& c, uint64_t seed, cudaStream_t stream,
-                                     const load_progress& progress = {}, bool fp8 = false);
+                                     const load_progress& progress = {}, bool fp8 = false, bool lm_head = true);
 
 }  // namespace coserve::gpu

@@ -1,9 +1,10 @@
-// The CUDA executor's step: host planning, one metadata upload, the layer loop, device sampling
+// The CUDA executor's step: host planning, one metadata upload (a copy posted to each
+// tensor-parallel peer, gpu/tp_peer.hpp), the layer loop (gpu/forward_pass.cpp), device sampling
 // (rows for proposals to verify included), prompt logprob rows, launched and collected as two
 // halves, and the decode CUDA graphs captured from the same forward pass. Longer than most files
-// (about 1120 lines) because launch, collect, the forward pass and the graph capture share one set
-// of device buffers and per-sequence state; the graph arena's host logic is already apart
-// (gpu/decode_graph.cpp).
+// (about 1190 lines) because launch, collect, the head of the forward pass and the graph capture
+// share one set of device buffers and per-sequence state; the graph arena's host logic is already
+// apart (gpu/decode_graph.cpp).
 #include "gpu/gpu_executor.hpp"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <deque>
+#include <future>
 #include <unordered_map>
 
 #include "gpu/async_wait.hpp"
@@ -22,6 +24,7 @@
 #include "gpu/decode_graph.hpp"
 #include "gpu/device_buffer.hpp"
 #include "gpu/device_weights.hpp"
+#include "gpu/forward_pass.hpp"
 #include "gpu/gemm.hpp"
 #include "gpu/kernels.hpp"
 #include "gpu/kv_cache_sizing.hpp"
@@ -29,7 +32,9 @@
 #include "gpu/logit_edit.hpp"
 #include "gpu/nvtx.hpp"
 #include "gpu/stream.hpp"
+#include "gpu/tp_peer.hpp"
 #include "model/rope.hpp"
+#include "model/tensor_parallel.hpp"
 #include "model/sampler.hpp"
 #include "model/structured_output.hpp"
 
@@ -37,9 +42,7 @@ namespace coserve::gpu {
 
 namespace {
 
-constexpr int32_t k_max_partial_rows = 4096;          // split-KV workspace rows
 constexpr size_t k_metadata_bytes = size_t(16) << 20;  // per-step metadata (pinned + device)
-constexpr int64_t k_kv_reserve_bytes = int64_t(1) << 30;
 constexpr int32_t k_prompt_row_words = 2 + 2 * k_prompt_logprobs_max_top;  // one prompt logprob row's output
 
 // Appends arrays to the pinned staging buffer at 16-byte boundaries; offsets address the device
@@ -179,6 +182,35 @@ class gpu_executor final : public executor {
     int32_t num_tokens, num_samples, num_work, num_merges;
     const int32_t* attn_counts;
   };
+  static layer_inputs inputs_of(const step_meta& m, const forward_shape& fs) {
+    layer_inputs in;
+    in.ids = m.ids;
+    in.positions = m.positions;
+    in.slots = m.slots;
+    in.cu_seqlens = m.cu_seqlens;
+    in.kv_lens = m.kv_lens;
+    in.bt_offsets = m.bt_offsets;
+    in.block_tables = m.block_tables;
+    in.work = m.work;
+    in.merges = m.merges;
+    in.attn_counts = fs.attn_counts;
+    in.num_tokens = fs.num_tokens;
+    in.num_work = fs.num_work;
+    in.num_merges = fs.num_merges;
+    return in;
+  }
+  // The job a peer runs for a forward pass whose metadata rank 0 uploaded from `bytes` to `base`.
+  static peer_job peer_forward_job(const step_meta& m, const forward_shape& fs, const void* bytes, size_t n,
+                                   const void* base) {
+    peer_job j;
+    j.forward = true;
+    j.meta.assign(static_cast<const unsigned char*>(bytes), static_cast<const unsigned char*>(bytes) + n);
+    j.base = base;
+    j.in = inputs_of(m, fs);
+    j.row_slots = m.row_slots;
+    j.num_samples = fs.num_samples;
+    return j;
+  }
   struct decode_graph {
     int32_t bucket = 0;
     graph_capacity cap;
@@ -200,6 +232,9 @@ class gpu_executor final : public executor {
   // filter_failed: leave out the sequences of failed steps (launch()); execute() runs what it is given.
   void launch_step(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready, bool filter_failed);
   result<void> allocate_buffers();
+  // Live sequences: those running (at most max_num_seqs, max_rows_ rows) plus those registered for
+  // a prefill that is still being chunked or whose finish notice has not arrived yet.
+  size_t last_token_slots() const { return 4 * size_t(max_rows_) + 64; }
   // Host planning and every enqueue of a step (the caller records the outcome).
   result<void> issue(const step_plan& plan, launched_step& rec);
   result<void> forward(const forward_shape& fs, const step_meta& m, const frame* f);
@@ -209,10 +244,11 @@ class gpu_executor final : public executor {
   stream stream_;
   device_weights w_;
   gemm_runner gemm_;
-  device_buffer inv_freq_, inv_freq_long_, kv_, hidden_, residual_, normed_, qkv_, attn_, gate_up_, act_, final_, logits_;
-  device_buffer tok_out_, lp_out_, top_out_, partial_o_, partial_lse_, meta_dev_;
+  layer_scratch scratch_;
+  rope_tables rope_;
+  kv_store kv_;
+  device_buffer final_, logits_, tok_out_, lp_out_, top_out_, meta_dev_;
   device_buffer prompt_out_;  // [max_num_tokens, k_prompt_row_words] prompt logprob rows (launch_prompt_logprobs)
-  device_buffer xq_, xscale_;  // fp8: an activation's E4M3 codes [tokens, widest input] and per-token scales
   device_buffer last_tokens_;   // [slot capacity] each live sequence's last sampled id, on the device
   frame frames_[2];
   int32_t next_frame_ = 0;
@@ -223,13 +259,7 @@ class gpu_executor final : public executor {
   int32_t next_events_ = 0;
   int32_t last_events_ = -1;    // events of the step collected last (-1: none)
   step_timeline timeline_;
-  int64_t kv_layer_elems_ = 0;  // elements of one layer's K (== V) cache
   kv_elem kv_type_ = kv_elem::bf16;
-  size_t kv_layer_bytes() const { return size_t(kv_layer_elems_) * size_t(kv_elem_bytes(kv_type_)); }
-  size_t kv_block_bytes_one() const {  // one block of one layer's K (or V)
-    const model_config& c = w_.config;
-    return size_t(opts_.block_size) * size_t(c.num_key_value_heads) * size_t(c.head_dim) * size_t(kv_elem_bytes(kv_type_));
-  }
   int32_t num_sms_ = 0;
   std::unordered_map<seq_id_t, seq_ptr> seqs_;
   std::vector<int32_t> free_slots_;
@@ -242,9 +272,13 @@ class gpu_executor final : public executor {
   device_buffer arena_dev_;
   int32_t pad_block_ = 0;          // scratch KV block past the allocator's blocks (padding rows)
   int32_t pad_slot_ = 0;           // scratch last-token slot (padding rows)
-  int32_t rope_long_from_ = 0x7fffffff;  // LongRoPE: positions from here on use inv_freq_long_
-  float rope_scale_ = 1.0f;              // YaRN / LongRoPE attention factor on cos and sin
-  int32_t rope_rotary_dim_ = 0;          // partial rotary (0: the whole head)
+  // Tensor parallel (tensor_parallel_size > 1): the group and ranks 1..N-1; this executor is rank 0.
+  std::shared_ptr<nccl_group> tp_group_;
+  std::vector<std::unique_ptr<tp_peer>> peers_;
+  // Posts a copy of a step (or a capture) to every peer; `base` is where its metadata lies on this
+  // device. A failure after posting leaves the peers inside collectives: fail_group releases them.
+  void post_to_peers(const peer_job& job);
+  error fail_group(error e);
   // Sampled rows a step may have: max_num_seqs, times 1 + num_speculative_tokens when proposals
   // are verified (each verifying sequence samples 1 + num_draft rows), within max_num_tokens.
   int32_t max_rows_ = 0;
@@ -254,6 +288,19 @@ class gpu_executor final : public executor {
 };
 
 result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_options& o) {
+  if (o.tensor_parallel_size < 1) return make_error("invalid_argument", "gpu: tensor_parallel_size must be at least 1");
+  if (o.tensor_parallel_size > 1) {
+    if (!nccl_available())
+      return make_error("unavailable", "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+                                           ": this build of the CUDA executor has no NCCL");
+    if (const int n = device_count(); o.device + o.tensor_parallel_size > n)
+      return error{"invalid_argument",
+                   "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) + " needs " +
+                       std::to_string(o.tensor_parallel_size) + " CUDA devices from cuda:" + std::to_string(o.device) +
+                       "; this machine has " + std::to_string(n) + " (sizes up to " + std::to_string(n - o.device) +
+                       " can run here)",
+                   "tensor_parallel_size"};
+  }
   if (device_count() == 0) return make_error("unavailable", "gpu: no CUDA device");
   if (o.load_format != "auto" && o.load_format != "dummy")
     return make_error("invalid_argument", "gpu: load_format must be auto or dummy");
@@ -287,6 +334,33 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (!g) return std::move(g).err();
   e->gemm_ = std::move(g.value());
 
+  // Tensor parallel: ranks 1..N-1 start on their own threads (each uploads its shard) while this
+  // thread uploads rank 0's.
+  const int32_t N = o.tensor_parallel_size;
+  std::vector<std::future<result<std::unique_ptr<tp_peer>>>> starting;
+  tp_peer::options peer_base;
+  if (N > 1) {
+    auto group = nccl_group::create([&] {
+      std::vector<int32_t> d;
+      for (int32_t r = 0; r < N; ++r) d.push_back(o.device + r);
+      return d;
+    }());
+    if (!group) return std::move(group).err();
+    e->tp_group_ = std::move(group.value());
+    peer_base.group = e->tp_group_;
+    peer_base.max_num_tokens = o.max_num_tokens;
+    peer_base.block_size = o.block_size;
+    peer_base.kv_type = kv_type;
+    peer_base.gpu_memory_utilization = o.gpu_memory_utilization;
+    peer_base.last_token_slots = int32_t(e->last_token_slots());
+    peer_base.metadata_bytes = k_metadata_bytes;
+    peer_base.tune_gemms = o.tune_gemms;
+  }
+  auto start_peer = [&](tp_peer::options po, int32_t r) {
+    po.rank = r;
+    po.device = o.device + r;
+    starting.push_back(std::async(std::launch::async, [po = std::move(po)]() mutable { return tp_peer::start(std::move(po)); }));
+  };
   if (o.load_format == "dummy") {
     model_config c;
     if (o.config) {
@@ -296,7 +370,22 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
       if (!lc) return std::move(lc).err();
       c = std::move(lc.value());
     }
-    auto w = dummy_weights(c, o.dummy_seed, e->stream_.get(), o.progress, o.quantization == "fp8");
+    const bool fp8 = o.quantization == "fp8";
+    model_config c0 = c;
+    if (N > 1) {  // random weights per rank (a benchmark's model, not one to compare across sizes)
+      model_weights probe;
+      probe.config = c;
+      COSERVE_CUDA_TRY(check_tensor_parallel_size(probe, N));
+      for (int32_t r = 1; r < N; ++r) {
+        tp_peer::options po = peer_base;
+        po.fp8 = fp8;
+        po.dummy_config = rank_config(c, shard_shape(c, r, N));
+        po.dummy_seed = o.dummy_seed + uint64_t(r);
+        start_peer(std::move(po), r);
+      }
+      c0 = rank_config(c, shard_shape(c, 0, N));
+    }
+    auto w = dummy_weights(c0, o.dummy_seed, e->stream_.get(), o.progress, fp8);
     if (!w) return std::move(w).err();
     e->w_ = std::move(w.value());
   } else {
@@ -305,11 +394,34 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     const bool fp8 = o.quantization == "fp8" || !hw->config.quantization.method.empty();
     if (const std::string note = describe_fp8(*hw); !note.empty())
       std::fprintf(stderr, "coserve: %s, requantized to fp8 per output channel on the GPU\n", note.c_str());
-    auto w = upload_weights(*hw, e->stream_.get(), o.progress, fp8);
-    if (!w) return std::move(w).err();
-    e->w_ = std::move(w.value());
+    if (N > 1) {
+      for (int32_t r = 1; r < N; ++r) {
+        auto sh = shard_weights(*hw, r, N);
+        if (!sh) return std::move(sh).err();
+        tp_peer::options po = peer_base;
+        po.fp8 = fp8;
+        po.shard = std::make_shared<const model_weights>(std::move(sh.value()));
+        start_peer(std::move(po), r);
+      }
+      auto s0 = shard_weights(*hw, 0, N);
+      if (!s0) return std::move(s0).err();
+      s0->lm_head = hw->lm_head;  // rank 0 keeps the whole LM head: it alone samples
+      s0->config = rank_config(hw->config, s0->shard);
+      auto w = upload_weights(*s0, e->stream_.get(), o.progress, fp8);
+      if (!w) return std::move(w).err();
+      e->w_ = std::move(w.value());
+    } else {
+      auto w = upload_weights(*hw, e->stream_.get(), o.progress, fp8);
+      if (!w) return std::move(w).err();
+      e->w_ = std::move(w.value());
+    }
     auto gen = load_generation_config(o.model_dir);
     if (gen) e->eos_ids_ = gen->eos_token_ids;
+  }
+  for (auto& f : starting) {
+    auto p = f.get();
+    if (!p) return std::move(p).err();
+    e->peers_.push_back(std::move(p.value()));
   }
   const model_config& c = e->w_.config;
   if (e->eos_ids_.empty()) e->eos_ids_ = c.eos_token_ids;
@@ -328,8 +440,19 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
                     (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) +
                     " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype));
+  if (N > 1) {
+    e->info_.device += ", tensor parallel " + std::to_string(N) + " (NCCL)";
+    std::fprintf(stderr, "coserve gpu: rank 0: cuda:%d, %d query / %d KV heads, MLP width %d, weights %lld MiB (with the "
+                         "whole LM head), %d KV blocks on every rank\n",
+                 o.device, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size,
+                 static_cast<long long>(e->w_.bytes >> 20), e->info_.num_kv_blocks);
+    for (const auto& p : e->peers_) std::fprintf(stderr, "coserve gpu: %s\n", p->description().c_str());
+  }
   if (o.tune_gemms) COSERVE_CUDA_TRY(e->tune_gemms());
-  if (!o.enforce_eager && !o.return_logits) COSERVE_CUDA_TRY(e->capture_graphs());
+  if (!o.enforce_eager && !o.return_logits) {
+    // A failed capture may leave peers inside a collective of its eager run: release them.
+    if (auto r = e->capture_graphs(); !r) return e->fail_group(std::move(r).err());
+  }
   return e;
 }
 
@@ -346,35 +469,10 @@ gpu_executor::step_meta gpu_executor::arena_meta() const {
 
 result<void> gpu_executor::tune_gemms() {
   const model_config& c = w_.config;
-  const device_layer& L = w_.layers.front();
-  const int32_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  const int32_t hq = c.num_attention_heads, hkv = c.num_key_value_heads, T = opts_.max_num_tokens;
-  // fp8 layer GEMMs read E4M3 activations (zeroed here: timing does not depend on the values).
-  if (w_.fp8) {
-    COSERVE_CUDA_TRY(cuda_check(cudaMemset(xq_.get(), 0, xq_.bytes()), "gemm tuning"));
-    COSERVE_CUDA_TRY(cuda_check(cudaMemset(xscale_.get(), 0, xscale_.bytes()), "gemm tuning"));
-  }
-  auto layer = [&](int32_t n, int32_t k, const device_buffer& w, const device_buffer& scale, const device_buffer& bias,
-                   const device_buffer& x, device_buffer& y) {
-    gemm_runner::shape s;
-    s.n = n;
-    s.k = k;
-    s.w = w.get();
-    s.x = w_.fp8 ? xq_.get() : x.get();
-    s.y = y.get();
-    s.bias = bias.empty() ? nullptr : bias.as<bf16>();
-    s.fp8 = w_.fp8;
-    s.w_scales = w_.fp8 ? scale.as<float>() : nullptr;
-    s.x_scales = w_.fp8 ? xscale_.as<float>() : nullptr;
-    s.max_m = T;
-    return s;
-  };
-  const device_buffer none;
-  std::vector<gemm_runner::shape> shapes{
-      layer((hq + 2 * hkv) * D, H, L.qkv, L.qkv_scale, L.qkv_bias, normed_, qkv_),
-      layer(H, hq * D, L.o, L.o_scale, L.o_bias, attn_, hidden_),
-      layer(2 * I, H, L.gate_up, L.gate_up_scale, none, normed_, gate_up_),
-      layer(H, I, L.down, L.down_scale, none, act_, hidden_)};
+  const int32_t H = c.hidden_size;
+  auto layer_shapes = layer_gemm_shapes(w_, scratch_);
+  if (!layer_shapes) return std::move(layer_shapes).err();
+  std::vector<gemm_runner::shape> shapes = std::move(*layer_shapes);
   gemm_runner::shape head;
   head.n = c.vocab_size;
   head.k = H;
@@ -450,29 +548,24 @@ result<void> gpu_executor::capture_graphs() {
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
                                 "graph metadata"));
     const forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
-    COSERVE_CUDA_TRY(forward(fs, m, nullptr));
-    COSERVE_CUDA_TRY(stream_.synchronize());  // startup only
-    cudaGraph_t graph = nullptr;
-    COSERVE_CUDA_TRY(cuda_check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture"));
-    auto fr = forward(fs, m, nullptr);
-    const cudaError_t end = cudaStreamEndCapture(s, &graph);
-    if (!fr.ok()) {
-      if (graph != nullptr) (void)cudaGraphDestroy(graph);
-      return std::move(fr).err();
+    // Peers run the same eager pass (its collectives need every rank) and capture theirs.
+    std::vector<std::future<result<void>>> peers_done;
+    for (auto& p : peers_) {
+      peer_job j = peer_forward_job(m, fs, frames_[0].meta.get(), *bytes, arena_dev_.get());
+      j.what = peer_job::kind::capture;
+      j.bucket = g.bucket;
+      j.arena_bytes = arena_.bytes;
+      j.done = std::make_shared<std::promise<result<void>>>();
+      peers_done.push_back(j.done->get_future());
+      p->post(std::move(j));
     }
-    COSERVE_CUDA_TRY(cuda_check(end, "cudaStreamEndCapture"));
-    const cudaError_t inst = cudaGraphInstantiate(&g.exec, graph, 0);
-    (void)cudaGraphDestroy(graph);
-    COSERVE_CUDA_TRY(cuda_check(inst, "cudaGraphInstantiate"));
+    auto exec = capture_graph(s, [&] { return forward(fs, m, nullptr); });
+    if (!exec) return std::move(exec).err();
+    g.exec = *exec;
+    for (auto& f : peers_done) COSERVE_CUDA_TRY(f.get());
   }
-  // The capture batches wrote the scratch block: zero it again.
-  const model_config& c = w_.config;
-  const size_t block_bytes = kv_block_bytes_one();
-  for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemsetAsync(kv_.as<char>() + size_t(half) * kv_layer_bytes() +
-                                                    size_t(pad_block_) * block_bytes,
-                                                0, block_bytes, s),
-                                "scratch KV block"));
+  // The capture batches wrote the scratch block: zero it again (each peer did its own).
+  COSERVE_CUDA_TRY(kv_.zero_scratch_block(w_.config.num_hidden_layers, s));
   COSERVE_CUDA_TRY(stream_.synchronize());
   COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo"));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -486,20 +579,15 @@ result<void> gpu_executor::capture_graphs() {
 result<void> gpu_executor::allocate_buffers() {
   const model_config& c = w_.config;
   const size_t T = size_t(opts_.max_num_tokens), S = size_t(max_rows_);
-  const size_t H = size_t(c.hidden_size), D = size_t(c.head_dim), I = size_t(c.intermediate_size);
-  const size_t hq = size_t(c.num_attention_heads), hkv = size_t(c.num_key_value_heads), V = size_t(c.vocab_size);
+  const size_t H = size_t(c.hidden_size), V = size_t(c.vocab_size);
+  COSERVE_CUDA_TRY(scratch_.allocate(c, opts_.max_num_tokens, w_.fp8));
   struct want {
     device_buffer* b;
     size_t bytes;
   };
-  for (want x : {want{&hidden_, T * H * 2}, want{&residual_, T * H * 2}, want{&normed_, T * H * 2},
-                 want{&qkv_, T * (hq + 2 * hkv) * D * 2}, want{&attn_, T * hq * D * 2}, want{&gate_up_, T * 2 * I * 2},
-                 want{&act_, T * I * 2}, want{&final_, S * H * 2}, want{&logits_, S * V * 4}, want{&tok_out_, S * 4},
-                 want{&top_out_, S * size_t(k_top_logprob_words) * 4},
-                 want{&lp_out_, S * 4}, want{&partial_o_, size_t(k_max_partial_rows) * hq * D * 4},
-                 want{&partial_lse_, size_t(k_max_partial_rows) * hq * 4}, want{&meta_dev_, k_metadata_bytes},
-                 want{&prompt_out_, T * size_t(k_prompt_row_words) * 4},
-                 want{&xq_, w_.fp8 ? T * std::max({H, I, hq * D}) : 0}, want{&xscale_, w_.fp8 ? T * 4 : 0}}) {
+  for (want x : {want{&final_, S * H * 2}, want{&logits_, S * V * 4}, want{&tok_out_, S * 4},
+                 want{&top_out_, S * size_t(k_top_logprob_words) * 4}, want{&lp_out_, S * 4},
+                 want{&meta_dev_, k_metadata_bytes}, want{&prompt_out_, T * size_t(k_prompt_row_words) * 4}}) {
     auto b = device_buffer::allocate(x.bytes);
     if (!b) return std::move(b).err();
     *x.b = std::move(b.value());
@@ -526,58 +614,52 @@ result<void> gpu_executor::allocate_buffers() {
     e.start = std::move(a.value());
     e.end = std::move(b.value());
   }
-  // Live sequences: those running (at most max_num_seqs) plus those registered for a prefill that
-  // is still being chunked or whose finish notice has not arrived yet.
-  const size_t slots = 4 * S + 64;
+  const size_t slots = last_token_slots();
   auto lt = device_buffer::allocate(slots * 4);
   if (!lt) return std::move(lt).err();
   last_tokens_ = std::move(lt.value());
   COSERVE_CUDA_TRY(cuda_check(cudaMemset(last_tokens_.get(), 0, slots * 4), "last-token buffer"));
   pad_slot_ = int32_t(slots - 1);  // reserved for graph padding rows
   for (size_t i = slots - 1; i-- > 0;) free_slots_.push_back(int32_t(i));
-
   // The inverse frequencies the CPU executor uses (model/rope.cpp: every scaling type, GGUF's
   // rope_freqs.weight), and LongRoPE's long table.
-  const auto upload_inv = [&](const std::vector<float>& inv, device_buffer& to) -> result<void> {
-    auto f = device_buffer::allocate(inv.size() * 4);
-    if (!f) return std::move(f).err();
-    to = std::move(f.value());
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpy(to.get(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice), "inv_freq"));
-    return {};
-  };
-  if (auto r = upload_inv(coserve::rope_inv_freq(c), inv_freq_); !r) return r.err();
-  rope_rotary_dim_ = c.rotary_dim > 0 && c.rotary_dim < c.head_dim ? c.rotary_dim : 0;
-  if (c.rope_scaling.kind == rope_kind::yarn || c.rope_scaling.kind == rope_kind::longrope)
-    rope_scale_ = c.rope_scaling.attention_factor;
-  if (c.rope_scaling.kind == rope_kind::longrope) rope_long_from_ = c.rope_scaling.original_max_position_embeddings;
-  if (c.rope_scaling.kind == rope_kind::longrope)
-    if (auto r = upload_inv(coserve::rope_inv_freq(c, true), inv_freq_long_); !r) return r.err();
+  COSERVE_CUDA_TRY(rope_.upload(c));
 
-  // KV cache last, from what is left: [layer][K|V][num_blocks, block_size, kv_heads, head_dim].
-  kv_cache_shape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, opts_.block_size, kv_elem_bytes(kv_type_)};
-  int64_t blocks = opts_.num_kv_blocks;
+  // KV cache last, from what is left (tensor parallel: the fewest blocks any rank fits, so one
+  // block table addresses every rank). One more block than the allocator hands out: the scratch
+  // block CUDA-graph padding rows attend over (zeroed, never written: padding rows write no KV).
+  int32_t blocks = opts_.num_kv_blocks;
   if (blocks <= 0) {
-    size_t free_b = 0, total_b = 0;
-    COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"));
-    auto n = kv_cache_num_blocks(shape, {int64_t(total_b), int64_t(free_b), opts_.gpu_memory_utilization, k_kv_reserve_bytes});
+    auto n = kv_blocks_that_fit(c, opts_.block_size, kv_type_, opts_.gpu_memory_utilization);
     if (!n) return std::move(n).err();
-    blocks = std::min<int64_t>(*n, INT32_MAX / opts_.block_size);
+    blocks = *n;
+    for (const auto& p : peers_) blocks = std::min(blocks, p->kv_blocks_fit());
   }
-  // One more block than the allocator hands out: the scratch block CUDA-graph padding rows attend
-  // over (zeroed, never written: padding rows write no KV).
-  kv_layer_elems_ = (blocks + 1) * opts_.block_size * c.num_key_value_heads * c.head_dim;
-  auto kv = device_buffer::allocate(size_t(blocks + 1) * size_t(kv_block_bytes(shape)));
-  if (!kv) return std::move(kv).err();
-  kv_ = std::move(kv.value());
-  info_.num_kv_blocks = int32_t(blocks);
-  pad_block_ = int32_t(blocks);
-  const size_t block_bytes = kv_block_bytes_one();
-  for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemset(kv_.as<char>() + size_t(half) * kv_layer_bytes() +
-                                               size_t(pad_block_) * block_bytes,
-                                           0, block_bytes),
-                                "scratch KV block"));
+  COSERVE_CUDA_TRY(kv_.allocate(c, opts_.block_size, blocks, kv_type_));
+  std::vector<std::future<result<void>>> peers_done;
+  for (auto& p : peers_) {
+    peer_job j;
+    j.what = peer_job::kind::allocate_kv;
+    j.num_kv_blocks = blocks;
+    j.done = std::make_shared<std::promise<result<void>>>();
+    peers_done.push_back(j.done->get_future());
+    p->post(std::move(j));
+  }
+  for (auto& f : peers_done) COSERVE_CUDA_TRY(f.get());
+  info_.num_kv_blocks = blocks;
+  pad_block_ = blocks;
   return {};
+}
+
+void gpu_executor::post_to_peers(const peer_job& job) {
+  for (auto& p : peers_) p->post(job);
+}
+
+error gpu_executor::fail_group(error e) {
+  if (!tp_group_) return e;
+  tp_group_->fail("rank 0: " + e.message);
+  e.code = k_executor_fatal;  // the group cannot run another step
+  return e;
 }
 
 gpu_executor::~gpu_executor() {
@@ -641,6 +723,11 @@ result<step_result> gpu_executor::collect() {
   launched_.pop_front();
   if (!rec->device.ok())  // an asynchronous fault: the context is unusable
     return make_error(k_executor_fatal, "gpu: " + rec->device.err().message);
+  if (tp_group_) {  // a rank failed, or NCCL reported an error: this step's outputs cannot be trusted
+    if (std::string why = tp_group_->async_error(); !why.empty()) tp_group_->fail("NCCL: " + why);
+    if (tp_group_->failed())
+      return make_error(k_executor_fatal, "gpu: tensor parallel group failed: " + tp_group_->failure());
+  }
   if (rec->failed) return std::move(*rec->failed);
   step_result out;
   out.step_id = rec->step_id;
@@ -718,6 +805,8 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   const model_config& c = w_.config;
   // The calling thread may not be the one that created the executor: select our device.
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(opts_.device), "cudaSetDevice"));
+  if (tp_group_ && tp_group_->failed())
+    return make_error(k_executor_fatal, "gpu: tensor parallel group failed: " + tp_group_->failure());
   for (const new_seq& n : plan.new_seqs) {
     auto st = std::make_shared<seq_state>();
     st->params = n.params;
@@ -741,17 +830,15 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   COSERVE_CUDA_TRY(ev.start.record(s));
   rec.events = next_events_;
   next_events_ = (next_events_ + 1) % 3;
-  // Copy-on-write block copies, every layer, K and V, before the forward.
-  const size_t block_bytes = kv_block_bytes_one();
-  for (auto [src, dst] : plan.block_copies) {
+  // Copy-on-write block copies, every layer, K and V, before the forward (every rank its slice).
+  for (auto [src, dst] : plan.block_copies)
     if (src < 0 || dst < 0 || src >= info_.num_kv_blocks || dst >= info_.num_kv_blocks)
       return make_error("invalid_argument", "gpu: block copy out of range");
-    for (int64_t half = 0; half < 2 * c.num_hidden_layers; ++half) {
-      char* base = kv_.as<char>() + size_t(half) * kv_layer_bytes();
-      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(base + size_t(dst) * block_bytes, base + size_t(src) * block_bytes,
-                                                  block_bytes, cudaMemcpyDeviceToDevice, s),
-                                  "block copy"));
-    }
+  for (auto [src, dst] : plan.block_copies) COSERVE_CUDA_TRY(kv_.copy_block(c.num_hidden_layers, src, dst, s));
+  if (!peers_.empty() && !plan.block_copies.empty()) {
+    peer_job j;
+    j.block_copies = plan.block_copies;
+    post_to_peers(j);
   }
   if (plan.seqs.empty()) return ev.end.record(s);
 
@@ -921,7 +1008,15 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
                                       std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()))) {
       COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
                                   "graph metadata upload"));
-      COSERVE_CUDA_TRY(cuda_check(cudaGraphLaunch(g->exec, s), "cudaGraphLaunch"));
+      if (!peers_.empty()) {
+        peer_job j = peer_forward_job(arena_meta(), forward_shape{bucket, bucket, g->cap.max_work, g->cap.max_merges,
+                                                                  nullptr},
+                                      f.meta.get(), *bytes, arena_dev_.get());
+        j.graph = true;
+        j.bucket = bucket;
+        post_to_peers(j);
+      }
+      if (auto r = cuda_check(cudaGraphLaunch(g->exec, s), "cudaGraphLaunch"); !r) return fail_group(std::move(r).err());
       const size_t S = sample_seqs.size();  // the real rows come first
       char* h = f.out.as<char>();
       COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
@@ -988,9 +1083,12 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               reinterpret_cast<const int32_t*>(d + *opg), int32_t(prompt_tokens.size()), prompt_top_n,
               reinterpret_cast<const pending_penalty*>(d + *opp), int32_t(pending.size()),
               reinterpret_cast<const int32_t*>(d + *ops)};
-  COSERVE_CUDA_TRY(forward(forward_shape{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()),
-                                         int32_t(p.merges.size()), nullptr},
-                           m, &f));
+  const forward_shape fs{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()), int32_t(p.merges.size()),
+                         nullptr};
+  if (!peers_.empty()) {
+    post_to_peers(peer_forward_job(m, fs, f.meta.get(), pk.used(), meta_dev_.get()));
+  }
+  if (auto r = forward(fs, m, &f); !r) return fail_group(std::move(r).err());
   const size_t S = p.sample_tokens.size();
   if (S > 0) {
     char* h = f.out.as<char>();
@@ -1015,56 +1113,14 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
   nvtx_range range("forward");
   const model_config& c = w_.config;
   cudaStream_t s = stream_.get();
-  const int32_t T = fs.num_tokens, H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
-  const int32_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
-  const int32_t qkv_n = (hq + 2 * hkv) * D;
+  const int32_t H = c.hidden_size;
   const float eps = c.rms_norm_eps;
-  bf16 *hidden = hidden_.as<bf16>(), *residual = residual_.as<bf16>(), *normed = normed_.as<bf16>();
-  // y [T, n] = x [T, k] w^T (+ bias): bf16, or fp8 W8A8 with x quantized per token first.
-  auto linear = [&](bf16* y, const bf16* x, const device_buffer& w, const device_buffer& w_scale,
-                    const device_buffer& bias, int32_t n, int32_t k) -> result<void> {
-    if (!w_.fp8) return gemm_.run(y, gemm_out::bf16, x, w.as<bf16>(), bias.as<bf16>(), T, n, k, s);
-    COSERVE_CUDA_TRY(launch_quantize_rows_e4m3(xq_.as<uint8_t>(), xscale_.as<float>(), x, T, k, s));
-    return gemm_.run_fp8(y, xq_.as<uint8_t>(), xscale_.as<float>(), w.as<uint8_t>(), w_scale.as<float>(),
-                         bias.as<bf16>(), T, n, k, s);
-  };
-  const device_buffer no_bias;
-  COSERVE_CUDA_TRY(launch_embedding(hidden, w_.embed.as<bf16>(), m.ids, last_tokens_.as<int32_t>(), T, H, c.vocab_size, s));
-  for (int32_t l = 0; l < c.num_hidden_layers; ++l) {
-    const device_layer& L = w_.layers[size_t(l)];
-    // layer 0: residual = hidden; later layers: residual += hidden (the previous MLP output)
-    // NVTX ranges per kernel family: norm + QKV GEMM, RoPE + KV write + attention, O GEMM + norm,
-    // MLP (Nsight Systems projects each range onto the GPU work it launched).
-    std::optional<nvtx_range> family(std::in_place, "qkv");
-    COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.input_norm.as<bf16>(), nullptr, T, H, eps, l > 0, s));
-    COSERVE_CUDA_TRY(linear(qkv_.as<bf16>(), normed, L.qkv, L.qkv_scale, L.qkv_bias, qkv_n, H));
-    if (!L.q_norm.empty())
-      COSERVE_CUDA_TRY(launch_head_rmsnorm(qkv_.as<bf16>(), L.q_norm.as<bf16>(), L.k_norm.as<bf16>(), T, hq, hkv, D, eps, s));
-    family.reset();
-    family.emplace("attention");
-    char* kc = kv_.as<char>() + size_t(2 * l) * kv_layer_bytes();
-    char* vc = kc + kv_layer_bytes();
-    COSERVE_CUDA_TRY(launch_rope_kv_write(
-        rope_kv_args{qkv_.as<bf16>(), m.positions, m.slots, inv_freq_.as<float>(), kc, vc, T, hq, hkv, D, kv_type_,
-                     inv_freq_long_.get() ? inv_freq_long_.as<float>() : nullptr, rope_long_from_, rope_scale_,
-                     rope_rotary_dim_, c.rope_layers.empty() || c.rope_layers[size_t(l)] != 0 ? 1 : 0},
-        s));
-    attention_args a{qkv_.as<bf16>(), qkv_n, kc, vc, attn_.as<bf16>(), partial_o_.as<float>(), partial_lse_.as<float>(),
-                     m.cu_seqlens, m.kv_lens, m.bt_offsets, m.block_tables, m.work, m.merges,
-                     fs.num_work, fs.num_merges, hq, hkv, D, opts_.block_size,
-                     1.0f / std::sqrt(float(D)), fs.attn_counts, kv_type_};
-    if (c.sliding_window > 0 && (c.sliding_layers.empty() || c.sliding_layers[size_t(l)] != 0)) a.window = c.sliding_window;
-    COSERVE_CUDA_TRY(launch_attention(a, s));
-    family.reset();
-    family.emplace("o_proj");
-    COSERVE_CUDA_TRY(linear(hidden, attn_.as<bf16>(), L.o, L.o_scale, L.o_bias, H, hq * D));
-    COSERVE_CUDA_TRY(launch_rmsnorm(normed, hidden, residual, L.post_norm.as<bf16>(), nullptr, T, H, eps, true, s));
-    family.reset();
-    family.emplace("mlp");
-    COSERVE_CUDA_TRY(linear(gate_up_.as<bf16>(), normed, L.gate_up, L.gate_up_scale, no_bias, 2 * I, H));
-    COSERVE_CUDA_TRY(launch_silu_mul(act_.as<bf16>(), gate_up_.as<bf16>(), T, I, s));
-    COSERVE_CUDA_TRY(linear(hidden, act_.as<bf16>(), L.down, L.down_scale, no_bias, H, I));
-  }
+  all_reduce_fn reduce;
+  if (tp_group_)
+    reduce = [g = tp_group_.get()](bf16* data, size_t n, cudaStream_t st) { return g->all_reduce_bf16(0, data, n, st); };
+  COSERVE_CUDA_TRY(run_layers(w_, gemm_, scratch_, kv_, rope_, inputs_of(m, fs), last_tokens_.as<int32_t>(), reduce, s));
+  const bf16* hidden = scratch_.hidden.as<bf16>();
+  bf16* residual = scratch_.residual.as<bf16>();
   if (m.num_prompt_rows > 0) {
     // Prompt logprobs: final norm and LM head over the scored positions, max_rows_ at a time
     // through the sampling rows' buffers (these rows are never sampled rows: their residual add
@@ -1100,7 +1156,9 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
                                         m.mask_words, c.vocab_size, s));
   COSERVE_CUDA_TRY(launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S,
                                  c.vocab_size, s, top_out_.as<uint32_t>()));
-  // The sampled ids stay on the device for the next step's inputs (the host gets a copy later).
+  // The sampled ids stay on the device for the next step's inputs (the host gets a copy later);
+  // the peers of a tensor-parallel group receive them for theirs (gpu/tp_peer.hpp).
+  if (tp_group_) COSERVE_CUDA_TRY(tp_group_->broadcast_i32(0, tok_out_.as<int32_t>(), size_t(S), s));
   return launch_scatter_tokens(last_tokens_.as<int32_t>(), m.row_slots, tok_out_.as<int32_t>(), S, s);
 }
 

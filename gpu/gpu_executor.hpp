@@ -2,6 +2,9 @@
 // cache, cuBLASLt GEMMs, the kernel families of gpu/kernels.hpp, sampling on the device.
 //
 // Thread and ownership: one executor per GPU, owned by its actor, called from one thread at a time.
+// With tensor_parallel_size N > 1 this executor is rank 0 on cuda:device and drives N - 1 peers on
+// the next devices, each on its own thread (gpu/tp_peer.hpp): the model split Megatron-style,
+// NCCL all-reduces, the whole LM head and sampling on rank 0.
 // Launch / collect (model/executor.hpp): launch() plans the step on the host, enqueues all of it on
 // the executor's stream (metadata upload, forward, sampling, the sampled ids' copy into pinned
 // memory) and a host function behind it (gpu::async_wait) that only posts the completion to the
@@ -71,6 +74,9 @@ struct gpu_executor_options {
   // on the host); a row is sampled per proposal and one after them, and a proposal is accepted when
   // its row samples it. No draft model here: such plans are refused.
   int32_t num_speculative_tokens = 0;
+  // --tensor-parallel-size: the model split over this many GPUs of this process, cuda:device ..
+  // cuda:device + N - 1 (gpu/tp_peer.hpp; NCCL). Sizes follow model/tensor_parallel.hpp's rule.
+  int32_t tensor_parallel_size = 1;
   load_progress progress;                // (tensors done, total, bytes) while weights load
 };
 

@@ -137,6 +137,18 @@ result<void> check_tensor_parallel_size(const model_weights& w, int32_t size) {
                "tensor_parallel_size"};
 }
 
+tensor_shard shard_shape(const model_config& c, int32_t rank, int32_t size) {
+  tensor_shard sh;
+  sh.rank = rank;
+  sh.size = size;
+  sh.num_heads = c.num_attention_heads / size;
+  int32_t kv_first = 0;
+  kv_heads_of(c.num_key_value_heads, size, rank, kv_first, sh.num_kv_heads);
+  sh.intermediate_size = c.intermediate_size / size;
+  std::tie(sh.vocab_begin, sh.vocab_end) = vocab_range(c.vocab_size, size, rank);
+  return sh;
+}
+
 result<model_weights> shard_weights(const model_weights& full, int32_t rank, int32_t size) {
   if (auto r = check_tensor_parallel_size(full, size); !r) return r.err();
   if (rank < 0 || rank >= size) return make_error("invalid_argument", "tensor parallel rank outside the group");
@@ -147,14 +159,10 @@ result<model_weights> shard_weights(const model_weights& full, int32_t rank, int
   s.files = full.files;
   s.gguf = full.gguf;
   s.owned = full.owned;
-  tensor_shard& sh = s.shard;
-  sh.rank = rank;
-  sh.size = size;
-  sh.num_heads = c.num_attention_heads / size;
-  int32_t kv_first = 0;
-  kv_heads_of(c.num_key_value_heads, size, rank, kv_first, sh.num_kv_heads);
-  sh.intermediate_size = c.intermediate_size / size;
-  std::tie(sh.vocab_begin, sh.vocab_end) = vocab_range(c.vocab_size, size, rank);
+  s.shard = shard_shape(c, rank, size);
+  const tensor_shard& sh = s.shard;
+  int32_t kv_first = 0, kv_count = 0;
+  kv_heads_of(c.num_key_value_heads, size, rank, kv_first, kv_count);
   const int64_t q0 = int64_t(rank) * sh.num_heads * d, qn = int64_t(sh.num_heads) * d;
   const int64_t k0 = int64_t(kv_first) * d, kn = int64_t(sh.num_kv_heads) * d;
   const int64_t i0 = int64_t(rank) * sh.intermediate_size, in = sh.intermediate_size;

@@ -37,6 +37,8 @@ namespace coserve {
 std::vector<int32_t> tensor_parallel_sizes(const model_weights& w);
 // An error naming the sizes that work when `size` is not one of them.
 result<void> check_tensor_parallel_size(const model_weights& w, int32_t size);
+// Rank `rank`'s counts (heads, KV heads, MLP width, LM-head rows) for a size that works.
+tensor_shard shard_shape(const model_config& c, int32_t rank, int32_t size);
 // Rank `rank`'s shard of `full` (which it shares the mapped files with), size > 1.
 result<model_weights> shard_weights(const model_weights& full, int32_t rank, int32_t size);
 

@@ -4,7 +4,7 @@
 //   bench_gpu_executor [--batches 1,16,64,256] [--prompt 128[,1024,...]] [--steps 64] [--prefill-tokens 8192]
 //                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256] [--enforce-eager 0|1]
 //                      [--quantization fp8] [--kv-cache-dtype auto|fp8|fp8_e5m2] [--tune-gemms 0|1]
-//                      [--sampling greedy|sampled|both]
+//                      [--sampling greedy|sampled|both] [--tensor-parallel-size N]
 //
 // --prompt takes a list: every (prompt, sampling, batch) is run in turn. "sampled" requests draw with
 // temperature 1, top-p 0.9 and repetition penalty 1.1 (seeded), as the sampled rows ask.
@@ -13,7 +13,9 @@
 // not streamed) plus the KV of every sequence, so step_ms >= bytes_read_per_step / HBM bandwidth;
 // "roofline_fraction" = that bound / measured step. Decode runs as the server runs it, two steps in
 // flight; "gpu_idle_fraction" is the device's idle time between consecutive steps over its busy +
-// idle time, from CUDA events (gpu_step_timeline).
+// idle time, from CUDA events (gpu_step_timeline). With --tensor-parallel-size N the bytes are rank
+// 0's (its share of every layer, its KV heads, and the whole LM head it alone computes), the
+// slowest rank's reads, and the step includes the NCCL all-reduces.
 // Exits 0 with a message when no CUDA device is present.
 #include <chrono>
 #include <cstdio>
@@ -26,7 +28,9 @@
 #include <asio/io_context.hpp>
 
 #include "gpu/gpu_executor.hpp"
+#include "gpu/rank_config.hpp"
 #include "gpu/stream.hpp"
+#include "model/tensor_parallel.hpp"
 
 using namespace coserve;
 using clock_type = std::chrono::steady_clock;
@@ -67,6 +71,7 @@ int main(int argc, char** argv) {
   int32_t steps = 64, prefill_tokens = 8192;
   double hbm_tbps = 3.35;
   bool eager = false, tune = true;
+  int32_t tp = 1;
   std::string quantization, kv_dtype = "auto";
   model_config c;  // Llama-3-8B
   c.hidden_size = 4096;
@@ -102,6 +107,7 @@ int main(int argc, char** argv) {
     else if (a == "--quantization") quantization = argv[i + 1];
     else if (a == "--kv-cache-dtype") kv_dtype = argv[i + 1];
     else if (a == "--tune-gemms") tune = std::atoi(argv[i + 1]) != 0;
+    else if (a == "--tensor-parallel-size") tp = std::atoi(argv[i + 1]);
   }
   if (gpu::device_count() == 0) {
     std::printf("{\"skipped\":\"no CUDA device\"}\n");
@@ -115,6 +121,7 @@ int main(int argc, char** argv) {
   o.enforce_eager = eager;
   o.tune_gemms = tune;
   o.quantization = quantization;
+  o.tensor_parallel_size = tp;
   if (!parse_kv_cache_dtype(kv_dtype, o.kv_cache_dtype)) {
     std::fprintf(stderr, "error: --kv-cache-dtype %s is not auto, bf16, fp8, fp8_e4m3 or fp8_e5m2\n", kv_dtype.c_str());
     return 1;
@@ -127,7 +134,8 @@ int main(int argc, char** argv) {
   }
   const double load_s = std::chrono::duration<double>(clock_type::now() - t0).count();
   const auto info = (*ex)->info();
-  const double wbytes = weight_bytes(c, quantization == "fp8");
+  const model_config rank0 = tp > 1 ? gpu::rank_config(c, shard_shape(c, 0, tp)) : c;
+  const double wbytes = weight_bytes(rank0, quantization == "fp8");
   const double bound_ms = wbytes / (hbm_tbps * 1e12) * 1e3;
   std::printf("{\"device\":\"%s\",\"weight_bytes\":%.0f,\"kv_blocks\":%d,\"load_s\":%.2f,\"weights_read_ms\":%.3f}\n",
               info.device.c_str(), wbytes, info.num_kv_blocks, load_s, bound_ms);
@@ -235,7 +243,7 @@ int main(int argc, char** argv) {
     const double decode_s = std::chrono::duration<double>(clock_type::now() - ts).count();
     const double step_ms = decode_s / std::max(1, steps - warm) * 1e3;
     const gpu::step_timeline tl = gpu::gpu_step_timeline(**ex).value_or(gpu::step_timeline{});
-    const double kv_read = kv_bytes_per_step(c, batch, prompt + steps / 2, double(dtype_size(o.kv_cache_dtype)));
+    const double kv_read = kv_bytes_per_step(rank0, batch, prompt + steps / 2, double(dtype_size(o.kv_cache_dtype)));
     const double read_ms = (wbytes + kv_read) / (hbm_tbps * 1e12) * 1e3;
     std::printf("{\"bench\":\"decode\",\"sampling\":\"%s\",\"batch\":%d,\"context\":%d,\"step_ms\":%.3f,"
                 "\"tokens_per_s\":%.1f,\"bytes_read_per_step\":%.0f,\"roofline_fraction\":%.3f,\"device_busy_ms\":%.3f,"

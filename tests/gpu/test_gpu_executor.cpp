@@ -381,6 +381,55 @@ TEST_CASE("gpu executor: CUDA graphs on and off, one step at a time or two in fl
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to one GPU, graphs and two steps in "
+          "flight included",
+          "[gpu][executor][tp]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  if (gpu::device_count() < 2) COSERVE_SKIP("tensor parallelism needs at least 2 CUDA devices");
+  // 8 query heads over 2 KV heads: at 2 ranks each holds one KV head, at 4 each KV head is held by
+  // two ranks. The second model has attention biases (q/k/v split by heads, o_proj's added once,
+  // on rank 0, before the all-reduce).
+  for (const bool bias : {false, true}) {
+    const char* arch = bias ? "llama+attention_bias" : "llama";
+    const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_demo_tp_" + std::to_string(bias));
+    demo_options o = gpu_demo_options(21);
+    o.qkv_bias = bias;
+    REQUIRE(make_demo_model(dir.string(), o).ok());
+    auto make = [&](int32_t tp, bool eager) {
+      gpu::gpu_executor_options go = folder_options(dir.string());
+      go.return_logits = false;
+      go.tensor_parallel_size = tp;
+      go.enforce_eager = eager;
+      auto e = gpu::make_gpu_executor(go);
+      INFO((e.ok() ? std::string() : e.err().message));
+      REQUIRE(e.ok());
+      return std::move(*e);
+    };
+    auto one = make(1, true);
+    const auto prompts = ramp_prompts(10, 3, 5, 17, 0);
+    for (int32_t tp : {2, 4}) {
+      if (gpu::device_count() < tp) {
+        WARN("tensor parallel " << tp << " not run: " << gpu::device_count() << " CUDA devices");
+        continue;
+      }
+      auto eager = make(tp, true);
+      auto graphs = make(tp, false);
+      for (size_t i = 0; i < prompts.size(); ++i)
+        check_logprobs_close_to(*one, *eager, 2000 + i, prompts[i],
+                                std::string(arch) + " tp " + std::to_string(tp) + " prompt " + std::to_string(i));
+      // The same ranks with graphs and two steps in flight compute the same sums: identical tokens.
+      const auto a = drive(*eager, prompts, 24, 16);
+      const auto b = drive(*graphs, prompts, 24, 16, nullptr, true);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        CAPTURE(arch, tp, i);
+        CHECK(b.tokens[i] == a.tokens[i]);
+      }
+      CHECK(gpu::gpu_step_timeline(*graphs)->graph_steps >= 23);
+    }
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST_CASE("gpu executor under a grammar: every sampled output follows it (token bitmask kernel)",
           "[gpu][executor][structured]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();

@@ -189,7 +189,8 @@ def test_sizes_that_do_not_fit_are_startup_errors():
     r = subprocess.run([binary, "serve", "--demo", "--port", "0", "--device", "cuda", "--tensor-parallel-size", "2"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
-    assert "tensor-parallel-size" in r.stderr
+    # Tensor parallelism over GPUs needs that many devices in this process.
+    assert "--tensor-parallel-size 2 needs 2 CUDA devices" in r.stderr, r.stderr
 
 
 # Two hosts: network namespaces A and B, a veth pair between them (10.213.N.1 and .2), each with its
