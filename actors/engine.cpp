@@ -661,10 +661,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     if (!config.speculative_config.empty()) {
       auto spec = actors::parse_speculative_config(config.speculative_config);
       if (!spec) return spec.err();
-      if (!spec->draft_model.empty())
-        return error{"invalid_argument", "--speculative-config: a draft model ('model') runs on --device cpu; the "
-                                         "CUDA executor verifies n-gram proposals ({\"method\":\"ngram\",...})",
-                     "model"};
+      opts.draft_model_dir = spec->draft_model;
       opts.num_speculative_tokens = spec->num_speculative_tokens;
     }
     opts.progress = progress_logger("weights to the GPU");

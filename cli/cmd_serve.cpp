@@ -150,11 +150,13 @@ engine:
                                 of its last B..A tokens (prompt and output; both default to 5).
                                 Draft model: {"model": DIR, "num_speculative_tokens": K}: a smaller
                                 model with the same vocabulary runs beside this one (its own KV
-                                cache over the same blocks) and proposes K tokens greedily. Either
-                                way the model verifies the proposals in the same step and outputs
-                                keep its distribution (greedy: identical). "disable_by_batch_size":
-                                C turns proposals off while more than C sequences run (default: no
-                                limit). --device cuda: n-gram lookup only
+                                cache over the same blocks) and proposes K tokens: its argmax for
+                                greedy requests, a draw from it for sampled ones (--device cuda:
+                                always its argmax; requests with penalties verify none there).
+                                Either way the model verifies the proposals in the same step and
+                                outputs keep its distribution (greedy: identical).
+                                "disable_by_batch_size": C turns proposals off while more than C
+                                sequences run (default: no limit)
 tools:
   --enable-auto-tool-choice     serve tool_choice "auto" (the default when a request has tools):
                                 the output is read for tool calls by --tool-call-parser. Without it

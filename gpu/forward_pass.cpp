@@ -94,13 +94,17 @@ result<void> kv_store::copy_block(int32_t num_layers, int32_t src, int32_t dst, 
 }
 
 result<int32_t> kv_blocks_that_fit(const model_config& c, int32_t block_size, kv_elem type,
-                                   double gpu_memory_utilization) {
+                                   double gpu_memory_utilization, int64_t extra_block_bytes) {
   kv_cache_shape shape{c.num_hidden_layers, c.num_key_value_heads, c.head_dim, block_size, kv_elem_bytes(type)};
   size_t free_b = 0, total_b = 0;
   COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"));
   auto n = kv_cache_num_blocks(shape, {int64_t(total_b), int64_t(free_b), gpu_memory_utilization, k_kv_reserve_bytes});
   if (!n) return std::move(n).err();
-  return int32_t(std::min<int64_t>(*n, INT32_MAX / block_size - 1));
+  // The budget the model's blocks would take, shared with the extra bytes of each.
+  const int64_t own = kv_block_bytes(shape);
+  const int64_t blocks = extra_block_bytes > 0 ? *n * own / (own + extra_block_bytes) : *n;
+  if (blocks < 1) return make_error("resource_exhausted", "no memory left for the KV cache and the draft model's");
+  return int32_t(std::min<int64_t>(blocks, INT32_MAX / block_size - 1));
 }
 
 layer_inputs rebase(const layer_inputs& in, const void* from, const void* to) {

@@ -63,9 +63,10 @@ struct kv_store {
   result<void> copy_block(int32_t num_layers, int32_t src, int32_t dst, cudaStream_t s) const;
 };
 
-// The KV blocks that fit in what is left on the current device (startup).
+// The KV blocks that fit in what is left on the current device (startup); extra_block_bytes: what
+// each block costs besides this model's (a draft model's cache over the same block ids).
 result<int32_t> kv_blocks_that_fit(const model_config& c, int32_t block_size, kv_elem type,
-                                   double gpu_memory_utilization);
+                                   double gpu_memory_utilization, int64_t extra_block_bytes = 0);
 
 // What one forward pass reads besides the weights: device addresses of the step's metadata, and
 // its sizes (capacities when attn_counts points at the step's real counts: graphs).

@@ -24,12 +24,15 @@
 #include "gpu/decode_graph.hpp"
 #include "gpu/device_buffer.hpp"
 #include "gpu/device_weights.hpp"
+#include "gpu/draft_model.hpp"
+#include "gpu/draft_plan.hpp"
 #include "gpu/forward_pass.hpp"
 #include "gpu/gemm.hpp"
 #include "gpu/kernels.hpp"
 #include "gpu/kv_cache_sizing.hpp"
 #include "gpu/launch_params.hpp"
 #include "gpu/logit_edit.hpp"
+#include "gpu/metadata_packer.hpp"
 #include "gpu/nvtx.hpp"
 #include "gpu/stream.hpp"
 #include "gpu/tp_peer.hpp"
@@ -45,26 +48,6 @@ namespace {
 constexpr size_t k_metadata_bytes = size_t(16) << 20;  // per-step metadata (pinned + device)
 constexpr int32_t k_prompt_row_words = 2 + 2 * k_prompt_logprobs_max_top;  // one prompt logprob row's output
 
-// Appends arrays to the pinned staging buffer at 16-byte boundaries; offsets address the device
-// copy of the same buffer.
-class metadata_packer {
- public:
-  explicit metadata_packer(pinned_buffer& host) : host_(host) {}
-  template <class T>
-  result<size_t> add(const std::vector<T>& v) {
-    const size_t off = (used_ + 15) & ~size_t(15);
-    const size_t bytes = v.size() * sizeof(T);
-    if (off + bytes > host_.bytes()) return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
-    if (bytes) std::memcpy(static_cast<char*>(host_.get()) + off, v.data(), bytes);
-    used_ = off + bytes;
-    return off;
-  }
-  size_t used() const noexcept { return used_; }
-
- private:
-  pinned_buffer& host_;
-  size_t used_ = 0;
-};
 
 // Up to n (id, logprob as f32 bits) pairs a top-N kernel wrote at w, up to an id of -1
 // (launch_sample's out_top, launch_prompt_logprobs's rows).
@@ -139,6 +122,7 @@ class gpu_executor final : public executor {
   // pending (a third step is launched only after step N is collected).
   struct frame {
     pinned_buffer meta, out, top, prompt_out;  // top: [max_rows_, k_top_logprob_words] top logprobs
+    pinned_buffer draft_meta, proposals;       // the draft's passes' metadata; its picks, read back
   };
   struct launched_step {
     uint64_t step_id = 0;
@@ -148,6 +132,29 @@ class gpu_executor final : public executor {
     std::vector<seq_ptr> rows;       // per sampled row, the sequence's state
     std::vector<seq_id_t> row_ids;
     std::vector<int32_t> row_draft;  // per row, the proposal it verifies (-1: the sequence's last row)
+    // Draft model: per row, the index of its proposal among the step's picks read back into
+    // frame::proposals (-1: none; row_draft is filled from there by collect()). A row whose
+    // sequence has penalties verifies nothing (its row_draft is the vocabulary size, never sampled):
+    // its later rows' penalties would need the proposals on the host.
+    std::vector<int32_t> row_pick;
+    int32_t num_picks = 0;
+    // What the draft and the model computed this step, recorded in the draft's map at collect()
+    // (the picks and the ids of the step before are known only then).
+    struct proposals_run {
+      seq_id_t seq;
+      std::vector<int32_t> table;
+      int32_t start, count, pick0;  // proposal j at position start + j is pick pick0 + j
+    };
+    std::vector<proposals_run> draft_runs;
+    struct model_run {
+      seq_ptr st;
+      seq_id_t seq;
+      std::vector<int32_t> table;
+      int32_t start;
+      std::vector<int32_t> ids;  // literal; k_token_from_last_step: its previous token; k_token_from_draft: a pick
+      int32_t pick0;             // its first pick (its k_token_from_draft ids in order)
+    };
+    std::vector<model_run> model_runs;
     bool top_logprobs = false;       // some row asked for top logprobs (frame::top was filled)
     // Prompt logprob rows, in the order of frame::prompt_out: the sequence and the position scored.
     std::vector<std::pair<seq_ptr, int32_t>> prompt_rows;
@@ -273,6 +280,8 @@ class gpu_executor final : public executor {
   int32_t pad_block_ = 0;          // scratch KV block past the allocator's blocks (padding rows)
   int32_t pad_slot_ = 0;           // scratch last-token slot (padding rows)
   // Tensor parallel (tensor_parallel_size > 1): the group and ranks 1..N-1; this executor is rank 0.
+  std::unique_ptr<gpu_draft_model> draft_;
+  int32_t pick_slot_base_ = 0;  // last-token slots [base, base + max_num_seqs * k) hold the draft's picks
   std::shared_ptr<nccl_group> tp_group_;
   std::vector<std::unique_ptr<tp_peer>> peers_;
   // Posts a copy of a step (or a capture) to every peer; `base` is where its metadata lies on this
@@ -289,7 +298,7 @@ class gpu_executor final : public executor {
 
 result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_options& o) {
   if (o.tensor_parallel_size < 1) return make_error("invalid_argument", "gpu: tensor_parallel_size must be at least 1");
-  if (o.tensor_parallel_size > 1) {
+  if (o.tensor_parallel_size > 1 || o.nccl_single_rank) {
     if (!nccl_available())
       return make_error("unavailable", "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
                                            ": this build of the CUDA executor has no NCCL");
@@ -310,6 +319,14 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     return make_error("invalid_argument", "gpu: num_speculative_tokens must be in [0, 64]");
   if (!o.quantization.empty() && o.quantization != "fp8")
     return make_error("invalid_argument", "gpu: quantization must be fp8 (or none), not '" + o.quantization + "'");
+  if (!o.draft_model_dir.empty() && o.num_speculative_tokens <= 0)
+    return error{"invalid_argument", "--speculative-config: a draft model needs num_speculative_tokens > 0",
+                 "num_speculative_tokens"};
+  if (!o.draft_model_dir.empty() && o.tensor_parallel_size > 1)
+    return error{"invalid_argument", "--speculative-config: a draft model with --tensor-parallel-size " +
+                                         std::to_string(o.tensor_parallel_size) + " is not supported on the CUDA "
+                                         "executor (n-gram speculation is)",
+                 "model"};
   kv_elem kv_type = kv_elem::bf16;
   switch (o.kv_cache_dtype) {
     case dtype::bf16: break;
@@ -339,7 +356,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   const int32_t N = o.tensor_parallel_size;
   std::vector<std::future<result<std::unique_ptr<tp_peer>>>> starting;
   tp_peer::options peer_base;
-  if (N > 1) {
+  if (N > 1 || o.nccl_single_rank) {
     auto group = nccl_group::create([&] {
       std::vector<int32_t> d;
       for (int32_t r = 0; r < N; ++r) d.push_back(o.device + r);
@@ -423,6 +440,22 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     if (!p) return std::move(p).err();
     e->peers_.push_back(std::move(p.value()));
   }
+  if (!o.draft_model_dir.empty()) {
+    cudaDeviceProp dp{};
+    COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&dp, o.device), "cudaGetDeviceProperties"));
+    gpu_draft_model::options dopt;
+    dopt.dir = o.draft_model_dir;
+    dopt.max_num_tokens = o.max_num_tokens;
+    dopt.max_picks = o.max_num_seqs;
+    dopt.block_size = o.block_size;
+    dopt.kv_type = kv_type;
+    dopt.num_sms = dp.multiProcessorCount;
+    const model_config& tc = e->w_.config;
+    auto d = gpu_draft_model::load(dopt, tc, o.max_model_len > 0 ? o.max_model_len : tc.max_position_embeddings,
+                                   e->stream_.get(), o.progress);
+    if (!d) return std::move(d).err();
+    e->draft_ = std::move(d.value());
+  }
   const model_config& c = e->w_.config;
   if (e->eos_ids_.empty()) e->eos_ids_ = c.eos_token_ids;
   if (c.num_attention_heads % c.num_key_value_heads != 0 ||
@@ -440,6 +473,9 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
                     (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) +
                     " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype));
+  if (e->draft_)
+    e->info_.device += ", draft model " + std::to_string(e->draft_->config().num_hidden_layers) + " layers (" +
+                       std::to_string(e->draft_->weight_bytes() >> 20) + " MiB)";
   if (N > 1) {
     e->info_.device += ", tensor parallel " + std::to_string(N) + " (NCCL)";
     std::fprintf(stderr, "coserve gpu: rank 0: cuda:%d, %d query / %d KV heads, MLP width %d, weights %lld MiB (with the "
@@ -614,11 +650,23 @@ result<void> gpu_executor::allocate_buffers() {
     e.start = std::move(a.value());
     e.end = std::move(b.value());
   }
+  // The sequences' slots, then (draft model) the picks' slots: max_num_seqs proposing sequences x k.
   const size_t slots = last_token_slots();
-  auto lt = device_buffer::allocate(slots * 4);
+  const size_t picks = draft_ ? size_t(opts_.max_num_seqs) * size_t(opts_.num_speculative_tokens) : 0;
+  pick_slot_base_ = int32_t(slots);
+  auto lt = device_buffer::allocate((slots + picks) * 4);
   if (!lt) return std::move(lt).err();
   last_tokens_ = std::move(lt.value());
-  COSERVE_CUDA_TRY(cuda_check(cudaMemset(last_tokens_.get(), 0, slots * 4), "last-token buffer"));
+  COSERVE_CUDA_TRY(cuda_check(cudaMemset(last_tokens_.get(), 0, (slots + picks) * 4), "last-token buffer"));
+  if (draft_)
+    for (frame& f : frames_) {
+      auto dm = pinned_buffer::allocate(size_t(8) << 20);
+      if (!dm) return std::move(dm).err();
+      f.draft_meta = std::move(dm.value());
+      auto pp = pinned_buffer::allocate(picks * 4);
+      if (!pp) return std::move(pp).err();
+      f.proposals = std::move(pp.value());
+    }
   pad_slot_ = int32_t(slots - 1);  // reserved for graph padding rows
   for (size_t i = slots - 1; i-- > 0;) free_slots_.push_back(int32_t(i));
   // The inverse frequencies the CPU executor uses (model/rope.cpp: every scaling type, GGUF's
@@ -630,12 +678,14 @@ result<void> gpu_executor::allocate_buffers() {
   // block CUDA-graph padding rows attend over (zeroed, never written: padding rows write no KV).
   int32_t blocks = opts_.num_kv_blocks;
   if (blocks <= 0) {
-    auto n = kv_blocks_that_fit(c, opts_.block_size, kv_type_, opts_.gpu_memory_utilization);
+    auto n = kv_blocks_that_fit(c, opts_.block_size, kv_type_, opts_.gpu_memory_utilization,
+                                draft_ ? draft_->kv_block_bytes() : 0);
     if (!n) return std::move(n).err();
     blocks = *n;
     for (const auto& p : peers_) blocks = std::min(blocks, p->kv_blocks_fit());
   }
   COSERVE_CUDA_TRY(kv_.allocate(c, opts_.block_size, blocks, kv_type_));
+  if (draft_) COSERVE_CUDA_TRY(draft_->allocate_kv(blocks));  // the same block ids
   std::vector<std::future<result<void>>> peers_done;
   for (auto& p : peers_) {
     peer_job j;
@@ -750,6 +800,24 @@ result<step_result> gpu_executor::collect() {
     last_events_ = rec->events;
   }
   const frame& f = frames_[rec->frame];
+  if (draft_) {
+    // The draft's picks: the proposals the rows verified, and what the draft's cache now holds;
+    // then the model's tokens of this step (a previous token referenced on the device is the one
+    // the host collected last for that sequence, before this step's outputs).
+    const int32_t* picks = f.proposals.as<int32_t>();
+    for (size_t i = 0; i < rec->row_pick.size(); ++i)
+      if (rec->row_pick[i] >= 0) rec->row_draft[i] = picks[rec->row_pick[i]];
+    draft_kv_map& map = draft_->map();
+    for (const auto& dr : rec->draft_runs) map.note_draft(dr.seq, dr.table, dr.start, picks + dr.pick0, dr.count);
+    for (auto& mr : rec->model_runs) {
+      int32_t next_pick = mr.pick0;
+      for (int32_t& t : mr.ids) {
+        if (t == k_token_from_draft) t = picks[next_pick++];
+        else if (t == k_token_from_last_step) t = mr.st->last_token;
+      }
+      map.note_model(mr.seq, mr.table, mr.start, mr.ids.data(), int32_t(mr.ids.size()));
+    }
+  }
   const size_t S = rec->rows.size();
   const size_t V = size_t(w_.config.vocab_size);
   const char* h = f.out.as<char>();
@@ -834,7 +902,13 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   for (auto [src, dst] : plan.block_copies)
     if (src < 0 || dst < 0 || src >= info_.num_kv_blocks || dst >= info_.num_kv_blocks)
       return make_error("invalid_argument", "gpu: block copy out of range");
-  for (auto [src, dst] : plan.block_copies) COSERVE_CUDA_TRY(kv_.copy_block(c.num_hidden_layers, src, dst, s));
+  for (auto [src, dst] : plan.block_copies) {
+    COSERVE_CUDA_TRY(kv_.copy_block(c.num_hidden_layers, src, dst, s));
+    if (draft_) {
+      COSERVE_CUDA_TRY(draft_->kv().copy_block(draft_->config().num_hidden_layers, src, dst, s));
+      draft_->map().note_copy(src, dst);
+    }
+  }
   if (!peers_.empty() && !plan.block_copies.empty()) {
     peer_job j;
     j.block_copies = plan.block_copies;
@@ -845,6 +919,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   // Input ids: literal, or for a decode whose previous token the host has not collected yet, a
   // reference -(slot + 1) to the sequence's entry in the device's last-token buffer.
   std::vector<int32_t> ids;
+  std::vector<size_t> placeholders;  // indices into ids of k_token_from_draft
   std::vector<seq_state*> states;
   for (const scheduled_seq& q : plan.seqs) {
     auto it = seqs_.find(q.seq_id);
@@ -866,15 +941,54 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         }
         t = st.last_token;
       }
-      if (t == k_token_from_draft)
-        return make_error("invalid_argument", "gpu: a plan asks for draft-model proposals; the CUDA executor has no "
-                                              "draft model");
+      if (t == k_token_from_draft) {
+        if (!draft_)
+          return make_error("invalid_argument", "gpu: a plan asks for draft-model proposals; the CUDA executor has no "
+                                                "draft model");
+        placeholders.push_back(ids.size());  // a pick of the draft (below)
+        ids.push_back(0);
+        continue;
+      }
       if (t < 0 || t >= c.vocab_size) return make_error("invalid_argument", "gpu: token id out of range");
       ids.push_back(t);
     }
     for (int32_t b : q.block_table)
       if (b < 0 || b >= info_.num_kv_blocks) return make_error("invalid_argument", "gpu: block id out of range");
     states.push_back(&st);
+  }
+  // Draft model: its passes for this step, their picks' slots in place of the proposals' ids.
+  std::optional<draft_step> drafted;
+  if (draft_) {
+    // Per sequence: literal ids, k_token_from_last_step for a previous token still on the device,
+    // k_token_from_draft for a proposal.
+    std::vector<int32_t> marked = ids;
+    for (int32_t& t : marked)
+      if (t < 0) t = k_token_from_last_step;
+    for (size_t at : placeholders) marked[at] = k_token_from_draft;
+    std::vector<std::vector<int32_t>> inputs;
+    for (size_t i = 0, at = 0; i < plan.seqs.size(); at += plan.seqs[i].tokens.size(), ++i)
+      inputs.emplace_back(marked.begin() + ptrdiff_t(at), marked.begin() + ptrdiff_t(at + plan.seqs[i].tokens.size()));
+    auto ds = plan_draft(plan, inputs, draft_->map(), pick_slot_base_, opts_.num_speculative_tokens,
+                         opts_.max_num_tokens);
+    if (!ds) return std::move(ds).err();
+    drafted = std::move(ds.value());
+    std::vector<size_t> seq_at(plan.seqs.size() + 1, 0);
+    for (size_t i = 0; i < plan.seqs.size(); ++i) seq_at[i + 1] = seq_at[i] + plan.seqs[i].tokens.size();
+    for (const draft_step::proposer& pr : drafted->proposers)
+      for (int32_t j = 0; j < pr.count; ++j) ids[seq_at[pr.seq] + size_t(pr.first + j)] = -(pr.slot0 + j + 1);
+    for (size_t i = 0; i < plan.seqs.size(); ++i) {
+      const scheduled_seq& q = plan.seqs[i];
+      launched_step::model_run mr{seqs_.at(q.seq_id), q.seq_id, q.block_table, q.start_pos,
+                                  std::vector<int32_t>(inputs[i]), 0};
+      for (const draft_step::proposer& pr : drafted->proposers)
+        if (pr.seq == i) mr.pick0 = pr.slot0 - pick_slot_base_;
+      rec.model_runs.push_back(std::move(mr));
+    }
+    for (const draft_step::proposer& pr : drafted->proposers) {
+      const scheduled_seq& q = plan.seqs[pr.seq];
+      rec.draft_runs.push_back({q.seq_id, q.block_table, q.start_pos + pr.first, pr.count, pr.slot0 - pick_slot_base_});
+      rec.num_picks = std::max(rec.num_picks, pr.slot0 - pick_slot_base_ + pr.count);
+    }
   }
   // Prompt logprob rows: each position of a chunk below the sequence's last prompt position (whose
   // logits give its first output) scores the prompt token after it. Chunks arrive in order.
@@ -905,7 +1019,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   struct sample_row {
     int32_t seq;    // index into plan.seqs
     int32_t j;      // position among the sequence's rows
-    int32_t draft;  // the proposal row j verifies; -1 on the sequence's last row
+    int32_t draft;  // the proposal row j verifies; -1 on the sequence's last row; the vocabulary
+                    // size (never sampled) for a draft pick not known yet
+    int32_t pick;   // the draft's pick row j verifies (index among the step's picks), or -1
   };
   std::vector<sample_row> sample_rows;
   std::vector<int32_t> sample_seqs;
@@ -914,8 +1030,15 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     if (!q.sample) continue;
     sample_seqs.push_back(int32_t(i));
     const size_t first_draft = q.tokens.size() - size_t(q.num_draft);
-    for (int32_t j = 0; j <= q.num_draft; ++j)
-      sample_rows.push_back({int32_t(i), j, j < q.num_draft ? q.tokens[first_draft + size_t(j)] : -1});
+    int32_t pick0 = -1;
+    if (drafted)
+      for (const draft_step::proposer& pr : drafted->proposers)
+        if (pr.seq == i) pick0 = pr.slot0 - pick_slot_base_;
+    for (int32_t j = 0; j <= q.num_draft; ++j) {
+      const bool last = j == q.num_draft;
+      if (!last && pick0 >= 0) sample_rows.push_back({int32_t(i), j, c.vocab_size, pick0 + j});
+      else sample_rows.push_back({int32_t(i), j, last ? -1 : q.tokens[first_draft + size_t(j)], -1});
+    }
   }
   if (int32_t(sample_rows.size()) > max_rows_)
     return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
@@ -970,6 +1093,10 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         pending_slot.resize(sample_rows.size(), -1);
         pending_slot[row] = st.slot;
       }
+    } else if (sample_rows[row - 1].pick >= 0) {
+      // The draft's picks are on the device only: rows after the first verify nothing for a
+      // sequence with penalties (commit() leaves its picks unmatched), so their edits do not matter.
+      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits);
     } else {  // penalties see the proposals before this row as generated tokens
       if (sr.j == 1) with_proposals = st.penalties;
       with_proposals.accept(sample_rows[row - 1].draft);
@@ -987,8 +1114,19 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       rec.rows.push_back(seqs_.at(plan.seqs[size_t(sr.seq)].seq_id));
       rec.row_ids.push_back(plan.seqs[size_t(sr.seq)].seq_id);
       rec.row_draft.push_back(sr.draft);
+      rec.row_pick.push_back(sr.pick >= 0 && !states[size_t(sr.seq)]->has_penalties() ? sr.pick : -1);
     }
   };
+
+  // The draft's passes run ahead of the model's forward, which reads their picks. (A step with any
+  // for the draft has a sequence of several tokens: never a graph step.)
+  if (drafted && !drafted->passes.empty()) {
+    COSERVE_CUDA_TRY(draft_->run(*drafted, frames_[rec.frame].draft_meta, gemm_, last_tokens_.as<int32_t>(),
+                                 logits_.as<float>(), s));
+    for (const draft_step::computed& cd : drafted->first)
+      draft_->map().note_draft(plan.seqs[cd.seq].seq_id, plan.seqs[cd.seq].block_table, cd.start, cd.tokens.data(),
+                               int32_t(cd.tokens.size()));
+  }
 
   // A decode-only step without logit edits or grammars replays its bucket's graph.
   const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() && edits.empty() &&
@@ -1104,6 +1242,10 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
                                                 prompt_tokens.size() * size_t(k_prompt_row_words) * 4,
                                                 cudaMemcpyDeviceToHost, s),
                                 "prompt logprobs"));
+  if (rec.num_picks > 0)  // the draft's proposals, for collect() to compare with the sampled rows
+    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.proposals.get(), last_tokens_.as<int32_t>() + pick_slot_base_,
+                                                size_t(rec.num_picks) * 4, cudaMemcpyDeviceToHost, s),
+                                "draft proposals"));
   COSERVE_CUDA_TRY(ev.end.record(s));
   commit();
   return {};

@@ -71,12 +71,18 @@ struct gpu_executor_options {
   dtype kv_cache_dtype = dtype::bf16;
   // Speculative decoding: the most proposals a sequence verifies in one step (> 0 turns
   // verification on: executor_info::verifies_proposals). Proposals come in the plan (n-gram lookup
-  // on the host); a row is sampled per proposal and one after them, and a proposal is accepted when
-  // its row samples it. No draft model here: such plans are refused.
+  // on the host) or from the draft model below; a row is sampled per proposal and one after them,
+  // and a proposal is accepted when its row samples it.
   int32_t num_speculative_tokens = 0;
+  // A draft model folder ({"model": DIR} in --speculative-config): proposes greedily on the device
+  // for the plan's k_token_from_draft tokens (gpu/draft_model.hpp). Not with tensor parallelism.
+  std::string draft_model_dir;
   // --tensor-parallel-size: the model split over this many GPUs of this process, cuda:device ..
   // cuda:device + N - 1 (gpu/tp_peer.hpp; NCCL). Sizes follow model/tensor_parallel.hpp's rule.
   int32_t tensor_parallel_size = 1;
+  // Tests: with tensor_parallel_size 1, still run every collective through a one-rank NCCL group
+  // (the tensor-parallel path on a single GPU).
+  bool nccl_single_rank = false;
   load_progress progress;                // (tensors done, total, bytes) while weights load
 };
 

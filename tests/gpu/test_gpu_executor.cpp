@@ -381,6 +381,38 @@ TEST_CASE("gpu executor: CUDA graphs on and off, one step at a time or two in fl
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("gpu executor through a one-rank NCCL group gives the tokens it gives without one", "[gpu][executor][tp]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  // The tensor-parallel path on one GPU: every all-reduce and the sampled ids' broadcast go
+  // through NCCL (a one-rank group: each a copy), eagerly and inside CUDA graphs.
+  const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_nccl1";
+  REQUIRE(make_demo_model(dir.string(), gpu_demo_options(23)).ok());
+  auto make = [&](bool nccl, bool eager) {
+    gpu::gpu_executor_options go = folder_options(dir.string());
+    go.return_logits = false;
+    go.enforce_eager = eager;
+    go.nccl_single_rank = nccl;
+    auto e = gpu::make_gpu_executor(go);
+    INFO((e.ok() ? std::string() : e.err().message));
+    REQUIRE(e.ok());
+    return std::move(*e);
+  };
+  auto plain = make(false, true);
+  auto nccl_eager = make(true, true);
+  auto nccl_graphs = make(true, false);
+  const auto prompts = ramp_prompts(10, 3, 5, 17, 0);
+  const auto a = drive(*plain, prompts, 24, 16);
+  const auto b = drive(*nccl_eager, prompts, 24, 16);
+  const auto c = drive(*nccl_graphs, prompts, 24, 16, nullptr, true);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    CAPTURE(i);
+    CHECK(b.tokens[i] == a.tokens[i]);
+    CHECK(c.tokens[i] == a.tokens[i]);
+  }
+  CHECK(gpu::gpu_step_timeline(*nccl_graphs)->graph_steps >= 23);
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to one GPU, graphs and two steps in "
           "flight included",
           "[gpu][executor][tp]") {
@@ -633,6 +665,64 @@ TEST_CASE("gpu executor verifies proposals: greedy and seeded sampled outputs eq
   q.num_draft = 1;
   CHECK_FALSE((*plain_ex)->execute(p).ok());
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gpu executor with a draft model: outputs equal plain decoding's, the model as its own draft accepts its "
+          "proposals",
+          "[gpu][executor][speculation][draft]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  // The same driver runs on the CPU executor in CI (coserve_model_compute_tests "executor:
+  // proposals from a draft model*"). The draft's picks stay on the device; the host learns them
+  // with the outputs.
+  const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_draft_demo";
+  const auto other = std::filesystem::temp_directory_path() / "coserve_gpu_draft_other";
+  REQUIRE(make_demo_model(dir.string(), gpu_demo_options(5)).ok());
+  demo_options small = gpu_demo_options(77);
+  small.num_layers = 1;
+  REQUIRE(make_demo_model(other.string(), small).ok());
+  const auto prompts = ramp_prompts(8, 3, 4, 17, 0);
+  sampling_params greedy;
+  greedy.temperature = 0.0f;
+  sampling_params sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.9f;
+  sampling_params penalised = sampled;
+  penalised.repetition_penalty = 1.1f;
+  auto plain_ex = gpu::make_gpu_executor(folder_options(dir.string()));
+  REQUIRE(plain_ex.ok());
+  for (const auto& params : {std::vector<sampling_params>{greedy}, std::vector<sampling_params>{sampled, penalised}}) {
+    const auto plain = test::drive_verify(**plain_ex, prompts, 32, 16, params, {}, 0, 2000, 1);
+    for (const auto& draft : {dir, other}) {
+      gpu::gpu_executor_options go = folder_options(dir.string());
+      go.num_speculative_tokens = 3;
+      go.draft_model_dir = draft.string();
+      auto ex = gpu::make_gpu_executor(go);
+      INFO((ex.ok() ? std::string() : ex.err().message));
+      REQUIRE(ex.ok());
+      const auto spec = test::drive_verify(**ex, prompts, 32, 16, params, {}, 3, 2000, 2, 100, true);
+      INFO("draft " << draft.filename() << ", temperature " << params[0].temperature << ": " << spec.accepted
+                    << " of " << spec.proposed << " accepted");
+      // Sample-and-compare with greedy picks is exact: seeded rows draw what plain decoding draws.
+      CHECK(spec.tokens == plain.tokens);
+      CHECK(spec.proposed > 0);
+      // Itself as the draft: a greedy proposal is the model's own argmax (bf16 sums of another
+      // batch shape may flip a near tie, hence 95%, not all).
+      if (draft == dir && params[0].temperature == 0.0f) CHECK(spec.accepted * 100 >= spec.proposed * 95);
+      if (draft == other) CHECK(spec.accepted < spec.proposed);
+    }
+  }
+  // A draft whose vocabulary differs is refused naming 'model'.
+  demo_options wrong = gpu_demo_options(78);
+  wrong.vocab_size = 1000;
+  const auto wrong_dir = std::filesystem::temp_directory_path() / "coserve_gpu_draft_wrong";
+  REQUIRE(make_demo_model(wrong_dir.string(), wrong).ok());
+  gpu::gpu_executor_options bad = folder_options(dir.string());
+  bad.num_speculative_tokens = 2;
+  bad.draft_model_dir = wrong_dir.string();
+  auto refused = gpu::make_gpu_executor(bad);
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.err().param == "model");
+  for (const auto& d : {dir, other, wrong_dir}) std::filesystem::remove_all(d);
 }
 
 TEST_CASE("gpu executor: prompt logprobs across chunks and beside other sequences equal the next-token logits",

@@ -406,4 +406,38 @@ TEST_CASE("executor: verifying proposals, accepted and corrupted, gives plain gr
     for (size_t c : spec.top_counts[i]) CHECK(c == 2);  // accepted proposals come with their logprobs
 }
 
+TEST_CASE("executor: proposals from a draft model, the model itself or another, give plain greedy decoding's tokens",
+          "[model][executor][speculation]") {
+  // The driver the CUDA executor's draft test uses (tests/gpu/test_gpu_executor.cpp), here on the
+  // CPU executor: every step asks the draft for up to 3 proposals.
+  test::temp_dir dir("exec-draft"), other("exec-draft-other");
+  REQUIRE(make_demo_model(dir.str(), test::tiny_options(31)).ok());
+  REQUIRE(make_demo_model(other.str(), test::tiny_options(77)).ok());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 5; ++i) {
+    prompts.emplace_back();
+    for (int32_t t = 0; t < 4 + 5 * i; ++t) prompts.back().push_back((t * 11 + i * 7) % 90 + 1);
+  }
+  sampling_params greedy;
+  greedy.temperature = 0.0f;
+  cpu_executor_options o;
+  o.num_kv_blocks = 64;
+  o.num_threads = 2;
+  auto plain_ex = cpu_executor::load(dir.str(), o);
+  REQUIRE(plain_ex.ok());
+  const auto plain = test::drive_verify(**plain_ex, prompts, 30, 16, {greedy}, {}, 0, 96, 1);
+  for (const std::string& draft : {dir.str(), other.str()}) {
+    cpu_executor_options d = o;
+    d.draft_model_dir = draft;
+    auto ex = cpu_executor::load(dir.str(), d);
+    REQUIRE(ex.ok());
+    const auto spec = test::drive_verify(**ex, prompts, 30, 16, {greedy}, {}, 3, 96, 2, 100, true);
+    INFO(spec.accepted << " of " << spec.proposed << " accepted");
+    CHECK(spec.tokens == plain.tokens);
+    CHECK(spec.proposed > 0);
+    if (draft == dir.str()) CHECK(spec.accepted == spec.proposed);  // the model as its own draft
+    else CHECK(spec.accepted < spec.proposed);
+  }
+}
+
 }  // namespace coserve

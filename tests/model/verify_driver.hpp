@@ -24,11 +24,13 @@ struct verify_run {
 // Generates `steps` tokens for each prompt with execute(). `reference` empty: no proposals (plain
 // decoding). Otherwise, per sequence and step, up to k_max proposals taken from reference[i] at the
 // sequence's next output index; one in three proposal runs has one token replaced by another id,
-// so it must be rejected there. Sequence i has id first_id + i and seed 11 + i.
+// so it must be rejected there. from_draft: instead, every step asks for up to k_max proposals from
+// the executor's draft model (k_token_from_draft), as many as the sequence still needs. Sequence i
+// has id first_id + i and seed 11 + i.
 inline verify_run drive_verify(executor& ex, const std::vector<std::vector<int32_t>>& prompts, int32_t steps,
                                int32_t block_size, const std::vector<sampling_params>& params,
                                const std::vector<std::vector<int32_t>>& reference, int32_t k_max, int32_t vocab,
-                               uint32_t seed, seq_id_t first_id = 1) {
+                               uint32_t seed, seq_id_t first_id = 1, bool from_draft = false) {
   verify_run r;
   const size_t n = prompts.size();
   r.tokens.resize(n);
@@ -86,7 +88,13 @@ inline verify_run drive_verify(executor& ex, const std::vector<std::vector<int32
       s.tokens = {r.tokens[i].back()};
       s.block_table = tables[i];
       s.sample = true;
-      if (!reference.empty()) {
+      if (from_draft) {
+        const int32_t k = std::min<int32_t>(k_max, steps - int32_t(r.tokens[i].size()));
+        s.tokens.insert(s.tokens.end(), size_t(std::max(k, 0)), k_token_from_draft);
+        s.num_draft = std::max(k, 0);
+        r.proposed += s.num_draft;
+        r.verify_rows += k > 0 ? 1 + k : 0;
+      } else if (!reference.empty()) {
         const size_t at = r.tokens[i].size();  // the output index the first proposal predicts
         const int32_t room = int32_t(reference[i].size()) - int32_t(at);
         const int32_t k = std::min<int32_t>(int32_t(rng() % uint32_t(k_max + 1)), room);
