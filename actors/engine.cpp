@@ -552,12 +552,13 @@ namespace {
 // The CUDA executor lives in libcoserve_cuda.so (gpu/cuda_module.cpp), loaded on first use and
 // kept for the life of the process: $COSERVE_CUDA_MODULE if set, else the file beside the running
 // binary, else the dynamic loader's search path.
-result<std::unique_ptr<executor>> make_cuda_executor(const gpu::gpu_executor_options& opts) {
-  using make_fn = void (*)(const gpu::gpu_executor_options*, std::optional<result<std::unique_ptr<executor>>>*);
+// A symbol of libcoserve_cuda.so (next to the binary, or COSERVE_CUDA_MODULE), loaded once.
+result<void*> cuda_module_symbol(const char* name) {
   static std::mutex mu;
-  static make_fn fn = nullptr;
+  static void* module = nullptr;
   std::lock_guard lock(mu);
-  if (!fn) {
+  std::string why;
+  if (!module) {
     std::vector<std::string> tried;
     if (const char* env = std::getenv("COSERVE_CUDA_MODULE"); env && *env) {
       tried.emplace_back(env);
@@ -567,27 +568,55 @@ result<std::unique_ptr<executor>> make_cuda_executor(const gpu::gpu_executor_opt
       if (!ec) tried.push_back((exe.parent_path() / "libcoserve_cuda.so").string());
       tried.emplace_back("libcoserve_cuda.so");
     }
-    std::string why;
     for (const std::string& path : tried) {
       void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (!h) {
-        const char* e = dlerror();
-        why += (why.empty() ? "" : "; ") + std::string(e ? e : path + ": cannot load");
-        continue;
+      if (h) {
+        module = h;
+        break;
       }
-      fn = reinterpret_cast<make_fn>(dlsym(h, "coserve_make_gpu_executor_v1"));
-      if (fn) break;
-      why += (why.empty() ? "" : "; ") + path + ": no coserve_make_gpu_executor_v1";
+      const char* e = dlerror();
+      why += (why.empty() ? "" : "; ") + std::string(e ? e : path + ": cannot load");
     }
-    if (!fn) return error{"unavailable", "device 'cuda': the CUDA executor module did not load (" + why + ")"};
+    if (!module) return error{"unavailable", "device 'cuda': the CUDA executor module did not load (" + why + ")"};
   }
+  void* fn = dlsym(module, name);
+  if (!fn) return error{"unavailable", std::string("device 'cuda': the CUDA executor module has no ") + name};
+  return fn;
+}
+
+result<std::unique_ptr<executor>> make_cuda_executor(const gpu::gpu_executor_options& opts) {
+  using make_fn = void (*)(const gpu::gpu_executor_options*, std::optional<result<std::unique_ptr<executor>>>*);
+  auto sym = cuda_module_symbol("coserve_make_gpu_executor_v1");
+  if (!sym) return sym.err();
   std::optional<result<std::unique_ptr<executor>>> out;
-  fn(&opts, &out);
+  reinterpret_cast<make_fn>(*sym)(&opts, &out);
   if (!out) return error{"internal", "device 'cuda': the CUDA executor module returned nothing"};
   return std::move(*out);
 }
 }  // namespace
 #endif
+
+int32_t local_rank_device() {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMIX_LOCAL_RANK"})
+    if (const char* v = std::getenv(var); v && *v) return std::max(0, std::atoi(v));
+  return 0;
+}
+
+result<void> run_cuda_tp_rank(const std::filesystem::path& model_dir, communicator& world) {
+#if defined(COSERVE_HAVE_GPU_EXECUTOR)
+  using run_fn = void (*)(const std::string*, communicator*, int32_t, result<void>*);
+  auto sym = cuda_module_symbol("coserve_run_gpu_tp_rank_v1");
+  if (!sym) return sym.err();
+  const std::string dir = model_dir.string();
+  result<void> out;
+  reinterpret_cast<run_fn>(*sym)(&dir, &world, local_rank_device(), &out);
+  return out;
+#else
+  (void)model_dir;
+  (void)world;
+  return error{"invalid_argument", "device 'cuda': this build has no CUDA executor (configure with COSERVE_CUDA=ON)"};
+#endif
+}
 
 result<std::unique_ptr<executor>> make_default_executor(const engine_config& config) {
   auto model = load_model_config(config.model_dir.string());
@@ -631,11 +660,6 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     if (!e) return e.err();
     exec = std::move(*e);
   } else if (config.device == "cuda") {
-    if (config.tensor_parallel_size > 1 && config.tp_communicator)
-      return error{"invalid_argument", "--tensor-parallel-size " + std::to_string(config.tensor_parallel_size) +
-                                           " under mpirun: the CUDA executor splits a model over the GPUs of one "
-                                           "process (no launcher); MPI ranks run --device cpu",
-                   "tensor_parallel_size"};
     dtype gpu_kv = dtype::bf16;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, gpu_kv) ||
         (gpu_kv != dtype::bf16 && gpu_kv != dtype::f8_e4m3 && gpu_kv != dtype::f8_e5m2))
@@ -658,6 +682,10 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.quantization = config.quantization;
     opts.kv_cache_dtype = gpu_kv;
     opts.tensor_parallel_size = config.tensor_parallel_size;
+    if (config.tp_communicator && config.tensor_parallel_size > 1) {  // one GPU per MPI rank
+      opts.world = config.tp_communicator;
+      opts.device = local_rank_device();
+    }
     if (!config.speculative_config.empty()) {
       auto spec = actors::parse_speculative_config(config.speculative_config);
       if (!spec) return spec.err();

@@ -102,6 +102,13 @@ struct engine_config {
 // The built-in executor for config.device (CPU, or CUDA when built with it), model loaded.
 result<std::unique_ptr<executor>> make_default_executor(const engine_config& config);
 
+// This process's GPU under an MPI launch: its local rank on the host (OMPI_COMM_WORLD_LOCAL_RANK,
+// MPI_LOCALRANKID, SLURM_LOCALID or PMIX_LOCAL_RANK; 0 outside a launch).
+int32_t local_rank_device();
+// A CUDA tensor-parallel rank other than 0 in its own process (gpu/tp_peer.hpp,
+// run_remote_tp_rank): returns when rank 0 stops the job, or with the error that ended this rank.
+result<void> run_cuda_tp_rank(const std::filesystem::path& model_dir, communicator& world);
+
 // A chat request's input: rendered by the model's chat template in the tokenizer actor.
 struct chat_input {
   json::value messages;                  // array of {role, content (string | [{type:"text",...}]), ...}

@@ -449,7 +449,7 @@ int cmd_serve(int argc, char** argv) {
       std::fprintf(stderr, "coserve serve: rank %d: the startup barrier failed\n", world->rank());
       return 1;
     }
-    if (world->rank() > 0) return serve_tp_rank(a.engine.model_dir, a.engine.cpu_threads, *world);
+    if (world->rank() > 0) return serve_tp_rank(a.engine.model_dir, a.engine.cpu_threads, a.engine.device, *world);
     a.engine.tp_communicator = world;
   }
   // The listener opens before the model loads: /health answers 503 {"status":"loading"} meanwhile.

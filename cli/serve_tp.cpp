@@ -22,8 +22,8 @@ mpi_job join_mpi_job(int32_t tensor_parallel_size, const std::string& device) {
     job.exit_code = 2;
     return job;
   }
-  if (device != "cpu") {
-    std::fprintf(stderr, "coserve serve: --tensor-parallel-size under mpirun runs on --device cpu\n");
+  if (device != "cpu" && device != "cuda") {
+    std::fprintf(stderr, "coserve serve: --tensor-parallel-size under mpirun runs on --device cpu or cuda\n");
     job.exit_code = 2;
     return job;
   }
@@ -47,7 +47,8 @@ bool mpi_startup_barrier(communicator& world) {
   return world.gather(nullptr, 0, nullptr, 0).ok() && world.broadcast(none, 0).ok();
 }
 
-int serve_tp_rank(const std::filesystem::path& model_dir, int32_t cpu_threads, communicator& world) {
+int serve_tp_rank(const std::filesystem::path& model_dir, int32_t cpu_threads, const std::string& device,
+                  communicator& world) {
   // Rank 0 decides when the job ends: a signal mpirun forwards to every rank starts rank 0's drain,
   // after which its stop message ends this loop (mpirun's SIGKILL, after odls_base_sigkill_timeout,
   // still ends a rank that would not).
@@ -57,7 +58,8 @@ int serve_tp_rank(const std::filesystem::path& model_dir, int32_t cpu_threads, c
   std::fflush(stderr);
   result<void> r;
   try {
-    r = run_tp_rank(model_dir.string(), world, cpu_threads);
+    // --device cuda: this rank's GPU is its local rank on the host (gpu/tp_peer.hpp).
+    r = device == "cuda" ? run_cuda_tp_rank(model_dir, world) : run_tp_rank(model_dir.string(), world, cpu_threads);
   } catch (const std::exception& e) {
     // Rank 0 is inside a collective of this step: leaving ends the job (mpirun stops every rank).
     std::fprintf(stderr, "coserve rank %d: forward pass failed: %s; exiting\n", world.rank(), e.what());

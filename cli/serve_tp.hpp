@@ -20,7 +20,8 @@ struct mpi_job {
   int exit_code = 0;                    // non-zero: leave with it (the reason is logged)
 };
 // Joins the job when this process was started as one of several MPI ranks (or with
-// --tensor-parallel-size under a launcher): the rank count must equal the size, the device the CPU.
+// --tensor-parallel-size under a launcher): the rank count must equal the size, the device cpu or
+// cuda.
 mpi_job join_mpi_job(int32_t tensor_parallel_size, const std::string& device);
 
 // Whether this process writes the demo model: always outside a job; in one, the first rank of each
@@ -29,8 +30,10 @@ bool writes_demo_model(const communicator* world);
 // Every rank waits here until all have arrived (rank 0 last to be waited on).
 bool mpi_startup_barrier(communicator& world);
 
-// A rank other than 0: loads its shard and runs every step rank 0 broadcasts; the exit status.
-int serve_tp_rank(const std::filesystem::path& model_dir, int32_t cpu_threads, communicator& world);
+// A rank other than 0: loads its shard and runs every step rank 0 broadcasts (on the CPU, or with
+// --device cuda on its GPU); the exit status.
+int serve_tp_rank(const std::filesystem::path& model_dir, int32_t cpu_threads, const std::string& device,
+                  communicator& world);
 
 // Rank 0: exits the process (status 1) when the engine fails while no signal was seen, once the
 // failed requests' errors had half a second to reach their clients.

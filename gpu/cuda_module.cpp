@@ -6,9 +6,17 @@
 #include <optional>
 
 #include "gpu/gpu_executor.hpp"
+#include "gpu/tp_peer.hpp"
 
 extern "C" __attribute__((visibility("default"))) void coserve_make_gpu_executor_v1(
     const coserve::gpu::gpu_executor_options* options,
     std::optional<coserve::result<std::unique_ptr<coserve::executor>>>* out) {
   out->emplace(coserve::gpu::make_gpu_executor(*options));
+}
+
+// A tensor-parallel rank other than 0 in its own process (mpirun ... --device cuda): runs until
+// rank 0 stops it; *out gets the outcome.
+extern "C" __attribute__((visibility("default"))) void coserve_run_gpu_tp_rank_v1(
+    const std::string* model_dir, coserve::communicator* world, int32_t device, coserve::result<void>* out) {
+  *out = coserve::gpu::run_remote_tp_rank(*model_dir, *world, device);
 }

@@ -283,10 +283,13 @@ class gpu_executor final : public executor {
   std::unique_ptr<gpu_draft_model> draft_;
   int32_t pick_slot_base_ = 0;  // last-token slots [base, base + max_num_seqs * k) hold the draft's picks
   std::shared_ptr<nccl_group> tp_group_;
-  std::vector<std::unique_ptr<tp_peer>> peers_;
+  std::vector<std::unique_ptr<tp_peer>> peers_;  // ranks that are GPUs of this process
+  std::shared_ptr<communicator> world_;         // ranks that are other processes (MPI)
+  bool has_peers() const noexcept { return !peers_.empty() || world_ != nullptr; }
+  bool serving_ = false;  // create() finished: the other processes wait for jobs (or stop)
   // Posts a copy of a step (or a capture) to every peer; `base` is where its metadata lies on this
   // device. A failure after posting leaves the peers inside collectives: fail_group releases them.
-  void post_to_peers(const peer_job& job);
+  result<void> post_to_peers(const peer_job& job);
   error fail_group(error e);
   // Sampled rows a step may have: max_num_seqs, times 1 + num_speculative_tokens when proposals
   // are verified (each verifying sequence samples 1 + num_draft rows), within max_num_tokens.
@@ -302,7 +305,17 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     if (!nccl_available())
       return make_error("unavailable", "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
                                            ": this build of the CUDA executor has no NCCL");
-    if (const int n = device_count(); o.device + o.tensor_parallel_size > n)
+    if (o.world && o.world->size() != o.tensor_parallel_size)
+      return error{"invalid_argument",
+                   "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) + " with " +
+                       std::to_string(o.world->size()) + " MPI ranks: start one rank per GPU",
+                   "tensor_parallel_size"};
+    if (const int n = device_count(); o.world && o.device >= n)
+      return error{"invalid_argument",
+                   "--tensor-parallel-size under mpirun: this rank's GPU is cuda:" + std::to_string(o.device) +
+                       " (its local rank), and this host has " + std::to_string(n) + " CUDA devices",
+                   "tensor_parallel_size"};
+    if (const int n = device_count(); !o.world && o.device + o.tensor_parallel_size > n)
       return error{"invalid_argument",
                    "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) + " needs " +
                        std::to_string(o.tensor_parallel_size) + " CUDA devices from cuda:" + std::to_string(o.device) +
@@ -356,7 +369,29 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   const int32_t N = o.tensor_parallel_size;
   std::vector<std::future<result<std::unique_ptr<tp_peer>>>> starting;
   tp_peer::options peer_base;
-  if (N > 1 || o.nccl_single_rank) {
+  if (N > 1 && o.world) {
+    // Ranks in other processes: the setup, then the NCCL unique id; every rank joins the group.
+    remote_tp_setup rs;
+    rs.max_num_tokens = o.max_num_tokens;
+    rs.block_size = o.block_size;
+    rs.last_token_slots = int32_t(e->last_token_slots());
+    rs.kv_type = kv_type;
+    rs.gpu_memory_utilization = o.gpu_memory_utilization;
+    rs.metadata_bytes = k_metadata_bytes;
+    rs.dummy_seed = o.dummy_seed;
+    rs.tune_gemms = o.tune_gemms;
+    rs.fp8 = o.quantization == "fp8";  // an fp8 checkpoint is seen by every rank's loader alike
+    rs.dummy = o.load_format == "dummy";
+    std::vector<unsigned char> setup = encode_remote_tp_setup(rs);
+    COSERVE_CUDA_TRY(o.world->broadcast(setup, 0));
+    auto id = nccl_group::new_unique_id();
+    if (!id) return std::move(id).err();
+    COSERVE_CUDA_TRY(o.world->broadcast(*id, 0));
+    auto group = nccl_group::create_rank(*id, N, 0);
+    if (!group) return std::move(group).err();
+    e->tp_group_ = std::move(group.value());
+    e->world_ = o.world;
+  } else if (N > 1 || o.nccl_single_rank) {
     auto group = nccl_group::create([&] {
       std::vector<int32_t> d;
       for (int32_t r = 0; r < N; ++r) d.push_back(o.device + r);
@@ -374,6 +409,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     peer_base.tune_gemms = o.tune_gemms;
   }
   auto start_peer = [&](tp_peer::options po, int32_t r) {
+    if (o.world) return;  // that rank's own process starts it (run_remote_tp_rank)
     po.rank = r;
     po.device = o.device + r;
     starting.push_back(std::async(std::launch::async, [po = std::move(po)]() mutable { return tp_peer::start(std::move(po)); }));
@@ -393,7 +429,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
       model_weights probe;
       probe.config = c;
       COSERVE_CUDA_TRY(check_tensor_parallel_size(probe, N));
-      for (int32_t r = 1; r < N; ++r) {
+      for (int32_t r = 1; r < N && !o.world; ++r) {
         tp_peer::options po = peer_base;
         po.fp8 = fp8;
         po.dummy_config = rank_config(c, shard_shape(c, r, N));
@@ -412,7 +448,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     if (const std::string note = describe_fp8(*hw); !note.empty())
       std::fprintf(stderr, "coserve: %s, requantized to fp8 per output channel on the GPU\n", note.c_str());
     if (N > 1) {
-      for (int32_t r = 1; r < N; ++r) {
+      for (int32_t r = 1; r < N && !o.world; ++r) {
         auto sh = shard_weights(*hw, r, N);
         if (!sh) return std::move(sh).err();
         tp_peer::options po = peer_base;
@@ -489,6 +525,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     // A failed capture may leave peers inside a collective of its eager run: release them.
     if (auto r = e->capture_graphs(); !r) return e->fail_group(std::move(r).err());
   }
+  e->serving_ = true;
   return e;
 }
 
@@ -586,14 +623,18 @@ result<void> gpu_executor::capture_graphs() {
     const forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
     // Peers run the same eager pass (its collectives need every rank) and capture theirs.
     std::vector<std::future<result<void>>> peers_done;
-    for (auto& p : peers_) {
+    if (has_peers()) {
       peer_job j = peer_forward_job(m, fs, frames_[0].meta.get(), *bytes, arena_dev_.get());
       j.what = peer_job::kind::capture;
       j.bucket = g.bucket;
       j.arena_bytes = arena_.bytes;
-      j.done = std::make_shared<std::promise<result<void>>>();
-      peers_done.push_back(j.done->get_future());
-      p->post(std::move(j));
+      for (auto& p : peers_) {
+        peer_job mine = j;
+        mine.done = std::make_shared<std::promise<result<void>>>();
+        peers_done.push_back(mine.done->get_future());
+        p->post(std::move(mine));
+      }
+      if (world_) COSERVE_CUDA_TRY(post_to_peers(j));  // other processes: nothing to wait on here
     }
     auto exec = capture_graph(s, [&] { return forward(fs, m, nullptr); });
     if (!exec) return std::move(exec).err();
@@ -677,12 +718,22 @@ result<void> gpu_executor::allocate_buffers() {
   // block table addresses every rank). One more block than the allocator hands out: the scratch
   // block CUDA-graph padding rows attend over (zeroed, never written: padding rows write no KV).
   int32_t blocks = opts_.num_kv_blocks;
-  if (blocks <= 0) {
-    auto n = kv_blocks_that_fit(c, opts_.block_size, kv_type_, opts_.gpu_memory_utilization,
+  auto fit = kv_blocks_that_fit(c, opts_.block_size, kv_type_, opts_.gpu_memory_utilization,
                                 draft_ ? draft_->kv_block_bytes() : 0);
-    if (!n) return std::move(n).err();
-    blocks = *n;
+  std::vector<int32_t> fits;
+  if (world_) {  // every rank reports (its fit or its error), whatever this one found
+    const auto mine = encode_remote_report(fit ? *fit : 0, fit ? "" : fit.err().message);
+    std::vector<unsigned char> all;
+    COSERVE_CUDA_TRY(world_->gather(mine.data(), mine.size(), &all, 0));
+    auto reports = decode_remote_reports(all, world_->size());
+    if (!reports) return std::move(reports).err();
+    fits = std::move(reports.value());
+  }
+  if (blocks <= 0) {
+    if (!fit) return std::move(fit).err();
+    blocks = *fit;
     for (const auto& p : peers_) blocks = std::min(blocks, p->kv_blocks_fit());
+    for (int32_t f : fits) blocks = std::min(blocks, f);
   }
   COSERVE_CUDA_TRY(kv_.allocate(c, opts_.block_size, blocks, kv_type_));
   if (draft_) COSERVE_CUDA_TRY(draft_->allocate_kv(blocks));  // the same block ids
@@ -696,13 +747,22 @@ result<void> gpu_executor::allocate_buffers() {
     p->post(std::move(j));
   }
   for (auto& f : peers_done) COSERVE_CUDA_TRY(f.get());
+  if (world_) {
+    peer_job j;
+    j.what = peer_job::kind::allocate_kv;
+    j.num_kv_blocks = blocks;
+    COSERVE_CUDA_TRY(post_to_peers(j));
+  }
   info_.num_kv_blocks = blocks;
   pad_block_ = blocks;
   return {};
 }
 
-void gpu_executor::post_to_peers(const peer_job& job) {
+result<void> gpu_executor::post_to_peers(const peer_job& job) {
   for (auto& p : peers_) p->post(job);
+  if (!world_) return {};
+  std::vector<unsigned char> bytes = encode_peer_job(job);
+  return world_->broadcast(bytes, 0);  // a failure: a rank is gone (k_executor_fatal)
 }
 
 error gpu_executor::fail_group(error e) {
@@ -713,6 +773,12 @@ error gpu_executor::fail_group(error e) {
 }
 
 gpu_executor::~gpu_executor() {
+  // Ranks in other processes run until told to stop (after a failure mpirun ends them instead).
+  if (world_ && serving_ && !tp_group_->failed()) {
+    peer_job stop;
+    stop.what = peer_job::kind::stop;
+    (void)post_to_peers(stop);
+  }
   // Teardown: the stream's work reads the buffers about to be freed.
   if (stream_.get() != nullptr) (void)stream_.synchronize();
   for (decode_graph& g : graphs_)
@@ -909,10 +975,10 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       draft_->map().note_copy(src, dst);
     }
   }
-  if (!peers_.empty() && !plan.block_copies.empty()) {
+  if (has_peers() && !plan.block_copies.empty()) {
     peer_job j;
     j.block_copies = plan.block_copies;
-    post_to_peers(j);
+    if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
   }
   if (plan.seqs.empty()) return ev.end.record(s);
 
@@ -1146,13 +1212,13 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
                                       std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()))) {
       COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
                                   "graph metadata upload"));
-      if (!peers_.empty()) {
+      if (has_peers()) {
         peer_job j = peer_forward_job(arena_meta(), forward_shape{bucket, bucket, g->cap.max_work, g->cap.max_merges,
                                                                   nullptr},
                                       f.meta.get(), *bytes, arena_dev_.get());
         j.graph = true;
         j.bucket = bucket;
-        post_to_peers(j);
+        if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
       }
       if (auto r = cuda_check(cudaGraphLaunch(g->exec, s), "cudaGraphLaunch"); !r) return fail_group(std::move(r).err());
       const size_t S = sample_seqs.size();  // the real rows come first
@@ -1223,9 +1289,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               reinterpret_cast<const int32_t*>(d + *ops)};
   const forward_shape fs{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()), int32_t(p.merges.size()),
                          nullptr};
-  if (!peers_.empty()) {
-    post_to_peers(peer_forward_job(m, fs, f.meta.get(), pk.used(), meta_dev_.get()));
-  }
+  if (has_peers())
+    if (auto r = post_to_peers(peer_forward_job(m, fs, f.meta.get(), pk.used(), meta_dev_.get())); !r)
+      return fail_group(std::move(r).err());
   if (auto r = forward(fs, m, &f); !r) return fail_group(std::move(r).err());
   const size_t S = p.sample_tokens.size();
   if (S > 0) {

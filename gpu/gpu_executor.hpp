@@ -38,6 +38,7 @@
 #include <string>
 
 #include "model/config.hpp"
+#include "model/communicator.hpp"
 #include "model/executor.hpp"
 #include "model/weights.hpp"
 
@@ -80,6 +81,11 @@ struct gpu_executor_options {
   // --tensor-parallel-size: the model split over this many GPUs of this process, cuda:device ..
   // cuda:device + N - 1 (gpu/tp_peer.hpp; NCCL). Sizes follow model/tensor_parallel.hpp's rule.
   int32_t tensor_parallel_size = 1;
+  // An MPI job's communicator (mpirun -np N ... --tensor-parallel-size N; this process rank 0 on
+  // cuda:device): the other ranks are processes running gpu::run_remote_tp_rank, one GPU each, and
+  // every step's job reaches them by MPI broadcast (gpu/tp_peer.hpp). Null: ranks are GPUs of this
+  // process.
+  std::shared_ptr<communicator> world;
   // Tests: with tensor_parallel_size 1, still run every collective through a one-rank NCCL group
   // (the tensor-parallel path on a single GPU).
   bool nccl_single_rank = false;

@@ -1,6 +1,7 @@
-// Tensor parallelism on the GPUs of one process (--device cuda --tensor-parallel-size N): the
-// split of model/tensor_parallel.hpp (q/k/v and gate/up column-parallel, o and down row-parallel
-// with an all-reduce after each), one rank per device, NCCL between them.
+// Tensor parallelism on GPUs (--device cuda --tensor-parallel-size N): the split of
+// model/tensor_parallel.hpp (q/k/v and gate/up column-parallel, o and down row-parallel with an
+// all-reduce after each), one rank per device, NCCL between them; the ranks are GPUs of one
+// process, or one GPU per MPI rank (run_remote_tp_rank below).
 //
 // Rank 0 is the CUDA executor (gpu/gpu_executor.hpp): it plans each step, keeps every sequence's
 // state, and alone holds the final norm's output path: the whole LM head (not vocabulary-split: a
@@ -8,14 +9,16 @@
 // are tp_peers: each owns its device, stream, shard, KV cache slice (its KV heads of every block:
 // one block table for all ranks), scratch and CUDA graphs, and runs on its own thread. Per step rank
 // 0 posts the step's packed metadata and block copies to every peer (a copy of the bytes it
-// uploads itself); each peer uploads them to its device and runs the same layer loop
+// uploads itself; to another process, by MPI broadcast); each peer uploads them to its device and
+// runs the same layer loop
 // (gpu/forward_pass.hpp), joining rank 0's all-reduces, then receives the sampled ids by an NCCL
 // broadcast from rank 0 into its last-token buffer, so the next step's decode inputs resolve on
 // every device. Peers never block the serving path: rank 0 only posts to their queues.
 //
 // Faults: a rank that fails (a CUDA or NCCL error) marks the group failed and aborts every
-// communicator, so no rank waits forever inside a collective; rank 0 then fails its steps with
-// k_executor_fatal (the engine fails and clients get errors).
+// communicator of its process, so no rank there waits forever inside a collective; rank 0 then
+// fails its steps with k_executor_fatal (the engine fails and clients get errors). A rank in
+// another process exits instead, and mpirun ends the job.
 #pragma once
 
 #include <atomic>
@@ -31,6 +34,7 @@
 #include <vector>
 
 #include "gpu/forward_pass.hpp"
+#include "model/communicator.hpp"
 #include "gpu/rank_config.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
@@ -41,15 +45,21 @@ namespace coserve::gpu {
 // Whether this build has NCCL (the GPU tensor-parallel backend).
 bool nccl_available() noexcept;
 
-// One NCCL communicator per device of this process (ncclCommInitAll), and the group's failure.
+// A group's NCCL communicators held by this process, and the group's failure: every rank's (one per
+// device of this process, ncclCommInitAll), or one rank's of a group spread over processes
+// (ncclCommInitRank from rank 0's unique id, which the caller sends to the others over MPI).
 class nccl_group {
  public:
   static result<std::shared_ptr<nccl_group>> create(const std::vector<int32_t>& devices);
+  static result<std::vector<unsigned char>> new_unique_id();
+  // This process's rank of `size` on the current device.
+  static result<std::shared_ptr<nccl_group>> create_rank(const std::vector<unsigned char>& unique_id, int32_t size,
+                                                         int32_t rank);
   ~nccl_group();
   nccl_group(const nccl_group&) = delete;
   nccl_group& operator=(const nccl_group&) = delete;
 
-  int32_t size() const noexcept { return int32_t(comms_.size()); }
+  int32_t size() const noexcept { return size_; }
   // data[0, n) bf16 summed over the ranks in place, on `s` (rank's communicator).
   result<void> all_reduce_bf16(int32_t rank, void* data, size_t n, cudaStream_t s);
   // data[0, n) int32 of rank 0 copied to every rank, on `s`.
@@ -64,14 +74,17 @@ class nccl_group {
 
  private:
   nccl_group() = default;
-  std::vector<void*> comms_;  // ncclComm_t
+  std::vector<void*> comms_;  // ncclComm_t of ranks first_rank_, first_rank_ + 1, ...
+  int32_t first_rank_ = 0;
+  int32_t size_ = 0;
+  void* comm(int32_t rank) const { return comms_[size_t(rank - first_rank_)]; }
   std::atomic<bool> failed_{false};
   mutable std::mutex mu_;
   std::string why_;
   bool aborted_ = false;
 };
 
-// What rank 0 posts to a peer per step (or at startup).
+// What rank 0 posts to a peer per step (or at startup). Addresses are rank 0's (peers rebase them).
 struct peer_job {
   enum class kind { step, capture, allocate_kv, stop } what = kind::step;
   std::vector<std::pair<int32_t, int32_t>> block_copies;
@@ -88,6 +101,10 @@ struct peer_job {
   // Set once the job has run (startup jobs wait on it).
   std::shared_ptr<std::promise<result<void>>> done;
 };
+
+// A job as bytes, for ranks in other processes (MPI broadcast); `done` does not travel.
+std::vector<unsigned char> encode_peer_job(const peer_job& job);
+result<peer_job> decode_peer_job(const std::vector<unsigned char>& bytes);
 
 class tp_peer {
  public:
@@ -140,5 +157,35 @@ class tp_peer {
   struct state;
   std::unique_ptr<state> st_;
 };
+
+// ---- ranks in other processes (mpirun -np N coserve serve MODEL --device cuda -tp N) ----------
+//
+// Rank 0's CUDA executor (gpu_executor_options::world) and every other rank's process
+// (run_remote_tp_rank) talk over MPI in this order: rank 0 broadcasts the setup below and an NCCL
+// unique id; every rank creates its communicator (ncclCommInitRank, one GPU per process: the
+// process's local rank on its host); each other rank loads its shard and starts a tp_peer, then
+// all ranks gather their KV block fit (or their error) on rank 0; from then on rank 0 broadcasts
+// every job (peer_job as bytes) and the other ranks post them to their peer, until a stop job. A
+// rank whose peer fails logs it and exits, and mpirun ends the job.
+
+struct remote_tp_setup {
+  int32_t max_num_tokens = 0, block_size = 16, last_token_slots = 0;
+  kv_elem kv_type = kv_elem::bf16;
+  double gpu_memory_utilization = 0.9;
+  uint64_t metadata_bytes = 0, dummy_seed = 0;
+  bool tune_gemms = true, fp8 = false, dummy = false;
+};
+std::vector<unsigned char> encode_remote_tp_setup(const remote_tp_setup& s);
+result<remote_tp_setup> decode_remote_tp_setup(const std::vector<unsigned char>& b);
+
+// What each rank reports after loading: the KV blocks that fit on its device, or its error.
+constexpr size_t k_remote_report_bytes = 512;
+std::vector<unsigned char> encode_remote_report(int32_t blocks, const std::string& error);
+// Per rank (the gathered reports in rank order): the fit, or an error naming the rank.
+result<std::vector<int32_t>> decode_remote_reports(const std::vector<unsigned char>& all, int32_t ranks);
+
+// A rank other than 0 (its process started by mpirun): runs until rank 0 broadcasts stop (ok) or
+// fails (the error; the caller exits non-zero). `device`: this process's GPU.
+result<void> run_remote_tp_rank(const std::string& model_dir, communicator& world, int32_t device);
 
 }  // namespace coserve::gpu

@@ -19,6 +19,7 @@
 #include <asio/io_context.hpp>
 
 #include "gpu/gpu_executor.hpp"
+#include "gpu/tp_peer.hpp"
 #include "model/cpu_executor.hpp"
 #include "model/demo_model.hpp"
 #include "model/structured_output.hpp"
@@ -379,6 +380,104 @@ TEST_CASE("gpu executor: CUDA graphs on and off, one step at a time or two in fl
   CHECK(tl->graph_steps >= 2 * 39);  // every decode step of both runs replayed a graph
   CHECK(gpu::gpu_step_timeline(*eager)->graph_steps == 0);
   std::filesystem::remove_all(dir);
+}
+
+// Host only (runs without a device): what rank 0 sends ranks in other processes.
+TEST_CASE("tensor parallel jobs, setup and startup reports survive their encoding, and malformed ones are refused",
+          "[gpu_host][tp]") {
+  gpu::peer_job j;
+  j.what = gpu::peer_job::kind::capture;
+  j.block_copies = {{3, 9}, {4, 10}};
+  j.forward = true;
+  j.graph = true;
+  j.bucket = 16;
+  j.meta = {1, 2, 3, 250, 0, 7};
+  alignas(16) static char base[256];
+  j.base = base;
+  j.in.ids = reinterpret_cast<const int32_t*>(base + 16);
+  j.in.work = reinterpret_cast<const gpu::attn_work_item*>(base + 64);
+  j.in.attn_counts = reinterpret_cast<const int32_t*>(base + 128);
+  j.row_slots = reinterpret_cast<const int32_t*>(base + 192);
+  j.in.num_tokens = 16;
+  j.in.num_work = 5;
+  j.in.num_merges = 2;
+  j.num_samples = 16;
+  j.arena_bytes = 4096;
+  j.num_kv_blocks = 77;
+  const auto bytes = gpu::encode_peer_job(j);
+  auto d = gpu::decode_peer_job(bytes);
+  REQUIRE(d.ok());
+  CHECK(d->what == j.what);
+  CHECK(d->block_copies == j.block_copies);
+  CHECK(d->forward);
+  CHECK(d->graph);
+  CHECK(d->bucket == 16);
+  CHECK(d->meta == j.meta);
+  CHECK(d->base == j.base);
+  CHECK(d->in.ids == j.in.ids);
+  CHECK(d->in.positions == nullptr);
+  CHECK(d->in.work == j.in.work);
+  CHECK(d->in.attn_counts == j.in.attn_counts);
+  CHECK(d->row_slots == j.row_slots);
+  CHECK(d->in.num_work == 5);
+  CHECK(d->in.num_merges == 2);
+  CHECK(d->num_samples == 16);
+  CHECK(d->arena_bytes == 4096);
+  CHECK(d->num_kv_blocks == 77);
+  // Rebased onto a peer's copy of the metadata, offsets are kept.
+  alignas(16) static char other[256];
+  const gpu::layer_inputs in = gpu::rebase(d->in, d->base, other);
+  CHECK(reinterpret_cast<const char*>(in.ids) == other + 16);
+  CHECK(reinterpret_cast<const char*>(in.work) == other + 64);
+  CHECK(in.positions == nullptr);
+  CHECK(reinterpret_cast<const char*>(gpu::rebase_ptr(d->row_slots, d->base, other)) == other + 192);
+  for (size_t cut : {size_t(0), size_t(3), bytes.size() / 2, bytes.size() - 1}) {
+    std::vector<unsigned char> bad(bytes.begin(), bytes.begin() + ptrdiff_t(cut));
+    CHECK_FALSE(gpu::decode_peer_job(bad).ok());
+  }
+  std::vector<unsigned char> longer = bytes;
+  longer.push_back(0);
+  CHECK_FALSE(gpu::decode_peer_job(longer).ok());
+
+  gpu::remote_tp_setup su;
+  su.max_num_tokens = 2048;
+  su.block_size = 32;
+  su.last_token_slots = 1088;
+  su.kv_type = gpu::kv_elem::fp8_e4m3;
+  su.gpu_memory_utilization = 0.85;
+  su.metadata_bytes = 1 << 24;
+  su.dummy_seed = 9;
+  su.tune_gemms = false;
+  su.fp8 = true;
+  su.dummy = true;
+  auto sd = gpu::decode_remote_tp_setup(gpu::encode_remote_tp_setup(su));
+  REQUIRE(sd.ok());
+  CHECK(sd->max_num_tokens == 2048);
+  CHECK(sd->block_size == 32);
+  CHECK(sd->last_token_slots == 1088);
+  CHECK(sd->kv_type == gpu::kv_elem::fp8_e4m3);
+  CHECK(sd->gpu_memory_utilization == 0.85);
+  CHECK(sd->metadata_bytes == (1u << 24));
+  CHECK(sd->dummy_seed == 9);
+  CHECK_FALSE(sd->tune_gemms);
+  CHECK(sd->fp8);
+  CHECK(sd->dummy);
+  CHECK_FALSE(gpu::decode_remote_tp_setup(bytes).ok());
+
+  // Rank 0 gathers every rank's report: the fewest blocks, or the first rank's error by name.
+  std::vector<unsigned char> all;
+  for (auto [blocks, why] : {std::pair<int32_t, std::string>{900, ""}, {700, ""}}) {
+    const auto r = gpu::encode_remote_report(blocks, why);
+    all.insert(all.end(), r.begin(), r.end());
+  }
+  auto fits = gpu::decode_remote_reports(all, 2);
+  REQUIRE(fits.ok());
+  CHECK(*fits == std::vector<int32_t>{900, 700});
+  const auto failed = gpu::encode_remote_report(0, "cudaSetDevice: no device");
+  all.insert(all.end(), failed.begin(), failed.end());
+  auto bad = gpu::decode_remote_reports(all, 3);
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.err().message.find("rank 2: cudaSetDevice: no device") != std::string::npos);
 }
 
 TEST_CASE("gpu executor through a one-rank NCCL group gives the tokens it gives without one", "[gpu][executor][tp]") {

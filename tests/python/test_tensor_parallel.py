@@ -186,11 +186,19 @@ def test_sizes_that_do_not_fit_are_startup_errors():
                        env={**os.environ, **MPI_ENV})
     assert r.returncode != 0
     assert "started as 2 MPI ranks, and --tensor-parallel-size is 4" in r.stderr, r.stderr
+    if os.path.exists("/dev/nvidia0"):
+        return  # a GPU host: these sizes may run there (the device checks in docs/benchmarks/gpu.md)
     r = subprocess.run([binary, "serve", "--demo", "--port", "0", "--device", "cuda", "--tensor-parallel-size", "2"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     # Tensor parallelism over GPUs needs that many devices in this process.
     assert "--tensor-parallel-size 2 needs 2 CUDA devices" in r.stderr, r.stderr
+    # Under mpirun, one GPU per rank: a host without one ends the job at startup, no hang.
+    r = subprocess.run([mpirun(), "-np", "2", "--bind-to", "none", binary, "serve", "--demo", "--port", "0",
+                        "--device", "cuda", "--tensor-parallel-size", "2"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, **MPI_ENV})
+    assert r.returncode != 0
+    assert "this rank's GPU is cuda:0 (its local rank), and this host has 0 CUDA devices" in r.stderr, r.stderr
 
 
 # Two hosts: network namespaces A and B, a veth pair between them (10.213.N.1 and .2), each with its
