@@ -244,6 +244,11 @@ class gpu_executor final : public executor {
   // Live sequences: those running (at most max_num_seqs, max_rows_ rows) plus those registered for
   // a prefill that is still being chunked or whose finish notice has not arrived yet.
   size_t last_token_slots() const { return 4 * size_t(max_rows_) + 64; }
+  // The draft model's pick slots after them: max_num_seqs proposing sequences x k (tensor-parallel
+  // peers keep the same region: rank 0 broadcasts the picks into it before the model's forward).
+  static size_t pick_slots(const gpu_executor_options& o) {
+    return o.draft_model_dir.empty() ? 0 : size_t(o.max_num_seqs) * size_t(o.num_speculative_tokens);
+  }
   // Host planning and every enqueue of a step (the caller records the outcome).
   result<void> issue(const step_plan& plan, launched_step& rec);
   result<void> forward(const forward_shape& fs, const step_meta& m, const frame* f);
@@ -337,11 +342,6 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (!o.draft_model_dir.empty() && o.num_speculative_tokens <= 0)
     return error{"invalid_argument", "--speculative-config: a draft model needs num_speculative_tokens > 0",
                  "num_speculative_tokens"};
-  if (!o.draft_model_dir.empty() && o.tensor_parallel_size > 1)
-    return error{"invalid_argument", "--speculative-config: a draft model with --tensor-parallel-size " +
-                                         std::to_string(o.tensor_parallel_size) + " is not supported on the CUDA "
-                                         "executor (n-gram speculation is)",
-                 "model"};
   kv_elem kv_type = kv_elem::bf16;
   switch (o.kv_cache_dtype) {
     case dtype::bf16: break;
@@ -376,7 +376,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     remote_tp_setup rs;
     rs.max_num_tokens = o.max_num_tokens;
     rs.block_size = o.block_size;
-    rs.last_token_slots = int32_t(e->last_token_slots());
+    rs.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
     rs.kv_type = kv_type;
     rs.gpu_memory_utilization = o.gpu_memory_utilization;
     rs.metadata_bytes = k_metadata_bytes;
@@ -406,7 +406,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     peer_base.block_size = o.block_size;
     peer_base.kv_type = kv_type;
     peer_base.gpu_memory_utilization = o.gpu_memory_utilization;
-    peer_base.last_token_slots = int32_t(e->last_token_slots());
+    peer_base.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
     peer_base.metadata_bytes = k_metadata_bytes;
     peer_base.tune_gemms = o.tune_gemms;
   }
@@ -695,7 +695,7 @@ result<void> gpu_executor::allocate_buffers() {
   }
   // The sequences' slots, then (draft model) the picks' slots: max_num_seqs proposing sequences x k.
   const size_t slots = last_token_slots();
-  const size_t picks = draft_ ? size_t(opts_.max_num_seqs) * size_t(opts_.num_speculative_tokens) : 0;
+  const size_t picks = draft_ ? pick_slots(opts_) : 0;
   pick_slot_base_ = int32_t(slots);
   auto lt = device_buffer::allocate((slots + picks) * 4);
   if (!lt) return std::move(lt).err();
@@ -1291,8 +1291,16 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               reinterpret_cast<const int32_t*>(d + *ops)};
   const forward_shape fs{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()), int32_t(p.merges.size()),
                          nullptr};
-  if (has_peers())
-    if (auto r = post_to_peers(peer_forward_job(m, fs, f.meta.get(), pk.used(), meta_dev_.get())); !r)
+  if (has_peers()) {
+    peer_job j = peer_forward_job(m, fs, f.meta.get(), pk.used(), meta_dev_.get());
+    j.pick_base = pick_slot_base_;
+    j.num_picks = rec.num_picks;
+    if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
+  }
+  // The draft's picks (on this device only) to every rank's last-token buffer, where the model's
+  // forward reads the proposals.
+  if (tp_group_ && rec.num_picks > 0)
+    if (auto r = tp_group_->broadcast_i32(0, last_tokens_.as<int32_t>() + pick_slot_base_, size_t(rec.num_picks), s); !r)
       return fail_group(std::move(r).err());
   if (auto r = forward(fs, m, &f); !r) return fail_group(std::move(r).err());
   const size_t S = p.sample_tokens.size();

@@ -76,7 +76,8 @@ struct gpu_executor_options {
   // and a proposal is accepted when its row samples it.
   int32_t num_speculative_tokens = 0;
   // A draft model folder ({"model": DIR} in --speculative-config): proposes greedily on the device
-  // for the plan's k_token_from_draft tokens (gpu/draft_model.hpp). Not with tensor parallelism.
+  // for the plan's k_token_from_draft tokens (gpu/draft_model.hpp); under tensor parallelism it
+  // runs on rank 0 and its picks are broadcast to the other ranks.
   std::string draft_model_dir;
   // --tensor-parallel-size: the model split over this many GPUs of this process, cuda:device ..
   // cuda:device + N - 1 (gpu/tp_peer.hpp; NCCL). Sizes follow model/tensor_parallel.hpp's rule.

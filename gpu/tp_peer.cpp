@@ -278,6 +278,12 @@ result<void> tp_peer::forward(const peer_job& job, const layer_inputs& in, const
   const all_reduce_fn reduce = [this](bf16* data, size_t n, cudaStream_t s) {
     return o_.group->all_reduce_bf16(o_.rank, data, n, s);
   };
+  if (job.num_picks > 0) {
+    if (job.pick_base < 0 || size_t(job.pick_base) + size_t(job.num_picks) > st.last_tokens.bytes() / 4)
+      return make_error("internal", "gpu: draft picks outside a peer's last-token buffer");
+    COSERVE_CUDA_TRY(o_.group->broadcast_i32(o_.rank, st.last_tokens.as<int32_t>() + job.pick_base,
+                                             size_t(job.num_picks), st.s.get()));
+  }
   COSERVE_CUDA_TRY(run_layers(st.w, st.gemm, st.scratch, st.kv, st.rope, in, st.last_tokens.as<int32_t>(), reduce,
                               st.s.get()));
   if (job.num_samples == 0) return {};

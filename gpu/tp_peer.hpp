@@ -98,6 +98,9 @@ struct peer_job {
   int32_t num_samples = 0;
   size_t arena_bytes = 0;        // capture: the arena's size
   int32_t num_kv_blocks = 0;     // allocate_kv
+  // Rank 0's draft-model picks for this step, broadcast into last_tokens[pick_base, + num_picks)
+  // before the forward pass (the proposals' ids reference them).
+  int32_t pick_base = 0, num_picks = 0;
   // Set once the job has run (startup jobs wait on it).
   std::shared_ptr<std::promise<result<void>>> done;
 };

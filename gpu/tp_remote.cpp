@@ -93,6 +93,8 @@ std::vector<unsigned char> encode_peer_job(const peer_job& j) {
   w.put(j.num_samples);
   w.put(uint64_t(j.arena_bytes));
   w.put(j.num_kv_blocks);
+  w.put(j.pick_base);
+  w.put(j.num_picks);
   return std::move(w.out);
 }
 
@@ -118,7 +120,7 @@ result<peer_job> decode_peer_job(const std::vector<unsigned char>& bytes) {
       !r.ptr(j.in.kv_lens) || !r.ptr(j.in.bt_offsets) || !r.ptr(j.in.block_tables) || !r.ptr(j.in.work) ||
       !r.ptr(j.in.merges) || !r.ptr(j.in.attn_counts) || !r.ptr(j.row_slots) || !r.get(j.in.num_tokens) ||
       !r.get(j.in.num_work) || !r.get(j.in.num_merges) || !r.get(j.num_samples) || !r.get(arena) ||
-      !r.get(j.num_kv_blocks) || !r.done())
+      !r.get(j.num_kv_blocks) || !r.get(j.pick_base) || !r.get(j.num_picks) || !r.done())
     return bad();
   j.forward = forward != 0;
   j.graph = graph != 0;

@@ -404,6 +404,8 @@ TEST_CASE("tensor parallel jobs, setup and startup reports survive their encodin
   j.num_samples = 16;
   j.arena_bytes = 4096;
   j.num_kv_blocks = 77;
+  j.pick_base = 1088;
+  j.num_picks = 12;
   const auto bytes = gpu::encode_peer_job(j);
   auto d = gpu::decode_peer_job(bytes);
   REQUIRE(d.ok());
@@ -424,6 +426,8 @@ TEST_CASE("tensor parallel jobs, setup and startup reports survive their encodin
   CHECK(d->num_samples == 16);
   CHECK(d->arena_bytes == 4096);
   CHECK(d->num_kv_blocks == 77);
+  CHECK(d->pick_base == 1088);
+  CHECK(d->num_picks == 12);
   // Rebased onto a peer's copy of the metadata, offsets are kept.
   alignas(16) static char other[256];
   const gpu::layer_inputs in = gpu::rebase(d->in, d->base, other);
@@ -512,8 +516,8 @@ TEST_CASE("gpu executor through a one-rank NCCL group gives the tokens it gives 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to one GPU, graphs and two steps in "
-          "flight included",
+TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to one GPU, graphs, two steps in "
+          "flight and a draft model included",
           "[gpu][executor][tp]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   if (gpu::device_count() < 2) COSERVE_SKIP("tensor parallelism needs at least 2 CUDA devices");
@@ -556,6 +560,22 @@ TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to 
         CHECK(b.tokens[i] == a.tokens[i]);
       }
       CHECK(gpu::gpu_step_timeline(*graphs)->graph_steps >= 23);
+      // The model as its own draft on rank 0, its picks broadcast to the other ranks.
+      gpu::gpu_executor_options so = folder_options(dir.string());
+      so.return_logits = false;
+      so.tensor_parallel_size = tp;
+      so.num_speculative_tokens = 3;
+      so.draft_model_dir = dir.string();
+      auto spec_ex = gpu::make_gpu_executor(so);
+      INFO((spec_ex.ok() ? std::string() : spec_ex.err().message));
+      REQUIRE(spec_ex.ok());
+      sampling_params greedy;
+      greedy.temperature = 0.0f;
+      const auto plain = test::drive_verify(*eager, prompts, 24, 16, {greedy}, {}, 0, 2000, 1, 3000);
+      const auto spec = test::drive_verify(**spec_ex, prompts, 24, 16, {greedy}, {}, 3, 2000, 2, 3000, true);
+      INFO(spec.accepted << " of " << spec.proposed << " proposals accepted");
+      CHECK(spec.tokens == plain.tokens);
+      CHECK(spec.accepted * 100 >= spec.proposed * 95);
     }
     std::filesystem::remove_all(dir);
   }
