@@ -370,18 +370,26 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   // thread uploads rank 0's.
   const int32_t N = o.tensor_parallel_size;
   std::vector<std::future<result<std::unique_ptr<tp_peer>>>> starting;
+  // What every other rank is started with (a thread here, or a process told by MPI).
   tp_peer::options peer_base;
+  peer_base.max_num_tokens = o.max_num_tokens;
+  peer_base.block_size = o.block_size;
+  peer_base.kv_type = kv_type;
+  peer_base.gpu_memory_utilization = o.gpu_memory_utilization;
+  peer_base.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
+  peer_base.metadata_bytes = k_metadata_bytes;
+  peer_base.tune_gemms = o.tune_gemms;
   if (N > 1 && o.world) {
     // Ranks in other processes: the setup, then the NCCL unique id; every rank joins the group.
     remote_tp_setup rs;
-    rs.max_num_tokens = o.max_num_tokens;
-    rs.block_size = o.block_size;
-    rs.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
-    rs.kv_type = kv_type;
-    rs.gpu_memory_utilization = o.gpu_memory_utilization;
-    rs.metadata_bytes = k_metadata_bytes;
+    rs.max_num_tokens = peer_base.max_num_tokens;
+    rs.block_size = peer_base.block_size;
+    rs.last_token_slots = peer_base.last_token_slots;
+    rs.kv_type = peer_base.kv_type;
+    rs.gpu_memory_utilization = peer_base.gpu_memory_utilization;
+    rs.metadata_bytes = peer_base.metadata_bytes;
+    rs.tune_gemms = peer_base.tune_gemms;
     rs.dummy_seed = o.dummy_seed;
-    rs.tune_gemms = o.tune_gemms;
     rs.fp8 = o.quantization == "fp8";  // an fp8 checkpoint is seen by every rank's loader alike
     rs.dummy = o.load_format == "dummy";
     std::vector<unsigned char> setup = encode_remote_tp_setup(rs);
@@ -402,13 +410,6 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     if (!group) return std::move(group).err();
     e->tp_group_ = std::move(group.value());
     peer_base.group = e->tp_group_;
-    peer_base.max_num_tokens = o.max_num_tokens;
-    peer_base.block_size = o.block_size;
-    peer_base.kv_type = kv_type;
-    peer_base.gpu_memory_utilization = o.gpu_memory_utilization;
-    peer_base.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
-    peer_base.metadata_bytes = k_metadata_bytes;
-    peer_base.tune_gemms = o.tune_gemms;
   }
   auto start_peer = [&](tp_peer::options po, int32_t r) {
     if (o.world) return;  // that rank's own process starts it (run_remote_tp_rank)
@@ -478,22 +479,6 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     if (!p) return std::move(p).err();
     e->peers_.push_back(std::move(p.value()));
   }
-  if (!o.draft_model_dir.empty()) {
-    cudaDeviceProp dp{};
-    COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&dp, o.device), "cudaGetDeviceProperties"));
-    gpu_draft_model::options dopt;
-    dopt.dir = o.draft_model_dir;
-    dopt.max_num_tokens = o.max_num_tokens;
-    dopt.max_picks = o.max_num_seqs;
-    dopt.block_size = o.block_size;
-    dopt.kv_type = kv_type;
-    dopt.num_sms = dp.multiProcessorCount;
-    const model_config& tc = e->w_.config;
-    auto d = gpu_draft_model::load(dopt, tc, o.max_model_len > 0 ? o.max_model_len : tc.max_position_embeddings,
-                                   e->stream_.get(), o.progress);
-    if (!d) return std::move(d).err();
-    e->draft_ = std::move(d.value());
-  }
   const model_config& c = e->w_.config;
   if (e->eos_ids_.empty()) e->eos_ids_ = c.eos_token_ids;
   if (c.num_attention_heads % c.num_key_value_heads != 0 ||
@@ -502,6 +487,20 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   cudaDeviceProp prop{};
   COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties"));
   e->num_sms_ = prop.multiProcessorCount;
+  if (!o.draft_model_dir.empty()) {
+    gpu_draft_model::options dopt;
+    dopt.dir = o.draft_model_dir;
+    dopt.max_num_tokens = o.max_num_tokens;
+    dopt.max_picks = o.max_num_seqs;
+    dopt.block_size = o.block_size;
+    dopt.kv_type = kv_type;
+    dopt.num_sms = e->num_sms_;
+    const model_config& tc = e->w_.config;
+    auto d = gpu_draft_model::load(dopt, tc, o.max_model_len > 0 ? o.max_model_len : tc.max_position_embeddings,
+                                   e->stream_.get(), o.progress);
+    if (!d) return std::move(d).err();
+    e->draft_ = std::move(d.value());
+  }
   COSERVE_CUDA_TRY(e->allocate_buffers());
   e->info_.block_size = o.block_size;
   e->info_.verifies_proposals = o.num_speculative_tokens > 0;
