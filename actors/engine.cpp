@@ -627,6 +627,9 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
   if (config.device == "cpu") {
     if (config.load_format != "auto")
       return error{"invalid_argument", "load format '" + config.load_format + "' needs --device cuda"};
+    if (config.attention_backend != "native")
+      return error{"invalid_argument", "--attention-backend " + config.attention_backend + " needs --device cuda",
+                   "attention_backend"};
     if (!config.quantization.empty())
       return error{"invalid_argument", "--quantization " + config.quantization +
                                            " needs --device cuda (the CPU executor reads fp8 checkpoints by "
@@ -679,6 +682,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.num_kv_blocks = static_cast<int32_t>(config.num_kv_blocks);
     opts.return_logits = config.return_logits;
     opts.enforce_eager = config.enforce_eager;
+    opts.attention_backend = config.attention_backend;
     opts.quantization = config.quantization;
     opts.kv_cache_dtype = gpu_kv;
     opts.tensor_parallel_size = config.tensor_parallel_size;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cctype>
 #include <cstdio>
 #include <functional>
 #include <cstdlib>
@@ -70,6 +71,11 @@ model:
                                 replay CUDA graphs captured at startup for batch sizes 1, 2, 4, 8,
                                 16, ... up to --max-num-seqs (the startup log gives their time and
                                 memory)
+  --attention-backend native|flashinfer
+                                --device cuda: the paged attention kernels (default: native, our
+                                CUDA-core kernels; flashinfer: FlashInfer's FA2 paged prefill kernel
+                                on tensor cores for prefill and decode rows alike, bf16 KV cache,
+                                head_dim 64 or 128; needs a build with its headers, scripts/deps)
 http:
   --host ADDR                   listen address (default: 127.0.0.1)
   --port N                      listen port; 0 picks a free one and logs it (default: 8000)
@@ -263,6 +269,17 @@ int parse(int argc, char** argv, serve_args& a) {
       a.engine.device = v;
     }
     else if (f == "--enforce-eager") a.engine.enforce_eager = true;
+    else if (f == "--attention-backend") {
+      const char* v = need("native or flashinfer");
+      if (!v) return 2;
+      std::string b(v);
+      for (char& ch : b) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+      if (b != "native" && b != "flashinfer") {
+        std::fprintf(stderr, "coserve serve: --attention-backend must be native or flashinfer\n");
+        return 2;
+      }
+      a.engine.attention_backend = b;
+    }
     else if (f == "--trace-file") { const char* v = need("a path"); if (!v) return 2; a.engine.trace_file = v; }
     else if (f == "--speculative-config") { const char* v = need("a JSON object"); if (!v) return 2; a.engine.speculative_config = v; }
     else if (f == "--max-num-seqs") { if (!as_int(need("N"), a.engine.max_num_seqs)) return 2; }

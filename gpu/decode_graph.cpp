@@ -76,7 +76,7 @@ void put(std::span<std::byte> staging, size_t off, const std::vector<T>& v) {
 }  // namespace
 
 result<size_t> fill_graph_arena(const graph_step_input& in, int32_t bucket, const graph_arena_layout& layout,
-                                const batch_plan_options& opt, std::span<std::byte> staging) {
+                                const batch_plan_options& opt, std::span<std::byte> staging, batch_plan* planned) {
   const size_t n = in.seqs.size();
   if (bucket < int32_t(n) || bucket > layout.rows || n == 0)
     return make_error("invalid_argument", "graph arena: " + std::to_string(n) + " sequences for bucket " +
@@ -124,6 +124,7 @@ result<size_t> fill_graph_arena(const graph_step_input& in, int32_t bucket, cons
   put(staging, layout.work, p.work);
   put(staging, layout.merges, p.merges);
   put(staging, layout.block_tables, p.block_tables);
+  if (planned) *planned = std::move(p);
   return upload;
 }
 

@@ -57,9 +57,11 @@ struct graph_step_input {
   int32_t pad_slot = 0;                         // the scratch last-token slot padded rows write
 };
 // Plans the padded batch and writes it into `staging` at the layout's offsets. Returns the bytes to
-// upload. Errors: a sequence that is not a one-token sampled decode, more sequences than the
-// bucket, a plan beyond the layout's capacity, or staging too small.
+// upload; `planned` (optional) receives the padded batch's plan. Errors: a sequence that is not a
+// one-token sampled decode, more sequences than the bucket, a plan beyond the layout's capacity, or
+// staging too small.
 result<size_t> fill_graph_arena(const graph_step_input& in, int32_t bucket, const graph_arena_layout& layout,
-                                const batch_plan_options& opt, std::span<std::byte> staging);
+                                const batch_plan_options& opt, std::span<std::byte> staging,
+                                batch_plan* planned = nullptr);
 
 }  // namespace coserve::gpu

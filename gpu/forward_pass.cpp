@@ -14,7 +14,7 @@ namespace {
 constexpr int64_t k_kv_reserve_bytes = int64_t(1) << 30;
 }
 
-result<void> layer_scratch::allocate(const model_config& c, int32_t tokens, bool fp8) {
+result<void> layer_scratch::allocate(const model_config& c, int32_t tokens, bool fp8, int64_t fi_rows) {
   const size_t T = size_t(tokens);
   const size_t H = size_t(c.hidden_size), D = size_t(c.head_dim), I = size_t(c.intermediate_size);
   const size_t hq = size_t(c.num_attention_heads), hkv = size_t(c.num_key_value_heads);
@@ -26,12 +26,14 @@ result<void> layer_scratch::allocate(const model_config& c, int32_t tokens, bool
                  want{&qkv, T * (hq + 2 * hkv) * D * 2}, want{&attn, T * hq * D * 2}, want{&gate_up, T * 2 * I * 2},
                  want{&act, T * I * 2}, want{&partial_o, size_t(k_max_partial_rows) * hq * D * 4},
                  want{&partial_lse, size_t(k_max_partial_rows) * hq * 4},
-                 want{&xq, fp8 ? T * std::max({H, I, hq * D}) : 0}, want{&xscale, fp8 ? T * 4 : 0}}) {
+                 want{&xq, fp8 ? T * std::max({H, I, hq * D}) : 0}, want{&xscale, fp8 ? T * 4 : 0},
+                 want{&fi_tmp_v, size_t(fi_rows) * hq * D * 2}, want{&fi_tmp_s, size_t(fi_rows) * hq * 4}}) {
     auto b = device_buffer::allocate(x.bytes);
     if (!b) return std::move(b).err();
     *x.b = std::move(b.value());
   }
   max_tokens = tokens;
+  fi_tmp_rows = fi_rows;
   return {};
 }
 
@@ -114,6 +116,12 @@ layer_inputs rebase(const layer_inputs& in, const void* from, const void* to) {
     *p = rebase_ptr(*p, from, to);
   out.work = rebase_ptr(in.work, from, to);
   out.merges = rebase_ptr(in.merges, from, to);
+  fi_step& f = out.fi;
+  for (const int32_t** p : {&f.qo_indptr, &f.kv_indptr, &f.kv_indices, &f.kv_last_page_len, &f.request_indices,
+                            &f.qo_tile_indices, &f.kv_tile_indices, &f.o_indptr, &f.merge_indptr, &f.kv_chunk_size})
+    *p = rebase_ptr(*p, from, to);
+  f.total_num_rows = rebase_ptr(f.total_num_rows, from, to);
+  f.block_valid_mask = rebase_ptr(f.block_valid_mask, from, to);
   return out;
 }
 
@@ -163,7 +171,14 @@ result<void> run_layers(const device_weights& w, gemm_runner& gemm, const layer_
                      in.num_work, in.num_merges, hq, hkv, D, kv.block_size,
                      1.0f / std::sqrt(float(D)), in.attn_counts, kv.type};
     if (c.sliding_window > 0 && (c.sliding_layers.empty() || c.sliding_layers[size_t(l)] != 0)) a.window = c.sliding_window;
-    COSERVE_CUDA_TRY(launch_attention(a, s));
+    if (in.fi.on) {
+      // FlashInfer's window keeps keys [pos - window_left, pos]; ours (pos - window, pos].
+      const fi_attention_args fa{qkv, qkv_n, kc, vc, attn, scratch.fi_tmp_v.get(), scratch.fi_tmp_s.as<float>(),
+                                 hq, hkv, D, kv.block_size, a.window > 0 ? a.window - 1 : -1, a.scale};
+      COSERVE_CUDA_TRY(launch_flashinfer_attention(fa, in.fi, s));
+    } else {
+      COSERVE_CUDA_TRY(launch_attention(a, s));
+    }
     family.reset();
     family.emplace("o_proj");
     COSERVE_CUDA_TRY(linear(hidden, attn, L.o, L.o_scale, L.o_bias, H, hq * D));

@@ -18,6 +18,7 @@
 #include "gpu/batch_plan.hpp"
 #include "gpu/device_buffer.hpp"
 #include "gpu/device_weights.hpp"
+#include "gpu/flashinfer_attention.hpp"
 #include "gpu/gemm.hpp"
 #include "gpu/kernels.hpp"
 #include "model/config.hpp"
@@ -29,9 +30,11 @@ struct layer_scratch {
   device_buffer hidden, residual, normed, qkv, attn, gate_up, act;
   device_buffer partial_o, partial_lse;  // split-KV attention workspace (k_max_partial_rows rows)
   device_buffer xq, xscale;              // fp8: an activation's E4M3 codes and per-token scales
+  device_buffer fi_tmp_v, fi_tmp_s;      // FlashInfer's split-KV workspace (fi_tmp_rows rows)
   int32_t max_tokens = 0;
-  // c: the rank's config (its heads and MLP width).
-  result<void> allocate(const model_config& c, int32_t max_tokens, bool fp8);
+  int64_t fi_tmp_rows = 0;
+  // c: the rank's config (its heads and MLP width); fi_tmp_rows > 0 sizes FlashInfer's workspace.
+  result<void> allocate(const model_config& c, int32_t max_tokens, bool fp8, int64_t fi_tmp_rows = 0);
 };
 
 constexpr int32_t k_max_partial_rows = 4096;  // split-KV workspace rows
@@ -77,6 +80,8 @@ struct layer_inputs {
   const attn_merge_item* merges = nullptr;
   const int32_t* attn_counts = nullptr;
   int32_t num_tokens = 0, num_work = 0, num_merges = 0;
+  // FlashInfer's plan of the step (--attention-backend flashinfer); fi.on false: our kernels.
+  fi_step fi;
 };
 
 // The address p would have in a copy of the buffer at `from` placed at `to` (null stays null).

@@ -28,6 +28,7 @@
 #include "gpu/device_weights.hpp"
 #include "gpu/draft_model.hpp"
 #include "gpu/draft_plan.hpp"
+#include "gpu/flashinfer_attention.hpp"
 #include "gpu/forward_pass.hpp"
 #include "gpu/gemm.hpp"
 #include "gpu/kernels.hpp"
@@ -48,6 +49,9 @@ namespace coserve::gpu {
 namespace {
 
 constexpr size_t k_metadata_bytes = size_t(16) << 20;  // per-step metadata (pinned + device)
+// FlashInfer's split-KV workspace, in rows of num_q_heads x head_dim (every rank the same count):
+// a step whose split plan needs more runs unsplit; a graph bucket that needs more is not captured.
+constexpr int64_t k_fi_tmp_rows = 8192;
 constexpr int32_t k_prompt_row_words = 2 + 2 * k_prompt_logprobs_max_top;  // one prompt logprob row's output
 
 
@@ -190,6 +194,7 @@ class gpu_executor final : public executor {
   struct forward_shape {
     int32_t num_tokens, num_samples, num_work, num_merges;
     const int32_t* attn_counts;
+    fi_step fi{};  // FlashInfer's plan of the step (on: --attention-backend flashinfer)
   };
   static layer_inputs inputs_of(const step_meta& m, const forward_shape& fs) {
     layer_inputs in;
@@ -206,6 +211,7 @@ class gpu_executor final : public executor {
     in.num_tokens = fs.num_tokens;
     in.num_work = fs.num_work;
     in.num_merges = fs.num_merges;
+    in.fi = fs.fi;
     return in;
   }
   // The job a peer runs for a forward pass whose metadata rank 0 uploaded from `bytes` to `base`.
@@ -224,7 +230,28 @@ class gpu_executor final : public executor {
     int32_t bucket = 0;
     graph_capacity cap;
     cudaGraphExec_t exec = nullptr;
+    fi_schedule fi;  // FlashInfer: the captured plan's grid (a replay's plan must match it)
   };
+  // FlashInfer's planning options for this rank's model (window: the plan covers whole contexts;
+  // each layer's kernel applies its own window).
+  fi_options fi_plan_options(bool cuda_graph) const {
+    const model_config& c = w_.config;
+    fi_options f;
+    f.num_qo_heads = c.num_attention_heads;
+    f.num_kv_heads = c.num_key_value_heads;
+    f.head_dim = c.head_dim;
+    f.page_size = opts_.block_size;
+    f.num_sms = num_sms_;
+    f.cuda_graph = cuda_graph;
+    return f;
+  }
+  // FlashInfer's plan of a step placed after `used` bytes of the staging buffer; returns its step view
+  // (addresses at `dev`, query offsets at cu_seqlens) and the bytes now used.
+  result<std::pair<fi_step, size_t>> pack_fi(const batch_plan& p, frame& f, size_t used, const void* dev,
+                                            const int32_t* cu_seqlens) const;
+  // Writes a graph step's FlashInfer plan at fi_arena_ in staging and uploads that region to the
+  // arena; returns the end of the bytes used (the peers' copy reaches that far).
+  result<size_t> upload_fi_arena(const fi_schedule& sch, std::span<std::byte> staging);
   batch_plan_options plan_options() const {
     const model_config& c = w_.config;
     return {opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads, num_sms_, 32};
@@ -283,6 +310,8 @@ class gpu_executor final : public executor {
   std::vector<decode_graph> graphs_;
   batch_plan_options graph_opts_;  // how graph steps are planned (splits bounded by the workspace)
   graph_arena_layout arena_;
+  fi_offsets fi_arena_;            // FlashInfer's arrays after the arena (flashinfer backend)
+  bool fi_on_ = false;             // --attention-backend flashinfer
   device_buffer arena_dev_;
   int32_t pad_block_ = 0;          // scratch KV block past the allocator's blocks (padding rows)
   int32_t pad_slot_ = 0;           // scratch last-token slot (padding rows)
@@ -351,10 +380,24 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
       return make_error("invalid_argument", std::string("gpu: the KV cache is bf16, fp8_e4m3 or fp8_e5m2, not ") +
                                                 std::string(dtype_name(o.kv_cache_dtype)));
   }
+  if (o.attention_backend != "native" && o.attention_backend != "flashinfer")
+    return error{"invalid_argument",
+                 "--attention-backend must be native or flashinfer, not '" + o.attention_backend + "'",
+                 "attention_backend"};
+  const bool fi_on = o.attention_backend == "flashinfer";
+  if (fi_on && !flashinfer_built())
+    return error{"unavailable",
+                 "--attention-backend flashinfer: this build has no FlashInfer headers (scripts/deps fetches them; "
+                 "reconfigure with CMake afterwards)",
+                 "attention_backend"};
+  if (fi_on && kv_type != kv_elem::bf16)
+    return error{"invalid_argument", "--attention-backend flashinfer reads a bf16 KV cache; use --kv-cache-dtype auto",
+                 "attention_backend"};
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(o.device), "cudaSetDevice"));
   std::unique_ptr<gpu_executor> e(new gpu_executor());
   e->opts_ = o;
   e->kv_type_ = kv_type;
+  e->fi_on_ = fi_on;
   e->max_rows_ = o.num_speculative_tokens > 0
                      ? int32_t(std::min<int64_t>(int64_t(o.max_num_seqs) * (1 + o.num_speculative_tokens),
                                                  std::max(o.max_num_seqs, o.max_num_tokens)))
@@ -379,6 +422,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   peer_base.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
   peer_base.metadata_bytes = k_metadata_bytes;
   peer_base.tune_gemms = o.tune_gemms;
+  peer_base.fi_tmp_rows = fi_on ? k_fi_tmp_rows : 0;
   if (N > 1 && o.world) {
     // Ranks in other processes: the setup, then the NCCL unique id; every rank joins the group.
     remote_tp_setup rs;
@@ -389,6 +433,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     rs.gpu_memory_utilization = peer_base.gpu_memory_utilization;
     rs.metadata_bytes = peer_base.metadata_bytes;
     rs.tune_gemms = peer_base.tune_gemms;
+    rs.fi_tmp_rows = peer_base.fi_tmp_rows;
     rs.dummy_seed = o.dummy_seed;
     rs.fp8 = o.quantization == "fp8";  // an fp8 checkpoint is seen by every rank's loader alike
     rs.dummy = o.load_format == "dummy";
@@ -484,6 +529,10 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (c.num_attention_heads % c.num_key_value_heads != 0 ||
       !attention_supported(c.num_attention_heads / c.num_key_value_heads, c.head_dim))
     return make_error("unsupported", "gpu: attention supports head_dim 64/128 and GQA ratios up to 32");
+  if (fi_on && !flashinfer_supports(c.num_attention_heads, c.num_key_value_heads, c.head_dim))
+    return error{"unsupported", "--attention-backend flashinfer: head_dim " + std::to_string(c.head_dim) +
+                                    " is not instantiated (64 and 128 are)",
+                 "attention_backend"};
   cudaDeviceProp prop{};
   COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties"));
   e->num_sms_ = prop.multiProcessorCount;
@@ -509,7 +558,8 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
                     (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) +
-                    " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype));
+                    " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype)) +
+                    (fi_on ? ", FlashInfer attention" : "");
   if (e->draft_)
     e->info_.device += ", draft model " + std::to_string(e->draft_->config().num_hidden_layers) + " layers (" +
                        std::to_string(e->draft_->weight_bytes() >> 20) + " MiB)";
@@ -565,6 +615,31 @@ result<void> gpu_executor::tune_gemms() {
   return {};
 }
 
+result<std::pair<fi_step, size_t>> gpu_executor::pack_fi(const batch_plan& p, frame& f, size_t used, const void* dev,
+                                                         const int32_t* cu_seqlens) const {
+  fi_options fo = fi_plan_options(false);
+  auto sch = plan_flashinfer(p, fo);
+  if (sch && sch->tmp_rows() > k_fi_tmp_rows) {  // a split beyond the workspace: plan it unsplit
+    fo.disable_split_kv = true;
+    sch = plan_flashinfer(p, fo);
+  }
+  if (!sch) return std::move(sch).err();
+  const fi_offsets at = fi_exact_offsets(used, *sch);
+  if (auto r = write_fi_schedule(*sch, at, std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()));
+      !r)
+    return r.err();
+  return std::pair<fi_step, size_t>{fi_step_at(*sch, at, dev, cu_seqlens), at.end};
+}
+
+result<size_t> gpu_executor::upload_fi_arena(const fi_schedule& sch, std::span<std::byte> staging) {
+  if (auto r = write_fi_schedule(sch, fi_arena_, staging); !r) return r.err();
+  const size_t from = fi_arena_.kv_indptr, to = fi_arena_.kv_indices + sch.kv_indices.size() * 4;
+  COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.as<char>() + from, staging.data() + from, to - from,
+                                              cudaMemcpyHostToDevice, stream_.get()),
+                              "graph FlashInfer metadata"));
+  return to;
+}
+
 result<void> gpu_executor::capture_graphs() {
   const auto t0 = std::chrono::steady_clock::now();
   size_t free0 = 0, free1 = 0, total = 0;
@@ -594,15 +669,43 @@ result<void> gpu_executor::capture_graphs() {
     graphs_.push_back(g);
   }
   arena_ = make_graph_arena_layout(buckets_.back(), max_blocks, most.max_work, most.max_merges);
-  if (arena_.bytes > frames_[0].meta.bytes()) {  // very long contexts x many sequences: stay eager
+  size_t arena_end = arena_.bytes;
+  if (fi_on_) {
+    // FlashInfer's CUDA-graph grid depends on the bucket's size only: plan each capture batch; a
+    // bucket whose split workspace would exceed FlashInfer's is left to eager steps.
+    int32_t max_padded = 0;
+    std::vector<decode_graph> kept;
+    for (decode_graph& g : graphs_) {
+      auto pl = plan_batch(std::vector<scheduled_seq>(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true}),
+                           graph_opts_);
+      if (!pl) return std::move(pl).err();
+      auto sch = plan_flashinfer(*pl, fi_plan_options(true));
+      if (!sch) return std::move(sch).err();
+      if (sch->tmp_rows() > k_fi_tmp_rows) {
+        std::fprintf(stderr, "coserve gpu: no CUDA graph for decode batches of %d: FlashInfer's split workspace "
+                             "would need %lld rows (%lld reserved)\n",
+                     g.bucket, static_cast<long long>(sch->tmp_rows()), static_cast<long long>(k_fi_tmp_rows));
+        continue;
+      }
+      max_padded = std::max(max_padded, sch->padded_batch_size);
+      kept.push_back(g);
+    }
+    graphs_ = std::move(kept);
+    buckets_.clear();
+    for (const decode_graph& g : graphs_) buckets_.push_back(g.bucket);
+    if (graphs_.empty()) return {};
+    fi_arena_ = fi_graph_offsets(arena_.bytes, arena_.rows, max_blocks, max_padded);
+    arena_end = fi_arena_.end;
+  }
+  if (arena_end > frames_[0].meta.bytes()) {  // very long contexts x many sequences: stay eager
     std::fprintf(stderr, "coserve gpu: CUDA graphs off: their metadata (%zu MiB for %d sequences x %d blocks) "
                          "exceeds the %zu MiB staging buffer\n",
-                 arena_.bytes >> 20, buckets_.back(), max_blocks, frames_[0].meta.bytes() >> 20);
+                 arena_end >> 20, buckets_.back(), max_blocks, frames_[0].meta.bytes() >> 20);
     graphs_.clear();
     buckets_.clear();
     return {};
   }
-  auto ad = device_buffer::allocate(arena_.bytes);
+  auto ad = device_buffer::allocate(arena_end);
   if (!ad) return std::move(ad).err();
   arena_dev_ = std::move(ad.value());
   const step_meta m = arena_meta();
@@ -613,22 +716,32 @@ result<void> gpu_executor::capture_graphs() {
     std::vector<scheduled_seq> seqs(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true});
     const std::vector<int32_t> ids(size_t(g.bucket), 0), slots(size_t(g.bucket), pad_slot_);
     const std::vector<sample_row_params> params(size_t(g.bucket), sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
+    const std::span<std::byte> staging(static_cast<std::byte*>(frames_[0].meta.get()), frames_[0].meta.bytes());
+    batch_plan planned;
     auto bytes = fill_graph_arena(graph_step_input{seqs, ids, params, slots, pad_block_, pad_slot_}, g.bucket, arena_,
-                                  graph_opts_,
-                                  std::span<std::byte>(static_cast<std::byte*>(frames_[0].meta.get()),
-                                                       frames_[0].meta.bytes()));
+                                  graph_opts_, staging, &planned);
     if (!bytes) return std::move(bytes).err();
     // Padding-only rows would write no KV; here every row is "real" and writes the scratch block.
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
                                 "graph metadata"));
-    const forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
+    forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
+    size_t meta_n = *bytes;
+    if (fi_on_) {
+      auto sch = plan_flashinfer(planned, fi_plan_options(true));
+      if (!sch) return std::move(sch).err();
+      auto up = upload_fi_arena(*sch, staging);
+      if (!up) return std::move(up).err();
+      meta_n = *up;
+      fs.fi = fi_step_at(*sch, fi_arena_, arena_dev_.get(), m.cu_seqlens);
+      g.fi = std::move(sch.value());
+    }
     // Peers run the same eager pass (its collectives need every rank) and capture theirs.
     std::vector<std::future<result<void>>> peers_done;
     if (has_peers()) {
-      peer_job j = peer_forward_job(m, fs, frames_[0].meta.get(), *bytes, arena_dev_.get());
+      peer_job j = peer_forward_job(m, fs, frames_[0].meta.get(), meta_n, arena_dev_.get());
       j.what = peer_job::kind::capture;
       j.bucket = g.bucket;
-      j.arena_bytes = arena_.bytes;
+      j.arena_bytes = arena_end;
       for (auto& p : peers_) {
         peer_job mine = j;
         mine.done = std::make_shared<std::promise<result<void>>>();
@@ -658,7 +771,7 @@ result<void> gpu_executor::allocate_buffers() {
   const model_config& c = w_.config;
   const size_t T = size_t(opts_.max_num_tokens), S = size_t(max_rows_);
   const size_t H = size_t(c.hidden_size), V = size_t(c.vocab_size);
-  COSERVE_CUDA_TRY(scratch_.allocate(c, opts_.max_num_tokens, w_.fp8));
+  COSERVE_CUDA_TRY(scratch_.allocate(c, opts_.max_num_tokens, w_.fp8, fi_on_ ? k_fi_tmp_rows : 0));
   struct want {
     device_buffer* b;
     size_t bytes;
@@ -1208,15 +1321,32 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     layout.max_work = g->cap.max_work;
     layout.max_merges = g->cap.max_merges;
     graph_step_input in{plan.seqs, ids, sp, row_slots, pad_block_, pad_slot_};
+    const std::span<std::byte> staging(static_cast<std::byte*>(f.meta.get()), f.meta.bytes());
+    batch_plan planned;
+    auto bytes = fill_graph_arena(in, bucket, layout, graph_opts_, staging, fi_on_ ? &planned : nullptr);
+    // FlashInfer: the step's plan must have the captured grid (it does for a bucket's batches).
+    std::optional<fi_schedule> fsch;
+    bool replay = bytes.ok();
+    if (replay && fi_on_) {
+      auto sch = plan_flashinfer(planned, fi_plan_options(true));
+      replay = sch && sch->padded_batch_size == g->fi.padded_batch_size && sch->cta_tile_q == g->fi.cta_tile_q &&
+               sch->split_kv == g->fi.split_kv && sch->total_num_rows == g->fi.total_num_rows;
+      if (replay) fsch = std::move(sch.value());
+    }
     // A batch the graph cannot take (more attention work than its grid) runs eagerly below.
-    if (auto bytes = fill_graph_arena(in, bucket, layout, graph_opts_,
-                                      std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()))) {
+    if (replay) {
       COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
                                   "graph metadata upload"));
+      size_t meta_n = *bytes;
+      if (fsch) {
+        auto up = upload_fi_arena(*fsch, staging);
+        if (!up) return std::move(up).err();
+        meta_n = *up;
+      }
       if (has_peers()) {
         peer_job j = peer_forward_job(arena_meta(), forward_shape{bucket, bucket, g->cap.max_work, g->cap.max_merges,
                                                                   nullptr},
-                                      f.meta.get(), *bytes, arena_dev_.get());
+                                      f.meta.get(), meta_n, arena_dev_.get());
         j.graph = true;
         j.bucket = bucket;
         if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
@@ -1273,7 +1403,15 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   off[8] = *ow;
   off[9] = *om;
   off[10] = *op;
-  COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(meta_dev_.get(), f.meta.get(), pk.used(), cudaMemcpyHostToDevice, s),
+  size_t used = pk.used();
+  fi_step fis;
+  if (fi_on_) {
+    auto packed = pack_fi(p, f, used, meta_dev_.get(), reinterpret_cast<const int32_t*>(meta_dev_.as<char>() + off[3]));
+    if (!packed) return std::move(packed).err();
+    fis = packed->first;
+    used = packed->second;
+  }
+  COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(meta_dev_.get(), f.meta.get(), used, cudaMemcpyHostToDevice, s),
                               "metadata upload"));
   const char* d = meta_dev_.as<char>();
   step_meta m{reinterpret_cast<const int32_t*>(d + off[0]), reinterpret_cast<const int32_t*>(d + off[1]),
@@ -1289,9 +1427,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               reinterpret_cast<const pending_penalty*>(d + *opp), int32_t(pending.size()),
               reinterpret_cast<const int32_t*>(d + *ops)};
   const forward_shape fs{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()), int32_t(p.merges.size()),
-                         nullptr};
+                         nullptr, fis};
   if (has_peers()) {
-    peer_job j = peer_forward_job(m, fs, f.meta.get(), pk.used(), meta_dev_.get());
+    peer_job j = peer_forward_job(m, fs, f.meta.get(), used, meta_dev_.get());
     j.pick_base = pick_slot_base_;
     j.num_picks = rec.num_picks;
     if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());

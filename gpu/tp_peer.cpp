@@ -240,7 +240,7 @@ result<int32_t> tp_peer::setup() {
     st.w = std::move(w.value());
   }
   const model_config& c = st.w.config;
-  if (auto r = st.scratch.allocate(c, o_.max_num_tokens, st.w.fp8); !r) return r.err();
+  if (auto r = st.scratch.allocate(c, o_.max_num_tokens, st.w.fp8, o_.fi_tmp_rows); !r) return r.err();
   if (auto r = st.rope.upload(c); !r) return r.err();
   for (auto [buf, bytes] : {std::pair{&st.last_tokens, size_t(o_.last_token_slots) * 4},
                             std::pair{&st.tokens, size_t(o_.last_token_slots) * 4},

@@ -123,6 +123,7 @@ class tp_peer {
     size_t metadata_bytes = 0;
     bool tune_gemms = true;
     bool fp8 = false;
+    int64_t fi_tmp_rows = 0;  // FlashInfer's split-KV workspace rows (--attention-backend flashinfer)
     // The rank's host shard (load_format auto) or, for load_format dummy, its config and seed.
     std::shared_ptr<const model_weights> shard;
     model_config dummy_config;
@@ -176,6 +177,7 @@ struct remote_tp_setup {
   kv_elem kv_type = kv_elem::bf16;
   double gpu_memory_utilization = 0.9;
   uint64_t metadata_bytes = 0, dummy_seed = 0;
+  int64_t fi_tmp_rows = 0;
   bool tune_gemms = true, fp8 = false, dummy = false;
 };
 std::vector<unsigned char> encode_remote_tp_setup(const remote_tp_setup& s);

@@ -95,6 +95,21 @@ std::vector<unsigned char> encode_peer_job(const peer_job& j) {
   w.put(j.num_kv_blocks);
   w.put(j.pick_base);
   w.put(j.num_picks);
+  const fi_step& f = j.in.fi;
+  w.put(uint8_t(f.on));
+  for (const void* p : {static_cast<const void*>(f.qo_indptr), static_cast<const void*>(f.kv_indptr),
+                        static_cast<const void*>(f.kv_indices), static_cast<const void*>(f.kv_last_page_len),
+                        static_cast<const void*>(f.request_indices), static_cast<const void*>(f.qo_tile_indices),
+                        static_cast<const void*>(f.kv_tile_indices), static_cast<const void*>(f.o_indptr),
+                        static_cast<const void*>(f.merge_indptr), static_cast<const void*>(f.kv_chunk_size),
+                        static_cast<const void*>(f.total_num_rows), static_cast<const void*>(f.block_valid_mask)})
+    w.ptr(p);
+  w.put(f.batch_size);
+  w.put(f.num_rows);
+  w.put(f.padded_batch_size);
+  w.put(f.cta_tile_q);
+  w.put(uint8_t(f.split_kv));
+  w.put(uint8_t(f.cuda_graph));
   return std::move(w.out);
 }
 
@@ -120,8 +135,19 @@ result<peer_job> decode_peer_job(const std::vector<unsigned char>& bytes) {
       !r.ptr(j.in.kv_lens) || !r.ptr(j.in.bt_offsets) || !r.ptr(j.in.block_tables) || !r.ptr(j.in.work) ||
       !r.ptr(j.in.merges) || !r.ptr(j.in.attn_counts) || !r.ptr(j.row_slots) || !r.get(j.in.num_tokens) ||
       !r.get(j.in.num_work) || !r.get(j.in.num_merges) || !r.get(j.num_samples) || !r.get(arena) ||
-      !r.get(j.num_kv_blocks) || !r.get(j.pick_base) || !r.get(j.num_picks) || !r.done())
+      !r.get(j.num_kv_blocks) || !r.get(j.pick_base) || !r.get(j.num_picks))
     return bad();
+  fi_step& f = j.in.fi;
+  uint8_t fi_on = 0, split = 0, fi_graph = 0;
+  if (!r.get(fi_on) || !r.ptr(f.qo_indptr) || !r.ptr(f.kv_indptr) || !r.ptr(f.kv_indices) ||
+      !r.ptr(f.kv_last_page_len) || !r.ptr(f.request_indices) || !r.ptr(f.qo_tile_indices) ||
+      !r.ptr(f.kv_tile_indices) || !r.ptr(f.o_indptr) || !r.ptr(f.merge_indptr) || !r.ptr(f.kv_chunk_size) ||
+      !r.ptr(f.total_num_rows) || !r.ptr(f.block_valid_mask) || !r.get(f.batch_size) || !r.get(f.num_rows) ||
+      !r.get(f.padded_batch_size) || !r.get(f.cta_tile_q) || !r.get(split) || !r.get(fi_graph) || !r.done())
+    return bad();
+  f.on = fi_on != 0;
+  f.split_kv = split != 0;
+  f.cuda_graph = fi_graph != 0;
   j.forward = forward != 0;
   j.graph = graph != 0;
   j.arena_bytes = size_t(arena);
@@ -145,6 +171,7 @@ std::vector<unsigned char> encode_remote_tp_setup(const remote_tp_setup& s) {
   w.put(s.gpu_memory_utilization);
   w.put(s.metadata_bytes);
   w.put(s.dummy_seed);
+  w.put(s.fi_tmp_rows);
   w.put(uint8_t(s.tune_gemms));
   w.put(uint8_t(s.fp8));
   w.put(uint8_t(s.dummy));
@@ -158,7 +185,7 @@ result<remote_tp_setup> decode_remote_tp_setup(const std::vector<unsigned char>&
   uint8_t kv = 0, tune = 0, fp8 = 0, dummy = 0;
   if (!r.get(magic) || magic != k_setup_magic || !r.get(s.max_num_tokens) || !r.get(s.block_size) ||
       !r.get(s.last_token_slots) || !r.get(kv) || kv > uint8_t(kv_elem::fp8_e5m2) || !r.get(s.gpu_memory_utilization) ||
-      !r.get(s.metadata_bytes) || !r.get(s.dummy_seed) || !r.get(tune) || !r.get(fp8) || !r.get(dummy) || !r.done())
+      !r.get(s.metadata_bytes) || !r.get(s.dummy_seed) || !r.get(s.fi_tmp_rows) || s.fi_tmp_rows < 0 || !r.get(tune) || !r.get(fp8) || !r.get(dummy) || !r.done())
     return make_error("internal", "tensor parallel: a malformed setup message from rank 0");
   s.kv_type = kv_elem(kv);
   s.tune_gemms = tune != 0;
@@ -214,6 +241,7 @@ result<void> run_remote_tp_rank(const std::string& model_dir, communicator& worl
   po.metadata_bytes = size_t(setup->metadata_bytes);
   po.tune_gemms = setup->tune_gemms;
   po.fp8 = setup->fp8;
+  po.fi_tmp_rows = setup->fi_tmp_rows;
   auto started = [&]() -> result<std::unique_ptr<tp_peer>> {
     if (setup->dummy) {
       auto c = load_model_config(model_dir);

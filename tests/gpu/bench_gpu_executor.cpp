@@ -5,7 +5,11 @@
 //                      [--hbm-tbps 3.35] [--layers 32] [--vocab 128256] [--enforce-eager 0|1]
 //                      [--quantization fp8] [--kv-cache-dtype auto|fp8|fp8_e5m2] [--tune-gemms 0|1]
 //                      [--sampling greedy|sampled|both] [--tensor-parallel-size N]
+//                      [--attention-backend native|flashinfer|both]
 //
+// --attention-backend both runs the whole list with the native kernels, then again with FlashInfer's
+// (one executor at a time, the same model shape and seed): the two backends side by side in one run;
+// every line names its backend ("attention").
 // --prompt takes a list: every (prompt, sampling, batch) is run in turn. "sampled" requests draw with
 // temperature 1, top-p 0.9 and repetition penalty 1.1 (seeded), as the sampled rows ask.
 //
@@ -73,6 +77,7 @@ int main(int argc, char** argv) {
   bool eager = false, tune = true;
   int32_t tp = 1;
   std::string quantization, kv_dtype = "auto";
+  std::vector<std::string> backends{"native"};
   model_config c;  // Llama-3-8B
   c.hidden_size = 4096;
   c.intermediate_size = 14336;
@@ -108,12 +113,22 @@ int main(int argc, char** argv) {
     else if (a == "--kv-cache-dtype") kv_dtype = argv[i + 1];
     else if (a == "--tune-gemms") tune = std::atoi(argv[i + 1]) != 0;
     else if (a == "--tensor-parallel-size") tp = std::atoi(argv[i + 1]);
+    else if (a == "--attention-backend") {
+      const std::string v = argv[i + 1];
+      if (v != "native" && v != "flashinfer" && v != "both") {
+        std::fprintf(stderr, "error: --attention-backend %s is not native, flashinfer or both\n", v.c_str());
+        return 1;
+      }
+      backends = v == "both" ? std::vector<std::string>{"native", "flashinfer"} : std::vector<std::string>{v};
+    }
   }
   if (gpu::device_count() == 0) {
     std::printf("{\"skipped\":\"no CUDA device\"}\n");
     return 0;
   }
+  for (const std::string& backend : backends) {
   gpu::gpu_executor_options o;
+  o.attention_backend = backend;
   o.config = c;
   o.load_format = "dummy";
   o.max_num_tokens = std::max(prefill_tokens, 8192);
@@ -137,8 +152,9 @@ int main(int argc, char** argv) {
   const model_config rank0 = tp > 1 ? gpu::rank_config(c, shard_shape(c, 0, tp)) : c;
   const double wbytes = weight_bytes(rank0, quantization == "fp8");
   const double bound_ms = wbytes / (hbm_tbps * 1e12) * 1e3;
-  std::printf("{\"device\":\"%s\",\"weight_bytes\":%.0f,\"kv_blocks\":%d,\"load_s\":%.2f,\"weights_read_ms\":%.3f}\n",
-              info.device.c_str(), wbytes, info.num_kv_blocks, load_s, bound_ms);
+  std::printf("{\"attention\":\"%s\",\"device\":\"%s\",\"weight_bytes\":%.0f,\"kv_blocks\":%d,\"load_s\":%.2f,"
+              "\"weights_read_ms\":%.3f}\n",
+              backend.c_str(), info.device.c_str(), wbytes, info.num_kv_blocks, load_s, bound_ms);
 
   const int32_t bs = info.block_size;
   seq_id_t next_id = 1;
@@ -147,8 +163,9 @@ int main(int argc, char** argv) {
   for (int32_t batch : batches) {
     const int32_t blocks_per_seq = (prompt + steps + bs - 1) / bs;
     if (int64_t(batch) * blocks_per_seq > info.num_kv_blocks) {
-      std::printf("{\"bench\":\"decode\",\"batch\":%d,\"prompt\":%d,\"skipped\":\"not enough KV blocks\"}\n",
-                  batch, prompt);
+      std::printf("{\"attention\":\"%s\",\"bench\":\"decode\",\"batch\":%d,\"prompt\":%d,"
+                  "\"skipped\":\"not enough KV blocks\"}\n",
+                  backend.c_str(), batch, prompt);
       continue;
     }
     std::vector<scheduled_seq> seqs;
@@ -205,8 +222,8 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    std::printf("{\"bench\":\"prefill\",\"batch\":%d,\"prompt\":%d,\"tokens_per_s\":%.1f}\n", batch, prompt,
-                double(batch) * prompt / prefill_s);
+    std::printf("{\"attention\":\"%s\",\"bench\":\"prefill\",\"batch\":%d,\"prompt\":%d,\"tokens_per_s\":%.1f}\n",
+                backend.c_str(), batch, prompt, double(batch) * prompt / prefill_s);
     // Decode as the server runs it: step N+1 launched before step N is collected (its inputs are N's
     // sampled ids, on the device), so two steps are in flight. The first two steps are warm-up.
     asio::io_context io;
@@ -245,13 +262,14 @@ int main(int argc, char** argv) {
     const gpu::step_timeline tl = gpu::gpu_step_timeline(**ex).value_or(gpu::step_timeline{});
     const double kv_read = kv_bytes_per_step(rank0, batch, prompt + steps / 2, double(dtype_size(o.kv_cache_dtype)));
     const double read_ms = (wbytes + kv_read) / (hbm_tbps * 1e12) * 1e3;
-    std::printf("{\"bench\":\"decode\",\"sampling\":\"%s\",\"batch\":%d,\"context\":%d,\"step_ms\":%.3f,"
+    std::printf("{\"attention\":\"%s\",\"bench\":\"decode\",\"sampling\":\"%s\",\"batch\":%d,\"context\":%d,\"step_ms\":%.3f,"
                 "\"tokens_per_s\":%.1f,\"bytes_read_per_step\":%.0f,\"roofline_fraction\":%.3f,\"device_busy_ms\":%.3f,"
                 "\"gpu_idle_fraction\":%.4f,\"max_idle_ms\":%.3f,\"graph_steps\":%lld,\"steps\":%lld}\n",
-                sampling.c_str(), batch, prompt + steps, step_ms, batch * 1e3 / step_ms, wbytes + kv_read, read_ms / step_ms,
+                backend.c_str(), sampling.c_str(), batch, prompt + steps, step_ms, batch * 1e3 / step_ms, wbytes + kv_read, read_ms / step_ms,
                 tl.steps ? tl.busy_ms / double(tl.steps) : 0.0,
                 tl.busy_ms + tl.idle_ms > 0 ? tl.idle_ms / (tl.busy_ms + tl.idle_ms) : 0.0, tl.max_idle_ms,
                 static_cast<long long>(tl.graph_steps), static_cast<long long>(tl.steps));
   }
+  }  // backends: the executor is released before the next one loads
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "gpu/flashinfer_attention.hpp"
 #include "gpu/kernels.hpp"
 #include "gpu/reference/attention_ref.hpp"
 #include "model/dtype.hpp"
@@ -28,13 +29,18 @@ constexpr float k_v_spread = 40.0f;
 
 // kv: the cache element type. fp8 caches hold the E4M3 / E5M2 encodings of random values; the
 // reference attends over those values widened to bf16 (exact), as the kernel does.
-void run_case(const case_shape& c, uint32_t seed, kv_elem kv = kv_elem::bf16, int32_t window = 0) {
-  const int32_t hq = c.num_kv_heads * c.gqa, D = c.head_dim;
-  std::mt19937 g(seed);
+// The case's sequences over shuffled blocks (`extra` unused blocks ending every table, 3 spare
+// blocks in the cache), planned; total_blocks sizes the caches.
+struct case_batch {
+  batch_plan plan;
   int32_t total_blocks = 0;
-  for (auto [start, n] : c.seqs) total_blocks += (start + n + c.block_size - 1) / c.block_size;
-  total_blocks += 3;
-  std::vector<int32_t> perm(static_cast<size_t>(total_blocks));
+};
+case_batch make_batch(const case_shape& c, uint32_t seed, int32_t extra) {
+  std::mt19937 g(seed);
+  case_batch out;
+  for (auto [start, n] : c.seqs) out.total_blocks += (start + n + c.block_size - 1) / c.block_size + extra;
+  out.total_blocks += 3;
+  std::vector<int32_t> perm(static_cast<size_t>(out.total_blocks));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), g);
   std::vector<scheduled_seq> seqs;
@@ -45,15 +51,22 @@ void run_case(const case_shape& c, uint32_t seed, kv_elem kv = kv_elem::bf16, in
     s.seq_id = i;
     s.tokens.assign(size_t(n), 1);
     s.start_pos = start;
-    const int32_t nb = (start + n + c.block_size - 1) / c.block_size;
+    const int32_t nb = (start + n + c.block_size - 1) / c.block_size + extra;
     for (int32_t b = 0; b < nb; ++b) s.block_table.push_back(perm[next++]);
     s.sample = true;
     seqs.push_back(std::move(s));
   }
-  batch_plan_options opt{c.block_size, c.num_kv_heads, c.gqa, c.num_sms, 32};
-  auto plan = plan_batch(seqs, opt);
+  auto plan = plan_batch(seqs, batch_plan_options{c.block_size, c.num_kv_heads, c.gqa, c.num_sms, 32});
   REQUIRE(plan.ok());
-  const batch_plan& p = *plan;
+  out.plan = std::move(plan.value());
+  return out;
+}
+
+void run_case(const case_shape& c, uint32_t seed, kv_elem kv = kv_elem::bf16, int32_t window = 0) {
+  const int32_t hq = c.num_kv_heads * c.gqa, D = c.head_dim;
+  const case_batch batch = make_batch(c, seed, 0);
+  const batch_plan& p = batch.plan;
+  const int32_t total_blocks = batch.total_blocks;
 
   const int64_t q_stride = int64_t(hq + 2 * c.num_kv_heads) * D;  // q inside a fused qkv row
   auto q = random_bf16(size_t(p.num_tokens) * size_t(q_stride), seed + 1, 2.0f);
@@ -97,7 +110,85 @@ void run_case(const case_shape& c, uint32_t seed, kv_elem kv = kv_elem::bf16, in
   CHECK(worst <= (kv == kv_elem::bf16 ? 0.02f : 0.02f * k_v_spread));
 }
 
+// The same batch through FlashInfer's paged prefill kernel, planned by plan_flashinfer (eager or
+// CUDA-graph mode), its arrays uploaded as the executor lays them out; `extra` unused blocks end
+// every block table.
+void run_case_fi(const case_shape& c, uint32_t seed, int32_t window = 0, bool graph = false, int32_t extra = 0) {
+  const int32_t hq = c.num_kv_heads * c.gqa, D = c.head_dim;
+  const case_batch batch = make_batch(c, seed, extra);
+  const batch_plan& p = batch.plan;
+  const int32_t total_blocks = batch.total_blocks;
+  fi_options fo;
+  fo.num_qo_heads = hq;
+  fo.num_kv_heads = c.num_kv_heads;
+  fo.head_dim = D;
+  fo.page_size = c.block_size;
+  fo.num_sms = c.num_sms;
+  fo.cuda_graph = graph;
+  auto sch = plan_flashinfer(p, fo);
+  REQUIRE(sch.ok());
+  const fi_offsets off = fi_exact_offsets(0, *sch);
+  std::vector<std::byte> staging(off.end);
+  REQUIRE(write_fi_schedule(*sch, off, staging).ok());
+  auto d_meta = upload(staging);
+
+  const int64_t q_stride = int64_t(hq + 2 * c.num_kv_heads) * D;
+  auto q = random_bf16(size_t(p.num_tokens) * size_t(q_stride), seed + 1, 2.0f);
+  const size_t cache_n = size_t(total_blocks) * c.block_size * c.num_kv_heads * D;
+  auto kc = random_bf16(cache_n, seed + 2, 2.0f), vc = random_bf16(cache_n, seed + 3);
+  const float scale = 1.0f / std::sqrt(float(D));
+  auto d_q = upload(q), d_k = upload(kc), d_v = upload(vc), d_cu = upload(p.cu_seqlens_q);
+  const size_t rows = size_t(std::max<int64_t>(1, sch->tmp_rows()));
+  auto d_out = device_buffer::allocate(size_t(p.num_tokens) * hq * D * 2);
+  auto d_tv = device_buffer::allocate(rows * hq * D * 2), d_ts = device_buffer::allocate(rows * hq * 4);
+  REQUIRE((d_out.ok() && d_tv.ok() && d_ts.ok()));
+  const fi_step st = fi_step_at(*sch, off, d_meta.get(), d_cu.as<int32_t>());
+  const fi_attention_args a{d_q.get(), q_stride, d_k.get(), d_v.get(), d_out->get(), d_tv->get(), d_ts->as<float>(),
+                            hq, c.num_kv_heads, D, c.block_size, window > 0 ? window - 1 : -1, scale};
+  REQUIRE(launch_flashinfer_attention(a, st, nullptr).ok());
+  auto got = download<uint16_t>(*d_out, size_t(p.num_tokens) * hq * D);
+  auto expect = ref::attention_ref(q, q_stride, kc, vc, p, hq, c.num_kv_heads, D, c.block_size, scale, window);
+  float worst = 0.0f;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(bf16_to_f32(got[i]) - expect[i]));
+  INFO("flashinfer gqa " << c.gqa << " head_dim " << D << " tile " << sch->cta_tile_q << " split " << sch->split_kv
+                         << " graph " << graph << " window " << window << " worst " << worst);
+  CHECK(worst <= 0.02f);
+}
+
 }  // namespace
+
+TEST_CASE("flashinfer attention: prefill, chunked prefill and decode mixed in one batch", "[gpu][attention][flashinfer]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  if (!flashinfer_built()) {
+    COSERVE_SKIP("built without the FlashInfer headers");
+  }
+  uint32_t seed = 1010;
+  for (int32_t gqa : {1, 4, 8})
+    for (int32_t D : {64, 128}) {
+      run_case_fi(case_shape{2, gqa, D, 16, 132, {{0, 37}, {20, 13}, {100, 1}, {5, 1}, {0, 1}, {47, 3}}}, seed++);
+      // long prompts (query tiles of 64 and 128 rows) with tables longer than their keys
+      run_case_fi(case_shape{2, gqa, D, 16, 132, {{0, 300}, {64, 129}}}, seed++, 0, false, 2);
+    }
+}
+
+TEST_CASE("flashinfer attention: long decodes split over KV, CUDA-graph plans, sliding windows",
+          "[gpu][attention][flashinfer]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  if (!flashinfer_built()) {
+    COSERVE_SKIP("built without the FlashInfer headers");
+  }
+  uint32_t seed = 1100;
+  for (int32_t gqa : {1, 4, 8})
+    for (int32_t D : {64, 128}) {
+      run_case_fi(case_shape{2, gqa, D, 16, 132, {{3000, 1}, {777, 1}, {1500, 2}}}, seed++);
+      run_case_fi(case_shape{2, gqa, D, 16, 132, {{3000, 1}, {777, 1}, {15, 1}, {0, 1}}}, seed++, 0, true, 1);
+    }
+  for (int32_t window : {1, 5, 40, 4096})
+    for (int32_t gqa : {1, 8}) {
+      run_case_fi(case_shape{2, gqa, 64, 16, 132, {{0, 37}, {20, 13}, {100, 1}, {47, 3}}}, seed++, window);
+      run_case_fi(case_shape{2, gqa, 128, 16, 132, {{3000, 1}, {777, 1}, {1500, 2}}}, seed++, window, true);
+    }
+}
 
 TEST_CASE("attention: prefill, chunked prefill and decode mixed in one batch", "[gpu][attention]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
