@@ -26,7 +26,7 @@ COSERVE_HD float uniform01(uint64_t seed, uint64_t counter, uint64_t index) {
   return (float(uint32_t(h >> 40)) + 0.5f) * (1.0f / 16777216.0f);
 }
 
-// Maps a float to an unsigned key with the same order (for bisection over values).
+// Maps a float to an unsigned key with the same order (the sampler selects thresholds on it).
 COSERVE_HD uint32_t float_order_key(uint32_t bits) { return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u); }
 COSERVE_HD uint32_t float_from_order_key(uint32_t key) { return (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key; }
 

@@ -2,9 +2,14 @@
 // kept set with counter-based uniforms). CPU reference: gpu/reference/sampling_ref.hpp.
 //
 // Truncation without sorting: every filter is "keep x >= threshold", and each threshold is found by
-// bisection over the order-preserving 32-bit key of a float (32 block-wide counting passes for
-// top-k, 32 mass passes for top-p). The row (vocab * 4 bytes) stays in L2 across passes. Ties at a
-// threshold are all kept.
+// a radix select over the order-preserving 32-bit key of a float, most significant byte first: per
+// byte one pass over the row builds a 256-bucket histogram (in shared memory) of the keys that match
+// the bytes chosen so far, and one warp scans it from the top for the bucket where the running
+// weight reaches the target. Four passes for top-k (weights: counts) and four for top-p (weights:
+// probability mass in 32.32 fixed point, so the integer atomics make the sums exact and the choice
+// independent of thread order), after one pass for the max and one for the total mass: about ten
+// passes per sampled row instead of the 68 of a bisection. The row (vocab * 4 bytes) stays in L2
+// across passes. Ties at a threshold are all kept.
 #pragma once
 
 #include "gpu/kernels.hpp"
@@ -42,6 +47,70 @@ __device__ arg_best block_argmax(arg_best x, arg_best* scratch) {
 
 __device__ __forceinline__ uint32_t key_of(float f) { return float_order_key(__float_as_uint(f)); }
 
+// Fixed-point weight of exp(v - mx) (<= 1): 32 fraction bits, so a row of up to 2^31 entries sums
+// without overflow and the sum is the same whatever the order of the additions.
+__device__ __forceinline__ unsigned long long mass_fx(float v, float mx) {
+  return __float2ull_rn(expf(v - mx) * 4294967296.0f);
+}
+
+// The largest key T with  W(T) = sum of weight(v) over entries v = x[i] * inv_t whose key is >= T
+// and >= floor  at least `target`, by a radix select (four passes, most significant byte first).
+// Returns floor when even W(floor) is short of the target (every entry at or above floor stays).
+// hist: 256 words of shared memory, pick: 2 (the chosen bucket and the weight above it, passed from
+// the scanning warp to the block); every thread of the block calls it.
+template <class Weight>
+__device__ uint32_t radix_threshold(const float* x, int32_t vocab, float inv_t, uint32_t floor,
+                                    unsigned long long target, const Weight& weight, unsigned long long* hist,
+                                    unsigned long long* pick) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t prefix = 0;
+  unsigned long long above = 0;  // weight of the entries above the chosen buckets
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+    __syncthreads();
+    const uint32_t high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);  // the bytes chosen so far
+    for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      const float v = x[i] * inv_t;
+      const uint32_t k = key_of(v);
+      if (k >= floor && (k & high) == prefix) atomicAdd(&hist[(k >> shift) & 255u], weight(v));
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lane l holds buckets 255 - 8l down to 248 - 8l; an inclusive scan over lanes gives each
+      // lane the weight of every bucket above its own last one.
+      unsigned long long local[8], sum = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        local[j] = hist[255 - 8 * lane - j];
+        sum += local[j];
+      }
+      unsigned long long incl = sum;
+      for (int o = 1; o < 32; o <<= 1) {
+        const unsigned long long y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      const unsigned mask = __ballot_sync(0xffffffffu, above + incl >= target);
+      const int first = mask ? __ffs(mask) - 1 : 31;
+      if (lane == first) {
+        unsigned long long acc = above + incl - sum;
+        int bucket = 0;
+        for (int j = 0; j < 8; ++j) {
+          bucket = 255 - 8 * lane - j;
+          if (acc + local[j] >= target) break;
+          if (j < 7) acc += local[j];
+        }
+        pick[0] = (unsigned long long)bucket;
+        pick[1] = acc;
+      }
+    }
+    __syncthreads();
+    prefix |= uint32_t(pick[0]) << shift;
+    above = pick[1];
+    __syncthreads();  // pick read by every thread before the next pass writes it
+  }
+  return max(prefix, floor);
+}
+
 // The row's top n entries among those keep(i, v) admits, v = value_of(i), in (value desc, index
 // asc) order: one block-wide argmax per entry over the values after the previous entry in that
 // order (no sort, nothing written to the row). out gets (id, v - offset as f32 bits) pairs; an id
@@ -74,6 +143,7 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
                                                       uint32_t* __restrict__ out_top) {
   __shared__ float scratch[32];
   __shared__ arg_best best_scratch[32];
+  __shared__ unsigned long long hist[256], pick[2], total_scratch[32];
   const int32_t row = blockIdx.x;
   const sample_row_params p = params[row];
   const float* x = logits + int64_t(row) * vocab;
@@ -86,37 +156,19 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
 
   uint32_t thr = 0;  // keep key(x * inv_t) >= thr
   if (!greedy) {
-    if (p.top_k > 0 && p.top_k < vocab) {
-      uint32_t lo = 0, hi = 0xffffffffu;  // count(>= lo) >= k holds for lo = 0
-      while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo) / 2 + 1;
-        float c = 0.0f;
-        for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) c += key_of(x[i] * inv_t) >= mid ? 1.0f : 0.0f;
-        c = block_sum(c, scratch);
-        if (c >= float(p.top_k)) lo = mid; else hi = mid - 1;
-      }
-      thr = lo;
-    }
+    if (p.top_k > 0 && p.top_k < vocab)  // the k-th largest key: k entries (and its ties) at or above it
+      thr = radix_threshold(x, vocab, inv_t, 0u, (unsigned long long)p.top_k,
+                            [](float) { return 1ull; }, hist, pick);
     if (p.top_p < 1.0f) {
-      float total = 0.0f;
+      // The smallest set of largest values whose mass reaches top_p of the mass top-k left.
+      unsigned long long total = 0;
       for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
         const float v = x[i] * inv_t;
-        total += key_of(v) >= thr ? expf(v - mx) : 0.0f;
+        if (key_of(v) >= thr) total += mass_fx(v, mx);
       }
-      total = block_sum(total, scratch);
-      const float want = p.top_p * total;
-      uint32_t lo = thr, hi = 0xffffffffu;
-      while (lo < hi) {
-        const uint32_t mid = lo + (hi - lo) / 2 + 1;
-        float s = 0.0f;
-        for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-          const float v = x[i] * inv_t;
-          s += key_of(v) >= mid ? expf(v - mx) : 0.0f;
-        }
-        s = block_sum(s, scratch);
-        if (s >= want) lo = mid; else hi = mid - 1;
-      }
-      thr = lo;
+      total = block_sum_u64(total, total_scratch);
+      const unsigned long long want = (unsigned long long)ceil(double(p.top_p) * double(total));
+      thr = radix_threshold(x, vocab, inv_t, thr, want, [mx](float v) { return mass_fx(v, mx); }, hist, pick);
     }
     if (p.min_p > 0.0f) thr = max(thr, key_of(mx + logf(p.min_p)));
   }

@@ -16,6 +16,42 @@ using namespace coserve;
 using namespace coserve::gpu;
 using namespace coserve::gpu::test;
 
+namespace {
+
+// Samples every row on the device and compares token, logprob and top logprobs with the reference.
+void check_rows_against_reference(const std::vector<float>& logits, const std::vector<sample_row_params>& params,
+                                  int32_t vocab) {
+  const int32_t rows = int32_t(params.size());
+  auto d_logits = upload(logits), d_params = upload(params);
+  auto d_tok = device_buffer::allocate(size_t(rows) * 4), d_lp = device_buffer::allocate(size_t(rows) * 4);
+  auto d_top = device_buffer::allocate(size_t(rows) * k_top_logprob_words * 4);
+  REQUIRE((d_tok.ok() && d_lp.ok() && d_top.ok()));
+  REQUIRE(launch_sample(d_tok->as<int32_t>(), d_lp->as<float>(), d_logits.as<float>(),
+                        d_params.as<sample_row_params>(), rows, vocab, nullptr, d_top->as<uint32_t>()).ok());
+  auto tok = download<int32_t>(*d_tok, size_t(rows));
+  auto lp = download<float>(*d_lp, size_t(rows));
+  auto top = download<uint32_t>(*d_top, size_t(rows) * k_top_logprob_words);
+  for (int32_t r = 0; r < rows; ++r) {
+    auto e = ref::sample_ref(logits.data() + size_t(r) * size_t(vocab), vocab, params[size_t(r)]);
+    INFO("vocab " << vocab << " row " << r);
+    CHECK(tok[size_t(r)] == e.token);
+    CHECK(lp[size_t(r)] == Approx(e.logprob).margin(1e-3));
+    const uint32_t* w = top.data() + size_t(r) * k_top_logprob_words;
+    for (size_t j = 0; j < size_t(params[size_t(r)].top_n); ++j) {
+      if (j >= e.top.size()) {
+        CHECK(int32_t(w[2 * j]) == -1);
+        break;
+      }
+      float v;
+      std::memcpy(&v, &w[2 * j + 1], 4);
+      CHECK(int32_t(w[2 * j]) == e.top[j].first);
+      CHECK(v == Approx(e.top[j].second).margin(1e-3));
+    }
+  }
+}
+
+}  // namespace
+
 TEST_CASE("sampling kernel matches the reference", "[gpu][sampling]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   for (int32_t vocab : {1000, 32000, 128256}) {
@@ -27,35 +63,33 @@ TEST_CASE("sampling kernel matches the reference", "[gpu][sampling]") {
         {1.0f, 0.9f, 0.0f, 0, 4, 9, 1},     {1.3f, 0.8f, 0.0f, 20, 5, 2},    {1.0f, 1.0f, 0.05f, 0, 6, 4, 3},
         {0.6f, 0.95f, 0.02f, 100, 7, 11, 20}, {1.0f, 1.0f, 0.0f, 1, 8, 0, 4},
     };
-    const int32_t rows = int32_t(params.size());
-    std::vector<float> logits(size_t(rows) * size_t(vocab));
+    std::vector<float> logits(params.size() * size_t(vocab));
     for (auto& x : logits) x = nd(g);
-    auto d_logits = upload(logits), d_params = upload(params);
-    auto d_tok = device_buffer::allocate(size_t(rows) * 4), d_lp = device_buffer::allocate(size_t(rows) * 4);
-    auto d_top = device_buffer::allocate(size_t(rows) * k_top_logprob_words * 4);
-    REQUIRE((d_tok.ok() && d_lp.ok() && d_top.ok()));
-    REQUIRE(launch_sample(d_tok->as<int32_t>(), d_lp->as<float>(), d_logits.as<float>(),
-                          d_params.as<sample_row_params>(), rows, vocab, nullptr, d_top->as<uint32_t>()).ok());
-    auto tok = download<int32_t>(*d_tok, size_t(rows));
-    auto lp = download<float>(*d_lp, size_t(rows));
-    auto top = download<uint32_t>(*d_top, size_t(rows) * k_top_logprob_words);
-    for (int32_t r = 0; r < rows; ++r) {
-      auto e = ref::sample_ref(logits.data() + size_t(r) * size_t(vocab), vocab, params[size_t(r)]);
-      INFO("vocab " << vocab << " row " << r);
-      CHECK(tok[size_t(r)] == e.token);
-      CHECK(lp[size_t(r)] == Approx(e.logprob).margin(1e-3));
-      const uint32_t* w = top.data() + size_t(r) * k_top_logprob_words;
-      for (size_t j = 0; j < size_t(params[size_t(r)].top_n); ++j) {
-        if (j >= e.top.size()) {
-          CHECK(int32_t(w[2 * j]) == -1);
-          break;
-        }
-        float v;
-        std::memcpy(&v, &w[2 * j + 1], 4);
-        CHECK(int32_t(w[2 * j]) == e.top[j].first);
-        CHECK(v == Approx(e.top[j].second).margin(1e-3));
+    check_rows_against_reference(logits, params, vocab);
+  }
+}
+
+TEST_CASE("sampling kernel: radix thresholds with ties, large k, flat rows and masked entries", "[gpu][sampling]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  // Integer logits tie in large groups (the threshold lands inside a tie: all of it kept), k near
+  // the vocabulary, top-p near 0 and 1, a flat row, and rows with -inf entries (masked).
+  for (int32_t vocab : {1000, 151936}) {
+    std::mt19937 g{static_cast<uint32_t>(vocab + 1)};
+    std::uniform_int_distribution<int> level(-6, 6);
+    const std::vector<sample_row_params> params{
+        {1.0f, 1.0f, 0.0f, vocab - 1, 1, 0, 3}, {1.0f, 1.0f, 0.0f, 1000 < vocab ? 1000 : 999, 2, 1, 2},
+        {1.0f, 0.01f, 0.0f, 0, 3, 2, 5},        {1.0f, 0.999f, 0.0f, 0, 4, 3, 1},
+        {0.5f, 0.5f, 0.0f, 7, 5, 4, 7},         {1.0f, 0.3f, 0.0f, 0, 6, 5, 2},
+        {2.0f, 0.9f, 0.1f, 300, 7, 6, 4},       {1.0f, 0.7f, 0.0f, 13, 8, 7, 20},
+    };
+    std::vector<float> logits(params.size() * size_t(vocab));
+    for (size_t r = 0; r < params.size(); ++r)
+      for (int32_t i = 0; i < vocab; ++i) {
+        float& x = logits[r * size_t(vocab) + size_t(i)];
+        x = r == 5 ? 0.0f : float(level(g));               // row 5: flat
+        if (r == 6 && i % 3 == 0) x = -INFINITY;          // row 6: a third masked
       }
-    }
+    check_rows_against_reference(logits, params, vocab);
   }
 }
 
