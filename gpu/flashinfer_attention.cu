@@ -136,12 +136,17 @@ result<fi_schedule> plan_flashinfer(const batch_plan& p, const fi_options& o) {
   try {
     std::vector<int32_t> qo(p.cu_seqlens_q), kv(s.kv_indptr);
     const uint32_t max_batch_size_if_split = uint32_t(std::max(2 * o.num_sms, 1)) / uint32_t(o.num_kv_heads);
+    // Unsplit: one chunk as long as the longest sequence (FlashInfer's disable_split_kv would leave
+    // an overflowed chunk size behind; a fixed split of that length plans the same work).
+    int32_t max_pages = 1;
+    for (size_t i = 0; i < n; ++i) max_pages = std::max(max_pages, s.kv_indptr[i + 1] - s.kv_indptr[i]);
+    const int32_t fixed_split = o.disable_split_kv ? max_pages : -1;
     auto [split_kv, new_batch_size, padded_batch_size, cta_tile_q, kv_chunk_size, request_indices, qo_tile_indices,
           kv_tile_indices, merge_indptr, o_indptr] =
         flashinfer::PrefillSplitQOKVIndptr(qo.data(), kv.data(), uint32_t(s.total_num_rows), uint32_t(n),
                                            uint32_t(o.num_qo_heads), uint32_t(o.num_kv_heads), uint32_t(o.head_dim),
                                            uint32_t(o.page_size), max_batch_size_if_split, o.cuda_graph,
-                                           o.window_left, /*fixed_split_size=*/-1, o.disable_split_kv);
+                                           o.window_left, fixed_split, /*disable_split_kv=*/false);
     s.split_kv = split_kv;
     s.new_batch_size = int32_t(new_batch_size);
     s.padded_batch_size = int32_t(padded_batch_size);

@@ -40,7 +40,7 @@ struct fi_options {
   int32_t num_sms = 132;       // the device's multiprocessors (FlashInfer sizes its grid at 2 CTAs per SM)
   int32_t window_left = -1;    // sliding window: keys [pos - window_left, pos]; -1: none
   bool cuda_graph = false;     // FlashInfer's CUDA-graph mode (fixed grid)
-  bool disable_split_kv = false;
+  bool disable_split_kv = false;  // one KV chunk per sequence (no merge, no split workspace); eager only
 };
 
 // One step's plan in FlashInfer's form (its PrefillPlan's arrays, made on the host).

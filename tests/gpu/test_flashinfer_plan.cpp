@@ -140,6 +140,32 @@ TEST_CASE("flashinfer plan: every query tile meets every KV chunk of its sequenc
   }
 }
 
+TEST_CASE("flashinfer plan: unsplit plans keep one KV chunk per sequence", "[flashinfer]") {
+  if (!flashinfer_built()) {
+    COSERVE_SKIP("built without the FlashInfer headers (scripts/deps fetches them)");
+  }
+  // Few long decodes split by default; unsplit, every (sequence, tile) meets its keys once and no
+  // merge or workspace is planned.
+  const std::vector<std::pair<int32_t, int32_t>> seqs{{3000, 1}, {777, 1}, {1500, 2}};
+  const batch_plan p = make_plan(seqs, 16, 0, 13);
+  auto split = plan_flashinfer(p, opts(8, 64));
+  REQUIRE(split.ok());
+  CHECK(split->split_kv);
+  fi_options o = opts(8, 64);
+  o.disable_split_kv = true;
+  auto s = plan_flashinfer(p, o);
+  REQUIRE(s.ok());
+  CHECK_FALSE(s->split_kv);
+  CHECK(s->tmp_rows() == 0);
+  CHECK(s->merge_indptr.empty());
+  CHECK(s->block_valid_mask.empty());
+  CHECK(s->kv_chunk_size >= 3001);  // at least the longest sequence's keys
+  CHECK(std::all_of(s->kv_tile_indices.begin(), s->kv_tile_indices.end(), [](int32_t k) { return k == 0; }));
+  int32_t tiles = 0;
+  for (auto [start, n] : seqs) tiles += (n * 8 + s->cta_tile_q - 1) / s->cta_tile_q;
+  CHECK(s->new_batch_size == tiles);
+}
+
 TEST_CASE("flashinfer plan: a CUDA graph's grid depends on the batch size only", "[flashinfer]") {
   if (!flashinfer_built()) {
     COSERVE_SKIP("built without the FlashInfer headers (scripts/deps fetches them)");
