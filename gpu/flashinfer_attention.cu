@@ -108,18 +108,30 @@ bool flashinfer_supports(int32_t num_qo_heads, int32_t num_kv_heads, int32_t hea
 }
 
 result<fi_schedule> plan_flashinfer(const batch_plan& p, const fi_options& o) {
+  fi_schedule s;
+  if (auto r = plan_flashinfer(p, o, s); !r) return r.err();
+  return s;
+}
+
+result<void> plan_flashinfer(const batch_plan& p, const fi_options& o, fi_schedule& s) {
   if (!flashinfer_supports(o.num_qo_heads, o.num_kv_heads, o.head_dim) || o.page_size <= 0)
     return make_error("invalid_argument", "flashinfer: unsupported attention shape (head_dim 64 or 128, whole GQA groups)");
   const size_t n = p.kv_lens.size();
   if (n == 0 || p.cu_seqlens_q.size() != n + 1 || p.block_table_offsets.size() != n + 1)
     return make_error("invalid_argument", "flashinfer: the batch plan has no sequences or inconsistent offsets");
-  fi_schedule s;
   s.batch_size = int32_t(n);
   s.total_num_rows = p.cu_seqlens_q.back();
   s.cuda_graph = o.cuda_graph;
-  s.kv_indptr.reserve(n + 1);
+  s.split_kv = false;
+  s.new_batch_size = s.padded_batch_size = s.cta_tile_q = s.kv_chunk_size = 0;
+  for (auto* v : {&s.kv_indptr, &s.kv_indices, &s.kv_last_page_len, &s.request_indices, &s.qo_tile_indices,
+                  &s.kv_tile_indices, &s.o_indptr, &s.merge_indptr})
+    v->clear();
+  s.block_valid_mask.clear();
+  size_t pages_total = 0;
+  for (size_t i = 0; i < n; ++i) pages_total += size_t(std::max(p.kv_lens[i], 0) + o.page_size - 1) / size_t(o.page_size);
+  s.kv_indices.reserve(pages_total);
   s.kv_indptr.push_back(0);
-  s.kv_last_page_len.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const int32_t kv_len = p.kv_lens[i];
     const int32_t pages = (kv_len + o.page_size - 1) / o.page_size;
@@ -170,7 +182,7 @@ result<fi_schedule> plan_flashinfer(const batch_plan& p, const fi_options& o) {
   } else {
     s.merge_indptr.clear();
   }
-  return s;
+  return {};
 #else
   return make_error("unavailable", "flashinfer: built without the FlashInfer headers (scripts/deps fetches them)");
 #endif

@@ -69,6 +69,8 @@ struct fi_schedule {
 // (invalid_argument): a shape the kernels do not take, a block table shorter than its keys, or
 // FlashInfer's planner refusing the batch.
 result<fi_schedule> plan_flashinfer(const batch_plan& p, const fi_options& o);
+// The same into `out`, reusing its arrays' capacity (the executor plans every step into one).
+result<void> plan_flashinfer(const batch_plan& p, const fi_options& o, fi_schedule& out);
 
 // Where a schedule's arrays lie in a metadata buffer (16-byte aligned offsets).
 struct fi_offsets {

@@ -248,7 +248,7 @@ class gpu_executor final : public executor {
   // FlashInfer's plan of a step placed after `used` bytes of the staging buffer; returns its step view
   // (addresses at `dev`, query offsets at cu_seqlens) and the bytes now used.
   result<std::pair<fi_step, size_t>> pack_fi(const batch_plan& p, frame& f, size_t used, const void* dev,
-                                            const int32_t* cu_seqlens) const;
+                                            const int32_t* cu_seqlens);
   // Writes a graph step's FlashInfer plan at fi_arena_ in staging and uploads that region to the
   // arena; returns the end of the bytes used (the peers' copy reaches that far).
   result<size_t> upload_fi_arena(const fi_schedule& sch, std::span<std::byte> staging);
@@ -311,6 +311,7 @@ class gpu_executor final : public executor {
   batch_plan_options graph_opts_;  // how graph steps are planned (splits bounded by the workspace)
   graph_arena_layout arena_;
   fi_offsets fi_arena_;            // FlashInfer's arrays after the arena (flashinfer backend)
+  fi_schedule fi_plan_;            // each step's FlashInfer plan (its arrays' capacity reused)
   bool fi_on_ = false;             // --attention-backend flashinfer
   device_buffer arena_dev_;
   int32_t pad_block_ = 0;          // scratch KV block past the allocator's blocks (padding rows)
@@ -616,19 +617,20 @@ result<void> gpu_executor::tune_gemms() {
 }
 
 result<std::pair<fi_step, size_t>> gpu_executor::pack_fi(const batch_plan& p, frame& f, size_t used, const void* dev,
-                                                         const int32_t* cu_seqlens) const {
+                                                         const int32_t* cu_seqlens) {
   fi_options fo = fi_plan_options(false);
-  auto sch = plan_flashinfer(p, fo);
-  if (sch && sch->tmp_rows() > k_fi_tmp_rows) {  // a split beyond the workspace: plan it unsplit
+  auto r = plan_flashinfer(p, fo, fi_plan_);
+  if (r && fi_plan_.tmp_rows() > k_fi_tmp_rows) {  // a split beyond the workspace: plan it unsplit
     fo.disable_split_kv = true;
-    sch = plan_flashinfer(p, fo);
+    r = plan_flashinfer(p, fo, fi_plan_);
   }
-  if (!sch) return std::move(sch).err();
-  const fi_offsets at = fi_exact_offsets(used, *sch);
-  if (auto r = write_fi_schedule(*sch, at, std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()));
-      !r)
-    return r.err();
-  return std::pair<fi_step, size_t>{fi_step_at(*sch, at, dev, cu_seqlens), at.end};
+  if (!r) return r.err();
+  const fi_offsets at = fi_exact_offsets(used, fi_plan_);
+  if (auto w = write_fi_schedule(fi_plan_, at,
+                                 std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()));
+      !w)
+    return w.err();
+  return std::pair<fi_step, size_t>{fi_step_at(fi_plan_, at, dev, cu_seqlens), at.end};
 }
 
 result<size_t> gpu_executor::upload_fi_arena(const fi_schedule& sch, std::span<std::byte> staging) {
@@ -1325,21 +1327,18 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     batch_plan planned;
     auto bytes = fill_graph_arena(in, bucket, layout, graph_opts_, staging, fi_on_ ? &planned : nullptr);
     // FlashInfer: the step's plan must have the captured grid (it does for a bucket's batches).
-    std::optional<fi_schedule> fsch;
     bool replay = bytes.ok();
-    if (replay && fi_on_) {
-      auto sch = plan_flashinfer(planned, fi_plan_options(true));
-      replay = sch && sch->padded_batch_size == g->fi.padded_batch_size && sch->cta_tile_q == g->fi.cta_tile_q &&
-               sch->split_kv == g->fi.split_kv && sch->total_num_rows == g->fi.total_num_rows;
-      if (replay) fsch = std::move(sch.value());
-    }
+    if (replay && fi_on_)
+      replay = plan_flashinfer(planned, fi_plan_options(true), fi_plan_).ok() &&
+               fi_plan_.padded_batch_size == g->fi.padded_batch_size && fi_plan_.cta_tile_q == g->fi.cta_tile_q &&
+               fi_plan_.split_kv == g->fi.split_kv && fi_plan_.total_num_rows == g->fi.total_num_rows;
     // A batch the graph cannot take (more attention work than its grid) runs eagerly below.
     if (replay) {
       COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
                                   "graph metadata upload"));
       size_t meta_n = *bytes;
-      if (fsch) {
-        auto up = upload_fi_arena(*fsch, staging);
+      if (fi_on_) {
+        auto up = upload_fi_arena(fi_plan_, staging);
         if (!up) return std::move(up).err();
         meta_n = *up;
       }

@@ -1,5 +1,9 @@
 // Host cost of planning one step's batch metadata (gpu/batch_plan.hpp), the part of the CUDA
-// executor's per-step CPU work that runs without a device. Prints one JSON object per batch size.
+// executor's per-step CPU work that runs without a device. Prints one JSON object per batch size;
+// in a build with the CUDA executor also the cost of FlashInfer's plan made from it
+// (plan_flashinfer, eager and CUDA-graph mode; --attention-backend flashinfer adds it per step).
+// FlashInfer's planner asks the device's compute capability for small query tiles: on a host
+// without one that query fails at once, on a GPU it is a cached attribute read.
 //
 //   bench_batch_plan [--context 4096] [--iters 2000]
 #include <chrono>
@@ -9,6 +13,9 @@
 #include <vector>
 
 #include "gpu/batch_plan.hpp"
+#if defined(COSERVE_BENCH_FLASHINFER)
+#include "gpu/flashinfer_attention.hpp"
+#endif
 
 using namespace coserve;
 
@@ -41,6 +48,32 @@ int main(int argc, char** argv) {
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
     std::printf("{\"bench\":\"plan_batch\",\"batch\":%d,\"context\":%d,\"us_per_step\":%.2f,\"sink\":%zu}\n", batch,
                 context, us, sink);
+#if defined(COSERVE_BENCH_FLASHINFER)
+    if (gpu::flashinfer_built()) {
+      auto p = gpu::plan_batch(seqs, opt);
+      if (!p) return 1;
+      for (const bool graph : {false, true}) {
+        gpu::fi_options fo;
+        fo.num_qo_heads = 32;
+        fo.num_kv_heads = 8;
+        fo.head_dim = 128;
+        fo.num_sms = 132;
+        fo.cuda_graph = graph;
+        size_t fsink = 0;
+        gpu::fi_schedule sch;  // reused across steps, as the executor does
+        const auto f0 = std::chrono::steady_clock::now();
+        for (int32_t it = 0; it < iters; ++it) {
+          const bool ok = gpu::plan_flashinfer(*p, fo, sch).ok();
+          fsink += ok ? size_t(sch.padded_batch_size) + sch.kv_indices.size() : 0;
+        }
+        const double fus =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count() / iters;
+        std::printf("{\"bench\":\"plan_flashinfer\",\"cuda_graph\":%s,\"batch\":%d,\"context\":%d,"
+                    "\"us_per_step\":%.2f,\"sink\":%zu}\n",
+                    graph ? "true" : "false", batch, context, fus, fsink);
+      }
+    }
+#endif
   }
   return 0;
 }
