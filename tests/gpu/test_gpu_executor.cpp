@@ -797,6 +797,67 @@ TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gp
   CHECK(equal * 10 >= int(prompts.size()) * 9);
 }
 
+// vLLM's check_logprobs_close against transformers: the CUDA executor teacher-forced on
+// transformers' greedy ids (hf_greedy.txt), its logits per step against transformers' own
+// (hf_logits.bin, from the same script). With --compute-dtype bfloat16 it is the criterion "vs
+// transformers in bf16"; with float32 the reference carries no rounding at all.
+TEST_CASE("gpu executor is logprob-close to transformers, teacher-forced on its greedy ids", "[gpu][hf]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const char* dir = std::getenv("COSERVE_GPU_HF_DIR");
+  if (dir == nullptr) COSERVE_SKIP("set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
+  std::ifstream bin(std::string(dir) + "/hf_logits.bin", std::ios::binary);
+  if (!bin.good()) COSERVE_SKIP("no hf_logits.bin in COSERVE_GPU_HF_DIR (made by the current gpu_vs_hf.py)");
+  char magic[4] = {};
+  uint32_t n_prompts = 0, steps = 0, vocab = 0;
+  bin.read(magic, 4);
+  bin.read(reinterpret_cast<char*>(&n_prompts), 4);
+  bin.read(reinterpret_cast<char*>(&steps), 4);
+  bin.read(reinterpret_cast<char*>(&vocab), 4);
+  REQUIRE(std::string(magic, 4) == "CSHL");
+  REQUIRE((n_prompts > 0 && steps > 0 && vocab > 0));
+  std::ifstream in(std::string(dir) + "/hf_greedy.txt");
+  REQUIRE(in.good());
+  std::vector<std::vector<int32_t>> prompts, greedy;
+  for (std::string line; std::getline(in, line);) {
+    const auto bar = line.find('|');
+    if (bar == std::string::npos) continue;
+    std::istringstream a(line.substr(0, bar)), b(line.substr(bar + 1));
+    std::vector<int32_t> p, g;
+    for (int32_t x; a >> x;) p.push_back(x);
+    for (int32_t x; b >> x;) g.push_back(x);
+    prompts.push_back(p);
+    greedy.push_back(g);
+  }
+  REQUIRE(prompts.size() == n_prompts);
+  gpu::gpu_executor_options go;
+  go.model_dir = dir;
+  go.num_kv_blocks = 2048;
+  go.max_num_tokens = 8192;
+  go.max_num_seqs = 64;
+  go.return_logits = true;
+  auto ex = gpu::make_gpu_executor(go);
+  REQUIRE(ex.ok());
+  int passed = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    REQUIRE(greedy[i].size() == steps);
+    std::vector<std::vector<float>> hf(steps, std::vector<float>(vocab));
+    for (auto& row : hf) bin.read(reinterpret_cast<char*>(row.data()), std::streamsize(vocab) * 4);
+    REQUIRE(bin.good());
+    // steps rows: after the prompt, then after each of the first steps - 1 greedy ids
+    const auto g = test::run_logits(**ex, seq_id_t(5000 + i), prompts[i], &greedy[i], int32_t(steps) - 1, 16);
+    REQUIRE(g.rows.size() == steps);
+    const auto close = test::logprobs_close(hf, g.rows);
+    float worst = 0.0f;
+    for (float d : close.max_abs_logit_diff) worst = std::max(worst, d);
+    INFO("prompt " << i << " (" << prompts[i].size() << " tokens): " << close.steps_compared
+                   << " steps compared, diverged at " << close.diverged_at << ", per-step max |dlogit| " << worst
+                   << " " << close.why);
+    CHECK(close.ok);
+    passed += close.ok;
+  }
+  WARN(passed << " of " << prompts.size() << " prompts logprob-close to transformers");
+}
+
 TEST_CASE("gpu executor verifies proposals: greedy and seeded sampled outputs equal plain decoding's",
           "[gpu][executor][speculation]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
