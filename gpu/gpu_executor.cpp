@@ -2,11 +2,12 @@
 // tensor-parallel peer, gpu/tp_peer.hpp), the layer loop (gpu/forward_pass.cpp), device sampling
 // (rows for proposals to verify included), prompt logprob rows, launched and collected as two
 // halves, and the decode CUDA graphs captured from the same forward pass. Longer than most files
-// (about 1390 lines) because launch, collect, the head of the forward pass, the graph capture and
+// (about 1540 lines) because launch, collect, the head of the forward pass, the graph capture and
 // the draft model's and tensor-parallel peers' share of a step use one set of device buffers and
 // per-sequence state; what stands alone is apart: the layer loop (gpu/forward_pass.cpp), the graph
-// arena (gpu/decode_graph.cpp), the draft's passes (gpu/draft_model.cpp, gpu/draft_plan.cpp) and
-// the peers (gpu/tp_peer.cpp, gpu/tp_remote.cpp).
+// arena (gpu/decode_graph.cpp), FlashInfer's planner and kernels (gpu/flashinfer_attention.cu), the
+// draft's passes (gpu/draft_model.cpp, gpu/draft_plan.cpp) and the peers (gpu/tp_peer.cpp,
+// gpu/tp_remote.cpp).
 #include "gpu/gpu_executor.hpp"
 
 #include <algorithm>
@@ -690,7 +691,8 @@ result<void> gpu_executor::capture_graphs() {
         continue;
       }
       max_padded = std::max(max_padded, sch->padded_batch_size);
-      kept.push_back(g);
+      g.fi = std::move(sch.value());  // the capture below runs this plan
+      kept.push_back(std::move(g));
     }
     graphs_ = std::move(kept);
     buckets_.clear();
@@ -719,23 +721,19 @@ result<void> gpu_executor::capture_graphs() {
     const std::vector<int32_t> ids(size_t(g.bucket), 0), slots(size_t(g.bucket), pad_slot_);
     const std::vector<sample_row_params> params(size_t(g.bucket), sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
     const std::span<std::byte> staging(static_cast<std::byte*>(frames_[0].meta.get()), frames_[0].meta.bytes());
-    batch_plan planned;
     auto bytes = fill_graph_arena(graph_step_input{seqs, ids, params, slots, pad_block_, pad_slot_}, g.bucket, arena_,
-                                  graph_opts_, staging, &planned);
+                                  graph_opts_, staging);
     if (!bytes) return std::move(bytes).err();
     // Padding-only rows would write no KV; here every row is "real" and writes the scratch block.
     COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
                                 "graph metadata"));
     forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
     size_t meta_n = *bytes;
-    if (fi_on_) {
-      auto sch = plan_flashinfer(planned, fi_plan_options(true));
-      if (!sch) return std::move(sch).err();
-      auto up = upload_fi_arena(*sch, staging);
+    if (fi_on_) {  // the bucket's plan, made above for the same batch
+      auto up = upload_fi_arena(g.fi, staging);
       if (!up) return std::move(up).err();
       meta_n = *up;
-      fs.fi = fi_step_at(*sch, fi_arena_, arena_dev_.get(), m.cu_seqlens);
-      g.fi = std::move(sch.value());
+      fs.fi = fi_step_at(g.fi, fi_arena_, arena_dev_.get(), m.cu_seqlens);
     }
     // Peers run the same eager pass (its collectives need every rank) and capture theirs.
     std::vector<std::future<result<void>>> peers_done;

@@ -182,6 +182,23 @@ gpu::gpu_executor_options dummy_options(int32_t hidden, int32_t inter, int32_t k
   return go;
 }
 
+// hf_greedy.txt of a gpu_vs_hf.py folder: per line the prompt ids, " | ", transformers' greedy ids.
+void read_hf_greedy(const std::string& dir, std::vector<std::vector<int32_t>>& prompts,
+                    std::vector<std::vector<int32_t>>& greedy) {
+  std::ifstream in(dir + "/hf_greedy.txt");
+  REQUIRE(in.good());
+  for (std::string line; std::getline(in, line);) {
+    const auto bar = line.find('|');
+    if (bar == std::string::npos) continue;
+    std::istringstream a(line.substr(0, bar)), b(line.substr(bar + 1));
+    std::vector<int32_t> p, g;
+    for (int32_t x; a >> x;) p.push_back(x);
+    for (int32_t x; b >> x;) g.push_back(x);
+    prompts.push_back(p);
+    greedy.push_back(g);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 tokens)", "[gpu][executor]") {
@@ -782,19 +799,8 @@ TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gp
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const char* dir = std::getenv("COSERVE_GPU_HF_DIR");
   if (dir == nullptr) COSERVE_SKIP("set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
-  std::ifstream in(std::string(dir) + "/hf_greedy.txt");
-  REQUIRE(in.good());
   std::vector<std::vector<int32_t>> prompts, expect;
-  for (std::string line; std::getline(in, line);) {
-    const auto bar = line.find('|');
-    if (bar == std::string::npos) continue;
-    std::istringstream a(line.substr(0, bar)), b(line.substr(bar + 1));
-    std::vector<int32_t> p, g;
-    for (int32_t x; a >> x;) p.push_back(x);
-    for (int32_t x; b >> x;) g.push_back(x);
-    prompts.push_back(p);
-    expect.push_back(g);
-  }
+  read_hf_greedy(dir, prompts, expect);
   REQUIRE(!prompts.empty());
   gpu::gpu_executor_options go;
   go.model_dir = dir;
@@ -853,19 +859,8 @@ TEST_CASE("gpu executor is logprob-close to transformers, teacher-forced on its 
   bin.read(reinterpret_cast<char*>(&vocab), 4);
   REQUIRE(std::string(magic, 4) == "CSHL");
   REQUIRE((n_prompts > 0 && steps > 0 && vocab > 0));
-  std::ifstream in(std::string(dir) + "/hf_greedy.txt");
-  REQUIRE(in.good());
   std::vector<std::vector<int32_t>> prompts, greedy;
-  for (std::string line; std::getline(in, line);) {
-    const auto bar = line.find('|');
-    if (bar == std::string::npos) continue;
-    std::istringstream a(line.substr(0, bar)), b(line.substr(bar + 1));
-    std::vector<int32_t> p, g;
-    for (int32_t x; a >> x;) p.push_back(x);
-    for (int32_t x; b >> x;) g.push_back(x);
-    prompts.push_back(p);
-    greedy.push_back(g);
-  }
+  read_hf_greedy(dir, prompts, greedy);
   REQUIRE(prompts.size() == n_prompts);
   gpu::gpu_executor_options go;
   go.model_dir = dir;
