@@ -101,6 +101,10 @@ class gpu_executor final : public executor {
     int32_t launched = 0;     // sampled rows launched (generated + those not collected yet)
     int32_t last_token = -1;  // the last token the host has collected (or the last output id)
     penalty_edits penalties;  // repetition / presence / frequency edits of the collected history
+    // Its row of token counts on the device (-1: none), and whether that row holds its history up to
+    // the last launched token (written from `penalties` when taken, counted up by each step after).
+    int32_t penalty_row = -1;
+    bool penalty_synced = false;
     std::optional<grammar_matcher> matcher;           // structured output (params.grammar)
     // Prompt logprobs (params.prompt_logprobs >= 0, first registration): the prompt while entries
     // are owed; position p's entry scores prompt[p + 1]. prompt_next: the next position a launched
@@ -109,9 +113,10 @@ class gpu_executor final : public executor {
     int32_t prompt_next = 0;
     std::vector<prompt_logprob> prompt_lps;
     int32_t pending() const noexcept { return launched - generated; }
-    // Penalties are built from the host's view of the history; a token still being sampled is
-    // counted on the device (pending_penalty). A grammar's mask needs every earlier token on the
-    // host: a step that samples under one waits until the previous step is collected.
+    // Penalties come from the sequence's count row on the device, or as edits built from the
+    // host's view of the history, with a token still being sampled counted on the device
+    // (pending_penalty). A grammar's mask needs every earlier token on the host: a step that
+    // samples under one waits until the previous step is collected.
     bool has_penalties() const noexcept {
       return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
     }
@@ -292,6 +297,12 @@ class gpu_executor final : public executor {
   device_buffer final_, logits_, tok_out_, lp_out_, top_out_, meta_dev_;
   device_buffer prompt_out_;  // [max_num_tokens, k_prompt_row_words] prompt logprob rows (launch_prompt_logprobs)
   device_buffer last_tokens_;   // [slot capacity] each live sequence's last sampled id, on the device
+  device_buffer penalty_counts_;         // [penalty rows, vocab] token counts (gpu/logit_edit.hpp), or none
+  std::vector<int32_t> free_penalty_rows_;
+  // A row of counts for `st`, written from its host history in this step (into resets / entries),
+  // unless it has one already in step; false when none can be had (its penalties then go as edits).
+  bool penalty_row_in_step(seq_state& st, const step_plan& plan, std::vector<int32_t>& resets,
+                           std::vector<penalty_count_entry>& entries);
   frame frames_[2];
   int32_t next_frame_ = 0;
   struct step_events {
@@ -366,6 +377,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     return make_error("invalid_argument", "gpu: load_format must be auto or dummy");
   if (o.block_size <= 0 || o.max_num_tokens <= 0 || o.max_num_seqs <= 0)
     return make_error("invalid_argument", "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
+  if (o.penalty_rows < -1) return make_error("invalid_argument", "gpu: penalty_rows must be -1 (max_num_seqs), 0 or more");
   if (o.num_speculative_tokens < 0 || o.num_speculative_tokens > 64)
     return make_error("invalid_argument", "gpu: num_speculative_tokens must be in [0, 64]");
   if (!o.quantization.empty() && o.quantization != "fp8")
@@ -565,6 +577,9 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (e->draft_)
     e->info_.device += ", draft model " + std::to_string(e->draft_->config().num_hidden_layers) + " layers (" +
                        std::to_string(e->draft_->weight_bytes() >> 20) + " MiB)";
+  if (!e->free_penalty_rows_.empty())
+    e->info_.device += ", penalty counts for " + std::to_string(e->free_penalty_rows_.size()) + " sequences (" +
+                       std::to_string(e->penalty_counts_.bytes() >> 20) + " MiB)";
   if (N > 1) {
     e->info_.device += ", tensor parallel " + std::to_string(N) + " (NCCL)";
     std::fprintf(stderr, "coserve gpu: rank 0: cuda:%d, %d query / %d KV heads, MLP width %d, weights %lld MiB (with the "
@@ -813,6 +828,13 @@ result<void> gpu_executor::allocate_buffers() {
   if (!lt) return std::move(lt).err();
   last_tokens_ = std::move(lt.value());
   COSERVE_CUDA_TRY(cuda_check(cudaMemset(last_tokens_.get(), 0, (slots + picks) * 4), "last-token buffer"));
+  // Token counts of penalised sequences, before the KV cache takes what is left.
+  if (const int32_t rows = opts_.penalty_rows < 0 ? opts_.max_num_seqs : opts_.penalty_rows; rows > 0) {
+    auto pc = device_buffer::allocate(size_t(rows) * V * 4);
+    if (!pc) return std::move(pc).err();
+    penalty_counts_ = std::move(pc.value());
+    for (int32_t r = rows; r-- > 0;) free_penalty_rows_.push_back(r);
+  }
   if (draft_)
     for (frame& f : frames_) {
       auto dm = pinned_buffer::allocate(size_t(8) << 20);
@@ -934,6 +956,7 @@ void gpu_executor::launch_step(step_plan plan, const asio::any_io_executor& ex, 
     auto it = seqs_.find(id);
     if (it == seqs_.end()) continue;
     free_slots_.push_back(it->second->slot);
+    if (it->second->penalty_row >= 0) free_penalty_rows_.push_back(it->second->penalty_row);
     seqs_.erase(it);
   }
   launched_.push_back(rec);
@@ -1049,6 +1072,32 @@ result<step_result> gpu_executor::collect() {
   return out;
 }
 
+bool gpu_executor::penalty_row_in_step(seq_state& st, const step_plan& plan, std::vector<int32_t>& resets,
+                                       std::vector<penalty_count_entry>& entries) {
+  if (penalty_counts_.empty()) return false;
+  if (st.penalty_synced && st.penalty_row >= 0) return true;
+  // The row is written from the host's history, which lacks a token still being sampled.
+  if (st.pending() > 0) return false;
+  if (st.penalty_row < 0) {
+    if (free_penalty_rows_.empty())  // taken from a sequence this step does not run (at most max_num_seqs do)
+      for (auto& [id, other] : seqs_) {
+        if (other->penalty_row < 0 ||
+            std::any_of(plan.seqs.begin(), plan.seqs.end(), [id = id](const scheduled_seq& q) { return q.seq_id == id; }))
+          continue;
+        free_penalty_rows_.push_back(other->penalty_row);
+        other->penalty_row = -1;
+        other->penalty_synced = false;
+        break;
+      }
+    if (free_penalty_rows_.empty()) return false;
+    st.penalty_row = free_penalty_rows_.back();
+    free_penalty_rows_.pop_back();
+  }
+  resets.push_back(st.penalty_row);
+  st.penalties.device_entries(st.penalty_row, entries);
+  return true;
+}
+
 result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   const model_config& c = w_.config;
   // The calling thread may not be the one that created the executor: select our device.
@@ -1066,6 +1115,11 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     st->launched = st->generated;
     if (auto it = seqs_.find(n.seq_id); it != seqs_.end()) {  // registered again (after preemption)
       st->slot = it->second->slot;
+      // Its count row is rewritten from the new history before it is used again.
+      if (it->second->penalty_row >= 0) {
+        if (st->has_penalties()) st->penalty_row = it->second->penalty_row;
+        else free_penalty_rows_.push_back(it->second->penalty_row);
+      }
     } else {
       if (free_slots_.empty()) return make_error("resource_exhausted", "gpu: more live sequences than last-token slots");
       st->slot = free_slots_.back();
@@ -1230,6 +1284,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   penalty_edits with_proposals;  // a verifying row's history with the proposals before it accepted
   std::vector<pending_penalty> pending;
   std::vector<int32_t> pending_slot;  // per row once a row has a pending token: its slot, or -1
+  std::vector<int32_t> penalty_resets;  // count rows written from the host's history in this step
+  std::vector<penalty_count_entry> penalty_entries;
+  std::vector<seq_state*> penalty_synced;  // their sequences (in step once it is launched)
   for (size_t row = 0; row < sample_rows.size(); ++row) {
     const sample_row& sr = sample_rows[row];
     seq_state& st = *states[size_t(sr.seq)];
@@ -1265,7 +1322,19 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         generated = st.params.min_tokens;
     }
     const int32_t edits_before = int32_t(edits.size());
-    if (sr.j == 0 || !st.has_penalties()) {
+    if (sr.j == 0 && st.has_penalties() && plan.seqs[size_t(sr.seq)].num_draft == 0 &&
+        penalty_row_in_step(st, plan, penalty_resets, penalty_entries)) {
+      // Penalties from its counts on the device, which hold every token launched before this one
+      // (each step counts its own): only logit_bias and min_tokens as edits.
+      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits, false);
+      sample_row_params& x = sp.back();
+      x.penalty_row = st.penalty_row;
+      x.repetition = st.params.repetition_penalty > 0.0f ? st.params.repetition_penalty : 1.0f;
+      x.presence = st.params.presence_penalty;
+      x.frequency = st.params.frequency_penalty;
+      penalty_synced.push_back(&st);
+    } else if (sr.j == 0 || !st.has_penalties()) {
+      st.penalty_synced = false;  // its count row, if any, will miss this step's token
       st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits);
       if (st.pending() > 0 && st.has_penalties()) {  // the previous step's token: counted on the device
         pending.push_back({int32_t(row), st.slot, edits_before, int32_t(edits.size()), st.params.repetition_penalty,
@@ -1296,6 +1365,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       rec.row_draft.push_back(sr.draft);
       rec.row_pick.push_back(sr.pick >= 0 && !states[size_t(sr.seq)]->has_penalties() ? sr.pick : -1);
     }
+    for (seq_state* st : penalty_synced) st->penalty_synced = true;
   };
 
   // The draft's passes run ahead of the model's forward, which reads their picks. (A step with any
@@ -1310,7 +1380,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
 
   // A decode-only step without logit edits or grammars replays its bucket's graph.
   const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() && edits.empty() &&
-                          prompt_tokens.empty() && grammar_rows.empty() &&
+                          prompt_tokens.empty() && grammar_rows.empty() && penalty_resets.empty() &&
                           std::all_of(plan.seqs.begin(), plan.seqs.end(),
                                       [](const scheduled_seq& q) { return q.tokens.size() == 1; });
   if (const int32_t bucket = graph_step ? bucket_for(buckets_, int32_t(plan.seqs.size())) : 0; bucket > 0) {
@@ -1395,7 +1465,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   auto opg = pk.add(prompt_targets);
   auto opp = pk.add(pending);
   auto ops = pk.add(pending_slot);
-  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors || !opt || !opg || !opp || !ops)
+  auto opr = pk.add(penalty_resets);
+  auto ope = pk.add(penalty_entries);
+  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors || !opt || !opg || !opp || !ops || !opr || !ope)
     return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
   off[8] = *ow;
   off[9] = *om;
@@ -1423,6 +1495,11 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
               reinterpret_cast<const int32_t*>(d + *opg), int32_t(prompt_tokens.size()), prompt_top_n,
               reinterpret_cast<const pending_penalty*>(d + *opp), int32_t(pending.size()),
               reinterpret_cast<const int32_t*>(d + *ops)};
+  if (!penalty_resets.empty())  // count rows taken in this step, written before the sampling reads them
+    COSERVE_CUDA_TRY(launch_penalty_rows_init(penalty_counts_.as<uint32_t>(), reinterpret_cast<const int32_t*>(d + *opr),
+                                              int32_t(penalty_resets.size()),
+                                              reinterpret_cast<const penalty_count_entry*>(d + *ope),
+                                              int32_t(penalty_entries.size()), c.vocab_size, s));
   const forward_shape fs{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()), int32_t(p.merges.size()),
                          nullptr, fis};
   if (has_peers()) {
@@ -1504,6 +1581,9 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
                                 "logits"));
   COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s, m.pending,
                                       m.num_pending, m.pending_slot, last_tokens_.as<int32_t>()));
+  if (!penalty_counts_.empty())  // rows without a count row return at once (graphs always run it)
+    COSERVE_CUDA_TRY(launch_penalty_counts(logits_.as<float>(), m.params, S, c.vocab_size,
+                                           penalty_counts_.as<uint32_t>(), s));
   COSERVE_CUDA_TRY(launch_token_bitmask(logits_.as<float>(), m.grammar_rows, m.grammar_masks, m.num_grammar_rows,
                                         m.mask_words, c.vocab_size, s));
   COSERVE_CUDA_TRY(launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S,
@@ -1511,6 +1591,9 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
   // The sampled ids stay on the device for the next step's inputs (the host gets a copy later);
   // the peers of a tensor-parallel group receive them for theirs (gpu/tp_peer.hpp).
   if (tp_group_) COSERVE_CUDA_TRY(tp_group_->broadcast_i32(0, tok_out_.as<int32_t>(), size_t(S), s));
+  if (!penalty_counts_.empty())
+    COSERVE_CUDA_TRY(launch_count_sampled(penalty_counts_.as<uint32_t>(), m.params, tok_out_.as<int32_t>(), S,
+                                          c.vocab_size, s));
   return launch_scatter_tokens(last_tokens_.as<int32_t>(), m.row_slots, tok_out_.as<int32_t>(), S, s);
 }
 

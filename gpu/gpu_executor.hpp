@@ -12,8 +12,8 @@
 // steps may be in flight: step N+1's decode inputs come from step N's sampled ids on the device (a
 // last-token buffer with one slot per live sequence, which the embedding gather reads and the
 // sampler's scatter writes), so the host learns the ids one step later. A step that samples for a
-// sequence with penalties or a grammar needs the host's view of its history, so it is not launched
-// ahead (can_launch_ahead). No stream or device synchronize on this path; execute() (tests,
+// sequence under a grammar needs the host's view of its history, so it is not launched ahead
+// (can_launch_ahead). No stream or device synchronize on this path; execute() (tests,
 // benchmarks) is launch + wait on a private io_context + collect.
 //
 // Per step the host builds the batch metadata once (gpu/batch_plan.hpp), packs it into one pinned
@@ -21,11 +21,15 @@
 // metadata and output buffers are double-buffered (step N+1 is staged while N's copies may still be
 // pending). CUDA timing events around each step give the device timeline (gpu_step_timeline).
 //
-// Sampling follows the CPU sampler's order: logit_bias, min_tokens masking and the repetition /
-// presence / frequency penalties as sparse edits (gpu/logit_edit.hpp; each sequence's penalty edits
-// are kept up to date as its tokens are collected, and a token still being sampled by the step
-// before is counted on the device, so penalised requests run two steps in flight), then temperature, top-k,
-// top-p, min-p and a seeded draw (gpu/kernels/sampling.cuh). Seeded draws use a different random
+// Sampling follows the CPU sampler's order: logit_bias and min_tokens masking as sparse edits, the
+// repetition / presence / frequency penalties from per-sequence token counts kept on the device
+// (gpu/logit_edit.hpp: a row of counts per penalised sequence, written once from the host's history
+// and then counted up on the device by each step's sampled token, so penalised decode steps run
+// two in flight and replay CUDA graphs), then temperature, top-k, top-p, min-p and a seeded draw
+// (gpu/kernels/sampling.cuh). Where a sequence has no count row in step (a verify step of
+// speculative decoding; penalty_rows 0; its row not yet rebuilt while a token is in flight) its
+// penalties come as sparse edits built from the host's history instead, with a token still being
+// sampled by the step before counted on the device. Seeded draws use a different random
 // stream than the CPU executor, so only greedy output is expected to match it token for token.
 // Top-N logprobs (logprobs > 0, at most 20) are ranked on the device by the sampling kernel over
 // the same processed row it draws from; only N (id, logprob) pairs per row come back. Decode steps
@@ -54,6 +58,10 @@ struct gpu_executor_options {
   int32_t block_size = 16;
   int32_t max_num_tokens = 8192;         // tokens per step at most (sizes the activations)
   int32_t max_num_seqs = 256;            // sampled rows per step at most
+  // Rows of token counts on the device for sequences with repetition / presence / frequency
+  // penalties (vocab x 4 bytes each, taken from the KV cache's memory): -1 gives max_num_seqs, so
+  // every sequence of a step has one; 0 applies penalties as sparse edits from the host instead.
+  int32_t penalty_rows = -1;
   int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
   int32_t num_kv_blocks = 0;             // > 0: use exactly this many blocks instead of sizing
   bool return_logits = false;            // copy raw logits of sampled rows into seq_output::logits

@@ -155,6 +155,21 @@ result<void> launch_logit_edits(float* logits, const logit_edit* edits, int32_t 
                                 const pending_penalty* pending = nullptr, int32_t num_pending = 0,
                                 const int32_t* pending_slot = nullptr, const int32_t* last_tokens = nullptr);
 
+// Penalties from the token counts kept on the device (gpu/logit_edit.hpp: k_count_prompt_bit).
+// counts [penalty rows, vocab]. launch_penalty_counts: for each sampled row r < rows whose
+// params[r].penalty_row p >= 0, logits[r, t] = apply_penalty_count(logits[r, t], counts[p, t],
+// its repetition, presence, frequency); after launch_logit_edits, before the grammar mask and
+// launch_sample. launch_count_sampled: counts[p, tokens[r]] += 1 for those rows (after sampling).
+// launch_penalty_rows_init: rows reset_rows[0..num_reset) zeroed, then counts[e.row, e.token] =
+// e.value for each entry.
+result<void> launch_penalty_counts(float* logits, const sample_row_params* params, int32_t rows, int32_t vocab,
+                                   const uint32_t* counts, cudaStream_t stream);
+result<void> launch_count_sampled(uint32_t* counts, const sample_row_params* params, const int32_t* tokens, int32_t rows,
+                                  int32_t vocab, cudaStream_t stream);
+result<void> launch_penalty_rows_init(uint32_t* counts, const int32_t* reset_rows, int32_t num_reset,
+                                      const penalty_count_entry* entries, int32_t num_entries, int32_t vocab,
+                                      cudaStream_t stream);
+
 // ---- token_bitmask.cuh -------------------------------------------------------------------------
 // Structured outputs: for each g < num_rows, logits[rows[g], i] = -inf wherever bit (i % 32) of
 // masks[g * words + i / 32] is clear (xgrammar's bitmask layout). logits [*, vocab] fp32.

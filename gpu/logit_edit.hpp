@@ -75,6 +75,41 @@ COSERVE_LOGIT_HD float apply_logit_edit(float l, const logit_edit& e) {
   return l - e.subtract;
 }
 
+// ---- Penalties from token counts kept on the device ----
+// A sequence with penalties may own a row of `vocab` 32-bit counts on the device (vLLM keeps the
+// same per-request output counts): bits 0-30 count the token in the output, bit 31 marks a token
+// of the prompt when the repetition penalty is on. The row is written once when the sequence gets
+// it (reset, then the entries of penalty_edits::device_entries), and after that only on the
+// device: each step adds its sampled token (launch_count_sampled). Steps then need no edit list for
+// penalties, and a penalised decode step can replay its CUDA graph.
+inline constexpr uint32_t k_count_prompt_bit = 0x80000000u;
+
+struct penalty_count_entry {  // device layout (12 bytes): row i32 | token i32 | value u32
+  int32_t row;                // the penalty row
+  int32_t token;
+  uint32_t value;             // output count | k_count_prompt_bit
+};
+static_assert(sizeof(penalty_count_entry) == 12);
+
+// Steps 3-4 of the CPU sampler for one token from its count word; the same as apply_logit_edit with
+// the token's edit (no bias or mask: those stay sparse edits, applied before this). Presence and
+// frequency are computed as penalty_edits computes `subtract`, without contraction, so the two
+// paths give the same bits.
+COSERVE_LOGIT_HD float apply_penalty_count(float l, uint32_t v, float repetition, float presence, float frequency) {
+  if (v == 0) return l;
+  if (repetition != 1.0f) l = l > 0.0f ? l / repetition : l * repetition;
+  const uint32_t count = v & ~k_count_prompt_bit;
+  if (count > 0 && (presence != 0.0f || frequency != 0.0f)) {
+#if defined(__CUDA_ARCH__)
+    l = __fsub_rn(l, __fadd_rn(__fmul_rn(frequency, float(count)), presence));
+#else
+    volatile float product = frequency * float(count);  // no FMA contraction with the sum
+    l -= product + presence;
+#endif
+  }
+  return l;
+}
+
 // A sequence's edits kept up to date as its tokens arrive, so a step copies them instead of
 // rebuilding them from the whole history: one edit per token the repetition penalty (prompt and
 // output tokens) or the presence / frequency penalties (output tokens, with their counts) touch,
@@ -100,8 +135,10 @@ class penalty_edits {
     ++e->count;
     e->subtract = frequency_ * float(e->count) + presence_;
   }
+  // with_penalties false: logit_bias and min_tokens only (the row's penalties come from its counts
+  // on the device, apply_penalty_count).
   void append(int32_t row, const sampling_params& p, int32_t num_output, const std::vector<int32_t>& eos_ids,
-              std::vector<logit_edit>& out) const {
+              std::vector<logit_edit>& out, bool with_penalties = true) const {
     std::map<int32_t, logit_edit> extra;  // logit_bias and min_tokens masks: a handful of tokens
     auto x = [&](int32_t t) -> logit_edit& {
       auto it = extra.find(t);
@@ -117,6 +154,10 @@ class penalty_edits {
           if (in_range(t)) x(t).mask = 1;
       for (int32_t t : p.stop_token_ids)
         if (in_range(t)) x(t).mask = 1;
+    }
+    if (!with_penalties) {
+      for (const auto& [t, e] : extra) out.push_back(e);
+      return;
     }
     out.reserve(out.size() + base_.size() + extra.size());
     auto it = extra.begin();
@@ -134,6 +175,15 @@ class penalty_edits {
     for (; it != extra.end(); ++it) out.push_back(it->second);
   }
   size_t size() const noexcept { return base_.size(); }
+  // The non-zero words of this history's count row (see k_count_prompt_bit), for penalty row
+  // `row`: every kept token is marked seen when the repetition penalty is on (it applies to
+  // prompt and output tokens alike), with its output count.
+  void device_entries(int32_t row, std::vector<penalty_count_entry>& out) const {
+    for (const logit_edit& b : base_) {
+      const uint32_t v = uint32_t(b.count) | (repetition_ != 1.0f ? k_count_prompt_bit : 0u);
+      if (v != 0) out.push_back({row, b.token, v});
+    }
+  }
 
  private:
   // The token's edit, inserted in order the first time (the repetition penalty applies from then).

@@ -358,25 +358,28 @@ TEST_CASE("gpu executor with an fp8 KV cache: twice the blocks, logprob-close to
   CHECK(blocks_fp8 <= 2.05 * blocks_bf16);
 }
 
+// A demo folder's executor for up to 16 sequences of 1024 tokens; eager: no graphs.
+std::unique_ptr<executor> small_executor(const std::filesystem::path& dir, bool eager, int32_t penalty_rows = -1) {
+  gpu::gpu_executor_options go;
+  go.model_dir = dir.string();
+  go.num_kv_blocks = 256;
+  go.max_num_tokens = 1024;
+  go.max_num_seqs = 16;
+  go.enforce_eager = eager;
+  go.penalty_rows = penalty_rows;
+  auto e = gpu::make_gpu_executor(go);
+  REQUIRE(e.ok());
+  return std::move(*e);
+}
+
 TEST_CASE("gpu executor: CUDA graphs on and off, one step at a time or two in flight, give the same greedy tokens",
           "[gpu][executor][graphs]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_graphs";
   const demo_options o = gpu_demo_options(9);
   REQUIRE(make_demo_model(dir.string(), o).ok());
-  auto make = [&](bool eager) {
-    gpu::gpu_executor_options go;
-    go.model_dir = dir.string();
-    go.num_kv_blocks = 256;
-    go.max_num_tokens = 1024;
-    go.max_num_seqs = 16;
-    go.enforce_eager = eager;
-    auto e = gpu::make_gpu_executor(go);
-    REQUIRE(e.ok());
-    return std::move(*e);
-  };
-  auto eager = make(true);
-  auto graphs = make(false);
+  auto eager = small_executor(dir, true);
+  auto graphs = small_executor(dir, false);
   std::vector<std::vector<int32_t>> prompts;  // 10 sequences: decode batches padded to the 16 bucket
   for (int32_t i = 0; i < 10; ++i) {
     std::vector<int32_t> pr(size_t(4 + 7 * i));
@@ -397,6 +400,54 @@ TEST_CASE("gpu executor: CUDA graphs on and off, one step at a time or two in fl
   REQUIRE(tl.has_value());
   CHECK(tl->graph_steps >= 2 * 39);  // every decode step of both runs replayed a graph
   CHECK(gpu::gpu_step_timeline(*eager)->graph_steps == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("gpu executor: penalties from token counts on the device give the sparse edits' tokens, with graphs and two "
+          "steps in flight",
+          "[gpu][executor][graphs][penalties]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_penalties";
+  REQUIRE(make_demo_model(dir.string(), gpu_demo_options(12)).ok());
+  auto edits = small_executor(dir, true, 0);     // penalties as sparse edits from the host's history only
+  auto counts = small_executor(dir, false, -1);  // counts on the device for every sequence, graphs
+  auto few = small_executor(dir, false, 4);      // four count rows for ten sequences: the rest as edits
+  const auto prompts = ramp_prompts(10, 4, 5, 9, 3);
+  sampling_params greedy;
+  greedy.temperature = 0.0f;
+  greedy.repetition_penalty = 1.6f;
+  sampling_params sampled;
+  sampled.temperature = 0.9f;
+  sampled.top_p = 0.95f;
+  sampled.repetition_penalty = 1.2f;
+  sampled.presence_penalty = 0.4f;
+  sampled.frequency_penalty = 0.3f;
+  sampled.logit_bias = {{5, 1.5f}};
+  sampled.min_tokens = 6;
+  sampling_params negative = sampled;  // a reward, not a penalty: repeats on purpose
+  negative.repetition_penalty = 0.7f;
+  negative.presence_penalty = -0.5f;
+  negative.frequency_penalty = 0.0f;
+  negative.logit_bias.clear();
+  negative.min_tokens = 0;
+  for (const sampling_params& params : {greedy, sampled, negative}) {
+    const auto a = drive(*edits, prompts, 40, 16, &params);
+    const auto b = drive(*counts, prompts, 40, 16, &params);
+    const auto c = drive(*counts, prompts, 40, 16, &params, true);
+    const auto d = drive(*edits, prompts, 40, 16, &params, true);
+    const auto e = drive(*few, prompts, 40, 16, &params, true);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      CAPTURE(params.temperature, params.repetition_penalty, i);
+      CHECK(b.tokens[i] == a.tokens[i]);
+      CHECK(c.tokens[i] == a.tokens[i]);
+      CHECK(d.tokens[i] == a.tokens[i]);
+      CHECK(e.tokens[i] == a.tokens[i]);
+    }
+  }
+  // Penalised decode steps replayed graphs: greedy's and negative's (logit_bias and min_tokens'
+  // masks stay sparse edits, so `sampled` ran eagerly).
+  CHECK(gpu::gpu_step_timeline(*counts)->graph_steps == 2 * 2 * 39);
+  CHECK(gpu::gpu_step_timeline(*edits)->graph_steps == 0);
   std::filesystem::remove_all(dir);
 }
 

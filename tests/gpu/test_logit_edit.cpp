@@ -5,6 +5,7 @@
 #include <random>
 
 #include "gpu/logit_edit.hpp"
+#include "gpu/sample_row_params.hpp"
 #include "model/sampler.hpp"
 
 using namespace coserve;
@@ -149,4 +150,67 @@ TEST_CASE("penalty edits kept up to date token by token give the CPU sampler's p
   penalty_edits none(plain, {1, 2, 3}, vocab);
   none.accept(5);
   CHECK(none.size() == 0);
+}
+
+// What the executor does for a sequence with a row of counts on the device (gpu_executor.cpp): the
+// row written from the host's history when it is taken (device_entries), then counted up by every
+// sampled token (launch_count_sampled), read by launch_penalty_counts after the sparse edits of
+// logit_bias and min_tokens. Simulated here with the kernels' per-token functions.
+TEST_CASE("penalties from token counts on the device give the CPU sampler's penalties at every step",
+          "[gpu_host][logit_edit]") {
+  std::mt19937 g(41);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int32_t vocab = 150;
+  const std::vector<int32_t> eos{2, 149};
+  for (int trial = 0; trial < 80; ++trial) {
+    sampling_params p;
+    p.repetition_penalty = trial % 3 == 0 ? 1.0f : (trial % 3 == 1 ? 1.25f : 0.8f);
+    p.presence_penalty = trial % 4 == 1 ? 0.0f : (trial % 2 ? 0.5f : -0.3f);
+    p.frequency_penalty = trial % 5 == 2 ? 0.0f : 0.2f;
+    if (trial % 11 == 4) p.repetition_penalty = -2.0f;  // not positive: off, as the CPU sampler has it
+    p.min_tokens = trial % 2 ? 8 : 0;
+    p.ignore_eos = trial % 7 == 3;
+    p.stop_token_ids = {7, 500};
+    if (trial % 3 != 1) p.logit_bias = {{3, 2.5f}, {11, -100.0f}, {-4, 1.0f}, {149, 0.5f}};
+    std::vector<int32_t> prompt, output;
+    for (int i = 0; i < 30; ++i) prompt.push_back(int32_t(g() % vocab) - (i == 3 ? 200 : 0));  // one out of range
+    for (int i = 0; i < trial % 13; ++i) output.push_back(int32_t(g() % 50));  // history before the row is taken
+    penalty_edits kept(p, prompt, vocab);
+    for (int32_t t : output) kept.accept(t);
+    // The row taken now: reset, then the entries.
+    std::vector<uint32_t> counts(size_t(vocab), 0u);
+    std::vector<penalty_count_entry> entries;
+    kept.device_entries(6, entries);
+    for (const auto& e : entries) {
+      REQUIRE(e.row == 6);
+      REQUIRE(e.value != 0u);
+      counts[size_t(e.token)] = e.value;
+    }
+    sample_row_params row;  // as the executor fills it
+    row.penalty_row = 6;
+    row.repetition = p.repetition_penalty > 0.0f ? p.repetition_penalty : 1.0f;
+    row.presence = p.presence_penalty;
+    row.frequency = p.frequency_penalty;
+    for (int step = 0; step < 25; ++step) {
+      std::vector<logit_edit> edits;
+      kept.append(0, p, int32_t(output.size()), eos, edits, false);
+      for (const auto& e : edits) REQUIRE((e.repetition == 1.0f && e.subtract == 0.0f));  // bias and masks only
+      std::vector<float> logits(static_cast<size_t>(vocab));
+      for (auto& x : logits) x = nd(g);
+      std::vector<float> got = logits, expect = logits;
+      for (const auto& e : edits) got[size_t(e.token)] = apply_logit_edit(got[size_t(e.token)], e);
+      for (int32_t t = 0; t < vocab; ++t)
+        got[size_t(t)] = apply_penalty_count(got[size_t(t)], counts[size_t(t)], row.repetition, row.presence, row.frequency);
+      sampling_state st(p, 1, prompt, output, eos);
+      apply_penalties(expect, st);
+      INFO("trial " << trial << " step " << step);
+      REQUIRE(got == expect);
+      // The step's sampled token, counted on the device (out of range: not counted) and collected.
+      const int32_t t = int32_t(g() % 60) + (step == 7 ? vocab : 0);
+      if (t >= 0 && t < vocab) counts[size_t(t)] += 1;
+      output.push_back(t);
+      kept.accept(t);
+    }
+  }
+  CHECK(sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0}.penalty_row == -1);  // rows without counts by default
 }

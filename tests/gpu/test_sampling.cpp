@@ -151,6 +151,69 @@ TEST_CASE("logit edits kernel and sampling over masked rows", "[gpu][sampling]")
   }
 }
 
+TEST_CASE("penalty count kernels: rows written, penalties applied and sampled tokens counted as on the host",
+          "[gpu][sampling][penalties]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  // Penalty rows of vocab 151936 (Qwen2) and an odd one; a row without counts, a row sharing
+  // nothing with the others, repeated and out-of-range sampled tokens.
+  for (const int32_t vocab : {151936, 1001}) {
+    const int32_t prows = 3, rows = 4;
+    std::mt19937 g{uint32_t(vocab)};
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<uint32_t> counts(size_t(prows) * size_t(vocab), 0xdeadbeefu);  // reset below
+    std::vector<int32_t> resets{2, 0, 1};
+    std::vector<penalty_count_entry> entries;
+    for (int32_t r = 0; r < prows; ++r)
+      for (int32_t i = 0; i < 300; ++i) {
+        const int32_t t = int32_t(g() % uint32_t(vocab));
+        entries.push_back({r, t, uint32_t(i % 4) | (i % 3 == 0 ? k_count_prompt_bit : 0u)});
+      }
+    entries.push_back({1, vocab + 5, 7u});  // out of range: ignored
+    auto d_counts = upload(counts), d_resets = upload(resets), d_entries = upload(entries);
+    auto st = make_stream();
+    REQUIRE(st.ok());
+    REQUIRE(launch_penalty_rows_init(d_counts.as<uint32_t>(), d_resets.as<int32_t>(), int32_t(resets.size()),
+                                     d_entries.as<penalty_count_entry>(), int32_t(entries.size()), vocab, st->get())
+                .ok());
+    std::fill(counts.begin(), counts.end(), 0u);
+    for (const auto& e : entries)
+      if (e.token < vocab) counts[size_t(e.row) * size_t(vocab) + size_t(e.token)] = e.value;
+    CHECK(download<uint32_t>(d_counts, counts.size()) == counts);
+
+    std::vector<float> logits(size_t(rows) * size_t(vocab));
+    for (auto& x : logits) x = nd(g);
+    std::vector<sample_row_params> params(size_t(rows), sample_row_params{0.0f, 1.0f, 0.0f, 0, 1, 0});
+    params[0].penalty_row = 2, params[0].repetition = 1.3f, params[0].presence = 0.5f, params[0].frequency = 0.25f;
+    params[1].penalty_row = -1;  // no counts: untouched
+    params[2].penalty_row = 0, params[2].repetition = 0.8f;  // repetition only (below 1 raises)
+    params[3].penalty_row = 1, params[3].presence = -0.5f, params[3].frequency = 1.0f;
+    auto d_logits = upload(logits), d_params = upload(params);
+    REQUIRE(launch_penalty_counts(d_logits.as<float>(), d_params.as<sample_row_params>(), rows, vocab,
+                                  d_counts.as<uint32_t>(), st->get())
+                .ok());
+    for (int32_t r = 0; r < rows; ++r) {
+      const sample_row_params& p = params[size_t(r)];
+      if (p.penalty_row < 0) continue;
+      for (int32_t t = 0; t < vocab; ++t) {
+        float& l = logits[size_t(r) * size_t(vocab) + size_t(t)];
+        l = apply_penalty_count(l, counts[size_t(p.penalty_row) * size_t(vocab) + size_t(t)], p.repetition, p.presence,
+                                p.frequency);
+      }
+    }
+    CHECK(download<float>(d_logits, logits.size()) == logits);
+
+    const std::vector<int32_t> tokens{5, 5, vocab - 1, vocab + 3};  // row 1 has no row; row 3's is out of range
+    auto d_tokens = upload(tokens);
+    for (int rep = 0; rep < 2; ++rep)  // counted twice: increments, not writes
+      REQUIRE(launch_count_sampled(d_counts.as<uint32_t>(), d_params.as<sample_row_params>(), d_tokens.as<int32_t>(),
+                                   rows, vocab, st->get())
+                  .ok());
+    counts[size_t(2) * size_t(vocab) + 5] += 2;
+    counts[size_t(vocab - 1)] += 2;
+    CHECK(download<uint32_t>(d_counts, counts.size()) == counts);
+  }
+}
+
 TEST_CASE("token bitmask kernel matches apply_grammar_mask", "[gpu][sampling][structured]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   for (int32_t vocab : {1000, 50257, 151936}) {
