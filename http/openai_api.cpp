@@ -5,6 +5,9 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include <asio/experimental/awaitable_operators.hpp>
@@ -65,6 +68,35 @@ constexpr route k_routes[] = {
     {"/api/trace", "GET"},       {"/v1/messages/count_tokens", "POST"},
     {"/v1/responses/input_tokens", "POST"},
 };
+
+// "/v1/models/{model}" (OpenAI's retrieveModel): the id, percent-decoded (ids such as
+// "meta-llama/Llama-3.1-8B" may come with "/" as is or as %2F); nullopt for any other path or a
+// malformed escape.
+constexpr std::string_view k_model_prefix = "/v1/models/";
+std::optional<std::string> model_in_path(std::string_view path) {
+  if (path.size() <= k_model_prefix.size() || path.substr(0, k_model_prefix.size()) != k_model_prefix)
+    return std::nullopt;
+  const std::string_view rest = path.substr(k_model_prefix.size());
+  std::string id;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] != '%') {
+      id += rest[i];
+      continue;
+    }
+    auto hex = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    if (i + 2 >= rest.size()) return std::nullopt;
+    const int hi = hex(rest[i + 1]), lo = hex(rest[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    id += char(hi * 16 + lo);
+    i += 2;
+  }
+  return id;
+}
 
 // Streams of one HTTP request (one per prompt) and the index offset of each one's choices.
 struct submitted {
@@ -145,6 +177,9 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   const route* found = nullptr;
   for (const auto& r : k_routes)
     if (path == r.path && (options_.webui || path.rfind("/api/", 0) != 0)) found = &r;
+  static constexpr route k_model_route{"/v1/models/{model}", "GET"};
+  const std::optional<std::string> model_id = model_in_path(path);
+  if (model_id) found = &k_model_route;
   if (!found) {
     {
       const api_error err_ = api_error::not_found("route " + path + " not found");
@@ -227,8 +262,13 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
     co_await respond_json(w, 200, body);
     co_return;
   }
-  // /v1/models
+  // /v1/models and /v1/models/{model}
   const auto& info = eng().info();
+  if (model_id && *model_id != info.served_model_name) {
+    const api_error e{404, "The model `" + *model_id + "` does not exist.", "NotFoundError", "model", "model_not_found"};
+    co_await respond_error(w, e);
+    co_return;
+  }
   value m = json::object{};
   m["id"] = value(info.served_model_name);
   m["object"] = value("model");
@@ -236,11 +276,16 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   m["owned_by"] = value("coserve");
   m["root"] = value(info.served_model_name);
   m["max_model_len"] = value(int64_t{info.max_model_len});
+  std::string body;
+  if (model_id) {
+    json::dump_compact(m, body);
+    co_await respond_json(w, 200, body);
+    co_return;
+  }
   value list = json::object{};
   list["object"] = value("list");
   list["data"] = json::array{};
   list["data"].push_back(std::move(m));
-  std::string body;
   json::dump_compact(list, body);
   co_await respond_json(w, 200, body);
 }

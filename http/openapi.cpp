@@ -149,6 +149,11 @@ constexpr std::string_view k_document = R"json({
         "finish_reason": {"$ref": "#/components/schemas/FinishReason"},
         "stop_reason": {"type": ["string", "null"]}}}},
     "usage": {"$ref": "#/components/schemas/Usage"}}},
+"Model": {"type": "object", "required": ["id", "object", "created", "owned_by", "root", "max_model_len"],
+  "properties": {
+    "id": {"const": @MODEL@}, "object": {"const": "model"}, "created": {"type": "integer"},
+    "owned_by": {"type": "string"}, "root": {"type": "string"},
+    "max_model_len": {"type": "integer", "minimum": 1}}},
 "EventStream": {"type": "object", "required": ["data"],
   "properties": {"event": {"const": "message"}, "data": {"type": "string"}},
   "description": "One server-sent event: `data: <chunk JSON>`; the last one is `data: [DONE]`."}
@@ -189,12 +194,17 @@ constexpr std::string_view k_document = R"json({
     "200": {"description": "The served model.", "content": {"application/json": {"schema": {
       "type": "object", "required": ["object", "data"], "properties": {
         "object": {"const": "list"},
-        "data": {"type": "array", "minItems": 1, "maxItems": 1, "items": {"type": "object",
-          "required": ["id", "object", "created", "owned_by", "root", "max_model_len"], "properties": {
-            "id": {"const": @MODEL@}, "object": {"const": "model"}, "created": {"type": "integer"},
-            "owned_by": {"type": "string"}, "root": {"type": "string"},
-            "max_model_len": {"type": "integer", "minimum": 1}}}}}}}}},
+        "data": {"type": "array", "minItems": 1, "maxItems": 1,
+                 "items": {"$ref": "#/components/schemas/Model"}}}}}}},
     "401": {"$ref": "#/components/responses/Unauthorized"}}}},
+"/v1/models/{model}": {"get": {"operationId": "retrieve_model", "security": [{}, {"bearer": []}],
+  "parameters": [{"in": "path", "name": "model", "required": true, "schema": {"type": "string"},
+                  "description": "The served model's id (404 for another)."}],
+  "responses": {
+    "200": {"description": "The served model.", "content": {"application/json": {"schema": {
+      "$ref": "#/components/schemas/Model"}}}},
+    "401": {"$ref": "#/components/responses/Unauthorized"},
+    "404": {"$ref": "#/components/responses/NotFound"}}}},
 "/tokenize": {"post": {"operationId": "tokenize",
   "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenizeRequest"}}}},
   "responses": {

@@ -32,8 +32,8 @@ def test_openapi_document_is_valid_and_lists_every_route(server):
     doc = r.json()
     validate(doc)
     assert doc["openapi"].startswith("3.1")
-    assert set(doc["paths"]) == {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-                                 "/tokenize", "/detokenize", "/version", "/openapi.json"}
+    assert set(doc["paths"]) == {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/models/{model}",
+                                 "/health", "/metrics", "/tokenize", "/detokenize", "/version", "/openapi.json"}
     assert server.model in doc["components"]["schemas"]["Sampling"]["properties"]["model"]["enum"]
     max_model_len = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
     assert doc["components"]["schemas"]["Sampling"]["properties"]["max_tokens"]["maximum"] == max_model_len - 1

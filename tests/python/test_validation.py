@@ -177,3 +177,22 @@ def test_best_of_returns_the_samples_with_the_best_logprob_per_token(server):
     assert [c["index"] for c in best["choices"]] == [0, 1]
     assert all(c["logprobs"] is None for c in best["choices"])  # ranked on logprobs not asked for
     assert best["usage"]["completion_tokens"] == sum(len(c["logprobs"]["tokens"]) for c in every)
+
+
+def test_models_retrieve_through_the_openai_client(server):
+    """OpenAI's retrieveModel: the served model's object, an unknown id a 404 naming `model`."""
+    c = server.client()
+    listed = c.models.list().data
+    assert [m.id for m in listed] == [server.model]
+    got = c.models.retrieve(server.model)
+    assert got.id == server.model and got.object == "model"
+    assert got.model_dump() == listed[0].model_dump()
+    with pytest.raises(openai.NotFoundError) as e:
+        c.models.retrieve("no-such-model")
+    assert e.value.body["code"] == "model_not_found"
+    # Ids with "/" (Hugging Face repo names) reach the route encoded or not; a malformed escape is not an id.
+    for path in ["/v1/models/org/" + server.model, "/v1/models/org%2F" + server.model, "/v1/models/%zz"]:
+        r = httpx.get(server.url + path)
+        check_error(r, 404)
+    r = httpx.post(server.url + "/v1/models/" + server.model)
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
