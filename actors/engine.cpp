@@ -120,6 +120,7 @@ class engine_impl final : public engine {
     rank_stats_ = exec->rank_stats();
     info_.served_model_name = cfg_.served_model_name.empty() ? cfg_.model_dir.filename().string()
                                                              : cfg_.served_model_name;
+    info_.served_model_aliases = cfg_.served_model_aliases;
     info_.architecture = model.architecture;
     info_.max_model_len = ei.max_model_len;
     info_.vocab_size = ei.vocab_size;

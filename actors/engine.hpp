@@ -44,6 +44,9 @@ using executor_factory = std::function<result<std::unique_ptr<executor>>(const e
 struct engine_config {
   std::filesystem::path model_dir;       // a Hugging Face folder
   std::string served_model_name;         // default: the folder's name
+  // More names requests may use (vLLM's --served-model-name A B C: responses name A, /v1/models
+  // lists all three).
+  std::vector<std::string> served_model_aliases;
   std::string device = "cpu";            // "cpu" or "cuda"
   int32_t max_num_seqs = 256;            // running sequences at most
   // Tokens per step at most (the chunked-prefill budget); 0: the device's default, 512 on the CPU
@@ -207,6 +210,7 @@ class request_stream {
 
 struct model_info {
   std::string served_model_name;
+  std::vector<std::string> served_model_aliases;  // engine_config's
   std::string architecture;
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;

@@ -65,7 +65,10 @@ model:
                                 --device cuda; docs/gguf.md)
   --demo                        serve the built-in demo model (created on first use in
                                 $COSERVE_CACHE, else $XDG_CACHE_HOME/coserve, else ~/.cache/coserve)
-  --served-model-name NAME      the model id clients send (default: the folder's or file's name)
+  --served-model-name NAME [NAME ...]
+                                the model id clients send (default: the folder's or file's name);
+                                with several, requests may name any, responses carry the first and
+                                /v1/models lists each
   --device cpu|cuda             executor device (default: cpu)
   --enforce-eager               --device cuda: run every step eagerly; without it decode-only steps
                                 replay CUDA graphs captured at startup for batch sizes 1, 2, 4, 8,
@@ -257,7 +260,14 @@ int parse(int argc, char** argv, serve_args& a) {
     if (f == "--demo") a.demo = true;
     else if (f == "--host") { const char* v = need("an address"); if (!v) return 2; a.host = v; }
     else if (f == "--port") { if (!as_int(need("a port"), a.port) || a.port > 65535) return 2; }
-    else if (f == "--served-model-name") { const char* v = need("a name"); if (!v) return 2; a.engine.served_model_name = v; }
+    else if (f == "--served-model-name") {  // NAME [NAME ...], as vLLM: the first answers, all are accepted
+      const char* v = need("a name");
+      if (!v) return 2;
+      a.engine.served_model_name = v;
+      a.engine.served_model_aliases.clear();
+      while (i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-')
+        a.engine.served_model_aliases.emplace_back(args[++i]);
+    }
     else if (f == "--api-key") { const char* v = need("a key"); if (!v) return 2; a.api_key = v; }
     else if (f == "--no-webui") a.webui = false;
     else if (f == "--device") {
@@ -395,7 +405,10 @@ int parse(int argc, char** argv, serve_args& a) {
     }
   }
   if (a.demo == !a.engine.model_dir.empty()) {
-    std::fprintf(stderr, "coserve serve: give MODEL_DIR or --demo (see --help)\n");
+    std::fprintf(stderr, "coserve serve: give MODEL_DIR or --demo (see --help)%s\n",
+                 a.engine.served_model_aliases.empty() ? ""
+                                                       : "; --served-model-name takes every word after it as a "
+                                                         "name, so put MODEL_DIR first");
     return 2;
   }
   if (a.http_threads < 1) a.http_threads = 1;

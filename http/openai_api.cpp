@@ -130,6 +130,7 @@ openai_api::openai_api(api_options options)
 void openai_api::attach(engine& e) {
   const auto& info = e.info();
   limits_.served_model_name = info.served_model_name;
+  limits_.served_model_aliases = info.served_model_aliases;
   limits_.vocab_size = info.vocab_size;
   limits_.max_model_len = info.max_model_len;
   limits_.enable_auto_tool_choice = options_.enable_auto_tool_choice;
@@ -264,28 +265,32 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   }
   // /v1/models and /v1/models/{model}
   const auto& info = eng().info();
-  if (model_id && *model_id != info.served_model_name) {
+  if (model_id && !limits_.serves(*model_id)) {
     const api_error e{404, "The model `" + *model_id + "` does not exist.", "NotFoundError", "model", "model_not_found"};
     co_await respond_error(w, e);
     co_return;
   }
-  value m = json::object{};
-  m["id"] = value(info.served_model_name);
-  m["object"] = value("model");
-  m["created"] = value(info.created);
-  m["owned_by"] = value("coserve");
-  m["root"] = value(info.served_model_name);
-  m["max_model_len"] = value(int64_t{info.max_model_len});
+  auto card = [&](const std::string& id) {  // one entry per name, as vLLM lists them
+    value m = json::object{};
+    m["id"] = value(id);
+    m["object"] = value("model");
+    m["created"] = value(info.created);
+    m["owned_by"] = value("coserve");
+    m["root"] = value(info.served_model_name);
+    m["max_model_len"] = value(int64_t{info.max_model_len});
+    return m;
+  };
   std::string body;
   if (model_id) {
-    json::dump_compact(m, body);
+    json::dump_compact(card(*model_id), body);
     co_await respond_json(w, 200, body);
     co_return;
   }
   value list = json::object{};
   list["object"] = value("list");
   list["data"] = json::array{};
-  list["data"].push_back(std::move(m));
+  list["data"].push_back(card(info.served_model_name));
+  for (const std::string& alias : info.served_model_aliases) list["data"].push_back(card(alias));
   json::dump_compact(list, body);
   co_await respond_json(w, 200, body);
 }

@@ -545,7 +545,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
   if (const value* m = body.find("model"); m && !m->is_null()) {
     if (!m->is_string()) return type_error("model", "a string");
     r.model = m->as_string();
-    if (!r.model.empty() && r.model != lim.served_model_name)
+    if (!r.model.empty() && !lim.serves(r.model))
       return api_error{404, "The model `" + r.model + "` does not exist.", "NotFoundError", "model", "model_not_found"};
   }
   if (auto e = chat ? read_messages(body, r) : read_prompt(body, lim.vocab_size, r)) return *e;

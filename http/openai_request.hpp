@@ -3,9 +3,11 @@
 // tokenizer (prompt length) happen in the router once the prompt is tokenized.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -20,11 +22,17 @@ namespace coserve::http {
 // What validation needs to know about the served model.
 struct model_limits {
   std::string served_model_name;
+  // Whether `name` is one of the served model's names.
+  bool serves(std::string_view name) const {
+    return name == served_model_name ||
+           std::find(served_model_aliases.begin(), served_model_aliases.end(), name) != served_model_aliases.end();
+  }
   int32_t vocab_size = 0;      // ids must be in [0, vocab_size)
   int32_t max_model_len = 0;   // prompt + max_tokens at most
   // Tool calling: tool_choice "auto" needs --enable-auto-tool-choice and a --tool-call-parser.
   bool enable_auto_tool_choice = false;
   const tool_parser* tool_call_parser = nullptr;
+  std::vector<std::string> served_model_aliases;  // other names answered as the served model
 };
 
 struct openai_request {

@@ -9,7 +9,8 @@ namespace coserve::http {
 
 namespace {
 
-// The document with placeholders: @MODEL@ and @VERSION@ (JSON strings), @VOCAB_MAX@ (the largest
+// The document with placeholders: @MODEL@ and @VERSION@ (JSON strings), @MODELS@ (every served
+// name: comma-separated JSON strings), @NUM_MODELS@ (their count), @VOCAB_MAX@ (the largest
 // token id), @MAX_TOKENS_MAX@ (max_model_len - 1: a longer completion never fits the context).
 // Every request field may be null, which the server reads as absent.
 constexpr std::string_view k_document = R"json({
@@ -27,7 +28,7 @@ constexpr std::string_view k_document = R"json({
 "TokenIds": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": @VOCAB_MAX@}},
 "Sampling": {"type": "object",
   "properties": {
-    "model": {"enum": [@MODEL@, "", null], "description": "Another name is answered 404."},
+    "model": {"enum": [@MODELS@, "", null], "description": "Another name is answered 404."},
     "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
     "top_p": {"type": ["number", "null"], "exclusiveMinimum": 0, "maximum": 1},
     "min_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
@@ -151,8 +152,8 @@ constexpr std::string_view k_document = R"json({
     "usage": {"$ref": "#/components/schemas/Usage"}}},
 "Model": {"type": "object", "required": ["id", "object", "created", "owned_by", "root", "max_model_len"],
   "properties": {
-    "id": {"const": @MODEL@}, "object": {"const": "model"}, "created": {"type": "integer"},
-    "owned_by": {"type": "string"}, "root": {"type": "string"},
+    "id": {"enum": [@MODELS@]}, "object": {"const": "model"}, "created": {"type": "integer"},
+    "owned_by": {"type": "string"}, "root": {"const": @MODEL@},
     "max_model_len": {"type": "integer", "minimum": 1}}},
 "EventStream": {"type": "object", "required": ["data"],
   "properties": {"event": {"const": "message"}, "data": {"type": "string"}},
@@ -194,7 +195,7 @@ constexpr std::string_view k_document = R"json({
     "200": {"description": "The served model.", "content": {"application/json": {"schema": {
       "type": "object", "required": ["object", "data"], "properties": {
         "object": {"const": "list"},
-        "data": {"type": "array", "minItems": 1, "maxItems": 1,
+        "data": {"type": "array", "minItems": @NUM_MODELS@, "maxItems": @NUM_MODELS@,
                  "items": {"$ref": "#/components/schemas/Model"}}}}}}},
     "401": {"$ref": "#/components/responses/Unauthorized"}}}},
 "/v1/models/{model}": {"get": {"operationId": "retrieve_model", "security": [{}, {"bearer": []}],
@@ -248,8 +249,12 @@ std::string json_string(const std::string& s) {
 }  // namespace
 
 std::string openapi_json(const model_limits& limits, const std::string& version) {
+  std::string models = json_string(limits.served_model_name);  // every name, comma-separated
+  for (const std::string& alias : limits.served_model_aliases) models += ", " + json_string(alias);
   const std::pair<std::string_view, std::string> subs[] = {
       {"@MODEL@", json_string(limits.served_model_name)},
+      {"@MODELS@", models},
+      {"@NUM_MODELS@", std::to_string(1 + limits.served_model_aliases.size())},
       {"@VERSION@", json_string(version)},
       {"@VOCAB_MAX@", std::to_string(limits.vocab_size - 1)},
       {"@MAX_TOKENS_MAX@", std::to_string(limits.max_model_len > 1 ? limits.max_model_len - 1 : 1)},

@@ -64,3 +64,29 @@ def test_schemathesis_finds_no_server_error_or_nonconformance(small_server, tmp_
     p = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-20000:] + p.stderr[-5000:]
     assert "No issues found" in p.stdout or "passed" in p.stdout, p.stdout[-5000:]
+
+
+def test_several_served_model_names_are_each_answered_and_listed():
+    """vLLM's --served-model-name A B: requests may name either, responses carry A, /v1/models lists
+    both, and the OpenAPI document says so (its schemas validate the live answers)."""
+    import jsonschema
+    import openai
+    s = Server("--served-model-name", "first-name", "org/second")
+    try:
+        c = s.client()
+        assert [m.id for m in c.models.list().data] == ["first-name", "org/second"]
+        assert c.models.retrieve("org/second").root == "first-name"
+        for name in ["first-name", "org/second"]:
+            r = c.chat.completions.create(model=name, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+            assert r.model == "first-name"
+        with pytest.raises(openai.NotFoundError):
+            c.completions.create(model="third", prompt="x", max_tokens=2)
+        doc = httpx.get(s.url + "/openapi.json").json()
+        listed = httpx.get(s.url + "/v1/models").json()
+        schema = dict(doc["paths"]["/v1/models"]["get"]["responses"]["200"]["content"]["application/json"]["schema"],
+                      components=doc["components"])
+        jsonschema.validate(listed, schema)
+        assert doc["components"]["schemas"]["Sampling"]["properties"]["model"]["enum"][:2] == ["first-name",
+                                                                                             "org/second"]
+    finally:
+        s.stop()
