@@ -122,6 +122,9 @@ struct chat_input {
   // continue_final_message; an assistant prefill): render_continuing_final_message.
   bool continue_final_message = false;
   json::value template_kwargs;           // null or object: extra template variables
+  // A request's own chat template (vLLM's chat_template field, honoured under
+  // --trust-request-chat-template) instead of the model's; rendered within k_request_template_limits.
+  std::string template_source;
 };
 
 // How a prompt's length meets the context window, applied by the tokenizer once the prompt is

@@ -90,8 +90,22 @@ int64_t tokenize_cost(const tokenize_request_input& in) {
   return chat_cost(chat.messages) + chat_cost(chat.tools);
 }
 
+// Bounds on rendering a request's own chat template (the model's own renders without a step
+// bound): far above what a chat template needs for a whole context (hundreds of steps per message;
+// a prompt of 8 MiB is ~2M tokens), low enough that a runaway one fails within about a second on
+// one core (docs/agent-api.md).
+constexpr template_limits k_request_template_limits{400, 2'000'000, std::size_t{8} << 20};
+
 result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat) const {
-  if (tmpl == nullptr) return error{"invalid_request", template_error, "messages"};
+  std::optional<chat_template> own;  // the request's (--trust-request-chat-template)
+  if (!chat.template_source.empty()) {
+    auto parsed = chat_template::parse(chat.template_source);
+    if (!parsed) return error{"invalid_request", "chat_template: " + parsed.err().message, "chat_template"};
+    own = std::move(parsed.value());
+  }
+  const chat_template* tmpl = own ? &*own : this->tmpl;
+  const template_limits limits = own ? k_request_template_limits : template_limits{};
+  if (tmpl == nullptr || tok == nullptr) return error{"invalid_request", template_error, "messages"};
   // A template that never reads `tools` would drop them silently.
   if (chat.tools.is_array() && !chat.tools.as_array().empty() && tmpl->source().find("tools") == std::string::npos)
     return error{"invalid_request", "the model's chat template does not support tools (it never reads `tools`); "
@@ -104,8 +118,9 @@ result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat)
   ctx["eos_token"] = tok->eos_token();
   if (chat.template_kwargs.is_object())
     for (const auto& [key, value] : chat.template_kwargs.as_object()) ctx[key] = value;
-  auto text = chat.continue_final_message ? render_continuing_final_message(*tmpl, std::move(ctx)) : tmpl->render(ctx);
-  if (!text.ok()) return error{"invalid_request", std::move(text).err().message, "messages"};
+  auto text = chat.continue_final_message ? render_continuing_final_message(*tmpl, std::move(ctx), std::nullopt, limits)
+                                          : tmpl->render(ctx, std::nullopt, limits);
+  if (!text.ok()) return error{"invalid_request", std::move(text).err().message, own ? "chat_template" : "messages"};
   return tok->encode(*text, false);
 }
 
@@ -130,7 +145,7 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
     auto chat_ids = encode_chat(std::get<chat_input>(req.input));
     if (!chat_ids.ok()) {
       error e = std::move(chat_ids).err();
-      if (e.param != "tools") e.param = where;
+      if (e.param != "tools" && e.param != "chat_template") e.param = where;
       return e;
     }
     ids = std::move(*chat_ids);

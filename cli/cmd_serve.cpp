@@ -149,6 +149,9 @@ engine:
   --no-enable-prefix-caching    disable prefix caching (on by default)
   --chat-template T             the chat template to use instead of the model's: a file (.jinja, or
                                 a .json with a chat_template field) or the template text itself
+  --trust-request-chat-template let chat requests bring their own template (vLLM's chat_template
+                                field, or chat_template_kwargs.chat_template), rendered within
+                                bounds on steps, depth and output; without it such requests get 400
   --trace-file FILE             write a Chrome trace (Perfetto) of the actors at exit (each thread
                                 then keeps its newest 262144 spans, 14.7 MB once that many were
                                 recorded; 32768, 1.8 MB, without it)
@@ -192,6 +195,7 @@ struct serve_args {
   int shutdown_timeout_s = 30;
   int sse_keepalive_s = 15;
   bool enable_auto_tool_choice = false;
+  bool trust_request_chat_template = false;
   std::string tool_call_parser;
   std::string reasoning_parser;
 };
@@ -376,6 +380,7 @@ int parse(int argc, char** argv, serve_args& a) {
     else if (f == "--skip-tokenizer-init") a.engine.skip_tokenizer_init = true;
     else if (f == "--chat-template") { const char* v = need("a file or template text"); if (!v) return 2; a.engine.chat_template = v; }
     else if (f == "--enable-auto-tool-choice") a.enable_auto_tool_choice = true;
+    else if (f == "--trust-request-chat-template") a.trust_request_chat_template = true;
     else if (f == "--tool-call-parser") {
       const char* v = need("a parser name");
       if (!v || !http::find_tool_parser(v)) {
@@ -489,6 +494,7 @@ int cmd_serve(int argc, char** argv) {
                                                      : a.engine.served_model_name};
   api_opts.sse_keepalive = std::chrono::seconds(a.sse_keepalive_s);
   api_opts.enable_auto_tool_choice = a.enable_auto_tool_choice;
+  api_opts.trust_request_chat_template = a.trust_request_chat_template;
   api_opts.tool_call_parser = a.tool_call_parser;
   api_opts.reasoning_parser = a.reasoning_parser;
   api_opts.webui = a.webui;

@@ -38,6 +38,8 @@ struct api_options {
   bool enable_auto_tool_choice = false;
   std::string tool_call_parser;     // a name from tool_parser_names(), or ""
   std::string reasoning_parser;     // a name from reasoning_parser_names(), or ""
+  // vLLM's --trust-request-chat-template: chat requests may bring their own chat_template.
+  bool trust_request_chat_template = false;
   // The web UI: the chat page (GET /), the live view (GET /status), their files (GET /webui/*)
   // and the view's data (GET /api/status, /api/trace). Off: all of them answer 404.
   bool webui = true;

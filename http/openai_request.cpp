@@ -164,6 +164,30 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
   return std::nullopt;
 }
 
+// vLLM's chat_template request field (or chat_template_kwargs.chat_template): the request's own
+// template, taken only when the server trusts request templates, else refused as vLLM refuses it.
+std::optional<api_error> read_request_template(const value& body, const model_limits& lim, openai_request& r) {
+  const value* given = body.find("chat_template");
+  std::string param = "chat_template";
+  if (given && given->is_null()) given = nullptr;
+  json::object* kwargs = r.chat_in.template_kwargs.is_object() ? &r.chat_in.template_kwargs.as_object() : nullptr;
+  auto in_kwargs = kwargs ? std::find_if(kwargs->begin(), kwargs->end(), [](const auto& kv) { return kv.first == "chat_template"; })
+                          : json::object::iterator{};
+  if (!given && kwargs && in_kwargs != kwargs->end() && !in_kwargs->second.is_null()) {
+    given = &in_kwargs->second;
+    param = "chat_template_kwargs";
+  }
+  if (!given) return std::nullopt;
+  if (!lim.trust_request_chat_template)
+    return api_error::bad_request("Chat template is passed with request, but --trust-request-chat-template is not "
+                                  "set. Refused request with untrusted chat template.",
+                                  param);
+  if (!given->is_string() || given->as_string().empty()) return type_error(param, "a non-empty string");
+  r.chat_in.template_source = given->as_string();
+  if (kwargs && in_kwargs != kwargs->end()) kwargs->erase(in_kwargs);  // the template, not a variable
+  return std::nullopt;
+}
+
 constexpr int64_t k_max_logprobs = 20;
 
 std::optional<api_error> read_sampling(const value& body, const model_limits& lim, openai_request& r) {
@@ -549,6 +573,8 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
       return api_error{404, "The model `" + r.model + "` does not exist.", "NotFoundError", "model", "model_not_found"};
   }
   if (auto e = chat ? read_messages(body, r) : read_prompt(body, lim.vocab_size, r)) return *e;
+  if (chat)
+    if (auto e = read_request_template(body, lim, r)) return *e;
   if (auto e = read_sampling(body, lim, r)) return *e;
   if (auto e = read_structured(body, r)) return *e;
   if (chat)

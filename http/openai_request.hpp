@@ -33,6 +33,8 @@ struct model_limits {
   bool enable_auto_tool_choice = false;
   const tool_parser* tool_call_parser = nullptr;
   std::vector<std::string> served_model_aliases;  // other names answered as the served model
+  // vLLM's --trust-request-chat-template: a request's chat_template is used, not refused.
+  bool trust_request_chat_template = false;
 };
 
 struct openai_request {

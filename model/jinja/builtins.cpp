@@ -412,12 +412,12 @@ jvalue py_splitlines(const std::string& s, bool keepends) {
 std::string py_pad(const std::string& s, int64_t width, const jvalue& fill, char how, const char* what = "width") {
   std::string f = " ";
   if (!fill.is_undefined() && !fill.is_none()) {
-    if (!fill.is_string() || code_points(fill.str()).size() != 1)
+    if (!fill.is_string() || code_point_count(fill.str()) != 1)
       throw template_error("The fill character must be exactly one character long");
     f = fill.str();
   }
   const auto w = static_cast<int64_t>(width_arg(width, what));
-  const auto len = static_cast<int64_t>(code_points(s).size());
+  const auto len = static_cast<int64_t>(code_point_count(s));
   if (len >= w) return s;
   const int64_t total = w - len;
   const int64_t left = how == 'l' ? 0 : how == 'r' ? total : total / 2 + (total & w & 1);
@@ -523,12 +523,12 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
         if (name == "index") throw template_error("substring not found");
         return jvalue(-1);
       }
-      return jvalue(static_cast<int64_t>(code_points(s.substr(0, f)).size()));
+      return jvalue(static_cast<int64_t>(code_point_count(s.substr(0, f))));
     });
   if (name == "count")
     return m([s](call_args& a) {
       std::string sub = a.get(0, "sub").to_str();
-      if (sub.empty()) return jvalue(static_cast<int64_t>(code_points(s).size() + 1));
+      if (sub.empty()) return jvalue(static_cast<int64_t>(code_point_count(s) + 1));
       int64_t n = 0;
       for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
       return jvalue(n);
@@ -633,7 +633,7 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
     return m([s](call_args& a) {
       const size_t f = s.rfind(a.get(0, "sub").to_str());
       if (f == std::string::npos) throw template_error("substring not found");
-      return jvalue(static_cast<int64_t>(code_points(s.substr(0, f)).size()));
+      return jvalue(static_cast<int64_t>(code_point_count(s.substr(0, f))));
     });
   if (name == "istitle")
     return m([s](call_args&) {
@@ -847,17 +847,36 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+namespace {
+size_t code_point_bytes(std::string_view s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  return std::min(len, s.size() - i);
+}
+}  // namespace
+
 std::vector<std::string> code_points(std::string_view s) {
   std::vector<std::string> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    len = std::min(len, s.size() - i);
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = code_point_bytes(s, i);
     out.emplace_back(s.substr(i, len));
     i += len;
   }
   return out;
+}
+
+std::vector<size_t> code_point_offsets(std::string_view s) {
+  std::vector<size_t> out;
+  out.reserve(s.size() + 1);
+  for (size_t i = 0; i < s.size(); i += code_point_bytes(s, i)) out.push_back(i);
+  out.push_back(s.size());
+  return out;
+}
+
+size_t code_point_count(std::string_view s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i += code_point_bytes(s, i)) ++n;
+  return n;
 }
 
 std::vector<jvalue> iterate(const jvalue& v) {
@@ -1099,7 +1118,7 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     return v;
   }
   if (name == "length" || name == "count") {
-    if (v.is_string()) return jvalue(code_points(v.str()).size());
+    if (v.is_string()) return jvalue(code_point_count(v.str()));
     if (v.is_list() && v.lst().lazy) throw template_error("object of type 'generator' has no len()");
     if (v.is_list()) return jvalue(v.lst().items.size());
     if (v.is_dict()) return jvalue(v.dct().items.size());

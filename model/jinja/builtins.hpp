@@ -33,6 +33,10 @@ namespace coserve::jinja {
 std::string percent_format(const std::string& fmt, const jvalue& args);
 // UTF-8 code points of s, each as its own string (Python indexes strings by code point).
 std::vector<std::string> code_points(std::string_view s);
+// The byte offset where each code point of `s` starts (code_points' boundaries), then s.size().
+std::vector<std::size_t> code_point_offsets(std::string_view s);
+// code_points(s).size() without building them.
+std::size_t code_point_count(std::string_view s);
 // Python's str.strip() / lstrip() / rstrip() (Unicode whitespace as Python defines it).
 std::string python_strip(std::string_view s, bool left = true, bool right = true);
 // HTML escaping as markupsafe.escape does (& < > " ').

@@ -98,7 +98,7 @@ result<std::string> load_chat_template_source(const std::filesystem::path& path,
 }
 
 result<std::string> render_continuing_final_message(const chat_template& t, json::value context,
-                                                    std::optional<std::time_t> now) {
+                                                    std::optional<std::time_t> now, const template_limits& limits) {
   static constexpr std::string_view tag = "CONTINUE_FINAL_MESSAGE_TAG ";
   auto fail = [](std::string why) { return make_error("invalid_request", "continue_final_message is set but " + why); };
   json::value* messages = context.find("messages");
@@ -115,7 +115,7 @@ result<std::string> render_continuing_final_message(const chat_template& t, json
   const std::string final_text = jinja::python_strip(content->as_string());
   content->as_string() += tag;
   context["add_generation_prompt"] = json::value(false);
-  auto rendered = t.render(context, now);
+  auto rendered = t.render(context, now, limits);
   if (!rendered) return rendered;
   const std::string_view bare = tag.substr(0, tag.size() - 1);  // the marker without its space
   const size_t at = rendered->rfind(bare);

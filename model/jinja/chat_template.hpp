@@ -24,7 +24,9 @@ namespace jinja { struct node; }
 // one is a render error (code "template_error"). 0 disables a bound.
 struct template_limits {
   std::size_t max_depth = 400;  // nested statements, expressions and macro calls under evaluation
-  std::uint64_t max_steps = 0;  // statements run + expressions evaluated + loop iterations
+  // Statements run + expressions evaluated + loop iterations, plus one per 32 bytes or items of each
+  // string or list an expression yields.
+  std::uint64_t max_steps = 0;
   std::size_t max_bytes = std::size_t{1} << 28;  // length of the output and of each string or list built
 };
 
@@ -61,7 +63,8 @@ class chat_template {
 // the template never reads `content`, or when the render lost the text or the marker; template
 // errors as render()'s.
 result<std::string> render_continuing_final_message(const chat_template& t, json::value context,
-                                                    std::optional<std::time_t> now = std::nullopt);
+                                                    std::optional<std::time_t> now = std::nullopt,
+                                                    const template_limits& limits = {});
 
 // Reads a chat template: `path` is a folder (chat_template.jinja, else chat_template.json, else
 // tokenizer_config.json's chat_template) or a file (.jinja: the text; .json: its chat_template).

@@ -117,10 +117,12 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_
       }
       if (seq->is_string()) {
         std::string out;
+        if (times > 0) out.reserve(static_cast<std::size_t>(times) * len);
         for (int64_t i = 0; i < times; ++i) out += seq->str();
-        return jvalue(out);
+        return jvalue(std::move(out));
       }
       std::vector<jvalue> out;
+      if (times > 0) out.reserve(static_cast<std::size_t>(times) * len);
       for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq->lst().items.begin(), seq->lst().items.end());
       return jvalue::list(std::move(out));
     }
@@ -179,13 +181,13 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_
 
 jvalue slice_of(const jvalue& v, const jvalue& start, const jvalue& stop, const jvalue& step) {
   std::vector<jvalue> items;
-  std::vector<std::string> cps;
+  std::vector<size_t> cps;  // strings: where each code point starts, then the end
   bool is_str = v.is_string();
-  if (is_str) cps = code_points(v.str());
+  if (is_str) cps = code_point_offsets(v.str());
   else if (v.is_list()) items = v.lst().items;
   else if (v.is_undefined()) undefined_error(v);
   else throw template_error("'" + v.type_name() + "' object is not subscriptable");
-  auto n = static_cast<int64_t>(is_str ? cps.size() : items.size());
+  auto n = static_cast<int64_t>(is_str ? cps.size() - 1 : items.size());
   int64_t st = step.is_none() || step.is_undefined() ? 1 : step.as_int();
   if (st == 0) throw template_error("slice step cannot be zero");
   auto norm = [&](const jvalue& x, int64_t def, int64_t lo, int64_t hi) {
@@ -196,14 +198,16 @@ jvalue slice_of(const jvalue& v, const jvalue& start, const jvalue& stop, const 
   };
   int64_t b = st > 0 ? norm(start, 0, 0, n) : norm(start, n - 1, -1, n - 1);
   int64_t e = st > 0 ? norm(stop, n, 0, n) : norm(stop, -1, -1, n - 1);
+  if (is_str && st == 1)  // a contiguous run of code points: one copy
+    return jvalue(b < e ? v.str().substr(cps[size_t(b)], cps[size_t(e)] - cps[size_t(b)]) : std::string());
   std::vector<jvalue> out;
   std::string sout;
   for (int64_t i = b; st > 0 ? i < e : i > e;) {
-    if (is_str) sout += cps[static_cast<size_t>(i)];
+    if (is_str) sout.append(v.str(), cps[size_t(i)], cps[size_t(i) + 1] - cps[size_t(i)]);
     else out.push_back(items[static_cast<size_t>(i)]);
     if (__builtin_add_overflow(i, st, &i)) break;  // a step past int64 also passes the end
   }
-  if (is_str) return jvalue(sout);
+  if (is_str) return jvalue(std::move(sout));
   return jvalue::list(std::move(out), v.lst().tuple);
 }
 
@@ -222,8 +226,9 @@ class evaluator {
   }
 
  private:
-  void step() {
-    if (limits_.max_steps && ++steps_ > limits_.max_steps)
+  void step() { charge(1); }
+  void charge(uint64_t n) {
+    if (limits_.max_steps && (steps_ += n) > limits_.max_steps)
       throw template_error("the template ran past its limit of " + std::to_string(limits_.max_steps) + " steps");
   }
 
@@ -526,8 +531,16 @@ class evaluator {
   jvalue eval(const expr& e, const frame_ptr& f) {
     nest guard(*this);
     jvalue v = eval_unchecked(e, f);
-    if (v.is_string()) check_size(v.str().size(), limits_.max_bytes);
-    else if (v.is_list()) check_size(v.lst().items.size(), limits_.max_bytes);
+    // A string or list costs steps by its size too (one per 32 bytes or items), so that building
+    // big values (range(), string products, filters over long lists) counts against max_steps
+    // like the loops that could build them.
+    if (v.is_string()) {
+      check_size(v.str().size(), limits_.max_bytes);
+      charge(v.str().size() / 32);
+    } else if (v.is_list()) {
+      check_size(v.lst().items.size(), limits_.max_bytes);
+      charge(v.lst().items.size() / 32);
+    }
     return v;
   }
 

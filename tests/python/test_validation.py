@@ -196,3 +196,45 @@ def test_models_retrieve_through_the_openai_client(server):
         check_error(r, 404)
     r = httpx.post(server.url + "/v1/models/" + server.model)
     assert r.status_code == 405 and r.headers["allow"] == "GET"
+
+
+@pytest.mark.parametrize("field,param", [("chat_template", "chat_template"), ("chat_template_kwargs", "chat_template_kwargs")])
+def test_request_chat_template_is_refused_unless_trusted(server, field, param):
+    tmpl = "{{ messages[0].content }}"
+    extra = {"chat_template": tmpl} if field == "chat_template" else {"chat_template_kwargs": {"chat_template": tmpl}}
+    body = {"model": server.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **extra}
+    for path in ["/v1/chat/completions", "/tokenize"]:
+        r = post(server, path, body)
+        check_error(r, 400, param)
+        assert "--trust-request-chat-template" in r.json()["error"]["message"]
+
+
+def test_request_chat_template_is_used_when_trusted_and_bounded():
+    """vLLM's --trust-request-chat-template: the request's template renders the prompt (the same ids as
+    its text); a runaway one is a 400 naming chat_template within seconds, and the server serves on."""
+    import time
+    from conftest import Server
+    s = Server("--trust-request-chat-template")
+    try:
+        msgs = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+        tmpl = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}>{% endif %}"
+        text = "<system>be brief<user>hi there>"
+        want = httpx.post(s.url + "/tokenize", json={"prompt": text, "add_special_tokens": False}).json()["tokens"]
+        for extra in ({"chat_template": tmpl}, {"chat_template_kwargs": {"chat_template": tmpl, "unused": 1}}):
+            got = httpx.post(s.url + "/tokenize", json={"messages": msgs, **extra}).json()
+            assert got["tokens"] == want
+            r = s.client().chat.completions.create(model=s.model, messages=msgs, max_tokens=2, extra_body=extra)
+            assert r.usage.prompt_tokens == len(want)
+        for bad, part in [("{% for %}", "chat_template"), ("{{ raise_exception('no') }}", "no"),
+                          ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "steps"),
+                          ("{% for i in range(1000) %}{{ 'x' * 100000 }}{% endfor %}", "limit"),
+                          ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursion")]:
+            t0 = time.monotonic()
+            r = httpx.post(s.url + "/v1/chat/completions", timeout=60,
+                           json={"messages": msgs, "max_tokens": 2, "chat_template": bad})
+            check_error(r, 400, "chat_template")
+            assert part in r.json()["error"]["message"]
+            assert time.monotonic() - t0 < 10
+        assert s.client().chat.completions.create(model=s.model, messages=msgs, max_tokens=2).choices[0].message
+    finally:
+        s.stop()

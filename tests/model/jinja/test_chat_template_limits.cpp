@@ -122,3 +122,15 @@ TEST_CASE("chat_template: reference cycles a template builds are freed with the 
   auto plain = jinja::new_dict();
   CHECK(plain.use_count() == 1);
 }
+
+TEST_CASE("chat_template limits: the values a template builds count against max_steps by their size",
+          "[chat_template][limits]") {
+  // Few statements, much work: each range() builds 100000 items (3125 steps), each product 1 MB.
+  const std::string ranges = "{% for i in range(300) %}{% set x = range(100000) %}{% endfor %}done";
+  require_error(render(ranges, {.max_steps = 500000}), "template_error", "500000 steps");
+  CHECK(*render(ranges, {.max_steps = 2000000}) == "done");
+  require_error(render("{% for i in range(50) %}{{ ('x' * 1000000) | length }}{% endfor %}", {.max_steps = 100000}),
+                "template_error", "100000 steps");
+  // Without a bound nothing is counted against anything.
+  CHECK(*render(ranges) == "done");
+}
