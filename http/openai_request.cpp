@@ -220,6 +220,10 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
       r.max_tokens_param = field;
     }
   }
+  if (r.max_tokens_given && p.min_tokens > p.max_tokens)  // vLLM's SamplingParams check
+    return api_error::bad_request("min_tokens must be less than or equal to max_tokens=" +
+                                      std::to_string(p.max_tokens) + ", got " + std::to_string(p.min_tokens) + ".",
+                                  "min_tokens");
   if (auto e = read_bool(body, "ignore_eos", p.ignore_eos)) return e;
   if (auto e = read_bool(body, "skip_special_tokens", p.skip_special_tokens)) return e;
   if (auto e = read_bool(body, "include_stop_str_in_output", p.include_stop_str_in_output)) return e;
