@@ -82,6 +82,11 @@ model:
 http:
   --host ADDR                   listen address (default: 127.0.0.1)
   --port N                      listen port; 0 picks a free one and logs it (default: 8000)
+  --allowed-origins JSON        CORS: the origins whose pages may call the server, a JSON list
+                                (default: '["*"]', any); as vLLM's flag
+  --allowed-methods JSON        CORS: the methods a preflight may ask for (default: '["*"]')
+  --allowed-headers JSON        CORS: the headers a preflight may ask for (default: '["*"]')
+  --allowed-credentials         CORS: allow credentials (cookies, Authorization) from those origins
   --api-key KEY                 require "Authorization: Bearer KEY" (or "X-Api-Key: KEY") on /v1/*
                                 routes and the web UI's data (/api/status, /api/trace); the web
                                 UI's pages and files stay open (they hold no data) and ask for it
@@ -196,6 +201,7 @@ struct serve_args {
   int sse_keepalive_s = 15;
   bool enable_auto_tool_choice = false;
   bool trust_request_chat_template = false;
+  http::cors_policy cors;
   std::string tool_call_parser;
   std::string reasoning_parser;
 };
@@ -381,6 +387,16 @@ int parse(int argc, char** argv, serve_args& a) {
     else if (f == "--chat-template") { const char* v = need("a file or template text"); if (!v) return 2; a.engine.chat_template = v; }
     else if (f == "--enable-auto-tool-choice") a.enable_auto_tool_choice = true;
     else if (f == "--trust-request-chat-template") a.trust_request_chat_template = true;
+    else if (f == "--allowed-origins" || f == "--allowed-methods" || f == "--allowed-headers") {
+      const char* v = need("a JSON list of strings");
+      if (!v) return 2;
+      auto& list = f == "--allowed-origins" ? a.cors.origins : f == "--allowed-methods" ? a.cors.methods : a.cors.headers;
+      std::string why;
+      if (!http::parse_cors_list(v, list, why)) {
+        std::fprintf(stderr, "coserve serve: %.*s %s\n", static_cast<int>(f.size()), f.data(), why.c_str());
+        return 2;
+      }
+    } else if (f == "--allowed-credentials") a.cors.credentials = true;
     else if (f == "--tool-call-parser") {
       const char* v = need("a parser name");
       if (!v || !http::find_tool_parser(v)) {
@@ -495,6 +511,7 @@ int cmd_serve(int argc, char** argv) {
   api_opts.sse_keepalive = std::chrono::seconds(a.sse_keepalive_s);
   api_opts.enable_auto_tool_choice = a.enable_auto_tool_choice;
   api_opts.trust_request_chat_template = a.trust_request_chat_template;
+  api_opts.cors = a.cors;
   api_opts.tool_call_parser = a.tool_call_parser;
   api_opts.reasoning_parser = a.reasoning_parser;
   api_opts.webui = a.webui;

@@ -173,6 +173,18 @@ asio::awaitable<void> openai_api::respond_json(response_writer& w, int status, s
 
 asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) {
   const std::string path = req.path();
+  // CORS: a preflight is answered here, before routing and the API key (browsers send no key with
+  // it); every other answer to a request with an Origin carries the policy's headers.
+  if (const std::string origin = req.header("origin"); !origin.empty()) {
+    cors_answer c = cors_for(options_.cors, req.method, origin, req.header("access-control-request-method"),
+                             req.header("access-control-request-headers"), !req.header("cookie").empty());
+    for (auto& [name, value] : c.headers) w.add_header(std::move(name), std::move(value));
+    if (c.preflight_status != 0) {
+      http_response r{c.preflight_status, "text/plain; charset=utf-8", c.preflight_status == 200 ? "OK" : c.failure, {}};
+      co_await respond(w, r);
+      co_return;
+    }
+  }
   if (options_.webui && req.method == "GET") {
     if (const struct web_asset* a = find_web_asset(path)) co_return co_await web_asset(req, w, *a);
   }

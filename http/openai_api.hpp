@@ -20,6 +20,7 @@
 
 #include "actors/engine.hpp"
 #include "http/api_error.hpp"
+#include "http/cors.hpp"
 #include "http/openai_request.hpp"
 #include "http/tool_calls.hpp"
 #include "http/prometheus_metrics.hpp"
@@ -40,6 +41,9 @@ struct api_options {
   std::string reasoning_parser;     // a name from reasoning_parser_names(), or ""
   // vLLM's --trust-request-chat-template: chat requests may bring their own chat_template.
   bool trust_request_chat_template = false;
+  // CORS (vLLM's --allowed-origins/-methods/-headers/-credentials; http/cors.hpp). Default: pages
+  // of any origin may call the API, without credentials.
+  cors_policy cors;
   // The web UI: the chat page (GET /), the live view (GET /status), their files (GET /webui/*)
   // and the view's data (GET /api/status, /api/trace). Off: all of them answer 404.
   bool webui = true;

@@ -113,6 +113,7 @@ class connection : public std::enable_shared_from_this<connection> {
         break;
       }
       keep_alive_ = req.keep_alive;
+      extra_headers_.clear();
       server_.active_requests_.fetch_add(1, std::memory_order_relaxed);
       response_writer w(*this);
       bool failed = false;
@@ -198,6 +199,7 @@ class connection : public std::enable_shared_from_this<connection> {
     msg.reason(status_reason(r.status));
     msg.set(bh::field::server, "coserve");
     msg.set(bh::field::content_type, r.content_type);
+    for (const auto& [k, v] : extra_headers_) msg.set(k, v);
     for (const auto& [k, v] : r.headers) msg.set(k, v);
     msg.keep_alive(keep_alive_);
     msg.body() = r.body;
@@ -213,6 +215,7 @@ class connection : public std::enable_shared_from_this<connection> {
     msg.set(bh::field::server, "coserve");
     msg.set(bh::field::content_type, content_type);
     msg.set(bh::field::cache_control, "no-cache");
+    for (const auto& [k, v] : extra_headers_) msg.set(k, v);
     msg.keep_alive(keep_alive_);
     msg.chunked(true);
     responded_ = true;
@@ -265,6 +268,7 @@ class connection : public std::enable_shared_from_this<connection> {
   bool keep_alive_ = true;
   bool responded_ = false;
   bool gone_ = false;
+  std::vector<std::pair<std::string, std::string>> extra_headers_;  // this request's, on every response
 };
 
 asio::awaitable<bool> response_writer::send(const http_response& r) { return conn_.send(r); }
@@ -273,6 +277,9 @@ asio::awaitable<bool> response_writer::begin_stream(int status, std::string_view
 }
 asio::awaitable<bool> response_writer::write_chunk(std::string_view d) { return conn_.write_chunk(d); }
 asio::awaitable<bool> response_writer::end_stream() { return conn_.end_stream(); }
+void response_writer::add_header(std::string name, std::string value) {
+  conn_.extra_headers_.emplace_back(std::move(name), std::move(value));
+}
 asio::awaitable<bool> response_writer::wait_disconnect() { return conn_.wait_disconnect(); }
 bool response_writer::client_gone() const noexcept { return conn_.gone_; }
 

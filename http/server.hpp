@@ -42,6 +42,8 @@ class response_writer {
   asio::awaitable<bool> write_chunk(std::string_view data);
   // The terminating chunk.
   asio::awaitable<bool> end_stream();
+  // A header every response to this request carries (complete or streamed), such as CORS's.
+  void add_header(std::string name, std::string value);
   // Completes when the client closes its side or the connection fails; returns false when it was
   // cancelled instead (the `||` of awaitable_operators cancels it once the response is done).
   // Bytes a pipelining client sends meanwhile are kept for the next request.

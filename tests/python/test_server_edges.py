@@ -1,13 +1,14 @@
 """Hard edges: disconnect aborts, overload, metrics, API key, graceful shutdown."""
 import asyncio
 import socket
+import subprocess
 import time
 
 import httpx
 import openai
 import pytest
 
-from conftest import Server, metric_value, wait_for
+from conftest import Server, coserve_binary, metric_value, wait_for
 
 
 def test_metrics_parse(server):
@@ -150,3 +151,43 @@ def test_sse_keepalive_while_queued_and_the_openai_client_reads_through_it():
         assert sum(1 for c in got if c.choices and c.choices[0].text) >= 1
     finally:
         s.stop()
+
+
+def test_cors_as_vllm_serves_it(server):
+    """A browser page of another origin: its preflight is answered (no API key needed), and every
+    answer, streamed or not, carries Access-Control-Allow-Origin. Listed origins refuse others."""
+    origin = {"Origin": "http://app.example"}
+    pre = httpx.options(server.url + "/v1/chat/completions", headers={
+        **origin, "Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"})
+    assert pre.status_code == 200
+    assert pre.headers["access-control-allow-origin"] == "*"
+    assert "POST" in pre.headers["access-control-allow-methods"]
+    assert pre.headers["access-control-allow-headers"] == "authorization,content-type"
+    body = {"model": server.model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, headers=origin)
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "*"
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json={**body, "stream": True}, headers=origin) as s:
+        assert s.headers["access-control-allow-origin"] == "*"
+        assert "[DONE]" in "".join(s.iter_text())
+    bad = httpx.post(server.url + "/v1/chat/completions", json={**body, "n": 0}, headers=origin)
+    assert bad.status_code == 400 and bad.headers["access-control-allow-origin"] == "*"
+    assert "access-control-allow-origin" not in httpx.get(server.url + "/v1/models").headers  # no Origin
+
+    s = Server("--api-key", "k", "--allowed-origins", '["http://app.example"]', "--allowed-credentials")
+    try:
+        ok = httpx.options(s.url + "/v1/models", headers={**origin, "Access-Control-Request-Method": "GET"})
+        assert ok.status_code == 200
+        assert ok.headers["access-control-allow-origin"] == "http://app.example"
+        assert ok.headers["access-control-allow-credentials"] == "true"
+        no = httpx.options(s.url + "/v1/models", headers={"Origin": "http://evil.example",
+                                                          "Access-Control-Request-Method": "GET"})
+        assert no.status_code == 400 and "origin" in no.text
+        r = httpx.get(s.url + "/v1/models", headers={**origin, "Authorization": "Bearer k"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://app.example"
+        assert "access-control-allow-origin" not in httpx.get(
+            s.url + "/v1/models", headers={"Origin": "http://evil.example", "Authorization": "Bearer k"}).headers
+    finally:
+        s.stop()
+    p = subprocess.run([coserve_binary(), "serve", "--demo", "--allowed-origins", "http://a"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "JSON array" in p.stderr
