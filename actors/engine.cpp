@@ -114,13 +114,14 @@ int64_t available_memory_bytes() {
 class engine_impl final : public engine {
  public:
   engine_impl(engine_config cfg, std::optional<tokenizer> tok, model_config model, generation_config gen,
-              std::unique_ptr<executor> exec, actors::speculative_config spec)
+              std::unique_ptr<executor> exec, actors::speculative_config spec, sampling_defaults defaults)
       : cfg_(std::move(cfg)), tok_(std::move(tok)), spec_(spec) {
     const executor_info ei = exec->info();
     rank_stats_ = exec->rank_stats();
     info_.served_model_name = cfg_.served_model_name.empty() ? cfg_.model_dir.filename().string()
                                                              : cfg_.served_model_name;
     info_.served_model_aliases = cfg_.served_model_aliases;
+    info_.defaults = defaults;
     info_.architecture = model.architecture;
     info_.max_model_len = ei.max_model_len;
     info_.vocab_size = ei.vocab_size;
@@ -747,6 +748,31 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   if (!model) return model.err();
   auto gen = gguf ? gguf_generation_config(*gguf_meta) : load_generation_config(config.model_dir.string());
   if (!gen) return gen.err();
+  // Sampling defaults for what requests leave out (vLLM's --generation-config and
+  // --override-generation-config).
+  generation_config from_file, over;
+  if (config.generation_config == "auto") {
+    from_file = *gen;
+  } else if (config.generation_config != "vllm") {
+    const std::filesystem::path file = std::filesystem::path(config.generation_config) / "generation_config.json";
+    if (!std::filesystem::is_regular_file(file))
+      return error{"invalid_argument", "--generation-config: " + file.string() + " not found (give auto, vllm or a folder "
+                                       "holding generation_config.json)", "generation_config"};
+    auto g = load_generation_config(config.generation_config);
+    if (!g) return error{"invalid_argument", "--generation-config: " + g.err().message, "generation_config"};
+    from_file = *g;
+  }
+  if (!config.override_generation_config.empty()) {
+    auto o = parse_generation_config(config.override_generation_config, "--override-generation-config");
+    if (!o) return error{"invalid_argument", o.err().message, "override_generation_config"};
+    over = *o;
+  }
+  auto defaults = sampling_defaults_of(from_file, over);
+  if (!defaults) return error{"invalid_argument", defaults.err().message, "generation_config"};
+  if (!defaults->empty())
+    std::fprintf(stderr, "coserve engine: default sampling parameters from the generation config: %s (requests "
+                         "override them; --generation-config vllm leaves the API's defaults)\n",
+                 describe(*defaults).c_str());
   const auto t0 = std::chrono::steady_clock::now();
   auto made = config.make_executor ? config.make_executor(config) : make_default_executor(config);
   if (!made) return made.err();
@@ -763,7 +789,8 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   malloc_trim(0);
 #endif
   return std::unique_ptr<engine>(
-      new engine_impl(std::move(config), std::move(tok), std::move(*model), std::move(*gen), std::move(exec), spec));
+      new engine_impl(std::move(config), std::move(tok), std::move(*model), std::move(*gen), std::move(exec), spec,
+                      *defaults));
 }
 
 }  // namespace coserve

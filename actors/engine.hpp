@@ -79,6 +79,13 @@ struct engine_config {
   // The chat template instead of the model's: a file (.jinja, or .json with chat_template) or the
   // template text itself ("": the model's).
   std::string chat_template;
+  // Sampling defaults for what requests leave out, as vLLM's --generation-config: "auto" reads the
+  // model's generation_config.json (temperature, top_p, top_k, min_p, repetition_penalty;
+  // max_new_tokens as chat's default max_tokens), "vllm" uses none, anything else is a folder whose
+  // generation_config.json is read. override_generation_config: a JSON object of the same keys,
+  // winning over the file's (vLLM's --override-generation-config).
+  std::string generation_config = "auto";
+  std::string override_generation_config;
   std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
   // Speculative decoding: vLLM's --speculative-config JSON ("": off), e.g.
   // {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3} or
@@ -214,6 +221,7 @@ class request_stream {
 struct model_info {
   std::string served_model_name;
   std::vector<std::string> served_model_aliases;  // engine_config's
+  sampling_defaults defaults;                      // from the generation config (engine_config)
   std::string architecture;
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;

@@ -154,6 +154,16 @@ engine:
   --no-enable-prefix-caching    disable prefix caching (on by default)
   --chat-template T             the chat template to use instead of the model's: a file (.jinja, or
                                 a .json with a chat_template field) or the template text itself
+  --generation-config auto|vllm|DIR
+                                default sampling parameters for what requests leave out, as vLLM:
+                                auto (default) takes temperature, top_p, top_k, min_p,
+                                repetition_penalty and max_new_tokens (chat's default max_tokens)
+                                from the model's generation_config.json (logged at startup); vllm
+                                uses the API's defaults; DIR reads DIR/generation_config.json.
+                                With --demo the default is vllm (random weights recommend nothing)
+  --override-generation-config JSON
+                                those keys as a JSON object, over the generation config's, e.g.
+                                '{"temperature": 0.5}'
   --trust-request-chat-template let chat requests bring their own template (vLLM's chat_template
                                 field, or chat_template_kwargs.chat_template), rendered within
                                 bounds on steps, depth and output; without it such requests get 400
@@ -201,6 +211,7 @@ struct serve_args {
   int sse_keepalive_s = 15;
   bool enable_auto_tool_choice = false;
   bool trust_request_chat_template = false;
+  bool generation_config_given = false;
   http::cors_policy cors;
   std::string tool_call_parser;
   std::string reasoning_parser;
@@ -387,6 +398,13 @@ int parse(int argc, char** argv, serve_args& a) {
     else if (f == "--chat-template") { const char* v = need("a file or template text"); if (!v) return 2; a.engine.chat_template = v; }
     else if (f == "--enable-auto-tool-choice") a.enable_auto_tool_choice = true;
     else if (f == "--trust-request-chat-template") a.trust_request_chat_template = true;
+    else if (f == "--generation-config") {
+      const char* v = need("auto, vllm or a folder");
+      if (!v) return 2;
+      a.engine.generation_config = v;
+      a.generation_config_given = true;
+    }
+    else if (f == "--override-generation-config") { const char* v = need("a JSON object"); if (!v) return 2; a.engine.override_generation_config = v; }
     else if (f == "--allowed-origins" || f == "--allowed-methods" || f == "--allowed-headers") {
       const char* v = need("a JSON list of strings");
       if (!v) return 2;
@@ -491,6 +509,7 @@ int cmd_serve(int argc, char** argv) {
     }
   }
   if (a.demo) {
+    if (!a.generation_config_given) a.engine.generation_config = "vllm";
     a.engine.model_dir = cache_dir() / "demo-model";
     if (a.engine.served_model_name.empty()) a.engine.served_model_name = "demo";
   }

@@ -132,6 +132,7 @@ void openai_api::attach(engine& e) {
   limits_.served_model_name = info.served_model_name;
   limits_.served_model_aliases = info.served_model_aliases;
   limits_.trust_request_chat_template = options_.trust_request_chat_template;
+  limits_.defaults = info.defaults;
   limits_.vocab_size = info.vocab_size;
   limits_.max_model_len = info.max_model_len;
   limits_.enable_auto_tool_choice = options_.enable_auto_tool_choice;

@@ -192,6 +192,14 @@ constexpr int64_t k_max_logprobs = 20;
 
 std::optional<api_error> read_sampling(const value& body, const model_limits& lim, openai_request& r) {
   auto& p = r.params;
+  // The server's defaults first (vLLM's --generation-config); the request's fields replace them.
+  const sampling_defaults& d = lim.defaults;
+  if (d.temperature) p.temperature = *d.temperature;
+  if (d.top_p) p.top_p = *d.top_p;
+  if (d.top_k) p.top_k = *d.top_k;
+  if (d.min_p) p.min_p = *d.min_p;
+  if (d.repetition_penalty) p.repetition_penalty = *d.repetition_penalty;
+  if (d.max_tokens && r.chat) r.default_max_tokens = *d.max_tokens;
   if (auto e = read_number(body, "temperature", 0.0, 2.0, false, p.temperature)) return e;
   if (auto e = read_number(body, "top_p", 0.0, 1.0, true, p.top_p)) return e;
   if (auto e = read_number(body, "min_p", 0.0, 1.0, false, p.min_p)) return e;
@@ -626,7 +634,8 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
 context_rule context_of(const openai_request& req) {
   context_rule rule;
   rule.max_tokens_given = req.max_tokens_given;
-  rule.default_max_tokens = req.chat ? 0 : 16;  // OpenAI's completions default; chat: the rest of the context
+  // OpenAI's completions default; chat: the rest of the context, or the generation config's.
+  rule.default_max_tokens = req.chat ? req.default_max_tokens : 16;
   rule.input_param = req.chat ? "messages" : "prompt";
   rule.max_tokens_param = req.max_tokens_param.empty() ? "max_tokens" : req.max_tokens_param;
   rule.truncate_prompt_tokens = req.truncate_prompt_tokens;

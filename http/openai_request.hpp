@@ -35,6 +35,8 @@ struct model_limits {
   std::vector<std::string> served_model_aliases;  // other names answered as the served model
   // vLLM's --trust-request-chat-template: a request's chat_template is used, not refused.
   bool trust_request_chat_template = false;
+  // What requests leave out (the generation config's sampling defaults, model_info::defaults).
+  sampling_defaults defaults;
 };
 
 struct openai_request {
@@ -45,6 +47,7 @@ struct openai_request {
   chat_input chat_in;
   sampling_params params;
   bool max_tokens_given = false;  // false: completions default 16, chat: the rest of the context
+  int32_t default_max_tokens = 0;  // chat without max_tokens: at most this many (0: no cap)
   std::string max_tokens_param;   // "max_tokens" or "max_completion_tokens" (error messages)
   bool stream = false;
   bool include_usage = false;

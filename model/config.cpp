@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -496,14 +497,17 @@ result<generation_config> parse_generation_config(std::string_view json, std::st
   generation_config g;
   std::string err;
   if (!get_id_list(o, "eos_token_id", g.eos_token_ids, err)) return config_error(origin, err);
-  int32_t bos = -1, top_k = -1;
-  float t = -1, p = -1, rp = -1;
+  int32_t bos = -1, top_k = -1, max_new = -1;
+  float t = -1, p = -1, rp = -1, mp = -1;
   bool do_sample = false;
   bool has_do_sample = o["do_sample"].error() == simdjson::SUCCESS;
   if (!get_int(o, "bos_token_id", bos, err) || !get_int(o, "top_k", top_k, err) ||
       !get_float(o, "temperature", t, err) || !get_float(o, "top_p", p, err) ||
-      !get_float(o, "repetition_penalty", rp, err) || !get_bool(o, "do_sample", do_sample, err))
+      !get_float(o, "repetition_penalty", rp, err) || !get_bool(o, "do_sample", do_sample, err) ||
+      !get_float(o, "min_p", mp, err) || !get_int(o, "max_new_tokens", max_new, err))
     return config_error(origin, err);
+  if (mp >= 0) g.min_p = mp;
+  if (max_new >= 0) g.max_new_tokens = max_new;
   if (bos >= 0) g.bos_token_id = bos;
   if (top_k >= 0) g.top_k = top_k;
   if (t >= 0) g.temperature = t;
@@ -511,6 +515,44 @@ result<generation_config> parse_generation_config(std::string_view json, std::st
   if (rp >= 0) g.repetition_penalty = rp;
   if (has_do_sample) g.do_sample = do_sample;
   return g;
+}
+
+result<sampling_defaults> sampling_defaults_of(const generation_config& g, const generation_config& over) {
+  sampling_defaults d;
+  auto pick = [](const auto& a, const auto& b) { return b ? b : a; };
+  d.temperature = pick(g.temperature, over.temperature);
+  d.top_p = pick(g.top_p, over.top_p);
+  d.top_k = pick(g.top_k, over.top_k);
+  d.min_p = pick(g.min_p, over.min_p);
+  d.repetition_penalty = pick(g.repetition_penalty, over.repetition_penalty);
+  d.max_tokens = pick(g.max_new_tokens, over.max_new_tokens);
+  auto bad = [](const char* field, const char* range) {
+    return make_error("invalid_argument", std::string("generation config: '") + field + "' must be " + range);
+  };
+  if (d.temperature && !(*d.temperature >= 0.0f && *d.temperature <= 2.0f)) return bad("temperature", "in [0, 2]");
+  if (d.top_p && !(*d.top_p > 0.0f && *d.top_p <= 1.0f)) return bad("top_p", "in (0, 1]");
+  if (d.min_p && !(*d.min_p >= 0.0f && *d.min_p <= 1.0f)) return bad("min_p", "in [0, 1]");
+  if (d.repetition_penalty && !(*d.repetition_penalty > 0.0f && *d.repetition_penalty <= 2.0f))
+    return bad("repetition_penalty", "in (0, 2]");
+  if (d.max_tokens && *d.max_tokens < 1) return bad("max_new_tokens", "at least 1");
+  return d;
+}
+
+std::string describe(const sampling_defaults& d) {
+  std::string out;
+  auto add = [&](const char* name, std::string v) { out += (out.empty() ? "" : ", ") + std::string(name) + "=" + v; };
+  auto num = [](float x) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", double(x));
+    return std::string(buf);
+  };
+  if (d.temperature) add("temperature", num(*d.temperature));
+  if (d.top_p) add("top_p", num(*d.top_p));
+  if (d.top_k) add("top_k", std::to_string(*d.top_k));
+  if (d.min_p) add("min_p", num(*d.min_p));
+  if (d.repetition_penalty) add("repetition_penalty", num(*d.repetition_penalty));
+  if (d.max_tokens) add("max_tokens", std::to_string(*d.max_tokens));
+  return out;
 }
 
 result<generation_config> load_generation_config(const std::string& model_dir) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/dtype.hpp"
+#include "model/sampling_params.hpp"
 #include "runtime/expected.hpp"
 
 namespace coserve {
@@ -95,7 +96,16 @@ struct generation_config {
   std::optional<int32_t> top_k;
   std::optional<float> repetition_penalty;
   std::optional<bool> do_sample;
+  std::optional<float> min_p;
+  std::optional<int32_t> max_new_tokens;
 };
+
+// The sampling defaults vLLM takes from a generation config (temperature, top_p, top_k, min_p,
+// repetition_penalty; max_new_tokens as max_tokens; do_sample is not read), `over`'s fields
+// winning; an error names a field whose value no request could give.
+result<sampling_defaults> sampling_defaults_of(const generation_config& g, const generation_config& over = {});
+// A human-readable list of what is set ("temperature=0.7, top_p=0.8"), for startup logs.
+std::string describe(const sampling_defaults& d);
 
 // Parses config.json text; `origin` names the file in error messages.
 result<model_config> parse_model_config(std::string_view json, std::string_view origin);

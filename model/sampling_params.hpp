@@ -13,6 +13,17 @@ namespace coserve {
 
 class compiled_grammar;  // model/structured_output.hpp
 
+// Defaults a server gives what a request leaves out (vLLM's --generation-config: the model's
+// generation_config.json, --override-generation-config). Unset: the API's own default.
+struct sampling_defaults {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int32_t> top_k;
+  std::optional<int32_t> max_tokens;  // chat requests without max_tokens (max_new_tokens)
+  bool empty() const noexcept {
+    return !temperature && !top_p && !min_p && !repetition_penalty && !top_k && !max_tokens;
+  }
+};
+
 struct sampling_params {
   float temperature = 1.0f;          // 0 => greedy (argmax); otherwise logits / temperature
   float top_p = 1.0f;                // nucleus mass in (0, 1]; 1 disables

@@ -189,3 +189,29 @@ TEST_CASE("completion logprobs carry text offsets", "[http][sse]") {
   CHECK(e.find("bytes")->as_array().size() == 2);
   CHECK(e.find("top_logprobs")->as_array().size() == 2);
 }
+
+TEST_CASE("openai request: the server's sampling defaults fill what the request leaves out", "[http][openai]") {
+  model_limits lim = limits();
+  lim.defaults.temperature = 0.7f;
+  lim.defaults.top_p = 0.8f;
+  lim.defaults.top_k = 20;
+  lim.defaults.repetition_penalty = 1.05f;
+  lim.defaults.max_tokens = 100;
+  auto r = parse_openai_request(R"({"messages": [{"role": "user", "content": "x"}]})", true, lim);
+  REQUIRE(std::holds_alternative<openai_request>(r));
+  auto& q = std::get<openai_request>(r);
+  CHECK(q.params.temperature == 0.7f);
+  CHECK(q.params.top_p == 0.8f);
+  CHECK(q.params.top_k == 20);
+  CHECK(q.params.repetition_penalty == 1.05f);
+  CHECK(context_of(q).default_max_tokens == 100);
+  auto given = parse_openai_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "temperature": 0, "top_k": -1, "max_tokens": 300})", true, lim);
+  REQUIRE(std::holds_alternative<openai_request>(given));
+  CHECK(std::get<openai_request>(given).params.temperature == 0.0f);
+  CHECK(std::get<openai_request>(given).params.top_k == -1);
+  CHECK(std::get<openai_request>(given).params.max_tokens == 300);  // a default, not a ceiling
+  auto completion = parse_openai_request(R"({"prompt": "x"})", false, lim);  // completions keep 16
+  REQUIRE(std::holds_alternative<openai_request>(completion));
+  CHECK(context_of(std::get<openai_request>(completion)).default_max_tokens == 16);
+}

@@ -278,3 +278,37 @@ TEST_CASE("generation config: eos int or list, sampling defaults", "[model][conf
 }
 
 }  // namespace coserve
+
+TEST_CASE("config: sampling defaults from a generation config as vLLM reads them, overrides winning",
+          "[model][config]") {
+  using namespace coserve;
+  auto g = parse_generation_config(R"({"eos_token_id": [1, 2], "do_sample": false, "temperature": 0.6,
+                                       "top_p": 0.9, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05,
+                                       "max_new_tokens": 512})",
+                                   "g");
+  REQUIRE(g.ok());
+  auto d = sampling_defaults_of(*g);
+  REQUIRE(d.ok());
+  CHECK(*d->temperature == 0.6f);  // do_sample is not read (vLLM does not either)
+  CHECK(*d->top_p == 0.9f);
+  CHECK(*d->top_k == 20);
+  CHECK(*d->min_p == 0.05f);
+  CHECK(*d->repetition_penalty == 1.05f);
+  CHECK(*d->max_tokens == 512);
+  CHECK(describe(*d) == "temperature=0.6, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.05, max_tokens=512");
+  auto over = parse_generation_config(R"({"temperature": 0, "max_new_tokens": 8})", "o");
+  REQUIRE(over.ok());
+  auto both = sampling_defaults_of(*g, *over);
+  REQUIRE(both.ok());
+  CHECK(*both->temperature == 0.0f);
+  CHECK(*both->top_p == 0.9f);
+  CHECK(*both->max_tokens == 8);
+  CHECK(sampling_defaults_of(generation_config{})->empty());
+  for (const char* bad : {R"({"top_p": 0})", R"({"temperature": 3})", R"({"min_p": 1.5})",
+                          R"({"repetition_penalty": 0})", R"({"max_new_tokens": 0})"}) {
+    auto b = parse_generation_config(bad, "b");
+    REQUIRE(b.ok());
+    CHECK_FALSE(sampling_defaults_of(*b).ok());
+  }
+  CHECK_FALSE(parse_generation_config(R"({"min_p": "x"})", "b").ok());
+}

@@ -272,3 +272,53 @@ def test_vllm_fields_not_implemented_are_refused(server):
         r = httpx.post(server.url + "/v1/completions", json={"model": server.model, "prompt": "x", "max_tokens": 1,
                                                              field: value})
         assert r.status_code == 200, r.text
+
+
+def test_generation_config_sets_the_defaults_requests_leave_out(tmp_path):
+    """vLLM's --generation-config auto: a model folder's generation_config.json (make-demo-model
+    writes temperature 0.8, top_p 0.95) and --override-generation-config fill what a request leaves
+    out; the request's own fields win; --generation-config vllm, and --demo, keep the API's."""
+    import subprocess
+    from conftest import Server, coserve_binary, skip_or_fail_in_ci
+    folder = tmp_path / "m"
+    p = subprocess.run([coserve_binary(), "make-demo-model", str(folder), "--num-layers", "1"], capture_output=True,
+                       text=True, timeout=600)
+    if p.returncode != 0:
+        skip_or_fail_in_ci("make-demo-model needs ../shared/testdata: " + p.stderr)
+    (folder / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    msgs = [{"role": "user", "content": "Tell me a story"}]
+    s = Server(model=folder)
+    try:
+        assert any("temperature=0.8, top_p=0.95" in line for line in s.log), "".join(s.log)
+    finally:
+        s.stop()
+    s = Server("--override-generation-config", '{"temperature": 0, "max_new_tokens": 5}', model=folder)
+    try:
+        assert any("temperature=0, top_p=0.95, max_tokens=5" in line for line in s.log), "".join(s.log)
+        c = s.client()
+        default = [c.chat.completions.create(model=s.model, messages=msgs) for _ in range(2)]
+        greedy = c.chat.completions.create(model=s.model, messages=msgs, temperature=0, max_tokens=5)
+        assert default[0].choices[0].message.content == default[1].choices[0].message.content == \
+            greedy.choices[0].message.content  # temperature 0 by default: greedy
+        assert default[0].usage.completion_tokens == 5 and default[0].choices[0].finish_reason == "length"
+        longer = c.chat.completions.create(model=s.model, messages=msgs, max_tokens=9)  # the request wins
+        assert longer.usage.completion_tokens == 9
+        seeded = {c.chat.completions.create(model=s.model, messages=msgs, temperature=1.0, seed=k, max_tokens=8)
+                  .choices[0].message.content for k in range(4)}
+        assert len(seeded) > 1  # temperature given: sampled
+        comp = c.completions.create(model=s.model, prompt="Once")  # completions keep OpenAI's 16
+        assert comp.usage.completion_tokens == 16 or comp.choices[0].finish_reason == "stop"
+    finally:
+        s.stop()
+    for args in (["--generation-config", "vllm"], []):
+        s = Server(*args, model=folder) if args else Server()  # the second: --demo
+        try:
+            assert not any("default sampling parameters" in line for line in s.log)
+        finally:
+            s.stop()
+    for flags, part in [(["--override-generation-config", '{"top_p": 0}'], "top_p"),
+                        (["--override-generation-config", "[1]"], "override-generation-config"),
+                        (["--generation-config", "/nonexistent"], "generation_config.json")]:
+        p = subprocess.run([coserve_binary(), "serve", str(folder), "--port", "0", *flags], capture_output=True,
+                           text=True, timeout=120)
+        assert p.returncode != 0 and part in p.stderr, p.stderr
