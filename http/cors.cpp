@@ -29,7 +29,10 @@ std::string_view trim(std::string_view s) {
 
 std::string join(const std::vector<std::string>& v) {
   std::string out;
-  for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+  for (const auto& x : v) {
+    if (!out.empty()) out += ", ";
+    out += x;
+  }
   return out;
 }
 

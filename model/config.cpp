@@ -540,7 +540,10 @@ result<sampling_defaults> sampling_defaults_of(const generation_config& g, const
 
 std::string describe(const sampling_defaults& d) {
   std::string out;
-  auto add = [&](const char* name, std::string v) { out += (out.empty() ? "" : ", ") + std::string(name) + "=" + v; };
+  auto add = [&](const char* name, const std::string& v) {
+    if (!out.empty()) out += ", ";
+    out.append(name).append("=").append(v);
+  };
   auto num = [](float x) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", double(x));

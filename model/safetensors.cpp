@@ -238,7 +238,10 @@ result<void> write_safetensors(const std::string& path, const std::vector<tensor
     const auto& t = tensors[i];
     if (i) header += ",";
     header += "\"" + t.name + "\":{\"dtype\":\"" + std::string(dtype_name(t.type)) + "\",\"shape\":[";
-    for (size_t d = 0; d < t.shape.size(); ++d) header += (d ? "," : "") + std::to_string(t.shape[d]);
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (d) header += ',';
+      header += std::to_string(t.shape[d]);
+    }
     header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) + "]}";
     offset += t.bytes.size();
   }
