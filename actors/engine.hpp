@@ -44,8 +44,8 @@ using executor_factory = std::function<result<std::unique_ptr<executor>>(const e
 struct engine_config {
   std::filesystem::path model_dir;       // a Hugging Face folder
   std::string served_model_name;         // default: the folder's name
-  // More names requests may use (vLLM's --served-model-name A B C: responses name A, /v1/models
-  // lists all three).
+  // More names requests may use (vLLM's --served-model-name A B C: a response repeats the name
+  // its request used, A when it used none; /v1/models lists all three).
   std::vector<std::string> served_model_aliases;
   std::string device = "cpu";            // "cpu" or "cuda"
   int32_t max_num_seqs = 256;            // running sequences at most

@@ -67,8 +67,8 @@ model:
                                 $COSERVE_CACHE, else $XDG_CACHE_HOME/coserve, else ~/.cache/coserve)
   --served-model-name NAME [NAME ...]
                                 the model id clients send (default: the folder's or file's name);
-                                with several, requests may name any, responses carry the first and
-                                /v1/models lists each
+                                with several, requests may name any (responses repeat the name
+                                used; the first when none) and /v1/models lists each
   --device cpu|cuda             executor device (default: cpu)
   --enforce-eager               --device cuda: run every step eagerly; without it decode-only steps
                                 replay CUDA graphs captured at startup for batch sizes 1, 2, 4, 8,

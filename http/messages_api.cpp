@@ -74,7 +74,7 @@ asio::awaitable<void> openai_api::messages(http_request& req, response_writer& w
     v["id"] = value(id);
     v["type"] = value("message");
     v["role"] = value("assistant");
-    v["model"] = value(limits_.served_model_name);
+    v["model"] = value(r.model.empty() ? limits_.served_model_name : r.model);
     v["content"] = std::move(content);
     v["stop_reason"] = stop_reason(o);
     v["stop_sequence"] = o.stop_reason.empty() ? value() : value(o.stop_reason);
@@ -104,7 +104,7 @@ asio::awaitable<void> openai_api::messages(http_request& req, response_writer& w
     m["id"] = value(id);
     m["type"] = value("message");
     m["role"] = value("assistant");
-    m["model"] = value(limits_.served_model_name);
+    m["model"] = value(r.model.empty() ? limits_.served_model_name : r.model);
     m["content"] = json::array{};
     m["stop_reason"] = value();
     m["stop_sequence"] = value();

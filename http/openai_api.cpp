@@ -476,7 +476,9 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   }
 
   const int32_t n = r.params.n;
-  response_header h{new_id(chat ? "chatcmpl" : "cmpl"), unix_now(), limits_.served_model_name, chat};
+  // The name the request used (one of --served-model-name's), as vLLM echoes it.
+  response_header h{new_id(chat ? "chatcmpl" : "cmpl"), unix_now(),
+                    r.model.empty() ? limits_.served_model_name : r.model, chat};
   // Token strings for logprobs, as the streamer decoded them (output_event::token_texts).
   std::unordered_map<int32_t, std::string> token_text;
   auto learn_texts = [&](const output_event& ev) {

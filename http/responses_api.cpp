@@ -45,7 +45,7 @@ asio::awaitable<void> openai_api::responses(http_request& req, response_writer& 
     v["object"] = value("response");
     v["created_at"] = value(created);
     v["status"] = value(status);
-    v["model"] = value(limits_.served_model_name);
+    v["model"] = value(r.model.empty() ? limits_.served_model_name : r.model);
     v["output"] = output;
     v["parallel_tool_calls"] = value(r.parallel_tool_calls);
     v["tool_choice"] = body.find("tool_choice") && !body.find("tool_choice")->is_null() ? *body.find("tool_choice") : value("auto");
