@@ -1378,7 +1378,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
                                int32_t(cd.tokens.size()));
   }
 
-  // A decode-only step without logit edits or grammars replays its bucket's graph.
+  // A decode-only step without sparse logit edits (logit_bias, min_tokens, penalties not in count
+  // rows), grammars or count rows to write replays its bucket's graph (penalties from count rows
+  // run inside it).
   const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() && edits.empty() &&
                           prompt_tokens.empty() && grammar_rows.empty() && penalty_resets.empty() &&
                           std::all_of(plan.seqs.begin(), plan.seqs.end(),
