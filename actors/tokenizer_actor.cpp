@@ -21,6 +21,13 @@ result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens,
   if (!rule.max_tokens_given) {
     params.max_tokens = std::max(0, max_model_len - prompt_tokens);
     if (rule.default_max_tokens > 0) params.max_tokens = std::min(rule.default_max_tokens, params.max_tokens);
+    // vLLM's SamplingParams check, on the max_tokens the request did not give (a given one is
+    // checked with the request's fields).
+    if (params.min_tokens > params.max_tokens && params.max_tokens > 0)
+      return error{"invalid_request", "min_tokens must be less than or equal to max_tokens=" +
+                                          std::to_string(params.max_tokens) + ", got " +
+                                          std::to_string(params.min_tokens) + ".",
+                   "min_tokens"};
   }
   const int64_t total = int64_t{prompt_tokens} + std::max<int64_t>(params.max_tokens, 1);
   if (prompt_tokens >= max_model_len || total > max_model_len)

@@ -20,6 +20,7 @@ def check_error(r, status, param=None):
 BAD_FIELDS = [
     ({"temperature": 2.5}, "temperature"),
     ({"min_tokens": 9, "max_tokens": 8}, "min_tokens"),
+    ({"min_tokens": 17, "max_tokens": None}, "min_tokens"),  # above completions' default of 16
     ({"temperature": -1}, "temperature"),
     ({"temperature": "hot"}, "temperature"),
     ({"top_p": 0}, "top_p"),
