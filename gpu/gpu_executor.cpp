@@ -2,9 +2,9 @@
 // tensor-parallel peer, gpu/tp_peer.hpp), the layer loop (gpu/forward_pass.cpp), device sampling
 // (rows for proposals to verify included), prompt logprob rows, launched and collected as two
 // halves, and the decode CUDA graphs captured from the same forward pass. Longer than most files
-// (about 1540 lines) because launch, collect, the head of the forward pass, the graph capture and
+// (about 1620 lines) because launch, collect, the head of the forward pass, the graph capture and
 // the draft model's and tensor-parallel peers' share of a step use one set of device buffers and
-// per-sequence state; what stands alone is apart: the layer loop (gpu/forward_pass.cpp), the graph
+// per-sequence state (its penalty count rows among them); what stands alone is apart: the layer loop (gpu/forward_pass.cpp), the graph
 // arena (gpu/decode_graph.cpp), FlashInfer's planner and kernels (gpu/flashinfer_attention.cu), the
 // draft's passes (gpu/draft_model.cpp, gpu/draft_plan.cpp) and the peers (gpu/tp_peer.cpp,
 // gpu/tp_remote.cpp).

@@ -48,6 +48,18 @@ struct pending_penalty {
 };
 static_assert(sizeof(pending_penalty) == 28);
 
+// frequency * count + presence (the presence / frequency subtraction of a token seen `count` times),
+// the product rounded before the sum on the host and the device alike (no FMA contraction), so
+// every path that computes it gives the same bits.
+COSERVE_LOGIT_HD float penalty_subtract(float frequency, float presence, int32_t count) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(__fmul_rn(frequency, float(count)), presence);
+#else
+  volatile float product = frequency * float(count);
+  return product + presence;
+#endif
+}
+
 // The edit token `t` takes once the pending token t is counted: the row's edit for t (binary
 // search over its ascending edits), or none, with the repetition penalty applied (t is now seen)
 // and the presence / frequency subtraction at count + 1.
@@ -63,7 +75,7 @@ COSERVE_LOGIT_HD logit_edit pending_edit(const logit_edit* edits, const pending_
   if (pp.repetition != 1.0f && pp.repetition > 0.0f) e.repetition = pp.repetition;
   if (pp.presence != 0.0f || pp.frequency != 0.0f) {
     e.count += 1;
-    e.subtract = pp.frequency * float(e.count) + pp.presence;
+    e.subtract = penalty_subtract(pp.frequency, pp.presence, e.count);
   }
   return e;
 }
@@ -91,23 +103,14 @@ struct penalty_count_entry {  // device layout (12 bytes): row i32 | token i32 |
 };
 static_assert(sizeof(penalty_count_entry) == 12);
 
-// Steps 3-4 of the CPU sampler for one token from its count word; the same as apply_logit_edit with
-// the token's edit (no bias or mask: those stay sparse edits, applied before this). Presence and
-// frequency are computed as penalty_edits computes `subtract`, without contraction, so the two
-// paths give the same bits.
+// Steps 3-4 of the CPU sampler for one token from its count word: apply_logit_edit with the edit
+// penalty_edits keeps for the token (no bias or mask: those stay sparse edits, applied before this).
 COSERVE_LOGIT_HD float apply_penalty_count(float l, uint32_t v, float repetition, float presence, float frequency) {
   if (v == 0) return l;
-  if (repetition != 1.0f) l = l > 0.0f ? l / repetition : l * repetition;
-  const uint32_t count = v & ~k_count_prompt_bit;
-  if (count > 0 && (presence != 0.0f || frequency != 0.0f)) {
-#if defined(__CUDA_ARCH__)
-    l = __fsub_rn(l, __fadd_rn(__fmul_rn(frequency, float(count)), presence));
-#else
-    volatile float product = frequency * float(count);  // no FMA contraction with the sum
-    l -= product + presence;
-#endif
-  }
-  return l;
+  const auto count = int32_t(v & ~k_count_prompt_bit);
+  const bool subtracts = count > 0 && (presence != 0.0f || frequency != 0.0f);
+  return apply_logit_edit(
+      l, logit_edit{0, 0, 0.0f, repetition, subtracts ? penalty_subtract(frequency, presence, count) : 0.0f, 0, count});
 }
 
 // A sequence's edits kept up to date as its tokens arrive, so a step copies them instead of
@@ -133,7 +136,7 @@ class penalty_edits {
     logit_edit* e = at(t);
     if (e == nullptr || (presence_ == 0.0f && frequency_ == 0.0f)) return;
     ++e->count;
-    e->subtract = frequency_ * float(e->count) + presence_;
+    e->subtract = penalty_subtract(frequency_, presence_, e->count);
   }
   // with_penalties false: logit_bias and min_tokens only (the row's penalties come from its counts
   // on the device, apply_penalty_count).

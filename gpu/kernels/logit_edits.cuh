@@ -38,6 +38,9 @@ __global__ void pending_penalty_kernel(float* __restrict__ logits, const logit_e
   *l = apply_logit_edit(*l, pending_edit(edits, pp, t));
 }
 
+// Blocks of 256 threads per row of counts: enough to stream a 128k-token row from several SMs.
+inline unsigned blocks_per_count_row(int32_t vocab) { return unsigned(std::min(8, (vocab + 1023) / 1024)); }
+
 // Grid (x, rows): the blocks of row y stride over its vocabulary; a row without a penalty row
 // returns at once. Only tokens with a non-zero count word are read from the logits and written.
 __global__ void penalty_counts_kernel(float* __restrict__ logits, const sample_row_params* __restrict__ params,
@@ -88,9 +91,7 @@ result<void> launch_penalty_counts(float* logits, const sample_row_params* param
                                    const uint32_t* counts, cudaStream_t stream) {
   if (rows < 0 || vocab <= 0 || rows > 65535) return make_error("invalid_argument", "penalty_counts: bad shape");
   if (rows == 0) return {};
-  // Enough blocks per row to stream a 128k-token row from several SMs; rows without counts exit.
-  const unsigned x = unsigned(std::min(8, (vocab + 1023) / 1024));
-  kern::penalty_counts_kernel<<<dim3(x, unsigned(rows)), 256, 0, stream>>>(logits, params, counts, vocab);
+  kern::penalty_counts_kernel<<<dim3(kern::blocks_per_count_row(vocab), unsigned(rows)), 256, 0, stream>>>(logits, params, counts, vocab);
   return kern::check_launch("penalty_counts_kernel");
 }
 
@@ -108,8 +109,7 @@ result<void> launch_penalty_rows_init(uint32_t* counts, const int32_t* reset_row
   if (num_reset < 0 || num_entries < 0 || vocab <= 0 || num_reset > 65535)
     return make_error("invalid_argument", "penalty_rows_init: bad shape");
   if (num_reset > 0) {
-    const unsigned x = unsigned(std::min(8, (vocab + 1023) / 1024));
-    kern::reset_penalty_rows_kernel<<<dim3(x, unsigned(num_reset)), 256, 0, stream>>>(counts, reset_rows, vocab);
+    kern::reset_penalty_rows_kernel<<<dim3(kern::blocks_per_count_row(vocab), unsigned(num_reset)), 256, 0, stream>>>(counts, reset_rows, vocab);
     COSERVE_CUDA_TRY(kern::check_launch("reset_penalty_rows_kernel"));
   }
   if (num_entries == 0) return {};
