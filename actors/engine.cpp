@@ -629,7 +629,7 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
   if (config.device == "cpu") {
     if (config.load_format != "auto")
       return error{"invalid_argument", "load format '" + config.load_format + "' needs --device cuda"};
-    if (config.attention_backend != "native")
+    if (config.attention_backend != "auto" && config.attention_backend != "native")
       return error{"invalid_argument", "--attention-backend " + config.attention_backend + " needs --device cuda",
                    "attention_backend"};
     if (!config.quantization.empty())

@@ -60,7 +60,7 @@ struct engine_config {
   int64_t kv_cache_bytes = 0;            // CPU KV cache budget; 0: min(4 GiB, 1/4 of available memory)
   double gpu_memory_utilization = 0.9;
   bool enforce_eager = false;            // CUDA: no CUDA graphs, every step eager (vLLM's flag)
-  std::string attention_backend = "native";  // CUDA: "native" or "flashinfer" (gpu/flashinfer_attention.hpp)
+  std::string attention_backend = "auto";  // CUDA: "auto", "native" or "flashinfer" (gpu/gpu_executor.hpp)
   std::string load_format = "auto";      // CUDA: "auto" (safetensors) or "dummy" (random weights)
   std::string quantization;              // CUDA: "fp8" (W8A8, vLLM's --quantization fp8) or "" (none)
   bool return_logits = false;            // executor copies raw logits (for output_event::logits)

@@ -49,7 +49,7 @@ const char* k_help =
     "                        a name it cannot run is an error that lists those it can\n"
     "  --device D            cpu (default) or cuda (builds with the CUDA executor)\n"
     "  --quantization fp8    --device cuda: fp8 W8A8 layer matrices (serve --help explains)\n"
-    "  --attention-backend B --device cuda: native (default) or flashinfer (serve --help explains)\n"
+    "  --attention-backend B --device cuda: auto (default), native or flashinfer (serve --help explains)\n"
     "  --trace-file PATH     write the actors' Chrome trace (open in Perfetto) when done\n"
     "  --bench               throughput: B sequences of P random prompt tokens, one prefill step,\n"
     "                        then N decode steps, after one warm-up pass; prints JSON: prefill and\n"
@@ -175,7 +175,7 @@ int cmd_generate(int argc, char** argv) {
   bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
   int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128, tp = 1;
   std::string device = "cpu", trace_file, kv_dtype = "auto", compute_dtype = "auto", quantization;
-  std::string attention_backend = "native";
+  std::string attention_backend = "auto";
   sampling_params params;
   params.temperature = 0.0f;
   uint64_t seed = 0;
@@ -234,8 +234,8 @@ int cmd_generate(int argc, char** argv) {
       }
       else if (a == "--device") device = v;
       else if (a == "--attention-backend") {
-        if (std::string_view(v) != "native" && std::string_view(v) != "flashinfer") {
-          std::fprintf(stderr, "generate: --attention-backend must be native or flashinfer\n");
+        if (std::string_view(v) != "auto" && std::string_view(v) != "native" && std::string_view(v) != "flashinfer") {
+          std::fprintf(stderr, "generate: --attention-backend must be auto, native or flashinfer\n");
           return 2;
         }
         attention_backend = v;

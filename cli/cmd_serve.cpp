@@ -74,11 +74,13 @@ model:
                                 replay CUDA graphs captured at startup for batch sizes 1, 2, 4, 8,
                                 16, ... up to --max-num-seqs (the startup log gives their time and
                                 memory)
-  --attention-backend native|flashinfer
-                                --device cuda: the paged attention kernels (default: native, our
-                                CUDA-core kernels; flashinfer: FlashInfer's FA2 paged prefill kernel
-                                on tensor cores for prefill and decode rows alike, bf16 KV cache,
-                                head_dim 64 or 128; needs a build with its headers, scripts/deps)
+  --attention-backend auto|native|flashinfer
+                                --device cuda: the paged attention kernels. flashinfer: FlashInfer's
+                                FA2 paged prefill kernel on tensor cores for prefill and decode rows
+                                alike (bf16 KV cache, head_dim 64 or 128, one sliding window on every
+                                layer or none; a build with its headers, scripts/deps); native: our
+                                CUDA-core kernels (head_dim 32, 64, 96, 128; fp8 KV caches); auto
+                                (default): flashinfer where the model allows it, else native
 http:
   --host ADDR                   listen address (default: 127.0.0.1)
   --port N                      listen port; 0 picks a free one and logs it (default: 8000)
@@ -301,12 +303,12 @@ int parse(int argc, char** argv, serve_args& a) {
     }
     else if (f == "--enforce-eager") a.engine.enforce_eager = true;
     else if (f == "--attention-backend") {
-      const char* v = need("native or flashinfer");
+      const char* v = need("auto, native or flashinfer");
       if (!v) return 2;
       std::string b(v);
       for (char& ch : b) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-      if (b != "native" && b != "flashinfer") {
-        std::fprintf(stderr, "coserve serve: --attention-backend must be native or flashinfer\n");
+      if (b != "auto" && b != "native" && b != "flashinfer") {
+        std::fprintf(stderr, "coserve serve: --attention-backend must be auto, native or flashinfer\n");
         return 2;
       }
       a.engine.attention_backend = b;

@@ -39,7 +39,7 @@ result<std::unique_ptr<gpu_draft_model>> gpu_draft_model::load(const options& o,
   if (dc.num_attention_heads % dc.num_key_value_heads != 0 ||
       !attention_supported(dc.num_attention_heads / dc.num_key_value_heads, dc.head_dim))
     return error{"unsupported", "--speculative-config: 'model' " + o.dir +
-                                    ": attention supports head_dim 64/128 and GQA ratios up to 32", "model"};
+                                    ": attention supports head_dim 32, 64, 96 and 128 and GQA ratios up to 32", "model"};
   auto w = upload_weights(*hw, s, {}, false);
   if (!w) return error{w.err().code, "--speculative-config: 'model' " + o.dir + ": " + w.err().message, "model"};
   d->w_ = std::move(w.value());

@@ -99,12 +99,25 @@ result<std::vector<cublasLtMatmulAlgo_t>> gemm_runner::heuristic(plan& p, int co
   return algos;
 }
 
-result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8) {
+result<void> gemm_runner::set_scales(plan& p, const float* w_scales, const float* x_scales) {
+  COSERVE_CUDA_TRY(cublas_check(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)),
+      "A_SCALE_POINTER"));
+  return cublas_check(
+      cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)),
+      "B_SCALE_POINTER");
+}
+
+result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8,
+                                                 const float* w_scales, const float* x_scales) {
   const plan_key key{m, n, k, out, bias, fp8};
   if (std::unique_ptr<plan>* cached = plans_.find(key)) return cached->get();
   auto made = describe(m, n, k, out, bias, fp8);
   if (!made) return std::move(made).err();
   std::unique_ptr<plan> p = std::move(made.value());
+  // cuBLASLt refuses (CUBLAS_STATUS_INVALID_VALUE) to check or find an algorithm for outer-vector
+  // scale modes while the scale pointers are null: the call's own are set first.
+  if (fp8) COSERVE_CUDA_TRY(set_scales(*p, w_scales, x_scales));
   // The algorithm tune() chose for the shape's smallest tuned bucket >= m, if cuBLASLt accepts it
   // for this exact m.
   bool chosen = false;
@@ -145,14 +158,7 @@ result<gemm_runner::tune_report> gemm_runner::tune(const std::vector<shape>& sha
       auto made = describe(m, sh.n, sh.k, sh.out, sh.bias != nullptr, sh.fp8);
       if (!made) return std::move(made).err();
       plan& p = *made.value();
-      if (sh.fp8) {
-        COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                                     &sh.w_scales, sizeof(sh.w_scales)),
-                                      "A_SCALE_POINTER"));
-        COSERVE_CUDA_TRY(cublas_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                                     &sh.x_scales, sizeof(sh.x_scales)),
-                                      "B_SCALE_POINTER"));
-      }
+      if (sh.fp8) COSERVE_CUDA_TRY(set_scales(p, sh.w_scales, sh.x_scales));
       auto heur = heuristic(p, 8);
       if (!heur) return std::move(heur).err();
       std::vector<cublasLtMatmulAlgo_t> cands = heur.value();
@@ -250,13 +256,11 @@ result<void> gemm_runner::run_fp8(__nv_bfloat16* y, const uint8_t* x, const floa
   if (k % 16 != 0 || n % 16 != 0)
     return make_error("invalid_argument", "gemm fp8: k (" + std::to_string(k) + ") and n (" + std::to_string(n) +
                                               ") must be multiples of 16");
-  auto p = get_plan(m, n, k, gemm_out::bf16, bias != nullptr, true);
+  if (w_scales == nullptr || x_scales == nullptr) return make_error("invalid_argument", "gemm fp8: null scales");
+  auto p = get_plan(m, n, k, gemm_out::bf16, bias != nullptr, true, w_scales, x_scales);
   if (!p) return std::move(p).err();
   plan* pl = p.value();
-  COSERVE_CUDA_TRY(cublas_check(
-      cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scales, sizeof(w_scales)), "A_SCALE_POINTER"));
-  COSERVE_CUDA_TRY(cublas_check(
-      cublasLtMatmulDescSetAttribute(pl->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales, sizeof(x_scales)), "B_SCALE_POINTER"));
+  COSERVE_CUDA_TRY(set_scales(*pl, w_scales, x_scales));  // a cached plan holds an earlier call's
   return matmul(pl, y, x, w, bias, stream);
 }
 

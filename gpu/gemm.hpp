@@ -99,7 +99,10 @@ class gemm_runner {
   struct plan_key_hash {
     size_t operator()(const plan_key& p) const noexcept;
   };
-  result<plan*> get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8 = false);
+  // fp8: the weights' and activations' scale vectors (cuBLASLt wants them set to find an algorithm).
+  result<plan*> get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8 = false,
+                         const float* w_scales = nullptr, const float* x_scales = nullptr);
+  static result<void> set_scales(plan& p, const float* w_scales, const float* x_scales);
   // The plan's descriptors for (m, n, k, ...), no algorithm chosen yet.
   result<std::unique_ptr<plan>> describe(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8);
   // cuBLASLt's heuristic, up to `count` results for `p`'s descriptors.

@@ -53,6 +53,16 @@ constexpr size_t k_metadata_bytes = size_t(16) << 20;  // per-step metadata (pin
 // FlashInfer's split-KV workspace, in rows of num_q_heads x head_dim (every rank the same count):
 // a step whose split plan needs more runs unsplit; a graph bucket that needs more is not captured.
 constexpr int64_t k_fi_tmp_rows = 8192;
+
+// The sliding window every layer uses (0: none), or -1 when the layers differ.
+int32_t shared_window(const model_config& c) {
+  if (c.sliding_window <= 0) return 0;
+  if (c.sliding_layers.empty()) return c.sliding_window;
+  const bool all = std::all_of(c.sliding_layers.begin(), c.sliding_layers.end(), [](auto v) { return v != 0; });
+  const bool none = std::none_of(c.sliding_layers.begin(), c.sliding_layers.end(), [](auto v) { return v != 0; });
+  return all ? c.sliding_window : none ? 0 : -1;
+}
+
 constexpr int32_t k_prompt_row_words = 2 + 2 * k_prompt_logprobs_max_top;  // one prompt logprob row's output
 
 
@@ -238,8 +248,8 @@ class gpu_executor final : public executor {
     cudaGraphExec_t exec = nullptr;
     fi_schedule fi;  // FlashInfer: the captured plan's grid (a replay's plan must match it)
   };
-  // FlashInfer's planning options for this rank's model (window: the plan covers whole contexts;
-  // each layer's kernel applies its own window).
+  // FlashInfer's planning options for this rank's model (with its sliding window, which every
+  // layer shares when FlashInfer runs: the kernel splits only the keys inside it).
   fi_options fi_plan_options(bool cuda_graph) const {
     const model_config& c = w_.config;
     fi_options f;
@@ -249,6 +259,7 @@ class gpu_executor final : public executor {
     f.page_size = opts_.block_size;
     f.num_sms = num_sms_;
     f.cuda_graph = cuda_graph;
+    if (const int32_t w = shared_window(c); w > 0) f.window_left = w - 1;  // ours: keys (pos - w, pos]
     return f;
   }
   // FlashInfer's plan of a step placed after `used` bytes of the staging buffer; returns its step view
@@ -394,11 +405,14 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
       return make_error("invalid_argument", std::string("gpu: the KV cache is bf16, fp8_e4m3 or fp8_e5m2, not ") +
                                                 std::string(dtype_name(o.kv_cache_dtype)));
   }
-  if (o.attention_backend != "native" && o.attention_backend != "flashinfer")
+  if (o.attention_backend != "auto" && o.attention_backend != "native" && o.attention_backend != "flashinfer")
     return error{"invalid_argument",
-                 "--attention-backend must be native or flashinfer, not '" + o.attention_backend + "'",
+                 "--attention-backend must be auto, native or flashinfer, not '" + o.attention_backend + "'",
                  "attention_backend"};
-  const bool fi_on = o.attention_backend == "flashinfer";
+  // auto: FlashInfer where it is built and takes the model (decided once the config is known,
+  // below); FlashInfer's workspace is sized for the other ranks up front.
+  const bool fi_auto = o.attention_backend == "auto" && flashinfer_built() && kv_type == kv_elem::bf16;
+  bool fi_on = o.attention_backend == "flashinfer";
   if (fi_on && !flashinfer_built())
     return error{"unavailable",
                  "--attention-backend flashinfer: this build has no FlashInfer headers (scripts/deps fetches them; "
@@ -436,7 +450,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   peer_base.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
   peer_base.metadata_bytes = k_metadata_bytes;
   peer_base.tune_gemms = o.tune_gemms;
-  peer_base.fi_tmp_rows = fi_on ? k_fi_tmp_rows : 0;
+  peer_base.fi_tmp_rows = fi_on || fi_auto ? k_fi_tmp_rows : 0;
   if (N > 1 && o.world) {
     // Ranks in other processes: the setup, then the NCCL unique id; every rank joins the group.
     remote_tp_setup rs;
@@ -542,11 +556,20 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (e->eos_ids_.empty()) e->eos_ids_ = c.eos_token_ids;
   if (c.num_attention_heads % c.num_key_value_heads != 0 ||
       !attention_supported(c.num_attention_heads / c.num_key_value_heads, c.head_dim))
-    return make_error("unsupported", "gpu: attention supports head_dim 64/128 and GQA ratios up to 32");
+    return make_error("unsupported", "gpu: attention supports head_dim 32, 64, 96 and 128 and GQA ratios up to 32");
   if (fi_on && !flashinfer_supports(c.num_attention_heads, c.num_key_value_heads, c.head_dim))
     return error{"unsupported", "--attention-backend flashinfer: head_dim " + std::to_string(c.head_dim) +
                                     " is not instantiated (64 and 128 are)",
                  "attention_backend"};
+  // FlashInfer's split-KV plan depends on the window (its kernel splits only the keys in it), and a
+  // step has one plan: every layer must share it.
+  if (fi_on && shared_window(c) < 0)
+    return error{"unsupported",
+                 "--attention-backend flashinfer: the model's layers have different sliding windows (" +
+                     std::to_string(c.sliding_window) + " on some, none on others); use --attention-backend native",
+                 "attention_backend"};
+  if (fi_auto) fi_on = flashinfer_supports(c.num_attention_heads, c.num_key_value_heads, c.head_dim) && shared_window(c) >= 0;
+  e->fi_on_ = fi_on;
   cudaDeviceProp prop{};
   COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties"));
   e->num_sms_ = prop.multiProcessorCount;

@@ -95,10 +95,12 @@ struct gpu_executor_options {
   // every step's job reaches them by MPI broadcast (gpu/tp_peer.hpp). Null: ranks are GPUs of this
   // process.
   std::shared_ptr<communicator> world;
-  // --attention-backend: "native" (gpu/kernels/attention.cuh) or "flashinfer" (FlashInfer's FA2
-  // paged prefill kernel on tensor cores for every step, gpu/flashinfer_attention.hpp; bf16 KV cache,
-  // head_dim 64/128, built with its headers). The draft model keeps the native kernels.
-  std::string attention_backend = "native";
+  // --attention-backend: "native" (gpu/kernels/attention.cuh; head_dim 32/64/96/128), "flashinfer"
+  // (FlashInfer's FA2 paged prefill kernel on tensor cores for every step,
+  // gpu/flashinfer_attention.hpp; bf16 KV cache, head_dim 64/128, one sliding window shared by every
+  // layer or none, built with its headers) or "auto": flashinfer where all of that holds, else
+  // native. The draft model keeps the native kernels.
+  std::string attention_backend = "auto";
   // Tests: with tensor_parallel_size 1, still run every collective through a one-rank NCCL group
   // (the tensor-parallel path on a single GPU).
   bool nccl_single_rank = false;

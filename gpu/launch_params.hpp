@@ -25,7 +25,7 @@ inline int32_t attention_q_tile(int32_t gqa) { return std::max<int32_t>(1, k_att
 inline int32_t attention_rows(int32_t gqa) { return attention_q_tile(gqa) * gqa; }
 inline bool attention_supported(int32_t gqa, int32_t head_dim) {
   return gqa >= 1 && attention_rows(gqa) <= k_attn_warps * k_attn_max_rows_per_warp &&
-         (head_dim == 64 || head_dim == 128);
+         (head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128);
 }
 
 // Dynamic shared memory of one attention block: q rows in fp32, K and V tiles in bf16 with each row

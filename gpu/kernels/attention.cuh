@@ -167,7 +167,7 @@ result<void> launch_attention(const attention_args& a, cudaStream_t stream) {
     return make_error("invalid_argument", "attention: num_q_heads must be a multiple of num_kv_heads");
   const int32_t gqa = a.num_q_heads / a.num_kv_heads;
   if (!attention_supported(gqa, a.head_dim))
-    return make_error("invalid_argument", "attention: unsupported head_dim (64, 128) or GQA ratio (<= 32)");
+    return make_error("invalid_argument", "attention: unsupported head_dim (32, 64, 96, 128) or GQA ratio (<= 32)");
   if ((a.num_merges > 0 || a.counts != nullptr) && (a.partial_o == nullptr || a.partial_lse == nullptr))
     return make_error("invalid_argument", "attention: split-KV plan without a partial workspace");
   if (a.num_work == 0) return {};
@@ -175,18 +175,19 @@ result<void> launch_attention(const attention_args& a, cudaStream_t stream) {
   const size_t smem = attention_smem_bytes(gqa, a.head_dim);
   const dim3 grid(unsigned(a.num_work), unsigned(a.num_kv_heads));
   auto launch = [&](auto kernel) { kernel<<<grid, k_attn_warps * 32, smem, stream>>>(a, gqa, q_tile); };
+  // One instantiation per (head_dim, cache element) that attention_supported() admits.
+  auto by_dim = [&]<kv_elem KV>() {
+    switch (a.head_dim) {
+      case 32: launch(kern::attention_kernel<32, KV>); break;
+      case 64: launch(kern::attention_kernel<64, KV>); break;
+      case 96: launch(kern::attention_kernel<96, KV>); break;
+      default: launch(kern::attention_kernel<128, KV>); break;
+    }
+  };
   switch (a.kv_type) {
-    case kv_elem::bf16:
-      a.head_dim == 128 ? launch(kern::attention_kernel<128, kv_elem::bf16>) : launch(kern::attention_kernel<64, kv_elem::bf16>);
-      break;
-    case kv_elem::fp8_e4m3:
-      a.head_dim == 128 ? launch(kern::attention_kernel<128, kv_elem::fp8_e4m3>)
-                        : launch(kern::attention_kernel<64, kv_elem::fp8_e4m3>);
-      break;
-    case kv_elem::fp8_e5m2:
-      a.head_dim == 128 ? launch(kern::attention_kernel<128, kv_elem::fp8_e5m2>)
-                        : launch(kern::attention_kernel<64, kv_elem::fp8_e5m2>);
-      break;
+    case kv_elem::bf16: by_dim.template operator()<kv_elem::bf16>(); break;
+    case kv_elem::fp8_e4m3: by_dim.template operator()<kv_elem::fp8_e4m3>(); break;
+    case kv_elem::fp8_e5m2: by_dim.template operator()<kv_elem::fp8_e5m2>(); break;
   }
   COSERVE_CUDA_TRY(kern::check_launch("attention_kernel"));
   if (a.num_merges == 0) return {};

@@ -1,5 +1,5 @@
 // Paged attention (prefill chunks + decodes in one batch, split-KV) against the plain CPU softmax
-// reference, over GQA ratios 1/4/8, head_dim 64/128, lengths that are not block multiples and
+// reference, over GQA ratios 1/4/8, head_dim 32/64/96/128 (FlashInfer: 64/128), lengths that are not block multiples and
 // sliding windows.
 #include <catch2/catch.hpp>
 
@@ -125,6 +125,7 @@ void run_case_fi(const case_shape& c, uint32_t seed, int32_t window = 0, bool gr
   fo.page_size = c.block_size;
   fo.num_sms = c.num_sms;
   fo.cuda_graph = graph;
+  fo.window_left = window > 0 ? window - 1 : -1;  // the plan splits only the keys inside the window
   auto sch = plan_flashinfer(p, fo);
   REQUIRE(sch.ok());
   const fi_offsets off = fi_exact_offsets(0, *sch);
@@ -194,7 +195,7 @@ TEST_CASE("attention: prefill, chunked prefill and decode mixed in one batch", "
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   uint32_t seed = 10;
   for (int32_t gqa : {1, 4, 8})
-    for (int32_t D : {64, 128}) {
+    for (int32_t D : {32, 64, 96, 128}) {
       case_shape c{2, gqa, D, 16, 132, {{0, 37}, {20, 13}, {100, 1}, {5, 1}, {0, 1}, {47, 3}}};
       run_case(c, seed++);
     }
@@ -204,7 +205,7 @@ TEST_CASE("attention: long decodes split over KV, merged", "[gpu][attention]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   uint32_t seed = 50;
   for (int32_t gqa : {1, 4, 8})
-    for (int32_t D : {64, 128}) {
+    for (int32_t D : {32, 64, 96, 128}) {
       // num_sms large so the planner splits; lengths not multiples of the block or the tile
       case_shape c{2, gqa, D, 16, 1000, {{3000, 1}, {777, 1}, {1500, 2}}};
       run_case(c, seed++);

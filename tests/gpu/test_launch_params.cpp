@@ -18,8 +18,9 @@ TEST_CASE("attention tiles fit the warps and shared memory", "[gpu_host][launch_
   CHECK(attention_q_tile(4) == 4);
   CHECK(attention_q_tile(8) == 2);
   CHECK_FALSE(attention_supported(64, 128));
-  CHECK_FALSE(attention_supported(4, 96));
-  CHECK(attention_supported(4, 64));
+  CHECK_FALSE(attention_supported(4, 80));
+  CHECK_FALSE(attention_supported(4, 256));
+  for (int32_t d : {32, 64, 96, 128}) CHECK(attention_supported(4, d));
 }
 
 TEST_CASE("split-KV heuristic", "[gpu_host][launch_params]") {

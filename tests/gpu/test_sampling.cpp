@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <set>
 #include <span>
 
 #include "gpu/kernels.hpp"
@@ -163,11 +164,16 @@ TEST_CASE("penalty count kernels: rows written, penalties applied and sampled to
     std::vector<uint32_t> counts(size_t(prows) * size_t(vocab), 0xdeadbeefu);  // reset below
     std::vector<int32_t> resets{2, 0, 1};
     std::vector<penalty_count_entry> entries;
-    for (int32_t r = 0; r < prows; ++r)
+    // One entry per distinct (row, token), as the executor writes them: entries of one launch
+    // land in no defined order.
+    for (int32_t r = 0; r < prows; ++r) {
+      std::set<int32_t> seen;
       for (int32_t i = 0; i < 300; ++i) {
         const int32_t t = int32_t(g() % uint32_t(vocab));
+        if (!seen.insert(t).second) continue;
         entries.push_back({r, t, uint32_t(i % 4) | (i % 3 == 0 ? k_count_prompt_bit : 0u)});
       }
+    }
     entries.push_back({1, vocab + 5, 7u});  // out of range: ignored
     auto d_counts = upload(counts), d_resets = upload(resets), d_entries = upload(entries);
     auto st = make_stream();

@@ -77,20 +77,20 @@ def test_cuda_kv_cache_dtypes():
 
 
 def test_attention_backend_flag():
-    """--attention-backend takes native or flashinfer (a CUDA executor choice): another value ends
+    """--attention-backend takes auto, native or flashinfer (a CUDA executor choice): another value ends
     the command with status 2 naming the choices; flashinfer with --device cpu is a startup error
     naming the flag; with --device cuda it passes the flag checks (and then needs a device)."""
     binary = coserve_binary()
     r = subprocess.run([binary, "serve", "--demo", "--port", "0", "--attention-backend", "flash"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
-    assert "--attention-backend must be native or flashinfer" in r.stderr, r.stderr
+    assert "--attention-backend must be auto, native or flashinfer" in r.stderr, r.stderr
     r = subprocess.run([binary, "serve", "--demo", "--port", "0", "--device", "cpu", "--attention-backend",
                         "flashinfer"], capture_output=True, text=True, timeout=120)
     assert r.returncode != 0, r.stderr
     assert "--attention-backend flashinfer needs --device cuda" in r.stderr, r.stderr
     help_text = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, timeout=60).stdout
-    assert "--attention-backend native|flashinfer" in help_text
+    assert "--attention-backend auto|native|flashinfer" in help_text
     if not module_path(binary).exists():
         return
     if os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl"):
