@@ -69,11 +69,25 @@ __device__ uint32_t radix_threshold(const float* x, int32_t vocab, float inv_t, 
     for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
     __syncthreads();
     const uint32_t high = shift == 24 ? 0u : 0xffffffffu << (shift + 8);  // the bytes chosen so far
+    // Logits crowd into a few buckets (the first byte is the sign and most of the exponent), so
+    // one shared-memory atomic per entry would serialize the block on those words: each thread
+    // sums its run of entries in one bucket in a register and adds the run when the bucket changes
+    // (integer sums: the histogram is the same).
+    uint32_t run_bucket = 0;
+    unsigned long long run = 0;
     for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       const float v = x[i] * inv_t;
       const uint32_t k = key_of(v);
-      if (k >= floor && (k & high) == prefix) atomicAdd(&hist[(k >> shift) & 255u], weight(v));
+      if (k < floor || (k & high) != prefix) continue;
+      const uint32_t b = (k >> shift) & 255u;
+      if (b != run_bucket) {
+        if (run != 0) atomicAdd(&hist[run_bucket], run);
+        run_bucket = b;
+        run = 0;
+      }
+      run += weight(v);
     }
+    if (run != 0) atomicAdd(&hist[run_bucket], run);
     __syncthreads();
     if (warp == 0) {
       // Lane l holds buckets 255 - 8l down to 248 - 8l; an inclusive scan over lanes gives each
