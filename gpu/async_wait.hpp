@@ -36,9 +36,11 @@ struct host_wait_state {
   // Keeps the handler's executor from running out of work until the callback posts.
   decltype(asio::prefer(asio::get_associated_executor(std::declval<Handler&>()),
                         asio::execution::outstanding_work.tracked)) work;
+  cudaEvent_t event = nullptr;  // async_wait_beside: the event the waiter stream waited on
 
   // Runs on the handler's executor: the only place CUDA is touched after the wait.
   static void complete(std::unique_ptr<host_wait_state> st) {
+    if (st->event != nullptr) (void)cudaEventDestroy(st->event);
     cudaError_t q = cudaStreamQuery(st->stream);
     // cudaErrorNotReady only means later work was queued after ours; our part is done.
     result<void> r = (q == cudaSuccess || q == cudaErrorNotReady)
@@ -81,6 +83,40 @@ auto async_wait(cudaStream_t s, Token&& token) {
           handler_t h = std::move(st->handler);
           st.reset();
           std::move(h)(result<void>{cuda_error(e, "cudaLaunchHostFunc")});
+        });
+      },
+      token);
+}
+
+// The same completion, with the host function on `waiter` instead of `s`: an event recorded on `s`
+// now, `waiter` waiting for it, the host function behind that wait. Work issued to `s` after the
+// call does not wait for the host function (a host function in a stream holds back everything
+// queued behind it until it has run on the driver's thread), so a step queued behind this one
+// starts as soon as this one ends. `waiter`: a stream of the same device used only for such waits;
+// completions come in the order of the calls.
+template <asio::completion_token_for<void(result<void>)> Token>
+auto async_wait_beside(cudaStream_t s, cudaStream_t waiter, Token&& token) {
+  return asio::async_initiate<Token, void(result<void>)>(
+      [s, waiter](auto handler) {
+        using handler_t = std::decay_t<decltype(handler)>;
+        using state_t = detail::host_wait_state<handler_t>;
+        auto ex = asio::get_associated_executor(handler);
+        auto work = asio::prefer(ex, asio::execution::outstanding_work.tracked);
+        auto st = std::make_unique<state_t>(state_t{std::move(handler), s, std::move(work)});
+        cudaError_t e = cudaEventCreateWithFlags(&st->event, cudaEventDisableTiming);
+        if (e == cudaSuccess) e = cudaEventRecord(st->event, s);
+        if (e == cudaSuccess) e = cudaStreamWaitEvent(waiter, st->event, 0);
+        if (e == cudaSuccess) e = cudaLaunchHostFunc(waiter, &state_t::on_host, st.get());
+        if (e == cudaSuccess) {
+          (void)st.release();  // owned by the callback now
+          return;
+        }
+        if (st->event != nullptr) (void)cudaEventDestroy(std::exchange(st->event, nullptr));
+        auto post_ex = st->work;
+        asio::post(post_ex, [st = std::move(st), e]() mutable {
+          handler_t h = std::move(st->handler);
+          st.reset();
+          std::move(h)(result<void>{cuda_error(e, "async_wait_beside")});
         });
       },
       token);

@@ -300,6 +300,7 @@ class gpu_executor final : public executor {
   gpu_executor_options opts_;
   executor_info info_;
   stream stream_;
+  stream waiter_;  // completions' host functions (async_wait_beside), off the step stream
   device_weights w_;
   gemm_runner gemm_;
   layer_scratch scratch_;
@@ -436,6 +437,9 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   auto s = stream::create();
   if (!s) return std::move(s).err();
   e->stream_ = std::move(s.value());
+  auto waiter = stream::create();
+  if (!waiter) return std::move(waiter).err();
+  e->waiter_ = std::move(waiter.value());
   auto g = gemm_runner::create();
   if (!g) return std::move(g).err();
   e->gemm_ = std::move(g.value());
@@ -945,6 +949,7 @@ gpu_executor::~gpu_executor() {
   }
   // Teardown: the stream's work reads the buffers about to be freed.
   if (stream_.get() != nullptr) (void)stream_.synchronize();
+  if (waiter_.get() != nullptr) (void)waiter_.synchronize();  // its host functions have posted
   for (decode_graph& g : graphs_)
     if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
 }
@@ -988,13 +993,15 @@ void gpu_executor::launch_step(step_plan plan, const asio::any_io_executor& ex, 
     seqs_.erase(it);
   }
   launched_.push_back(rec);
-  // Completion: a host function behind the step's work posts to `ex` (gpu/async_wait.hpp); there
-  // the stream's state is recorded and `ready` runs. A step that failed to issue still completes
-  // this way, in order.
-  async_wait(stream_.get(), asio::bind_executor(ex, [rec, ready = std::move(ready)](result<void> r) mutable {
-               rec->device = std::move(r);
-               ready();
-             }));
+  // Completion: a host function on the waiter stream, behind an event after the step's work, posts
+  // to `ex` (gpu/async_wait.hpp); there the stream's state is recorded and `ready` runs. On the
+  // waiter, so the next step queued on the stream does not wait for the host function. A step that
+  // failed to issue still completes this way, in order.
+  async_wait_beside(stream_.get(), waiter_.get(),
+                    asio::bind_executor(ex, [rec, ready = std::move(ready)](result<void> r) mutable {
+                      rec->device = std::move(r);
+                      ready();
+                    }));
 }
 
 result<step_result> gpu_executor::collect() {

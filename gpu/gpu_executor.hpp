@@ -7,8 +7,9 @@
 // NCCL all-reduces, the whole LM head and sampling on rank 0.
 // Launch / collect (model/executor.hpp): launch() plans the step on the host, enqueues all of it on
 // the executor's stream (metadata upload, forward, sampling, the sampled ids' copy into pinned
-// memory) and a host function behind it (gpu::async_wait) that only posts the completion to the
-// caller's executor; it never waits. collect() reads the step's outputs from pinned memory. Two
+// memory) and, on a second stream waiting for an event behind that work, a host function
+// (gpu::async_wait_beside) that only posts the completion to the caller's executor, so the next
+// step queued on the stream does not wait for it; it never waits. collect() reads the step's outputs from pinned memory. Two
 // steps may be in flight: step N+1's decode inputs come from step N's sampled ids on the device (a
 // last-token buffer with one slot per live sequence, which the embedding gather reads and the
 // sampler's scatter writes), so the host learns the ids one step later. A step that samples for a
