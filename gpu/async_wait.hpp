@@ -61,31 +61,40 @@ struct host_wait_state {
   }
 };
 
+// Enqueues the host function: on `s` itself (waiter null), or on `waiter` behind an event
+// recorded on `s`. An error completes the handler through its executor (never inline).
+template <class Handler>
+void start_wait(Handler handler, cudaStream_t s, cudaStream_t waiter) {
+  using state_t = host_wait_state<Handler>;
+  auto ex = asio::get_associated_executor(handler);
+  auto work = asio::prefer(ex, asio::execution::outstanding_work.tracked);
+  auto st = std::make_unique<state_t>(state_t{std::move(handler), s, std::move(work)});
+  cudaError_t e = cudaSuccess;
+  if (waiter != nullptr) {
+    e = cudaEventCreateWithFlags(&st->event, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventRecord(st->event, s);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(waiter, st->event, 0);
+  }
+  if (e == cudaSuccess) e = cudaLaunchHostFunc(waiter != nullptr ? waiter : s, &state_t::on_host, st.get());
+  if (e == cudaSuccess) {
+    (void)st.release();  // owned by the callback now
+    return;
+  }
+  if (st->event != nullptr) (void)cudaEventDestroy(std::exchange(st->event, nullptr));
+  auto post_ex = st->work;
+  asio::post(post_ex, [st = std::move(st), e]() mutable {
+    Handler h = std::move(st->handler);
+    st.reset();
+    std::move(h)(result<void>{cuda_error(e, "async_wait: enqueueing the host function")});
+  });
+}
+
 }  // namespace detail
 
 template <asio::completion_token_for<void(result<void>)> Token>
 auto async_wait(cudaStream_t s, Token&& token) {
   return asio::async_initiate<Token, void(result<void>)>(
-      [s](auto handler) {
-        using handler_t = std::decay_t<decltype(handler)>;
-        using state_t = detail::host_wait_state<handler_t>;
-        auto ex = asio::get_associated_executor(handler);
-        auto work = asio::prefer(ex, asio::execution::outstanding_work.tracked);
-        auto st = std::make_unique<state_t>(state_t{std::move(handler), s, std::move(work)});
-        cudaError_t e = cudaLaunchHostFunc(s, &state_t::on_host, st.get());
-        if (e == cudaSuccess) {
-          (void)st.release();  // owned by the callback now
-          return;
-        }
-        // Could not enqueue: complete with the error, still through the executor (never inline).
-        auto post_ex = st->work;
-        asio::post(post_ex, [st = std::move(st), e]() mutable {
-          handler_t h = std::move(st->handler);
-          st.reset();
-          std::move(h)(result<void>{cuda_error(e, "cudaLaunchHostFunc")});
-        });
-      },
-      token);
+      [s](auto handler) { detail::start_wait(std::move(handler), s, nullptr); }, token);
 }
 
 // The same completion, with the host function on `waiter` instead of `s`: an event recorded on `s`
@@ -97,29 +106,7 @@ auto async_wait(cudaStream_t s, Token&& token) {
 template <asio::completion_token_for<void(result<void>)> Token>
 auto async_wait_beside(cudaStream_t s, cudaStream_t waiter, Token&& token) {
   return asio::async_initiate<Token, void(result<void>)>(
-      [s, waiter](auto handler) {
-        using handler_t = std::decay_t<decltype(handler)>;
-        using state_t = detail::host_wait_state<handler_t>;
-        auto ex = asio::get_associated_executor(handler);
-        auto work = asio::prefer(ex, asio::execution::outstanding_work.tracked);
-        auto st = std::make_unique<state_t>(state_t{std::move(handler), s, std::move(work)});
-        cudaError_t e = cudaEventCreateWithFlags(&st->event, cudaEventDisableTiming);
-        if (e == cudaSuccess) e = cudaEventRecord(st->event, s);
-        if (e == cudaSuccess) e = cudaStreamWaitEvent(waiter, st->event, 0);
-        if (e == cudaSuccess) e = cudaLaunchHostFunc(waiter, &state_t::on_host, st.get());
-        if (e == cudaSuccess) {
-          (void)st.release();  // owned by the callback now
-          return;
-        }
-        if (st->event != nullptr) (void)cudaEventDestroy(std::exchange(st->event, nullptr));
-        auto post_ex = st->work;
-        asio::post(post_ex, [st = std::move(st), e]() mutable {
-          handler_t h = std::move(st->handler);
-          st.reset();
-          std::move(h)(result<void>{cuda_error(e, "async_wait_beside")});
-        });
-      },
-      token);
+      [s, waiter](auto handler) { detail::start_wait(std::move(handler), s, waiter); }, token);
 }
 
 }  // namespace coserve::gpu
