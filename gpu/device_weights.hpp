@@ -34,6 +34,8 @@ struct device_weights {
   // fp8: steps of at most this many tokens take the W8A16 GEMV (launch_fp8_gemv, activations in
   // bf16) instead of quantizing the activations for cuBLASLt's W8A8 GEMM; 0: always the GEMM.
   int32_t fp8_gemv_max_rows = 8;
+  // bf16: steps of at most this many tokens take launch_bf16_gemv instead of cuBLASLt (0: never).
+  int32_t bf16_gemv_max_rows = 0;
   device_buffer embed, final_norm, lm_head;  // lm_head empty when tied
   std::vector<device_layer> layers;
   int64_t bytes = 0;

@@ -390,9 +390,10 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (o.block_size <= 0 || o.max_num_tokens <= 0 || o.max_num_seqs <= 0)
     return make_error("invalid_argument", "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
   if (o.penalty_rows < -1) return make_error("invalid_argument", "gpu: penalty_rows must be -1 (max_num_seqs), 0 or more");
-  if (o.fp8_gemv_max_rows < 0 || o.fp8_gemv_max_rows > k_fp8_gemv_max_rows)
-    return make_error("invalid_argument", "gpu: fp8_gemv_max_rows must be in [0, " +
-                                              std::to_string(k_fp8_gemv_max_rows) + "]");
+  if (o.fp8_gemv_max_rows < 0 || o.fp8_gemv_max_rows > k_gemv_max_rows || o.bf16_gemv_max_rows < 0 ||
+      o.bf16_gemv_max_rows > k_gemv_max_rows)
+    return make_error("invalid_argument", "gpu: fp8_gemv_max_rows and bf16_gemv_max_rows must be in [0, " +
+                                              std::to_string(k_gemv_max_rows) + "]");
   if (o.num_speculative_tokens < 0 || o.num_speculative_tokens > 64)
     return make_error("invalid_argument", "gpu: num_speculative_tokens must be in [0, 64]");
   if (!o.quantization.empty() && o.quantization != "fp8")
@@ -458,6 +459,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   peer_base.metadata_bytes = k_metadata_bytes;
   peer_base.tune_gemms = o.tune_gemms;
   peer_base.fp8_gemv_max_rows = o.fp8_gemv_max_rows;
+  peer_base.bf16_gemv_max_rows = o.bf16_gemv_max_rows;
   peer_base.fi_tmp_rows = fi_on || fi_auto ? k_fi_tmp_rows : 0;
   if (N > 1 && o.world) {
     // Ranks in other processes: the setup, then the NCCL unique id; every rank joins the group.
@@ -556,6 +558,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     if (gen) e->eos_ids_ = gen->eos_token_ids;
   }
   e->w_.fp8_gemv_max_rows = o.fp8_gemv_max_rows;
+  e->w_.bf16_gemv_max_rows = o.bf16_gemv_max_rows;
   for (auto& f : starting) {
     auto p = f.get();
     if (!p) return std::move(p).err();

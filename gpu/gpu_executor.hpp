@@ -79,6 +79,9 @@ struct gpu_executor_options {
   // fp8: steps of at most this many tokens (0..8) multiply the fp8 weights by the bf16 activations
   // directly (launch_fp8_gemv, W8A16) instead of through cuBLASLt's W8A8 GEMM; 0 turns that off.
   int32_t fp8_gemv_max_rows = 8;
+  // bf16 weights: steps of at most this many tokens (0..8) take our GEMV kernel (launch_bf16_gemv)
+  // instead of cuBLASLt. 0 (the default) until a device measurement says the GEMV is faster.
+  int32_t bf16_gemv_max_rows = 0;
   // --kv-cache-dtype: bf16, or f8_e4m3 / f8_e5m2 (one byte per value, unscaled: twice the blocks
   // in the same memory; gpu/kernels.hpp, kv_elem).
   dtype kv_cache_dtype = dtype::bf16;

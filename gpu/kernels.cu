@@ -4,6 +4,7 @@
 #include "gpu/kernels/attention.cuh"
 #include "gpu/kernels/dummy_init.cuh"
 #include "gpu/kernels/embedding.cuh"
+#include "gpu/kernels/gemv.cuh"
 #include "gpu/kernels/logit_edits.cuh"
 #include "gpu/kernels/quantize_fp8.cuh"
 #include "gpu/kernels/token_bitmask.cuh"

@@ -53,13 +53,16 @@ result<void> launch_head_rmsnorm(bf16* qkv, const bf16* q_weight, const bf16* k_
 inline constexpr float k_fp8_min_scale = 1.0f / (448.0f * 512.0f);  // vLLM's floor: an all-zero row stays finite
 result<void> launch_quantize_rows_e4m3(uint8_t* codes, float* scales, const bf16* x, int64_t rows, int32_t cols,
                                        cudaStream_t stream);
-// fp8 weights against bf16 activations for few rows (decodes at small batches): y [m, n] (bf16) =
-// (x [m, k] (bf16) . e4m3(w [n, k])^T) * w_scales[n] + bias[n] (bias may be null), fp32 accumulation.
-// The activations are not quantized (W8A16); m in 1..k_fp8_gemv_max_rows, k a multiple of 16, x and
-// w 16-byte aligned rows.
-inline constexpr int32_t k_fp8_gemv_max_rows = 8;
+// ---- gemv.cuh -----------------------------------------------------------------------------------
+// Few rows (decodes at small batches): y [m, n] (bf16) = x [m, k] (bf16) . w [n, k]^T, times
+// w_scales[n] for E4M3 weights, + bias[n] (bias may be null); fp32 accumulation, the activations
+// as they are (fp8: W8A16, no activation quantization). m in 1..k_gemv_max_rows; k a multiple of
+// 16 (fp8) or 8 (bf16); x and w rows 16-byte aligned.
+inline constexpr int32_t k_gemv_max_rows = 8;
 result<void> launch_fp8_gemv(bf16* y, const bf16* x, const uint8_t* w, const float* w_scales, const bf16* bias,
                              int32_t m, int32_t n, int32_t k, cudaStream_t stream);
+result<void> launch_bf16_gemv(bf16* y, const bf16* x, const bf16* w, const bf16* bias, int32_t m, int32_t n, int32_t k,
+                              cudaStream_t stream);
 
 // ---- KV cache elements --------------------------------------------------------------------------
 // What the paged K/V caches hold (--kv-cache-dtype): bf16, or one byte per value in E4M3 or E5M2,

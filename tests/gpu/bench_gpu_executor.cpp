@@ -6,6 +6,7 @@
 //                      [--quantization fp8] [--kv-cache-dtype auto|fp8|fp8_e5m2] [--tune-gemms 0|1]
 //                      [--sampling greedy|sampled|both] [--tensor-parallel-size N]
 //                      [--attention-backend native|flashinfer|both] [--fp8-gemv-max-rows 0..8]
+//                      [--bf16-gemv-max-rows 0..8]
 //
 // --attention-backend both runs the whole list with the native kernels, then again with FlashInfer's
 // (one executor at a time, the same model shape and seed): the two backends side by side in one run;
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
   int32_t steps = 64, prefill_tokens = 8192;
   double hbm_tbps = 3.35;
   bool eager = false, tune = true;
-  int32_t fp8_gemv = 8;  // gpu_executor_options::fp8_gemv_max_rows
+  int32_t fp8_gemv = 8, bf16_gemv = 0;  // gpu_executor_options::fp8_gemv_max_rows, bf16_gemv_max_rows
   int32_t tp = 1;
   std::string quantization, kv_dtype = "auto";
   std::vector<std::string> backends{"native"};
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
     else if (a == "--kv-cache-dtype") kv_dtype = argv[i + 1];
     else if (a == "--tune-gemms") tune = std::atoi(argv[i + 1]) != 0;
     else if (a == "--fp8-gemv-max-rows") fp8_gemv = std::atoi(argv[i + 1]);
+    else if (a == "--bf16-gemv-max-rows") bf16_gemv = std::atoi(argv[i + 1]);
     else if (a == "--tensor-parallel-size") tp = std::atoi(argv[i + 1]);
     else if (a == "--attention-backend") {
       const std::string v = argv[i + 1];
@@ -139,6 +141,7 @@ int main(int argc, char** argv) {
   o.tune_gemms = tune;
   o.quantization = quantization;
   o.fp8_gemv_max_rows = fp8_gemv;
+  o.bf16_gemv_max_rows = bf16_gemv;
   o.tensor_parallel_size = tp;
   if (!parse_kv_cache_dtype(kv_dtype, o.kv_cache_dtype)) {
     std::fprintf(stderr, "error: --kv-cache-dtype %s is not auto, bf16, fp8, fp8_e4m3 or fp8_e5m2\n", kv_dtype.c_str());

@@ -82,6 +82,33 @@ TEST_CASE("gemm_runner fp8: E4M3 codes with per-token and per-channel scales, wi
   CHECK_FALSE(gr->run_fp8(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, 64, 100, nullptr).ok());  // k % 16
 }
 
+namespace {
+
+// launch(y, x, bias, m) for m = 1..k_gemv_max_rows, with and without bias, against a double
+// reference: y[i, j] = sum_c x[i, c] * weight(j, c) * scale(j) + bias[j].
+template <class Launch, class Weight, class Scale>
+void check_gemv(int32_t n, int32_t k, const Launch& launch, const Weight& weight, const Scale& scale) {
+  const auto x = random_bf16(size_t(k_gemv_max_rows) * k, 11), bias = random_bf16(size_t(n), 3);
+  auto d_x = upload(x), d_b = upload(bias);
+  auto d_y = device_buffer::allocate(size_t(k_gemv_max_rows) * n * 2);
+  REQUIRE(d_y.ok());
+  for (int32_t m = 1; m <= k_gemv_max_rows; ++m)
+    for (bool with_bias : {false, true}) {
+      CAPTURE(n, k, m, with_bias);
+      REQUIRE(launch(d_y->as<bf16>(), d_x.as<bf16>(), with_bias ? d_b.as<bf16>() : nullptr, m).ok());
+      const auto y = download<uint16_t>(*d_y, size_t(m) * n);
+      for (int32_t i = 0; i < m; ++i)
+        for (int32_t j = 0; j < n; ++j) {
+          double acc = 0;
+          for (int32_t c = 0; c < k; ++c) acc += double(bf16_to_f32(x[size_t(i) * k + c])) * weight(j, c);
+          const float e = float(acc * scale(j)) + (with_bias ? bf16_to_f32(bias[size_t(j)]) : 0.0f);
+          REQUIRE(bf16_to_f32(y[size_t(i) * n + j]) == Approx(e).margin(0.02 + 0.01 * std::fabs(e)));
+        }
+    }
+}
+
+}  // namespace
+
 TEST_CASE("fp8 GEMV (W8A16): E4M3 weights with per-channel scales against bf16 activations, 1 to 8 rows",
           "[gpu][gemm][fp8]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
@@ -92,31 +119,36 @@ TEST_CASE("fp8 GEMV (W8A16): E4M3 weights with per-channel scales against bf16 a
     for (size_t i = 0; i < wq.size(); ++i) wq[i] = uint8_t((i * 97 + 3) % 241) & 0xf7;  // no NaN codes
     std::vector<float> ws(size_t(s.n));
     for (int32_t j = 0; j < s.n; ++j) ws[size_t(j)] = 0.002f * float(1 + j % 7);
-    const auto x = random_bf16(size_t(k_fp8_gemv_max_rows) * s.k, 11);
-    const auto bias = random_bf16(size_t(s.n), 3);
-    auto d_wq = upload(wq), d_ws = upload(ws), d_x = upload(x), d_b = upload(bias);
-    auto d_y = device_buffer::allocate(size_t(k_fp8_gemv_max_rows) * s.n * 2);
-    REQUIRE(d_y.ok());
-    for (int32_t m = 1; m <= k_fp8_gemv_max_rows; ++m)
-      for (bool with_bias : {false, true}) {
-        CAPTURE(s.n, s.k, m, with_bias);
-        REQUIRE(launch_fp8_gemv(d_y->as<bf16>(), d_x.as<bf16>(), d_wq.as<uint8_t>(), d_ws.as<float>(),
-                                with_bias ? d_b.as<bf16>() : nullptr, m, s.n, s.k, nullptr)
-                    .ok());
-        const auto y = download<uint16_t>(*d_y, size_t(m) * s.n);
-        for (int32_t i = 0; i < m; ++i)
-          for (int32_t j = 0; j < s.n; ++j) {
-            double acc = 0;
-            for (int32_t c = 0; c < s.k; ++c)
-              acc += double(bf16_to_f32(x[size_t(i) * s.k + c])) * e4m3_to_f32(wq[size_t(j) * s.k + c]);
-            const float e = float(acc * ws[size_t(j)]) + (with_bias ? bf16_to_f32(bias[size_t(j)]) : 0.0f);
-            REQUIRE(bf16_to_f32(y[size_t(i) * s.n + j]) == Approx(e).margin(0.02 + 0.01 * std::fabs(e)));
-          }
-      }
+    auto d_wq = upload(wq), d_ws = upload(ws);
+    check_gemv(
+        s.n, s.k,
+        [&](bf16* y, const bf16* x, const bf16* bias, int32_t m) {
+          return launch_fp8_gemv(y, x, d_wq.as<uint8_t>(), d_ws.as<float>(), bias, m, s.n, s.k, nullptr);
+        },
+        [&](int32_t j, int32_t c) { return double(e4m3_to_f32(wq[size_t(j) * s.k + c])); },
+        [&](int32_t j) { return double(ws[size_t(j)]); });
   }
   // Rows past the GEMV's range and k not a multiple of 16 are refused.
-  CHECK_FALSE(launch_fp8_gemv(nullptr, nullptr, nullptr, nullptr, nullptr, k_fp8_gemv_max_rows + 1, 64, 128, nullptr).ok());
+  CHECK_FALSE(launch_fp8_gemv(nullptr, nullptr, nullptr, nullptr, nullptr, k_gemv_max_rows + 1, 64, 128, nullptr).ok());
   CHECK_FALSE(launch_fp8_gemv(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 64, 100, nullptr).ok());
+}
+
+TEST_CASE("bf16 GEMV: 1 to 8 rows against a double reference, with and without bias", "[gpu][gemm]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  struct shape { int32_t n, k; };
+  for (shape s : {shape{1, 8}, shape{64, 120}, shape{333, 1032}, shape{1000, 4096}}) {
+    const auto w = random_bf16(size_t(s.n) * s.k, 5);
+    auto d_w = upload(w);
+    check_gemv(
+        s.n, s.k,
+        [&](bf16* y, const bf16* x, const bf16* bias, int32_t m) {
+          return launch_bf16_gemv(y, x, d_w.as<bf16>(), bias, m, s.n, s.k, nullptr);
+        },
+        [&](int32_t j, int32_t c) { return double(bf16_to_f32(w[size_t(j) * s.k + c])); },
+        [](int32_t) { return 1.0; });
+  }
+  CHECK_FALSE(launch_bf16_gemv(nullptr, nullptr, nullptr, nullptr, 0, 64, 128, nullptr).ok());
+  CHECK_FALSE(launch_bf16_gemv(nullptr, nullptr, nullptr, nullptr, 1, 64, 100, nullptr).ok());  // k % 8
 }
 
 TEST_CASE("gemm_runner keeps at most max_plans plans and rebuilds evicted ones correctly", "[gpu][gemm]") {
