@@ -588,6 +588,12 @@ result<void*> cuda_module_symbol(const char* name) {
 
 result<std::unique_ptr<executor>> make_cuda_executor(const gpu::gpu_executor_options& opts) {
   using make_fn = void (*)(const gpu::gpu_executor_options*, std::optional<result<std::unique_ptr<executor>>>*);
+  auto layout = cuda_module_symbol("coserve_cuda_module_layout_v1");
+  if (!layout) return layout.err();
+  if (const uint64_t theirs = reinterpret_cast<uint64_t (*)()>(*layout)(); theirs != gpu::module_layout())
+    return error{"unavailable", "device 'cuda': the CUDA executor module was built from other sources than this "
+                                "binary (options of " + std::to_string(theirs >> 32) + " bytes there, " +
+                                std::to_string(gpu::module_layout() >> 32) + " here): rebuild both"};
   auto sym = cuda_module_symbol("coserve_make_gpu_executor_v1");
   if (!sym) return sym.err();
   std::optional<result<std::unique_ptr<executor>>> out;

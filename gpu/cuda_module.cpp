@@ -8,6 +8,13 @@
 #include "gpu/gpu_executor.hpp"
 #include "gpu/tp_peer.hpp"
 
+// The sizes of what crosses the module boundary, as this module was compiled: the binary compares
+// them with its own before calling in (a module built from other sources would read the options
+// with another layout).
+extern "C" __attribute__((visibility("default"))) uint64_t coserve_cuda_module_layout_v1() {
+  return coserve::gpu::module_layout();
+}
+
 extern "C" __attribute__((visibility("default"))) void coserve_make_gpu_executor_v1(
     const coserve::gpu::gpu_executor_options* options,
     std::optional<coserve::result<std::unique_ptr<coserve::executor>>>* out) {

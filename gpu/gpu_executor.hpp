@@ -114,6 +114,12 @@ struct gpu_executor_options {
   load_progress progress;                // (tensors done, total, bytes) while weights load
 };
 
+// sizeof(gpu_executor_options) and sizeof(executor_info), packed: both sides of the dlopen'ed CUDA
+// module must agree on them (gpu/cuda_module.cpp, actors/engine.cpp).
+constexpr uint64_t module_layout() {
+  return (uint64_t(sizeof(gpu_executor_options)) << 32) | uint64_t(sizeof(executor_info));
+}
+
 // Creates the CUDA executor (errors: no device, out of memory, unsupported model, bad options).
 result<std::unique_ptr<executor>> make_gpu_executor(const gpu_executor_options& options);
 
