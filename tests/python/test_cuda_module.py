@@ -59,6 +59,28 @@ def test_missing_module_is_a_clear_error():
     assert "the CUDA executor module did not load" in r.stderr and "/nonexistent/libcoserve_cuda.so" in r.stderr, r.stderr
 
 
+def test_module_from_other_sources_is_refused(tmp_path):
+    """The executor options cross the dlopen boundary: a module whose layout differs from the
+    binary's (here a stand-in reporting another size) is refused with the reason, and its
+    executor entry point is never called (the stand-in's would crash the process)."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler to build the stand-in module")
+    binary = coserve_binary()
+    if not module_path(binary).exists():
+        pytest.skip("this build has no CUDA executor module")
+    src = tmp_path / "other.c"
+    src.write_text(
+        "#include <stdint.h>\n#include <stdlib.h>\n"
+        "uint64_t coserve_cuda_module_layout_v1(void) { return (uint64_t)8 << 32 | 8; }\n"
+        "void coserve_make_gpu_executor_v1(const void* o, void* out) { abort(); }\n")
+    lib = tmp_path / "libother.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    r = run_serve(binary, dict(os.environ, COSERVE_CUDA_MODULE=str(lib)))
+    assert r.returncode != 0, r.stderr
+    assert "built from other sources than this binary" in r.stderr and "rebuild both" in r.stderr, r.stderr
+
+
 def test_cuda_kv_cache_dtypes():
     """--device cuda keeps bf16 or fp8 (E4M3 / E5M2) caches: fp16 and fp32 are refused at startup
     naming the ones it keeps; fp8 passes that check (and then needs a device)."""
