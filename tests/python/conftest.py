@@ -2,9 +2,10 @@
 
 A missing binary, or a demo model that cannot be made because ../shared/testdata is absent, skips
 the tests that need the server; under CI (environment variable CI set and not "false") both fail
-them instead."""
+them instead. COSERVE_TEST_SERVE_ARGS adds flags to every test server (e.g. "--device cuda")."""
 import os
 import re
+import shlex
 import signal
 import subprocess
 import threading
@@ -43,8 +44,11 @@ class Server:
         """launcher: a command the server runs under (e.g. mpirun ... ); env: extra variables."""
         binary = coserve_binary()
         source = [str(model)] if model is not None else ["--demo"]
+        # COSERVE_TEST_SERVE_ARGS: flags every test server gets (e.g. "--device cuda" to run the
+        # suite against the CUDA executor).
+        common = shlex.split(os.environ.get("COSERVE_TEST_SERVE_ARGS", ""))
         self.proc = subprocess.Popen(
-            [*launcher, binary, "serve", *source, "--port", "0", *extra_args],
+            [*launcher, binary, "serve", *source, "--port", "0", *common, *extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env=None if env is None else {**os.environ, **env})
         self.log = []
