@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gpu/device_buffer.hpp"
+#include "gpu/launch_params.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
 
@@ -31,11 +32,7 @@ struct device_weights {
   // The four layer matrices in fp8 (E4M3 per output channel, quantized on the device at load:
   // --quantization fp8, or an fp8 checkpoint); embedding, LM head, norms and biases stay bf16.
   bool fp8 = false;
-  // fp8: steps of at most this many tokens take the W8A16 GEMV (launch_fp8_gemv, activations in
-  // bf16) instead of quantizing the activations for cuBLASLt's W8A8 GEMM; 0: always the GEMM.
-  int32_t fp8_gemv_max_rows = 8;
-  // bf16: steps of at most this many tokens take launch_bf16_gemv instead of cuBLASLt (0: never).
-  int32_t bf16_gemv_max_rows = 0;
+  gemv_rows gemv;  // small steps through the GEMV kernels (gpu_executor_options::gemv)
   device_buffer embed, final_norm, lm_head;  // lm_head empty when tied
   std::vector<device_layer> layers;
   int64_t bytes = 0;

@@ -135,17 +135,16 @@ result<void> run_layers(const device_weights& w, gemm_runner& gemm, const layer_
   const float eps = c.rms_norm_eps;
   bf16 *hidden = scratch.hidden.as<bf16>(), *residual = scratch.residual.as<bf16>(), *normed = scratch.normed.as<bf16>();
   bf16 *qkv = scratch.qkv.as<bf16>(), *attn = scratch.attn.as<bf16>();
-  // y [T, n] = x [T, k] w^T (+ bias): bf16 (GEMV up to w.bf16_gemv_max_rows tokens, else
-  // cuBLASLt); fp8 weights: W8A16 GEMV up to w.fp8_gemv_max_rows tokens, else W8A8 with x
-  // quantized per token first.
+  // y [T, n] = x [T, k] w^T (+ bias): bf16 (GEMV up to w.gemv.bf16 tokens, else cuBLASLt); fp8
+  // weights: W8A16 GEMV up to w.gemv.fp8 tokens, else W8A8 with x quantized per token first.
   auto linear = [&](bf16* y, const bf16* x, const device_buffer& m, const device_buffer& m_scale,
                     const device_buffer& bias, int32_t n, int32_t k) -> result<void> {
     if (!w.fp8) {
-      if (T <= std::min(w.bf16_gemv_max_rows, k_gemv_max_rows))
+      if (T <= w.gemv.bf16)
         return launch_bf16_gemv(y, x, m.as<bf16>(), bias.as<bf16>(), T, n, k, s);
       return gemm.run(y, gemm_out::bf16, x, m.as<bf16>(), bias.as<bf16>(), T, n, k, s);
     }
-    if (T <= std::min(w.fp8_gemv_max_rows, k_gemv_max_rows))
+    if (T <= w.gemv.fp8)
       return launch_fp8_gemv(y, x, m.as<uint8_t>(), m_scale.as<float>(), bias.as<bf16>(), T, n, k, s);
     COSERVE_CUDA_TRY(launch_quantize_rows_e4m3(scratch.xq.as<uint8_t>(), scratch.xscale.as<float>(), x, T, k, s));
     return gemm.run_fp8(y, scratch.xq.as<uint8_t>(), scratch.xscale.as<float>(), m.as<uint8_t>(), m_scale.as<float>(),

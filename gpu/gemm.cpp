@@ -111,7 +111,10 @@ result<void> gemm_runner::set_scales(plan& p, const float* w_scales, const float
 result<gemm_runner::plan*> gemm_runner::get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8,
                                                  const float* w_scales, const float* x_scales) {
   const plan_key key{m, n, k, out, bias, fp8};
-  if (std::unique_ptr<plan>* cached = plans_.find(key)) return cached->get();
+  if (std::unique_ptr<plan>* cached = plans_.find(key)) {
+    if (fp8) COSERVE_CUDA_TRY(set_scales(**cached, w_scales, x_scales));  // it holds an earlier call's
+    return cached->get();
+  }
   auto made = describe(m, n, k, out, bias, fp8);
   if (!made) return std::move(made).err();
   std::unique_ptr<plan> p = std::move(made.value());
@@ -259,9 +262,7 @@ result<void> gemm_runner::run_fp8(__nv_bfloat16* y, const uint8_t* x, const floa
   if (w_scales == nullptr || x_scales == nullptr) return make_error("invalid_argument", "gemm fp8: null scales");
   auto p = get_plan(m, n, k, gemm_out::bf16, bias != nullptr, true, w_scales, x_scales);
   if (!p) return std::move(p).err();
-  plan* pl = p.value();
-  COSERVE_CUDA_TRY(set_scales(*pl, w_scales, x_scales));  // a cached plan holds an earlier call's
-  return matmul(pl, y, x, w, bias, stream);
+  return matmul(p.value(), y, x, w, bias, stream);
 }
 
 }  // namespace coserve::gpu

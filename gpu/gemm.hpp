@@ -99,7 +99,8 @@ class gemm_runner {
   struct plan_key_hash {
     size_t operator()(const plan_key& p) const noexcept;
   };
-  // fp8: the weights' and activations' scale vectors (cuBLASLt wants them set to find an algorithm).
+  // fp8: the weights' and activations' scale vectors, set on the plan returned (cuBLASLt also needs
+  // them set to find an algorithm).
   result<plan*> get_plan(int32_t m, int32_t n, int32_t k, gemm_out out, bool bias, bool fp8 = false,
                          const float* w_scales = nullptr, const float* x_scales = nullptr);
   static result<void> set_scales(plan& p, const float* w_scales, const float* x_scales);

@@ -2,7 +2,7 @@
 // tensor-parallel peer, gpu/tp_peer.hpp), the layer loop (gpu/forward_pass.cpp), device sampling
 // (rows for proposals to verify included), prompt logprob rows, launched and collected as two
 // halves, and the decode CUDA graphs captured from the same forward pass. Longer than most files
-// (about 1620 lines) because launch, collect, the head of the forward pass, the graph capture and
+// (about 1660 lines) because launch, collect, the head of the forward pass, the graph capture and
 // the draft model's and tensor-parallel peers' share of a step use one set of device buffers and
 // per-sequence state (its penalty count rows among them); what stands alone is apart: the layer loop (gpu/forward_pass.cpp), the graph
 // arena (gpu/decode_graph.cpp), FlashInfer's planner and kernels (gpu/flashinfer_attention.cu), the
@@ -390,9 +390,8 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (o.block_size <= 0 || o.max_num_tokens <= 0 || o.max_num_seqs <= 0)
     return make_error("invalid_argument", "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
   if (o.penalty_rows < -1) return make_error("invalid_argument", "gpu: penalty_rows must be -1 (max_num_seqs), 0 or more");
-  if (o.fp8_gemv_max_rows < 0 || o.fp8_gemv_max_rows > k_gemv_max_rows || o.bf16_gemv_max_rows < 0 ||
-      o.bf16_gemv_max_rows > k_gemv_max_rows)
-    return make_error("invalid_argument", "gpu: fp8_gemv_max_rows and bf16_gemv_max_rows must be in [0, " +
+  if (o.gemv.fp8 < 0 || o.gemv.fp8 > k_gemv_max_rows || o.gemv.bf16 < 0 || o.gemv.bf16 > k_gemv_max_rows)
+    return make_error("invalid_argument", "gpu: gemv rows (fp8 and bf16) must be in [0, " +
                                               std::to_string(k_gemv_max_rows) + "]");
   if (o.num_speculative_tokens < 0 || o.num_speculative_tokens > 64)
     return make_error("invalid_argument", "gpu: num_speculative_tokens must be in [0, 64]");
@@ -430,7 +429,6 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   std::unique_ptr<gpu_executor> e(new gpu_executor());
   e->opts_ = o;
   e->kv_type_ = kv_type;
-  e->fi_on_ = fi_on;
   e->max_rows_ = o.num_speculative_tokens > 0
                      ? int32_t(std::min<int64_t>(int64_t(o.max_num_seqs) * (1 + o.num_speculative_tokens),
                                                  std::max(o.max_num_seqs, o.max_num_tokens)))
@@ -458,8 +456,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   peer_base.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
   peer_base.metadata_bytes = k_metadata_bytes;
   peer_base.tune_gemms = o.tune_gemms;
-  peer_base.fp8_gemv_max_rows = o.fp8_gemv_max_rows;
-  peer_base.bf16_gemv_max_rows = o.bf16_gemv_max_rows;
+  peer_base.gemv = o.gemv;
   peer_base.fi_tmp_rows = fi_on || fi_auto ? k_fi_tmp_rows : 0;
   if (N > 1 && o.world) {
     // Ranks in other processes: the setup, then the NCCL unique id; every rank joins the group.
@@ -557,8 +554,7 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     auto gen = load_generation_config(o.model_dir);
     if (gen) e->eos_ids_ = gen->eos_token_ids;
   }
-  e->w_.fp8_gemv_max_rows = o.fp8_gemv_max_rows;
-  e->w_.bf16_gemv_max_rows = o.bf16_gemv_max_rows;
+  e->w_.gemv = o.gemv;
   for (auto& f : starting) {
     auto p = f.get();
     if (!p) return std::move(p).err();

@@ -42,6 +42,7 @@
 #include <optional>
 #include <string>
 
+#include "gpu/launch_params.hpp"
 #include "model/config.hpp"
 #include "model/communicator.hpp"
 #include "model/executor.hpp"
@@ -76,12 +77,8 @@ struct gpu_executor_options {
   // quantized per token before each GEMM (W8A8, cuBLASLt fp8). "" keeps bf16, except that an fp8
   // checkpoint (config.json quantization_config) selects fp8 by itself.
   std::string quantization;
-  // fp8: steps of at most this many tokens (0..8) multiply the fp8 weights by the bf16 activations
-  // directly (launch_fp8_gemv, W8A16) instead of through cuBLASLt's W8A8 GEMM; 0 turns that off.
-  int32_t fp8_gemv_max_rows = 8;
-  // bf16 weights: steps of at most this many tokens (0..8) take our GEMV kernel (launch_bf16_gemv)
-  // instead of cuBLASLt. 0 (the default) until a device measurement says the GEMV is faster.
-  int32_t bf16_gemv_max_rows = 0;
+  // Small steps through the GEMV kernels instead of cuBLASLt, per weight type (gpu/launch_params.hpp).
+  gemv_rows gemv;
   // --kv-cache-dtype: bf16, or f8_e4m3 / f8_e5m2 (one byte per value, unscaled: twice the blocks
   // in the same memory; gpu/kernels.hpp, kv_elem).
   dtype kv_cache_dtype = dtype::bf16;

@@ -69,4 +69,11 @@ inline std::vector<int32_t> gemm_m_buckets(int32_t max_m) {
   return b;
 }
 
+// Steps of at most this many tokens multiply by the GEMV kernels (launch_fp8_gemv /
+// launch_bf16_gemv, gpu/kernels/gemv.cuh; 1..k_gemv_max_rows) instead of cuBLASLt; 0: never.
+struct gemv_rows {
+  int32_t fp8 = 8;   // E4M3 weights against the bf16 activations (W8A16), not the W8A8 GEMM
+  int32_t bf16 = 0;  // off until a device measurement says the GEMV beats cuBLASLt
+};
+
 }  // namespace coserve::gpu

@@ -239,8 +239,7 @@ result<int32_t> tp_peer::setup() {
     if (!w) return std::move(w).err();
     st.w = std::move(w.value());
   }
-  st.w.fp8_gemv_max_rows = o_.fp8_gemv_max_rows;
-  st.w.bf16_gemv_max_rows = o_.bf16_gemv_max_rows;
+  st.w.gemv = o_.gemv;
   const model_config& c = st.w.config;
   if (auto r = st.scratch.allocate(c, o_.max_num_tokens, st.w.fp8, o_.fi_tmp_rows); !r) return r.err();
   if (auto r = st.rope.upload(c); !r) return r.err();

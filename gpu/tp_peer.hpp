@@ -123,8 +123,7 @@ class tp_peer {
     size_t metadata_bytes = 0;
     bool tune_gemms = true;
     bool fp8 = false;
-    int32_t fp8_gemv_max_rows = 8;   // gpu_executor_options::fp8_gemv_max_rows
-    int32_t bf16_gemv_max_rows = 0;  // gpu_executor_options::bf16_gemv_max_rows
+    gemv_rows gemv;  // gpu_executor_options::gemv
     int64_t fi_tmp_rows = 0;  // FlashInfer's split-KV workspace rows (--attention-backend flashinfer)
     // The rank's host shard (load_format auto) or, for load_format dummy, its config and seed.
     std::shared_ptr<const model_weights> shard;

@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   int32_t steps = 64, prefill_tokens = 8192;
   double hbm_tbps = 3.35;
   bool eager = false, tune = true;
-  int32_t fp8_gemv = 8, bf16_gemv = 0;  // gpu_executor_options::fp8_gemv_max_rows, bf16_gemv_max_rows
+  gpu::gemv_rows gemv;  // gpu_executor_options::gemv
   int32_t tp = 1;
   std::string quantization, kv_dtype = "auto";
   std::vector<std::string> backends{"native"};
@@ -114,8 +114,8 @@ int main(int argc, char** argv) {
     else if (a == "--quantization") quantization = argv[i + 1];
     else if (a == "--kv-cache-dtype") kv_dtype = argv[i + 1];
     else if (a == "--tune-gemms") tune = std::atoi(argv[i + 1]) != 0;
-    else if (a == "--fp8-gemv-max-rows") fp8_gemv = std::atoi(argv[i + 1]);
-    else if (a == "--bf16-gemv-max-rows") bf16_gemv = std::atoi(argv[i + 1]);
+    else if (a == "--fp8-gemv-max-rows") gemv.fp8 = std::atoi(argv[i + 1]);
+    else if (a == "--bf16-gemv-max-rows") gemv.bf16 = std::atoi(argv[i + 1]);
     else if (a == "--tensor-parallel-size") tp = std::atoi(argv[i + 1]);
     else if (a == "--attention-backend") {
       const std::string v = argv[i + 1];
@@ -140,8 +140,7 @@ int main(int argc, char** argv) {
   o.enforce_eager = eager;
   o.tune_gemms = tune;
   o.quantization = quantization;
-  o.fp8_gemv_max_rows = fp8_gemv;
-  o.bf16_gemv_max_rows = bf16_gemv;
+  o.gemv = gemv;
   o.tensor_parallel_size = tp;
   if (!parse_kv_cache_dtype(kv_dtype, o.kv_cache_dtype)) {
     std::fprintf(stderr, "error: --kv-cache-dtype %s is not auto, bf16, fp8, fp8_e4m3 or fp8_e5m2\n", kv_dtype.c_str());
