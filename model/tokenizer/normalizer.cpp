@@ -1,5 +1,6 @@
 #include "model/tokenizer/normalizer.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utf8proc.h>
 
@@ -140,33 +141,106 @@ result<void> normalizer::add(simdjson::dom::element node) {
   return {};
 }
 
-std::string normalizer::apply(std::string text) const {
+namespace {
+
+// Where the first z bytes of `text` end up once every match of a Replace is replaced: a match that
+// starts inside them is replaced whole and counts in full.
+std::size_t replaced_prefix(const std::string& text, std::size_t z, const std::string& literal,
+                            const std::optional<regex>& re, const std::string& content) {
+  std::vector<std::pair<std::size_t, std::size_t>> m;
+  if (re) {
+    re->find_all(text, m);
+  } else if (!literal.empty()) {
+    for (std::size_t p = text.find(literal); p != std::string::npos; p = text.find(literal, p + literal.size()))
+      m.emplace_back(p, p + literal.size());
+  }
+  std::size_t out = 0, pos = 0, end = z;
+  for (auto [b, e] : m) {
+    if (b >= end) break;
+    out += b - pos + content.size();
+    pos = e;
+    end = std::max(end, e);
+  }
+  if (pos < end) out += end - pos;
+  return out;
+}
+
+// The bytes of `whole`, the normal form of `text`, that the first z bytes of `text` become: those
+// bytes normalized on their own, or the first character of `whole` where composition joined what
+// followed to them.
+std::size_t normalized_prefix(const std::string& text, const std::string& whole, std::size_t z, int options) {
+  if (z == 0) return 0;
+  const std::string head = utf8proc_map_string(text.substr(0, z), options);
+  if (whole.compare(0, head.size(), head) == 0) return head.size();
+  // Composition took in what followed: count the first character of the result.
+  char32_t cp;
+  const std::size_t n = utf8::decode(whole, 0, cp);
+  return n == 0 ? head.size() : std::min(whole.size(), std::max(n, head.size()));
+}
+
+}  // namespace
+
+std::string normalizer::apply(std::string text, std::size_t* start_len) const {
+  std::size_t z = 0;  // leading bytes that come from the input's first character
+  if (start_len != nullptr && !text.empty()) {
+    char32_t cp;
+    z = std::max<std::size_t>(1, utf8::decode(text, 0, cp));
+  }
+  const auto track = [&](auto&& f) {
+    if (start_len != nullptr) z = std::min(f(), text.size());
+  };
   bool ascii = true;
   for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   for (const auto& s : steps_) {
     // Unicode normal forms leave ASCII unchanged; skipping them is the common fast path.
     if (ascii && (s.k == kind::nfc || s.k == kind::nfd || s.k == kind::nfkc || s.k == kind::nfkd)) continue;
+    const int nf = s.k == kind::nfc    ? UTF8PROC_STABLE | UTF8PROC_COMPOSE
+                   : s.k == kind::nfd  ? UTF8PROC_STABLE | UTF8PROC_DECOMPOSE
+                   : s.k == kind::nfkc ? UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT
+                                       : UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
     switch (s.k) {
-      case kind::nfc: text = utf8proc_map_string(text, UTF8PROC_STABLE | UTF8PROC_COMPOSE); break;
-      case kind::nfd: text = utf8proc_map_string(text, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE); break;
+      case kind::nfc:
+      case kind::nfd:
       case kind::nfkc:
-        text = utf8proc_map_string(text, UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+      case kind::nfkd: {
+        std::string whole = utf8proc_map_string(text, nf);
+        const std::size_t nz = start_len != nullptr ? normalized_prefix(text, whole, z, nf) : 0;
+        text = std::move(whole);
+        track([&] { return nz; });
         break;
-      case kind::nfkd:
-        text = utf8proc_map_string(text, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+      }
+      case kind::lowercase: {
+        std::size_t nz = start_len != nullptr ? lowercase(text.substr(0, z)).size() : 0;
+        text = lowercase(text);
+        track([&] { return nz; });
         break;
-      case kind::lowercase: text = lowercase(text); break;
+      }
       case kind::prepend:
-        if (!text.empty()) text = s.text + text;
+        if (!text.empty()) {
+          text = s.text + text;
+          track([&] { return z > 0 ? z + s.text.size() : 0; });
+        }
         ascii = false;
         break;
-      case kind::replace:
+      case kind::replace: {
+        std::size_t nz = start_len != nullptr ? replaced_prefix(text, z, s.literal, s.re, s.text) : 0;
         text = replace_all(text, s.literal, s.re, s.text);
+        track([&] { return nz; });
         ascii = false;
         break;
-      case kind::strip: text = strip(text, s.left, s.right); break;
+      }
+      case kind::strip: {
+        std::size_t before = text.size();
+        std::string stripped = strip(text, s.left, false);
+        const std::size_t removed_left = before - stripped.size();
+        if (s.right) stripped = strip(stripped, false, true);
+        text = std::move(stripped);
+        track([&] { return z > removed_left ? z - removed_left : 0; });
+        break;
+      }
     }
   }
+  if (start_len != nullptr) *start_len = z;
   return text;
 }
 

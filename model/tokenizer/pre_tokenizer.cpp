@@ -1,5 +1,7 @@
 #include "model/tokenizer/pre_tokenizer.hpp"
 
+#include <algorithm>
+
 namespace coserve {
 
 namespace {
@@ -25,6 +27,15 @@ result<pre_tokenizer::step> pre_tokenizer::split_step(std::string_view pattern, 
   s.how = how;
   s.invert = invert;
   return s;
+}
+
+result<pre_tokenizer::behavior> pre_tokenizer::parse_behavior(std::string_view name) {
+  if (name == "Removed") return behavior::removed;
+  if (name == "Isolated") return behavior::isolated;
+  if (name == "MergedWithPrevious") return behavior::merged_with_previous;
+  if (name == "MergedWithNext") return behavior::merged_with_next;
+  if (name == "Contiguous") return behavior::contiguous;
+  return make_error("unsupported", "unsupported Split behavior '" + std::string(name) + "'");
 }
 
 result<void> pre_tokenizer::add(simdjson::dom::element node) {
@@ -58,16 +69,11 @@ result<void> pre_tokenizer::add(simdjson::dom::element node) {
     if (!node["pattern"]["Regex"].get(pat)) is_regex = true;
     else if (node["pattern"]["String"].get(pat)) return make_error("invalid_argument", "Split without a pattern");
     if (node["behavior"].get(beh)) beh = "Isolated";
-    behavior how;
-    if (beh == "Removed") how = behavior::removed;
-    else if (beh == "Isolated") how = behavior::isolated;
-    else if (beh == "MergedWithPrevious") how = behavior::merged_with_previous;
-    else if (beh == "MergedWithNext") how = behavior::merged_with_next;
-    else if (beh == "Contiguous") how = behavior::contiguous;
-    else return make_error("unsupported", "unsupported Split behavior '" + std::string(beh) + "'");
+    auto how = parse_behavior(beh);
+    if (!how) return std::move(how).err();
     bool invert = false;
     if (!node["invert"].get(flag)) invert = flag;
-    auto s = split_step(pat, is_regex, how, invert);
+    auto s = split_step(pat, is_regex, *how, invert);
     if (!s) return std::move(s).err();
     steps_.push_back(std::move(*s));
     return {};
@@ -98,7 +104,39 @@ result<void> pre_tokenizer::add(simdjson::dom::element node) {
     return {};
   }
   if (type == "Whitespace") {
-    auto s = split_step(R"(\w+|[^\w\s]+)", true, behavior::removed, true);
+    // The Rust regex crate's \w (Alphabetic, marks, decimal digits, connector punctuation,
+    // joiners), which differs from Oniguruma's \w that Split patterns use.
+    auto s = split_step(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+)"
+                        R"(|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)",
+                        true, behavior::removed, true);
+    if (!s) return std::move(s).err();
+    steps_.push_back(std::move(*s));
+    return {};
+  }
+  if (type == "Punctuation" || type == "BertPreTokenizer") {
+    // ASCII punctuation and symbols, and Unicode's P categories, one character a match.
+    if (type == "BertPreTokenizer") {
+      auto ws = split_step(R"(\s+)", true, behavior::removed, false);
+      if (!ws) return std::move(ws).err();
+      steps_.push_back(std::move(*ws));
+    }
+    behavior how = behavior::isolated;
+    std::string_view beh;
+    if (type == "Punctuation" && !node["behavior"].get(beh)) {
+      auto b = parse_behavior(beh);
+      if (!b) return std::move(b).err();
+      how = *b;
+    }
+    auto s = split_step(R"([\p{P}!-/:-@\[-`{-~])", true, how, false);
+    if (!s) return std::move(s).err();
+    steps_.push_back(std::move(*s));
+    return {};
+  }
+  if (type == "CharDelimiterSplit") {
+    std::string_view delim;
+    if (node["delimiter"].get(delim) || delim.empty())
+      return make_error("invalid_argument", "CharDelimiterSplit without a delimiter");
+    auto s = split_step(delim, false, behavior::removed, false);
     if (!s) return std::move(s).err();
     steps_.push_back(std::move(*s));
     return {};
@@ -112,12 +150,18 @@ result<void> pre_tokenizer::add(simdjson::dom::element node) {
   return make_error("unsupported", "unsupported pre-tokenizer type '" + std::string(type) + "'");
 }
 
-void pre_tokenizer::split(std::string_view text, bool at_start,
+void pre_tokenizer::split(std::string_view text, std::size_t start_len,
                           const std::function<void(std::string_view)>& sink) const {
-  run(0, text, at_start, sink);
+  run(0, text, std::min(start_len, text.size()), sink);
 }
 
-void pre_tokenizer::run(std::size_t index, std::string_view text, bool at_start,
+namespace {
+// The start_len of the piece [b, e) of a text whose first z bytes come from the input's first
+// character.
+std::size_t piece_start_len(std::size_t z, std::size_t b, std::size_t e) { return b < z ? std::min(e, z) - b : 0; }
+}  // namespace
+
+void pre_tokenizer::run(std::size_t index, std::string_view text, std::size_t z,
                         const std::function<void(std::string_view)>& sink) const {
   if (text.empty()) return;
   if (index == steps_.size()) {
@@ -133,40 +177,46 @@ void pre_tokenizer::run(std::size_t index, std::string_view text, bool at_start,
         prefixed.push_back(' ');
         prefixed.append(text);
         text = prefixed;
+        if (z > 0) ++z;  // the space belongs to the piece's first character
       }
-      if (s.use_regex) split_by(s, text, at_start, index + 1, sink);
-      else run(index + 1, text, at_start, sink);
+      if (s.use_regex) split_by(s, text, z, index + 1, sink);
+      else run(index + 1, text, z, sink);
       return;
     }
     case kind::split:
-      split_by(s, text, at_start, index + 1, sink);
+      split_by(s, text, z, index + 1, sink);
       return;
     case kind::metaspace: {
       std::string t;
       t.reserve(text.size() + s.replacement.size());
-      for (char c : text) {
-        if (c == ' ') t += s.replacement;
-        else t.push_back(c);
+      std::size_t tz = 0;
+      for (std::size_t i = 0; i < text.size(); ++i) {
+        if (text[i] == ' ') t += s.replacement;
+        else t.push_back(text[i]);
+        if (i + 1 == z) tz = t.size();
       }
       const bool starts = std::string_view(t).substr(0, s.replacement.size()) == s.replacement;
-      if (!starts && (s.prepend == 2 || (s.prepend == 1 && at_start))) t.insert(0, s.replacement);
+      if (!starts && (s.prepend == 2 || (s.prepend == 1 && tz > 0))) {
+        t.insert(0, s.replacement);
+        if (tz > 0) tz += s.replacement.size();
+      }
       if (!s.metaspace_split) {
-        run(index + 1, t, at_start, sink);
+        run(index + 1, t, tz, sink);
         return;
       }
       // Split before every replacement character (MergedWithNext).
       std::size_t begin = 0;
       for (std::size_t p = t.find(s.replacement, 1); p != std::string::npos; p = t.find(s.replacement, p + 1)) {
-        run(index + 1, std::string_view(t).substr(begin, p - begin), at_start && begin == 0, sink);
+        run(index + 1, std::string_view(t).substr(begin, p - begin), piece_start_len(tz, begin, p), sink);
         begin = p;
       }
-      run(index + 1, std::string_view(t).substr(begin), at_start && begin == 0, sink);
+      run(index + 1, std::string_view(t).substr(begin), piece_start_len(tz, begin, t.size()), sink);
       return;
     }
   }
 }
 
-void pre_tokenizer::split_by(const step& s, std::string_view text, bool at_start, std::size_t next,
+void pre_tokenizer::split_by(const step& s, std::string_view text, std::size_t z, std::size_t next,
                              const std::function<void(std::string_view)>& sink) const {
   std::vector<std::pair<std::size_t, std::size_t>> matches;
   s.re.find_all(text, matches);
@@ -186,7 +236,7 @@ void pre_tokenizer::split_by(const step& s, std::string_view text, bool at_start
   if (last < text.size()) pieces.push_back({last, text.size(), s.invert});
 
   auto emit = [&](std::size_t b, std::size_t e) {
-    if (e > b) run(next, text.substr(b, e - b), at_start && b == 0, sink);
+    if (e > b) run(next, text.substr(b, e - b), piece_start_len(z, b, e), sink);
   };
   const behavior how = s.k == kind::byte_level ? behavior::isolated : s.how;
   switch (how) {
@@ -197,31 +247,39 @@ void pre_tokenizer::split_by(const step& s, std::string_view text, bool at_start
       for (const auto& p : pieces)
         if (!p.match) emit(p.b, p.e);
       break;
+    // A match joins the piece before (after) it only when that piece is not a match itself, as in
+    // Hugging Face's split: consecutive matches stay apart, and so do consecutive non-matches (which
+    // only an inverted pattern produces).
     case behavior::merged_with_previous: {
-      std::size_t start = 0;
-      for (const auto& p : pieces)
-        if (p.match) {
-          emit(start, p.e);
-          start = p.e;
-        }
-      emit(start, text.size());
+      std::vector<std::pair<std::size_t, std::size_t>> out;
+      bool prev_match = false;
+      for (const auto& p : pieces) {
+        if (p.match && !prev_match && !out.empty()) out.back().second = p.e;
+        else out.emplace_back(p.b, p.e);
+        prev_match = p.match;
+      }
+      for (auto [b, e] : out) emit(b, e);
       break;
     }
     case behavior::merged_with_next: {
-      std::size_t start = 0;
-      for (const auto& p : pieces)
-        if (p.match) {
-          emit(start, p.b);
-          start = p.b;
-        }
-      emit(start, text.size());
+      std::vector<std::pair<std::size_t, std::size_t>> out;  // built from the end
+      bool next_match = false;
+      for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
+        if (it->match && !next_match && !out.empty()) out.back().first = it->b;
+        else out.emplace_back(it->b, it->e);
+        next_match = it->match;
+      }
+      for (auto it = out.rbegin(); it != out.rend(); ++it) emit(it->first, it->second);
       break;
     }
     case behavior::contiguous: {
+      // Neighbours of the same kind merge: runs of matches, and with invert runs of the pattern's
+      // own matches (the non-matching pieces then) too, as Hugging Face's split does.
       std::size_t start = 0;
       bool prev_match = false;
-      for (const auto& p : pieces) {
-        if (!(p.match && prev_match)) {
+      for (std::size_t i = 0; i < pieces.size(); ++i) {
+        const auto& p = pieces[i];
+        if (i == 0 || p.match != prev_match) {
           emit(start, p.b);
           start = p.b;
         }

@@ -3,7 +3,8 @@
 // words the model tokenizes. Supported: ByteLevel (add_prefix_space, use_regex; it must be the
 // last step, since the model then works on raw bytes), Split (string or regex; Removed, Isolated,
 // MergedWithPrevious, MergedWithNext, Contiguous; invert), Metaspace (prepend_scheme
-// always/first/never or the older add_prefix_space, split), Digits, Whitespace, WhitespaceSplit.
+// always/first/never or the older add_prefix_space, split), Digits, Whitespace, WhitespaceSplit,
+// Punctuation, BertPreTokenizer, CharDelimiterSplit.
 #pragma once
 
 #include <functional>
@@ -25,9 +26,15 @@ class pre_tokenizer {
   // True when a ByteLevel step is present: the model must run in byte mode.
   bool byte_level() const noexcept { return byte_level_; }
 
-  // Calls `sink` with every word of `text`, in order. `at_start`: the text begins the input
-  // (Metaspace's prepend_scheme "first" prepends only there). The views live only during the call.
-  void split(std::string_view text, bool at_start, const std::function<void(std::string_view)>& sink) const;
+  // Calls `sink` with every word of `text`, in order. The views live only during the call.
+  // `start_len`: how many leading bytes of `text` come from the input's first character (its
+  // normalized form, and anything a normalizer prepended to it); 0 when the text does not begin
+  // the input. Metaspace's prepend_scheme "first" prepends to a piece that starts within them, as
+  // Hugging Face's does (it asks whether the piece's original offset is 0): a first character
+  // that NFKC expands into "1⁄2" makes three such pieces after a Digits split, while a text whose
+  // leading whitespace a Strip normalizer removed has none.
+  void split(std::string_view text, std::size_t start_len,
+             const std::function<void(std::string_view)>& sink) const;
 
  private:
   enum class kind { byte_level, split, metaspace };
@@ -44,10 +51,11 @@ class pre_tokenizer {
     bool metaspace_split = true;
   };
   result<void> add(simdjson::dom::element node);
+  static result<behavior> parse_behavior(std::string_view name);
   static result<step> split_step(std::string_view pattern, bool is_regex, behavior how, bool invert);
-  void run(std::size_t index, std::string_view text, bool at_start,
+  void run(std::size_t index, std::string_view text, std::size_t start_len,
            const std::function<void(std::string_view)>& sink) const;
-  void split_by(const step& s, std::string_view text, bool at_start, std::size_t next,
+  void split_by(const step& s, std::string_view text, std::size_t start_len, std::size_t next,
                 const std::function<void(std::string_view)>& sink) const;
 
   std::vector<step> steps_;

@@ -1,5 +1,7 @@
 #include "model/tokenizer/tokenizer.hpp"
 
+#include <algorithm>
+
 #include "model/tokenizer/byte_level.hpp"
 #include "model/tokenizer/tokenizer_impl.hpp"
 #include "model/tokenizer/utf8.hpp"
@@ -26,17 +28,27 @@ std::vector<int32_t> tokenizer::encode(std::string_view input, bool add_special_
       continue;
     }
     const std::string_view segment = input.substr(p.begin, p.end - p.begin);
-    const bool at_start = p.begin == 0;
+    // start_len: the leading bytes that come from the input's first character (see
+    // pre_tokenizer::split); only the segment that begins the input has any.
+    std::size_t start_len = 0;
+    if (p.begin == 0) {
+      char32_t cp;
+      start_len = std::max<std::size_t>(1, utf8::decode(segment, 0, cp));
+    }
     if (t.norm.empty() && t.norm_matcher.empty()) {
-      t.pre.split(segment, at_start, sink);
+      t.pre.split(segment, start_len, sink);
       continue;
     }
-    const std::string normalized = t.norm.apply(std::string(segment));
+    const std::string normalized = t.norm.apply(std::string(segment), p.begin == 0 ? &start_len : nullptr);
     normed.clear();
     t.norm_matcher.split(normalized, normed);
     for (const auto& q : normed) {
-      if (q.id >= 0) ids.push_back(q.id);
-      else t.pre.split(std::string_view(normalized).substr(q.begin, q.end - q.begin), at_start && q.begin == 0, sink);
+      if (q.id >= 0) {
+        ids.push_back(q.id);
+        continue;
+      }
+      const std::size_t piece_start = q.begin < start_len ? std::min(q.end, start_len) - q.begin : 0;
+      t.pre.split(std::string_view(normalized).substr(q.begin, q.end - q.begin), piece_start, sink);
     }
   }
   if (add_special_tokens) ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
@@ -50,7 +62,8 @@ std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   for (int32_t id : ids) {
     if (id < 0 || static_cast<std::size_t>(id) >= t.id_to_token.size()) continue;
     if (skip_special_tokens && t.special[static_cast<std::size_t>(id)]) continue;
-    const std::string& s = t.id_to_token[static_cast<std::size_t>(id)];
+    const auto as = t.decode_as.find(id);
+    const std::string& s = as != t.decode_as.end() ? as->second : t.id_to_token[static_cast<std::size_t>(id)];
     if (s.empty() && !t.added_ids.contains(s)) continue;  // a hole in the id space
     tokens.push_back(s);
   }
@@ -61,7 +74,8 @@ std::string tokenizer::token_bytes(int32_t id) const {
   const impl& t = *impl_;
   if (id < 0 || static_cast<std::size_t>(id) >= t.id_to_token.size()) return {};
   if (t.special[static_cast<std::size_t>(id)]) return {};
-  const std::string& s = t.id_to_token[static_cast<std::size_t>(id)];
+  const auto as = t.decode_as.find(id);
+  const std::string& s = as != t.decode_as.end() ? as->second : t.id_to_token[static_cast<std::size_t>(id)];
   if (s.empty()) return {};
   return t.dec.token_bytes(s);
 }

@@ -264,8 +264,13 @@ result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::str
     t->id_to_token[static_cast<std::size_t>(a.id)] = a.content;
     t->special[static_cast<std::size_t>(a.id)] = a.special ? 1 : 0;
     t->added_ids[a.content] = a.id;
-    if (a.normalized) t->norm_matcher.add(t->norm.apply(utf8::repair(a.content)), a);
-    else t->raw_matcher.add(a.content, a);
+    if (a.normalized) {
+      std::string normed = t->norm.apply(utf8::repair(a.content));
+      if (normed != a.content) t->decode_as[a.id] = normed;
+      t->norm_matcher.add(std::move(normed), a);
+    } else {
+      t->raw_matcher.add(a.content, a);
+    }
   }
   t->raw_matcher.build();
   t->norm_matcher.build();

@@ -28,7 +28,9 @@ std::size_t complete_prefix(std::string_view s) noexcept;
 // Unicode White_Space (what Rust's char::is_whitespace tests).
 bool is_whitespace(char32_t c) noexcept;
 
-// Letters, numbers and '_' (the `\w` class the added-token single_word rule uses).
+// The Rust regex crate's Unicode `\w` (what Hugging Face's added-token single_word rule tests):
+// Alphabetic (letters, letter numbers, the circled and squared Latin letters), marks, decimal
+// digits, connector punctuation, ZWNJ and ZWJ.
 bool is_word_char(char32_t c) noexcept;
 
 inline constexpr std::string_view replacement_char = "\xEF\xBF\xBD";

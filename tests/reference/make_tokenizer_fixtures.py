@@ -80,6 +80,15 @@ INVALID_UTF8 = [
 ]
 
 
+# Where Hugging Face's components differ from a plain reading: a first character NFKC expands,
+# leading whitespace a normalizer strips, Oniguruma's word and space classes (superscripts,
+# circled digits, marks, connector punctuation, U+180E), single_word next to them, inverted splits.
+EDGE_TEXTS = ["\u00bd cup", "\u00bd4 and \u2460\u2461", "  leading spaces", "\n\tx", "x\u00b2+y\u00b3=\u00bc",
+              "e\u0301te\u0301 na\u0308ive", "\u24b6\u203fb a_b", "\u01c5emal \u2160\u2161", "\u00a0nbsp\u180emvs",
+              "magic\u2460 magic\u00b2 magic\u0301", "hello, world!! (x) [y] {z} $5 \u00a7 \u00bf?",
+              "Magic Word, magic word", "lollipop hello", "xoxo exe"]
+
+
 def random_texts(seed: int, n: int):
     rng = random.Random(seed)
     ranges = [(0x20, 0x7E), (0xA0, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF),
@@ -193,6 +202,33 @@ def write_variants():
     var('bytelevel_prefix', bl, pre_tokenizer={"type":"ByteLevel","add_prefix_space":True,"trim_offsets":True,"use_regex":True},
         post_processor={"type":"Sequence","processors":[{"type":"ByteLevel","add_prefix_space":False,"trim_offsets":False,"use_regex":True},{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"<|begin_of_text|>","type_id":0}},{"Sequence":{"id":"A","type_id":0}},{"SpecialToken":{"id":"<|eot_id|>","type_id":0}}],"pair":[{"Sequence":{"id":"A","type_id":0}},{"Sequence":{"id":"B","type_id":1}}],"special_tokens":{"<|begin_of_text|>":{"id":"<|begin_of_text|>","ids":[0],"tokens":["<|begin_of_text|>"]},"<|eot_id|>":{"id":"<|eot_id|>","ids":[1],"tokens":["<|eot_id|>"]}}}]})
     var('bytelevel_nfkc_merged', bl, normalizer={"type":"NFKC"}, pre_tokenizer={"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":True},{"type":"ByteLevel","add_prefix_space":False,"trim_offsets":True,"use_regex":True}]})
+    # The input's first character, as Hugging Face's alignments see it: Strip moving the start,
+    # NFKC expanding it before a Digits split (prepend_scheme "first").
+    var('strip_nfkc_first', base, normalizer={"type":"Sequence","normalizers":[{"type":"Strip","strip_left":True,"strip_right":False},{"type":"NFKC"}]},
+        pre_tokenizer={"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":True},{"type":"Metaspace","replacement":"\u2581","prepend_scheme":"first","split":True}]})
+    # Oniguruma's \w, \s and POSIX classes in Split patterns; the Rust regex \w of Whitespace.
+    var('onig_classes', base, normalizer=None, pre_tokenizer={"type":"Sequence","pretokenizers":[
+        {"type":"Split","pattern":{"Regex":"\\w+"},"behavior":"Isolated","invert":False},
+        {"type":"Split","pattern":{"Regex":"[[:punct:]]|[[:alpha:]]{3}|\\s"},"behavior":"Isolated","invert":False},
+        {"type":"Whitespace"},
+        {"type":"Metaspace","replacement":"\u2581","prepend_scheme":"always","split":False}]})
+    # Punctuation, BertPreTokenizer and CharDelimiterSplit; merged behaviours over an inverted pattern.
+    var('punct_inverted', base, normalizer=None, pre_tokenizer={"type":"Sequence","pretokenizers":[
+        {"type":"CharDelimiterSplit","delimiter":"x"},
+        {"type":"Punctuation","behavior":"Contiguous"},
+        {"type":"Split","pattern":{"String":"l"},"behavior":"MergedWithNext","invert":True},
+        {"type":"Split","pattern":{"String":"o"},"behavior":"MergedWithPrevious","invert":True},
+        {"type":"Split","pattern":{"String":"e"},"behavior":"Contiguous","invert":True},
+        {"type":"Metaspace","replacement":"\u2581","prepend_scheme":"always","split":False}]})
+    var('bert_pre', base, normalizer={"type":"Lowercase"}, pre_tokenizer={"type":"Sequence","pretokenizers":[
+        {"type":"BertPreTokenizer"},
+        {"type":"Metaspace","replacement":"\u2581","prepend_scheme":"always","split":False}]})
+    # A normalized added token whose normal form differs decodes as that form (tokenizers 0.23+).
+    legacy = json.loads(json.dumps(base))
+    legacy["added_tokens"] = legacy["added_tokens"] + [
+        {"id":max(list(legacy["model"]["vocab"].values()) + [a["id"] for a in legacy["added_tokens"]]) + 1,"content":"Magic Word","single_word":False,"lstrip":False,"rstrip":False,"normalized":True,"special":False}]
+    var('legacy_added_normalized', legacy, normalizer={"type":"Sequence","normalizers":[{"type":"Prepend","prepend":"\u2581"},{"type":"Replace","pattern":{"String":" "},"content":"\u2581"},{"type":"Lowercase"}]},
+        pre_tokenizer=None, decoder={"type":"Sequence","decoders":[{"type":"Replace","pattern":{"String":"\u2581"},"content":" "},{"type":"ByteFallback"},{"type":"Fuse"},{"type":"Strip","content":" ","start":1,"stop":0}]})
     names = []
     for k, j in V.items():
         name = "variant-" + k.replace("_", "-")
@@ -216,6 +252,8 @@ def main():
     for i, (name, path) in enumerate(sources.items()):
         tok = Tokenizer.from_file(str(path))
         extra = ["magic word, magicword, a magic", "x <|tool|>  y\n<|tool|>z"] if name == "synthetic-metaspace" else []
+        if name.startswith("variant-") or name.startswith("synthetic-"):
+            extra += EDGE_TEXTS
         n_random = 10 if name.startswith("variant-") else 25
         texts = CORPUS + special_texts(tok) + extra + random_texts(100 + i, n_random)
         fixture = {

@@ -57,7 +57,7 @@ TEST_CASE("unsupported components are load errors naming them", "[tokenizer]") {
       {R"({"model":{"type":"WordPiece","vocab":{"a":0}}})", "WordPiece"},
       {R"({"model":{"type":"Unigram","vocab":[["a",0.0]]}})", "Unigram"},
       {tiny(R"([])", R"("normalizer":{"type":"BertNormalizer"},)"), "BertNormalizer"},
-      {tiny(R"([])", R"("pre_tokenizer":{"type":"Punctuation"},)"), "Punctuation"},
+      {tiny(R"([])", R"("pre_tokenizer":{"type":"UnicodeScripts"},)"), "UnicodeScripts"},
       {tiny(R"([])", R"("decoder":{"type":"WordPiece","prefix":"##"},)"), "WordPiece"},
       {tiny(R"([])", R"("post_processor":{"type":"Weird"},)"), "Weird"},
       {tiny(R"([])", R"("normalizer":{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Precompiled"}]},)"),
