@@ -205,7 +205,7 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   if (req.method != found->method) {
     const api_error e{405, "method " + req.method + " not allowed on " + path, "MethodNotAllowed", {}, {}};
     http_response r = error_response(e);
-    r.headers.emplace_back("Allow", found->method);
+    r.headers.emplace_back("Allow", std::string_view(found->method) == "GET" ? "GET, HEAD" : found->method);
     co_await respond(w, r);
     co_return;
   }

@@ -104,6 +104,7 @@ class connection : public std::enable_shared_from_this<connection> {
       idle_ = true;
       int status = co_await read_request(req);
       idle_ = false;
+      head_ = false;
       if (status < 0) break;  // closed, timed out or unusable: no response
       if (status > 0) {       // a protocol error answered before any handler runs
         const http_response r{status, "application/json",
@@ -114,6 +115,9 @@ class connection : public std::enable_shared_from_this<connection> {
       }
       keep_alive_ = req.keep_alive;
       extra_headers_.clear();
+      // HEAD is GET without the body (RFC 9110 9.3.2): routed as GET, answered with its headers.
+      head_ = req.method == "HEAD";
+      if (head_) req.method = "GET";
       server_.active_requests_.fetch_add(1, std::memory_order_relaxed);
       response_writer w(*this);
       bool failed = false;
@@ -205,7 +209,7 @@ class connection : public std::enable_shared_from_this<connection> {
     msg.body() = r.body;
     msg.prepare_payload();
     responded_ = true;
-    const std::string bytes = serialize(msg, false);
+    const std::string bytes = serialize(msg, head_);
     co_return co_await write_all(bytes);
   }
 
@@ -224,6 +228,7 @@ class connection : public std::enable_shared_from_this<connection> {
   }
 
   asio::awaitable<bool> write_chunk(std::string_view data) {
+    if (head_) co_return false;  // no body: the stream ends as if the client had gone
     if (data.empty()) co_return !gone_;
     char size[20];
     int len = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
@@ -233,7 +238,10 @@ class connection : public std::enable_shared_from_this<connection> {
     co_return co_await write_all(frame);
   }
 
-  asio::awaitable<bool> end_stream() { co_return co_await write_all("0\r\n\r\n"); }
+  asio::awaitable<bool> end_stream() {
+    if (head_) co_return true;
+    co_return co_await write_all("0\r\n\r\n");
+  }
 
   asio::awaitable<bool> wait_disconnect() {
     char tmp[4096];
@@ -266,6 +274,7 @@ class connection : public std::enable_shared_from_this<connection> {
   std::string buf_;          // bytes read but not yet parsed (pipelining)
   bool idle_ = true;         // waiting for a request (stop() may close it)
   bool keep_alive_ = true;
+  bool head_ = false;  // the request being answered is a HEAD
   bool responded_ = false;
   bool gone_ = false;
   std::vector<std::pair<std::string, std::string>> extra_headers_;  // this request's, on every response

@@ -59,6 +59,31 @@ TEST_CASE("routes: models, health, version, metrics, 404, 405", "[http][server]"
   CHECK(request(f.port, "GET", "/health").status == 503);
 }
 
+TEST_CASE("HEAD answers a GET route's status and headers without its body", "[http][server]") {
+  server_fixture f;
+  const auto get = request(f.port, "GET", "/v1/models");
+  const auto head = request(f.port, "HEAD", "/v1/models");
+  CHECK(head.status == 200);
+  CHECK(head.body.empty());
+  CHECK(head.head.find("Content-Length: " + std::to_string(get.body.size())) != std::string::npos);
+  CHECK(request(f.port, "HEAD", "/nope").status == 404);
+  auto post_only = request(f.port, "HEAD", "/v1/completions");
+  CHECK(post_only.status == 405);
+  CHECK(post_only.body.empty());
+  auto get_only = request(f.port, "POST", "/health", "{}");
+  CHECK(get_only.status == 405);
+  CHECK(get_only.head.find("Allow: GET, HEAD") != std::string::npos);
+  // On a kept-alive connection the next response starts right after the HEAD's headers.
+  const std::string both = exchange_raw(f.port, "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                                                "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const auto first_end = both.find("\r\n\r\n");
+  REQUIRE(first_end != std::string::npos);
+  CHECK(both.compare(0, 15, "HTTP/1.1 200 OK") == 0);
+  const auto second = parse_raw(both.substr(first_end + 4));
+  CHECK(second.status == 200);
+  CHECK(second.body == get.body);
+}
+
 TEST_CASE("completions: non-streaming body and usage", "[http][server]") {
   server_fixture f;
   auto r = request(f.port, "POST", "/v1/completions", R"({"model":"fake-model","prompt":"abc","max_tokens":5,"n":2})");
