@@ -228,14 +228,15 @@ std::filesystem::path cache_dir() {
 
 // The demo model's GPT-2 tokenizer has no chat template; the server gives the demo folder a small
 // role-tagged one (chat_template.jinja, read by the tokenizer like any model's) so that
-// /v1/chat/completions works out of the box. Unknown roles raise, as real templates do. With
-// `tools` it lists them and asks for Hermes-style <tool_call> blocks (--tool-call-parser hermes),
-// merging a leading system message into that block, and renders assistant tool_calls the same way.
-constexpr const char* k_demo_chat_template = R"TPL({%- if tools %}{{ '<|system|>\n' }}{% if messages[0]['role'] == 'system' %}{{ (messages[0]['content'] or '') + '\n\n' }}{% endif %}{{ '# Tools\n\nYou may call one or more functions. Their signatures are inside <tools></tools>:\n<tools>' }}{% for tool in tools %}{{ '\n' + (tool | tojson) }}{% endfor %}{{ '\n</tools>\n\nFor each call, return a JSON object with the function name and arguments inside <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>\n' }}{% endif %}
+// /v1/chat/completions works out of the box. OpenAI's `developer` role is its system turn; other
+// unknown roles raise, as real templates do. With `tools` it lists them and asks for Hermes-style
+// <tool_call> blocks (--tool-call-parser hermes), merging a leading system (or developer) message
+// into that block, and renders assistant tool_calls the same way.
+constexpr const char* k_demo_chat_template = R"TPL({%- if tools %}{{ '<|system|>\n' }}{% if messages[0]['role'] in ['system', 'developer'] %}{{ (messages[0]['content'] or '') + '\n\n' }}{% endif %}{{ '# Tools\n\nYou may call one or more functions. Their signatures are inside <tools></tools>:\n<tools>' }}{% for tool in tools %}{{ '\n' + (tool | tojson) }}{% endfor %}{{ '\n</tools>\n\nFor each call, return a JSON object with the function name and arguments inside <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>\n' }}{% endif %}
 {%- for message in messages %}
-{%- if message['role'] not in ['system', 'user', 'assistant', 'tool'] %}{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}
-{%- if not (tools and loop.first and message['role'] == 'system') %}
-{{- '<|' + message['role'] + '|>\n' + (message['content'] or '') + '\n' }}
+{%- if message['role'] not in ['system', 'developer', 'user', 'assistant', 'tool'] %}{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}
+{%- if not (tools and loop.first and message['role'] in ['system', 'developer']) %}
+{{- '<|' + ('system' if message['role'] == 'developer' else message['role']) + '|>\n' + (message['content'] or '') + '\n' }}
 {%- if message['role'] == 'assistant' and message['tool_calls'] is defined and message['tool_calls'] %}
 {%- for tc in message['tool_calls'] %}{% set fn = tc['function'] if tc['function'] is defined else tc %}
 {{- '<tool_call>\n{"name": "' + fn['name'] + '", "arguments": ' + (fn['arguments'] if fn['arguments'] is string else (fn['arguments'] | tojson)) + '}\n</tool_call>\n' }}

@@ -2,6 +2,8 @@
 import asyncio
 
 import httpx
+import openai
+import pytest
 
 
 def test_models_and_health(server):
@@ -67,6 +69,22 @@ def test_chat_content_parts(server):
     b = c.chat.completions.create(model=server.model, max_tokens=4, temperature=0,
                                   messages=[{"role": "user", "content": "hello"}])
     assert a.choices[0].message.content == b.choices[0].message.content
+
+
+def test_developer_role_is_the_demo_templates_system_turn(server):
+    """OpenAI's `developer` messages (what the official client sends for instructions) are accepted;
+    the demo template renders them as its system turn, so the two prompts are the same tokens."""
+    c = server.client()
+    common = dict(model=server.model, max_tokens=4, temperature=0)
+    dev = c.chat.completions.create(messages=[{"role": "developer", "content": "Be brief."},
+                                              {"role": "user", "content": "hello"}], **common)
+    sys_ = c.chat.completions.create(messages=[{"role": "system", "content": "Be brief."},
+                                               {"role": "user", "content": "hello"}], **common)
+    assert dev.usage.prompt_tokens == sys_.usage.prompt_tokens
+    assert dev.choices[0].message.content == sys_.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as bogus:
+        c.chat.completions.create(messages=[{"role": "narrator", "content": "x"}], **common)
+    assert "Unknown role: narrator" in str(bogus.value)
 
 
 def test_n2(server):
