@@ -4,6 +4,7 @@
 #include "model/jinja/builtins.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -546,6 +547,21 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
   if (name == "isalpha") return all_of(py_is_alpha);
   if (name == "isspace") return all_of(py_is_space);
   if (name == "isalnum") return all_of([](int32_t cp) { return py_is_alpha(cp) || py_is_numeric(cp); });
+  if (name == "isidentifier")
+    // XID_Start then XID_Continue, read as letters, letter numbers and '_' then also marks,
+    // decimal digits and connector punctuation (the Other_ID_* code points aside).
+    return m([s](call_args&) {
+      const auto cps = spans(s);
+      bool ok = !cps.empty();
+      for (size_t i = 0; ok && i < cps.size(); ++i) {
+        const int32_t cp = cps[i].cp;
+        const auto c = category(cp);
+        const bool start = py_is_alpha(cp) || c == UTF8PROC_CATEGORY_NL || cp == '_';
+        ok = start || (i > 0 && (c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC ||
+                                 c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_PC));
+      }
+      return jvalue(ok);
+    });
   if (name == "rsplit")
     return m([s](call_args& a) {
       jvalue mx = a.get(1, "maxsplit", jvalue(-1));
@@ -848,6 +864,106 @@ std::string html_escape(const std::string& s) {
 }
 
 namespace {
+
+// markupsafe's Markup.striptags(): comments, then tags removed, whitespace runs collapsed to one
+// space, then the entities html.unescape knows best decoded (numeric ones, and amp, lt, gt, quot,
+// apos, nbsp; other named entities stay as written).
+std::string strip_tags(std::string v) {
+  for (size_t b; (b = v.find("<!--")) != std::string::npos;) {
+    const size_t e = v.find("-->", b);
+    if (e == std::string::npos) break;
+    v.erase(b, e + 3 - b);
+  }
+  for (size_t b; (b = v.find('<')) != std::string::npos;) {
+    const size_t e = v.find('>', b);
+    if (e == std::string::npos) break;
+    v.erase(b, e + 1 - b);
+  }
+  std::string joined;
+  const jvalue words = py_split(v, jvalue(), -1);
+  for (const auto& w : words.lst().items) {
+    if (!joined.empty()) joined += ' ';
+    joined += w.str();
+  }
+  std::string out;
+  for (size_t i = 0; i < joined.size();) {
+    if (joined[i] == '&') {
+      const size_t semi = joined.find(';', i);
+      if (semi != std::string::npos && semi - i <= 10) {
+        const std::string ent = joined.substr(i + 1, semi - i - 1);
+        int32_t cp = -1;
+        if (ent.size() > 1 && ent[0] == '#') {
+          const bool hex = ent[1] == 'x' || ent[1] == 'X';
+          const std::string digits = ent.substr(hex ? 2 : 1);
+          if (!digits.empty() && digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") == std::string::npos) {
+            const long n = std::strtol(digits.c_str(), nullptr, hex ? 16 : 10);
+            cp = (n <= 0 || n > 0x10FFFF || (n >= 0xD800 && n <= 0xDFFF)) ? 0xFFFD : static_cast<int32_t>(n);
+          }
+        } else if (ent == "amp") cp = '&';
+        else if (ent == "lt") cp = '<';
+        else if (ent == "gt") cp = '>';
+        else if (ent == "quot") cp = '"';
+        else if (ent == "apos") cp = '\'';
+        else if (ent == "nbsp") cp = 0xA0;
+        if (cp >= 0) {
+          append_cp(out, cp);
+          i = semi + 1;
+          continue;
+        }
+      }
+    }
+    out += joined[i++];
+  }
+  return out;
+}
+
+// jinja2's filesizeformat: decimal (kB, MB, ...) or binary (KiB, MiB, ...) prefixes, one decimal.
+std::string file_size(double bytes, bool binary) {
+  static constexpr const char* k_dec[] = {"kB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+  static constexpr const char* k_bin[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB", "ZiB", "YiB"};
+  const double base = binary ? 1024.0 : 1000.0;
+  char buf[64];
+  if (bytes == 1.0) return "1 Byte";
+  if (bytes < base) {
+    std::snprintf(buf, sizeof buf, "%lld Bytes", static_cast<long long>(bytes));  // int(): toward zero
+    return buf;
+  }
+  double unit = base;
+  for (int i = 0; i < 8; ++i) {
+    unit *= base;
+    if (bytes < unit || i == 7) {
+      const double x = base * bytes / unit;
+      const char* prefix = binary ? k_bin[i] : k_dec[i];
+      std::string out(static_cast<size_t>(std::snprintf(nullptr, 0, "%.1f %s", x, prefix)), '\0');
+      std::snprintf(out.data(), out.size() + 1, "%.1f %s", x, prefix);
+      return out;
+    }
+  }
+  return {};
+}
+
+// urllib's quote_from_bytes over UTF-8: letters, digits and "_.-~" (and '/' unless for_qs) kept,
+// the rest %XX; for_qs also turns %20 into '+' (jinja2's url_quote).
+std::string url_quote(const std::string& v, bool for_qs) {
+  static constexpr char k_hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : v) {
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-' || c == '~' || (!for_qs && c == '/')) {
+      out += static_cast<char>(c);
+    } else if (for_qs && c == ' ') {
+      out += '+';
+    } else {
+      out += '%';
+      out += k_hex[c >> 4];
+      out += k_hex[c & 15];
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace {
 size_t code_point_bytes(std::string_view s, size_t i) {
   auto c = static_cast<unsigned char>(s[i]);
   size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
@@ -1081,6 +1197,12 @@ bool apply_test(std::string_view name, const jvalue& v, const call_args& a) {
     return v.v.index() == arg.v.index() && equals(v, arg);
   }
   if (name == "in") return contains(arg, v);
+  if ((name == "odd" || name == "even") && v.is_float()) {
+    // Python's value % 2 for floats (the divisor's sign): odd is == 1, even is == 0.
+    double r = std::fmod(v.as_float(), 2.0);
+    if (r < 0) r += 2.0;
+    return name == "odd" ? r == 1.0 : r == 0.0;
+  }
   if (name == "odd") return v.as_int() % 2 != 0;
   if (name == "even") return v.as_int() % 2 == 0;
   if (name == "divisibleby") {
@@ -1161,6 +1283,8 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
       return jvalue(static_cast<int64_t>(std::nearbyint(v.as_float() * scale) / scale));  // half to even
     }
     double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
+    // math.ceil/floor return ints in Python, so their results are never -0.0 (round's can be).
+    if (method == "ceil" || method == "floor") r += 0.0;
     return jvalue(r / scale);
   }
   if (name == "list") return jvalue::list(iterate(v));
@@ -1379,6 +1503,51 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
   if (name == "selectattr") return select_like(v, a, true, true);
   if (name == "rejectattr") return select_like(v, a, true, false);
   if (name == "pprint") return jvalue(v.repr());
+  if (name == "striptags") return jvalue(strip_tags(v.to_str()));
+  if (name == "filesizeformat") {
+    double bytes;
+    if (v.is_string()) {
+      char* end = nullptr;
+      const std::string t = python_strip(v.str(), true, true);
+      bytes = std::strtod(t.c_str(), &end);
+      if (t.empty() || *end != '\0') throw template_error("could not convert string to float: " + v.repr());
+    } else {
+      bytes = v.as_float();
+    }
+    return jvalue(file_size(bytes, a.get(0, "binary", jvalue(false)).truthy()));
+  }
+  if (name == "urlencode") {
+    if (v.is_string() || !(v.is_list() || v.is_dict())) return jvalue(url_quote(v.to_str(), false));
+    std::string out;
+    auto pair = [&](const jvalue& k, const jvalue& x) {
+      if (!out.empty()) out += '&';
+      out += url_quote(k.to_str(), true) + "=" + url_quote(x.to_str(), true);
+    };
+    if (v.is_dict()) {
+      for (const auto& [k, x] : v.dct().items) pair(jvalue(k), x);
+    } else {
+      for (const auto& item : iterate(v)) {
+        const auto kv = iterate(item);
+        if (kv.size() != 2)
+          throw template_error("urlencode: each item must be a (key, value) pair, got " + std::to_string(kv.size()) + " values");
+        pair(kv[0], kv[1]);
+      }
+    }
+    return jvalue(out);
+  }
+  if (name == "xmlattr") {
+    if (!v.is_dict()) throw template_error("'" + v.type_name() + "' object has no attribute 'items'");
+    std::string out;
+    for (const auto& [k, x] : v.dct().items) {
+      if (x.is_none() || x.is_undefined()) continue;
+      if (k.find_first_of(" \t\n\r\f\v/>=") != std::string::npos)
+        throw template_error("Invalid character in attribute name: " + jvalue(k).repr());
+      if (!out.empty()) out += ' ';
+      out += html_escape(k) + "=\"" + html_escape(x.to_str()) + "\"";
+    }
+    if (!out.empty() && a.get(0, "autospace", jvalue(true)).truthy()) out.insert(0, " ");
+    return jvalue(out);
+  }
   if (name == "truncate") {
     int64_t len = a.get(0, "length", jvalue(255)).as_int();
     auto cps = code_points(need_str());

@@ -216,6 +216,20 @@ UNIT_CASES = [
   "{% for g in ms|groupby('role') %}{{ g.grouper }}={{ g.list|map(attribute='c')|join(',') }};{% endfor %}"
   "{% for r, l in ms|groupby('role') %}{{ r }}{{ l|length }}{% endfor %}{{ ms|groupby('x', default='-')|list|length }}",
   {"ms": [{"role": "user", "c": "a"}, {"role": "system", "c": "b"}, {"role": "User", "c": "d"}]}),
+ # striptags, filesizeformat, urlencode, xmlattr; str.isidentifier; odd/even of floats; ceil and
+ # floor never give -0.0.
+ ("{{ s|striptags }}|{{ '<!-- open'|striptags }}|{{ 3|striptags }}|{{ 0|filesizeformat }} {{ 1|filesizeformat }} "
+  "{{ 999|filesizeformat }} {{ 1500000|filesizeformat }} {{ 1024|filesizeformat(true) }} {{ (-5.5)|filesizeformat }} "
+  "{{ ' 2048 '|filesizeformat(binary=true) }} {{ 1e300|filesizeformat }}|{{ 'a b/c?d=é&~'|urlencode }} {{ d|urlencode }} "
+  "{{ [('k&', 'v/='), ['a', 'b c']]|urlencode }} {{ 42|urlencode }}|<x{{ d|xmlattr }}><y{{ d|xmlattr(false) }}><z{{ {}|xmlattr }}>",
+  {"s": "Hello <b>World</b> &amp; &lt;x&gt; &#65;&#x42; <!-- c <i> --> end  \n tail",
+   "d": {"class": "a b", "id": 3, "n": None, "q": "x\"<y>&'"}}),
+ ("{{ 'abc'.isidentifier() }}{{ '_x1'.isidentifier() }}{{ '1x'.isidentifier() }}{{ ''.isidentifier() }}"
+  "{{ 'a-b'.isidentifier() }}{{ 'e\u0301'.isidentifier() }}{{ 'Ⅻ'.isidentifier() }}|{{ 2.5 is even }}{{ 0.1 is even }}"
+  "{{ 3.0 is odd }}{{ 4.0 is even }}{{ -3.0 is odd }}{{ 3.5 is odd }}|{{ -0.5|round(0, 'ceil') }} {{ -0.4|round }} "
+  "{{ -0.5|round(0, 'floor') }} {{ -0.04|round(1, 'ceil') }}", {}),
+ ("{{ {'a b': 1}|xmlattr }}", {}),
+ ("{{ 'x'|filesizeformat }}", {}),
  ("{{ x|int }}", {}),
  ("{{ 5|indent(2) }}", {}),
  ("{{ 'a' % 'b' }}", {}),
