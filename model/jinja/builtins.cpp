@@ -456,29 +456,6 @@ bool prefix_match(const std::string& s, const jvalue& p, bool at_end) {
   return one(p.str());
 }
 
-std::string str_format(const std::string& fmt, const call_args& a) {
-  std::string out;
-  size_t auto_idx = 0;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    char c = fmt[i];
-    if (c == '{' && i + 1 < fmt.size() && fmt[i + 1] == '{') { out += '{'; ++i; continue; }
-    if (c == '}' && i + 1 < fmt.size() && fmt[i + 1] == '}') { out += '}'; ++i; continue; }
-    if (c != '{') { out += c; continue; }
-    size_t close = fmt.find('}', i);
-    if (close == std::string::npos) throw template_error("Single '{' encountered in format string");
-    std::string field = fmt.substr(i + 1, close - i - 1);
-    size_t colon = field.find(':');
-    if (colon != std::string::npos) field.resize(colon);
-    jvalue v;
-    if (field.empty()) v = a.get(auto_idx++, "\x01");
-    else if (std::isdigit(static_cast<unsigned char>(field[0]))) v = a.get(std::stoul(field), "\x01");
-    else v = a.get(SIZE_MAX, field);
-    out += v.to_str();
-    i = close;
-  }
-  return out;
-}
-
 jvalue string_method(const jvalue& obj, const std::string& name) {
   const std::string s = obj.str();
   auto m = [&](auto fn) { return make_method(name, fn); };
@@ -1091,55 +1068,6 @@ std::string to_json_text(const jvalue& v, const call_args& args) {
   o.item_sep = item_sep;
   o.key_sep = key_sep;
   return json::dump(to_json(v), o);
-}
-
-std::string percent_format(const std::string& fmt, const jvalue& args) {
-  std::vector<jvalue> list = args.is_list() && args.lst().tuple ? args.lst().items : std::vector<jvalue>{args};
-  size_t ai = 0;
-  std::string out;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    if (fmt[i] != '%') { out += fmt[i]; continue; }
-    size_t j = i + 1;
-    if (j < fmt.size() && fmt[j] == '%') { out += '%'; i = j; continue; }
-    // %[flags][width][.precision]conv
-    std::string spec = "%";
-    while (j < fmt.size() && std::string_view("-+ 0#").find(fmt[j]) != std::string_view::npos) spec += fmt[j++];
-    for (int part = 0; part < 2; ++part) {
-      if (part == 1) {
-        if (j >= fmt.size() || fmt[j] != '.') break;
-        spec += fmt[j++];
-      }
-      int64_t n = 0;
-      while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9') {
-        n = std::min<int64_t>(n * 10 + (fmt[j] - '0'), k_max_width + 1);
-        spec += fmt[j++];
-      }
-      width_arg(n, part == 0 ? "format width" : "format precision");
-    }
-    if (j >= fmt.size()) throw template_error("incomplete format");
-    char conv = fmt[j];
-    if (ai >= list.size()) throw template_error("not enough arguments for format string");
-    const jvalue& a = list[ai++];
-    if (conv == 's' || conv == 'r') {
-      std::string s = conv == 's' ? a.to_str() : a.repr();
-      append_printf(out, spec + "s", s.c_str());
-    } else if (conv == 'd' || conv == 'i') {
-      append_printf(out, spec + "lld", static_cast<long long>(a.as_int()));
-    } else if (conv == 'x' || conv == 'X' || conv == 'o') {
-      append_printf(out, spec + "ll" + conv, static_cast<long long>(a.as_int()));
-    } else if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'g') {
-      append_printf(out, spec + conv, a.as_float());
-    } else {
-      throw template_error(std::string("unsupported format character '") + conv + "'");
-    }
-    i = j;
-  }
-  // Python: a tuple's unused items are an error, and so is an unused single argument unless it is
-  // a mapping, a list or jinja2's Undefined (all pass PyMapping_Check, so '%' treats them as a
-  // mapping).
-  if (ai < list.size() && !args.is_dict() && !args.is_undefined() && !(args.is_list() && !args.lst().tuple))
-    throw template_error("not all arguments converted during string formatting");
-  return out;
 }
 
 bool is_known_test(std::string_view n) {

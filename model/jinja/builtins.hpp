@@ -29,8 +29,12 @@ std::string to_json_text(const jvalue& v, const call_args& args);
 }  // namespace coserve::jinja
 
 namespace coserve::jinja {
-// Python's `fmt % args` for %s %r %d %i %f %x %% with flags/width/precision.
+// Python's `fmt % args`: %(key) from a mapping, flags, width and precision (or *), and the
+// conversions s r a c d i u o x X e E f F g G % (py_format.cpp).
 std::string percent_format(const std::string& fmt, const jvalue& args);
+// Python's str.format(): fields by position, number or keyword with .attr / [key], !r !s !a, and the
+// format-spec mini-language (fill, align, sign, z, #, 0, width, grouping, precision, type).
+std::string str_format(const std::string& fmt, const call_args& args, int depth = 0);
 // UTF-8 code points of s, each as its own string (Python indexes strings by code point).
 std::vector<std::string> code_points(std::string_view s);
 // The byte offset where each code point of `s` starts (code_points' boundaries), then s.size().
