@@ -61,28 +61,31 @@ std::string strip(const std::string& s, bool left, bool right) {
 }  // namespace
 
 std::string replace_all(const std::string& text, const std::string& literal, const std::optional<regex>& re,
-                        const std::string& content) {
-  std::string out;
+                        const std::string& content, std::size_t* prefix) {
+  std::vector<std::pair<std::size_t, std::size_t>> m;
   if (re) {
-    std::vector<std::pair<std::size_t, std::size_t>> m;
     re->find_all(text, m);
-    if (m.empty()) return text;
-    std::size_t last = 0;
-    for (auto [b, e] : m) {
-      out.append(text, last, b - last);
-      out += content;
-      last = e;
-    }
-    out.append(text, last);
-    return out;
+  } else if (!literal.empty()) {
+    for (std::size_t p = text.find(literal); p != std::string::npos; p = text.find(literal, p + literal.size()))
+      m.emplace_back(p, p + literal.size());
   }
-  if (literal.empty()) return text;
+  // *prefix: where the first *prefix bytes end up; a match that starts inside them counts whole.
+  std::size_t zend = prefix != nullptr ? *prefix : 0;
+  bool done = prefix == nullptr || zend == 0;
+  std::string out;
+  out.reserve(text.size());
   std::size_t last = 0;
-  for (std::size_t p = text.find(literal); p != std::string::npos; p = text.find(literal, last)) {
-    out.append(text, last, p - last);
+  for (auto [b, e] : m) {
+    if (!done && b >= zend) {
+      *prefix = out.size() + (zend > last ? zend - last : 0);
+      done = true;
+    }
+    out.append(text, last, b - last);
     out += content;
-    last = p + literal.size();
+    if (!done) zend = std::max(zend, e);
+    last = e;
   }
+  if (!done) *prefix = out.size() + (zend > last ? zend - last : 0);
   out.append(text, last);
   return out;
 }
@@ -143,28 +146,6 @@ result<void> normalizer::add(simdjson::dom::element node) {
 
 namespace {
 
-// Where the first z bytes of `text` end up once every match of a Replace is replaced: a match that
-// starts inside them is replaced whole and counts in full.
-std::size_t replaced_prefix(const std::string& text, std::size_t z, const std::string& literal,
-                            const std::optional<regex>& re, const std::string& content) {
-  std::vector<std::pair<std::size_t, std::size_t>> m;
-  if (re) {
-    re->find_all(text, m);
-  } else if (!literal.empty()) {
-    for (std::size_t p = text.find(literal); p != std::string::npos; p = text.find(literal, p + literal.size()))
-      m.emplace_back(p, p + literal.size());
-  }
-  std::size_t out = 0, pos = 0, end = z;
-  for (auto [b, e] : m) {
-    if (b >= end) break;
-    out += b - pos + content.size();
-    pos = e;
-    end = std::max(end, e);
-  }
-  if (pos < end) out += end - pos;
-  return out;
-}
-
 // The bytes of `whole`, the normal form of `text`, that the first z bytes of `text` become: those
 // bytes normalized on their own, or the first character of `whole` where composition joined what
 // followed to them.
@@ -223,8 +204,8 @@ std::string normalizer::apply(std::string text, std::size_t* start_len) const {
         ascii = false;
         break;
       case kind::replace: {
-        std::size_t nz = start_len != nullptr ? replaced_prefix(text, z, s.literal, s.re, s.text) : 0;
-        text = replace_all(text, s.literal, s.re, s.text);
+        std::size_t nz = z;
+        text = replace_all(text, s.literal, s.re, s.text, start_len != nullptr ? &nz : nullptr);
         track([&] { return nz; });
         ascii = false;
         break;

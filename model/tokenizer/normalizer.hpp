@@ -41,7 +41,9 @@ class normalizer {
 };
 
 // Replaces every match of a literal or regex with `content` (shared with the Replace decoder).
+// `prefix`, when given, holds a count of leading bytes of `text` and receives how many leading
+// bytes of the result they became (a match that starts inside them counts whole).
 std::string replace_all(const std::string& text, const std::string& literal, const std::optional<regex>& re,
-                        const std::string& content);
+                        const std::string& content, std::size_t* prefix = nullptr);
 
 }  // namespace coserve
