@@ -61,6 +61,13 @@ result<void> decoder::add(simdjson::dom::element node) {
     } else {
       return make_error("invalid_argument", "Replace decoder without a pattern");
     }
+  } else if (type == "BPEDecoder") {
+    // Each token's end-of-word suffix becomes a space, the last token's nothing.
+    s.k = kind::bpe_suffix;
+    std::string_view suffix = "</w>";
+    if (!node["suffix"].is_null() && node["suffix"].get(suffix))
+      return make_error("invalid_argument", "BPEDecoder suffix must be a string");
+    s.literal = suffix;
   } else {
     return make_error("unsupported", "unsupported decoder type '" + std::string(type) + "'");
   }
@@ -163,6 +170,10 @@ std::string decoder::decode(std::vector<std::string> tokens) const {
       case kind::replace:
         for (auto& t : tokens) t = replace_all(t, s.literal, s.re, s.replacement);
         break;
+      case kind::bpe_suffix:
+        for (std::size_t i = 0; i < tokens.size(); ++i)
+          tokens[i] = replace_all(tokens[i], s.literal, std::nullopt, i + 1 == tokens.size() ? "" : " ");
+        break;
     }
   }
   std::string out;
@@ -199,6 +210,9 @@ std::string decoder::token_bytes(const std::string& token) const {
         break;
       case kind::replace:
         t = replace_all(t, s.literal, s.re, s.replacement);
+        break;
+      case kind::bpe_suffix:
+        t = replace_all(t, s.literal, std::nullopt, " ");
         break;
     }
   }

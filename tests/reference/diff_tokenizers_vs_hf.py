@@ -6,7 +6,8 @@ Lowercase, Strip, Prepend, Replace with strings and regexes), a Sequence of pre-
 with regexes using \\w, \\s, \\p{..} and POSIX classes, every behaviour, inverted or not; Digits,
 Punctuation, Whitespace, WhitespaceSplit, CharDelimiterSplit, BertPreTokenizer; Metaspace with each
 prepend scheme, or ByteLevel last), a BPE model trained on a random corpus (byte fallback on the
-Metaspace side, ignore_merges sometimes), added tokens with random flags (special or not,
+Metaspace side, ignore_merges sometimes), a ByteLevel decoder or a random Sequence of Metaspace,
+ByteFallback, Fuse, Strip, Replace and BPEDecoder, added tokens with random flags (special or not,
 normalized, lstrip, rstrip, single_word) and sometimes a TemplateProcessing post-processor. It
 then encodes random texts (with and without special tokens) and decodes the ids (with and
 without skipping special tokens) through `coserve tokenize` / `coserve detokenize` and through
@@ -79,9 +80,11 @@ def build():
     else:
         steps.append(P.Metaspace(prepend_scheme=R.choice(["first", "always", "never"]), split=R.random() < 0.7))
         tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, ignore_merges=R.random() < 0.3))
-        tok.decoder = R.choice([
-            D.Sequence([D.Metaspace(prepend_scheme="first"), D.ByteFallback(), D.Fuse()]),
-            D.Sequence([D.Replace("▁", " "), D.ByteFallback(), D.Fuse(), D.Strip(" ", 1, 0)])])
+        opts = [lambda: D.Metaspace(prepend_scheme=R.choice(["first", "always", "never"]), split=R.random() < 0.5),
+                D.ByteFallback, D.Fuse, lambda: D.Strip(R.choice([" ", "▁", "a"]), R.randint(0, 2), R.randint(0, 2)),
+                lambda: D.Replace(R.choice(["▁", Regex("▁+"), "l"]), R.choice([" ", "", "_"])),
+                lambda: D.BPEDecoder(suffix=R.choice(["</w>", "l"]))]
+        tok.decoder = D.Sequence([R.choice(opts)() for _ in range(R.randint(1, 5))])
         trainer = trainers.BpeTrainer(vocab_size=400, show_progress=False,
                                       special_tokens=["<unk>"] + [f"<0x{i:02X}>" for i in range(256)])
     norm = normalizer()
@@ -135,7 +138,10 @@ for case in range(args.cases):
                 got = run([args.bin, "detokenize", path] + (["--skip-special-tokens"] if skip else []), ids)
                 for i, g in zip(ids, got):
                     decodes += 1
-                    want = tok.decode(i, skip_special_tokens=skip)
+                    try:
+                        want = tok.decode(i, skip_special_tokens=skip)
+                    except BaseException:  # tokenizers panics on some chains (BPEDecoder of nothing)
+                        continue
                     if want != g:
                         bad += 1
                         if bad <= 4:

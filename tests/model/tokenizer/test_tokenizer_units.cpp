@@ -38,6 +38,18 @@ TEST_CASE("merges as strings or pairs, model.type optional", "[tokenizer]") {
   CHECK(tok->encode("abc", false) == std::vector<int32_t>{3, 2});
 }
 
+TEST_CASE("BPEDecoder: the suffix ends a word with a space, the last token's with nothing", "[tokenizer]") {
+  // Expected strings from Hugging Face tokenizers 0.23.3 on the same file.
+  auto tok = tokenizer::from_json(tiny("[]", R"("decoder":{"type":"BPEDecoder","suffix":"c"},)"));
+  REQUIRE(tok.ok());
+  CHECK(tok->decode(std::vector<int32_t>{4, 0, 2}, false) == "ab a");
+  CHECK(tok->decode(std::vector<int32_t>{2, 2, 1}, false) == "  b");
+  CHECK(tok->decode(std::vector<int32_t>{4, 5, 2}, false) == "ab <eos>");
+  CHECK(tok->decode(std::vector<int32_t>{4, 5, 2}, true) == "ab ");
+  CHECK(tok->decode(std::vector<int32_t>{}, false).empty());
+  CHECK(tok->token_bytes(4) == "ab ");
+}
+
 TEST_CASE("ignore_merges takes whole words from the vocabulary", "[tokenizer]") {
   // "abc" is in the vocabulary but no merge chain reaches it from a+b+c without "ab c".
   auto plain = tokenizer::from_json(tiny(R"(["a b"])"));
