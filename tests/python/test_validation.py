@@ -197,7 +197,7 @@ def test_models_retrieve_through_the_openai_client(server):
         r = httpx.get(server.url + path)
         check_error(r, 404)
     r = httpx.post(server.url + "/v1/models/" + server.model)
-    assert r.status_code == 405 and r.headers["allow"] == "GET"
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
 
 
 @pytest.mark.parametrize("field,param", [("chat_template", "chat_template"), ("chat_template_kwargs", "chat_template_kwargs")])
