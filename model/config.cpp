@@ -467,6 +467,14 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     }
   }
 
+  // Values transformers would turn into NaN logits or an empty context are refused here, by name.
+  if (!(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta))
+    return config_error(origin, "rope_theta must be a positive number, got " + std::to_string(c.rope_theta));
+  if (!(c.rms_norm_eps >= 0.0f) || !std::isfinite(c.rms_norm_eps))
+    return config_error(origin, "rms_norm_eps must be a non-negative number, got " + std::to_string(c.rms_norm_eps));
+  if (c.max_position_embeddings <= 0)
+    return config_error(origin, "max_position_embeddings must be positive, got " + std::to_string(c.max_position_embeddings));
+
   std::string td = get_string(o, "torch_dtype");
   if (td.empty()) td = get_string(o, "dtype");
   if (td == "bfloat16") c.torch_dtype = dtype::bf16;

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 
 #include "model/config.hpp"
@@ -252,6 +253,14 @@ TEST_CASE("config: unsupported or malformed configs are clear errors", "[model][
   CHECK_THAT(act.err().message, Catch::Contains("hidden_act 'gelu'"));
   CHECK(parse_model_config(with(k_llama, "\"vocab_size\"", "\"hidden_act\":\"silu\",\"vocab_size\""), "c").ok());
   CHECK(parse_model_config(with(k_llama, "\"vocab_size\"", "\"hidden_act\":null,\"vocab_size\""), "c").ok());
+  // Values that would give NaN logits or no context are named.
+  for (const auto& [field, from, to] : std::vector<std::array<std::string, 3>>{
+           {"rope_theta", "500000.0", "-1"}, {"rope_theta", "500000.0", "0"}, {"rms_norm_eps", "1e-5", "-0.5"},
+           {"max_position_embeddings", "4096", "0"}}) {
+    auto r = parse_model_config(with(k_llama, "\"" + field + "\":" + from, "\"" + field + "\":" + to), "c");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.err().message, Catch::Contains(field));
+  }
   CHECK_FALSE(parse_model_config("[1,2]", "c").ok());
   CHECK_FALSE(parse_model_config("{not json", "c").ok());
   auto io = load_model_config("/nonexistent/coserve-model");
