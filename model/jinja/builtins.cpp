@@ -15,27 +15,6 @@
 namespace coserve::jinja {
 namespace {
 
-// Widths, indents and precisions above this are refused (template_error) instead of allocating
-// that much: Python would build the string, no real template asks for it.
-constexpr int64_t k_max_width = int64_t{1} << 20;
-
-// A pad/indent/precision argument as a count; negative counts as 0 (Python's ' ' * -n == '').
-size_t width_arg(int64_t w, const char* what) {
-  if (w > k_max_width) throw template_error(std::string(what) + " " + std::to_string(w) + " is too large");
-  return w < 0 ? 0 : static_cast<size_t>(w);
-}
-
-// Appends printf(f, value) whatever its length.
-template <class T>
-void append_printf(std::string& out, const std::string& f, T value) {
-  int n = std::snprintf(nullptr, 0, f.c_str(), value);
-  if (n < 0) throw template_error("bad format " + f);
-  const size_t old = out.size();
-  out.resize(old + static_cast<size_t>(n) + 1);
-  std::snprintf(out.data() + old, static_cast<size_t>(n) + 1, f.c_str(), value);
-  out.resize(old + static_cast<size_t>(n));
-}
-
 // A code point of a UTF-8 string and its bytes; an invalid byte is one span with cp -1.
 struct cp_span {
   int32_t cp;
@@ -59,12 +38,6 @@ std::vector<cp_span> spans(std::string_view s) {
     }
   }
   return out;
-}
-
-void append_cp(std::string& out, int32_t cp) {
-  utf8proc_uint8_t buf[4];
-  utf8proc_ssize_t m = utf8proc_encode_char(cp, buf);
-  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(m));
 }
 
 // Python's str.isspace() per code point (bidirectional class WS, B or S, or category Zs): what
@@ -824,6 +797,12 @@ jvalue to_float(const jvalue& v, const jvalue& def) {
 }  // namespace
 
 std::string python_strip(std::string_view s, bool left, bool right) { return py_strip(s, jvalue(), left, right); }
+
+void append_cp(std::string& out, int32_t cp) {
+  utf8proc_uint8_t buf[4];
+  utf8proc_ssize_t m = utf8proc_encode_char(cp, buf);
+  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(m));
+}
 
 std::string html_escape(const std::string& s) {
   std::string out;

@@ -3,6 +3,8 @@
 // are refused as unsafe, as there).
 #pragma once
 
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -29,6 +31,30 @@ std::string to_json_text(const jvalue& v, const call_args& args);
 }  // namespace coserve::jinja
 
 namespace coserve::jinja {
+// Widths, indents and precisions above this are refused (template_error) instead of allocating
+// that much: Python would build the string, no real template asks for it.
+inline constexpr int64_t k_max_width = int64_t{1} << 20;
+
+// A pad/indent/precision argument as a count; negative counts as 0 (Python's ' ' * -n == '').
+inline size_t width_arg(int64_t w, const char* what) {
+  if (w > k_max_width) throw template_error(std::string(what) + " " + std::to_string(w) + " is too large");
+  return w < 0 ? 0 : static_cast<size_t>(w);
+}
+
+// Appends printf(f, value) whatever its length.
+template <class T>
+void append_printf(std::string& out, const std::string& f, T value) {
+  int n = std::snprintf(nullptr, 0, f.c_str(), value);
+  if (n < 0) throw template_error("bad format " + f);
+  const size_t old = out.size();
+  out.resize(old + static_cast<size_t>(n) + 1);
+  std::snprintf(out.data() + old, static_cast<size_t>(n) + 1, f.c_str(), value);
+  out.resize(old + static_cast<size_t>(n));
+}
+
+// Appends code point cp as UTF-8.
+void append_cp(std::string& out, int32_t cp);
+
 // Python's `fmt % args`: %(key) from a mapping, flags, width and precision (or *), and the
 // conversions s r a c d i u o x X e E f F g G % (py_format.cpp).
 std::string percent_format(const std::string& fmt, const jvalue& args);

@@ -1,6 +1,8 @@
 // Python's two string-formatting languages as chat templates reach them: `fmt % args` (and the
 // `format` filter) and str.format() with the format-spec mini-language, for the values a template
 // holds (str, int, bool, float, None, lists, dicts). Python 3.11's rules and error messages.
+// Over 500 lines: one concept, the two languages sharing one spec, padding and number formatting
+// (format_int / format_float serve both); apart they would each need all of it.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -10,42 +12,41 @@
 #include <string_view>
 #include <vector>
 
+#include <utf8proc.h>
+
 #include "model/jinja/builtins.hpp"
 
 namespace coserve::jinja {
 
 namespace {
 
-constexpr int64_t k_max_width = int64_t{1} << 20;
-
+// A width or precision as written (a negative * width keeps its sign), refused past k_max_width.
 int64_t bounded(int64_t n, const char* what) {
-  if (n > k_max_width) throw template_error(std::string(what) + " " + std::to_string(n) + " is too large");
+  width_arg(n, what);
   return n;
 }
 
-std::string printf_string(const char* f, double x) {
-  const int n = std::snprintf(nullptr, 0, f, x);
-  std::string out(static_cast<size_t>(n), '\0');
-  std::snprintf(out.data(), out.size() + 1, f, x);
+std::string printf_string(const std::string& f, double x) {
+  std::string out;
+  append_printf(out, f, x);
   return out;
 }
 
 // Python's ascii(): repr() with every non-ASCII code point escaped.
 std::string ascii_of(const std::string& repr) {
   std::string out;
-  const auto cps = code_points(repr);
-  for (const auto& c : cps) {
-    if (c.size() == 1) {
-      out += c;
+  for (size_t i = 0; i < repr.size();) {
+    utf8proc_int32_t cp = -1;
+    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(repr.data() + i),
+                                                static_cast<utf8proc_ssize_t>(repr.size() - i), &cp);
+    if (n <= 0 || cp < 0x80) {
+      out += repr[i++];
       continue;
     }
-    const auto* p = reinterpret_cast<const unsigned char*>(c.data());
-    uint32_t cp = c.size() == 2   ? ((p[0] & 0x1Fu) << 6) | (p[1] & 0x3Fu)
-                  : c.size() == 3 ? ((p[0] & 0x0Fu) << 12) | ((p[1] & 0x3Fu) << 6) | (p[2] & 0x3Fu)
-                                  : ((p[0] & 0x07u) << 18) | ((p[1] & 0x3Fu) << 12) | ((p[2] & 0x3Fu) << 6) | (p[3] & 0x3Fu);
     char buf[16];
-    std::snprintf(buf, sizeof buf, cp <= 0xFF ? "\\x%02x" : cp <= 0xFFFF ? "\\u%04x" : "\\U%08x", cp);
+    std::snprintf(buf, sizeof buf, cp <= 0xFF ? "\\x%02x" : cp <= 0xFFFF ? "\\u%04x" : "\\U%08x", static_cast<unsigned>(cp));
     out += buf;
+    i += static_cast<size_t>(n);
   }
   return out;
 }
@@ -91,7 +92,7 @@ std::string group_digits(const std::string& text, char sep, int group, bool hex 
 // 10^p, and keeps a ".0" on whole numbers (CPython's Py_DTSF_ADD_DOT_0). x >= 0 and finite.
 std::string general_dot0(double x, int64_t p, bool alt) {
   if (p == 0) p = 1;
-  const std::string e = printf_string(((alt ? "%#." : "%.") + std::to_string(p - 1) + "e").c_str(), x);
+  const std::string e = printf_string((alt ? "%#." : "%.") + std::to_string(p - 1) + "e", x);
   const size_t epos = e.find('e');
   const int exp10 = std::atoi(e.c_str() + epos + 1);
   auto strip_zeros = [&](std::string t) {
@@ -106,7 +107,7 @@ std::string general_dot0(double x, int64_t p, bool alt) {
     std::snprintf(buf, sizeof buf, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
     return mant + buf;
   }
-  std::string f = strip_zeros(printf_string(((alt ? "%#." : "%.") + std::to_string(p - 1 - exp10) + "f").c_str(), x));
+  std::string f = strip_zeros(printf_string((alt ? "%#." : "%.") + std::to_string(p - 1 - exp10) + "f", x));
   if (f.find('.') == std::string::npos) f += alt ? "." : ".0";
   return f;
 }
@@ -185,7 +186,7 @@ std::string format_float(double x, const spec_t& p, char type) {
       if (p.alt) f += '#';
       f += "." + std::to_string(prec);
       f += c;
-      body = printf_string(f.c_str(), v);
+      body = printf_string(f, v);
     }
     if (upper) std::transform(body.begin(), body.end(), body.begin(), [](unsigned char ch) { return std::toupper(ch); });
     if (p.grouping) body = group_digits(body, p.grouping, 3);
@@ -208,15 +209,7 @@ std::string format_int(const jvalue& v, const spec_t& p) {
     if (p.sign != '-') throw template_error("Sign not allowed with integer format specifier 'c'");
     if (n < 0 || n > 0x10FFFF) throw template_error("%c arg not in range(0x110000)");
     std::string ch;
-    const auto u = static_cast<uint32_t>(n);
-    if (u < 0x80) ch += static_cast<char>(u);
-    else if (u < 0x800) ch += static_cast<char>(0xC0 | (u >> 6)), ch += static_cast<char>(0x80 | (u & 0x3F));
-    else if (u < 0x10000)
-      ch += static_cast<char>(0xE0 | (u >> 12)), ch += static_cast<char>(0x80 | ((u >> 6) & 0x3F)),
-          ch += static_cast<char>(0x80 | (u & 0x3F));
-    else
-      ch += static_cast<char>(0xF0 | (u >> 18)), ch += static_cast<char>(0x80 | ((u >> 12) & 0x3F)),
-          ch += static_cast<char>(0x80 | ((u >> 6) & 0x3F)), ch += static_cast<char>(0x80 | (u & 0x3F));
+    append_cp(ch, static_cast<int32_t>(n));
     return pad("", ch, p.width, p.align == 0 ? '<' : p.align, p.fill);
   }
   if (type != 0 && type != 'd' && type != 'n' && type != 'b' && type != 'o' && type != 'x' && type != 'X')

@@ -162,11 +162,7 @@ std::size_t normalized_prefix(const std::string& text, const std::string& whole,
 }  // namespace
 
 std::string normalizer::apply(std::string text, std::size_t* start_len) const {
-  std::size_t z = 0;  // leading bytes that come from the input's first character
-  if (start_len != nullptr && !text.empty()) {
-    char32_t cp;
-    z = std::max<std::size_t>(1, utf8::decode(text, 0, cp));
-  }
+  std::size_t z = start_len != nullptr ? std::min(*start_len, text.size()) : 0;  // from the first character
   const auto track = [&](auto&& f) {
     if (start_len != nullptr) z = std::min(f(), text.size());
   };

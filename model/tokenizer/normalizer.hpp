@@ -21,10 +21,10 @@ class normalizer {
   bool empty() const noexcept { return steps_.empty(); }
   // Input and output are valid UTF-8.
   std::string apply(std::string text) const { return apply(std::move(text), nullptr); }
-  // Also reports in *start_len how many leading bytes of the output come from the input's first
-  // character (what Hugging Face's alignments map to original offset 0): its normal form, its
-  // lowercase, a replacement of a match that starts there, what Prepend put before it; 0 when
-  // Strip removed it.
+  // *start_len: on entry the byte length of the input's first character; on return how many
+  // leading bytes of the output come from it (what Hugging Face's alignments map to original
+  // offset 0): its normal form, its lowercase, a replacement of a match that starts there, what
+  // Prepend put before it; 0 when Strip removed it.
   std::string apply(std::string text, std::size_t* start_len) const;
 
  private:
