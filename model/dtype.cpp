@@ -19,6 +19,11 @@ std::string_view dtype_name(dtype t) noexcept {
     case dtype::q4_k: return "Q4_K";
     case dtype::q5_k: return "Q5_K";
     case dtype::q6_k: return "Q6_K";
+    case dtype::q4_1: return "Q4_1";
+    case dtype::q5_0: return "Q5_0";
+    case dtype::q5_1: return "Q5_1";
+    case dtype::q2_k: return "Q2_K";
+    case dtype::q3_k: return "Q3_K";
   }
   return "?";
 }
@@ -31,10 +36,15 @@ int64_t dtype_block_elems(dtype t) noexcept {
     case dtype::f8_e4m3:
     case dtype::f8_e5m2: return 1;
     case dtype::q8_0:
-    case dtype::q4_0: return 32;
+    case dtype::q4_0:
+    case dtype::q4_1:
+    case dtype::q5_0:
+    case dtype::q5_1: return 32;
     case dtype::q4_k:
     case dtype::q5_k:
-    case dtype::q6_k: return 256;
+    case dtype::q6_k:
+    case dtype::q2_k:
+    case dtype::q3_k: return 256;
   }
   return 1;
 }
@@ -51,6 +61,11 @@ size_t dtype_block_bytes(dtype t) noexcept {
     case dtype::q4_k: return 144;  // f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, 128 bytes of nibbles
     case dtype::q5_k: return 176;  // as Q4_K + 32 bytes of high bits
     case dtype::q6_k: return 210;  // 128 low nibbles, 64 high 2-bit pairs, 16 int8 scales, f16 d
+    case dtype::q4_1: return 20;   // f16 scale, f16 min, 16 bytes of nibbles
+    case dtype::q5_0: return 22;   // f16 scale, 32 high bits, 16 bytes of nibbles
+    case dtype::q5_1: return 24;   // f16 scale, f16 min, 32 high bits, 16 bytes of nibbles
+    case dtype::q2_k: return 84;   // 16 scale/min nibble pairs, 64 bytes of 2-bit values, f16 d, f16 dmin
+    case dtype::q3_k: return 110;  // 32 bytes of high bits, 64 bytes of 2-bit values, 12 bytes of 6-bit scales, f16 d
   }
   return 4;
 }
@@ -194,6 +209,11 @@ void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept {
     case dtype::q4_k:
     case dtype::q5_k:
     case dtype::q6_k:
+    case dtype::q4_1:
+    case dtype::q5_0:
+    case dtype::q5_1:
+    case dtype::q2_k:
+    case dtype::q3_k:
       dequantize(t, src, dst, n);
       break;
   }

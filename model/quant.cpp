@@ -32,9 +32,34 @@ inline int q6k_value(const uint8_t* ql, const uint8_t* qh, int v) noexcept {
   const int high = (qh[32 * hh + (r % 32)] >> (2 * (r / 32))) & 3;
   return (low | (high << 4)) - 32;
 }
-inline int q4_0_value(const uint8_t* qs, int i) noexcept {
-  return (i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4)) - 8;
+inline int nibble(const uint8_t* qs, int i) noexcept { return i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4); }
+inline int q4_0_value(const uint8_t* qs, int i) noexcept { return nibble(qs, i) - 8; }
+// The 5-bit quant (0..31) of value i of a Q5_0 / Q5_1 block: qh holds the fifth bits.
+inline int q5_value(const uint8_t* qh, const uint8_t* qs, int i) noexcept {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return nibble(qs, i) | int(((h >> i) & 1u) << 4);
 }
+// The 2-bit quant of value v of a Q2_K / Q3_K block's qs.
+inline int q2k_value(const uint8_t* qs, int v) noexcept { return (qs[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3; }
+// Q3_K's signed 3-bit quant (-4..3) of value v.
+inline int q3k_value(const uint8_t* hmask, const uint8_t* qs, int v) noexcept {
+  return q2k_value(qs, v) - (((hmask[v % 32] >> (v / 32)) & 1) ? 0 : 4);
+}
+
+// Value i of a block-32 type's block at p as an integer (the offsets included), and the block's
+// minimum (Q4_1, Q5_1; else 0).
+inline int block32_value(dtype t, const uint8_t* p, int i) noexcept {
+  switch (t) {
+    case dtype::q8_0: return int(int8_t(p[2 + i]));
+    case dtype::q4_0: return q4_0_value(p + 2, i);
+    case dtype::q4_1: return nibble(p + 4, i);
+    case dtype::q5_0: return q5_value(p + 2, p + 6, i) - 16;
+    case dtype::q5_1: return q5_value(p + 4, p + 8, i);
+    default: return 0;
+  }
+}
+inline bool has_min(dtype t) noexcept { return t == dtype::q4_1 || t == dtype::q5_1; }
 
 }  // namespace
 
@@ -48,9 +73,40 @@ void dequantize(dtype t, const void* src, float* dst, size_t n) noexcept {
         for (int i = 0; i < 32; ++i) *dst++ = float(int8_t(p[2 + i])) * d;
         break;
       }
-      case dtype::q4_0: {
+      case dtype::q4_0:
+      case dtype::q5_0: {
         const float d = f16_at(p);
-        for (int i = 0; i < 32; ++i) *dst++ = d * float(q4_0_value(p + 2, i));
+        for (int i = 0; i < 32; ++i) *dst++ = d * float(block32_value(t, p, i));
+        break;
+      }
+      case dtype::q4_1:
+      case dtype::q5_1: {  // gguf-py: (d * q) + m, two roundings
+        const float d = f16_at(p), m = f16_at(p + 2);
+        for (int i = 0; i < 32; ++i) {
+          const float prod = d * float(block32_value(t, p, i));
+          *dst++ = prod + m;
+        }
+        break;
+      }
+      case dtype::q2_k: {
+        const uint8_t* qs = p + 16;
+        const float d = f16_at(p + 80), dmin = f16_at(p + 82);
+        for (int g = 0; g < 16; ++g) {
+          const float dl = d * float(p[g] & 15), ml = dmin * float(p[g] >> 4);
+          for (int i = 0; i < 16; ++i) {
+            const float prod = dl * float(q2k_value(qs, 16 * g + i));
+            *dst++ = prod - ml;
+          }
+        }
+        break;
+      }
+      case dtype::q3_k: {
+        const uint8_t* qs = p + 32;
+        const float d = f16_at(p + 108);
+        for (int g = 0; g < 16; ++g) {
+          const float dl = d * float(q3k_scale(p + 96, g) - 32);
+          for (int i = 0; i < 16; ++i) *dst++ = dl * float(q3k_value(p, qs, 16 * g + i));
+        }
         break;
       }
       case dtype::q4_k:
@@ -144,15 +200,36 @@ float vec_dot_ref(dtype t, const void* w, const void* act, int64_t k) noexcept {
     const auto* a = static_cast<const q8_block*>(act);
     for (int64_t b = 0; b < k / 32; ++b, p += bb) {
       int isum = 0;
-      for (int i = 0; i < 32; ++i)
-        isum += (t == dtype::q8_0 ? int(int8_t(p[2 + i])) : q4_0_value(p + 2, i)) * int(a[b].q[i]);
+      for (int i = 0; i < 32; ++i) isum += block32_value(t, p, i) * int(a[b].q[i]);
       sum += float(isum) * (f16_at(p) * a[b].d);
+      if (has_min(t)) sum += f16_at(p + 2) * (a[b].d * float(a[b].s));
     }
     return sum;
   }
   const auto* a = static_cast<const q8k_block*>(act);
   for (int64_t b = 0; b < k / 256; ++b, p += bb) {
     const int8_t* q8 = a[b].q;
+    if (t == dtype::q2_k || t == dtype::q3_k) {
+      int isum = 0, msum = 0;
+      for (int g = 0; g < 16; ++g) {
+        int s = 0;
+        for (int i = 0; i < 16; ++i) {
+          const int v = 16 * g + i;
+          s += (t == dtype::q2_k ? q2k_value(p + 16, v) : q3k_value(p, p + 32, v)) * q8[v];
+        }
+        if (t == dtype::q2_k) {
+          isum += (p[g] & 15) * s;
+          msum += (p[g] >> 4) * a[b].bsums[g];
+        } else {
+          isum += (q3k_scale(p + 96, g) - 32) * s;
+        }
+      }
+      if (t == dtype::q2_k)
+        sum += f16_at(p + 80) * a[b].d * float(isum) - f16_at(p + 82) * a[b].d * float(msum);
+      else
+        sum += f16_at(p + 108) * a[b].d * float(isum);
+      continue;
+    }
     if (t == dtype::q6_k) {
       const auto* sc = reinterpret_cast<const int8_t*>(p + 192);
       int isum = 0;

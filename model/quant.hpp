@@ -1,4 +1,5 @@
-// ggml's block-quantized weight formats (the GGUF tensor types Q8_0, Q4_0, Q4_K, Q5_K, Q6_K):
+// ggml's block-quantized weight formats (the GGUF tensor types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+// Q3_K, Q4_K, Q5_K, Q6_K):
 // their dequantization to fp32 (the values gguf-py's numpy code produces, bit for bit), the int8
 // quantization of activations the integer products use (ggml's Q8_0 blocks of 32 and Q8_K blocks
 // of 256), and scalar reference dot products of one weight row with one quantized activation row.
@@ -9,6 +10,13 @@
 //   Q8_0  (32 values, 34 B):  f16 d, int8 q[32];                value = d * q
 //   Q4_0  (32 values, 18 B):  f16 d, u8 qs[16];                 value i < 16: d * ((qs[i] & 15) - 8),
 //                                                               i >= 16: d * ((qs[i-16] >> 4) - 8)
+//   Q4_1  (32 values, 20 B):  f16 d, f16 m, u8 qs[16];          value = d * q + m (q the nibble as Q4_0's)
+//   Q5_0  (32 values, 22 B):  f16 d, u32 qh, u8 qs[16];         value = d * (q - 16), q = nibble | bit i of qh << 4
+//   Q5_1  (32 values, 24 B):  f16 d, f16 m, u32 qh, u8 qs[16];  value = d * q + m, q as Q5_0's
+//   Q2_K (256 values, 84 B):  u8 scales[16] (scale | min << 4 per 16 values), u8 qs[64], f16 d, f16 dmin;
+//                             value v = d*(sc & 15) * q - dmin*(sc >> 4), q = qs[32(v/128) + v%32] >> 2((v/32)%4) & 3
+//   Q3_K (256 values, 110 B): u8 hmask[32], u8 qs[64] (as Q2_K's), u8 scales[12] (sixteen 6-bit), f16 d;
+//                             value = d*(sc - 32) * (q - (bit v/32 of hmask[v%32] ? 0 : 4))
 //   Q4_K (256 values, 144 B): f16 d, f16 dmin, u8 scales[12] (eight 6-bit scales and mins),
 //                             u8 qs[128];                       value = d*sc[s] * q - dmin*m[s]
 //   Q5_K (256 values, 176 B): as Q4_K with u8 qh[32] (the fifth bit) before qs
@@ -39,9 +47,10 @@ inline void k_scale_min(const uint8_t* s, int j, uint8_t& sc, uint8_t& m) noexce
 }
 
 // Activations quantized for the integer products: ggml's Q8_0 (blocks of 32, scale rounded
-// through f16 as ggml stores it) for Q8_0 / Q4_0 weights, Q8_K (blocks of 256, fp32 scale, the
-// sums of each 16 values) for the K types. q8_block.s (the sum of its q) is not in ggml's
-// format: the batched kernels take weight offsets (Q4_0's -8) off through it.
+// through f16 as ggml stores it) for the block-32 weight types, Q8_K (blocks of 256, fp32 scale,
+// the sums of each 16 values) for the K types. q8_block.s (the sum of its q) is not in ggml's
+// format: the kernels take weight offsets (Q4_0's -8, Q5_0's -16) and the Q4_1/Q5_1 minimums
+// through it (ggml's Q8_1 stores that sum times d instead).
 struct q8_block {
   float d;
   int8_t q[32];
@@ -54,7 +63,16 @@ struct q8k_block {
 };
 
 // The activation format weight type t multiplies with: false for Q8_0 blocks, true for Q8_K.
-inline bool uses_q8k(dtype t) noexcept { return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k; }
+inline bool uses_q8k(dtype t) noexcept {
+  return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k || t == dtype::q2_k || t == dtype::q3_k;
+}
+
+// The 6-bit scale (0..63, before Q3_K's -32) of 16-value group g (0..15) of a Q3_K block's 12
+// scale bytes.
+inline int q3k_scale(const uint8_t* s, int g) noexcept {
+  const int low = g < 8 ? (s[g] & 15) : (s[g - 8] >> 4);
+  return low | (((s[8 + g % 4] >> (2 * (g / 4))) & 3) << 4);
+}
 
 // Quantizes k values of x (k a multiple of 32 / 256) as ggml's quantize_row_q8_0 / q8_K do, with
 // values rounded to nearest, ties to even (as ggml's x86 SIMD quantizer rounds).
@@ -62,8 +80,9 @@ void quantize_q8_0(const float* x, q8_block* out, int64_t k) noexcept;
 void quantize_q8_k(const float* x, q8k_block* out, int64_t k) noexcept;
 
 // Scalar reference products of one weight row (k values of type t) with one quantized
-// activation row (Q8_0 blocks for Q8_0/Q4_0, Q8_K blocks for the K types): integer sums per
-// block, scaled and summed in fp32 as ggml's reference does.
+// activation row (Q8_0 blocks for the block-32 types, Q8_K blocks for the K types): integer sums
+// per block, scaled and summed in fp32 as ggml's reference does (the Q4_1/Q5_1 minimum times the
+// block's activation sum).
 float vec_dot_ref(dtype t, const void* w, const void* act, int64_t k) noexcept;
 
 struct weight_ref;
@@ -88,7 +107,7 @@ void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n,
 // (Q8_0 needs AVX-512 VNNI). Returns false, computing nothing, where the dispatched target has
 // none. The row counts are where it measured faster than the one-row-at-a-time kernels (150M
 // model, decode batches 4 to 8, AVX-512 VNNI); below them the transposition does not pay.
-inline int64_t lane_gemm_min_rows(dtype t) noexcept { return t == dtype::q8_0 || t == dtype::q4_0 ? 5 : 8; }
+inline int64_t lane_gemm_min_rows(dtype t) noexcept { return uses_q8k(t) ? 8 : 5; }
 bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                             bool accumulate);
 

@@ -3,12 +3,14 @@
 // batches). Compiled once per SIMD target by Highway; targets without the kernels return false.
 //
 // Layout: a tile of L weight rows (L = 8 on AVX2, 16 on AVX-512) is unpacked to unsigned bytes
-// (Q8_0 + 128, Q4_0 nibbles, Q4_K/Q5_K 4-/5-bit values, Q6_K 6-bit values) and transposed so that
+// (Q8_0 + 128, Q4_0/Q4_1 nibbles, Q5_0/Q5_1 5-bit values, Q2_K 2-bit values, Q3_K values + 4,
+// Q4_K/Q5_K 4-/5-bit values, Q6_K 6-bit values) and transposed so that
 // 32-bit lane i of a vector holds four consecutive values of row i. One activation dword
 // broadcast over the vector then makes 4 x L products per instruction (VPDPBUSD, or VPMADDUBSW +
 // VPMADDWD without VNNI), and the per-block scales of the L rows are vectors too: one conversion
-// and one FMA per block give L outputs. The weight offsets (Q8_0's +128, Q4_0's -8, the K types'
-// mins and Q6_K's -32) come from the activations' block sums. The tile is unpacked once per call
+// and one FMA per block give L outputs. The weight offsets (Q8_0's +128, Q4_0's -8, Q5_0's -16,
+// Q3_K's -4, Q6_K's -32) and minimums (Q4_1/Q5_1's m, the K types' mins) come from the
+// activations' block sums. The tile is unpacked once per call
 // and stays in L1/L2 while every activation row passes it; the file's blocks are only read.
 // Q4_0 matrices that were repacked at load (weight_ref.packed) take matmul_packed_impl instead, at
 // every batch size: the same lane layout, kept 4-bit, read straight from the repacked tiles.
@@ -31,6 +33,7 @@
 
 #include "model/cpu_kernels.hpp"
 #include "model/quant.hpp"
+#include "model/x86_bits.hpp"
 #include "model/x86_transpose.hpp"
 
 HWY_BEFORE_NAMESPACE();
@@ -141,11 +144,12 @@ HWY_INLINE void st256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m2
 //   wt:   K / 4 dwords x kLanes lanes: the four unsigned values k .. k + 3 of row i at dword
 //         (k / 4) * kLanes + i
 //   f0:   per block x kLanes: d (all types)
-//   f1:   per block x kLanes: dmin (Q4_K, Q5_K)
-//   sc:   per sub-block x kLanes: the sub-block scale (K types: 8 per block, Q6_K 16); an int32
-//         with VNNI, else the int16 pair (scale, scale) that VPMADDWD multiplies int16 sums with
+//   f1:   per block x kLanes: dmin (Q2_K, Q4_K, Q5_K), the minimum m (Q4_1, Q5_1)
+//   sc:   per sub-block x kLanes: the sub-block scale (Q4_K/Q5_K: 8 per block; Q2_K, Q3_K, Q6_K:
+//         16); an int32 with VNNI, else the int16 pair (scale, scale) that VPMADDWD multiplies
+//         int16 sums with
 //   pr:   per pair x kLanes: int16 pairs multiplied with the activations' 16-value sums (Q4_K/Q5_K:
-//         (m[s], m[s]); Q6_K: (sc[2u], sc[2u + 1]))
+//         (m[s], m[s]); Q2_K: (m[2u], m[2u + 1]); Q3_K, Q6_K: (sc[2u], sc[2u + 1]))
 //   rows: staging, kLanes rows of K unpacked values
 struct lane_tile {
   uint8_t* wt = nullptr;
@@ -186,11 +190,64 @@ struct lane_tile {
   }
 };
 
+// A sub-block scale as T.sc holds it: the int32 with VNNI, else the int16 pair (scale, scale).
+HWY_INLINE int32_t lane_scale(int v) { return kVnni ? int32_t(v) : int32_t(uint32_t(uint16_t(int16_t(v))) * 0x10001u); }
+
 // Unpacks row i (of the tile) of type t at w into T.rows and the scale arrays.
 void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
   uint8_t* dst = T.rows + size_t(i) * size_t(K);
   const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
   switch (t) {
+    case dtype::q4_1:
+    case dtype::q5_0:
+    case dtype::q5_1: {
+      // Unsigned values: nibbles (0..15), with the fifth bit for Q5 (0..31); f1 the minimum.
+      const bool five = t != dtype::q4_1, min = t != dtype::q5_0;
+      const size_t bb = dtype_block_bytes(t), qh_at = min ? 4 : 2, qs_at = five ? qh_at + 4 : 4;
+      for (int64_t b = 0; b < K / 32; ++b, w += bb) {
+        T.f0[b * kLanes + i] = f16x(w);
+        T.f1[b * kLanes + i] = min ? f16x(w + 2) : 0.0f;
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + qs_at));
+        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        if (five) v = _mm256_or_si256(v, _mm256_and_si256(x86::bits_to_bytes(w + qh_at), _mm256_set1_epi8(16)));
+        st256(dst + 32 * b, v);
+      }
+      break;
+    }
+    case dtype::q2_k:
+    case dtype::q3_k: {
+      // Unsigned values (Q2_K 0..3, Q3_K q + 4 = 0..7), 16 scales per block (Q3_K signed), and
+      // the pairs the 16-value activation sums meet: Q2_K's mins, Q3_K's scales (offset 4).
+      const bool three = t == dtype::q3_k;
+      const size_t bb = three ? 110 : 84;
+      const __m256i one = _mm256_set1_epi8(1);
+      for (int64_t b = 0; b < K / 256; ++b, w += bb) {
+        T.f0[b * kLanes + i] = f16x(three ? w + 108 : w + 80);
+        T.f1[b * kLanes + i] = three ? 0.0f : f16x(w + 82);
+        int16_t sc[16], pr[16];
+        for (int g = 0; g < 16; ++g) {
+          sc[g] = int16_t(three ? q3k_scale(w + 96, g) - 32 : (w[g] & 15));
+          pr[g] = three ? sc[g] : int16_t(w[g] >> 4);
+          T.sc[(b * 16 + g) * kLanes + i] = lane_scale(sc[g]);
+        }
+        for (int u = 0; u < 8; ++u)
+          T.pr[(b * 8 + u) * kLanes + i] = int32_t(uint32_t(uint16_t(pr[2 * u])) | (uint32_t(uint16_t(pr[2 * u + 1])) << 16));
+        const uint8_t* qs = three ? w + 32 : w + 16;
+        const __m256i hm = three ? ld256(w) : _mm256_setzero_si256();
+        uint8_t* o = dst + 256 * b;
+        for (int hh = 0; hh < 2; ++hh) {
+          const __m256i l = ld256(qs + 32 * hh);
+          for (int s = 0; s < 4; ++s) {
+            __m256i q = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(2 * s)), m3);
+            if (three)
+              q = _mm256_or_si256(
+                  q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * hh + s)), one), 2));
+            st256(o + 128 * hh + 32 * s, q);
+          }
+        }
+      }
+      break;
+    }
     case dtype::q8_0: {
       const __m256i flip = _mm256_set1_epi8(char(0x80));
       for (int64_t b = 0; b < K / 32; ++b, w += 34) {
@@ -303,8 +360,9 @@ void pack_tile(dtype t, const uint8_t* w, size_t row_bytes, int nr, int64_t K, l
 
 HWY_INLINE const uint8_t* wvec(const lane_tile& T, int64_t dword) { return T.wt + size_t(dword) * kLanes * 4; }
 
-// Q8_0 / Q4_0: per block, the integer sums of (value + off) * a, less off * sum(a).
-template <int R>
+// The block-32 types: per block, the integer sums of (value + off) * a, less off * sum(a) (Q8_0
+// stored + 128, Q4_0's 8, Q5_0's 16); kMin (Q4_1, Q5_1): plus the minimum (f1) times sum(a).
+template <int R, bool kMin = false>
 void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t nb, float* out) {
   vf acc[R];
   for (int r = 0; r < R; ++r) acc[r] = fzero();
@@ -319,6 +377,7 @@ void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t
     for (int r = 0; r < R; ++r) {
       const vi s = vsub(d[r], vset1(off * a[r][b].s));
       acc[r] = ffma(fcvt(s), fmul(dw, fset1(a[r][b].d)), acc[r]);
+      if constexpr (kMin) acc[r] = ffma(fload(T.f1 + b * kLanes), fset1(a[r][b].d * float(a[r][b].s)), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
@@ -374,8 +433,9 @@ void lanes_k45(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
   for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
 }
 
-// Q6_K: d * (sum_t sc[t] * (q . a)_t - 32 * sum_t sc[t] * (sum of a)_t), 16-value sub-blocks t.
-template <int R>
+// Q6_K: d * (sum_t sc[t] * (q . a)_t - 32 * sum_t sc[t] * (sum of a)_t), 16-value sub-blocks t;
+// Q3_K the same with offset 4; Q2_K: d * sum_t sc[t] * (q . a)_t - dmin * sum_t m[t] * (sum of a)_t.
+template <int R, dtype kT = dtype::q6_k>
 void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float* out) {
   vf acc[R];
   for (int r = 0; r < R; ++r) acc[r] = fzero();
@@ -383,8 +443,8 @@ void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
     vi is[R], cs[R];
     for (int r = 0; r < R; ++r) is[r] = cs[r] = vzero();
     for (int t = 0; t < 16; ++t) {
-      // Values <= 63: without VNNI, two dword steps per int16 sum.
-      constexpr int N = kVnni ? 4 : 2;
+      // Values <= 63: without VNNI, two dword steps per int16 sum (Q2_K/Q3_K <= 7: four).
+      constexpr int N = kVnni || kT != dtype::q6_k ? 4 : 2;
       const vi scv = vload(T.sc + (b * 16 + t) * kLanes);
       for (int k0 = 0; k0 < 4; k0 += N) {
         const int8_t* q[R];
@@ -397,7 +457,17 @@ void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
       for (int r = 0; r < R; ++r) cs[r] = dot2w(cs[r], pv, bcast(a[r][b].bsums + 2 * u));
     }
     const vf dv = fload(T.f0 + b * kLanes);
-    for (int r = 0; r < R; ++r) acc[r] = ffma(fcvt(vsub(is[r], vshl5(cs[r]))), fmul(dv, fset1(a[r][b].d)), acc[r]);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kT == dtype::q6_k) {
+        acc[r] = ffma(fcvt(vsub(is[r], vshl5(cs[r]))), fmul(dv, fset1(a[r][b].d)), acc[r]);
+      } else if constexpr (kT == dtype::q3_k) {
+        acc[r] = ffma(fcvt(vsub(is[r], vadd(vadd(cs[r], cs[r]), vadd(cs[r], cs[r])))), fmul(dv, fset1(a[r][b].d)), acc[r]);
+      } else {
+        const vf ad = fset1(a[r][b].d);
+        acc[r] = ffma(fcvt(is[r]), fmul(dv, ad), acc[r]);
+        acc[r] = ffnma(fcvt(cs[r]), fmul(fload(T.f1 + b * kLanes), ad), acc[r]);
+      }
+    }
   }
   for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
 }
@@ -410,6 +480,11 @@ void lanes_rows(dtype t, const lane_tile& T, const void* const* act, int64_t nb,
     case dtype::q4_k: lanes_k45<R, 8>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q5_k: lanes_k45<R, 4>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q6_k: lanes_q6k<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::q4_1: lanes_32<R, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q5_0: lanes_32<R>(T, 16, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q5_1: lanes_32<R, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q2_k: lanes_q6k<R, dtype::q2_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::q3_k: lanes_q6k<R, dtype::q3_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     default: break;
   }
 }

@@ -16,6 +16,8 @@
 
 #if HWY_ARCH_X86
 #include <immintrin.h>
+
+#include "model/x86_bits.hpp"
 #endif
 
 #include <algorithm>
@@ -101,6 +103,105 @@ float dot_q4_0(const uint8_t* w, const q8_block* a, size_t nb) {
     acc = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, f16_at(w) * a[b].d), acc);
   }
   return reduce(acc);
+}
+
+// The 32 values of a Q4_1 / Q5_0 / Q5_1 block as int8 in two vectors (values 0..15, 16..31):
+// the nibbles, the fifth bit from the 32 bits at qh (kFive), less the offset (Q5_0's 16).
+template <bool kFive>
+HWY_INLINE void block32_values(const uint8_t* qh, const uint8_t* qs, uint8_t offset, V8& lo, V8& hi) {
+  const DU8 du8;
+  const VU8 mask = hn::Set(du8, uint8_t(15));
+  const VU8 raw = loadu8(qs);
+  VU8 l = hn::And(raw, mask), h = hn::ShiftRight<4>(raw);
+  if constexpr (kFive) {
+    // Byte j of the 4 qh bytes spread over 8 lanes, then bit (lane % 8) tested.
+    alignas(16) static constexpr uint8_t kIdxLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
+    alignas(16) static constexpr uint8_t kIdxHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
+    alignas(16) static constexpr uint8_t kBits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    uint8_t hb[16] = {};
+    std::memcpy(hb, qh, 4);
+    const VU8 hv = hn::LoadU(du8, hb), bits = hn::Load(du8, kBits), sixteen = hn::Set(du8, uint8_t(16));
+    l = hn::Or(l, hn::IfThenElseZero(hn::TestBit(hn::TableLookupBytes(hv, hn::Load(du8, kIdxLo)), bits), sixteen));
+    h = hn::Or(h, hn::IfThenElseZero(hn::TestBit(hn::TableLookupBytes(hv, hn::Load(du8, kIdxHi)), bits), sixteen));
+  }
+  lo = hn::Sub(as_i8(l), hn::Set(D8(), int8_t(offset)));
+  hi = hn::Sub(as_i8(h), hn::Set(D8(), int8_t(offset)));
+}
+
+// Q4_1 / Q5_0 / Q5_1 (ggml layouts at qh_at / qs_at bytes into a block of bb bytes; kMin: the
+// block's f16 minimum at byte 2 times the activations' block sum).
+template <bool kFive, bool kMin>
+float dot_block32(const uint8_t* w, const q8_block* a, size_t nb) {
+  const D32 d32;
+  const DF4 df;
+  constexpr size_t bb = kFive ? (kMin ? 24 : 22) : 20;
+  constexpr size_t qh_at = kMin ? 4 : 2, qs_at = kFive ? qh_at + 4 : 4;
+  constexpr uint8_t offset = kFive && !kMin ? 16 : 0;
+  VF4 acc = hn::Zero(df);
+  float mins = 0;
+  for (size_t b = 0; b < nb; ++b, w += bb) {
+    V8 lo, hi;
+    block32_values<kFive>(w + qh_at, w + qs_at, offset, lo, hi);
+    V32 s = hn::Zero(d32);
+    s = dot16(lo, load8(a[b].q), s);
+    s = dot16(hi, load8(a[b].q + 16), s);
+    acc = hn::MulAdd(hn::ConvertTo(df, s), hn::Set(df, f16_at(w) * a[b].d), acc);
+    if constexpr (kMin) mins += f16_at(w + 2) * (a[b].d * float(a[b].s));
+  }
+  return reduce(acc) + mins;
+}
+
+// The 2-bit values of chunk c (0..3: bits 2c, 2c + 1) of 16 bytes.
+HWY_INLINE VU8 bits2(VU8 v, int c) {
+  switch (c) {
+    case 1: v = hn::ShiftRight<2>(v); break;
+    case 2: v = hn::ShiftRight<4>(v); break;
+    case 3: v = hn::ShiftRight<6>(v); break;
+    default: break;
+  }
+  return hn::And(v, hn::Set(DU8(), uint8_t(3)));
+}
+
+// Q2_K (d * sc * q - dmin * m per 16 values) and Q3_K (kThree: d * (sc - 32) * (q - 4 * !hbit)).
+template <bool kThree>
+float dot_q23k(const uint8_t* w, const q8k_block* a, size_t nb) {
+  const D32 d32;
+  const DF4 df;
+  const DU8 du8;
+  constexpr size_t bb = kThree ? 110 : 84;
+  VF4 acc = hn::Zero(df);
+  float mins = 0;
+  for (size_t b = 0; b < nb; ++b, w += bb) {
+    const uint8_t* qs = kThree ? w + 32 : w + 16;
+    const int8_t* q8 = a[b].q;
+    const VU8 hm[2] = {loadu8(w), loadu8(w + 16)};  // Q3_K's hmask
+    V32 isum = hn::Zero(d32);
+    int msum = 0;
+    for (int hh = 0; hh < 2; ++hh) {
+      const VU8 l[2] = {loadu8(qs + 32 * hh), loadu8(qs + 32 * hh + 16)};
+      for (int c = 0; c < 4; ++c) {
+        for (int part = 0; part < 2; ++part) {
+          const int v0 = 128 * hh + 32 * c + 16 * part, g = v0 / 16;
+          V8 q = as_i8(bits2(l[part], c));
+          int scale;
+          if constexpr (kThree) {
+            const VU8 bit = hn::Set(du8, uint8_t(1u << (4 * hh + c)));
+            q = hn::Sub(q, as_i8(hn::IfThenZeroElse(hn::TestBit(hm[part], bit), hn::Set(du8, uint8_t(4)))));
+            scale = q3k_scale(w + 96, g) - 32;
+          } else {
+            scale = w[g] & 15;
+            msum += (w[g] >> 4) * a[b].bsums[g];
+          }
+          const V32 d = dot16(q, load8(q8 + v0), hn::Zero(d32));
+          isum = hn::Add(isum, hn::Mul(d, hn::Set(d32, int32_t(scale))));
+        }
+      }
+    }
+    const float d = f16_at(kThree ? w + 108 : w + 80);
+    acc = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, d * a[b].d), acc);
+    if constexpr (!kThree) mins += f16_at(w + 82) * a[b].d * float(msum);
+  }
+  return reduce(acc) - mins;
 }
 
 // Q4_K and Q5_K (kFive): per sub-block s of 32 values, sc[s] * sum(q * a); the mins come from the
@@ -202,6 +303,11 @@ float row_dot(dtype t, const uint8_t* w, const void* act, size_t nb) {
     case dtype::q4_k: return dot_k45<false>(w, static_cast<const q8k_block*>(act), nb);
     case dtype::q5_k: return dot_k45<true>(w, static_cast<const q8k_block*>(act), nb);
     case dtype::q6_k: return dot_q6_k(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::q4_1: return dot_block32<false, true>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q5_0: return dot_block32<true, false>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q5_1: return dot_block32<true, true>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q2_k: return dot_q23k<false>(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::q3_k: return dot_q23k<true>(w, static_cast<const q8k_block*>(act), nb);
     default: return 0;
   }
 }
@@ -239,32 +345,41 @@ HWY_INLINE __m256i dot_us(__m256i u, __m256i s) {
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-// Q8_0 / Q4_0 weights (kFour: Q4_0) with Q8_0 activations: NR weight rows x R activation rows
+// The block-32 weight types with Q8_0 activations: NR weight rows x R activation rows
 // (out[i * R + r]); each activation block is loaded once for the NR weight rows.
-template <bool kFour, int NR, int R>
+template <dtype kT, int NR, int R>
 void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float* out) {
   // Two accumulator sets, even and odd blocks: with one weight and one activation row a single
-  // FMA chain (4 cycles a block) was the limit, not memory. Q4_0's nibbles go into the products
-  // unsigned (0..15); their offset, 8 * sum(a) (q8_block.s), is taken off each block's integer sum.
+  // FMA chain (4 cycles a block) was the limit, not memory. The 4- and 5-bit values go into the
+  // products unsigned (0..15, 0..31); Q4_0's offset 8 (Q5_0's 16) times sum(a) (q8_block.s) is
+  // taken off each block's integer sum, and Q4_1/Q5_1's minimum times it is added in fp32.
+  constexpr bool kMin = kT == dtype::q4_1 || kT == dtype::q5_1;
+  constexpr int32_t kOff = kT == dtype::q4_0 ? 8 : kT == dtype::q5_0 ? 16 : 0;
+  constexpr size_t bb = kT == dtype::q8_0 ? 34 : kT == dtype::q4_0 ? 18 : kT == dtype::q4_1 ? 20 : kT == dtype::q5_0 ? 22 : 24;
+  constexpr size_t qh_at = kMin ? 4 : 2;
+  constexpr size_t qs_at = kT == dtype::q4_0 ? 2 : kT == dtype::q4_1 ? 4 : qh_at + 4;
   __m256 acc[2][NR][R];
+  float mins[NR][R] = {};
   for (int e = 0; e < 2; ++e)
     for (int i = 0; i < NR; ++i)
       for (int r = 0; r < R; ++r) acc[e][i][r] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(15);
-  constexpr size_t bb = kFour ? 18 : 34;
+  const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
   auto block = [&](size_t b, __m256(&ac)[NR][R]) HWY_ATTR {
     __m256i wq[NR], aw[NR];
-    float dw[NR];
+    float dw[NR], mw[NR];
     for (int i = 0; i < NR; ++i) {
       const uint8_t* wb = w[i] + b * bb;
-      if constexpr (kFour) {
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + 2));
-        wq[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
-      } else {
+      if constexpr (kT == dtype::q8_0) {
         wq[i] = ld(wb + 2);
         aw[i] = _mm256_sign_epi8(wq[i], wq[i]);
+      } else {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + qs_at));
+        wq[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+        if constexpr (kT == dtype::q5_0 || kT == dtype::q5_1)
+          wq[i] = _mm256_or_si256(wq[i], _mm256_and_si256(x86::bits_to_bytes(wb + qh_at), k16));
       }
       dw[i] = f16x(wb);
+      if constexpr (kMin) mw[i] = f16x(wb + 2);
     }
     for (int r = 0; r < R; ++r) {
       const __m256i x = ld(a[r][b].q);
@@ -272,13 +387,16 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
       for (int i = 0; i < NR; ++i) {
         const float scale = dw[i] * da;
         __m256i s;
-        if constexpr (kFour) {
-          // The offset in the integer sum (lane 0): no float chain across blocks for it.
-          s = _mm256_sub_epi32(dot_us(wq[i], x), _mm256_zextsi128_si256(_mm_cvtsi32_si128(8 * a[r][b].s)));
-        } else {
+        if constexpr (kT == dtype::q8_0) {
           s = dot_us(aw[i], _mm256_sign_epi8(x, wq[i]));
+        } else if constexpr (kOff != 0) {
+          // The offset in the integer sum (lane 0): no float chain across blocks for it.
+          s = _mm256_sub_epi32(dot_us(wq[i], x), _mm256_zextsi128_si256(_mm_cvtsi32_si128(kOff * a[r][b].s)));
+        } else {
+          s = dot_us(wq[i], x);
         }
         ac[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_set1_ps(scale), ac[i][r]);
+        if constexpr (kMin) mins[i][r] += mw[i] * (da * float(a[r][b].s));
       }
     }
   };
@@ -290,7 +408,7 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
   if (b < nb) block(b, acc[0]);
   for (int i = 0; i < NR; ++i)
     for (int r = 0; r < R; ++r)
-      out[i * R + r] = hsum8(_mm256_add_ps(acc[0][i][r], acc[1][i][r]));
+      out[i * R + r] = hsum8(_mm256_add_ps(acc[0][i][r], acc[1][i][r])) + mins[i][r];
 }
 
 // Q4_K / Q5_K (kFive) with Q8_K activations, R rows. The mins' share (dmin * m[s] times the sum of
@@ -393,11 +511,74 @@ void rows_q6k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) - hsum8(cacc[r]);
 }
 
+// Q2_K (kThree false) and Q3_K with Q8_K activations, R rows: the values unsigned (Q2_K 0..3;
+// Q3_K q + 4 = 0..7) in the products; per 16 values Q2_K's min (dmin * m) and Q3_K's offset
+// (4 * scale) come off through the activations' 16-value sums.
+template <bool kThree, int R>
+void rows_q23k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out) {
+  __m256 acc[R], cacc[R];
+  for (int r = 0; r < R; ++r) acc[r] = cacc[r] = _mm256_setzero_ps();
+  const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+  const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                        2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+  constexpr size_t bb = kThree ? 110 : 84;
+  for (size_t b = 0; b < nb; ++b, w += bb) {
+    const uint8_t* qs = kThree ? w + 32 : w + 16;
+    // The 16 scales as int16 (Q3_K: 6-bit less 32; Q2_K: the low nibbles) and Q2_K's 16 mins.
+    __m256i sc16, mn16 = _mm256_setzero_si256();
+    if constexpr (kThree) {
+      alignas(16) int8_t s8[16];
+      for (int g = 0; g < 16; ++g) s8[g] = int8_t(q3k_scale(w + 96, g) - 32);
+      sc16 = _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(s8)));
+    } else {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+      sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, _mm_set1_epi8(15)));
+      mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(15)));
+    }
+    const __m256i hm = kThree ? ld(w) : _mm256_setzero_si256();
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int hh = 0; hh < 2; ++hh) {
+      const __m256i l = ld(qs + 32 * hh);
+      for (int s = 0; s < 4; ++s) {
+        __m256i q = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(2 * s)), m3);
+        if constexpr (kThree) {
+          const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * hh + s)), one);
+          q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 2));
+        }
+        const int v0 = 128 * hh + 32 * s;
+        const __m256i scales =
+            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(v0 / 32)), pick);
+        for (int r = 0; r < R; ++r)
+          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + v0)), scales));
+      }
+    }
+    const float d = f16x(kThree ? w + 108 : w + 80);
+    for (int r = 0; r < R; ++r) {
+      const q8k_block& x = a[r][b];
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * x.d), acc[r]);
+      if constexpr (kThree) {
+        const __m256i off = _mm256_madd_epi16(ld(x.bsums), sc16);
+        cacc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(4.0f * d * x.d), cacc[r]);
+      } else {
+        const __m256i off = _mm256_madd_epi16(ld(x.bsums), mn16);
+        cacc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(f16x(w + 82) * x.d), cacc[r]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) - hsum8(cacc[r]);
+}
+
 template <int R>
 void rows_dot(dtype t, const uint8_t* w, const void* const* act, size_t nb, float* out) {
   switch (t) {
-    case dtype::q8_0: rows_32<false, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q4_0: rows_32<true, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q8_0: rows_32<dtype::q8_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q4_0: rows_32<dtype::q4_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q4_1: rows_32<dtype::q4_1, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q5_0: rows_32<dtype::q5_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q5_1: rows_32<dtype::q5_1, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::q2_k: rows_q23k<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::q3_k: rows_q23k<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q4_k: rows_k45<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q5_k: rows_k45<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q6_k: rows_q6k<R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
@@ -517,10 +698,10 @@ void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int6
           const uint8_t* wj[2] = {base + size_t(j) * row_bytes, base + size_t(j + 1) * row_bytes};
           float s[8];
           switch (r) {
-            case 4: rows_32<false, 2, 4>(wj, a8, nb, s); break;
-            case 3: rows_32<false, 2, 3>(wj, a8, nb, s); break;
-            case 2: rows_32<false, 2, 2>(wj, a8, nb, s); break;
-            default: rows_32<false, 2, 1>(wj, a8, nb, s); break;
+            case 4: rows_32<dtype::q8_0, 2, 4>(wj, a8, nb, s); break;
+            case 3: rows_32<dtype::q8_0, 2, 3>(wj, a8, nb, s); break;
+            case 2: rows_32<dtype::q8_0, 2, 2>(wj, a8, nb, s); break;
+            default: rows_32<dtype::q8_0, 2, 1>(wj, a8, nb, s); break;
           }
           for (int jj = 0; jj < 2; ++jj)
             for (int i = 0; i < r; ++i) put(m + i, j + jj, s[jj * r + i]);

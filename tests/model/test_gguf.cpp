@@ -501,7 +501,7 @@ TEST_CASE("gguf: malformed headers and metadata are errors naming the problem", 
 TEST_CASE("gguf: malformed tensor infos are errors naming the tensor", "[model][gguf]") {
   // Unknown or unsupported ggml types name the tensor and the type.
   for (auto [type, name] : std::vector<std::pair<uint32_t, std::string>>{
-           {k_q2_k, "Q2_K"}, {3, "Q4_1"}, {15, "Q8_K"}, {4, "type 4"}, {28, "F64"}, {1000, "type 1000"}}) {
+           {9, "Q8_1"}, {23, "IQ4_XS"}, {15, "Q8_K"}, {4, "type 4"}, {28, "F64"}, {1000, "type 1000"}}) {
     auto p = parse(one_tensor(type, {256}));
     REQUIRE_FALSE(p.file.ok());
     CHECK(p.file.err().code == "unsupported");
@@ -639,6 +639,84 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
     for (int i = 0; i < 16; ++i) CHECK(out[i] == -0.25f * float(i - 8));
     for (int i = 16; i < 32; ++i) CHECK(out[i] == -0.25f * float((15 - (i - 16)) - 8));
   }
+  // Q5_0 / Q5_1: the fifth bit of value i is bit i of the little-endian 32-bit qh.
+  auto q5 = [](int i) { return (i * 13 + 7) % 32; };
+  auto q5_bits = [&] {
+    std::string qh(4, '\0'), qs(16, '\0');
+    for (int i = 0; i < 32; ++i) {
+      qh[size_t(i / 8)] = char(uint8_t(qh[size_t(i / 8)]) | ((q5(i) >> 4) << (i % 8)));
+      qs[size_t(i % 16)] = char(uint8_t(qs[size_t(i % 16)]) | ((q5(i) & 15) << (i < 16 ? 0 : 4)));
+    }
+    return qh + qs;
+  };
+  SECTION("Q4_1: d * nibble + m") {
+    std::string blk = f16_bytes(0.25f) + f16_bytes(-1.5f);
+    for (int j = 0; j < 16; ++j) blk += char(uint8_t(j | ((15 - j) << 4)));
+    REQUIRE(blk.size() == 20);
+    float out[32];
+    dequantize(dtype::q4_1, blk.data(), out, 32);
+    for (int i = 0; i < 16; ++i) CHECK(out[i] == 0.25f * float(i) - 1.5f);
+    for (int i = 16; i < 32; ++i) CHECK(out[i] == 0.25f * float(15 - (i - 16)) - 1.5f);
+  }
+  SECTION("Q5_0: d * (q - 16)") {
+    const std::string blk = f16_bytes(-0.5f) + q5_bits();
+    REQUIRE(blk.size() == 22);
+    float out[32];
+    dequantize(dtype::q5_0, blk.data(), out, 32);
+    for (int i = 0; i < 32; ++i) CHECK(out[i] == -0.5f * float(q5(i) - 16));
+  }
+  SECTION("Q5_1: d * q + m") {
+    const std::string blk = f16_bytes(0.125f) + f16_bytes(2.0f) + q5_bits();
+    REQUIRE(blk.size() == 24);
+    float out[32];
+    dequantize(dtype::q5_1, blk.data(), out, 32);
+    for (int i = 0; i < 32; ++i) CHECK(out[i] == 0.125f * float(q5(i)) + 2.0f);
+  }
+  // Q2_K / Q3_K: value v's two low bits are bits 2 * ((v % 128) / 32) of qs[32 * (v / 128) + v % 32].
+  auto q2 = [](int v) { return (v * 3 + v / 7) % 4; };
+  auto q2_bytes = [&] {
+    std::string qs(64, '\0');
+    for (int v = 0; v < 256; ++v) {
+      const size_t at = size_t(32 * (v / 128) + v % 32);
+      qs[at] = char(uint8_t(qs[at]) | (q2(v) << (2 * ((v % 128) / 32))));
+    }
+    return qs;
+  };
+  SECTION("Q2_K: d * (scales[v / 16] & 15) * q - dmin * (scales[v / 16] >> 4)") {
+    std::string scales(16, '\0');
+    for (int g = 0; g < 16; ++g) scales[size_t(g)] = char(uint8_t((g * 5 + 1) % 16 | (((g * 3) % 16) << 4)));
+    const std::string blk = scales + q2_bytes() + f16_bytes(0.5f) + f16_bytes(0.25f);
+    REQUIRE(blk.size() == 84);
+    float out[256];
+    dequantize(dtype::q2_k, blk.data(), out, 256);
+    for (int v = 0; v < 256; ++v) {
+      INFO("value " << v);
+      const uint8_t s = uint8_t(scales[size_t(v / 16)]);
+      CHECK(out[v] == 0.5f * float(s & 15) * float(q2(v)) - 0.25f * float(s >> 4));
+    }
+  }
+  SECTION("Q3_K: d * (sc - 32) * (q - 4 unless the hmask bit is set), sixteen 6-bit scales") {
+    // Scale g: low 4 bits in byte g (g < 8) or the high nibble of byte g - 8, high 2 bits at bit
+    // 2 * (g / 4) of byte 8 + g % 4.
+    auto s6 = [](int g) { return (g * 9 + 2) % 64; };
+    std::string scales(12, '\0');
+    for (int g = 0; g < 16; ++g) {
+      const size_t lo = size_t(g % 8), hi = size_t(8 + g % 4);
+      scales[lo] = char(uint8_t(scales[lo]) | ((s6(g) & 15) << (g < 8 ? 0 : 4)));
+      scales[hi] = char(uint8_t(scales[hi]) | ((s6(g) >> 4) << (2 * (g / 4))));
+    }
+    auto h = [](int v) { return (v * 5 / 3) % 2; };
+    std::string hmask(32, '\0');
+    for (int v = 0; v < 256; ++v) hmask[size_t(v % 32)] = char(uint8_t(hmask[size_t(v % 32)]) | (h(v) << (v / 32)));
+    const std::string blk = hmask + q2_bytes() + scales + f16_bytes(0.75f);
+    REQUIRE(blk.size() == 110);
+    float out[256];
+    dequantize(dtype::q3_k, blk.data(), out, 256);
+    for (int v = 0; v < 256; ++v) {
+      INFO("value " << v);
+      CHECK(out[v] == 0.75f * float(s6(v / 16) - 32) * float(q2(v) - (h(v) ? 0 : 4)));
+    }
+  }
   // K blocks: 6-bit scales sc[8] and mins m[8] packed as ggml packs them (get_scale_min_k4's inverse):
   // bytes 0-3 sc[0..3] | high bits of sc[4..7] << 6, bytes 4-7 m[0..3] | high bits of m[4..7] << 6,
   // bytes 8-11 low nibbles of sc[4..7] | low nibbles of m[4..7] << 4.
@@ -712,9 +790,18 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
   }
 }
 
+// Where a block's f16 scale d sits, and whether a second f16 (dmin or the minimum m) follows it.
+static size_t scale_offset(dtype t) {
+  return t == dtype::q6_k ? 208 : t == dtype::q2_k ? 80 : t == dtype::q3_k ? 108 : 0;
+}
+static bool has_second_scale(dtype t) {
+  return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q2_k || t == dtype::q4_1 || t == dtype::q5_1;
+}
+
 TEST_CASE("gguf quant: dequantize through convert_to_f32 and over several blocks", "[model][quant]") {
   std::mt19937 rng(5);
-  for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+  for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
+                  dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
     INFO(dtype_name(t));
     const int64_t n = 3 * 256;
     std::string bytes(dtype_bytes(t, n), '\0');
@@ -722,9 +809,9 @@ TEST_CASE("gguf quant: dequantize through convert_to_f32 and over several blocks
     // finite f16 scales
     const size_t bb = dtype_block_bytes(t);
     for (size_t b = 0; b < bytes.size() / bb; ++b) {
-      const size_t at = b * bb + (t == dtype::q6_k ? 208 : 0);
+      const size_t at = b * bb + scale_offset(t);
       std::memcpy(&bytes[at], f16_bytes(0.01f * float(b + 1)).data(), 2);
-      if (t == dtype::q4_k || t == dtype::q5_k) std::memcpy(&bytes[at + 2], f16_bytes(0.003f).data(), 2);
+      if (has_second_scale(t)) std::memcpy(&bytes[at + 2], f16_bytes(0.003f).data(), 2);
     }
     std::vector<float> whole(static_cast<size_t>(n)), by_block(static_cast<size_t>(n)), via_convert(static_cast<size_t>(n));
     dequantize(t, bytes.data(), whole.data(), size_t(n));
@@ -742,16 +829,17 @@ TEST_CASE("gguf quant: vec_dot_ref equals the dot product of the dequantized row
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   const int64_t k = 1024;
-  for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+  for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
+                  dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
     for (int trial = 0; trial < 4; ++trial) {
       INFO(dtype_name(t) << ", trial " << trial);
       std::string w(dtype_bytes(t, k), '\0');
       for (char& c : w) c = char(rng());
       const size_t bb = dtype_block_bytes(t);
       for (size_t b = 0; b < w.size() / bb; ++b) {
-        const size_t at = b * bb + (t == dtype::q6_k ? 208 : 0);
+        const size_t at = b * bb + scale_offset(t);
         std::memcpy(&w[at], f16_bytes(uni(rng) * 0.05f).data(), 2);
-        if (t == dtype::q4_k || t == dtype::q5_k) std::memcpy(&w[at + 2], f16_bytes(uni(rng) * 0.02f).data(), 2);
+        if (has_second_scale(t)) std::memcpy(&w[at + 2], f16_bytes(uni(rng) * 0.02f).data(), 2);
       }
       std::vector<float> x(static_cast<size_t>(k));
       for (float& v : x) v = uni(rng) * (trial == 3 ? 100.0f : 1.0f);
@@ -789,10 +877,11 @@ TEST_CASE("gguf quant: vec_dot_ref equals the dot product of the dequantized row
       double want = 0, mag = 0, xerr = 0;
       for (int64_t i = 0; i < k; ++i) {
         double min_part = 0;
-        if (t == dtype::q4_k || t == dtype::q5_k) {
+        if (has_second_scale(t)) {  // the block's min term: dmin * (at most 63, Q2_K 15), or Q4_1/Q5_1's m
           uint16_t h;
-          std::memcpy(&h, w.data() + size_t(i / be) * bb + 2, 2);
-          min_part = 63.0 * std::fabs(double(f16_to_f32(h)));
+          std::memcpy(&h, w.data() + size_t(i / be) * bb + scale_offset(t) + 2, 2);
+          const double most = t == dtype::q2_k ? 15.0 : t == dtype::q4_1 || t == dtype::q5_1 ? 1.0 : 63.0;
+          min_part = most * std::fabs(double(f16_to_f32(h)));
         }
         want += double(wf[size_t(i)]) * double(af[size_t(i)]);
         mag += (std::fabs(double(wf[size_t(i)])) + min_part) * std::fabs(double(af[size_t(i)]));

@@ -33,10 +33,15 @@ std::vector<uint8_t> random_blocks(dtype t, int64_t rows, int64_t cols, std::mt1
     uint8_t* p = out.data() + i * bb;
     switch (t) {
       case dtype::q8_0:
-      case dtype::q4_0: put(p, scale(rng)); break;
+      case dtype::q4_0:
+      case dtype::q5_0: put(p, scale(rng)); break;
+      case dtype::q4_1:
+      case dtype::q5_1: put(p, scale(rng)); put(p + 2, (byte(rng) % 2 ? -16.0f : 16.0f) * scale(rng)); break;
       case dtype::q4_k:
       case dtype::q5_k: put(p, scale(rng)); put(p + 2, scale(rng)); break;
       case dtype::q6_k: put(p + 208, scale(rng)); break;
+      case dtype::q2_k: put(p + 80, scale(rng)); put(p + 82, scale(rng)); break;
+      case dtype::q3_k: put(p + 108, scale(rng)); break;
       default: break;
     }
   }
@@ -51,14 +56,15 @@ TEST_CASE("quantized matmul matches the scalar integer reference on every instru
   struct shape {
     int64_t M, N, K;
   };
-  // Below 5 (Q8_0, Q4_0) or 8 rows (K types): up to 4 activation rows per weight row, 2 weight
+  // Below 5 (block-32 types) or 8 rows (K types): up to 4 activation rows per weight row, 2 weight
   // rows per pass from 64 rows where Q8_0 has no VNNI; from there the batched kernels (tiles of
   // 8 / 16 weight rows, partial tiles at N = 9 and 37, 4 activation rows at a time and the rest).
-  // K = 288 and 96: Q8_0 / Q4_0 only (block counts that are no multiple of 8 or of the 256-value
+  // K = 288 and 96: the block-32 types only (block counts that are no multiple of 8 or of the 256-value
   // K blocks).
   const shape shapes[] = {{1, 9, 512}, {3, 9, 512}, {6, 9, 512}, {67, 9, 512}, {5, 37, 768}, {16, 16, 256},
                           {67, 37, 512}, {1, 9, 288}, {1, 5, 96}, {2, 5, 96}};
-  for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k})
+  for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
+                  dtype::q4_k, dtype::q5_k, dtype::q6_k})
   for (const shape& sh : shapes) {
     const int64_t M = sh.M, N = sh.N, K = sh.K;
     if (K % dtype_block_elems(t) != 0) continue;
@@ -110,15 +116,20 @@ TEST_CASE("quantized matmul matches the scalar integer reference on every instru
 TEST_CASE("batched quantized products at the largest values do not saturate", "[quant]") {
   std::mt19937 rng(11);
   const int64_t M = 10, N = 20, K = 512;  // M >= lane_gemm_min_rows: the batched kernels
-  for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+  for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q2_k, dtype::q3_k, dtype::q4_1, dtype::q5_0,
+                  dtype::q5_1}) {
     REQUIRE(M >= lane_gemm_min_rows(t));
     auto blocks = random_blocks(t, N, K, rng);
-    const size_t bb = dtype_bytes(t, 256);
+    const size_t bb = dtype_block_bytes(t);
     for (size_t b = 0; b < blocks.size() / bb; ++b) {
       uint8_t* blk = blocks.data() + b * bb;
       if (t == dtype::q6_k) std::memset(blk, 0xFF, 192);         // ql, qh: every value 63
       else if (t == dtype::q5_k) std::memset(blk + 16, 0xFF, 160);  // qh, qs: every value 31
-      else std::memset(blk + 16, 0xFF, 128);                       // qs: every value 15
+      else if (t == dtype::q4_k) std::memset(blk + 16, 0xFF, 128);  // qs: every value 15
+      else if (t == dtype::q2_k) std::memset(blk + 16, 0xFF, 64);   // qs: every value 3
+      else if (t == dtype::q3_k) std::memset(blk, 0xFF, 96);        // hmask, qs: every value 3 (+ 4)
+      else if (t == dtype::q4_1) std::memset(blk + 4, 0xFF, 16);    // every value 15
+      else std::memset(blk + (t == dtype::q5_0 ? 2 : 4), 0xFF, 20);  // qh, qs: every value 31
     }
     const weight_ref w{t, blocks.data(), N, K};
     std::vector<float> x(size_t(M * K));
@@ -127,8 +138,11 @@ TEST_CASE("batched quantized products at the largest values do not saturate", "[
     std::vector<float> ref(size_t(M * N));
     for (int64_t m = 0; m < M; ++m) {
       std::vector<q8k_block> ak(size_t(K / 256));
+      std::vector<q8_block> a0(size_t(K / 32));
       quantize_q8_k(x.data() + m * K, ak.data(), K);
-      for (int64_t j = 0; j < N; ++j) ref[size_t(m * N + j)] = vec_dot_ref(t, w.row(j), ak.data(), K);
+      quantize_q8_0(x.data() + m * K, a0.data(), K);
+      const void* act = uses_q8k(t) ? static_cast<const void*>(ak.data()) : static_cast<const void*>(a0.data());
+      for (int64_t j = 0; j < N; ++j) ref[size_t(m * N + j)] = vec_dot_ref(t, w.row(j), act, K);
     }
     for (const std::string& isa : cpu_isa_available()) {
       INFO(dtype_name(t) << " on " << isa);
@@ -153,7 +167,8 @@ TEST_CASE("the batched quantized kernels take x86 targets with AVX2 or better", 
     if (isa != "AVX2" && isa.rfind("AVX3", 0) != 0) continue;
     INFO(isa);
     REQUIRE(cpu_isa_force(isa));
-    for (dtype t : {dtype::q4_0, dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+    for (dtype t : {dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k, dtype::q4_k,
+                    dtype::q5_k, dtype::q6_k}) {
       const auto blocks = random_blocks(t, N, K, rng);
       quantize_rows(t, x.data(), K, M, K, xq.data());
       CHECK(matmul_quantized_lanes(xq.data(), M, weight_ref{t, blocks.data(), N, K}, N, y.data(), N, false));

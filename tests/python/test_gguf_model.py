@@ -5,7 +5,7 @@ The files are written with gguf-py (llama.cpp's own GGUF library, from PyPI) the
 convert_hf_to_gguf.py writes a Llama model: its tensor names, Q/K rows permuted to interleaved
 RoPE pairs, norms in F32, the tokenizer metadata of llama.cpp's GPT-2 vocabulary file (the demo
 model's tokenizer is GPT-2's), and Q8_0 / Q4_0 blocks from gguf-py's quantizer (bit-exact with
-ggml's reference quantizer). tests/bench/vs_llamacpp.py runs llama.cpp's converter and quantizer
+ggml's reference quantizer; Q4_1 / Q5_0 / Q5_1 as well). tests/bench/vs_llamacpp.py runs llama.cpp's converter and quantizer
 themselves on the same model.
 """
 import json
@@ -21,6 +21,10 @@ from test_gguf_tokenizer import vocab_dir
 
 gguf = pytest.importorskip("gguf")
 
+
+# The block types gguf-py quantizes (bit-exact with ggml's reference quantizers); the K types come
+# from llama-quantize itself in tests/bench/vs_llamacpp.py.
+QUANTIZED = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
 
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant:{% endif %}")
@@ -165,8 +169,8 @@ def demo(coserve_bin, tmp_path_factory):
         if "tokenizer" in p.stderr:
             skip_or_fail_in_ci("make-demo-model needs ../shared/testdata: " + p.stderr)
         raise AssertionError(p.stderr)
-    files = {q: write_gguf(folder, d / f"demo-{q.lower()}.gguf", q) for q in ("F32", "Q8_0", "Q4_0")}
-    for q in ("Q8_0", "Q4_0"):
+    files = {q: write_gguf(folder, d / f"demo-{q.lower()}.gguf", q) for q in ("F32",) + QUANTIZED}
+    for q in QUANTIZED:
         files["dequantized " + q] = write_gguf(folder, d / f"demo-{q.lower()}-as-f32.gguf", q, dequantized=True)
     return folder, files
 
@@ -227,7 +231,7 @@ def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
     np.testing.assert_allclose(a["logits"][0], b["logits"][0], atol=2e-4)
 
 
-@pytest.mark.parametrize("q", ["Q8_0", "Q4_0"])
+@pytest.mark.parametrize("q", QUANTIZED)
 def test_quantized_gguf_logprobs_close(coserve_bin, demo, q):
     # The integer kernels against the same weights held as F32 (gguf-py's dequantization): only the
     # activations' int8 quantization differs, so the next-token log-probabilities over the top 10
