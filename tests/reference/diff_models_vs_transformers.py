@@ -32,6 +32,9 @@ ap.add_argument("--bin", default="build/bin/coserve")
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--cases", type=int, default=20)
 ap.add_argument("--arch", choices=["llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3"])
+ap.add_argument("--wide", action="store_true",
+                help="shapes of real checkpoints and odd sizes too: 3-16 heads (9/3, 14/2 as SmolLM and Qwen2.5), "
+                     "head_dim 24-256, sizes no power of two divides, prompts up to 300 tokens")
 args = ap.parse_args()
 rng = random.Random(args.seed)
 
@@ -43,12 +46,15 @@ STEPS = 6
 
 def random_config():
     arch = args.arch or rng.choice(list(CLASSES))
-    heads = rng.choice([1, 2, 4, 6, 8])
+    heads = rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 14, 16] if args.wide else [1, 2, 4, 6, 8])
     kv = rng.choice([d for d in range(1, heads + 1) if heads % d == 0])
-    head_dim = rng.choice([8, 16, 32, 64])
-    hidden = heads * head_dim if arch == "phi3" else rng.choice([heads * head_dim, 32, 48, 64, 96, 128])
-    c = dict(vocab_size=rng.choice([256, 300, 512, 1000]), hidden_size=hidden,
-             intermediate_size=rng.choice([32, 64, 96, 176, 200]), num_hidden_layers=rng.choice([1, 2, 3]),
+    head_dim = rng.choice([8, 16, 24, 32, 40, 48, 64, 80, 96, 128, 256] if args.wide else [8, 16, 32, 64])
+    hidden_choices = [heads * head_dim, 32, 48, 64, 96, 128] + ([40, 72, 136, 200, 264] if args.wide else [])
+    hidden = heads * head_dim if arch == "phi3" else rng.choice(hidden_choices)
+    inter_choices = [32, 64, 96, 176, 200] + ([37, 100, 129, 344, 500] if args.wide else [])
+    vocab_choices = [256, 300, 512, 1000] + ([257, 1001, 2053] if args.wide else [])
+    c = dict(vocab_size=rng.choice(vocab_choices), hidden_size=hidden,
+             intermediate_size=rng.choice(inter_choices), num_hidden_layers=rng.choice([1, 2, 3]),
              num_attention_heads=heads, num_key_value_heads=kv, max_position_embeddings=rng.choice([128, 512, 2048]),
              rms_norm_eps=rng.choice([1e-5, 1e-6, 1e-3]), rope_theta=rng.choice([10000.0, 500000.0, 1e6, 100.0]),
              tie_word_embeddings=rng.random() < 0.4, pad_token_id=0, bos_token_id=1, eos_token_id=2)
@@ -118,8 +124,9 @@ def main():
         try:
             model.to(getattr(torch, dtype)).save_pretrained(folder)
             model = getattr(transformers, model_cls).from_pretrained(folder, dtype=torch.float32).eval()
-            limit = c.get("original_max_position_embeddings", 40) if "rope_scaling" in c and \
-                c["rope_scaling"].get("type") == "longrope" else 40
+            limit = 300 if args.wide else 40
+            if "rope_scaling" in c and c["rope_scaling"].get("type") == "longrope":
+                limit = min(limit, c["original_max_position_embeddings"]) if args.wide else c["original_max_position_embeddings"]
             prompt = [rng.randrange(c["vocab_size"]) for _ in range(rng.randint(1, max(1, min(limit, c["max_position_embeddings"] - STEPS))))]
             rows, want = [], []
             with torch.no_grad():
