@@ -60,8 +60,8 @@ model:
                                 rope_scaling llama3, linear, yarn, longrope; partial rotary;
                                 sliding windows; docs/models.md),
                                 or a GGUF file (llama, mistral, qwen2, qwen3, phi3; F32, F16, BF16, Q8_0, Q4_0,
-                                Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; tokenizer and chat
-                                template from its metadata;
+                                Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS;
+                                tokenizer and chat template from its metadata;
                                 integer kernels on --device cpu, dequantized to bf16 at load on
                                 --device cuda; docs/gguf.md)
   --demo                        serve the built-in demo model (created on first use in

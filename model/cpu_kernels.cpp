@@ -633,6 +633,8 @@ void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w,
     case dtype::q5_1:
     case dtype::q2_k:
     case dtype::q3_k:
+    case dtype::iq4_nl:
+    case dtype::iq4_xs:
       break;  // matmul_nt sends quantized weights to matmul_quant
     case dtype::f8_e4m3:  // value * 2^-8, unscaled: matmul_nt applies 256 * row_scale
       matmul_typed(x, size_t(ldx), size_t(M), static_cast<const e4m3_lo_t*>(w->data), size_t(n), K, y, size_t(ldy),

@@ -24,6 +24,8 @@ std::string_view dtype_name(dtype t) noexcept {
     case dtype::q5_1: return "Q5_1";
     case dtype::q2_k: return "Q2_K";
     case dtype::q3_k: return "Q3_K";
+    case dtype::iq4_nl: return "IQ4_NL";
+    case dtype::iq4_xs: return "IQ4_XS";
   }
   return "?";
 }
@@ -39,12 +41,14 @@ int64_t dtype_block_elems(dtype t) noexcept {
     case dtype::q4_0:
     case dtype::q4_1:
     case dtype::q5_0:
-    case dtype::q5_1: return 32;
+    case dtype::q5_1:
+    case dtype::iq4_nl: return 32;
     case dtype::q4_k:
     case dtype::q5_k:
     case dtype::q6_k:
     case dtype::q2_k:
-    case dtype::q3_k: return 256;
+    case dtype::q3_k:
+    case dtype::iq4_xs: return 256;
   }
   return 1;
 }
@@ -66,6 +70,8 @@ size_t dtype_block_bytes(dtype t) noexcept {
     case dtype::q5_1: return 24;   // f16 scale, f16 min, 32 high bits, 16 bytes of nibbles
     case dtype::q2_k: return 84;   // 16 scale/min nibble pairs, 64 bytes of 2-bit values, f16 d, f16 dmin
     case dtype::q3_k: return 110;  // 32 bytes of high bits, 64 bytes of 2-bit values, 12 bytes of 6-bit scales, f16 d
+    case dtype::iq4_nl: return 18;  // f16 scale, 16 bytes of table indices
+    case dtype::iq4_xs: return 136;  // f16 d, u16 high scale bits, 4 bytes of low scale nibbles, 128 bytes of indices
   }
   return 4;
 }
@@ -214,6 +220,8 @@ void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept {
     case dtype::q5_1:
     case dtype::q2_k:
     case dtype::q3_k:
+    case dtype::iq4_nl:
+    case dtype::iq4_xs:
       dequantize(t, src, dst, n);
       break;
   }

@@ -135,6 +135,8 @@ bool ggml_to_dtype(uint32_t t, dtype& out) noexcept {
     case ggml_type::q5_1: out = dtype::q5_1; return true;
     case ggml_type::q2_k: out = dtype::q2_k; return true;
     case ggml_type::q3_k: out = dtype::q3_k; return true;
+    case ggml_type::iq4_nl: out = dtype::iq4_nl; return true;
+    case ggml_type::iq4_xs: out = dtype::iq4_xs; return true;
   }
   return false;
 }
@@ -280,7 +282,7 @@ result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base,
     if (!r.get(info.ggml) || !r.get(info.offset)) return bad(path, where + ": truncated");
     if (!ggml_to_dtype(info.ggml, info.type))
       return make_error("unsupported", path + ": " + where + " has type " + ggml_type_name(info.ggml) +
-                                           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)");
+                                           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
     const int64_t block = dtype_block_elems(info.type);
     if (info.cols() % block != 0)
       return bad(path, where + ": row of " + std::to_string(info.cols()) + " values is not a whole number of " +

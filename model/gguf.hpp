@@ -56,7 +56,7 @@ struct gguf_value {
 // ggml tensor types this reader accepts.
 enum class ggml_type : uint32_t {
   f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13,
-  q6_k = 14, bf16 = 30,
+  q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30,
 };
 // The ggml type's name ("F32", "Q4_K", ...); "type N" for numbers this reader does not know.
 std::string ggml_type_name(uint32_t t);

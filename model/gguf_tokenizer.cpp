@@ -30,7 +30,7 @@ constexpr int64_t k_tok_normal = 1, k_tok_unknown = 2, k_tok_control = 3, k_tok_
 
 // Hugging Face pre-tokenizers for the names llama.cpp's converter writes to tokenizer.ggml.pre.
 struct bpe_pre {
-  const char* names[6];
+  const char* names[8];
   const char* pre_tokenizer;  // tokenizer.json "pre_tokenizer"
   const char* normalizer;     // tokenizer.json "normalizer" ("null" for none)
   bool ignore_merges;
@@ -46,12 +46,38 @@ constexpr const char* k_llama3_split =
 constexpr const char* k_qwen2_split =
     R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false}]})";
 
+// Qwen3.5: Qwen2's pattern with marks (\p{M}) joining letters.
+constexpr const char* k_qwen35_split =
+    R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":false,"use_regex":false}]})";
+// Mistral's Tekken (Mistral Nemo, Mistral Small 3, Ministral, Pixtral).
+constexpr const char* k_tekken_split =
+    R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]})";
+// OpenAI's o200k pattern (Phi-4-mini, Llama 4).
+constexpr const char* k_gpt4o_split =
+    R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},"behavior":"Isolated","invert":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]})";
+// DeepSeek Coder (1.x): newlines, letters, punctuation and CJK runs split apart, digits one by one.
+constexpr const char* k_deepseek_coder_split =
+    R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"[\r\n]"},"behavior":"Isolated","invert":false},{"type":"Split","pattern":{"Regex":"\\s?\\p{L}+"},"behavior":"Isolated","invert":false},{"type":"Split","pattern":{"Regex":"\\s?\\p{P}+"},"behavior":"Isolated","invert":false},{"type":"Split","pattern":{"Regex":"[一-龥ࠀ-一가-퟿]+"},"behavior":"Isolated","invert":false},{"type":"Digits","individual_digits":true},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]})";
+// DeepSeek LLM (1.x): as the coder's with explicit letter ranges, ASCII/full-width punctuation,
+// trailing whitespace, and digit runs.
+constexpr const char* k_deepseek_llm_split =
+    R"({"type":"Sequence","pretokenizers":[{"type":"Split","pattern":{"Regex":"[\r\n]"},"behavior":"Isolated","invert":false},{"type":"Split","pattern":{"Regex":"\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+"},"behavior":"Isolated","invert":false},{"type":"Split","pattern":{"Regex":"\\s?[!-/:-~！-／：-～‘-‟　-。]+"},"behavior":"Isolated","invert":false},{"type":"Split","pattern":{"Regex":"\\s+$"},"behavior":"Isolated","invert":false},{"type":"Split","pattern":{"Regex":"[一-龥ࠀ-一가-퟿]+"},"behavior":"Isolated","invert":false},{"type":"Digits","individual_digits":false},{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":false}]})";
+// The names llama.cpp (0.3.x) gives each pre-tokenizer, with the Hugging Face tokenizer.json
+// settings of the models they come from; ignore_merges where llama.cpp sets it.
 const bpe_pre k_bpe_pres[] = {
-    {{"gpt-2", "phi-2", nullptr}, k_byte_level_regex, "null", false},
-    {{"starcoder", "refact", nullptr}, k_digits_byte_level, "null", false},
+    {{"gpt-2", "phi-2", "exaone4", nullptr}, k_byte_level_regex, "null", false},
+    {{"starcoder", "refact", "smollm", "codeshell", nullptr}, k_digits_byte_level, "null", false},
+    {{"command-r", nullptr}, k_digits_byte_level, R"({"type":"NFC"})", false},
     {{"mpt", "gpt-neox", "olmo", nullptr}, k_byte_level_regex, R"({"type":"NFC"})", false},
     {{"llama-bpe", "llama3", "llama-v3", "falcon3", nullptr}, k_llama3_split, "null", true},
-    {{"qwen2", "deepseek-r1-qwen", nullptr}, k_qwen2_split, R"({"type":"NFC"})", false},
+    {{"dbrx", "smaug-bpe", nullptr}, k_llama3_split, "null", false},
+    {{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "kormo", "f2llmv2", nullptr}, k_qwen2_split,
+     R"({"type":"NFC"})", false},
+    {{"qwen35", nullptr}, k_qwen35_split, "null", false},
+    {{"tekken", nullptr}, k_tekken_split, "null", true},
+    {{"gpt-4o", "llama4", nullptr}, k_gpt4o_split, "null", false},
+    {{"deepseek-coder", nullptr}, k_deepseek_coder_split, "null", false},
+    {{"deepseek-llm", nullptr}, k_deepseek_llm_split, "null", false},
 };
 
 std::string supported_pres() {

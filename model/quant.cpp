@@ -56,6 +56,7 @@ inline int block32_value(dtype t, const uint8_t* p, int i) noexcept {
     case dtype::q4_1: return nibble(p + 4, i);
     case dtype::q5_0: return q5_value(p + 2, p + 6, i) - 16;
     case dtype::q5_1: return q5_value(p + 4, p + 8, i);
+    case dtype::iq4_nl: return k_iq4nl_values[nibble(p + 2, i)];
     default: return 0;
   }
 }
@@ -74,7 +75,8 @@ void dequantize(dtype t, const void* src, float* dst, size_t n) noexcept {
         break;
       }
       case dtype::q4_0:
-      case dtype::q5_0: {
+      case dtype::q5_0:
+      case dtype::iq4_nl: {
         const float d = f16_at(p);
         for (int i = 0; i < 32; ++i) *dst++ = d * float(block32_value(t, p, i));
         break;
@@ -97,6 +99,14 @@ void dequantize(dtype t, const void* src, float* dst, size_t n) noexcept {
             const float prod = dl * float(q2k_value(qs, 16 * g + i));
             *dst++ = prod - ml;
           }
+        }
+        break;
+      }
+      case dtype::iq4_xs: {
+        const float d = f16_at(p);
+        for (int j = 0; j < 8; ++j) {
+          const float dl = d * float(iq4xs_scale(p, j) - 32);
+          for (int i = 0; i < 32; ++i) *dst++ = dl * float(k_iq4nl_values[nibble(p + 8 + 16 * j, i)]);
         }
         break;
       }
@@ -209,6 +219,16 @@ float vec_dot_ref(dtype t, const void* w, const void* act, int64_t k) noexcept {
   const auto* a = static_cast<const q8k_block*>(act);
   for (int64_t b = 0; b < k / 256; ++b, p += bb) {
     const int8_t* q8 = a[b].q;
+    if (t == dtype::iq4_xs) {
+      int isum = 0;
+      for (int j = 0; j < 8; ++j) {
+        int s = 0;
+        for (int i = 0; i < 32; ++i) s += k_iq4nl_values[nibble(p + 8 + 16 * j, i)] * q8[32 * j + i];
+        isum += (iq4xs_scale(p, j) - 32) * s;
+      }
+      sum += f16_at(p) * a[b].d * float(isum);
+      continue;
+    }
     if (t == dtype::q2_k || t == dtype::q3_k) {
       int isum = 0, msum = 0;
       for (int g = 0; g < 16; ++g) {

@@ -1,5 +1,5 @@
 // ggml's block-quantized weight formats (the GGUF tensor types Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
-// Q3_K, Q4_K, Q5_K, Q6_K):
+// Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS):
 // their dequantization to fp32 (the values gguf-py's numpy code produces, bit for bit), the int8
 // quantization of activations the integer products use (ggml's Q8_0 blocks of 32 and Q8_K blocks
 // of 256), and scalar reference dot products of one weight row with one quantized activation row.
@@ -22,6 +22,10 @@
 //   Q5_K (256 values, 176 B): as Q4_K with u8 qh[32] (the fifth bit) before qs
 //   Q6_K (256 values, 210 B): u8 ql[128], u8 qh[64], int8 scales[16], f16 d;
 //                                                               value = d*scales[v/16] * (q - 32)
+//   IQ4_NL (32 values, 18 B): f16 d, u8 qs[16] (nibbles as Q4_0's); value = d * k_iq4nl_values[q]
+//   IQ4_XS (256 values, 136 B): f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]; per 32 values j a
+//                             6-bit scale ls (low nibble j of scales_l, bits 2j of scales_h);
+//                             value = d*(ls - 32) * k_iq4nl_values[q], nibbles as Q4_0's per 32 values
 #pragma once
 
 #include <cstddef>
@@ -64,7 +68,18 @@ struct q8k_block {
 
 // The activation format weight type t multiplies with: false for Q8_0 blocks, true for Q8_K.
 inline bool uses_q8k(dtype t) noexcept {
-  return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k || t == dtype::q2_k || t == dtype::q3_k;
+  return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k || t == dtype::q2_k || t == dtype::q3_k ||
+         t == dtype::iq4_xs;
+}
+
+// The non-linear 4-bit grid of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
+inline constexpr int8_t k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The 6-bit scale (0..63, before the -32) of 32-value sub-block j (0..7) of an IQ4_XS block.
+inline int iq4xs_scale(const uint8_t* block, int j) noexcept {
+  const int low = (block[4 + j / 2] >> (4 * (j % 2))) & 15;
+  const int high = ((block[2] | (block[3] << 8)) >> (2 * j)) & 3;
+  return low | (high << 4);
 }
 
 // The 6-bit scale (0..63, before Q3_K's -32) of 16-value group g (0..15) of a Q3_K block's 12

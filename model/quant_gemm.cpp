@@ -214,6 +214,36 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
       }
       break;
     }
+    case dtype::iq4_nl:
+    case dtype::iq4_xs: {
+      // The grid values + 128 (1..241, unsigned); f0 d; IQ4_XS: per 32 values its scale ls - 32 in
+      // T.sc and (scale, scale) in T.pr for the offset's 16-value activation sums.
+      const bool xs = t == dtype::iq4_xs;
+      const __m256i grid = _mm256_xor_si256(
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values))),
+          _mm256_set1_epi8(char(0x80)));
+      auto values = [&](const uint8_t* qs, uint8_t* o) HWY_ATTR {
+        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+        st256(o, _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4)));
+      };
+      if (!xs) {
+        for (int64_t b = 0; b < K / 32; ++b, w += 18) {
+          T.f0[b * kLanes + i] = f16x(w);
+          values(w + 2, dst + 32 * b);
+        }
+        break;
+      }
+      for (int64_t b = 0; b < K / 256; ++b, w += 136) {
+        T.f0[b * kLanes + i] = f16x(w);
+        for (int s = 0; s < 8; ++s) {
+          const int sc = iq4xs_scale(w, s) - 32;
+          T.sc[(b * 8 + s) * kLanes + i] = lane_scale(sc);
+          T.pr[(b * 8 + s) * kLanes + i] = int32_t(uint32_t(uint16_t(int16_t(sc))) * 0x10001u);
+          values(w + 8 + 16 * s, dst + 256 * b + 32 * s);
+        }
+      }
+      break;
+    }
     case dtype::q2_k:
     case dtype::q3_k: {
       // Unsigned values (Q2_K 0..3, Q3_K q + 4 = 0..7), 16 scales per block (Q3_K signed), and
@@ -472,6 +502,30 @@ void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
   for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
 }
 
+// IQ4_XS (VNNI only: values up to 241): d * (sum_s sc[s] * (u . a)_s - 128 * sum_s sc[s] * (sum of a)_s),
+// u the grid values + 128, 32-value sub-blocks s.
+template <int R>
+void lanes_iq4xs(const lane_tile& T, const q8k_block* const* a, int64_t nb, float* out) {
+  vf acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = fzero();
+  for (int64_t b = 0; b < nb; ++b) {
+    vi is[R], cs[R];
+    for (int r = 0; r < R; ++r) is[r] = cs[r] = vzero();
+    for (int s = 0; s < 8; ++s) {
+      const int64_t sb = b * 8 + s;
+      const int8_t* q[R];
+      for (int r = 0; r < R; ++r) q[r] = a[r][b].q + 32 * s;
+      scaled_dots<R, 8>(T, sb * 8, q, vload(T.sc + sb * kLanes), is);
+      const vi pv = vload(T.pr + sb * kLanes);
+      for (int r = 0; r < R; ++r) cs[r] = dot2w(cs[r], pv, bcast(a[r][b].bsums + 2 * s));
+    }
+    const vf dv = fload(T.f0 + b * kLanes);
+    for (int r = 0; r < R; ++r)
+      acc[r] = ffma(fcvt(vsub(is[r], vmullo(cs[r], vset1(128)))), fmul(dv, fset1(a[r][b].d)), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
+}
+
 template <int R>
 void lanes_rows(dtype t, const lane_tile& T, const void* const* act, int64_t nb, float* out) {
   switch (t) {
@@ -485,6 +539,8 @@ void lanes_rows(dtype t, const lane_tile& T, const void* const* act, int64_t nb,
     case dtype::q5_1: lanes_32<R, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
     case dtype::q2_k: lanes_q6k<R, dtype::q2_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q3_k: lanes_q6k<R, dtype::q3_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::iq4_nl: lanes_32<R>(T, 128, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::iq4_xs: lanes_iq4xs<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     default: break;
   }
 }
@@ -582,8 +638,9 @@ bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t 
                        bool accumulate) {
 #ifdef COSERVE_LANE_GEMM
   const weight_ref& w = *wr;
-  // Without VNNI the products are int16 pair sums: Q8_0's +128 bytes could saturate them.
-  if (!kVnni && w.type == dtype::q8_0) return false;
+  // Without VNNI the products are int16 pair sums: the +128 bytes of Q8_0 and the IQ4 grids could
+  // saturate them.
+  if (!kVnni && (w.type == dtype::q8_0 || w.type == dtype::iq4_nl || w.type == dtype::iq4_xs)) return false;
   if (!dtype_is_quantized(w.type)) return false;
   const int64_t K = w.cols;
   const bool k_type = uses_q8k(w.type);

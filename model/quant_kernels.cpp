@@ -86,17 +86,21 @@ float dot_q8_0(const uint8_t* w, const q8_block* a, size_t nb) {
   return reduce(acc);
 }
 
-float dot_q4_0(const uint8_t* w, const q8_block* a, size_t nb) {
+// Q4_0 (nibble - 8) and IQ4_NL (kGrid: the nibbles looked up in the non-linear grid), int8
+// values multiplied as Q8_0's.
+template <bool kGrid>
+float dot_nibbles(const uint8_t* w, const q8_block* a, size_t nb) {
   const D32 d32;
   const DF4 df;
   const DU8 du8;
   const VU8 mask = hn::Set(du8, uint8_t(15));
   const V8 eight = hn::Set(D8(), int8_t(8));
+  const V8 grid = hn::LoadU(D8(), k_iq4nl_values);
   VF4 acc = hn::Zero(df);
   for (size_t b = 0; b < nb; ++b, w += 18) {
     const VU8 qs = loadu8(w + 2);
-    const V8 lo = hn::Sub(as_i8(hn::And(qs, mask)), eight);
-    const V8 hi = hn::Sub(as_i8(hn::ShiftRight<4>(qs)), eight);
+    const V8 lo = kGrid ? hn::TableLookupBytes(grid, as_i8(hn::And(qs, mask))) : hn::Sub(as_i8(hn::And(qs, mask)), eight);
+    const V8 hi = kGrid ? hn::TableLookupBytes(grid, as_i8(hn::ShiftRight<4>(qs))) : hn::Sub(as_i8(hn::ShiftRight<4>(qs)), eight);
     V32 s = hn::Zero(d32);
     s = dot16(lo, load8(a[b].q), s);
     s = dot16(hi, load8(a[b].q + 16), s);
@@ -149,6 +153,29 @@ float dot_block32(const uint8_t* w, const q8_block* a, size_t nb) {
     if constexpr (kMin) mins += f16_at(w + 2) * (a[b].d * float(a[b].s));
   }
   return reduce(acc) + mins;
+}
+
+// IQ4_XS: per 32-value sub-block j, (ls_j - 32) * (grid values . a).
+float dot_iq4_xs(const uint8_t* w, const q8k_block* a, size_t nb) {
+  const D32 d32;
+  const DF4 df;
+  const DU8 du8;
+  const V8 grid = hn::LoadU(D8(), k_iq4nl_values);
+  const VU8 mask = hn::Set(du8, uint8_t(15));
+  VF4 acc = hn::Zero(df);
+  for (size_t b = 0; b < nb; ++b, w += 136) {
+    V32 isum = hn::Zero(d32);
+    for (int j = 0; j < 8; ++j) {
+      const VU8 qs = loadu8(w + 8 + 16 * j);
+      const V8 lo = hn::TableLookupBytes(grid, as_i8(hn::And(qs, mask)));
+      const V8 hi = hn::TableLookupBytes(grid, as_i8(hn::ShiftRight<4>(qs)));
+      V32 d = dot16(lo, load8(a[b].q + 32 * j), hn::Zero(d32));
+      d = dot16(hi, load8(a[b].q + 32 * j + 16), d);
+      isum = hn::Add(isum, hn::Mul(d, hn::Set(d32, int32_t(iq4xs_scale(w, j) - 32))));
+    }
+    acc = hn::MulAdd(hn::ConvertTo(df, isum), hn::Set(df, f16_at(w) * a[b].d), acc);
+  }
+  return reduce(acc);
 }
 
 // The 2-bit values of chunk c (0..3: bits 2c, 2c + 1) of 16 bytes.
@@ -299,7 +326,7 @@ float dot_q6_k(const uint8_t* w, const q8k_block* a, size_t nb) {
 float row_dot(dtype t, const uint8_t* w, const void* act, size_t nb) {
   switch (t) {
     case dtype::q8_0: return dot_q8_0(w, static_cast<const q8_block*>(act), nb);
-    case dtype::q4_0: return dot_q4_0(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q4_0: return dot_nibbles<false>(w, static_cast<const q8_block*>(act), nb);
     case dtype::q4_k: return dot_k45<false>(w, static_cast<const q8k_block*>(act), nb);
     case dtype::q5_k: return dot_k45<true>(w, static_cast<const q8k_block*>(act), nb);
     case dtype::q6_k: return dot_q6_k(w, static_cast<const q8k_block*>(act), nb);
@@ -308,6 +335,8 @@ float row_dot(dtype t, const uint8_t* w, const void* act, size_t nb) {
     case dtype::q5_1: return dot_block32<true, true>(w, static_cast<const q8_block*>(act), nb);
     case dtype::q2_k: return dot_q23k<false>(w, static_cast<const q8k_block*>(act), nb);
     case dtype::q3_k: return dot_q23k<true>(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::iq4_nl: return dot_nibbles<true>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::iq4_xs: return dot_iq4_xs(w, static_cast<const q8k_block*>(act), nb);
     default: return 0;
   }
 }
@@ -352,18 +381,21 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
   // Two accumulator sets, even and odd blocks: with one weight and one activation row a single
   // FMA chain (4 cycles a block) was the limit, not memory. The 4- and 5-bit values go into the
   // products unsigned (0..15, 0..31); Q4_0's offset 8 (Q5_0's 16) times sum(a) (q8_block.s) is
-  // taken off each block's integer sum, and Q4_1/Q5_1's minimum times it is added in fp32.
+  // taken off each block's integer sum, and Q4_1/Q5_1's minimum times it is added in fp32. Q8_0
+  // and IQ4_NL's grid values are int8: |w| times a with w's sign, unsigned x signed.
   constexpr bool kMin = kT == dtype::q4_1 || kT == dtype::q5_1;
   constexpr int32_t kOff = kT == dtype::q4_0 ? 8 : kT == dtype::q5_0 ? 16 : 0;
-  constexpr size_t bb = kT == dtype::q8_0 ? 34 : kT == dtype::q4_0 ? 18 : kT == dtype::q4_1 ? 20 : kT == dtype::q5_0 ? 22 : 24;
+  constexpr bool kSigned = kT == dtype::q8_0 || kT == dtype::iq4_nl;  // int8 weights: the sign trick
+  constexpr size_t bb = kT == dtype::q8_0 ? 34 : kT == dtype::q4_1 ? 20 : kT == dtype::q5_0 ? 22 : kT == dtype::q5_1 ? 24 : 18;
   constexpr size_t qh_at = kMin ? 4 : 2;
-  constexpr size_t qs_at = kT == dtype::q4_0 ? 2 : kT == dtype::q4_1 ? 4 : qh_at + 4;
+  constexpr size_t qs_at = kT == dtype::q4_0 || kT == dtype::iq4_nl ? 2 : kT == dtype::q4_1 ? 4 : qh_at + 4;
   __m256 acc[2][NR][R];
   float mins[NR][R] = {};
   for (int e = 0; e < 2; ++e)
     for (int i = 0; i < NR; ++i)
       for (int r = 0; r < R; ++r) acc[e][i][r] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
+  const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
   auto block = [&](size_t b, __m256(&ac)[NR][R]) HWY_ATTR {
     __m256i wq[NR], aw[NR];
     float dw[NR], mw[NR];
@@ -377,6 +409,10 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
         wq[i] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
         if constexpr (kT == dtype::q5_0 || kT == dtype::q5_1)
           wq[i] = _mm256_or_si256(wq[i], _mm256_and_si256(x86::bits_to_bytes(wb + qh_at), k16));
+        if constexpr (kT == dtype::iq4_nl) {
+          wq[i] = _mm256_shuffle_epi8(grid, wq[i]);
+          aw[i] = _mm256_sign_epi8(wq[i], wq[i]);
+        }
       }
       dw[i] = f16x(wb);
       if constexpr (kMin) mw[i] = f16x(wb + 2);
@@ -387,7 +423,7 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
       for (int i = 0; i < NR; ++i) {
         const float scale = dw[i] * da;
         __m256i s;
-        if constexpr (kT == dtype::q8_0) {
+        if constexpr (kSigned) {
           s = dot_us(aw[i], _mm256_sign_epi8(x, wq[i]));
         } else if constexpr (kOff != 0) {
           // The offset in the integer sum (lane 0): no float chain across blocks for it.
@@ -569,6 +605,32 @@ void rows_q23k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* ou
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]) - hsum8(cacc[r]);
 }
 
+// IQ4_XS with Q8_K activations, R rows: the grid values signed (|v| <= 127, so the VPMADDUBSW pair
+// sums of |v| and the sign-adjusted activations stay below 2^15), per 32 values times ls - 32.
+template <int R>
+void rows_iq4xs(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
+  for (size_t b = 0; b < nb; ++b, w += 136) {
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8 + 16 * j));
+      const __m256i q = _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
+      const __m256i aq = _mm256_sign_epi8(q, q);
+      const __m256i scale = _mm256_set1_epi16(short(iq4xs_scale(w, j) - 32));
+      for (int r = 0; r < R; ++r)
+        isum[r] = _mm256_add_epi32(
+            isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(ld(a[r][b].q + 32 * j), q)), scale));
+    }
+    const float d = f16x(w);
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * a[r][b].d), acc[r]);
+  }
+  for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
+}
+
 template <int R>
 void rows_dot(dtype t, const uint8_t* w, const void* const* act, size_t nb, float* out) {
   switch (t) {
@@ -579,6 +641,8 @@ void rows_dot(dtype t, const uint8_t* w, const void* const* act, size_t nb, floa
     case dtype::q5_1: rows_32<dtype::q5_1, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
     case dtype::q2_k: rows_q23k<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q3_k: rows_q23k<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
+    case dtype::iq4_nl: rows_32<dtype::iq4_nl, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::iq4_xs: rows_iq4xs<R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q4_k: rows_k45<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q5_k: rows_k45<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q6_k: rows_q6k<R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;

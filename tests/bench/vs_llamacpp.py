@@ -89,7 +89,8 @@ COSERVE_ISA_ARGS = []
 TARGETS = ["llama-bench", "llama-batched-bench", "llama-server", "llama-quantize"]
 # --quant types: GGUF files made from the f32 GGUF by llama-quantize; both sides run the same file.
 QUANTS = {"f16": "F16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K",
-          "q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q3_k_m": "Q3_K_M", "q2_k": "Q2_K"}
+          "q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q3_k_m": "Q3_K_M", "q2_k": "Q2_K", "iq4_nl": "IQ4_NL",
+          "iq4_xs": "IQ4_XS"}
 LOGPROB_TOP = 10
 
 MODELS = {
@@ -98,8 +99,9 @@ MODELS = {
              "--num-heads", "12", "--num-kv-heads", "4"],
     # Rows of 640 values, no whole number of 256-value K blocks (as SmolLM2's 576 and Qwen2.5-0.5B's
     # 896): llama-quantize's K types fall back to Q5_0 / Q5_1 / Q8_0 / Q4_0 for them, as in the
-    # published files of such models. (At 576, llama.cpp 0.3.36's AMX kernels crash on this
-    # machine for Q8_0 and Q4_0 matrices.)
+    # published files of such models. llama.cpp 0.3.36 built natively on an AMX machine crashes in
+    # its AMX matmul on this model's Q8_0 and Q4_0 files (and at hidden 576): compare with --isa avx2
+    # there (that build has no AMX).
     "smol": ["--hidden-size", "640", "--intermediate-size", "1536", "--num-layers", "8",
              "--num-heads", "10", "--num-kv-heads", "2"],
 }
@@ -643,7 +645,7 @@ def main():
                          "decode batch 1 and 8, serve 1 and 8 clients, 1 rep, the greedy row")
     ap.add_argument("--quant", default="",
                     help="comma-separated GGUF types to compare as well (f16, q8_0, q4_0, q4_k_m, "
-                         "q5_k_m, q6_k, q4_1, q5_0, q5_1, q3_k_m, q2_k, or 'all'): llama-quantize makes them from the f32 GGUF and both sides run the same "
+                         "q5_k_m, q6_k, q4_1, q5_0, q5_1, q3_k_m, q2_k, iq4_nl, iq4_xs, or 'all'): llama-quantize makes them from the f32 GGUF and both sides run the same "
                          "file; f16 adds a greedy-ids row, the others a logprob row (default: none)")
     ap.add_argument("--no-serve", action="store_true", help="skip the HTTP serving rows")
     ap.add_argument("--no-greedy", action="store_true",

@@ -501,7 +501,7 @@ TEST_CASE("gguf: malformed headers and metadata are errors naming the problem", 
 TEST_CASE("gguf: malformed tensor infos are errors naming the tensor", "[model][gguf]") {
   // Unknown or unsupported ggml types name the tensor and the type.
   for (auto [type, name] : std::vector<std::pair<uint32_t, std::string>>{
-           {9, "Q8_1"}, {23, "IQ4_XS"}, {15, "Q8_K"}, {4, "type 4"}, {28, "F64"}, {1000, "type 1000"}}) {
+           {9, "Q8_1"}, {19, "IQ1_S"}, {15, "Q8_K"}, {4, "type 4"}, {28, "F64"}, {1000, "type 1000"}}) {
     auto p = parse(one_tensor(type, {256}));
     REQUIRE_FALSE(p.file.ok());
     CHECK(p.file.err().code == "unsupported");
@@ -717,6 +717,40 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
       CHECK(out[v] == 0.75f * float(s6(v / 16) - 32) * float(q2(v) - (h(v) ? 0 : 4)));
     }
   }
+  SECTION("IQ4_NL: d * grid[nibble]") {
+    std::string blk = f16_bytes(0.5f);
+    for (int j = 0; j < 16; ++j) blk += char(uint8_t(j | ((15 - j) << 4)));
+    REQUIRE(blk.size() == 18);
+    const int grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    float out[32];
+    dequantize(dtype::iq4_nl, blk.data(), out, 32);
+    for (int i = 0; i < 16; ++i) CHECK(out[i] == 0.5f * float(grid[i]));
+    for (int i = 16; i < 32; ++i) CHECK(out[i] == 0.5f * float(grid[15 - (i - 16)]));
+  }
+  SECTION("IQ4_XS: d * (ls - 32) * grid[nibble] per 32 values, ls from scales_l and scales_h") {
+    const int grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    auto ls = [](int j) { return (j * 19 + 5) % 64; };
+    uint16_t sh = 0;
+    std::string sl(4, '\0');
+    for (int j = 0; j < 8; ++j) {
+      sh = uint16_t(sh | ((ls(j) >> 4) << (2 * j)));
+      sl[size_t(j / 2)] = char(uint8_t(sl[size_t(j / 2)]) | ((ls(j) & 15) << (4 * (j % 2))));
+    }
+    auto nib = [](int v) { return (v * 7 + 3) % 16; };
+    std::string qs(128, '\0');
+    for (int v = 0; v < 256; ++v) {  // per 32 values: 16 bytes, low nibbles first
+      const size_t at = size_t(16 * (v / 32) + v % 16);
+      qs[at] = char(uint8_t(qs[at]) | (nib(v) << ((v % 32) < 16 ? 0 : 4)));
+    }
+    const std::string blk = f16_bytes(0.25f) + std::string{char(sh & 0xff), char(sh >> 8)} + sl + qs;
+    REQUIRE(blk.size() == 136);
+    float out[256];
+    dequantize(dtype::iq4_xs, blk.data(), out, 256);
+    for (int v = 0; v < 256; ++v) {
+      INFO("value " << v);
+      CHECK(out[v] == 0.25f * float(ls(v / 32) - 32) * float(grid[nib(v)]));
+    }
+  }
   // K blocks: 6-bit scales sc[8] and mins m[8] packed as ggml packs them (get_scale_min_k4's inverse):
   // bytes 0-3 sc[0..3] | high bits of sc[4..7] << 6, bytes 4-7 m[0..3] | high bits of m[4..7] << 6,
   // bytes 8-11 low nibbles of sc[4..7] | low nibbles of m[4..7] << 4.
@@ -801,7 +835,7 @@ static bool has_second_scale(dtype t) {
 TEST_CASE("gguf quant: dequantize through convert_to_f32 and over several blocks", "[model][quant]") {
   std::mt19937 rng(5);
   for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
-                  dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+                  dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_nl, dtype::iq4_xs}) {
     INFO(dtype_name(t));
     const int64_t n = 3 * 256;
     std::string bytes(dtype_bytes(t, n), '\0');
@@ -830,7 +864,7 @@ TEST_CASE("gguf quant: vec_dot_ref equals the dot product of the dequantized row
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   const int64_t k = 1024;
   for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
-                  dtype::q4_k, dtype::q5_k, dtype::q6_k}) {
+                  dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_nl, dtype::iq4_xs}) {
     for (int trial = 0; trial < 4; ++trial) {
       INFO(dtype_name(t) << ", trial " << trial);
       std::string w(dtype_bytes(t, k), '\0');

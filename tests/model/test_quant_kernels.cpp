@@ -34,7 +34,9 @@ std::vector<uint8_t> random_blocks(dtype t, int64_t rows, int64_t cols, std::mt1
     switch (t) {
       case dtype::q8_0:
       case dtype::q4_0:
-      case dtype::q5_0: put(p, scale(rng)); break;
+      case dtype::q5_0:
+      case dtype::iq4_nl:
+      case dtype::iq4_xs: put(p, scale(rng)); break;
       case dtype::q4_1:
       case dtype::q5_1: put(p, scale(rng)); put(p + 2, (byte(rng) % 2 ? -16.0f : 16.0f) * scale(rng)); break;
       case dtype::q4_k:
@@ -64,7 +66,7 @@ TEST_CASE("quantized matmul matches the scalar integer reference on every instru
   const shape shapes[] = {{1, 9, 512}, {3, 9, 512}, {6, 9, 512}, {67, 9, 512}, {5, 37, 768}, {16, 16, 256},
                           {67, 37, 512}, {1, 9, 288}, {1, 5, 96}, {2, 5, 96}};
   for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
-                  dtype::q4_k, dtype::q5_k, dtype::q6_k})
+                  dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_nl, dtype::iq4_xs})
   for (const shape& sh : shapes) {
     const int64_t M = sh.M, N = sh.N, K = sh.K;
     if (K % dtype_block_elems(t) != 0) continue;
@@ -117,7 +119,7 @@ TEST_CASE("batched quantized products at the largest values do not saturate", "[
   std::mt19937 rng(11);
   const int64_t M = 10, N = 20, K = 512;  // M >= lane_gemm_min_rows: the batched kernels
   for (dtype t : {dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::q2_k, dtype::q3_k, dtype::q4_1, dtype::q5_0,
-                  dtype::q5_1}) {
+                  dtype::q5_1, dtype::iq4_nl, dtype::iq4_xs}) {
     REQUIRE(M >= lane_gemm_min_rows(t));
     auto blocks = random_blocks(t, N, K, rng);
     const size_t bb = dtype_block_bytes(t);
@@ -129,6 +131,8 @@ TEST_CASE("batched quantized products at the largest values do not saturate", "[
       else if (t == dtype::q2_k) std::memset(blk + 16, 0xFF, 64);   // qs: every value 3
       else if (t == dtype::q3_k) std::memset(blk, 0xFF, 96);        // hmask, qs: every value 3 (+ 4)
       else if (t == dtype::q4_1) std::memset(blk + 4, 0xFF, 16);    // every value 15
+      else if (t == dtype::iq4_nl) std::memset(blk + 2, 0, 16);     // every value -127
+      else if (t == dtype::iq4_xs) std::memset(blk + 2, 0, 134);    // every value -127, every scale -32
       else std::memset(blk + (t == dtype::q5_0 ? 2 : 4), 0xFF, 20);  // qh, qs: every value 31
     }
     const weight_ref w{t, blocks.data(), N, K};
@@ -168,10 +172,16 @@ TEST_CASE("the batched quantized kernels take x86 targets with AVX2 or better", 
     INFO(isa);
     REQUIRE(cpu_isa_force(isa));
     for (dtype t : {dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k, dtype::q4_k,
-                    dtype::q5_k, dtype::q6_k}) {
+                    dtype::q5_k, dtype::q6_k, dtype::iq4_nl, dtype::iq4_xs}) {
       const auto blocks = random_blocks(t, N, K, rng);
       quantize_rows(t, x.data(), K, M, K, xq.data());
-      CHECK(matmul_quantized_lanes(xq.data(), M, weight_ref{t, blocks.data(), N, K}, N, y.data(), N, false));
+      const bool lanes = matmul_quantized_lanes(xq.data(), M, weight_ref{t, blocks.data(), N, K}, N, y.data(), N, false);
+      // The IQ4 grids (values + 128) take the lanes only with VNNI (the AVX3_DL target in a GCC
+      // build; "AVX3+BF16" runs it too), as Q8_0.
+      if (t != dtype::iq4_nl && t != dtype::iq4_xs) CHECK(lanes);
+#if defined(__GNUC__) && !defined(__clang__)
+      else CHECK(lanes == (isa == "AVX3_DL" || isa == "AVX3+BF16"));
+#endif
     }
   }
   cpu_isa_force("");

@@ -23,11 +23,14 @@ SCALE_FIELDS = {
     Q.Q5_1: [0, 2],    # d, m, u32 qh, u8 qs[16]
     Q.Q2_K: [80, 82],  # scales[16], qs[64], d, dmin
     Q.Q3_K: [108],     # hmask[32], qs[64], scales[12], d
+    Q.IQ4_NL: [0],     # d, u8 qs[16]
+    Q.IQ4_XS: [0],     # d, u16 scales_h, u8 scales_l[4], qs[128]
     Q.Q4_K: [0, 2],    # d, dmin, scales[12], qs[128]
     Q.Q5_K: [0, 2],    # d, dmin, scales[12], qh[32], qs[128]
     Q.Q6_K: [208],     # ql[128], qh[64], scales[16], d
 }
-TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K]
+TYPES = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K,
+         Q.IQ4_NL, Q.IQ4_XS]
 
 
 def random_raw(rng, qtype, shape):

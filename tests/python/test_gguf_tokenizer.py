@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[2]
 TESTDATA = REPO.parent / "shared" / "testdata"
 FIXTURES = REPO / "tests" / "reference" / "fixtures" / "tokenizer"
 SEPARATOR = "\n__ggml_vocab_test__\n"
-VOCABS = ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "phi-3", "mpt", "starcoder", "refact"]
+VOCABS = ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "phi-3", "mpt", "starcoder", "refact", "deepseek-coder",
+          "deepseek-llm", "command-r", "qwen35"]
 # llama.cpp vocabulary file -> the testdata tokenizer of the same model.
 SAME_MODEL = {"gpt-2": "gpt2", "qwen2": "qwen2", "phi-3": "phi-3-mini"}
 
