@@ -119,9 +119,11 @@ void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n,
 
 // matmul_quantized's batched path (quant_gemm.cpp): weight tiles transposed so that each vector
 // lane is one weight row, for M >= lane_gemm_min_rows(w.type) on x86 targets with AVX2 or better
-// (Q8_0 needs AVX-512 VNNI). Returns false, computing nothing, where the dispatched target has
-// none. The row counts are where it measured faster than the one-row-at-a-time kernels (150M
-// model, decode batches 4 to 8, AVX-512 VNNI); below them the transposition does not pay.
+// (Q8_0 needs AVX-512 VNNI). Returns false, computing nothing, where the
+// dispatched target has none. The row counts are where it measured faster than the
+// one-row-at-a-time kernels for Q8_0/Q4_0 and the K types Q4_K-Q6_K (150M model, decode batches 4
+// to 8, AVX-512 VNNI); below them the transposition does not pay. Q4_1, Q5_0, Q5_1, IQ4_NL and
+// Q2_K, Q3_K, IQ4_XS take their family's count, not measured apart.
 inline int64_t lane_gemm_min_rows(dtype t) noexcept { return uses_q8k(t) ? 8 : 5; }
 bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
                             bool accumulate);

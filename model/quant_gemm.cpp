@@ -4,14 +4,14 @@
 //
 // Layout: a tile of L weight rows (L = 8 on AVX2, 16 on AVX-512) is unpacked to unsigned bytes
 // (Q8_0 + 128, Q4_0/Q4_1 nibbles, Q5_0/Q5_1 5-bit values, Q2_K 2-bit values, Q3_K values + 4,
-// Q4_K/Q5_K 4-/5-bit values, Q6_K 6-bit values) and transposed so that
-// 32-bit lane i of a vector holds four consecutive values of row i. One activation dword
-// broadcast over the vector then makes 4 x L products per instruction (VPDPBUSD, or VPMADDUBSW +
-// VPMADDWD without VNNI), and the per-block scales of the L rows are vectors too: one conversion
-// and one FMA per block give L outputs. The weight offsets (Q8_0's +128, Q4_0's -8, Q5_0's -16,
-// Q3_K's -4, Q6_K's -32) and minimums (Q4_1/Q5_1's m, the K types' mins) come from the
-// activations' block sums. The tile is unpacked once per call
-// and stays in L1/L2 while every activation row passes it; the file's blocks are only read.
+// Q4_K/Q5_K 4-/5-bit values, Q6_K 6-bit values; the IQ4_NL/IQ4_XS grid values stay signed) and
+// transposed so that 32-bit lane i of a vector holds four consecutive values of row i. One
+// activation dword broadcast over the vector then makes 4 x L products per instruction
+// (VPDPBUSD, or VPMADDUBSW + VPMADDWD without VNNI), and the per-block scales of the L rows are
+// vectors too: one conversion and one FMA per block give L outputs. The weight offsets (Q8_0's
+// +128, Q4_0's -8, Q5_0's -16, Q3_K's -4, Q6_K's -32) and minimums (Q4_1/Q5_1's m, the K types'
+// mins) come from the activations' block sums. The tile is unpacked once per call and stays in
+// L1/L2 while every activation row passes it; the file's blocks are only read.
 // Q4_0 matrices that were repacked at load (weight_ref.packed) take matmul_packed_impl instead, at
 // every batch size: the same lane layout, kept 4-bit, read straight from the repacked tiles.
 // Over 500 lines: Highway compiles the file once per target, and the lane kernels of every type
@@ -78,6 +78,9 @@ HWY_INLINE vf ffnma(vf a, vf b, vf c) { return _mm256_fnmadd_ps(a, b, c); }
 HWY_INLINE vf fcvt(vi a) { return _mm256_cvtepi32_ps(a); }
 HWY_INLINE void fstore(float* p, vf v) { _mm256_storeu_ps(p, v); }
 HWY_INLINE vi vlow4(vi v) { return _mm256_and_si256(v, _mm256_set1_epi8(15)); }
+HWY_INLINE vi vabs8(vi v) { return _mm256_abs_epi8(v); }
+// a with its bytes negated where w's are negative (zero where w's are zero).
+HWY_INLINE vi vsign8(vi a, vi w) { return _mm256_sign_epi8(a, w); }
 HWY_INLINE vi vhigh4(vi v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15)); }
 HWY_INLINE vf fload_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
 #else
@@ -104,6 +107,10 @@ HWY_INLINE vf ffnma(vf a, vf b, vf c) { return _mm512_fnmadd_ps(a, b, c); }
 HWY_INLINE vf fcvt(vi a) { return _mm512_cvtepi32_ps(a); }
 HWY_INLINE void fstore(float* p, vf v) { _mm512_storeu_ps(p, v); }
 HWY_INLINE vi vlow4(vi v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
+HWY_INLINE vi vabs8(vi v) { return _mm512_abs_epi8(v); }
+// a with its bytes negated where w's are negative (AVX-512 has no VPSIGNB; the grid values it is
+// used with are never zero).
+HWY_INLINE vi vsign8(vi a, vi w) { return _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a); }
 HWY_INLINE vi vhigh4(vi v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
 HWY_INLINE vf fload_f16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 #endif
@@ -216,12 +223,11 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
     }
     case dtype::iq4_nl:
     case dtype::iq4_xs: {
-      // The grid values + 128 (1..241, unsigned); f0 d; IQ4_XS: per 32 values its scale ls - 32 in
-      // T.sc and (scale, scale) in T.pr for the offset's 16-value activation sums.
+      // The grid values as int8 (-127..113, never 0: the kernels take |w| times a with w's sign);
+      // f0 d; IQ4_XS: per 32 values its scale ls - 32 in T.sc.
       const bool xs = t == dtype::iq4_xs;
-      const __m256i grid = _mm256_xor_si256(
-          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values))),
-          _mm256_set1_epi8(char(0x80)));
+      const __m256i grid =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
       auto values = [&](const uint8_t* qs, uint8_t* o) HWY_ATTR {
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
         st256(o, _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4)));
@@ -238,7 +244,6 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
         for (int s = 0; s < 8; ++s) {
           const int sc = iq4xs_scale(w, s) - 32;
           T.sc[(b * 8 + s) * kLanes + i] = lane_scale(sc);
-          T.pr[(b * 8 + s) * kLanes + i] = int32_t(uint32_t(uint16_t(int16_t(sc))) * 0x10001u);
           values(w + 8 + 16 * s, dst + 256 * b + 32 * s);
         }
       }
@@ -392,7 +397,8 @@ HWY_INLINE const uint8_t* wvec(const lane_tile& T, int64_t dword) { return T.wt 
 
 // The block-32 types: per block, the integer sums of (value + off) * a, less off * sum(a) (Q8_0
 // stored + 128, Q4_0's 8, Q5_0's 16); kMin (Q4_1, Q5_1): plus the minimum (f1) times sum(a).
-template <int R, bool kMin = false>
+// kSigned (IQ4_NL): the tile holds int8 values; |w| times a with w's sign.
+template <int R, bool kMin = false, bool kSigned = false>
 void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t nb, float* out) {
   vf acc[R];
   for (int r = 0; r < R; ++r) acc[r] = fzero();
@@ -401,7 +407,12 @@ void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t
     for (int r = 0; r < R; ++r) d[r] = vzero();
     for (int k = 0; k < 8; ++k) {
       const vi w = vload(wvec(T, b * 8 + k));
-      for (int r = 0; r < R; ++r) d[r] = dot4(d[r], w, bcast(a[r][b].q + 4 * k));
+      if constexpr (kSigned) {
+        const vi aw = vabs8(w);
+        for (int r = 0; r < R; ++r) d[r] = dot4(d[r], aw, vsign8(bcast(a[r][b].q + 4 * k), w));
+      } else {
+        for (int r = 0; r < R; ++r) d[r] = dot4(d[r], w, bcast(a[r][b].q + 4 * k));
+      }
     }
     const vf dw = fload(T.f0 + b * kLanes);
     for (int r = 0; r < R; ++r) {
@@ -418,13 +429,18 @@ void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t
 // VPMADDUBSW pair sums are added in int16 over the n steps, then VPMADDWD multiplies them with
 // the (scale, scale) pair and widens: the caller's n keeps n * 2 * max value * 127 below 2^15, so
 // neither the pairs nor the sums saturate and the result is the VNNI path's exactly.
-template <int R, int N>
+// kSigned: int8 tile values, |w| times q with w's sign.
+template <int R, int N, bool kSigned = false>
 HWY_INLINE void scaled_dots(const lane_tile& T, int64_t k0, const int8_t* const* q, vi scv, vi* is) {
   vi d[R];
   for (int r = 0; r < R; ++r) d[r] = vzero();
   for (int k = 0; k < N; ++k) {
-    const vi w = vload(wvec(T, k0 + k));
-    for (int r = 0; r < R; ++r) d[r] = kVnni ? dot4(d[r], w, bcast(q[r] + 4 * k)) : vadd16(d[r], vmaddubs(w, bcast(q[r] + 4 * k)));
+    const vi wv = vload(wvec(T, k0 + k));
+    const vi w = kSigned ? vabs8(wv) : wv;
+    for (int r = 0; r < R; ++r) {
+      const vi x = kSigned ? vsign8(bcast(q[r] + 4 * k), wv) : bcast(q[r] + 4 * k);
+      d[r] = kVnni ? dot4(d[r], w, x) : vadd16(d[r], vmaddubs(w, x));
+    }
   }
   for (int r = 0; r < R; ++r) is[r] = vadd(is[r], kVnni ? vmullo(d[r], scv) : vmadd16(d[r], scv));
 }
@@ -502,26 +518,28 @@ void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
   for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
 }
 
-// IQ4_XS (VNNI only: values up to 241): d * (sum_s sc[s] * (u . a)_s - 128 * sum_s sc[s] * (sum of a)_s),
-// u the grid values + 128, 32-value sub-blocks s.
+// IQ4_XS: d * sum_s sc[s] * (w . a)_s over 32-value sub-blocks s, the int8 grid values w taken as
+// |w| times a with w's sign. Without VNNI each dword step's int16 pair sums (up to 2 * 127 * 127)
+// are widened on their own (N = 1).
 template <int R>
 void lanes_iq4xs(const lane_tile& T, const q8k_block* const* a, int64_t nb, float* out) {
+  constexpr int N = kVnni ? 8 : 1;
   vf acc[R];
   for (int r = 0; r < R; ++r) acc[r] = fzero();
   for (int64_t b = 0; b < nb; ++b) {
-    vi is[R], cs[R];
-    for (int r = 0; r < R; ++r) is[r] = cs[r] = vzero();
+    vi is[R];
+    for (int r = 0; r < R; ++r) is[r] = vzero();
     for (int s = 0; s < 8; ++s) {
       const int64_t sb = b * 8 + s;
-      const int8_t* q[R];
-      for (int r = 0; r < R; ++r) q[r] = a[r][b].q + 32 * s;
-      scaled_dots<R, 8>(T, sb * 8, q, vload(T.sc + sb * kLanes), is);
-      const vi pv = vload(T.pr + sb * kLanes);
-      for (int r = 0; r < R; ++r) cs[r] = dot2w(cs[r], pv, bcast(a[r][b].bsums + 2 * s));
+      const vi scv = vload(T.sc + sb * kLanes);
+      for (int k0 = 0; k0 < 8; k0 += N) {
+        const int8_t* q[R];
+        for (int r = 0; r < R; ++r) q[r] = a[r][b].q + 32 * s + 4 * k0;
+        scaled_dots<R, N, true>(T, sb * 8 + k0, q, scv, is);
+      }
     }
     const vf dv = fload(T.f0 + b * kLanes);
-    for (int r = 0; r < R; ++r)
-      acc[r] = ffma(fcvt(vsub(is[r], vmullo(cs[r], vset1(128)))), fmul(dv, fset1(a[r][b].d)), acc[r]);
+    for (int r = 0; r < R; ++r) acc[r] = ffma(fcvt(is[r]), fmul(dv, fset1(a[r][b].d)), acc[r]);
   }
   for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
 }
@@ -539,7 +557,7 @@ void lanes_rows(dtype t, const lane_tile& T, const void* const* act, int64_t nb,
     case dtype::q5_1: lanes_32<R, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
     case dtype::q2_k: lanes_q6k<R, dtype::q2_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     case dtype::q3_k: lanes_q6k<R, dtype::q3_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::iq4_nl: lanes_32<R>(T, 128, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
+    case dtype::iq4_nl: lanes_32<R, false, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
     case dtype::iq4_xs: lanes_iq4xs<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
     default: break;
   }
@@ -638,9 +656,8 @@ bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t 
                        bool accumulate) {
 #ifdef COSERVE_LANE_GEMM
   const weight_ref& w = *wr;
-  // Without VNNI the products are int16 pair sums: the +128 bytes of Q8_0 and the IQ4 grids could
-  // saturate them.
-  if (!kVnni && (w.type == dtype::q8_0 || w.type == dtype::iq4_nl || w.type == dtype::iq4_xs)) return false;
+  // Without VNNI the products are int16 pair sums: Q8_0's +128 bytes could saturate them.
+  if (!kVnni && w.type == dtype::q8_0) return false;
   if (!dtype_is_quantized(w.type)) return false;
   const int64_t K = w.cols;
   const bool k_type = uses_q8k(w.type);

@@ -11,6 +11,7 @@ themselves on the same model.
 import json
 import math
 import subprocess
+import zlib
 
 import numpy as np
 import pytest
@@ -22,9 +23,33 @@ from test_gguf_tokenizer import vocab_dir
 gguf = pytest.importorskip("gguf")
 
 
-# The block types gguf-py quantizes (bit-exact with ggml's reference quantizers); the K types come
-# from llama-quantize itself in tests/bench/vs_llamacpp.py.
+# The block types gguf-py quantizes (bit-exact with ggml's reference quantizers).
 QUANTIZED = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1")
+# Types gguf-py only dequantizes: their files hold random blocks (the byte offsets of each block's
+# f16 scales are listed), scaled so that the weights spread as the model's did. The weights differ
+# from the folder's, so these files are compared only with their own dequantized copies; files of
+# these types made by llama-quantize itself run in tests/bench/vs_llamacpp.py.
+RANDOM_BLOCKS = {"Q2_K": (80, 82), "Q3_K": (108,), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,), "IQ4_NL": (0,),
+                 "IQ4_XS": (0,)}
+
+
+def random_blocks(name, qtype, shape, target_std):
+    """Random raw blocks of `qtype` for a tensor `shape`, seeded by its name; every f16 scale field
+    the same positive value, chosen so that the dequantized values have standard deviation
+    target_std."""
+    q = getattr(gguf.GGMLQuantizationType, qtype)
+    block, size = gguf.constants.GGML_QUANT_SIZES[q]
+    rows, cols = int(np.prod(shape[:-1])), shape[-1]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    raw = rng.integers(0, 256, (rows * cols // block, size), dtype=np.uint8)
+
+    def with_scale(v):
+        for off in RANDOM_BLOCKS[qtype]:
+            raw[:, off:off + 2] = np.full(len(raw), v, np.float16).view(np.uint8).reshape(-1, 2)
+        return raw.reshape(*shape[:-1], cols // block * size)
+
+    unit = float(gguf.quants.dequantize(with_scale(1.0), q).std())
+    return with_scale(target_std / unit)
 
 CHAT_TEMPLATE = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
                  "{% if add_generation_prompt %}assistant:{% endif %}")
@@ -80,8 +105,16 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     def matrix(name, arr):
         if qtype == "F32":
             w.add_tensor(name, arr.astype(np.float32))
-        elif qtype == "F16" or arr.shape[-1] % 32 != 0:  # llama-quantize's fallback for partial blocks
+        elif qtype == "F16" or arr.shape[-1] % gguf.constants.GGML_QUANT_SIZES[
+                getattr(gguf.GGMLQuantizationType, qtype)][0] != 0:  # partial blocks: F16
             w.add_tensor(name, arr.astype(np.float16))
+        elif qtype in RANDOM_BLOCKS:
+            q = getattr(gguf.GGMLQuantizationType, qtype)
+            blocks = random_blocks(name, qtype, arr.shape, float(arr.std()))
+            if dequantized:
+                w.add_tensor(name, gguf.quants.dequantize(blocks, q).astype(np.float32))
+            else:
+                w.add_tensor(name, blocks, raw_dtype=q)
         else:
             q = getattr(gguf.GGMLQuantizationType, qtype)
             blocks = gguf.quants.quantize(arr.astype(np.float32), q)
@@ -169,8 +202,8 @@ def demo(coserve_bin, tmp_path_factory):
         if "tokenizer" in p.stderr:
             skip_or_fail_in_ci("make-demo-model needs ../shared/testdata: " + p.stderr)
         raise AssertionError(p.stderr)
-    files = {q: write_gguf(folder, d / f"demo-{q.lower()}.gguf", q) for q in ("F32",) + QUANTIZED}
-    for q in QUANTIZED:
+    files = {q: write_gguf(folder, d / f"demo-{q.lower()}.gguf", q) for q in ("F32",) + QUANTIZED + tuple(RANDOM_BLOCKS)}
+    for q in QUANTIZED + tuple(RANDOM_BLOCKS):
         files["dequantized " + q] = write_gguf(folder, d / f"demo-{q.lower()}-as-f32.gguf", q, dequantized=True)
     return folder, files
 
@@ -231,11 +264,12 @@ def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
     np.testing.assert_allclose(a["logits"][0], b["logits"][0], atol=2e-4)
 
 
-@pytest.mark.parametrize("q", QUANTIZED)
+@pytest.mark.parametrize("q", QUANTIZED + tuple(RANDOM_BLOCKS))
 def test_quantized_gguf_logprobs_close(coserve_bin, demo, q):
     # The integer kernels against the same weights held as F32 (gguf-py's dequantization): only the
-    # activations' int8 quantization differs, so the next-token log-probabilities over the top 10
-    # stay within 0.03; they differ by more from the unquantized F32 file's (the weights changed).
+    # activations' int8 quantization differs. Measured max |d logprob| over the top 10: 0.02-0.14,
+    # and 0.12-0.17 for the random IQ4_XS blocks (random 6-bit sub-block scales times the
+    # non-linear grid: the widest spread of weights here), hence 0.25 for the random-block files.
     folder, files = demo
     for prompt in (list(range(200, 232)), [50256, 464, 2068, 7586, 21831, 18045, 625, 262, 16931, 3290]):
         ref = log_softmax(generate(coserve_bin, files["dequantized " + q], prompt, 1)["logits"][0])
@@ -243,7 +277,7 @@ def test_quantized_gguf_logprobs_close(coserve_bin, demo, q):
         got = log_softmax(generate(coserve_bin, files[q], prompt, 1)["logits"][0])
         diff = np.abs(got[top] - ref[top]).max()
         print(q, "max |dlogprob| vs dequantized weights", diff)
-        assert diff < 0.15, (q, diff)
+        assert diff < (0.25 if q in RANDOM_BLOCKS else 0.15), (q, diff)
 
 
 def test_quantized_phi3_rows_of_fused_tensors(coserve_bin, tmp_path):
