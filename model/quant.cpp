@@ -47,8 +47,8 @@ inline int q3k_value(const uint8_t* hmask, const uint8_t* qs, int v) noexcept {
   return q2k_value(qs, v) - (((hmask[v % 32] >> (v / 32)) & 1) ? 0 : 4);
 }
 
-// Value i of a block-32 type's block at p as an integer (the offsets included), and the block's
-// minimum (Q4_1, Q5_1; else 0).
+// Value i of a block-32 type's block at p as an integer (Q4_0/Q5_0's offsets taken off; Q4_1 and
+// Q5_1 add their minimum apart: has_min).
 inline int block32_value(dtype t, const uint8_t* p, int i) noexcept {
   switch (t) {
     case dtype::q8_0: return int(int8_t(p[2 + i]));
