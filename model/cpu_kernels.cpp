@@ -623,19 +623,8 @@ void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w,
       matmul_typed(x, size_t(ldx), size_t(M), static_cast<const hwy::float16_t*>(w->data), size_t(n), K, y,
                    size_t(ldy), accumulate);
       break;
-    case dtype::q8_0:
-    case dtype::q4_0:
-    case dtype::q4_k:
-    case dtype::q5_k:
-    case dtype::q6_k:
-    case dtype::q4_1:
-    case dtype::q5_0:
-    case dtype::q5_1:
-    case dtype::q2_k:
-    case dtype::q3_k:
-    case dtype::iq4_nl:
-    case dtype::iq4_xs:
-      break;  // matmul_nt sends quantized weights to matmul_quant
+    default:
+      break;  // quantized weights: matmul_nt sends them to matmul_quant
     case dtype::f8_e4m3:  // value * 2^-8, unscaled: matmul_nt applies 256 * row_scale
       matmul_typed(x, size_t(ldx), size_t(M), static_cast<const e4m3_lo_t*>(w->data), size_t(n), K, y, size_t(ldy),
                    accumulate);

@@ -210,18 +210,7 @@ void convert_to_f32(dtype t, const void* src, float* dst, size_t n) noexcept {
     case dtype::f8_e5m2:
       for (size_t i = 0; i < n; ++i) dst[i] = e5m2_to_f32(p[i]);
       break;
-    case dtype::q8_0:
-    case dtype::q4_0:
-    case dtype::q4_k:
-    case dtype::q5_k:
-    case dtype::q6_k:
-    case dtype::q4_1:
-    case dtype::q5_0:
-    case dtype::q5_1:
-    case dtype::q2_k:
-    case dtype::q3_k:
-    case dtype::iq4_nl:
-    case dtype::iq4_xs:
+    default:  // the block-quantized types
       dequantize(t, src, dst, n);
       break;
   }

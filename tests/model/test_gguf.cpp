@@ -5,7 +5,7 @@
 // computed here from the layouts, and the scalar reference dot products against the dot product of
 // the dequantized weights with the dequantized int8 activations.
 // Over 500 lines: the in-memory GGUF writer and every malformation case share one file, since
-// each case edits a valid image that writer builds.
+// each case edits a valid image that writer builds; the block-format cases use its f16 helpers.
 #include <catch2/catch.hpp>
 
 #include <cmath>
