@@ -130,8 +130,9 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
     plan.seqs.clear();
     if (auto r = ex.execute(plan); !r) return 1;  // drops the pass's sequences
   }
-  // Bytes one decode step reads: every weight matrix once, plus K and V of every cached position
-  // (at the mean context of the decode steps).
+  // Bytes one decode step reads: every weight matrix once (of a mixture of experts, the experts the
+  // steps routed to, as counted by the forward pass), plus K and V of every cached position (at the
+  // mean context of the decode steps).
   const model_config& c = ex.config();
   const double kv_elem = double(dtype_size(ex.kv_cache_dtype()));
   const double mean_ctx = prompt_len + (max_tokens + 1) / 2.0;
@@ -139,8 +140,9 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
   // Tensor parallel: what all ranks read (rank 0's shard times the ranks: the shards differ by at
   // most one LM-head row; replicated KV heads are read on every rank holding them).
   const double ranks = double(std::max(1, ex.weights().shard.size));
-  const double step_bytes = double(ex.weights().matrix_bytes()) * ranks + kv_bytes;
   const forward_profile& p = ex.profile();
+  const double expert_bytes = p.steps > 0 ? p.expert_bytes / double(p.steps) : 0.0;
+  const double step_bytes = (double(ex.weights().matrix_bytes(false)) + expert_bytes) * ranks + kv_bytes;
   const double fwd = p.gemm_s + p.attention_s + p.other_s + p.comm_s;
   std::printf("{\"device\":\"%s\",\"batch\":%d,\"prompt_len\":%d,\"decode_steps\":%d,"
               "\"prefill_s\":%.4f,\"prefill_tokens_per_s\":%.1f,\"decode_s\":%.4f,\"decode_tokens_per_s\":%.1f,"

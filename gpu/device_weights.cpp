@@ -117,6 +117,9 @@ result<void> check_config(const model_config& c, bool fp8) {
       c.head_dim <= 0 || c.vocab_size <= 0 || c.intermediate_size <= 0)
     return make_error("invalid_argument", "gpu: model config has a zero dimension");
   if (c.mlp_bias) return make_error("unsupported", "gpu: mlp_bias is not supported by the CUDA executor");
+  if (c.is_moe())
+    return make_error("unsupported", "gpu: mixture-of-experts models (" + c.model_type +
+                                         ") are not supported by the CUDA executor; serve them with --device cpu");
   if (c.qk_norm && c.head_dim > 256)
     return make_error("unsupported", "gpu: q/k RMSNorm per head supports head_dim up to 256");
   if (fp8 && (c.hidden_size % 16 != 0 || c.intermediate_size % 16 != 0 || (c.num_attention_heads * c.head_dim) % 16 != 0))

@@ -231,6 +231,46 @@ std::string parse_quantization(const object& o, quantization_config& q) {
   return "quantization method '" + q.method + "' is not supported (supported: fp8, compressed-tensors float8)";
 }
 
+namespace {
+
+// Mixtral's and Qwen3-MoE's expert fields (transformers' MixtralConfig / Qwen3MoeConfig, their
+// defaults where a field is absent); "" or what is wrong.
+std::string parse_moe(const object& o, bool mixtral, model_config& c) {
+  std::string err;
+  // Mixtral: num_local_experts experts of intermediate_size, every layer sparse, the top-k
+  // probabilities always renormalized. Qwen3-MoE: num_experts (or num_local_experts) of
+  // moe_intermediate_size, the dense MLP on mlp_only_layers and on layers l with
+  // (l + 1) % decoder_sparse_step != 0.
+  c.num_experts = mixtral ? 8 : 128;
+  c.num_experts_per_tok = mixtral ? 2 : 8;
+  c.moe_intermediate_size = mixtral ? c.intermediate_size : 768;
+  c.norm_topk_prob = mixtral;
+  int32_t sparse_step = 1;
+  std::vector<int32_t> dense_layers;
+  if (!get_int(o, "num_local_experts", c.num_experts, err) || (!mixtral && !get_int(o, "num_experts", c.num_experts, err)) ||
+      !get_int(o, "num_experts_per_tok", c.num_experts_per_tok, err))
+    return err;
+  if (!mixtral && (!get_int(o, "moe_intermediate_size", c.moe_intermediate_size, err) ||
+                   !get_bool(o, "norm_topk_prob", c.norm_topk_prob, err) ||
+                   !get_int(o, "decoder_sparse_step", sparse_step, err) ||
+                   !get_id_list(o, "mlp_only_layers", dense_layers, err)))
+    return err;
+  if (c.num_experts <= 0) return "the number of experts must be positive, got " + std::to_string(c.num_experts);
+  if (c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
+    return "num_experts_per_tok must be between 1 and the " + std::to_string(c.num_experts) + " experts, got " +
+           std::to_string(c.num_experts_per_tok);
+  if (c.moe_intermediate_size <= 0)
+    return "moe_intermediate_size must be positive, got " + std::to_string(c.moe_intermediate_size);
+  if (sparse_step <= 0) return "decoder_sparse_step must be positive, got " + std::to_string(sparse_step);
+  c.moe_layers.assign(size_t(c.num_hidden_layers), 0);
+  for (int32_t l = 0; l < c.num_hidden_layers; ++l)
+    c.moe_layers[size_t(l)] = (l + 1) % sparse_step == 0 &&
+                              std::find(dense_layers.begin(), dense_layers.end(), l) == dense_layers.end();
+  return {};
+}
+
+}  // namespace
+
 result<model_config> parse_model_config(std::string_view json, std::string_view origin) {
   simdjson::dom::parser parser;
   simdjson::padded_string padded(json);
@@ -257,12 +297,22 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   const bool qwen3 = a == "Qwen3ForCausalLM" || (a.empty() && c.model_type == "qwen3");
   const bool phi3 = a == "Phi3ForCausalLM" || (a.empty() && c.model_type == "phi3");
   const bool smollm3 = a == "SmolLM3ForCausalLM" || (a.empty() && c.model_type == "smollm3");
-  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3 && !smollm3)
+  const bool mixtral = a == "MixtralForCausalLM" || (a.empty() && c.model_type == "mixtral");
+  const bool qwen3_moe = a == "Qwen3MoeForCausalLM" || (a.empty() && c.model_type == "qwen3_moe");
+  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3 && !smollm3 && !mixtral && !qwen3_moe)
     return config_error(origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
                                     "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                                    "Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM)");
+                                    "Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, MixtralForCausalLM, "
+                                    "Qwen3MoeForCausalLM)");
   if (c.model_type.empty())
-    c.model_type = llama ? "llama" : mistral ? "mistral" : qwen2 ? "qwen2" : qwen3 ? "qwen3" : phi3 ? "phi3" : "smollm3";
+    c.model_type = llama     ? "llama"
+                   : mistral ? "mistral"
+                   : qwen2   ? "qwen2"
+                   : qwen3   ? "qwen3"
+                   : phi3    ? "phi3"
+                   : mixtral ? "mixtral"
+                   : qwen3_moe ? "qwen3_moe"
+                               : "smollm3";
   if (smollm3) c.tie_word_embeddings = true;  // SmolLM3Config's default
   c.fused_projections = phi3;
 
@@ -310,6 +360,8 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     if (name != "silu" && name != "swish")
       return config_error(origin, "unsupported hidden_act '" + std::string(name) + "' (supported: silu)");
   }
+  if (mixtral || qwen3_moe)
+    if (std::string e = parse_moe(o, mixtral, c); !e.empty()) return config_error(origin, e);
   if (qwen2) {
     c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
   } else {
@@ -325,7 +377,7 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   // max_window_layers on. A window that never bites (>= the context length) is left out.
   bool use_sliding = false;
   if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
-  if (mistral || phi3 || ((qwen2 || qwen3) && use_sliding)) {
+  if (mistral || phi3 || mixtral || ((qwen2 || qwen3 || qwen3_moe) && use_sliding)) {
     int32_t window = 0;
     if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
     if (window < 0) return config_error(origin, "sliding_window must not be negative");
@@ -355,7 +407,7 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
       }
     }
   }
-  c.qk_norm = qwen3;
+  c.qk_norm = qwen3 || qwen3_moe;
   if (smollm3) {
     // Layers without RoPE: no_rope_layers (1 = RoPE, 0 = none, one per layer) or, without it,
     // every no_rope_layer_interval-th layer (SmolLM3Config). Its sliding window (NoPE layers only)

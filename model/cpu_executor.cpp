@@ -315,6 +315,9 @@ executor_info cpu_executor::info() const {
   i.computes_prompt_logprobs = true;
   i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
              std::string(dtype_name(cache_.type())) + (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations" : "") +
+             (weights_.config.is_moe() ? ", " + std::to_string(weights_.config.num_experts) + " experts, top " +
+                                             std::to_string(weights_.config.num_experts_per_tok)
+                                       : "") +
              (draft_ ? ", draft model " + std::to_string(draft_->weights.config.num_hidden_layers) + " layers" : "") +
              (tp_ ? ", tensor parallel " + std::to_string(tp_->comm->size()) + " ranks over " +
                         (tp_->world ? "MPI, threads of rank 0" : "threads, threads per rank") : "") + ")";

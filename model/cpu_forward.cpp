@@ -1,3 +1,7 @@
+// The CPU forward pass in one file (over 500 lines): batch layout, the GEMM dispatch, attention,
+// the experts of mixture-of-experts layers and the tensor-parallel collectives all work on the
+// same scratch buffers and phase timers of cpu_forward; the kernels they call live in
+// cpu_kernels.cpp and quant_*.cpp.
 #include "model/cpu_forward.hpp"
 
 #include "model/quant.hpp"
@@ -42,6 +46,7 @@ cpu_forward::cpu_forward(const model_weights& weights, worker_pool& pool)
   nh_ = whole ? c_.num_attention_heads : sh.num_heads;
   nkv_ = whole ? c_.num_key_value_heads : sh.num_kv_heads;
   inter_ = whole ? c_.intermediate_size : sh.intermediate_size;
+  moe_inter_ = !c_.is_moe() ? 0 : whole ? c_.moe_intermediate_size : sh.moe_intermediate_size;
   vocab0_ = whole ? 0 : sh.vocab_begin;
   vocab1_ = whole ? c_.vocab_size : sh.vocab_end;
 }
@@ -56,15 +61,140 @@ result<void> cpu_forward::residual_matmul(const float* in, int64_t rows, const w
   }
   matmul(in, rows, {{&w, 0}}, part_.data(), h, false);
   profile_.gemm_s += seconds_since(tp);
-  if (!comm_) return make_error("internal", "forward: a tensor-parallel shard without a communicator");
-  if (auto r = comm_->all_reduce_sum(part_.data(), size_t(rows * h)); !r) return r;
+  return add_to_residual(part_.data(), rows, tp);
+}
+
+result<void> cpu_forward::add_to_residual(float* y, int64_t rows, std::chrono::steady_clock::time_point& tp) {
+  const int64_t h = c_.hidden_size;
+  if (tp_) {
+    if (!comm_) return make_error("internal", "forward: a tensor-parallel shard without a communicator");
+    if (auto r = comm_->all_reduce_sum(y, size_t(rows * h)); !r) return r;
+  }
   pool_.parallel_for(rows, [&](int64_t r) {
     float* x = x_.data() + r * h;
-    const float* p = part_.data() + r * h;
+    const float* p = y + r * h;
     for (int64_t j = 0; j < h; ++j) x[j] += p[j];
   });
-  profile_.comm_s += seconds_since(tp);
+  (tp_ ? profile_.comm_s : profile_.other_s) += seconds_since(tp);
   return {};
+}
+
+void cpu_forward::swiglu(const float* gu, int64_t rows, int64_t inter, float* act) {
+  pool_.parallel_for(rows, [&](int64_t r) {
+    const float* g = gu + r * 2 * inter;
+    const float* u = g + inter;
+    float* a = act + r * inter;
+    for (int64_t j = 0; j < inter; ++j) a[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
+  });
+}
+
+// As transformers' MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock: router logits in the file's
+// precision (the activations rounded to bf16 with bf16 weights, as the matmuls do), softmax in
+// fp32, the top-k probabilities (the lower expert first among equal ones), divided by their sum
+// when norm_topk_prob; each expert's output rows scaled by their weights and summed (experts in
+// index order) before the residual add.
+result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total, clock_type::time_point& tp) {
+  const int64_t h = c_.hidden_size, ne = c_.num_experts, k = c_.num_experts_per_tok, mi = moe_inter_;
+  router_.resize(size_t(total * ne));
+  matmul(xn_.data(), total, {{&L.router, 0}}, router_.data(), ne, false);
+  profile_.gemm_s += seconds_since(tp);
+  topk_e_.resize(size_t(total * k));
+  topk_w_.resize(size_t(total * k));
+  pool_.parallel_for(total, [&](int64_t t) {
+    float* p = router_.data() + t * ne;
+    const float mx = *std::max_element(p, p + ne);
+    float sum = 0;
+    for (int64_t e = 0; e < ne; ++e) sum += (p[e] = std::exp(p[e] - mx));
+    for (int64_t e = 0; e < ne; ++e) p[e] /= sum;
+    int32_t* ids = topk_e_.data() + t * k;
+    float* w = topk_w_.data() + t * k;
+    // Selection of the k largest (k is small: 2 for Mixtral, 8 for Qwen3-MoE).
+    for (int64_t i = 0; i < k; ++i) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < ne; ++e) {
+        if (std::find(ids, ids + i, int32_t(e)) != ids + i) continue;
+        if (best < 0 || p[e] > p[best]) best = int32_t(e);
+      }
+      ids[i] = best;
+      w[i] = p[best];
+    }
+    if (c_.norm_topk_prob) {
+      float s = 0;
+      for (int64_t i = 0; i < k; ++i) s += w[i];
+      for (int64_t i = 0; i < k; ++i) w[i] /= s;
+    }
+  });
+  // The routed rows expert by expert, each expert's in token order; then, per token, where its
+  // rows went (ascending: expert order).
+  const int64_t routed = total * k;
+  route_first_.assign(size_t(ne + 1), 0);
+  for (int64_t i = 0; i < routed; ++i) ++route_first_[size_t(topk_e_[size_t(i)]) + 1];
+  for (int64_t e = 0; e < ne; ++e) route_first_[size_t(e + 1)] += route_first_[size_t(e)];
+  route_rows_.resize(size_t(routed));
+  route_w_.resize(size_t(routed));
+  token_routes_.resize(size_t(routed));
+  {
+    std::vector<int64_t>& at = route_at_;
+    at.assign(route_first_.begin(), route_first_.end() - 1);
+    for (int64_t t = 0; t < total; ++t)
+      for (int64_t i = 0; i < k; ++i) {
+        const auto e = size_t(topk_e_[size_t(t * k + i)]);
+        route_rows_[size_t(at[e])] = int32_t(t);
+        route_w_[size_t(at[e]++)] = topk_w_[size_t(t * k + i)];
+      }
+    at.assign(size_t(total), 0);
+    for (int64_t r = 0; r < routed; ++r) {
+      const int32_t t = route_rows_[size_t(r)];
+      token_routes_[size_t(t * k + at[size_t(t)]++)] = int32_t(r);
+    }
+  }
+  xe_.resize(size_t(routed * h));
+  pool_.parallel_for(routed, [&](int64_t r) { std::copy_n(xn_.data() + route_rows_[size_t(r)] * h, h, xe_.data() + r * h); });
+  profile_.other_s += seconds_since(tp);
+  // Every routed expert's gate/up in one grouped product (its rows of xe_), the SwiGLU over all
+  // routed rows, and every down product in another: the pool splits the experts' weight rows
+  // between its threads as it does one layer's matrices.
+  gu_.resize(size_t(routed * 2 * mi));
+  act_.resize(size_t(routed * mi));
+  ye_.resize(size_t(routed * h));
+  auto parts = [&](bool down) -> size_t {  // fills expert_parts_, returns their count
+    expert_parts_.clear();
+    for (int64_t e = 0; e < ne; ++e) {
+      const int64_t first = route_first_[size_t(e)], n = route_first_[size_t(e + 1)] - first;
+      if (n == 0) continue;
+      const layer_weights::expert& E = L.experts[size_t(e)];
+      if (down) {
+        expert_parts_.push_back({&E.down, 0, first, n});
+      } else {
+        profile_.expert_bytes += double(E.gate.bytes() + E.up.bytes() + E.down.bytes());
+        expert_parts_.push_back({&E.gate, 0, first, n});
+        expert_parts_.push_back({&E.up, mi, first, n});
+      }
+    }
+    return expert_parts_.size();
+  };
+  size_t n_parts = parts(false);
+  matmul(xe_.data(), routed, expert_parts_.data(), n_parts, gu_.data(), 2 * mi, false);
+  profile_.gemm_s += seconds_since(tp);
+  swiglu(gu_.data(), routed, mi, act_.data());
+  profile_.other_s += seconds_since(tp);
+  n_parts = parts(true);
+  matmul(act_.data(), routed, expert_parts_.data(), n_parts, ye_.data(), h, false);
+  profile_.gemm_s += seconds_since(tp);
+  // Each token's outputs scaled by their weights and summed, experts in index order.
+  part_.resize(size_t(total * h));
+  pool_.parallel_for(total, [&](int64_t t) {
+    float* out = part_.data() + t * h;
+    std::fill_n(out, h, 0.0f);
+    for (int64_t i = 0; i < k; ++i) {
+      const int32_t r = token_routes_[size_t(t * k + i)];
+      const float w = route_w_[size_t(r)];
+      const float* y = ye_.data() + int64_t(r) * h;
+      for (int64_t j = 0; j < h; ++j) out[j] += w * y[j];
+    }
+  });
+  profile_.other_s += seconds_since(tp);
+  return add_to_residual(part_.data(), total, tp);
 }
 
 // Every rank's [rows, its vocabulary rows] block to rank 0, laid out there as [rows, vocab]. Each
@@ -104,11 +234,18 @@ result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
 
 // y[:, part.col + j] for each part: the parts' output features are cut into chunks of whole
 // 32-row tiles, enough of them to keep every thread busy (for decode, one range per thread);
-// each chunk reads its weights once.
-void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y,
+// each chunk reads its weights once. A part with x_rows >= 0 multiplies only its rows of x into
+// the same rows of y (the experts of a grouped product); activations are prepared once for all
+// rows either way.
+void cpu_forward::matmul(const float* x, int64_t rows, const gemm_part* parts, size_t num_parts, float* y,
                          int64_t ldy, bool accumulate) {
-  int64_t total = 0;
-  for (const auto& p : parts) total += p.w->rows;
+  if (num_parts == 0) return;
+  const gemm_part* parts_end = parts + num_parts;
+  int64_t total = 0, part_rows = 0;  // weight rows of all parts; most rows of x one part multiplies
+  for (const gemm_part* p = parts; p != parts_end; ++p) {
+    total += p->w->rows;
+    part_rows = std::max(part_rows, p->x_rows < 0 ? rows : p->x_rows);
+  }
   const int64_t threads = pool_.num_threads();
   int64_t chunk = (total + threads * 8 - 1) / (threads * 8);
   // Multiples of 32 rows: the repacked Q4_0 layout (weight_ref.packed) is cut only at its 16-row
@@ -118,14 +255,19 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
   // range instead of interleaved 32-row chunks, so each thread streams long runs of memory. On the
   // Intel Xeon of docs/benchmarks/cpu.md, batch-1 decode of the 150M Q4_K_M and Q4_0 files +4-8%
   // (their 32-row chunks are 14 KB); bf16 and f32 unchanged.
-  if (rows < 16) chunk = std::max(chunk, ((total + threads - 1) / threads + 31) / 32 * 32);
+  if (part_rows < 16) chunk = std::max(chunk, ((total + threads - 1) / threads + 31) / 32 * 32);
   std::vector<gemm_piece>& pieces = pieces_;
   pieces.clear();
-  for (const auto& p : parts)
-    for (int64_t r = 0; r < p.w->rows; r += chunk) pieces.push_back({&p, r, std::min(chunk, p.w->rows - r)});
-  const int64_t k = parts.begin()->w->cols;
+  for (const gemm_part* p = parts; p != parts_end; ++p)
+    for (int64_t r = 0; r < p->w->rows; r += chunk) pieces.push_back({p, r, std::min(chunk, p->w->rows - r)});
+  const int64_t k = parts[0].w->cols;
   bool all_bf16 = true;
-  for (const auto& p : parts) all_bf16 = all_bf16 && p.w->type == dtype::bf16;
+  for (const gemm_part* p = parts; p != parts_end; ++p) all_bf16 = all_bf16 && p->w->type == dtype::bf16;
+  // A piece's rows of x (first, count) and its output.
+  auto x_range = [&](const gemm_piece& pc) {
+    return std::pair{pc.part->x_rows < 0 ? int64_t{0} : pc.part->x_row0, pc.part->x_rows < 0 ? rows : pc.part->x_rows};
+  };
+  auto out_of = [&](const gemm_piece& pc) { return y + x_range(pc).first * ldy + pc.part->col + pc.row0; };
   // bf16 activations for bf16 weights: x prepared once here (rows split over the threads), then
   // the pieces share it.
   const int64_t rows_per = std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());
@@ -140,39 +282,43 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
       sub.data = sub.row(pc.row0);
       sub.rows = pc.n;
       sub.packed = nullptr;
-      product(sub, y + pc.part->col + pc.row0);
+      const auto [r0, m] = x_range(pc);
+      product(sub, r0, m, out_of(pc));
     });
   };
   if (bf16_act_ && all_bf16 && bf16_dot_active()) {
     // The AVX512-BF16 kernel: x rounded to bf16.
     xb_.resize(size_t(rows * k));
     shared_x([&](int64_t r0, int64_t r1) { round_to_bf16(x + r0 * k, k, r1 - r0, k, xb_.data() + r0 * k); },
-             [&](const weight_ref& sub, float* out) { matmul_nt_bf16(xb_.data(), rows, sub, sub.rows, out, ldy, accumulate); });
+             [&](const weight_ref& sub, int64_t r0, int64_t m, float* out) {
+               matmul_nt_bf16(xb_.data() + r0 * k, m, sub, sub.rows, out, ldy, accumulate);
+             });
     return;
   }
   if (bf16_act_ && all_bf16 && rows > 4) {
-    // The widening kernel: x rounded and laid out as its tiles read it. From 5 rows: with fewer,
-    // each piece lays out its few rows itself, cheaper than one more pass over the pool.
+    // The widening kernel: x rounded and laid out as its tiles read it (row by row). From 5 rows:
+    // with fewer, each piece lays out its few rows itself, cheaper than one more pass over the pool.
     xp_.resize(size_t(rows * k));
     shared_x(
         [&](int64_t r0, int64_t r1) { prepare_bf16_activations(x + r0 * k, k, r1 - r0, k, xp_.data() + r0 * k); },
-        [&](const weight_ref& sub, float* out) {
-          matmul_nt_bf16_prepared(xp_.data(), rows, sub, sub.rows, out, ldy, accumulate);
+        [&](const weight_ref& sub, int64_t r0, int64_t m, float* out) {
+          matmul_nt_bf16_prepared(xp_.data() + r0 * k, m, sub, sub.rows, out, ldy, accumulate);
         });
     return;
   }
   // Quantized weights: x quantized once here, in each activation format the parts need.
   bool need[2] = {false, false};
-  for (const auto& p : parts)
-    if (dtype_is_quantized(p.w->type)) need[uses_q8k(p.w->type) ? 1 : 0] = true;
+  size_t row_bytes[2] = {0, 0};
+  for (const gemm_part* p = parts; p != parts_end; ++p)
+    if (dtype_is_quantized(p->w->type)) need[uses_q8k(p->w->type) ? 1 : 0] = true;
   for (int f = 0; f < 2; ++f) {
     if (!need[f]) continue;
     const dtype t = f ? dtype::q4_k : dtype::q8_0;  // a weight type of that activation format
-    const size_t row_bytes = quantized_row_bytes(t, k);
-    xq_[f].resize(size_t(rows) * row_bytes);
+    row_bytes[f] = quantized_row_bytes(t, k);
+    xq_[f].resize(size_t(rows) * row_bytes[f]);
     pool_.parallel_for((rows + rows_per - 1) / rows_per, [&](int64_t c) {
       const int64_t r0 = c * rows_per, r1 = std::min(rows, r0 + rows_per);
-      quantize_rows(t, x + r0 * k, k, r1 - r0, k, xq_[f].data() + size_t(r0) * row_bytes);
+      quantize_rows(t, x + r0 * k, k, r1 - r0, k, xq_[f].data() + size_t(r0) * row_bytes[f]);
     });
   }
   pool_.parallel_for(int64_t(pieces.size()), [&](int64_t i) {
@@ -185,11 +331,13 @@ void cpu_forward::matmul(const float* x, int64_t rows, std::initializer_list<gem
                      ? static_cast<const unsigned char*>(sub.packed) +
                            size_t(pc.row0 / k_q4_0_tile_rows) * q4_0_tile_bytes(sub.cols)
                      : nullptr;
-    if (dtype_is_quantized(sub.type))
-      matmul_quantized(xq_[uses_q8k(sub.type) ? 1 : 0].data(), rows, sub, pc.n, y + pc.part->col + pc.row0, ldy,
-                       accumulate);
-    else
-      matmul_nt(x, k, rows, sub, pc.n, y + pc.part->col + pc.row0, ldy, accumulate, bf16_act_);
+    const auto [r0, m] = x_range(pc);
+    if (dtype_is_quantized(sub.type)) {
+      const int f = uses_q8k(sub.type) ? 1 : 0;
+      matmul_quantized(xq_[f].data() + size_t(r0) * row_bytes[f], m, sub, pc.n, out_of(pc), ldy, accumulate);
+    } else {
+      matmul_nt(x + r0 * k, k, m, sub, pc.n, out_of(pc), ldy, accumulate, bf16_act_);
+    }
   });
 }
 
@@ -393,8 +541,6 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
   xn_.resize(size_t(total * h));
   qkv_.resize(size_t(total * qkv_n));
   attn_.resize(size_t(total * nh * d));
-  gu_.resize(size_t(total * 2 * inter));  // [gate | up] per token
-  act_.resize(size_t(total * inter));
   if (tp_) part_.resize(size_t(total * h));
   {
     int64_t t = 0;
@@ -433,14 +579,15 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
 
     rms_norm(x_.data(), L.post_norm.data(), xn_.data(), total);
     profile_.other_s += seconds_since(tp);
+    if (!L.experts.empty()) {
+      if (auto r = moe_mlp(L, total, tp); !r) return r;
+      continue;
+    }
+    gu_.resize(size_t(total * 2 * inter));
+    act_.resize(size_t(total * inter));
     matmul(xn_.data(), total, {{&L.gate, 0}, {&L.up, inter}}, gu_.data(), 2 * inter, false);
     profile_.gemm_s += seconds_since(tp);
-    pool_.parallel_for(total, [&](int64_t r) {
-      const float* g = gu_.data() + r * 2 * inter;
-      const float* u = g + inter;
-      float* a = act_.data() + r * inter;
-      for (int64_t j = 0; j < inter; ++j) a[j] = g[j] / (1.0f + std::exp(-g[j])) * u[j];
-    });
+    swiglu(gu_.data(), total, inter, act_.data());
     profile_.other_s += seconds_since(tp);
     if (auto r = residual_matmul(act_.data(), total, L.down, tp); !r) return r;
   }

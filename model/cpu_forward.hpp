@@ -4,7 +4,10 @@
 //
 // Per layer: RMSNorm -> Q/K/V GEMM (+bias) -> RoPE (default or llama3) -> K/V written to their
 // slots -> causal GQA attention over each sequence's cached positions [0, pos] -> O GEMM ->
-// residual -> RMSNorm -> gate/up GEMM -> SiLU(gate) * up -> down GEMM -> residual.
+// residual -> RMSNorm -> gate/up GEMM -> SiLU(gate) * up -> down GEMM -> residual. A
+// mixture-of-experts layer replaces the MLP: router GEMM -> softmax -> top-k experts per token ->
+// per expert, the SwiGLU MLP over the rows routed to it, each output row scaled by its routing
+// weight and summed -> residual.
 // Everything runs on the one worker_pool: GEMMs split over output features (the kernels of
 // cpu_kernels.hpp), attention over (sequence, KV head, query tile or context split).
 // Tensor parallel (weights.shard of size > 1, with a communicator): the pass runs the rank's
@@ -46,6 +49,7 @@ struct forward_profile {
   double other_s = 0;      // embedding, norms, RoPE, activation, residuals
   double comm_s = 0;       // tensor parallel: all-reduces and the logits gather (waits included)
   int64_t steps = 0;
+  double expert_bytes = 0;  // mixture of experts: bytes of the expert matrices the steps read (this rank's)
 };
 
 class cpu_forward {
@@ -76,7 +80,9 @@ class cpu_forward {
  private:
   struct gemm_part {
     const weight_ref* w;
-    int64_t col;  // first output column in y
+    int64_t col;          // first output column in y
+    int64_t x_row0 = 0;   // grouped products (the experts'): this part multiplies rows
+    int64_t x_rows = -1;  // [x_row0, x_row0 + x_rows) of x into the same rows of y; -1: every row
   };
   struct gemm_piece {
     const gemm_part* part;
@@ -89,6 +95,10 @@ class cpu_forward {
   };
 
   void matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y, int64_t ldy,
+              bool accumulate) {
+    matmul(x, rows, parts.begin(), parts.size(), y, ldy, accumulate);
+  }
+  void matmul(const float* x, int64_t rows, const gemm_part* parts, size_t num_parts, float* y, int64_t ldy,
               bool accumulate);
   void rms_norm(const float* x, const float* w, float* out, int64_t rows);
   void head_norm(float* qkv, int64_t rows, const layer_weights& L);
@@ -100,6 +110,12 @@ class cpu_forward {
   result<void> residual_matmul(const float* in, int64_t rows, const weight_ref& w,
                                std::chrono::steady_clock::time_point& tp);
   result<void> gather_logits(std::vector<float>& local, int64_t rows, std::vector<float>& logits);
+  // x_ += y ([rows, hidden]); tensor parallel: y (a rank's partial sum) all-reduced first.
+  result<void> add_to_residual(float* y, int64_t rows, std::chrono::steady_clock::time_point& tp);
+  // SwiGLU: act[r] = SiLU(gu[r][0, I)) * gu[r][I, 2I) for rows r.
+  void swiglu(const float* gu, int64_t rows, int64_t inter, float* act);
+  // A mixture-of-experts layer's MLP over xn_ (total rows), added to the residual stream.
+  result<void> moe_mlp(const layer_weights& L, int64_t total, std::chrono::steady_clock::time_point& tp);
 
   const model_weights& w_;
   const model_config& c_;
@@ -107,6 +123,7 @@ class cpu_forward {
   bool bf16_act_ = false;
   communicator* comm_ = nullptr;
   int32_t nh_, nkv_, inter_;       // this rank's query heads, KV heads, MLP width
+  int32_t moe_inter_;              // its width of each expert's MLP (0: no experts)
   int32_t vocab0_, vocab1_;        // this rank's LM-head rows
   bool tp_;                        // weights.shard.size > 1
   std::vector<float> inv_freq_;       // [rotary_dim / 2]
@@ -122,6 +139,14 @@ class cpu_forward {
   std::vector<attn_item> items_;
   std::vector<int64_t> split_groups_;   // per split group: its first item
   std::vector<float> part_max_, part_sum_, part_acc_;
+  // Mixture of experts: router logits [rows, experts]; per token its experts and weights
+  // [rows, top-k]; the routed rows expert by expert (route_first_ [experts + 1] delimiting them:
+  // each one's token and weight), and per token the positions of its routed rows in that order;
+  // the routed rows' inputs and outputs; the grouped products' parts.
+  std::vector<float> router_, topk_w_, route_w_, xe_, ye_;
+  std::vector<int32_t> topk_e_, route_rows_, token_routes_;
+  std::vector<int64_t> route_first_, route_at_;
+  std::vector<gemm_part> expert_parts_;
   forward_profile profile_;
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;

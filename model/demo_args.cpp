@@ -36,9 +36,10 @@ const char* const k_demo_help =
     "  --tokenizer PATH              folder whose tokenizer files are copied (default\n"
     "                                ../shared/testdata/tokenizers/gpt2, also tried from the source tree)\n"
     "  --no-tokenizer                copy no tokenizer files (requires --vocab-size)\n"
-    "  --architecture A              llama | mistral | qwen2 | qwen3 | phi3 | smollm3 (default llama;\n"
-    "                                qwen3: q/k RMSNorm per head; phi3: fused qkv and gate_up tensors;\n"
-    "                                smollm3: no RoPE on every 4th layer)\n"
+    "  --architecture A              llama | mistral | qwen2 | qwen3 | phi3 | smollm3 | mixtral |\n"
+    "                                qwen3_moe (default llama; qwen3, qwen3_moe: q/k RMSNorm per head;\n"
+    "                                phi3: fused qkv and gate_up tensors; smollm3: no RoPE on every 4th\n"
+    "                                layer; mixtral, qwen3_moe: mixture-of-experts MLPs)\n"
     "  --hidden-size N               default 256\n"
     "  --intermediate-size N         default 688\n"
     "  --num-layers N                default 4\n"
@@ -56,6 +57,14 @@ const char* const k_demo_help =
     "  --sliding-window N            sliding-window attention over N positions: every layer (mistral,\n"
     "                                phi3) or, with use_sliding_window, the layers from\n"
     "  --max-window-layers N         on (qwen2, qwen3; default 0)\n"
+    "  --num-experts N               mixtral, qwen3_moe: experts per sparse layer (default 8)\n"
+    "  --num-experts-per-tok K       experts each token is routed to (default 2)\n"
+    "  --moe-intermediate-size N     qwen3_moe: each expert's MLP width (default: intermediate-size;\n"
+    "                                mixtral's experts are always intermediate-size wide)\n"
+    "  --norm-topk-prob              qwen3_moe: the top-k routing weights divided by their sum\n"
+    "                                (mixtral always does)\n"
+    "  --decoder-sparse-step S       qwen3_moe: layer l is sparse when (l + 1) % S == 0, otherwise a\n"
+    "                                dense MLP of intermediate-size (default 1: every layer sparse)\n"
     "  --tie-embeddings              the LM head shares the embedding matrix\n"
     "  --qkv-bias                    biases on q/k/v projections (always on for qwen2)\n"
     "  --dtype bf16|f16|f32          weight dtype on disk (default bf16)\n"
@@ -107,6 +116,11 @@ result<demo_args> parse_demo_args(const std::vector<std::string>& args) {
     else if (a == "--partial-rotary-factor") ok = num(out.options.partial_rotary_factor);
     else if (a == "--sliding-window") ok = num(out.options.sliding_window);
     else if (a == "--max-window-layers") ok = num(out.options.max_window_layers);
+    else if (a == "--num-experts") ok = num(out.options.num_experts);
+    else if (a == "--num-experts-per-tok") ok = num(out.options.num_experts_per_tok);
+    else if (a == "--moe-intermediate-size") ok = num(out.options.moe_intermediate_size);
+    else if (a == "--norm-topk-prob") out.options.norm_topk_prob = true;
+    else if (a == "--decoder-sparse-step") ok = num(out.options.decoder_sparse_step);
     else if (a == "--tie-embeddings") out.options.tie_embeddings = true;
     else if (a == "--qkv-bias") out.options.qkv_bias = true;
     else if (a == "--dtype") {

@@ -155,9 +155,18 @@ result<std::string> find_default_tokenizer() {
 
 result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   const std::string arch = o.architecture;
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && arch != "smollm3")
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && arch != "smollm3" &&
+      arch != "mixtral" && arch != "qwen3_moe")
+    return make_error("invalid_argument", "unsupported architecture '" + arch +
+                                              "' (llama, mistral, qwen2, qwen3, phi3, smollm3, mixtral, qwen3_moe)");
+  const bool moe = arch == "mixtral" || arch == "qwen3_moe";
+  const bool qk_norm = arch == "qwen3" || arch == "qwen3_moe";
+  const int32_t moe_inter =
+      arch == "mixtral" || o.moe_intermediate_size <= 0 ? o.intermediate_size : o.moe_intermediate_size;
+  if (moe && (o.num_experts <= 0 || o.num_experts_per_tok <= 0 || o.num_experts_per_tok > o.num_experts ||
+              o.decoder_sparse_step <= 0))
     return make_error("invalid_argument",
-                      "unsupported architecture '" + arch + "' (llama, mistral, qwen2, qwen3, phi3, smollm3)");
+                      "num_experts and decoder_sparse_step must be positive and num_experts_per_tok in [1, num_experts]");
   if (arch == "phi3" && o.qkv_bias) return make_error("invalid_argument", "phi3 has no attention biases");
   if (o.hidden_size <= 0 || o.intermediate_size <= 0 || o.num_layers <= 0 || o.num_heads <= 0 ||
       o.num_kv_heads <= 0 || o.num_heads % o.num_kv_heads != 0)
@@ -214,11 +223,26 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     }
     w.normal(p + "self_attn.o_proj.weight", {h, nh * d}, 1.0 / std::sqrt(double(nh * d * o.num_layers)));
     if (qkv_bias && arch != "qwen2") w.normal(p + "self_attn.o_proj.bias", {h}, 0.1);  // attention_bias
-    if (arch == "qwen3") {
+    if (qk_norm) {
       w.around_one(p + "self_attn.q_norm.weight", {d}, 0.1);
       w.around_one(p + "self_attn.k_norm.weight", {d}, 0.1);
     }
     w.around_one(p + "post_attention_layernorm.weight", {h}, 0.1);
+    if (moe && (arch == "mixtral" || (l + 1) % o.decoder_sparse_step == 0)) {
+      // The router with logits of spread ~1, so tokens spread over the experts; the experts as
+      // the dense MLP's matrices, in the checkpoints' per-expert names.
+      const bool mx = arch == "mixtral";
+      const std::string m = p + (mx ? "block_sparse_moe." : "mlp.");
+      w.normal(m + "gate.weight", {o.num_experts, h}, 1.0 / std::sqrt(double(h)));
+      for (int32_t j = 0; j < o.num_experts; ++j) {
+        const std::string e = m + "experts." + std::to_string(j) + ".";
+        w.normal(e + (mx ? "w1.weight" : "gate_proj.weight"), {moe_inter, h}, 1.0 / std::sqrt(double(h)));
+        w.normal(e + (mx ? "w3.weight" : "up_proj.weight"), {moe_inter, h}, 1.0 / std::sqrt(double(h)));
+        w.normal(e + (mx ? "w2.weight" : "down_proj.weight"), {h, moe_inter},
+                 1.0 / std::sqrt(double(int64_t(moe_inter) * o.num_layers)));
+      }
+      continue;
+    }
     if (arch == "phi3") {  // gate rows, then up rows
       w.normal(p + "mlp.gate_up_proj.weight", {2 * inter, h}, 1.0 / std::sqrt(double(h)));
     } else {
@@ -236,6 +260,8 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
                           : arch == "qwen2"   ? "Qwen2ForCausalLM"
                           : arch == "qwen3"   ? "Qwen3ForCausalLM"
                           : arch == "phi3"    ? "Phi3ForCausalLM"
+                          : arch == "mixtral" ? "MixtralForCausalLM"
+                          : arch == "qwen3_moe" ? "Qwen3MoeForCausalLM"
                                               : "SmolLM3ForCausalLM";
   std::string c = "{\n";
   c += "  \"architectures\": [\"" + std::string(arch_name) + "\"],\n";
@@ -246,6 +272,14 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   c += "  \"num_attention_heads\": " + std::to_string(nh) + ",\n";
   c += "  \"num_key_value_heads\": " + std::to_string(nkv) + ",\n";
   if (o.head_dim > 0 || arch == "qwen3") c += "  \"head_dim\": " + std::to_string(head_dim) + ",\n";
+  if (arch == "mixtral")
+    c += "  \"num_local_experts\": " + std::to_string(o.num_experts) + ",\n  \"num_experts_per_tok\": " +
+         std::to_string(o.num_experts_per_tok) + ",\n";
+  if (arch == "qwen3_moe")
+    c += "  \"num_experts\": " + std::to_string(o.num_experts) + ",\n  \"num_experts_per_tok\": " +
+         std::to_string(o.num_experts_per_tok) + ",\n  \"moe_intermediate_size\": " + std::to_string(moe_inter) +
+         ",\n  \"norm_topk_prob\": " + (o.norm_topk_prob ? "true" : "false") + ",\n  \"decoder_sparse_step\": " +
+         std::to_string(o.decoder_sparse_step) + ",\n  \"mlp_only_layers\": [],\n";
   c += "  \"hidden_act\": \"silu\",\n";
   c += "  \"vocab_size\": " + std::to_string(vocab) + ",\n";
   c += "  \"max_position_embeddings\": " + std::to_string(o.max_position_embeddings) + ",\n";
@@ -275,7 +309,7 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     c += "  \"rope_scaling\": null,\n";
   }
   if (o.partial_rotary_factor != 1.0f) c += "  \"partial_rotary_factor\": " + fmt_float(o.partial_rotary_factor) + ",\n";
-  if (arch == "llama" || arch == "qwen3" || arch == "smollm3")
+  if (arch == "llama" || qk_norm || arch == "smollm3")
     c += std::string("  \"attention_bias\": ") + (qkv_bias ? "true" : "false") + ",\n";
   if (arch == "llama" || arch == "smollm3") c += "  \"mlp_bias\": false,\n";
   if (arch == "smollm3") {  // RoPE on every layer but each 4th (SmolLM3Config's no_rope_layer_interval)
@@ -283,8 +317,9 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     for (int32_t l = 0; l < o.num_layers; ++l) c += std::string(l ? ", " : "") + ((l + 1) % 4 != 0 ? "1" : "0");
     c += "],\n";
   }
-  if (arch == "mistral" || arch == "phi3")
+  if (arch == "mistral" || arch == "phi3" || arch == "mixtral")
     c += "  \"sliding_window\": " + (o.sliding_window > 0 ? std::to_string(o.sliding_window) : std::string("null")) + ",\n";
+  if (arch == "qwen3_moe" && o.sliding_window > 0) c += "  \"sliding_window\": " + std::to_string(o.sliding_window) + ",\n";
   if ((arch == "qwen2" || arch == "qwen3") && o.sliding_window > 0)
     c += "  \"sliding_window\": " + std::to_string(o.sliding_window) + ",\n  \"max_window_layers\": " +
          std::to_string(o.max_window_layers) + ",\n";
@@ -292,7 +327,7 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     c += "  \"original_max_position_embeddings\": " +
          std::to_string(o.rope_type == "longrope" ? o.rope_original_max_position_embeddings : o.max_position_embeddings) +
          ",\n";
-  if (arch == "qwen2" || arch == "qwen3" || arch == "smollm3")
+  if (arch == "qwen2" || qk_norm || arch == "smollm3")
     c += std::string("  \"use_sliding_window\": ") + (o.sliding_window > 0 && arch != "smollm3" ? "true" : "false") + ",\n";
   c += std::string("  \"tie_word_embeddings\": ") + (o.tie_embeddings ? "true" : "false") + ",\n";
   c += "  \"bos_token_id\": " + std::to_string(bos) + ",\n";

@@ -51,25 +51,63 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     c.architecture = "Qwen3ForCausalLM";
     c.model_type = "qwen3";
     c.qk_norm = true;
+  } else if (arch == "qwen3moe") {
+    c.architecture = "Qwen3MoeForCausalLM";
+    c.model_type = "qwen3_moe";
+    c.qk_norm = true;
   } else if (arch == "phi3") {
     c.architecture = "Phi3ForCausalLM";
     c.model_type = "phi3";
     c.fused_projections = true;  // attn_qkv, and ffn_up holding gate then up
   } else {
     return gunsupported(f, "general.architecture '" + arch +
-                               "' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
+                               "' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, phi3)");
   }
   const std::string a = arch + ".";
   auto hidden = get_i32(f, a + "embedding_length", std::nullopt);
-  auto inter = get_i32(f, a + "feed_forward_length", std::nullopt);
   auto layers = get_i32(f, a + "block_count", std::nullopt);
   auto heads = get_i32(f, a + "attention.head_count", std::nullopt);
-  for (auto* r : {&hidden, &inter, &layers, &heads})
+  for (auto* r : {&hidden, &layers, &heads})
     if (!*r) return r->err();
   c.hidden_size = *hidden;
-  c.intermediate_size = *inter;
   c.num_hidden_layers = *layers;
   c.num_attention_heads = *heads;
+  // Mixture of experts: llama files with expert_count (Mixtral) and qwen3moe. Experts of
+  // expert_feed_forward_length (qwen3moe) or feed_forward_length (Mixtral); a layer with
+  // ffn_gate_inp.weight is sparse, one without it dense. The top-k weights are renormalized, as
+  // llama.cpp does for both.
+  auto experts = f.get_int(a + "expert_count");
+  if (!experts) return experts.err();
+  if (arch == "qwen3moe" || (*experts && **experts > 0)) {
+    auto n = get_i32(f, a + "expert_count", std::nullopt);
+    auto used = get_i32(f, a + "expert_used_count", std::nullopt);
+    for (auto* r : {&n, &used})
+      if (!*r) return r->err();
+    if (*used > *n) return gerr(f, a + "expert_used_count exceeds " + a + "expert_count");
+    if (arch != "llama" && arch != "qwen3moe")
+      return gunsupported(f, "experts (" + a + "expert_count) in a " + arch + " file are not supported");
+    if (arch == "llama") {
+      c.architecture = "MixtralForCausalLM";
+      c.model_type = "mixtral";
+    }
+    c.num_experts = *n;
+    c.num_experts_per_tok = *used;
+    c.norm_topk_prob = true;
+    c.moe_layers.assign(size_t(c.num_hidden_layers), 0);
+    for (int32_t l = 0; l < c.num_hidden_layers; ++l)
+      c.moe_layers[size_t(l)] = f.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr;
+  }
+  if (arch == "qwen3moe") {
+    auto mi = get_i32(f, a + "expert_feed_forward_length", std::nullopt);
+    if (!mi) return mi.err();
+    c.moe_intermediate_size = *mi;
+  }
+  // qwen3moe files of only sparse layers need no dense width: the experts' stands in.
+  auto inter = get_i32(f, a + "feed_forward_length",
+                       arch == "qwen3moe" ? std::optional(c.moe_intermediate_size) : std::nullopt);
+  if (!inter) return inter.err();
+  c.intermediate_size = *inter;
+  if (c.model_type == "mixtral") c.moe_intermediate_size = c.intermediate_size;
   auto kv = get_i32(f, a + "attention.head_count_kv", c.num_attention_heads);
   if (!kv) return kv.err();
   c.num_key_value_heads = *kv;
@@ -255,6 +293,23 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
     out.cols = cols;
     return {};
   };
+  // A [n, rows, cols] stack of matrices (GGUF dims [cols, rows, n]) as one [n rows, cols] matrix.
+  auto map3 = [&](const std::string& name, int64_t n, int64_t rows, int64_t cols, weight_ref& out) -> result<void> {
+    const gguf_tensor* t = f.tensor(name);
+    if (!t) return gerr(f, "tensor " + name + " is missing");
+    if (t->dims.size() != 3 || t->dims[0] != cols || t->dims[1] != rows || t->dims[2] != n) {
+      std::string dims;
+      for (int64_t x : t->dims) dims += (dims.empty() ? "" : ", ") + std::to_string(x);
+      return gerr(f, "tensor " + name + " has dims [" + dims + "], expected [" + std::to_string(cols) + ", " +
+                         std::to_string(rows) + ", " + std::to_string(n) + "]");
+    }
+    tick(*t);
+    out.type = t->type;
+    out.data = t->data;
+    out.rows = n * rows;
+    out.cols = cols;
+    return {};
+  };
   auto append = [&](const std::string& name, int64_t n, std::vector<float>& out) -> result<void> {
     auto t = get(name, 0, n);
     if (!t) return t.err();
@@ -280,10 +335,27 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
     }
     for (auto r : {append(p + "attn_norm.weight", h, L.input_norm), map(p + "attn_q.weight", nh * d, h, L.q),
                    map(p + "attn_k.weight", nkv * d, h, L.k), map(p + "attn_v.weight", nkv * d, h, L.v),
-                   map(p + "attn_output.weight", h, nh * d, L.o), append(p + "ffn_norm.weight", h, L.post_norm),
-                   map(p + "ffn_gate.weight", inter, h, L.gate), map(p + "ffn_up.weight", inter, h, L.up),
-                   map(p + "ffn_down.weight", h, inter, L.down)})
+                   map(p + "attn_output.weight", h, nh * d, L.o), append(p + "ffn_norm.weight", h, L.post_norm)})
       if (!r) return r.err();
+    if (c.moe_layer(i)) {
+      // ffn_gate_exps / ffn_up_exps [hidden, I, experts] and ffn_down_exps [I, hidden, experts]:
+      // expert j's matrix is rows [j I, (j + 1) I) of the [experts I, cols] view.
+      const int64_t ne = c.num_experts, mi = c.moe_intermediate_size;
+      weight_ref gate, up, down;
+      for (auto r : {map(p + "ffn_gate_inp.weight", ne, h, L.router), map3(p + "ffn_gate_exps.weight", ne, mi, h, gate),
+                     map3(p + "ffn_up_exps.weight", ne, mi, h, up), map3(p + "ffn_down_exps.weight", ne, h, mi, down)})
+        if (!r) return r.err();
+      L.experts.resize(size_t(ne));
+      for (int64_t j = 0; j < ne; ++j) {
+        L.experts[size_t(j)].gate = weight_rows(gate, j * mi, mi);
+        L.experts[size_t(j)].up = weight_rows(up, j * mi, mi);
+        L.experts[size_t(j)].down = weight_rows(down, j * h, h);
+      }
+    } else {
+      for (auto r : {map(p + "ffn_gate.weight", inter, h, L.gate), map(p + "ffn_up.weight", inter, h, L.up),
+                     map(p + "ffn_down.weight", h, inter, L.down)})
+        if (!r) return r.err();
+    }
     if (c.qkv_bias)
       for (auto r : {append(p + "attn_q.bias", nh * d, L.qkv_bias), append(p + "attn_k.bias", nkv * d, L.qkv_bias),
                      append(p + "attn_v.bias", nkv * d, L.qkv_bias)})

@@ -31,14 +31,21 @@ const char* why_not(const model_weights& w, int32_t size) {
   if (c.num_attention_heads % size != 0) return "it does not divide the attention heads";
   if (c.num_key_value_heads % size != 0 && size % c.num_key_value_heads != 0)
     return "it neither divides the KV heads nor is a multiple of them";
-  if (c.intermediate_size % size != 0) return "it does not divide the MLP width (intermediate_size)";
+  bool dense = false;
+  for (int32_t l = 0; l < c.num_hidden_layers; ++l) dense = dense || !c.moe_layer(l);
+  if (dense && c.intermediate_size % size != 0) return "it does not divide the MLP width (intermediate_size)";
+  if (c.is_moe() && c.moe_intermediate_size % size != 0)
+    return "it does not divide the experts' MLP width (moe_intermediate_size)";
   const int64_t o_cols = int64_t(c.num_attention_heads / size) * c.head_dim;
-  const int64_t down_cols = c.intermediate_size / size;
+  const int64_t down_cols = c.intermediate_size / size, expert_cols = c.moe_intermediate_size / size;
   for (const layer_weights& L : w.layers) {
     if (o_cols % dtype_block_elems(L.o.type) != 0)
       return "the o_proj columns per rank are not whole quantization blocks";
-    if (down_cols % dtype_block_elems(L.down.type) != 0)
+    if (L.experts.empty() && down_cols % dtype_block_elems(L.down.type) != 0)
       return "the down_proj columns per rank are not whole quantization blocks";
+    for (const layer_weights::expert& e : L.experts)
+      if (expert_cols % dtype_block_elems(e.down.type) != 0)
+        return "the experts' down_proj columns per rank are not whole quantization blocks";
   }
   return nullptr;
 }
@@ -133,6 +140,7 @@ result<void> check_tensor_parallel_size(const model_weights& w, int32_t size) {
                "--tensor-parallel-size " + std::to_string(size) + ": " + why + " (" +
                    std::to_string(c.num_attention_heads) + " attention heads, " + std::to_string(c.num_key_value_heads) +
                    " KV heads, intermediate_size " + std::to_string(c.intermediate_size) +
+                   (c.is_moe() ? ", moe_intermediate_size " + std::to_string(c.moe_intermediate_size) : "") +
                    "); sizes that work for this model: " + sizes,
                "tensor_parallel_size"};
 }
@@ -145,6 +153,7 @@ tensor_shard shard_shape(const model_config& c, int32_t rank, int32_t size) {
   int32_t kv_first = 0;
   kv_heads_of(c.num_key_value_heads, size, rank, kv_first, sh.num_kv_heads);
   sh.intermediate_size = c.intermediate_size / size;
+  sh.moe_intermediate_size = c.moe_intermediate_size / size;
   std::tie(sh.vocab_begin, sh.vocab_end) = vocab_range(c.vocab_size, size, rank);
   return sh;
 }
@@ -189,9 +198,21 @@ result<model_weights> shard_weights(const model_weights& full, int32_t rank, int
     L.o_bias = F.o_bias;
     L.q_norm = F.q_norm;  // one weight vector for every head: each rank's heads use all of it
     L.k_norm = F.k_norm;
-    L.gate = weight_rows(F.gate, i0, in);
-    L.up = weight_rows(F.up, i0, in);
-    L.down = columns_of(F.down, i0, in, s);
+    if (F.experts.empty()) {
+      L.gate = weight_rows(F.gate, i0, in);
+      L.up = weight_rows(F.up, i0, in);
+      L.down = columns_of(F.down, i0, in, s);
+      continue;
+    }
+    // Each expert split as the dense MLP is; the router whole on every rank (each routes alike).
+    const int64_t e0 = int64_t(rank) * sh.moe_intermediate_size, en = sh.moe_intermediate_size;
+    L.router = F.router;
+    L.experts.resize(F.experts.size());
+    for (size_t e = 0; e < F.experts.size(); ++e) {
+      L.experts[e].gate = weight_rows(F.experts[e].gate, e0, en);
+      L.experts[e].up = weight_rows(F.experts[e].up, e0, en);
+      L.experts[e].down = columns_of(F.experts[e].down, e0, en, s);
+    }
   }
   return s;
 }
@@ -320,16 +341,22 @@ std::string describe_shard(const model_weights& s) {
   size_t bytes = 0;
   for (const auto& b : s.owned) bytes += b->size();
   size_t viewed = s.lm_head.bytes();
-  for (const layer_weights& L : s.layers)
-    for (const weight_ref* w : {&L.q, &L.k, &L.v, &L.gate, &L.up}) viewed += w->bytes();
+  for (const layer_weights& L : s.layers) {
+    for (const weight_ref* w : {&L.q, &L.k, &L.v, &L.gate, &L.up, &L.router}) viewed += w->bytes();
+    for (const layer_weights::expert& e : L.experts) viewed += e.gate.bytes() + e.up.bytes();
+  }
   const layer_weights* L = s.layers.empty() ? nullptr : &s.layers[0];
-  std::string out = std::to_string(sh.num_heads) + " query heads, " + std::to_string(sh.num_kv_heads) +
-                    " KV heads, MLP " + std::to_string(sh.intermediate_size) + ", vocabulary rows [" +
-                    std::to_string(sh.vocab_begin) + ", " + std::to_string(sh.vocab_end) + ")";
-  if (L)
+  std::string out = std::to_string(sh.num_heads) + " query heads, " + std::to_string(sh.num_kv_heads) + " KV heads, MLP " +
+                    std::to_string(s.config.is_moe() ? sh.moe_intermediate_size : sh.intermediate_size) +
+                    (s.config.is_moe() ? " per expert" : "") + ", vocabulary rows [" + std::to_string(sh.vocab_begin) +
+                    ", " + std::to_string(sh.vocab_end) + ")";
+  if (L) {
+    const weight_ref& down = L->experts.empty() ? L->down : L->experts[0].down;
     out += "; per layer q [" + std::to_string(L->q.rows) + ", " + std::to_string(L->q.cols) + "], o [" +
-           std::to_string(L->o.rows) + ", " + std::to_string(L->o.cols) + "], down [" + std::to_string(L->down.rows) +
-           ", " + std::to_string(L->down.cols) + "]";
+           std::to_string(L->o.rows) + ", " + std::to_string(L->o.cols) + "], " +
+           (L->experts.empty() ? "down [" : "each expert's down [") + std::to_string(down.rows) + ", " +
+           std::to_string(down.cols) + "]";
+  }
   char mib[96];
   std::snprintf(mib, sizeof mib, "; %.1f MiB mapped from the file, %.1f MiB copied (o, down columns)",
                 double(viewed) / (1 << 20), double(bytes) / (1 << 20));

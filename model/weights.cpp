@@ -92,10 +92,12 @@ class loader {
 
 }  // namespace
 
-size_t model_weights::matrix_bytes() const noexcept {
+size_t model_weights::matrix_bytes(bool experts) const noexcept {
   size_t b = lm_head.bytes();
-  for (const auto& L : layers)
-    for (const weight_ref* w : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) b += w->bytes();
+  for (const auto& L : layers) L.each_matrix([&](const weight_ref& w) { b += w.bytes(); });
+  if (!experts)
+    for (const auto& L : layers)
+      for (const auto& e : L.experts) b -= e.gate.bytes() + e.up.bytes() + e.down.bytes();
   return b;
 }
 
@@ -109,8 +111,7 @@ size_t pack_for_cpu(model_weights& w) {
     w.owned.push_back(std::move(buf));
     if (w.gguf) w.gguf->release_pages(r.data, r.bytes());
   };
-  for (auto& L : w.layers)
-    for (weight_ref* r : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) pack(*r);
+  for (auto& L : w.layers) L.each_matrix(pack);
   pack(w.lm_head);
   return bytes;
 }
@@ -173,7 +174,9 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   const bool has_lm_head = !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
   const size_t per_layer = (c.fused_projections ? 6 : 9) + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
-  const size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
+  size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
+  for (int32_t i = 0; i < c.num_hidden_layers; ++i)
+    if (c.moe_layer(i)) total += 1 + 3 * size_t(c.num_experts) - 3;  // the router and the experts' for gate/up/down
   loader ld(files, total, progress, w);
 
   if (auto r = ld.map("model.embed_tokens.weight", {vocab, h}, w.embed); !r) return r.err();
@@ -199,11 +202,31 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
                    ld.map(p + "self_attn.k_proj.weight", {nkv * d, h}, L.k, true),
                    ld.map(p + "self_attn.v_proj.weight", {nkv * d, h}, L.v, true),
                    ld.map(p + "self_attn.o_proj.weight", {h, nh * d}, L.o, true),
-                   ld.append(p + "post_attention_layernorm.weight", {h}, L.post_norm),
-                   ld.map(p + "mlp.gate_proj.weight", {inter, h}, L.gate, true),
-                   ld.map(p + "mlp.up_proj.weight", {inter, h}, L.up, true),
-                   ld.map(p + "mlp.down_proj.weight", {h, inter}, L.down, true)})
+                   ld.append(p + "post_attention_layernorm.weight", {h}, L.post_norm)})
       if (!r) return r.err();
+    if (c.moe_layer(i)) {
+      // Mixtral: block_sparse_moe.gate and experts.j.w1 (gate), w3 (up), w2 (down); Qwen3-MoE:
+      // mlp.gate and experts.j.gate_proj / up_proj / down_proj. The router stays in the file's
+      // precision (fp8 checkpoints leave it in bf16).
+      const bool mixtral = c.model_type == "mixtral";
+      const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
+      const int64_t mi = c.moe_intermediate_size;
+      if (auto r = ld.map(m + "gate.weight", {c.num_experts, h}, L.router); !r) return r.err();
+      L.experts.resize(size_t(c.num_experts));
+      for (int32_t j = 0; j < c.num_experts; ++j) {
+        const std::string e = m + "experts." + std::to_string(j) + ".";
+        layer_weights::expert& E = L.experts[size_t(j)];
+        for (auto r : {ld.map(e + (mixtral ? "w1.weight" : "gate_proj.weight"), {mi, h}, E.gate, true),
+                       ld.map(e + (mixtral ? "w3.weight" : "up_proj.weight"), {mi, h}, E.up, true),
+                       ld.map(e + (mixtral ? "w2.weight" : "down_proj.weight"), {h, mi}, E.down, true)})
+          if (!r) return r.err();
+      }
+    } else {
+      for (auto r : {ld.map(p + "mlp.gate_proj.weight", {inter, h}, L.gate, true),
+                     ld.map(p + "mlp.up_proj.weight", {inter, h}, L.up, true),
+                     ld.map(p + "mlp.down_proj.weight", {h, inter}, L.down, true)})
+        if (!r) return r.err();
+    }
     if (c.qkv_bias) {
       for (auto r : {ld.append(p + "self_attn.q_proj.bias", {nh * d}, L.qkv_bias),
                      ld.append(p + "self_attn.k_proj.bias", {nkv * d}, L.qkv_bias),

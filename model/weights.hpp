@@ -29,8 +29,34 @@ struct layer_weights {
   std::vector<float> o_bias;         // [hidden] or empty
   std::vector<float> q_norm, k_norm;  // [D] each (Qwen3's per-head RMSNorm weights) or empty
   std::vector<float> post_norm;      // [hidden]
-  weight_ref gate, up;               // [I, hidden] each
+  weight_ref gate, up;               // [I, hidden] each (dense MLP layers)
   weight_ref down;                   // [hidden, I]
+  // Mixture-of-experts layers (model_config::moe_layer): the router and each expert's SwiGLU
+  // matrices, I being moe_intermediate_size; gate/up/down above are then empty.
+  struct expert {
+    weight_ref gate, up;  // [I, hidden] each
+    weight_ref down;      // [hidden, I]
+  };
+  weight_ref router;                 // [num_experts, hidden]
+  std::vector<expert> experts;       // num_experts of them
+
+  // Every matrix of the layer (q, k, v, o, then the MLP's: gate, up, down or the router and each
+  // expert's three), for passes over all of them.
+  template <class F>
+  void each_matrix(F&& f) {
+    for (weight_ref* w : {&q, &k, &v, &o}) f(*w);
+    if (experts.empty()) {
+      for (weight_ref* w : {&gate, &up, &down}) f(*w);
+      return;
+    }
+    f(router);
+    for (expert& e : experts)
+      for (weight_ref* w : {&e.gate, &e.up, &e.down}) f(*w);
+  }
+  template <class F>
+  void each_matrix(F&& f) const {
+    const_cast<layer_weights*>(this)->each_matrix([&](const weight_ref& w) { f(w); });
+  }
 };
 
 // A rank's part of a tensor-parallel model (Megatron-style, model/tensor_parallel.hpp). size 1:
@@ -41,6 +67,7 @@ struct tensor_shard {
   int32_t num_heads = 0;          // query heads of this rank
   int32_t num_kv_heads = 0;       // KV heads it holds
   int32_t intermediate_size = 0;  // its gate/up rows, down columns
+  int32_t moe_intermediate_size = 0;  // the same of each expert (mixture-of-experts models)
   int32_t vocab_begin = 0;        // its LM-head rows [vocab_begin, vocab_end)
   int32_t vocab_end = 0;
 };
@@ -65,8 +92,9 @@ struct model_weights {
   size_t fp8_dequantized = 0;
   size_t fp8_bytes = 0;
 
-  // Bytes of every matrix (what a forward pass over all layers reads once, the LM head included).
-  size_t matrix_bytes() const noexcept;
+  // Bytes of every matrix (what a forward pass over all layers reads once, the LM head included);
+  // without `experts`, those of the experts left out (a step reads only the experts it routes to).
+  size_t matrix_bytes(bool experts = true) const noexcept;
 };
 
 // Called after each tensor: (tensors loaded, tensors total, bytes read so far).

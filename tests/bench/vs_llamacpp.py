@@ -104,6 +104,14 @@ MODELS = {
     # there (that build has no AMX).
     "smol": ["--hidden-size", "640", "--intermediate-size", "1536", "--num-layers", "8",
              "--num-heads", "10", "--num-kv-heads", "2"],
+    # Mixtures of experts: Mixtral's layout (8 experts of width 1024, top 2) and Qwen3-MoE's (32
+    # experts of width 256, top 4, renormalized as llama.cpp always does for qwen3moe).
+    "mixtral": ["--architecture", "mixtral", "--hidden-size", "512", "--intermediate-size", "1024",
+                "--num-layers", "8", "--num-heads", "8", "--num-kv-heads", "2", "--num-experts", "8",
+                "--num-experts-per-tok", "2"],
+    "qwen3moe": ["--architecture", "qwen3_moe", "--hidden-size", "512", "--intermediate-size", "1024",
+                 "--moe-intermediate-size", "256", "--num-layers", "8", "--num-heads", "8", "--num-kv-heads", "2",
+                 "--head-dim", "64", "--num-experts", "32", "--num-experts-per-tok", "4", "--norm-topk-prob"],
 }
 VOCAB = 50257  # the GPT-2 tokenizer's, which make-demo-model copies
 
@@ -625,11 +633,13 @@ def main():
     ap = argparse.ArgumentParser(
         prog="scripts/bench-vs-llamacpp", description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=["demo", "150m", "smol", "both"],
+    ap.add_argument("--model", choices=["demo", "150m", "smol", "mixtral", "qwen3moe", "both"],
                     help="demo: make-demo-model's defaults (4 layers, hidden 256); 150m: hidden 768, "
                          "intermediate 2048, 12 layers, 12 heads, 4 KV heads; smol: hidden 640, "
                          "intermediate 1536, 8 layers, 10 heads, 2 KV heads (K-quant files of it hold "
-                         "llama-quantize's fallback types); both: demo and 150m (default: both; "
+                         "llama-quantize's fallback types); mixtral: 8 layers of 8 experts (width 1024, "
+                         "top 2), hidden 512; qwen3moe: 8 layers of 32 experts (width 256, top 4), hidden "
+                         "512; both: demo and 150m (default: both; "
                          "--quick: demo)")
     ap.add_argument("--dtype", choices=["bf16", "f32", "both"],
                     help="weight precision of the model folder and of the GGUF file (default: both; "

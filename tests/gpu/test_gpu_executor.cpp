@@ -272,6 +272,20 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
   CHECK(prompts_equal * 2 >= prompts_total);
 }
 
+TEST_CASE("gpu executor refuses a mixture-of-experts model at load, naming it and the CPU executor", "[gpu][executor]") {
+  COSERVE_REQUIRE_DEVICE_OR_SKIP();
+  const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_mixtral";
+  demo_options o;
+  o.architecture = "mixtral";
+  o.copy_tokenizer = false;
+  o.vocab_size = 500;
+  o.num_layers = 1;
+  REQUIRE(make_demo_model(dir.string(), o).ok());
+  auto ex = gpu::make_gpu_executor(folder_options(dir.string()));
+  REQUIRE_FALSE(ex.ok());
+  CHECK_THAT(ex.err().message, Catch::Contains("mixture-of-experts") && Catch::Contains("--device cpu"));
+}
+
 TEST_CASE("gpu executor fp8 (W8A8) is logprob-close to bf16 on demo models, with less weight memory",
           "[gpu][executor][fp8]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();

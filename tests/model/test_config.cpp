@@ -213,6 +213,62 @@ TEST_CASE("config: smollm3's layers without RoPE, from the list or the interval"
   CHECK(parse_model_config(k_llama, "c")->rope_layers.empty());
 }
 
+TEST_CASE("config: mixtral's and qwen3_moe's experts, with transformers' defaults and dense layers", "[model][config]") {
+  const std::string mx = with(with(k_llama, "LlamaForCausalLM", "MixtralForCausalLM"), "\"llama\"", "\"mixtral\"");
+  auto m = parse_model_config(mx, "c");  // no expert fields: MixtralConfig's 8 experts, top 2
+  REQUIRE(m.ok());
+  CHECK(m->is_moe());
+  CHECK(m->num_experts == 8);
+  CHECK(m->num_experts_per_tok == 2);
+  CHECK(m->moe_intermediate_size == 128);  // intermediate_size
+  CHECK(m->norm_topk_prob);
+  CHECK(m->moe_layers == std::vector<uint8_t>{1, 1});
+  auto m4 = parse_model_config(with(mx, "\"vocab_size\"", "\"num_local_experts\":4,\"num_experts_per_tok\":1,\"vocab_size\""), "c");
+  REQUIRE(m4.ok());
+  CHECK(m4->num_experts == 4);
+  CHECK(m4->num_experts_per_tok == 1);
+
+  const std::string qm = with(with(with(k_llama, "LlamaForCausalLM", "Qwen3MoeForCausalLM"), "\"llama\"", "\"qwen3_moe\""),
+                              "\"num_hidden_layers\":2", "\"num_hidden_layers\":4");
+  auto q = parse_model_config(qm, "c");  // Qwen3MoeConfig's defaults
+  REQUIRE(q.ok());
+  CHECK(q->num_experts == 128);
+  CHECK(q->num_experts_per_tok == 8);
+  CHECK(q->moe_intermediate_size == 768);
+  CHECK_FALSE(q->norm_topk_prob);
+  CHECK(q->qk_norm);
+  CHECK(q->head_dim == 8);  // hidden / heads: Qwen3MoeConfig has no head_dim default
+  CHECK(q->moe_layers == std::vector<uint8_t>{1, 1, 1, 1});
+  auto q2 = parse_model_config(with(qm, "\"vocab_size\"", "\"num_experts\":6,\"num_experts_per_tok\":2,"
+                                    "\"moe_intermediate_size\":32,\"norm_topk_prob\":true,\"decoder_sparse_step\":2,"
+                                    "\"mlp_only_layers\":[3],\"vocab_size\""), "c");
+  REQUIRE(q2.ok());
+  CHECK(q2->num_experts == 6);
+  CHECK(q2->moe_intermediate_size == 32);
+  CHECK(q2->norm_topk_prob);
+  CHECK(q2->moe_layers == std::vector<uint8_t>{0, 1, 0, 0});  // (l + 1) % 2 == 0, but not layer 3
+  CHECK_FALSE(q2->moe_layer(0));
+  CHECK(q2->moe_layer(1));
+  auto q5 = parse_model_config(with(qm, "\"vocab_size\"", "\"num_local_experts\":5,\"num_experts_per_tok\":2,\"vocab_size\""), "c");
+  REQUIRE(q5.ok());  // transformers 5 writes num_local_experts for both
+  CHECK(q5->num_experts == 5);
+  CHECK_FALSE(parse_model_config(k_llama, "c")->is_moe());
+
+  for (const auto& [field, json] : std::vector<std::array<std::string, 2>>{
+           {"num_experts_per_tok", "\"num_local_experts\":4,\"num_experts_per_tok\":5,"},
+           {"num_experts_per_tok", "\"num_experts_per_tok\":0,"},
+           {"number of experts", "\"num_local_experts\":0,"},
+           {"moe_intermediate_size", "\"moe_intermediate_size\":-1,"},
+           {"decoder_sparse_step", "\"decoder_sparse_step\":0,"},
+           {"mlp_only_layers", "\"mlp_only_layers\":\"all\","}}) {
+    const std::string base = field == "moe_intermediate_size" || field == "decoder_sparse_step" ||
+                                     field == "mlp_only_layers" ? qm : mx;
+    auto r = parse_model_config(with(base, "\"vocab_size\"", json + "\"vocab_size\""), "c");
+    REQUIRE_FALSE(r.ok());
+    CHECK_THAT(r.err().message, Catch::Contains(field));
+  }
+}
+
 TEST_CASE("config: transformers 5 rope_parameters (theta inside)", "[model][config]") {
   auto c = parse_model_config(with(with(k_llama, "\"rope_scaling\":{", "\"rope_parameters\":{\"rope_theta\":123.0,"),
                                    "\"rope_theta\":500000.0,", ""), "c");

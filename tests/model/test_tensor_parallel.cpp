@@ -225,6 +225,29 @@ TEST_CASE("tensor parallel: sizes a model allows, errors naming them, quantizati
   for (auto& L : w.layers) L.down.type = dtype::q8_0;
   CHECK(tensor_parallel_sizes(w) == std::vector<int32_t>{1, 3});
   CHECK_THAT(check_tensor_parallel_size(w, 2).err().message, Catch::Contains("quantization blocks"));
+
+  // Experts: their width (moe_intermediate_size) must divide too, and the dense width only where
+  // a layer is dense.
+  for (auto& L : w.layers) L.down.type = dtype::f32;
+  w.config.num_hidden_layers = 2;
+  w.config.num_experts = 4;
+  w.config.num_experts_per_tok = 2;
+  w.config.moe_intermediate_size = 40;
+  w.config.intermediate_size = 7;  // no dense layer: not checked
+  w.config.moe_layers = {1, 1};
+  w.layers[1].experts.resize(4);
+  for (auto& e : w.layers[1].experts) e.down.type = dtype::f32;
+  CHECK(tensor_parallel_sizes(w) == std::vector<int32_t>{1, 2});
+  CHECK_THAT(check_tensor_parallel_size(w, 3).err().message,
+             Catch::Contains("moe_intermediate_size") && Catch::Contains("moe_intermediate_size 40"));
+  w.config.moe_layers = {0, 1};  // layer 0 dense: its width 7 divides by 1 only
+  CHECK(tensor_parallel_sizes(w) == std::vector<int32_t>{1});
+  w.config.intermediate_size = 96;
+  w.config.moe_intermediate_size = 96;
+  // Q8_0 experts' down: 96 / 3 = 32 columns per rank are whole blocks, 48, 16 and 8 are not.
+  for (auto& e : w.layers[1].experts) e.down.type = dtype::q8_0;
+  CHECK(tensor_parallel_sizes(w) == std::vector<int32_t>{1, 3});
+  CHECK_THAT(check_tensor_parallel_size(w, 2).err().message, Catch::Contains("experts' down_proj"));
 }
 
 TEST_CASE("tensor parallel: the step message round-trips, a damaged one is refused", "[model][tensor_parallel]") {
@@ -282,6 +305,8 @@ TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same toke
       {"qwen3, q/k norm, tied", "qwen3", 4, 2, 48, true},       // the norm weights on every rank
       {"phi3, fused qkv and gate_up", "phi3", 4, 2, 48, false}, // rank slices of the row views
       {"smollm3, a layer without RoPE", "smollm3", 4, 2, 48, true},
+      {"mixtral, a slice of every expert", "mixtral", 4, 2, 48, false},
+      {"qwen3_moe, dense and sparse layers", "qwen3_moe", 4, 2, 48, true},
   };
   for (const shape& sh : shapes) {
     CAPTURE(sh.name);
@@ -293,6 +318,10 @@ TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same toke
     o.intermediate_size = sh.inter;
     o.tie_embeddings = sh.tie;
     o.qkv_bias = sh.arch == "qwen2";
+    o.num_experts = 6;
+    o.num_experts_per_tok = 2;
+    o.moe_intermediate_size = 32;  // qwen3_moe: 8 columns of each expert's down per rank at TP 4
+    o.decoder_sparse_step = 2;     // qwen3_moe: layer 1 sparse, layer 0 dense (width 48)
     REQUIRE(make_demo_model(dir.str(), o).ok());
     auto one = tp_executor(dir.str(), 1);
     const auto want = run_script(*one);

@@ -77,6 +77,19 @@ MODELS = {
     "smollm3_nope": SMALL + ["--architecture", "smollm3", "--seed", "20", "--hidden-size", "64",
                              "--intermediate-size", "96", "--num-layers", "4", "--num-heads", "4",
                              "--num-kv-heads", "2", "--tie-embeddings"],
+    # Mixtral: every layer's MLP 8 experts, each token routed to 2 (top-2 probabilities
+    # renormalized), a sliding window of 12 positions.
+    "mixtral_moe": SMALL + ["--architecture", "mixtral", "--seed", "24", "--hidden-size", "64",
+                            "--intermediate-size", "48", "--num-layers", "2", "--num-heads", "4",
+                            "--num-kv-heads", "2", "--num-experts", "8", "--num-experts-per-tok", "2",
+                            "--sliding-window", "12"],
+    # Qwen3-MoE: q/k norms, layers 1 and 3 sparse (decoder_sparse_step 2: 6 experts of width 32,
+    # top-3, the probabilities not renormalized), layers 0 and 2 dense (width 96).
+    "qwen3_moe_sparse_step": SMALL + ["--architecture", "qwen3_moe", "--seed", "25", "--hidden-size", "48",
+                                      "--intermediate-size", "96", "--moe-intermediate-size", "32",
+                                      "--num-layers", "4", "--num-heads", "4", "--num-kv-heads", "2",
+                                      "--head-dim", "16", "--num-experts", "6", "--num-experts-per-tok", "3",
+                                      "--decoder-sparse-step", "2", "--tie-embeddings"],
     # Linear (position interpolation) scaling.
     "llama_linear": SMALL + ["--architecture", "llama", "--seed", "18", "--hidden-size", "64",
                              "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
