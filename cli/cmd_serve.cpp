@@ -57,12 +57,13 @@ model:
   MODEL_DIR                     a folder with config.json, *.safetensors, tokenizer.json
                                 (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
                                 Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM;
-                                MixtralForCausalLM and Qwen3MoeForCausalLM on --device cpu;
+                                MixtralForCausalLM, Qwen2MoeForCausalLM and
+                                Qwen3MoeForCausalLM on --device cpu;
                                 rope_scaling llama3, linear, yarn, longrope; partial rotary;
                                 sliding windows; docs/models.md),
-                                or a GGUF file (llama, mistral, qwen2, qwen3, phi3, qwen3moe;
-                                F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,
-                                Q5_K, Q6_K, IQ4_NL, IQ4_XS;
+                                or a GGUF file (llama, mistral, qwen2, qwen3, phi3, qwen2moe,
+                                qwen3moe; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
+                                Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS;
                                 tokenizer and chat template from its metadata;
                                 integer kernels on --device cpu, dequantized to bf16 at load on
                                 --device cuda; docs/gguf.md)

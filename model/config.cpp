@@ -233,17 +233,22 @@ std::string parse_quantization(const object& o, quantization_config& q) {
 
 namespace {
 
-// Mixtral's and Qwen3-MoE's expert fields (transformers' MixtralConfig / Qwen3MoeConfig, their
-// defaults where a field is absent); "" or what is wrong.
-std::string parse_moe(const object& o, bool mixtral, model_config& c) {
+enum class moe_family { mixtral, qwen2_moe, qwen3_moe };
+
+// Mixtral's, Qwen2-MoE's and Qwen3-MoE's expert fields (transformers' MixtralConfig /
+// Qwen2MoeConfig / Qwen3MoeConfig, their defaults where a field is absent); "" or what is wrong.
+std::string parse_moe(const object& o, moe_family fam, model_config& c) {
   std::string err;
   // Mixtral: num_local_experts experts of intermediate_size, every layer sparse, the top-k
-  // probabilities always renormalized. Qwen3-MoE: num_experts (or num_local_experts) of
+  // probabilities always renormalized. Qwen2/3-MoE: num_experts (or num_local_experts) of
   // moe_intermediate_size, the dense MLP on mlp_only_layers and on layers l with
-  // (l + 1) % decoder_sparse_step != 0.
-  c.num_experts = mixtral ? 8 : 128;
-  c.num_experts_per_tok = mixtral ? 2 : 8;
-  c.moe_intermediate_size = mixtral ? c.intermediate_size : 768;
+  // (l + 1) % decoder_sparse_step != 0; Qwen2-MoE adds a shared expert of
+  // shared_expert_intermediate_size on every sparse layer.
+  const bool mixtral = fam == moe_family::mixtral, qwen2 = fam == moe_family::qwen2_moe;
+  c.num_experts = mixtral ? 8 : qwen2 ? 60 : 128;
+  c.num_experts_per_tok = mixtral ? 2 : qwen2 ? 4 : 8;
+  c.moe_intermediate_size = mixtral ? c.intermediate_size : qwen2 ? 1408 : 768;
+  c.shared_expert_intermediate_size = qwen2 ? 5632 : 0;
   c.norm_topk_prob = mixtral;
   int32_t sparse_step = 1;
   std::vector<int32_t> dense_layers;
@@ -255,6 +260,11 @@ std::string parse_moe(const object& o, bool mixtral, model_config& c) {
                    !get_int(o, "decoder_sparse_step", sparse_step, err) ||
                    !get_id_list(o, "mlp_only_layers", dense_layers, err)))
     return err;
+  if (qwen2) {
+    if (!get_int(o, "shared_expert_intermediate_size", c.shared_expert_intermediate_size, err)) return err;
+    if (c.shared_expert_intermediate_size <= 0)
+      return "shared_expert_intermediate_size must be positive, got " + std::to_string(c.shared_expert_intermediate_size);
+  }
   if (c.num_experts <= 0) return "the number of experts must be positive, got " + std::to_string(c.num_experts);
   if (c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
     return "num_experts_per_tok must be between 1 and the " + std::to_string(c.num_experts) + " experts, got " +
@@ -299,11 +309,12 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   const bool smollm3 = a == "SmolLM3ForCausalLM" || (a.empty() && c.model_type == "smollm3");
   const bool mixtral = a == "MixtralForCausalLM" || (a.empty() && c.model_type == "mixtral");
   const bool qwen3_moe = a == "Qwen3MoeForCausalLM" || (a.empty() && c.model_type == "qwen3_moe");
-  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3 && !smollm3 && !mixtral && !qwen3_moe)
+  const bool qwen2_moe = a == "Qwen2MoeForCausalLM" || (a.empty() && c.model_type == "qwen2_moe");
+  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3 && !smollm3 && !mixtral && !qwen3_moe && !qwen2_moe)
     return config_error(origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
                                     "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
                                     "Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, MixtralForCausalLM, "
-                                    "Qwen3MoeForCausalLM)");
+                                    "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
   if (c.model_type.empty())
     c.model_type = llama     ? "llama"
                    : mistral ? "mistral"
@@ -312,6 +323,7 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
                    : phi3    ? "phi3"
                    : mixtral ? "mixtral"
                    : qwen3_moe ? "qwen3_moe"
+                   : qwen2_moe ? "qwen2_moe"
                                : "smollm3";
   if (smollm3) c.tie_word_embeddings = true;  // SmolLM3Config's default
   c.fused_projections = phi3;
@@ -360,10 +372,15 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     if (name != "silu" && name != "swish")
       return config_error(origin, "unsupported hidden_act '" + std::string(name) + "' (supported: silu)");
   }
-  if (mixtral || qwen3_moe)
-    if (std::string e = parse_moe(o, mixtral, c); !e.empty()) return config_error(origin, e);
+  if (mixtral || qwen3_moe || qwen2_moe)
+    if (std::string e = parse_moe(o, mixtral ? moe_family::mixtral : qwen2_moe ? moe_family::qwen2_moe : moe_family::qwen3_moe, c);
+        !e.empty())
+      return config_error(origin, e);
   if (qwen2) {
     c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
+  } else if (qwen2_moe) {
+    c.qkv_bias = true;  // Qwen2MoeConfig's qkv_bias (default true); none on o_proj
+    if (!get_bool(o, "qkv_bias", c.qkv_bias, err)) return config_error(origin, err);
   } else {
     // Llama, Mistral, Qwen3: attention_bias puts biases on q/k/v and o_proj.
     c.qkv_bias = attention_bias;
@@ -377,13 +394,13 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   // max_window_layers on. A window that never bites (>= the context length) is left out.
   bool use_sliding = false;
   if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
-  if (mistral || phi3 || mixtral || ((qwen2 || qwen3 || qwen3_moe) && use_sliding)) {
+  if (mistral || phi3 || mixtral || ((qwen2 || qwen3 || qwen3_moe || qwen2_moe) && use_sliding)) {
     int32_t window = 0;
     if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
     if (window < 0) return config_error(origin, "sliding_window must not be negative");
     if (window > 0 && window < c.max_position_embeddings) {
       c.sliding_window = window;
-      if (qwen2 || qwen3) {
+      if (qwen2 || qwen3 || qwen2_moe) {
         simdjson::dom::array types;
         if (!o["layer_types"].get_array().get(types)) {
           for (element t : types) {
@@ -396,9 +413,11 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
             return config_error(origin, "layer_types has " + std::to_string(c.sliding_layers.size()) + " entries for " +
                                             std::to_string(c.num_hidden_layers) + " layers");
         } else {
-          int32_t full_layers = 28;  // Qwen2Config's max_window_layers default
-          if (!get_int(o, "max_window_layers", full_layers, err)) return config_error(origin, err);
-          for (int32_t l = 0; l < c.num_hidden_layers; ++l) c.sliding_layers.push_back(l >= full_layers ? 1 : 0);
+          int32_t window_layers = 28;  // Qwen2Config's / Qwen2MoeConfig's max_window_layers default
+          if (!get_int(o, "max_window_layers", window_layers, err)) return config_error(origin, err);
+          // Qwen2: the layers from max_window_layers on; Qwen2-MoE: the even layers below it.
+          for (int32_t l = 0; l < c.num_hidden_layers; ++l)
+            c.sliding_layers.push_back(qwen2_moe ? l % 2 == 0 && l < window_layers : l >= window_layers);
         }
         if (std::find(c.sliding_layers.begin(), c.sliding_layers.end(), uint8_t(1)) == c.sliding_layers.end()) {
           c.sliding_window = 0;  // no layer is windowed

@@ -1,7 +1,7 @@
 // model_config (config.json) and generation_config (generation_config.json) of a Hugging Face
 // model folder. Supported families: Llama, Mistral, Qwen2, Qwen3, Phi-3, SmolLM3 (RMSNorm, RoPE,
-// GQA, SwiGLU, optional QKV bias, tied embeddings) and the mixture-of-experts Mixtral and
-// Qwen3-MoE. Anything else is an error naming what is unsupported.
+// GQA, SwiGLU, optional QKV bias, tied embeddings) and the mixture-of-experts Mixtral, Qwen2-MoE
+// and Qwen3-MoE. Anything else is an error naming what is unsupported.
 #pragma once
 
 #include <cstdint>
@@ -83,15 +83,18 @@ struct model_config {
   int32_t sliding_window = 0;
   std::vector<uint8_t> sliding_layers;
   bool mlp_bias = false;
-  // Mixture of experts (Mixtral, Qwen3-MoE): the MLP of a sparse layer is num_experts SwiGLU
+  // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): the MLP of a sparse layer is num_experts SwiGLU
   // experts of moe_intermediate_size; each token goes to the num_experts_per_tok experts with the
   // largest softmax(router logits), whose outputs are summed weighted by those probabilities
   // (divided by their sum when norm_topk_prob). moe_layers: per layer, 1 = sparse, 0 = the dense
-  // MLP of intermediate_size (Qwen3-MoE's mlp_only_layers / decoder_sparse_step); empty when
+  // MLP of intermediate_size (Qwen2/3-MoE's mlp_only_layers / decoder_sparse_step); empty when
   // num_experts is 0 (a dense model).
   int32_t num_experts = 0;
   int32_t num_experts_per_tok = 0;
   int32_t moe_intermediate_size = 0;
+  // Qwen2-MoE: a shared expert (a SwiGLU MLP of this width) beside the routed ones on each sparse
+  // layer, its output scaled by sigmoid(shared_expert_gate . x) and added; 0: none.
+  int32_t shared_expert_intermediate_size = 0;
   bool norm_topk_prob = true;
   std::vector<uint8_t> moe_layers;
   bool is_moe() const noexcept { return num_experts > 0; }

@@ -47,6 +47,7 @@ cpu_forward::cpu_forward(const model_weights& weights, worker_pool& pool)
   nkv_ = whole ? c_.num_key_value_heads : sh.num_kv_heads;
   inter_ = whole ? c_.intermediate_size : sh.intermediate_size;
   moe_inter_ = !c_.is_moe() ? 0 : whole ? c_.moe_intermediate_size : sh.moe_intermediate_size;
+  shared_inter_ = whole ? c_.shared_expert_intermediate_size : sh.shared_expert_intermediate_size;
   vocab0_ = whole ? 0 : sh.vocab_begin;
   vocab1_ = whole ? c_.vocab_size : sh.vocab_end;
 }
@@ -181,8 +182,24 @@ result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total, clock_t
   n_parts = parts(true);
   matmul(act_.data(), routed, expert_parts_.data(), n_parts, ye_.data(), h, false);
   profile_.gemm_s += seconds_since(tp);
-  // Each token's outputs scaled by their weights and summed, experts in index order.
+  // Each token's outputs scaled by their weights and summed, experts in index order (then,
+  // Qwen2-MoE, the shared expert's output times sigmoid(shared_expert_gate . x) added).
   part_.resize(size_t(total * h));
+  const bool shared = L.shared_gate.rows > 0;
+  if (shared) {
+    const int64_t si = shared_inter_;
+    shared_gate_.resize(size_t(total));
+    matmul(xn_.data(), total, {{&L.shared_gate, 0}}, shared_gate_.data(), 1, false);
+    gu_.resize(size_t(std::max(routed * 2 * mi, total * 2 * si)));
+    act_.resize(size_t(std::max(routed * mi, total * si)));
+    matmul(xn_.data(), total, {{&L.shared.gate, 0}, {&L.shared.up, si}}, gu_.data(), 2 * si, false);
+    profile_.gemm_s += seconds_since(tp);
+    swiglu(gu_.data(), total, si, act_.data());
+    profile_.other_s += seconds_since(tp);
+    // Into xe_ (routed >= total rows, free once the experts' inputs are multiplied).
+    matmul(act_.data(), total, {{&L.shared.down, 0}}, xe_.data(), h, false);
+    profile_.gemm_s += seconds_since(tp);
+  }
   pool_.parallel_for(total, [&](int64_t t) {
     float* out = part_.data() + t * h;
     std::fill_n(out, h, 0.0f);
@@ -191,6 +208,11 @@ result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total, clock_t
       const float w = route_w_[size_t(r)];
       const float* y = ye_.data() + int64_t(r) * h;
       for (int64_t j = 0; j < h; ++j) out[j] += w * y[j];
+    }
+    if (shared) {
+      const float g = 1.0f / (1.0f + std::exp(-shared_gate_[size_t(t)]));
+      const float* y = xe_.data() + t * h;
+      for (int64_t j = 0; j < h; ++j) out[j] += g * y[j];
     }
   });
   profile_.other_s += seconds_since(tp);

@@ -124,6 +124,7 @@ class cpu_forward {
   communicator* comm_ = nullptr;
   int32_t nh_, nkv_, inter_;       // this rank's query heads, KV heads, MLP width
   int32_t moe_inter_;              // its width of each expert's MLP (0: no experts)
+  int32_t shared_inter_;           // and of the shared expert's (0: none)
   int32_t vocab0_, vocab1_;        // this rank's LM-head rows
   bool tp_;                        // weights.shard.size > 1
   std::vector<float> inv_freq_;       // [rotary_dim / 2]
@@ -143,7 +144,7 @@ class cpu_forward {
   // [rows, top-k]; the routed rows expert by expert (route_first_ [experts + 1] delimiting them:
   // each one's token and weight), and per token the positions of its routed rows in that order;
   // the routed rows' inputs and outputs; the grouped products' parts.
-  std::vector<float> router_, topk_w_, route_w_, xe_, ye_;
+  std::vector<float> router_, topk_w_, route_w_, xe_, ye_, shared_gate_;
   std::vector<int32_t> topk_e_, route_rows_, token_routes_;
   std::vector<int64_t> route_first_, route_at_;
   std::vector<gemm_part> expert_parts_;

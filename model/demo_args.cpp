@@ -37,9 +37,10 @@ const char* const k_demo_help =
     "                                ../shared/testdata/tokenizers/gpt2, also tried from the source tree)\n"
     "  --no-tokenizer                copy no tokenizer files (requires --vocab-size)\n"
     "  --architecture A              llama | mistral | qwen2 | qwen3 | phi3 | smollm3 | mixtral |\n"
-    "                                qwen3_moe (default llama; qwen3, qwen3_moe: q/k RMSNorm per head;\n"
-    "                                phi3: fused qkv and gate_up tensors; smollm3: no RoPE on every 4th\n"
-    "                                layer; mixtral, qwen3_moe: mixture-of-experts MLPs)\n"
+    "                                qwen2_moe | qwen3_moe (default llama; qwen3, qwen3_moe: q/k RMSNorm\n"
+    "                                per head; phi3: fused qkv and gate_up tensors; smollm3: no RoPE on\n"
+    "                                every 4th layer; mixtral, qwen2_moe, qwen3_moe: mixture-of-experts\n"
+    "                                MLPs, qwen2_moe with a shared expert)\n"
     "  --hidden-size N               default 256\n"
     "  --intermediate-size N         default 688\n"
     "  --num-layers N                default 4\n"
@@ -57,14 +58,16 @@ const char* const k_demo_help =
     "  --sliding-window N            sliding-window attention over N positions: every layer (mistral,\n"
     "                                phi3) or, with use_sliding_window, the layers from\n"
     "  --max-window-layers N         on (qwen2, qwen3; default 0)\n"
-    "  --num-experts N               mixtral, qwen3_moe: experts per sparse layer (default 8)\n"
+    "  --num-experts N               mixtral, qwen2_moe, qwen3_moe: experts per sparse layer (default 8)\n"
     "  --num-experts-per-tok K       experts each token is routed to (default 2)\n"
-    "  --moe-intermediate-size N     qwen3_moe: each expert's MLP width (default: intermediate-size;\n"
-    "                                mixtral's experts are always intermediate-size wide)\n"
-    "  --norm-topk-prob              qwen3_moe: the top-k routing weights divided by their sum\n"
-    "                                (mixtral always does)\n"
-    "  --decoder-sparse-step S       qwen3_moe: layer l is sparse when (l + 1) % S == 0, otherwise a\n"
-    "                                dense MLP of intermediate-size (default 1: every layer sparse)\n"
+    "  --moe-intermediate-size N     qwen2_moe, qwen3_moe: each expert's MLP width (default:\n"
+    "                                intermediate-size; mixtral's experts are always that wide)\n"
+    "  --shared-expert-intermediate-size N  qwen2_moe: the shared expert's width (default:\n"
+    "                                intermediate-size)\n"
+    "  --norm-topk-prob              qwen2_moe, qwen3_moe: the top-k routing weights divided by their\n"
+    "                                sum (mixtral always does)\n"
+    "  --decoder-sparse-step S       qwen2_moe, qwen3_moe: layer l is sparse when (l + 1) % S == 0,\n"
+    "                                otherwise a dense MLP of intermediate-size (default 1: all sparse)\n"
     "  --tie-embeddings              the LM head shares the embedding matrix\n"
     "  --qkv-bias                    biases on q/k/v projections (always on for qwen2)\n"
     "  --dtype bf16|f16|f32          weight dtype on disk (default bf16)\n"
@@ -121,6 +124,7 @@ result<demo_args> parse_demo_args(const std::vector<std::string>& args) {
     else if (a == "--moe-intermediate-size") ok = num(out.options.moe_intermediate_size);
     else if (a == "--norm-topk-prob") out.options.norm_topk_prob = true;
     else if (a == "--decoder-sparse-step") ok = num(out.options.decoder_sparse_step);
+    else if (a == "--shared-expert-intermediate-size") ok = num(out.options.shared_expert_intermediate_size);
     else if (a == "--tie-embeddings") out.options.tie_embeddings = true;
     else if (a == "--qkv-bias") out.options.qkv_bias = true;
     else if (a == "--dtype") {

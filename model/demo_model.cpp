@@ -156,10 +156,12 @@ result<std::string> find_default_tokenizer() {
 result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   const std::string arch = o.architecture;
   if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && arch != "smollm3" &&
-      arch != "mixtral" && arch != "qwen3_moe")
+      arch != "mixtral" && arch != "qwen2_moe" && arch != "qwen3_moe")
     return make_error("invalid_argument", "unsupported architecture '" + arch +
-                                              "' (llama, mistral, qwen2, qwen3, phi3, smollm3, mixtral, qwen3_moe)");
-  const bool moe = arch == "mixtral" || arch == "qwen3_moe";
+                                              "' (llama, mistral, qwen2, qwen3, phi3, smollm3, mixtral, qwen2_moe, "
+                                              "qwen3_moe)");
+  const bool moe = arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe";
+  const int32_t shared_inter = o.shared_expert_intermediate_size > 0 ? o.shared_expert_intermediate_size : o.intermediate_size;
   const bool qk_norm = arch == "qwen3" || arch == "qwen3_moe";
   const int32_t moe_inter =
       arch == "mixtral" || o.moe_intermediate_size <= 0 ? o.intermediate_size : o.moe_intermediate_size;
@@ -199,7 +201,7 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   fs::create_directories(dir, ec);
   if (ec) return make_error("io", "cannot create " + dir + ": " + ec.message());
 
-  const bool qkv_bias = o.qkv_bias || arch == "qwen2";
+  const bool qkv_bias = o.qkv_bias || arch == "qwen2" || arch == "qwen2_moe";
   const int64_t h = o.hidden_size, inter = o.intermediate_size, d = head_dim;
   const int64_t nh = o.num_heads, nkv = o.num_kv_heads;
   weight_writer w(o.seed, o.weight_dtype);
@@ -222,7 +224,7 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
       w.normal(p + "self_attn.v_proj.bias", {nkv * d}, 0.1);
     }
     w.normal(p + "self_attn.o_proj.weight", {h, nh * d}, 1.0 / std::sqrt(double(nh * d * o.num_layers)));
-    if (qkv_bias && arch != "qwen2") w.normal(p + "self_attn.o_proj.bias", {h}, 0.1);  // attention_bias
+    if (qkv_bias && arch != "qwen2" && arch != "qwen2_moe") w.normal(p + "self_attn.o_proj.bias", {h}, 0.1);  // attention_bias
     if (qk_norm) {
       w.around_one(p + "self_attn.q_norm.weight", {d}, 0.1);
       w.around_one(p + "self_attn.k_norm.weight", {d}, 0.1);
@@ -240,6 +242,13 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
         w.normal(e + (mx ? "w3.weight" : "up_proj.weight"), {moe_inter, h}, 1.0 / std::sqrt(double(h)));
         w.normal(e + (mx ? "w2.weight" : "down_proj.weight"), {h, moe_inter},
                  1.0 / std::sqrt(double(int64_t(moe_inter) * o.num_layers)));
+      }
+      if (arch == "qwen2_moe") {
+        w.normal(m + "shared_expert_gate.weight", {1, h}, 1.0 / std::sqrt(double(h)));
+        w.normal(m + "shared_expert.gate_proj.weight", {shared_inter, h}, 1.0 / std::sqrt(double(h)));
+        w.normal(m + "shared_expert.up_proj.weight", {shared_inter, h}, 1.0 / std::sqrt(double(h)));
+        w.normal(m + "shared_expert.down_proj.weight", {h, shared_inter},
+                 1.0 / std::sqrt(double(int64_t(shared_inter) * o.num_layers)));
       }
       continue;
     }
@@ -262,6 +271,7 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
                           : arch == "phi3"    ? "Phi3ForCausalLM"
                           : arch == "mixtral" ? "MixtralForCausalLM"
                           : arch == "qwen3_moe" ? "Qwen3MoeForCausalLM"
+                          : arch == "qwen2_moe" ? "Qwen2MoeForCausalLM"
                                               : "SmolLM3ForCausalLM";
   std::string c = "{\n";
   c += "  \"architectures\": [\"" + std::string(arch_name) + "\"],\n";
@@ -275,7 +285,8 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   if (arch == "mixtral")
     c += "  \"num_local_experts\": " + std::to_string(o.num_experts) + ",\n  \"num_experts_per_tok\": " +
          std::to_string(o.num_experts_per_tok) + ",\n";
-  if (arch == "qwen3_moe")
+  if (arch == "qwen2_moe") c += "  \"shared_expert_intermediate_size\": " + std::to_string(shared_inter) + ",\n";
+  if (arch == "qwen3_moe" || arch == "qwen2_moe")
     c += "  \"num_experts\": " + std::to_string(o.num_experts) + ",\n  \"num_experts_per_tok\": " +
          std::to_string(o.num_experts_per_tok) + ",\n  \"moe_intermediate_size\": " + std::to_string(moe_inter) +
          ",\n  \"norm_topk_prob\": " + (o.norm_topk_prob ? "true" : "false") + ",\n  \"decoder_sparse_step\": " +
@@ -320,14 +331,14 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   if (arch == "mistral" || arch == "phi3" || arch == "mixtral")
     c += "  \"sliding_window\": " + (o.sliding_window > 0 ? std::to_string(o.sliding_window) : std::string("null")) + ",\n";
   if (arch == "qwen3_moe" && o.sliding_window > 0) c += "  \"sliding_window\": " + std::to_string(o.sliding_window) + ",\n";
-  if ((arch == "qwen2" || arch == "qwen3") && o.sliding_window > 0)
+  if ((arch == "qwen2" || arch == "qwen3" || arch == "qwen2_moe") && o.sliding_window > 0)
     c += "  \"sliding_window\": " + std::to_string(o.sliding_window) + ",\n  \"max_window_layers\": " +
          std::to_string(o.max_window_layers) + ",\n";
   if (arch == "phi3")
     c += "  \"original_max_position_embeddings\": " +
          std::to_string(o.rope_type == "longrope" ? o.rope_original_max_position_embeddings : o.max_position_embeddings) +
          ",\n";
-  if (arch == "qwen2" || qk_norm || arch == "smollm3")
+  if (arch == "qwen2" || qk_norm || arch == "smollm3" || arch == "qwen2_moe")
     c += std::string("  \"use_sliding_window\": ") + (o.sliding_window > 0 && arch != "smollm3" ? "true" : "false") + ",\n";
   c += std::string("  \"tie_word_embeddings\": ") + (o.tie_embeddings ? "true" : "false") + ",\n";
   c += "  \"bos_token_id\": " + std::to_string(bos) + ",\n";

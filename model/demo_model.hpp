@@ -16,7 +16,7 @@ struct demo_options {
   uint64_t seed = 0;
   std::string tokenizer_dir;        // empty: the default GPT-2 test tokenizer (see find_default_tokenizer)
   bool copy_tokenizer = true;       // false: no tokenizer files (then vocab_size is required)
-  std::string architecture = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | smollm3 | mixtral | qwen3_moe
+  std::string architecture = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | smollm3 | mixtral | qwen2_moe | qwen3_moe
   int32_t hidden_size = 256;
   int32_t intermediate_size = 688;
   int32_t num_layers = 4;
@@ -32,15 +32,16 @@ struct demo_options {
   float partial_rotary_factor = 1.0f;  // phi3: RoPE over the first head_dim * factor dimensions
   int32_t sliding_window = 0;       // mistral, phi3: every layer; qwen2, qwen3: layers from max_window_layers on
   int32_t max_window_layers = 0;
-  // mixtral, qwen3_moe: experts per sparse layer, experts per token, each expert's MLP width
-  // (qwen3_moe; mixtral's experts are intermediate_size wide), norm_topk_prob (qwen3_moe; mixtral
-  // always renormalizes), and decoder_sparse_step (qwen3_moe: layer l is sparse when (l + 1) % step
-  // == 0, else a dense MLP of intermediate_size).
+  // mixtral, qwen2_moe, qwen3_moe: experts per sparse layer, experts per token, each expert's MLP
+  // width (qwen2/3_moe; mixtral's experts are intermediate_size wide), norm_topk_prob (qwen2/3_moe;
+  // mixtral always renormalizes), and decoder_sparse_step (qwen2/3_moe: layer l is sparse when
+  // (l + 1) % step == 0, else a dense MLP of intermediate_size).
   int32_t num_experts = 8;
   int32_t num_experts_per_tok = 2;
   int32_t moe_intermediate_size = 0;  // 0: intermediate_size
   bool norm_topk_prob = false;
   int32_t decoder_sparse_step = 1;
+  int32_t shared_expert_intermediate_size = 0;  // qwen2_moe: the shared expert's width (0: intermediate_size)
   bool tie_embeddings = false;
   bool qkv_bias = false;            // qwen2 always has it
   dtype weight_dtype = dtype::bf16;

@@ -51,6 +51,10 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     c.architecture = "Qwen3ForCausalLM";
     c.model_type = "qwen3";
     c.qk_norm = true;
+  } else if (arch == "qwen2moe") {
+    c.architecture = "Qwen2MoeForCausalLM";
+    c.model_type = "qwen2_moe";
+    c.qkv_bias = true;
   } else if (arch == "qwen3moe") {
     c.architecture = "Qwen3MoeForCausalLM";
     c.model_type = "qwen3_moe";
@@ -61,7 +65,7 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     c.fused_projections = true;  // attn_qkv, and ffn_up holding gate then up
   } else {
     return gunsupported(f, "general.architecture '" + arch +
-                               "' is not supported (supported: llama, mistral, qwen2, qwen3, qwen3moe, phi3)");
+                               "' is not supported (supported: llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, phi3)");
   }
   const std::string a = arch + ".";
   auto hidden = get_i32(f, a + "embedding_length", std::nullopt);
@@ -72,19 +76,21 @@ result<model_config> gguf_model_config(const gguf_file& f) {
   c.hidden_size = *hidden;
   c.num_hidden_layers = *layers;
   c.num_attention_heads = *heads;
-  // Mixture of experts: llama files with expert_count (Mixtral) and qwen3moe. Experts of
-  // expert_feed_forward_length (qwen3moe) or feed_forward_length (Mixtral); a layer with
-  // ffn_gate_inp.weight is sparse, one without it dense. The top-k weights are renormalized, as
-  // llama.cpp does for both.
+  // Mixture of experts: llama files with expert_count (Mixtral), qwen2moe and qwen3moe. Experts
+  // of expert_feed_forward_length (qwen2moe, qwen3moe) or feed_forward_length (Mixtral); a layer
+  // with ffn_gate_inp.weight is sparse, one without it dense. The top-k weights are renormalized
+  // except for qwen2moe, as llama.cpp computes them; qwen2moe's shared expert is
+  // expert_shared_feed_forward_length wide (feed_forward_length without it, as in llama.cpp).
+  const bool own_moe = arch == "qwen2moe" || arch == "qwen3moe";
   auto experts = f.get_int(a + "expert_count");
   if (!experts) return experts.err();
-  if (arch == "qwen3moe" || (*experts && **experts > 0)) {
+  if (own_moe || (*experts && **experts > 0)) {
     auto n = get_i32(f, a + "expert_count", std::nullopt);
     auto used = get_i32(f, a + "expert_used_count", std::nullopt);
     for (auto* r : {&n, &used})
       if (!*r) return r->err();
     if (*used > *n) return gerr(f, a + "expert_used_count exceeds " + a + "expert_count");
-    if (arch != "llama" && arch != "qwen3moe")
+    if (arch != "llama" && !own_moe)
       return gunsupported(f, "experts (" + a + "expert_count) in a " + arch + " file are not supported");
     if (arch == "llama") {
       c.architecture = "MixtralForCausalLM";
@@ -92,21 +98,25 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     }
     c.num_experts = *n;
     c.num_experts_per_tok = *used;
-    c.norm_topk_prob = true;
+    c.norm_topk_prob = arch != "qwen2moe";
     c.moe_layers.assign(size_t(c.num_hidden_layers), 0);
     for (int32_t l = 0; l < c.num_hidden_layers; ++l)
       c.moe_layers[size_t(l)] = f.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr;
   }
-  if (arch == "qwen3moe") {
+  if (own_moe) {
     auto mi = get_i32(f, a + "expert_feed_forward_length", std::nullopt);
     if (!mi) return mi.err();
     c.moe_intermediate_size = *mi;
   }
-  // qwen3moe files of only sparse layers need no dense width: the experts' stands in.
-  auto inter = get_i32(f, a + "feed_forward_length",
-                       arch == "qwen3moe" ? std::optional(c.moe_intermediate_size) : std::nullopt);
+  // qwen2moe / qwen3moe files of only sparse layers need no dense width: the experts' stands in.
+  auto inter = get_i32(f, a + "feed_forward_length", own_moe ? std::optional(c.moe_intermediate_size) : std::nullopt);
   if (!inter) return inter.err();
   c.intermediate_size = *inter;
+  if (arch == "qwen2moe") {
+    auto si = get_i32(f, a + "expert_shared_feed_forward_length", c.intermediate_size);
+    if (!si) return si.err();
+    c.shared_expert_intermediate_size = *si;
+  }
   if (c.model_type == "mixtral") c.moe_intermediate_size = c.intermediate_size;
   auto kv = get_i32(f, a + "attention.head_count_kv", c.num_attention_heads);
   if (!kv) return kv.err();
@@ -350,6 +360,15 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
         L.experts[size_t(j)].gate = weight_rows(gate, j * mi, mi);
         L.experts[size_t(j)].up = weight_rows(up, j * mi, mi);
         L.experts[size_t(j)].down = weight_rows(down, j * h, h);
+      }
+      if (c.shared_expert_intermediate_size > 0) {  // qwen2moe: ffn_gate_inp_shexp is [hidden]
+        const int64_t si = c.shared_expert_intermediate_size;
+        auto g = get(p + "ffn_gate_inp_shexp.weight", 0, h);
+        if (!g) return g.err();
+        L.shared_gate = {(*g)->type, (*g)->data, 1, h};
+        for (auto r : {map(p + "ffn_gate_shexp.weight", si, h, L.shared.gate), map(p + "ffn_up_shexp.weight", si, h, L.shared.up),
+                       map(p + "ffn_down_shexp.weight", h, si, L.shared.down)})
+          if (!r) return r.err();
       }
     } else {
       for (auto r : {map(p + "ffn_gate.weight", inter, h, L.gate), map(p + "ffn_up.weight", inter, h, L.up),

@@ -36,6 +36,8 @@ const char* why_not(const model_weights& w, int32_t size) {
   if (dense && c.intermediate_size % size != 0) return "it does not divide the MLP width (intermediate_size)";
   if (c.is_moe() && c.moe_intermediate_size % size != 0)
     return "it does not divide the experts' MLP width (moe_intermediate_size)";
+  if (c.shared_expert_intermediate_size % size != 0)
+    return "it does not divide the shared expert's MLP width (shared_expert_intermediate_size)";
   const int64_t o_cols = int64_t(c.num_attention_heads / size) * c.head_dim;
   const int64_t down_cols = c.intermediate_size / size, expert_cols = c.moe_intermediate_size / size;
   for (const layer_weights& L : w.layers) {
@@ -46,6 +48,9 @@ const char* why_not(const model_weights& w, int32_t size) {
     for (const layer_weights::expert& e : L.experts)
       if (expert_cols % dtype_block_elems(e.down.type) != 0)
         return "the experts' down_proj columns per rank are not whole quantization blocks";
+    if (L.shared_gate.rows > 0 &&
+        (c.shared_expert_intermediate_size / size) % dtype_block_elems(L.shared.down.type) != 0)
+      return "the shared expert's down_proj columns per rank are not whole quantization blocks";
   }
   return nullptr;
 }
@@ -141,6 +146,9 @@ result<void> check_tensor_parallel_size(const model_weights& w, int32_t size) {
                    std::to_string(c.num_attention_heads) + " attention heads, " + std::to_string(c.num_key_value_heads) +
                    " KV heads, intermediate_size " + std::to_string(c.intermediate_size) +
                    (c.is_moe() ? ", moe_intermediate_size " + std::to_string(c.moe_intermediate_size) : "") +
+                   (c.shared_expert_intermediate_size > 0
+                        ? ", shared_expert_intermediate_size " + std::to_string(c.shared_expert_intermediate_size)
+                        : "") +
                    "); sizes that work for this model: " + sizes,
                "tensor_parallel_size"};
 }
@@ -154,6 +162,7 @@ tensor_shard shard_shape(const model_config& c, int32_t rank, int32_t size) {
   kv_heads_of(c.num_key_value_heads, size, rank, kv_first, sh.num_kv_heads);
   sh.intermediate_size = c.intermediate_size / size;
   sh.moe_intermediate_size = c.moe_intermediate_size / size;
+  sh.shared_expert_intermediate_size = c.shared_expert_intermediate_size / size;
   std::tie(sh.vocab_begin, sh.vocab_end) = vocab_range(c.vocab_size, size, rank);
   return sh;
 }
@@ -212,6 +221,13 @@ result<model_weights> shard_weights(const model_weights& full, int32_t rank, int
       L.experts[e].gate = weight_rows(F.experts[e].gate, e0, en);
       L.experts[e].up = weight_rows(F.experts[e].up, e0, en);
       L.experts[e].down = columns_of(F.experts[e].down, e0, en, s);
+    }
+    if (F.shared_gate.rows > 0) {  // the shared expert split likewise, its gate whole
+      const int64_t s0 = int64_t(rank) * sh.shared_expert_intermediate_size, sn = sh.shared_expert_intermediate_size;
+      L.shared_gate = F.shared_gate;
+      L.shared.gate = weight_rows(F.shared.gate, s0, sn);
+      L.shared.up = weight_rows(F.shared.up, s0, sn);
+      L.shared.down = columns_of(F.shared.down, s0, sn, s);
     }
   }
   return s;
@@ -344,6 +360,7 @@ std::string describe_shard(const model_weights& s) {
   for (const layer_weights& L : s.layers) {
     for (const weight_ref* w : {&L.q, &L.k, &L.v, &L.gate, &L.up, &L.router}) viewed += w->bytes();
     for (const layer_weights::expert& e : L.experts) viewed += e.gate.bytes() + e.up.bytes();
+    viewed += L.shared_gate.bytes() + L.shared.gate.bytes() + L.shared.up.bytes();
   }
   const layer_weights* L = s.layers.empty() ? nullptr : &s.layers[0];
   std::string out = std::to_string(sh.num_heads) + " query heads, " + std::to_string(sh.num_kv_heads) + " KV heads, MLP " +

@@ -97,7 +97,7 @@ size_t model_weights::matrix_bytes(bool experts) const noexcept {
   for (const auto& L : layers) L.each_matrix([&](const weight_ref& w) { b += w.bytes(); });
   if (!experts)
     for (const auto& L : layers)
-      for (const auto& e : L.experts) b -= e.gate.bytes() + e.up.bytes() + e.down.bytes();
+      for (const auto& e : L.experts) b -= e.gate.bytes() + e.up.bytes() + e.down.bytes();  // the shared one stays
   return b;
 }
 
@@ -176,7 +176,8 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   const size_t per_layer = (c.fused_projections ? 6 : 9) + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
   size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
   for (int32_t i = 0; i < c.num_hidden_layers; ++i)
-    if (c.moe_layer(i)) total += 1 + 3 * size_t(c.num_experts) - 3;  // the router and the experts' for gate/up/down
+    if (c.moe_layer(i))  // the router and the experts' for gate/up/down; the shared expert and its gate
+      total += 1 + 3 * size_t(c.num_experts) - 3 + (c.shared_expert_intermediate_size > 0 ? 4 : 0);
   loader ld(files, total, progress, w);
 
   if (auto r = ld.map("model.embed_tokens.weight", {vocab, h}, w.embed); !r) return r.err();
@@ -205,8 +206,9 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
                    ld.append(p + "post_attention_layernorm.weight", {h}, L.post_norm)})
       if (!r) return r.err();
     if (c.moe_layer(i)) {
-      // Mixtral: block_sparse_moe.gate and experts.j.w1 (gate), w3 (up), w2 (down); Qwen3-MoE:
-      // mlp.gate and experts.j.gate_proj / up_proj / down_proj. The router stays in the file's
+      // Mixtral: block_sparse_moe.gate and experts.j.w1 (gate), w3 (up), w2 (down); Qwen2/3-MoE:
+      // mlp.gate and experts.j.gate_proj / up_proj / down_proj, Qwen2-MoE also mlp.shared_expert.*
+      // and mlp.shared_expert_gate. The router stays in the file's
       // precision (fp8 checkpoints leave it in bf16).
       const bool mixtral = c.model_type == "mixtral";
       const std::string m = p + (mixtral ? "block_sparse_moe." : "mlp.");
@@ -219,6 +221,14 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
         for (auto r : {ld.map(e + (mixtral ? "w1.weight" : "gate_proj.weight"), {mi, h}, E.gate, true),
                        ld.map(e + (mixtral ? "w3.weight" : "up_proj.weight"), {mi, h}, E.up, true),
                        ld.map(e + (mixtral ? "w2.weight" : "down_proj.weight"), {h, mi}, E.down, true)})
+          if (!r) return r.err();
+      }
+      if (c.shared_expert_intermediate_size > 0) {  // Qwen2-MoE
+        const int64_t si = c.shared_expert_intermediate_size;
+        for (auto r : {ld.map(m + "shared_expert_gate.weight", {1, h}, L.shared_gate),
+                       ld.map(m + "shared_expert.gate_proj.weight", {si, h}, L.shared.gate, true),
+                       ld.map(m + "shared_expert.up_proj.weight", {si, h}, L.shared.up, true),
+                       ld.map(m + "shared_expert.down_proj.weight", {h, si}, L.shared.down, true)})
           if (!r) return r.err();
       }
     } else {

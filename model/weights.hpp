@@ -39,9 +39,11 @@ struct layer_weights {
   };
   weight_ref router;                 // [num_experts, hidden]
   std::vector<expert> experts;       // num_experts of them
+  expert shared;                     // Qwen2-MoE's shared expert (I = shared_expert_intermediate_size) or empty
+  weight_ref shared_gate;            // [1, hidden]: its sigmoid gate, or empty
 
-  // Every matrix of the layer (q, k, v, o, then the MLP's: gate, up, down or the router and each
-  // expert's three), for passes over all of them.
+  // Every matrix of the layer (q, k, v, o, then the MLP's: gate, up, down or the router, each
+  // expert's three and the shared expert's gate and matrices), for passes over all of them.
   template <class F>
   void each_matrix(F&& f) {
     for (weight_ref* w : {&q, &k, &v, &o}) f(*w);
@@ -52,6 +54,8 @@ struct layer_weights {
     f(router);
     for (expert& e : experts)
       for (weight_ref* w : {&e.gate, &e.up, &e.down}) f(*w);
+    if (shared_gate.rows > 0)
+      for (weight_ref* w : {&shared_gate, &shared.gate, &shared.up, &shared.down}) f(*w);
   }
   template <class F>
   void each_matrix(F&& f) const {
@@ -68,6 +72,7 @@ struct tensor_shard {
   int32_t num_kv_heads = 0;       // KV heads it holds
   int32_t intermediate_size = 0;  // its gate/up rows, down columns
   int32_t moe_intermediate_size = 0;  // the same of each expert (mixture-of-experts models)
+  int32_t shared_expert_intermediate_size = 0;  // and of the shared expert (Qwen2-MoE)
   int32_t vocab_begin = 0;        // its LM-head rows [vocab_begin, vocab_end)
   int32_t vocab_end = 0;
 };

@@ -253,6 +253,28 @@ TEST_CASE("config: mixtral's and qwen3_moe's experts, with transformers' default
   REQUIRE(q5.ok());  // transformers 5 writes num_local_experts for both
   CHECK(q5->num_experts == 5);
   CHECK_FALSE(parse_model_config(k_llama, "c")->is_moe());
+  CHECK(q->shared_expert_intermediate_size == 0);
+
+  // Qwen2-MoE: Qwen2MoeConfig's defaults, q/k/v biases unless qkv_bias is false, a shared expert.
+  const std::string q2m = with(with(k_llama, "LlamaForCausalLM", "Qwen2MoeForCausalLM"), "\"llama\"", "\"qwen2_moe\"");
+  auto w = parse_model_config(q2m, "c");
+  REQUIRE(w.ok());
+  CHECK(w->num_experts == 60);
+  CHECK(w->num_experts_per_tok == 4);
+  CHECK(w->moe_intermediate_size == 1408);
+  CHECK(w->shared_expert_intermediate_size == 5632);
+  CHECK_FALSE(w->norm_topk_prob);
+  CHECK(w->qkv_bias);
+  CHECK_FALSE(w->o_bias);
+  CHECK_FALSE(w->qk_norm);
+  auto w2 = parse_model_config(with(q2m, "\"vocab_size\"", "\"qkv_bias\":false,\"shared_expert_intermediate_size\":32,"
+                                    "\"vocab_size\""), "c");
+  REQUIRE(w2.ok());
+  CHECK_FALSE(w2->qkv_bias);
+  CHECK(w2->shared_expert_intermediate_size == 32);
+  auto w3 = parse_model_config(with(q2m, "\"vocab_size\"", "\"shared_expert_intermediate_size\":0,\"vocab_size\""), "c");
+  REQUIRE_FALSE(w3.ok());
+  CHECK_THAT(w3.err().message, Catch::Contains("shared_expert_intermediate_size"));
 
   for (const auto& [field, json] : std::vector<std::array<std::string, 2>>{
            {"num_experts_per_tok", "\"num_local_experts\":4,\"num_experts_per_tok\":5,"},

@@ -152,10 +152,13 @@ void check_fixture(const std::filesystem::path& path) {
   }
   // Largest logit differences measured over the fixtures' prompts: bf16 0.037, E4M3 0.40, E5M2 1.02
   // (phi3_fused; 0.67 over the first five fixtures): fp8 keeps 3 or 2 mantissa bits of each cached
-  // K and V value. The top-5 checks hold for all.
+  // K and V value. The top-5 checks hold for all. Mixtures of experts amplify it where the
+  // perturbed state moves a token to another expert: E4M3 0.33-0.59, E5M2 0.51-2.48 (the largest
+  // on qwen2_moe_shared's 6-token prompt).
+  const bool moe = std::find(args.begin(), args.end(), "--num-experts") != args.end();
   check_low_precision_cache(fx, dir.str(), dtype::bf16, 0.1f);
-  check_low_precision_cache(fx, dir.str(), dtype::f8_e4m3, 0.6f);
-  check_low_precision_cache(fx, dir.str(), dtype::f8_e5m2, 1.5f);
+  check_low_precision_cache(fx, dir.str(), dtype::f8_e4m3, moe ? 1.0f : 0.6f);
+  check_low_precision_cache(fx, dir.str(), dtype::f8_e5m2, moe ? 3.0f : 1.5f);
 }
 
 }  // namespace

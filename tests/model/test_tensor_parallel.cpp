@@ -307,6 +307,7 @@ TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same toke
       {"smollm3, a layer without RoPE", "smollm3", 4, 2, 48, true},
       {"mixtral, a slice of every expert", "mixtral", 4, 2, 48, false},
       {"qwen3_moe, dense and sparse layers", "qwen3_moe", 4, 2, 48, true},
+      {"qwen2_moe, a shared expert", "qwen2_moe", 4, 2, 48, false},
   };
   for (const shape& sh : shapes) {
     CAPTURE(sh.name);
@@ -321,7 +322,8 @@ TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same toke
     o.num_experts = 6;
     o.num_experts_per_tok = 2;
     o.moe_intermediate_size = 32;  // qwen3_moe: 8 columns of each expert's down per rank at TP 4
-    o.decoder_sparse_step = 2;     // qwen3_moe: layer 1 sparse, layer 0 dense (width 48)
+    o.decoder_sparse_step = 2;     // qwen2/3_moe: layer 1 sparse, layer 0 dense (width 48)
+    o.shared_expert_intermediate_size = 64;  // qwen2_moe
     REQUIRE(make_demo_model(dir.str(), o).ok());
     auto one = tp_executor(dir.str(), 1);
     const auto want = run_script(*one);

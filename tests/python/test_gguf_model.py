@@ -70,12 +70,14 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
     cfg = json.loads((model_dir / "config.json").read_text())
     vocab = gguf.GGUFReader(str(vocab_dir() / "ggml-vocab-gpt-2.gguf"))
     t = read_safetensors(model_dir / "model.safetensors", as_f32=True)
-    own_arch = cfg["model_type"] in ("qwen2", "qwen3", "phi3", "qwen3_moe")
+    own_arch = cfg["model_type"] in ("qwen2", "qwen3", "phi3", "qwen2_moe", "qwen3_moe")
     fused = cfg["model_type"] == "phi3"  # attn_qkv, and ffn_up holding gate then up (Phi3MiniModel)
     # llama.cpp's converter permutes Q/K only for its llama architecture (the others rotate halves).
     perm = (lambda x, n: x) if own_arch else permute
-    # Mixtral is llama with expert_count; Qwen3-MoE is qwen3moe (Qwen2MoeModel's fields).
-    arch = {"qwen3_moe": "qwen3moe"}.get(cfg["model_type"], cfg["model_type"]) if own_arch else "llama"
+    # Mixtral is llama with expert_count; Qwen2-MoE / Qwen3-MoE are qwen2moe / qwen3moe
+    # (Qwen2MoeModel's fields).
+    arch = {"qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe"}.get(cfg["model_type"], cfg["model_type"]) if own_arch \
+        else "llama"
     experts = cfg.get("num_local_experts") or cfg.get("num_experts")
     w = gguf.GGUFWriter(str(out), arch)
     if experts:
@@ -83,6 +85,8 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
         w.add_expert_used_count(cfg["num_experts_per_tok"])
         if "moe_intermediate_size" in cfg:
             w.add_expert_feed_forward_length(cfg["moe_intermediate_size"])
+        if "shared_expert_intermediate_size" in cfg:
+            w.add_expert_shared_feed_forward_length(cfg["shared_expert_intermediate_size"])
     w.add_name("coserve demo")
     h, heads, kv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
     w.add_context_length(cfg["max_position_embeddings"])
@@ -199,6 +203,12 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
             w.add_tensor(b + "ffn_gate_inp.weight", t[moe + "gate.weight"].astype(np.float32))
             for gg, hf in zip(("ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"), names):
                 matrix(b + gg + ".weight", np.stack([t[f"{moe}experts.{j}.{hf}.weight"] for j in range(experts)]))
+            if moe + "shared_expert_gate.weight" in t:  # qwen2moe: the gate as a [hidden] vector
+                w.add_tensor(b + "ffn_gate_inp_shexp.weight", t[moe + "shared_expert_gate.weight"].reshape(-1)
+                             .astype(np.float32))
+                for gg, hf in zip(("ffn_gate_shexp", "ffn_up_shexp", "ffn_down_shexp"),
+                                  ("gate_proj", "up_proj", "down_proj")):
+                    matrix(b + gg + ".weight", t[f"{moe}shared_expert.{hf}.weight"])
             continue
         matrix(b + "ffn_gate.weight", t[p + "mlp.gate_proj.weight"])
         matrix(b + "ffn_up.weight", t[p + "mlp.up_proj.weight"])
@@ -263,8 +273,10 @@ def test_f32_gguf_matches_the_folder(coserve_bin, demo):
     ["--architecture", "mixtral", "--num-experts", "4", "--num-experts-per-tok", "2", "--intermediate-size", "128"],
     ["--architecture", "qwen3_moe", "--num-experts", "6", "--num-experts-per-tok", "3", "--moe-intermediate-size", "64",
      "--norm-topk-prob", "--decoder-sparse-step", "2", "--head-dim", "48"],
+    ["--architecture", "qwen2_moe", "--num-experts", "5", "--num-experts-per-tok", "2", "--moe-intermediate-size", "64",
+     "--shared-expert-intermediate-size", "96"],
 ], ids=["qwen2-tied-bias", "llama3-rope-bias-head48", "qwen3-qk-norm-head48", "qwen2-yarn", "llama-linear", "phi3-fused",
-        "phi3-longrope-partial", "mixtral-experts", "qwen3-moe-dense-and-sparse"])
+        "phi3-longrope-partial", "mixtral-experts", "qwen3-moe-dense-and-sparse", "qwen2-moe-shared-expert"])
 def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
     # The other layouts the loader reads: qwen2 (q/k/v biases, halves rotated, no permutation) with
     # tied embeddings; llama with Llama 3.1 frequency scaling (rope_freqs.weight), biases and a
@@ -272,8 +284,9 @@ def test_f32_gguf_variants_match_the_folder(coserve_bin, tmp_path, variant):
     # YaRN and linear rope scaling (rope.scaling.*); phi3 (attn_qkv, ffn_up holding gate and up), and
     # phi3 with LongRoPE (rope_factors_long/short.weight) over 24 of 32 dimensions per head
     # (rope.dimension_count), the 40-token prompt crossing the original context of 24; Mixtral
-    # (llama with expert_count: ffn_gate_inp and the stacked ffn_*_exps tensors) and Qwen3-MoE
-    # (qwen3moe, expert_feed_forward_length; layer 0 dense, layer 1 sparse).
+    # (llama with expert_count: ffn_gate_inp and the stacked ffn_*_exps tensors), Qwen3-MoE
+    # (qwen3moe, expert_feed_forward_length; layer 0 dense, layer 1 sparse) and Qwen2-MoE
+    # (qwen2moe: the shared expert's ffn_*_shexp tensors and its gate ffn_gate_inp_shexp).
     folder = tmp_path / "model"
     p = subprocess.run([coserve_bin, "make-demo-model", str(folder), "--num-layers", "2", *variant],
                        capture_output=True, text=True, timeout=600)

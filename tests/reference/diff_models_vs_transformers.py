@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Random model shapes built by transformers, run by `coserve generate` and by transformers side by side.
 
-Each case draws an architecture (llama, mistral, qwen2, qwen3, phi3, smollm3, mixtral, qwen3_moe) and a config: head
+Each case draws an architecture (llama, mistral, qwen2, qwen3, phi3, smollm3, mixtral, qwen2_moe, qwen3_moe) and a
+config: head
 counts with GQA / MQA, head sizes other than hidden / heads, tied embeddings, biases, RMSNorm eps,
 rope theta, RoPE scaling (llama3, linear, yarn with its options; LongRoPE and partial rotary on
 phi3), sliding windows (every layer on mistral / phi3, from max_window_layers on for qwen2 / qwen3),
-SmolLM3's layers without RoPE, experts (count, top-k, width, renormalization, Qwen3-MoE's dense
-layers by decoder_sparse_step and mlp_only_layers). transformers builds the model with random weights, saves it as a
+SmolLM3's layers without RoPE, experts (count, top-k, width, renormalization, Qwen2/3-MoE's dense
+layers by decoder_sparse_step and mlp_only_layers, Qwen2-MoE's shared expert). transformers builds the model with random weights, saves it as a
 Hugging Face folder in f32, bf16 or f16, and decodes a random prompt greedily with its KV cache (as
 generate() does); `coserve generate --dtype float32 --kv-cache-dtype fp32 --logits all` runs the same
 folder. A case passes when every logits row before the first differing token is within 2e-4 of
@@ -32,7 +33,8 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--bin", default="build/bin/coserve")
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--cases", type=int, default=20)
-ap.add_argument("--arch", choices=["llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "mixtral", "qwen3_moe"])
+ap.add_argument("--arch", choices=["llama", "mistral", "qwen2", "qwen3", "phi3", "smollm3", "mixtral", "qwen2_moe",
+                                   "qwen3_moe"])
 ap.add_argument("--wide", action="store_true",
                 help="shapes of real checkpoints and odd sizes too: 3-16 heads (9/3, 14/2 as SmolLM and Qwen2.5), "
                      "head_dim 24-256, sizes no power of two divides, prompts up to 300 tokens")
@@ -42,7 +44,8 @@ rng = random.Random(args.seed)
 CLASSES = {"llama": ("LlamaConfig", "LlamaForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
            "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
            "phi3": ("Phi3Config", "Phi3ForCausalLM"), "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
-           "mixtral": ("MixtralConfig", "MixtralForCausalLM"), "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM")}
+           "mixtral": ("MixtralConfig", "MixtralForCausalLM"), "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+           "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM")}
 STEPS = 6
 
 
@@ -64,9 +67,16 @@ def random_config():
         c["head_dim"] = head_dim
     if arch in ("mistral", "phi3", "mixtral") and rng.random() < 0.6:
         c["sliding_window"] = rng.choice([2, 3, 5, 8, 16])
-    if arch in ("mixtral", "qwen3_moe"):
+    if arch in ("mixtral", "qwen2_moe", "qwen3_moe"):
         experts = rng.choice([2, 3, 4, 8, 16])
         c.update(num_local_experts=experts, num_experts_per_tok=rng.randint(1, min(experts, 8)))
+    if arch == "qwen2_moe":
+        c.update(moe_intermediate_size=rng.choice([16, 32, 48, 100]), norm_topk_prob=rng.random() < 0.5,
+                 shared_expert_intermediate_size=rng.choice([16, 64, 100]), decoder_sparse_step=rng.choice([1, 1, 2]),
+                 mlp_only_layers=[l for l in range(c["num_hidden_layers"]) if rng.random() < 0.3],
+                 qkv_bias=rng.random() < 0.8)
+        if rng.random() < 0.4:
+            c.update(use_sliding_window=True, sliding_window=rng.choice([2, 4, 7]), max_window_layers=rng.choice([1, 2, 3]))
     if arch == "qwen3_moe":
         c.update(moe_intermediate_size=rng.choice([16, 32, 48, 100]), norm_topk_prob=rng.random() < 0.5,
                  decoder_sparse_step=rng.choice([1, 1, 2]),
@@ -95,7 +105,7 @@ def random_config():
         c["rope_scaling"] = {"type": "longrope",
                              "short_factor": [round(rng.uniform(0.8, 3.0), 3) for _ in range(rotated // 2)],
                              "long_factor": [round(rng.uniform(1.0, 40.0), 3) for _ in range(rotated // 2)]}
-    elif arch in ("llama", "qwen2", "mistral", "qwen3", "mixtral", "qwen3_moe") and r < 0.45:
+    elif arch in ("llama", "qwen2", "mistral", "qwen3", "mixtral", "qwen2_moe", "qwen3_moe") and r < 0.45:
         kind = rng.choice(["llama3", "linear", "yarn"])
         if kind == "llama3":
             rs = {"rope_type": "llama3", "factor": rng.choice([2.0, 8.0, 32.0]), "low_freq_factor": 1.0,

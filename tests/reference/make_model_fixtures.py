@@ -90,6 +90,13 @@ MODELS = {
                                       "--num-layers", "4", "--num-heads", "4", "--num-kv-heads", "2",
                                       "--head-dim", "16", "--num-experts", "6", "--num-experts-per-tok", "3",
                                       "--decoder-sparse-step", "2", "--tie-embeddings"],
+    # Qwen2-MoE: q/k/v biases, 5 experts of width 32 (top 2, not renormalized) beside a shared
+    # expert of width 80 behind its sigmoid gate, on both layers.
+    "qwen2_moe_shared": SMALL + ["--architecture", "qwen2_moe", "--seed", "26", "--hidden-size", "64",
+                                 "--intermediate-size", "96", "--moe-intermediate-size", "32",
+                                 "--shared-expert-intermediate-size", "80", "--num-layers", "2",
+                                 "--num-heads", "4", "--num-kv-heads", "2", "--num-experts", "5",
+                                 "--num-experts-per-tok", "2"],
     # Linear (position interpolation) scaling.
     "llama_linear": SMALL + ["--architecture", "llama", "--seed", "18", "--hidden-size", "64",
                              "--intermediate-size", "128", "--num-layers", "2", "--num-heads", "4",
