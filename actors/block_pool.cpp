@@ -78,7 +78,8 @@ int32_t block_pool::lookup(uint64_t hash, uint64_t parent, std::span<const int32
   if (it == index_.end()) return -1;
   block& b = blocks_[static_cast<size_t>(it->second)];
   // Collision guard: the hash alone is not trusted.
-  if (b.parent != parent || !std::equal(b.tokens.begin(), b.tokens.end(), tokens.begin(), tokens.end()))
+  if (b.parent != parent ||
+      !std::equal(b.tokens.begin(), b.tokens.end(), tokens.begin(), tokens.end()))
     return -1;
   incref(it->second);
   return it->second;

@@ -69,7 +69,8 @@ class block_pool {
   int32_t lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
   // Registers a full block's content under `hash`. A block already registered, or a hash already
   // taken by another block, is left as is.
-  void register_full(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
+  void register_full(int32_t block, uint64_t hash, uint64_t parent,
+                     std::span<const int32_t> tokens);
   bool is_cached(int32_t block) const { return blocks_[static_cast<size_t>(block)].cached; }
 
   // Prefix-cache counters in tokens (vLLM's prefix_cache_queries / prefix_cache_hits).
@@ -97,8 +98,8 @@ class block_pool {
   bool prefix_caching_;
   block_hash_fn hash_;
   std::vector<block> blocks_;
-  std::vector<int32_t> plain_free_;        // LIFO stack of uncached free blocks
-  std::list<int32_t> evictable_;           // cached free blocks, least recently freed first
+  std::vector<int32_t> plain_free_;  // LIFO stack of uncached free blocks
+  std::list<int32_t> evictable_;     // cached free blocks, least recently freed first
   std::unordered_map<uint64_t, int32_t> index_;
   int64_t queries_ = 0, hits_ = 0;
 };

@@ -10,22 +10,22 @@
 // order.
 #include "actors/engine.hpp"
 
+#include <algorithm>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
-#include <algorithm>
 #include <chrono>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
-#include <cstdio>
-#include <fstream>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -92,12 +92,13 @@ load_progress progress_logger(const std::string& what) {
   return [st, what](size_t done, size_t total, size_t bytes) {
     const auto now = std::chrono::steady_clock::now();
     const int decile = total == 0 ? 10 : static_cast<int>(done * 10 / total);
-    if (done != total && (decile == st->last_decile || now - st->last < std::chrono::seconds(1))) return;
+    if (done != total && (decile == st->last_decile || now - st->last < std::chrono::seconds(1)))
+      return;
     if (done == total && st->last_decile == 10) return;
     st->last = now;
     st->last_decile = decile;
-    std::fprintf(stderr, "coserve: loading %s: %zu/%zu tensors, %.1f MiB\n", what.c_str(), done, total,
-                 static_cast<double>(bytes) / (1024.0 * 1024.0));
+    std::fprintf(stderr, "coserve: loading %s: %zu/%zu tensors, %.1f MiB\n", what.c_str(), done,
+                 total, static_cast<double>(bytes) / (1024.0 * 1024.0));
   };
 }
 
@@ -113,8 +114,9 @@ int64_t available_memory_bytes() {
 
 class engine_impl final : public engine {
  public:
-  engine_impl(engine_config cfg, std::optional<tokenizer> tok, model_config model, generation_config gen,
-              std::unique_ptr<executor> exec, actors::speculative_config spec, sampling_defaults defaults)
+  engine_impl(engine_config cfg, std::optional<tokenizer> tok, model_config model,
+              generation_config gen, std::unique_ptr<executor> exec,
+              actors::speculative_config spec, sampling_defaults defaults)
       : cfg_(std::move(cfg)), tok_(std::move(tok)), spec_(spec) {
     const executor_info ei = exec->info();
     rank_stats_ = exec->rank_stats();
@@ -127,7 +129,8 @@ class engine_impl final : public engine {
     info_.vocab_size = ei.vocab_size;
     info_.prompt_logprobs = ei.computes_prompt_logprobs;
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
-                        std::chrono::system_clock::now().time_since_epoch()).count();
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
     // The model's chat template (chat_template.jinja / .json or tokenizer_config.json), if any.
     auto template_source = [&]() -> result<std::string> {
       if (cfg_.chat_template.empty()) {
@@ -139,8 +142,10 @@ class engine_impl final : public engine {
         return load_chat_template_source(cfg_.model_dir);
       }
       std::error_code ec;
-      if (cfg_.chat_template.find('\n') == std::string::npos && cfg_.chat_template.find("{%") == std::string::npos &&
-          cfg_.chat_template.find("{{") == std::string::npos && std::filesystem::is_regular_file(cfg_.chat_template, ec))
+      if (cfg_.chat_template.find('\n') == std::string::npos &&
+          cfg_.chat_template.find("{%") == std::string::npos &&
+          cfg_.chat_template.find("{{") == std::string::npos &&
+          std::filesystem::is_regular_file(cfg_.chat_template, ec))
         return load_chat_template_source(cfg_.chat_template);
       return cfg_.chat_template;
     };
@@ -150,7 +155,8 @@ class engine_impl final : public engine {
       if (auto parsed = chat_template::parse(std::move(*src)); parsed.ok())
         template_.emplace(std::move(*parsed));
       else
-        encoder_.template_error = "the model's chat template does not parse: " + parsed.err().message;
+        encoder_.template_error =
+            "the model's chat template does not parse: " + parsed.err().message;
     } else {
       encoder_.template_error = "the model has no chat template: " + src.err().message;
     }
@@ -173,7 +179,8 @@ class engine_impl final : public engine {
     p_->sys = sys_.get();
     p_->fault_hook = cfg_.fault_hook;
     // Marks the engine failed once and ends every open request: the scheduler ends the ones it
-    // holds (and refuses later ones), the streamer every stream still open (covers a dead scheduler).
+    // holds (and refuses later ones), the streamer every stream still open (covers a dead
+    // scheduler).
     p_->on_engine_failure = [p = p_.get()](const std::string& reason) {
       if (!p->health.fail(reason)) return;
       std::fprintf(stderr, "coserve engine: unhealthy: %s\n", reason.c_str());
@@ -202,19 +209,25 @@ class engine_impl final : public engine {
     auto holder = std::make_shared<std::unique_ptr<executor>>(std::move(exec));
     std::shared_ptr<pipeline> p = p_;
     p_->executor_ref = sys_->root().spawn_factory<executor_actor>(
-        opts("executor", 1024, false, true), [p, holder] { return std::make_unique<executor_actor>(p, std::move(*holder)); });
-    const block_pool_options kv_opts{.num_blocks = ei.num_kv_blocks, .block_size = ei.block_size,
-                                     .enable_prefix_caching = cfg_.enable_prefix_caching, .hash = {}};
+        opts("executor", 1024, false, true),
+        [p, holder] { return std::make_unique<executor_actor>(p, std::move(*holder)); });
+    const block_pool_options kv_opts{.num_blocks = ei.num_kv_blocks,
+                                     .block_size = ei.block_size,
+                                     .enable_prefix_caching = cfg_.enable_prefix_caching,
+                                     .hash = {}};
     p_->kv_ref = sys_->root().spawn_factory<kv_allocator>(
-        opts("kv_allocator", 4096, false), [p, kv_opts] { return std::make_unique<kv_allocator>(p, kv_opts); });
+        opts("kv_allocator", 4096, false),
+        [p, kv_opts] { return std::make_unique<kv_allocator>(p, kv_opts); });
     p_->streamer_ref = sys_->root().spawn_factory<streamer>(
-        opts("streamer", 1u << 16, true), [p, this] { return std::make_unique<streamer>(p, tok_ ? &*tok_ : nullptr); });
+        opts("streamer", 1u << 16, true),
+        [p, this] { return std::make_unique<streamer>(p, tok_ ? &*tok_ : nullptr); });
     const planner_config pc{.max_num_seqs = cfg_.max_num_seqs,
                             .max_num_batched_tokens = cfg_.max_num_batched_tokens,
                             .max_model_len = ei.max_model_len,
                             .eos_id = eos.empty() ? -1 : eos.front(),
                             .speculation = spec_};
-    p_->metrics.spec_positions.store(spec_.enabled() ? spec_.num_speculative_tokens : 0, std::memory_order_relaxed);
+    p_->metrics.spec_positions.store(spec_.enabled() ? spec_.num_speculative_tokens : 0,
+                                     std::memory_order_relaxed);
     const int32_t kv_blocks = ei.num_kv_blocks;
     const int32_t max_failures = cfg_.max_consecutive_step_failures;
     p_->scheduler_ref = sys_->root().spawn_factory<scheduler>(
@@ -223,51 +236,62 @@ class engine_impl final : public engine {
         });
     // The tokenizer pool: each actor on a thread of its own, so a long prompt being encoded holds
     // one of them and never the runtime's pool (scheduler, streamer) or the HTTP threads.
-    const size_t pool = static_cast<size_t>(cfg_.tokenizer_pool_size > 0
-                                                ? cfg_.tokenizer_pool_size
-                                                : std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 4));
+    const size_t pool = static_cast<size_t>(
+        cfg_.tokenizer_pool_size > 0
+            ? cfg_.tokenizer_pool_size
+            : std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 4));
     p_->tokenizer_load = std::make_unique<std::atomic<int64_t>[]>(pool);
     p_->max_waiting_tokens = cfg_.max_waiting_tokens;
     p_->max_model_len = ei.max_model_len;
     for (size_t i = 0; i < pool; ++i) {
       const std::string name = "tokenizer" + std::to_string(i);
       p_->tokenizer_refs.push_back(sys_->root().spawn_factory<tokenizer_actor>(
-          opts(name.c_str(), 4096, true, true), [p, this, i] { return std::make_unique<tokenizer_actor>(p, &encoder_, i); }));
+          opts(name.c_str(), 4096, true, true),
+          [p, this, i] { return std::make_unique<tokenizer_actor>(p, &encoder_, i); }));
     }
-    // The grammar actor (structured outputs), when there is a tokenizer to build the vocabulary from.
+    // The grammar actor (structured outputs), when there is a tokenizer to build the vocabulary
+    // from.
     if (tok_) {
-      const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+      const int threads =
+          std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
       auto gc = grammar_compiler::create(*tok_, ei.vocab_size, eos, 256, threads);
       if (gc) {
         std::shared_ptr<grammar_compiler> compiler(std::move(*gc));
         grammar_ref_ = sys_->root().spawn_factory<grammar_actor>(
-            opts("grammar", 4096, true, true), [p, compiler] { return std::make_unique<grammar_actor>(p, compiler); });
+            opts("grammar", 4096, true, true),
+            [p, compiler] { return std::make_unique<grammar_actor>(p, compiler); });
       } else {
         structured_error_ = gc.err().message;
-        std::fprintf(stderr, "coserve engine: structured outputs unavailable: %s\n", structured_error_.c_str());
+        std::fprintf(stderr, "coserve engine: structured outputs unavailable: %s\n",
+                     structured_error_.c_str());
       }
     } else {
       structured_error_ = "structured outputs need the model's tokenizer (tokenizer.json)";
     }
     max_open_ = int64_t{cfg_.max_num_seqs} + cfg_.max_waiting;
     const int64_t max_open = max_open_;
-    p_->intake_ref = sys_->root().spawn_factory<intake>(
-        opts("intake", 8192, true), [p, max_open] { return std::make_unique<intake>(p, max_open); });
-    std::fprintf(stderr,
-                 "coserve engine: actors intake, tokenizer x%zu,%s scheduler, kv_allocator, executor [%s], "
-                 "streamer started; KV cache %d blocks x %d tokens; max_num_seqs %d, max_num_batched_tokens %d, "
-                 "max_model_len %d\n",
-                 pool, grammar_ref_ ? " grammar," : "", ei.device.c_str(), ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs,
-                 cfg_.max_num_batched_tokens, ei.max_model_len);
+    p_->intake_ref = sys_->root().spawn_factory<intake>(opts("intake", 8192, true), [p, max_open] {
+      return std::make_unique<intake>(p, max_open);
+    });
+    std::fprintf(
+        stderr,
+        "coserve engine: actors intake, tokenizer x%zu,%s scheduler, kv_allocator, executor [%s], "
+        "streamer started; KV cache %d blocks x %d tokens; max_num_seqs %d, max_num_batched_tokens "
+        "%d, "
+        "max_model_len %d\n",
+        pool, grammar_ref_ ? " grammar," : "", ei.device.c_str(), ei.num_kv_blocks, ei.block_size,
+        cfg_.max_num_seqs, cfg_.max_num_batched_tokens, ei.max_model_len);
     if (spec_.enabled()) {
       const std::string how = spec_.method == "draft_model"
                                   ? "draft model " + spec_.draft_model
                                   : "n-grams of " + std::to_string(spec_.prompt_lookup_min) + ".." +
                                         std::to_string(spec_.prompt_lookup_max) + " tokens";
-      const std::string off = spec_.disable_by_batch_size > 0
-                                  ? ", off above " + std::to_string(spec_.disable_by_batch_size) + " running sequences"
-                                  : "";
-      std::fprintf(stderr, "coserve engine: speculative decoding: %s, up to %d proposals a step, %s%s\n",
+      const std::string off =
+          spec_.disable_by_batch_size > 0
+              ? ", off above " + std::to_string(spec_.disable_by_batch_size) + " running sequences"
+              : "";
+      std::fprintf(stderr,
+                   "coserve engine: speculative decoding: %s, up to %d proposals a step, %s%s\n",
                    spec_.method.c_str(), spec_.num_speculative_tokens, how.c_str(), off.c_str());
     }
     if (cfg_.step_timeout.count() > 0) watchdog_ = std::thread([this] { watch_steps(); });
@@ -290,15 +314,18 @@ class engine_impl final : public engine {
     if (!healthy()) co_return error{"engine_down", unhealthy_reason()};
     if (p_->metrics.open_requests.load(std::memory_order_relaxed) >= max_open_) {
       p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
-      co_return error{"queue_full", "too many requests in flight (" + std::to_string(max_open_) + "); retry later"};
+      co_return error{"queue_full", "too many requests in flight (" + std::to_string(max_open_) +
+                                        "); retry later"};
     }
     if (const int64_t waiting = p_->metrics.waiting_tokens.load(std::memory_order_relaxed);
         cfg_.max_waiting_tokens > 0 && waiting >= cfg_.max_waiting_tokens) {
       p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
-      co_return error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) + "); retry later"};
+      co_return error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) +
+                                        "); retry later"};
     }
     if (req.params.prompt_logprobs >= 0 && !info_.prompt_logprobs)
-      co_return error{"invalid_request", "prompt logprobs are not computed by this executor", "prompt_logprobs"};
+      co_return error{"invalid_request", "prompt logprobs are not computed by this executor",
+                      "prompt_logprobs"};
     if (req.structured) {
       // The grammar first (compiled off the scheduler's path, or found in the cache): a request
       // with an invalid one is refused before anything is queued.
@@ -307,39 +334,40 @@ class engine_impl final : public engine {
         co_return e;
       }
       auto gref = grammar_ref_;
-      auto g = co_await await_reply<std::shared_ptr<const compiled_grammar>>(
-          [&](rt::reply_ptr<std::shared_ptr<const compiled_grammar>> reply) {
-            compile_grammar m{*req.structured, reply};
-            const rt::send_status s = gref.try_tell(m);
-            if (s == rt::send_status::full) {
-              p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
-              reply->complete(error{"queue_full", "too many grammars waiting to compile; retry later"});
-            } else if (s == rt::send_status::closed) {
-              reply->complete(error{"engine_down", "the engine is stopping"});
-            }
-          });
+      auto g = co_await await_reply<std::shared_ptr<
+          const compiled_grammar>>([&](rt::reply_ptr<std::shared_ptr<const compiled_grammar>>
+                                           reply) {
+        compile_grammar m{*req.structured, reply};
+        const rt::send_status s = gref.try_tell(m);
+        if (s == rt::send_status::full) {
+          p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+          reply->complete(error{"queue_full", "too many grammars waiting to compile; retry later"});
+        } else if (s == rt::send_status::closed) {
+          reply->complete(error{"engine_down", "the engine is stopping"});
+        }
+      });
       if (!g) co_return std::move(g).err();
       req.params.grammar = std::move(*g);
     }
     auto ref = p_->intake_ref;
-    co_return co_await await_reply<std::shared_ptr<request_stream>>(
-        [&](submit_reply reply) {
-          submit_request m{std::move(req), reply};
-          const rt::send_status s = ref.try_tell(m);
-          if (s == rt::send_status::full) {
-            p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
-            reply->complete(error{"queue_full", "too many requests arriving; retry later"});
-          } else if (s == rt::send_status::closed) {
-            reply->complete(error{"engine_down", "the engine is stopping"});
-          }
-        });
+    co_return co_await await_reply<std::shared_ptr<request_stream>>([&](submit_reply reply) {
+      submit_request m{std::move(req), reply};
+      const rt::send_status s = ref.try_tell(m);
+      if (s == rt::send_status::full) {
+        p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+        reply->complete(error{"queue_full", "too many requests arriving; retry later"});
+      } else if (s == rt::send_status::closed) {
+        reply->complete(error{"engine_down", "the engine is stopping"});
+      }
+    });
   }
 
   asio::awaitable<result<std::vector<int32_t>>> tokenize(tokenize_request_input in) override {
     const int64_t cost = tokenize_cost(in);
-    co_return co_await await_reply<std::vector<int32_t>>([&](rt::reply_ptr<std::vector<int32_t>> reply) {
-      send_to_pool(encode_text{std::move(in), reply, cost}, cost, reply);
-    });
+    co_return co_await await_reply<std::vector<int32_t>>(
+        [&](rt::reply_ptr<std::vector<int32_t>> reply) {
+          send_to_pool(encode_text{std::move(in), reply, cost}, cost, reply);
+        });
   }
   asio::awaitable<result<std::string>> detokenize(std::vector<int32_t> ids) override {
     const auto cost = static_cast<int64_t>(ids.size()) + 1;
@@ -382,13 +410,15 @@ class engine_impl final : public engine {
     out.grammar_cache_hits = m.grammar_cache_hits.load(std::memory_order_relaxed);
     out.grammar_failures = m.grammar_failures.load(std::memory_order_relaxed);
     out.grammar_cache_bytes = m.grammar_cache_bytes.load(std::memory_order_relaxed);
-    out.grammar_compile_seconds = double(m.grammar_compile_us.load(std::memory_order_relaxed)) / 1e6;
+    out.grammar_compile_seconds =
+        double(m.grammar_compile_us.load(std::memory_order_relaxed)) / 1e6;
     out.spec_drafts = m.spec_drafts.load(std::memory_order_relaxed);
     out.spec_draft_tokens = m.spec_draft_tokens.load(std::memory_order_relaxed);
     out.spec_accepted_tokens = m.spec_accepted_tokens.load(std::memory_order_relaxed);
     const auto positions = static_cast<size_t>(m.spec_positions.load(std::memory_order_relaxed));
     for (size_t i = 0; i < positions && i < m.spec_accepted_per_position.size(); ++i)
-      out.spec_accepted_per_position.push_back(m.spec_accepted_per_position[i].load(std::memory_order_relaxed));
+      out.spec_accepted_per_position.push_back(
+          m.spec_accepted_per_position[i].load(std::memory_order_relaxed));
     if (p_->intake_ref) {
       int64_t tokenizer_queued = 0;  // the pool, summed
       for (const auto& t : p_->tokenizer_refs) tokenizer_queued += static_cast<int64_t>(t.queued());
@@ -410,12 +440,15 @@ class engine_impl final : public engine {
 
   asio::awaitable<result<std::vector<request_status>>> requests(size_t limit) override {
     auto ref = p_->scheduler_ref;
-    co_return co_await await_reply<std::vector<request_status>>([&](rt::reply_ptr<std::vector<request_status>> reply) {
-      list_requests m{limit, reply};
-      const rt::send_status s = ref.try_tell(m);
-      if (s == rt::send_status::full) reply->complete(error{"queue_full", "the scheduler is busy; retry later"});
-      else if (s == rt::send_status::closed) reply->complete(error{"engine_down", "the engine is stopping"});
-    });
+    co_return co_await await_reply<std::vector<request_status>>(
+        [&](rt::reply_ptr<std::vector<request_status>> reply) {
+          list_requests m{limit, reply};
+          const rt::send_status s = ref.try_tell(m);
+          if (s == rt::send_status::full)
+            reply->complete(error{"queue_full", "the scheduler is busy; retry later"});
+          else if (s == rt::send_status::closed)
+            reply->complete(error{"engine_down", "the engine is stopping"});
+        });
   }
 
   rt::tracer* tracer() noexcept override { return &sys_->trace(); }
@@ -429,7 +462,8 @@ class engine_impl final : public engine {
       p_->open_cv.wait_for(lock, std::chrono::seconds(5), [&] { return open() == 0; });
     const int64_t aborted = open();
     if (aborted > 0) {
-      std::fprintf(stderr, "coserve engine: aborting %lld open requests\n", static_cast<long long>(aborted));
+      std::fprintf(stderr, "coserve engine: aborting %lld open requests\n",
+                   static_cast<long long>(aborted));
       (void)p_->intake_ref.tell(abort_all{});
       // Aborted streams end within a step; a failed engine has ended them already. The bound only
       // guards against a wedged executor thread.
@@ -441,7 +475,8 @@ class engine_impl final : public engine {
   void stop(bool abort_running) override {
     std::lock_guard lock(stop_mu_);
     if (stopped_) return;
-    drain(abort_running ? std::chrono::milliseconds(0) : std::chrono::milliseconds(std::chrono::minutes(10)));
+    drain(abort_running ? std::chrono::milliseconds(0)
+                        : std::chrono::milliseconds(std::chrono::minutes(10)));
     {
       std::lock_guard wl(watch_mu_);
       watch_stop_ = true;
@@ -452,9 +487,11 @@ class engine_impl final : public engine {
     stopped_ = true;
     if (!cfg_.trace_file.empty()) {
       if (auto w = sys_->trace().write_chrome_json(cfg_.trace_file); w.ok())
-        std::fprintf(stderr, "coserve engine: trace written to %s\n", cfg_.trace_file.string().c_str());
+        std::fprintf(stderr, "coserve engine: trace written to %s\n",
+                     cfg_.trace_file.string().c_str());
       else
-        std::fprintf(stderr, "coserve engine: cannot write the trace: %s\n", w.err().message.c_str());
+        std::fprintf(stderr, "coserve engine: cannot write the trace: %s\n",
+                     w.err().message.c_str());
     }
   }
 
@@ -470,14 +507,18 @@ class engine_impl final : public engine {
     const rt::send_status s = p_->tokenizer_refs[i].try_tell(m);
     if (s == rt::send_status::ok) return;
     p_->tokenizer_done(i, cost);
-    if (s == rt::send_status::full) reply->complete(error{"queue_full", "the tokenizers are busy; retry later"});
-    else reply->complete(error{"engine_down", "the engine is stopping"});
+    if (s == rt::send_status::full)
+      reply->complete(error{"queue_full", "the tokenizers are busy; retry later"});
+    else
+      reply->complete(error{"engine_down", "the engine is stopping"});
   }
 
   // Fails the engine when one step runs past cfg_.step_timeout (checked ten times a timeout).
   void watch_steps() {
-    const auto period = std::max<std::chrono::milliseconds>(cfg_.step_timeout / 10, std::chrono::milliseconds(1));
-    const int64_t limit_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.step_timeout).count();
+    const auto period =
+        std::max<std::chrono::milliseconds>(cfg_.step_timeout / 10, std::chrono::milliseconds(1));
+    const int64_t limit_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.step_timeout).count();
     std::unique_lock lock(watch_mu_);
     while (!watch_cv_.wait_for(lock, period, [this] { return watch_stop_; })) {
       const int64_t started = p_->metrics.step_started_ns.load(std::memory_order_relaxed);
@@ -491,7 +532,7 @@ class engine_impl final : public engine {
 
  private:
   engine_config cfg_;
-  std::optional<tokenizer> tok_;  // absent: token ids in and out only
+  std::optional<tokenizer> tok_;     // absent: token ids in and out only
   actors::speculative_config spec_;  // parsed --speculative-config (off unless enabled())
   std::shared_ptr<const rank_stats_board> rank_stats_;  // tensor parallel executors only
   std::optional<chat_template> template_;
@@ -513,15 +554,19 @@ class engine_impl final : public engine {
 
 }  // namespace
 
-int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg, int32_t max_model_len,
-                            int64_t available_bytes, const model_config* draft) {
+int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
+                            int32_t max_model_len, int64_t available_bytes,
+                            const model_config* draft) {
   if (cfg.num_kv_blocks > 0) return static_cast<int32_t>(cfg.num_kv_blocks);
   const int32_t bs = std::max(1, cfg.block_size);
   dtype kv = dtype::bf16;
-  if (!parse_kv_cache_dtype(cfg.kv_cache_dtype, kv)) kv = dtype::f32;  // rejected later; size conservatively
+  if (!parse_kv_cache_dtype(cfg.kv_cache_dtype, kv))
+    kv = dtype::f32;  // rejected later; size conservatively
   auto block_bytes = [&](const model_config& m, int64_t kv_heads) {
-    const int64_t head_dim = m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max(1, m.num_attention_heads);
-    return int64_t{2} * m.num_hidden_layers * kv_heads * head_dim * bs * static_cast<int64_t>(dtype_size(kv));
+    const int64_t head_dim =
+        m.head_dim > 0 ? m.head_dim : m.hidden_size / std::max(1, m.num_attention_heads);
+    return int64_t{2} * m.num_hidden_layers * kv_heads * head_dim * bs *
+           static_cast<int64_t>(dtype_size(kv));
   };
   // Tensor parallel: the KV heads this host stores per block, over the ranks it runs (each rank its
   // share, a replicated head counted on every rank that holds it). Ranks as threads: all of them;
@@ -531,7 +576,8 @@ int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
     const int64_t per_rank = model.num_key_value_heads % n == 0 ? model.num_key_value_heads / n : 1;
     int64_t here = n;
     if (cfg.tp_communicator)
-      for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+      for (const char* var :
+           {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
         if (const char* v = std::getenv(var); v && std::atoi(v) > 0) {
           here = std::min<int64_t>(n, std::atoi(v));
           break;
@@ -539,14 +585,17 @@ int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
     kv_heads = per_rank * here;
   }
   // A draft model keeps a cache of the same blocks beside the model's.
-  const int64_t per_block = block_bytes(model, kv_heads) + (draft ? block_bytes(*draft, draft->num_key_value_heads) : 0);
-  const int64_t budget = cfg.kv_cache_bytes > 0 ? cfg.kv_cache_bytes
-                                                : std::min<int64_t>(int64_t{4} << 30, available_bytes / 4);
+  const int64_t per_block =
+      block_bytes(model, kv_heads) + (draft ? block_bytes(*draft, draft->num_key_value_heads) : 0);
+  const int64_t budget = cfg.kv_cache_bytes > 0
+                             ? cfg.kv_cache_bytes
+                             : std::min<int64_t>(int64_t{4} << 30, available_bytes / 4);
   const int64_t per_seq = (max_model_len + bs - 1) / bs;
   // More than every running sequence at full length can use is never needed.
   const int64_t cap = per_seq * std::max(1, cfg.max_num_seqs);
   const int64_t fit = per_block > 0 ? budget / per_block : cap;
-  return static_cast<int32_t>(std::clamp<int64_t>(std::min(fit, cap), std::min(per_seq, cap), int64_t{1} << 30));
+  return static_cast<int32_t>(
+      std::clamp<int64_t>(std::min(fit, cap), std::min(per_seq, cap), int64_t{1} << 30));
 }
 
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
@@ -579,25 +628,33 @@ result<void*> cuda_module_symbol(const char* name) {
       const char* e = dlerror();
       why += (why.empty() ? "" : "; ") + std::string(e ? e : path + ": cannot load");
     }
-    if (!module) return error{"unavailable", "device 'cuda': the CUDA executor module did not load (" + why + ")"};
+    if (!module)
+      return error{"unavailable",
+                   "device 'cuda': the CUDA executor module did not load (" + why + ")"};
   }
   void* fn = dlsym(module, name);
-  if (!fn) return error{"unavailable", std::string("device 'cuda': the CUDA executor module has no ") + name};
+  if (!fn)
+    return error{"unavailable",
+                 std::string("device 'cuda': the CUDA executor module has no ") + name};
   return fn;
 }
 
 result<std::unique_ptr<executor>> make_cuda_executor(const gpu::gpu_executor_options& opts) {
-  using make_fn = void (*)(const gpu::gpu_executor_options*, std::optional<result<std::unique_ptr<executor>>>*);
+  using make_fn =
+      void (*)(const gpu::gpu_executor_options*, std::optional<result<std::unique_ptr<executor>>>*);
   auto layout = cuda_module_symbol("coserve_cuda_module_layout_v1");
   if (!layout) return layout.err();
-  if (const uint64_t theirs = reinterpret_cast<uint64_t (*)()>(*layout)(); theirs != gpu::module_layout())
-    return error{"unavailable", "device 'cuda': the CUDA executor module was built from other sources than this "
-                                "binary (options of " + std::to_string(theirs >> 32) + " bytes there, " +
-                                std::to_string(gpu::module_layout() >> 32) + " here): rebuild both"};
+  if (const uint64_t theirs = reinterpret_cast<uint64_t (*)()>(*layout)();
+      theirs != gpu::module_layout())
+    return error{"unavailable",
+                 "device 'cuda': the CUDA executor module was built from other sources than this "
+                 "binary (options of " +
+                     std::to_string(theirs >> 32) + " bytes there, " +
+                     std::to_string(gpu::module_layout() >> 32) + " here): rebuild both"};
   auto sym = cuda_module_symbol("coserve_make_gpu_executor_v1");
   if (!sym) return sym.err();
   std::optional<result<std::unique_ptr<executor>>> out;
-  reinterpret_cast<make_fn>(*sym)(&opts, &out);
+  reinterpret_cast<make_fn> (*sym)(&opts, &out);
   if (!out) return error{"internal", "device 'cuda': the CUDA executor module returned nothing"};
   return std::move(*out);
 }
@@ -605,7 +662,8 @@ result<std::unique_ptr<executor>> make_cuda_executor(const gpu::gpu_executor_opt
 #endif
 
 int32_t local_rank_device() {
-  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMIX_LOCAL_RANK"})
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "PMIX_LOCAL_RANK"})
     if (const char* v = std::getenv(var); v && *v) return std::max(0, std::atoi(v));
   return 0;
 }
@@ -617,12 +675,13 @@ result<void> run_cuda_tp_rank(const std::filesystem::path& model_dir, communicat
   if (!sym) return sym.err();
   const std::string dir = model_dir.string();
   result<void> out;
-  reinterpret_cast<run_fn>(*sym)(&dir, &world, local_rank_device(), &out);
+  reinterpret_cast<run_fn> (*sym)(&dir, &world, local_rank_device(), &out);
   return out;
 #else
   (void)model_dir;
   (void)world;
-  return error{"invalid_argument", "device 'cuda': this build has no CUDA executor (configure with COSERVE_CUDA=ON)"};
+  return error{"invalid_argument",
+               "device 'cuda': this build has no CUDA executor (configure with COSERVE_CUDA=ON)"};
 #endif
 }
 
@@ -630,24 +689,31 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
   auto model = load_model_config(config.model_dir.string());
   if (!model) return model.err();
   const model_config& model_cfg = *model;
-  const int32_t max_len = config.max_model_len > 0 ? config.max_model_len : model_cfg.max_position_embeddings;
+  const int32_t max_len =
+      config.max_model_len > 0 ? config.max_model_len : model_cfg.max_position_embeddings;
   std::unique_ptr<executor> exec;
   if (config.device == "cpu") {
     if (config.load_format != "auto")
-      return error{"invalid_argument", "load format '" + config.load_format + "' needs --device cuda"};
+      return error{"invalid_argument",
+                   "load format '" + config.load_format + "' needs --device cuda"};
     if (config.attention_backend != "auto" && config.attention_backend != "native")
-      return error{"invalid_argument", "--attention-backend " + config.attention_backend + " needs --device cuda",
+      return error{"invalid_argument",
+                   "--attention-backend " + config.attention_backend + " needs --device cuda",
                    "attention_backend"};
     if (!config.quantization.empty())
-      return error{"invalid_argument", "--quantization " + config.quantization +
-                                           " needs --device cuda (the CPU executor reads fp8 checkpoints by "
-                                           "themselves, docs/fp8.md, and GGUF files with its integer kernels)",
+      return error{"invalid_argument",
+                   "--quantization " + config.quantization +
+                       " needs --device cuda (the CPU executor reads fp8 checkpoints by "
+                       "themselves, docs/fp8.md, and GGUF files with its integer kernels)",
                    "quantization"};
     cpu_executor_options opts;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, opts.kv_cache_dtype))
-      return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype + "' is not auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2"};
+      return error{"invalid_argument",
+                   "kv cache dtype '" + config.kv_cache_dtype +
+                       "' is not auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2"};
     if (!parse_compute_dtype(config.dtype, opts.bf16_activations))
-      return error{"invalid_argument", "dtype '" + config.dtype + "' is not auto, bfloat16 or float32"};
+      return error{"invalid_argument",
+                   "dtype '" + config.dtype + "' is not auto, bfloat16 or float32"};
     opts.block_size = config.block_size;
     if (!config.speculative_config.empty()) {
       auto spec = actors::parse_speculative_config(config.speculative_config);
@@ -657,7 +723,11 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     std::optional<model_config> draft_cfg;
     if (!opts.draft_model_dir.empty()) {
       auto d = load_model_config(opts.draft_model_dir);
-      if (!d) return error{d.err().code, "--speculative-config: 'model' " + opts.draft_model_dir + ": " + d.err().message, "model"};
+      if (!d)
+        return error{
+            d.err().code,
+            "--speculative-config: 'model' " + opts.draft_model_dir + ": " + d.err().message,
+            "model"};
       draft_cfg = std::move(*d);
     }
     opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes(),
@@ -674,10 +744,13 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     dtype gpu_kv = dtype::bf16;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, gpu_kv) ||
         (gpu_kv != dtype::bf16 && gpu_kv != dtype::f8_e4m3 && gpu_kv != dtype::f8_e5m2))
-      return error{"invalid_argument", "kv cache dtype '" + config.kv_cache_dtype +
-                                           "': the CUDA executor keeps a bf16 (auto), fp8 / fp8_e4m3 or fp8_e5m2 cache"};
+      return error{
+          "invalid_argument",
+          "kv cache dtype '" + config.kv_cache_dtype +
+              "': the CUDA executor keeps a bf16 (auto), fp8 / fp8_e4m3 or fp8_e5m2 cache"};
     if (config.dtype != "auto" && config.dtype != "bfloat16" && config.dtype != "bf16")
-      return error{"invalid_argument", "dtype '" + config.dtype + "': the CUDA executor computes in bfloat16"};
+      return error{"invalid_argument",
+                   "dtype '" + config.dtype + "': the CUDA executor computes in bfloat16"};
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
     gpu::gpu_executor_options opts;
     opts.model_dir = config.model_dir.string();
@@ -709,7 +782,8 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     if (!e) return e.err();
     exec = std::move(*e);
 #else
-    return error{"invalid_argument", "device 'cuda': this build has no CUDA executor (configure with COSERVE_CUDA=ON)"};
+    return error{"invalid_argument",
+                 "device 'cuda': this build has no CUDA executor (configure with COSERVE_CUDA=ON)"};
 #endif
   } else {
     return error{"invalid_argument", "device '" + config.device + "' is not one of cpu, cuda"};
@@ -718,7 +792,8 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
 }
 
 result<std::unique_ptr<engine>> engine::start(engine_config config) {
-  if (config.max_num_batched_tokens <= 0) config.max_num_batched_tokens = config.device == "cpu" ? 512 : 2048;
+  if (config.max_num_batched_tokens <= 0)
+    config.max_num_batched_tokens = config.device == "cpu" ? 512 : 2048;
   actors::speculative_config spec;
   if (!config.speculative_config.empty()) {
     auto parsed = actors::parse_speculative_config(config.speculative_config);
@@ -732,27 +807,35 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
     auto f = gguf_file::open(config.model_dir.string());
     if (!f) return f.err();
     gguf_meta = std::move(*f);
-    std::fprintf(stderr, "coserve engine: %s: %s\n", config.model_dir.string().c_str(), gguf_summary(*gguf_meta).c_str());
+    std::fprintf(stderr, "coserve engine: %s: %s\n", config.model_dir.string().c_str(),
+                 gguf_summary(*gguf_meta).c_str());
   }
   if (!config.skip_tokenizer_init && gguf && gguf_meta->find("tokenizer.ggml.model")) {
     auto loaded = load_gguf_tokenizer(*gguf_meta);
     if (!loaded) return loaded.err();
     tok.emplace(std::move(*loaded));
   } else if (!config.skip_tokenizer_init && gguf) {
-    std::fprintf(stderr, "coserve engine: no tokenizer (the GGUF file has no tokenizer.ggml.* metadata): prompts are "
-                         "token ids, outputs token ids without text\n");
-  } else if (!config.skip_tokenizer_init && std::filesystem::exists(config.model_dir / "tokenizer.json")) {
+    std::fprintf(stderr,
+                 "coserve engine: no tokenizer (the GGUF file has no tokenizer.ggml.* metadata): "
+                 "prompts are "
+                 "token ids, outputs token ids without text\n");
+  } else if (!config.skip_tokenizer_init &&
+             std::filesystem::exists(config.model_dir / "tokenizer.json")) {
     auto loaded = tokenizer::load(config.model_dir / "tokenizer.json");
     if (!loaded) return loaded.err();
     tok.emplace(std::move(*loaded));
   } else {
-    std::fprintf(stderr, "coserve engine: no tokenizer (%s): prompts are token ids, outputs token ids without text\n",
-                 config.skip_tokenizer_init ? "skip_tokenizer_init" : "the folder has no tokenizer.json");
+    std::fprintf(
+        stderr,
+        "coserve engine: no tokenizer (%s): prompts are token ids, outputs token ids without "
+        "text\n",
+        config.skip_tokenizer_init ? "skip_tokenizer_init" : "the folder has no tokenizer.json");
   }
   // A GGUF file's metadata is parsed once above and read from there.
   auto model = gguf ? gguf_model_config(*gguf_meta) : load_model_config(config.model_dir.string());
   if (!model) return model.err();
-  auto gen = gguf ? gguf_generation_config(*gguf_meta) : load_generation_config(config.model_dir.string());
+  auto gen =
+      gguf ? gguf_generation_config(*gguf_meta) : load_generation_config(config.model_dir.string());
   if (!gen) return gen.err();
   // Sampling defaults for what requests leave out (vLLM's --generation-config and
   // --override-generation-config).
@@ -760,43 +843,55 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   if (config.generation_config == "auto") {
     from_file = *gen;
   } else if (config.generation_config != "vllm") {
-    const std::filesystem::path file = std::filesystem::path(config.generation_config) / "generation_config.json";
+    const std::filesystem::path file =
+        std::filesystem::path(config.generation_config) / "generation_config.json";
     if (!std::filesystem::is_regular_file(file))
-      return error{"invalid_argument", "--generation-config: " + file.string() + " not found (give auto, vllm or a folder "
-                                       "holding generation_config.json)", "generation_config"};
+      return error{"invalid_argument",
+                   "--generation-config: " + file.string() +
+                       " not found (give auto, vllm or a folder "
+                       "holding generation_config.json)",
+                   "generation_config"};
     auto g = load_generation_config(config.generation_config);
-    if (!g) return error{"invalid_argument", "--generation-config: " + g.err().message, "generation_config"};
+    if (!g)
+      return error{"invalid_argument", "--generation-config: " + g.err().message,
+                   "generation_config"};
     from_file = *g;
   }
   if (!config.override_generation_config.empty()) {
-    auto o = parse_generation_config(config.override_generation_config, "--override-generation-config");
+    auto o =
+        parse_generation_config(config.override_generation_config, "--override-generation-config");
     if (!o) return error{"invalid_argument", o.err().message, "override_generation_config"};
     over = *o;
   }
   auto defaults = sampling_defaults_of(from_file, over);
   if (!defaults) return error{"invalid_argument", defaults.err().message, "generation_config"};
   if (!defaults->empty())
-    std::fprintf(stderr, "coserve engine: default sampling parameters from the generation config: %s (requests "
-                         "override them; --generation-config vllm leaves the API's defaults)\n",
-                 describe(*defaults).c_str());
+    std::fprintf(
+        stderr,
+        "coserve engine: default sampling parameters from the generation config: %s (requests "
+        "override them; --generation-config vllm leaves the API's defaults)\n",
+        describe(*defaults).c_str());
   const auto t0 = std::chrono::steady_clock::now();
   auto made = config.make_executor ? config.make_executor(config) : make_default_executor(config);
   if (!made) return made.err();
   std::unique_ptr<executor> exec = std::move(*made);
   if (spec.enabled() && !exec->info().verifies_proposals)
-    return error{"invalid_argument", "--speculative-config: the " + exec->info().device +
-                                         " executor does not verify proposals; speculative decoding runs on "
-                                         "--device cpu, and n-gram lookup on --device cuda", "speculative_config"};
-  std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n", config.model_dir.string().c_str(),
+    return error{"invalid_argument",
+                 "--speculative-config: the " + exec->info().device +
+                     " executor does not verify proposals; speculative decoding runs on "
+                     "--device cpu, and n-gram lookup on --device cuda",
+                 "speculative_config"};
+  std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n",
+               config.model_dir.string().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 #if defined(__GLIBC__)
   // Loading freed more than it keeps (the tokenizer's JSON document tree, the GGUF metadata's
   // parse buffers): hand the free pages inside the heap back instead of keeping them resident.
   malloc_trim(0);
 #endif
-  return std::unique_ptr<engine>(
-      new engine_impl(std::move(config), std::move(tok), std::move(*model), std::move(*gen), std::move(exec), spec,
-                      *defaults));
+  return std::unique_ptr<engine>(new engine_impl(std::move(config), std::move(tok),
+                                                 std::move(*model), std::move(*gen),
+                                                 std::move(exec), spec, *defaults));
 }
 
 }  // namespace coserve

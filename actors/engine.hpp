@@ -6,6 +6,7 @@
 // executor of the awaiting coroutine (the caller's io_context), never on an engine thread.
 #pragma once
 
+#include <asio/awaitable.hpp>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -16,8 +17,6 @@
 #include <string_view>
 #include <variant>
 #include <vector>
-
-#include <asio/awaitable.hpp>
 
 #include "model/config.hpp"
 #include "model/executor.hpp"
@@ -42,40 +41,43 @@ class communicator;
 using executor_factory = std::function<result<std::unique_ptr<executor>>(const engine_config&)>;
 
 struct engine_config {
-  std::filesystem::path model_dir;       // a Hugging Face folder
-  std::string served_model_name;         // default: the folder's name
+  std::filesystem::path model_dir;  // a Hugging Face folder
+  std::string served_model_name;    // default: the folder's name
   // More names requests may use (vLLM's --served-model-name A B C: a response repeats the name
   // its request used, A when it used none; /v1/models lists all three).
   std::vector<std::string> served_model_aliases;
-  std::string device = "cpu";            // "cpu" or "cuda"
-  int32_t max_num_seqs = 256;            // running sequences at most
+  std::string device = "cpu";  // "cpu" or "cuda"
+  int32_t max_num_seqs = 256;  // running sequences at most
   // Tokens per step at most (the chunked-prefill budget); 0: the device's default, 512 on the CPU
   // (measured: shorter TTFT under load and more tokens/s than 2048, docs/benchmarks/cpu.md) and
   // 2048 on a GPU.
   int32_t max_num_batched_tokens = 0;
-  int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
-  int32_t block_size = 16;               // tokens per KV block
-  int64_t num_kv_blocks = 0;             // 0: sized from memory (CPU: kv_cache_bytes; CUDA:
-                                         // gpu_memory_utilization)
-  int64_t kv_cache_bytes = 0;            // CPU KV cache budget; 0: min(4 GiB, 1/4 of available memory)
+  int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
+  int32_t block_size = 16;     // tokens per KV block
+  int64_t num_kv_blocks = 0;   // 0: sized from memory (CPU: kv_cache_bytes; CUDA:
+                               // gpu_memory_utilization)
+  int64_t kv_cache_bytes = 0;  // CPU KV cache budget; 0: min(4 GiB, 1/4 of available memory)
   double gpu_memory_utilization = 0.9;
-  bool enforce_eager = false;            // CUDA: no CUDA graphs, every step eager (vLLM's flag)
-  std::string attention_backend = "auto";  // CUDA: "auto", "native" or "flashinfer" (gpu/gpu_executor.hpp)
-  std::string load_format = "auto";      // CUDA: "auto" (safetensors) or "dummy" (random weights)
-  std::string quantization;              // CUDA: "fp8" (W8A8, vLLM's --quantization fp8) or "" (none)
-  bool return_logits = false;            // executor copies raw logits (for output_event::logits)
-  int32_t max_waiting = 1024;            // admission limit; beyond it submit() fails "queue_full"
+  bool enforce_eager = false;  // CUDA: no CUDA graphs, every step eager (vLLM's flag)
+  std::string attention_backend =
+      "auto";  // CUDA: "auto", "native" or "flashinfer" (gpu/gpu_executor.hpp)
+  std::string load_format = "auto";  // CUDA: "auto" (safetensors) or "dummy" (random weights)
+  std::string quantization;          // CUDA: "fp8" (W8A8, vLLM's --quantization fp8) or "" (none)
+  bool return_logits = false;        // executor copies raw logits (for output_event::logits)
+  int32_t max_waiting = 1024;        // admission limit; beyond it submit() fails "queue_full"
   // Admission limit on prompt tokens waiting for their first step: a request whose prompt would
   // take the total past it fails "queue_full" (one is always admitted when none waits).
   int64_t max_waiting_tokens = int64_t{1} << 20;
-  int32_t tokenizer_pool_size = 0;       // tokenizer actors, each on its own thread; 0: min(4, cores)
-  int32_t cpu_threads = 0;               // CPU executor threads; 0: physical core count
-  std::string kv_cache_dtype = "auto";   // auto | bf16 | fp16 | fp32 | fp8 | fp8_e4m3 | fp8_e5m2 (CPU; auto is bf16, the CUDA
-                                         // executor's cache is always bf16)
-  std::string dtype = "auto";            // auto | bfloat16 | float32: activation precision of the products
-                                         // with bf16 weights (CPU); CUDA: auto and bfloat16
+  int32_t tokenizer_pool_size = 0;  // tokenizer actors, each on its own thread; 0: min(4, cores)
+  int32_t cpu_threads = 0;          // CPU executor threads; 0: physical core count
+  std::string kv_cache_dtype =
+      "auto";  // auto | bf16 | fp16 | fp32 | fp8 | fp8_e4m3 | fp8_e5m2 (CPU; auto is bf16, the CUDA
+               // executor's cache is always bf16)
+  std::string dtype = "auto";  // auto | bfloat16 | float32: activation precision of the products
+                               // with bf16 weights (CPU); CUDA: auto and bfloat16
   bool enable_prefix_caching = true;
-  bool skip_tokenizer_init = false;      // token ids in and out only (also when tokenizer.json is absent)
+  bool skip_tokenizer_init =
+      false;  // token ids in and out only (also when tokenizer.json is absent)
   // The chat template instead of the model's: a file (.jinja, or .json with chat_template) or the
   // template text itself ("": the model's).
   std::string chat_template;
@@ -86,7 +88,7 @@ struct engine_config {
   // winning over the file's (vLLM's --override-generation-config).
   std::string generation_config = "auto";
   std::string override_generation_config;
-  std::filesystem::path trace_file;      // when set, Chrome trace JSON is written at stop()
+  std::filesystem::path trace_file;  // when set, Chrome trace JSON is written at stop()
   // Speculative decoding: vLLM's --speculative-config JSON ("": off), e.g.
   // {"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":3} or
   // {"model":"/models/draft","num_speculative_tokens":4}. Needs an executor that verifies
@@ -104,7 +106,7 @@ struct engine_config {
   // this process; with tp_communicator (an MPI launch), the job's ranks, this process being rank 0.
   int32_t tensor_parallel_size = 1;
   std::shared_ptr<communicator> tp_communicator;
-  executor_factory make_executor;        // empty: the built-in executor for `device`
+  executor_factory make_executor;  // empty: the built-in executor for `device`
   // Fault injection: called as each serving actor starts handling a message (actor and message
   // names); an exception it throws is that handler's failure. Leave empty outside tests.
   std::function<void(std::string_view actor, std::string_view message)> fault_hook;
@@ -122,22 +124,24 @@ result<void> run_cuda_tp_rank(const std::filesystem::path& model_dir, communicat
 
 // A chat request's input: rendered by the model's chat template in the tokenizer actor.
 struct chat_input {
-  json::value messages;                  // array of {role, content (string | [{type:"text",...}]), ...}
-  json::value tools;                     // null or array
+  json::value messages;  // array of {role, content (string | [{type:"text",...}]), ...}
+  json::value tools;     // null or array
   bool add_generation_prompt = true;
   // The render ends inside the final message, so the model continues it (vLLM's
   // continue_final_message; an assistant prefill): render_continuing_final_message.
   bool continue_final_message = false;
-  json::value template_kwargs;           // null or object: extra template variables
+  json::value template_kwargs;  // null or object: extra template variables
   // A request's own chat template (vLLM's chat_template field, honoured under
-  // --trust-request-chat-template) instead of the model's; rendered within k_request_template_limits.
+  // --trust-request-chat-template) instead of the model's; rendered within
+  // k_request_template_limits.
   std::string template_source;
 };
 
 // How a prompt's length meets the context window, applied by the tokenizer once the prompt is
 // encoded. Errors are "invalid_request" naming the field at fault in error::param.
 struct context_rule {
-  // false: max_tokens becomes max_model_len - prompt tokens, capped at default_max_tokens (when > 0).
+  // false: max_tokens becomes max_model_len - prompt tokens, capped at default_max_tokens (when >
+  // 0).
   bool max_tokens_given = true;
   int32_t default_max_tokens = 0;
   std::string input_param = "prompt";           // the input's field name ("prompt", "messages")
@@ -150,19 +154,19 @@ struct context_rule {
 // Fills in a default max_tokens (see context_rule) and checks that the prompt is not empty and that
 // prompt + max_tokens fits in max_model_len. The over-length message is vLLM's; its param is the
 // max_tokens field when the client gave one, else the input field.
-result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens, int32_t max_model_len,
-                                sampling_params& params);
+result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens,
+                                int32_t max_model_len, sampling_params& params);
 
 struct generate_request {
   // Exactly one input: prompt text, prompt token ids, or chat messages.
   std::variant<std::string, std::vector<int32_t>, chat_input> input;
   sampling_params params;
-  bool add_special_tokens = true;        // BOS etc. for text prompts (chat: false, the template has them)
-  int32_t priority = 0;                  // lower runs first (vLLM convention); ties FCFS
-  bool return_logits = false;            // fill output_event::logits (tests, `generate --logits`)
-  context_rule context;                  // default: max_tokens as given in params
-  bool return_prompt_text = false;       // fill request_stream::prompt_text() (echo)
-  bool return_token_text = false;        // fill output_event::token_texts / top_logprob_texts
+  bool add_special_tokens = true;  // BOS etc. for text prompts (chat: false, the template has them)
+  int32_t priority = 0;            // lower runs first (vLLM convention); ties FCFS
+  bool return_logits = false;      // fill output_event::logits (tests, `generate --logits`)
+  context_rule context;            // default: max_tokens as given in params
+  bool return_prompt_text = false;  // fill request_stream::prompt_text() (echo)
+  bool return_token_text = false;   // fill output_event::token_texts / top_logprob_texts
   // Structured output: compiled by the grammar actor before the request is queued (errors are
   // "invalid_request" naming structured->param); params.grammar is then set from it.
   std::optional<grammar_spec> structured;
@@ -171,7 +175,7 @@ struct generate_request {
 // Input of engine::tokenize: text or chat messages.
 struct tokenize_request_input {
   std::variant<std::string, chat_input> input;
-  bool add_special_tokens = true;        // text only
+  bool add_special_tokens = true;  // text only
 };
 
 enum class finish_reason : uint8_t { none, stop, length, abort, error };
@@ -180,26 +184,26 @@ const char* to_string(finish_reason r) noexcept;  // "stop", "length", "abort", 
 // One streamed delta of one sample (index in [0, n)).
 struct output_event {
   int32_t index = 0;
-  std::string text;                          // new text (held back while it may become a stop string)
-  std::vector<int32_t> token_ids;            // tokens this event covers
-  std::vector<float> token_logprobs;         // per token id, when params.logprobs >= 0
+  std::string text;                   // new text (held back while it may become a stop string)
+  std::vector<int32_t> token_ids;     // tokens this event covers
+  std::vector<float> token_logprobs;  // per token id, when params.logprobs >= 0
   std::vector<std::vector<token_logprob>> top_logprobs;  // per token id, when params.logprobs > 0
   // params.prompt_logprobs >= 0: on the sample's first event, one entry per prompt position
   // 1 .. prompt length - 1; with return_token_text, prompt_token_texts decodes every id they hold
   // and the prompt's first token, each on its own.
   std::vector<prompt_logprob> prompt_logprobs;
   std::vector<std::pair<int32_t, std::string>> prompt_token_texts;
-  std::vector<std::vector<float>> logits;    // per token id, when request.return_logits
+  std::vector<std::vector<float>> logits;  // per token id, when request.return_logits
   // When request.return_token_text: each token id decoded on its own (special tokens as ""), and
   // the same for each top_logprobs entry.
   std::vector<std::string> token_texts;
   std::vector<std::vector<std::string>> top_logprob_texts;
   finish_reason finish = finish_reason::none;  // set on the sample's last event
-  std::string stop_reason;                   // the matched stop string, if any
-  std::string error_message;                 // when finish == error
-  int32_t prompt_tokens = 0;                 // usage, filled on every event
-  int32_t completion_tokens = 0;             // tokens generated so far by this sample
-  int32_t cached_prompt_tokens = 0;          // prompt tokens served from the prefix cache
+  std::string stop_reason;                     // the matched stop string, if any
+  std::string error_message;                   // when finish == error
+  int32_t prompt_tokens = 0;                   // usage, filled on every event
+  int32_t completion_tokens = 0;               // tokens generated so far by this sample
+  int32_t cached_prompt_tokens = 0;            // prompt tokens served from the prefix cache
 };
 
 // The output of one request: every sample's events, then end of stream.
@@ -221,12 +225,12 @@ class request_stream {
 struct model_info {
   std::string served_model_name;
   std::vector<std::string> served_model_aliases;  // engine_config's
-  sampling_defaults defaults;                      // from the generation config (engine_config)
+  sampling_defaults defaults;                     // from the generation config (engine_config)
   std::string architecture;
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;
-  int64_t created = 0;                  // unix seconds the engine started
-  bool prompt_logprobs = false;         // the executor honours sampling_params::prompt_logprobs
+  int64_t created = 0;           // unix seconds the engine started
+  bool prompt_logprobs = false;  // the executor honours sampling_params::prompt_logprobs
 };
 
 // A latency histogram (cumulative since start): counts[i] observations in (bounds[i-1], bounds[i]],
@@ -242,34 +246,35 @@ struct histogram_snapshot {
 struct engine_metrics {
   int64_t requests_running = 0, requests_waiting = 0;
   int64_t kv_blocks_total = 0, kv_blocks_free = 0;
-  int64_t kv_blocks_cached_free = 0;                // of the free ones: still holding a cached prefix
-  int64_t prefix_queries = 0, prefix_hits = 0;     // in tokens
+  int64_t kv_blocks_cached_free = 0;            // of the free ones: still holding a cached prefix
+  int64_t prefix_queries = 0, prefix_hits = 0;  // in tokens
   int64_t prompt_tokens = 0, generation_tokens = 0;
   int64_t preemptions = 0;
   int64_t finished_stop = 0, finished_length = 0, finished_abort = 0, finished_error = 0;
   int64_t rejected = 0;
-  int64_t open_requests = 0;                        // submitted, stream not ended yet
-  int64_t steps = 0;                                // executor steps completed
-  int64_t steps_launched_ahead = 0;                 // launched while the previous step still ran
+  int64_t open_requests = 0;         // submitted, stream not ended yet
+  int64_t steps = 0;                 // executor steps completed
+  int64_t steps_launched_ahead = 0;  // launched while the previous step still ran
   // Structured outputs (grammar actor): grammars compiled, served from its cache, rejected; time
   // spent compiling.
-  int64_t grammar_compiles = 0, grammar_cache_hits = 0, grammar_failures = 0, grammar_cache_bytes = 0;
+  int64_t grammar_compiles = 0, grammar_cache_hits = 0, grammar_failures = 0,
+          grammar_cache_bytes = 0;
   double grammar_compile_seconds = 0.0;
   // Speculative decoding (vLLM's spec_decode counters): verify steps with proposals, tokens
   // proposed, proposals accepted, and accepted per proposal position.
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
   std::vector<int64_t> spec_accepted_per_position;
   std::vector<std::pair<std::string, int64_t>> mailbox_depth;  // per actor: messages queued
-  std::vector<rank_stats> tp_ranks;                // tensor parallel: per rank (empty without)
-  histogram_snapshot ttft, itl, e2e, queue;        // seconds
+  std::vector<rank_stats> tp_ranks;          // tensor parallel: per rank (empty without)
+  histogram_snapshot ttft, itl, e2e, queue;  // seconds
 };
 
 // A request the scheduler holds (tokenized, not finished), for status views.
 struct request_status {
   uint64_t id = 0;
-  bool running = false;              // a sample of it is in the running batch; else all wait
-  double age_seconds = 0.0;          // since submit()
-  int32_t samples = 1;               // n
+  bool running = false;      // a sample of it is in the running batch; else all wait
+  double age_seconds = 0.0;  // since submit()
+  int32_t samples = 1;       // n
   int32_t prompt_tokens = 0;
   int32_t generated_tokens = 0;      // all samples together
   int32_t cached_prompt_tokens = 0;  // served from the prefix cache (first sample)
@@ -299,7 +304,9 @@ class engine {
   virtual const model_info& info() const noexcept = 0;
   virtual bool healthy() const noexcept = 0;
   // Why healthy() is false ("" while it is true): draining, stopped, or the failure's reason.
-  virtual std::string unhealthy_reason() const { return healthy() ? std::string() : "engine unavailable"; }
+  virtual std::string unhealthy_reason() const {
+    return healthy() ? std::string() : "engine unavailable";
+  }
   virtual engine_metrics metrics() = 0;
   // The requests the scheduler holds, oldest first, as the scheduler actor answers (at most
   // `limit` of them; the running ones come first). An engine without a scheduler answers none.
@@ -314,7 +321,10 @@ class engine {
   // for up to `grace`, then aborts the rest (their streams end with finish_reason::abort) and waits
   // for every stream to end. Returns the number of requests aborted. Blocks the caller; waits on a
   // condition, no polling. Idempotent; stop() still has to be called.
-  virtual int64_t drain(std::chrono::milliseconds grace) { (void)grace; return 0; }
+  virtual int64_t drain(std::chrono::milliseconds grace) {
+    (void)grace;
+    return 0;
+  }
 
   // Stops accepting, drains in-flight requests (or aborts them when `abort_running`), stops the
   // actors in reverse start order, writes the trace file if configured. Blocks the caller.
@@ -326,7 +336,8 @@ class engine {
 // model, and of a draft model's cache beside it when `draft` is given), at least one sequence at
 // max_model_len and at most max_num_seqs of them. Tensor parallel: the KV heads this host stores
 // for its ranks (all ranks as threads; the launcher's per-host count of MPI ranks).
-int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg, int32_t max_model_len,
-                            int64_t available_bytes, const model_config* draft = nullptr);
+int32_t cpu_kv_cache_blocks(const model_config& model, const engine_config& cfg,
+                            int32_t max_model_len, int64_t available_bytes,
+                            const model_config* draft = nullptr);
 
 }  // namespace coserve

@@ -26,7 +26,9 @@ void executor_actor::launch_waiting() {
   const size_t max_in_flight = size_t(std::max(1, exec_->max_in_flight()));
   while (!waiting_.empty()) {
     step_plan& plan = waiting_.front();
-    if (!in_flight_.empty() && (in_flight_.size() >= max_in_flight || !exec_->can_launch_ahead(plan))) break;
+    if (!in_flight_.empty() &&
+        (in_flight_.size() >= max_in_flight || !exec_->can_launch_ahead(plan)))
+      break;
     failed_.filter(plan);
     in_flight f;
     f.step_id = plan.step_id;
@@ -39,13 +41,15 @@ void executor_actor::launch_waiting() {
       f.requests.erase(std::unique(f.requests.begin(), f.requests.end()), f.requests.end());
     }
     if (in_flight_.empty()) {
-      p_->metrics.step_started_ns.store(std::max<int64_t>(f.launched_ns, 1), std::memory_order_relaxed);
+      p_->metrics.step_started_ns.store(std::max<int64_t>(f.launched_ns, 1),
+                                        std::memory_order_relaxed);
     } else if (!f.seqs.empty()) {
       p_->metrics.steps_launched_ahead.fetch_add(1, std::memory_order_relaxed);
     }
     in_flight_.push_back(std::move(f));
     // The callback only posts a message back here (it runs on this actor's executor).
-    exec_->launch(std::move(plan), self_.executor(), [self = self_] { (void)self.tell(step_ready{}); });
+    exec_->launch(std::move(plan), self_.executor(),
+                  [self = self_] { (void)self.tell(step_ready{}); });
     waiting_.pop_front();
   }
 }
@@ -58,7 +62,8 @@ rt::maybe_async executor_actor::handle(step_ready&) {
   result<step_result> r = exec_->collect();
   const int64_t t1 = tr.now_ns();
   // The next launched step (if any) has been running since this one completed.
-  p_->metrics.step_started_ns.store(in_flight_.empty() ? 0 : std::max<int64_t>(t1, 1), std::memory_order_relaxed);
+  p_->metrics.step_started_ns.store(in_flight_.empty() ? 0 : std::max<int64_t>(t1, 1),
+                                    std::memory_order_relaxed);
   failed_.on_step(f.seqs, f.finished, r.ok());
   rt::outbox out;
   const int64_t ran_from = std::max(f.launched_ns, last_done_ns_);
@@ -73,7 +78,8 @@ rt::maybe_async executor_actor::handle(step_ready&) {
       s.actor_id = steps_trace_id_;
       tr.record(s);
     }
-    for (uint64_t rid : f.requests) trace_for_request(*p_->sys, trace_id_, "execute_step", rid, f.launched_ns, t1);
+    for (uint64_t rid : f.requests)
+      trace_for_request(*p_->sys, trace_id_, "execute_step", rid, f.launched_ns, t1);
     out.tell(p_->scheduler_ref, step_done{f.step_id, std::move(r), !f.seqs.empty()});
   }
   launch_waiting();

@@ -51,11 +51,11 @@ class executor_actor {
   std::unique_ptr<executor> exec_;
   rt::actor_ref<executor_actor> self_;
   uint32_t trace_id_ = 0;
-  uint32_t steps_trace_id_ = 0;  // the "executor steps" track: one "step" span per step
-  int64_t last_done_ns_ = 0;     // when the step collected last completed (about)
-  std::deque<step_plan> waiting_;     // arrived, not launched yet
-  std::deque<in_flight> in_flight_;   // launched, not collected, in launch order
-  failed_sequences failed_;           // seen at collect, applied to later launches
+  uint32_t steps_trace_id_ = 0;      // the "executor steps" track: one "step" span per step
+  int64_t last_done_ns_ = 0;         // when the step collected last completed (about)
+  std::deque<step_plan> waiting_;    // arrived, not launched yet
+  std::deque<in_flight> in_flight_;  // launched, not collected, in launch order
+  failed_sequences failed_;          // seen at collect, applied to later launches
 };
 
 }  // namespace coserve::actors

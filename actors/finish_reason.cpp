@@ -5,11 +5,16 @@ namespace coserve {
 
 const char* to_string(finish_reason r) noexcept {
   switch (r) {
-    case finish_reason::stop: return "stop";
-    case finish_reason::length: return "length";
-    case finish_reason::abort: return "abort";
-    case finish_reason::error: return "error";
-    case finish_reason::none: break;
+    case finish_reason::stop:
+      return "stop";
+    case finish_reason::length:
+      return "length";
+    case finish_reason::abort:
+      return "abort";
+    case finish_reason::error:
+      return "error";
+    case finish_reason::none:
+      break;
   }
   return "";
 }

@@ -14,7 +14,8 @@ void grammar_actor::handle(compile_grammar& m) {
   pm.grammar_cache_hits.store(s.cache_hits, std::memory_order_relaxed);
   pm.grammar_failures.store(s.failures, std::memory_order_relaxed);
   pm.grammar_cache_bytes.store(s.cache_bytes, std::memory_order_relaxed);
-  pm.grammar_compile_us.store(static_cast<int64_t>(s.compile_seconds * 1e6), std::memory_order_relaxed);
+  pm.grammar_compile_us.store(static_cast<int64_t>(s.compile_seconds * 1e6),
+                              std::memory_order_relaxed);
   in_hand_ = {};
   m.reply->complete(std::move(r));
 }

@@ -25,8 +25,8 @@ asio::awaitable<void> intake::handle(submit_request& m) {
   }
   if (static_cast<int64_t>(open_.size()) >= max_open_) {
     p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
-    m.reply->complete(error{"queue_full", "too many requests in flight (" + std::to_string(open_.size()) +
-                                              "); retry later"});
+    m.reply->complete(error{"queue_full", "too many requests in flight (" +
+                                              std::to_string(open_.size()) + "); retry later"});
     in_hand_.reset();
     co_return;
   }
@@ -34,7 +34,8 @@ asio::awaitable<void> intake::handle(submit_request& m) {
   const sampling_params& sp = m.request.params;
   const size_t n = static_cast<size_t>(std::max(1, sp.n));
   // Without a given max_tokens the tokenizer may raise it to the rest of the context.
-  const int32_t most_tokens = m.request.context.max_tokens_given ? sp.max_tokens : p_->max_model_len;
+  const int32_t most_tokens =
+      m.request.context.max_tokens_given ? sp.max_tokens : p_->max_model_len;
   const size_t capacity = n * (static_cast<size_t>(std::max(0, most_tokens)) + 2) + 2;
   auto stream = std::make_shared<stream_impl>(rid, capacity, p_);
   open_.emplace(rid, stream);

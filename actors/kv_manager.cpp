@@ -66,7 +66,8 @@ void kv_manager::fork(draft_fork& f) {
   const seq_kv& parent = pit->second;
   const int32_t bs = pool_.block_size();
   seq_kv child;
-  const int32_t shared = std::min(ceil_div(f.shared_tokens, bs), static_cast<int32_t>(parent.table.size()));
+  const int32_t shared =
+      std::min(ceil_div(f.shared_tokens, bs), static_cast<int32_t>(parent.table.size()));
   child.table.assign(parent.table.begin(), parent.table.begin() + shared);
   for (int32_t b : child.table) pool_.incref(b);
   child.tokens = f.announce.prompt_ids;  // the whole prompt: the child computes its last token
@@ -141,7 +142,8 @@ void kv_manager::register_full_blocks(seq_kv& s) {
   const int32_t limit = std::min(s.num_committed, static_cast<int32_t>(s.tokens.size())) / bs;
   while (s.num_hashed < limit) {
     const int32_t i = s.num_hashed;
-    std::span<const int32_t> block(s.tokens.data() + static_cast<ptrdiff_t>(i) * bs, static_cast<size_t>(bs));
+    std::span<const int32_t> block(s.tokens.data() + static_cast<ptrdiff_t>(i) * bs,
+                                   static_cast<size_t>(bs));
     const uint64_t h = pool_.hash_block(s.last_hash, block);
     pool_.register_full(s.table[static_cast<size_t>(i)], h, s.last_hash, block);
     s.last_hash = h;
@@ -150,7 +152,8 @@ void kv_manager::register_full_blocks(seq_kv& s) {
 }
 
 void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens, int32_t cached,
-                          std::span<const int32_t> proposals, step_plan& plan, step_allocation& alloc) {
+                          std::span<const int32_t> proposals, step_plan& plan,
+                          step_allocation& alloc) {
   if (!s.known_to_executor) {
     if (s.announce) plan.new_seqs.push_back(std::move(*s.announce));
     s.announce.reset();
@@ -166,9 +169,10 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
   const int32_t first_proposal = num_tokens - static_cast<int32_t>(proposals.size());
   for (int32_t k = 0; k < n; ++k) {
     const int32_t pos = s.num_computed + k;
-    out.tokens[static_cast<size_t>(k)] = pos < known            ? s.tokens[static_cast<size_t>(pos)]
-                                         : pos < first_proposal ? k_token_from_last_step
-                                                                : proposals[static_cast<size_t>(pos - first_proposal)];
+    out.tokens[static_cast<size_t>(k)] = pos < known ? s.tokens[static_cast<size_t>(pos)]
+                                         : pos < first_proposal
+                                             ? k_token_from_last_step
+                                             : proposals[static_cast<size_t>(pos - first_proposal)];
   }
   out.num_draft = static_cast<int32_t>(proposals.size());
   out.block_table = s.table;

@@ -61,15 +61,15 @@ class kv_manager {
 
  private:
   struct seq_kv {
-    std::vector<int32_t> tokens;     // known tokens, as sent by the scheduler
+    std::vector<int32_t> tokens;  // known tokens, as sent by the scheduler
     std::vector<int32_t> table;
     int32_t num_computed = 0;
-    int32_t num_committed = 0;       // positions whose K/V a successful step wrote (or a cache hit)
-    uint64_t generation = 0;         // this incarnation (a preempted id comes back as a new one)
-    int32_t num_hashed = 0;          // leading full blocks registered in the prefix cache
-    uint64_t last_hash = 0;          // hash of block num_hashed - 1
+    int32_t num_committed = 0;  // positions whose K/V a successful step wrote (or a cache hit)
+    uint64_t generation = 0;    // this incarnation (a preempted id comes back as a new one)
+    int32_t num_hashed = 0;     // leading full blocks registered in the prefix cache
+    uint64_t last_hash = 0;     // hash of block num_hashed - 1
     bool known_to_executor = false;
-    std::optional<new_seq> announce; // sent with the sequence's first scheduled step
+    std::optional<new_seq> announce;  // sent with the sequence's first scheduled step
   };
 
   void free_table(seq_kv& s);
@@ -84,13 +84,13 @@ class kv_manager {
 
   block_pool pool_;
   std::unordered_map<seq_id_t, seq_kv> seqs_;
-  std::vector<seq_id_t> holders_;        // admission order; back() is the newest
-  std::vector<seq_id_t> drop_next_;      // released, known to the executor: drop at the next plan
-  std::vector<int32_t> scratch_;         // one block of tokens (hashing)
+  std::vector<seq_id_t> holders_;    // admission order; back() is the newest
+  std::vector<seq_id_t> drop_next_;  // released, known to the executor: drop at the next plan
+  std::vector<int32_t> scratch_;     // one block of tokens (hashing)
   struct step_write {
     seq_id_t id;
     uint64_t generation;
-    int32_t end;                         // num_computed after the step
+    int32_t end;  // num_computed after the step
   };
   std::unordered_map<uint64_t, std::vector<step_write>> pending_;  // step id → what it computes
   uint64_t next_generation_ = 1;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <array>
+#include <asio/experimental/concurrent_channel.hpp>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -24,8 +25,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <asio/experimental/concurrent_channel.hpp>
 
 #include "actors/engine.hpp"
 #include "runtime/actor.hpp"
@@ -79,7 +78,8 @@ struct pipeline_metrics {
   std::atomic<int64_t> running{0}, waiting{0}, preemptions{0}, prompt_tokens{0}, steps{0};
   std::atomic<int64_t> waiting_tokens{0};  // prompt tokens of waiting sequences not yet computed
   // kv_allocator
-  std::atomic<int64_t> kv_total{0}, kv_free{0}, kv_cached_free{0}, prefix_queries{0}, prefix_hits{0};
+  std::atomic<int64_t> kv_total{0}, kv_free{0}, kv_cached_free{0}, prefix_queries{0},
+      prefix_hits{0};
   // streamer
   std::atomic<int64_t> generation_tokens{0}, finished_stop{0}, finished_length{0},
       finished_abort{0}, finished_error{0};
@@ -87,8 +87,8 @@ struct pipeline_metrics {
   latency_histogram ttft{ttft_buckets()}, itl{itl_buckets()}, e2e{request_latency_buckets()},
       queue{request_latency_buckets()};
   // grammar actor
-  std::atomic<int64_t> grammar_compiles{0}, grammar_cache_hits{0}, grammar_failures{0}, grammar_compile_us{0},
-      grammar_cache_bytes{0};
+  std::atomic<int64_t> grammar_compiles{0}, grammar_cache_hits{0}, grammar_failures{0},
+      grammar_compile_us{0}, grammar_cache_bytes{0};
   // scheduler: speculative decoding
   std::atomic<int64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0};
   static constexpr size_t k_spec_positions = 16;
@@ -176,7 +176,8 @@ class stream_impl final : public request_stream {
   // after the cancel (requests are tokenized in parallel) still sees it. First reason wins.
   void mark_cancelled(finish_reason r) noexcept {
     uint8_t none = 0;
-    cancel_reason_.compare_exchange_strong(none, static_cast<uint8_t>(r), std::memory_order_release);
+    cancel_reason_.compare_exchange_strong(none, static_cast<uint8_t>(r),
+                                           std::memory_order_release);
   }
   finish_reason cancel_reason() const noexcept {
     return static_cast<finish_reason>(cancel_reason_.load(std::memory_order_acquire));
@@ -206,7 +207,7 @@ class stream_impl final : public request_stream {
 
 // Records a span on behalf of `request_id` for work an actor did for several requests at once
 // (a step, a token batch), so a request's trace shows every actor it passed through.
-void trace_for_request(rt::system& sys, uint32_t actor_trace_id, const char* what, uint64_t request_id,
-                       int64_t start_ns, int64_t end_ns);
+void trace_for_request(rt::system& sys, uint32_t actor_trace_id, const char* what,
+                       uint64_t request_id, int64_t start_ns, int64_t end_ns);
 
 }  // namespace coserve::actors

@@ -15,7 +15,8 @@ const char* verify_span_name(int32_t proposed, int32_t accepted) {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> v;
     for (int32_t p = 0; p <= 16; ++p)
-      for (int32_t a = 0; a <= 16; ++a) v.push_back("verify " + std::to_string(a) + "/" + std::to_string(p) + " accepted");
+      for (int32_t a = 0; a <= 16; ++a)
+        v.push_back("verify " + std::to_string(a) + "/" + std::to_string(p) + " accepted");
     return v;
   }();
   if (proposed < 0 || proposed > 16 || accepted < 0 || accepted > proposed) return "verify";
@@ -32,7 +33,8 @@ void scheduler::publish() {
   m.spec_drafts.store(sp.drafts, std::memory_order_relaxed);
   m.spec_draft_tokens.store(sp.draft_tokens, std::memory_order_relaxed);
   m.spec_accepted_tokens.store(sp.accepted_tokens, std::memory_order_relaxed);
-  for (size_t i = 0; i < sp.accepted_per_position.size() && i < m.spec_accepted_per_position.size(); ++i)
+  for (size_t i = 0; i < sp.accepted_per_position.size() && i < m.spec_accepted_per_position.size();
+       ++i)
     m.spec_accepted_per_position[i].store(sp.accepted_per_position[i], std::memory_order_relaxed);
 }
 
@@ -67,14 +69,18 @@ rt::maybe_async scheduler::handle(add_request& m) {
   // Cancelled while it was being tokenized (the cancel, if it came, found nothing here).
   if (const finish_reason why = m.stream ? m.stream->cancel_reason() : finish_reason::none;
       why != finish_reason::none) {
-    out.tell(p_->streamer_ref, end_request{rid, why, why == finish_reason::error ? "the request was failed before it was queued" : ""});
+    out.tell(p_->streamer_ref,
+             end_request{
+                 rid, why,
+                 why == finish_reason::error ? "the request was failed before it was queued" : ""});
     return out.finish();
   }
   const int32_t n = std::max(1, m.params.n);
   request& r = requests_[rid];
   r.samples = r.live = n;
   r.submitted = m.submitted;
-  p_->metrics.prompt_tokens.fetch_add(static_cast<int64_t>(m.prompt.size()), std::memory_order_relaxed);
+  p_->metrics.prompt_tokens.fetch_add(static_cast<int64_t>(m.prompt.size()),
+                                      std::memory_order_relaxed);
   for (int32_t i = 0; i < n; ++i) {
     sequence s;
     s.id = make_seq_id(rid, i);
@@ -85,8 +91,10 @@ rt::maybe_async scheduler::handle(add_request& m) {
     s.prompt = i + 1 < n ? m.prompt : std::move(m.prompt);
     s.params = m.params;
     if (!s.params.ignore_eos)
-      s.params.stop_token_ids.insert(s.params.stop_token_ids.end(), extra_eos_.begin(), extra_eos_.end());
-    s.seed = m.params.seed ? *m.params.seed + static_cast<uint64_t>(i) : rid * 7919 + static_cast<uint64_t>(i);
+      s.params.stop_token_ids.insert(s.params.stop_token_ids.end(), extra_eos_.begin(),
+                                     extra_eos_.end());
+    s.seed = m.params.seed ? *m.params.seed + static_cast<uint64_t>(i)
+                           : rid * 7919 + static_cast<uint64_t>(i);
     s.fork_parent = i == 0 ? 0 : make_seq_id(rid, 0);
     core_.add(std::move(s));
   }
@@ -122,8 +130,8 @@ void scheduler::fail_all(const std::string& reason, rt::outbox& out) {
   for (const auto& [rid, r] : requests_) all.push_back(rid);
   std::sort(all.begin(), all.end());
   for (uint64_t rid : all) end_request_now(rid, finish_reason::error, reason, out);
-  std::fprintf(stderr, "coserve engine: failed: %s; %zu open requests ended with an error\n", reason.c_str(),
-               all.size());
+  std::fprintf(stderr, "coserve engine: failed: %s; %zu open requests ended with an error\n",
+               reason.c_str(), all.size());
 }
 
 rt::maybe_async scheduler::handle(engine_failed& m) {
@@ -213,7 +221,8 @@ rt::maybe_async scheduler::handle(step_allocated& m) {
   if (a.seqs.empty() && !a.deferred.empty() && a.preempted.empty() && a.num_holders == 0) {
     const uint64_t rid = request_of(a.deferred.front());
     end_request_now(rid, finish_reason::error,
-                    "the request needs more KV cache blocks than the cache has (" + std::to_string(kv_blocks_) +
+                    "the request needs more KV cache blocks than the cache has (" +
+                        std::to_string(kv_blocks_) +
                         "); raise --num-kv-blocks or shorten the prompt",
                     out);
   }
@@ -233,7 +242,8 @@ rt::maybe_async scheduler::handle(step_done& m) {
   if (!m.outcome.ok()) {
     const error& e = m.outcome.err();
     ++consecutive_failures_;
-    const std::string why = "the executor failed step " + std::to_string(m.step_id) + ": " + e.message;
+    const std::string why =
+        "the executor failed step " + std::to_string(m.step_id) + ": " + e.message;
     std::fprintf(stderr, "coserve engine: %s (%zu requests in it)\n", why.c_str(), in_step.size());
     if (e.code == k_executor_fatal) {
       fail_all(why, out);
@@ -254,8 +264,8 @@ rt::maybe_async scheduler::handle(step_done& m) {
   const int64_t t_result = tr.now_ns();
   for (const seq_event& e : core_.on_result(result)) {
     if (e.proposed > 0 && tr.enabled())  // speculation, in the request's timeline
-      trace_for_request(*p_->sys, trace_id_, verify_span_name(e.proposed, e.accepted), e.request_id, t_result,
-                        tr.now_ns());
+      trace_for_request(*p_->sys, trace_id_, verify_span_name(e.proposed, e.accepted), e.request_id,
+                        t_result, tr.now_ns());
     token_event t;
     t.request_id = e.request_id;
     t.seq_id = e.seq_id;

@@ -16,8 +16,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <string>
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -32,13 +32,15 @@ namespace coserve::actors {
 
 class scheduler {
  public:
-  using messages =
-      rt::message_list<add_request, cancel_sequences, finish_sequence, step_allocated, step_done, engine_failed,
-                       list_requests>;
+  using messages = rt::message_list<add_request, cancel_sequences, finish_sequence, step_allocated,
+                                    step_done, engine_failed, list_requests>;
 
-  scheduler(std::shared_ptr<pipeline> p, planner_config cfg, std::vector<int32_t> extra_eos, int32_t kv_blocks,
-            int32_t max_consecutive_failures)
-      : p_(std::move(p)), core_(cfg), extra_eos_(std::move(extra_eos)), kv_blocks_(kv_blocks),
+  scheduler(std::shared_ptr<pipeline> p, planner_config cfg, std::vector<int32_t> extra_eos,
+            int32_t kv_blocks, int32_t max_consecutive_failures)
+      : p_(std::move(p)),
+        core_(cfg),
+        extra_eos_(std::move(extra_eos)),
+        kv_blocks_(kv_blocks),
         max_consecutive_failures_(std::max(1, max_consecutive_failures)) {}
   void on_start(rt::actor_context<scheduler>& ctx) { trace_id_ = ctx.self.cell().trace_id(); }
 
@@ -58,7 +60,8 @@ class scheduler {
     std::chrono::steady_clock::time_point submitted;
   };
   void pump(rt::outbox& out);
-  void end_request_now(uint64_t rid, finish_reason reason, const std::string& message, rt::outbox& out);
+  void end_request_now(uint64_t rid, finish_reason reason, const std::string& message,
+                       rt::outbox& out);
   void sample_finished(uint64_t rid);
   // Ends every request with `reason` and refuses later ones.
   void fail_all(const std::string& reason, rt::outbox& out);

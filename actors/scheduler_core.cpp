@@ -68,7 +68,8 @@ new_seq scheduler_core::announce_of(const sequence& s) const {
   return ns;
 }
 
-void scheduler_core::send_unsent_tokens(sequence& s, draft_entry& e, std::vector<int32_t>& appended) {
+void scheduler_core::send_unsent_tokens(sequence& s, draft_entry& e,
+                                        std::vector<int32_t>& appended) {
   const int32_t known = s.num_known();
   e.append_begin = static_cast<uint32_t>(appended.size());
   e.append_count = static_cast<uint32_t>(std::max(0, known - s.kv_sent));
@@ -80,8 +81,10 @@ bool scheduler_core::can_schedule() const {
   if (!forking_.empty()) return true;
   for (seq_id_t id : running_) {
     const sequence& s = seqs_.at(id);
-    const bool unresolved = s.pending > 1 || (s.pending == 1 && (s.pending_step != last_step_ || s.spec_proposed > 0));
-    const bool at_limit = s.num_generated() >= s.params.max_tokens || s.num_tokens() >= config_.max_model_len;
+    const bool unresolved =
+        s.pending > 1 || (s.pending == 1 && (s.pending_step != last_step_ || s.spec_proposed > 0));
+    const bool at_limit =
+        s.num_generated() >= s.params.max_tokens || s.num_tokens() >= config_.max_model_len;
     if (!unresolved && !at_limit && s.num_tokens() > s.num_computed) return true;
   }
   return !waiting_.empty() && seqs_.at(waiting_.front()).pending == 0 &&
@@ -93,11 +96,13 @@ int32_t scheduler_core::proposal_limit(const sequence& s) const {
   if (!sc.enabled() || s.params.grammar) return 0;
   if (sc.disable_by_batch_size > 0 && num_running() > sc.disable_by_batch_size) return 0;
   // The step yields up to k + 1 tokens, each needing a position: stay inside both limits.
-  return std::max(0, std::min({sc.num_speculative_tokens, s.params.max_tokens - s.num_generated() - 1,
-                               config_.max_model_len - s.num_tokens() - 1}));
+  return std::max(0,
+                  std::min({sc.num_speculative_tokens, s.params.max_tokens - s.num_generated() - 1,
+                            config_.max_model_len - s.num_tokens() - 1}));
 }
 
-void scheduler_core::propose(sequence& s, draft_entry& e, step_draft& d, int32_t budget, uint64_t step_id) {
+void scheduler_core::propose(sequence& s, draft_entry& e, step_draft& d, int32_t budget,
+                             uint64_t step_id) {
   const int32_t k = std::min(proposal_limit(s), budget);
   if (k <= 0) return;
   if (s.backoff.skip > 0 && config_.speculation.backoff) {
@@ -111,8 +116,8 @@ void scheduler_core::propose(sequence& s, draft_entry& e, step_draft& d, int32_t
     d.proposals.insert(d.proposals.end(), static_cast<size_t>(k), k_token_from_draft);
   } else {
     // With the last token still being sampled (two steps in flight), the lookup predicts it too.
-    got = ngram_propose(token_view{&s.prompt, &s.output}, sc.prompt_lookup_min, sc.prompt_lookup_max, k, s.pending,
-                        d.proposals);
+    got = ngram_propose(token_view{&s.prompt, &s.output}, sc.prompt_lookup_min,
+                        sc.prompt_lookup_max, k, s.pending, d.proposals);
   }
   if (got <= 0) {
     s.backoff.on_outcome(false);
@@ -173,9 +178,10 @@ step_draft scheduler_core::draft() {
     if (budget <= 0) break;
     sequence& s = at(id);
     // A sequence verifying proposals waits for that result: its next input is not known yet.
-    const bool unresolved = s.pending > 1 || (s.pending == 1 && (s.pending_step != last_step_ || s.spec_proposed > 0));
-    const bool at_limit = s.num_generated() >= s.params.max_tokens ||
-                          s.num_tokens() >= config_.max_model_len;
+    const bool unresolved =
+        s.pending > 1 || (s.pending == 1 && (s.pending_step != last_step_ || s.spec_proposed > 0));
+    const bool at_limit =
+        s.num_generated() >= s.params.max_tokens || s.num_tokens() >= config_.max_model_len;
     const int32_t n = std::min(s.num_tokens() - s.num_computed, budget);
     if (unresolved || at_limit || n <= 0) continue;
     draft_entry e;
@@ -191,9 +197,8 @@ step_draft scheduler_core::draft() {
 
   // 2. Waiting sequences, by (priority, arrival), chunked into the remaining budget.
   int32_t admitted = 0;
-  for (size_t k = 0; k < waiting_.size() && budget > 0 &&
-                     num_running() + admitted < config_.max_num_seqs;
-       ++k) {
+  for (size_t k = 0;
+       k < waiting_.size() && budget > 0 && num_running() + admitted < config_.max_num_seqs; ++k) {
     sequence& s = at(waiting_[k]);
     if (s.pending > 0) break;  // preempted with a token still in flight: wait for it (FCFS)
     draft_entry e;
@@ -323,7 +328,8 @@ std::vector<seq_event> scheduler_core::on_result(const step_result& result) {
 int64_t scheduler_core::num_waiting_tokens() const {
   int64_t n = 0;
   for (seq_id_t id : waiting_)  // forking children share their parent's prompt: not counted
-    if (auto it = seqs_.find(id); it != seqs_.end()) n += it->second.num_tokens() - it->second.num_computed;
+    if (auto it = seqs_.find(id); it != seqs_.end())
+      n += it->second.num_tokens() - it->second.num_computed;
   return n;
 }
 

@@ -18,8 +18,9 @@
 // or while its back-off lasts). The step computes that token and the proposals; the result
 // brings 1 + (accepted proposals) tokens, and the computed count moves past the accepted ones
 // only, so rejected positions are computed again. A sequence with proposals in flight is not
-// scheduled again until their result is in (its next position is unknown till then). Each draft must be answered (on_allocation) before the next draft();
-// on_result() must be called with results in step order.
+// scheduled again until their result is in (its next position is unknown till then). Each draft
+// must be answered (on_allocation) before the next draft(); on_result() must be called with results
+// in step order.
 //
 // Threads: none (owned by the scheduler actor, or by batch_planner in single-threaded use).
 #pragma once
@@ -38,15 +39,15 @@ struct planner_config {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   int32_t max_model_len = 4096;
-  int32_t eos_id = -1;  // -1: none
+  int32_t eos_id = -1;             // -1: none
   speculative_config speculation;  // off unless enabled()
 };
 
 // Speculative decoding counters (cumulative), as vLLM's spec_decode metrics.
 struct speculation_stats {
-  int64_t drafts = 0;           // verify steps of sequences with proposals
-  int64_t draft_tokens = 0;     // tokens proposed
-  int64_t accepted_tokens = 0;  // proposals accepted
+  int64_t drafts = 0;                          // verify steps of sequences with proposals
+  int64_t draft_tokens = 0;                    // tokens proposed
+  int64_t accepted_tokens = 0;                 // proposals accepted
   std::vector<int64_t> accepted_per_position;  // [i]: proposals accepted at position i
 };
 
@@ -82,11 +83,15 @@ class scheduler_core {
   std::vector<seq_event> on_result(const step_result& result);
 
   // True while sequences run or wait.
-  bool has_work() const noexcept { return !running_.empty() || !waiting_.empty() || !forking_.empty(); }
+  bool has_work() const noexcept {
+    return !running_.empty() || !waiting_.empty() || !forking_.empty();
+  }
   // True when a draft would schedule something now.
   bool can_schedule() const;
   int32_t num_running() const noexcept { return static_cast<int32_t>(running_.size()); }
-  int32_t num_waiting() const noexcept { return static_cast<int32_t>(waiting_.size() + forking_.size()); }
+  int32_t num_waiting() const noexcept {
+    return static_cast<int32_t>(waiting_.size() + forking_.size());
+  }
   int64_t num_preemptions() const noexcept { return preemptions_; }
   const speculation_stats& speculation() const noexcept { return spec_stats_; }
   // Tokens of waiting sequences not yet computed (prompts, and outputs to recompute after a
@@ -119,7 +124,7 @@ class scheduler_core {
   std::vector<seq_id_t> forking_;   // n > 1 children waiting for their parent's prompt
   std::vector<seq_id_t> finished_;  // records erased at the next draft
   uint64_t next_step_ = 1;
-  uint64_t last_step_ = 0;          // the previous draft's step id
+  uint64_t last_step_ = 0;  // the previous draft's step id
   bool outstanding_ = false;
   int64_t preemptions_ = 0;
   speculation_stats spec_stats_;

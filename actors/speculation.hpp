@@ -20,9 +20,9 @@
 namespace coserve::actors {
 
 struct speculative_config {
-  std::string method;                 // "" (off), "ngram" or "draft_model"
-  int32_t num_speculative_tokens = 0; // k: proposals verified per step at most
-  int32_t prompt_lookup_min = 0;      // n-gram lengths tried, longest first
+  std::string method;                  // "" (off), "ngram" or "draft_model"
+  int32_t num_speculative_tokens = 0;  // k: proposals verified per step at most
+  int32_t prompt_lookup_min = 0;       // n-gram lengths tried, longest first
   int32_t prompt_lookup_max = 0;
   // No proposals while more sequences than this run (0: no limit): with a large batch the step is
   // compute-bound and verifying proposals costs more than it saves.
@@ -30,7 +30,7 @@ struct speculative_config {
   // Back off after rejected proposals (speculation_backoff). false: propose at every decode step
   // whatever the outcomes (to measure acceptance; not a vLLM key).
   bool backoff = true;
-  std::string draft_model;            // draft_model: its Hugging Face folder
+  std::string draft_model;  // draft_model: its Hugging Face folder
 
   bool enabled() const noexcept { return !method.empty() && num_speculative_tokens > 0; }
 };
@@ -64,13 +64,13 @@ int32_t ngram_propose(const token_view& seq, int32_t min_n, int32_t max_n, int32
 
 // Per-sequence back-off: after a lookup that found nothing, or a proposal of which less than half
 // was accepted, the sequence makes no lookup for 1, 2, 4, ... up to 64 decode steps; a proposal
-// that does well halves that length. It bounds the lookups' cost and that of verifying proposals that keep
-// being rejected. The scheduler applies the same rule to every verified proposal of every
+// that does well halves that length. It bounds the lookups' cost and that of verifying proposals
+// that keep being rejected. The scheduler applies the same rule to every verified proposal of every
 // sequence, and a new sequence starts from that (so a draft that is rarely accepted is not probed
 // afresh by each new request).
 struct speculation_backoff {
-  int32_t skip = 0;      // decode steps left without proposals
-  int32_t penalty = 0;   // the last back-off length (0: none)
+  int32_t skip = 0;     // decode steps left without proposals
+  int32_t penalty = 0;  // the last back-off length (0: none)
 
   void on_outcome(bool good) noexcept {
     if (good) {  // halved, not cleared: one lucky proposal does not restart the probing from 1 step

@@ -22,13 +22,13 @@ namespace coserve::actors {
 // One sequence's share of a step.
 struct draft_entry {
   seq_id_t seq_id = 0;
-  int32_t tokens = 0;              // tokens wanted this step (> 0); the allocator may schedule fewer
-  int32_t num_tokens = 0;          // the sequence's length including a token still being sampled
-  bool admit = false;              // a waiting sequence: prefix lookup; deferred when it does not fit
-  bool count_query = false;        // first admission: counted in the prefix-cache hit rate
-  uint32_t append_begin = 0;       // known tokens the allocator has not been sent yet, in order:
-  uint32_t append_count = 0;       //   step_draft::appended[append_begin, append_begin + count)
-  std::optional<new_seq> announce; // executor registration (with every admission)
+  int32_t tokens = 0;         // tokens wanted this step (> 0); the allocator may schedule fewer
+  int32_t num_tokens = 0;     // the sequence's length including a token still being sampled
+  bool admit = false;         // a waiting sequence: prefix lookup; deferred when it does not fit
+  bool count_query = false;   // first admission: counted in the prefix-cache hit rate
+  uint32_t append_begin = 0;  // known tokens the allocator has not been sent yet, in order:
+  uint32_t append_count = 0;  //   step_draft::appended[append_begin, append_begin + count)
+  std::optional<new_seq> announce;  // executor registration (with every admission)
   // Speculative decoding: the last proposal_count of `tokens` are proposals to verify,
   // step_draft::proposals[proposal_begin, proposal_begin + count); they follow every known token.
   uint32_t proposal_begin = 0;
@@ -42,13 +42,13 @@ struct draft_entry {
 struct draft_fork {
   seq_id_t child = 0;
   seq_id_t parent = 0;
-  int32_t shared_tokens = 0;       // prompt positions [0, shared_tokens) are shared
-  new_seq announce;                // the child's executor registration
+  int32_t shared_tokens = 0;  // prompt positions [0, shared_tokens) are shared
+  new_seq announce;           // the child's executor registration
 };
 
 struct step_draft {
   uint64_t step_id = 0;
-  std::vector<draft_fork> forks;   // applied first
+  std::vector<draft_fork> forks;     // applied first
   std::vector<draft_entry> entries;  // running sequences in admission order, then admissions
   std::vector<int32_t> appended;     // every entry's new tokens, back to back (one allocation)
   std::vector<int32_t> proposals;    // every entry's proposals, back to back
@@ -64,16 +64,16 @@ struct step_draft {
 struct step_allocation {
   struct scheduled {
     seq_id_t seq_id = 0;
-    int32_t start_pos = 0;         // == num_computed before the step
-    int32_t tokens = 0;            // computed this step
-    int32_t cached_tokens = 0;     // admissions: prompt tokens served by the prefix cache
+    int32_t start_pos = 0;      // == num_computed before the step
+    int32_t tokens = 0;         // computed this step
+    int32_t cached_tokens = 0;  // admissions: prompt tokens served by the prefix cache
   };
   uint64_t step_id = 0;
-  std::vector<scheduled> seqs;     // batch order
-  std::vector<seq_id_t> preempted; // running sequences preempted by recompute (blocks freed)
-  std::vector<seq_id_t> deferred;  // admissions that did not fit (hold no blocks)
-  int32_t num_free_blocks = 0;     // after this step's allocations
-  int32_t num_holders = 0;         // sequences holding blocks after this step's allocations
+  std::vector<scheduled> seqs;      // batch order
+  std::vector<seq_id_t> preempted;  // running sequences preempted by recompute (blocks freed)
+  std::vector<seq_id_t> deferred;   // admissions that did not fit (hold no blocks)
+  int32_t num_free_blocks = 0;      // after this step's allocations
+  int32_t num_holders = 0;          // sequences holding blocks after this step's allocations
   int64_t prefix_queries = 0, prefix_hits = 0;  // cumulative, in tokens
 };
 

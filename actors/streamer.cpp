@@ -11,7 +11,9 @@
 namespace coserve::actors {
 
 namespace {
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
 }  // namespace
 
 void streamer::handle(open_stream& m) {
@@ -28,7 +30,8 @@ void streamer::handle(open_stream& m) {
     if (tok_ == nullptr) continue;  // token ids only
     smp.detok = std::make_unique<incremental_detokenizer>(*tok_, st.params.skip_special_tokens,
                                                           st.stream->prompt_ids());
-    smp.stops = std::make_unique<stop_checker>(st.params.stop, st.params.include_stop_str_in_output);
+    smp.stops =
+        std::make_unique<stop_checker>(st.params.stop, st.params.include_stop_str_in_output);
   }
 }
 
@@ -38,10 +41,18 @@ bool streamer::end_sample(uint64_t rid, state& st, output_event ev, rt::outbox& 
   smp.done = true;
   auto& m = p_->metrics;
   switch (ev.finish) {
-    case finish_reason::stop: m.finished_stop.fetch_add(1, std::memory_order_relaxed); break;
-    case finish_reason::length: m.finished_length.fetch_add(1, std::memory_order_relaxed); break;
-    case finish_reason::abort: m.finished_abort.fetch_add(1, std::memory_order_relaxed); break;
-    default: m.finished_error.fetch_add(1, std::memory_order_relaxed); break;
+    case finish_reason::stop:
+      m.finished_stop.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case finish_reason::length:
+      m.finished_length.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case finish_reason::abort:
+      m.finished_abort.fetch_add(1, std::memory_order_relaxed);
+      break;
+    default:
+      m.finished_error.fetch_add(1, std::memory_order_relaxed);
+      break;
   }
   st.stream->send(std::move(ev));
   if (--st.live > 0) return false;
@@ -72,8 +83,10 @@ rt::maybe_async streamer::handle(token_batch& m) {
     // Counted before the event is sent: a client that has seen its stream end reads a count that
     // includes every token it was sent.
     p_->metrics.generation_tokens.fetch_add(1, std::memory_order_relaxed);
-    if (!st.first_token_seen) p_->metrics.ttft.observe(seconds(now - st.stream->submitted()));
-    else p_->metrics.itl.observe(seconds(now - st.last_token));
+    if (!st.first_token_seen)
+      p_->metrics.ttft.observe(seconds(now - st.stream->submitted()));
+    else
+      p_->metrics.itl.observe(seconds(now - st.last_token));
     st.first_token_seen = true;
     st.last_token = now;
 
@@ -131,7 +144,8 @@ rt::maybe_async streamer::handle(token_batch& m) {
     if (smp.stops->stopped()) {
       ev.finish = finish_reason::stop;
       ev.stop_reason = smp.stops->matched();
-      if (e.finish == finish_reason::none) out.tell(p_->scheduler_ref, finish_sequence{e.request_id, e.seq_id});
+      if (e.finish == finish_reason::none)
+        out.tell(p_->scheduler_ref, finish_sequence{e.request_id, e.seq_id});
     } else if (e.finish != finish_reason::none) {
       ev.text += smp.stops->push(smp.detok->flush());
       ev.text += smp.stops->flush();
@@ -151,8 +165,8 @@ rt::maybe_async streamer::handle(token_batch& m) {
   return out.finish();
 }
 
-bool streamer::end_all_samples(uint64_t rid, state& st, finish_reason reason, const std::string& message,
-                               rt::outbox& out) {
+bool streamer::end_all_samples(uint64_t rid, state& st, finish_reason reason,
+                               const std::string& message, rt::outbox& out) {
   bool ended = false;
   for (size_t i = 0; i < st.samples.size() && !ended; ++i) {
     if (st.samples[i].done) continue;

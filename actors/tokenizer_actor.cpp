@@ -13,20 +13,22 @@
 
 namespace coserve {
 
-result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens, int32_t max_model_len,
-                                sampling_params& params) {
+result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens,
+                                int32_t max_model_len, sampling_params& params) {
   const std::string& where = rule.input_param;
   if (prompt_tokens <= 0)
     return error{"invalid_request", "the " + where + " is empty after tokenization", where};
   if (!rule.max_tokens_given) {
     params.max_tokens = std::max(0, max_model_len - prompt_tokens);
-    if (rule.default_max_tokens > 0) params.max_tokens = std::min(rule.default_max_tokens, params.max_tokens);
+    if (rule.default_max_tokens > 0)
+      params.max_tokens = std::min(rule.default_max_tokens, params.max_tokens);
     // vLLM's SamplingParams check, on the max_tokens the request did not give (a given one is
     // checked with the request's fields).
     if (params.min_tokens > params.max_tokens && params.max_tokens > 0)
-      return error{"invalid_request", "min_tokens must be less than or equal to max_tokens=" +
-                                          std::to_string(params.max_tokens) + ", got " +
-                                          std::to_string(params.min_tokens) + ".",
+      return error{"invalid_request",
+                   "min_tokens must be less than or equal to max_tokens=" +
+                       std::to_string(params.max_tokens) + ", got " +
+                       std::to_string(params.min_tokens) + ".",
                    "min_tokens"};
   }
   const int64_t total = int64_t{prompt_tokens} + std::max<int64_t>(params.max_tokens, 1);
@@ -35,8 +37,9 @@ result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens,
                  "This model's maximum context length is " + std::to_string(max_model_len) +
                      " tokens. However, you requested " + std::to_string(total) + " tokens (" +
                      std::to_string(prompt_tokens) + " in the " + where + ", " +
-                     std::to_string(params.max_tokens) + " in the completion). Please reduce the length of the " +
-                     where + " or completion.",
+                     std::to_string(params.max_tokens) +
+                     " in the completion). Please reduce the length of the " + where +
+                     " or completion.",
                  rule.max_tokens_given ? rule.max_tokens_param : where};
   return {};
 }
@@ -57,9 +60,9 @@ int64_t chat_cost(const json::value& v) {
   return c;
 }
 
-// The pool's threads run at a lower priority (nice +5) than the executor, the runtime's pool and the
-// HTTP threads: where cores are few, encoding a long prompt slows running streams less and takes
-// longer itself. Linux only (per-thread nice); elsewhere a no-op.
+// The pool's threads run at a lower priority (nice +5) than the executor, the runtime's pool and
+// the HTTP threads: where cores are few, encoding a long prompt slows running streams less and
+// takes longer itself. Linux only (per-thread nice); elsewhere a no-op.
 void lower_thread_priority_once() {
 #if defined(__linux__)
   static thread_local bool done = false;
@@ -85,14 +88,17 @@ struct load_guard {
 }  // namespace
 
 int64_t tokenize_cost(const generate_request& req) {
-  if (const auto* t = std::get_if<std::string>(&req.input)) return static_cast<int64_t>(t->size()) + 1;
-  if (const auto* ids = std::get_if<std::vector<int32_t>>(&req.input)) return static_cast<int64_t>(ids->size()) + 1;
+  if (const auto* t = std::get_if<std::string>(&req.input))
+    return static_cast<int64_t>(t->size()) + 1;
+  if (const auto* ids = std::get_if<std::vector<int32_t>>(&req.input))
+    return static_cast<int64_t>(ids->size()) + 1;
   const auto& chat = std::get<chat_input>(req.input);
   return chat_cost(chat.messages) + chat_cost(chat.tools);
 }
 
 int64_t tokenize_cost(const tokenize_request_input& in) {
-  if (const auto* t = std::get_if<std::string>(&in.input)) return static_cast<int64_t>(t->size()) + 1;
+  if (const auto* t = std::get_if<std::string>(&in.input))
+    return static_cast<int64_t>(t->size()) + 1;
   const auto& chat = std::get<chat_input>(in.input);
   return chat_cost(chat.messages) + chat_cost(chat.tools);
 }
@@ -107,16 +113,21 @@ result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat)
   std::optional<chat_template> own;  // the request's (--trust-request-chat-template)
   if (!chat.template_source.empty()) {
     auto parsed = chat_template::parse(chat.template_source);
-    if (!parsed) return error{"invalid_request", "chat_template: " + parsed.err().message, "chat_template"};
+    if (!parsed)
+      return error{"invalid_request", "chat_template: " + parsed.err().message, "chat_template"};
     own = std::move(parsed.value());
   }
   const chat_template* tmpl = own ? &*own : this->tmpl;
   const template_limits limits = own ? k_request_template_limits : template_limits{};
-  if (tmpl == nullptr || tok == nullptr) return error{"invalid_request", template_error, "messages"};
+  if (tmpl == nullptr || tok == nullptr)
+    return error{"invalid_request", template_error, "messages"};
   // A template that never reads `tools` would drop them silently.
-  if (chat.tools.is_array() && !chat.tools.as_array().empty() && tmpl->source().find("tools") == std::string::npos)
-    return error{"invalid_request", "the model's chat template does not support tools (it never reads `tools`); "
-                                    "serve with --chat-template to give one that does", "tools"};
+  if (chat.tools.is_array() && !chat.tools.as_array().empty() &&
+      tmpl->source().find("tools") == std::string::npos)
+    return error{"invalid_request",
+                 "the model's chat template does not support tools (it never reads `tools`); "
+                 "serve with --chat-template to give one that does",
+                 "tools"};
   json::value ctx;
   ctx["messages"] = chat.messages;
   if (!chat.tools.is_null()) ctx["tools"] = chat.tools;
@@ -125,9 +136,12 @@ result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat)
   ctx["eos_token"] = tok->eos_token();
   if (chat.template_kwargs.is_object())
     for (const auto& [key, value] : chat.template_kwargs.as_object()) ctx[key] = value;
-  auto text = chat.continue_final_message ? render_continuing_final_message(*tmpl, std::move(ctx), std::nullopt, limits)
-                                          : tmpl->render(ctx, std::nullopt, limits);
-  if (!text.ok()) return error{"invalid_request", std::move(text).err().message, own ? "chat_template" : "messages"};
+  auto text = chat.continue_final_message
+                  ? render_continuing_final_message(*tmpl, std::move(ctx), std::nullopt, limits)
+                  : tmpl->render(ctx, std::nullopt, limits);
+  if (!text.ok())
+    return error{"invalid_request", std::move(text).err().message,
+                 own ? "chat_template" : "messages"};
   return tok->encode(*text, false);
 }
 
@@ -139,7 +153,8 @@ result<std::vector<int32_t>> prompt_encoder::encode_input(const tokenize_request
   return encode_chat(std::get<chat_input>(in.input));
 }
 
-result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req, sampling_params& params) const {
+result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
+                                                    sampling_params& params) const {
   const std::string& where = req.context.input_param;
   std::vector<int32_t> ids;
   if (tok == nullptr && std::get_if<std::vector<int32_t>>(&req.input) == nullptr)
@@ -159,12 +174,15 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
   }
   for (int32_t id : ids)
     if (id < 0 || id >= vocab_size)
-      return error{"invalid_request", "token id " + std::to_string(id) + " is outside the vocabulary", where};
+      return error{"invalid_request",
+                   "token id " + std::to_string(id) + " is outside the vocabulary", where};
   if (const int32_t t = req.context.truncate_prompt_tokens; t != 0) {  // the last `keep` tokens
     const auto keep = size_t(t < 0 ? max_model_len : t);
     if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(keep));
   }
-  if (auto r = apply_context_rule(req.context, static_cast<int32_t>(ids.size()), max_model_len, params); !r)
+  if (auto r =
+          apply_context_rule(req.context, static_cast<int32_t>(ids.size()), max_model_len, params);
+      !r)
     return std::move(r).err();
   return ids;
 }
@@ -173,7 +191,8 @@ result<std::string> prompt_encoder::decode(const std::vector<int32_t>& ids) cons
   if (tok == nullptr) return error{"invalid_request", template_error, "tokens"};
   for (int32_t id : ids)
     if (id < 0 || id >= vocab_size)
-      return error{"invalid_request", "'tokens' must hold ids in [0, " + std::to_string(vocab_size) + ")", "tokens"};
+      return error{"invalid_request",
+                   "'tokens' must hold ids in [0, " + std::to_string(vocab_size) + ")", "tokens"};
   return tok->decode(ids, true);
 }
 
@@ -222,14 +241,16 @@ asio::awaitable<void> tokenizer_actor::handle(tokenize_request& m) {
   if (p_->max_waiting_tokens > 0 && waiting > 0 &&
       waiting + static_cast<int64_t>(ids->size()) > p_->max_waiting_tokens) {
     p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
-    reject(error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) + "); retry later"});
+    reject(error{"queue_full",
+                 "too many prompt tokens waiting (" + std::to_string(waiting) + "); retry later"});
     co_return;
   }
   std::string prompt_text;
   if (m.request.return_prompt_text) {
     if (auto* text = std::get_if<std::string>(&m.request.input)) {
       prompt_text = std::move(*text);
-    } else if (std::get_if<std::vector<int32_t>>(&m.request.input) != nullptr && enc_->tok != nullptr) {
+    } else if (std::get_if<std::vector<int32_t>>(&m.request.input) != nullptr &&
+               enc_->tok != nullptr) {
       prompt_text = enc_->tok->decode(*ids, true);
     }
   }
@@ -241,7 +262,8 @@ asio::awaitable<void> tokenizer_actor::handle(tokenize_request& m) {
     m.reply->complete(error{"engine_down", "the engine is stopping"});
     co_return;
   }
-  add_request add{rid, std::move(*ids), params, m.request.priority, m.stream->submitted(), m.stream};
+  add_request add{rid,     std::move(*ids), params, m.request.priority, m.stream->submitted(),
+                  m.stream};
   if (co_await p_->scheduler_ref.send(std::move(add), rid) != rt::send_status::ok) {
     m.reply->complete(error{"engine_down", "the engine is stopping"});
     // The streamer holds the stream: it drops it and closes the request.

@@ -25,9 +25,9 @@ namespace coserve::actors {
 
 // What the tokenizer actors need of the model.
 struct prompt_encoder {
-  const tokenizer* tok = nullptr;        // null: token-id prompts only
-  const chat_template* tmpl = nullptr;   // null: the model has none
-  std::string template_error;            // why there is none (or no tokenizer)
+  const tokenizer* tok = nullptr;       // null: token-id prompts only
+  const chat_template* tmpl = nullptr;  // null: the model has none
+  std::string template_error;           // why there is none (or no tokenizer)
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;
 

@@ -52,11 +52,13 @@ std::vector<named_spec> bench_specs() {
   v.push_back({"flat_object", schema(R"({"type":"object","properties":{"name":{"type":"string"},
       "age":{"type":"integer","minimum":0,"maximum":150},"email":{"type":"string","pattern":"^[a-z0-9.]+@[a-z]+\\.[a-z]{2,3}$"},
       "active":{"type":"boolean"}},"required":["name","age","email","active"],"additionalProperties":false})")});
-  v.push_back({"nested_arrays", schema(R"({"type":"object","properties":{"items":{"type":"array","items":{
+  v.push_back(
+      {"nested_arrays", schema(R"({"type":"object","properties":{"items":{"type":"array","items":{
       "type":"object","properties":{"sku":{"type":"string","maxLength":12},"qty":{"type":"integer","minimum":1},
       "price":{"type":"number"},"tags":{"type":"array","items":{"enum":["new","sale","gift"]},"maxItems":3}},
       "required":["sku","qty","price"]},"maxItems":5},"total":{"type":"number"}},"required":["items","total"]})")});
-  v.push_back({"defs_anyof", schema(R"({"$defs":{"point":{"type":"object","properties":{"x":{"type":"number"},
+  v.push_back({"defs_anyof",
+               schema(R"({"$defs":{"point":{"type":"object","properties":{"x":{"type":"number"},
       "y":{"type":"number"}},"required":["x","y"]},"shape":{"anyOf":[{"type":"object","properties":{"circle":{
       "type":"object","properties":{"center":{"$ref":"#/$defs/point"},"r":{"type":"number","minimum":0}},
       "required":["center","r"]}},"required":["circle"]},{"type":"object","properties":{"polygon":{"type":"array",
@@ -90,16 +92,23 @@ int bench_grammar(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: coserve bench grammar TOKENIZER [--walks N] [--max-tokens T] [--seed S]\n"
-                  "  structured-output costs over TOKENIZER's vocabulary (a tokenizer.json or its folder):\n"
-                  "  grammar compile time and cache hits, and the per-token time to fill and apply the\n"
-                  "  token bitmask along N random walks of at most T tokens per grammar (default 8, 256)\n");
+      std::printf(
+          "usage: coserve bench grammar TOKENIZER [--walks N] [--max-tokens T] [--seed S]\n"
+          "  structured-output costs over TOKENIZER's vocabulary (a tokenizer.json or its "
+          "folder):\n"
+          "  grammar compile time and cache hits, and the per-token time to fill and apply the\n"
+          "  token bitmask along N random walks of at most T tokens per grammar (default 8, "
+          "256)\n");
       return 0;
     }
-    if (a == "--walks" && i + 1 < argc) walks = std::stoi(argv[++i]);
-    else if (a == "--max-tokens" && i + 1 < argc) max_tokens = std::stoi(argv[++i]);
-    else if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
-    else if (!a.starts_with("--") && path.empty()) path = a;
+    if (a == "--walks" && i + 1 < argc)
+      walks = std::stoi(argv[++i]);
+    else if (a == "--max-tokens" && i + 1 < argc)
+      max_tokens = std::stoi(argv[++i]);
+    else if (a == "--seed" && i + 1 < argc)
+      seed = std::stoull(argv[++i]);
+    else if (!a.starts_with("--") && path.empty())
+      path = a;
     else {
       std::fprintf(stderr, "coserve bench grammar: unexpected argument '%s'\n", argv[i]);
       return 2;
@@ -117,7 +126,8 @@ int bench_grammar(int argc, char** argv) {
   std::vector<int32_t> stops;
   if (auto e = tok->eos_id()) stops.push_back(*e);
   for (const char* name : {"<|endoftext|>", "<|im_end|>", "</s>", "<|eot_id|>"})
-    if (auto id = tok->token_to_id(name); id && std::find(stops.begin(), stops.end(), *id) == stops.end())
+    if (auto id = tok->token_to_id(name);
+        id && std::find(stops.begin(), stops.end(), *id) == stops.end())
       stops.push_back(*id);
   const int32_t vocab = tok->vocab_size();
   const auto t_info = clock_type::now();
@@ -173,7 +183,8 @@ int bench_grammar(int argc, char** argv) {
         apply_grammar_mask(logits, mask);
         apply.push_back(us_since(a0));
         all_mask.push_back(fill.back() + apply.back());
-        const int32_t tok_id = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        const int32_t tok_id =
+            int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
         ++tokens;
         if (!m.accept(tok_id)) return 1;
         if (m.terminated()) {
@@ -182,12 +193,15 @@ int bench_grammar(int argc, char** argv) {
         }
       }
     }
-    std::printf("{\"bench\":\"grammar\",\"grammar\":\"%s\",\"vocab\":%d,\"compile_ms\":%.3f,\"cache_hit_us\":%.2f,"
-                "\"cache_bytes_after\":%lld,"
-                "\"walks\":%d,\"finished\":%d,\"tokens\":%lld,\"fill_us_p50\":%.2f,\"fill_us_p99\":%.2f,"
-                "\"fill_us_max\":%.2f,\"apply_us_p50\":%.2f}\n",
-                name, vocab, cms, hus, static_cast<long long>(c.stats().cache_bytes), walks, finished, static_cast<long long>(tokens), percentile(fill, 0.5),
-                percentile(fill, 0.99), percentile(fill, 1.0), percentile(apply, 0.5));
+    std::printf(
+        "{\"bench\":\"grammar\",\"grammar\":\"%s\",\"vocab\":%d,\"compile_ms\":%.3f,\"cache_hit_"
+        "us\":%.2f,"
+        "\"cache_bytes_after\":%lld,"
+        "\"walks\":%d,\"finished\":%d,\"tokens\":%lld,\"fill_us_p50\":%.2f,\"fill_us_p99\":%.2f,"
+        "\"fill_us_max\":%.2f,\"apply_us_p50\":%.2f}\n",
+        name, vocab, cms, hus, static_cast<long long>(c.stats().cache_bytes), walks, finished,
+        static_cast<long long>(tokens), percentile(fill, 0.5), percentile(fill, 0.99),
+        percentile(fill, 1.0), percentile(apply, 0.5));
     all_fill.insert(all_fill.end(), fill.begin(), fill.end());
     all_apply.insert(all_apply.end(), apply.begin(), apply.end());
   }
@@ -195,16 +209,18 @@ int bench_grammar(int argc, char** argv) {
   std::string name = path;
   for (char& ch : name)
     if (ch == '"' || ch == '\\') ch = '_';
-  std::printf("{\"bench\":\"grammar_summary\",\"tokenizer\":\"%s\",\"vocab\":%d,\"tokenizer_info_ms\":%.1f,"
-              "\"grammars\":%zu,\"compile_ms_p50\":%.2f,\"compile_ms_max\":%.2f,\"cache_hit_us_p50\":%.2f,"
-              "\"cache_hit_rate\":%.3f,\"tokens\":%zu,\"mask_us_p50\":%.2f,\"mask_us_p99\":%.2f,\"mask_us_max\":%.2f,"
-              "\"fill_us_p50\":%.2f,\"fill_us_p99\":%.2f,\"apply_us_p50\":%.2f,\"apply_us_p99\":%.2f}\n",
-              name.c_str(), vocab, tokenizer_info_ms, compile_ms.size(), percentile(compile_ms, 0.5),
-              percentile(compile_ms, 1.0), percentile(hit_us, 0.5),
-              double(st.cache_hits) / double(std::max<int64_t>(1, st.cache_hits + st.compiles)), all_fill.size(),
-              percentile(all_mask, 0.5), percentile(all_mask, 0.99), percentile(all_mask, 1.0),
-              percentile(all_fill, 0.5), percentile(all_fill, 0.99), percentile(all_apply, 0.5),
-              percentile(all_apply, 0.99));
+  std::printf(
+      "{\"bench\":\"grammar_summary\",\"tokenizer\":\"%s\",\"vocab\":%d,\"tokenizer_info_ms\":%.1f,"
+      "\"grammars\":%zu,\"compile_ms_p50\":%.2f,\"compile_ms_max\":%.2f,\"cache_hit_us_p50\":%.2f,"
+      "\"cache_hit_rate\":%.3f,\"tokens\":%zu,\"mask_us_p50\":%.2f,\"mask_us_p99\":%.2f,\"mask_us_"
+      "max\":%.2f,"
+      "\"fill_us_p50\":%.2f,\"fill_us_p99\":%.2f,\"apply_us_p50\":%.2f,\"apply_us_p99\":%.2f}\n",
+      name.c_str(), vocab, tokenizer_info_ms, compile_ms.size(), percentile(compile_ms, 0.5),
+      percentile(compile_ms, 1.0), percentile(hit_us, 0.5),
+      double(st.cache_hits) / double(std::max<int64_t>(1, st.cache_hits + st.compiles)),
+      all_fill.size(), percentile(all_mask, 0.5), percentile(all_mask, 0.99),
+      percentile(all_mask, 1.0), percentile(all_fill, 0.5), percentile(all_fill, 0.99),
+      percentile(all_apply, 0.5), percentile(all_apply, 0.99));
   return 0;
 }
 

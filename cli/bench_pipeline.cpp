@@ -1,7 +1,8 @@
 // `coserve bench pipeline --seqs N --steps S [--prompt P] [--block-size B]`: the host CPU cost of
 // one decode step of the serving pipeline with a null executor that samples instantly — planning,
 // KV block bookkeeping, building the batch inputs and applying the results — with two steps in
-// flight (plan N+1, then apply N's result). Prints one JSON line with p50/p99 microseconds per step.
+// flight (plan N+1, then apply N's result). Prints one JSON line with p50/p99 microseconds per
+// step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -23,8 +24,9 @@ step_result null_execute(const step_plan& plan) {
   r.step_id = plan.step_id;
   r.outputs.reserve(plan.seqs.size());
   for (const auto& s : plan.seqs)
-    if (s.sample) r.outputs.push_back(seq_output{.seq_id = s.seq_id, .token = 5, .logprob = 0.0f,
-                                                 .top_logprobs = {}, .logits = {}});
+    if (s.sample)
+      r.outputs.push_back(seq_output{
+          .seq_id = s.seq_id, .token = 5, .logprob = 0.0f, .top_logprobs = {}, .logits = {}});
   return r;
 }
 
@@ -34,13 +36,18 @@ int bench_pipeline(int argc, char** argv) {
   int32_t seqs = 256, steps = 1000, prompt = 16, block_size = 16;
   for (int i = 0; i + 1 < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--seqs") seqs = std::atoi(argv[++i]);
-    else if (a == "--steps") steps = std::atoi(argv[++i]);
-    else if (a == "--prompt") prompt = std::atoi(argv[++i]);
-    else if (a == "--block-size") block_size = std::atoi(argv[++i]);
+    if (a == "--seqs")
+      seqs = std::atoi(argv[++i]);
+    else if (a == "--steps")
+      steps = std::atoi(argv[++i]);
+    else if (a == "--prompt")
+      prompt = std::atoi(argv[++i]);
+    else if (a == "--block-size")
+      block_size = std::atoi(argv[++i]);
   }
   if (seqs < 1 || steps < 1 || prompt < 1 || block_size < 1) {
-    std::fprintf(stderr, "usage: coserve bench pipeline --seqs N --steps S [--prompt P] [--block-size B]\n");
+    std::fprintf(
+        stderr, "usage: coserve bench pipeline --seqs N --steps S [--prompt P] [--block-size B]\n");
     return 2;
   }
   const int32_t max_len = prompt + steps + 8;
@@ -49,8 +56,9 @@ int bench_pipeline(int argc, char** argv) {
                              .max_model_len = max_len,
                              .eos_id = 2};
   const int32_t blocks = seqs * ((max_len + block_size - 1) / block_size + 1);
-  actors::batch_planner planner(cfg, {.num_blocks = blocks, .block_size = block_size,
-                                      .enable_prefix_caching = true, .hash = {}});
+  actors::batch_planner planner(
+      cfg,
+      {.num_blocks = blocks, .block_size = block_size, .enable_prefix_caching = true, .hash = {}});
   for (int32_t i = 0; i < seqs; ++i) {
     actors::sequence s;
     s.id = static_cast<seq_id_t>(i + 1);
@@ -76,15 +84,17 @@ int bench_pipeline(int argc, char** argv) {
     us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
   }
   std::sort(us.begin(), us.end());
-  auto pct = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))]; };
+  auto pct = [&](double q) {
+    return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))];
+  };
   const int64_t expected = static_cast<int64_t>(seqs) * steps;
   if (sampled != expected) {
     std::fprintf(stderr, "bench pipeline: %lld tokens sampled, expected %lld\n",
                  static_cast<long long>(sampled), static_cast<long long>(expected));
     return 1;
   }
-  std::printf("{\"seqs\":%d,\"steps\":%d,\"us_per_step_p50\":%.1f,\"us_per_step_p99\":%.1f}\n", seqs,
-              steps, pct(0.50), pct(0.99));
+  std::printf("{\"seqs\":%d,\"steps\":%d,\"us_per_step_p50\":%.1f,\"us_per_step_p99\":%.1f}\n",
+              seqs, steps, pct(0.50), pct(0.99));
   return 0;
 }
 

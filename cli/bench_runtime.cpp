@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-
 #include "runtime/system.hpp"
 
 namespace coserve::cli {
@@ -94,12 +93,15 @@ struct producer {
 
 void print(const char* workload, long n, double secs) {
   std::printf(
-      "{\"runtime\":\"coserve\",\"workload\":\"%s\",\"n\":%ld,\"seconds\":%.4f,\"per_second\":%.0f}\n",
+      "{\"runtime\":\"coserve\",\"workload\":\"%s\",\"n\":%ld,\"seconds\":%.4f,\"per_second\":%.0f}"
+      "\n",
       workload, n, secs, double(n) / secs);
   std::fflush(stdout);
 }
 
-double secs_since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
+double secs_since(clk::time_point t) {
+  return std::chrono::duration<double>(clk::now() - t).count();
+}
 
 }  // namespace
 
@@ -109,20 +111,25 @@ int bench_runtime(int argc, char** argv) {
   bool trace = true;
   std::size_t release_chunk = rt::spawn_options{}.mailbox_release_chunk_bytes;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--n") && i + 1 < argc) n = std::atol(argv[++i]);
-    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc) threads = std::atol(argv[++i]);
-    else if (!std::strcmp(argv[i], "--no-trace")) trace = false;
+    if (!std::strcmp(argv[i], "--n") && i + 1 < argc)
+      n = std::atol(argv[++i]);
+    else if (!std::strcmp(argv[i], "--threads") && i + 1 < argc)
+      threads = std::atol(argv[++i]);
+    else if (!std::strcmp(argv[i], "--no-trace"))
+      trace = false;
     else if (!std::strcmp(argv[i], "--mailbox-release-chunk") && i + 1 < argc)
       release_chunk = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--help")) {
-      std::printf("usage: coserve bench runtime [--n N] [--threads T] [--no-trace] [--mailbox-release-chunk B]\n"
-                  "  --n N        messages per workload (default 1000000)\n"
-                  "  --threads T  executor pool threads (default: core count)\n"
-                  "  --no-trace   disable per-actor tracing (on by default)\n"
-                  "  --mailbox-release-chunk B\n"
-                  "               the 2^16-slot mailboxes of fanin and pipeline hand consumed chunks\n"
-                  "               of B bytes back to the system (default %zu; 0 keeps every page)\n",
-                  release_chunk);
+      std::printf(
+          "usage: coserve bench runtime [--n N] [--threads T] [--no-trace] "
+          "[--mailbox-release-chunk B]\n"
+          "  --n N        messages per workload (default 1000000)\n"
+          "  --threads T  executor pool threads (default: core count)\n"
+          "  --no-trace   disable per-actor tracing (on by default)\n"
+          "  --mailbox-release-chunk B\n"
+          "               the 2^16-slot mailboxes of fanin and pipeline hand consumed chunks\n"
+          "               of B bytes back to the system (default %zu; 0 keeps every page)\n",
+          release_chunk);
       return 0;
     } else {
       std::fprintf(stderr, "coserve bench runtime: unknown flag '%s'\n", argv[i]);
@@ -158,8 +165,7 @@ int bench_runtime(int argc, char** argv) {
     rt::system sys(cfg);
     std::promise<void> done;
     const int producers = 4;
-    auto s = sys.spawn<sink>(big("sink"), long(n) * producers,
-                             &done);
+    auto s = sys.spawn<sink>(big("sink"), long(n) * producers, &done);
     auto t = clk::now();
     std::vector<rt::actor_ref<producer<sink>>> ps;
     for (int p = 0; p < producers; ++p)
@@ -179,7 +185,8 @@ int bench_runtime(int argc, char** argv) {
     auto s2 = sys.spawn<stage<stage<stage<stage<sink>>>>>(big("stage2"), s3);
     auto s1 = sys.spawn<stage<stage<stage<stage<stage<sink>>>>>>(big("stage1"), s2);
     auto t = clk::now();
-    auto source = sys.spawn<producer<stage<stage<stage<stage<stage<sink>>>>>>>({.name = "source"}, s1);
+    auto source =
+        sys.spawn<producer<stage<stage<stage<stage<stage<sink>>>>>>>({.name = "source"}, s1);
     (void)source.tell(go{n});
     done.get_future().wait();
     print("pipeline", n, secs_since(t));

@@ -32,7 +32,8 @@ int bench_serve(int argc, char** argv) {
   for (auto& a : args) cargs.push_back(a.data());
   cargs.push_back(nullptr);
   execvp(cargs[0], cargs.data());
-  std::fprintf(stderr, "coserve bench serve: cannot run %s: %s\n", python.c_str(), std::strerror(errno));
+  std::fprintf(stderr, "coserve bench serve: cannot run %s: %s\n", python.c_str(),
+               std::strerror(errno));
   return 2;
 }
 

@@ -1,8 +1,9 @@
 // `coserve bench steps MODEL_DIR [--requests N] [--prompt P] [--max-tokens T] [--rounds R]
-// [--cpu-threads N] [--device cpu|cuda]`: the executor's step loop through the whole engine, side by
-// side in one run: the same concurrent greedy requests served with steps launched ahead (step N+1
-// queued behind step N, the default) and one step at a time (the executor's synchronous launch).
-// A warm-up round first in each mode; then R timed rounds. One JSON line per mode, then the ratio.
+// [--cpu-threads N] [--device cpu|cuda]`: the executor's step loop through the whole engine, side
+// by side in one run: the same concurrent greedy requests served with steps launched ahead (step
+// N+1 queued behind step N, the default) and one step at a time (the executor's synchronous
+// launch). A warm-up round first in each mode; then R timed rounds. One JSON line per mode, then
+// the ratio.
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
@@ -50,8 +51,10 @@ round_result run_round(engine& eng, const std::vector<generate_request>& reqs) {
 
 int bench_steps(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "usage: coserve bench steps MODEL_DIR [--requests N] [--prompt P] [--max-tokens T] "
-                         "[--rounds R] [--cpu-threads N] [--device cpu|cuda]\n");
+    std::fprintf(
+        stderr,
+        "usage: coserve bench steps MODEL_DIR [--requests N] [--prompt P] [--max-tokens T] "
+        "[--rounds R] [--cpu-threads N] [--device cpu|cuda]\n");
     return 2;
   }
   engine_config base;
@@ -59,12 +62,18 @@ int bench_steps(int argc, char** argv) {
   int32_t requests = 16, prompt = 64, max_tokens = 64, rounds = 3;
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--requests") requests = std::atoi(argv[i + 1]);
-    else if (a == "--prompt") prompt = std::atoi(argv[i + 1]);
-    else if (a == "--max-tokens") max_tokens = std::atoi(argv[i + 1]);
-    else if (a == "--rounds") rounds = std::atoi(argv[i + 1]);
-    else if (a == "--cpu-threads") base.cpu_threads = std::atoi(argv[i + 1]);
-    else if (a == "--device") base.device = argv[i + 1];
+    if (a == "--requests")
+      requests = std::atoi(argv[i + 1]);
+    else if (a == "--prompt")
+      prompt = std::atoi(argv[i + 1]);
+    else if (a == "--max-tokens")
+      max_tokens = std::atoi(argv[i + 1]);
+    else if (a == "--rounds")
+      rounds = std::atoi(argv[i + 1]);
+    else if (a == "--cpu-threads")
+      base.cpu_threads = std::atoi(argv[i + 1]);
+    else if (a == "--device")
+      base.device = argv[i + 1];
     else {
       std::fprintf(stderr, "coserve bench steps: unknown flag %s\n", a.c_str());
       return 2;
@@ -114,13 +123,16 @@ int bench_steps(int argc, char** argv) {
       return 1;
     }
     tps[mode] = double(total.tokens) / total.seconds;
-    std::printf("{\"bench\":\"steps\",\"mode\":\"%s\",\"requests\":%d,\"prompt\":%d,\"max_tokens\":%d,\"rounds\":%d,"
-                "\"tokens_per_s\":%.1f,\"steps\":%lld,\"steps_launched_ahead\":%lld}\n",
-                mode == 0 ? "launched_ahead" : "one_at_a_time", requests, prompt, max_tokens, rounds, tps[mode],
-                static_cast<long long>(m.steps), static_cast<long long>(m.steps_launched_ahead));
+    std::printf(
+        "{\"bench\":\"steps\",\"mode\":\"%s\",\"requests\":%d,\"prompt\":%d,\"max_tokens\":%d,"
+        "\"rounds\":%d,"
+        "\"tokens_per_s\":%.1f,\"steps\":%lld,\"steps_launched_ahead\":%lld}\n",
+        mode == 0 ? "launched_ahead" : "one_at_a_time", requests, prompt, max_tokens, rounds,
+        tps[mode], static_cast<long long>(m.steps), static_cast<long long>(m.steps_launched_ahead));
     std::fflush(stdout);
   }
-  std::printf("{\"bench\":\"steps\",\"ratio_launched_ahead_over_one_at_a_time\":%.3f}\n", tps[0] / tps[1]);
+  std::printf("{\"bench\":\"steps\",\"ratio_launched_ahead_over_one_at_a_time\":%.3f}\n",
+              tps[0] / tps[1]);
   return 0;
 }
 

@@ -23,16 +23,23 @@ int bench_tokenizer(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::printf("usage: coserve bench tokenizer TOKENIZER --file TEXT [--seconds S] [--lines] [--add-special-tokens]\n"
-                  "  single-threaded encode throughput of TEXT in MB/s: the whole file per call, or one\n"
-                  "  call per line with --lines\n");
+      std::printf(
+          "usage: coserve bench tokenizer TOKENIZER --file TEXT [--seconds S] [--lines] "
+          "[--add-special-tokens]\n"
+          "  single-threaded encode throughput of TEXT in MB/s: the whole file per call, or one\n"
+          "  call per line with --lines\n");
       return 0;
     }
-    if (a == "--file" && i + 1 < argc) file = argv[++i];
-    else if (a == "--seconds" && i + 1 < argc) seconds = std::stod(argv[++i]);
-    else if (a == "--add-special-tokens") add_special = true;
-    else if (a == "--lines") by_lines = true;
-    else if (!a.starts_with("--") && path.empty()) path = a;
+    if (a == "--file" && i + 1 < argc)
+      file = argv[++i];
+    else if (a == "--seconds" && i + 1 < argc)
+      seconds = std::stod(argv[++i]);
+    else if (a == "--add-special-tokens")
+      add_special = true;
+    else if (a == "--lines")
+      by_lines = true;
+    else if (!a.starts_with("--") && path.empty())
+      path = a;
     else {
       std::fprintf(stderr, "coserve bench tokenizer: unexpected argument '%s'\n", argv[i]);
       return 2;
@@ -82,12 +89,15 @@ int bench_tokenizer(int argc, char** argv) {
     ++iterations;
     elapsed = std::chrono::duration<double>(clock::now() - start).count();
   } while (elapsed < seconds);
-  const double mb_per_s = static_cast<double>(text.size()) * static_cast<double>(iterations) / elapsed / 1e6;
+  const double mb_per_s =
+      static_cast<double>(text.size()) * static_cast<double>(iterations) / elapsed / 1e6;
   std::string name = path;
   for (char& c : name)
     if (c == '"' || c == '\\') c = '_';
-  std::printf("{\"tokenizer\":\"%s\",\"bytes\":%zu,\"mb_per_s\":%.3f,\"tokens\":%zu,\"iterations\":%ld,\"seconds\":%.3f,\"calls_per_iteration\":%zu}\n",
-              name.c_str(), text.size(), mb_per_s, tokens, iterations, elapsed, inputs.size());
+  std::printf(
+      "{\"tokenizer\":\"%s\",\"bytes\":%zu,\"mb_per_s\":%.3f,\"tokens\":%zu,\"iterations\":%ld,"
+      "\"seconds\":%.3f,\"calls_per_iteration\":%zu}\n",
+      name.c_str(), text.size(), mb_per_s, tokens, iterations, elapsed, inputs.size());
   return 0;
 }
 

@@ -55,12 +55,15 @@ result<timing> run_steps(communicator& c, const tp_bench_args& a, int32_t tokens
     msg.clear();
     if (c.rank() == 0) msg = encode_tp_step({}, batch);
     if (auto r = c.broadcast(msg, 0); !r) return r.err();
-    if (c.rank() != 0 && !decode_tp_step(msg)) return make_error("internal", "bench: a malformed step message");
+    if (c.rank() != 0 && !decode_tp_step(msg))
+      return make_error("internal", "bench: a malformed step message");
     auto t1 = clk::now();
     for (int32_t l = 0; l < 2 * a.layers; ++l)
       if (auto r = c.all_reduce_sum(x.data(), x.size()); !r) return r.err();
     auto t2 = clk::now();
-    if (auto r = c.gather(logits.data(), logits.size() * sizeof(float), c.rank() == 0 ? &all : nullptr, 0); !r)
+    if (auto r = c.gather(logits.data(), logits.size() * sizeof(float),
+                          c.rank() == 0 ? &all : nullptr, 0);
+        !r)
       return r.err();
     auto t3 = clk::now();
     t.broadcast += std::chrono::duration<double>(t1 - t0).count();
@@ -78,7 +81,8 @@ bool parse_list(const char* v, std::vector<int32_t>& out) {
   size_t at = 0;
   while (at <= s.size()) {
     const size_t comma = s.find(',', at);
-    const std::string part = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const std::string part =
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     char* end = nullptr;
     const long n = std::strtol(part.c_str(), &end, 10);
     if (part.empty() || *end != '\0' || n <= 0 || n > 1 << 16) return false;
@@ -106,7 +110,8 @@ int bench_tp(int argc, char** argv) {
     if (f == "--help" || f == "-h") {
       std::printf(
           "usage: coserve bench tp [flags]   (or: mpirun -np N coserve bench tp [flags])\n"
-          "  The communication of a tensor-parallel decode step: the step broadcast, 2 all-reduces of\n"
+          "  The communication of a tensor-parallel decode step: the step broadcast, 2 all-reduces "
+          "of\n"
           "  [tokens, hidden] fp32 per layer, the logits gather. Defaults: Llama-3-8B's shapes.\n"
           "  --ranks N      in-process ranks (threads) when not under mpirun (default 2)\n"
           "  --hidden N     hidden size (default 4096)\n"
@@ -114,17 +119,28 @@ int bench_tp(int argc, char** argv) {
           "  --vocab N      vocabulary (default 128256)\n"
           "  --context N    tokens per sequence so far: the block tables broadcast (default 512)\n"
           "  --tokens LIST  decode batch sizes, comma-separated (default 1,8,64)\n"
-          "  --steps N      measured steps per batch size (default 200), after --warmup N (default 20)\n");
+          "  --steps N      measured steps per batch size (default 200), after --warmup N (default "
+          "20)\n");
       return 0;
-    } else if (f == "--ranks") ok = num(a.ranks);
-    else if (f == "--hidden") ok = num(a.hidden);
-    else if (f == "--layers") ok = num(a.layers);
-    else if (f == "--vocab") ok = num(a.vocab);
-    else if (f == "--context") ok = num(a.context);
-    else if (f == "--steps") ok = num(a.steps);
-    else if (f == "--warmup") ok = num(a.warmup);
-    else if (f == "--tokens") { ok = parse_list(v, a.tokens); ++i; }
-    else ok = false;
+    } else if (f == "--ranks")
+      ok = num(a.ranks);
+    else if (f == "--hidden")
+      ok = num(a.hidden);
+    else if (f == "--layers")
+      ok = num(a.layers);
+    else if (f == "--vocab")
+      ok = num(a.vocab);
+    else if (f == "--context")
+      ok = num(a.context);
+    else if (f == "--steps")
+      ok = num(a.steps);
+    else if (f == "--warmup")
+      ok = num(a.warmup);
+    else if (f == "--tokens") {
+      ok = parse_list(v, a.tokens);
+      ++i;
+    } else
+      ok = false;
     if (!ok) {
       std::fprintf(stderr, "coserve bench tp: bad flag or value '%s' (see --help)\n", f.c_str());
       return 2;
@@ -150,8 +166,10 @@ int bench_tp(int argc, char** argv) {
     auto rank_main = [&](size_t i) {
       auto w = run_steps(*comms[i], a, tokens, a.warmup);
       auto t = w ? run_steps(*comms[i], a, tokens, a.steps) : w;
-      if (!t) errors[i] = t.err().message;
-      else per[i] = *t;
+      if (!t)
+        errors[i] = t.err().message;
+      else
+        per[i] = *t;
     };
     std::vector<std::thread> threads;
     for (size_t i = 1; i < comms.size(); ++i) threads.emplace_back(rank_main, i);
@@ -165,12 +183,14 @@ int bench_tp(int argc, char** argv) {
     if (comms[0]->rank() != 0) continue;
     const double us = 1e6 / a.steps;
     const timing& t = per[0];
-    std::printf("{\"bench\":\"tp_comm\",\"backend\":\"%s\",\"ranks\":%d,\"hidden\":%d,\"layers\":%d,\"vocab\":%d,"
-                "\"tokens\":%d,\"context\":%d,\"steps\":%d,\"us_per_step\":%.1f,\"us_broadcast\":%.1f,"
-                "\"us_all_reduce\":%.1f,\"us_per_all_reduce\":%.2f,\"us_gather_logits\":%.1f}\n",
-                backend.c_str(), size, a.hidden, a.layers, a.vocab, tokens, a.context, a.steps,
-                (t.broadcast + t.all_reduce + t.gather) * us, t.broadcast * us, t.all_reduce * us,
-                t.all_reduce * us / (2 * a.layers), t.gather * us);
+    std::printf(
+        "{\"bench\":\"tp_comm\",\"backend\":\"%s\",\"ranks\":%d,\"hidden\":%d,\"layers\":%d,"
+        "\"vocab\":%d,"
+        "\"tokens\":%d,\"context\":%d,\"steps\":%d,\"us_per_step\":%.1f,\"us_broadcast\":%.1f,"
+        "\"us_all_reduce\":%.1f,\"us_per_all_reduce\":%.2f,\"us_gather_logits\":%.1f}\n",
+        backend.c_str(), size, a.hidden, a.layers, a.vocab, tokens, a.context, a.steps,
+        (t.broadcast + t.all_reduce + t.gather) * us, t.broadcast * us, t.all_reduce * us,
+        t.all_reduce * us / (2 * a.layers), t.gather * us);
     std::fflush(stdout);
   }
   return 0;

@@ -16,16 +16,17 @@ int bench_steps(int argc, char** argv);      // cli/bench_steps.cpp
 
 int cmd_bench(int argc, char** argv) {
   if (argc < 2 || std::string_view(argv[1]) == "--help") {
-    std::fprintf(argc < 2 ? stderr : stdout,
-                 "usage: coserve bench <runtime|pipeline|serve|tokenizer|grammar|tp|steps> [flags]\n"
-                 "  runtime    actor runtime: pingpong, fanin, pipeline (--n N)\n"
-                 "  pipeline   CPU cost of one scheduler step with a null executor (--seqs N --steps S)\n"
-                 "  serve      concurrent streaming clients against the HTTP server\n"
-                 "  tokenizer  encode throughput (MB/s) of a tokenizer.json\n"
-                 "  grammar    structured outputs: grammar compile time, cache hits, token-mask time\n"
-                 "  tp         tensor parallelism's communication per decode step (threads, or MPI ranks)\n"
-                 "  steps      the engine's step loop: steps launched ahead vs one at a time (MODEL_DIR)\n"
-                 "Each prints one JSON object per line.\n");
+    std::fprintf(
+        argc < 2 ? stderr : stdout,
+        "usage: coserve bench <runtime|pipeline|serve|tokenizer|grammar|tp|steps> [flags]\n"
+        "  runtime    actor runtime: pingpong, fanin, pipeline (--n N)\n"
+        "  pipeline   CPU cost of one scheduler step with a null executor (--seqs N --steps S)\n"
+        "  serve      concurrent streaming clients against the HTTP server\n"
+        "  tokenizer  encode throughput (MB/s) of a tokenizer.json\n"
+        "  grammar    structured outputs: grammar compile time, cache hits, token-mask time\n"
+        "  tp         tensor parallelism's communication per decode step (threads, or MPI ranks)\n"
+        "  steps      the engine's step loop: steps launched ahead vs one at a time (MODEL_DIR)\n"
+        "Each prints one JSON object per line.\n");
     return argc < 2 ? 2 : 0;
   }
   std::string_view name = argv[1];

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <optional>
-#include <fstream>
 #include <sstream>
 #include <string>
 
@@ -68,7 +68,8 @@ int cmd_chat_template(int argc, char** argv) {
     } else if (source_path.empty() && !a.starts_with("--")) {
       source_path = a;
     } else {
-      std::fprintf(stderr, "coserve chat-template: unexpected argument '%s'\n\n%s", argv[i], kUsage);
+      std::fprintf(stderr, "coserve chat-template: unexpected argument '%s'\n\n%s", argv[i],
+                   kUsage);
       return 2;
     }
   }
@@ -111,10 +112,12 @@ int cmd_chat_template(int argc, char** argv) {
   bool continue_final = false;
   if (const json::value* c = context->find("continue_final_message"); c && c->is_bool()) {
     continue_final = c->as_bool();
-    context->as_object().erase(std::find_if(context->as_object().begin(), context->as_object().end(),
-                                            [](const auto& kv) { return kv.first == "continue_final_message"; }));
+    context->as_object().erase(
+        std::find_if(context->as_object().begin(), context->as_object().end(),
+                     [](const auto& kv) { return kv.first == "continue_final_message"; }));
   }
-  auto out = continue_final ? render_continuing_final_message(*tmpl, std::move(*context), now) : tmpl->render(*context, now);
+  auto out = continue_final ? render_continuing_final_message(*tmpl, std::move(*context), now)
+                            : tmpl->render(*context, now);
   if (!out) {
     std::fprintf(stderr, "%s\n", out.err().message.c_str());
     return 3;

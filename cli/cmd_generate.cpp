@@ -2,17 +2,16 @@
 // the server runs), printing its tokens (and logits); or, with --bench, prefill/decode throughput
 // of the CPU executor alone.
 #include <algorithm>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <asio/use_awaitable.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/io_context.hpp>
-#include <asio/use_awaitable.hpp>
 
 #include "actors/engine.hpp"
 #include "cli/commands.hpp"
@@ -23,12 +22,14 @@ namespace coserve::cli {
 namespace {
 
 const char* k_help =
-    "usage: coserve generate MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N [options]\n"
+    "usage: coserve generate MODEL_DIR (--prompt-ids 1,2,3 | --prompt TEXT) --max-tokens N "
+    "[options]\n"
     "       coserve generate MODEL_DIR --bench [--batch B] [--prompt-len P] [--max-tokens N]\n"
     "  MODEL_DIR: a Hugging Face model folder or a GGUF file (docs/gguf.md)\n"
     "\n"
     "  --prompt-ids LIST     comma-separated prompt token ids\n"
-    "  --prompt TEXT         prompt text, encoded with the folder's tokenizer (special tokens added)\n"
+    "  --prompt TEXT         prompt text, encoded with the folder's tokenizer (special tokens "
+    "added)\n"
     "  --max-tokens N        tokens to generate (default 16)\n"
     "  --temperature T       0 = greedy (default 0)\n"
     "  --top-p P --top-k K --min-p P --repetition-penalty R --seed S\n"
@@ -39,20 +40,26 @@ const char* k_help =
     "  --json                print {\"prompt_ids\":[..],\"output_ids\":[..],\"logits\":[[..],..]}\n"
     "  --threads N           CPU executor threads (default: physical cores)\n"
     "  --tensor-parallel-size N  split the layers over N ranks: threads of this process sharing\n"
-    "                        --threads, or with --device cuda N GPUs (docs/distributed.md; MPI ranks\n"
+    "                        --threads, or with --device cuda N GPUs (docs/distributed.md; MPI "
+    "ranks\n"
     "                        are `serve`'s) (default 1)\n"
-    "  --kv-cache-dtype D    auto (bf16) | bf16 | fp16 | fp32 | fp8 (= fp8_e4m3) | fp8_e5m2 (default auto)\n"
-    "  --dtype D             auto | bfloat16 | float32: activations multiplied with bf16 weights are\n"
-    "                        rounded to bf16 (auto, bfloat16) or kept fp32 (float32) (default auto)\n"
+    "  --kv-cache-dtype D    auto (bf16) | bf16 | fp16 | fp32 | fp8 (= fp8_e4m3) | fp8_e5m2 "
+    "(default auto)\n"
+    "  --dtype D             auto | bfloat16 | float32: activations multiplied with bf16 weights "
+    "are\n"
+    "                        rounded to bf16 (auto, bfloat16) or kept fp32 (float32) (default "
+    "auto)\n"
     "  --cpu-isa NAME        instruction set of the CPU kernels: auto (default: the best this CPU\n"
     "                        runs) or one it runs, e.g. AVX2 to time that path on a newer CPU;\n"
     "                        a name it cannot run is an error that lists those it can\n"
     "  --device D            cpu (default) or cuda (builds with the CUDA executor)\n"
     "  --quantization fp8    --device cuda: fp8 W8A8 layer matrices (serve --help explains)\n"
-    "  --attention-backend B --device cuda: auto (default), native or flashinfer (serve --help explains)\n"
+    "  --attention-backend B --device cuda: auto (default), native or flashinfer (serve --help "
+    "explains)\n"
     "  --trace-file PATH     write the actors' Chrome trace (open in Perfetto) when done\n"
     "  --bench               throughput: B sequences of P random prompt tokens, one prefill step,\n"
-    "                        then N decode steps, after one warm-up pass; prints JSON: prefill and\n"
+    "                        then N decode steps, after one warm-up pass; prints JSON: prefill "
+    "and\n"
     "                        decode tokens/s, the bytes a decode step reads and the GB/s that\n"
     "                        makes, and the share of decode time per phase\n";
 
@@ -100,8 +107,10 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
       new_seq ns;
       ns.seq_id = seq_id_t(pass * batch + b);
       ns.params.temperature = 0.0f;
-      for (int32_t i = 0; i < prompt_len; ++i) ns.prompt_ids.push_back(int32_t(rng.next() % uint64_t(info.vocab_size)));
-      scheduled_seq s{ns.seq_id, ns.prompt_ids, 0, blocks_for(b * per_seq, prompt_len + max_tokens, bs), true};
+      for (int32_t i = 0; i < prompt_len; ++i)
+        ns.prompt_ids.push_back(int32_t(rng.next() % uint64_t(info.vocab_size)));
+      scheduled_seq s{ns.seq_id, ns.prompt_ids, 0,
+                      blocks_for(b * per_seq, prompt_len + max_tokens, bs), true};
       plan.new_seqs.push_back(std::move(ns));
       plan.seqs.push_back(std::move(s));
     }
@@ -136,26 +145,30 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
   const model_config& c = ex.config();
   const double kv_elem = double(dtype_size(ex.kv_cache_dtype()));
   const double mean_ctx = prompt_len + (max_tokens + 1) / 2.0;
-  const double kv_bytes = double(batch) * mean_ctx * c.num_hidden_layers * 2.0 * c.num_key_value_heads * c.head_dim * kv_elem;
+  const double kv_bytes = double(batch) * mean_ctx * c.num_hidden_layers * 2.0 *
+                          c.num_key_value_heads * c.head_dim * kv_elem;
   // Tensor parallel: what all ranks read (rank 0's shard times the ranks: the shards differ by at
   // most one LM-head row; replicated KV heads are read on every rank holding them).
   const double ranks = double(std::max(1, ex.weights().shard.size));
   const forward_profile& p = ex.profile();
   const double expert_bytes = p.steps > 0 ? p.expert_bytes / double(p.steps) : 0.0;
-  const double step_bytes = (double(ex.weights().matrix_bytes(false)) + expert_bytes) * ranks + kv_bytes;
+  const double step_bytes =
+      (double(ex.weights().matrix_bytes(false)) + expert_bytes) * ranks + kv_bytes;
   const double fwd = p.gemm_s + p.attention_s + p.other_s + p.comm_s;
-  std::printf("{\"device\":\"%s\",\"batch\":%d,\"prompt_len\":%d,\"decode_steps\":%d,"
-              "\"prefill_s\":%.4f,\"prefill_tokens_per_s\":%.1f,\"decode_s\":%.4f,\"decode_tokens_per_s\":%.1f,"
-              "\"decode_step_bytes\":%.0f,\"decode_gb_per_s\":%.2f,"
-              "\"decode_split\":{\"gemm\":%.3f,\"attention\":%.3f,\"other\":%.3f,\"collectives\":%.3f,"
-              "\"outside_forward\":%.3f}}\n",
-              info.device.c_str(), batch, prompt_len, max_tokens, prefill_s,
-              double(batch) * prompt_len / prefill_s, decode_s,
-              max_tokens > 0 ? double(batch) * max_tokens / decode_s : 0.0, step_bytes,
-              max_tokens > 0 ? step_bytes * max_tokens / decode_s / 1e9 : 0.0,
-              decode_s > 0 ? p.gemm_s / decode_s : 0.0, decode_s > 0 ? p.attention_s / decode_s : 0.0,
-              decode_s > 0 ? p.other_s / decode_s : 0.0, decode_s > 0 ? p.comm_s / decode_s : 0.0,
-              decode_s > 0 ? std::max(0.0, decode_s - fwd) / decode_s : 0.0);
+  std::printf(
+      "{\"device\":\"%s\",\"batch\":%d,\"prompt_len\":%d,\"decode_steps\":%d,"
+      "\"prefill_s\":%.4f,\"prefill_tokens_per_s\":%.1f,\"decode_s\":%.4f,\"decode_tokens_per_s\":%"
+      ".1f,"
+      "\"decode_step_bytes\":%.0f,\"decode_gb_per_s\":%.2f,"
+      "\"decode_split\":{\"gemm\":%.3f,\"attention\":%.3f,\"other\":%.3f,\"collectives\":%.3f,"
+      "\"outside_forward\":%.3f}}\n",
+      info.device.c_str(), batch, prompt_len, max_tokens, prefill_s,
+      double(batch) * prompt_len / prefill_s, decode_s,
+      max_tokens > 0 ? double(batch) * max_tokens / decode_s : 0.0, step_bytes,
+      max_tokens > 0 ? step_bytes * max_tokens / decode_s / 1e9 : 0.0,
+      decode_s > 0 ? p.gemm_s / decode_s : 0.0, decode_s > 0 ? p.attention_s / decode_s : 0.0,
+      decode_s > 0 ? p.other_s / decode_s : 0.0, decode_s > 0 ? p.comm_s / decode_s : 0.0,
+      decode_s > 0 ? std::max(0.0, decode_s - fwd) / decode_s : 0.0);
   return 0;
 }
 
@@ -166,8 +179,8 @@ bool apply_cpu_isa(const char* prog, const char* name) {
   if (cpu_isa_force(name)) return true;
   std::string runs;
   for (const std::string& isa : cpu_isa_available()) runs += (runs.empty() ? "" : ", ") + isa;
-  std::fprintf(stderr, "%s: --cpu-isa %s: not an instruction set this CPU runs (auto, %s)\n", prog, name,
-               runs.c_str());
+  std::fprintf(stderr, "%s: --cpu-isa %s: not an instruction set this CPU runs (auto, %s)\n", prog,
+               name, runs.c_str());
   return false;
 }
 
@@ -194,9 +207,12 @@ int cmd_generate(int argc, char** argv) {
     if (a == "--help" || a == "-h") {
       std::fputs(k_help, stdout);
       return 0;
-    } else if (a == "--json") json = true;
-    else if (a == "--bench") bench = true;
-    else if (a == "--ignore-eos") ignore_eos = true;
+    } else if (a == "--json")
+      json = true;
+    else if (a == "--bench")
+      bench = true;
+    else if (a == "--ignore-eos")
+      ignore_eos = true;
     else if (!a.empty() && a[0] == '-') {
       if (!(v = val())) return 2;
       if (a == "--prompt-ids") {
@@ -208,72 +224,87 @@ int cmd_generate(int argc, char** argv) {
       } else if (a == "--prompt") {
         have_text = true;
         prompt_text = v;
-      } else if (a == "--max-tokens") max_tokens = std::atoi(v);
-      else if (a == "--temperature") params.temperature = std::strtof(v, nullptr);
-      else if (a == "--top-p") params.top_p = std::strtof(v, nullptr);
-      else if (a == "--top-k") params.top_k = std::atoi(v);
-      else if (a == "--min-p") params.min_p = std::strtof(v, nullptr);
-      else if (a == "--repetition-penalty") params.repetition_penalty = std::strtof(v, nullptr);
-      else if (a == "--seed") seed = std::strtoull(v, nullptr, 10);
-      else if (a == "--logits") logits_mode = v;
-      else if (a == "--threads") threads = std::atoi(v);
-      else if (a == "--tensor-parallel-size" || a == "-tp") tp = std::atoi(v);
+      } else if (a == "--max-tokens")
+        max_tokens = std::atoi(v);
+      else if (a == "--temperature")
+        params.temperature = std::strtof(v, nullptr);
+      else if (a == "--top-p")
+        params.top_p = std::strtof(v, nullptr);
+      else if (a == "--top-k")
+        params.top_k = std::atoi(v);
+      else if (a == "--min-p")
+        params.min_p = std::strtof(v, nullptr);
+      else if (a == "--repetition-penalty")
+        params.repetition_penalty = std::strtof(v, nullptr);
+      else if (a == "--seed")
+        seed = std::strtoull(v, nullptr, 10);
+      else if (a == "--logits")
+        logits_mode = v;
+      else if (a == "--threads")
+        threads = std::atoi(v);
+      else if (a == "--tensor-parallel-size" || a == "-tp")
+        tp = std::atoi(v);
       else if (a == "--kv-cache-dtype") {
         dtype t;
         if (!parse_kv_cache_dtype(v, t)) {
-          std::fprintf(stderr, "generate: --kv-cache-dtype must be auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2\n");
+          std::fprintf(stderr,
+                       "generate: --kv-cache-dtype must be auto, bf16, fp16, fp32, fp8, fp8_e4m3 "
+                       "or fp8_e5m2\n");
           return 2;
         }
         kv_dtype = v;
-      }
-      else if (a == "--dtype") {
+      } else if (a == "--dtype") {
         bool b;
         if (!parse_compute_dtype(v, b)) {
           std::fprintf(stderr, "generate: --dtype must be auto, bfloat16 or float32\n");
           return 2;
         }
         compute_dtype = v;
-      }
-      else if (a == "--device") device = v;
+      } else if (a == "--device")
+        device = v;
       else if (a == "--attention-backend") {
-        if (std::string_view(v) != "auto" && std::string_view(v) != "native" && std::string_view(v) != "flashinfer") {
-          std::fprintf(stderr, "generate: --attention-backend must be auto, native or flashinfer\n");
+        if (std::string_view(v) != "auto" && std::string_view(v) != "native" &&
+            std::string_view(v) != "flashinfer") {
+          std::fprintf(stderr,
+                       "generate: --attention-backend must be auto, native or flashinfer\n");
           return 2;
         }
         attention_backend = v;
-      }
-      else if (a == "--quantization") {
+      } else if (a == "--quantization") {
         if (std::string_view(v) != "fp8") {
           std::fprintf(stderr, "generate: --quantization must be fp8\n");
           return 2;
         }
         quantization = v;
-      }
-      else if (a == "--cpu-isa") {
+      } else if (a == "--cpu-isa") {
         if (!apply_cpu_isa("generate", v)) return 2;
-      }
-      else if (a == "--trace-file") trace_file = v;
-      else if (a == "--batch") batch = std::atoi(v);
-      else if (a == "--prompt-len") prompt_len = std::atoi(v);
+      } else if (a == "--trace-file")
+        trace_file = v;
+      else if (a == "--batch")
+        batch = std::atoi(v);
+      else if (a == "--prompt-len")
+        prompt_len = std::atoi(v);
       else {
         std::fprintf(stderr, "generate: unknown option %s (see --help)\n", argv[i - 1]);
         return 2;
       }
-    } else if (dir.empty()) dir = std::string(a);
+    } else if (dir.empty())
+      dir = std::string(a);
     else {
       std::fprintf(stderr, "generate: more than one MODEL_DIR\n");
       return 2;
     }
   }
   if (dir.empty() || (!bench && have_ids == have_text) || max_tokens < 0 ||
-      (logits_mode != "none" && logits_mode != "last" && logits_mode != "all") || batch <= 0 || prompt_len <= 0 ||
-      tp <= 0) {
+      (logits_mode != "none" && logits_mode != "last" && logits_mode != "all") || batch <= 0 ||
+      prompt_len <= 0 || tp <= 0) {
     std::fputs(k_help, stderr);
     return 2;
   }
   if (bench && !quantization.empty()) {
-    std::fprintf(stderr, "generate: --bench runs the CPU executor; --quantization fp8 needs --device cuda "
-                         "(bench_gpu_executor --quantization fp8 times it)\n");
+    std::fprintf(stderr,
+                 "generate: --bench runs the CPU executor; --quantization fp8 needs --device cuda "
+                 "(bench_gpu_executor --quantization fp8 times it)\n");
     return 2;
   }
   if (bench) {
@@ -321,8 +352,10 @@ int cmd_generate(int argc, char** argv) {
     return 1;
   }
   generate_request req;
-  if (have_ids) req.input = prompt;
-  else req.input = prompt_text;
+  if (have_ids)
+    req.input = prompt;
+  else
+    req.input = prompt_text;
   params.seed = seed;
   params.ignore_eos = ignore_eos;
   params.max_tokens = max_tokens;
@@ -333,24 +366,27 @@ int cmd_generate(int argc, char** argv) {
   std::string text, failure;
   finish_reason finish = finish_reason::none;
   asio::io_context io;
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    auto stream = co_await (*eng)->submit(std::move(req));
-    if (!stream) {
-      failure = stream.err().message;
-      co_return;
-    }
-    prompt = (*stream)->prompt_ids();
-    while (auto ev = co_await (*stream)->next()) {
-      output.insert(output.end(), ev->token_ids.begin(), ev->token_ids.end());
-      text += ev->text;
-      for (auto& row : ev->logits)
-        if (logits_mode == "all" || rows.empty()) rows.push_back(std::move(row));
-      if (ev->finish != finish_reason::none) {
-        finish = ev->finish;
-        if (!ev->error_message.empty()) failure = ev->error_message;
-      }
-    }
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        auto stream = co_await (*eng)->submit(std::move(req));
+        if (!stream) {
+          failure = stream.err().message;
+          co_return;
+        }
+        prompt = (*stream)->prompt_ids();
+        while (auto ev = co_await (*stream)->next()) {
+          output.insert(output.end(), ev->token_ids.begin(), ev->token_ids.end());
+          text += ev->text;
+          for (auto& row : ev->logits)
+            if (logits_mode == "all" || rows.empty()) rows.push_back(std::move(row));
+          if (ev->finish != finish_reason::none) {
+            finish = ev->finish;
+            if (!ev->error_message.empty()) failure = ev->error_message;
+          }
+        }
+      },
+      asio::detached);
   io.run();
   (*eng)->stop();
   if (!failure.empty()) {

@@ -9,33 +9,32 @@
 //
 // Over 500 lines because of one concept: the serve command's flag table (its --help text is most
 // of the file) and the process lifecycle around the engine; the MPI parts live in serve_tp.cpp.
-#include <atomic>
-#include <chrono>
-#include <csignal>
-#include <cctype>
-#include <cstdio>
-#include <functional>
-#include <cstdlib>
-#include <filesystem>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <thread>
-#include <vector>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/signal_set.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
 
 #include "actors/engine.hpp"
 #include "cli/commands.hpp"
 #include "cli/serve_tp.hpp"
 #include "http/openai_api.hpp"
-#include "http/server.hpp"
 #include "http/reasoning.hpp"
+#include "http/server.hpp"
 #include "http/tool_calls.hpp"
 #include "model/demo_model.hpp"
 #include "model/dtype.hpp"
@@ -225,8 +224,10 @@ struct serve_args {
 
 std::filesystem::path cache_dir() {
   if (const char* c = std::getenv("COSERVE_CACHE"); c && *c) return c;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::filesystem::path(x) / "coserve";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::filesystem::path(h) / ".cache" / "coserve";
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    return std::filesystem::path(x) / "coserve";
+  if (const char* h = std::getenv("HOME"); h && *h)
+    return std::filesystem::path(h) / ".cache" / "coserve";
   return std::filesystem::temp_directory_path() / "coserve-cache";
 }
 
@@ -236,7 +237,8 @@ std::filesystem::path cache_dir() {
 // unknown roles raise, as real templates do. With `tools` it lists them and asks for Hermes-style
 // <tool_call> blocks (--tool-call-parser hermes), merging a leading system (or developer) message
 // into that block, and renders assistant tool_calls the same way.
-constexpr const char* k_demo_chat_template = R"TPL({%- if tools %}{{ '<|system|>\n' }}{% if messages[0]['role'] in ['system', 'developer'] %}{{ (messages[0]['content'] or '') + '\n\n' }}{% endif %}{{ '# Tools\n\nYou may call one or more functions. Their signatures are inside <tools></tools>:\n<tools>' }}{% for tool in tools %}{{ '\n' + (tool | tojson) }}{% endfor %}{{ '\n</tools>\n\nFor each call, return a JSON object with the function name and arguments inside <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>\n' }}{% endif %}
+constexpr const char* k_demo_chat_template =
+    R"TPL({%- if tools %}{{ '<|system|>\n' }}{% if messages[0]['role'] in ['system', 'developer'] %}{{ (messages[0]['content'] or '') + '\n\n' }}{% endif %}{{ '# Tools\n\nYou may call one or more functions. Their signatures are inside <tools></tools>:\n<tools>' }}{% for tool in tools %}{{ '\n' + (tool | tojson) }}{% endfor %}{{ '\n</tools>\n\nFor each call, return a JSON object with the function name and arguments inside <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>\n' }}{% endif %}
 {%- for message in messages %}
 {%- if message['role'] not in ['system', 'developer', 'user', 'assistant', 'tool'] %}{{ raise_exception('Unknown role: ' + message['role']) }}{% endif %}
 {%- if not (tools and loop.first and message['role'] in ['system', 'developer']) %}
@@ -268,7 +270,8 @@ int parse(int argc, char** argv, serve_args& a) {
     std::string_view f = args[i];
     auto need = [&](const char* what) -> const char* {
       if (i + 1 >= args.size()) {
-        std::fprintf(stderr, "coserve serve: %.*s needs %s\n", static_cast<int>(f.size()), f.data(), what);
+        std::fprintf(stderr, "coserve serve: %.*s needs %s\n", static_cast<int>(f.size()), f.data(),
+                     what);
         return nullptr;
       }
       return args[++i].data();
@@ -278,26 +281,36 @@ int parse(int argc, char** argv, serve_args& a) {
       char* end = nullptr;
       long long x = std::strtoll(v, &end, 10);
       if (*v == '\0' || *end != '\0' || x < 0) {
-        std::fprintf(stderr, "coserve serve: %.*s: '%s' is not a non-negative integer\n", static_cast<int>(f.size()), f.data(), v);
+        std::fprintf(stderr, "coserve serve: %.*s: '%s' is not a non-negative integer\n",
+                     static_cast<int>(f.size()), f.data(), v);
         return false;
       }
       out = static_cast<std::remove_reference_t<decltype(out)>>(x);
       return true;
     };
     if (f == "-h" || f == "--help") return -1;
-    if (f == "--demo") a.demo = true;
-    else if (f == "--host") { const char* v = need("an address"); if (!v) return 2; a.host = v; }
-    else if (f == "--port") { if (!as_int(need("a port"), a.port) || a.port > 65535) return 2; }
-    else if (f == "--served-model-name") {  // NAME [NAME ...], as vLLM: the first answers, all are accepted
+    if (f == "--demo")
+      a.demo = true;
+    else if (f == "--host") {
+      const char* v = need("an address");
+      if (!v) return 2;
+      a.host = v;
+    } else if (f == "--port") {
+      if (!as_int(need("a port"), a.port) || a.port > 65535) return 2;
+    } else if (f == "--served-model-name") {  // NAME [NAME ...], as vLLM: the first answers, all
+                                              // are accepted
       const char* v = need("a name");
       if (!v) return 2;
       a.engine.served_model_name = v;
       a.engine.served_model_aliases.clear();
       while (i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-')
         a.engine.served_model_aliases.emplace_back(args[++i]);
-    }
-    else if (f == "--api-key") { const char* v = need("a key"); if (!v) return 2; a.api_key = v; }
-    else if (f == "--no-webui") a.webui = false;
+    } else if (f == "--api-key") {
+      const char* v = need("a key");
+      if (!v) return 2;
+      a.api_key = v;
+    } else if (f == "--no-webui")
+      a.webui = false;
     else if (f == "--device") {
       const char* v = need("cpu or cuda");
       if (!v || (std::string_view(v) != "cpu" && std::string_view(v) != "cuda")) {
@@ -305,52 +318,67 @@ int parse(int argc, char** argv, serve_args& a) {
         return 2;
       }
       a.engine.device = v;
-    }
-    else if (f == "--enforce-eager") a.engine.enforce_eager = true;
+    } else if (f == "--enforce-eager")
+      a.engine.enforce_eager = true;
     else if (f == "--attention-backend") {
       const char* v = need("auto, native or flashinfer");
       if (!v) return 2;
       std::string b(v);
       for (char& ch : b) ch = char(std::tolower(static_cast<unsigned char>(ch)));
       if (b != "auto" && b != "native" && b != "flashinfer") {
-        std::fprintf(stderr, "coserve serve: --attention-backend must be auto, native or flashinfer\n");
+        std::fprintf(stderr,
+                     "coserve serve: --attention-backend must be auto, native or flashinfer\n");
         return 2;
       }
       a.engine.attention_backend = b;
-    }
-    else if (f == "--trace-file") { const char* v = need("a path"); if (!v) return 2; a.engine.trace_file = v; }
-    else if (f == "--speculative-config") { const char* v = need("a JSON object"); if (!v) return 2; a.engine.speculative_config = v; }
-    else if (f == "--max-num-seqs") { if (!as_int(need("N"), a.engine.max_num_seqs)) return 2; }
-    else if (f == "--max-num-batched-tokens") { if (!as_int(need("N"), a.engine.max_num_batched_tokens)) return 2; }
-    else if (f == "--max-model-len") { if (!as_int(need("N"), a.engine.max_model_len)) return 2; }
-    else if (f == "--block-size") { if (!as_int(need("N"), a.engine.block_size)) return 2; }
-    else if (f == "--num-gpu-blocks-override") { if (!as_int(need("N"), a.engine.num_kv_blocks)) return 2; }
-    else if (f == "--max-waiting-requests") { if (!as_int(need("N"), a.engine.max_waiting)) return 2; }
-    else if (f == "--max-waiting-tokens") { if (!as_int(need("N"), a.engine.max_waiting_tokens)) return 2; }
-    else if (f == "--tokenizer-pool-size") {
+    } else if (f == "--trace-file") {
+      const char* v = need("a path");
+      if (!v) return 2;
+      a.engine.trace_file = v;
+    } else if (f == "--speculative-config") {
+      const char* v = need("a JSON object");
+      if (!v) return 2;
+      a.engine.speculative_config = v;
+    } else if (f == "--max-num-seqs") {
+      if (!as_int(need("N"), a.engine.max_num_seqs)) return 2;
+    } else if (f == "--max-num-batched-tokens") {
+      if (!as_int(need("N"), a.engine.max_num_batched_tokens)) return 2;
+    } else if (f == "--max-model-len") {
+      if (!as_int(need("N"), a.engine.max_model_len)) return 2;
+    } else if (f == "--block-size") {
+      if (!as_int(need("N"), a.engine.block_size)) return 2;
+    } else if (f == "--num-gpu-blocks-override") {
+      if (!as_int(need("N"), a.engine.num_kv_blocks)) return 2;
+    } else if (f == "--max-waiting-requests") {
+      if (!as_int(need("N"), a.engine.max_waiting)) return 2;
+    } else if (f == "--max-waiting-tokens") {
+      if (!as_int(need("N"), a.engine.max_waiting_tokens)) return 2;
+    } else if (f == "--tokenizer-pool-size") {
       if (!as_int(need("N"), a.engine.tokenizer_pool_size) || a.engine.tokenizer_pool_size < 1) {
         std::fprintf(stderr, "coserve serve: --tokenizer-pool-size must be at least 1\n");
         return 2;
       }
-    }
-    else if (f == "--cpu-threads") { if (!as_int(need("N"), a.engine.cpu_threads)) return 2; }
-    else if (f == "--cpu-isa") { const char* v = need("a name"); if (!v || !apply_cpu_isa("coserve serve", v)) return 2; }
-    else if (f == "--tensor-parallel-size" || f == "-tp") {
+    } else if (f == "--cpu-threads") {
+      if (!as_int(need("N"), a.engine.cpu_threads)) return 2;
+    } else if (f == "--cpu-isa") {
+      const char* v = need("a name");
+      if (!v || !apply_cpu_isa("coserve serve", v)) return 2;
+    } else if (f == "--tensor-parallel-size" || f == "-tp") {
       if (!as_int(need("N"), a.engine.tensor_parallel_size) || a.engine.tensor_parallel_size < 1) {
         std::fprintf(stderr, "coserve serve: --tensor-parallel-size must be at least 1\n");
         return 2;
       }
-    }
-    else if (f == "--kv-cache-dtype") {
+    } else if (f == "--kv-cache-dtype") {
       const char* v = need("auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2");
       dtype t;
       if (!v || !parse_kv_cache_dtype(v, t)) {
-        std::fprintf(stderr, "coserve serve: --kv-cache-dtype must be auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2\n");
+        std::fprintf(stderr,
+                     "coserve serve: --kv-cache-dtype must be auto, bf16, fp16, fp32, fp8, "
+                     "fp8_e4m3 or fp8_e5m2\n");
         return 2;
       }
       a.engine.kv_cache_dtype = v;
-    }
-    else if (f == "--dtype") {
+    } else if (f == "--dtype") {
       const char* v = need("auto, bfloat16 or float32");
       bool b;
       if (!v || !parse_compute_dtype(v, b)) {
@@ -358,24 +386,24 @@ int parse(int argc, char** argv, serve_args& a) {
         return 2;
       }
       a.engine.dtype = v;
-    }
-    else if (f == "--http-threads") { if (!as_int(need("N"), a.http_threads)) return 2; }
-    else if (f == "--sse-keepalive-s") { if (!as_int(need("S"), a.sse_keepalive_s) || a.sse_keepalive_s < 0) return 2; }
-    else if (f == "--max-body-bytes") { if (!as_int(need("N"), a.limits.max_body_bytes)) return 2; }
-    else if (f == "--shutdown-timeout" || f == "--drain-timeout-s") {
+    } else if (f == "--http-threads") {
+      if (!as_int(need("N"), a.http_threads)) return 2;
+    } else if (f == "--sse-keepalive-s") {
+      if (!as_int(need("S"), a.sse_keepalive_s) || a.sse_keepalive_s < 0) return 2;
+    } else if (f == "--max-body-bytes") {
+      if (!as_int(need("N"), a.limits.max_body_bytes)) return 2;
+    } else if (f == "--shutdown-timeout" || f == "--drain-timeout-s") {
       if (!as_int(need("S"), a.shutdown_timeout_s)) return 2;
-    }
-    else if (f == "--idle-timeout-s" || f == "--request-timeout-s") {
+    } else if (f == "--idle-timeout-s" || f == "--request-timeout-s") {
       int s = 0;
       if (!as_int(need("S"), s)) return 2;
-      (f == "--idle-timeout-s" ? a.limits.idle_timeout : a.limits.request_timeout) = std::chrono::seconds(s);
-    }
-    else if (f == "--gpu-memory-utilization") {
+      (f == "--idle-timeout-s" ? a.limits.idle_timeout : a.limits.request_timeout) =
+          std::chrono::seconds(s);
+    } else if (f == "--gpu-memory-utilization") {
       const char* v = need("a fraction");
       if (!v) return 2;
       a.engine.gpu_memory_utilization = std::strtod(v, nullptr);
-    }
-    else if (f == "--cpu-kv-cache-gib") {
+    } else if (f == "--cpu-kv-cache-gib") {
       const char* v = need("GiB");
       if (!v) return 2;
       const double gib = std::strtod(v, nullptr);
@@ -384,64 +412,76 @@ int parse(int argc, char** argv, serve_args& a) {
         return 2;
       }
       a.engine.kv_cache_bytes = static_cast<int64_t>(gib * double(int64_t{1} << 30));
-    }
-    else if (f == "--load-format") {
+    } else if (f == "--load-format") {
       const char* v = need("auto or dummy");
       if (!v || (std::string_view(v) != "auto" && std::string_view(v) != "dummy")) {
         std::fprintf(stderr, "coserve serve: --load-format must be auto or dummy\n");
         return 2;
       }
       a.engine.load_format = v;
-    }
-    else if (f == "--quantization") {
+    } else if (f == "--quantization") {
       const char* v = need("fp8");
       if (!v || std::string_view(v) != "fp8") {
         std::fprintf(stderr, "coserve serve: --quantization must be fp8\n");
         return 2;
       }
       a.engine.quantization = v;
-    }
-    else if (f == "--skip-tokenizer-init") a.engine.skip_tokenizer_init = true;
-    else if (f == "--chat-template") { const char* v = need("a file or template text"); if (!v) return 2; a.engine.chat_template = v; }
-    else if (f == "--enable-auto-tool-choice") a.enable_auto_tool_choice = true;
-    else if (f == "--trust-request-chat-template") a.trust_request_chat_template = true;
+    } else if (f == "--skip-tokenizer-init")
+      a.engine.skip_tokenizer_init = true;
+    else if (f == "--chat-template") {
+      const char* v = need("a file or template text");
+      if (!v) return 2;
+      a.engine.chat_template = v;
+    } else if (f == "--enable-auto-tool-choice")
+      a.enable_auto_tool_choice = true;
+    else if (f == "--trust-request-chat-template")
+      a.trust_request_chat_template = true;
     else if (f == "--generation-config") {
       const char* v = need("auto, vllm or a folder");
       if (!v) return 2;
       a.engine.generation_config = v;
       a.generation_config_given = true;
-    }
-    else if (f == "--override-generation-config") { const char* v = need("a JSON object"); if (!v) return 2; a.engine.override_generation_config = v; }
-    else if (f == "--allowed-origins" || f == "--allowed-methods" || f == "--allowed-headers") {
+    } else if (f == "--override-generation-config") {
+      const char* v = need("a JSON object");
+      if (!v) return 2;
+      a.engine.override_generation_config = v;
+    } else if (f == "--allowed-origins" || f == "--allowed-methods" || f == "--allowed-headers") {
       const char* v = need("a JSON list of strings");
       if (!v) return 2;
-      auto& list = f == "--allowed-origins" ? a.cors.origins : f == "--allowed-methods" ? a.cors.methods : a.cors.headers;
+      auto& list = f == "--allowed-origins"   ? a.cors.origins
+                   : f == "--allowed-methods" ? a.cors.methods
+                                              : a.cors.headers;
       std::string why;
       if (!http::parse_cors_list(v, list, why)) {
-        std::fprintf(stderr, "coserve serve: %.*s %s\n", static_cast<int>(f.size()), f.data(), why.c_str());
+        std::fprintf(stderr, "coserve serve: %.*s %s\n", static_cast<int>(f.size()), f.data(),
+                     why.c_str());
         return 2;
       }
-    } else if (f == "--allowed-credentials") a.cors.credentials = true;
+    } else if (f == "--allowed-credentials")
+      a.cors.credentials = true;
     else if (f == "--tool-call-parser") {
       const char* v = need("a parser name");
       if (!v || !http::find_tool_parser(v)) {
-        std::fprintf(stderr, "coserve serve: --tool-call-parser must be one of: %s\n", http::tool_parser_names().c_str());
+        std::fprintf(stderr, "coserve serve: --tool-call-parser must be one of: %s\n",
+                     http::tool_parser_names().c_str());
         return 2;
       }
       a.tool_call_parser = v;
-    }
-    else if (f == "--reasoning-parser") {
+    } else if (f == "--reasoning-parser") {
       const char* v = need("a parser name");
       if (!v || !http::find_reasoning_parser(v)) {
-        std::fprintf(stderr, "coserve serve: --reasoning-parser must be one of: %s\n", http::reasoning_parser_names().c_str());
+        std::fprintf(stderr, "coserve serve: --reasoning-parser must be one of: %s\n",
+                     http::reasoning_parser_names().c_str());
         return 2;
       }
       a.reasoning_parser = v;
-    }
-    else if (f == "--no-enable-prefix-caching") a.engine.enable_prefix_caching = false;
-    else if (f == "--enable-prefix-caching") a.engine.enable_prefix_caching = true;
+    } else if (f == "--no-enable-prefix-caching")
+      a.engine.enable_prefix_caching = false;
+    else if (f == "--enable-prefix-caching")
+      a.engine.enable_prefix_caching = true;
     else if (!f.empty() && f[0] == '-') {
-      std::fprintf(stderr, "coserve serve: unknown flag '%.*s' (see --help)\n", static_cast<int>(f.size()), f.data());
+      std::fprintf(stderr, "coserve serve: unknown flag '%.*s' (see --help)\n",
+                   static_cast<int>(f.size()), f.data());
       return 2;
     } else if (a.engine.model_dir.empty()) {
       a.engine.model_dir = std::string(f);
@@ -452,14 +492,16 @@ int parse(int argc, char** argv, serve_args& a) {
   }
   if (a.demo == !a.engine.model_dir.empty()) {
     std::fprintf(stderr, "coserve serve: give MODEL_DIR or --demo (see --help)%s\n",
-                 a.engine.served_model_aliases.empty() ? ""
-                                                       : "; --served-model-name takes every word after it as a "
-                                                         "name, so put MODEL_DIR first");
+                 a.engine.served_model_aliases.empty()
+                     ? ""
+                     : "; --served-model-name takes every word after it as a "
+                       "name, so put MODEL_DIR first");
     return 2;
   }
   if (a.http_threads < 1) a.http_threads = 1;
   if (a.enable_auto_tool_choice && a.tool_call_parser.empty()) {
-    std::fprintf(stderr, "coserve serve: --enable-auto-tool-choice needs --tool-call-parser (one of: %s)\n",
+    std::fprintf(stderr,
+                 "coserve serve: --enable-auto-tool-choice needs --tool-call-parser (one of: %s)\n",
                  http::tool_parser_names().c_str());
     return 2;
   }
@@ -468,7 +510,8 @@ int parse(int argc, char** argv, serve_args& a) {
 
 // Waits (on the event loop, without blocking it) until no HTTP response is being written, at most
 // `limit`, then stops accepting and stops the loop.
-asio::awaitable<void> finish_http(asio::io_context& io, http::http_server& server, std::chrono::seconds limit) {
+asio::awaitable<void> finish_http(asio::io_context& io, http::http_server& server,
+                                  std::chrono::seconds limit) {
   const auto deadline = std::chrono::steady_clock::now() + limit;
   asio::steady_timer t(io);
   while (server.active_requests() > 0 && std::chrono::steady_clock::now() < deadline) {
@@ -476,7 +519,8 @@ asio::awaitable<void> finish_http(asio::io_context& io, http::http_server& serve
     co_await t.async_wait(asio::use_awaitable);
   }
   if (server.active_requests() > 0)
-    std::fprintf(stderr, "[serve] %lld responses still open at exit\n", static_cast<long long>(server.active_requests()));
+    std::fprintf(stderr, "[serve] %lld responses still open at exit\n",
+                 static_cast<long long>(server.active_requests()));
   server.stop();
   io.stop();
 }
@@ -503,7 +547,8 @@ int cmd_serve(int argc, char** argv) {
       std::fprintf(stderr, "[serve] creating the demo model in %s\n", dir.string().c_str());
       auto made = make_demo_model(dir.string(), demo_options{});
       if (!made) {
-        std::fprintf(stderr, "coserve serve: cannot create the demo model: %s\n", made.err().message.c_str());
+        std::fprintf(stderr, "coserve serve: cannot create the demo model: %s\n",
+                     made.err().message.c_str());
         return 1;
       }
     }
@@ -526,14 +571,16 @@ int cmd_serve(int argc, char** argv) {
       std::fprintf(stderr, "coserve serve: rank %d: the startup barrier failed\n", world->rank());
       return 1;
     }
-    if (world->rank() > 0) return serve_tp_rank(a.engine.model_dir, a.engine.cpu_threads, a.engine.device, *world);
+    if (world->rank() > 0)
+      return serve_tp_rank(a.engine.model_dir, a.engine.cpu_threads, a.engine.device, *world);
     a.engine.tp_communicator = world;
   }
   // The listener opens before the model loads: /health answers 503 {"status":"loading"} meanwhile.
   asio::io_context io;
-  http::api_options api_opts{a.api_key, "0.1.0", a.engine.served_model_name.empty()
-                                                     ? a.engine.model_dir.filename().string()
-                                                     : a.engine.served_model_name};
+  http::api_options api_opts{a.api_key, "0.1.0",
+                             a.engine.served_model_name.empty()
+                                 ? a.engine.model_dir.filename().string()
+                                 : a.engine.served_model_name};
   api_opts.sse_keepalive = std::chrono::seconds(a.sse_keepalive_s);
   api_opts.enable_auto_tool_choice = a.enable_auto_tool_choice;
   api_opts.trust_request_chat_template = a.trust_request_chat_template;
@@ -542,21 +589,26 @@ int cmd_serve(int argc, char** argv) {
   api_opts.reasoning_parser = a.reasoning_parser;
   api_opts.webui = a.webui;
   http::openai_api api(api_opts);
-  http::http_server server(io, a.limits, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
+  http::http_server server(io, a.limits, [&api](http::http_request& r, http::response_writer& w) {
+    return api.handle(r, w);
+  });
   auto port = server.listen(a.host, static_cast<uint16_t>(a.port));
   if (!port) {
     std::fprintf(stderr, "coserve serve: %s\n", port.err().message.c_str());
     return 1;
   }
-  std::fprintf(stderr, "[serve] listening on http://%s:%u (loading the model: /health answers 503 until ready)\n",
-               a.host.c_str(), static_cast<unsigned>(*port));
+  std::fprintf(
+      stderr,
+      "[serve] listening on http://%s:%u (loading the model: /health answers 503 until ready)\n",
+      a.host.c_str(), static_cast<unsigned>(*port));
   std::fflush(stderr);
 
   std::atomic<engine*> loaded{nullptr};
   std::atomic<int> signals_seen{0};
   std::thread drainer;
   asio::signal_set signals(io, SIGINT, SIGTERM);
-  std::function<void(const asio::error_code&, int)> on_signal = [&](const asio::error_code& ec, int sig) {
+  std::function<void(const asio::error_code&, int)> on_signal = [&](const asio::error_code& ec,
+                                                                    int sig) {
     if (ec) return;
     if (signals_seen.fetch_add(1) > 0) {
       std::fprintf(stderr, "[serve] signal %d again: exiting now\n", sig);
@@ -571,11 +623,14 @@ int cmd_serve(int argc, char** argv) {
       std::_Exit(0);
     }
     api.set_draining();
-    std::fprintf(stderr, "[serve] signal %d: draining (%lld responses in flight; at most %d s, then abort)\n", sig,
-                 static_cast<long long>(server.active_requests()), a.shutdown_timeout_s);
+    std::fprintf(
+        stderr,
+        "[serve] signal %d: draining (%lld responses in flight; at most %d s, then abort)\n", sig,
+        static_cast<long long>(server.active_requests()), a.shutdown_timeout_s);
     drainer = std::thread([&io, &server, eng, timeout = a.shutdown_timeout_s] {
       const int64_t aborted = eng->drain(std::chrono::seconds(timeout));
-      if (aborted > 0) std::fprintf(stderr, "[serve] aborted %lld requests\n", static_cast<long long>(aborted));
+      if (aborted > 0)
+        std::fprintf(stderr, "[serve] aborted %lld requests\n", static_cast<long long>(aborted));
       asio::co_spawn(io, finish_http(io, server, std::chrono::seconds(5)), asio::detached);
     });
   };
@@ -588,10 +643,12 @@ int cmd_serve(int argc, char** argv) {
     if (drainer.joinable()) drainer.join();
   };
 
-  std::fprintf(stderr, "[serve] loading %s on %s\n", a.engine.model_dir.string().c_str(), a.engine.device.c_str());
+  std::fprintf(stderr, "[serve] loading %s on %s\n", a.engine.model_dir.string().c_str(),
+               a.engine.device.c_str());
   auto started = engine::start(a.engine);
   if (!started) {
-    std::fprintf(stderr, "coserve serve: cannot start the engine: %s\n", started.err().message.c_str());
+    std::fprintf(stderr, "coserve serve: cannot start the engine: %s\n",
+                 started.err().message.c_str());
     io.stop();
     join_http();
     return 1;
@@ -603,11 +660,13 @@ int cmd_serve(int argc, char** argv) {
   const auto& info = eng->info();
   api.attach(*eng);
   loaded.store(eng.get());
-  std::fprintf(stderr, "[serve] ready: model '%s' (%s), max_model_len %d, vocab %d\n", info.served_model_name.c_str(),
-               info.architecture.c_str(), info.max_model_len, info.vocab_size);
+  std::fprintf(stderr, "[serve] ready: model '%s' (%s), max_model_len %d, vocab %d\n",
+               info.served_model_name.c_str(), info.architecture.c_str(), info.max_model_len,
+               info.vocab_size);
   if (a.webui)
-    std::fprintf(stderr, "[serve] web UI: chat at http://%s:%u/ , live status at http://%s:%u/status\n", a.host.c_str(),
-                 static_cast<unsigned>(*port), a.host.c_str(), static_cast<unsigned>(*port));
+    std::fprintf(
+        stderr, "[serve] web UI: chat at http://%s:%u/ , live status at http://%s:%u/status\n",
+        a.host.c_str(), static_cast<unsigned>(*port), a.host.c_str(), static_cast<unsigned>(*port));
   std::fflush(stderr);
 
   join_http();

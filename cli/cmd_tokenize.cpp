@@ -1,15 +1,17 @@
 // `coserve tokenize` and `coserve detokenize`: line-oriented JSON filters over a tokenizer.json
 // (or its folder, or a GGUF file's tokenizer).
-//   tokenize TOKENIZER [--add-special-tokens]: one JSON string per stdin line -> one JSON array of ids
-//   detokenize TOKENIZER [--skip-special-tokens]: one JSON array of ids per line -> one JSON string
-// A line that is not the expected JSON prints an error to stderr and the command exits 1 at the end.
+//   tokenize TOKENIZER [--add-special-tokens]: one JSON string per stdin line -> one JSON array of
+//   ids detokenize TOKENIZER [--skip-special-tokens]: one JSON array of ids per line -> one JSON
+//   string
+// A line that is not the expected JSON prints an error to stderr and the command exits 1 at the
+// end.
+#include <simdjson.h>
+
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "cli/commands.hpp"
 #include "model/gguf_model.hpp"
@@ -37,16 +39,21 @@ args parse(int argc, char** argv, std::string_view flag_name) {
   args a;
   for (int i = 1; i < argc; ++i) {
     std::string_view s = argv[i];
-    if (s == "--help" || s == "-h") a.help = true;
-    else if (s == flag_name) a.flag = true;
-    else if (!s.starts_with("--") && a.path.empty()) a.path = s;
-    else a.bad = true;
+    if (s == "--help" || s == "-h")
+      a.help = true;
+    else if (s == flag_name)
+      a.flag = true;
+    else if (!s.starts_with("--") && a.path.empty())
+      a.path = s;
+    else
+      a.bad = true;
   }
   if (a.path.empty() && !a.help) a.bad = true;
   return a;
 }
 
-int run_filter(const char* name, int argc, char** argv, std::string_view flag_name, const char* usage,
+int run_filter(const char* name, int argc, char** argv, std::string_view flag_name,
+               const char* usage,
                bool (*line_fn)(const tokenizer&, bool, simdjson::dom::element, std::string&)) {
   const args a = parse(argc, argv, flag_name);
   if (a.help || a.bad) {
@@ -73,8 +80,9 @@ int run_filter(const char* name, int argc, char** argv, std::string_view flag_na
     simdjson::dom::element value;
     out.clear();
     if (parser.parse(line).get(value) || !line_fn(*tok, a.flag, value, out)) {
-      std::fprintf(stderr, "coserve %s: line %ld: not %s\n", name, line_no,
-                   flag_name == "--add-special-tokens" ? "a JSON string" : "a JSON array of integer ids");
+      std::fprintf(
+          stderr, "coserve %s: line %ld: not %s\n", name, line_no,
+          flag_name == "--add-special-tokens" ? "a JSON string" : "a JSON array of integer ids");
       status = 1;
       continue;
     }
@@ -85,7 +93,8 @@ int run_filter(const char* name, int argc, char** argv, std::string_view flag_na
   return status;
 }
 
-bool tokenize_line(const tokenizer& tok, bool add_special, simdjson::dom::element v, std::string& out) {
+bool tokenize_line(const tokenizer& tok, bool add_special, simdjson::dom::element v,
+                   std::string& out) {
   std::string_view text;
   if (v.get(text)) return false;
   const auto ids = tok.encode(text, add_special);
@@ -98,7 +107,8 @@ bool tokenize_line(const tokenizer& tok, bool add_special, simdjson::dom::elemen
   return true;
 }
 
-bool detokenize_line(const tokenizer& tok, bool skip_special, simdjson::dom::element v, std::string& out) {
+bool detokenize_line(const tokenizer& tok, bool skip_special, simdjson::dom::element v,
+                     std::string& out) {
   simdjson::dom::array arr;
   if (v.get(arr)) return false;
   std::vector<int32_t> ids;
@@ -114,23 +124,27 @@ bool detokenize_line(const tokenizer& tok, bool skip_special, simdjson::dom::ele
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
-  return run_filter("tokenize", argc, argv, "--add-special-tokens",
-                    "usage: coserve tokenize TOKENIZER [--add-special-tokens]\n"
-                    "  TOKENIZER: a folder holding tokenizer.json (and tokenizer_config.json), the file, or a GGUF\n"
-                    "             model file (its tokenizer.ggml.* metadata).\n"
-                    "  Reads one JSON string per stdin line; prints one JSON array of token ids per line.\n"
-                    "  --add-special-tokens  apply the post-processor (BOS/EOS templates)\n",
-                    tokenize_line);
+  return run_filter(
+      "tokenize", argc, argv, "--add-special-tokens",
+      "usage: coserve tokenize TOKENIZER [--add-special-tokens]\n"
+      "  TOKENIZER: a folder holding tokenizer.json (and tokenizer_config.json), the file, or a "
+      "GGUF\n"
+      "             model file (its tokenizer.ggml.* metadata).\n"
+      "  Reads one JSON string per stdin line; prints one JSON array of token ids per line.\n"
+      "  --add-special-tokens  apply the post-processor (BOS/EOS templates)\n",
+      tokenize_line);
 }
 
 int cmd_detokenize(int argc, char** argv) {
-  return run_filter("detokenize", argc, argv, "--skip-special-tokens",
-                    "usage: coserve detokenize TOKENIZER [--skip-special-tokens]\n"
-                    "  TOKENIZER: a folder holding tokenizer.json (and tokenizer_config.json), the file, or a GGUF\n"
-                    "             model file (its tokenizer.ggml.* metadata).\n"
-                    "  Reads one JSON array of token ids per stdin line; prints one JSON string per line.\n"
-                    "  --skip-special-tokens  leave out special tokens\n",
-                    detokenize_line);
+  return run_filter(
+      "detokenize", argc, argv, "--skip-special-tokens",
+      "usage: coserve detokenize TOKENIZER [--skip-special-tokens]\n"
+      "  TOKENIZER: a folder holding tokenizer.json (and tokenizer_config.json), the file, or a "
+      "GGUF\n"
+      "             model file (its tokenizer.ggml.* metadata).\n"
+      "  Reads one JSON array of token ids per stdin line; prints one JSON string per line.\n"
+      "  --skip-special-tokens  leave out special tokens\n",
+      detokenize_line);
 }
 
 }  // namespace coserve::cli

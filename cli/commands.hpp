@@ -17,6 +17,6 @@ int cmd_tokenize(int argc, char** argv);         // tokenize TOKENIZER [--add-sp
 int cmd_detokenize(int argc, char** argv);       // detokenize TOKENIZER [--skip-special-tokens]
 int cmd_chat_template(int argc, char** argv);    // chat-template SOURCE --input FILE
 int cmd_serve(int argc, char** argv);            // serve [MODEL_DIR | --demo] ...
-int cmd_gguf(int argc, char** argv);             // gguf FILE [--json] [--tensor NAME [--dequantize OUT]]
+int cmd_gguf(int argc, char** argv);  // gguf FILE [--json] [--tensor NAME [--dequantize OUT]]
 
 }  // namespace coserve::cli

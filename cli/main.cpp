@@ -16,11 +16,13 @@ struct command {
 constexpr command k_commands[] = {
     {"serve", coserve::cli::cmd_serve, "OpenAI-compatible HTTP server (serve --help)"},
     {"generate", coserve::cli::cmd_generate, "generate tokens from a model folder"},
-    {"make-demo-model", coserve::cli::cmd_make_demo_model, "write a small random Hugging Face model folder"},
+    {"make-demo-model", coserve::cli::cmd_make_demo_model,
+     "write a small random Hugging Face model folder"},
     {"tokenize", coserve::cli::cmd_tokenize, "JSON strings on stdin -> JSON id arrays"},
     {"detokenize", coserve::cli::cmd_detokenize, "JSON id arrays on stdin -> JSON strings"},
     {"chat-template", coserve::cli::cmd_chat_template, "render a chat template"},
-    {"gguf", coserve::cli::cmd_gguf, "show a GGUF file's metadata and tensors, dequantize a tensor"},
+    {"gguf", coserve::cli::cmd_gguf,
+     "show a GGUF file's metadata and tensors, dequantize a tensor"},
     {"bench", coserve::cli::cmd_bench, "benchmarks: runtime, pipeline, serve, tokenizer"},
 };
 

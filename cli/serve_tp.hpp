@@ -1,6 +1,6 @@
-// `coserve serve` under mpirun/srun (multi-process tensor parallelism, docs/distributed.md): joining
-// the MPI job, the per-host demo model, the ranks other than 0, and ending rank 0 when its engine
-// fails (the other ranks cannot be served anything after that).
+// `coserve serve` under mpirun/srun (multi-process tensor parallelism, docs/distributed.md):
+// joining the MPI job, the per-host demo model, the ranks other than 0, and ending rank 0 when its
+// engine fails (the other ranks cannot be served anything after that).
 #pragma once
 
 #include <atomic>
@@ -32,8 +32,8 @@ bool mpi_startup_barrier(communicator& world);
 
 // A rank other than 0: loads its shard and runs every step rank 0 broadcasts (on the CPU, or with
 // --device cuda on its GPU); the exit status.
-int serve_tp_rank(const std::filesystem::path& model_dir, int32_t cpu_threads, const std::string& device,
-                  communicator& world);
+int serve_tp_rank(const std::filesystem::path& model_dir, int32_t cpu_threads,
+                  const std::string& device, communicator& world);
 
 // Rank 0: exits the process (status 1) when the engine fails while no signal was seen, once the
 // failed requests' errors had half a second to reach their clients.

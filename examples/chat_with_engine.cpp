@@ -5,12 +5,11 @@
 //
 // (`coserve make-demo-model DIR` makes a small random model to try it with; `coserve serve --demo`
 // gives its folder a chat template.)
-#include <cstdio>
-#include <string>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <cstdio>
+#include <string>
 
 #include "actors/engine.hpp"
 
@@ -50,8 +49,8 @@ int main(int argc, char** argv) {
         while (auto ev = co_await (*stream)->next()) {  // resumes on this io_context
           std::fputs(ev->text.c_str(), stdout);
           if (ev->finish != coserve::finish_reason::none)
-            std::printf("\n[finish: %s, %d prompt + %d completion tokens]\n", coserve::to_string(ev->finish),
-                        ev->prompt_tokens, ev->completion_tokens);
+            std::printf("\n[finish: %s, %d prompt + %d completion tokens]\n",
+                        coserve::to_string(ev->finish), ev->prompt_tokens, ev->completion_tokens);
         }
       },
       asio::detached);

@@ -2,14 +2,13 @@
 // counted by a counter, and a reporter asks for the totals. Writes a Chrome trace (Perfetto).
 //   build/examples/word_count_graph [trace.json]
 #include <algorithm>
+#include <asio/co_spawn.hpp>
+#include <asio/use_future.hpp>
 #include <cstdio>
 #include <map>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <asio/co_spawn.hpp>
-#include <asio/use_future.hpp>
 
 #include "runtime/system.hpp"
 
@@ -73,13 +72,18 @@ int main(int argc, char** argv) {
   for (const char* t : text) (void)split.tell(line{++id, t});
 
   // Ask from a coroutine running on the runtime's pool.
-  auto top = asio::co_spawn(sys.executor(), [&]() -> asio::awaitable<top_words::reply_type> {
-    // Each mailbox is FIFO, but two actors are not ordered with each other: first make sure the
-    // splitter has sent every word on, then ask the counter (our ask queues behind those words).
-    co_await split.ask(flush{});
-    auto r = co_await count.ask(top_words{3});
-    co_return r.ok() ? *r : top_words::reply_type{};
-  }, asio::use_future).get();
+  auto top = asio::co_spawn(
+                 sys.executor(),
+                 [&]() -> asio::awaitable<top_words::reply_type> {
+                   // Each mailbox is FIFO, but two actors are not ordered with each other: first
+                   // make sure the splitter has sent every word on, then ask the counter (our ask
+                   // queues behind those words).
+                   co_await split.ask(flush{});
+                   auto r = co_await count.ask(top_words{3});
+                   co_return r.ok() ? *r : top_words::reply_type{};
+                 },
+                 asio::use_future)
+                 .get();
 
   sys.stop();  // drain everything before reading the trace
   for (auto& [w, c] : top) std::printf("%-6s %d\n", w.c_str(), c);

@@ -75,7 +75,8 @@ void start_wait(Handler handler, cudaStream_t s, cudaStream_t waiter) {
     if (e == cudaSuccess) e = cudaEventRecord(st->event, s);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(waiter, st->event, 0);
   }
-  if (e == cudaSuccess) e = cudaLaunchHostFunc(waiter != nullptr ? waiter : s, &state_t::on_host, st.get());
+  if (e == cudaSuccess)
+    e = cudaLaunchHostFunc(waiter != nullptr ? waiter : s, &state_t::on_host, st.get());
   if (e == cudaSuccess) {
     (void)st.release();  // owned by the callback now
     return;

@@ -41,10 +41,10 @@ struct attn_merge_item {
 };
 
 struct batch_plan_options {
-  int32_t block_size = 16;   // tokens per KV block
+  int32_t block_size = 16;  // tokens per KV block
   int32_t num_kv_heads = 8;
-  int32_t gqa = 1;           // query heads per kv head
-  int32_t num_sms = 132;     // multiprocessors of the device (split-KV heuristic)
+  int32_t gqa = 1;        // query heads per kv head
+  int32_t num_sms = 132;  // multiprocessors of the device (split-KV heuristic)
   int32_t max_splits = 32;
 };
 
@@ -52,28 +52,30 @@ struct batch_plan {
   int32_t num_tokens = 0;
   int32_t num_seqs = 0;
   // per token [num_tokens]
-  std::vector<int32_t> positions;       // start_pos + index within the sequence's slice
-  std::vector<int32_t> slot_mapping;    // block_table[pos / block_size] * block_size + pos % block_size
+  std::vector<int32_t> positions;  // start_pos + index within the sequence's slice
+  std::vector<int32_t>
+      slot_mapping;  // block_table[pos / block_size] * block_size + pos % block_size
   // per sequence
-  std::vector<int32_t> cu_seqlens_q;    // [num_seqs + 1] prefix sums of new tokens
-  std::vector<int32_t> kv_lens;         // [num_seqs] start_pos + new tokens (keys after this step)
+  std::vector<int32_t> cu_seqlens_q;  // [num_seqs + 1] prefix sums of new tokens
+  std::vector<int32_t> kv_lens;       // [num_seqs] start_pos + new tokens (keys after this step)
   std::vector<int32_t> block_table_offsets;  // [num_seqs + 1] into block_tables
-  std::vector<int32_t> block_tables;    // all sequences' block tables, concatenated
+  std::vector<int32_t> block_tables;         // all sequences' block tables, concatenated
   // sampling
   // token indices whose logits are sampled, in batch order: a sampled sequence's last token, or its
   // last 1 + num_draft tokens when it verifies proposals (the rows score the positions in order)
   std::vector<int32_t> sample_tokens;
-  std::vector<int32_t> sample_seqs;     // the sequence index of each of them
+  std::vector<int32_t> sample_seqs;  // the sequence index of each of them
   // attention
   std::vector<attn_work_item> work;
   std::vector<attn_merge_item> merges;
-  int32_t num_partial_rows = 0;         // rows of the partial-output workspace
+  int32_t num_partial_rows = 0;  // rows of the partial-output workspace
   int32_t q_tile = 1;
 };
 
 // Plans one step. Errors (invalid_argument) when a sequence's block table does not cover
 // [0, start_pos + tokens), when a slice is empty, when start_pos is negative, or when num_draft is
 // not in [0, tokens) (or is positive on a sequence that does not sample).
-result<batch_plan> plan_batch(const std::vector<scheduled_seq>& seqs, const batch_plan_options& opt);
+result<batch_plan> plan_batch(const std::vector<scheduled_seq>& seqs,
+                              const batch_plan_options& opt);
 
 }  // namespace coserve::gpu

@@ -39,7 +39,8 @@ inline bool is_sticky(cudaError_t status) noexcept {
 // CUDA's own description.
 inline error cuda_error(cudaError_t status, const char* what) {
   return make_error(is_sticky(status) ? k_executor_fatal : "cuda",
-                    std::string(what) + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+                    std::string(what) + ": " + cudaGetErrorName(status) + " (" +
+                        cudaGetErrorString(status) + ")");
 }
 
 inline result<void> cuda_check(cudaError_t status, const char* what) {
@@ -56,8 +57,8 @@ inline result<void> cublas_check(cublasStatus_t status, const char* what) {
 }  // namespace coserve::gpu
 
 // Early return of an error from a function returning result<...>.
-#define COSERVE_CUDA_TRY(expr)                                        \
-  do {                                                                \
-    if (auto coserve_try_r_ = (expr); !coserve_try_r_.ok())           \
-      return std::move(coserve_try_r_).err();                         \
+#define COSERVE_CUDA_TRY(expr)                              \
+  do {                                                      \
+    if (auto coserve_try_r_ = (expr); !coserve_try_r_.ok()) \
+      return std::move(coserve_try_r_).err();               \
   } while (0)

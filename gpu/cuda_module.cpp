@@ -24,6 +24,7 @@ extern "C" __attribute__((visibility("default"))) void coserve_make_gpu_executor
 // A tensor-parallel rank other than 0 in its own process (mpirun ... --device cuda): runs until
 // rank 0 stops it; *out gets the outcome.
 extern "C" __attribute__((visibility("default"))) void coserve_run_gpu_tp_rank_v1(
-    const std::string* model_dir, coserve::communicator* world, int32_t device, coserve::result<void>* out) {
+    const std::string* model_dir, coserve::communicator* world, int32_t device,
+    coserve::result<void>* out) {
   *out = coserve::gpu::run_remote_tp_rank(*model_dir, *world, device);
 }

@@ -21,8 +21,8 @@ int32_t bucket_for(std::span<const int32_t> buckets, int32_t n) {
   return it == buckets.end() ? 0 : *it;
 }
 
-graph_arena_layout make_graph_arena_layout(int32_t rows, int32_t max_blocks_per_seq, int32_t max_work,
-                                           int32_t max_merges) {
+graph_arena_layout make_graph_arena_layout(int32_t rows, int32_t max_blocks_per_seq,
+                                           int32_t max_work, int32_t max_merges) {
   graph_arena_layout l;
   l.rows = rows;
   l.max_blocks_per_seq = max_blocks_per_seq;
@@ -52,7 +52,8 @@ graph_arena_layout make_graph_arena_layout(int32_t rows, int32_t max_blocks_per_
   return l;
 }
 
-graph_capacity decode_graph_capacity(int32_t rows, int32_t max_kv_len, const batch_plan_options& opt) {
+graph_capacity decode_graph_capacity(int32_t rows, int32_t max_kv_len,
+                                     const batch_plan_options& opt) {
   std::vector<scheduled_seq> seqs(size_t(std::max(rows, 0)));
   const int32_t blocks = (std::max(max_kv_len, 1) + opt.block_size - 1) / opt.block_size;
   for (scheduled_seq& s : seqs) {
@@ -63,7 +64,8 @@ graph_capacity decode_graph_capacity(int32_t rows, int32_t max_kv_len, const bat
   }
   auto p = plan_batch(seqs, opt);
   if (!p) return {rows, rows};
-  return {std::max<int32_t>(int32_t(p->work.size()), rows), std::max<int32_t>(int32_t(p->merges.size()), 1)};
+  return {std::max<int32_t>(int32_t(p->work.size()), rows),
+          std::max<int32_t>(int32_t(p->merges.size()), 1)};
 }
 
 namespace {
@@ -75,14 +77,17 @@ void put(std::span<std::byte> staging, size_t off, const std::vector<T>& v) {
 
 }  // namespace
 
-result<size_t> fill_graph_arena(const graph_step_input& in, int32_t bucket, const graph_arena_layout& layout,
-                                const batch_plan_options& opt, std::span<std::byte> staging, batch_plan* planned) {
+result<size_t> fill_graph_arena(const graph_step_input& in, int32_t bucket,
+                                const graph_arena_layout& layout, const batch_plan_options& opt,
+                                std::span<std::byte> staging, batch_plan* planned) {
   const size_t n = in.seqs.size();
   if (bucket < int32_t(n) || bucket > layout.rows || n == 0)
-    return make_error("invalid_argument", "graph arena: " + std::to_string(n) + " sequences for bucket " +
-                                              std::to_string(bucket) + " of at most " + std::to_string(layout.rows));
+    return make_error("invalid_argument", "graph arena: " + std::to_string(n) +
+                                              " sequences for bucket " + std::to_string(bucket) +
+                                              " of at most " + std::to_string(layout.rows));
   if (in.ids.size() != n || in.params.size() != n || in.row_slots.size() != n)
-    return make_error("invalid_argument", "graph arena: ids, params and row slots must have one entry per sequence");
+    return make_error("invalid_argument",
+                      "graph arena: ids, params and row slots must have one entry per sequence");
   std::vector<scheduled_seq> seqs(in.seqs.begin(), in.seqs.end());
   for (const scheduled_seq& s : seqs)
     if (s.tokens.size() != 1 || !s.sample || s.num_draft != 0)
@@ -99,13 +104,16 @@ result<size_t> fill_graph_arena(const graph_step_input& in, int32_t bucket, cons
   if (!pl) return std::move(pl).err();
   batch_plan& p = *pl;
   if (int32_t(p.work.size()) > layout.max_work || int32_t(p.merges.size()) > layout.max_merges)
-    return make_error("invalid_argument", "graph arena: the plan has more attention work than the graph's grid");
+    return make_error("invalid_argument",
+                      "graph arena: the plan has more attention work than the graph's grid");
   if (p.block_tables.size() > size_t(layout.rows) * size_t(layout.max_blocks_per_seq))
     return make_error("invalid_argument", "graph arena: block tables exceed the arena");
   const size_t upload = layout.block_tables + p.block_tables.size() * 4;
-  if (staging.size() < upload) return make_error("resource_exhausted", "graph arena: staging buffer too small");
+  if (staging.size() < upload)
+    return make_error("resource_exhausted", "graph arena: staging buffer too small");
   for (size_t i = n; i < size_t(bucket); ++i) p.slot_mapping[i] = -1;  // padding writes no KV
-  std::vector<int32_t> ids(in.ids.begin(), in.ids.end()), row_slots(in.row_slots.begin(), in.row_slots.end());
+  std::vector<int32_t> ids(in.ids.begin(), in.ids.end()),
+      row_slots(in.row_slots.begin(), in.row_slots.end());
   std::vector<sample_row_params> params(in.params.begin(), in.params.end());
   ids.resize(size_t(bucket), 0);
   row_slots.resize(size_t(bucket), in.pad_slot);

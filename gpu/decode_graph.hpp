@@ -32,36 +32,38 @@ int32_t bucket_for(std::span<const int32_t> buckets, int32_t n);
 // to its own block tables' end (upload_bytes).
 struct graph_arena_layout {
   int32_t rows = 0, max_blocks_per_seq = 0, max_work = 0, max_merges = 0;
-  size_t ids = 0, positions = 0, slots = 0, cu_seqlens = 0, kv_lens = 0, bt_offsets = 0, sample_tokens = 0,
-         params = 0, row_slots = 0, counts = 0, work = 0, merges = 0, block_tables = 0;
+  size_t ids = 0, positions = 0, slots = 0, cu_seqlens = 0, kv_lens = 0, bt_offsets = 0,
+         sample_tokens = 0, params = 0, row_slots = 0, counts = 0, work = 0, merges = 0,
+         block_tables = 0;
   size_t bytes = 0;
 };
-graph_arena_layout make_graph_arena_layout(int32_t rows, int32_t max_blocks_per_seq, int32_t max_work,
-                                           int32_t max_merges);
+graph_arena_layout make_graph_arena_layout(int32_t rows, int32_t max_blocks_per_seq,
+                                           int32_t max_work, int32_t max_merges);
 
 // The most attention work items a decode batch of `rows` sequences can plan (every context at
 // max_kv_len, which splits the most), and its merges.
 struct graph_capacity {
   int32_t max_work = 0, max_merges = 0;
 };
-graph_capacity decode_graph_capacity(int32_t rows, int32_t max_kv_len, const batch_plan_options& opt);
+graph_capacity decode_graph_capacity(int32_t rows, int32_t max_kv_len,
+                                     const batch_plan_options& opt);
 
 // One decode step's arena contents for a graph of `bucket` rows. The batch: every sequence one
 // token (ids: literal ids or last-token references -(slot + 1), as the eager path), sampled.
 struct graph_step_input {
   std::span<const scheduled_seq> seqs;
-  std::span<const int32_t> ids;                 // one per sequence
-  std::span<const sample_row_params> params;    // one per sequence
-  std::span<const int32_t> row_slots;           // one per sequence: its last-token slot
-  int32_t pad_block = 0;                        // the scratch KV block padded rows attend over
-  int32_t pad_slot = 0;                         // the scratch last-token slot padded rows write
+  std::span<const int32_t> ids;               // one per sequence
+  std::span<const sample_row_params> params;  // one per sequence
+  std::span<const int32_t> row_slots;         // one per sequence: its last-token slot
+  int32_t pad_block = 0;                      // the scratch KV block padded rows attend over
+  int32_t pad_slot = 0;                       // the scratch last-token slot padded rows write
 };
 // Plans the padded batch and writes it into `staging` at the layout's offsets. Returns the bytes to
 // upload; `planned` (optional) receives the padded batch's plan. Errors: a sequence that is not a
 // one-token sampled decode, more sequences than the bucket, a plan beyond the layout's capacity, or
 // staging too small.
-result<size_t> fill_graph_arena(const graph_step_input& in, int32_t bucket, const graph_arena_layout& layout,
-                                const batch_plan_options& opt, std::span<std::byte> staging,
-                                batch_plan* planned = nullptr);
+result<size_t> fill_graph_arena(const graph_step_input& in, int32_t bucket,
+                                const graph_arena_layout& layout, const batch_plan_options& opt,
+                                std::span<std::byte> staging, batch_plan* planned = nullptr);
 
 }  // namespace coserve::gpu

@@ -1,5 +1,6 @@
-// device_buffer: an owning handle to one cudaMalloc allocation (move-only). Freed in the destructor;
-// a failed free is ignored there because destructors cannot report (the context is being torn down).
+// device_buffer: an owning handle to one cudaMalloc allocation (move-only). Freed in the
+// destructor; a failed free is ignored there because destructors cannot report (the context is
+// being torn down).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -47,7 +48,9 @@ class device_buffer {
 
   void* get() const noexcept { return ptr_; }
   template <class T>
-  T* as() const noexcept { return static_cast<T*>(ptr_); }
+  T* as() const noexcept {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const noexcept { return bytes_; }
   bool empty() const noexcept { return ptr_ == nullptr; }
 
@@ -90,7 +93,9 @@ class pinned_buffer {
   }
   void* get() const noexcept { return ptr_; }
   template <class T>
-  T* as() const noexcept { return static_cast<T*>(ptr_); }
+  T* as() const noexcept {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const noexcept { return bytes_; }
 
  private:

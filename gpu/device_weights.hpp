@@ -1,5 +1,6 @@
-// A model's weights resident on one GPU as bf16 (the layer matrices optionally E4M3), in the Hugging Face layout ([out_features,
-// in_features] row-major), with q/k/v fused into one matrix and gate/up into another. Two ways in:
+// A model's weights resident on one GPU as bf16 (the layer matrices optionally E4M3), in the
+// Hugging Face layout ([out_features, in_features] row-major), with q/k/v fused into one matrix and
+// gate/up into another. Two ways in:
 //   upload_weights: from host model_weights (matrices in file precision, mapped; bf16 ones copied
 //                   as they are, others converted, GGUF quantized types dequantized; q/k/v and
 //                   gate/up concatenated; q/k rows of GGUF llama-layout files put back in the
@@ -37,16 +38,20 @@ struct device_weights {
   std::vector<device_layer> layers;
   int64_t bytes = 0;
 
-  const void* lm_head_data() const noexcept { return lm_head.empty() ? embed.get() : lm_head.get(); }
+  const void* lm_head_data() const noexcept {
+    return lm_head.empty() ? embed.get() : lm_head.get();
+  }
 };
 
 // Tensors (and bytes) the model has; progress reports (done, total, bytes so far). fp8: the layer
 // matrices quantized per output channel (launch_quantize_rows_e4m3) from their bf16 values.
 // lm_head false: no LM head is uploaded (a tensor-parallel rank other than 0, which never samples).
 // The sizes come from w.config (for a tensor-parallel shard, the rank's: gpu/tp_peer.hpp).
-result<device_weights> upload_weights(const model_weights& w, cudaStream_t stream, const load_progress& progress = {},
-                                      bool fp8 = false, bool lm_head = true);
+result<device_weights> upload_weights(const model_weights& w, cudaStream_t stream,
+                                      const load_progress& progress = {}, bool fp8 = false,
+                                      bool lm_head = true);
 result<device_weights> dummy_weights(const model_config& c, uint64_t seed, cudaStream_t stream,
-                                     const load_progress& progress = {}, bool fp8 = false, bool lm_head = true);
+                                     const load_progress& progress = {}, bool fp8 = false,
+                                     bool lm_head = true);
 
 }  // namespace coserve::gpu

@@ -37,7 +37,8 @@ class gpu_draft_model {
   static result<std::unique_ptr<gpu_draft_model>> load(const options& o, const model_config& target,
                                                        int32_t max_model_len, cudaStream_t s,
                                                        const load_progress& progress);
-  // Bytes of one KV block of the draft (every layer, K and V): the executor sizes its blocks for both.
+  // Bytes of one KV block of the draft (every layer, K and V): the executor sizes its blocks for
+  // both.
   int64_t kv_block_bytes() const;
   // The draft's cache of num_blocks blocks (+ the scratch block), and an empty map of it.
   result<void> allocate_kv(int32_t num_blocks);
@@ -49,8 +50,8 @@ class gpu_draft_model {
   // Enqueues every pass of `st` on `s`: their metadata packed into `staging` (pinned; its previous
   // upload must have run) and uploaded once, then per pass the layer loop and, for its proposing
   // rows, the greedy pick into last_tokens[out slot]. `logits` [max_picks, vocab] fp32 is scratch.
-  result<void> run(const draft_step& st, pinned_buffer& staging, gemm_runner& gemm, int32_t* last_tokens,
-                   float* logits, cudaStream_t s);
+  result<void> run(const draft_step& st, pinned_buffer& staging, gemm_runner& gemm,
+                   int32_t* last_tokens, float* logits, cudaStream_t s);
 
  private:
   gpu_draft_model() = default;

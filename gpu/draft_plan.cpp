@@ -5,9 +5,12 @@
 
 namespace coserve::gpu {
 
-result<draft_step> plan_draft(const step_plan& plan, const std::vector<std::vector<int32_t>>& inputs,
-                              const draft_kv_map& map, int32_t slot_base, int32_t k, int32_t max_tokens) {
-  if (inputs.size() != plan.seqs.size()) return make_error("internal", "draft: inputs do not match the plan");
+result<draft_step> plan_draft(const step_plan& plan,
+                              const std::vector<std::vector<int32_t>>& inputs,
+                              const draft_kv_map& map, int32_t slot_base, int32_t k,
+                              int32_t max_tokens) {
+  if (inputs.size() != plan.seqs.size())
+    return make_error("internal", "draft: inputs do not match the plan");
   if (max_tokens <= 0) return make_error("internal", "draft: no token budget");
   draft_step out;
   // Pass 0's items, in batch order: the catch-up and the tokens before the proposals.
@@ -21,30 +24,38 @@ result<draft_step> plan_draft(const step_plan& plan, const std::vector<std::vect
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const scheduled_seq& s = plan.seqs[i];
     const std::vector<int32_t>& in = inputs[i];
-    if (in.size() != s.tokens.size()) return make_error("internal", "draft: inputs do not match the plan");
+    if (in.size() != s.tokens.size())
+      return make_error("internal", "draft: inputs do not match the plan");
     const int32_t n = int32_t(in.size());
     int32_t before = n;
     const int32_t placeholders = int32_t(std::count(in.begin(), in.end(), k_token_from_draft));
     if (placeholders > 0) {
       if (placeholders != s.num_draft || s.num_draft > k || s.num_draft >= n ||
-          !std::all_of(in.end() - s.num_draft, in.end(), [](int32_t t) { return t == k_token_from_draft; }))
-        return make_error("invalid_argument", "draft: sequence " + std::to_string(s.seq_id) + " asks for " +
-                                                  std::to_string(placeholders) + " draft proposals that are not its " +
+          !std::all_of(in.end() - s.num_draft, in.end(),
+                       [](int32_t t) { return t == k_token_from_draft; }))
+        return make_error("invalid_argument", "draft: sequence " + std::to_string(s.seq_id) +
+                                                  " asks for " + std::to_string(placeholders) +
+                                                  " draft proposals that are not its " +
                                                   "last num_draft (" + std::to_string(s.num_draft) +
                                                   ") tokens, or more than " + std::to_string(k));
       before = n - s.num_draft;
-      out.proposers.push_back({i, before, s.num_draft, slot_base + k * int32_t(out.proposers.size())});
+      out.proposers.push_back(
+          {i, before, s.num_draft, slot_base + k * int32_t(out.proposers.size())});
     } else if (n == 1) {
       continue;  // a plain decode: the draft catches up when the sequence next proposes
     }
     for (int32_t t = 0; t < before; ++t)
       if (in[size_t(t)] < 0) return make_error("internal", "draft: an unresolved input id");
-    item it{i, map.valid_prefix(s.block_table, s.start_pos), {}, placeholders > 0 ? int32_t(out.proposers.size() - 1) : -1};
+    item it{i,
+            map.valid_prefix(s.block_table, s.start_pos),
+            {},
+            placeholders > 0 ? int32_t(out.proposers.size() - 1) : -1};
     for (int32_t p = it.start; p < s.start_pos; ++p) {
       const int32_t t = map.token_at(s.block_table, p);
       if (t < 0)  // every position the model computed was noted (draft_kv_map::note_model)
         return make_error("internal", "draft: position " + std::to_string(p) + " of sequence " +
-                                          std::to_string(s.seq_id) + " has no recorded token to catch up from");
+                                          std::to_string(s.seq_id) +
+                                          " has no recorded token to catch up from");
       it.tokens.push_back(t);
     }
     it.tokens.insert(it.tokens.end(), in.begin(), in.begin() + before);

@@ -37,10 +37,10 @@ struct draft_pass {
 struct draft_step {
   std::vector<draft_pass> passes;
   struct proposer {
-    size_t seq = 0;      // index into the plan's sequences
-    int32_t first = 0;   // index of its first proposal within the sequence's tokens
-    int32_t count = 0;   // its proposals
-    int32_t slot0 = 0;   // slot of proposal j: slot0 + j
+    size_t seq = 0;     // index into the plan's sequences
+    int32_t first = 0;  // index of its first proposal within the sequence's tokens
+    int32_t count = 0;  // its proposals
+    int32_t slot0 = 0;  // slot of proposal j: slot0 + j
   };
   std::vector<proposer> proposers;
   // What pass 0 computed, per sequence (for draft_kv_map::note_draft once the passes are enqueued).
@@ -56,7 +56,9 @@ struct draft_step {
 // proposals still k_token_from_draft. Proposal slots are slot_base + k * proposer index + j.
 // max_tokens: the draft's token budget per pass. Errors: a proposal placeholder outside a
 // sequence's last num_draft tokens, more than k proposals, or an input id still negative.
-result<draft_step> plan_draft(const step_plan& plan, const std::vector<std::vector<int32_t>>& inputs,
-                              const draft_kv_map& map, int32_t slot_base, int32_t k, int32_t max_tokens);
+result<draft_step> plan_draft(const step_plan& plan,
+                              const std::vector<std::vector<int32_t>>& inputs,
+                              const draft_kv_map& map, int32_t slot_base, int32_t k,
+                              int32_t max_tokens);
 
 }  // namespace coserve::gpu

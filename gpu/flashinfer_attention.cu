@@ -1,8 +1,6 @@
 // FlashInfer's FA2 paged batch-prefill kernel and planner behind gpu/flashinfer_attention.hpp. The
-// kernels are instantiated here only for what serving uses (bf16, head_dim 64/128, causal, the three
-// query tiles), which keeps this translation unit to about a minute of nvcc on two cores.
-#include "gpu/flashinfer_attention.hpp"
-
+// kernels are instantiated here only for what serving uses (bf16, head_dim 64/128, causal, the
+// three query tiles), which keeps this translation unit to about a minute of nvcc on two cores.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -11,8 +9,11 @@
 #include <exception>
 #include <string>
 
+#include "gpu/flashinfer_attention.hpp"
+
 #ifdef COSERVE_HAVE_FLASHINFER
 #include <flashinfer/attention/mask.cuh>
+#include <flashinfer/attention/prefill.cuh>
 #include <flashinfer/attention/scheduler.cuh>
 #include <flashinfer/attention/variant_helper.cuh>
 #include <flashinfer/attention/variants.cuh>
@@ -20,7 +21,6 @@
 #include <flashinfer/layout.cuh>
 #include <flashinfer/page.cuh>
 #include <flashinfer/pos_enc.cuh>
-#include <flashinfer/attention/prefill.cuh>
 #endif
 
 namespace coserve::gpu {
@@ -83,7 +83,8 @@ struct paged_params {
 };
 
 // Causal (the mask mode), sliding window honoured when window_left >= 0, no soft cap, no ALiBi.
-using variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/true, false, false>;
+using variant =
+    flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/true, false, false>;
 
 }  // namespace fi_kern
 #endif  // COSERVE_HAVE_FLASHINFER
@@ -115,21 +116,25 @@ result<fi_schedule> plan_flashinfer(const batch_plan& p, const fi_options& o) {
 
 result<void> plan_flashinfer(const batch_plan& p, const fi_options& o, fi_schedule& s) {
   if (!flashinfer_supports(o.num_qo_heads, o.num_kv_heads, o.head_dim) || o.page_size <= 0)
-    return make_error("invalid_argument", "flashinfer: unsupported attention shape (head_dim 64 or 128, whole GQA groups)");
+    return make_error(
+        "invalid_argument",
+        "flashinfer: unsupported attention shape (head_dim 64 or 128, whole GQA groups)");
   const size_t n = p.kv_lens.size();
   if (n == 0 || p.cu_seqlens_q.size() != n + 1 || p.block_table_offsets.size() != n + 1)
-    return make_error("invalid_argument", "flashinfer: the batch plan has no sequences or inconsistent offsets");
+    return make_error("invalid_argument",
+                      "flashinfer: the batch plan has no sequences or inconsistent offsets");
   s.batch_size = int32_t(n);
   s.total_num_rows = p.cu_seqlens_q.back();
   s.cuda_graph = o.cuda_graph;
   s.split_kv = false;
   s.new_batch_size = s.padded_batch_size = s.cta_tile_q = s.kv_chunk_size = 0;
-  for (auto* v : {&s.kv_indptr, &s.kv_indices, &s.kv_last_page_len, &s.request_indices, &s.qo_tile_indices,
-                  &s.kv_tile_indices, &s.o_indptr, &s.merge_indptr})
+  for (auto* v : {&s.kv_indptr, &s.kv_indices, &s.kv_last_page_len, &s.request_indices,
+                  &s.qo_tile_indices, &s.kv_tile_indices, &s.o_indptr, &s.merge_indptr})
     v->clear();
   s.block_valid_mask.clear();
   size_t pages_total = 0;
-  for (size_t i = 0; i < n; ++i) pages_total += size_t(std::max(p.kv_lens[i], 0) + o.page_size - 1) / size_t(o.page_size);
+  for (size_t i = 0; i < n; ++i)
+    pages_total += size_t(std::max(p.kv_lens[i], 0) + o.page_size - 1) / size_t(o.page_size);
   s.kv_indices.reserve(pages_total);
   s.kv_indptr.push_back(0);
   for (size_t i = 0; i < n; ++i) {
@@ -138,27 +143,31 @@ result<void> plan_flashinfer(const batch_plan& p, const fi_options& o, fi_schedu
     const int32_t b0 = p.block_table_offsets[i], b1 = p.block_table_offsets[i + 1];
     if (kv_len < 1 || b1 - b0 < pages || b0 < 0 || size_t(b1) > p.block_tables.size())
       return make_error("invalid_argument", "flashinfer: sequence " + std::to_string(i) + " has " +
-                                                std::to_string(kv_len) + " keys and " + std::to_string(b1 - b0) +
-                                                " blocks");
-    s.kv_indices.insert(s.kv_indices.end(), p.block_tables.begin() + b0, p.block_tables.begin() + b0 + pages);
+                                                std::to_string(kv_len) + " keys and " +
+                                                std::to_string(b1 - b0) + " blocks");
+    s.kv_indices.insert(s.kv_indices.end(), p.block_tables.begin() + b0,
+                        p.block_tables.begin() + b0 + pages);
     s.kv_indptr.push_back(int32_t(s.kv_indices.size()));
     s.kv_last_page_len.push_back(kv_len - (pages - 1) * o.page_size);
   }
 #ifdef COSERVE_HAVE_FLASHINFER
   try {
     std::vector<int32_t> qo(p.cu_seqlens_q), kv(s.kv_indptr);
-    const uint32_t max_batch_size_if_split = uint32_t(std::max(2 * o.num_sms, 1)) / uint32_t(o.num_kv_heads);
+    const uint32_t max_batch_size_if_split =
+        uint32_t(std::max(2 * o.num_sms, 1)) / uint32_t(o.num_kv_heads);
     // Unsplit: one chunk as long as the longest sequence (FlashInfer's disable_split_kv would leave
     // an overflowed chunk size behind; a fixed split of that length plans the same work).
     int32_t max_pages = 1;
-    for (size_t i = 0; i < n; ++i) max_pages = std::max(max_pages, s.kv_indptr[i + 1] - s.kv_indptr[i]);
+    for (size_t i = 0; i < n; ++i)
+      max_pages = std::max(max_pages, s.kv_indptr[i + 1] - s.kv_indptr[i]);
     const int32_t fixed_split = o.disable_split_kv ? max_pages : -1;
-    auto [split_kv, new_batch_size, padded_batch_size, cta_tile_q, kv_chunk_size, request_indices, qo_tile_indices,
-          kv_tile_indices, merge_indptr, o_indptr] =
-        flashinfer::PrefillSplitQOKVIndptr(qo.data(), kv.data(), uint32_t(s.total_num_rows), uint32_t(n),
-                                           uint32_t(o.num_qo_heads), uint32_t(o.num_kv_heads), uint32_t(o.head_dim),
-                                           uint32_t(o.page_size), max_batch_size_if_split, o.cuda_graph,
-                                           o.window_left, fixed_split, /*disable_split_kv=*/false);
+    auto [split_kv, new_batch_size, padded_batch_size, cta_tile_q, kv_chunk_size, request_indices,
+          qo_tile_indices, kv_tile_indices, merge_indptr, o_indptr] =
+        flashinfer::PrefillSplitQOKVIndptr(
+            qo.data(), kv.data(), uint32_t(s.total_num_rows), uint32_t(n), uint32_t(o.num_qo_heads),
+            uint32_t(o.num_kv_heads), uint32_t(o.head_dim), uint32_t(o.page_size),
+            max_batch_size_if_split, o.cuda_graph, o.window_left, fixed_split,
+            /*disable_split_kv=*/false);
     s.split_kv = split_kv;
     s.new_batch_size = int32_t(new_batch_size);
     s.padded_batch_size = int32_t(padded_batch_size);
@@ -173,18 +182,23 @@ result<void> plan_flashinfer(const batch_plan& p, const fi_options& o, fi_schedu
     return make_error("invalid_argument", std::string("flashinfer planner: ") + e.what());
   }
   if (s.cta_tile_q != 16 && s.cta_tile_q != 64 && s.cta_tile_q != 128)
-    return make_error("internal", "flashinfer planner chose a query tile of " + std::to_string(s.cta_tile_q));
-  // Rows past the work are padding (CUDA-graph mode): defined values, masked off by block_valid_mask.
-  for (auto* v : {&s.request_indices, &s.qo_tile_indices, &s.kv_tile_indices}) v->resize(size_t(s.padded_batch_size), 0);
+    return make_error("internal",
+                      "flashinfer planner chose a query tile of " + std::to_string(s.cta_tile_q));
+  // Rows past the work are padding (CUDA-graph mode): defined values, masked off by
+  // block_valid_mask.
+  for (auto* v : {&s.request_indices, &s.qo_tile_indices, &s.kv_tile_indices})
+    v->resize(size_t(s.padded_batch_size), 0);
   if (s.split_kv) {
     s.block_valid_mask.assign(size_t(s.padded_batch_size), 0);
-    std::fill_n(s.block_valid_mask.begin(), std::min(s.new_batch_size, s.padded_batch_size), uint8_t(1));
+    std::fill_n(s.block_valid_mask.begin(), std::min(s.new_batch_size, s.padded_batch_size),
+                uint8_t(1));
   } else {
     s.merge_indptr.clear();
   }
   return {};
 #else
-  return make_error("unavailable", "flashinfer: built without the FlashInfer headers (scripts/deps fetches them)");
+  return make_error("unavailable",
+                    "flashinfer: built without the FlashInfer headers (scripts/deps fetches them)");
 #endif
 }
 
@@ -209,7 +223,8 @@ fi_offsets lay_out(size_t at, std::initializer_list<fi_array> arrays) {
 
 }  // namespace
 
-fi_offsets fi_graph_offsets(size_t at, int32_t rows, int32_t max_blocks_per_seq, int32_t max_padded) {
+fi_offsets fi_graph_offsets(size_t at, int32_t rows, int32_t max_blocks_per_seq,
+                            int32_t max_padded) {
   const size_t r = size_t(std::max(rows, 0)), pad = size_t(std::max(max_padded, 0));
   return lay_out(at, {{&fi_offsets::kv_indptr, (r + 1) * 4},
                       {&fi_offsets::kv_last_page_len, r * 4},
@@ -238,7 +253,8 @@ fi_offsets fi_exact_offsets(size_t at, const fi_schedule& s) {
                       {&fi_offsets::kv_indices, s.kv_indices.size() * 4}});
 }
 
-result<void> write_fi_schedule(const fi_schedule& s, const fi_offsets& o, std::span<std::byte> staging) {
+result<void> write_fi_schedule(const fi_schedule& s, const fi_offsets& o,
+                               std::span<std::byte> staging) {
   const int32_t chunk = s.kv_chunk_size, rows = s.total_num_rows;
   struct item {
     size_t off, next;
@@ -248,9 +264,12 @@ result<void> write_fi_schedule(const fi_schedule& s, const fi_offsets& o, std::s
   // Each array's room is up to the next array's offset (kv_indices: up to the end).
   const item items[] = {
       {o.kv_indptr, o.kv_last_page_len, s.kv_indptr.data(), s.kv_indptr.size() * 4},
-      {o.kv_last_page_len, o.request_indices, s.kv_last_page_len.data(), s.kv_last_page_len.size() * 4},
-      {o.request_indices, o.qo_tile_indices, s.request_indices.data(), s.request_indices.size() * 4},
-      {o.qo_tile_indices, o.kv_tile_indices, s.qo_tile_indices.data(), s.qo_tile_indices.size() * 4},
+      {o.kv_last_page_len, o.request_indices, s.kv_last_page_len.data(),
+       s.kv_last_page_len.size() * 4},
+      {o.request_indices, o.qo_tile_indices, s.request_indices.data(),
+       s.request_indices.size() * 4},
+      {o.qo_tile_indices, o.kv_tile_indices, s.qo_tile_indices.data(),
+       s.qo_tile_indices.size() * 4},
       {o.kv_tile_indices, o.o_indptr, s.kv_tile_indices.data(), s.kv_tile_indices.size() * 4},
       {o.o_indptr, o.merge_indptr, s.o_indptr.data(), s.o_indptr.size() * 4},
       {o.merge_indptr, o.kv_chunk_size, s.merge_indptr.data(), s.merge_indptr.size() * 4},
@@ -259,16 +278,19 @@ result<void> write_fi_schedule(const fi_schedule& s, const fi_offsets& o, std::s
       {o.block_valid_mask, o.kv_indices, s.block_valid_mask.data(), s.block_valid_mask.size()},
       {o.kv_indices, o.end, s.kv_indices.data(), s.kv_indices.size() * 4},
   };
-  if (o.end > staging.size()) return make_error("resource_exhausted", "flashinfer: step metadata exceeds its buffer");
+  if (o.end > staging.size())
+    return make_error("resource_exhausted", "flashinfer: step metadata exceeds its buffer");
   for (const item& it : items) {
     if (it.off + it.bytes > it.next)
-      return make_error("invalid_argument", "flashinfer: the schedule exceeds the capacity its offsets leave it");
+      return make_error("invalid_argument",
+                        "flashinfer: the schedule exceeds the capacity its offsets leave it");
     if (it.bytes) std::memcpy(staging.data() + it.off, it.data, it.bytes);
   }
   return {};
 }
 
-fi_step fi_step_at(const fi_schedule& s, const fi_offsets& o, const void* base, const int32_t* qo_indptr) {
+fi_step fi_step_at(const fi_schedule& s, const fi_offsets& o, const void* base,
+                   const int32_t* qo_indptr) {
   const char* b = static_cast<const char*>(base);
   auto i32 = [b](size_t off) { return reinterpret_cast<const int32_t*>(b + off); };
   fi_step st;
@@ -284,7 +306,8 @@ fi_step fi_step_at(const fi_schedule& s, const fi_offsets& o, const void* base, 
   st.merge_indptr = s.split_kv ? i32(o.merge_indptr) : nullptr;
   st.kv_chunk_size = i32(o.kv_chunk_size);
   st.total_num_rows = reinterpret_cast<const uint32_t*>(b + o.total_num_rows);
-  st.block_valid_mask = s.split_kv ? reinterpret_cast<const uint8_t*>(b + o.block_valid_mask) : nullptr;
+  st.block_valid_mask =
+      s.split_kv ? reinterpret_cast<const uint8_t*>(b + o.block_valid_mask) : nullptr;
   st.batch_size = s.batch_size;
   st.num_rows = s.total_num_rows;
   st.padded_batch_size = s.padded_batch_size;
@@ -294,11 +317,13 @@ fi_step fi_step_at(const fi_schedule& s, const fi_offsets& o, const void* base, 
   return st;
 }
 
-result<void> launch_flashinfer_attention(const fi_attention_args& a, const fi_step& s, cudaStream_t stream) {
+result<void> launch_flashinfer_attention(const fi_attention_args& a, const fi_step& s,
+                                         cudaStream_t stream) {
   if (!flashinfer_supports(a.num_qo_heads, a.num_kv_heads, a.head_dim))
     return make_error("invalid_argument", "flashinfer attention: unsupported shape");
   if (s.split_kv && (a.tmp_v == nullptr || a.tmp_s == nullptr))
-    return make_error("invalid_argument", "flashinfer attention: split-KV plan without a workspace");
+    return make_error("invalid_argument",
+                      "flashinfer attention: split-KV plan without a workspace");
 #ifdef COSERVE_HAVE_FLASHINFER
   using fi_kern::bf16_t;
   using fi_kern::paged_params;
@@ -326,8 +351,9 @@ result<void> launch_flashinfer_attention(const fi_attention_args& a, const fi_st
   p.o_indptr = mut(s.o_indptr);
   p.kv_chunk_size_ptr = mut(s.kv_chunk_size);
   p.merge_indptr = s.split_kv ? mut(s.merge_indptr) : nullptr;
-  p.block_valid_mask = s.cuda_graph && s.split_kv ? reinterpret_cast<bool*>(const_cast<uint8_t*>(s.block_valid_mask))
-                                                  : nullptr;
+  p.block_valid_mask = s.cuda_graph && s.split_kv
+                           ? reinterpret_cast<bool*>(const_cast<uint8_t*>(s.block_valid_mask))
+                           : nullptr;
   p.total_num_rows = s.cuda_graph ? const_cast<uint32_t*>(s.total_num_rows) : nullptr;
   p.max_total_num_rows = uint32_t(s.num_rows);
   p.padded_batch_size = uint32_t(s.padded_batch_size);
@@ -337,17 +363,24 @@ result<void> launch_flashinfer_attention(const fi_attention_args& a, const fi_st
   cudaError_t st = cudaErrorInvalidValue;
   try {
     auto run = [&]<uint32_t TILE, uint32_t D>() {
-      st = flashinfer::BatchPrefillWithPagedKVCacheDispatched<TILE, D, D, flashinfer::PosEncodingMode::kNone,
-                                                               /*use_fp16_qk_reduction=*/false,
-                                                               flashinfer::MaskMode::kCausal, fi_kern::variant>(
+      st = flashinfer::BatchPrefillWithPagedKVCacheDispatched<
+          TILE, D, D, flashinfer::PosEncodingMode::kNone,
+          /*use_fp16_qk_reduction=*/false, flashinfer::MaskMode::kCausal, fi_kern::variant>(
           p, tmp_v, tmp_s, /*enable_pdl=*/false, stream);
     };
     auto by_tile = [&]<uint32_t D>() {
       switch (s.cta_tile_q) {
-        case 16: run.template operator()<16, D>(); break;
-        case 64: run.template operator()<64, D>(); break;
-        case 128: run.template operator()<128, D>(); break;
-        default: break;
+        case 16:
+          run.template operator()<16, D>();
+          break;
+        case 64:
+          run.template operator()<64, D>();
+          break;
+        case 128:
+          run.template operator()<128, D>();
+          break;
+        default:
+          break;
       }
     };
     if (a.head_dim == 128)

@@ -34,7 +34,8 @@ struct layer_scratch {
   int32_t max_tokens = 0;
   int64_t fi_tmp_rows = 0;
   // c: the rank's config (its heads and MLP width); fi_tmp_rows > 0 sizes FlashInfer's workspace.
-  result<void> allocate(const model_config& c, int32_t max_tokens, bool fp8, int64_t fi_tmp_rows = 0);
+  result<void> allocate(const model_config& c, int32_t max_tokens, bool fp8,
+                        int64_t fi_tmp_rows = 0);
 };
 
 constexpr int32_t k_max_partial_rows = 4096;  // split-KV workspace rows
@@ -43,8 +44,8 @@ constexpr int32_t k_max_partial_rows = 4096;  // split-KV workspace rows
 struct rope_tables {
   device_buffer inv_freq, inv_freq_long;  // LongRoPE: the long table from long_from on
   int32_t long_from = 0x7fffffff;
-  float scale = 1.0f;                     // YaRN / LongRoPE attention factor on cos and sin
-  int32_t rotary_dim = 0;                 // partial rotary (0: the whole head)
+  float scale = 1.0f;      // YaRN / LongRoPE attention factor on cos and sin
+  int32_t rotary_dim = 0;  // partial rotary (0: the whole head)
   result<void> upload(const model_config& c);
 };
 
@@ -54,12 +55,13 @@ struct kv_store {
   device_buffer data;
   kv_elem type = kv_elem::bf16;
   int32_t block_size = 16;
-  int32_t num_blocks = 0;           // the allocator's blocks (the scratch block not counted)
-  int64_t layer_elems = 0;          // elements of one layer's K (== V)
-  size_t block_bytes_one = 0;       // one block of one layer's K (or V)
+  int32_t num_blocks = 0;      // the allocator's blocks (the scratch block not counted)
+  int64_t layer_elems = 0;     // elements of one layer's K (== V)
+  size_t block_bytes_one = 0;  // one block of one layer's K (or V)
   size_t layer_bytes() const { return size_t(layer_elems) * size_t(kv_elem_bytes(type)); }
   // Allocates num_blocks + 1 blocks and zeroes the scratch block (synchronous: startup only).
-  result<void> allocate(const model_config& c, int32_t block_size, int32_t num_blocks, kv_elem type);
+  result<void> allocate(const model_config& c, int32_t block_size, int32_t num_blocks,
+                        kv_elem type);
   // Zeroes the scratch block again on `s` (after graph capture wrote it).
   result<void> zero_scratch_block(int32_t num_layers, cudaStream_t s) const;
   // Copies block src to dst in every layer, K and V (copy-on-write), on `s`.
@@ -74,7 +76,8 @@ result<int32_t> kv_blocks_that_fit(const model_config& c, int32_t block_size, kv
 // What one forward pass reads besides the weights: device addresses of the step's metadata, and
 // its sizes (capacities when attn_counts points at the step's real counts: graphs).
 struct layer_inputs {
-  const int32_t *ids = nullptr, *positions = nullptr, *slots = nullptr, *cu_seqlens = nullptr, *kv_lens = nullptr;
+  const int32_t *ids = nullptr, *positions = nullptr, *slots = nullptr, *cu_seqlens = nullptr,
+                *kv_lens = nullptr;
   const int32_t *bt_offsets = nullptr, *block_tables = nullptr;
   const attn_work_item* work = nullptr;
   const attn_merge_item* merges = nullptr;
@@ -99,16 +102,19 @@ using all_reduce_fn = std::function<result<void>(bf16* data, size_t n, cudaStrea
 
 // The embedding gather (ids < 0 read `last_tokens`) and every decoder layer; the output is
 // scratch.hidden (the last MLP's output) and scratch.residual, whose sum is the hidden state.
-result<void> run_layers(const device_weights& w, gemm_runner& gemm, const layer_scratch& scratch, const kv_store& kv,
-                        const rope_tables& rope, const layer_inputs& in, const int32_t* last_tokens,
-                        const all_reduce_fn& all_reduce, cudaStream_t s);
+result<void> run_layers(const device_weights& w, gemm_runner& gemm, const layer_scratch& scratch,
+                        const kv_store& kv, const rope_tables& rope, const layer_inputs& in,
+                        const int32_t* last_tokens, const all_reduce_fn& all_reduce,
+                        cudaStream_t s);
 
 // Runs `pass` once eagerly (cuBLASLt plans for its sizes, lazy module loading, NCCL connections)
-// and waits for it, then captures the same launches on `s` into an instantiated graph. Startup only.
+// and waits for it, then captures the same launches on `s` into an instantiated graph. Startup
+// only.
 result<cudaGraphExec_t> capture_graph(cudaStream_t s, const std::function<result<void>()>& pass);
 
 // The GEMM shapes of the layer loop (layer 0's operands stand for every layer's), for
 // gemm_runner::tune; fp8 zeroes the activation codes first (timing does not depend on them).
-result<std::vector<gemm_runner::shape>> layer_gemm_shapes(const device_weights& w, const layer_scratch& scratch);
+result<std::vector<gemm_runner::shape>> layer_gemm_shapes(const device_weights& w,
+                                                          const layer_scratch& scratch);
 
 }  // namespace coserve::gpu

@@ -4,25 +4,24 @@
 // halves, and the decode CUDA graphs captured from the same forward pass. Longer than most files
 // (about 1660 lines) because launch, collect, the head of the forward pass, the graph capture and
 // the draft model's and tensor-parallel peers' share of a step use one set of device buffers and
-// per-sequence state (its penalty count rows among them); what stands alone is apart: the layer loop (gpu/forward_pass.cpp), the graph
-// arena (gpu/decode_graph.cpp), FlashInfer's planner and kernels (gpu/flashinfer_attention.cu), the
-// draft's passes (gpu/draft_model.cpp, gpu/draft_plan.cpp) and the peers (gpu/tp_peer.cpp,
-// gpu/tp_remote.cpp).
+// per-sequence state (its penalty count rows among them); what stands alone is apart: the layer
+// loop (gpu/forward_pass.cpp), the graph arena (gpu/decode_graph.cpp), FlashInfer's planner and
+// kernels (gpu/flashinfer_attention.cu), the draft's passes (gpu/draft_model.cpp,
+// gpu/draft_plan.cpp) and the peers (gpu/tp_peer.cpp, gpu/tp_remote.cpp).
 #include "gpu/gpu_executor.hpp"
 
 #include <algorithm>
-#include <chrono>
-#include <cstdio>
 #include <asio/bind_executor.hpp>
 #include <asio/io_context.hpp>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <future>
 #include <unordered_map>
 
 #include "gpu/async_wait.hpp"
-
 #include "gpu/batch_plan.hpp"
 #include "gpu/decode_graph.hpp"
 #include "gpu/device_buffer.hpp"
@@ -41,9 +40,9 @@
 #include "gpu/stream.hpp"
 #include "gpu/tp_peer.hpp"
 #include "model/rope.hpp"
-#include "model/tensor_parallel.hpp"
 #include "model/sampler.hpp"
 #include "model/structured_output.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace coserve::gpu {
 
@@ -58,13 +57,15 @@ constexpr int64_t k_fi_tmp_rows = 8192;
 int32_t shared_window(const model_config& c) {
   if (c.sliding_window <= 0) return 0;
   if (c.sliding_layers.empty()) return c.sliding_window;
-  const bool all = std::all_of(c.sliding_layers.begin(), c.sliding_layers.end(), [](auto v) { return v != 0; });
-  const bool none = std::none_of(c.sliding_layers.begin(), c.sliding_layers.end(), [](auto v) { return v != 0; });
+  const bool all =
+      std::all_of(c.sliding_layers.begin(), c.sliding_layers.end(), [](auto v) { return v != 0; });
+  const bool none =
+      std::none_of(c.sliding_layers.begin(), c.sliding_layers.end(), [](auto v) { return v != 0; });
   return all ? c.sliding_window : none ? 0 : -1;
 }
 
-constexpr int32_t k_prompt_row_words = 2 + 2 * k_prompt_logprobs_max_top;  // one prompt logprob row's output
-
+constexpr int32_t k_prompt_row_words =
+    2 + 2 * k_prompt_logprobs_max_top;  // one prompt logprob row's output
 
 // Up to n (id, logprob as f32 bits) pairs a top-N kernel wrote at w, up to an id of -1
 // (launch_sample's out_top, launch_prompt_logprobs's rows).
@@ -79,7 +80,8 @@ std::vector<token_logprob> read_top(const uint32_t* w, int32_t n) {
 }
 
 // Whether every token the grammar mask allows is one of `a` or `b`.
-bool grammar_allows_only(std::span<const uint32_t> mask, const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+bool grammar_allows_only(std::span<const uint32_t> mask, const std::vector<int32_t>& a,
+                         const std::vector<int32_t>& b) {
   std::vector<uint32_t> rest(mask.begin(), mask.end());
   for (const auto* ids : {&a, &b})
     for (int32_t t : *ids)
@@ -92,7 +94,8 @@ class gpu_executor final : public executor {
   static result<std::unique_ptr<gpu_executor>> create(const gpu_executor_options& o);
   ~gpu_executor() override;
   result<step_result> execute(const step_plan& plan) override;
-  void launch(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready) override {
+  void launch(step_plan plan, const asio::any_io_executor& ex,
+              std::function<void()> ready) override {
     launch_step(std::move(plan), ex, std::move(ready), true);
   }
   result<step_result> collect() override;
@@ -111,11 +114,12 @@ class gpu_executor final : public executor {
     int32_t launched = 0;     // sampled rows launched (generated + those not collected yet)
     int32_t last_token = -1;  // the last token the host has collected (or the last output id)
     penalty_edits penalties;  // repetition / presence / frequency edits of the collected history
-    // Its row of token counts on the device (-1: none), and whether that row holds its history up to
-    // the last launched token (written from `penalties` when taken, counted up by each step after).
+    // Its row of token counts on the device (-1: none), and whether that row holds its history up
+    // to the last launched token (written from `penalties` when taken, counted up by each step
+    // after).
     int32_t penalty_row = -1;
     bool penalty_synced = false;
-    std::optional<grammar_matcher> matcher;           // structured output (params.grammar)
+    std::optional<grammar_matcher> matcher;  // structured output (params.grammar)
     // Prompt logprobs (params.prompt_logprobs >= 0, first registration): the prompt while entries
     // are owed; position p's entry scores prompt[p + 1]. prompt_next: the next position a launched
     // step scores; the entries go out with the sequence's first output.
@@ -128,7 +132,8 @@ class gpu_executor final : public executor {
     // (pending_penalty). A grammar's mask needs every earlier token on the host: a step that
     // samples under one waits until the previous step is collected.
     bool has_penalties() const noexcept {
-      return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f;
+      return params.repetition_penalty != 1.0f || params.presence_penalty != 0.0f ||
+             params.frequency_penalty != 0.0f;
     }
     bool needs_collected_history() const noexcept { return matcher.has_value(); }
     void accept(int32_t t) {
@@ -153,11 +158,12 @@ class gpu_executor final : public executor {
     int32_t frame = 0, events = -1;  // events: -1 when no timing events were recorded
     std::vector<seq_ptr> rows;       // per sampled row, the sequence's state
     std::vector<seq_id_t> row_ids;
-    std::vector<int32_t> row_draft;  // per row, the proposal it verifies (-1: the sequence's last row)
+    std::vector<int32_t>
+        row_draft;  // per row, the proposal it verifies (-1: the sequence's last row)
     // Draft model: per row, the index of its proposal among the step's picks read back into
     // frame::proposals (-1: none; row_draft is filled from there by collect()). A row whose
-    // sequence has penalties verifies nothing (its row_draft is the vocabulary size, never sampled):
-    // its later rows' penalties would need the proposals on the host.
+    // sequence has penalties verifies nothing (its row_draft is the vocabulary size, never
+    // sampled): its later rows' penalties would need the proposals on the host.
     std::vector<int32_t> row_pick;
     int32_t num_picks = 0;
     // What the draft and the model computed this step, recorded in the draft's map at collect()
@@ -173,28 +179,30 @@ class gpu_executor final : public executor {
       seq_id_t seq;
       std::vector<int32_t> table;
       int32_t start;
-      std::vector<int32_t> ids;  // literal; k_token_from_last_step: its previous token; k_token_from_draft: a pick
-      int32_t pick0;             // its first pick (its k_token_from_draft ids in order)
+      std::vector<int32_t>
+          ids;  // literal; k_token_from_last_step: its previous token; k_token_from_draft: a pick
+      int32_t pick0;  // its first pick (its k_token_from_draft ids in order)
     };
     std::vector<model_run> model_runs;
-    bool top_logprobs = false;       // some row asked for top logprobs (frame::top was filled)
+    bool top_logprobs = false;  // some row asked for top logprobs (frame::top was filled)
     // Prompt logprob rows, in the order of frame::prompt_out: the sequence and the position scored.
     std::vector<std::pair<seq_ptr, int32_t>> prompt_rows;
-    bool graph = false;              // replayed a decode graph
+    bool graph = false;  // replayed a decode graph
   };
   // Device addresses of this step's metadata (inside meta_dev_).
   struct step_meta {
-    const int32_t *ids, *positions, *slots, *cu_seqlens, *kv_lens, *bt_offsets, *block_tables, *sample_tokens;
+    const int32_t *ids, *positions, *slots, *cu_seqlens, *kv_lens, *bt_offsets, *block_tables,
+        *sample_tokens;
     const attn_work_item* work;
     const attn_merge_item* merges;
     const sample_row_params* params;
     const logit_edit* edits;
     int32_t num_edits;
-    const int32_t* grammar_rows;     // sampled rows under a grammar
-    const uint32_t* grammar_masks;   // [num_grammar_rows, mask_words] allowed-token bitmasks
+    const int32_t* grammar_rows;    // sampled rows under a grammar
+    const uint32_t* grammar_masks;  // [num_grammar_rows, mask_words] allowed-token bitmasks
     int32_t num_grammar_rows;
     int32_t mask_words;
-    const int32_t* row_slots;        // per sampled row, its sequence's last-token slot
+    const int32_t* row_slots;  // per sampled row, its sequence's last-token slot
     // Prompt logprobs: token indices (batch order) whose logits score targets, top-N per row.
     const int32_t* prompt_tokens = nullptr;
     const int32_t* prompt_targets = nullptr;
@@ -231,11 +239,12 @@ class gpu_executor final : public executor {
     return in;
   }
   // The job a peer runs for a forward pass whose metadata rank 0 uploaded from `bytes` to `base`.
-  static peer_job peer_forward_job(const step_meta& m, const forward_shape& fs, const void* bytes, size_t n,
-                                   const void* base) {
+  static peer_job peer_forward_job(const step_meta& m, const forward_shape& fs, const void* bytes,
+                                   size_t n, const void* base) {
     peer_job j;
     j.forward = true;
-    j.meta.assign(static_cast<const unsigned char*>(bytes), static_cast<const unsigned char*>(bytes) + n);
+    j.meta.assign(static_cast<const unsigned char*>(bytes),
+                  static_cast<const unsigned char*>(bytes) + n);
     j.base = base;
     j.in = inputs_of(m, fs);
     j.row_slots = m.row_slots;
@@ -259,19 +268,21 @@ class gpu_executor final : public executor {
     f.page_size = opts_.block_size;
     f.num_sms = num_sms_;
     f.cuda_graph = cuda_graph;
-    if (const int32_t w = shared_window(c); w > 0) f.window_left = w - 1;  // ours: keys (pos - w, pos]
+    if (const int32_t w = shared_window(c); w > 0)
+      f.window_left = w - 1;  // ours: keys (pos - w, pos]
     return f;
   }
-  // FlashInfer's plan of a step placed after `used` bytes of the staging buffer; returns its step view
-  // (addresses at `dev`, query offsets at cu_seqlens) and the bytes now used.
-  result<std::pair<fi_step, size_t>> pack_fi(const batch_plan& p, frame& f, size_t used, const void* dev,
-                                            const int32_t* cu_seqlens);
+  // FlashInfer's plan of a step placed after `used` bytes of the staging buffer; returns its step
+  // view (addresses at `dev`, query offsets at cu_seqlens) and the bytes now used.
+  result<std::pair<fi_step, size_t>> pack_fi(const batch_plan& p, frame& f, size_t used,
+                                             const void* dev, const int32_t* cu_seqlens);
   // Writes a graph step's FlashInfer plan at fi_arena_ in staging and uploads that region to the
   // arena; returns the end of the bytes used (the peers' copy reaches that far).
   result<size_t> upload_fi_arena(const fi_schedule& sch, std::span<std::byte> staging);
   batch_plan_options plan_options() const {
     const model_config& c = w_.config;
-    return {opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads, num_sms_, 32};
+    return {opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads,
+            num_sms_, 32};
   }
   // Captures one graph per decode bucket (startup; logs time and memory).
   result<void> capture_graphs();
@@ -282,8 +293,10 @@ class gpu_executor final : public executor {
   // The arena's device addresses as a step_meta (graphs read their metadata there).
   step_meta arena_meta() const;
   gpu_executor() = default;
-  // filter_failed: leave out the sequences of failed steps (launch()); execute() runs what it is given.
-  void launch_step(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready, bool filter_failed);
+  // filter_failed: leave out the sequences of failed steps (launch()); execute() runs what it is
+  // given.
+  void launch_step(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready,
+                   bool filter_failed);
   result<void> allocate_buffers();
   // Live sequences: those running (at most max_num_seqs, max_rows_ rows) plus those registered for
   // a prefill that is still being chunked or whose finish notice has not arrived yet.
@@ -291,7 +304,8 @@ class gpu_executor final : public executor {
   // The draft model's pick slots after them: max_num_seqs proposing sequences x k (tensor-parallel
   // peers keep the same region: rank 0 broadcasts the picks into it before the model's forward).
   static size_t pick_slots(const gpu_executor_options& o) {
-    return o.draft_model_dir.empty() ? 0 : size_t(o.max_num_seqs) * size_t(o.num_speculative_tokens);
+    return o.draft_model_dir.empty() ? 0
+                                     : size_t(o.max_num_seqs) * size_t(o.num_speculative_tokens);
   }
   // Host planning and every enqueue of a step (the caller records the outcome).
   result<void> issue(const step_plan& plan, launched_step& rec);
@@ -307,9 +321,12 @@ class gpu_executor final : public executor {
   rope_tables rope_;
   kv_store kv_;
   device_buffer final_, logits_, tok_out_, lp_out_, top_out_, meta_dev_;
-  device_buffer prompt_out_;  // [max_num_tokens, k_prompt_row_words] prompt logprob rows (launch_prompt_logprobs)
-  device_buffer last_tokens_;   // [slot capacity] each live sequence's last sampled id, on the device
-  device_buffer penalty_counts_;         // [penalty rows, vocab] token counts (gpu/logit_edit.hpp), or none
+  device_buffer prompt_out_;  // [max_num_tokens, k_prompt_row_words] prompt logprob rows
+                              // (launch_prompt_logprobs)
+  device_buffer
+      last_tokens_;  // [slot capacity] each live sequence's last sampled id, on the device
+  device_buffer
+      penalty_counts_;  // [penalty rows, vocab] token counts (gpu/logit_edit.hpp), or none
   std::vector<int32_t> free_penalty_rows_;
   // A row of counts for `st`, written from its host history in this step (into resets / entries),
   // unless it has one already in step; false when none can be had (its penalties then go as edits).
@@ -320,9 +337,10 @@ class gpu_executor final : public executor {
   struct step_events {
     event start, end;
   };
-  step_events events_[3];       // timing events of launched steps, in turn (two in flight + the last collected)
+  step_events
+      events_[3];  // timing events of launched steps, in turn (two in flight + the last collected)
   int32_t next_events_ = 0;
-  int32_t last_events_ = -1;    // events of the step collected last (-1: none)
+  int32_t last_events_ = -1;  // events of the step collected last (-1: none)
   step_timeline timeline_;
   kv_elem kv_type_ = kv_elem::bf16;
   int32_t num_sms_ = 0;
@@ -334,18 +352,20 @@ class gpu_executor final : public executor {
   std::vector<decode_graph> graphs_;
   batch_plan_options graph_opts_;  // how graph steps are planned (splits bounded by the workspace)
   graph_arena_layout arena_;
-  fi_offsets fi_arena_;            // FlashInfer's arrays after the arena (flashinfer backend)
-  fi_schedule fi_plan_;            // each step's FlashInfer plan (its arrays' capacity reused)
-  bool fi_on_ = false;             // --attention-backend flashinfer
+  fi_offsets fi_arena_;  // FlashInfer's arrays after the arena (flashinfer backend)
+  fi_schedule fi_plan_;  // each step's FlashInfer plan (its arrays' capacity reused)
+  bool fi_on_ = false;   // --attention-backend flashinfer
   device_buffer arena_dev_;
-  int32_t pad_block_ = 0;          // scratch KV block past the allocator's blocks (padding rows)
-  int32_t pad_slot_ = 0;           // scratch last-token slot (padding rows)
-  // Tensor parallel (tensor_parallel_size > 1): the group and ranks 1..N-1; this executor is rank 0.
+  int32_t pad_block_ = 0;  // scratch KV block past the allocator's blocks (padding rows)
+  int32_t pad_slot_ = 0;   // scratch last-token slot (padding rows)
+  // Tensor parallel (tensor_parallel_size > 1): the group and ranks 1..N-1; this executor is rank
+  // 0.
   std::unique_ptr<gpu_draft_model> draft_;
-  int32_t pick_slot_base_ = 0;  // last-token slots [base, base + max_num_seqs * k) hold the draft's picks
+  int32_t pick_slot_base_ =
+      0;  // last-token slots [base, base + max_num_seqs * k) hold the draft's picks
   std::shared_ptr<nccl_group> tp_group_;
   std::vector<std::unique_ptr<tp_peer>> peers_;  // ranks that are GPUs of this process
-  std::shared_ptr<communicator> world_;         // ranks that are other processes (MPI)
+  std::shared_ptr<communicator> world_;          // ranks that are other processes (MPI)
   bool has_peers() const noexcept { return !peers_.empty() || world_ != nullptr; }
   bool serving_ = false;  // create() finished: the other processes wait for jobs (or stop)
   // Posts a copy of a step (or a capture) to every peer; `base` is where its metadata lies on this
@@ -357,14 +377,17 @@ class gpu_executor final : public executor {
   int32_t max_rows_ = 0;
 
   failed_sequences failed_;
-  std::vector<int32_t> eos_ids_;  // generation_config eos ids, else config.json's (min_tokens masking)
+  std::vector<int32_t>
+      eos_ids_;  // generation_config eos ids, else config.json's (min_tokens masking)
 };
 
 result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_options& o) {
-  if (o.tensor_parallel_size < 1) return make_error("invalid_argument", "gpu: tensor_parallel_size must be at least 1");
+  if (o.tensor_parallel_size < 1)
+    return make_error("invalid_argument", "gpu: tensor_parallel_size must be at least 1");
   if (o.tensor_parallel_size > 1 || o.nccl_single_rank) {
     if (!nccl_available())
-      return make_error("unavailable", "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) +
+      return make_error("unavailable", "--tensor-parallel-size " +
+                                           std::to_string(o.tensor_parallel_size) +
                                            ": this build of the CUDA executor has no NCCL");
     if (o.world && o.world->size() != o.tensor_parallel_size)
       return error{"invalid_argument",
@@ -373,66 +396,84 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
                    "tensor_parallel_size"};
     if (const int n = device_count(); o.world && o.device >= n)
       return error{"invalid_argument",
-                   "--tensor-parallel-size under mpirun: this rank's GPU is cuda:" + std::to_string(o.device) +
-                       " (its local rank), and this host has " + std::to_string(n) + " CUDA devices",
+                   "--tensor-parallel-size under mpirun: this rank's GPU is cuda:" +
+                       std::to_string(o.device) + " (its local rank), and this host has " +
+                       std::to_string(n) + " CUDA devices",
                    "tensor_parallel_size"};
     if (const int n = device_count(); !o.world && o.device + o.tensor_parallel_size > n)
       return error{"invalid_argument",
                    "--tensor-parallel-size " + std::to_string(o.tensor_parallel_size) + " needs " +
-                       std::to_string(o.tensor_parallel_size) + " CUDA devices from cuda:" + std::to_string(o.device) +
-                       "; this machine has " + std::to_string(n) + " (sizes up to " + std::to_string(n - o.device) +
-                       " can run here)",
+                       std::to_string(o.tensor_parallel_size) + " CUDA devices from cuda:" +
+                       std::to_string(o.device) + "; this machine has " + std::to_string(n) +
+                       " (sizes up to " + std::to_string(n - o.device) + " can run here)",
                    "tensor_parallel_size"};
   }
   if (device_count() == 0) return make_error("unavailable", "gpu: no CUDA device");
   if (o.load_format != "auto" && o.load_format != "dummy")
     return make_error("invalid_argument", "gpu: load_format must be auto or dummy");
   if (o.block_size <= 0 || o.max_num_tokens <= 0 || o.max_num_seqs <= 0)
-    return make_error("invalid_argument", "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
-  if (o.penalty_rows < -1) return make_error("invalid_argument", "gpu: penalty_rows must be -1 (max_num_seqs), 0 or more");
-  if (o.gemv.fp8 < 0 || o.gemv.fp8 > k_gemv_max_rows || o.gemv.bf16 < 0 || o.gemv.bf16 > k_gemv_max_rows)
+    return make_error("invalid_argument",
+                      "gpu: block_size, max_num_tokens and max_num_seqs must be positive");
+  if (o.penalty_rows < -1)
+    return make_error("invalid_argument", "gpu: penalty_rows must be -1 (max_num_seqs), 0 or more");
+  if (o.gemv.fp8 < 0 || o.gemv.fp8 > k_gemv_max_rows || o.gemv.bf16 < 0 ||
+      o.gemv.bf16 > k_gemv_max_rows)
     return make_error("invalid_argument", "gpu: gemv rows (fp8 and bf16) must be in [0, " +
                                               std::to_string(k_gemv_max_rows) + "]");
   if (o.num_speculative_tokens < 0 || o.num_speculative_tokens > 64)
     return make_error("invalid_argument", "gpu: num_speculative_tokens must be in [0, 64]");
   if (!o.quantization.empty() && o.quantization != "fp8")
-    return make_error("invalid_argument", "gpu: quantization must be fp8 (or none), not '" + o.quantization + "'");
+    return make_error("invalid_argument",
+                      "gpu: quantization must be fp8 (or none), not '" + o.quantization + "'");
   if (!o.draft_model_dir.empty() && o.num_speculative_tokens <= 0)
-    return error{"invalid_argument", "--speculative-config: a draft model needs num_speculative_tokens > 0",
+    return error{"invalid_argument",
+                 "--speculative-config: a draft model needs num_speculative_tokens > 0",
                  "num_speculative_tokens"};
   kv_elem kv_type = kv_elem::bf16;
   switch (o.kv_cache_dtype) {
-    case dtype::bf16: break;
-    case dtype::f8_e4m3: kv_type = kv_elem::fp8_e4m3; break;
-    case dtype::f8_e5m2: kv_type = kv_elem::fp8_e5m2; break;
+    case dtype::bf16:
+      break;
+    case dtype::f8_e4m3:
+      kv_type = kv_elem::fp8_e4m3;
+      break;
+    case dtype::f8_e5m2:
+      kv_type = kv_elem::fp8_e5m2;
+      break;
     default:
-      return make_error("invalid_argument", std::string("gpu: the KV cache is bf16, fp8_e4m3 or fp8_e5m2, not ") +
-                                                std::string(dtype_name(o.kv_cache_dtype)));
+      return make_error("invalid_argument",
+                        std::string("gpu: the KV cache is bf16, fp8_e4m3 or fp8_e5m2, not ") +
+                            std::string(dtype_name(o.kv_cache_dtype)));
   }
-  if (o.attention_backend != "auto" && o.attention_backend != "native" && o.attention_backend != "flashinfer")
-    return error{"invalid_argument",
-                 "--attention-backend must be auto, native or flashinfer, not '" + o.attention_backend + "'",
-                 "attention_backend"};
+  if (o.attention_backend != "auto" && o.attention_backend != "native" &&
+      o.attention_backend != "flashinfer")
+    return error{
+        "invalid_argument",
+        "--attention-backend must be auto, native or flashinfer, not '" + o.attention_backend + "'",
+        "attention_backend"};
   // auto: FlashInfer where it is built and takes the model (decided once the config is known,
   // below); FlashInfer's workspace is sized for the other ranks up front.
-  const bool fi_auto = o.attention_backend == "auto" && flashinfer_built() && kv_type == kv_elem::bf16;
+  const bool fi_auto =
+      o.attention_backend == "auto" && flashinfer_built() && kv_type == kv_elem::bf16;
   bool fi_on = o.attention_backend == "flashinfer";
   if (fi_on && !flashinfer_built())
     return error{"unavailable",
-                 "--attention-backend flashinfer: this build has no FlashInfer headers (scripts/deps fetches them; "
+                 "--attention-backend flashinfer: this build has no FlashInfer headers "
+                 "(scripts/deps fetches them; "
                  "reconfigure with CMake afterwards)",
                  "attention_backend"};
   if (fi_on && kv_type != kv_elem::bf16)
-    return error{"invalid_argument", "--attention-backend flashinfer reads a bf16 KV cache; use --kv-cache-dtype auto",
+    return error{"invalid_argument",
+                 "--attention-backend flashinfer reads a bf16 KV cache; use --kv-cache-dtype auto",
                  "attention_backend"};
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(o.device), "cudaSetDevice"));
   std::unique_ptr<gpu_executor> e(new gpu_executor());
   e->opts_ = o;
   e->kv_type_ = kv_type;
-  e->max_rows_ = o.num_speculative_tokens > 0
-                     ? int32_t(std::min<int64_t>(int64_t(o.max_num_seqs) * (1 + o.num_speculative_tokens),
-                                                 std::max(o.max_num_seqs, o.max_num_tokens)))
-                     : o.max_num_seqs;
+  e->max_rows_ =
+      o.num_speculative_tokens > 0
+          ? int32_t(std::min<int64_t>(int64_t(o.max_num_seqs) * (1 + o.num_speculative_tokens),
+                                      std::max(o.max_num_seqs, o.max_num_tokens)))
+          : o.max_num_seqs;
   auto s = stream::create();
   if (!s) return std::move(s).err();
   e->stream_ = std::move(s.value());
@@ -495,7 +536,9 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     if (o.world) return;  // that rank's own process starts it (run_remote_tp_rank)
     po.rank = r;
     po.device = o.device + r;
-    starting.push_back(std::async(std::launch::async, [po = std::move(po)]() mutable { return tp_peer::start(std::move(po)); }));
+    starting.push_back(std::async(std::launch::async, [po = std::move(po)]() mutable {
+      return tp_peer::start(std::move(po));
+    }));
   };
   if (o.load_format == "dummy") {
     model_config c;
@@ -529,7 +572,8 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     if (!hw) return std::move(hw).err();
     const bool fp8 = o.quantization == "fp8" || !hw->config.quantization.method.empty();
     if (const std::string note = describe_fp8(*hw); !note.empty())
-      std::fprintf(stderr, "coserve: %s, requantized to fp8 per output channel on the GPU\n", note.c_str());
+      std::fprintf(stderr, "coserve: %s, requantized to fp8 per output channel on the GPU\n",
+                   note.c_str());
     if (N > 1) {
       for (int32_t r = 1; r < N && !o.world; ++r) {
         auto sh = shard_weights(*hw, r, N);
@@ -564,19 +608,26 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (e->eos_ids_.empty()) e->eos_ids_ = c.eos_token_ids;
   if (c.num_attention_heads % c.num_key_value_heads != 0 ||
       !attention_supported(c.num_attention_heads / c.num_key_value_heads, c.head_dim))
-    return make_error("unsupported", "gpu: attention supports head_dim 32, 64, 96 and 128 and GQA ratios up to 32");
+    return make_error(
+        "unsupported",
+        "gpu: attention supports head_dim 32, 64, 96 and 128 and GQA ratios up to 32");
   if (fi_on && !flashinfer_supports(c.num_attention_heads, c.num_key_value_heads, c.head_dim))
-    return error{"unsupported", "--attention-backend flashinfer: head_dim " + std::to_string(c.head_dim) +
-                                    " is not instantiated (64 and 128 are)",
+    return error{"unsupported",
+                 "--attention-backend flashinfer: head_dim " + std::to_string(c.head_dim) +
+                     " is not instantiated (64 and 128 are)",
                  "attention_backend"};
   // FlashInfer's split-KV plan depends on the window (its kernel splits only the keys in it), and a
   // step has one plan: every layer must share it.
   if (fi_on && shared_window(c) < 0)
-    return error{"unsupported",
-                 "--attention-backend flashinfer: the model's layers have different sliding windows (" +
-                     std::to_string(c.sliding_window) + " on some, none on others); use --attention-backend native",
-                 "attention_backend"};
-  if (fi_auto) fi_on = flashinfer_supports(c.num_attention_heads, c.num_key_value_heads, c.head_dim) && shared_window(c) >= 0;
+    return error{
+        "unsupported",
+        "--attention-backend flashinfer: the model's layers have different sliding windows (" +
+            std::to_string(c.sliding_window) +
+            " on some, none on others); use --attention-backend native",
+        "attention_backend"};
+  if (fi_auto)
+    fi_on = flashinfer_supports(c.num_attention_heads, c.num_key_value_heads, c.head_dim) &&
+            shared_window(c) >= 0;
   e->fi_on_ = fi_on;
   cudaDeviceProp prop{};
   COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties"));
@@ -590,8 +641,9 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     dopt.kv_type = kv_type;
     dopt.num_sms = e->num_sms_;
     const model_config& tc = e->w_.config;
-    auto d = gpu_draft_model::load(dopt, tc, o.max_model_len > 0 ? o.max_model_len : tc.max_position_embeddings,
-                                   e->stream_.get(), o.progress);
+    auto d = gpu_draft_model::load(
+        dopt, tc, o.max_model_len > 0 ? o.max_model_len : tc.max_position_embeddings,
+        e->stream_.get(), o.progress);
     if (!d) return std::move(d).err();
     e->draft_ = std::move(d.value());
   }
@@ -602,22 +654,26 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   e->info_.vocab_size = c.vocab_size;
   e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
   e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
-                    (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") + std::to_string(e->w_.bytes >> 20) +
-                    " MiB, kv " + std::string(dtype_name(o.kv_cache_dtype)) +
+                    (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") +
+                    std::to_string(e->w_.bytes >> 20) + " MiB, kv " +
+                    std::string(dtype_name(o.kv_cache_dtype)) +
                     (fi_on ? ", FlashInfer attention" : "");
   if (e->draft_)
-    e->info_.device += ", draft model " + std::to_string(e->draft_->config().num_hidden_layers) + " layers (" +
-                       std::to_string(e->draft_->weight_bytes() >> 20) + " MiB)";
+    e->info_.device += ", draft model " + std::to_string(e->draft_->config().num_hidden_layers) +
+                       " layers (" + std::to_string(e->draft_->weight_bytes() >> 20) + " MiB)";
   if (!e->free_penalty_rows_.empty())
-    e->info_.device += ", penalty counts for " + std::to_string(e->free_penalty_rows_.size()) + " sequences (" +
-                       std::to_string(e->penalty_counts_.bytes() >> 20) + " MiB)";
+    e->info_.device += ", penalty counts for " + std::to_string(e->free_penalty_rows_.size()) +
+                       " sequences (" + std::to_string(e->penalty_counts_.bytes() >> 20) + " MiB)";
   if (N > 1) {
     e->info_.device += ", tensor parallel " + std::to_string(N) + " (NCCL)";
-    std::fprintf(stderr, "coserve gpu: rank 0: cuda:%d, %d query / %d KV heads, MLP width %d, weights %lld MiB (with the "
-                         "whole LM head), %d KV blocks on every rank\n",
+    std::fprintf(stderr,
+                 "coserve gpu: rank 0: cuda:%d, %d query / %d KV heads, MLP width %d, weights %lld "
+                 "MiB (with the "
+                 "whole LM head), %d KV blocks on every rank\n",
                  o.device, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size,
                  static_cast<long long>(e->w_.bytes >> 20), e->info_.num_kv_blocks);
-    for (const auto& p : e->peers_) std::fprintf(stderr, "coserve gpu: %s\n", p->description().c_str());
+    for (const auto& p : e->peers_)
+      std::fprintf(stderr, "coserve gpu: %s\n", p->description().c_str());
   }
   if (o.tune_gemms) COSERVE_CUDA_TRY(e->tune_gemms());
   if (!o.enforce_eager && !o.return_logits) {
@@ -632,11 +688,24 @@ gpu_executor::step_meta gpu_executor::arena_meta() const {
   const char* d = arena_dev_.as<char>();
   auto i32 = [d](size_t off) { return reinterpret_cast<const int32_t*>(d + off); };
   const graph_arena_layout& l = arena_;
-  return step_meta{i32(l.ids), i32(l.positions), i32(l.slots), i32(l.cu_seqlens), i32(l.kv_lens), i32(l.bt_offsets),
-                   i32(l.block_tables), i32(l.sample_tokens), reinterpret_cast<const attn_work_item*>(d + l.work),
+  return step_meta{i32(l.ids),
+                   i32(l.positions),
+                   i32(l.slots),
+                   i32(l.cu_seqlens),
+                   i32(l.kv_lens),
+                   i32(l.bt_offsets),
+                   i32(l.block_tables),
+                   i32(l.sample_tokens),
+                   reinterpret_cast<const attn_work_item*>(d + l.work),
                    reinterpret_cast<const attn_merge_item*>(d + l.merges),
-                   reinterpret_cast<const sample_row_params*>(d + l.params), nullptr, 0, nullptr, nullptr, 0,
-                   grammar_mask_words(w_.config.vocab_size), i32(l.row_slots)};
+                   reinterpret_cast<const sample_row_params*>(d + l.params),
+                   nullptr,
+                   0,
+                   nullptr,
+                   nullptr,
+                   0,
+                   grammar_mask_words(w_.config.vocab_size),
+                   i32(l.row_slots)};
 }
 
 result<void> gpu_executor::tune_gemms() {
@@ -656,14 +725,17 @@ result<void> gpu_executor::tune_gemms() {
   shapes.push_back(head);
   auto rep = gemm_.tune(shapes, stream_.get());
   if (!rep) return std::move(rep).err();
-  std::fprintf(stderr,
-               "coserve gpu: GEMMs tuned in %.2f s: %d (rows bucket, shape) pairs, %d candidates timed; one other "
-               "than cuBLASLt's first choice won %d of them, saving %.3f ms per pass over all pairs\n",
-               rep->seconds, rep->shapes, rep->candidates, rep->not_first, rep->saved_ms_per_pass);
+  std::fprintf(
+      stderr,
+      "coserve gpu: GEMMs tuned in %.2f s: %d (rows bucket, shape) pairs, %d candidates timed; one "
+      "other "
+      "than cuBLASLt's first choice won %d of them, saving %.3f ms per pass over all pairs\n",
+      rep->seconds, rep->shapes, rep->candidates, rep->not_first, rep->saved_ms_per_pass);
   return {};
 }
 
-result<std::pair<fi_step, size_t>> gpu_executor::pack_fi(const batch_plan& p, frame& f, size_t used, const void* dev,
+result<std::pair<fi_step, size_t>> gpu_executor::pack_fi(const batch_plan& p, frame& f, size_t used,
+                                                         const void* dev,
                                                          const int32_t* cu_seqlens) {
   fi_options fo = fi_plan_options(false);
   auto r = plan_flashinfer(p, fo, fi_plan_);
@@ -673,8 +745,9 @@ result<std::pair<fi_step, size_t>> gpu_executor::pack_fi(const batch_plan& p, fr
   }
   if (!r) return r.err();
   const fi_offsets at = fi_exact_offsets(used, fi_plan_);
-  if (auto w = write_fi_schedule(fi_plan_, at,
-                                 std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()));
+  if (auto w = write_fi_schedule(
+          fi_plan_, at,
+          std::span<std::byte>(static_cast<std::byte*>(f.meta.get()), f.meta.bytes()));
       !w)
     return w.err();
   return std::pair<fi_step, size_t>{fi_step_at(fi_plan_, at, dev, cu_seqlens), at.end};
@@ -683,8 +756,8 @@ result<std::pair<fi_step, size_t>> gpu_executor::pack_fi(const batch_plan& p, fr
 result<size_t> gpu_executor::upload_fi_arena(const fi_schedule& sch, std::span<std::byte> staging) {
   if (auto r = write_fi_schedule(sch, fi_arena_, staging); !r) return r.err();
   const size_t from = fi_arena_.kv_indptr, to = fi_arena_.kv_indices + sch.kv_indices.size() * 4;
-  COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.as<char>() + from, staging.data() + from, to - from,
-                                              cudaMemcpyHostToDevice, stream_.get()),
+  COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.as<char>() + from, staging.data() + from,
+                                              to - from, cudaMemcpyHostToDevice, stream_.get()),
                               "graph FlashInfer metadata"));
   return to;
 }
@@ -702,10 +775,11 @@ result<void> gpu_executor::capture_graphs() {
   // largest bucket at the longest context would exceed it.
   graph_opts_ = plan_options();
   for (int32_t b : buckets_) {
-    auto pl = plan_batch(std::vector<scheduled_seq>(size_t(b), scheduled_seq{0, {0}, max_len - 1,
-                                                                           std::vector<int32_t>(size_t(max_blocks), 0),
-                                                                           true}),
-                         graph_opts_);
+    auto pl = plan_batch(
+        std::vector<scheduled_seq>(
+            size_t(b),
+            scheduled_seq{0, {0}, max_len - 1, std::vector<int32_t>(size_t(max_blocks), 0), true}),
+        graph_opts_);
     if (pl && pl->num_partial_rows > k_max_partial_rows) graph_opts_.num_sms = 0;
   }
   graph_capacity most;
@@ -725,15 +799,19 @@ result<void> gpu_executor::capture_graphs() {
     int32_t max_padded = 0;
     std::vector<decode_graph> kept;
     for (decode_graph& g : graphs_) {
-      auto pl = plan_batch(std::vector<scheduled_seq>(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true}),
+      auto pl = plan_batch(std::vector<scheduled_seq>(size_t(g.bucket),
+                                                      scheduled_seq{0, {0}, 0, {pad_block_}, true}),
                            graph_opts_);
       if (!pl) return std::move(pl).err();
       auto sch = plan_flashinfer(*pl, fi_plan_options(true));
       if (!sch) return std::move(sch).err();
       if (sch->tmp_rows() > k_fi_tmp_rows) {
-        std::fprintf(stderr, "coserve gpu: no CUDA graph for decode batches of %d: FlashInfer's split workspace "
-                             "would need %lld rows (%lld reserved)\n",
-                     g.bucket, static_cast<long long>(sch->tmp_rows()), static_cast<long long>(k_fi_tmp_rows));
+        std::fprintf(
+            stderr,
+            "coserve gpu: no CUDA graph for decode batches of %d: FlashInfer's split workspace "
+            "would need %lld rows (%lld reserved)\n",
+            g.bucket, static_cast<long long>(sch->tmp_rows()),
+            static_cast<long long>(k_fi_tmp_rows));
         continue;
       }
       max_padded = std::max(max_padded, sch->padded_batch_size);
@@ -748,9 +826,11 @@ result<void> gpu_executor::capture_graphs() {
     arena_end = fi_arena_.end;
   }
   if (arena_end > frames_[0].meta.bytes()) {  // very long contexts x many sequences: stay eager
-    std::fprintf(stderr, "coserve gpu: CUDA graphs off: their metadata (%zu MiB for %d sequences x %d blocks) "
-                         "exceeds the %zu MiB staging buffer\n",
-                 arena_end >> 20, buckets_.back(), max_blocks, frames_[0].meta.bytes() >> 20);
+    std::fprintf(
+        stderr,
+        "coserve gpu: CUDA graphs off: their metadata (%zu MiB for %d sequences x %d blocks) "
+        "exceeds the %zu MiB staging buffer\n",
+        arena_end >> 20, buckets_.back(), max_blocks, frames_[0].meta.bytes() >> 20);
     graphs_.clear();
     buckets_.clear();
     return {};
@@ -765,14 +845,17 @@ result<void> gpu_executor::capture_graphs() {
     // plans for this batch size, lazy module loading) and the capture of the same launches.
     std::vector<scheduled_seq> seqs(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true});
     const std::vector<int32_t> ids(size_t(g.bucket), 0), slots(size_t(g.bucket), pad_slot_);
-    const std::vector<sample_row_params> params(size_t(g.bucket), sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
-    const std::span<std::byte> staging(static_cast<std::byte*>(frames_[0].meta.get()), frames_[0].meta.bytes());
-    auto bytes = fill_graph_arena(graph_step_input{seqs, ids, params, slots, pad_block_, pad_slot_}, g.bucket, arena_,
-                                  graph_opts_, staging);
+    const std::vector<sample_row_params> params(size_t(g.bucket),
+                                                sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
+    const std::span<std::byte> staging(static_cast<std::byte*>(frames_[0].meta.get()),
+                                       frames_[0].meta.bytes());
+    auto bytes = fill_graph_arena(graph_step_input{seqs, ids, params, slots, pad_block_, pad_slot_},
+                                  g.bucket, arena_, graph_opts_, staging);
     if (!bytes) return std::move(bytes).err();
     // Padding-only rows would write no KV; here every row is "real" and writes the scratch block.
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
-                                "graph metadata"));
+    COSERVE_CUDA_TRY(cuda_check(
+        cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
+        "graph metadata"));
     forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
     size_t meta_n = *bytes;
     if (fi_on_) {  // the bucket's plan, made above for the same batch
@@ -806,10 +889,12 @@ result<void> gpu_executor::capture_graphs() {
   COSERVE_CUDA_TRY(stream_.synchronize());
   COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo"));
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(stderr,
-               "coserve gpu: captured %zu CUDA graphs for decode batches 1..%d in %.2f s (%.1f MiB; "
-               "--enforce-eager turns them off)\n",
-               graphs_.size(), buckets_.back(), secs, double(int64_t(free0) - int64_t(free1)) / double(1 << 20));
+  std::fprintf(
+      stderr,
+      "coserve gpu: captured %zu CUDA graphs for decode batches 1..%d in %.2f s (%.1f MiB; "
+      "--enforce-eager turns them off)\n",
+      graphs_.size(), buckets_.back(), secs,
+      double(int64_t(free0) - int64_t(free1)) / double(1 << 20));
   return {};
 }
 
@@ -824,7 +909,8 @@ result<void> gpu_executor::allocate_buffers() {
   };
   for (want x : {want{&final_, S * H * 2}, want{&logits_, S * V * 4}, want{&tok_out_, S * 4},
                  want{&top_out_, S * size_t(k_top_logprob_words) * 4}, want{&lp_out_, S * 4},
-                 want{&meta_dev_, k_metadata_bytes}, want{&prompt_out_, T * size_t(k_prompt_row_words) * 4}}) {
+                 want{&meta_dev_, k_metadata_bytes},
+                 want{&prompt_out_, T * size_t(k_prompt_row_words) * 4}}) {
     auto b = device_buffer::allocate(x.bytes);
     if (!b) return std::move(b).err();
     *x.b = std::move(b.value());
@@ -851,16 +937,19 @@ result<void> gpu_executor::allocate_buffers() {
     e.start = std::move(a.value());
     e.end = std::move(b.value());
   }
-  // The sequences' slots, then (draft model) the picks' slots: max_num_seqs proposing sequences x k.
+  // The sequences' slots, then (draft model) the picks' slots: max_num_seqs proposing sequences x
+  // k.
   const size_t slots = last_token_slots();
   const size_t picks = draft_ ? pick_slots(opts_) : 0;
   pick_slot_base_ = int32_t(slots);
   auto lt = device_buffer::allocate((slots + picks) * 4);
   if (!lt) return std::move(lt).err();
   last_tokens_ = std::move(lt.value());
-  COSERVE_CUDA_TRY(cuda_check(cudaMemset(last_tokens_.get(), 0, (slots + picks) * 4), "last-token buffer"));
+  COSERVE_CUDA_TRY(
+      cuda_check(cudaMemset(last_tokens_.get(), 0, (slots + picks) * 4), "last-token buffer"));
   // Token counts of penalised sequences, before the KV cache takes what is left.
-  if (const int32_t rows = opts_.penalty_rows < 0 ? opts_.max_num_seqs : opts_.penalty_rows; rows > 0) {
+  if (const int32_t rows = opts_.penalty_rows < 0 ? opts_.max_num_seqs : opts_.penalty_rows;
+      rows > 0) {
     auto pc = device_buffer::allocate(size_t(rows) * V * 4);
     if (!pc) return std::move(pc).err();
     penalty_counts_ = std::move(pc.value());
@@ -954,10 +1043,13 @@ gpu_executor::~gpu_executor() {
 }
 
 result<step_result> gpu_executor::execute(const step_plan& plan) {
-  if (!launched_.empty()) return make_error("failed_precondition", "gpu: execute() while launched steps are not collected");
+  if (!launched_.empty())
+    return make_error("failed_precondition",
+                      "gpu: execute() while launched steps are not collected");
   // The synchronous form (tests, benchmarks): launch, wait on a private io_context, collect.
   asio::io_context io;
-  launch_step(plan, io.get_executor(), [] {}, false);
+  launch_step(
+      plan, io.get_executor(), [] {}, false);
   io.run();  // returns once the completion posted (async_wait keeps the context busy until then)
   return collect();
 }
@@ -966,13 +1058,15 @@ bool gpu_executor::can_launch_ahead(const step_plan& plan) const {
   for (const scheduled_seq& q : plan.seqs) {
     if (q.num_draft > 0) return false;
     auto it = seqs_.find(q.seq_id);
-    if (it != seqs_.end() && q.sample && it->second->pending() > 0 && it->second->needs_collected_history()) return false;
+    if (it != seqs_.end() && q.sample && it->second->pending() > 0 &&
+        it->second->needs_collected_history())
+      return false;
   }
   return true;
 }
 
-void gpu_executor::launch_step(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready,
-                               bool filter_failed) {
+void gpu_executor::launch_step(step_plan plan, const asio::any_io_executor& ex,
+                               std::function<void()> ready, bool filter_failed) {
   nvtx_range range("launch");
   auto rec = std::make_shared<launched_step>();
   rec->step_id = plan.step_id;
@@ -996,24 +1090,28 @@ void gpu_executor::launch_step(step_plan plan, const asio::any_io_executor& ex, 
   // to `ex` (gpu/async_wait.hpp); there the stream's state is recorded and `ready` runs. On the
   // waiter, so the next step queued on the stream does not wait for the host function. A step that
   // failed to issue still completes this way, in order.
-  async_wait_beside(stream_.get(), waiter_.get(),
-                    asio::bind_executor(ex, [rec, ready = std::move(ready)](result<void> r) mutable {
-                      rec->device = std::move(r);
-                      ready();
-                    }));
+  async_wait_beside(
+      stream_.get(), waiter_.get(),
+      asio::bind_executor(ex, [rec, ready = std::move(ready)](result<void> r) mutable {
+        rec->device = std::move(r);
+        ready();
+      }));
 }
 
 result<step_result> gpu_executor::collect() {
   nvtx_range range("collect");
-  if (launched_.empty()) return make_error("failed_precondition", "gpu: collect() with no step launched");
+  if (launched_.empty())
+    return make_error("failed_precondition", "gpu: collect() with no step launched");
   std::shared_ptr<launched_step> rec = std::move(launched_.front());
   launched_.pop_front();
   if (!rec->device.ok())  // an asynchronous fault: the context is unusable
     return make_error(k_executor_fatal, "gpu: " + rec->device.err().message);
-  if (tp_group_) {  // a rank failed, or NCCL reported an error: this step's outputs cannot be trusted
+  if (tp_group_) {  // a rank failed, or NCCL reported an error: this step's outputs cannot be
+                    // trusted
     if (std::string why = tp_group_->async_error(); !why.empty()) tp_group_->fail("NCCL: " + why);
     if (tp_group_->failed())
-      return make_error(k_executor_fatal, "gpu: tensor parallel group failed: " + tp_group_->failure());
+      return make_error(k_executor_fatal,
+                        "gpu: tensor parallel group failed: " + tp_group_->failure());
   }
   if (rec->failed) return std::move(*rec->failed);
   step_result out;
@@ -1045,12 +1143,15 @@ result<step_result> gpu_executor::collect() {
     for (size_t i = 0; i < rec->row_pick.size(); ++i)
       if (rec->row_pick[i] >= 0) rec->row_draft[i] = picks[rec->row_pick[i]];
     draft_kv_map& map = draft_->map();
-    for (const auto& dr : rec->draft_runs) map.note_draft(dr.seq, dr.table, dr.start, picks + dr.pick0, dr.count);
+    for (const auto& dr : rec->draft_runs)
+      map.note_draft(dr.seq, dr.table, dr.start, picks + dr.pick0, dr.count);
     for (auto& mr : rec->model_runs) {
       int32_t next_pick = mr.pick0;
       for (int32_t& t : mr.ids) {
-        if (t == k_token_from_draft) t = picks[next_pick++];
-        else if (t == k_token_from_last_step) t = mr.st->last_token;
+        if (t == k_token_from_draft)
+          t = picks[next_pick++];
+        else if (t == k_token_from_last_step)
+          t = mr.st->last_token;
       }
       map.note_model(mr.seq, mr.table, mr.start, mr.ids.data(), int32_t(mr.ids.size()));
     }
@@ -1072,7 +1173,8 @@ result<step_result> gpu_executor::collect() {
     if (st->prompt_lps.size() <= size_t(pos)) st->prompt_lps.resize(size_t(pos) + 1);
     st->prompt_lps[size_t(pos)] = std::move(e);
   }
-  bool rejected = false;  // a proposal of the current sequence was not sampled: skip to its last row
+  bool rejected =
+      false;  // a proposal of the current sequence was not sampled: skip to its last row
   for (size_t i = 0; i < S; ++i) {
     const bool last_row = rec->row_draft[i] < 0;
     if (rejected) {
@@ -1106,17 +1208,20 @@ result<step_result> gpu_executor::collect() {
   return out;
 }
 
-bool gpu_executor::penalty_row_in_step(seq_state& st, const step_plan& plan, std::vector<int32_t>& resets,
+bool gpu_executor::penalty_row_in_step(seq_state& st, const step_plan& plan,
+                                       std::vector<int32_t>& resets,
                                        std::vector<penalty_count_entry>& entries) {
   if (penalty_counts_.empty()) return false;
   if (st.penalty_synced && st.penalty_row >= 0) return true;
   // The row is written from the host's history, which lacks a token still being sampled.
   if (st.pending() > 0) return false;
   if (st.penalty_row < 0) {
-    if (free_penalty_rows_.empty())  // taken from a sequence this step does not run (at most max_num_seqs do)
+    if (free_penalty_rows_
+            .empty())  // taken from a sequence this step does not run (at most max_num_seqs do)
       for (auto& [id, other] : seqs_) {
         if (other->penalty_row < 0 ||
-            std::any_of(plan.seqs.begin(), plan.seqs.end(), [id = id](const scheduled_seq& q) { return q.seq_id == id; }))
+            std::any_of(plan.seqs.begin(), plan.seqs.end(),
+                        [id = id](const scheduled_seq& q) { return q.seq_id == id; }))
           continue;
         free_penalty_rows_.push_back(other->penalty_row);
         other->penalty_row = -1;
@@ -1137,13 +1242,15 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   // The calling thread may not be the one that created the executor: select our device.
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(opts_.device), "cudaSetDevice"));
   if (tp_group_ && tp_group_->failed())
-    return make_error(k_executor_fatal, "gpu: tensor parallel group failed: " + tp_group_->failure());
+    return make_error(k_executor_fatal,
+                      "gpu: tensor parallel group failed: " + tp_group_->failure());
   for (const new_seq& n : plan.new_seqs) {
     auto st = std::make_shared<seq_state>();
     st->params = n.params;
     st->seed = n.seed;
     if (st->params.grammar) st->matcher.emplace(st->params.grammar);
-    if (n.params.prompt_logprobs >= 0 && n.output_ids.empty() && n.prompt_ids.size() > 1) st->prompt = n.prompt_ids;
+    if (n.params.prompt_logprobs >= 0 && n.output_ids.empty() && n.prompt_ids.size() > 1)
+      st->prompt = n.prompt_ids;
     st->penalties = penalty_edits(n.params, n.prompt_ids, c.vocab_size);
     for (int32_t t : n.output_ids) st->accept(t);
     st->launched = st->generated;
@@ -1151,11 +1258,14 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       st->slot = it->second->slot;
       // Its count row is rewritten from the new history before it is used again.
       if (it->second->penalty_row >= 0) {
-        if (st->has_penalties()) st->penalty_row = it->second->penalty_row;
-        else free_penalty_rows_.push_back(it->second->penalty_row);
+        if (st->has_penalties())
+          st->penalty_row = it->second->penalty_row;
+        else
+          free_penalty_rows_.push_back(it->second->penalty_row);
       }
     } else {
-      if (free_slots_.empty()) return make_error("resource_exhausted", "gpu: more live sequences than last-token slots");
+      if (free_slots_.empty())
+        return make_error("resource_exhausted", "gpu: more live sequences than last-token slots");
       st->slot = free_slots_.back();
       free_slots_.pop_back();
     }
@@ -1191,14 +1301,16 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   std::vector<seq_state*> states;
   for (const scheduled_seq& q : plan.seqs) {
     auto it = seqs_.find(q.seq_id);
-    if (it == seqs_.end()) return make_error("invalid_argument", "gpu: unknown sequence " + std::to_string(q.seq_id));
+    if (it == seqs_.end())
+      return make_error("invalid_argument", "gpu: unknown sequence " + std::to_string(q.seq_id));
     seq_state& st = *it->second;
-    if (q.num_draft < 0 || q.num_draft >= int32_t(q.tokens.size()) || (q.num_draft > 0 && !q.sample) ||
-        q.num_draft > opts_.num_speculative_tokens)
-      return make_error("invalid_argument", "gpu: sequence " + std::to_string(q.seq_id) + " has " +
-                                                std::to_string(q.num_draft) + " proposals in a slice of " +
-                                                std::to_string(q.tokens.size()) + " (at most " +
-                                                std::to_string(opts_.num_speculative_tokens) + " per step)");
+    if (q.num_draft < 0 || q.num_draft >= int32_t(q.tokens.size()) ||
+        (q.num_draft > 0 && !q.sample) || q.num_draft > opts_.num_speculative_tokens)
+      return make_error("invalid_argument",
+                        "gpu: sequence " + std::to_string(q.seq_id) + " has " +
+                            std::to_string(q.num_draft) + " proposals in a slice of " +
+                            std::to_string(q.tokens.size()) + " (at most " +
+                            std::to_string(opts_.num_speculative_tokens) + " per step)");
     if (q.num_draft > 0 && st.matcher)
       return make_error("unsupported", "gpu: proposals for a sequence under a grammar");
     for (int32_t t : q.tokens) {
@@ -1211,17 +1323,20 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       }
       if (t == k_token_from_draft) {
         if (!draft_)
-          return make_error("invalid_argument", "gpu: a plan asks for draft-model proposals; the CUDA executor has no "
-                                                "draft model");
+          return make_error("invalid_argument",
+                            "gpu: a plan asks for draft-model proposals; the CUDA executor has no "
+                            "draft model");
         placeholders.push_back(ids.size());  // a pick of the draft (below)
         ids.push_back(0);
         continue;
       }
-      if (t < 0 || t >= c.vocab_size) return make_error("invalid_argument", "gpu: token id out of range");
+      if (t < 0 || t >= c.vocab_size)
+        return make_error("invalid_argument", "gpu: token id out of range");
       ids.push_back(t);
     }
     for (int32_t b : q.block_table)
-      if (b < 0 || b >= info_.num_kv_blocks) return make_error("invalid_argument", "gpu: block id out of range");
+      if (b < 0 || b >= info_.num_kv_blocks)
+        return make_error("invalid_argument", "gpu: block id out of range");
     states.push_back(&st);
   }
   // Draft model: its passes for this step, their picks' slots in place of the proposals' ids.
@@ -1235,26 +1350,34 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     for (size_t at : placeholders) marked[at] = k_token_from_draft;
     std::vector<std::vector<int32_t>> inputs;
     for (size_t i = 0, at = 0; i < plan.seqs.size(); at += plan.seqs[i].tokens.size(), ++i)
-      inputs.emplace_back(marked.begin() + ptrdiff_t(at), marked.begin() + ptrdiff_t(at + plan.seqs[i].tokens.size()));
+      inputs.emplace_back(marked.begin() + ptrdiff_t(at),
+                          marked.begin() + ptrdiff_t(at + plan.seqs[i].tokens.size()));
     auto ds = plan_draft(plan, inputs, draft_->map(), pick_slot_base_, opts_.num_speculative_tokens,
                          opts_.max_num_tokens);
     if (!ds) return std::move(ds).err();
     drafted = std::move(ds.value());
     std::vector<size_t> seq_at(plan.seqs.size() + 1, 0);
-    for (size_t i = 0; i < plan.seqs.size(); ++i) seq_at[i + 1] = seq_at[i] + plan.seqs[i].tokens.size();
+    for (size_t i = 0; i < plan.seqs.size(); ++i)
+      seq_at[i + 1] = seq_at[i] + plan.seqs[i].tokens.size();
     for (const draft_step::proposer& pr : drafted->proposers)
-      for (int32_t j = 0; j < pr.count; ++j) ids[seq_at[pr.seq] + size_t(pr.first + j)] = -(pr.slot0 + j + 1);
+      for (int32_t j = 0; j < pr.count; ++j)
+        ids[seq_at[pr.seq] + size_t(pr.first + j)] = -(pr.slot0 + j + 1);
     for (size_t i = 0; i < plan.seqs.size(); ++i) {
       const scheduled_seq& q = plan.seqs[i];
-      launched_step::model_run mr{seqs_.at(q.seq_id), q.seq_id, q.block_table, q.start_pos,
-                                  std::vector<int32_t>(inputs[i]), 0};
+      launched_step::model_run mr{seqs_.at(q.seq_id),
+                                  q.seq_id,
+                                  q.block_table,
+                                  q.start_pos,
+                                  std::vector<int32_t>(inputs[i]),
+                                  0};
       for (const draft_step::proposer& pr : drafted->proposers)
         if (pr.seq == i) mr.pick0 = pr.slot0 - pick_slot_base_;
       rec.model_runs.push_back(std::move(mr));
     }
     for (const draft_step::proposer& pr : drafted->proposers) {
       const scheduled_seq& q = plan.seqs[pr.seq];
-      rec.draft_runs.push_back({q.seq_id, q.block_table, q.start_pos + pr.first, pr.count, pr.slot0 - pick_slot_base_});
+      rec.draft_runs.push_back(
+          {q.seq_id, q.block_table, q.start_pos + pr.first, pr.count, pr.slot0 - pick_slot_base_});
       rec.num_picks = std::max(rec.num_picks, pr.slot0 - pick_slot_base_ + pr.count);
     }
   }
@@ -1267,19 +1390,24 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     seq_state& st = *states[i];
     if (st.prompt.empty() || q.start_pos >= int32_t(st.prompt.size()) - 1) continue;
     if (q.num_draft > 0)
-      return make_error("invalid_argument", "gpu: sequence " + std::to_string(q.seq_id) +
-                                                " verifies proposals before its prompt logprobs are complete");
-    const int32_t end = std::min(q.start_pos + int32_t(q.tokens.size()), int32_t(st.prompt.size()) - 1);
-    if (q.start_pos != st.prompt_next) continue;  // as the CPU executor: only a chunk that follows on
+      return make_error("invalid_argument",
+                        "gpu: sequence " + std::to_string(q.seq_id) +
+                            " verifies proposals before its prompt logprobs are complete");
+    const int32_t end =
+        std::min(q.start_pos + int32_t(q.tokens.size()), int32_t(st.prompt.size()) - 1);
+    if (q.start_pos != st.prompt_next)
+      continue;  // as the CPU executor: only a chunk that follows on
     for (int32_t pos = q.start_pos; pos < end; ++pos) {
       const int32_t target = st.prompt[size_t(pos) + 1];
-      if (target < 0 || target >= c.vocab_size) return make_error("invalid_argument", "gpu: token id out of range");
+      if (target < 0 || target >= c.vocab_size)
+        return make_error("invalid_argument", "gpu: token id out of range");
       prompt_tokens.push_back(int32_t(at) + (pos - q.start_pos));
       prompt_targets.push_back(target);
       rec.prompt_rows.emplace_back(seqs_.at(q.seq_id), pos);
     }
     st.prompt_next = end;
-    prompt_top_n = std::max(prompt_top_n, std::min(st.params.prompt_logprobs, k_prompt_logprobs_max_top));
+    prompt_top_n =
+        std::max(prompt_top_n, std::min(st.params.prompt_logprobs, k_prompt_logprobs_max_top));
   }
   // The sampled rows, in batch order (plan_batch's sample_tokens): one per sampling sequence, or
   // 1 + num_draft for a sequence verifying proposals (row j scores proposal j; the last row gives
@@ -1304,8 +1432,10 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         if (pr.seq == i) pick0 = pr.slot0 - pick_slot_base_;
     for (int32_t j = 0; j <= q.num_draft; ++j) {
       const bool last = j == q.num_draft;
-      if (!last && pick0 >= 0) sample_rows.push_back({int32_t(i), j, c.vocab_size, pick0 + j});
-      else sample_rows.push_back({int32_t(i), j, last ? -1 : q.tokens[first_draft + size_t(j)], -1});
+      if (!last && pick0 >= 0)
+        sample_rows.push_back({int32_t(i), j, c.vocab_size, pick0 + j});
+      else
+        sample_rows.push_back({int32_t(i), j, last ? -1 : q.tokens[first_draft + size_t(j)], -1});
     }
   }
   if (int32_t(sample_rows.size()) > max_rows_)
@@ -1317,15 +1447,17 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   const int32_t mask_words = grammar_mask_words(c.vocab_size);
   penalty_edits with_proposals;  // a verifying row's history with the proposals before it accepted
   std::vector<pending_penalty> pending;
-  std::vector<int32_t> pending_slot;  // per row once a row has a pending token: its slot, or -1
+  std::vector<int32_t> pending_slot;    // per row once a row has a pending token: its slot, or -1
   std::vector<int32_t> penalty_resets;  // count rows written from the host's history in this step
   std::vector<penalty_count_entry> penalty_entries;
   std::vector<seq_state*> penalty_synced;  // their sequences (in step once it is launched)
   for (size_t row = 0; row < sample_rows.size(); ++row) {
     const sample_row& sr = sample_rows[row];
     seq_state& st = *states[size_t(sr.seq)];
-    if ((st.pending() > 0 && st.needs_collected_history()) || (st.pending() > 1 && st.has_penalties()))
-      return make_error("failed_precondition", "gpu: a step needing the host's history was launched ahead");
+    if ((st.pending() > 0 && st.needs_collected_history()) ||
+        (st.pending() > 1 && st.has_penalties()))
+      return make_error("failed_precondition",
+                        "gpu: a step needing the host's history was launched ahead");
     // The draw's counter and min_tokens count every token sampled before this one, collected or
     // not, and the proposals before this row (it is used only if they are accepted). So row j
     // draws what plain decoding would draw at that output index: a proposal is accepted when the
@@ -1333,26 +1465,32 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     // speculative-sampling rule (accepted with probability p(proposal); otherwise the draw is
     // from p without it, renormalised) and keeps seeded outputs equal to plain decoding's.
     sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
-                  uint64_t(st.launched + sr.j), std::min(std::max(st.params.logprobs, 0), k_top_logprobs_max)});
+                  uint64_t(st.launched + sr.j),
+                  std::min(std::max(st.params.logprobs, 0), k_top_logprobs_max)});
     int32_t generated = st.launched + sr.j;
     if (st.matcher || !st.params.allowed_token_ids.empty()) {
       // The allowed tokens, filled on the host (xgrammar, and/or allowed_token_ids) and applied by
       // a mask kernel.
       grammar_rows.push_back(int32_t(row));
       grammar_masks.resize(grammar_masks.size() + size_t(mask_words));
-      std::span<uint32_t> mask(grammar_masks.data() + grammar_masks.size() - size_t(mask_words), size_t(mask_words));
-      if (st.matcher) st.matcher->fill_mask(mask);
-      else std::fill(mask.begin(), mask.end(), ~uint32_t{0});
+      std::span<uint32_t> mask(grammar_masks.data() + grammar_masks.size() - size_t(mask_words),
+                               size_t(mask_words));
+      if (st.matcher)
+        st.matcher->fill_mask(mask);
+      else
+        std::fill(mask.begin(), mask.end(), ~uint32_t{0});
       if (!st.params.allowed_token_ids.empty()) {
         std::vector<uint32_t> allowed(mask.size(), 0);
         for (int32_t id : st.params.allowed_token_ids)
-          if (id >= 0 && id / 32 < int32_t(allowed.size())) allowed[size_t(id / 32)] |= uint32_t{1} << (id % 32);
+          if (id >= 0 && id / 32 < int32_t(allowed.size()))
+            allowed[size_t(id / 32)] |= uint32_t{1} << (id % 32);
         for (size_t w = 0; w < mask.size(); ++w) mask[w] &= allowed[w];
       }
       // The grammar wins over min_tokens (model/sampler.hpp): when it allows nothing but the ids
       // min_tokens would mask, that mask is dropped for this row.
       if (generated < st.params.min_tokens &&
-          grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_, st.params.stop_token_ids))
+          grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_,
+                              st.params.stop_token_ids))
         generated = st.params.min_tokens;
     }
     const int32_t edits_before = int32_t(edits.size());
@@ -1370,15 +1508,18 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     } else if (sr.j == 0 || !st.has_penalties()) {
       st.penalty_synced = false;  // its count row, if any, will miss this step's token
       st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits);
-      if (st.pending() > 0 && st.has_penalties()) {  // the previous step's token: counted on the device
-        pending.push_back({int32_t(row), st.slot, edits_before, int32_t(edits.size()), st.params.repetition_penalty,
-                           st.params.presence_penalty, st.params.frequency_penalty});
+      if (st.pending() > 0 &&
+          st.has_penalties()) {  // the previous step's token: counted on the device
+        pending.push_back({int32_t(row), st.slot, edits_before, int32_t(edits.size()),
+                           st.params.repetition_penalty, st.params.presence_penalty,
+                           st.params.frequency_penalty});
         pending_slot.resize(sample_rows.size(), -1);
         pending_slot[row] = st.slot;
       }
     } else if (sample_rows[row - 1].pick >= 0) {
       // The draft's picks are on the device only: rows after the first verify nothing for a
-      // sequence with penalties (commit() leaves its picks unmatched), so their edits do not matter.
+      // sequence with penalties (commit() leaves its picks unmatched), so their edits do not
+      // matter.
       st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits);
     } else {  // penalties see the proposals before this row as generated tokens
       if (sr.j == 1) with_proposals = st.penalties;
@@ -1393,11 +1534,13 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   // Everything is enqueued: the sampled rows are now pending until collect().
   auto commit = [&] {
     for (const sample_row& sr : sample_rows) {
-      ++states[size_t(sr.seq)]->launched;  // collect() takes back the rows after a rejected proposal
+      ++states[size_t(sr.seq)]
+            ->launched;  // collect() takes back the rows after a rejected proposal
       rec.rows.push_back(seqs_.at(plan.seqs[size_t(sr.seq)].seq_id));
       rec.row_ids.push_back(plan.seqs[size_t(sr.seq)].seq_id);
       rec.row_draft.push_back(sr.draft);
-      rec.row_pick.push_back(sr.pick >= 0 && !states[size_t(sr.seq)]->has_penalties() ? sr.pick : -1);
+      rec.row_pick.push_back(sr.pick >= 0 && !states[size_t(sr.seq)]->has_penalties() ? sr.pick
+                                                                                      : -1);
     }
     for (seq_state* st : penalty_synced) st->penalty_synced = true;
   };
@@ -1405,41 +1548,47 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   // The draft's passes run ahead of the model's forward, which reads their picks. (A step with any
   // for the draft has a sequence of several tokens: never a graph step.)
   if (drafted && !drafted->passes.empty()) {
-    COSERVE_CUDA_TRY(draft_->run(*drafted, frames_[rec.frame].draft_meta, gemm_, last_tokens_.as<int32_t>(),
-                                 logits_.as<float>(), s));
+    COSERVE_CUDA_TRY(draft_->run(*drafted, frames_[rec.frame].draft_meta, gemm_,
+                                 last_tokens_.as<int32_t>(), logits_.as<float>(), s));
     for (const draft_step::computed& cd : drafted->first)
-      draft_->map().note_draft(plan.seqs[cd.seq].seq_id, plan.seqs[cd.seq].block_table, cd.start, cd.tokens.data(),
-                               int32_t(cd.tokens.size()));
+      draft_->map().note_draft(plan.seqs[cd.seq].seq_id, plan.seqs[cd.seq].block_table, cd.start,
+                               cd.tokens.data(), int32_t(cd.tokens.size()));
   }
 
   // A decode-only step without sparse logit edits (logit_bias, min_tokens, penalties not in count
   // rows), grammars or count rows to write replays its bucket's graph (penalties from count rows
   // run inside it).
-  const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() && edits.empty() &&
-                          prompt_tokens.empty() && grammar_rows.empty() && penalty_resets.empty() &&
+  const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() &&
+                          edits.empty() && prompt_tokens.empty() && grammar_rows.empty() &&
+                          penalty_resets.empty() &&
                           std::all_of(plan.seqs.begin(), plan.seqs.end(),
                                       [](const scheduled_seq& q) { return q.tokens.size() == 1; });
-  if (const int32_t bucket = graph_step ? bucket_for(buckets_, int32_t(plan.seqs.size())) : 0; bucket > 0) {
+  if (const int32_t bucket = graph_step ? bucket_for(buckets_, int32_t(plan.seqs.size())) : 0;
+      bucket > 0) {
     nvtx_range gr("graph replay");
     frame& f = frames_[rec.frame];
-    const auto g = std::find_if(graphs_.begin(), graphs_.end(), [&](const decode_graph& x) { return x.bucket == bucket; });
+    const auto g = std::find_if(graphs_.begin(), graphs_.end(),
+                                [&](const decode_graph& x) { return x.bucket == bucket; });
     graph_arena_layout layout = arena_;  // the same addresses, this graph's grid as the capacity
     layout.max_work = g->cap.max_work;
     layout.max_merges = g->cap.max_merges;
     graph_step_input in{plan.seqs, ids, sp, row_slots, pad_block_, pad_slot_};
     const std::span<std::byte> staging(static_cast<std::byte*>(f.meta.get()), f.meta.bytes());
     batch_plan planned;
-    auto bytes = fill_graph_arena(in, bucket, layout, graph_opts_, staging, fi_on_ ? &planned : nullptr);
+    auto bytes =
+        fill_graph_arena(in, bucket, layout, graph_opts_, staging, fi_on_ ? &planned : nullptr);
     // FlashInfer: the step's plan must have the captured grid (it does for a bucket's batches).
     bool replay = bytes.ok();
     if (replay && fi_on_)
       replay = plan_flashinfer(planned, fi_plan_options(true), fi_plan_).ok() &&
-               fi_plan_.padded_batch_size == g->fi.padded_batch_size && fi_plan_.cta_tile_q == g->fi.cta_tile_q &&
-               fi_plan_.split_kv == g->fi.split_kv && fi_plan_.total_num_rows == g->fi.total_num_rows;
+               fi_plan_.padded_batch_size == g->fi.padded_batch_size &&
+               fi_plan_.cta_tile_q == g->fi.cta_tile_q && fi_plan_.split_kv == g->fi.split_kv &&
+               fi_plan_.total_num_rows == g->fi.total_num_rows;
     // A batch the graph cannot take (more attention work than its grid) runs eagerly below.
     if (replay) {
-      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
-                                  "graph metadata upload"));
+      COSERVE_CUDA_TRY(cuda_check(
+          cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
+          "graph metadata upload"));
       size_t meta_n = *bytes;
       if (fi_on_) {
         auto up = upload_fi_arena(fi_plan_, staging);
@@ -1447,22 +1596,27 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         meta_n = *up;
       }
       if (has_peers()) {
-        peer_job j = peer_forward_job(arena_meta(), forward_shape{bucket, bucket, g->cap.max_work, g->cap.max_merges,
-                                                                  nullptr},
-                                      f.meta.get(), meta_n, arena_dev_.get());
+        peer_job j = peer_forward_job(
+            arena_meta(),
+            forward_shape{bucket, bucket, g->cap.max_work, g->cap.max_merges, nullptr},
+            f.meta.get(), meta_n, arena_dev_.get());
         j.graph = true;
         j.bucket = bucket;
         if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
       }
-      if (auto r = cuda_check(cudaGraphLaunch(g->exec, s), "cudaGraphLaunch"); !r) return fail_group(std::move(r).err());
+      if (auto r = cuda_check(cudaGraphLaunch(g->exec, s), "cudaGraphLaunch"); !r)
+        return fail_group(std::move(r).err());
       const size_t S = sample_seqs.size();  // the real rows come first
       char* h = f.out.as<char>();
-      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
-      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
+      COSERVE_CUDA_TRY(cuda_check(
+          cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
+      COSERVE_CUDA_TRY(cuda_check(
+          cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
       if (rec.top_logprobs)
-        COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
-                                                    cudaMemcpyDeviceToHost, s),
-                                    "top logprobs"));
+        COSERVE_CUDA_TRY(cuda_check(
+            cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
+                            cudaMemcpyDeviceToHost, s),
+            "top logprobs"));
       COSERVE_CUDA_TRY(ev.end.record(s));
       rec.graph = true;
       commit();
@@ -1485,8 +1639,9 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   metadata_packer pk(f.meta);
   size_t off[13];
   int k = 0;
-  for (auto r : {pk.add(ids), pk.add(p.positions), pk.add(p.slot_mapping), pk.add(p.cu_seqlens_q), pk.add(p.kv_lens),
-                 pk.add(p.block_table_offsets), pk.add(p.block_tables), pk.add(p.sample_tokens)}) {
+  for (auto r : {pk.add(ids), pk.add(p.positions), pk.add(p.slot_mapping), pk.add(p.cu_seqlens_q),
+                 pk.add(p.kv_lens), pk.add(p.block_table_offsets), pk.add(p.block_tables),
+                 pk.add(p.sample_tokens)}) {
     if (!r) return std::move(r).err();
     off[k++] = *r;
   }
@@ -1503,7 +1658,8 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   auto ops = pk.add(pending_slot);
   auto opr = pk.add(penalty_resets);
   auto ope = pk.add(penalty_entries);
-  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors || !opt || !opg || !opp || !ops || !opr || !ope)
+  if (!ow || !om || !op || !oe || !ogr || !ogm || !ors || !opt || !opg || !opp || !ops || !opr ||
+      !ope)
     return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
   off[8] = *ow;
   off[9] = *om;
@@ -1511,33 +1667,53 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   size_t used = pk.used();
   fi_step fis;
   if (fi_on_) {
-    auto packed = pack_fi(p, f, used, meta_dev_.get(), reinterpret_cast<const int32_t*>(meta_dev_.as<char>() + off[3]));
+    auto packed = pack_fi(p, f, used, meta_dev_.get(),
+                          reinterpret_cast<const int32_t*>(meta_dev_.as<char>() + off[3]));
     if (!packed) return std::move(packed).err();
     fis = packed->first;
     used = packed->second;
   }
-  COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(meta_dev_.get(), f.meta.get(), used, cudaMemcpyHostToDevice, s),
-                              "metadata upload"));
+  COSERVE_CUDA_TRY(
+      cuda_check(cudaMemcpyAsync(meta_dev_.get(), f.meta.get(), used, cudaMemcpyHostToDevice, s),
+                 "metadata upload"));
   const char* d = meta_dev_.as<char>();
-  step_meta m{reinterpret_cast<const int32_t*>(d + off[0]), reinterpret_cast<const int32_t*>(d + off[1]),
-              reinterpret_cast<const int32_t*>(d + off[2]), reinterpret_cast<const int32_t*>(d + off[3]),
-              reinterpret_cast<const int32_t*>(d + off[4]), reinterpret_cast<const int32_t*>(d + off[5]),
-              reinterpret_cast<const int32_t*>(d + off[6]), reinterpret_cast<const int32_t*>(d + off[7]),
-              reinterpret_cast<const attn_work_item*>(d + off[8]), reinterpret_cast<const attn_merge_item*>(d + off[9]),
-              reinterpret_cast<const sample_row_params*>(d + off[10]), reinterpret_cast<const logit_edit*>(d + *oe),
-              int32_t(edits.size()), reinterpret_cast<const int32_t*>(d + *ogr),
-              reinterpret_cast<const uint32_t*>(d + *ogm), int32_t(grammar_rows.size()), mask_words,
-              reinterpret_cast<const int32_t*>(d + *ors), reinterpret_cast<const int32_t*>(d + *opt),
-              reinterpret_cast<const int32_t*>(d + *opg), int32_t(prompt_tokens.size()), prompt_top_n,
-              reinterpret_cast<const pending_penalty*>(d + *opp), int32_t(pending.size()),
+  step_meta m{reinterpret_cast<const int32_t*>(d + off[0]),
+              reinterpret_cast<const int32_t*>(d + off[1]),
+              reinterpret_cast<const int32_t*>(d + off[2]),
+              reinterpret_cast<const int32_t*>(d + off[3]),
+              reinterpret_cast<const int32_t*>(d + off[4]),
+              reinterpret_cast<const int32_t*>(d + off[5]),
+              reinterpret_cast<const int32_t*>(d + off[6]),
+              reinterpret_cast<const int32_t*>(d + off[7]),
+              reinterpret_cast<const attn_work_item*>(d + off[8]),
+              reinterpret_cast<const attn_merge_item*>(d + off[9]),
+              reinterpret_cast<const sample_row_params*>(d + off[10]),
+              reinterpret_cast<const logit_edit*>(d + *oe),
+              int32_t(edits.size()),
+              reinterpret_cast<const int32_t*>(d + *ogr),
+              reinterpret_cast<const uint32_t*>(d + *ogm),
+              int32_t(grammar_rows.size()),
+              mask_words,
+              reinterpret_cast<const int32_t*>(d + *ors),
+              reinterpret_cast<const int32_t*>(d + *opt),
+              reinterpret_cast<const int32_t*>(d + *opg),
+              int32_t(prompt_tokens.size()),
+              prompt_top_n,
+              reinterpret_cast<const pending_penalty*>(d + *opp),
+              int32_t(pending.size()),
               reinterpret_cast<const int32_t*>(d + *ops)};
-  if (!penalty_resets.empty())  // count rows taken in this step, written before the sampling reads them
-    COSERVE_CUDA_TRY(launch_penalty_rows_init(penalty_counts_.as<uint32_t>(), reinterpret_cast<const int32_t*>(d + *opr),
-                                              int32_t(penalty_resets.size()),
-                                              reinterpret_cast<const penalty_count_entry*>(d + *ope),
-                                              int32_t(penalty_entries.size()), c.vocab_size, s));
-  const forward_shape fs{p.num_tokens, int32_t(p.sample_tokens.size()), int32_t(p.work.size()), int32_t(p.merges.size()),
-                         nullptr, fis};
+  if (!penalty_resets
+           .empty())  // count rows taken in this step, written before the sampling reads them
+    COSERVE_CUDA_TRY(launch_penalty_rows_init(
+        penalty_counts_.as<uint32_t>(), reinterpret_cast<const int32_t*>(d + *opr),
+        int32_t(penalty_resets.size()), reinterpret_cast<const penalty_count_entry*>(d + *ope),
+        int32_t(penalty_entries.size()), c.vocab_size, s));
+  const forward_shape fs{p.num_tokens,
+                         int32_t(p.sample_tokens.size()),
+                         int32_t(p.work.size()),
+                         int32_t(p.merges.size()),
+                         nullptr,
+                         fis};
   if (has_peers()) {
     peer_job j = peer_forward_job(m, fs, f.meta.get(), used, meta_dev_.get());
     j.pick_base = pick_slot_base_;
@@ -1547,28 +1723,35 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
   // The draft's picks (on this device only) to every rank's last-token buffer, where the model's
   // forward reads the proposals.
   if (tp_group_ && rec.num_picks > 0)
-    if (auto r = tp_group_->broadcast_i32(0, last_tokens_.as<int32_t>() + pick_slot_base_, size_t(rec.num_picks), s); !r)
+    if (auto r = tp_group_->broadcast_i32(0, last_tokens_.as<int32_t>() + pick_slot_base_,
+                                          size_t(rec.num_picks), s);
+        !r)
       return fail_group(std::move(r).err());
   if (auto r = forward(fs, m, &f); !r) return fail_group(std::move(r).err());
   const size_t S = p.sample_tokens.size();
   if (S > 0) {
     char* h = f.out.as<char>();
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
+    COSERVE_CUDA_TRY(
+        cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
+    COSERVE_CUDA_TRY(cuda_check(
+        cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
     if (rec.top_logprobs)
-      COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
-                                                  cudaMemcpyDeviceToHost, s),
-                                  "top logprobs"));
+      COSERVE_CUDA_TRY(cuda_check(
+          cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
+                          cudaMemcpyDeviceToHost, s),
+          "top logprobs"));
   }
   if (!prompt_tokens.empty())
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.prompt_out.get(), prompt_out_.get(),
-                                                prompt_tokens.size() * size_t(k_prompt_row_words) * 4,
-                                                cudaMemcpyDeviceToHost, s),
-                                "prompt logprobs"));
+    COSERVE_CUDA_TRY(
+        cuda_check(cudaMemcpyAsync(f.prompt_out.get(), prompt_out_.get(),
+                                   prompt_tokens.size() * size_t(k_prompt_row_words) * 4,
+                                   cudaMemcpyDeviceToHost, s),
+                   "prompt logprobs"));
   if (rec.num_picks > 0)  // the draft's proposals, for collect() to compare with the sampled rows
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f.proposals.get(), last_tokens_.as<int32_t>() + pick_slot_base_,
-                                                size_t(rec.num_picks) * 4, cudaMemcpyDeviceToHost, s),
-                                "draft proposals"));
+    COSERVE_CUDA_TRY(
+        cuda_check(cudaMemcpyAsync(f.proposals.get(), last_tokens_.as<int32_t>() + pick_slot_base_,
+                                   size_t(rec.num_picks) * 4, cudaMemcpyDeviceToHost, s),
+                   "draft proposals"));
   COSERVE_CUDA_TRY(ev.end.record(s));
   commit();
   return {};
@@ -1582,8 +1765,11 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
   const float eps = c.rms_norm_eps;
   all_reduce_fn reduce;
   if (tp_group_)
-    reduce = [g = tp_group_.get()](bf16* data, size_t n, cudaStream_t st) { return g->all_reduce_bf16(0, data, n, st); };
-  COSERVE_CUDA_TRY(run_layers(w_, gemm_, scratch_, kv_, rope_, inputs_of(m, fs), last_tokens_.as<int32_t>(), reduce, s));
+    reduce = [g = tp_group_.get()](bf16* data, size_t n, cudaStream_t st) {
+      return g->all_reduce_bf16(0, data, n, st);
+    };
+  COSERVE_CUDA_TRY(run_layers(w_, gemm_, scratch_, kv_, rope_, inputs_of(m, fs),
+                              last_tokens_.as<int32_t>(), reduce, s));
   const bf16* hidden = scratch_.hidden.as<bf16>();
   bf16* residual = scratch_.residual.as<bf16>();
   if (m.num_prompt_rows > 0) {
@@ -1596,41 +1782,47 @@ result<void> gpu_executor::forward(const forward_shape& fs, const step_meta& m, 
       COSERVE_CUDA_TRY(launch_rmsnorm(final_.as<bf16>(), hidden, residual, w_.final_norm.as<bf16>(),
                                       m.prompt_tokens + r0, R, H, eps, true, s));
       COSERVE_CUDA_TRY(gemm_.run(logits_.get(), gemm_out::f32, final_.as<bf16>(),
-                                 static_cast<const bf16*>(w_.lm_head_data()), nullptr, R, c.vocab_size, H, s));
-      COSERVE_CUDA_TRY(launch_prompt_logprobs(prompt_out_.as<uint32_t>() + size_t(r0) * k_prompt_row_words,
-                                              logits_.as<float>(), m.prompt_targets + r0, R, c.vocab_size,
-                                              m.prompt_top_n, k_prompt_row_words, s));
+                                 static_cast<const bf16*>(w_.lm_head_data()), nullptr, R,
+                                 c.vocab_size, H, s));
+      COSERVE_CUDA_TRY(launch_prompt_logprobs(
+          prompt_out_.as<uint32_t>() + size_t(r0) * k_prompt_row_words, logits_.as<float>(),
+          m.prompt_targets + r0, R, c.vocab_size, m.prompt_top_n, k_prompt_row_words, s));
     }
   }
   const int32_t S = fs.num_samples;
   if (S == 0) return {};
   nvtx_range head_range("lm_head+sample");
   // Final norm on the sampled rows only (gathered), then the LM head in fp32 for sampling.
-  COSERVE_CUDA_TRY(launch_rmsnorm(final_.as<bf16>(), hidden, residual, w_.final_norm.as<bf16>(), m.sample_tokens, S, H,
-                                  eps, true, s));
-  COSERVE_CUDA_TRY(gemm_.run(logits_.get(), gemm_out::f32, final_.as<bf16>(), static_cast<const bf16*>(w_.lm_head_data()),
-                             nullptr, S, c.vocab_size, H, s));
+  COSERVE_CUDA_TRY(launch_rmsnorm(final_.as<bf16>(), hidden, residual, w_.final_norm.as<bf16>(),
+                                  m.sample_tokens, S, H, eps, true, s));
+  COSERVE_CUDA_TRY(gemm_.run(logits_.get(), gemm_out::f32, final_.as<bf16>(),
+                             static_cast<const bf16*>(w_.lm_head_data()), nullptr, S, c.vocab_size,
+                             H, s));
   // Raw logits (before penalties/bias) go out now, in stream order ahead of the in-place edits.
   if (opts_.return_logits && f != nullptr)
-    COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(f->out.as<char>() + size_t(max_rows_) * 8, logits_.get(),
-                                                size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
-                                "logits"));
-  COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s, m.pending,
-                                      m.num_pending, m.pending_slot, last_tokens_.as<int32_t>()));
+    COSERVE_CUDA_TRY(
+        cuda_check(cudaMemcpyAsync(f->out.as<char>() + size_t(max_rows_) * 8, logits_.get(),
+                                   size_t(S) * size_t(c.vocab_size) * 4, cudaMemcpyDeviceToHost, s),
+                   "logits"));
+  COSERVE_CUDA_TRY(launch_logit_edits(logits_.as<float>(), m.edits, m.num_edits, c.vocab_size, s,
+                                      m.pending, m.num_pending, m.pending_slot,
+                                      last_tokens_.as<int32_t>()));
   if (!penalty_counts_.empty())  // rows without a count row return at once (graphs always run it)
     COSERVE_CUDA_TRY(launch_penalty_counts(logits_.as<float>(), m.params, S, c.vocab_size,
                                            penalty_counts_.as<uint32_t>(), s));
-  COSERVE_CUDA_TRY(launch_token_bitmask(logits_.as<float>(), m.grammar_rows, m.grammar_masks, m.num_grammar_rows,
-                                        m.mask_words, c.vocab_size, s));
-  COSERVE_CUDA_TRY(launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(), m.params, S,
-                                 c.vocab_size, s, top_out_.as<uint32_t>()));
+  COSERVE_CUDA_TRY(launch_token_bitmask(logits_.as<float>(), m.grammar_rows, m.grammar_masks,
+                                        m.num_grammar_rows, m.mask_words, c.vocab_size, s));
+  COSERVE_CUDA_TRY(launch_sample(tok_out_.as<int32_t>(), lp_out_.as<float>(), logits_.as<float>(),
+                                 m.params, S, c.vocab_size, s, top_out_.as<uint32_t>()));
   // The sampled ids stay on the device for the next step's inputs (the host gets a copy later);
   // the peers of a tensor-parallel group receive them for theirs (gpu/tp_peer.hpp).
-  if (tp_group_) COSERVE_CUDA_TRY(tp_group_->broadcast_i32(0, tok_out_.as<int32_t>(), size_t(S), s));
+  if (tp_group_)
+    COSERVE_CUDA_TRY(tp_group_->broadcast_i32(0, tok_out_.as<int32_t>(), size_t(S), s));
   if (!penalty_counts_.empty())
-    COSERVE_CUDA_TRY(launch_count_sampled(penalty_counts_.as<uint32_t>(), m.params, tok_out_.as<int32_t>(), S,
-                                          c.vocab_size, s));
-  return launch_scatter_tokens(last_tokens_.as<int32_t>(), m.row_slots, tok_out_.as<int32_t>(), S, s);
+    COSERVE_CUDA_TRY(launch_count_sampled(penalty_counts_.as<uint32_t>(), m.params,
+                                          tok_out_.as<int32_t>(), S, c.vocab_size, s));
+  return launch_scatter_tokens(last_tokens_.as<int32_t>(), m.row_slots, tok_out_.as<int32_t>(), S,
+                               s);
 }
 
 }  // namespace

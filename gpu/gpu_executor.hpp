@@ -9,13 +9,13 @@
 // the executor's stream (metadata upload, forward, sampling, the sampled ids' copy into pinned
 // memory) and, on a second stream waiting for an event behind that work, a host function
 // (gpu::async_wait_beside) that only posts the completion to the caller's executor, so the next
-// step queued on the stream does not wait for it; it never waits. collect() reads the step's outputs from pinned memory. Two
-// steps may be in flight: step N+1's decode inputs come from step N's sampled ids on the device (a
-// last-token buffer with one slot per live sequence, which the embedding gather reads and the
-// sampler's scatter writes), so the host learns the ids one step later. A step that samples for a
-// sequence under a grammar needs the host's view of its history, so it is not launched ahead
-// (can_launch_ahead). No stream or device synchronize on this path; execute() (tests,
-// benchmarks) is launch + wait on a private io_context + collect.
+// step queued on the stream does not wait for it; it never waits. collect() reads the step's
+// outputs from pinned memory. Two steps may be in flight: step N+1's decode inputs come from step
+// N's sampled ids on the device (a last-token buffer with one slot per live sequence, which the
+// embedding gather reads and the sampler's scatter writes), so the host learns the ids one step
+// later. A step that samples for a sequence under a grammar needs the host's view of its history,
+// so it is not launched ahead (can_launch_ahead). No stream or device synchronize on this path;
+// execute() (tests, benchmarks) is launch + wait on a private io_context + collect.
 //
 // Per step the host builds the batch metadata once (gpu/batch_plan.hpp), packs it into one pinned
 // buffer and uploads it with one copy; every layer's kernels read it from there. The pinned
@@ -43,32 +43,34 @@
 #include <string>
 
 #include "gpu/launch_params.hpp"
-#include "model/config.hpp"
 #include "model/communicator.hpp"
+#include "model/config.hpp"
 #include "model/executor.hpp"
 #include "model/weights.hpp"
 
 namespace coserve::gpu {
 
 struct gpu_executor_options {
-  std::string model_dir;                 // Hugging Face folder (config.json [+ safetensors])
-  std::optional<model_config> config;    // used instead of model_dir/config.json when set (dummy only)
-  std::string load_format = "auto";      // "auto": safetensors from model_dir; "dummy": random weights
+  std::string model_dir;  // Hugging Face folder (config.json [+ safetensors])
+  std::optional<model_config>
+      config;                        // used instead of model_dir/config.json when set (dummy only)
+  std::string load_format = "auto";  // "auto": safetensors from model_dir; "dummy": random weights
   uint64_t dummy_seed = 0;
   int32_t device = 0;
   double gpu_memory_utilization = 0.9;
   int32_t block_size = 16;
-  int32_t max_num_tokens = 8192;         // tokens per step at most (sizes the activations)
-  int32_t max_num_seqs = 256;            // sampled rows per step at most
+  int32_t max_num_tokens = 8192;  // tokens per step at most (sizes the activations)
+  int32_t max_num_seqs = 256;     // sampled rows per step at most
   // Rows of token counts on the device for sequences with repetition / presence / frequency
   // penalties (vocab x 4 bytes each, taken from the KV cache's memory): -1 gives max_num_seqs, so
   // every sequence of a step has one; 0 applies penalties as sparse edits from the host instead.
   int32_t penalty_rows = -1;
-  int32_t max_model_len = 0;             // 0: the model's max_position_embeddings
-  int32_t num_kv_blocks = 0;             // > 0: use exactly this many blocks instead of sizing
-  bool return_logits = false;            // copy raw logits of sampled rows into seq_output::logits
-  // Decode-only steps replay CUDA graphs captured at startup per batch bucket (gpu/decode_graph.hpp);
-  // true runs every step eagerly (vLLM's --enforce-eager). No graphs with return_logits either.
+  int32_t max_model_len = 0;   // 0: the model's max_position_embeddings
+  int32_t num_kv_blocks = 0;   // > 0: use exactly this many blocks instead of sizing
+  bool return_logits = false;  // copy raw logits of sampled rows into seq_output::logits
+  // Decode-only steps replay CUDA graphs captured at startup per batch bucket
+  // (gpu/decode_graph.hpp); true runs every step eagerly (vLLM's --enforce-eager). No graphs with
+  // return_logits either.
   bool enforce_eager = false;
   // Time cuBLASLt's candidate algorithms for each of the model's GEMMs at each bucket of rows at
   // startup (gemm_runner::tune; logged) instead of taking its heuristic's first choice.
@@ -77,7 +79,8 @@ struct gpu_executor_options {
   // quantized per token before each GEMM (W8A8, cuBLASLt fp8). "" keeps bf16, except that an fp8
   // checkpoint (config.json quantization_config) selects fp8 by itself.
   std::string quantization;
-  // Small steps through the GEMV kernels instead of cuBLASLt, per weight type (gpu/launch_params.hpp).
+  // Small steps through the GEMV kernels instead of cuBLASLt, per weight type
+  // (gpu/launch_params.hpp).
   gemv_rows gemv;
   // --kv-cache-dtype: bf16, or f8_e4m3 / f8_e5m2 (one byte per value, unscaled: twice the blocks
   // in the same memory; gpu/kernels.hpp, kv_elem).
@@ -101,14 +104,14 @@ struct gpu_executor_options {
   std::shared_ptr<communicator> world;
   // --attention-backend: "native" (gpu/kernels/attention.cuh; head_dim 32/64/96/128), "flashinfer"
   // (FlashInfer's FA2 paged prefill kernel on tensor cores for every step,
-  // gpu/flashinfer_attention.hpp; bf16 KV cache, head_dim 64/128, one sliding window shared by every
-  // layer or none, built with its headers) or "auto": flashinfer where all of that holds, else
-  // native. The draft model keeps the native kernels.
+  // gpu/flashinfer_attention.hpp; bf16 KV cache, head_dim 64/128, one sliding window shared by
+  // every layer or none, built with its headers) or "auto": flashinfer where all of that holds,
+  // else native. The draft model keeps the native kernels.
   std::string attention_backend = "auto";
   // Tests: with tensor_parallel_size 1, still run every collective through a one-rank NCCL group
   // (the tensor-parallel path on a single GPU).
   bool nccl_single_rank = false;
-  load_progress progress;                // (tensors done, total, bytes) while weights load
+  load_progress progress;  // (tensors done, total, bytes) while weights load
 };
 
 // sizeof(gpu_executor_options) and sizeof(executor_info), packed: both sides of the dlopen'ed CUDA

@@ -18,16 +18,17 @@ struct kv_cache_shape {
   int32_t elem_bytes = 2;  // bf16
 };
 
-// Bytes of one block across all layers, K and V: 2 * layers * block_size * kv_heads * head_dim * elem.
+// Bytes of one block across all layers, K and V: 2 * layers * block_size * kv_heads * head_dim *
+// elem.
 inline int64_t kv_block_bytes(const kv_cache_shape& s) {
   return 2 * int64_t(s.num_layers) * s.block_size * s.num_kv_heads * s.head_dim * s.elem_bytes;
 }
 
 struct kv_budget_input {
-  int64_t total_bytes = 0;        // device memory (cudaMemGetInfo total)
-  int64_t free_bytes = 0;         // free now, after weights and workspace are allocated
-  double utilization = 0.9;       // fraction of total this executor may use, (0, 1]
-  int64_t reserve_bytes = 0;      // kept free on top (cuBLASLt workspace growth, graphs, fragmentation)
+  int64_t total_bytes = 0;    // device memory (cudaMemGetInfo total)
+  int64_t free_bytes = 0;     // free now, after weights and workspace are allocated
+  double utilization = 0.9;   // fraction of total this executor may use, (0, 1]
+  int64_t reserve_bytes = 0;  // kept free on top (cuBLASLt workspace growth, graphs, fragmentation)
 };
 
 // Number of KV blocks that fit; an error (resource_exhausted) when not even one block fits, or
@@ -43,8 +44,9 @@ inline result<int64_t> kv_cache_num_blocks(const kv_cache_shape& s, const kv_bud
   if (budget > in.free_bytes - in.reserve_bytes) budget = in.free_bytes - in.reserve_bytes;
   const int64_t blocks = budget > 0 ? budget / block : 0;
   if (blocks < 1)
-    return make_error("resource_exhausted",
-                      "no memory left for the KV cache: raise gpu_memory_utilization or use a smaller model");
+    return make_error(
+        "resource_exhausted",
+        "no memory left for the KV cache: raise gpu_memory_utilization or use a smaller model");
   return blocks;
 }
 

@@ -1,4 +1,5 @@
-// Launch-parameter selection for the attention kernels, as plain host arithmetic (tested on the CPU).
+// Launch-parameter selection for the attention kernels, as plain host arithmetic (tested on the
+// CPU).
 //
 // The attention kernel (gpu/kernels/attention.cuh) runs one thread block per (work item, kv head).
 // A block holds `q_tile` consecutive query tokens of one sequence times the `gqa` query heads that
@@ -12,14 +13,16 @@
 
 namespace coserve::gpu {
 
-inline constexpr int32_t k_attn_warps = 8;            // warps per attention block
-inline constexpr int32_t k_attn_kv_tile = 32;         // keys per shared-memory tile (one per lane)
+inline constexpr int32_t k_attn_warps = 8;     // warps per attention block
+inline constexpr int32_t k_attn_kv_tile = 32;  // keys per shared-memory tile (one per lane)
 inline constexpr int32_t k_attn_max_rows_per_warp = 4;  // register accumulators per lane, per row
-inline constexpr int32_t k_attn_target_rows = 16;      // query rows per block we aim for
-inline constexpr int32_t k_attn_min_split_kv = 256;    // keys per split at least
+inline constexpr int32_t k_attn_target_rows = 16;       // query rows per block we aim for
+inline constexpr int32_t k_attn_min_split_kv = 256;     // keys per split at least
 
 // Query tokens per block for a GQA ratio: 16 rows at most, at least one token.
-inline int32_t attention_q_tile(int32_t gqa) { return std::max<int32_t>(1, k_attn_target_rows / std::max<int32_t>(1, gqa)); }
+inline int32_t attention_q_tile(int32_t gqa) {
+  return std::max<int32_t>(1, k_attn_target_rows / std::max<int32_t>(1, gqa));
+}
 
 // Rows (query token, query head) per block; must fit k_attn_warps * k_attn_max_rows_per_warp.
 inline int32_t attention_rows(int32_t gqa) { return attention_q_tile(gqa) * gqa; }
@@ -31,7 +34,8 @@ inline bool attention_supported(int32_t gqa, int32_t head_dim) {
 // Dynamic shared memory of one attention block: q rows in fp32, K and V tiles in bf16 with each row
 // padded by 2 elements (one 4-byte bank) so lanes reading different keys hit different banks.
 inline size_t attention_smem_bytes(int32_t gqa, int32_t head_dim) {
-  return size_t(attention_rows(gqa)) * head_dim * 4 + 2 * size_t(k_attn_kv_tile) * (head_dim + 2) * 2;
+  return size_t(attention_rows(gqa)) * head_dim * 4 +
+         2 * size_t(k_attn_kv_tile) * (head_dim + 2) * 2;
 }
 
 // Number of KV splits for one sequence. Only single-tile queries (decodes, short chunks) are split:
@@ -42,7 +46,8 @@ inline int32_t choose_num_splits(int32_t q_len, int32_t kv_len, int32_t q_tile, 
   if (q_len > q_tile || kv_len < 2 * k_attn_min_split_kv || num_sms <= 0) return 1;
   const int64_t target = 2 * int64_t(num_sms);
   if (base_blocks >= target) return 1;
-  const int64_t want = (target + std::max<int64_t>(1, base_blocks) - 1) / std::max<int64_t>(1, base_blocks);
+  const int64_t want =
+      (target + std::max<int64_t>(1, base_blocks) - 1) / std::max<int64_t>(1, base_blocks);
   const int64_t by_len = kv_len / k_attn_min_split_kv;
   return int32_t(std::clamp<int64_t>(std::min(want, by_len), 1, max_splits));
 }

@@ -22,16 +22,16 @@
 
 namespace coserve::gpu {
 
-// Device layout (28 bytes): row i32 | token i32 | bias f32 | repetition f32 | subtract f32 | mask i32 |
-// count i32.
+// Device layout (28 bytes): row i32 | token i32 | bias f32 | repetition f32 | subtract f32 | mask
+// i32 | count i32.
 struct logit_edit {
-  int32_t row;         // sampled row (index into the logits matrix)
+  int32_t row;  // sampled row (index into the logits matrix)
   int32_t token;
-  float bias;          // added first (logit_bias)
-  float repetition;    // 1: none; else positive logits divided, negative multiplied
-  float subtract;      // frequency * count + presence * [count > 0]
-  int32_t mask;        // 1: set to -inf (min_tokens not reached: eos / stop ids)
-  int32_t count = 0;   // the token's output count the edit was built from
+  float bias;         // added first (logit_bias)
+  float repetition;   // 1: none; else positive logits divided, negative multiplied
+  float subtract;     // frequency * count + presence * [count > 0]
+  int32_t mask;       // 1: set to -inf (min_tokens not reached: eos / stop ids)
+  int32_t count = 0;  // the token's output count the edit was built from
 };
 static_assert(sizeof(logit_edit) == 28);
 
@@ -48,9 +48,9 @@ struct pending_penalty {
 };
 static_assert(sizeof(pending_penalty) == 28);
 
-// frequency * count + presence (the presence / frequency subtraction of a token seen `count` times),
-// the product rounded before the sum on the host and the device alike (no FMA contraction), so
-// every path that computes it gives the same bits.
+// frequency * count + presence (the presence / frequency subtraction of a token seen `count`
+// times), the product rounded before the sum on the host and the device alike (no FMA contraction),
+// so every path that computes it gives the same bits.
 COSERVE_LOGIT_HD float penalty_subtract(float frequency, float presence, int32_t count) {
 #if defined(__CUDA_ARCH__)
   return __fadd_rn(__fmul_rn(frequency, float(count)), presence);
@@ -63,13 +63,16 @@ COSERVE_LOGIT_HD float penalty_subtract(float frequency, float presence, int32_t
 // The edit token `t` takes once the pending token t is counted: the row's edit for t (binary
 // search over its ascending edits), or none, with the repetition penalty applied (t is now seen)
 // and the presence / frequency subtraction at count + 1.
-COSERVE_LOGIT_HD logit_edit pending_edit(const logit_edit* edits, const pending_penalty& pp, int32_t t) {
+COSERVE_LOGIT_HD logit_edit pending_edit(const logit_edit* edits, const pending_penalty& pp,
+                                         int32_t t) {
   logit_edit e{pp.row, t, 0.0f, 1.0f, 0.0f, 0, 0};
   int32_t lo = pp.edit_begin, hi = pp.edit_end;
   while (lo < hi) {
     const int32_t mid = lo + (hi - lo) / 2;
-    if (edits[mid].token < t) lo = mid + 1;
-    else hi = mid;
+    if (edits[mid].token < t)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   if (lo < pp.edit_end && edits[lo].token == t) e = edits[lo];
   if (pp.repetition != 1.0f && pp.repetition > 0.0f) e.repetition = pp.repetition;
@@ -99,18 +102,21 @@ inline constexpr uint32_t k_count_prompt_bit = 0x80000000u;
 struct penalty_count_entry {  // device layout (12 bytes): row i32 | token i32 | value u32
   int32_t row;                // the penalty row
   int32_t token;
-  uint32_t value;             // output count | k_count_prompt_bit
+  uint32_t value;  // output count | k_count_prompt_bit
 };
 static_assert(sizeof(penalty_count_entry) == 12);
 
 // Steps 3-4 of the CPU sampler for one token from its count word: apply_logit_edit with the edit
-// penalty_edits keeps for the token (no bias or mask: those stay sparse edits, applied before this).
-COSERVE_LOGIT_HD float apply_penalty_count(float l, uint32_t v, float repetition, float presence, float frequency) {
+// penalty_edits keeps for the token (no bias or mask: those stay sparse edits, applied before
+// this).
+COSERVE_LOGIT_HD float apply_penalty_count(float l, uint32_t v, float repetition, float presence,
+                                           float frequency) {
   if (v == 0) return l;
   const auto count = int32_t(v & ~k_count_prompt_bit);
   const bool subtracts = count > 0 && (presence != 0.0f || frequency != 0.0f);
   return apply_logit_edit(
-      l, logit_edit{0, 0, 0.0f, repetition, subtracts ? penalty_subtract(frequency, presence, count) : 0.0f, 0, count});
+      l, logit_edit{0, 0, 0.0f, repetition,
+                    subtracts ? penalty_subtract(frequency, presence, count) : 0.0f, 0, count});
 }
 
 // A sequence's edits kept up to date as its tokens arrive, so a step copies them instead of
@@ -124,7 +130,9 @@ class penalty_edits {
  public:
   penalty_edits() = default;
   penalty_edits(const sampling_params& p, const std::vector<int32_t>& prompt, int32_t vocab)
-      : repetition_(p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f ? p.repetition_penalty : 1.0f),
+      : repetition_(p.repetition_penalty != 1.0f && p.repetition_penalty > 0.0f
+                        ? p.repetition_penalty
+                        : 1.0f),
         presence_(p.presence_penalty),
         frequency_(p.frequency_penalty),
         vocab_(vocab) {
@@ -140,12 +148,14 @@ class penalty_edits {
   }
   // with_penalties false: logit_bias and min_tokens only (the row's penalties come from its counts
   // on the device, apply_penalty_count).
-  void append(int32_t row, const sampling_params& p, int32_t num_output, const std::vector<int32_t>& eos_ids,
-              std::vector<logit_edit>& out, bool with_penalties = true) const {
+  void append(int32_t row, const sampling_params& p, int32_t num_output,
+              const std::vector<int32_t>& eos_ids, std::vector<logit_edit>& out,
+              bool with_penalties = true) const {
     std::map<int32_t, logit_edit> extra;  // logit_bias and min_tokens masks: a handful of tokens
     auto x = [&](int32_t t) -> logit_edit& {
       auto it = extra.find(t);
-      if (it == extra.end()) it = extra.emplace(t, logit_edit{row, t, 0.0f, 1.0f, 0.0f, 0, 0}).first;
+      if (it == extra.end())
+        it = extra.emplace(t, logit_edit{row, t, 0.0f, 1.0f, 0.0f, 0, 0}).first;
       return it->second;
     };
     auto in_range = [&](int32_t t) { return t >= 0 && t < vocab_; };
@@ -192,8 +202,10 @@ class penalty_edits {
   // The token's edit, inserted in order the first time (the repetition penalty applies from then).
   logit_edit* at(int32_t t) {
     if (t < 0 || t >= vocab_) return nullptr;
-    auto it = std::lower_bound(base_.begin(), base_.end(), t, [](const logit_edit& e, int32_t v) { return e.token < v; });
-    if (it == base_.end() || it->token != t) it = base_.insert(it, logit_edit{0, t, 0.0f, repetition_, 0.0f, 0, 0});
+    auto it = std::lower_bound(base_.begin(), base_.end(), t,
+                               [](const logit_edit& e, int32_t v) { return e.token < v; });
+    if (it == base_.end() || it->token != t)
+      it = base_.insert(it, logit_edit{0, t, 0.0f, repetition_, 0.0f, 0, 0});
     return &*it;
   }
   std::vector<logit_edit> base_;

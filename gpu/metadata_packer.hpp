@@ -20,7 +20,8 @@ class metadata_packer {
   result<size_t> add(const std::vector<T>& v) {
     const size_t off = (used_ + 15) & ~size_t(15);
     const size_t bytes = v.size() * sizeof(T);
-    if (off + bytes > host_.bytes()) return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
+    if (off + bytes > host_.bytes())
+      return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
     if (bytes) std::memcpy(static_cast<char*>(host_.get()) + off, v.data(), bytes);
     used_ = off + bytes;
     return off;

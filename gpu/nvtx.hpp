@@ -1,6 +1,6 @@
 // nvtx_range: an NVTX range (push on construction, pop on destruction) naming a phase of the
-// executor's host work in an Nsight Systems timeline. NVTX 3 is header-only; without a tool attached
-// each call is a no-op behind one branch.
+// executor's host work in an Nsight Systems timeline. NVTX 3 is header-only; without a tool
+// attached each call is a no-op behind one branch.
 #pragma once
 
 #include <nvtx3/nvToolsExt.h>

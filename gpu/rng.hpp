@@ -27,7 +27,11 @@ COSERVE_HD float uniform01(uint64_t seed, uint64_t counter, uint64_t index) {
 }
 
 // Maps a float to an unsigned key with the same order (the sampler selects thresholds on it).
-COSERVE_HD uint32_t float_order_key(uint32_t bits) { return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u); }
-COSERVE_HD uint32_t float_from_order_key(uint32_t key) { return (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key; }
+COSERVE_HD uint32_t float_order_key(uint32_t bits) {
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+COSERVE_HD uint32_t float_from_order_key(uint32_t key) {
+  return (key & 0x80000000u) ? (key & 0x7fffffffu) : ~key;
+}
 
 }  // namespace coserve::gpu

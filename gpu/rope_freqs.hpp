@@ -11,8 +11,8 @@ namespace coserve::gpu {
 
 struct rope_params {
   float theta = 10000.0f;
-  int32_t rotary_dim = 128;          // == head_dim for the supported families
-  bool llama3 = false;               // rope_scaling.rope_type == "llama3"
+  int32_t rotary_dim = 128;  // == head_dim for the supported families
+  bool llama3 = false;       // rope_scaling.rope_type == "llama3"
   float factor = 8.0f;
   float low_freq_factor = 1.0f;
   float high_freq_factor = 4.0f;

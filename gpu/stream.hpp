@@ -40,7 +40,9 @@ class stream {
 
   // Blocks the calling thread until the stream drains. Only for tests, setup (graph capture) and
   // shutdown; the executor's serving path completes steps through async_wait (gpu/async_wait.hpp).
-  result<void> synchronize() const { return cuda_check(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
+  result<void> synchronize() const {
+    return cuda_check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
+  }
 
  private:
   cudaStream_t s_ = nullptr;
@@ -75,7 +77,9 @@ class event {
   }
   cudaEvent_t get() const noexcept { return e_; }
 
-  result<void> record(cudaStream_t s) const { return cuda_check(cudaEventRecord(e_, s), "cudaEventRecord"); }
+  result<void> record(cudaStream_t s) const {
+    return cuda_check(cudaEventRecord(e_, s), "cudaEventRecord");
+  }
   // Makes `s` wait for this event without blocking the host.
   result<void> make_wait(cudaStream_t s) const {
     return cuda_check(cudaStreamWaitEvent(s, e_, 0), "cudaStreamWaitEvent");
@@ -83,7 +87,8 @@ class event {
   // Milliseconds between two recorded timing events (both must have completed).
   static result<float> elapsed_ms(const event& start, const event& stop) {
     float ms = 0.0f;
-    COSERVE_CUDA_TRY(cuda_check(cudaEventElapsedTime(&ms, start.e_, stop.e_), "cudaEventElapsedTime"));
+    COSERVE_CUDA_TRY(
+        cuda_check(cudaEventElapsedTime(&ms, start.e_, stop.e_), "cudaEventElapsedTime"));
     return ms;
   }
 

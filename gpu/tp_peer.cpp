@@ -32,7 +32,8 @@ result<std::shared_ptr<nccl_group>> nccl_group::create(const std::vector<int32_t
   std::shared_ptr<nccl_group> g(new nccl_group());
   std::vector<ncclComm_t> comms(devices.size(), nullptr);
   const std::vector<int> devs(devices.begin(), devices.end());
-  if (ncclResult_t r = ncclCommInitAll(comms.data(), int(devs.size()), devs.data()); r != ncclSuccess)
+  if (ncclResult_t r = ncclCommInitAll(comms.data(), int(devs.size()), devs.data());
+      r != ncclSuccess)
     return nccl_error(r, "ncclCommInitAll");
   for (ncclComm_t c : comms) g->comms_.push_back(c);
   g->size_ = int32_t(comms.size());
@@ -41,18 +42,21 @@ result<std::shared_ptr<nccl_group>> nccl_group::create(const std::vector<int32_t
 
 result<std::vector<unsigned char>> nccl_group::new_unique_id() {
   ncclUniqueId id;
-  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) return nccl_error(r, "ncclGetUniqueId");
+  if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess)
+    return nccl_error(r, "ncclGetUniqueId");
   const auto* b = reinterpret_cast<const unsigned char*>(&id);
   return std::vector<unsigned char>(b, b + sizeof id);
 }
 
-result<std::shared_ptr<nccl_group>> nccl_group::create_rank(const std::vector<unsigned char>& unique_id, int32_t size,
-                                                            int32_t rank) {
+result<std::shared_ptr<nccl_group>> nccl_group::create_rank(
+    const std::vector<unsigned char>& unique_id, int32_t size, int32_t rank) {
   ncclUniqueId id;
-  if (unique_id.size() != sizeof id) return make_error("internal", "gpu: a malformed NCCL unique id");
+  if (unique_id.size() != sizeof id)
+    return make_error("internal", "gpu: a malformed NCCL unique id");
   std::memcpy(&id, unique_id.data(), sizeof id);
   ncclComm_t c = nullptr;
-  if (ncclResult_t r = ncclCommInitRank(&c, size, id, rank); r != ncclSuccess) return nccl_error(r, "ncclCommInitRank");
+  if (ncclResult_t r = ncclCommInitRank(&c, size, id, rank); r != ncclSuccess)
+    return nccl_error(r, "ncclCommInitRank");
   std::shared_ptr<nccl_group> g(new nccl_group());
   g->comms_.push_back(c);
   g->first_rank_ = rank;
@@ -75,7 +79,8 @@ result<void> nccl_group::all_reduce_bf16(int32_t rank, void* data, size_t n, cud
 
 result<void> nccl_group::broadcast_i32(int32_t rank, int32_t* data, size_t n, cudaStream_t s) {
   if (failed()) return error{k_executor_fatal, "gpu: tensor parallel group failed: " + failure()};
-  if (ncclResult_t r = ncclBroadcast(data, data, n, ncclInt32, 0, comm_of(comm(rank)), s); r != ncclSuccess)
+  if (ncclResult_t r = ncclBroadcast(data, data, n, ncclInt32, 0, comm_of(comm(rank)), s);
+      r != ncclSuccess)
     return nccl_error(r, "ncclBroadcast");
   return {};
 }
@@ -94,7 +99,8 @@ std::string nccl_group::async_error() const {
   if (aborted_) return {};
   for (size_t r = 0; r < comms_.size(); ++r) {
     ncclResult_t e = ncclSuccess;
-    if (ncclCommGetAsyncError(comm_of(comms_[r]), &e) == ncclSuccess && e != ncclSuccess && e != ncclInProgress)
+    if (ncclCommGetAsyncError(comm_of(comms_[r]), &e) == ncclSuccess && e != ncclSuccess &&
+        e != ncclInProgress)
       return "rank " + std::to_string(first_rank_ + int32_t(r)) + ": " + ncclGetErrorString(e);
   }
   return {};
@@ -105,13 +111,17 @@ std::string nccl_group::async_error() const {
 bool nccl_available() noexcept { return false; }
 
 result<std::shared_ptr<nccl_group>> nccl_group::create(const std::vector<int32_t>&) {
-  return make_error("unavailable", "gpu: this build has no NCCL (tensor parallelism on GPUs needs it)");
+  return make_error("unavailable",
+                    "gpu: this build has no NCCL (tensor parallelism on GPUs needs it)");
 }
 result<std::vector<unsigned char>> nccl_group::new_unique_id() {
-  return make_error("unavailable", "gpu: this build has no NCCL (tensor parallelism on GPUs needs it)");
+  return make_error("unavailable",
+                    "gpu: this build has no NCCL (tensor parallelism on GPUs needs it)");
 }
-result<std::shared_ptr<nccl_group>> nccl_group::create_rank(const std::vector<unsigned char>&, int32_t, int32_t) {
-  return make_error("unavailable", "gpu: this build has no NCCL (tensor parallelism on GPUs needs it)");
+result<std::shared_ptr<nccl_group>> nccl_group::create_rank(const std::vector<unsigned char>&,
+                                                            int32_t, int32_t) {
+  return make_error("unavailable",
+                    "gpu: this build has no NCCL (tensor parallelism on GPUs needs it)");
 }
 nccl_group::~nccl_group() = default;
 result<void> nccl_group::all_reduce_bf16(int32_t, void*, size_t, cudaStream_t) {
@@ -165,7 +175,8 @@ result<std::unique_ptr<tp_peer>> tp_peer::start(options o) {
   p->o_ = std::move(o);
   std::promise<result<int32_t>> started;
   auto fut = started.get_future();
-  p->thread_ = std::thread([self = p.get(), pr = std::move(started)]() mutable { self->run(std::move(pr)); });
+  p->thread_ = std::thread(
+      [self = p.get(), pr = std::move(started)]() mutable { self->run(std::move(pr)); });
   auto fit = fut.get();
   if (!fit) return std::move(fit).err();  // the thread has returned; the destructor joins it
   p->kv_fit_ = *fit;
@@ -206,10 +217,13 @@ void tp_peer::run(std::promise<result<int32_t>> started) {
       jobs_.pop_front();
     }
     if (job.what == peer_job::kind::stop) break;
-    result<void> r = o_.group->failed() ? result<void>(error{k_executor_fatal, "gpu: tensor parallel group failed"})
-                                        : handle(job);
+    result<void> r =
+        o_.group->failed()
+            ? result<void>(error{k_executor_fatal, "gpu: tensor parallel group failed"})
+            : handle(job);
     if (!r.ok() && !o_.group->failed())
-      o_.group->fail("rank " + std::to_string(o_.rank) + " (cuda:" + std::to_string(o_.device) + "): " + r.err().message);
+      o_.group->fail("rank " + std::to_string(o_.rank) + " (cuda:" + std::to_string(o_.device) +
+                     "): " + r.err().message);
     if (job.done) job.done->set_value(std::move(r));
   }
   st_.reset();  // on this thread, with the device selected
@@ -235,13 +249,15 @@ result<int32_t> tp_peer::setup() {
     local = {};
     o_.shard.reset();
   } else {
-    auto w = dummy_weights(o_.dummy_config, o_.dummy_seed, st.s.get(), {}, o_.fp8, /*lm_head=*/false);
+    auto w =
+        dummy_weights(o_.dummy_config, o_.dummy_seed, st.s.get(), {}, o_.fp8, /*lm_head=*/false);
     if (!w) return std::move(w).err();
     st.w = std::move(w.value());
   }
   st.w.gemv = o_.gemv;
   const model_config& c = st.w.config;
-  if (auto r = st.scratch.allocate(c, o_.max_num_tokens, st.w.fp8, o_.fi_tmp_rows); !r) return r.err();
+  if (auto r = st.scratch.allocate(c, o_.max_num_tokens, st.w.fp8, o_.fi_tmp_rows); !r)
+    return r.err();
   if (auto r = st.rope.upload(c); !r) return r.err();
   for (auto [buf, bytes] : {std::pair{&st.last_tokens, size_t(o_.last_token_slots) * 4},
                             std::pair{&st.tokens, size_t(o_.last_token_slots) * 4},
@@ -250,7 +266,8 @@ result<int32_t> tp_peer::setup() {
     if (!b) return std::move(b).err();
     *buf = std::move(b.value());
   }
-  COSERVE_CUDA_TRY(cuda_check(cudaMemset(st.last_tokens.get(), 0, st.last_tokens.bytes()), "last-token buffer"));
+  COSERVE_CUDA_TRY(
+      cuda_check(cudaMemset(st.last_tokens.get(), 0, st.last_tokens.bytes()), "last-token buffer"));
   for (state::staging& sg : st.stage) {
     auto b = pinned_buffer::allocate(o_.metadata_bytes);
     if (!b) return std::move(b).err();
@@ -266,32 +283,37 @@ result<int32_t> tp_peer::setup() {
     if (!rep) return std::move(rep).err();
   }
   cudaDeviceProp prop{};
-  COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&prop, o_.device), "cudaGetDeviceProperties"));
-  description_ = "rank " + std::to_string(o_.rank) + ": cuda:" + std::to_string(o_.device) + " (" + prop.name + "), " +
-                 std::to_string(c.num_attention_heads) + " query / " + std::to_string(c.num_key_value_heads) +
-                 " KV heads, MLP width " + std::to_string(c.intermediate_size) + ", weights " +
+  COSERVE_CUDA_TRY(
+      cuda_check(cudaGetDeviceProperties(&prop, o_.device), "cudaGetDeviceProperties"));
+  description_ = "rank " + std::to_string(o_.rank) + ": cuda:" + std::to_string(o_.device) + " (" +
+                 prop.name + "), " + std::to_string(c.num_attention_heads) + " query / " +
+                 std::to_string(c.num_key_value_heads) + " KV heads, MLP width " +
+                 std::to_string(c.intermediate_size) + ", weights " +
                  std::to_string(st.w.bytes >> 20) + " MiB";
   return kv_blocks_that_fit(c, o_.block_size, o_.kv_type, o_.gpu_memory_utilization);
 }
 
-result<void> tp_peer::forward(const peer_job& job, const layer_inputs& in, const int32_t* row_slots) {
+result<void> tp_peer::forward(const peer_job& job, const layer_inputs& in,
+                              const int32_t* row_slots) {
   state& st = *st_;
   const all_reduce_fn reduce = [this](bf16* data, size_t n, cudaStream_t s) {
     return o_.group->all_reduce_bf16(o_.rank, data, n, s);
   };
   if (job.num_picks > 0) {
-    if (job.pick_base < 0 || size_t(job.pick_base) + size_t(job.num_picks) > st.last_tokens.bytes() / 4)
+    if (job.pick_base < 0 ||
+        size_t(job.pick_base) + size_t(job.num_picks) > st.last_tokens.bytes() / 4)
       return make_error("internal", "gpu: draft picks outside a peer's last-token buffer");
     COSERVE_CUDA_TRY(o_.group->broadcast_i32(o_.rank, st.last_tokens.as<int32_t>() + job.pick_base,
                                              size_t(job.num_picks), st.s.get()));
   }
-  COSERVE_CUDA_TRY(run_layers(st.w, st.gemm, st.scratch, st.kv, st.rope, in, st.last_tokens.as<int32_t>(), reduce,
-                              st.s.get()));
+  COSERVE_CUDA_TRY(run_layers(st.w, st.gemm, st.scratch, st.kv, st.rope, in,
+                              st.last_tokens.as<int32_t>(), reduce, st.s.get()));
   if (job.num_samples == 0) return {};
   // Rank 0's sampled ids, into this device's last-token buffer like rank 0's own.
-  COSERVE_CUDA_TRY(o_.group->broadcast_i32(o_.rank, st.tokens.as<int32_t>(), size_t(job.num_samples), st.s.get()));
-  return launch_scatter_tokens(st.last_tokens.as<int32_t>(), row_slots, st.tokens.as<int32_t>(), job.num_samples,
-                               st.s.get());
+  COSERVE_CUDA_TRY(o_.group->broadcast_i32(o_.rank, st.tokens.as<int32_t>(),
+                                           size_t(job.num_samples), st.s.get()));
+  return launch_scatter_tokens(st.last_tokens.as<int32_t>(), row_slots, st.tokens.as<int32_t>(),
+                               job.num_samples, st.s.get());
 }
 
 result<void> tp_peer::handle(peer_job& job) {
@@ -315,16 +337,19 @@ result<void> tp_peer::handle(peer_job& job) {
     if (!a) return std::move(a).err();
     st.arena_dev = std::move(a.value());
   }
-  device_buffer& dst = job.graph || job.what == peer_job::kind::capture ? st.arena_dev : st.meta_dev;
+  device_buffer& dst =
+      job.graph || job.what == peer_job::kind::capture ? st.arena_dev : st.meta_dev;
   if (job.meta.size() > dst.bytes() || job.meta.size() > o_.metadata_bytes)
     return make_error("internal", "gpu: a step's metadata exceeds a peer's buffer");
   // Stage the bytes in pinned memory (a slot whose previous upload has run) and upload them.
   state::staging& sg = st.stage[st.next_stage];
   st.next_stage = (st.next_stage + 1) % 3;
-  if (sg.used) COSERVE_CUDA_TRY(cuda_check(cudaEventSynchronize(sg.uploaded.get()), "staging reuse"));
+  if (sg.used)
+    COSERVE_CUDA_TRY(cuda_check(cudaEventSynchronize(sg.uploaded.get()), "staging reuse"));
   std::memcpy(sg.bytes.get(), job.meta.data(), job.meta.size());
-  COSERVE_CUDA_TRY(cuda_check(cudaMemcpyAsync(dst.get(), sg.bytes.get(), job.meta.size(), cudaMemcpyHostToDevice, s),
-                              "peer metadata upload"));
+  COSERVE_CUDA_TRY(cuda_check(
+      cudaMemcpyAsync(dst.get(), sg.bytes.get(), job.meta.size(), cudaMemcpyHostToDevice, s),
+      "peer metadata upload"));
   COSERVE_CUDA_TRY(sg.uploaded.record(s));
   sg.used = true;
   const layer_inputs in = rebase(job.in, job.base, dst.get());
@@ -333,14 +358,17 @@ result<void> tp_peer::handle(peer_job& job) {
     // As rank 0 does at the same time: one eager run (collectives included), then the capture.
     auto exec = capture_graph(s, [&] { return forward(job, in, row_slots); });
     if (!exec) return std::move(exec).err();
-    if (auto old = st.graphs.find(job.bucket); old != st.graphs.end()) (void)cudaGraphExecDestroy(old->second);
+    if (auto old = st.graphs.find(job.bucket); old != st.graphs.end())
+      (void)cudaGraphExecDestroy(old->second);
     st.graphs[job.bucket] = *exec;
     COSERVE_CUDA_TRY(st.kv.zero_scratch_block(layers, s));
     return st.s.synchronize();
   }
   if (job.graph) {
     auto g = st.graphs.find(job.bucket);
-    if (g == st.graphs.end()) return make_error("internal", "gpu: a peer has no graph for bucket " + std::to_string(job.bucket));
+    if (g == st.graphs.end())
+      return make_error("internal",
+                        "gpu: a peer has no graph for bucket " + std::to_string(job.bucket));
     return cuda_check(cudaGraphLaunch(g->second, s), "cudaGraphLaunch");
   }
   return forward(job, in, row_slots);

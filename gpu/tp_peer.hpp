@@ -7,8 +7,8 @@
 // state, and alone holds the final norm's output path: the whole LM head (not vocabulary-split: a
 // decode step's logits would otherwise cross NVLink every step), sampling, logprobs. Ranks 1..N-1
 // are tp_peers: each owns its device, stream, shard, KV cache slice (its KV heads of every block:
-// one block table for all ranks), scratch and CUDA graphs, and runs on its own thread. Per step rank
-// 0 posts the step's packed metadata and block copies to every peer (a copy of the bytes it
+// one block table for all ranks), scratch and CUDA graphs, and runs on its own thread. Per step
+// rank 0 posts the step's packed metadata and block copies to every peer (a copy of the bytes it
 // uploads itself; to another process, by MPI broadcast); each peer uploads them to its device and
 // runs the same layer loop
 // (gpu/forward_pass.hpp), joining rank 0's all-reduces, then receives the sampled ids by an NCCL
@@ -34,8 +34,8 @@
 #include <vector>
 
 #include "gpu/forward_pass.hpp"
-#include "model/communicator.hpp"
 #include "gpu/rank_config.hpp"
+#include "model/communicator.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
 #include "runtime/expected.hpp"
@@ -53,8 +53,8 @@ class nccl_group {
   static result<std::shared_ptr<nccl_group>> create(const std::vector<int32_t>& devices);
   static result<std::vector<unsigned char>> new_unique_id();
   // This process's rank of `size` on the current device.
-  static result<std::shared_ptr<nccl_group>> create_rank(const std::vector<unsigned char>& unique_id, int32_t size,
-                                                         int32_t rank);
+  static result<std::shared_ptr<nccl_group>> create_rank(
+      const std::vector<unsigned char>& unique_id, int32_t size, int32_t rank);
   ~nccl_group();
   nccl_group(const nccl_group&) = delete;
   nccl_group& operator=(const nccl_group&) = delete;
@@ -88,16 +88,17 @@ class nccl_group {
 struct peer_job {
   enum class kind { step, capture, allocate_kv, stop } what = kind::step;
   std::vector<std::pair<int32_t, int32_t>> block_copies;
-  bool forward = false;          // a forward pass follows the block copies
-  bool graph = false;            // the metadata goes to the graph arena and bucket's graph is replayed
+  bool forward = false;  // a forward pass follows the block copies
+  bool graph = false;    // the metadata goes to the graph arena and bucket's graph is replayed
   int32_t bucket = 0;
-  std::vector<unsigned char> meta;   // the bytes rank 0 uploaded, at its metadata (or arena) base
-  const void* base = nullptr;        // that base on rank 0's device: the addresses below are rebased
+  std::vector<unsigned char> meta;  // the bytes rank 0 uploaded, at its metadata (or arena) base
+  const void* base = nullptr;       // that base on rank 0's device: the addresses below are rebased
   layer_inputs in;
-  const int32_t* row_slots = nullptr;  // per sampled row, the last-token slot its id goes to (-1: none)
+  const int32_t* row_slots =
+      nullptr;  // per sampled row, the last-token slot its id goes to (-1: none)
   int32_t num_samples = 0;
-  size_t arena_bytes = 0;        // capture: the arena's size
-  int32_t num_kv_blocks = 0;     // allocate_kv
+  size_t arena_bytes = 0;     // capture: the arena's size
+  int32_t num_kv_blocks = 0;  // allocate_kv
   // Rank 0's draft-model picks for this step, broadcast into last_tokens[pick_base, + num_picks)
   // before the forward pass (the proposals' ids reference them).
   int32_t pick_base = 0, num_picks = 0;
@@ -124,7 +125,8 @@ class tp_peer {
     bool tune_gemms = true;
     bool fp8 = false;
     gemv_rows gemv;  // gpu_executor_options::gemv
-    int64_t fi_tmp_rows = 0;  // FlashInfer's split-KV workspace rows (--attention-backend flashinfer)
+    int64_t fi_tmp_rows =
+        0;  // FlashInfer's split-KV workspace rows (--attention-backend flashinfer)
     // The rank's host shard (load_format auto) or, for load_format dummy, its config and seed.
     std::shared_ptr<const model_weights> shard;
     model_config dummy_config;
@@ -188,7 +190,8 @@ result<remote_tp_setup> decode_remote_tp_setup(const std::vector<unsigned char>&
 constexpr size_t k_remote_report_bytes = 512;
 std::vector<unsigned char> encode_remote_report(int32_t blocks, const std::string& error);
 // Per rank (the gathered reports in rank order): the fit, or an error naming the rank.
-result<std::vector<int32_t>> decode_remote_reports(const std::vector<unsigned char>& all, int32_t ranks);
+result<std::vector<int32_t>> decode_remote_reports(const std::vector<unsigned char>& all,
+                                                   int32_t ranks);
 
 // A rank other than 0 (its process started by mpirun): runs until rank 0 broadcasts stop (ok) or
 // fails (the error; the caller exits non-zero). `device`: this process's GPU.

@@ -80,12 +80,13 @@ std::vector<unsigned char> encode_peer_job(const peer_job& j) {
   w.put(uint64_t(j.meta.size()));
   w.out.insert(w.out.end(), j.meta.begin(), j.meta.end());
   w.ptr(j.base);
-  for (const void* p : {static_cast<const void*>(j.in.ids), static_cast<const void*>(j.in.positions),
-                        static_cast<const void*>(j.in.slots), static_cast<const void*>(j.in.cu_seqlens),
-                        static_cast<const void*>(j.in.kv_lens), static_cast<const void*>(j.in.bt_offsets),
-                        static_cast<const void*>(j.in.block_tables), static_cast<const void*>(j.in.work),
-                        static_cast<const void*>(j.in.merges), static_cast<const void*>(j.in.attn_counts),
-                        static_cast<const void*>(j.row_slots)})
+  for (const void* p :
+       {static_cast<const void*>(j.in.ids), static_cast<const void*>(j.in.positions),
+        static_cast<const void*>(j.in.slots), static_cast<const void*>(j.in.cu_seqlens),
+        static_cast<const void*>(j.in.kv_lens), static_cast<const void*>(j.in.bt_offsets),
+        static_cast<const void*>(j.in.block_tables), static_cast<const void*>(j.in.work),
+        static_cast<const void*>(j.in.merges), static_cast<const void*>(j.in.attn_counts),
+        static_cast<const void*>(j.row_slots)})
     w.ptr(p);
   w.put(j.in.num_tokens);
   w.put(j.in.num_work);
@@ -97,12 +98,13 @@ std::vector<unsigned char> encode_peer_job(const peer_job& j) {
   w.put(j.num_picks);
   const fi_step& f = j.in.fi;
   w.put(uint8_t(f.on));
-  for (const void* p : {static_cast<const void*>(f.qo_indptr), static_cast<const void*>(f.kv_indptr),
-                        static_cast<const void*>(f.kv_indices), static_cast<const void*>(f.kv_last_page_len),
-                        static_cast<const void*>(f.request_indices), static_cast<const void*>(f.qo_tile_indices),
-                        static_cast<const void*>(f.kv_tile_indices), static_cast<const void*>(f.o_indptr),
-                        static_cast<const void*>(f.merge_indptr), static_cast<const void*>(f.kv_chunk_size),
-                        static_cast<const void*>(f.total_num_rows), static_cast<const void*>(f.block_valid_mask)})
+  for (const void* p :
+       {static_cast<const void*>(f.qo_indptr), static_cast<const void*>(f.kv_indptr),
+        static_cast<const void*>(f.kv_indices), static_cast<const void*>(f.kv_last_page_len),
+        static_cast<const void*>(f.request_indices), static_cast<const void*>(f.qo_tile_indices),
+        static_cast<const void*>(f.kv_tile_indices), static_cast<const void*>(f.o_indptr),
+        static_cast<const void*>(f.merge_indptr), static_cast<const void*>(f.kv_chunk_size),
+        static_cast<const void*>(f.total_num_rows), static_cast<const void*>(f.block_valid_mask)})
     w.ptr(p);
   w.put(f.batch_size);
   w.put(f.num_rows);
@@ -120,9 +122,11 @@ result<peer_job> decode_peer_job(const std::vector<unsigned char>& bytes) {
   int32_t what = 0;
   uint64_t copies = 0, meta = 0, arena = 0;
   uint8_t forward = 0, graph = 0;
-  const auto bad = [] { return make_error("internal", "tensor parallel: a malformed step message from rank 0"); };
-  if (!r.get(magic) || magic != k_job_magic || !r.get(what) || what < 0 || what > int32_t(peer_job::kind::stop) ||
-      !r.get(copies) || copies > bytes.size())
+  const auto bad = [] {
+    return make_error("internal", "tensor parallel: a malformed step message from rank 0");
+  };
+  if (!r.get(magic) || magic != k_job_magic || !r.get(what) || what < 0 ||
+      what > int32_t(peer_job::kind::stop) || !r.get(copies) || copies > bytes.size())
     return bad();
   j.what = peer_job::kind(what);
   for (uint64_t c = 0; c < copies; ++c) {
@@ -130,20 +134,23 @@ result<peer_job> decode_peer_job(const std::vector<unsigned char>& bytes) {
     if (!r.get(bc.first) || !r.get(bc.second)) return bad();
     j.block_copies.push_back(bc);
   }
-  if (!r.get(forward) || !r.get(graph) || !r.get(j.bucket) || !r.get(meta) || !r.bytes(j.meta, meta) ||
-      !r.ptr(j.base) || !r.ptr(j.in.ids) || !r.ptr(j.in.positions) || !r.ptr(j.in.slots) || !r.ptr(j.in.cu_seqlens) ||
-      !r.ptr(j.in.kv_lens) || !r.ptr(j.in.bt_offsets) || !r.ptr(j.in.block_tables) || !r.ptr(j.in.work) ||
-      !r.ptr(j.in.merges) || !r.ptr(j.in.attn_counts) || !r.ptr(j.row_slots) || !r.get(j.in.num_tokens) ||
-      !r.get(j.in.num_work) || !r.get(j.in.num_merges) || !r.get(j.num_samples) || !r.get(arena) ||
-      !r.get(j.num_kv_blocks) || !r.get(j.pick_base) || !r.get(j.num_picks))
+  if (!r.get(forward) || !r.get(graph) || !r.get(j.bucket) || !r.get(meta) ||
+      !r.bytes(j.meta, meta) || !r.ptr(j.base) || !r.ptr(j.in.ids) || !r.ptr(j.in.positions) ||
+      !r.ptr(j.in.slots) || !r.ptr(j.in.cu_seqlens) || !r.ptr(j.in.kv_lens) ||
+      !r.ptr(j.in.bt_offsets) || !r.ptr(j.in.block_tables) || !r.ptr(j.in.work) ||
+      !r.ptr(j.in.merges) || !r.ptr(j.in.attn_counts) || !r.ptr(j.row_slots) ||
+      !r.get(j.in.num_tokens) || !r.get(j.in.num_work) || !r.get(j.in.num_merges) ||
+      !r.get(j.num_samples) || !r.get(arena) || !r.get(j.num_kv_blocks) || !r.get(j.pick_base) ||
+      !r.get(j.num_picks))
     return bad();
   fi_step& f = j.in.fi;
   uint8_t fi_on = 0, split = 0, fi_graph = 0;
   if (!r.get(fi_on) || !r.ptr(f.qo_indptr) || !r.ptr(f.kv_indptr) || !r.ptr(f.kv_indices) ||
       !r.ptr(f.kv_last_page_len) || !r.ptr(f.request_indices) || !r.ptr(f.qo_tile_indices) ||
-      !r.ptr(f.kv_tile_indices) || !r.ptr(f.o_indptr) || !r.ptr(f.merge_indptr) || !r.ptr(f.kv_chunk_size) ||
-      !r.ptr(f.total_num_rows) || !r.ptr(f.block_valid_mask) || !r.get(f.batch_size) || !r.get(f.num_rows) ||
-      !r.get(f.padded_batch_size) || !r.get(f.cta_tile_q) || !r.get(split) || !r.get(fi_graph) || !r.done())
+      !r.ptr(f.kv_tile_indices) || !r.ptr(f.o_indptr) || !r.ptr(f.merge_indptr) ||
+      !r.ptr(f.kv_chunk_size) || !r.ptr(f.total_num_rows) || !r.ptr(f.block_valid_mask) ||
+      !r.get(f.batch_size) || !r.get(f.num_rows) || !r.get(f.padded_batch_size) ||
+      !r.get(f.cta_tile_q) || !r.get(split) || !r.get(fi_graph) || !r.done())
     return bad();
   f.on = fi_on != 0;
   f.split_kv = split != 0;
@@ -155,7 +162,6 @@ result<peer_job> decode_peer_job(const std::vector<unsigned char>& bytes) {
 }
 
 // ---- ranks in other processes --------------------------------------------------------------
-
 
 namespace {
 constexpr uint32_t k_setup_magic = 0x47505355;  // "GPSU"
@@ -184,8 +190,10 @@ result<remote_tp_setup> decode_remote_tp_setup(const std::vector<unsigned char>&
   uint32_t magic = 0;
   uint8_t kv = 0, tune = 0, fp8 = 0, dummy = 0;
   if (!r.get(magic) || magic != k_setup_magic || !r.get(s.max_num_tokens) || !r.get(s.block_size) ||
-      !r.get(s.last_token_slots) || !r.get(kv) || kv > uint8_t(kv_elem::fp8_e5m2) || !r.get(s.gpu_memory_utilization) ||
-      !r.get(s.metadata_bytes) || !r.get(s.dummy_seed) || !r.get(s.fi_tmp_rows) || s.fi_tmp_rows < 0 || !r.get(tune) || !r.get(fp8) || !r.get(dummy) || !r.done())
+      !r.get(s.last_token_slots) || !r.get(kv) || kv > uint8_t(kv_elem::fp8_e5m2) ||
+      !r.get(s.gpu_memory_utilization) || !r.get(s.metadata_bytes) || !r.get(s.dummy_seed) ||
+      !r.get(s.fi_tmp_rows) || s.fi_tmp_rows < 0 || !r.get(tune) || !r.get(fp8) || !r.get(dummy) ||
+      !r.done())
     return make_error("internal", "tensor parallel: a malformed setup message from rank 0");
   s.kv_type = kv_elem(kv);
   s.tune_gemms = tune != 0;
@@ -201,7 +209,8 @@ std::vector<unsigned char> encode_remote_report(int32_t blocks, const std::strin
   return b;
 }
 
-result<std::vector<int32_t>> decode_remote_reports(const std::vector<unsigned char>& all, int32_t ranks) {
+result<std::vector<int32_t>> decode_remote_reports(const std::vector<unsigned char>& all,
+                                                   int32_t ranks) {
   if (all.size() != k_remote_report_bytes * size_t(ranks))
     return make_error("internal", "tensor parallel: malformed startup reports");
   std::vector<int32_t> fits;
@@ -210,8 +219,8 @@ result<std::vector<int32_t>> decode_remote_reports(const std::vector<unsigned ch
     int32_t blocks = 0;
     std::memcpy(&blocks, b, 4);
     if (blocks <= 0)
-      return error{k_executor_fatal, "tensor parallel startup failed: rank " + std::to_string(r) + ": " +
-                                         std::string(reinterpret_cast<const char*>(b + 4))};
+      return error{k_executor_fatal, "tensor parallel startup failed: rank " + std::to_string(r) +
+                                         ": " + std::string(reinterpret_cast<const char*>(b + 4))};
     fits.push_back(blocks);
   }
   return fits;
@@ -262,7 +271,8 @@ result<void> run_remote_tp_rank(const std::string& model_dir, communicator& worl
     return tp_peer::start(po);
   }();
   const std::vector<unsigned char> report =
-      started ? encode_remote_report((*started)->kv_blocks_fit(), "") : encode_remote_report(0, started.err().message);
+      started ? encode_remote_report((*started)->kv_blocks_fit(), "")
+              : encode_remote_report(0, started.err().message);
   if (auto r = world.gather(report.data(), report.size(), nullptr, 0); !r) return r;
   if (!started) return std::move(started).err();
   std::unique_ptr<tp_peer> peer = std::move(started.value());

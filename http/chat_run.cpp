@@ -3,10 +3,9 @@
 // as it streams (drain_chat, the same parsers as /v1/chat/completions), with the client watched
 // (pump_chat) or collected whole (collect_chat); and the input-token count of either dialect's
 // request (count_input_tokens).
+#include <asio/experimental/awaitable_operators.hpp>
 #include <chrono>
 #include <functional>
-
-#include <asio/experimental/awaitable_operators.hpp>
 
 #include "http/dialects.hpp"
 #include "http/openai_api.hpp"
@@ -18,7 +17,8 @@ namespace coserve::http {
 using namespace asio::experimental::awaitable_operators;
 using json::value;
 
-asio::awaitable<openai_api::chat_outcome> openai_api::drain_chat(request_stream& s, const openai_request& r,
+asio::awaitable<openai_api::chat_outcome> openai_api::drain_chat(request_stream& s,
+                                                                 const openai_request& r,
                                                                  const chat_sink& sink) {
   chat_outcome out;
   out.prompt_tokens = static_cast<int64_t>(s.prompt_ids().size());
@@ -65,7 +65,8 @@ asio::awaitable<openai_api::chat_outcome> openai_api::drain_chat(request_stream&
   co_return out;
 }
 
-std::variant<openai_request, api_error> openai_api::parse_dialect(const value& body, const dialect_rules& rules) const {
+std::variant<openai_request, api_error> openai_api::parse_dialect(
+    const value& body, const dialect_rules& rules) const {
   auto chat = rules.translate(body);
   if (auto* e = std::get_if<api_error>(&chat)) return *e;
   if (const value* m = body.find("model"); m && m->is_string()) std::get<value>(chat)["model"] = *m;
@@ -95,7 +96,8 @@ asio::awaitable<std::variant<openai_api::dialect_run, api_error>> openai_api::st
   g.structured = run.r.structured;
   g.context = context_of(run.r);
   g.context.input_param = rules.input_param;
-  if (!run.r.max_tokens_given || run.r.max_tokens_param == "max_tokens") g.context.max_tokens_param = rules.max_tokens_param;
+  if (!run.r.max_tokens_given || run.r.max_tokens_param == "max_tokens")
+    g.context.max_tokens_param = rules.max_tokens_param;
   auto submitted = co_await eng().submit(std::move(g));
   if (!submitted) {
     api_error err = from_engine_error(submitted.err(), rules.input_param);
@@ -106,7 +108,8 @@ asio::awaitable<std::variant<openai_api::dialect_run, api_error>> openai_api::st
   co_return run;
 }
 
-asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response_writer& w, bool anthropic) {
+asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response_writer& w,
+                                                     bool anthropic) {
   auto fail = [&](const api_error& e) -> asio::awaitable<void> {
     if (anthropic) co_return co_await respond_anthropic_error(w, e);
     co_await respond_error(w, e);
@@ -119,10 +122,12 @@ asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response
   value body = std::move(std::get<value>(parsed));
   // Nothing is generated: Anthropic's count body has no max_tokens, which the translation needs,
   // and a stream flag changes nothing.
-  if (const value* mt = body.find("max_tokens"); anthropic && (!mt || mt->is_null())) body["max_tokens"] = value(int64_t{1});
+  if (const value* mt = body.find("max_tokens"); anthropic && (!mt || mt->is_null()))
+    body["max_tokens"] = value(int64_t{1});
   body["stream"] = value(false);
-  const dialect_rules rules = anthropic ? dialect_rules{messages_to_chat, messages_param, "messages", "max_tokens"}
-                                        : dialect_rules{responses_to_chat, responses_param, "input", "max_output_tokens"};
+  const dialect_rules rules =
+      anthropic ? dialect_rules{messages_to_chat, messages_param, "messages", "max_tokens"}
+                : dialect_rules{responses_to_chat, responses_param, "input", "max_output_tokens"};
   auto pr = parse_dialect(body, rules);
   if (auto* e = std::get_if<api_error>(&pr)) {
     const api_error err = *e;
@@ -132,8 +137,9 @@ asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response
   in.input = std::move(std::get<openai_request>(pr).chat_in);
   auto ids = co_await eng().tokenize(std::move(in));
   if (!ids) {
-    const api_error err = from_engine_error(ids.err(), rules.input_param,
-                                            ids.err().code != "queue_full" && ids.err().code != "engine_down");
+    const api_error err =
+        from_engine_error(ids.err(), rules.input_param,
+                          ids.err().code != "queue_full" && ids.err().code != "engine_down");
     co_return co_await fail(err);
   }
   value out = json::object{};
@@ -144,17 +150,28 @@ asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response
   co_await respond_json(w, 200, text);
 }
 
-asio::awaitable<openai_api::collected_chat> openai_api::collect_chat(dialect_run& run, response_writer& w) {
+asio::awaitable<openai_api::collected_chat> openai_api::collect_chat(dialect_run& run,
+                                                                     response_writer& w) {
   collected_chat out;
   chat_sink sink;
-  sink.reasoning = [&](const std::string& t) -> asio::awaitable<bool> { out.reasoning += t; co_return true; };
-  sink.content = [&](const std::string& t) -> asio::awaitable<bool> { out.text += t; co_return true; };
-  sink.call = [&](const tool_call& c) -> asio::awaitable<bool> { out.calls.push_back(c); co_return true; };
+  sink.reasoning = [&](const std::string& t) -> asio::awaitable<bool> {
+    out.reasoning += t;
+    co_return true;
+  };
+  sink.content = [&](const std::string& t) -> asio::awaitable<bool> {
+    out.text += t;
+    co_return true;
+  };
+  sink.call = [&](const tool_call& c) -> asio::awaitable<bool> {
+    out.calls.push_back(c);
+    co_return true;
+  };
   out.outcome = co_await pump_chat(run, sink, w);
   co_return out;
 }
 
-asio::awaitable<openai_api::chat_outcome> openai_api::pump_chat(dialect_run& run, const chat_sink& sink,
+asio::awaitable<openai_api::chat_outcome> openai_api::pump_chat(dialect_run& run,
+                                                                const chat_sink& sink,
                                                                 response_writer& w) {
   chat_outcome o;
   auto go = [&]() -> asio::awaitable<void> { o = co_await drain_chat(*run.s, run.r, sink); };

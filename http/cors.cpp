@@ -9,11 +9,15 @@ namespace coserve::http {
 
 namespace {
 
-constexpr const char* k_all_methods[] = {"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"};
+constexpr const char* k_all_methods[] = {"DELETE", "GET",  "HEAD", "OPTIONS",
+                                         "PATCH",  "POST", "PUT"};
 // Headers a preflight may always ask for (the CORS-safelisted request headers).
-constexpr const char* k_safelisted[] = {"accept", "accept-language", "content-language", "content-type"};
+constexpr const char* k_safelisted[] = {"accept", "accept-language", "content-language",
+                                        "content-type"};
 
-bool has(const std::vector<std::string>& v, std::string_view x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+bool has(const std::vector<std::string>& v, std::string_view x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 std::string lower(std::string_view s) {
   std::string out(s);
@@ -39,20 +43,25 @@ std::string join(const std::vector<std::string>& v) {
 }  // namespace
 
 cors_answer cors_for(const cors_policy& p, std::string_view method, std::string_view origin,
-                     std::string_view request_method, std::string_view request_headers, bool has_cookie) {
+                     std::string_view request_method, std::string_view request_headers,
+                     bool has_cookie) {
   cors_answer a;
   if (origin.empty()) return a;
   const bool any_origin = has(p.origins, "*");
   const bool any_header = has(p.headers, "*");
   const bool origin_ok = any_origin || has(p.origins, origin);
-  std::vector<std::string> methods = has(p.methods, "*") ? std::vector<std::string>(std::begin(k_all_methods), std::end(k_all_methods))
-                                                          : p.methods;
+  std::vector<std::string> methods =
+      has(p.methods, "*")
+          ? std::vector<std::string>(std::begin(k_all_methods), std::end(k_all_methods))
+          : p.methods;
   auto& h = a.headers;
   if (method == "OPTIONS" && !request_method.empty()) {  // a preflight
     // Any origin without credentials: "*"; otherwise the origin itself when allowed, and Vary.
     const bool explicit_origin = !any_origin || p.credentials;
-    if (explicit_origin) h.emplace_back("Vary", "Origin");
-    else h.emplace_back("Access-Control-Allow-Origin", "*");
+    if (explicit_origin)
+      h.emplace_back("Vary", "Origin");
+    else
+      h.emplace_back("Access-Control-Allow-Origin", "*");
     h.emplace_back("Access-Control-Allow-Methods", join(methods));
     h.emplace_back("Access-Control-Max-Age", "600");
     std::vector<std::string> allowed_headers;
@@ -60,7 +69,8 @@ cors_answer cors_for(const cors_policy& p, std::string_view method, std::string_
       for (const char* s : k_safelisted) allowed_headers.emplace_back(s);
       for (const auto& x : p.headers) allowed_headers.push_back(lower(x));
       std::sort(allowed_headers.begin(), allowed_headers.end());
-      allowed_headers.erase(std::unique(allowed_headers.begin(), allowed_headers.end()), allowed_headers.end());
+      allowed_headers.erase(std::unique(allowed_headers.begin(), allowed_headers.end()),
+                            allowed_headers.end());
       h.emplace_back("Access-Control-Allow-Headers", join(allowed_headers));
     }
     if (p.credentials) h.emplace_back("Access-Control-Allow-Credentials", "true");

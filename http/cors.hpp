@@ -29,7 +29,8 @@ struct cors_answer {
 // The answer for a request with these header values ("" when absent; request_headers: the
 // preflight's Access-Control-Request-Headers). No Origin: no headers, not a preflight.
 cors_answer cors_for(const cors_policy& p, std::string_view method, std::string_view origin,
-                     std::string_view request_method, std::string_view request_headers, bool has_cookie);
+                     std::string_view request_method, std::string_view request_headers,
+                     bool has_cookie);
 
 // Reads a list flag as vLLM takes it: a JSON array of strings ('["http://a.com", "http://b.com"]').
 // false (and why in `error`) for anything else.

@@ -10,7 +10,9 @@ using json::value;
 
 namespace {
 
-api_error bad(std::string message, std::string param) { return api_error::bad_request(std::move(message), std::move(param)); }
+api_error bad(std::string message, std::string param) {
+  return api_error::bad_request(std::move(message), std::move(param));
+}
 
 // Text of a content given as a string or a list of text parts ({type: <one of kinds>, text}).
 std::variant<std::string, api_error> content_text(const value& c, const std::string& field,
@@ -26,7 +28,8 @@ std::variant<std::string, api_error> content_text(const value& c, const std::str
     if (type && type->is_string())
       for (auto k : kinds) known = known || type->as_string() == k;
     if (!known || !text || !text->is_string())
-      return bad("'" + field + "' parts must be text parts (" + std::string(*kinds.begin()) + " with a string 'text')",
+      return bad("'" + field + "' parts must be text parts (" + std::string(*kinds.begin()) +
+                     " with a string 'text')",
                  field);
     if (!out.empty()) out += "\n";
     out += text->as_string();
@@ -81,7 +84,9 @@ void copy_if(const value& from, const char* key, value& to, const char* as = nul
   if (const value* v = from.find(key); v && !v->is_null()) to[as ? as : key] = *v;
 }
 
-std::string rename_prefix(const std::string& p, std::initializer_list<std::pair<std::string_view, std::string_view>> map) {
+std::string rename_prefix(
+    const std::string& p,
+    std::initializer_list<std::pair<std::string_view, std::string_view>> map) {
   for (auto [from, to] : map)
     if (p.compare(0, from.size(), from) == 0) return std::string(to) + p.substr(from.size());
   return p;
@@ -95,8 +100,10 @@ std::variant<value, api_error> responses_to_chat(const value& body) {
   value chat = json::object{};
   value messages = json::array{};
   if (const value* p = body.find("previous_response_id"); p && !p->is_null())
-    return bad("'previous_response_id' is not supported: responses are not stored; send the conversation in 'input'",
-               "previous_response_id");
+    return bad(
+        "'previous_response_id' is not supported: responses are not stored; send the conversation "
+        "in 'input'",
+        "previous_response_id");
   if (const value* b = body.find("background"); b && b->is_bool() && b->as_bool())
     return bad("'background' responses are not supported", "background");
   if (const value* ins = body.find("instructions"); ins && !ins->is_null()) {
@@ -114,7 +121,8 @@ std::variant<value, api_error> responses_to_chat(const value& body) {
       const std::string t = type && type->is_string() ? type->as_string() : "message";
       if (t == "message") {
         const value* role = item.find("role");
-        if (!role || !role->is_string()) return bad("'input' messages need a string 'role'", "input");
+        if (!role || !role->is_string())
+          return bad("'input' messages need a string 'role'", "input");
         std::string r = role->as_string() == "developer" ? "system" : role->as_string();
         if (r != "system" && r != "user" && r != "assistant")
           return bad("'input' message role must be user, assistant, system or developer", "input");
@@ -127,12 +135,14 @@ std::variant<value, api_error> responses_to_chat(const value& body) {
         const value* args = item.find("arguments");
         const value* id = item.find("call_id");
         if (!name || !name->is_string() || !args || !args->is_string() || !id || !id->is_string())
-          return bad("'input' function_call items need string call_id, name and arguments", "input");
+          return bad("'input' function_call items need string call_id, name and arguments",
+                     "input");
         push_call(messages, chat_tool_call(id->as_string(), name->as_string(), args->as_string()));
       } else if (t == "function_call_output") {
         const value* id = item.find("call_id");
         const value* out = item.find("output");
-        if (!id || !id->is_string() || !out) return bad("'input' function_call_output items need call_id and output", "input");
+        if (!id || !id->is_string() || !out)
+          return bad("'input' function_call_output items need call_id and output", "input");
         auto text = content_text(*out, "input", {"input_text", "output_text", "text"});
         if (auto* e = std::get_if<api_error>(&text)) return *e;
         value m = message("tool", std::get<std::string>(text));
@@ -150,8 +160,8 @@ std::variant<value, api_error> responses_to_chat(const value& body) {
   if (messages.as_array().empty()) return bad("'input' must not be empty", "input");
   chat["messages"] = std::move(messages);
   copy_if(body, "max_output_tokens", chat, "max_tokens");
-  for (const char* k : {"temperature", "top_p", "stream", "parallel_tool_calls", "user", "seed", "top_k", "min_p",
-                        "repetition_penalty", "stop"})
+  for (const char* k : {"temperature", "top_p", "stream", "parallel_tool_calls", "user", "seed",
+                        "top_k", "min_p", "repetition_penalty", "stop"})
     copy_if(body, k, chat);
   if (const value* tools = body.find("tools"); tools && !tools->is_null()) {
     if (!tools->is_array()) return bad("'tools' must be an array", "tools");
@@ -169,7 +179,9 @@ std::variant<value, api_error> responses_to_chat(const value& body) {
   if (const value* tc = body.find("tool_choice"); tc && !tc->is_null()) {
     if (tc->is_object()) {
       const value* name = tc->find("name");
-      if (!name || !name->is_string()) return bad("'tool_choice' must be a string or {\"type\": \"function\", \"name\": ...}", "tool_choice");
+      if (!name || !name->is_string())
+        return bad("'tool_choice' must be a string or {\"type\": \"function\", \"name\": ...}",
+                   "tool_choice");
       value fn = json::object{};
       fn["name"] = *name;
       value c = json::object{};
@@ -191,7 +203,8 @@ std::variant<value, api_error> responses_to_chat(const value& body) {
     if (const value* fmt = text->find("format"); fmt && !fmt->is_null()) {
       if (!fmt->is_object()) return bad("'text.format' must be an object", "text.format");
       const value* type = fmt->find("type");
-      if (!type || !type->is_string()) return bad("'text.format.type' is required", "text.format.type");
+      if (!type || !type->is_string())
+        return bad("'text.format.type' is required", "text.format.type");
       if (type->as_string() == "json_schema") {
         value js = json::object{};
         copy_if(*fmt, "name", js);
@@ -229,10 +242,12 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
     messages.push_back(message("system", std::get<std::string>(text)));
   }
   const value* msgs = body.find("messages");
-  if (!msgs || !msgs->is_array() || msgs->as_array().empty()) return bad("'messages' must be a non-empty array", "messages");
+  if (!msgs || !msgs->is_array() || msgs->as_array().empty())
+    return bad("'messages' must be a non-empty array", "messages");
   for (const auto& m : msgs->as_array()) {
     const value* role = m.is_object() ? m.find("role") : nullptr;
-    if (!role || !role->is_string() || (role->as_string() != "user" && role->as_string() != "assistant"))
+    if (!role || !role->is_string() ||
+        (role->as_string() != "user" && role->as_string() != "assistant"))
       return bad("'messages' entries need role 'user' or 'assistant'", "messages");
     const std::string& r = role->as_string();
     const value* c = m.find("content");
@@ -241,7 +256,8 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
       messages.push_back(message(r.c_str(), c->as_string()));
       continue;
     }
-    if (!c->is_array()) return bad("'messages' content must be a string or a list of blocks", "messages");
+    if (!c->is_array())
+      return bad("'messages' content must be a string or a list of blocks", "messages");
     std::string text;
     bool has_text = false;
     auto flush_text = [&] {
@@ -269,7 +285,8 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
         push_call(messages, chat_tool_call(id->as_string(), name->as_string(), json::dump(*input)));
       } else if (t == "tool_result" && r == "user") {
         const value* id = block.find("tool_use_id");
-        if (!id || !id->is_string()) return bad("tool_result blocks need a string tool_use_id", "messages");
+        if (!id || !id->is_string())
+          return bad("tool_result blocks need a string tool_use_id", "messages");
         const value* rc = block.find("content");
         auto out = content_text(rc ? *rc : value(), "messages", {"text"});
         if (auto* e = std::get_if<api_error>(&out)) return *e;
@@ -280,14 +297,16 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
       } else if (t == "thinking" || t == "redacted_thinking") {
         continue;  // earlier thinking is not sent back to the model
       } else {
-        return bad("content block type '" + t + "' is not supported in a " + r + " message", "messages");
+        return bad("content block type '" + t + "' is not supported in a " + r + " message",
+                   "messages");
       }
     }
     flush_text();
   }
   // A final assistant message is a prefill: the reply continues it (Anthropic's rule), rendered
   // with continue_final_message.
-  if (!messages.as_array().empty() && messages.as_array().back().find("role")->as_string() == "assistant" &&
+  if (!messages.as_array().empty() &&
+      messages.as_array().back().find("role")->as_string() == "assistant" &&
       !messages.as_array().back().find("tool_calls")) {
     chat["continue_final_message"] = value(true);
     chat["add_generation_prompt"] = value(false);
@@ -304,12 +323,17 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
   copy_if(body, "chat_template_kwargs", chat);
   if (const value* th = body.find("thinking"); th && !th->is_null()) {
     const value* type = th->is_object() ? th->find("type") : nullptr;
-    if (!type || !type->is_string() || (type->as_string() != "enabled" && type->as_string() != "disabled"))
-      return bad("'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": \"disabled\"}",
-                 "thinking");
+    if (!type || !type->is_string() ||
+        (type->as_string() != "enabled" && type->as_string() != "disabled"))
+      return bad(
+          "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": "
+          "\"disabled\"}",
+          "thinking");
     value kwargs = json::object{};
-    if (const value* given = chat.find("chat_template_kwargs"); given && given->is_object()) kwargs = *given;
-    if (!kwargs.find("enable_thinking")) kwargs["enable_thinking"] = value(type->as_string() == "enabled");
+    if (const value* given = chat.find("chat_template_kwargs"); given && given->is_object())
+      kwargs = *given;
+    if (!kwargs.find("enable_thinking"))
+      kwargs["enable_thinking"] = value(type->as_string() == "enabled");
     chat["chat_template_kwargs"] = std::move(kwargs);
   }
   if (const value* tools = body.find("tools"); tools && !tools->is_null()) {
@@ -318,15 +342,20 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
     for (const auto& t : tools->as_array()) {
       const value* name = t.is_object() ? t.find("name") : nullptr;
       if (!name || !name->is_string()) return bad("'tools' entries need a string 'name'", "tools");
-      if (const value* type = t.find("type"); type && type->is_string() && type->as_string() != "custom")
-        return bad("tool type '" + type->as_string() + "' is not supported (only client tools with input_schema)", "tools");
+      if (const value* type = t.find("type");
+          type && type->is_string() && type->as_string() != "custom")
+        return bad("tool type '" + type->as_string() +
+                       "' is not supported (only client tools with input_schema)",
+                   "tools");
       out.push_back(chat_tool(*name, t.find("description"), t.find("input_schema")));
     }
     chat["tools"] = std::move(out);
   }
   if (const value* tc = body.find("tool_choice"); tc && !tc->is_null()) {
     const value* type = tc->is_object() ? tc->find("type") : nullptr;
-    if (!type || !type->is_string()) return bad("'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}", "tool_choice");
+    if (!type || !type->is_string())
+      return bad("'tool_choice' must be {\"type\": \"auto\" | \"any\" | \"tool\" | \"none\"}",
+                 "tool_choice");
     const std::string& t = type->as_string();
     if (t == "auto" || t == "none") {
       chat["tool_choice"] = value(t);
@@ -334,7 +363,8 @@ std::variant<value, api_error> messages_to_chat(const value& body) {
       chat["tool_choice"] = value("required");
     } else if (t == "tool") {
       const value* name = tc->find("name");
-      if (!name || !name->is_string()) return bad("'tool_choice' of type 'tool' needs a 'name'", "tool_choice");
+      if (!name || !name->is_string())
+        return bad("'tool_choice' of type 'tool' needs a 'name'", "tool_choice");
       value fn = json::object{};
       fn["name"] = *name;
       value c = json::object{};
@@ -357,13 +387,26 @@ std::string messages_param(const std::string& p) {
 std::string anthropic_error_json(const api_error& e) {
   const char* type = "invalid_request_error";
   switch (e.status) {
-    case 401: type = "authentication_error"; break;
-    case 403: type = "permission_error"; break;
-    case 404: type = "not_found_error"; break;
-    case 413: type = "request_too_large"; break;
-    case 429: type = "rate_limit_error"; break;
-    case 503: type = "overloaded_error"; break;
-    default: if (e.status >= 500) type = "api_error";
+    case 401:
+      type = "authentication_error";
+      break;
+    case 403:
+      type = "permission_error";
+      break;
+    case 404:
+      type = "not_found_error";
+      break;
+    case 413:
+      type = "request_too_large";
+      break;
+    case 429:
+      type = "rate_limit_error";
+      break;
+    case 503:
+      type = "overloaded_error";
+      break;
+    default:
+      if (e.status >= 500) type = "api_error";
   }
   value inner = json::object{};
   inner["type"] = value(type);

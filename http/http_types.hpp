@@ -11,8 +11,8 @@
 namespace coserve::http {
 
 struct http_request {
-  std::string method;   // "GET", "POST", ... as sent
-  std::string target;   // path + query, as sent
+  std::string method;                                        // "GET", "POST", ... as sent
+  std::string target;                                        // path + query, as sent
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
   std::string body;
   bool keep_alive = true;
@@ -36,12 +36,12 @@ struct http_response {
 
 // Limits that protect the server from slow or hostile clients.
 struct server_limits {
-  std::size_t max_header_bytes = 16 * 1024;       // request line + headers; beyond: 431
-  std::size_t max_body_bytes = 8 * 1024 * 1024;   // beyond: 413 (checked from Content-Length first)
-  std::chrono::milliseconds idle_timeout{60'000};    // keep-alive wait for the next request
-  std::chrono::milliseconds request_timeout{30'000}; // whole request once its first byte arrived
-  std::chrono::milliseconds write_timeout{30'000};   // one write to the client
-  std::size_t max_connections = 4096;              // beyond: accepted and closed at once
+  std::size_t max_header_bytes = 16 * 1024;      // request line + headers; beyond: 431
+  std::size_t max_body_bytes = 8 * 1024 * 1024;  // beyond: 413 (checked from Content-Length first)
+  std::chrono::milliseconds idle_timeout{60'000};     // keep-alive wait for the next request
+  std::chrono::milliseconds request_timeout{30'000};  // whole request once its first byte arrived
+  std::chrono::milliseconds write_timeout{30'000};    // one write to the client
+  std::size_t max_connections = 4096;                 // beyond: accepted and closed at once
 };
 
 }  // namespace coserve::http

@@ -1,10 +1,9 @@
 // POST /v1/messages (Anthropic Messages API): the translated chat request's output as a message
 // with thinking, text and tool_use blocks, or as message_* / content_block_* events; errors in
 // Anthropic's shape.
+#include <asio/experimental/awaitable_operators.hpp>
 #include <chrono>
 #include <functional>
-
-#include <asio/experimental/awaitable_operators.hpp>
 
 #include "http/dialects.hpp"
 #include "http/openai_api.hpp"
@@ -17,7 +16,9 @@ using namespace asio::experimental::awaitable_operators;
 using json::value;
 
 asio::awaitable<void> openai_api::messages(http_request& req, response_writer& w) {
-  auto fail = [&](const api_error& e) -> asio::awaitable<void> { co_await respond_anthropic_error(w, e); };
+  auto fail = [&](const api_error& e) -> asio::awaitable<void> {
+    co_await respond_anthropic_error(w, e);
+  };
   const dialect_rules rules{messages_to_chat, messages_param, "messages", "max_tokens"};
   auto started = co_await start_dialect(req.body, rules);
   if (auto* e = std::get_if<api_error>(&started)) {
@@ -175,8 +176,10 @@ asio::awaitable<void> openai_api::messages(http_request& req, response_writer& w
     co_return co_await close_block();
   };
   chat_outcome o;
-  if (ok) o = co_await pump_chat(run, sink, w);
-  else s->cancel();
+  if (ok)
+    o = co_await pump_chat(run, sink, w);
+  else
+    s->cancel();
   if (w.client_gone()) co_return;
   if (!o.error.empty()) {
     value d = json::object{};

@@ -3,6 +3,10 @@
 // choices and usage accounting.
 #include "http/openai_api.hpp"
 
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -10,15 +14,10 @@
 #include <string_view>
 #include <unordered_map>
 
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
-
 #include "http/openai_response.hpp"
+#include "http/openapi.hpp"
 #include "http/reasoning.hpp"
 #include "http/tool_calls.hpp"
-#include "http/openapi.hpp"
 #include "http/webui.hpp"
 #include "runtime/trace.hpp"
 
@@ -51,9 +50,10 @@ http_response error_response(const api_error& e) {
 
 namespace {
 
-
 int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 struct route {
@@ -61,11 +61,20 @@ struct route {
   const char* method;
 };
 constexpr route k_routes[] = {
-    {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/v1/models", "GET"},
-    {"/health", "GET"},          {"/metrics", "GET"},              {"/tokenize", "POST"},
-    {"/detokenize", "POST"},     {"/version", "GET"},              {"/openapi.json", "GET"},
-    {"/v1/responses", "POST"},   {"/v1/messages", "POST"},       {"/api/status", "GET"},
-    {"/api/trace", "GET"},       {"/v1/messages/count_tokens", "POST"},
+    {"/v1/completions", "POST"},
+    {"/v1/chat/completions", "POST"},
+    {"/v1/models", "GET"},
+    {"/health", "GET"},
+    {"/metrics", "GET"},
+    {"/tokenize", "POST"},
+    {"/detokenize", "POST"},
+    {"/version", "GET"},
+    {"/openapi.json", "GET"},
+    {"/v1/responses", "POST"},
+    {"/v1/messages", "POST"},
+    {"/api/status", "GET"},
+    {"/api/trace", "GET"},
+    {"/v1/messages/count_tokens", "POST"},
     {"/v1/responses/input_tokens", "POST"},
 };
 
@@ -74,7 +83,8 @@ constexpr route k_routes[] = {
 // malformed escape.
 constexpr std::string_view k_model_prefix = "/v1/models/";
 std::optional<std::string> model_in_path(std::string_view path) {
-  if (path.size() <= k_model_prefix.size() || path.substr(0, k_model_prefix.size()) != k_model_prefix)
+  if (path.size() <= k_model_prefix.size() ||
+      path.substr(0, k_model_prefix.size()) != k_model_prefix)
     return std::nullopt;
   const std::string_view rest = path.substr(k_model_prefix.size());
   std::string id;
@@ -111,21 +121,35 @@ struct submitted {
 // `input_error`: the error came from tokenizing or templating the client's input, so any code but
 // the overload ones is the client's mistake (400), never a 500.
 api_error from_engine_error(const error& e, const std::string& param, bool input_error) {
-  if (e.code == "queue_full") return {429, e.message.empty() ? "server overloaded, retry later" : e.message, "RateLimitError", {}, {}};
-  if (e.code == "engine_down") return {503, e.message.empty() ? "engine unavailable" : e.message, "ServiceUnavailableError", {}, {}};
-  if (input_error || e.code == "invalid_request" || e.code == "template_error" || e.code == "invalid_argument")
+  if (e.code == "queue_full")
+    return {429,
+            e.message.empty() ? "server overloaded, retry later" : e.message,
+            "RateLimitError",
+            {},
+            {}};
+  if (e.code == "engine_down")
+    return {503,
+            e.message.empty() ? "engine unavailable" : e.message,
+            "ServiceUnavailableError",
+            {},
+            {}};
+  if (input_error || e.code == "invalid_request" || e.code == "template_error" ||
+      e.code == "invalid_argument")
     return api_error::bad_request(e.message, e.param.empty() ? param : e.param);
   return {500, e.message, "InternalServerError", {}, {}};
 }
 
-
 openai_api::openai_api(engine& e, api_options options)
-    : options_(std::move(options)), metrics_(e.info().served_model_name), rng_(std::random_device{}()) {
+    : options_(std::move(options)),
+      metrics_(e.info().served_model_name),
+      rng_(std::random_device{}()) {
   attach(e);
 }
 
 openai_api::openai_api(api_options options)
-    : options_(std::move(options)), metrics_(options_.served_model_name), rng_(std::random_device{}()) {}
+    : options_(std::move(options)),
+      metrics_(options_.served_model_name),
+      rng_(std::random_device{}()) {}
 
 void openai_api::attach(engine& e) {
   const auto& info = e.info();
@@ -177,11 +201,15 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   // CORS: a preflight is answered here, before routing and the API key (browsers send no key with
   // it); every other answer to a request with an Origin carries the policy's headers.
   if (const std::string origin = req.header("origin"); !origin.empty()) {
-    cors_answer c = cors_for(options_.cors, req.method, origin, req.header("access-control-request-method"),
-                             req.header("access-control-request-headers"), !req.header("cookie").empty());
+    cors_answer c =
+        cors_for(options_.cors, req.method, origin, req.header("access-control-request-method"),
+                 req.header("access-control-request-headers"), !req.header("cookie").empty());
     for (auto& [name, value] : c.headers) w.add_header(std::move(name), std::move(value));
     if (c.preflight_status != 0) {
-      http_response r{c.preflight_status, "text/plain; charset=utf-8", c.preflight_status == 200 ? "OK" : c.failure, {}};
+      http_response r{c.preflight_status,
+                      "text/plain; charset=utf-8",
+                      c.preflight_status == 200 ? "OK" : c.failure,
+                      {}};
       co_await respond(w, r);
       co_return;
     }
@@ -203,18 +231,22 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
     co_return;
   }
   if (req.method != found->method) {
-    const api_error e{405, "method " + req.method + " not allowed on " + path, "MethodNotAllowed", {}, {}};
+    const api_error e{
+        405, "method " + req.method + " not allowed on " + path, "MethodNotAllowed", {}, {}};
     http_response r = error_response(e);
-    r.headers.emplace_back("Allow", std::string_view(found->method) == "GET" ? "GET, HEAD" : found->method);
+    r.headers.emplace_back("Allow",
+                           std::string_view(found->method) == "GET" ? "GET, HEAD" : found->method);
     co_await respond(w, r);
     co_return;
   }
   // The key as OpenAI clients send it (Authorization: Bearer) or as Anthropic's do (X-Api-Key).
   // The web UI's data (/api/*: requests, traffic, traces) needs it too; its static files do not.
   if (!options_.api_key.empty() && (path.rfind("/v1/", 0) == 0 || path.rfind("/api/", 0) == 0) &&
-      req.header("authorization") != "Bearer " + options_.api_key && req.header("x-api-key") != options_.api_key) {
+      req.header("authorization") != "Bearer " + options_.api_key &&
+      req.header("x-api-key") != options_.api_key) {
     {
-      const api_error err_ = {401, "invalid or missing API key", "AuthenticationError", {}, "invalid_api_key"};
+      const api_error err_ = {
+          401, "invalid or missing API key", "AuthenticationError", {}, "invalid_api_key"};
       co_await respond_error(w, err_);
     }
     co_return;
@@ -232,7 +264,8 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
       std::string body = R"({"status":"loading"})";
       co_await respond_json(w, 503, body);
     } else {
-      const api_error e{503, "the model is still loading; retry later", "ServiceUnavailableError", {}, {}};
+      const api_error e{
+          503, "the model is still loading; retry later", "ServiceUnavailableError", {}, {}};
       co_await respond_error(w, e);
     }
     co_return;
@@ -280,7 +313,8 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   // /v1/models and /v1/models/{model}
   const auto& info = eng().info();
   if (model_id && !limits_.serves(*model_id)) {
-    const api_error e{404, "The model `" + *model_id + "` does not exist.", "NotFoundError", "model", "model_not_found"};
+    const api_error e{404, "The model `" + *model_id + "` does not exist.", "NotFoundError",
+                      "model", "model_not_found"};
     co_await respond_error(w, e);
     co_return;
   }
@@ -309,7 +343,8 @@ asio::awaitable<void> openai_api::handle(http_request& req, response_writer& w) 
   co_await respond_json(w, 200, body);
 }
 
-asio::awaitable<void> openai_api::web_asset(http_request&, response_writer& w, const struct web_asset& a) {
+asio::awaitable<void> openai_api::web_asset(http_request&, response_writer& w,
+                                            const struct web_asset& a) {
   http_response r{200, std::string(a.content_type), std::string(a.body), {}};
   r.headers.emplace_back("Content-Security-Policy", std::string(k_webui_csp));
   r.headers.emplace_back("X-Content-Type-Options", "nosniff");
@@ -324,7 +359,8 @@ asio::awaitable<void> openai_api::status(http_request&, response_writer& w) {
   status_inputs in;
   in.model = e.info().served_model_name;
   in.uptime_seconds = double(unix_now() - e.info().created);
-  in.unhealthy_reason = draining_.load(std::memory_order_acquire) ? "the server is shutting down" : e.unhealthy_reason();
+  in.unhealthy_reason = draining_.load(std::memory_order_acquire) ? "the server is shutting down"
+                                                                  : e.unhealthy_reason();
   in.metrics = e.metrics();
   in.history = history_.samples();
   in.history_period_seconds = std::chrono::duration<double>(history_.period()).count();
@@ -355,7 +391,8 @@ asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w
     co_return co_await respond_error(w, err_);
   }
   const value& body = std::get<value>(parsed);
-  result<std::vector<int32_t>> ids = make_error("invalid_request", "'prompt' or 'messages' is required");
+  result<std::vector<int32_t>> ids =
+      make_error("invalid_request", "'prompt' or 'messages' is required");
   std::string param = "prompt";
   if (const value* m = body.find("messages"); m && !m->is_null()) {
     param = "messages";
@@ -375,7 +412,8 @@ asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w
     bool add_special = true;
     if (const value* a = body.find("add_special_tokens"); a && !a->is_null()) {
       if (!a->is_bool()) {
-        const api_error err_ = api_error::bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
+        const api_error err_ =
+            api_error::bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
         co_return co_await respond_error(w, err_);
       }
       add_special = a->as_bool();
@@ -386,7 +424,8 @@ asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w
     ids = co_await eng().tokenize(std::move(in));
   }
   if (!ids) {
-    const api_error err_ = from_engine_error(ids.err(), param, ids.err().code != "queue_full" && ids.err().code != "engine_down");
+    const api_error err_ = from_engine_error(
+        ids.err(), param, ids.err().code != "queue_full" && ids.err().code != "engine_down");
     co_return co_await respond_error(w, err_);
   }
   value out = json::object{};
@@ -408,23 +447,24 @@ asio::awaitable<void> openai_api::detokenize(http_request& req, response_writer&
   }
   const value& body = std::get<value>(parsed);
   const value* t = body.find("tokens");
-  if (!t || !t->is_array())
-    {
-      const api_error err_ = api_error::bad_request("'tokens' must be an array of token ids", "tokens");
-      co_return co_await respond_error(w, err_);
-    }
+  if (!t || !t->is_array()) {
+    const api_error err_ =
+        api_error::bad_request("'tokens' must be an array of token ids", "tokens");
+    co_return co_await respond_error(w, err_);
+  }
   std::vector<int32_t> ids;
   for (const auto& x : t->as_array()) {
     if (!x.is_int() || x.as_int() < 0 || x.as_int() >= limits_.vocab_size) {
-      const api_error err_ =
-          api_error::bad_request("'tokens' must hold ids in [0, " + std::to_string(limits_.vocab_size) + ")", "tokens");
+      const api_error err_ = api_error::bad_request(
+          "'tokens' must hold ids in [0, " + std::to_string(limits_.vocab_size) + ")", "tokens");
       co_return co_await respond_error(w, err_);
     }
     ids.push_back(static_cast<int32_t>(x.as_int()));
   }
   auto text = co_await eng().detokenize(std::move(ids));
   if (!text) {
-    const api_error err_ = from_engine_error(text.err(), "tokens", text.err().code != "queue_full" && text.err().code != "engine_down");
+    const api_error err_ = from_engine_error(
+        text.err(), "tokens", text.err().code != "queue_full" && text.err().code != "engine_down");
     co_return co_await respond_error(w, err_);
   }
   value out = json::object{};
@@ -454,8 +494,10 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   } else {
     for (auto& p : r.prompts) {
       generate_request g;
-      if (auto* text = std::get_if<std::string>(&p)) g.input = std::move(*text);
-      else g.input = std::move(std::get<std::vector<int32_t>>(p));
+      if (auto* text = std::get_if<std::string>(&p))
+        g.input = std::move(*text);
+      else
+        g.input = std::move(std::get<std::vector<int32_t>>(p));
       g.return_prompt_text = r.echo;
       gens.push_back(std::move(g));
     }
@@ -496,8 +538,9 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
   // The tokens' names in logprobs: their text, or "token_id:N" with vLLM's
   // return_tokens_as_token_ids (text_offset then counts those names, as vLLM's does). The
   // prompt_logprobs field's decoded_token stays the text.
-  token_text_fn name_of = r.tokens_as_ids ? token_text_fn([](int32_t id) { return "token_id:" + std::to_string(id); })
-                                          : text_of;
+  token_text_fn name_of =
+      r.tokens_as_ids ? token_text_fn([](int32_t id) { return "token_id:" + std::to_string(id); })
+                      : text_of;
   std::vector<choice_state> choices(sub.streams.size() * static_cast<size_t>(n));
   for (size_t i = 0; i < choices.size(); ++i) choices[i].index = static_cast<int32_t>(i);
   std::vector<int64_t> text_offsets(choices.size(), 0);
@@ -530,13 +573,13 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     };
     co_await (collect() || watch());
     if (w.client_gone()) co_return;
-    if (!engine_failure.empty())
-      {
-        const api_error err_ = {500, engine_failure, "InternalServerError", {}, {}};
-        co_return co_await respond_error(w, err_);
-      }
+    if (!engine_failure.empty()) {
+      const api_error err_ = {500, engine_failure, "InternalServerError", {}, {}};
+      co_return co_await respond_error(w, err_);
+    }
     int64_t completion_tokens = 0;
-    for (const auto& c : choices) completion_tokens += c.completion_tokens;  // every sample generated
+    for (const auto& c : choices)
+      completion_tokens += c.completion_tokens;  // every sample generated
     if (r.returned > 0) keep_best(choices, n, r.returned);
     const size_t group = size_t(r.returned > 0 ? r.returned : n);  // choices per prompt now
     std::vector<value> lps, plps;
@@ -549,7 +592,8 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         c.text = std::move(sp.content);
       }
       if (chat && r.tools != tool_mode::none) {
-        parsed_tool_output p = parse_tool_output(r.tools, limits_.tool_call_parser, r.tool_name, c.text);
+        parsed_tool_output p =
+            parse_tool_output(r.tools, limits_.tool_call_parser, r.tool_name, c.text);
         c.text = std::move(p.content);
         c.tool_calls = std::move(p.calls);
       }
@@ -561,17 +605,24 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         if (!choices[k].prompt_logprobs.empty()) prompt_lps = &choices[k].prompt_logprobs;
       static const std::vector<prompt_logprob> none;
       const auto& prompt_ids = sub.streams[i / group]->prompt_ids();
-      if (r.prompt_logprobs_field) plps.push_back(prompt_logprobs_json(prompt_ids, prompt_lps ? *prompt_lps : none, text_of));
-      if (!want_logprobs) lps.emplace_back();
-      else if (chat) lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, name_of));
+      if (r.prompt_logprobs_field)
+        plps.push_back(prompt_logprobs_json(prompt_ids, prompt_lps ? *prompt_lps : none, text_of));
+      if (!want_logprobs)
+        lps.emplace_back();
+      else if (chat)
+        lps.push_back(chat_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, name_of));
       else if (r.echo)
-        lps.push_back(completion_logprobs_echo(prompt_ids, prompt_lps ? *prompt_lps : none, c.token_ids,
-                                               c.token_logprobs, c.top_logprobs, name_of));
-      else lps.push_back(completion_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, 0, name_of));
+        lps.push_back(completion_logprobs_echo(prompt_ids, prompt_lps ? *prompt_lps : none,
+                                               c.token_ids, c.token_logprobs, c.top_logprobs,
+                                               name_of));
+      else
+        lps.push_back(
+            completion_logprobs(c.token_ids, c.token_logprobs, c.top_logprobs, 0, name_of));
     }
     value usage = usage_json(prompt_tokens, completion_tokens, cached_tokens);
     const std::vector<value>* plp = r.prompt_logprobs_field ? &plps : nullptr;
-    std::string body = chat ? chat_body(h, choices, lps, usage, plp) : completion_body(h, choices, lps, usage, plp);
+    std::string body = chat ? chat_body(h, choices, lps, usage, plp)
+                            : completion_body(h, choices, lps, usage, plp);
     co_return co_await respond_json(w, 200, body);
   }
 
@@ -607,8 +658,10 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     asio::steady_timer t(ex);
     const auto every = options_.sse_keepalive;
     for (;;) {
-      if (every.count() <= 0) t.expires_at(asio::steady_timer::time_point::max());
-      else t.expires_at(last_write + every);
+      if (every.count() <= 0)
+        t.expires_at(asio::steady_timer::time_point::max());
+      else
+        t.expires_at(last_write + every);
       co_await t.async_wait(asio::use_awaitable);
       if (writing || std::chrono::steady_clock::now() - last_write < every) continue;
       const std::string comment(k_sse_keepalive);
@@ -633,13 +686,13 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     }
   auto pump = [&]() -> asio::awaitable<void> {
     if (chat)
-      for (const auto& c : choices)
-      {
+      for (const auto& c : choices) {
         set_usage(int64_t(sub.streams[size_t(c.index / n)]->prompt_ids().size()), 0);
         const std::string chunk = sse_event(chat_role_chunk(h, c.index, usage_null));
         if (!co_await write(chunk)) co_return;
         if (!r.chat_echo.empty()) {
-          const std::string echo = sse_event(chat_delta_chunk(h, c.index, r.chat_echo, value(), "", usage_null));
+          const std::string echo =
+              sse_event(chat_delta_chunk(h, c.index, r.chat_echo, value(), "", usage_null));
           if (!co_await write(echo)) co_return;
         }
       }
@@ -650,7 +703,8 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
       if (!chat && r.echo)
         for (int32_t k = 0; k < n; ++k) {
           auto idx = static_cast<int32_t>(p) * n + k;
-          const std::string chunk = sse_event(text_chunk(h, idx, s->prompt_text(), value(), {}, usage_null));
+          const std::string chunk =
+              sse_event(text_chunk(h, idx, s->prompt_text(), value(), {}, usage_null));
           if (!co_await write(chunk)) co_return;
         }
       int32_t cached = 0;
@@ -663,11 +717,16 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         cached = std::max(cached, ev->cached_prompt_tokens);
         if (ev->finish == finish_reason::error) {
           // The choice ends with finish_reason "error", then an error event; [DONE] follows.
-          api_error e{500, ev->error_message.empty() ? "engine failure" : ev->error_message, "InternalServerError", {}, {}};
+          api_error e{500,
+                      ev->error_message.empty() ? "engine failure" : ev->error_message,
+                      "InternalServerError",
+                      {},
+                      {}};
           engine_failure = e.message;
           sub.cancel_all();
-          const std::string fin_chunk = sse_event(chat ? chat_delta_chunk(h, c.index, {}, value(), "error", usage_null)
-                                                       : text_chunk(h, c.index, {}, value(), "error", usage_null));
+          const std::string fin_chunk =
+              sse_event(chat ? chat_delta_chunk(h, c.index, {}, value(), "error", usage_null)
+                             : text_chunk(h, c.index, {}, value(), "error", usage_null));
           if (!co_await write(fin_chunk)) co_return;
           const std::string chunk = sse_event(error_json(e));
           co_await write(chunk);
@@ -677,7 +736,8 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
         if (want_logprobs && !ev->token_ids.empty()) {
           auto& off = text_offsets[static_cast<size_t>(c.index)];
           lp = chat ? chat_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, name_of)
-                    : completion_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, off, name_of);
+                    : completion_logprobs(ev->token_ids, ev->token_logprobs, ev->top_logprobs, off,
+                                          name_of);
           for (int32_t id : ev->token_ids) off += chars_in(name_of(id));
         }
         std::string_view fin = finish_text(ev->finish);
@@ -693,13 +753,16 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
             part.content += rest.content;
           }
           if (!part.reasoning.empty()) {
-            const std::string chunk = sse_event(chat_reasoning_chunk(h, c.index, part.reasoning, usage_null));
+            const std::string chunk =
+                sse_event(chat_reasoning_chunk(h, c.index, part.reasoning, usage_null));
             ok = co_await write(chunk);
           }
           text = std::move(part.content);
         }
         std::string content = text;
-        tool_stream* ts = chat && r.tools != tool_mode::none ? &tool_streams[static_cast<size_t>(c.index)] : nullptr;
+        tool_stream* ts = chat && r.tools != tool_mode::none
+                              ? &tool_streams[static_cast<size_t>(c.index)]
+                              : nullptr;
         if (ok && ts) {
           content = ts->push(text);
           if (r.tools == tool_mode::named && !text.empty()) {
@@ -707,45 +770,54 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
             if (!ts->header_sent) {
               ts->header_sent = true;
               tool_calls_sent[static_cast<size_t>(c.index)] = 1;
-              const std::string chunk = sse_event(chat_tool_header_chunk(h, c.index, 0, ts->named_id(), r.tool_name, usage_null));
+              const std::string chunk = sse_event(
+                  chat_tool_header_chunk(h, c.index, 0, ts->named_id(), r.tool_name, usage_null));
               ok = co_await write(chunk);
             }
             if (ok) {
-              const std::string chunk = sse_event(chat_tool_args_chunk(h, c.index, 0, text, usage_null));
+              const std::string chunk =
+                  sse_event(chat_tool_args_chunk(h, c.index, 0, text, usage_null));
               ok = co_await write(chunk);
             }
           }
         }
         if (ok && (!content.empty() || !lp.is_null() || (!chat && !fin.empty()))) {
           // Chat puts finish_reason in a chunk of its own (an empty delta), as OpenAI does.
-          const std::string chunk = sse_event(chat ? chat_delta_chunk(h, c.index, content, lp, {}, usage_null)
-                                                   : text_chunk(h, c.index, content, lp, fin, usage_null));
+          const std::string chunk =
+              sse_event(chat ? chat_delta_chunk(h, c.index, content, lp, {}, usage_null)
+                             : text_chunk(h, c.index, content, lp, fin, usage_null));
           ok = co_await write(chunk);
         }
         if (ok && ts && !fin.empty()) {
           // The whole output parsed once (as a non-streamed response is): held content, then calls.
           tool_stream::final_part last = ts->finish();
           if (!last.content.empty()) {
-            const std::string chunk = sse_event(chat_delta_chunk(h, c.index, last.content, value(), {}, usage_null));
+            const std::string chunk =
+                sse_event(chat_delta_chunk(h, c.index, last.content, value(), {}, usage_null));
             ok = co_await write(chunk);
           }
           if (r.tools != tool_mode::named) {
             int32_t k = 0;
             for (const tool_call& call : last.calls) {
               if (!ok) break;
-              const std::string head = sse_event(chat_tool_header_chunk(h, c.index, k, call.id, call.name, usage_null));
+              const std::string head =
+                  sse_event(chat_tool_header_chunk(h, c.index, k, call.id, call.name, usage_null));
               ok = co_await write(head);
               if (!ok) break;
-              const std::string args = sse_event(chat_tool_args_chunk(h, c.index, k, call.arguments, usage_null));
+              const std::string args =
+                  sse_event(chat_tool_args_chunk(h, c.index, k, call.arguments, usage_null));
               ok = co_await write(args);
               ++k;
             }
             tool_calls_sent[static_cast<size_t>(c.index)] = k;
           }
-          if (tool_calls_sent[static_cast<size_t>(c.index)] > 0 && ev->finish == finish_reason::stop) fin = "tool_calls";
+          if (tool_calls_sent[static_cast<size_t>(c.index)] > 0 &&
+              ev->finish == finish_reason::stop)
+            fin = "tool_calls";
         }
         if (ok && chat && !fin.empty()) {
-          const std::string chunk = sse_event(chat_delta_chunk(h, c.index, {}, value(), fin, usage_null));
+          const std::string chunk =
+              sse_event(chat_delta_chunk(h, c.index, {}, value(), fin, usage_null));
           ok = co_await write(chunk);
         }
         if (!ok) sub.cancel_all();
@@ -755,7 +827,8 @@ asio::awaitable<void> openai_api::generate(http_request& req, response_writer& w
     if (r.include_usage) {
       int64_t completion_tokens = 0;
       for (const auto& c : choices) completion_tokens += c.completion_tokens;
-      const std::string chunk = sse_event(usage_chunk(h, usage_json(prompt_tokens, completion_tokens, cached_tokens)));
+      const std::string chunk =
+          sse_event(usage_chunk(h, usage_json(prompt_tokens, completion_tokens, cached_tokens)));
       co_await write(chunk);
     }
     co_await wait_writer();  // a keep-alive comment being written finishes before the next write

@@ -6,9 +6,9 @@
 // connection (its mutable state is the metrics object and the id generator, both locked).
 #pragma once
 
-#include <chrono>
-
+#include <asio/awaitable.hpp>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -16,29 +16,27 @@
 #include <string>
 #include <vector>
 
-#include <asio/awaitable.hpp>
-
 #include "actors/engine.hpp"
 #include "http/api_error.hpp"
 #include "http/cors.hpp"
 #include "http/openai_request.hpp"
-#include "http/tool_calls.hpp"
 #include "http/prometheus_metrics.hpp"
 #include "http/server.hpp"
 #include "http/status_view.hpp"
+#include "http/tool_calls.hpp"
 
 namespace coserve::http {
 
 struct api_options {
-  std::string api_key;              // when set, /v1/* needs "Authorization: Bearer <key>"
-  std::string version = "0.1.0";    // GET /version
-  std::string served_model_name;    // the metrics' model label before an engine is attached
+  std::string api_key;            // when set, /v1/* needs "Authorization: Bearer <key>"
+  std::string version = "0.1.0";  // GET /version
+  std::string served_model_name;  // the metrics' model label before an engine is attached
   // Streams write an SSE comment (": keep-alive") after this long without output (0: never).
   std::chrono::milliseconds sse_keepalive{std::chrono::seconds(15)};
   // Tool calling (vLLM's flags): tool_choice "auto" is served only with both set.
   bool enable_auto_tool_choice = false;
-  std::string tool_call_parser;     // a name from tool_parser_names(), or ""
-  std::string reasoning_parser;     // a name from reasoning_parser_names(), or ""
+  std::string tool_call_parser;  // a name from tool_parser_names(), or ""
+  std::string reasoning_parser;  // a name from reasoning_parser_names(), or ""
   // vLLM's --trust-request-chat-template: chat requests may bring their own chat_template.
   bool trust_request_chat_template = false;
   // CORS (vLLM's --allowed-origins/-methods/-headers/-credentials; http/cors.hpp). Default: pages
@@ -103,7 +101,8 @@ class openai_api {
     std::string error;  // the engine's failure, if any
     bool tool_calls = false;
   };
-  asio::awaitable<chat_outcome> drain_chat(request_stream& s, const openai_request& r, const chat_sink& sink);
+  asio::awaitable<chat_outcome> drain_chat(request_stream& s, const openai_request& r,
+                                           const chat_sink& sink);
   // A dialect request translated, validated and submitted (or the error to answer with).
   struct dialect_rules {
     std::variant<json::value, api_error> (*translate)(const json::value&);
@@ -117,13 +116,15 @@ class openai_api {
     std::shared_ptr<request_stream> s;
   };
   // The dialect body translated and parsed as a chat request (errors name the dialect's fields).
-  std::variant<openai_request, api_error> parse_dialect(const json::value& body, const dialect_rules& rules) const;
+  std::variant<openai_request, api_error> parse_dialect(const json::value& body,
+                                                        const dialect_rules& rules) const;
   asio::awaitable<std::variant<dialect_run, api_error>> start_dialect(const std::string& body_text,
                                                                       const dialect_rules& rules);
   // An error in Anthropic's shape (Retry-After on 429), for /v1/messages and its count_tokens.
   asio::awaitable<void> respond_anthropic_error(response_writer& w, const api_error& e);
   // drain_chat() while watching for the client leaving (which cancels the request).
-  asio::awaitable<chat_outcome> pump_chat(dialect_run& run, const chat_sink& sink, response_writer& w);
+  asio::awaitable<chat_outcome> pump_chat(dialect_run& run, const chat_sink& sink,
+                                          response_writer& w);
   struct collected_chat {
     std::string reasoning, text;
     std::vector<tool_call> calls;

@@ -31,7 +31,8 @@ std::optional<api_error> read_number(const value& body, const char* field, doubl
   double d = v->as_double();
   if (!std::isfinite(d) || d > hi || d < lo || (lo_open && d <= lo)) {
     char rule[96];
-    std::snprintf(rule, sizeof rule, "must be in %s%g, %g], got %g", lo_open ? "(" : "[", lo, hi, d);
+    std::snprintf(rule, sizeof rule, "must be in %s%g, %g], got %g", lo_open ? "(" : "[", lo, hi,
+                  d);
     return range_error(field, rule);
   }
   out = static_cast<float>(d);
@@ -67,8 +68,8 @@ std::optional<api_error> read_token_ids(const value& v, const std::string& field
     if (!x.is_int()) return type_error(field, "an array of integer token ids");
     int64_t id = x.as_int();
     if (id < 0 || id >= vocab)
-      return range_error(field, "holds token id " + std::to_string(id) + " outside the vocabulary [0, " +
-                                    std::to_string(vocab) + ")");
+      return range_error(field, "holds token id " + std::to_string(id) +
+                                    " outside the vocabulary [0, " + std::to_string(vocab) + ")");
     out.push_back(static_cast<int32_t>(id));
   }
   return std::nullopt;
@@ -96,7 +97,8 @@ std::optional<api_error> read_prompt(const value& body, int32_t vocab, openai_re
     } else if (x.is_array()) {
       std::vector<int32_t> ids;
       if (auto e = read_token_ids(x, "prompt", vocab, ids)) return e;
-      if (ids.empty()) return api_error::bad_request("'prompt' must not hold an empty list", "prompt");
+      if (ids.empty())
+        return api_error::bad_request("'prompt' must not hold an empty list", "prompt");
       r.prompts.emplace_back(std::move(ids));
     } else {
       return type_error("prompt", "a string, an array of strings or token ids");
@@ -111,7 +113,8 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
   const value* m = body.find("messages");
   if (!m || m->is_null()) return api_error::bad_request("'messages' is required", "messages");
   if (!m->is_array()) return type_error("messages", "an array of messages");
-  if (m->as_array().empty()) return api_error::bad_request("'messages' must not be empty", "messages");
+  if (m->as_array().empty())
+    return api_error::bad_request("'messages' must not be empty", "messages");
   value out = json::array{};
   for (const auto& msg : m->as_array()) {
     if (!msg.is_object()) return type_error("messages", "an array of objects");
@@ -119,15 +122,16 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
     if (!role || !role->is_string()) return type_error("messages", "objects with a string 'role'");
     value copy = msg;
     if (const value* c = msg.find("content"); c && !c->is_null() && !c->is_string()) {
-      if (!c->is_array()) return type_error("messages", "objects whose 'content' is a string or a list of parts");
+      if (!c->is_array())
+        return type_error("messages", "objects whose 'content' is a string or a list of parts");
       std::string text;
       bool first = true;
       for (const auto& part : c->as_array()) {
         const value* type = part.is_object() ? part.find("type") : nullptr;
         const value* t = part.is_object() ? part.find("text") : nullptr;
         if (!type || !type->is_string() || type->as_string() != "text" || !t || !t->is_string())
-          return api_error::bad_request("only content parts of type 'text' with a string 'text' are supported",
-                                        "messages");
+          return api_error::bad_request(
+              "only content parts of type 'text' with a string 'text' are supported", "messages");
         if (!first) text += "\n";
         text += t->as_string();
         first = false;
@@ -146,11 +150,13 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
     r.chat_in.template_kwargs = *kw;
   }
   if (auto e = read_bool(body, "add_generation_prompt", r.chat_in.add_generation_prompt)) return e;
-  if (auto e = read_bool(body, "continue_final_message", r.chat_in.continue_final_message)) return e;
+  if (auto e = read_bool(body, "continue_final_message", r.chat_in.continue_final_message))
+    return e;
   // vLLM's rule (add_generation_prompt defaults to true there too).
   if (r.chat_in.continue_final_message && r.chat_in.add_generation_prompt)
-    return api_error::bad_request("Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
-                                  "continue_final_message");
+    return api_error::bad_request(
+        "Cannot set both `continue_final_message` and `add_generation_prompt` to True.",
+        "continue_final_message");
   // OpenAI's reasoning_effort reaches the template as a variable (gpt-oss templates read it),
   // unless chat_template_kwargs sets one.
   if (const value* re = body.find("reasoning_effort"); re && !re->is_null()) {
@@ -159,19 +165,23 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
                                          [&](const char* x) { return re->as_string() == x; }))
       return type_error("reasoning_effort", "one of 'none', 'minimal', 'low', 'medium', 'high'");
     if (!r.chat_in.template_kwargs.is_object()) r.chat_in.template_kwargs = json::object{};
-    if (!r.chat_in.template_kwargs.find("reasoning_effort")) r.chat_in.template_kwargs["reasoning_effort"] = *re;
+    if (!r.chat_in.template_kwargs.find("reasoning_effort"))
+      r.chat_in.template_kwargs["reasoning_effort"] = *re;
   }
   return std::nullopt;
 }
 
 // vLLM's chat_template request field (or chat_template_kwargs.chat_template): the request's own
 // template, taken only when the server trusts request templates, else refused as vLLM refuses it.
-std::optional<api_error> read_request_template(const value& body, const model_limits& lim, openai_request& r) {
+std::optional<api_error> read_request_template(const value& body, const model_limits& lim,
+                                               openai_request& r) {
   const value* given = body.find("chat_template");
   std::string param = "chat_template";
   if (given && given->is_null()) given = nullptr;
-  json::object* kwargs = r.chat_in.template_kwargs.is_object() ? &r.chat_in.template_kwargs.as_object() : nullptr;
-  auto in_kwargs = kwargs ? std::find_if(kwargs->begin(), kwargs->end(), [](const auto& kv) { return kv.first == "chat_template"; })
+  json::object* kwargs =
+      r.chat_in.template_kwargs.is_object() ? &r.chat_in.template_kwargs.as_object() : nullptr;
+  auto in_kwargs = kwargs ? std::find_if(kwargs->begin(), kwargs->end(),
+                                         [](const auto& kv) { return kv.first == "chat_template"; })
                           : json::object::iterator{};
   if (!given && kwargs && in_kwargs != kwargs->end() && !in_kwargs->second.is_null()) {
     given = &in_kwargs->second;
@@ -179,18 +189,22 @@ std::optional<api_error> read_request_template(const value& body, const model_li
   }
   if (!given) return std::nullopt;
   if (!lim.trust_request_chat_template)
-    return api_error::bad_request("Chat template is passed with request, but --trust-request-chat-template is not "
-                                  "set. Refused request with untrusted chat template.",
-                                  param);
-  if (!given->is_string() || given->as_string().empty()) return type_error(param, "a non-empty string");
+    return api_error::bad_request(
+        "Chat template is passed with request, but --trust-request-chat-template is not "
+        "set. Refused request with untrusted chat template.",
+        param);
+  if (!given->is_string() || given->as_string().empty())
+    return type_error(param, "a non-empty string");
   r.chat_in.template_source = given->as_string();
-  if (kwargs && in_kwargs != kwargs->end()) kwargs->erase(in_kwargs);  // the template, not a variable
+  if (kwargs && in_kwargs != kwargs->end())
+    kwargs->erase(in_kwargs);  // the template, not a variable
   return std::nullopt;
 }
 
 constexpr int64_t k_max_logprobs = 20;
 
-std::optional<api_error> read_sampling(const value& body, const model_limits& lim, openai_request& r) {
+std::optional<api_error> read_sampling(const value& body, const model_limits& lim,
+                                       openai_request& r) {
   auto& p = r.params;
   // The server's defaults first (vLLM's --generation-config); the request's fields replace them.
   const sampling_defaults& d = lim.defaults;
@@ -203,9 +217,12 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
   if (auto e = read_number(body, "temperature", 0.0, 2.0, false, p.temperature)) return e;
   if (auto e = read_number(body, "top_p", 0.0, 1.0, true, p.top_p)) return e;
   if (auto e = read_number(body, "min_p", 0.0, 1.0, false, p.min_p)) return e;
-  if (auto e = read_number(body, "presence_penalty", -2.0, 2.0, false, p.presence_penalty)) return e;
-  if (auto e = read_number(body, "frequency_penalty", -2.0, 2.0, false, p.frequency_penalty)) return e;
-  if (auto e = read_number(body, "repetition_penalty", 0.0, 2.0, true, p.repetition_penalty)) return e;
+  if (auto e = read_number(body, "presence_penalty", -2.0, 2.0, false, p.presence_penalty))
+    return e;
+  if (auto e = read_number(body, "frequency_penalty", -2.0, 2.0, false, p.frequency_penalty))
+    return e;
+  if (auto e = read_number(body, "repetition_penalty", 0.0, 2.0, true, p.repetition_penalty))
+    return e;
   std::optional<int64_t> i;
   if (auto e = read_int(body, "top_k", -1, std::numeric_limits<int32_t>::max(), i)) return e;
   if (i) p.top_k = static_cast<int32_t>(*i);
@@ -213,7 +230,8 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
   if (auto e = read_int(body, "n", 1, 128, i)) return e;
   if (i) p.n = static_cast<int32_t>(*i);
   i.reset();
-  if (auto e = read_int(body, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), i))
+  if (auto e = read_int(body, "seed", std::numeric_limits<int64_t>::min(),
+                        std::numeric_limits<int64_t>::max(), i))
     return e;
   if (i) p.seed = static_cast<uint64_t>(*i);
   i.reset();
@@ -229,12 +247,14 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
     }
   }
   if (r.max_tokens_given && p.min_tokens > p.max_tokens)  // vLLM's SamplingParams check
-    return api_error::bad_request("min_tokens must be less than or equal to max_tokens=" +
-                                      std::to_string(p.max_tokens) + ", got " + std::to_string(p.min_tokens) + ".",
-                                  "min_tokens");
+    return api_error::bad_request(
+        "min_tokens must be less than or equal to max_tokens=" + std::to_string(p.max_tokens) +
+            ", got " + std::to_string(p.min_tokens) + ".",
+        "min_tokens");
   if (auto e = read_bool(body, "ignore_eos", p.ignore_eos)) return e;
   if (auto e = read_bool(body, "skip_special_tokens", p.skip_special_tokens)) return e;
-  if (auto e = read_bool(body, "include_stop_str_in_output", p.include_stop_str_in_output)) return e;
+  if (auto e = read_bool(body, "include_stop_str_in_output", p.include_stop_str_in_output))
+    return e;
 
   if (const value* s = body.find("stop"); s && !s->is_null()) {
     if (s->is_string()) {
@@ -251,9 +271,11 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
   if (const value* s = body.find("stop_token_ids"); s && !s->is_null())
     if (auto e = read_token_ids(*s, "stop_token_ids", lim.vocab_size, p.stop_token_ids)) return e;
   if (const value* s = body.find("allowed_token_ids"); s && !s->is_null()) {
-    if (auto e = read_token_ids(*s, "allowed_token_ids", lim.vocab_size, p.allowed_token_ids)) return e;
+    if (auto e = read_token_ids(*s, "allowed_token_ids", lim.vocab_size, p.allowed_token_ids))
+      return e;
     if (p.allowed_token_ids.empty())
-      return api_error::bad_request("'allowed_token_ids' must hold at least one token id", "allowed_token_ids");
+      return api_error::bad_request("'allowed_token_ids' must hold at least one token id",
+                                    "allowed_token_ids");
   }
 
   if (const value* lb = body.find("logit_bias"); lb && !lb->is_null()) {
@@ -263,7 +285,8 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
       long long id = key.empty() ? -1 : std::strtoll(key.c_str(), &end, 10);
       if (key.empty() || *end != '\0' || id < 0 || id >= lim.vocab_size)
         return api_error::bad_request("'logit_bias' key '" + key + "' is not a token id in [0, " +
-                                          std::to_string(lim.vocab_size) + ")", "logit_bias");
+                                          std::to_string(lim.vocab_size) + ")",
+                                      "logit_bias");
       if (!bias.is_number() || bias.as_double() < -100.0 || bias.as_double() > 100.0)
         return range_error("logit_bias", "values must be numbers in [-100, 100]");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(bias.as_double()));
@@ -291,8 +314,11 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
 std::optional<api_error> read_schema(const value& v, const std::string& field, std::string& out) {
   if (v.is_string()) {
     auto parsed = json::parse(v.as_string());
-    if (!parsed) return api_error::bad_request("'" + field + "' is not valid JSON: " + parsed.err().message, field);
-    if (!parsed->is_object() && !parsed->is_bool()) return type_error(field, "a JSON schema (an object)");
+    if (!parsed)
+      return api_error::bad_request("'" + field + "' is not valid JSON: " + parsed.err().message,
+                                    field);
+    if (!parsed->is_object() && !parsed->is_bool())
+      return type_error(field, "a JSON schema (an object)");
     out = json::dump(*parsed);
     return std::nullopt;
   }
@@ -301,10 +327,13 @@ std::optional<api_error> read_schema(const value& v, const std::string& field, s
   return std::nullopt;
 }
 
-std::optional<api_error> read_choices(const value& v, const std::string& field, std::vector<std::string>& out) {
-  if (!v.is_array() || v.as_array().empty()) return type_error(field, "a non-empty array of strings");
+std::optional<api_error> read_choices(const value& v, const std::string& field,
+                                      std::vector<std::string>& out) {
+  if (!v.is_array() || v.as_array().empty())
+    return type_error(field, "a non-empty array of strings");
   for (const auto& c : v.as_array()) {
-    if (!c.is_string() || c.as_string().empty()) return type_error(field, "a non-empty array of non-empty strings");
+    if (!c.is_string() || c.as_string().empty())
+      return type_error(field, "a non-empty array of non-empty strings");
     out.push_back(c.as_string());
   }
   return std::nullopt;
@@ -317,9 +346,10 @@ std::optional<api_error> read_text(const value& v, const std::string& field, std
 }
 
 // Structured output, in any of the spellings clients use (at most one per request):
-//   response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema, strict}}
-//   structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ..., "disable_any_whitespace"}
-//   guided_json / guided_regex / guided_choice / guided_grammar (vLLM's older names)
+//   response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema,
+//   strict}} structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...,
+//   "disable_any_whitespace"} guided_json / guided_regex / guided_choice / guided_grammar (vLLM's
+//   older names)
 std::optional<api_error> read_structured(const value& body, openai_request& r) {
   std::vector<std::string> given;
   auto set = [&](grammar_spec spec) {
@@ -330,8 +360,9 @@ std::optional<api_error> read_structured(const value& body, openai_request& r) {
     if (!rf->is_object()) return type_error("response_format", "an object");
     const value* type = rf->find("type");
     if (!type || !type->is_string())
-      return api_error::bad_request("'response_format.type' is required: one of 'text', 'json_object', 'json_schema'",
-                                    "response_format.type");
+      return api_error::bad_request(
+          "'response_format.type' is required: one of 'text', 'json_object', 'json_schema'",
+          "response_format.type");
     const std::string& t = type->as_string();
     if (t == "json_object") {
       grammar_spec g;
@@ -341,13 +372,15 @@ std::optional<api_error> read_structured(const value& body, openai_request& r) {
     } else if (t == "json_schema") {
       const value* js = rf->find("json_schema");
       if (!js || js->is_null())
-        return api_error::bad_request("'response_format.json_schema' is required when the type is 'json_schema'",
-                                      "response_format.json_schema");
+        return api_error::bad_request(
+            "'response_format.json_schema' is required when the type is 'json_schema'",
+            "response_format.json_schema");
       if (!js->is_object()) return type_error("response_format.json_schema", "an object");
       const value* name = js->find("name");
       if (!name || !name->is_string() || name->as_string().empty())
-        return api_error::bad_request("'response_format.json_schema.name' is required (a non-empty string)",
-                                      "response_format.json_schema.name");
+        return api_error::bad_request(
+            "'response_format.json_schema.name' is required (a non-empty string)",
+            "response_format.json_schema.name");
       grammar_spec g;
       g.type = grammar_spec::kind::json_schema;
       g.param = "response_format.json_schema.schema";
@@ -355,20 +388,23 @@ std::optional<api_error> read_structured(const value& body, openai_request& r) {
       if (!schema || schema->is_null())
         return api_error::bad_request("'response_format.json_schema.schema' is required", g.param);
       if (auto e = read_schema(*schema, g.param, g.text)) return e;
-      if (const value* strict = js->find("strict"); strict && !strict->is_null() && !strict->is_bool())
+      if (const value* strict = js->find("strict");
+          strict && !strict->is_null() && !strict->is_bool())
         return type_error("response_format.json_schema.strict", "a boolean");
       set(std::move(g));
     } else if (t != "text") {
-      return api_error::bad_request("'response_format.type' must be one of 'text', 'json_object', 'json_schema' (got '" +
-                                        t + "')",
-                                    "response_format.type");
+      return api_error::bad_request(
+          "'response_format.type' must be one of 'text', 'json_object', 'json_schema' (got '" + t +
+              "')",
+          "response_format.type");
     }
   }
   bool any_whitespace = true;
   if (const value* so = body.find("structured_outputs"); so && !so->is_null()) {
     if (!so->is_object()) return type_error("structured_outputs", "an object");
     if (const value* d = so->find("disable_any_whitespace"); d && !d->is_null()) {
-      if (!d->is_bool()) return type_error("structured_outputs.disable_any_whitespace", "a boolean");
+      if (!d->is_bool())
+        return type_error("structured_outputs.disable_any_whitespace", "a boolean");
       any_whitespace = !d->as_bool();
     }
     const size_t before = given.size();
@@ -392,42 +428,51 @@ std::optional<api_error> read_structured(const value& body, openai_request& r) {
         if (!v.is_bool()) return type_error(g.param, "a boolean");
         if (!v.as_bool()) continue;
         g.type = grammar_spec::kind::json_object;
-      } else if (key == "disable_any_whitespace" || key == "disable_fallback" || key == "disable_additional_properties" ||
-                 key == "whitespace_pattern" || key == "backend") {
+      } else if (key == "disable_any_whitespace" || key == "disable_fallback" ||
+                 key == "disable_additional_properties" || key == "whitespace_pattern" ||
+                 key == "backend") {
         continue;  // options (the grammar engine is always xgrammar; its whitespace rule applies)
       } else if (key == "structural_tag") {
-        return api_error::bad_request("'structured_outputs.structural_tag' is not supported", g.param);
+        return api_error::bad_request("'structured_outputs.structural_tag' is not supported",
+                                      g.param);
       } else {
         return api_error::bad_request("unknown field 'structured_outputs." + key + "'", g.param);
       }
       set(std::move(g));
     }
     if (given.size() == before)  // vLLM refuses it too
-      return api_error::bad_request("'structured_outputs' must give one of json, regex, choice, grammar or json_object",
-                                    "structured_outputs");
+      return api_error::bad_request(
+          "'structured_outputs' must give one of json, regex, choice, grammar or json_object",
+          "structured_outputs");
   }
   struct alias {
     const char* field;
     grammar_spec::kind type;
   };
-  for (const alias& a : {alias{"guided_json", grammar_spec::kind::json_schema}, alias{"guided_regex", grammar_spec::kind::regex},
-                         alias{"guided_choice", grammar_spec::kind::choice}, alias{"guided_grammar", grammar_spec::kind::grammar}}) {
+  for (const alias& a : {alias{"guided_json", grammar_spec::kind::json_schema},
+                         alias{"guided_regex", grammar_spec::kind::regex},
+                         alias{"guided_choice", grammar_spec::kind::choice},
+                         alias{"guided_grammar", grammar_spec::kind::grammar}}) {
     const value* v = body.find(a.field);
     if (!v || v->is_null()) continue;
     grammar_spec g;
     g.type = a.type;
     g.param = a.field;
     std::optional<api_error> e;
-    if (a.type == grammar_spec::kind::json_schema) e = read_schema(*v, g.param, g.text);
-    else if (a.type == grammar_spec::kind::choice) e = read_choices(*v, g.param, g.choices);
-    else e = read_text(*v, g.param, g.text);
+    if (a.type == grammar_spec::kind::json_schema)
+      e = read_schema(*v, g.param, g.text);
+    else if (a.type == grammar_spec::kind::choice)
+      e = read_choices(*v, g.param, g.choices);
+    else
+      e = read_text(*v, g.param, g.text);
     if (e) return e;
     set(std::move(g));
   }
   if (given.size() > 1)
-    return api_error::bad_request("only one kind of structured output may be given per request (got '" + given[0] +
-                                      "' and '" + given[1] + "')",
-                                  given[1]);
+    return api_error::bad_request(
+        "only one kind of structured output may be given per request (got '" + given[0] +
+            "' and '" + given[1] + "')",
+        given[1]);
   if (r.structured) r.structured->any_whitespace = any_whitespace;
   return std::nullopt;
 }
@@ -439,13 +484,16 @@ std::optional<api_error> read_tools(const value& body, const model_limits& lim, 
   if (tools.is_array()) {
     for (const auto& t : tools.as_array()) {
       if (!t.is_object()) return type_error("tools", "an array of objects");
-      if (const value* type = t.find("type"); type && !(type->is_string() && type->as_string() == "function"))
+      if (const value* type = t.find("type");
+          type && !(type->is_string() && type->as_string() == "function"))
         return api_error::bad_request("'tools' entries must have type 'function'", "tools");
       const value* f = t.find("function");
       const value* name = f && f->is_object() ? f->find("name") : nullptr;
       if (!name || !name->is_string() || name->as_string().empty())
-        return api_error::bad_request("'tools' entries need a 'function' with a non-empty string 'name'", "tools");
-      if (const value* params = f->find("parameters"); params && !params->is_null() && !params->is_object())
+        return api_error::bad_request(
+            "'tools' entries need a 'function' with a non-empty string 'name'", "tools");
+      if (const value* params = f->find("parameters");
+          params && !params->is_null() && !params->is_object())
         return type_error("tools", "entries whose function 'parameters' is a JSON schema object");
       names.push_back(name->as_string());
     }
@@ -455,25 +503,32 @@ std::optional<api_error> read_tools(const value& body, const model_limits& lim, 
   if (tc && !tc->is_null()) {
     if (tc->is_string()) {
       const std::string& c = tc->as_string();
-      if (c == "none") r.tools = tool_mode::none;
-      else if (c == "auto") r.tools = tool_mode::automatic;
-      else if (c == "required") r.tools = tool_mode::required;
+      if (c == "none")
+        r.tools = tool_mode::none;
+      else if (c == "auto")
+        r.tools = tool_mode::automatic;
+      else if (c == "required")
+        r.tools = tool_mode::required;
       else
-        return api_error::bad_request("'tool_choice' must be 'none', 'auto', 'required' or a named function (got '" + c + "')",
-                                      "tool_choice");
+        return api_error::bad_request(
+            "'tool_choice' must be 'none', 'auto', 'required' or a named function (got '" + c +
+                "')",
+            "tool_choice");
     } else if (tc->is_object()) {
       const value* f = tc->find("function");
       const value* name = f && f->is_object() ? f->find("name") : nullptr;
       if (!name || !name->is_string())
-        return api_error::bad_request("'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
-                                      "tool_choice");
+        return api_error::bad_request(
+            "'tool_choice' must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+            "tool_choice");
       r.tools = tool_mode::named;
       r.tool_name = name->as_string();
     } else {
       return type_error("tool_choice", "a string or an object");
     }
     if (r.tools != tool_mode::none && names.empty())
-      return api_error::bad_request("when 'tool_choice' is given, 'tools' must be set", "tool_choice");
+      return api_error::bad_request("when 'tool_choice' is given, 'tools' must be set",
+                                    "tool_choice");
   } else {
     r.tools = names.empty() ? tool_mode::none : tool_mode::automatic;
   }
@@ -482,18 +537,20 @@ std::optional<api_error> read_tools(const value& body, const model_limits& lim, 
       return std::nullopt;
     case tool_mode::automatic:
       if (!lim.enable_auto_tool_choice || lim.tool_call_parser == nullptr)
-        return api_error::bad_request("\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
-                                      "set (or pass tool_choice \"none\", \"required\" or a named function)",
-                                      "tool_choice");
+        return api_error::bad_request(
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be "
+            "set (or pass tool_choice \"none\", \"required\" or a named function)",
+            "tool_choice");
       return std::nullopt;
     case tool_mode::required:
     case tool_mode::named:
       break;
   }
   if (r.structured)
-    return api_error::bad_request("tool_choice '" + std::string(r.tools == tool_mode::named ? "function" : "required") +
-                                      "' cannot be combined with '" + r.structured->param + "'",
-                                  "tool_choice");
+    return api_error::bad_request(
+        "tool_choice '" + std::string(r.tools == tool_mode::named ? "function" : "required") +
+            "' cannot be combined with '" + r.structured->param + "'",
+        "tool_choice");
   grammar_spec g;
   g.type = grammar_spec::kind::json_schema;
   g.param = "tool_choice";
@@ -503,10 +560,14 @@ std::optional<api_error> read_tools(const value& body, const model_limits& lim, 
   } else {
     const value* fn = nullptr;
     for (const auto& t : tools.as_array())
-      if (const value* f = t.find("function"); f && f->find("name")->as_string() == r.tool_name) fn = f;
-    if (!fn) return api_error::bad_request("tool '" + r.tool_name + "' named in 'tool_choice' is not in 'tools'", "tool_choice");
+      if (const value* f = t.find("function"); f && f->find("name")->as_string() == r.tool_name)
+        fn = f;
+    if (!fn)
+      return api_error::bad_request(
+          "tool '" + r.tool_name + "' named in 'tool_choice' is not in 'tools'", "tool_choice");
     const value* params = fn->find("parameters");
-    g.text = params && params->is_object() ? json::dump(*params) : std::string(R"({"type": "object"})");
+    g.text =
+        params && params->is_object() ? json::dump(*params) : std::string(R"({"type": "object"})");
   }
   r.structured = std::move(g);
   return std::nullopt;
@@ -526,9 +587,11 @@ std::optional<api_error> read_extra_fields(const value& body, bool chat, openai_
   if (pl || echo_logprobs) {
     const char* field = pl ? "prompt_logprobs" : "logprobs";
     if (r.stream)
-      return unsupported(field, pl ? "is not available when 'stream' is true" : "with 'echo' is not available when 'stream' is true");
+      return unsupported(field, pl ? "is not available when 'stream' is true"
+                                   : "with 'echo' is not available when 'stream' is true");
     r.prompt_logprobs_field = pl.has_value();
-    r.params.prompt_logprobs = std::max<int32_t>(pl ? int32_t(*pl) : 0, echo_logprobs ? r.params.logprobs : 0);
+    r.params.prompt_logprobs =
+        std::max<int32_t>(pl ? int32_t(*pl) : 0, echo_logprobs ? r.params.logprobs : 0);
   }
   if (!chat)
     if (const value* sx = body.find("suffix"); sx && !sx->is_null()) {
@@ -551,7 +614,8 @@ std::optional<api_error> read_extra_fields(const value& body, bool chat, openai_
     return api_error::bad_request("'best_of' must be greater than or equal to 'n'", "best_of");
   if (best_of && *best_of > r.params.n) {
     // OpenAI's legacy semantics: best_of samples, the n best by log-probability per token returned.
-    if (r.stream) return unsupported("best_of", "greater than 'n' is not available when 'stream' is true");
+    if (r.stream)
+      return unsupported("best_of", "greater than 'n' is not available when 'stream' is true");
     r.returned = r.params.n;
     r.params.n = int32_t(*best_of);
     if (r.params.logprobs < 0) {
@@ -582,7 +646,8 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
     if (!m->is_string()) return type_error("model", "a string");
     r.model = m->as_string();
     if (!r.model.empty() && !lim.serves(r.model))
-      return api_error{404, "The model `" + r.model + "` does not exist.", "NotFoundError", "model", "model_not_found"};
+      return api_error{404, "The model `" + r.model + "` does not exist.", "NotFoundError", "model",
+                       "model_not_found"};
   }
   if (auto e = chat ? read_messages(body, r) : read_prompt(body, lim.vocab_size, r)) return *e;
   if (chat)
@@ -597,11 +662,14 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
     const auto& msgs = r.chat_in.messages.as_array();
     const value* role = msgs.back().find("role");
     const value* content = msgs.back().find("content");
-    if (role && role->as_string() == "assistant" && content && content->is_string()) r.chat_echo = content->as_string();
+    if (role && role->as_string() == "assistant" && content && content->is_string())
+      r.chat_echo = content->as_string();
   }
   if (const value* so = body.find("stream_options"); so && !so->is_null()) {
     if (!so->is_object()) return type_error("stream_options", "an object");
-    if (!r.stream) return api_error::bad_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    if (!r.stream)
+      return api_error::bad_request("'stream_options' is only allowed when 'stream' is true",
+                                    "stream_options");
     if (const value* iu = so->find("include_usage"); iu && !iu->is_null()) {
       if (!iu->is_bool()) return type_error("stream_options.include_usage", "a boolean");
       r.include_usage = iu->as_bool();
@@ -617,13 +685,15 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
   }
   if (auto e = read_bool(body, "return_tokens_as_token_ids", r.tokens_as_ids)) return *e;
   if (const value* tp = body.find("truncate_prompt_tokens"); tp && !tp->is_null()) {
-    if (!tp->is_number() || tp->as_double() != std::floor(tp->as_double()) || !(tp->as_double() == -1 || tp->as_double() >= 1))
+    if (!tp->is_number() || tp->as_double() != std::floor(tp->as_double()) ||
+        !(tp->as_double() == -1 || tp->as_double() >= 1))
       return type_error("truncate_prompt_tokens", "-1 or a positive integer");
     if (tp->as_double() > double(lim.max_model_len))
-      return api_error::bad_request("truncate_prompt_tokens value (" + std::to_string(int64_t(tp->as_double())) +
-                                        ") is greater than max_model_len (" + std::to_string(lim.max_model_len) +
-                                        "). Please select a smaller truncation size.",
-                                    "truncate_prompt_tokens");
+      return api_error::bad_request(
+          "truncate_prompt_tokens value (" + std::to_string(int64_t(tp->as_double())) +
+              ") is greater than max_model_len (" + std::to_string(lim.max_model_len) +
+              "). Please select a smaller truncation size.",
+          "truncate_prompt_tokens");
     r.truncate_prompt_tokens = int32_t(tp->as_double());
   }
   if (auto e = read_extra_fields(body, chat, r)) return *e;
@@ -642,7 +712,8 @@ context_rule context_of(const openai_request& req) {
   return rule;
 }
 
-std::optional<api_error> check_context(openai_request& req, int32_t prompt_tokens, const model_limits& lim) {
+std::optional<api_error> check_context(openai_request& req, int32_t prompt_tokens,
+                                       const model_limits& lim) {
   auto r = apply_context_rule(context_of(req), prompt_tokens, lim.max_model_len, req.params);
   if (r.ok()) return std::nullopt;
   return api_error::bad_request(r.err().message, r.err().param);

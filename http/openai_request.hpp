@@ -25,10 +25,11 @@ struct model_limits {
   // Whether `name` is one of the served model's names.
   bool serves(std::string_view name) const {
     return name == served_model_name ||
-           std::find(served_model_aliases.begin(), served_model_aliases.end(), name) != served_model_aliases.end();
+           std::find(served_model_aliases.begin(), served_model_aliases.end(), name) !=
+               served_model_aliases.end();
   }
-  int32_t vocab_size = 0;      // ids must be in [0, vocab_size)
-  int32_t max_model_len = 0;   // prompt + max_tokens at most
+  int32_t vocab_size = 0;     // ids must be in [0, vocab_size)
+  int32_t max_model_len = 0;  // prompt + max_tokens at most
   // Tool calling: tool_choice "auto" needs --enable-auto-tool-choice and a --tool-call-parser.
   bool enable_auto_tool_choice = false;
   const tool_parser* tool_call_parser = nullptr;
@@ -46,16 +47,18 @@ struct openai_request {
   std::vector<std::variant<std::string, std::vector<int32_t>>> prompts;
   chat_input chat_in;
   sampling_params params;
-  bool max_tokens_given = false;  // false: completions default 16, chat: the rest of the context
+  bool max_tokens_given = false;   // false: completions default 16, chat: the rest of the context
   int32_t default_max_tokens = 0;  // chat without max_tokens: at most this many (0: no cap)
-  std::string max_tokens_param;   // "max_tokens" or "max_completion_tokens" (error messages)
+  std::string max_tokens_param;    // "max_tokens" or "max_completion_tokens" (error messages)
   bool stream = false;
   bool include_usage = false;
-  bool continuous_usage = false;  // stream_options.continuous_usage_stats (vLLM): usage in every chunk
-  // vLLM's truncate_prompt_tokens: keep the prompt's last k tokens (-1: max_model_len); 0: as given.
+  bool continuous_usage =
+      false;  // stream_options.continuous_usage_stats (vLLM): usage in every chunk
+  // vLLM's truncate_prompt_tokens: keep the prompt's last k tokens (-1: max_model_len); 0: as
+  // given.
   int32_t truncate_prompt_tokens = 0;
   bool tokens_as_ids = false;  // vLLM's return_tokens_as_token_ids: logprob tokens as "token_id:N"
-  bool chat_logprobs = false;     // chat: logprobs requested (top_logprobs in params.logprobs)
+  bool chat_logprobs = false;  // chat: logprobs requested (top_logprobs in params.logprobs)
   bool prompt_logprobs_field = false;  // vLLM's prompt_logprobs given: the response carries them
   // Chat `echo` (vLLM's extension): when the final message is the assistant's, its text leads
   // each reply's content.
@@ -64,7 +67,7 @@ struct openai_request {
   // token logprob are answered; 0: every sample is returned.
   int32_t returned = 0;
   bool logprobs_for_ranking = false;  // params.logprobs was raised to 0 only to rank the samples
-  bool echo = false;              // completions: prompt text prepended to the output
+  bool echo = false;                  // completions: prompt text prepended to the output
   std::string user;
   // response_format json_object / json_schema, structured_outputs, or a guided_* alias (or the
   // grammar tool_choice "required" / a named function imposes).
@@ -83,7 +86,8 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view bo
 std::variant<json::value, api_error> parse_json_object(std::string_view body);
 
 // The request's context rule (coserve::apply_context_rule): max_tokens as given, else the rest of
-// the context (chat) or at most 16 (completions); errors name "messages"/"prompt" or the field given.
+// the context (chat) or at most 16 (completions); errors name "messages"/"prompt" or the field
+// given.
 context_rule context_of(const openai_request& req);
 
 // Applies the context rule once the prompt length is known (the tokenizer actor does the same for

@@ -50,11 +50,16 @@ void keep_best(std::vector<choice_state>& choices, int32_t n, int32_t keep) {
 
 std::string_view finish_text(finish_reason r) noexcept {
   switch (r) {
-    case finish_reason::stop: return "stop";
-    case finish_reason::length: return "length";
-    case finish_reason::abort: return "abort";
-    case finish_reason::error: return "error";
-    case finish_reason::none: break;
+    case finish_reason::stop:
+      return "stop";
+    case finish_reason::length:
+      return "length";
+    case finish_reason::abort:
+      return "abort";
+    case finish_reason::error:
+      return "error";
+    case finish_reason::none:
+      break;
   }
   return {};
 }
@@ -107,7 +112,8 @@ int64_t chars_in(std::string_view t) {
 value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
                           const std::vector<std::vector<token_logprob>>& tops, int64_t text_offset,
                           const token_text_fn& text_of) {
-  value tokens = json::array{}, token_lps = json::array{}, top = json::array{}, offsets = json::array{};
+  value tokens = json::array{}, token_lps = json::array{}, top = json::array{},
+        offsets = json::array{};
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string t = text_of(ids[i]);
     offsets.push_back(value(text_offset));
@@ -119,7 +125,8 @@ value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<flo
     if (i < tops.size() || i < lps.size()) {
       value m = json::object{};
       if (i < tops.size())
-        for (const auto& tl : tops[i]) m[text_of(tl.token)] = value(static_cast<double>(tl.logprob));
+        for (const auto& tl : tops[i])
+          m[text_of(tl.token)] = value(static_cast<double>(tl.logprob));
       if (i < lps.size() && !m.find(t)) m[t] = value(static_cast<double>(lps[i]));
       top.push_back(std::move(m));
     } else {
@@ -134,10 +141,13 @@ value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<flo
   return v;
 }
 
-value completion_logprobs_echo(const std::vector<int32_t>& prompt_ids, const std::vector<prompt_logprob>& prompt_lps,
+value completion_logprobs_echo(const std::vector<int32_t>& prompt_ids,
+                               const std::vector<prompt_logprob>& prompt_lps,
                                const std::vector<int32_t>& ids, const std::vector<float>& lps,
-                               const std::vector<std::vector<token_logprob>>& tops, const token_text_fn& text_of) {
-  value tokens = json::array{}, token_lps = json::array{}, top = json::array{}, offsets = json::array{};
+                               const std::vector<std::vector<token_logprob>>& tops,
+                               const token_text_fn& text_of) {
+  value tokens = json::array{}, token_lps = json::array{}, top = json::array{},
+        offsets = json::array{};
   int64_t offset = 0;
   for (size_t p = 0; p < prompt_ids.size(); ++p) {
     std::string t = text_of(prompt_ids[p]);
@@ -167,7 +177,8 @@ value completion_logprobs_echo(const std::vector<int32_t>& prompt_ids, const std
   return v;
 }
 
-value prompt_logprobs_json(const std::vector<int32_t>& prompt_ids, const std::vector<prompt_logprob>& prompt_lps,
+value prompt_logprobs_json(const std::vector<int32_t>& prompt_ids,
+                           const std::vector<prompt_logprob>& prompt_lps,
                            const token_text_fn& text_of) {
   value out = json::array{};
   auto entry = [&](float logprob, int32_t rank, int32_t id) {
@@ -195,7 +206,8 @@ value prompt_logprobs_json(const std::vector<int32_t>& prompt_ids, const std::ve
 }
 
 value chat_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
-                    const std::vector<std::vector<token_logprob>>& tops, const token_text_fn& text_of) {
+                    const std::vector<std::vector<token_logprob>>& tops,
+                    const token_text_fn& text_of) {
   value content = json::array{};
   for (size_t i = 0; i < ids.size(); ++i) {
     std::string t = text_of(ids[i]);
@@ -284,7 +296,8 @@ std::string tool_delta_chunk(const response_header& h, int32_t index, value call
 
 }  // namespace
 
-std::string chat_reasoning_chunk(const response_header& h, int32_t index, std::string_view text, bool usage_null) {
+std::string chat_reasoning_chunk(const response_header& h, int32_t index, std::string_view text,
+                                 bool usage_null) {
   value c = json::object{};
   c["index"] = value(int64_t{index});
   value delta = json::object{};
@@ -296,7 +309,8 @@ std::string chat_reasoning_chunk(const response_header& h, int32_t index, std::s
 }
 
 std::string chat_tool_header_chunk(const response_header& h, int32_t index, int32_t call_index,
-                                   const std::string& id, const std::string& name, bool usage_null) {
+                                   const std::string& id, const std::string& name,
+                                   bool usage_null) {
   value call = json::object{};
   call["index"] = value(int64_t{call_index});
   call["id"] = value(id);
@@ -330,7 +344,8 @@ std::string usage_chunk(const response_header& h, const value& usage) {
 namespace {
 
 std::string body(const response_header& h, const std::vector<choice_state>& choices,
-                 const std::vector<value>& logprobs, const value& usage, const std::vector<value>* prompt_lps) {
+                 const std::vector<value>& logprobs, const value& usage,
+                 const std::vector<value>* prompt_lps) {
   value v = json::object{};
   v["id"] = value(h.id);
   v["object"] = value(h.chat ? "chat.completion" : "text_completion");
@@ -367,11 +382,13 @@ std::string body(const response_header& h, const std::vector<choice_state>& choi
                                           ? std::string_view("tool_calls")
                                           : finish_text(ch.finish));
     c["stop_reason"] = ch.stop_reason.empty() ? value() : value(ch.stop_reason);
-    if (prompt_lps && !h.chat) c["prompt_logprobs"] = i < prompt_lps->size() ? (*prompt_lps)[i] : value();
+    if (prompt_lps && !h.chat)
+      c["prompt_logprobs"] = i < prompt_lps->size() ? (*prompt_lps)[i] : value();
     arr.push_back(std::move(c));
   }
   v["choices"] = std::move(arr);
-  if (prompt_lps && h.chat) v["prompt_logprobs"] = prompt_lps->empty() ? value() : prompt_lps->front();
+  if (prompt_lps && h.chat)
+    v["prompt_logprobs"] = prompt_lps->empty() ? value() : prompt_lps->front();
   v["usage"] = usage;
   std::string out;
   json::dump_compact(v, out);

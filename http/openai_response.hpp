@@ -35,7 +35,8 @@ struct choice_state {
   std::vector<int32_t> token_ids;
   std::vector<float> token_logprobs;
   std::vector<std::vector<token_logprob>> top_logprobs;
-  std::vector<prompt_logprob> prompt_logprobs;  // from the event that carried them (one sample of a prompt)
+  std::vector<prompt_logprob>
+      prompt_logprobs;  // from the event that carried them (one sample of a prompt)
   finish_reason finish = finish_reason::none;
   std::string stop_reason;
   int32_t completion_tokens = 0;
@@ -68,10 +69,11 @@ int64_t chars_in(std::string_view t);
 // Logprobs objects. Completions: {tokens, token_logprobs, top_logprobs, text_offset}, offsets
 // counted from `text_offset`. Chat: {content: [{token, logprob, bytes, top_logprobs}]}.
 json::value completion_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
-                                const std::vector<std::vector<token_logprob>>& tops, int64_t text_offset,
-                                const token_text_fn& text_of);
+                                const std::vector<std::vector<token_logprob>>& tops,
+                                int64_t text_offset, const token_text_fn& text_of);
 json::value chat_logprobs(const std::vector<int32_t>& ids, const std::vector<float>& lps,
-                          const std::vector<std::vector<token_logprob>>& tops, const token_text_fn& text_of);
+                          const std::vector<std::vector<token_logprob>>& tops,
+                          const token_text_fn& text_of);
 
 json::value usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
 
@@ -84,7 +86,8 @@ std::string chat_delta_chunk(const response_header& h, int32_t index, std::strin
                              const json::value& logprobs, std::string_view finish, bool usage_null);
 std::string usage_chunk(const response_header& h, const json::value& usage);
 // A reasoning delta ({"reasoning_content": text}) of choice `index`.
-std::string chat_reasoning_chunk(const response_header& h, int32_t index, std::string_view text, bool usage_null);
+std::string chat_reasoning_chunk(const response_header& h, int32_t index, std::string_view text,
+                                 bool usage_null);
 // Tool-call deltas of choice `index`: the call's first chunk (id, type, name, empty arguments),
 // then argument text.
 std::string chat_tool_header_chunk(const response_header& h, int32_t index, int32_t call_index,
@@ -96,13 +99,14 @@ std::string chat_tool_args_chunk(const response_header& h, int32_t index, int32_
 // top_logprobs, the others from `prompt_lps`, their top entries holding the prompt token too),
 // then the generated ones; text offsets from 0 over the tokens' texts.
 json::value completion_logprobs_echo(const std::vector<int32_t>& prompt_ids,
-                                     const std::vector<prompt_logprob>& prompt_lps, const std::vector<int32_t>& ids,
-                                     const std::vector<float>& lps,
+                                     const std::vector<prompt_logprob>& prompt_lps,
+                                     const std::vector<int32_t>& ids, const std::vector<float>& lps,
                                      const std::vector<std::vector<token_logprob>>& tops,
                                      const token_text_fn& text_of);
 // vLLM's prompt_logprobs value: [null, {"<id>": {logprob, rank, decoded_token}, ...}, ...], one
 // entry per prompt token, each holding the prompt token and the top ones (null where missing).
-json::value prompt_logprobs_json(const std::vector<int32_t>& prompt_ids, const std::vector<prompt_logprob>& prompt_lps,
+json::value prompt_logprobs_json(const std::vector<int32_t>& prompt_ids,
+                                 const std::vector<prompt_logprob>& prompt_lps,
                                  const token_text_fn& text_of);
 
 // Whole bodies. `choices` in index order; each choice's logprobs object (or null) alongside.

@@ -29,8 +29,8 @@ class prometheus_metrics {
   std::string render(const engine_metrics& m, bool healthy);
 
   // HTTP-side counters.
-  void count_http(int status);         // every answered request, by status
-  void count_client_disconnect();      // a streaming client left before the end
+  void count_http(int status);     // every answered request, by status
+  void count_client_disconnect();  // a streaming client left before the end
 
  private:
   std::mutex mu_;  // guards everything below

@@ -72,7 +72,8 @@ reasoning_split reasoning_stream::drain(bool final) {
           st_ = state::reasoning;
           continue;
         }
-        if (!final && rest.size() < k_open.size() && k_open.substr(0, rest.size()) == rest) return out;  // maybe
+        if (!final && rest.size() < k_open.size() && k_open.substr(0, rest.size()) == rest)
+          return out;  // maybe
         st_ = p_.starts_in_reasoning ? state::reasoning : state::content;
         continue;
       }

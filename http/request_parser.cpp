@@ -1,12 +1,11 @@
 #include "http/request_parser.hpp"
 
 #include <algorithm>
-#include <cctype>
-#include <cstdint>
-
 #include <boost/beast/http/error.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <cctype>
+#include <cstdint>
 
 namespace coserve::http {
 
@@ -18,7 +17,8 @@ struct request_parser::impl {
 
 request_parser::request_parser(const server_limits& limits) : impl_(std::make_unique<impl>()) {
   auto& p = impl_->parser;
-  p.header_limit(static_cast<std::uint32_t>(std::min<std::size_t>(limits.max_header_bytes, UINT32_MAX)));
+  p.header_limit(
+      static_cast<std::uint32_t>(std::min<std::size_t>(limits.max_header_bytes, UINT32_MAX)));
   p.body_limit(limits.max_body_bytes);
   p.eager(true);
 }
@@ -47,8 +47,10 @@ bool request_parser::header_done() const { return impl_->parser.is_header_done()
 bool request_parser::expects_continue() const {
   if (!header_done()) return false;
   auto expect = impl_->parser.get()[bh::field::expect];
-  return expect.size() == 12 && std::equal(expect.begin(), expect.end(), "100-continue",
-                                           [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+  return expect.size() == 12 &&
+         std::equal(expect.begin(), expect.end(), "100-continue", [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == b;
+         });
 }
 
 http_request request_parser::take() {
@@ -58,7 +60,8 @@ http_request request_parser::take() {
   out.target = std::string(msg.target());
   for (const auto& f : msg) {
     std::string name(f.name_string());
-    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return std::tolower(c); });
     out.headers.emplace_back(std::move(name), std::string(f.value()));
   }
   out.keep_alive = msg.keep_alive();

@@ -1,9 +1,8 @@
 // POST /v1/responses (OpenAI Responses API): the translated chat request's output as a response
 // object with reasoning, message and function_call items, or as response.* events.
+#include <asio/experimental/awaitable_operators.hpp>
 #include <chrono>
 #include <functional>
-
-#include <asio/experimental/awaitable_operators.hpp>
 
 #include "http/dialects.hpp"
 #include "http/openai_api.hpp"
@@ -18,7 +17,9 @@ using json::value;
 namespace {
 
 int64_t now_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
@@ -48,13 +49,18 @@ asio::awaitable<void> openai_api::responses(http_request& req, response_writer& 
     v["model"] = value(r.model.empty() ? limits_.served_model_name : r.model);
     v["output"] = output;
     v["parallel_tool_calls"] = value(r.parallel_tool_calls);
-    v["tool_choice"] = body.find("tool_choice") && !body.find("tool_choice")->is_null() ? *body.find("tool_choice") : value("auto");
-    v["tools"] = body.find("tools") && body.find("tools")->is_array() ? *body.find("tools") : value(json::array{});
+    v["tool_choice"] = body.find("tool_choice") && !body.find("tool_choice")->is_null()
+                           ? *body.find("tool_choice")
+                           : value("auto");
+    v["tools"] = body.find("tools") && body.find("tools")->is_array() ? *body.find("tools")
+                                                                      : value(json::array{});
     v["temperature"] = value(double(r.params.temperature));
     v["top_p"] = value(double(r.params.top_p));
     v["max_output_tokens"] = r.max_tokens_given ? value(int64_t{r.params.max_tokens}) : value();
     v["instructions"] = body.find("instructions") ? *body.find("instructions") : value();
-    v["metadata"] = body.find("metadata") && body.find("metadata")->is_object() ? *body.find("metadata") : value(json::object{});
+    v["metadata"] = body.find("metadata") && body.find("metadata")->is_object()
+                        ? *body.find("metadata")
+                        : value(json::object{});
     v["error"] = value();
     v["incomplete_details"] = value();
     if (std::string_view(status) == "incomplete") {
@@ -278,8 +284,10 @@ asio::awaitable<void> openai_api::responses(http_request& req, response_writer& 
     co_return co_await event("response.output_item.done", std::move(e));
   };
   chat_outcome o;
-  if (ok) o = co_await pump_chat(run, sink, w);
-  else s->cancel();
+  if (ok)
+    o = co_await pump_chat(run, sink, w);
+  else
+    s->cancel();
   if (w.client_gone()) co_return;
   if (!o.error.empty()) {
     value d = json::object{};
@@ -293,7 +301,9 @@ asio::awaitable<void> openai_api::responses(http_request& req, response_writer& 
     // response.completed ends every finished stream (the official client's stream helper waits
     // for it); a response cut by max_output_tokens has status "incomplete" in it.
     const bool incomplete = o.finish == finish_reason::length;
-    if (ok) co_await event("response.completed", with_response(incomplete ? "incomplete" : "completed", usage_of(o)));
+    if (ok)
+      co_await event("response.completed",
+                     with_response(incomplete ? "incomplete" : "completed", usage_of(o)));
   }
   co_await w.end_stream();
 }

@@ -6,8 +6,6 @@
 #include "http/server.hpp"
 
 #include <algorithm>
-#include <cctype>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -24,6 +22,7 @@
 #include <boost/beast/http/parser.hpp>
 #include <boost/beast/http/serializer.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <cctype>
 
 #include "http/request_parser.hpp"
 
@@ -36,20 +35,34 @@ constexpr auto nothrow = asio::experimental::as_tuple(asio::use_awaitable);
 
 std::string_view status_reason(int status) noexcept {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Payload Too Large";
-    case 422: return "Unprocessable Entity";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Payload Too Large";
+    case 422:
+      return "Unprocessable Entity";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
   }
 }
 
@@ -107,8 +120,12 @@ class connection : public std::enable_shared_from_this<connection> {
       head_ = false;
       if (status < 0) break;  // closed, timed out or unusable: no response
       if (status > 0) {       // a protocol error answered before any handler runs
-        const http_response r{status, "application/json",
-                              error_body(status_reason(status), status == 413 ? "invalid_request_error" : "BadRequestError", status), {}};
+        const http_response r{
+            status,
+            "application/json",
+            error_body(status_reason(status),
+                       status == 413 ? "invalid_request_error" : "BadRequestError", status),
+            {}};
         keep_alive_ = false;
         co_await send(r);
         break;
@@ -130,7 +147,10 @@ class connection : public std::enable_shared_from_this<connection> {
         // A handler bug must not take the server down; the client sees a 500 when nothing was sent.
         keep_alive_ = false;
         if (!responded_) {
-          const http_response r{500, "application/json", error_body("internal error", "InternalServerError", 500), {}};
+          const http_response r{500,
+                                "application/json",
+                                error_body("internal error", "InternalServerError", 500),
+                                {}};
           co_await send(r);
         }
       }
@@ -187,8 +207,9 @@ class connection : public std::enable_shared_from_this<connection> {
   asio::awaitable<bool> write_all(std::string_view data) {
     if (gone_) co_return false;
     timer_.expires_after(server_.limits_.write_timeout);
-    auto r = co_await (asio::async_write(socket_, asio::buffer(data.data(), data.size()), nothrow) ||
-                       timer_.async_wait(nothrow));
+    auto r =
+        co_await (asio::async_write(socket_, asio::buffer(data.data(), data.size()), nothrow) ||
+                  timer_.async_wait(nothrow));
     if (r.index() == 1 || std::get<0>(std::get<0>(r))) {
       gone_ = true;  // timed out (slow reader) or failed: the client is treated as gone
       asio::error_code ec;
@@ -271,20 +292,23 @@ class connection : public std::enable_shared_from_this<connection> {
   http_server& server_;
   tcp::socket socket_;
   asio::steady_timer timer_;
-  std::string buf_;          // bytes read but not yet parsed (pipelining)
-  bool idle_ = true;         // waiting for a request (stop() may close it)
+  std::string buf_;   // bytes read but not yet parsed (pipelining)
+  bool idle_ = true;  // waiting for a request (stop() may close it)
   bool keep_alive_ = true;
   bool head_ = false;  // the request being answered is a HEAD
   bool responded_ = false;
   bool gone_ = false;
-  std::vector<std::pair<std::string, std::string>> extra_headers_;  // this request's, on every response
+  std::vector<std::pair<std::string, std::string>>
+      extra_headers_;  // this request's, on every response
 };
 
 asio::awaitable<bool> response_writer::send(const http_response& r) { return conn_.send(r); }
 asio::awaitable<bool> response_writer::begin_stream(int status, std::string_view ct) {
   return conn_.begin_stream(status, ct);
 }
-asio::awaitable<bool> response_writer::write_chunk(std::string_view d) { return conn_.write_chunk(d); }
+asio::awaitable<bool> response_writer::write_chunk(std::string_view d) {
+  return conn_.write_chunk(d);
+}
 asio::awaitable<bool> response_writer::end_stream() { return conn_.end_stream(); }
 void response_writer::add_header(std::string name, std::string value) {
   conn_.extra_headers_.emplace_back(std::move(name), std::move(value));
@@ -306,7 +330,9 @@ result<uint16_t> http_server::listen(const std::string& host, uint16_t port) {
   if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) acceptor_.bind(ep, ec);
   if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) return make_error("io", "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  if (ec)
+    return make_error(
+        "io", "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
   uint16_t bound = acceptor_.local_endpoint().port();
   asio::co_spawn(io_, accept_loop(), asio::detached);
   return bound;
@@ -319,7 +345,8 @@ asio::awaitable<void> http_server::accept_loop() {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
       continue;  // e.g. EMFILE: keep serving the connections we have
     }
-    if (open_connections_.load(std::memory_order_relaxed) >= static_cast<int64_t>(limits_.max_connections)) {
+    if (open_connections_.load(std::memory_order_relaxed) >=
+        static_cast<int64_t>(limits_.max_connections)) {
       asio::error_code ignored;
       socket.close(ignored);
       continue;

@@ -7,6 +7,9 @@
 // because each connection is serialised by its own strand).
 #pragma once
 
+#include <asio/awaitable.hpp>
+#include <asio/io_context.hpp>
+#include <asio/ip/tcp.hpp>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -16,10 +19,6 @@
 #include <string_view>
 #include <vector>
 
-#include <asio/awaitable.hpp>
-#include <asio/io_context.hpp>
-#include <asio/ip/tcp.hpp>
-
 #include "http/http_types.hpp"
 #include "runtime/expected.hpp"
 
@@ -28,8 +27,9 @@ namespace coserve::http {
 class connection;
 
 // Handed to a handler for the one request it answers. Arguments must outlive the co_await (pass
-// named locals, never temporaries: GCC 12 mis-destroys temporaries of a co_await expression). Exactly one of: send(), or begin_stream()
-// followed by write_chunk()* and end_stream(). Every awaitable resumes on the connection's strand.
+// named locals, never temporaries: GCC 12 mis-destroys temporaries of a co_await expression).
+// Exactly one of: send(), or begin_stream() followed by write_chunk()* and end_stream(). Every
+// awaitable resumes on the connection's strand.
 class response_writer {
  public:
   explicit response_writer(connection& c) noexcept : conn_(c) {}
@@ -72,8 +72,12 @@ class http_server {
   void stop();
 
   // Requests being handled right now (between a parsed request and its last byte written).
-  int64_t active_requests() const noexcept { return active_requests_.load(std::memory_order_relaxed); }
-  int64_t open_connections() const noexcept { return open_connections_.load(std::memory_order_relaxed); }
+  int64_t active_requests() const noexcept {
+    return active_requests_.load(std::memory_order_relaxed);
+  }
+  int64_t open_connections() const noexcept {
+    return open_connections_.load(std::memory_order_relaxed);
+  }
 
  private:
   friend class connection;

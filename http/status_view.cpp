@@ -13,7 +13,8 @@ namespace coserve::http {
 using json::value;
 
 status_history::status_history(size_t capacity, std::chrono::milliseconds period)
-    : capacity_(std::max<size_t>(capacity, 2)), period_(std::max(period, std::chrono::milliseconds(1))) {}
+    : capacity_(std::max<size_t>(capacity, 2)),
+      period_(std::max(period, std::chrono::milliseconds(1))) {}
 
 status_history::~status_history() { stop(); }
 
@@ -68,7 +69,8 @@ double rate(int64_t later, int64_t earlier, double seconds) {
 }
 
 // The newest sample at least `seconds` older than the last one (or the oldest there is).
-const status_history::sample* sample_before(const std::vector<status_history::sample>& h, double seconds) {
+const status_history::sample* sample_before(const std::vector<status_history::sample>& h,
+                                            double seconds) {
   if (h.empty()) return nullptr;
   const double t = h.back().t - seconds;
   for (size_t i = h.size(); i-- > 0;)
@@ -141,7 +143,8 @@ std::string status_json(const status_inputs& in) {
   v["uptime_seconds"] = value(in.uptime_seconds);
   v["healthy"] = value(in.unhealthy_reason.empty());
   v["unhealthy_reason"] = in.unhealthy_reason.empty() ? value() : value(in.unhealthy_reason);
-  v["time"] = value(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  v["time"] = value(
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   v["running"] = value(m.requests_running);
   v["waiting"] = value(m.requests_waiting);
 
@@ -159,13 +162,16 @@ std::string status_json(const status_inputs& in) {
   const auto* five = sample_before(in.history, 5.0);
   const auto* minute = sample_before(in.history, 60.0);
   const double dt = last && five ? last->t - five->t : 0.0;
-  rates["generation_tokens_per_second"] = value(last ? rate(last->generation_tokens, five->generation_tokens, dt) : 0.0);
-  rates["prompt_tokens_per_second"] = value(last ? rate(last->prompt_tokens, five->prompt_tokens, dt) : 0.0);
+  rates["generation_tokens_per_second"] =
+      value(last ? rate(last->generation_tokens, five->generation_tokens, dt) : 0.0);
+  rates["prompt_tokens_per_second"] =
+      value(last ? rate(last->prompt_tokens, five->prompt_tokens, dt) : 0.0);
   v["throughput"] = std::move(rates);
   value prefix = json::object{};
   prefix["queries"] = value(m.prefix_queries);
   prefix["hits"] = value(m.prefix_hits);
-  prefix["hit_rate"] = m.prefix_queries > 0 ? value(double(m.prefix_hits) / double(m.prefix_queries)) : value();
+  prefix["hit_rate"] =
+      m.prefix_queries > 0 ? value(double(m.prefix_hits) / double(m.prefix_queries)) : value();
   const int64_t q = last && minute ? last->prefix_queries - minute->prefix_queries : 0;
   prefix["hit_rate_last_minute"] =
       q > 0 ? value(double(last->prefix_hits - minute->prefix_hits) / double(q)) : value();
@@ -212,7 +218,8 @@ std::string status_json(const status_inputs& in) {
   if (in.trace) {
     const rt::tracer& tr = *in.trace;
     const int64_t now = tr.now_ns();
-    const int64_t window = std::chrono::duration_cast<std::chrono::nanoseconds>(in.actor_window).count();
+    const int64_t window =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(in.actor_window).count();
     const int64_t timeline_window = 3 * window;
     const auto spans = tr.spans_since(now - timeline_window);
     std::unordered_map<uint32_t, std::string> names;
@@ -250,8 +257,9 @@ std::string status_json(const status_inputs& in) {
       for (const auto* s : ss) end = std::max(end, s->end_ns);
       value tl = json::object{};
       tl["request_id"] = value(static_cast<int64_t>(rid));
-      tl["active"] = value(std::any_of(in.requests.begin(), in.requests.end(),
-                                       [rid = rid](const request_status& r) { return r.id == rid; }));
+      tl["active"] =
+          value(std::any_of(in.requests.begin(), in.requests.end(),
+                            [rid = rid](const request_status& r) { return r.id == rid; }));
       tl["age_seconds"] = value(double(now - t0) / 1e9);
       tl["duration_ms"] = value(double(end - t0) / 1e6);
       // Long requests keep their first quarter and newest three quarters of spans.
@@ -287,7 +295,8 @@ std::string status_json(const status_inputs& in) {
     a["actors"] = value(std::max(1, r.members));
     a["mailbox_depth"] = value(r.depth);
     a["busy_ms"] = value(double(r.busy_ns) / 1e6);
-    a["busy_fraction"] = value(window_s > 0 ? double(r.busy_ns) / 1e9 / window_s / std::max(1, r.members) : 0.0);
+    a["busy_fraction"] =
+        value(window_s > 0 ? double(r.busy_ns) / 1e9 / window_s / std::max(1, r.members) : 0.0);
     a["spans"] = value(r.spans);
     actors.push_back(std::move(a));
   }

@@ -66,15 +66,15 @@ class status_history {
 struct status_inputs {
   std::string model;
   double uptime_seconds = 0.0;
-  std::string unhealthy_reason;            // "" while healthy
-  engine_metrics metrics;                  // now
+  std::string unhealthy_reason;  // "" while healthy
+  engine_metrics metrics;        // now
   std::vector<status_history::sample> history;
   double history_period_seconds = 1.0;
-  std::vector<request_status> requests;    // running first
-  const rt::tracer* trace = nullptr;       // nullptr: no actor or timeline data
+  std::vector<request_status> requests;  // running first
+  const rt::tracer* trace = nullptr;     // nullptr: no actor or timeline data
   std::chrono::milliseconds actor_window{std::chrono::seconds(10)};
-  size_t timelines = 8;                    // last requests drawn
-  size_t spans_per_timeline = 400;         // the newest kept when a request has more
+  size_t timelines = 8;             // last requests drawn
+  size_t spans_per_timeline = 400;  // the newest kept when a request has more
 };
 
 // The JSON body of GET /api/status (fields documented in docs/webui.md).

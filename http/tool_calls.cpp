@@ -33,20 +33,27 @@ size_t json_value_end(std::string_view s, size_t pos) {
     for (size_t i = pos; i < s.size(); ++i) {
       const char ch = s[i];
       if (in_str) {
-        if (ch == '\\') ++i;
-        else if (ch == '"') in_str = false;
+        if (ch == '\\')
+          ++i;
+        else if (ch == '"')
+          in_str = false;
         continue;
       }
-      if (ch == '"') in_str = true;
-      else if (ch == '{' || ch == '[') ++depth;
-      else if ((ch == '}' || ch == ']') && --depth == 0) return i + 1;
+      if (ch == '"')
+        in_str = true;
+      else if (ch == '{' || ch == '[')
+        ++depth;
+      else if ((ch == '}' || ch == ']') && --depth == 0)
+        return i + 1;
     }
     return std::string_view::npos;
   }
   if (c == '"') {
     for (size_t i = pos + 1; i < s.size(); ++i) {
-      if (s[i] == '\\') ++i;
-      else if (s[i] == '"') return i + 1;
+      if (s[i] == '\\')
+        ++i;
+      else if (s[i] == '"')
+        return i + 1;
     }
     return std::string_view::npos;
   }
@@ -89,11 +96,13 @@ parsed_tool_output parse_hermes(std::string_view text) {
   size_t at = text.find(open);
   if (at == std::string_view::npos) return as_content(text);
   parsed_tool_output out;
-  out.content = std::string(trim(text.substr(0, at)).empty() ? std::string_view() : text.substr(0, at));
+  out.content =
+      std::string(trim(text.substr(0, at)).empty() ? std::string_view() : text.substr(0, at));
   while (at != std::string_view::npos) {
     const size_t body = at + open.size();
     const size_t end = text.find(close, body);
-    const std::string_view inner = trim(text.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body));
+    const std::string_view inner = trim(
+        text.substr(body, end == std::string_view::npos ? std::string_view::npos : end - body));
     auto v = json::parse(inner);
     if (!v) return as_content(text);
     auto c = call_from_object(*v);
@@ -134,7 +143,8 @@ parsed_tool_output parse_mistral(std::string_view text) {
   const size_t at = text.find(marker);
   if (at == std::string_view::npos) return as_content(text);
   parsed_tool_output out;
-  out.content = std::string(trim(text.substr(0, at)).empty() ? std::string_view() : text.substr(0, at));
+  out.content =
+      std::string(trim(text.substr(0, at)).empty() ? std::string_view() : text.substr(0, at));
   std::string_view rest = trim(text.substr(at + marker.size()));
   if (!rest.empty() && rest.front() == '[') {  // a JSON array of calls
     const size_t end = json_value_end(rest, 0);
@@ -156,7 +166,8 @@ parsed_tool_output parse_mistral(std::string_view text) {
     std::string_view name = rest.substr(0, brace);
     if (const size_t a = name.find(args_tag); a != std::string_view::npos) name = name.substr(0, a);
     name = trim(name);
-    if (name.empty() || name.find_first_of(" \t\r\n{}[]\"") != std::string_view::npos) return as_content(text);
+    if (name.empty() || name.find_first_of(" \t\r\n{}[]\"") != std::string_view::npos)
+      return as_content(text);
     const size_t end = json_value_end(rest, brace);
     if (end == std::string_view::npos) return as_content(text);
     auto args = json::parse(rest.substr(brace, end - brace));
@@ -192,8 +203,8 @@ class py_reader {
   std::optional<std::string> ident() {
     blank();
     const size_t b = i_;
-    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' || s_[i_] == '.' ||
-                              s_[i_] == '-'))
+    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '_' ||
+                              s_[i_] == '.' || s_[i_] == '-'))
       ++i_;
     if (i_ == b || std::isdigit(static_cast<unsigned char>(s_[b]))) return std::nullopt;
     return std::string(s_.substr(b, i_ - b));
@@ -229,8 +240,10 @@ class py_reader {
         auto v = literal(depth + 1);
         if (!v) return std::nullopt;
         std::string key;
-        if (k->is_string()) key = k->as_string();
-        else key = json::dump(*k);
+        if (k->is_string())
+          key = k->as_string();
+        else
+          key = json::dump(*k);
         obj[key] = std::move(*v);
         if (eat('}')) break;
         if (!eat(',')) return std::nullopt;
@@ -239,8 +252,8 @@ class py_reader {
       return obj;
     }
     const size_t b = i_;
-    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' || s_[i_] == '-' ||
-                              s_[i_] == '+' || s_[i_] == '_'))
+    while (i_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[i_])) || s_[i_] == '.' ||
+                              s_[i_] == '-' || s_[i_] == '+' || s_[i_] == '_'))
       ++i_;
     const std::string_view word = s_.substr(b, i_ - b);
     if (word == "True") return value(true);
@@ -265,10 +278,20 @@ class py_reader {
       if (i_ >= s_.size()) return std::nullopt;
       ch = s_[i_++];
       switch (ch) {
-        case 'n': out.push_back('\n'); break;
-        case 't': out.push_back('\t'); break;
-        case 'r': out.push_back('\r'); break;
-        case '\\': case '\'': case '"': out.push_back(ch); break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          out.push_back(ch);
+          break;
         case 'u': {
           if (i_ + 4 > s_.size()) return std::nullopt;
           auto u = json::parse("\"\\u" + std::string(s_.substr(i_, 4)) + "\"");
@@ -277,7 +300,9 @@ class py_reader {
           i_ += 4;
           break;
         }
-        default: out.push_back('\\'); out.push_back(ch);
+        default:
+          out.push_back('\\');
+          out.push_back(ch);
       }
     }
     if (i_ >= s_.size()) return std::nullopt;
@@ -365,7 +390,8 @@ std::string required_tool_calls_schema(const json::value& tools, bool parallel) 
       const value* name = f->find("name");
       if (!name || !name->is_string()) continue;
       value params = json::object{};
-      if (const value* p = f->find("parameters"); p && (p->is_object() || p->is_bool())) params = *p;
+      if (const value* p = f->find("parameters"); p && (p->is_object() || p->is_bool()))
+        params = *p;
       value item = json::object{};
       item["type"] = value("object");
       value props = json::object{};
@@ -401,13 +427,17 @@ parsed_tool_output parse_required_tool_calls(std::string_view text) {
   return out;
 }
 
-parsed_tool_output parse_tool_output(tool_mode mode, const tool_parser* parser, std::string_view tool_name,
-                                     std::string_view text) {
+parsed_tool_output parse_tool_output(tool_mode mode, const tool_parser* parser,
+                                     std::string_view tool_name, std::string_view text) {
   switch (mode) {
-    case tool_mode::none: return as_content(text);
-    case tool_mode::automatic: return parser ? parser->parse(text) : as_content(text);
-    case tool_mode::required: return parse_required_tool_calls(text);
-    case tool_mode::named: return {{}, {tool_call{new_tool_call_id(), std::string(tool_name), std::string(text)}}};
+    case tool_mode::none:
+      return as_content(text);
+    case tool_mode::automatic:
+      return parser ? parser->parse(text) : as_content(text);
+    case tool_mode::required:
+      return parse_required_tool_calls(text);
+    case tool_mode::named:
+      return {{}, {tool_call{new_tool_call_id(), std::string(tool_name), std::string(text)}}};
   }
   return as_content(text);
 }

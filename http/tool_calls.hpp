@@ -4,8 +4,9 @@
 //
 //   hermes       <tool_call>{"name": ..., "arguments": {...}}</tool_call> ... (Qwen2.5, Hermes)
 //   llama3_json  {"name": ..., "parameters": {...}}; {...}   (optionally after <|python_tag|>)
-//   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]  or  [TOOL_CALLS]name[ARGS]{...}
-//   pythonic     [get_weather(city="Paris", days=3), other()]   (Python literal arguments)
+//   mistral      [TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]  or
+//   [TOOL_CALLS]name[ARGS]{...} pythonic     [get_weather(city="Paris", days=3), other()]   (Python
+//   literal arguments)
 //
 // A call that does not parse leaves the whole output as content (no tool calls), as vLLM does.
 // Arguments are re-serialised as JSON text the way Python's json.dumps(ensure_ascii=False) writes
@@ -23,7 +24,7 @@
 namespace coserve::http {
 
 struct tool_call {
-  std::string id;         // "chatcmpl-tool-<hex>"
+  std::string id;  // "chatcmpl-tool-<hex>"
   std::string name;
   std::string arguments;  // JSON text of an object
 };
@@ -51,10 +52,10 @@ std::string new_tool_call_id();
 
 // How a chat request uses its tools.
 enum class tool_mode : uint8_t {
-  none,      // no tools, or tool_choice "none": the output is content
-  automatic, // tool_choice "auto": the server's parser finds calls in free output
-  required,  // tool_choice "required": grammar-forced JSON array of {name, parameters}
-  named,     // tool_choice {"type":"function","function":{"name":...}}: the output is the arguments
+  none,       // no tools, or tool_choice "none": the output is content
+  automatic,  // tool_choice "auto": the server's parser finds calls in free output
+  required,   // tool_choice "required": grammar-forced JSON array of {name, parameters}
+  named,  // tool_choice {"type":"function","function":{"name":...}}: the output is the arguments
 };
 
 // The JSON schema that forces tool_choice "required" output: an array (at least one item; one
@@ -87,14 +88,14 @@ class tool_stream {
   const tool_parser* parser_;
   std::string name_;
   std::string named_id_;
-  std::string text_;     // the whole output so far
-  size_t sent_ = 0;      // bytes of text_ sent as content
-  bool in_call_ = false; // a call marker was seen: everything from it on is held
-  bool plain_ = false;   // at_start_only parsers: the output did not start with a call
+  std::string text_;      // the whole output so far
+  size_t sent_ = 0;       // bytes of text_ sent as content
+  bool in_call_ = false;  // a call marker was seen: everything from it on is held
+  bool plain_ = false;    // at_start_only parsers: the output did not start with a call
 };
 
 // The whole output of a non-streamed choice: content and calls.
-parsed_tool_output parse_tool_output(tool_mode mode, const tool_parser* parser, std::string_view tool_name,
-                                     std::string_view text);
+parsed_tool_output parse_tool_output(tool_mode mode, const tool_parser* parser,
+                                     std::string_view tool_name, std::string_view text);
 
 }  // namespace coserve::http

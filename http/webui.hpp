@@ -8,7 +8,7 @@
 namespace coserve::http {
 
 struct web_asset {
-  std::string_view path;          // the URL path it is served at
+  std::string_view path;  // the URL path it is served at
   std::string_view content_type;
   std::string_view body;
 };
@@ -26,7 +26,8 @@ inline const web_asset* find_web_asset(std::string_view path) {
 // The Content-Security-Policy of every web UI page: scripts, styles and connections from this
 // server only, no inline code, no frames, no plugins.
 inline constexpr std::string_view k_webui_csp =
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src "
+    "'self'; "
     "font-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 }  // namespace coserve::http

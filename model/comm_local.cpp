@@ -4,16 +4,15 @@
 // rank sums its segment over all ranks (in rank order) and writes the sum into every rank's
 // buffer. abort() poisons the group: every barrier then returns at once and every collective
 // fails.
-#include "model/communicator.hpp"
-
-#include "model/executor.hpp"
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include "model/communicator.hpp"
+#include "model/executor.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -84,7 +83,8 @@ struct local_shared {
 
 class local_communicator final : public communicator {
  public:
-  local_communicator(std::shared_ptr<local_shared> s, int32_t rank) : s_(std::move(s)), rank_(rank) {}
+  local_communicator(std::shared_ptr<local_shared> s, int32_t rank)
+      : s_(std::move(s)), rank_(rank) {}
 
   int32_t rank() const noexcept override { return rank_; }
   int32_t size() const noexcept override { return s_->size; }
@@ -118,7 +118,8 @@ class local_communicator final : public communicator {
         for (size_t i = 0; i < m; ++i) sum[i] += src[i];
       }
       for (int32_t r = 0; r < s.size; ++r)
-        std::memcpy(static_cast<float*>(const_cast<void*>(s.ptrs[size_t(r)])) + c, sum, m * sizeof(float));
+        std::memcpy(static_cast<float*>(const_cast<void*>(s.ptrs[size_t(r)])) + c, sum,
+                    m * sizeof(float));
     }
     if (!s.barrier()) return s.failure();
     return {};
@@ -126,7 +127,8 @@ class local_communicator final : public communicator {
 
   void abort(const std::string& why) override { s_->abort(rank_, why); }
 
-  result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out, int32_t root) override {
+  result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out,
+                      int32_t root) override {
     local_shared& s = *s_;
     s.ptrs[size_t(rank_)] = data;
     s.sizes[size_t(rank_)] = bytes;
@@ -137,7 +139,8 @@ class local_communicator final : public communicator {
       out->resize(total);
       size_t at = 0;
       for (int32_t r = 0; r < s.size; ++r) {
-        if (s.sizes[size_t(r)]) std::memcpy(out->data() + at, s.ptrs[size_t(r)], s.sizes[size_t(r)]);
+        if (s.sizes[size_t(r)])
+          std::memcpy(out->data() + at, s.ptrs[size_t(r)], s.sizes[size_t(r)]);
         at += s.sizes[size_t(r)];
       }
     }
@@ -164,7 +167,8 @@ class local_communicator final : public communicator {
 std::vector<std::unique_ptr<communicator>> make_local_group(int32_t size) {
   auto shared = std::make_shared<local_shared>(std::max(1, size));
   std::vector<std::unique_ptr<communicator>> out;
-  for (int32_t r = 0; r < shared->size; ++r) out.push_back(std::make_unique<local_communicator>(shared, r));
+  for (int32_t r = 0; r < shared->size; ++r)
+    out.push_back(std::make_unique<local_communicator>(shared, r));
   return out;
 }
 

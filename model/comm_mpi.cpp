@@ -1,11 +1,11 @@
 // The MPI communicator (OpenMPI from the distribution, or any MPI with the C bindings) over
 // MPI_COMM_WORLD, and the detection of an mpirun/srun launch. Built with COSERVE_HAVE_MPI; without
 // it, make_mpi_communicator says so.
-#include "model/communicator.hpp"
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "model/communicator.hpp"
 
 #if defined(COSERVE_HAVE_MPI)
 // The C bindings only (mpi.h pulls in the deprecated C++ ones otherwise).
@@ -73,13 +73,17 @@ class mpi_communicator final : public communicator {
   result<void> all_reduce_sum(float* data, size_t n) override {
     if (size_ == 1 || n == 0) return {};
     // The order of the additions is the MPI library's (its allreduce algorithm), not rank order.
-    return check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    return check(MPI_Allreduce(MPI_IN_PLACE, data, int(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                 "MPI_Allreduce");
   }
 
-  result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out, int32_t root) override {
+  result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out,
+                      int32_t root) override {
     int mine = int(bytes);
     std::vector<int> sizes(rank_ == root ? size_t(size_) : 0), offsets;
-    if (auto r = check(MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MPI_COMM_WORLD), "MPI_Gather");
+    if (auto r =
+            check(MPI_Gather(&mine, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, MPI_COMM_WORLD),
+                  "MPI_Gather");
         !r)
       return r;
     std::vector<unsigned char> scratch;
@@ -93,8 +97,8 @@ class mpi_communicator final : public communicator {
       }
       dst.resize(total);
     }
-    return check(MPI_Gatherv(data, mine, MPI_BYTE, dst.data(), sizes.data(), offsets.data(), MPI_BYTE, root,
-                             MPI_COMM_WORLD),
+    return check(MPI_Gatherv(data, mine, MPI_BYTE, dst.data(), sizes.data(), offsets.data(),
+                             MPI_BYTE, root, MPI_COMM_WORLD),
                  "MPI_Gatherv");
   }
 
@@ -105,7 +109,9 @@ class mpi_communicator final : public communicator {
     uint64_t n = data.size();
     // Non-blocking on every rank: a blocking and a non-blocking collective do not match in MPI.
     MPI_Request req;
-    if (auto r = check(MPI_Ibcast(&n, 1, MPI_UINT64_T, root, MPI_COMM_WORLD, &req), "MPI_Ibcast"); !r) return r;
+    if (auto r = check(MPI_Ibcast(&n, 1, MPI_UINT64_T, root, MPI_COMM_WORLD, &req), "MPI_Ibcast");
+        !r)
+      return r;
     if (rank_ == root) {
       if (auto r = check(MPI_Wait(&req, MPI_STATUS_IGNORE), "MPI_Wait"); !r) return r;
     } else {
@@ -134,9 +140,9 @@ class mpi_communicator final : public communicator {
     char text[MPI_MAX_ERROR_STRING] = {};
     int len = 0;
     MPI_Error_string(rc, text, &len);
-    return make_error(k_executor_fatal, std::string("tensor parallel rank ") + std::to_string(rank_) + ": " + what +
-                                            " failed (" + std::string(text, size_t(len)) +
-                                            "): a peer rank is gone");
+    return make_error(k_executor_fatal,
+                      std::string("tensor parallel rank ") + std::to_string(rank_) + ": " + what +
+                          " failed (" + std::string(text, size_t(len)) + "): a peer rank is gone");
   }
 
   int32_t rank_, size_;
@@ -154,8 +160,9 @@ result<std::unique_ptr<communicator>> make_mpi_communicator() {
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       return make_error("unavailable", "MPI_Init_thread failed");
     if (provided < MPI_THREAD_SERIALIZED)
-      return make_error("unavailable", "the MPI library does not allow calls from a thread other than main "
-                                       "(MPI_THREAD_SERIALIZED)");
+      return make_error("unavailable",
+                        "the MPI library does not allow calls from a thread other than main "
+                        "(MPI_THREAD_SERIALIZED)");
     std::atexit(finalize_at_exit);
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
@@ -170,8 +177,9 @@ result<std::unique_ptr<communicator>> make_mpi_communicator() {
 bool mpi_available() noexcept { return false; }
 
 result<std::unique_ptr<communicator>> make_mpi_communicator() {
-  return make_error("unavailable", "this build has no MPI (install an MPI, e.g. Debian's libopenmpi-dev, and "
-                                   "reconfigure)");
+  return make_error("unavailable",
+                    "this build has no MPI (install an MPI, e.g. Debian's libopenmpi-dev, and "
+                    "reconfigure)");
 }
 
 #endif

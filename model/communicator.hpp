@@ -31,7 +31,8 @@ class communicator {
   virtual result<void> all_reduce_sum(float* data, size_t n) = 0;
   // Root receives every rank's `bytes` bytes (sizes may differ per rank), concatenated in rank
   // order, into *out; other ranks pass out == nullptr.
-  virtual result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out, int32_t root) = 0;
+  virtual result<void> gather(const void* data, size_t bytes, std::vector<unsigned char>* out,
+                              int32_t root) = 0;
   // Root's `data` (any size) replaces `data` on every other rank.
   virtual result<void> broadcast(std::vector<unsigned char>& data, int32_t root) = 0;
   // This rank cannot go on (an exception in its forward pass): every rank's pending and later

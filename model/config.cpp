@@ -4,8 +4,6 @@
 // split files would pass most of model_config back and forth.
 #include "model/config.hpp"
 
-#include "model/gguf_model.hpp"
-
 #include <simdjson.h>
 
 #include <algorithm>
@@ -13,6 +11,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include "model/gguf_model.hpp"
 
 namespace coserve {
 namespace {
@@ -69,20 +69,29 @@ std::string parse_yarn(const object& r, int32_t max_positions, rope_scaling_conf
   float factor = 0.0f, attention_factor = 0.0f, mscale = 0.0f, mscale_all_dim = 0.0f;
   float beta_fast = 0.0f, beta_slow = 0.0f;
   if (!get_int(r, "original_max_position_embeddings", s.original_max_position_embeddings, err) ||
-      !get_float(r, "factor", factor, err) || !get_float(r, "attention_factor", attention_factor, err) ||
-      !get_float(r, "mscale", mscale, err) || !get_float(r, "mscale_all_dim", mscale_all_dim, err) ||
+      !get_float(r, "factor", factor, err) ||
+      !get_float(r, "attention_factor", attention_factor, err) ||
+      !get_float(r, "mscale", mscale, err) ||
+      !get_float(r, "mscale_all_dim", mscale_all_dim, err) ||
       !get_float(r, "beta_fast", beta_fast, err) || !get_float(r, "beta_slow", beta_slow, err) ||
       !get_bool(r, "truncate", s.truncate, err))
     return err;
-  if (s.original_max_position_embeddings <= 0) return "original_max_position_embeddings must be positive";
-  s.factor = factor != 0.0f ? factor : float(double(max_positions) / double(s.original_max_position_embeddings));
+  if (s.original_max_position_embeddings <= 0)
+    return "original_max_position_embeddings must be positive";
+  s.factor = factor != 0.0f
+                 ? factor
+                 : float(double(max_positions) / double(s.original_max_position_embeddings));
   if (!(s.factor > 0.0f)) return "factor must be positive";
   if (attention_factor < 0.0f) return "attention_factor must not be negative";
-  auto get_mscale = [](double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
-  if (attention_factor != 0.0f) s.attention_factor = attention_factor;
+  auto get_mscale = [](double scale, double m) {
+    return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+  };
+  if (attention_factor != 0.0f)
+    s.attention_factor = attention_factor;
   else if (mscale != 0.0f && mscale_all_dim != 0.0f)
     s.attention_factor = float(get_mscale(s.factor, mscale) / get_mscale(s.factor, mscale_all_dim));
-  else s.attention_factor = float(get_mscale(s.factor, 1.0));
+  else
+    s.attention_factor = float(get_mscale(s.factor, 1.0));
   s.beta_fast = beta_fast != 0.0f ? beta_fast : 32.0f;
   s.beta_slow = beta_slow != 0.0f ? beta_slow : 1.0f;
   return {};
@@ -187,13 +196,16 @@ std::string parse_quantization(const object& o, quantization_config& q) {
   if (q.method == "fp8") {
     const std::string fmt = get_string(qc, "fmt");
     if (!fmt.empty() && fmt != "e4m3" && fmt != "e5m2")
-      return "quantization_config: fp8 format '" + fmt + "' is not supported (supported: e4m3, e5m2)";
+      return "quantization_config: fp8 format '" + fmt +
+             "' is not supported (supported: e4m3, e5m2)";
     const std::string act = get_string(qc, "activation_scheme");
     if (!act.empty() && act != "dynamic" && act != "static")
-      return "quantization_config: activation_scheme '" + act + "' is not supported (supported: dynamic, static)";
+      return "quantization_config: activation_scheme '" + act +
+             "' is not supported (supported: dynamic, static)";
     q.static_activations = act == "static";
     element b;
-    if (!qc["weight_block_size"].get(b) && !b.is_null() && !get_block(b, q.block_rows, q.block_cols))
+    if (!qc["weight_block_size"].get(b) && !b.is_null() &&
+        !get_block(b, q.block_rows, q.block_cols))
       return "quantization_config: weight_block_size must be two positive integers";
     return {};
   }
@@ -201,13 +213,16 @@ std::string parse_quantization(const object& o, quantization_config& q) {
     const std::string format = get_string(qc, "format");
     if (format != "float-quantized")
       return "quantization_config: compressed-tensors format '" + format +
-             "' is not supported (supported: float-quantized, the fp8 checkpoints of llm-compressor)";
+             "' is not supported (supported: float-quantized, the fp8 checkpoints of "
+             "llm-compressor)";
     object groups;
-    if (qc["config_groups"].get_object().get(groups)) return "quantization_config: config_groups must be an object";
+    if (qc["config_groups"].get_object().get(groups))
+      return "quantization_config: config_groups must be an object";
     for (auto [name, g] : groups) {
       const std::string where = "quantization_config: config_groups." + std::string(name);
       object grp, wq;
-      if (g.get_object().get(grp) || grp["weights"].get_object().get(wq)) return where + ".weights must be an object";
+      if (g.get_object().get(grp) || grp["weights"].get_object().get(wq))
+        return where + ".weights must be an object";
       int64_t bits = 0;
       if (wq["num_bits"].get_int64().get(bits) || bits != 8 || get_string(wq, "type") != "float")
         return where + ": only 8-bit float weights are supported (num_bits 8, type float)";
@@ -217,18 +232,20 @@ std::string parse_quantization(const object& o, quantization_config& q) {
         if (wq["block_structure"].get(b) || !get_block(b, q.block_rows, q.block_cols))
           return where + ": block_structure must be two positive integers";
       } else if (strategy != "tensor" && strategy != "channel") {
-        return where + ": weight strategy '" + strategy + "' is not supported (supported: tensor, channel, block)";
+        return where + ": weight strategy '" + strategy +
+               "' is not supported (supported: tensor, channel, block)";
       }
       object act;
       bool dynamic = true;
-      if (!grp["input_activations"].get_object().get(act) && act["dynamic"].get_bool().get(dynamic) == simdjson::SUCCESS &&
-          !dynamic)
+      if (!grp["input_activations"].get_object().get(act) &&
+          act["dynamic"].get_bool().get(dynamic) == simdjson::SUCCESS && !dynamic)
         q.static_activations = true;
     }
     return {};
   }
   if (q.method.empty()) return "quantization_config has no quant_method";
-  return "quantization method '" + q.method + "' is not supported (supported: fp8, compressed-tensors float8)";
+  return "quantization method '" + q.method +
+         "' is not supported (supported: fp8, compressed-tensors float8)";
 }
 
 namespace {
@@ -252,7 +269,8 @@ std::string parse_moe(const object& o, moe_family fam, model_config& c) {
   c.norm_topk_prob = mixtral;
   int32_t sparse_step = 1;
   std::vector<int32_t> dense_layers;
-  if (!get_int(o, "num_local_experts", c.num_experts, err) || (!mixtral && !get_int(o, "num_experts", c.num_experts, err)) ||
+  if (!get_int(o, "num_local_experts", c.num_experts, err) ||
+      (!mixtral && !get_int(o, "num_experts", c.num_experts, err)) ||
       !get_int(o, "num_experts_per_tok", c.num_experts_per_tok, err))
     return err;
   if (!mixtral && (!get_int(o, "moe_intermediate_size", c.moe_intermediate_size, err) ||
@@ -261,21 +279,26 @@ std::string parse_moe(const object& o, moe_family fam, model_config& c) {
                    !get_id_list(o, "mlp_only_layers", dense_layers, err)))
     return err;
   if (qwen2) {
-    if (!get_int(o, "shared_expert_intermediate_size", c.shared_expert_intermediate_size, err)) return err;
+    if (!get_int(o, "shared_expert_intermediate_size", c.shared_expert_intermediate_size, err))
+      return err;
     if (c.shared_expert_intermediate_size <= 0)
-      return "shared_expert_intermediate_size must be positive, got " + std::to_string(c.shared_expert_intermediate_size);
+      return "shared_expert_intermediate_size must be positive, got " +
+             std::to_string(c.shared_expert_intermediate_size);
   }
-  if (c.num_experts <= 0) return "the number of experts must be positive, got " + std::to_string(c.num_experts);
+  if (c.num_experts <= 0)
+    return "the number of experts must be positive, got " + std::to_string(c.num_experts);
   if (c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
-    return "num_experts_per_tok must be between 1 and the " + std::to_string(c.num_experts) + " experts, got " +
-           std::to_string(c.num_experts_per_tok);
+    return "num_experts_per_tok must be between 1 and the " + std::to_string(c.num_experts) +
+           " experts, got " + std::to_string(c.num_experts_per_tok);
   if (c.moe_intermediate_size <= 0)
     return "moe_intermediate_size must be positive, got " + std::to_string(c.moe_intermediate_size);
-  if (sparse_step <= 0) return "decoder_sparse_step must be positive, got " + std::to_string(sparse_step);
+  if (sparse_step <= 0)
+    return "decoder_sparse_step must be positive, got " + std::to_string(sparse_step);
   c.moe_layers.assign(size_t(c.num_hidden_layers), 0);
   for (int32_t l = 0; l < c.num_hidden_layers; ++l)
-    c.moe_layers[size_t(l)] = (l + 1) % sparse_step == 0 &&
-                              std::find(dense_layers.begin(), dense_layers.end(), l) == dense_layers.end();
+    c.moe_layers[size_t(l)] =
+        (l + 1) % sparse_step == 0 &&
+        std::find(dense_layers.begin(), dense_layers.end(), l) == dense_layers.end();
   return {};
 }
 
@@ -310,18 +333,20 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   const bool mixtral = a == "MixtralForCausalLM" || (a.empty() && c.model_type == "mixtral");
   const bool qwen3_moe = a == "Qwen3MoeForCausalLM" || (a.empty() && c.model_type == "qwen3_moe");
   const bool qwen2_moe = a == "Qwen2MoeForCausalLM" || (a.empty() && c.model_type == "qwen2_moe");
-  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3 && !smollm3 && !mixtral && !qwen3_moe && !qwen2_moe)
-    return config_error(origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
-                                    "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                                    "Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, MixtralForCausalLM, "
-                                    "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
+  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3 && !smollm3 && !mixtral && !qwen3_moe &&
+      !qwen2_moe)
+    return config_error(
+        origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
+                    "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                    "Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, MixtralForCausalLM, "
+                    "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
   if (c.model_type.empty())
-    c.model_type = llama     ? "llama"
-                   : mistral ? "mistral"
-                   : qwen2   ? "qwen2"
-                   : qwen3   ? "qwen3"
-                   : phi3    ? "phi3"
-                   : mixtral ? "mixtral"
+    c.model_type = llama       ? "llama"
+                   : mistral   ? "mistral"
+                   : qwen2     ? "qwen2"
+                   : qwen3     ? "qwen3"
+                   : phi3      ? "phi3"
+                   : mixtral   ? "mixtral"
                    : qwen3_moe ? "qwen3_moe"
                    : qwen2_moe ? "qwen2_moe"
                                : "smollm3";
@@ -368,12 +393,18 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   // The MLP is SiLU-gated (SwiGLU): another activation would run as SiLU and give wrong outputs.
   if (element act; !o["hidden_act"].get(act) && !act.is_null()) {
     std::string_view name;
-    if (act.get_string().get(name)) return config_error(origin, "field 'hidden_act' must be a string");
+    if (act.get_string().get(name))
+      return config_error(origin, "field 'hidden_act' must be a string");
     if (name != "silu" && name != "swish")
-      return config_error(origin, "unsupported hidden_act '" + std::string(name) + "' (supported: silu)");
+      return config_error(origin,
+                          "unsupported hidden_act '" + std::string(name) + "' (supported: silu)");
   }
   if (mixtral || qwen3_moe || qwen2_moe)
-    if (std::string e = parse_moe(o, mixtral ? moe_family::mixtral : qwen2_moe ? moe_family::qwen2_moe : moe_family::qwen3_moe, c);
+    if (std::string e = parse_moe(o,
+                                  mixtral     ? moe_family::mixtral
+                                  : qwen2_moe ? moe_family::qwen2_moe
+                                              : moe_family::qwen3_moe,
+                                  c);
         !e.empty())
       return config_error(origin, e);
   if (qwen2) {
@@ -390,8 +421,8 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   const int32_t raw_max_positions = c.max_position_embeddings;  // before a sliding window caps it
 
   // Sliding-window attention: Mistral and Phi-3 window every layer; Qwen2/3 only with
-  // use_sliding_window, on the layers layer_types marks "sliding_attention" (transformers 5) or from
-  // max_window_layers on. A window that never bites (>= the context length) is left out.
+  // use_sliding_window, on the layers layer_types marks "sliding_attention" (transformers 5) or
+  // from max_window_layers on. A window that never bites (>= the context length) is left out.
   bool use_sliding = false;
   if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
   if (mistral || phi3 || mixtral || ((qwen2 || qwen3 || qwen3_moe || qwen2_moe) && use_sliding)) {
@@ -405,21 +436,28 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
         if (!o["layer_types"].get_array().get(types)) {
           for (element t : types) {
             std::string_view name;
-            if (t.get_string().get(name) || (name != "sliding_attention" && name != "full_attention"))
-              return config_error(origin, "layer_types entries must be \"sliding_attention\" or \"full_attention\"");
+            if (t.get_string().get(name) ||
+                (name != "sliding_attention" && name != "full_attention"))
+              return config_error(
+                  origin,
+                  "layer_types entries must be \"sliding_attention\" or \"full_attention\"");
             c.sliding_layers.push_back(name == "sliding_attention" ? 1 : 0);
           }
           if (int32_t(c.sliding_layers.size()) != c.num_hidden_layers)
-            return config_error(origin, "layer_types has " + std::to_string(c.sliding_layers.size()) + " entries for " +
-                                            std::to_string(c.num_hidden_layers) + " layers");
+            return config_error(
+                origin, "layer_types has " + std::to_string(c.sliding_layers.size()) +
+                            " entries for " + std::to_string(c.num_hidden_layers) + " layers");
         } else {
           int32_t window_layers = 28;  // Qwen2Config's / Qwen2MoeConfig's max_window_layers default
-          if (!get_int(o, "max_window_layers", window_layers, err)) return config_error(origin, err);
+          if (!get_int(o, "max_window_layers", window_layers, err))
+            return config_error(origin, err);
           // Qwen2: the layers from max_window_layers on; Qwen2-MoE: the even layers below it.
           for (int32_t l = 0; l < c.num_hidden_layers; ++l)
-            c.sliding_layers.push_back(qwen2_moe ? l % 2 == 0 && l < window_layers : l >= window_layers);
+            c.sliding_layers.push_back(qwen2_moe ? l % 2 == 0 && l < window_layers
+                                                 : l >= window_layers);
         }
-        if (std::find(c.sliding_layers.begin(), c.sliding_layers.end(), uint8_t(1)) == c.sliding_layers.end()) {
+        if (std::find(c.sliding_layers.begin(), c.sliding_layers.end(), uint8_t(1)) ==
+            c.sliding_layers.end()) {
           c.sliding_window = 0;  // no layer is windowed
           c.sliding_layers.clear();
         }
@@ -433,19 +471,23 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     // caps the context, as Mistral's does.
     std::vector<int32_t> flags;
     int32_t interval = 4;
-    if (!get_id_list(o, "no_rope_layers", flags, err) || !get_int(o, "no_rope_layer_interval", interval, err))
+    if (!get_id_list(o, "no_rope_layers", flags, err) ||
+        !get_int(o, "no_rope_layer_interval", interval, err))
       return config_error(origin, err);
     if (flags.empty()) {
       if (interval <= 0) return config_error(origin, "no_rope_layer_interval must be positive");
-      for (int32_t l = 0; l < c.num_hidden_layers; ++l) flags.push_back((l + 1) % interval != 0 ? 1 : 0);
+      for (int32_t l = 0; l < c.num_hidden_layers; ++l)
+        flags.push_back((l + 1) % interval != 0 ? 1 : 0);
     }
     if (int32_t(flags.size()) != c.num_hidden_layers)
-      return config_error(origin, "no_rope_layers has " + std::to_string(flags.size()) + " entries for " +
-                                      std::to_string(c.num_hidden_layers) + " layers");
+      return config_error(origin, "no_rope_layers has " + std::to_string(flags.size()) +
+                                      " entries for " + std::to_string(c.num_hidden_layers) +
+                                      " layers");
     for (int32_t f : flags) c.rope_layers.push_back(f != 0 ? 1 : 0);
     int32_t window = 0;
     if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
-    if (use_sliding && window > 0 && window < c.max_position_embeddings) c.max_position_embeddings = window;
+    if (use_sliding && window > 0 && window < c.max_position_embeddings)
+      c.max_position_embeddings = window;
   }
   c.rotary_dim = c.head_dim;
   {
@@ -454,17 +496,20 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
     float partial = 1.0f;
     object rp;
     if (!get_float(o, "partial_rotary_factor", partial, err)) return config_error(origin, err);
-    if (!o["rope_parameters"].get_object().get(rp) && !get_float(rp, "partial_rotary_factor", partial, err))
+    if (!o["rope_parameters"].get_object().get(rp) &&
+        !get_float(rp, "partial_rotary_factor", partial, err))
       return config_error(origin, "rope_parameters: " + err);
     if (partial != 1.0f) {
       if (!phi3)
-        return config_error(origin, "unsupported option partial_rotary_factor=" + std::to_string(partial) + " for " +
-                                        c.model_type + " (Phi-3 models only)");
+        return config_error(origin,
+                            "unsupported option partial_rotary_factor=" + std::to_string(partial) +
+                                " for " + c.model_type + " (Phi-3 models only)");
       const auto dim = int32_t(double(c.head_dim) * double(partial));
       if (!(partial > 0.0f && partial <= 1.0f) || dim <= 0 || dim % 2 != 0)
-        return config_error(origin, "partial_rotary_factor " + std::to_string(partial) +
-                                        " must give an even number of rotated dimensions of head_dim " +
-                                        std::to_string(c.head_dim));
+        return config_error(origin,
+                            "partial_rotary_factor " + std::to_string(partial) +
+                                " must give an even number of rotated dimensions of head_dim " +
+                                std::to_string(c.head_dim));
       c.rotary_dim = dim;
     }
   }
@@ -482,8 +527,10 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   }
   if (have_rope) {
     object r;
-    if (rs.get_object().get(r)) return config_error(origin, std::string(rope_key) + " must be an object");
-    if (!get_float(r, "rope_theta", c.rope_theta, err)) return config_error(origin, std::string(rope_key) + ": " + err);
+    if (rs.get_object().get(r))
+      return config_error(origin, std::string(rope_key) + " must be an object");
+    if (!get_float(r, "rope_theta", c.rope_theta, err))
+      return config_error(origin, std::string(rope_key) + ": " + err);
     std::string type = get_string(r, "rope_type");
     if (type.empty()) type = get_string(r, "type");
     if (type == "llama3") {
@@ -495,11 +542,14 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
                    c.rope_scaling.original_max_position_embeddings, err))
         return config_error(origin, std::string(rope_key) + ": " + err);
       if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
-        return config_error(origin, std::string(rope_key) + ": high_freq_factor must exceed low_freq_factor");
+        return config_error(
+            origin, std::string(rope_key) + ": high_freq_factor must exceed low_freq_factor");
     } else if (type == "linear") {
       c.rope_scaling.kind = rope_kind::linear;
-      if (!get_float(r, "factor", c.rope_scaling.factor, err)) return config_error(origin, std::string(rope_key) + ": " + err);
-      if (!(c.rope_scaling.factor > 0.0f)) return config_error(origin, std::string(rope_key) + ": factor must be positive");
+      if (!get_float(r, "factor", c.rope_scaling.factor, err))
+        return config_error(origin, std::string(rope_key) + ": " + err);
+      if (!(c.rope_scaling.factor > 0.0f))
+        return config_error(origin, std::string(rope_key) + ": factor must be positive");
     } else if (type == "yarn") {
       if (auto e = parse_yarn(r, raw_max_positions, c.rope_scaling); !e.empty())
         return config_error(origin, std::string(rope_key) + ": " + e);
@@ -511,27 +561,37 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
       int32_t original = raw_max_positions;
       float factor = 0.0f, attention = 0.0f;
       if (!get_int(o, "original_max_position_embeddings", original, err) ||
-          !get_int(r, "original_max_position_embeddings", original, err) || !get_float(r, "factor", factor, err) ||
-          !get_float(r, "attention_factor", attention, err) || !get_float_list(r, "short_factor", rs_.short_factor, err) ||
+          !get_int(r, "original_max_position_embeddings", original, err) ||
+          !get_float(r, "factor", factor, err) ||
+          !get_float(r, "attention_factor", attention, err) ||
+          !get_float_list(r, "short_factor", rs_.short_factor, err) ||
           !get_float_list(r, "long_factor", rs_.long_factor, err))
         return config_error(origin, std::string(rope_key) + ": " + err);
       const size_t pairs = size_t(c.rotary_dim / 2);
       if (rs_.short_factor.size() != pairs || rs_.long_factor.size() != pairs)
         return config_error(origin, std::string(rope_key) + ": short_factor and long_factor need " +
-                                        std::to_string(pairs) + " entries (rotary dimensions / 2), not " +
+                                        std::to_string(pairs) +
+                                        " entries (rotary dimensions / 2), not " +
                                         std::to_string(rs_.short_factor.size()) + " and " +
                                         std::to_string(rs_.long_factor.size()));
       for (float f : rs_.short_factor)
-        if (!(f > 0.0f)) return config_error(origin, std::string(rope_key) + ": short_factor entries must be positive");
+        if (!(f > 0.0f))
+          return config_error(origin,
+                              std::string(rope_key) + ": short_factor entries must be positive");
       for (float f : rs_.long_factor)
-        if (!(f > 0.0f)) return config_error(origin, std::string(rope_key) + ": long_factor entries must be positive");
-      if (original <= 0) return config_error(origin, "original_max_position_embeddings must be positive");
+        if (!(f > 0.0f))
+          return config_error(origin,
+                              std::string(rope_key) + ": long_factor entries must be positive");
+      if (original <= 0)
+        return config_error(origin, "original_max_position_embeddings must be positive");
       rs_.original_max_position_embeddings = original;
       if (factor <= 0.0f) factor = float(raw_max_positions) / float(original);
       rs_.factor = factor;
-      rs_.attention_factor = attention > 0.0f ? attention
-                             : factor <= 1.0f ? 1.0f
-                                              : float(std::sqrt(1.0 + std::log(double(factor)) / std::log(double(original))));
+      rs_.attention_factor =
+          attention > 0.0f ? attention
+          : factor <= 1.0f
+              ? 1.0f
+              : float(std::sqrt(1.0 + std::log(double(factor)) / std::log(double(original))));
     } else if (type != "default" && !type.empty()) {
       return config_error(origin, "unsupported " + std::string(rope_key) + " type '" + type +
                                       "' (supported: default, llama3, linear, yarn, longrope)");
@@ -540,18 +600,25 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
 
   // Values transformers would turn into NaN logits or an empty context are refused here, by name.
   if (!(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta))
-    return config_error(origin, "rope_theta must be a positive number, got " + std::to_string(c.rope_theta));
+    return config_error(
+        origin, "rope_theta must be a positive number, got " + std::to_string(c.rope_theta));
   if (!(c.rms_norm_eps >= 0.0f) || !std::isfinite(c.rms_norm_eps))
-    return config_error(origin, "rms_norm_eps must be a non-negative number, got " + std::to_string(c.rms_norm_eps));
+    return config_error(origin, "rms_norm_eps must be a non-negative number, got " +
+                                    std::to_string(c.rms_norm_eps));
   if (c.max_position_embeddings <= 0)
-    return config_error(origin, "max_position_embeddings must be positive, got " + std::to_string(c.max_position_embeddings));
+    return config_error(origin, "max_position_embeddings must be positive, got " +
+                                    std::to_string(c.max_position_embeddings));
 
   std::string td = get_string(o, "torch_dtype");
   if (td.empty()) td = get_string(o, "dtype");
-  if (td == "bfloat16") c.torch_dtype = dtype::bf16;
-  else if (td == "float16") c.torch_dtype = dtype::f16;
-  else c.torch_dtype = dtype::f32;
-  if (std::string qerr = parse_quantization(o, c.quantization); !qerr.empty()) return config_error(origin, qerr);
+  if (td == "bfloat16")
+    c.torch_dtype = dtype::bf16;
+  else if (td == "float16")
+    c.torch_dtype = dtype::f16;
+  else
+    c.torch_dtype = dtype::f32;
+  if (std::string qerr = parse_quantization(o, c.quantization); !qerr.empty())
+    return config_error(origin, qerr);
   return c;
 }
 
@@ -596,7 +663,8 @@ result<generation_config> parse_generation_config(std::string_view json, std::st
   return g;
 }
 
-result<sampling_defaults> sampling_defaults_of(const generation_config& g, const generation_config& over) {
+result<sampling_defaults> sampling_defaults_of(const generation_config& g,
+                                               const generation_config& over) {
   sampling_defaults d;
   auto pick = [](const auto& a, const auto& b) { return b ? b : a; };
   d.temperature = pick(g.temperature, over.temperature);
@@ -606,9 +674,11 @@ result<sampling_defaults> sampling_defaults_of(const generation_config& g, const
   d.repetition_penalty = pick(g.repetition_penalty, over.repetition_penalty);
   d.max_tokens = pick(g.max_new_tokens, over.max_new_tokens);
   auto bad = [](const char* field, const char* range) {
-    return make_error("invalid_argument", std::string("generation config: '") + field + "' must be " + range);
+    return make_error("invalid_argument",
+                      std::string("generation config: '") + field + "' must be " + range);
   };
-  if (d.temperature && !(*d.temperature >= 0.0f && *d.temperature <= 2.0f)) return bad("temperature", "in [0, 2]");
+  if (d.temperature && !(*d.temperature >= 0.0f && *d.temperature <= 2.0f))
+    return bad("temperature", "in [0, 2]");
   if (d.top_p && !(*d.top_p > 0.0f && *d.top_p <= 1.0f)) return bad("top_p", "in (0, 1]");
   if (d.min_p && !(*d.min_p >= 0.0f && *d.min_p <= 1.0f)) return bad("min_p", "in [0, 1]");
   if (d.repetition_penalty && !(*d.repetition_penalty > 0.0f && *d.repetition_penalty <= 2.0f))

@@ -43,28 +43,29 @@ struct rope_scaling_config {
 // FP8 / FP8_DYNAMIC / FP8_BLOCK: `weight_scale` per tensor, channel or block). Anything else
 // (GPTQ, AWQ, int4 compressed-tensors, ...) is a config error naming it.
 struct quantization_config {
-  std::string method;           // "" (none), "fp8" or "compressed-tensors"
-  int32_t block_rows = 0;       // scales per block of block_rows x block_cols weights, when given
+  std::string method;      // "" (none), "fp8" or "compressed-tensors"
+  int32_t block_rows = 0;  // scales per block of block_rows x block_cols weights, when given
   int32_t block_cols = 0;
   bool static_activations = false;  // the checkpoint carries input_scale (activation_scheme static)
 };
 
 struct model_config {
-  std::string architecture;   // e.g. "LlamaForCausalLM"
-  std::string model_type;     // "llama", "mistral", "qwen2"
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+  std::string model_type;    // "llama", "mistral", "qwen2"
   int32_t hidden_size = 0;
   int32_t intermediate_size = 0;
   int32_t num_hidden_layers = 0;
   int32_t num_attention_heads = 0;
   int32_t num_key_value_heads = 0;
-  int32_t head_dim = 0;       // hidden_size / num_attention_heads unless given
+  int32_t head_dim = 0;  // hidden_size / num_attention_heads unless given
   int32_t vocab_size = 0;
   int32_t max_position_embeddings = 2048;
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   rope_scaling_config rope_scaling;
   // Dimensions of each q/k head that RoPE rotates (the first ones, rotate_half over them); the rest
-  // pass through. head_dim unless partial_rotary_factor (Phi-4-mini: 0.75) says fewer; 0 = head_dim.
+  // pass through. head_dim unless partial_rotary_factor (Phi-4-mini: 0.75) says fewer; 0 =
+  // head_dim.
   int32_t rotary_dim = 0;
   // GGUF llama-architecture files: q/k heads hold interleaved pairs (2i, 2i + 1) rather than
   // (i, i + D/2); the rotation pairs them the same way (the attention products are unchanged).
@@ -72,23 +73,25 @@ struct model_config {
   // GGUF rope_freqs.weight (Llama 3.1 scaling): inverse frequency i is divided by factor i.
   std::vector<float> rope_freq_factors;
   bool tie_word_embeddings = false;
-  bool qkv_bias = false;      // attention_bias (Llama) or always (Qwen2)
-  bool o_bias = false;        // attention_bias on o_proj (Llama with attention_bias=true)
-  bool qk_norm = false;       // Qwen3: an RMSNorm (weights [head_dim]) over each q and k head before RoPE
+  bool qkv_bias = false;  // attention_bias (Llama) or always (Qwen2)
+  bool o_bias = false;    // attention_bias on o_proj (Llama with attention_bias=true)
+  bool qk_norm =
+      false;  // Qwen3: an RMSNorm (weights [head_dim]) over each q and k head before RoPE
   bool fused_projections = false;  // Phi-3: one qkv_proj and one gate_up_proj tensor per layer
-  std::vector<uint8_t> rope_layers;  // SmolLM3: per layer, 1 = RoPE applied, 0 = none (NoPE); empty: all
+  std::vector<uint8_t>
+      rope_layers;  // SmolLM3: per layer, 1 = RoPE applied, 0 = none (NoPE); empty: all
   // Sliding-window attention (Mistral, Phi-3, Qwen2/3 with use_sliding_window): a windowed layer's
   // query at position q sees keys k with q - sliding_window < k <= q (transformers' mask). 0: none.
   // sliding_layers: per layer, 1 = windowed; empty: every layer.
   int32_t sliding_window = 0;
   std::vector<uint8_t> sliding_layers;
   bool mlp_bias = false;
-  // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): the MLP of a sparse layer is num_experts SwiGLU
-  // experts of moe_intermediate_size; each token goes to the num_experts_per_tok experts with the
-  // largest softmax(router logits), whose outputs are summed weighted by those probabilities
-  // (divided by their sum when norm_topk_prob). moe_layers: per layer, 1 = sparse, 0 = the dense
-  // MLP of intermediate_size (Qwen2/3-MoE's mlp_only_layers / decoder_sparse_step); empty when
-  // num_experts is 0 (a dense model).
+  // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): the MLP of a sparse layer is num_experts
+  // SwiGLU experts of moe_intermediate_size; each token goes to the num_experts_per_tok experts
+  // with the largest softmax(router logits), whose outputs are summed weighted by those
+  // probabilities (divided by their sum when norm_topk_prob). moe_layers: per layer, 1 = sparse, 0
+  // = the dense MLP of intermediate_size (Qwen2/3-MoE's mlp_only_layers / decoder_sparse_step);
+  // empty when num_experts is 0 (a dense model).
   int32_t num_experts = 0;
   int32_t num_experts_per_tok = 0;
   int32_t moe_intermediate_size = 0;
@@ -120,7 +123,8 @@ struct generation_config {
 // The sampling defaults vLLM takes from a generation config (temperature, top_p, top_k, min_p,
 // repetition_penalty; max_new_tokens as max_tokens; do_sample is not read), `over`'s fields
 // winning; an error names a field whose value no request could give.
-result<sampling_defaults> sampling_defaults_of(const generation_config& g, const generation_config& over = {});
+result<sampling_defaults> sampling_defaults_of(const generation_config& g,
+                                               const generation_config& over = {});
 // A human-readable list of what is set ("temperature=0.7, top_p=0.8"), for startup logs.
 std::string describe(const sampling_defaults& d);
 

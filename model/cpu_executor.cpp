@@ -15,7 +15,8 @@ namespace {
 int32_t physical_cores() {
   std::set<std::string> cores;
   for (int cpu = 0;; ++cpu) {
-    std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/thread_siblings_list");
+    std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                    "/topology/thread_siblings_list");
     if (!f) break;
     std::string s;
     std::getline(f, s);
@@ -48,12 +49,12 @@ std::string tag_error(int32_t rank, const std::string& e) {
 }  // namespace
 
 struct cpu_executor::tp_ranks {
-  std::shared_ptr<communicator> world;             // MPI: rank 0 of the job
+  std::shared_ptr<communicator> world;               // MPI: rank 0 of the job
   std::vector<std::unique_ptr<communicator>> local;  // in-process: one per rank (0 is ours)
   std::vector<std::unique_ptr<tp_worker>> workers;   // in-process ranks 1..N-1
   std::vector<std::thread> threads;
-  communicator* comm = nullptr;                      // rank 0's
-  bool failed = false;                               // a collective failed: no stop message
+  communicator* comm = nullptr;  // rank 0's
+  bool failed = false;           // a collective failed: no stop message
 
   ~tp_ranks() {
     if (!failed && comm) {
@@ -64,7 +65,8 @@ struct cpu_executor::tp_ranks {
   }
 };
 
-result<void> tp_setup_exchange_root(communicator& world, const std::string& my_error, const tp_setup& setup) {
+result<void> tp_setup_exchange_root(communicator& world, const std::string& my_error,
+                                    const tp_setup& setup) {
   auto errors = gather_load_errors(world, tag_error(0, my_error));
   if (!errors) return errors.err();
   tp_setup s = setup;
@@ -73,12 +75,14 @@ result<void> tp_setup_exchange_root(communicator& world, const std::string& my_e
   if (auto r = world.broadcast(msg, 0); !r) return r;
   if (!s.error.empty()) {
     while (!s.error.empty() && s.error.back() == '\n') s.error.pop_back();
-    return error{"invalid_argument", "tensor parallel startup failed: " + s.error, "tensor_parallel_size"};
+    return error{"invalid_argument", "tensor parallel startup failed: " + s.error,
+                 "tensor_parallel_size"};
   }
   return {};
 }
 
-result<void> run_tp_rank(const std::string& dir, communicator& world, int32_t threads, const load_progress& progress) {
+result<void> run_tp_rank(const std::string& dir, communicator& world, int32_t threads,
+                         const load_progress& progress) {
   std::string my_error;
   std::optional<model_weights> shard;
   auto full = load_weights(dir, progress);
@@ -86,8 +90,10 @@ result<void> run_tp_rank(const std::string& dir, communicator& world, int32_t th
     my_error = full.err().message;
   } else {
     auto s = shard_weights(*full, world.rank(), world.size());
-    if (!s) my_error = s.err().message;
-    else shard.emplace(std::move(*s));
+    if (!s)
+      my_error = s.err().message;
+    else
+      shard.emplace(std::move(*s));
   }
   auto errors = gather_load_errors(world, tag_error(world.rank(), my_error));
   if (!errors) return errors.err();
@@ -97,42 +103,56 @@ result<void> run_tp_rank(const std::string& dir, communicator& world, int32_t th
   if (!setup) return setup.err();
   if (!setup->error.empty()) {
     while (!setup->error.empty() && setup->error.back() == '\n') setup->error.pop_back();
-    return error{"invalid_argument", "tensor parallel startup failed: " + setup->error, "tensor_parallel_size"};
+    return error{"invalid_argument", "tensor parallel startup failed: " + setup->error,
+                 "tensor_parallel_size"};
   }
   tp_worker w(std::move(*shard), *setup, world, threads > 0 ? threads : physical_cores());
-  std::fprintf(stderr, "coserve rank %d/%d: %s; KV cache %zu MiB (%d blocks)\n", world.rank(), world.size(),
-               describe_shard(w.weights()).c_str(), w.kv_cache_bytes() >> 20, setup->num_kv_blocks);
+  std::fprintf(stderr, "coserve rank %d/%d: %s; KV cache %zu MiB (%d blocks)\n", world.rank(),
+               world.size(), describe_shard(w.weights()).c_str(), w.kv_cache_bytes() >> 20,
+               setup->num_kv_blocks);
   return w.serve();
 }
 
-cpu_executor::cpu_executor(model_weights weights, generation_config gen, const cpu_executor_options& opts)
+cpu_executor::cpu_executor(model_weights weights, generation_config gen,
+                           const cpu_executor_options& opts)
     : weights_(std::move(weights)),
       gen_(std::move(gen)),
       opts_(opts),
       pool_(default_workers(opts.num_threads)),
       cache_(weights_.config.num_hidden_layers, opts.num_kv_blocks, opts.block_size,
-             weights_.shard.num_heads ? weights_.shard.num_kv_heads : weights_.config.num_key_value_heads,
+             weights_.shard.num_heads ? weights_.shard.num_kv_heads
+                                      : weights_.config.num_key_value_heads,
              weights_.config.head_dim, opts.kv_cache_dtype),
       forward_(weights_, pool_) {
-  if (const std::string fp8 = describe_fp8(weights_); !fp8.empty()) std::fprintf(stderr, "coserve: %s\n", fp8.c_str());
+  if (const std::string fp8 = describe_fp8(weights_); !fp8.empty())
+    std::fprintf(stderr, "coserve: %s\n", fp8.c_str());
   if (const size_t packed = pack_for_cpu(weights_); packed > 0)
-    std::fprintf(stderr, "coserve: Q4_0 matrices repacked into 16-row tiles for the CPU kernels (%zu MiB; the "
-                 "file's pages of the originals released)\n", packed >> 20);
+    std::fprintf(
+        stderr,
+        "coserve: Q4_0 matrices repacked into 16-row tiles for the CPU kernels (%zu MiB; the "
+        "file's pages of the originals released)\n",
+        packed >> 20);
   if (opts_.max_model_len <= 0 || opts_.max_model_len > weights_.config.max_position_embeddings)
     opts_.max_model_len = weights_.config.max_position_embeddings;
   forward_.set_bf16_activations(opts_.bf16_activations);
 }
 
-result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights, generation_config gen,
+result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights,
+                                                           generation_config gen,
                                                            const cpu_executor_options& opts) {
   if (opts.num_kv_blocks <= 0 || opts.block_size <= 0)
-    return make_error("invalid_argument", "cpu executor: num_kv_blocks and block_size must be positive");
+    return make_error("invalid_argument",
+                      "cpu executor: num_kv_blocks and block_size must be positive");
   if (gen.eos_token_ids.empty()) gen.eos_token_ids = weights.config.eos_token_ids;
   const int32_t n = std::max(1, opts.tensor_parallel_size);
-  if (n == 1) return std::unique_ptr<cpu_executor>(new cpu_executor(std::move(weights), std::move(gen), opts));
+  if (n == 1)
+    return std::unique_ptr<cpu_executor>(
+        new cpu_executor(std::move(weights), std::move(gen), opts));
   if (!opts.draft_model_dir.empty())
-    return error{"invalid_argument", "--speculative-config: a draft model does not run with --tensor-parallel-size > 1 "
-                                     "(n-gram speculation does)", "speculative_config"};
+    return error{"invalid_argument",
+                 "--speculative-config: a draft model does not run with --tensor-parallel-size > 1 "
+                 "(n-gram speculation does)",
+                 "speculative_config"};
   tp_setup setup;
   setup.num_kv_blocks = opts.num_kv_blocks;
   setup.block_size = opts.block_size;
@@ -143,13 +163,15 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
   if (opts.world) {
     if (opts.world->size() != n || opts.world->rank() != 0) {
       const std::string e = "--tensor-parallel-size " + std::to_string(n) + " in a job of " +
-                            std::to_string(opts.world->size()) + " ranks: start one rank per shard (mpirun -np " +
-                            std::to_string(n) + ")";
+                            std::to_string(opts.world->size()) +
+                            " ranks: start one rank per shard (mpirun -np " + std::to_string(n) +
+                            ")";
       if (opts.world->rank() == 0) (void)tp_setup_exchange_root(*opts.world, e, setup);
       return error{"invalid_argument", e, "tensor_parallel_size"};
     }
     auto shard = shard_weights(weights, 0, n);
-    if (auto r = tp_setup_exchange_root(*opts.world, shard ? "" : shard.err().message, setup); !r) return r.err();
+    if (auto r = tp_setup_exchange_root(*opts.world, shard ? "" : shard.err().message, setup); !r)
+      return r.err();
     tp->world = opts.world;
     tp->comm = opts.world.get();
     weights = std::move(*shard);
@@ -159,14 +181,18 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
     o.num_threads = per;
     const int32_t cores = opts.num_threads > 0 ? opts.num_threads : physical_cores();
     if (n > cores)
-      std::fprintf(stderr, "coserve: warning: %d tensor-parallel ranks on %d %s: each rank still runs one thread, so "
-                   "they take turns on the cores\n", n, cores, opts.num_threads > 0 ? "--cpu-threads" : "cores");
+      std::fprintf(stderr,
+                   "coserve: warning: %d tensor-parallel ranks on %d %s: each rank still runs one "
+                   "thread, so "
+                   "they take turns on the cores\n",
+                   n, cores, opts.num_threads > 0 ? "--cpu-threads" : "cores");
     tp->local = make_local_group(n);
     tp->comm = tp->local[0].get();
     for (int32_t r = 1; r < n; ++r) {
       auto shard = shard_weights(weights, r, n);
       if (!shard) return shard.err();
-      tp->workers.push_back(std::make_unique<tp_worker>(std::move(*shard), setup, *tp->local[size_t(r)], per));
+      tp->workers.push_back(
+          std::make_unique<tp_worker>(std::move(*shard), setup, *tp->local[size_t(r)], per));
     }
     auto shard = shard_weights(weights, 0, n);
     if (!shard) return shard.err();
@@ -182,7 +208,8 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
           why = std::string("forward pass: ") + e.what();
         }
         if (!why.empty()) {
-          std::fprintf(stderr, "coserve: tensor parallel rank %d stopped: %s\n", w->weights().shard.rank, why.c_str());
+          std::fprintf(stderr, "coserve: tensor parallel rank %d stopped: %s\n",
+                       w->weights().shard.rank, why.c_str());
           c->abort(why);
         }
       });
@@ -208,10 +235,13 @@ cpu_executor::~cpu_executor() {
   if (step_thread_.joinable()) step_thread_.join();
 }
 
-void cpu_executor::launch(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready) {
+void cpu_executor::launch(step_plan plan, const asio::any_io_executor& ex,
+                          std::function<void()> ready) {
   {
     std::lock_guard lk(launch_mu_);
-    launched_.push_back({std::move(plan), asio::prefer(ex, asio::execution::outstanding_work.tracked), std::move(ready)});
+    launched_.push_back({std::move(plan),
+                         asio::prefer(ex, asio::execution::outstanding_work.tracked),
+                         std::move(ready)});
     if (!step_thread_.joinable()) step_thread_ = std::thread([this] { step_thread_main(); });
   }
   launch_cv_.notify_one();
@@ -219,7 +249,8 @@ void cpu_executor::launch(step_plan plan, const asio::any_io_executor& ex, std::
 
 result<step_result> cpu_executor::collect() {
   std::lock_guard lk(launch_mu_);
-  if (completed_.empty()) return make_error("failed_precondition", "cpu executor: collect() before a step completed");
+  if (completed_.empty())
+    return make_error("failed_precondition", "cpu executor: collect() before a step completed");
   result<step_result> r = std::move(completed_.front());
   completed_.pop_front();
   return r;
@@ -245,7 +276,8 @@ void cpu_executor::step_thread_main() {
     // Only posts: the owner collects on its own thread. The work-tracked executor travels inside
     // the handler (released on the owner's thread once `ready` has run) and the post goes through
     // an untracked copy, so nothing here touches the owner's context once the handler may run.
-    const asio::any_io_executor post_ex = asio::prefer(s.ex, asio::execution::outstanding_work.untracked);
+    const asio::any_io_executor post_ex =
+        asio::prefer(s.ex, asio::execution::outstanding_work.untracked);
     asio::post(post_ex, [work = std::move(s.ex), ready = std::move(s.ready)]() mutable {
       ready();
       work = {};
@@ -253,9 +285,11 @@ void cpu_executor::step_thread_main() {
   }
 }
 
-result<void> cpu_executor::run_forward(const step_plan& plan, const std::vector<forward_seq>& batch) {
+result<void> cpu_executor::run_forward(const step_plan& plan,
+                                       const std::vector<forward_seq>& batch) {
   if (!tp_) return forward_.run(batch, cache_, false, logits_);
-  if (tp_->failed) return make_error(k_executor_fatal, "tensor parallel: a rank was lost in an earlier step");
+  if (tp_->failed)
+    return make_error(k_executor_fatal, "tensor parallel: a rank was lost in an earlier step");
   result<void> r;
   try {
     auto msg = encode_tp_step(plan.block_copies, batch);
@@ -264,14 +298,16 @@ result<void> cpu_executor::run_forward(const step_plan& plan, const std::vector<
   } catch (const std::exception& e) {
     // The other ranks may be inside a collective of this step: release them.
     tp_->comm->abort(std::string("forward pass: ") + e.what());
-    r = make_error(k_executor_fatal, std::string("tensor parallel rank 0: forward pass: ") + e.what());
+    r = make_error(k_executor_fatal,
+                   std::string("tensor parallel rank 0: forward pass: ") + e.what());
   }
   if (!r && r.err().code == k_executor_fatal) tp_->failed = true;
   if (r && !forward_.tp_rank_stats().empty()) stats_board_->set(forward_.tp_rank_stats());
   return r;
 }
 
-result<std::unique_ptr<cpu_executor>> cpu_executor::load(const std::string& dir, const cpu_executor_options& opts,
+result<std::unique_ptr<cpu_executor>> cpu_executor::load(const std::string& dir,
+                                                         const cpu_executor_options& opts,
                                                          const load_progress& progress) {
   auto w = load_weights(dir, progress);
   auto g = w ? load_generation_config(dir) : result<generation_config>(w.err());
@@ -285,7 +321,9 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::load(const std::string& dir,
   if (!made || opts.draft_model_dir.empty()) return made;
   cpu_executor& ex = **made;
   auto dw = load_weights(opts.draft_model_dir, progress);
-  if (!dw) return error{dw.err().code, "draft model " + opts.draft_model_dir + ": " + dw.err().message, "model"};
+  if (!dw)
+    return error{dw.err().code, "draft model " + opts.draft_model_dir + ": " + dw.err().message,
+                 "model"};
   const model_config& dc = dw->config;
   if (dc.vocab_size != ex.weights_.config.vocab_size)
     return error{"invalid_argument",
@@ -296,11 +334,11 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::load(const std::string& dir,
   if (dc.max_position_embeddings < ex.opts_.max_model_len)
     return error{"invalid_argument",
                  "--speculative-config: 'model' " + opts.draft_model_dir + " has a context of " +
-                     std::to_string(dc.max_position_embeddings) + " tokens, less than max_model_len " +
-                     std::to_string(ex.opts_.max_model_len),
+                     std::to_string(dc.max_position_embeddings) +
+                     " tokens, less than max_model_len " + std::to_string(ex.opts_.max_model_len),
                  "model"};
-  ex.draft_ = std::make_unique<draft_model>(std::move(*dw), ex.cache_.num_blocks(), ex.cache_.block_size(),
-                                            ex.cache_.type(), ex.pool_);
+  ex.draft_ = std::make_unique<draft_model>(std::move(*dw), ex.cache_.num_blocks(),
+                                            ex.cache_.block_size(), ex.cache_.type(), ex.pool_);
   ex.draft_->forward.set_bf16_activations(ex.opts_.bf16_activations);
   return made;
 }
@@ -313,14 +351,22 @@ executor_info cpu_executor::info() const {
   i.max_model_len = opts_.max_model_len;
   i.verifies_proposals = true;
   i.computes_prompt_logprobs = true;
-  i.device = "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
-             std::string(dtype_name(cache_.type())) + (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations" : "") +
-             (weights_.config.is_moe() ? ", " + std::to_string(weights_.config.num_experts) + " experts, top " +
-                                             std::to_string(weights_.config.num_experts_per_tok)
-                                       : "") +
-             (draft_ ? ", draft model " + std::to_string(draft_->weights.config.num_hidden_layers) + " layers" : "") +
-             (tp_ ? ", tensor parallel " + std::to_string(tp_->comm->size()) + " ranks over " +
-                        (tp_->world ? "MPI, threads of rank 0" : "threads, threads per rank") : "") + ")";
+  i.device =
+      "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
+      std::string(dtype_name(cache_.type())) +
+      (forward_.bf16_activations() && weights_.lm_head.type == dtype::bf16 ? ", bf16 activations"
+                                                                           : "") +
+      (weights_.config.is_moe()
+           ? ", " + std::to_string(weights_.config.num_experts) + " experts, top " +
+                 std::to_string(weights_.config.num_experts_per_tok)
+           : "") +
+      (draft_
+           ? ", draft model " + std::to_string(draft_->weights.config.num_hidden_layers) + " layers"
+           : "") +
+      (tp_ ? ", tensor parallel " + std::to_string(tp_->comm->size()) + " ranks over " +
+                 (tp_->world ? "MPI, threads of rank 0" : "threads, threads per rank")
+           : "") +
+      ")";
   return i;
 }
 
@@ -334,17 +380,22 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   draft_q_.clear();
   for (const new_seq& ns : plan.new_seqs) {
     seqs_.erase(ns.seq_id);
-    seq_state st{sampling_state(ns.params, ns.seed, ns.prompt_ids, ns.output_ids, gen_.eos_token_ids), -1, {}, {}};
+    seq_state st{
+        sampling_state(ns.params, ns.seed, ns.prompt_ids, ns.output_ids, gen_.eos_token_ids),
+        -1,
+        {},
+        {}};
     if (!ns.output_ids.empty()) st.last_token = ns.output_ids.back();
-    if (ns.params.prompt_logprobs >= 0 && ns.output_ids.empty() && ns.prompt_ids.size() > 1) st.prompt = ns.prompt_ids;
+    if (ns.params.prompt_logprobs >= 0 && ns.output_ids.empty() && ns.prompt_ids.size() > 1)
+      st.prompt = ns.prompt_ids;
     seqs_.emplace(ns.seq_id, std::move(st));
   }
   // Tensor parallel: every rank copies the blocks once the step is broadcast (run_forward).
   if (!tp_)
     for (auto [src, dst] : plan.block_copies) {
       if (!cache_.copy_block(src, dst) || (draft_ && !draft_->cache.copy_block(src, dst)))
-        return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
-                                                  " outside the cache");
+        return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " +
+                                                  std::to_string(dst) + " outside the cache");
       if (draft_) draft_->map.note_copy(src, dst);
     }
 
@@ -355,28 +406,35 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     const scheduled_seq& s = plan.seqs[i];
     auto it = seqs_.find(s.seq_id);
     if (it == seqs_.end())
-      return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " was never registered");
+      return make_error("invalid_argument",
+                        "sequence " + std::to_string(s.seq_id) + " was never registered");
     inputs[i] = s.tokens;
     for (int32_t& t : inputs[i]) {
       if (t != k_token_from_last_step) continue;
       if (it->second.last_token < 0)
-        return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " has no token from a last step");
+        return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) +
+                                                  " has no token from a last step");
       t = it->second.last_token;
     }
     if (s.start_pos + int32_t(s.tokens.size()) > opts_.max_model_len)
-      return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " exceeds max_model_len " +
+      return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) +
+                                                " exceeds max_model_len " +
                                                 std::to_string(opts_.max_model_len));
-    if (s.num_draft < 0 || s.num_draft >= int32_t(s.tokens.size()) || (s.num_draft > 0 && !s.sample))
+    if (s.num_draft < 0 || s.num_draft >= int32_t(s.tokens.size()) ||
+        (s.num_draft > 0 && !s.sample))
       return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) + " has " +
-                                                std::to_string(s.num_draft) + " draft tokens in a slice of " +
+                                                std::to_string(s.num_draft) +
+                                                " draft tokens in a slice of " +
                                                 std::to_string(s.tokens.size()));
-    batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()), s.start_pos, &s.block_table, s.sample,
-                           1 + s.num_draft};
+    batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()),
+                           s.start_pos,      &s.block_table,
+                           s.sample,         1 + s.num_draft};
     // Prompt logprobs: logits for every position of a chunk that still holds prompt positions.
     if (!it->second.prompt.empty() && s.start_pos < int32_t(it->second.prompt.size()) - 1) {
       if (s.num_draft > 0)
-        return make_error("invalid_argument", "sequence " + std::to_string(s.seq_id) +
-                                                  " verifies proposals before its prompt logprobs are complete");
+        return make_error("invalid_argument",
+                          "sequence " + std::to_string(s.seq_id) +
+                              " verifies proposals before its prompt logprobs are complete");
       batch[i].want_logits = true;
       batch[i].logit_rows = batch[i].num_tokens;
     }
@@ -386,7 +444,8 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   } else {
     for (const auto& in : inputs)
       if (std::find(in.begin(), in.end(), k_token_from_draft) != in.end())
-        return make_error("invalid_argument", "a plan asks for draft proposals, and there is no draft model");
+        return make_error("invalid_argument",
+                          "a plan asks for draft proposals, and there is no draft model");
   }
   if (auto r = run_forward(plan, batch); !r) return r.err();
   if (draft_)
@@ -398,7 +457,8 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   std::vector<size_t> first_row(plan.seqs.size(), 0);
   for (size_t i = 0, row = 0; i < plan.seqs.size(); ++i) {
     first_row[i] = row;
-    if (batch[i].want_logits) row += size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens));
+    if (batch[i].want_logits)
+      row += size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens));
   }
   const size_t vocab = size_t(weights_.config.vocab_size);
   score_prompt_positions(plan, batch, first_row);
@@ -409,7 +469,8 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     seq_state* st;
     const scheduled_seq* seq;
     const std::vector<int32_t>* input;  // the tokens computed (proposals filled in)
-    const std::vector<std::vector<float>>* draft_q;  // the draft's distributions (sampled draft proposals)
+    const std::vector<std::vector<float>>*
+        draft_q;  // the draft's distributions (sampled draft proposals)
     size_t first_row;
     std::vector<seq_output> outs;
   };
@@ -418,9 +479,15 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     const scheduled_seq& s = plan.seqs[i];
     if (!s.sample) continue;
     const auto q = draft_q_.find(s.seq_id);
-    const size_t sampled_at =
-        first_row[i] + size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens)) - size_t(1 + s.num_draft);
-    rows.push_back({&seqs_.at(s.seq_id), &s, &inputs[i], q == draft_q_.end() ? nullptr : &q->second, sampled_at, {}});
+    const size_t sampled_at = first_row[i] +
+                              size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens)) -
+                              size_t(1 + s.num_draft);
+    rows.push_back({&seqs_.at(s.seq_id),
+                    &s,
+                    &inputs[i],
+                    q == draft_q_.end() ? nullptr : &q->second,
+                    sampled_at,
+                    {}});
   }
   pool_.parallel_for(int64_t(rows.size()), [&](int64_t r) {
     sampled& sm = rows[size_t(r)];
@@ -432,10 +499,13 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
       std::span<const float> logits(logits_.data() + (sm.first_row + size_t(j)) * vocab, vocab);
       bool accepted = false;
       const std::vector<float>* q = nullptr;
-      if (j < s.num_draft && sm.draft_q != nullptr && size_t(j) < sm.draft_q->size()) q = &(*sm.draft_q)[size_t(j)];
-      sample_output so = j >= s.num_draft ? sample_token(logits, st.sampling)
-                         : q != nullptr   ? verify_token_q(logits, st.sampling, in[draft_at + size_t(j)], *q, accepted)
-                                          : verify_token(logits, st.sampling, in[draft_at + size_t(j)], accepted);
+      if (j < s.num_draft && sm.draft_q != nullptr && size_t(j) < sm.draft_q->size())
+        q = &(*sm.draft_q)[size_t(j)];
+      sample_output so =
+          j >= s.num_draft ? sample_token(logits, st.sampling)
+          : q != nullptr
+              ? verify_token_q(logits, st.sampling, in[draft_at + size_t(j)], *q, accepted)
+              : verify_token(logits, st.sampling, in[draft_at + size_t(j)], accepted);
       st.sampling.accept(so.token);
       st.last_token = so.token;
       seq_output o;
@@ -464,7 +534,8 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
   return out;
 }
 
-void cpu_executor::score_prompt_positions(const step_plan& plan, const std::vector<forward_seq>& batch,
+void cpu_executor::score_prompt_positions(const step_plan& plan,
+                                          const std::vector<forward_seq>& batch,
                                           const std::vector<size_t>& first_row) {
   // Position p's logits score the prompt token at p + 1, for p in the chunk and below the last
   // prompt position (whose logits give the first generated token).
@@ -476,20 +547,22 @@ void cpu_executor::score_prompt_positions(const step_plan& plan, const std::vect
   std::vector<job> jobs;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     seq_state& st = seqs_.at(plan.seqs[i].seq_id);
-    if (st.prompt.empty() || !batch[i].want_logits || batch[i].logit_rows != batch[i].num_tokens) continue;
+    if (st.prompt.empty() || !batch[i].want_logits || batch[i].logit_rows != batch[i].num_tokens)
+      continue;
     const int32_t start = batch[i].start_pos;
     const int32_t end = std::min(start + batch[i].num_tokens, int32_t(st.prompt.size()) - 1);
     // Positions before this chunk were scored by earlier chunks (prefill runs in order).
     if (start != int32_t(st.prompt_lps.size())) continue;
     st.prompt_lps.resize(size_t(std::max(end, start)));
-    for (int32_t p = start; p < end; ++p) jobs.push_back({&st, first_row[i] + size_t(p - start), p});
+    for (int32_t p = start; p < end; ++p)
+      jobs.push_back({&st, first_row[i] + size_t(p - start), p});
   }
   const size_t vocab = size_t(weights_.config.vocab_size);
   pool_.parallel_for(int64_t(jobs.size()), [&](int64_t k) {
     const job& j = jobs[size_t(k)];
     std::span<const float> logits(logits_.data() + j.row * vocab, vocab);
-    j.st->prompt_lps[size_t(j.pos)] =
-        score_prompt_token(logits, j.st->prompt[size_t(j.pos) + 1], j.st->sampling.params.prompt_logprobs);
+    j.st->prompt_lps[size_t(j.pos)] = score_prompt_token(logits, j.st->prompt[size_t(j.pos) + 1],
+                                                         j.st->sampling.params.prompt_logprobs);
   });
 }
 

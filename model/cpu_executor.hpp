@@ -41,7 +41,8 @@ namespace coserve {
 struct cpu_executor_options {
   int32_t num_kv_blocks = 256;
   int32_t block_size = 16;
-  int32_t num_threads = 0;     // threads of the forward pass, the calling one included (0: physical cores)
+  int32_t num_threads =
+      0;  // threads of the forward pass, the calling one included (0: physical cores)
   dtype kv_cache_dtype = dtype::bf16;
   // Activations of matrix products with bf16 weights rounded to bf16 (--dtype auto/bfloat16, the
   // default); false keeps them fp32 (--dtype float32). Other weights always take fp32 activations.
@@ -51,8 +52,8 @@ struct cpu_executor_options {
   // Speculative decoding with a draft model: its folder ("": none). It runs beside the model on
   // the same block tables with a KV cache of its own (same blocks, block size and element type),
   // computes every token the model computes, and proposes where a plan asks for
-  // k_token_from_draft (greedy requests: its argmax; sampled: a draw from its distribution, accepted
-  // by the speculative-sampling rule). Its vocabulary must be the model's.
+  // k_token_from_draft (greedy requests: its argmax; sampled: a draw from its distribution,
+  // accepted by the speculative-sampling rule). Its vocabulary must be the model's.
   std::string draft_model_dir;
   // Tensor parallel ranks (1: none). Not with a draft model.
   int32_t tensor_parallel_size = 1;
@@ -70,12 +71,14 @@ class cpu_executor final : public executor {
   // Loads a model folder (config, generation config, weights) and creates the executor; with
   // opts.draft_model_dir, loads the draft too (errors name the draft: a vocabulary that is not the
   // model's, a context shorter than max_model_len).
-  static result<std::unique_ptr<cpu_executor>> load(const std::string& dir, const cpu_executor_options& opts,
+  static result<std::unique_ptr<cpu_executor>> load(const std::string& dir,
+                                                    const cpu_executor_options& opts,
                                                     const load_progress& progress = {});
 
   ~cpu_executor() override;
   result<step_result> execute(const step_plan& plan) override;
-  void launch(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready) override;
+  void launch(step_plan plan, const asio::any_io_executor& ex,
+              std::function<void()> ready) override;
   result<step_result> collect() override;
   int32_t max_in_flight() const override { return 2; }
   bool can_launch_ahead(const step_plan&) const override { return true; }
@@ -119,8 +122,8 @@ class cpu_executor final : public executor {
   // draft_q_ for the acceptance rule). Prompt chunks are computed as they come (so a first
   // proposal never waits for a whole prompt); a sequence's plain decode steps are not (while its
   // proposals are backed off or switched off by batch size, the draft costs nothing).
-  result<void> run_draft(const std::vector<forward_seq>& batch, std::vector<std::vector<int32_t>>& inputs,
-                         const step_plan& plan);
+  result<void> run_draft(const std::vector<forward_seq>& batch,
+                         std::vector<std::vector<int32_t>>& inputs, const step_plan& plan);
 
   struct draft_model {
     model_weights weights;
@@ -130,8 +133,8 @@ class cpu_executor final : public executor {
     draft_kv_map map;  // which of the draft's cache positions are valid
     draft_model(model_weights w, int32_t blocks, int32_t block_size, dtype kv, worker_pool& pool)
         : weights(std::move(w)),
-          cache(weights.config.num_hidden_layers, blocks, block_size, weights.config.num_key_value_heads,
-                weights.config.head_dim, kv),
+          cache(weights.config.num_hidden_layers, blocks, block_size,
+                weights.config.num_key_value_heads, weights.config.head_dim, kv),
           forward(weights, pool),
           map(blocks, block_size) {
       pack_for_cpu(weights);
@@ -156,7 +159,8 @@ class cpu_executor final : public executor {
   // launch/collect: steps waiting for the step thread, and outcomes waiting for collect().
   struct launched_step {
     step_plan plan;
-    asio::any_io_executor ex;  // tracks outstanding work until `ready` has run (moved into its handler)
+    asio::any_io_executor
+        ex;  // tracks outstanding work until `ready` has run (moved into its handler)
     std::function<void()> ready;
   };
   void step_thread_main();
@@ -177,6 +181,7 @@ result<void> run_tp_rank(const std::string& dir, communicator& world, int32_t th
                          const load_progress& progress = {});
 // Rank 0's half of that exchange: every rank's load error (or none), then the setup; an error when
 // any rank failed. `my_error`: rank 0's own load failure ("" when it loaded).
-result<void> tp_setup_exchange_root(communicator& world, const std::string& my_error, const tp_setup& setup);
+result<void> tp_setup_exchange_root(communicator& world, const std::string& my_error,
+                                    const tp_setup& setup);
 
 }  // namespace coserve

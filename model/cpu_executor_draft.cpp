@@ -8,7 +8,8 @@
 
 namespace coserve {
 
-result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std::vector<std::vector<int32_t>>& inputs,
+result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch,
+                                     std::vector<std::vector<int32_t>>& inputs,
                                      const step_plan& plan) {
   draft_model& dm = *draft_;
   // 1. For each sequence the draft proposes for, or whose prompt is being computed: the positions
@@ -16,8 +17,8 @@ result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std:
   //    tokens up to the first proposal, with the draft's logits at that point for proposing ones.
   std::vector<forward_seq> first;
   std::vector<std::vector<int32_t>> caught_up(batch.size());
-  std::vector<size_t> computed;  // batch indices of `first`, in order
-  std::vector<size_t> proposing;  // batch indices, in order
+  std::vector<size_t> computed;                        // batch indices of `first`, in order
+  std::vector<size_t> proposing;                       // batch indices, in order
   std::vector<int32_t> proposal_at(batch.size(), -1);  // index into inputs[i] of the first proposal
   for (size_t i = 0; i < batch.size(); ++i) {
     const scheduled_seq& s = plan.seqs[i];
@@ -33,15 +34,16 @@ result<void> cpu_executor::run_draft(const std::vector<forward_seq>& batch, std:
     std::vector<int32_t>& toks = caught_up[i];
     for (int32_t p = from; p < s.start_pos; ++p) toks.push_back(dm.map.token_at(s.block_table, p));
     toks.insert(toks.end(), inputs[i].begin(), inputs[i].begin() + n);
-    first.push_back(forward_seq{toks.data(), int32_t(toks.size()), from, &s.block_table, proposal_at[i] >= 0, 1});
+    first.push_back(forward_seq{toks.data(), int32_t(toks.size()), from, &s.block_table,
+                                proposal_at[i] >= 0, 1});
     computed.push_back(i);
   }
   if (first.empty()) return {};
   if (auto r = dm.forward.run(first, dm.cache, false, dm.logits); !r) return r;
   for (size_t c = 0; c < computed.size(); ++c) {
     const size_t i = computed[c];
-    dm.map.note_draft(plan.seqs[i].seq_id, plan.seqs[i].block_table, first[c].start_pos, first[c].tokens,
-                      first[c].num_tokens);
+    dm.map.note_draft(plan.seqs[i].seq_id, plan.seqs[i].block_table, first[c].start_pos,
+                      first[c].tokens, first[c].num_tokens);
   }
   // 2. Proposal j of each sequence: the argmax of the draft's last logits, then computed into the
   //    draft's cache (its logits give proposal j + 1).

@@ -4,13 +4,13 @@
 // cpu_kernels.cpp and quant_*.cpp.
 #include "model/cpu_forward.hpp"
 
-#include "model/quant.hpp"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
+
+#include "model/quant.hpp"
 
 namespace coserve {
 namespace {
@@ -24,9 +24,9 @@ double seconds_since(clock_type::time_point& t) {
   return s;
 }
 
-constexpr int32_t k_attn_rows = 96;       // query rows (heads x tokens) a prefill tile shares K/V loads
-                                          // and each chunk's K transposition over (16 -> 96: prefill 512
-                                          // +15-20% on the 150M model)
+constexpr int32_t k_attn_rows = 96;  // query rows (heads x tokens) a prefill tile shares K/V loads
+                                     // and each chunk's K transposition over (16 -> 96: prefill 512
+                                     // +15-20% on the 150M model)
 constexpr int32_t k_min_split_ctx = 256;  // decode context per split, at least
 
 }  // namespace
@@ -37,9 +37,13 @@ std::pair<int32_t, int32_t> vocab_range(int32_t vocab, int32_t size, int32_t ran
 }
 
 cpu_forward::cpu_forward(const model_weights& weights, worker_pool& pool)
-    : w_(weights), c_(weights.config), pool_(pool), inv_freq_(rope_inv_freq(weights.config)),
-      inv_freq_long_(weights.config.rope_scaling.kind == rope_kind::longrope ? rope_inv_freq(weights.config, true)
-                                                                              : std::vector<float>{}) {
+    : w_(weights),
+      c_(weights.config),
+      pool_(pool),
+      inv_freq_(rope_inv_freq(weights.config)),
+      inv_freq_long_(weights.config.rope_scaling.kind == rope_kind::longrope
+                         ? rope_inv_freq(weights.config, true)
+                         : std::vector<float>{}) {
   const tensor_shard& sh = weights.shard;
   tp_ = sh.size > 1;
   const bool whole = sh.num_heads == 0;
@@ -65,10 +69,12 @@ result<void> cpu_forward::residual_matmul(const float* in, int64_t rows, const w
   return add_to_residual(part_.data(), rows, tp);
 }
 
-result<void> cpu_forward::add_to_residual(float* y, int64_t rows, std::chrono::steady_clock::time_point& tp) {
+result<void> cpu_forward::add_to_residual(float* y, int64_t rows,
+                                          std::chrono::steady_clock::time_point& tp) {
   const int64_t h = c_.hidden_size;
   if (tp_) {
-    if (!comm_) return make_error("internal", "forward: a tensor-parallel shard without a communicator");
+    if (!comm_)
+      return make_error("internal", "forward: a tensor-parallel shard without a communicator");
     if (auto r = comm_->all_reduce_sum(y, size_t(rows * h)); !r) return r;
   }
   pool_.parallel_for(rows, [&](int64_t r) {
@@ -94,8 +100,10 @@ void cpu_forward::swiglu(const float* gu, int64_t rows, int64_t inter, float* ac
 // fp32, the top-k probabilities (the lower expert first among equal ones), divided by their sum
 // when norm_topk_prob; each expert's output rows scaled by their weights and summed (experts in
 // index order) before the residual add.
-result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total, clock_type::time_point& tp) {
-  const int64_t h = c_.hidden_size, ne = c_.num_experts, k = c_.num_experts_per_tok, mi = moe_inter_;
+result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total,
+                                  clock_type::time_point& tp) {
+  const int64_t h = c_.hidden_size, ne = c_.num_experts, k = c_.num_experts_per_tok,
+                mi = moe_inter_;
   router_.resize(size_t(total * ne));
   matmul(xn_.data(), total, {{&L.router, 0}}, router_.data(), ne, false);
   profile_.gemm_s += seconds_since(tp);
@@ -150,7 +158,9 @@ result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total, clock_t
     }
   }
   xe_.resize(size_t(routed * h));
-  pool_.parallel_for(routed, [&](int64_t r) { std::copy_n(xn_.data() + route_rows_[size_t(r)] * h, h, xe_.data() + r * h); });
+  pool_.parallel_for(routed, [&](int64_t r) {
+    std::copy_n(xn_.data() + route_rows_[size_t(r)] * h, h, xe_.data() + r * h);
+  });
   profile_.other_s += seconds_since(tp);
   // Every routed expert's gate/up in one grouped product (its rows of xe_), the SwiGLU over all
   // routed rows, and every down product in another: the pool splits the experts' weight rows
@@ -221,16 +231,18 @@ result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total, clock_t
 
 // Every rank's [rows, its vocabulary rows] block to rank 0, laid out there as [rows, vocab]. Each
 // block is followed by the rank's profile (compute, collective seconds, steps) for tp_rank_stats().
-result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows, std::vector<float>& logits) {
+result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
+                                        std::vector<float>& logits) {
   std::vector<unsigned char>& all = gathered_;  // kept: no allocation and zero fill per step
   const bool root = comm_->rank() == 0;
   const size_t payload = local.size() * sizeof(float);
-  const double mine[3] = {profile_.gemm_s + profile_.attention_s + profile_.other_s, profile_.comm_s,
-                          double(profile_.steps)};
+  const double mine[3] = {profile_.gemm_s + profile_.attention_s + profile_.other_s,
+                          profile_.comm_s, double(profile_.steps)};
   static_assert(sizeof mine % sizeof(float) == 0);
   local.resize(local.size() + sizeof(mine) / (sizeof(float)));
   std::memcpy(reinterpret_cast<unsigned char*>(local.data()) + payload, mine, sizeof mine);
-  if (auto r = comm_->gather(local.data(), payload + sizeof mine, root ? &all : nullptr, 0); !r) return r;
+  if (auto r = comm_->gather(local.data(), payload + sizeof mine, root ? &all : nullptr, 0); !r)
+    return r;
   if (!root) {
     logits.clear();
     return {};
@@ -244,9 +256,11 @@ result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
     const int64_t n = e - b;
     const size_t block = size_t(rows * n) * sizeof(float);
     double stats[3];
-    if (at + block + sizeof stats > all.size()) return make_error("internal", "forward: gathered logits are short");
+    if (at + block + sizeof stats > all.size())
+      return make_error("internal", "forward: gathered logits are short");
     const float* src = reinterpret_cast<const float*>(all.data() + at);
-    for (int64_t i = 0; i < rows; ++i) std::copy_n(src + size_t(i * n), n, logits.data() + i * vocab + b);
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy_n(src + size_t(i * n), n, logits.data() + i * vocab + b);
     std::memcpy(stats, all.data() + at + block, sizeof stats);
     rank_stats_[size_t(r)] = {r, stats[0], stats[1], int64_t(stats[2])};
     at += block + sizeof stats;
@@ -259,8 +273,8 @@ result<void> cpu_forward::gather_logits(std::vector<float>& local, int64_t rows,
 // each chunk reads its weights once. A part with x_rows >= 0 multiplies only its rows of x into
 // the same rows of y (the experts of a grouped product); activations are prepared once for all
 // rows either way.
-void cpu_forward::matmul(const float* x, int64_t rows, const gemm_part* parts, size_t num_parts, float* y,
-                         int64_t ldy, bool accumulate) {
+void cpu_forward::matmul(const float* x, int64_t rows, const gemm_part* parts, size_t num_parts,
+                         float* y, int64_t ldy, bool accumulate) {
   if (num_parts == 0) return;
   const gemm_part* parts_end = parts + num_parts;
   int64_t total = 0, part_rows = 0;  // weight rows of all parts; most rows of x one part multiplies
@@ -281,18 +295,24 @@ void cpu_forward::matmul(const float* x, int64_t rows, const gemm_part* parts, s
   std::vector<gemm_piece>& pieces = pieces_;
   pieces.clear();
   for (const gemm_part* p = parts; p != parts_end; ++p)
-    for (int64_t r = 0; r < p->w->rows; r += chunk) pieces.push_back({p, r, std::min(chunk, p->w->rows - r)});
+    for (int64_t r = 0; r < p->w->rows; r += chunk)
+      pieces.push_back({p, r, std::min(chunk, p->w->rows - r)});
   const int64_t k = parts[0].w->cols;
   bool all_bf16 = true;
-  for (const gemm_part* p = parts; p != parts_end; ++p) all_bf16 = all_bf16 && p->w->type == dtype::bf16;
+  for (const gemm_part* p = parts; p != parts_end; ++p)
+    all_bf16 = all_bf16 && p->w->type == dtype::bf16;
   // A piece's rows of x (first, count) and its output.
   auto x_range = [&](const gemm_piece& pc) {
-    return std::pair{pc.part->x_rows < 0 ? int64_t{0} : pc.part->x_row0, pc.part->x_rows < 0 ? rows : pc.part->x_rows};
+    return std::pair{pc.part->x_rows < 0 ? int64_t{0} : pc.part->x_row0,
+                     pc.part->x_rows < 0 ? rows : pc.part->x_rows};
   };
-  auto out_of = [&](const gemm_piece& pc) { return y + x_range(pc).first * ldy + pc.part->col + pc.row0; };
+  auto out_of = [&](const gemm_piece& pc) {
+    return y + x_range(pc).first * ldy + pc.part->col + pc.row0;
+  };
   // bf16 activations for bf16 weights: x prepared once here (rows split over the threads), then
   // the pieces share it.
-  const int64_t rows_per = std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());
+  const int64_t rows_per =
+      std::max<int64_t>(1, (rows + pool_.num_threads() - 1) / pool_.num_threads());
   auto shared_x = [&](auto&& prepare, auto&& product) {
     pool_.parallel_for((rows + rows_per - 1) / rows_per, [&](int64_t c) {
       const int64_t r0 = c * rows_per;
@@ -311,7 +331,8 @@ void cpu_forward::matmul(const float* x, int64_t rows, const gemm_part* parts, s
   if (bf16_act_ && all_bf16 && bf16_dot_active()) {
     // The AVX512-BF16 kernel: x rounded to bf16.
     xb_.resize(size_t(rows * k));
-    shared_x([&](int64_t r0, int64_t r1) { round_to_bf16(x + r0 * k, k, r1 - r0, k, xb_.data() + r0 * k); },
+    shared_x([&](int64_t r0,
+                 int64_t r1) { round_to_bf16(x + r0 * k, k, r1 - r0, k, xb_.data() + r0 * k); },
              [&](const weight_ref& sub, int64_t r0, int64_t m, float* out) {
                matmul_nt_bf16(xb_.data() + r0 * k, m, sub, sub.rows, out, ldy, accumulate);
              });
@@ -319,10 +340,13 @@ void cpu_forward::matmul(const float* x, int64_t rows, const gemm_part* parts, s
   }
   if (bf16_act_ && all_bf16 && rows > 4) {
     // The widening kernel: x rounded and laid out as its tiles read it (row by row). From 5 rows:
-    // with fewer, each piece lays out its few rows itself, cheaper than one more pass over the pool.
+    // with fewer, each piece lays out its few rows itself, cheaper than one more pass over the
+    // pool.
     xp_.resize(size_t(rows * k));
     shared_x(
-        [&](int64_t r0, int64_t r1) { prepare_bf16_activations(x + r0 * k, k, r1 - r0, k, xp_.data() + r0 * k); },
+        [&](int64_t r0, int64_t r1) {
+          prepare_bf16_activations(x + r0 * k, k, r1 - r0, k, xp_.data() + r0 * k);
+        },
         [&](const weight_ref& sub, int64_t r0, int64_t m, float* out) {
           matmul_nt_bf16_prepared(xp_.data() + r0 * k, m, sub, sub.rows, out, ldy, accumulate);
         });
@@ -356,7 +380,8 @@ void cpu_forward::matmul(const float* x, int64_t rows, const gemm_part* parts, s
     const auto [r0, m] = x_range(pc);
     if (dtype_is_quantized(sub.type)) {
       const int f = uses_q8k(sub.type) ? 1 : 0;
-      matmul_quantized(xq_[f].data() + size_t(r0) * row_bytes[f], m, sub, pc.n, out_of(pc), ldy, accumulate);
+      matmul_quantized(xq_[f].data() + size_t(r0) * row_bytes[f], m, sub, pc.n, out_of(pc), ldy,
+                       accumulate);
     } else {
       matmul_nt(x + r0 * k, k, m, sub, pc.n, out_of(pc), ldy, accumulate, bf16_act_);
     }
@@ -405,13 +430,18 @@ void cpu_forward::rope(float* qkv, const std::vector<int32_t>& positions) {
   pool_.parallel_for(int64_t(positions.size()), [&](int64_t t) {
     std::vector<float> cs(static_cast<size_t>(2 * half));
     const float pos = float(positions[size_t(t)]);
-    const float m = c_.rope_scaling.kind == rope_kind::yarn || longrope ? c_.rope_scaling.attention_factor : 1.0f;
+    const float m = c_.rope_scaling.kind == rope_kind::yarn || longrope
+                        ? c_.rope_scaling.attention_factor
+                        : 1.0f;
     // LongRoPE: the long factors from original_max_position_embeddings on, per position.
     const std::vector<float>& inv =
-        longrope && positions[size_t(t)] >= c_.rope_scaling.original_max_position_embeddings ? inv_freq_long_ : inv_freq_;
+        longrope && positions[size_t(t)] >= c_.rope_scaling.original_max_position_embeddings
+            ? inv_freq_long_
+            : inv_freq_;
     for (int32_t i = 0; i < half; ++i) {
       const float angle = inv[size_t(i)] * pos;
-      cs[size_t(i)] = float(std::cos(double(angle))) * m;  // yarn, longrope: cos and sin times their attention factor
+      cs[size_t(i)] = float(std::cos(double(angle))) *
+                      m;  // yarn, longrope: cos and sin times their attention factor
       cs[size_t(half + i)] = float(std::sin(double(angle))) * m;
     }
     float* r = qkv + t * row;
@@ -448,11 +478,13 @@ void cpu_forward::plan_attention(const std::vector<forward_seq>& batch) {
       const int32_t ctx = fs.start_pos + 1;
       int32_t splits = 1;
       if (decode_items < 2 * threads)
-        splits = std::clamp((2 * threads + decode_items - 1) / decode_items, 1, std::max(1, ctx / k_min_split_ctx));
+        splits = std::clamp((2 * threads + decode_items - 1) / decode_items, 1,
+                            std::max(1, ctx / k_min_split_ctx));
       for (int32_t h = 0; h < nkv; ++h) {
         if (splits > 1) split_groups_.push_back(int64_t(items_.size()));
         for (int32_t sp = 0; sp < splits; ++sp) {
-          const int32_t b = int32_t(int64_t(ctx) * sp / splits), e = int32_t(int64_t(ctx) * (sp + 1) / splits);
+          const int32_t b = int32_t(int64_t(ctx) * sp / splits),
+                        e = int32_t(int64_t(ctx) * (sp + 1) / splits);
           items_.push_back({int32_t(s), h, 0, 1, b, e, splits, splits > 1 ? partials++ : -1});
         }
       }
@@ -461,7 +493,8 @@ void cpu_forward::plan_attention(const std::vector<forward_seq>& batch) {
     const int32_t qt = std::max(1, k_attn_rows / group);
     for (int32_t q0 = 0; q0 < fs.num_tokens; q0 += qt) {
       const int32_t nq = std::min(qt, fs.num_tokens - q0);
-      for (int32_t h = 0; h < nkv; ++h) items_.push_back({int32_t(s), h, q0, nq, 0, fs.start_pos + q0 + nq, 1, -1});
+      for (int32_t h = 0; h < nkv; ++h)
+        items_.push_back({int32_t(s), h, q0, nq, 0, fs.start_pos + q0 + nq, 1, -1});
     }
   }
   if (split_groups_.empty())
@@ -474,13 +507,14 @@ void cpu_forward::plan_attention(const std::vector<forward_seq>& batch) {
   part_acc_.resize(size_t(partials) * per);
 }
 
-void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch, const kv_cache& cache) {
+void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch,
+                            const kv_cache& cache) {
   const int32_t d = c_.head_dim, nh = nh_, nkv = nkv_;
   const int32_t group = nh / nkv;
   const int64_t row = int64_t(nh + 2 * nkv) * d;
   const float scale = 1.0f / std::sqrt(float(d));
-  const bool windowed = c_.sliding_window > 0 &&
-                        (c_.sliding_layers.empty() || c_.sliding_layers[size_t(layer)] != 0);
+  const bool windowed =
+      c_.sliding_window > 0 && (c_.sliding_layers.empty() || c_.sliding_layers[size_t(layer)] != 0);
   const int32_t window = windowed ? c_.sliding_window : 0;
   pool_.parallel_for(int64_t(items_.size()), [&](int64_t i) {
     const attn_item& it = items_[size_t(i)];
@@ -516,9 +550,10 @@ void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch
   for (int64_t first : split_groups_) {
     const attn_item& it = items_[size_t(first)];
     const int64_t t0 = seq_offsets_[size_t(it.seq)];
-    attn_merge(it.splits, group, d, part_max_.data() + it.partial * group, part_sum_.data() + it.partial * group,
-               part_acc_.data() + it.partial * group * d,
-               attn_.data() + t0 * int64_t(nh) * d + int64_t(it.kv_head) * group * d, int64_t(nh) * d, group);
+    attn_merge(it.splits, group, d, part_max_.data() + it.partial * group,
+               part_sum_.data() + it.partial * group, part_acc_.data() + it.partial * group * d,
+               attn_.data() + t0 * int64_t(nh) * d + int64_t(it.kv_head) * group * d,
+               int64_t(nh) * d, group);
   }
 }
 
@@ -537,17 +572,22 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     const forward_seq& fs = batch[s];
     seq_offsets_[s] = total;
     if (fs.num_tokens <= 0 || fs.start_pos < 0 || !fs.block_table)
-      return make_error("invalid_argument", "forward: sequence " + std::to_string(s) + " has no tokens or block table");
+      return make_error("invalid_argument",
+                        "forward: sequence " + std::to_string(s) + " has no tokens or block table");
     if (fs.start_pos + fs.num_tokens > c_.max_position_embeddings)
-      return make_error("invalid_argument", "forward: position " + std::to_string(fs.start_pos + fs.num_tokens - 1) +
-                                                " beyond the model's context of " + std::to_string(c_.max_position_embeddings));
+      return make_error("invalid_argument", "forward: position " +
+                                                std::to_string(fs.start_pos + fs.num_tokens - 1) +
+                                                " beyond the model's context of " +
+                                                std::to_string(c_.max_position_embeddings));
     for (int32_t p = 0; p < fs.start_pos + fs.num_tokens; ++p)
       if (cache.slot(*fs.block_table, p) < 0)
-        return make_error("invalid_argument", "forward: block table of sequence " + std::to_string(s) +
-                                                  " does not cover position " + std::to_string(p));
+        return make_error("invalid_argument", "forward: block table of sequence " +
+                                                  std::to_string(s) + " does not cover position " +
+                                                  std::to_string(p));
     for (int32_t i = 0; i < fs.num_tokens; ++i) {
       if (fs.tokens[i] < 0 || fs.tokens[i] >= vocab)
-        return make_error("invalid_argument", "forward: token id " + std::to_string(fs.tokens[i]) + " outside the vocabulary");
+        return make_error("invalid_argument", "forward: token id " + std::to_string(fs.tokens[i]) +
+                                                  " outside the vocabulary");
       positions_.push_back(fs.start_pos + i);
       slots_.push_back(cache.slot(*fs.block_table, fs.start_pos + i));
     }
@@ -577,7 +617,8 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     const layer_weights& L = w_.layers[size_t(l)];
     rms_norm(x_.data(), L.input_norm.data(), xn_.data(), total);
     profile_.other_s += seconds_since(tp);
-    matmul(xn_.data(), total, {{&L.q, 0}, {&L.k, nh * d}, {&L.v, (nh + nkv) * d}}, qkv_.data(), qkv_n, false);
+    matmul(xn_.data(), total, {{&L.q, 0}, {&L.k, nh * d}, {&L.v, (nh + nkv) * d}}, qkv_.data(),
+           qkv_n, false);
     profile_.gemm_s += seconds_since(tp);
     if (!L.qkv_bias.empty())
       pool_.parallel_for(total, [&](int64_t r) {
@@ -622,7 +663,8 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     for (size_t s = 0; s < batch.size(); ++s)
       if (batch[s].want_logits) {
         const int32_t k = std::clamp(batch[s].logit_rows, 1, batch[s].num_tokens);
-        for (int32_t r = batch[s].num_tokens - k; r < batch[s].num_tokens; ++r) rows.push_back(seq_offsets_[s] + r);
+        for (int32_t r = batch[s].num_tokens - k; r < batch[s].num_tokens; ++r)
+          rows.push_back(seq_offsets_[s] + r);
       }
   }
   ++profile_.steps;
@@ -631,7 +673,8 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     return {};
   }
   std::vector<float> picked(rows.size() * size_t(h));
-  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(x_.data() + rows[r] * h, h, picked.data() + r * size_t(h));
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy_n(x_.data() + rows[r] * h, h, picked.data() + r * size_t(h));
   std::vector<float> normed(picked.size());
   rms_norm(picked.data(), w_.final_norm.data(), normed.data(), int64_t(rows.size()));
   profile_.other_s += seconds_since(tp);
@@ -647,7 +690,8 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
   profile_.gemm_s += seconds_since(tp);
   auto g = gather_logits(local_logits_, int64_t(rows.size()), logits);
   profile_.comm_s += seconds_since(tp);
-  if (rows.size() > 256) std::vector<float>().swap(local_logits_);  // prompt logprobs' rows: not kept
+  if (rows.size() > 256)
+    std::vector<float>().swap(local_logits_);  // prompt logprobs' rows: not kept
   return g;
 }
 

@@ -38,8 +38,8 @@ struct forward_seq {
   int32_t num_tokens = 0;
   int32_t start_pos = 0;
   const std::vector<int32_t>* block_table = nullptr;  // covers [0, start_pos + n)
-  bool want_logits = false;         // logits of the last token
-  int32_t logit_rows = 1;           // with want_logits: of the last logit_rows tokens (in order)
+  bool want_logits = false;                           // logits of the last token
+  int32_t logit_rows = 1;  // with want_logits: of the last logit_rows tokens (in order)
 };
 
 // Seconds spent per phase since the last reset (wall time of the calling thread).
@@ -49,7 +49,8 @@ struct forward_profile {
   double other_s = 0;      // embedding, norms, RoPE, activation, residuals
   double comm_s = 0;       // tensor parallel: all-reduces and the logits gather (waits included)
   int64_t steps = 0;
-  double expert_bytes = 0;  // mixture of experts: bytes of the expert matrices the steps read (this rank's)
+  double expert_bytes =
+      0;  // mixture of experts: bytes of the expert matrices the steps read (this rank's)
 };
 
 class cpu_forward {
@@ -90,16 +91,16 @@ class cpu_forward {
   };
   struct attn_item {
     int32_t seq, kv_head, q_first, num_q, ctx_begin, ctx_end;
-    int32_t splits;        // 1: writes the output; > 1: one of `splits` partials of a group
-    int64_t partial;       // index of this item's partial (split groups only)
+    int32_t splits;   // 1: writes the output; > 1: one of `splits` partials of a group
+    int64_t partial;  // index of this item's partial (split groups only)
   };
 
-  void matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y, int64_t ldy,
-              bool accumulate) {
+  void matmul(const float* x, int64_t rows, std::initializer_list<gemm_part> parts, float* y,
+              int64_t ldy, bool accumulate) {
     matmul(x, rows, parts.begin(), parts.size(), y, ldy, accumulate);
   }
-  void matmul(const float* x, int64_t rows, const gemm_part* parts, size_t num_parts, float* y, int64_t ldy,
-              bool accumulate);
+  void matmul(const float* x, int64_t rows, const gemm_part* parts, size_t num_parts, float* y,
+              int64_t ldy, bool accumulate);
   void rms_norm(const float* x, const float* w, float* out, int64_t rows);
   void head_norm(float* qkv, int64_t rows, const layer_weights& L);
   void rope(float* qkv, const std::vector<int32_t>& positions);
@@ -115,30 +116,31 @@ class cpu_forward {
   // SwiGLU: act[r] = SiLU(gu[r][0, I)) * gu[r][I, 2I) for rows r.
   void swiglu(const float* gu, int64_t rows, int64_t inter, float* act);
   // A mixture-of-experts layer's MLP over xn_ (total rows), added to the residual stream.
-  result<void> moe_mlp(const layer_weights& L, int64_t total, std::chrono::steady_clock::time_point& tp);
+  result<void> moe_mlp(const layer_weights& L, int64_t total,
+                       std::chrono::steady_clock::time_point& tp);
 
   const model_weights& w_;
   const model_config& c_;
   worker_pool& pool_;
   bool bf16_act_ = false;
   communicator* comm_ = nullptr;
-  int32_t nh_, nkv_, inter_;       // this rank's query heads, KV heads, MLP width
-  int32_t moe_inter_;              // its width of each expert's MLP (0: no experts)
-  int32_t shared_inter_;           // and of the shared expert's (0: none)
-  int32_t vocab0_, vocab1_;        // this rank's LM-head rows
-  bool tp_;                        // weights.shard.size > 1
+  int32_t nh_, nkv_, inter_;          // this rank's query heads, KV heads, MLP width
+  int32_t moe_inter_;                 // its width of each expert's MLP (0: no experts)
+  int32_t shared_inter_;              // and of the shared expert's (0: none)
+  int32_t vocab0_, vocab1_;           // this rank's LM-head rows
+  bool tp_;                           // weights.shard.size > 1
   std::vector<float> inv_freq_;       // [rotary_dim / 2]
   std::vector<float> inv_freq_long_;  // longrope: from original_max_position_embeddings on
   // Scratch, reused across calls (grown, never shrunk).
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, part_, local_logits_;
   std::vector<unsigned char> gathered_;  // tensor parallel: every rank's logits, on rank 0
   std::vector<rank_stats> rank_stats_;
-  std::vector<uint16_t> xb_;  // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
-  std::vector<float> xp_;     // the same for the widening kernel, in its tiles' layout
+  std::vector<uint16_t> xb_;    // a matmul's activations rounded to bf16 (AVX512-BF16 kernel)
+  std::vector<float> xp_;       // the same for the widening kernel, in its tiles' layout
   std::vector<uint8_t> xq_[2];  // a matmul's activations quantized (Q8_0 blocks, Q8_K blocks)
   std::vector<gemm_piece> pieces_;
   std::vector<attn_item> items_;
-  std::vector<int64_t> split_groups_;   // per split group: its first item
+  std::vector<int64_t> split_groups_;  // per split group: its first item
   std::vector<float> part_max_, part_sum_, part_acc_;
   // Mixture of experts: router logits [rows, experts]; per token its experts and weights
   // [rows, top-k]; the routed rows expert by expert (route_first_ [experts + 1] delimiting them:
@@ -161,6 +163,5 @@ std::pair<int32_t, int32_t> vocab_range(int32_t vocab, int32_t size, int32_t ran
 // RoPE inverse frequencies of a config (model/rope.cpp): theta^(-2i/d), with GGUF's per-frequency
 // divisors, or llama3, linear or yarn scaling when configured (yarn's attention factor is applied
 // to cos and sin by the forward pass).
-
 
 }  // namespace coserve

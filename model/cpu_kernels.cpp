@@ -6,16 +6,17 @@
 // sits beside them because matmul_nt chooses between the two.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "model/cpu_kernels.cpp"
+// clang-format off: foreach_target.h comes first (it includes this file again once per target)
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-
+// clang-format on
 #include <hwy/aligned_allocator.h>
 #include <hwy/cache_control.h>
-#include <hwy/highway.h>
 #include <hwy/contrib/math/math-inl.h>
+#include <hwy/highway.h>
 
 #include <algorithm>
-#include <bit>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -130,7 +131,8 @@ constexpr size_t k_single_row_max_m = 4;
 // its load into each FMA that uses it (GCC otherwise reads the same activations from memory once
 // per weight column, which made the AVX2 tiles load-bound; AVX-512 measured no better with it).
 HWY_INLINE void in_register(VF& v) {
-#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4) && (defined(__GNUC__) || defined(__clang__))
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_SSE4) && \
+    (defined(__GNUC__) || defined(__clang__))
   asm("" : "+x"(v.raw));
 #else
   (void)v;
@@ -176,8 +178,9 @@ HWY_INLINE void tile(const float* HWY_RESTRICT x, size_t ldx, const WT* HWY_REST
 // Products and fp32 accumulation are the same as the plain path's; only the summation order
 // inside a vector differs.
 template <size_t MR, size_t NR>
-HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr, const hwy::bfloat16_t* HWY_RESTRICT w, size_t K, size_t K2, float* HWY_RESTRICT y,
-                          size_t ldy, bool accumulate, bool prefetch) {
+HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr,
+                          const hwy::bfloat16_t* HWY_RESTRICT w, size_t K, size_t K2,
+                          float* HWY_RESTRICT y, size_t ldy, bool accumulate, bool prefetch) {
   const DF df;
   const hn::RebindToUnsigned<DF> du;
   const size_t L = hn::Lanes(df);
@@ -224,10 +227,12 @@ HWY_INLINE void tile_bf16(const float* HWY_RESTRICT xr, size_t ldxr, const hwy::
 // pressure (GCC 12 kept accumulators and row addresses on the stack, and the tile measured slower
 // than 4 x 2). Each output's chain of FMAs is tile_bf16's (per block of 16 columns, the even
 // half, then the odd half), and the sums are reduced as there.
-HWY_INLINE void tile_bf16_6x2_avx2(const float* xr, size_t ldxr, const hwy::bfloat16_t* w, size_t K, size_t K2,
-                                   float* y, size_t ldy, bool accumulate, bool prefetch) {
-  alignas(32) static constexpr uint32_t hi_mask[8] = {0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u,
-                                                       0xffff0000u, 0xffff0000u, 0xffff0000u, 0xffff0000u};
+HWY_INLINE void tile_bf16_6x2_avx2(const float* xr, size_t ldxr, const hwy::bfloat16_t* w, size_t K,
+                                   size_t K2, float* y, size_t ldy, bool accumulate,
+                                   bool prefetch) {
+  alignas(32) static constexpr uint32_t hi_mask[8] = {0xffff0000u, 0xffff0000u, 0xffff0000u,
+                                                      0xffff0000u, 0xffff0000u, 0xffff0000u,
+                                                      0xffff0000u, 0xffff0000u};
   alignas(32) float acc[12][8];
   const float* x0 = xr;
   const float* x3 = xr + 3 * ldxr;
@@ -239,17 +244,19 @@ HWY_INLINE void tile_bf16_6x2_avx2(const float* xr, size_t ldxr, const hwy::bflo
   size_t n = K2 / 16;
 // One activation row's vector at ADDR times the two weight vectors (ymm12, ymm13) into its two
 // accumulators.
-#define COSERVE_ROW_6X2(ADDR, A0, A1)          \
-  "vmovups " ADDR ", %%ymm14\n"                \
-  "vfmadd231ps %%ymm12, %%ymm14, %%ymm" A0 "\n" \
+#define COSERVE_ROW_6X2(ADDR, A0, A1)      \
+  "vmovups " ADDR                          \
+  ", %%ymm14\n"                            \
+  "vfmadd231ps %%ymm12, %%ymm14, %%ymm" A0 \
+  "\n"                                     \
   "vfmadd231ps %%ymm13, %%ymm14, %%ymm" A1 "\n"
 // The six rows at byte offset OFF of the current block.
-#define COSERVE_HALF_6X2(OFF)                         \
-  COSERVE_ROW_6X2(OFF "(%[x0])", "0", "1")            \
-  COSERVE_ROW_6X2(OFF "(%[x0],%[xs])", "2", "3")      \
-  COSERVE_ROW_6X2(OFF "(%[x0],%[xs],2)", "4", "5")    \
-  COSERVE_ROW_6X2(OFF "(%[x3])", "6", "7")            \
-  COSERVE_ROW_6X2(OFF "(%[x3],%[xs])", "8", "9")      \
+#define COSERVE_HALF_6X2(OFF)                      \
+  COSERVE_ROW_6X2(OFF "(%[x0])", "0", "1")         \
+  COSERVE_ROW_6X2(OFF "(%[x0],%[xs])", "2", "3")   \
+  COSERVE_ROW_6X2(OFF "(%[x0],%[xs],2)", "4", "5") \
+  COSERVE_ROW_6X2(OFF "(%[x3])", "6", "7")         \
+  COSERVE_ROW_6X2(OFF "(%[x3],%[xs])", "8", "9")   \
   COSERVE_ROW_6X2(OFF "(%[x3],%[xs],2)", "10", "11")
   asm volatile(
       "vxorps %%ymm0, %%ymm0, %%ymm0\n"
@@ -317,7 +324,8 @@ HWY_INLINE void tile_bf16_6x2_avx2(const float* xr, size_t ldxr, const hwy::bflo
 #endif
 
 template <size_t NR>
-HWY_INLINE void tile_rows_bf16(size_t mr, const float* xr, size_t ldxr, const hwy::bfloat16_t* w, size_t K, size_t K2, float* y, size_t ldy, bool accumulate,
+HWY_INLINE void tile_rows_bf16(size_t mr, const float* xr, size_t ldxr, const hwy::bfloat16_t* w,
+                               size_t K, size_t K2, float* y, size_t ldy, bool accumulate,
                                bool prefetch) {
   switch (mr) {
     case 6:
@@ -329,22 +337,40 @@ HWY_INLINE void tile_rows_bf16(size_t mr, const float* xr, size_t ldxr, const hw
 #endif
       tile_bf16<6, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch);
       break;
-    case 5: tile_bf16<5, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
-    case 4: tile_bf16<4, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
-    case 3: tile_bf16<3, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
-    case 2: tile_bf16<2, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
-    default: tile_bf16<1, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch); break;
+    case 5:
+      tile_bf16<5, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
+    case 4:
+      tile_bf16<4, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
+    case 3:
+      tile_bf16<3, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
+    case 2:
+      tile_bf16<2, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
+    default:
+      tile_bf16<1, NR>(xr, ldxr, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
   }
 }
 
 template <size_t NR, typename WT>
-HWY_INLINE void tile_rows(size_t mr, const float* x, size_t ldx, const WT* w, size_t K, float* y, size_t ldy,
-                          bool accumulate, bool prefetch) {
+HWY_INLINE void tile_rows(size_t mr, const float* x, size_t ldx, const WT* w, size_t K, float* y,
+                          size_t ldy, bool accumulate, bool prefetch) {
   switch (mr) {
-    case 4: tile<4, NR>(x, ldx, w, K, y, ldy, accumulate, prefetch); break;
-    case 3: tile<3, NR>(x, ldx, w, K, y, ldy, accumulate, prefetch); break;
-    case 2: tile<2, NR>(x, ldx, w, K, y, ldy, accumulate, prefetch); break;
-    default: tile<1, NR>(x, ldx, w, K, y, ldy, accumulate, prefetch); break;
+    case 4:
+      tile<4, NR>(x, ldx, w, K, y, ldy, accumulate, prefetch);
+      break;
+    case 3:
+      tile<3, NR>(x, ldx, w, K, y, ldy, accumulate, prefetch);
+      break;
+    case 2:
+      tile<2, NR>(x, ldx, w, K, y, ldy, accumulate, prefetch);
+      break;
+    default:
+      tile<1, NR>(x, ldx, w, K, y, ldy, accumulate, prefetch);
+      break;
   }
 }
 
@@ -360,15 +386,16 @@ HWY_INLINE void tile_rows(size_t mr, const float* x, size_t ldx, const WT* w, si
 // 8 x 3 900-1030, 12 x 2 975-1030.
 constexpr size_t k_bc_nv = 2, k_bc_mr = 12;
 #else
-constexpr size_t k_bc_nv = 2, k_bc_mr = 6;  // 6 x 2 accumulators + 2 panel vectors + 1 broadcast of 16
+constexpr size_t k_bc_nv = 2,
+                 k_bc_mr = 6;  // 6 x 2 accumulators + 2 panel vectors + 1 broadcast of 16
 #endif
 // From this many rows the broadcast kernel runs (below it, packing the panel costs more than it
 // saves).
 constexpr size_t k_bc_min_m = 16;
 
 template <size_t MR>
-HWY_INLINE void bcast_tile(const float* HWY_RESTRICT x, size_t ldx, const float* HWY_RESTRICT bp, size_t kc,
-                           float* HWY_RESTRICT y, size_t ldy, size_t ncols, bool add) {
+HWY_INLINE void bcast_tile(const float* HWY_RESTRICT x, size_t ldx, const float* HWY_RESTRICT bp,
+                           size_t kc, float* HWY_RESTRICT y, size_t ldy, size_t ncols, bool add) {
   const DF df;
   const size_t L = hn::Lanes(df), NRL = k_bc_nv * L;
   VF acc[MR][k_bc_nv];
@@ -463,8 +490,8 @@ HWY_INLINE void pack_panel(const WT* HWY_RESTRICT w, size_t K, size_t ncols, siz
 }
 
 template <typename WT>
-void matmul_bcast(const float* x, size_t ldx, size_t M, const WT* w, size_t N, size_t K, float* y, size_t ldy,
-                  bool accumulate) {
+void matmul_bcast(const float* x, size_t ldx, size_t M, const WT* w, size_t N, size_t K, float* y,
+                  size_t ldy, bool accumulate) {
   const size_t NRL = k_bc_nv * hn::Lanes(DF());
   // About 32 KiB of panel, and at most 256 columns: each block's sums are chains of kc FMAs, added
   // into y block by block, which keeps the fp32 rounding of long K near the dot-product tiles'.
@@ -488,34 +515,36 @@ void matmul_bcast(const float* x, size_t ldx, size_t M, const WT* w, size_t N, s
         next.share();
         const float* xm = x + m * ldx + k0;
         float* ym = y + m * ldy + j0;
-        with_tile_rows<k_bc_mr>(M - m, [&](auto mr) { bcast_tile<mr()>(xm, ldx, bp, kc, ym, ldy, ncols, add); });
+        with_tile_rows<k_bc_mr>(
+            M - m, [&](auto mr) { bcast_tile<mr()>(xm, ldx, bp, kc, ym, ldy, ncols, add); });
       }
     }
   }
 }
 
 template <typename WT>
-void matmul_typed(const float* x, size_t ldx, size_t M, const WT* w, size_t N, size_t K, float* y, size_t ldy,
-                  bool accumulate) {
+void matmul_typed(const float* x, size_t ldx, size_t M, const WT* w, size_t N, size_t K, float* y,
+                  size_t ldy, bool accumulate) {
   if (M >= k_bc_min_m) {
     matmul_bcast(x, ldx, M, w, N, K, y, ldy, accumulate);
     return;
   }
   // Rows of x per block: about 256 KiB of them, so they stay in L2 while a weight tile (NR rows,
   // in L1) is applied to each of them.
-  const size_t mb = std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr * k_mr, k_mr, 256);
+  const size_t mb =
+      std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr * k_mr, k_mr, 256);
   for (size_t m0 = 0; m0 < M; m0 += mb) {
     const size_t m1 = std::min(M, m0 + mb);
     size_t j = 0;
     if (M > k_single_row_max_m)
       for (; j + k_nr <= N; j += k_nr)
-      for (size_t m = m0; m < m1; m += k_mr)
-        tile_rows<k_nr>(std::min(k_mr, m1 - m), x + m * ldx, ldx, w + j * K, K, y + m * ldy + j, ldy, accumulate,
-                        m == m0);
+        for (size_t m = m0; m < m1; m += k_mr)
+          tile_rows<k_nr>(std::min(k_mr, m1 - m), x + m * ldx, ldx, w + j * K, K, y + m * ldy + j,
+                          ldy, accumulate, m == m0);
     for (; j < N; ++j)
       for (size_t m = m0; m < m1; m += k_mr)
-        tile_rows<1>(std::min(k_mr, m1 - m), x + m * ldx, ldx, w + j * K, K, y + m * ldy + j, ldy, accumulate,
-                     m == m0);
+        tile_rows<1>(std::min(k_mr, m1 - m), x + m * ldx, ldx, w + j * K, K, y + m * ldy + j, ldy,
+                     accumulate, m == m0);
   }
 }
 
@@ -543,12 +572,13 @@ void prepare_bf16_impl(const float* x, int64_t ldx, int64_t M, int64_t K, float*
 
 // Activation rows per block of the bf16 tiles: about 256 KiB of them (L2), whole tiles.
 HWY_INLINE size_t bf16_row_block(size_t K) {
-  return std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr_bf16 * k_mr_bf16, k_mr_bf16, 256);
+  return std::clamp<size_t>((size_t(256) << 10) / (K * sizeof(float) + 1) / k_mr_bf16 * k_mr_bf16,
+                            k_mr_bf16, 256);
 }
 
 // The bf16 tiles over activations already in that layout (xr [M, K]).
-void matmul_bf16_tiles(const float* xr, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y, size_t ldy,
-                       bool accumulate) {
+void matmul_bf16_tiles(const float* xr, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K,
+                       float* y, size_t ldy, bool accumulate) {
   const size_t L = hn::Lanes(DF());
   const size_t K2 = K / (2 * L) * (2 * L);
   const size_t mb = bf16_row_block(K);
@@ -560,34 +590,35 @@ void matmul_bf16_tiles(const float* xr, size_t M, const hwy::bfloat16_t* w, size
       // Weight rows in blocks of about 256 KiB (L2); each tile of k_mr_bf16 activation rows (in L1)
       // meets a whole block before the next tile, so the fp32 activations are read from L2 once
       // per block rather than once per weight tile.
-      const size_t nb = std::max<size_t>(k_nr, (size_t(256) << 10) / (K * sizeof(uint16_t) + 1) / k_nr * k_nr);
+      const size_t nb =
+          std::max<size_t>(k_nr, (size_t(256) << 10) / (K * sizeof(uint16_t) + 1) / k_nr * k_nr);
       const size_t nt = N / k_nr * k_nr;
       for (size_t j0 = 0; j0 < nt; j0 += nb) {
         const size_t j1 = std::min(nt, j0 + nb);
         for (size_t m = m0; m < m1; m += k_mr_bf16)
           for (size_t jj = j0; jj < j1; jj += k_nr)
-            tile_rows_bf16<k_nr>(std::min(k_mr_bf16, m1 - m), xb + (m - m0) * K, K, w + jj * K, K, K2, y + m * ldy + jj,
-                                 ldy, accumulate, m == m0);
+            tile_rows_bf16<k_nr>(std::min(k_mr_bf16, m1 - m), xb + (m - m0) * K, K, w + jj * K, K,
+                                 K2, y + m * ldy + jj, ldy, accumulate, m == m0);
       }
       j = nt;
     }
     for (; j < N; ++j)
       for (size_t m = m0; m < m1; m += k_mr_bf16)
-        tile_rows_bf16<1>(std::min(k_mr_bf16, m1 - m), xb + (m - m0) * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
-                          accumulate, m == m0);
+        tile_rows_bf16<1>(std::min(k_mr_bf16, m1 - m), xb + (m - m0) * K, K, w + j * K, K, K2,
+                          y + m * ldy + j, ldy, accumulate, m == m0);
   }
 }
 
-void matmul_bf16_prepared_impl(const float* xr, int64_t M, const weight_ref* w, int64_t n, float* y, int64_t ldy,
-                               bool accumulate) {
-  matmul_bf16_tiles(xr, size_t(M), static_cast<const hwy::bfloat16_t*>(w->data), size_t(n), size_t(w->cols), y,
-                    size_t(ldy), accumulate);
+void matmul_bf16_prepared_impl(const float* xr, int64_t M, const weight_ref* w, int64_t n, float* y,
+                               int64_t ldy, bool accumulate) {
+  matmul_bf16_tiles(xr, size_t(M), static_cast<const hwy::bfloat16_t*>(w->data), size_t(n),
+                    size_t(w->cols), y, size_t(ldy), accumulate);
 }
 
 // act_bf16: the activations are rounded to bf16 first (the products are then those of
 // two bf16 numbers, as the AVX512-BF16 kernel computes them).
-void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K, float* y,
-                 size_t ldy, bool accumulate, bool act_bf16) {
+void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w, size_t N, size_t K,
+                 float* y, size_t ldy, bool accumulate, bool act_bf16) {
   // bf16 activations (the serving default) stay on the dot-product tiles at every row count, and
   // every tile shape computes an output with the same chain of FMAs, so a sequence's results do not
   // change with its batch (as on the AVX512-BF16 kernel). fp32 activations take the broadcast
@@ -602,36 +633,37 @@ void matmul_bf16(const float* x, size_t ldx, size_t M, const hwy::bfloat16_t* w,
   xr.resize(std::min(M, mb) * K);
   for (size_t m0 = 0; m0 < M; m0 += mb) {
     const size_t m1 = std::min(M, m0 + mb);
-    for (size_t m = m0; m < m1; ++m) reorder_bf16_row(x + m * ldx, K, act_bf16, xr.data() + (m - m0) * K);
+    for (size_t m = m0; m < m1; ++m)
+      reorder_bf16_row(x + m * ldx, K, act_bf16, xr.data() + (m - m0) * K);
     matmul_bf16_tiles(xr.data(), m1 - m0, w, N, K, y + m0 * ldy, ldy, accumulate);
   }
 }
 
-void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w, int64_t n, float* y, int64_t ldy,
-                    bool accumulate, bool act_bf16) {
+void matmul_nt_impl(const float* x, int64_t ldx, int64_t M, const weight_ref* w, int64_t n,
+                    float* y, int64_t ldy, bool accumulate, bool act_bf16) {
   const size_t K = size_t(w->cols);
   switch (w->type) {
     case dtype::f32:
-      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const float*>(w->data), size_t(n), K, y, size_t(ldy),
-                   accumulate);
-      break;
-    case dtype::bf16:
-      matmul_bf16(x, size_t(ldx), size_t(M), static_cast<const hwy::bfloat16_t*>(w->data), size_t(n), K, y,
-                  size_t(ldy), accumulate, act_bf16);
-      break;
-    case dtype::f16:
-      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const hwy::float16_t*>(w->data), size_t(n), K, y,
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const float*>(w->data), size_t(n), K, y,
                    size_t(ldy), accumulate);
       break;
+    case dtype::bf16:
+      matmul_bf16(x, size_t(ldx), size_t(M), static_cast<const hwy::bfloat16_t*>(w->data),
+                  size_t(n), K, y, size_t(ldy), accumulate, act_bf16);
+      break;
+    case dtype::f16:
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const hwy::float16_t*>(w->data),
+                   size_t(n), K, y, size_t(ldy), accumulate);
+      break;
     default:
-      break;  // quantized weights: matmul_nt sends them to matmul_quant
+      break;              // quantized weights: matmul_nt sends them to matmul_quant
     case dtype::f8_e4m3:  // value * 2^-8, unscaled: matmul_nt applies 256 * row_scale
-      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const e4m3_lo_t*>(w->data), size_t(n), K, y, size_t(ldy),
-                   accumulate);
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const e4m3_lo_t*>(w->data), size_t(n), K,
+                   y, size_t(ldy), accumulate);
       break;
     case dtype::f8_e5m2:
-      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const e5m2_t*>(w->data), size_t(n), K, y, size_t(ldy),
-                   accumulate);
+      matmul_typed(x, size_t(ldx), size_t(M), static_cast<const e5m2_t*>(w->data), size_t(n), K, y,
+                   size_t(ldy), accumulate);
       break;
   }
 }
@@ -729,7 +761,8 @@ void attend_typed(const attn_tile& t) {
   // Enough query rows (prefill tiles) score a chunk against K transposed: per row, d broadcast
   // FMAs give L scores at once, where row-by-row dot products each end in a horizontal sum.
   const bool transposed = rows >= 8;
-  scratch.resize(rows * d * 2 + 2 * k_chunk * d + rows * sc_len + 2 * rows + (transposed ? d * sc_len : 0));
+  scratch.resize(rows * d * 2 + 2 * k_chunk * d + rows * sc_len + 2 * rows +
+                 (transposed ? d * sc_len : 0));
   float* q = scratch.data();
   float* acc = q + rows * d;
   float* kbuf = acc + rows * d;
@@ -741,7 +774,8 @@ void attend_typed(const attn_tile& t) {
 
   for (size_t r = 0; r < rows; ++r) {
     const size_t i = r / size_t(t.group), g = r % size_t(t.group);
-    const float* src = t.q + int64_t(i) * t.q_stride + (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
+    const float* src =
+        t.q + int64_t(i) * t.q_stride + (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
     for (size_t j = 0; j < d; ++j) q[r * d + j] = src[j] * t.scale;
     std::fill(acc + r * d, acc + (r + 1) * d, 0.0f);
     mx[r] = -INFINITY;
@@ -781,7 +815,8 @@ void attend_typed(const attn_tile& t) {
           VF a[4][2];
           for (auto& ai : a) ai[0] = ai[1] = hn::Zero(df);
           for (size_t c = 0; c < d; ++c) {
-            const VF k0 = hn::LoadU(df, kt + c * sc_len + j0), k1 = hn::LoadU(df, kt + c * sc_len + j0 + L);
+            const VF k0 = hn::LoadU(df, kt + c * sc_len + j0),
+                     k1 = hn::LoadU(df, kt + c * sc_len + j0 + L);
             for (size_t i = 0; i < 4; ++i) {
               const VF qv = hn::Set(df, qr[i][c]);
               a[i][0] = hn::MulAdd(qv, k0, a[i][0]);
@@ -800,7 +835,8 @@ void attend_typed(const attn_tile& t) {
             const VF k0 = hn::LoadU(df, kt + c * sc_len + j0);
             for (size_t i = 0; i < 4; ++i) a[i] = hn::MulAdd(hn::Set(df, qr[i][c]), k0, a[i]);
           }
-          for (size_t i = 0; i < 4 && r0 + i < rows; ++i) hn::StoreU(a[i], df, sc + (r0 + i) * sc_len + j0);
+          for (size_t i = 0; i < 4 && r0 + i < rows; ++i)
+            hn::StoreU(a[i], df, sc + (r0 + i) * sc_len + j0);
         }
       }
     }
@@ -828,7 +864,8 @@ void attend_typed(const attn_tile& t) {
       VF vsum = hn::Zero(df);
       for (size_t j = 0; j < sc_len; j += L) {
         const VF v = hn::LoadU(df, s + j);
-        const VF e = hn::IfThenZeroElse(hn::Eq(v, hn::Set(df, -INFINITY)), hn::Exp(df, hn::Sub(v, vmax)));
+        const VF e =
+            hn::IfThenZeroElse(hn::Eq(v, hn::Set(df, -INFINITY)), hn::Exp(df, hn::Sub(v, vmax)));
         hn::StoreU(e, df, s + j);
         vsum = hn::Add(vsum, e);
       }
@@ -846,7 +883,8 @@ void attend_typed(const attn_tile& t) {
       continue;
     }
     const size_t i = r / size_t(t.group), g = r % size_t(t.group);
-    float* o = t.out + int64_t(i) * t.out_stride + (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
+    float* o = t.out + int64_t(i) * t.out_stride +
+               (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
     const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
     for (size_t j = 0; j < d; ++j) o[j] = acc[r * d + j] * inv;
   }
@@ -854,12 +892,23 @@ void attend_typed(const attn_tile& t) {
 
 void attend_impl(const attn_tile* t) {
   switch (t->kv_type) {
-    case dtype::f32: attend_typed<float>(*t); break;
-    case dtype::bf16: attend_typed<hwy::bfloat16_t>(*t); break;
-    case dtype::f16: attend_typed<hwy::float16_t>(*t); break;
-    case dtype::f8_e4m3: attend_typed<e4m3_t>(*t); break;
-    case dtype::f8_e5m2: attend_typed<e5m2_t>(*t); break;
-    default: break;  // KV caches are f32, bf16, f16 or fp8
+    case dtype::f32:
+      attend_typed<float>(*t);
+      break;
+    case dtype::bf16:
+      attend_typed<hwy::bfloat16_t>(*t);
+      break;
+    case dtype::f16:
+      attend_typed<hwy::float16_t>(*t);
+      break;
+    case dtype::f8_e4m3:
+      attend_typed<e4m3_t>(*t);
+      break;
+    case dtype::f8_e5m2:
+      attend_typed<e5m2_t>(*t);
+      break;
+    default:
+      break;  // KV caches are f32, bf16, f16 or fp8
   }
 }
 
@@ -963,7 +1012,8 @@ void round_bf16_f32_impl(const float* x, int64_t ldx, int64_t M, int64_t K, floa
       const auto b = hn::BitCast(du, v);
       const auto r = hn::And(hn::Add(b, hn::Add(half, hn::And(hn::ShiftRight<16>(b), one))), hi);
       const auto q = hn::And(hn::Or(b, quiet), hi);
-      hn::StoreU(hn::BitCast(df, hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), q, r)), df, dst + k);
+      hn::StoreU(hn::BitCast(df, hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), q, r)), df,
+                 dst + k);
     }
     for (; k < size_t(K); ++k) dst[k] = bf16_to_f32(f32_to_bf16(src[k]));
   }
@@ -994,15 +1044,17 @@ namespace {
 #define COSERVE_BF16DOT_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
 template <size_t MR, size_t NR>
-COSERVE_BF16DOT_TARGET inline void dot_tile(const uint16_t* xb, size_t ldxb, const uint16_t* w, size_t K, size_t K2,
-                                            float* y, size_t ldy, bool accumulate, bool prefetch) {
+COSERVE_BF16DOT_TARGET inline void dot_tile(const uint16_t* xb, size_t ldxb, const uint16_t* w,
+                                            size_t K, size_t K2, float* y, size_t ldy,
+                                            bool accumulate, bool prefetch) {
   __m512 acc[MR][NR];
   for (size_t m = 0; m < MR; ++m)
     for (size_t j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
   for (size_t k = 0; k < K2; k += 32) {
     __m512bh wv[NR];
     for (size_t j = 0; j < NR; ++j) {
-      if (NR > 1 && prefetch) _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * K + k), _MM_HINT_T0);
+      if (NR > 1 && prefetch)
+        _mm_prefetch(reinterpret_cast<const char*>(w + (NR + j) * K + k), _MM_HINT_T0);
       wv[j] = (__m512bh)_mm512_loadu_si512(w + j * K + k);
     }
     for (size_t m = 0; m < MR; ++m) {
@@ -1024,19 +1076,28 @@ COSERVE_BF16DOT_TARGET inline void dot_tile(const uint16_t* xb, size_t ldxb, con
 }
 
 template <size_t NR>
-COSERVE_BF16DOT_TARGET inline void dot_rows(size_t mr, const uint16_t* xb, size_t ldxb, const uint16_t* w, size_t K,
-                                            size_t K2, float* y, size_t ldy, bool accumulate, bool prefetch) {
+COSERVE_BF16DOT_TARGET inline void dot_rows(size_t mr, const uint16_t* xb, size_t ldxb,
+                                            const uint16_t* w, size_t K, size_t K2, float* y,
+                                            size_t ldy, bool accumulate, bool prefetch) {
   switch (mr) {
-    case 4: dot_tile<4, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch); break;
-    case 3: dot_tile<3, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch); break;
-    case 2: dot_tile<2, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch); break;
-    default: dot_tile<1, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch); break;
+    case 4:
+      dot_tile<4, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
+    case 3:
+      dot_tile<3, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
+    case 2:
+      dot_tile<2, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
+    default:
+      dot_tile<1, NR>(xb, ldxb, w, K, K2, y, ldy, accumulate, prefetch);
+      break;
   }
 }
 
 // Rows [0, M) of bf16 activations xb (row stride K) times weight rows [0, N).
-COSERVE_BF16DOT_TARGET void bf16dot_rows(const uint16_t* xb, size_t M, const uint16_t* w, size_t N, size_t K,
-                                         float* y, size_t ldy, bool accumulate) {
+COSERVE_BF16DOT_TARGET void bf16dot_rows(const uint16_t* xb, size_t M, const uint16_t* w, size_t N,
+                                         size_t K, float* y, size_t ldy, bool accumulate) {
   // One weight row at a time up to 8 activation rows (one sequential stream per thread; measured
   // ~10% faster than 4 x 4 tiles at 8 rows, slower at 16).
   constexpr size_t mr = 4, nr = 4, single_row_max_m = 8;
@@ -1055,33 +1116,35 @@ COSERVE_BF16DOT_TARGET void bf16dot_rows(const uint16_t* xb, size_t M, const uin
         const size_t j1 = std::min(nt, j0 + nb);
         for (size_t m = m0; m < m1; m += mr)
           for (size_t jj = j0; jj < j1; jj += nr)
-            dot_rows<nr>(std::min(mr, m1 - m), xb + m * K, K, w + jj * K, K, K2, y + m * ldy + jj, ldy, accumulate,
-                         m == m0);
+            dot_rows<nr>(std::min(mr, m1 - m), xb + m * K, K, w + jj * K, K, K2, y + m * ldy + jj,
+                         ldy, accumulate, m == m0);
       }
       j = nt;
     }
     for (; j < N; ++j)
       for (size_t m = m0; m < m1; m += mr)
-        dot_rows<1>(std::min(mr, m1 - m), xb + m * K, K, w + j * K, K, K2, y + m * ldy + j, ldy, accumulate,
-                    m == m0);
+        dot_rows<1>(std::min(mr, m1 - m), xb + m * K, K, w + j * K, K, K2, y + m * ldy + j, ldy,
+                    accumulate, m == m0);
   }
 }
 
-COSERVE_BF16DOT_TARGET void round_rows_bf16dot(const float* x, size_t ldx, size_t M, size_t K, uint16_t* out) {
+COSERVE_BF16DOT_TARGET void round_rows_bf16dot(const float* x, size_t ldx, size_t M, size_t K,
+                                               uint16_t* out) {
   for (size_t m = 0; m < M; ++m) {
     const float* src = x + m * ldx;
     uint16_t* dst = out + m * K;
     size_t k = 0;
     for (; k + 32 <= K; k += 32) {
-      const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 16), _mm512_loadu_ps(src + k));
+      const __m512bh v =
+          _mm512_cvtne2ps_pbh(_mm512_loadu_ps(src + k + 16), _mm512_loadu_ps(src + k));
       _mm512_storeu_si512(dst + k, (__m512i)v);
     }
     for (; k < K; ++k) dst[k] = f32_to_bf16(src[k]);
   }
 }
 
-void matmul_bf16dot(const float* x, size_t ldx, size_t M, const uint16_t* w, size_t N, size_t K, float* y,
-                    size_t ldy, bool accumulate) {
+void matmul_bf16dot(const float* x, size_t ldx, size_t M, const uint16_t* w, size_t N, size_t K,
+                    float* y, size_t ldy, bool accumulate) {
   thread_local std::vector<uint16_t> xb;
   xb.resize(M * K);
   round_rows_bf16dot(x, ldx, M, K, xb.data());
@@ -1121,7 +1184,9 @@ HWY_EXPORT(round_bf16_f32_impl);
 HWY_EXPORT(prepare_bf16_impl);
 HWY_EXPORT(matmul_bf16_prepared_impl);
 
-float log_sum_exp(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n); }
+float log_sum_exp(const float* x, size_t n) noexcept {
+  return HWY_DYNAMIC_DISPATCH(log_sum_exp_impl)(x, n);
+}
 
 float max_value(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(max_of)(x, n); }
 
@@ -1129,14 +1194,13 @@ float log_sum_exp_argmax(const float* x, size_t n, int64_t& first_max) noexcept 
   return HWY_DYNAMIC_DISPATCH(log_sum_exp_argmax_impl)(x, n, &first_max);
 }
 
-
 void mask_logits(float* x, const uint32_t* words, size_t n) noexcept {
   static_assert(std::endian::native == std::endian::little, "the bitmask words are read as bytes");
   HWY_DYNAMIC_DISPATCH(mask_logits_impl)(x, reinterpret_cast<const uint8_t*>(words), n);
 }
 
-void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-               bool accumulate, bool act_bf16) {
+void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y,
+               int64_t ldy, bool accumulate, bool act_bf16) {
   if (M <= 0 || n <= 0) return;
   if (dtype_is_quantized(w.type)) {
     matmul_quant(x, ldx, M, w, n, y, ldy, accumulate);
@@ -1165,15 +1229,17 @@ void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int6
   act_bf16 = act_bf16 && w.type == dtype::bf16;
 #if COSERVE_BF16DOT
   if (act_bf16 && bf16dot_on().load(std::memory_order_relaxed)) {
-    matmul_bf16dot(x, size_t(ldx), size_t(M), static_cast<const uint16_t*>(w.data), size_t(n), size_t(w.cols), y,
-                   size_t(ldy), accumulate);
+    matmul_bf16dot(x, size_t(ldx), size_t(M), static_cast<const uint16_t*>(w.data), size_t(n),
+                   size_t(w.cols), y, size_t(ldy), accumulate);
     return;
   }
 #endif
   HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(x, ldx, M, &w, n, y, ldy, accumulate, act_bf16);
 }
 
-bool bf16_dot_active() noexcept { return COSERVE_BF16DOT && bf16dot_on().load(std::memory_order_relaxed); }
+bool bf16_dot_active() noexcept {
+  return COSERVE_BF16DOT && bf16dot_on().load(std::memory_order_relaxed);
+}
 
 void round_to_bf16_f32(const float* x, int64_t ldx, int64_t M, int64_t K, float* out) noexcept {
   HWY_DYNAMIC_DISPATCH(round_bf16_f32_impl)(x, ldx, M, K, out);
@@ -1190,13 +1256,13 @@ void round_to_bf16(const float* x, int64_t ldx, int64_t M, int64_t K, uint16_t* 
     for (int64_t k = 0; k < K; ++k) out[m * K + k] = f32_to_bf16(x[m * ldx + k]);
 }
 
-void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                    bool accumulate) {
+void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t n, float* y,
+                    int64_t ldy, bool accumulate) {
   if (M <= 0 || n <= 0) return;
 #if COSERVE_BF16DOT
   if (bf16_dot_active() && w.type == dtype::bf16) {
-    bf16dot_rows(xb, size_t(M), static_cast<const uint16_t*>(w.data), size_t(n), size_t(w.cols), y, size_t(ldy),
-                 accumulate);
+    bf16dot_rows(xb, size_t(M), static_cast<const uint16_t*>(w.data), size_t(n), size_t(w.cols), y,
+                 size_t(ldy), accumulate);
     return;
   }
 #endif
@@ -1206,15 +1272,17 @@ void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t 
   xf.resize(size_t(M * K));
   for (size_t i = 0; i < xf.size(); ++i) xf[i] = bf16_to_f32(xb[i]);
   // act_bf16 (the values are bf16 already): the same batch-invariant path as matmul_nt's.
-  HWY_DYNAMIC_DISPATCH(matmul_nt_impl)(xf.data(), K, M, &w, n, y, ldy, accumulate, w.type == dtype::bf16);
+  HWY_DYNAMIC_DISPATCH(matmul_nt_impl)
+  (xf.data(), K, M, &w, n, y, ldy, accumulate, w.type == dtype::bf16);
 }
 
-void prepare_bf16_activations(const float* x, int64_t ldx, int64_t M, int64_t K, float* out) noexcept {
+void prepare_bf16_activations(const float* x, int64_t ldx, int64_t M, int64_t K,
+                              float* out) noexcept {
   HWY_DYNAMIC_DISPATCH(prepare_bf16_impl)(x, ldx, M, K, out);
 }
 
-void matmul_nt_bf16_prepared(const float* xr, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                             bool accumulate) {
+void matmul_nt_bf16_prepared(const float* xr, int64_t M, const weight_ref& w, int64_t n, float* y,
+                             int64_t ldy, bool accumulate) {
   if (M <= 0 || n <= 0) return;
   HWY_DYNAMIC_DISPATCH(matmul_bf16_prepared_impl)(xr, M, &w, n, y, ldy, accumulate);
 }

@@ -34,7 +34,9 @@ struct weight_ref {
 
   size_t row_bytes() const noexcept { return dtype_bytes(type, cols); }
   size_t bytes() const noexcept { return size_t(rows) * row_bytes(); }
-  const void* row(int64_t r) const noexcept { return static_cast<const unsigned char*>(data) + size_t(r) * row_bytes(); }
+  const void* row(int64_t r) const noexcept {
+    return static_cast<const unsigned char*>(data) + size_t(r) * row_bytes();
+  }
 };
 
 // y[m * ldy + j] = (accumulate ? y[m * ldy + j] : 0) + sum_k x[m * ldx + k] * w[j, k]
@@ -46,8 +48,8 @@ struct weight_ref {
 // act_bf16 (bf16 weights only; ignored for others): x is rounded to bf16 (nearest even) first, so
 // every product is bf16 x bf16, summed in fp32 — what the AVX512-BF16 kernel (VDPBF16PS, used
 // where the CPU has it) computes; without it the same rounding runs through the widening kernel.
-void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-               bool accumulate, bool act_bf16 = false);
+void matmul_nt(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y,
+               int64_t ldy, bool accumulate, bool act_bf16 = false);
 
 // Whether matmul_nt with act_bf16 runs on the AVX512-BF16 kernel (the CPU has it and no other
 // instruction set is forced).
@@ -59,33 +61,34 @@ void round_to_bf16(const float* x, int64_t ldx, int64_t M, int64_t K, uint16_t* 
 // matmul_nt with act_bf16 on activations already rounded (xb [M, w.cols] from round_to_bf16), so
 // that threads sharing one x round it once. For bf16 weights, the results of
 // matmul_nt(act_bf16 = true).
-void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                    bool accumulate);
+void matmul_nt_bf16(const uint16_t* xb, int64_t M, const weight_ref& w, int64_t n, float* y,
+                    int64_t ldy, bool accumulate);
 // Without the AVX512-BF16 kernel (!bf16_dot_active()): bf16 activations for bf16 weights prepared
 // once (x [M, K], row stride ldx, rounded to bf16 and laid out as the widening kernel's tiles read
 // them, into out [M, K]; the layout belongs to the instruction set in use) and shared by every
 // matmul_nt_bf16_prepared over the same x, such as threads computing parts of one product. Its
 // results are matmul_nt(act_bf16 = true)'s, bit for bit.
-void prepare_bf16_activations(const float* x, int64_t ldx, int64_t M, int64_t K, float* out) noexcept;
-void matmul_nt_bf16_prepared(const float* xr, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                             bool accumulate);
+void prepare_bf16_activations(const float* x, int64_t ldx, int64_t M, int64_t K,
+                              float* out) noexcept;
+void matmul_nt_bf16_prepared(const float* xr, int64_t M, const weight_ref& w, int64_t n, float* y,
+                             int64_t ldy, bool accumulate);
 
 // One piece of attention work: query rows (the `group` query heads of one KV head, for num_q
 // consecutive tokens of one sequence) against the sequence's cached positions [ctx_begin, ctx_end),
 // causal (query i sees positions <= q_pos0 + i). Online softmax over chunks of the paged cache.
 struct attn_tile {
-  const float* q = nullptr;   // query of token i, head h: q + i * q_stride + h * head_dim
+  const float* q = nullptr;  // query of token i, head h: q + i * q_stride + h * head_dim
   int64_t q_stride = 0;
-  float* out = nullptr;       // same indexing with out_stride (written when partial is null)
+  float* out = nullptr;  // same indexing with out_stride (written when partial is null)
   int64_t out_stride = 0;
-  const void* k = nullptr;    // this layer's K / V cache: slot s at k + s * slot_stride elements
+  const void* k = nullptr;  // this layer's K / V cache: slot s at k + s * slot_stride elements
   const void* v = nullptr;
   dtype kv_type = dtype::f32;
-  int64_t slot_stride = 0;    // elements per slot (num_kv_heads * head_dim)
+  int64_t slot_stride = 0;  // elements per slot (num_kv_heads * head_dim)
   const int32_t* block_table = nullptr;
   int32_t block_size = 0;
   int32_t head_dim = 0;
-  int32_t group = 1;          // query heads per KV head
+  int32_t group = 1;  // query heads per KV head
   int32_t kv_head = 0;
   int32_t num_q = 1;
   int32_t q_pos0 = 0;
@@ -112,7 +115,8 @@ void attn_merge(int32_t splits, int32_t rows, int32_t head_dim, const float* max
 // vectorized exp with per-lane fp32 partial sums added in double.
 float log_sum_exp(const float* x, size_t n) noexcept;
 
-// The largest of n values (-inf when n is 0; with NaN entries, what the vector max instructions give).
+// The largest of n values (-inf when n is 0; with NaN entries, what the vector max instructions
+// give).
 float max_value(const float* x, size_t n) noexcept;
 
 // log_sum_exp(x, n), bit for bit, and in `first_max` the first index of the largest value (what

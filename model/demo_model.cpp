@@ -29,7 +29,8 @@ result<tokenizer_facts> read_tokenizer_facts(const std::string& dir) {
   simdjson::dom::parser parser;
   simdjson::padded_string padded(*text);
   simdjson::dom::element root;
-  if (parser.parse(padded).get(root)) return make_error("invalid_model", dir + "/tokenizer.json: bad JSON");
+  if (parser.parse(padded).get(root))
+    return make_error("invalid_model", dir + "/tokenizer.json: bad JSON");
   tokenizer_facts f;
   std::map<std::string, int32_t> ids;
   simdjson::dom::object vocab;
@@ -149,33 +150,43 @@ result<std::string> find_default_tokenizer() {
     std::error_code ec;
     if (fs::exists(fs::path(c) / "tokenizer.json", ec)) return c;
   }
-  return make_error("not_found", "default tokenizer not found (looked for " + rel +
-                                     " from the working directory and the source tree); pass --tokenizer PATH");
+  return make_error("not_found",
+                    "default tokenizer not found (looked for " + rel +
+                        " from the working directory and the source tree); pass --tokenizer PATH");
 }
 
 result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   const std::string arch = o.architecture;
-  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" && arch != "phi3" && arch != "smollm3" &&
-      arch != "mixtral" && arch != "qwen2_moe" && arch != "qwen3_moe")
-    return make_error("invalid_argument", "unsupported architecture '" + arch +
-                                              "' (llama, mistral, qwen2, qwen3, phi3, smollm3, mixtral, qwen2_moe, "
-                                              "qwen3_moe)");
-  const bool moe = arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe";
-  const int32_t shared_inter = o.shared_expert_intermediate_size > 0 ? o.shared_expert_intermediate_size : o.intermediate_size;
-  const bool qk_norm = arch == "qwen3" || arch == "qwen3_moe";
-  const int32_t moe_inter =
-      arch == "mixtral" || o.moe_intermediate_size <= 0 ? o.intermediate_size : o.moe_intermediate_size;
-  if (moe && (o.num_experts <= 0 || o.num_experts_per_tok <= 0 || o.num_experts_per_tok > o.num_experts ||
-              o.decoder_sparse_step <= 0))
+  if (arch != "llama" && arch != "mistral" && arch != "qwen2" && arch != "qwen3" &&
+      arch != "phi3" && arch != "smollm3" && arch != "mixtral" && arch != "qwen2_moe" &&
+      arch != "qwen3_moe")
     return make_error("invalid_argument",
-                      "num_experts and decoder_sparse_step must be positive and num_experts_per_tok in [1, num_experts]");
-  if (arch == "phi3" && o.qkv_bias) return make_error("invalid_argument", "phi3 has no attention biases");
+                      "unsupported architecture '" + arch +
+                          "' (llama, mistral, qwen2, qwen3, phi3, smollm3, mixtral, qwen2_moe, "
+                          "qwen3_moe)");
+  const bool moe = arch == "mixtral" || arch == "qwen2_moe" || arch == "qwen3_moe";
+  const int32_t shared_inter = o.shared_expert_intermediate_size > 0
+                                   ? o.shared_expert_intermediate_size
+                                   : o.intermediate_size;
+  const bool qk_norm = arch == "qwen3" || arch == "qwen3_moe";
+  const int32_t moe_inter = arch == "mixtral" || o.moe_intermediate_size <= 0
+                                ? o.intermediate_size
+                                : o.moe_intermediate_size;
+  if (moe && (o.num_experts <= 0 || o.num_experts_per_tok <= 0 ||
+              o.num_experts_per_tok > o.num_experts || o.decoder_sparse_step <= 0))
+    return make_error("invalid_argument",
+                      "num_experts and decoder_sparse_step must be positive and "
+                      "num_experts_per_tok in [1, num_experts]");
+  if (arch == "phi3" && o.qkv_bias)
+    return make_error("invalid_argument", "phi3 has no attention biases");
   if (o.hidden_size <= 0 || o.intermediate_size <= 0 || o.num_layers <= 0 || o.num_heads <= 0 ||
       o.num_kv_heads <= 0 || o.num_heads % o.num_kv_heads != 0)
-    return make_error("invalid_argument", "sizes must be positive and num_heads a multiple of num_kv_heads");
+    return make_error("invalid_argument",
+                      "sizes must be positive and num_heads a multiple of num_kv_heads");
   const int32_t head_dim = o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
   if (o.head_dim <= 0 && o.hidden_size % o.num_heads != 0)
-    return make_error("invalid_argument", "hidden_size must be a multiple of num_heads (or give head_dim)");
+    return make_error("invalid_argument",
+                      "hidden_size must be a multiple of num_heads (or give head_dim)");
   if (head_dim % 2 != 0) return make_error("invalid_argument", "head_dim must be even");
 
   tokenizer_facts tok;
@@ -193,7 +204,8 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     tok = *f;
   }
   const int32_t vocab = o.vocab_size > 0 ? o.vocab_size : tok.vocab_size;
-  if (vocab <= 0) return make_error("invalid_argument", "vocab_size is required without a tokenizer");
+  if (vocab <= 0)
+    return make_error("invalid_argument", "vocab_size is required without a tokenizer");
   int32_t eos = tok.eos >= 0 && tok.eos < vocab ? tok.eos : vocab - 1;
   int32_t bos = tok.bos >= 0 && tok.bos < vocab ? tok.bos : eos;
 
@@ -212,7 +224,8 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     w.around_one(p + "input_layernorm.weight", {h}, 0.1);
     if (arch == "phi3") {  // q, k and v rows in one tensor
-      w.normal(p + "self_attn.qkv_proj.weight", {(nh + 2 * nkv) * d, h}, 1.0 / std::sqrt(double(h)));
+      w.normal(p + "self_attn.qkv_proj.weight", {(nh + 2 * nkv) * d, h},
+               1.0 / std::sqrt(double(h)));
     } else {
       w.normal(p + "self_attn.q_proj.weight", {nh * d, h}, 1.0 / std::sqrt(double(h)));
       w.normal(p + "self_attn.k_proj.weight", {nkv * d, h}, 1.0 / std::sqrt(double(h)));
@@ -223,8 +236,10 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
       w.normal(p + "self_attn.k_proj.bias", {nkv * d}, 0.1);
       w.normal(p + "self_attn.v_proj.bias", {nkv * d}, 0.1);
     }
-    w.normal(p + "self_attn.o_proj.weight", {h, nh * d}, 1.0 / std::sqrt(double(nh * d * o.num_layers)));
-    if (qkv_bias && arch != "qwen2" && arch != "qwen2_moe") w.normal(p + "self_attn.o_proj.bias", {h}, 0.1);  // attention_bias
+    w.normal(p + "self_attn.o_proj.weight", {h, nh * d},
+             1.0 / std::sqrt(double(nh * d * o.num_layers)));
+    if (qkv_bias && arch != "qwen2" && arch != "qwen2_moe")
+      w.normal(p + "self_attn.o_proj.bias", {h}, 0.1);  // attention_bias
     if (qk_norm) {
       w.around_one(p + "self_attn.q_norm.weight", {d}, 0.1);
       w.around_one(p + "self_attn.k_norm.weight", {d}, 0.1);
@@ -238,14 +253,17 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
       w.normal(m + "gate.weight", {o.num_experts, h}, 1.0 / std::sqrt(double(h)));
       for (int32_t j = 0; j < o.num_experts; ++j) {
         const std::string e = m + "experts." + std::to_string(j) + ".";
-        w.normal(e + (mx ? "w1.weight" : "gate_proj.weight"), {moe_inter, h}, 1.0 / std::sqrt(double(h)));
-        w.normal(e + (mx ? "w3.weight" : "up_proj.weight"), {moe_inter, h}, 1.0 / std::sqrt(double(h)));
+        w.normal(e + (mx ? "w1.weight" : "gate_proj.weight"), {moe_inter, h},
+                 1.0 / std::sqrt(double(h)));
+        w.normal(e + (mx ? "w3.weight" : "up_proj.weight"), {moe_inter, h},
+                 1.0 / std::sqrt(double(h)));
         w.normal(e + (mx ? "w2.weight" : "down_proj.weight"), {h, moe_inter},
                  1.0 / std::sqrt(double(int64_t(moe_inter) * o.num_layers)));
       }
       if (arch == "qwen2_moe") {
         w.normal(m + "shared_expert_gate.weight", {1, h}, 1.0 / std::sqrt(double(h)));
-        w.normal(m + "shared_expert.gate_proj.weight", {shared_inter, h}, 1.0 / std::sqrt(double(h)));
+        w.normal(m + "shared_expert.gate_proj.weight", {shared_inter, h},
+                 1.0 / std::sqrt(double(h)));
         w.normal(m + "shared_expert.up_proj.weight", {shared_inter, h}, 1.0 / std::sqrt(double(h)));
         w.normal(m + "shared_expert.down_proj.weight", {h, shared_inter},
                  1.0 / std::sqrt(double(int64_t(shared_inter) * o.num_layers)));
@@ -262,17 +280,18 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   }
   w.around_one("model.norm.weight", {h}, 0.1);
   if (!o.tie_embeddings) w.normal("lm_head.weight", {vocab, h}, emb_std);
-  if (auto r = write_safetensors((fs::path(dir) / "model.safetensors").string(), w.tensors()); !r) return r;
+  if (auto r = write_safetensors((fs::path(dir) / "model.safetensors").string(), w.tensors()); !r)
+    return r;
 
-  const char* arch_name = arch == "llama"     ? "LlamaForCausalLM"
-                          : arch == "mistral" ? "MistralForCausalLM"
-                          : arch == "qwen2"   ? "Qwen2ForCausalLM"
-                          : arch == "qwen3"   ? "Qwen3ForCausalLM"
-                          : arch == "phi3"    ? "Phi3ForCausalLM"
-                          : arch == "mixtral" ? "MixtralForCausalLM"
+  const char* arch_name = arch == "llama"       ? "LlamaForCausalLM"
+                          : arch == "mistral"   ? "MistralForCausalLM"
+                          : arch == "qwen2"     ? "Qwen2ForCausalLM"
+                          : arch == "qwen3"     ? "Qwen3ForCausalLM"
+                          : arch == "phi3"      ? "Phi3ForCausalLM"
+                          : arch == "mixtral"   ? "MixtralForCausalLM"
                           : arch == "qwen3_moe" ? "Qwen3MoeForCausalLM"
                           : arch == "qwen2_moe" ? "Qwen2MoeForCausalLM"
-                                              : "SmolLM3ForCausalLM";
+                                                : "SmolLM3ForCausalLM";
   std::string c = "{\n";
   c += "  \"architectures\": [\"" + std::string(arch_name) + "\"],\n";
   c += "  \"model_type\": \"" + arch + "\",\n";
@@ -283,14 +302,17 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   c += "  \"num_key_value_heads\": " + std::to_string(nkv) + ",\n";
   if (o.head_dim > 0 || arch == "qwen3") c += "  \"head_dim\": " + std::to_string(head_dim) + ",\n";
   if (arch == "mixtral")
-    c += "  \"num_local_experts\": " + std::to_string(o.num_experts) + ",\n  \"num_experts_per_tok\": " +
-         std::to_string(o.num_experts_per_tok) + ",\n";
-  if (arch == "qwen2_moe") c += "  \"shared_expert_intermediate_size\": " + std::to_string(shared_inter) + ",\n";
+    c += "  \"num_local_experts\": " + std::to_string(o.num_experts) +
+         ",\n  \"num_experts_per_tok\": " + std::to_string(o.num_experts_per_tok) + ",\n";
+  if (arch == "qwen2_moe")
+    c += "  \"shared_expert_intermediate_size\": " + std::to_string(shared_inter) + ",\n";
   if (arch == "qwen3_moe" || arch == "qwen2_moe")
-    c += "  \"num_experts\": " + std::to_string(o.num_experts) + ",\n  \"num_experts_per_tok\": " +
-         std::to_string(o.num_experts_per_tok) + ",\n  \"moe_intermediate_size\": " + std::to_string(moe_inter) +
-         ",\n  \"norm_topk_prob\": " + (o.norm_topk_prob ? "true" : "false") + ",\n  \"decoder_sparse_step\": " +
-         std::to_string(o.decoder_sparse_step) + ",\n  \"mlp_only_layers\": [],\n";
+    c += "  \"num_experts\": " + std::to_string(o.num_experts) +
+         ",\n  \"num_experts_per_tok\": " + std::to_string(o.num_experts_per_tok) +
+         ",\n  \"moe_intermediate_size\": " + std::to_string(moe_inter) +
+         ",\n  \"norm_topk_prob\": " + (o.norm_topk_prob ? "true" : "false") +
+         ",\n  \"decoder_sparse_step\": " + std::to_string(o.decoder_sparse_step) +
+         ",\n  \"mlp_only_layers\": [],\n";
   c += "  \"hidden_act\": \"silu\",\n";
   c += "  \"vocab_size\": " + std::to_string(vocab) + ",\n";
   c += "  \"max_position_embeddings\": " + std::to_string(o.max_position_embeddings) + ",\n";
@@ -298,68 +320,84 @@ result<void> make_demo_model(const std::string& dir, const demo_options& o) {
   c += "  \"rope_theta\": " + fmt_float(o.rope_theta) + ",\n";
   if (o.rope_type == "llama3") {
     c += "  \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": " + fmt_float(o.rope_factor) +
-         ", \"low_freq_factor\": " + fmt_float(o.rope_low_freq_factor) + ", \"high_freq_factor\": " +
-         fmt_float(o.rope_high_freq_factor) + ", \"original_max_position_embeddings\": " +
+         ", \"low_freq_factor\": " + fmt_float(o.rope_low_freq_factor) +
+         ", \"high_freq_factor\": " + fmt_float(o.rope_high_freq_factor) +
+         ", \"original_max_position_embeddings\": " +
          std::to_string(o.rope_original_max_position_embeddings) + "},\n";
   } else if (o.rope_type == "linear") {
-    c += "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": " + fmt_float(o.rope_factor) + "},\n";
+    c += "  \"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": " + fmt_float(o.rope_factor) +
+         "},\n";
   } else if (o.rope_type == "yarn") {
     c += "  \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": " + fmt_float(o.rope_factor) +
-         ", \"original_max_position_embeddings\": " + std::to_string(o.rope_original_max_position_embeddings) + "},\n";
+         ", \"original_max_position_embeddings\": " +
+         std::to_string(o.rope_original_max_position_embeddings) + "},\n";
   } else if (o.rope_type == "longrope") {
     // Deterministic factors per rotated pair; original_max_position_embeddings is written at the
     // top level below, as Phi-3.5's config has it.
-    const int32_t rotated = o.partial_rotary_factor != 1.0f ? int32_t(float(head_dim) * o.partial_rotary_factor) : head_dim;
+    const int32_t rotated = o.partial_rotary_factor != 1.0f
+                                ? int32_t(float(head_dim) * o.partial_rotary_factor)
+                                : head_dim;
     std::string sf, lf;
     for (int32_t i = 0; i < rotated / 2; ++i) {
       sf += std::string(i ? ", " : "") + fmt_float(1.0f + float(i) / 8.0f);
       lf += std::string(i ? ", " : "") + fmt_float(2.0f + float(i));
     }
-    c += "  \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [" + sf + "], \"long_factor\": [" + lf + "]},\n";
+    c += "  \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [" + sf +
+         "], \"long_factor\": [" + lf + "]},\n";
   } else {
     c += "  \"rope_scaling\": null,\n";
   }
-  if (o.partial_rotary_factor != 1.0f) c += "  \"partial_rotary_factor\": " + fmt_float(o.partial_rotary_factor) + ",\n";
+  if (o.partial_rotary_factor != 1.0f)
+    c += "  \"partial_rotary_factor\": " + fmt_float(o.partial_rotary_factor) + ",\n";
   if (arch == "llama" || qk_norm || arch == "smollm3")
     c += std::string("  \"attention_bias\": ") + (qkv_bias ? "true" : "false") + ",\n";
   if (arch == "llama" || arch == "smollm3") c += "  \"mlp_bias\": false,\n";
-  if (arch == "smollm3") {  // RoPE on every layer but each 4th (SmolLM3Config's no_rope_layer_interval)
+  if (arch ==
+      "smollm3") {  // RoPE on every layer but each 4th (SmolLM3Config's no_rope_layer_interval)
     c += "  \"no_rope_layers\": [";
-    for (int32_t l = 0; l < o.num_layers; ++l) c += std::string(l ? ", " : "") + ((l + 1) % 4 != 0 ? "1" : "0");
+    for (int32_t l = 0; l < o.num_layers; ++l)
+      c += std::string(l ? ", " : "") + ((l + 1) % 4 != 0 ? "1" : "0");
     c += "],\n";
   }
   if (arch == "mistral" || arch == "phi3" || arch == "mixtral")
-    c += "  \"sliding_window\": " + (o.sliding_window > 0 ? std::to_string(o.sliding_window) : std::string("null")) + ",\n";
-  if (arch == "qwen3_moe" && o.sliding_window > 0) c += "  \"sliding_window\": " + std::to_string(o.sliding_window) + ",\n";
+    c += "  \"sliding_window\": " +
+         (o.sliding_window > 0 ? std::to_string(o.sliding_window) : std::string("null")) + ",\n";
+  if (arch == "qwen3_moe" && o.sliding_window > 0)
+    c += "  \"sliding_window\": " + std::to_string(o.sliding_window) + ",\n";
   if ((arch == "qwen2" || arch == "qwen3" || arch == "qwen2_moe") && o.sliding_window > 0)
-    c += "  \"sliding_window\": " + std::to_string(o.sliding_window) + ",\n  \"max_window_layers\": " +
-         std::to_string(o.max_window_layers) + ",\n";
+    c += "  \"sliding_window\": " + std::to_string(o.sliding_window) +
+         ",\n  \"max_window_layers\": " + std::to_string(o.max_window_layers) + ",\n";
   if (arch == "phi3")
     c += "  \"original_max_position_embeddings\": " +
-         std::to_string(o.rope_type == "longrope" ? o.rope_original_max_position_embeddings : o.max_position_embeddings) +
+         std::to_string(o.rope_type == "longrope" ? o.rope_original_max_position_embeddings
+                                                  : o.max_position_embeddings) +
          ",\n";
   if (arch == "qwen2" || qk_norm || arch == "smollm3" || arch == "qwen2_moe")
-    c += std::string("  \"use_sliding_window\": ") + (o.sliding_window > 0 && arch != "smollm3" ? "true" : "false") + ",\n";
+    c += std::string("  \"use_sliding_window\": ") +
+         (o.sliding_window > 0 && arch != "smollm3" ? "true" : "false") + ",\n";
   c += std::string("  \"tie_word_embeddings\": ") + (o.tie_embeddings ? "true" : "false") + ",\n";
   c += "  \"bos_token_id\": " + std::to_string(bos) + ",\n";
   c += "  \"eos_token_id\": " + std::to_string(eos) + ",\n";
-  if (arch == "phi3" || arch == "smollm3")  // their configs' defaults (32000, 128004) lie outside small vocabularies
+  if (arch == "phi3" ||
+      arch == "smollm3")  // their configs' defaults (32000, 128004) lie outside small vocabularies
     c += "  \"pad_token_id\": " + std::to_string(eos) + ",\n";
   c += "  \"torch_dtype\": \"" + torch_dtype_name(o.weight_dtype) + "\"\n}\n";
   if (auto r = write_text(fs::path(dir) / "config.json", c); !r) return r;
-  std::string g = "{\n  \"bos_token_id\": " + std::to_string(bos) + ",\n  \"eos_token_id\": " +
-                  std::to_string(eos) + ",\n  \"do_sample\": true,\n  \"temperature\": 0.8,\n  \"top_p\": 0.95\n}\n";
+  std::string g = "{\n  \"bos_token_id\": " + std::to_string(bos) +
+                  ",\n  \"eos_token_id\": " + std::to_string(eos) +
+                  ",\n  \"do_sample\": true,\n  \"temperature\": 0.8,\n  \"top_p\": 0.95\n}\n";
   if (auto r = write_text(fs::path(dir) / "generation_config.json", g); !r) return r;
 
   if (o.copy_tokenizer) {
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
-                             "merges.txt"}) {
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "vocab.json", "merges.txt"}) {
       const fs::path src = fs::path(tok_dir) / name;
       if (!fs::exists(src, ec)) continue;
       fs::copy_file(src, fs::path(dir) / name, fs::copy_options::overwrite_existing, ec);
       if (ec) return make_error("io", "cannot copy " + src.string() + ": " + ec.message());
       // Sources may be read-only (shared test data); the copy must stay rewritable.
-      fs::permissions(fs::path(dir) / name, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add, ec);
+      fs::permissions(fs::path(dir) / name, fs::perms::owner_read | fs::perms::owner_write,
+                      fs::perm_options::add, ec);
     }
   }
   return {};

@@ -6,7 +6,9 @@
 namespace coserve {
 
 draft_kv_map::draft_kv_map(int32_t num_blocks, int32_t block_size)
-    : blocks_(size_t(num_blocks)), tokens_(size_t(num_blocks) * size_t(block_size), -1), block_size_(block_size) {}
+    : blocks_(size_t(num_blocks)),
+      tokens_(size_t(num_blocks) * size_t(block_size), -1),
+      block_size_(block_size) {}
 
 int32_t draft_kv_map::valid_prefix(const std::vector<int32_t>& table, int32_t limit) const {
   int32_t n = 0;
@@ -32,8 +34,8 @@ int32_t draft_kv_map::token_at(const std::vector<int32_t>& table, int32_t p) con
   return tokens_[locate(table, p).token];
 }
 
-void draft_kv_map::note_draft(seq_id_t id, const std::vector<int32_t>& table, int32_t start, const int32_t* toks,
-                              int32_t n) {
+void draft_kv_map::note_draft(seq_id_t id, const std::vector<int32_t>& table, int32_t start,
+                              const int32_t* toks, int32_t n) {
   for (int32_t p = start; p < start + n; ++p) {
     const slot at = locate(table, p);
     block_state& st = blocks_[size_t(at.block)];
@@ -45,8 +47,8 @@ void draft_kv_map::note_draft(seq_id_t id, const std::vector<int32_t>& table, in
   }
 }
 
-void draft_kv_map::note_model(seq_id_t id, const std::vector<int32_t>& table, int32_t start, const int32_t* toks,
-                              int32_t n) {
+void draft_kv_map::note_model(seq_id_t id, const std::vector<int32_t>& table, int32_t start,
+                              const int32_t* toks, int32_t n) {
   for (int32_t p = start; p < start + n; ++p) {
     const slot at = locate(table, p);
     block_state& st = blocks_[size_t(at.block)];

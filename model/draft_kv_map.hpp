@@ -34,9 +34,11 @@ class draft_kv_map {
   int32_t token_at(const std::vector<int32_t>& table, int32_t p) const;
   // The draft computed `toks` at positions [start, start + n) of sequence `id`; start must not be
   // past valid_prefix (the draft computes in order from there).
-  void note_draft(seq_id_t id, const std::vector<int32_t>& table, int32_t start, const int32_t* toks, int32_t n);
+  void note_draft(seq_id_t id, const std::vector<int32_t>& table, int32_t start,
+                  const int32_t* toks, int32_t n);
   // The model computed `toks` at [start, start + n) (after the draft's share of the same step).
-  void note_model(seq_id_t id, const std::vector<int32_t>& table, int32_t start, const int32_t* toks, int32_t n);
+  void note_model(seq_id_t id, const std::vector<int32_t>& table, int32_t start,
+                  const int32_t* toks, int32_t n);
   // Block src was copied to dst in both caches.
   void note_copy(int32_t src, int32_t dst);
 

@@ -14,18 +14,39 @@ namespace coserve {
 // (model/fp8.hpp), so no kernel sees them. The others are GGUF's block-quantized weight types
 // (ggml's layouts, model/quant.hpp): a block of dtype_block_elems values takes dtype_block_bytes
 // bytes; a row holds whole blocks.
-enum class dtype : uint8_t { f32, f16, bf16, f8_e4m3, f8_e5m2, q8_0, q4_0, q4_k, q5_k, q6_k, q4_1, q5_0, q5_1, q2_k, q3_k, iq4_nl, iq4_xs };
+enum class dtype : uint8_t {
+  f32,
+  f16,
+  bf16,
+  f8_e4m3,
+  f8_e5m2,
+  q8_0,
+  q4_0,
+  q4_k,
+  q5_k,
+  q6_k,
+  q4_1,
+  q5_0,
+  q5_1,
+  q2_k,
+  q3_k,
+  iq4_nl,
+  iq4_xs
+};
 
 // "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2" (safetensors spelling), "Q8_0", "Q4_0", "Q4_K",
 // "Q5_K", "Q6_K", "Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS" (ggml's).
 std::string_view dtype_name(dtype t) noexcept;
-bool parse_dtype(std::string_view name, dtype& out) noexcept;  // safetensors spelling (float types only)
+bool parse_dtype(std::string_view name,
+                 dtype& out) noexcept;  // safetensors spelling (float types only)
 inline bool dtype_is_quantized(dtype t) noexcept { return t >= dtype::q8_0; }
 inline bool dtype_is_fp8(dtype t) noexcept { return t == dtype::f8_e4m3 || t == dtype::f8_e5m2; }
 // Bytes per element of a float type; quantized types have no element size.
 inline size_t dtype_size(dtype t) noexcept { return t == dtype::f32 ? 4 : dtype_is_fp8(t) ? 1 : 2; }
-int64_t dtype_block_elems(dtype t) noexcept;  // 1 for float types, 32 (Q8_0, Q4_0/1, Q5_0/1, IQ4_NL) or 256 (K types, IQ4_XS)
-size_t dtype_block_bytes(dtype t) noexcept;   // bytes of one block (the element size for float types)
+int64_t dtype_block_elems(dtype t) noexcept;  // 1 for float types, 32 (Q8_0, Q4_0/1, Q5_0/1,
+                                              // IQ4_NL) or 256 (K types, IQ4_XS)
+size_t dtype_block_bytes(
+    dtype t) noexcept;  // bytes of one block (the element size for float types)
 // Bytes of `n` values of `t`; n must be a multiple of dtype_block_elems(t).
 inline size_t dtype_bytes(dtype t, int64_t n) noexcept {
   return size_t(n / dtype_block_elems(t)) * dtype_block_bytes(t);

@@ -2,18 +2,20 @@
 //
 // - execute(plan): synchronous, on the calling thread (tests, `coserve generate`, benchmarks).
 // - launch(plan, ex, ready) / collect(): the serving path (executor_actor). launch() issues the
-//   step and returns without waiting for it; when the step has completed, `ready` is posted to `ex`;
-//   collect() then takes the oldest launched step's result. Steps run, complete and are collected
-//   in launch order. Up to max_in_flight() steps may be launched and not yet collected, so step
-//   N+1 can be queued behind step N before the host has seen N's sampled ids: its decode inputs
-//   (k_token_from_last_step) are resolved where the step runs (the CPU step thread, the GPU's
-//   per-sequence last-token buffer), never on the host at launch.
+//   step and returns without waiting for it; when the step has completed, `ready` is posted to
+//   `ex`; collect() then takes the oldest launched step's result. Steps run, complete and are
+//   collected in launch order. Up to max_in_flight() steps may be launched and not yet collected,
+//   so step N+1 can be queued behind step N before the host has seen N's sampled ids: its decode
+//   inputs (k_token_from_last_step) are resolved where the step runs (the CPU step thread, the
+//   GPU's per-sequence last-token buffer), never on the host at launch.
 //
 // The default launch() is for executors that only implement execute(): it runs the step at once on
 // the calling thread and posts `ready` (one step in flight, no overlap). One caller at a time: the
 // owner never calls execute() while launched steps are not collected, nor any member concurrently.
 #pragma once
 
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -22,9 +24,6 @@
 #include <string>
 #include <unordered_set>
 #include <vector>
-
-#include <asio/any_io_executor.hpp>
-#include <asio/post.hpp>
 
 #include "model/step.hpp"
 #include "runtime/expected.hpp"
@@ -40,7 +39,7 @@ struct executor_info {
   int32_t block_size = 16;
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;
-  std::string device;  // e.g. "cpu (4 threads)"
+  std::string device;               // e.g. "cpu (4 threads)"
   bool verifies_proposals = false;  // runs scheduled_seq::num_draft > 0 (speculative decoding)
   bool computes_prompt_logprobs = false;  // honours sampling_params::prompt_logprobs
 };
@@ -118,7 +117,8 @@ class executor {
   // The executor holds outstanding work on `ex` until `ready` has run (run() does not return
   // before), and touches the context behind `ex` no more once `ready` may run: the context may go
   // as soon as `ready` has run.
-  virtual void launch(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready) {
+  virtual void launch(step_plan plan, const asio::any_io_executor& ex,
+                      std::function<void()> ready) {
     done_.push_back(execute(plan));
     asio::post(ex, std::move(ready));
   }
@@ -130,13 +130,14 @@ class executor {
   }
   // How many steps may be launched and not yet collected (1: no launch-ahead).
   virtual int32_t max_in_flight() const { return 1; }
-  // Whether `plan` may be launched while earlier steps are not collected (false: the caller collects
-  // them first). An executor that needs the host to have seen the previous step's sampled ids
-  // for some plan (e.g. penalties computed on the host) answers false for it.
+  // Whether `plan` may be launched while earlier steps are not collected (false: the caller
+  // collects them first). An executor that needs the host to have seen the previous step's sampled
+  // ids for some plan (e.g. penalties computed on the host) answers false for it.
   virtual bool can_launch_ahead(const step_plan& /*plan*/) const { return max_in_flight() > 1; }
 
   virtual executor_info info() const = 0;
-  // Tensor-parallel executors: their ranks' figures (null otherwise). Outlives the executor when held.
+  // Tensor-parallel executors: their ranks' figures (null otherwise). Outlives the executor when
+  // held.
   virtual std::shared_ptr<const rank_stats_board> rank_stats() const { return nullptr; }
 
  private:
@@ -144,13 +145,16 @@ class executor {
 };
 
 // Runs another executor through execute() only, so the default launch() takes each step at once,
-// one at a time (no launch-ahead): the baseline of the step loop in tests and `coserve bench steps`.
+// one at a time (no launch-ahead): the baseline of the step loop in tests and `coserve bench
+// steps`.
 class one_step_at_a_time final : public executor {
  public:
   explicit one_step_at_a_time(std::unique_ptr<executor> inner) : inner_(std::move(inner)) {}
   result<step_result> execute(const step_plan& p) override { return inner_->execute(p); }
   executor_info info() const override { return inner_->info(); }
-  std::shared_ptr<const rank_stats_board> rank_stats() const override { return inner_->rank_stats(); }
+  std::shared_ptr<const rank_stats_board> rank_stats() const override {
+    return inner_->rank_stats();
+  }
 
  private:
   std::unique_ptr<executor> inner_;

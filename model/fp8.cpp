@@ -15,7 +15,8 @@ const tensor_view* find_fp8_scale(const safetensors_set& files, const std::strin
 
 namespace {
 
-// The scale tensor read and checked: element (r, c) of `w` has scale s[(r / br) * scale_cols + c / bc].
+// The scale tensor read and checked: element (r, c) of `w` has scale s[(r / br) * scale_cols + c /
+// bc].
 struct scale_layout {
   std::vector<float> s;
   int64_t br = 1, bc = 1, scale_cols = 1;
@@ -24,8 +25,9 @@ struct scale_layout {
 result<scale_layout> read_scale(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
                                 int32_t block_cols) {
   auto fail = [&](const std::string& why) {
-    return make_error("invalid_model", w.file + ": fp8 tensor '" + w.name + "' " + shape_string(w.shape) +
-                                           " with scale '" + scale.name + "' " + shape_string(scale.shape) + ": " + why);
+    return make_error("invalid_model", w.file + ": fp8 tensor '" + w.name + "' " +
+                                           shape_string(w.shape) + " with scale '" + scale.name +
+                                           "' " + shape_string(scale.shape) + ": " + why);
   };
   if (!dtype_is_fp8(w.type)) return fail("is not F8_E4M3 or F8_E5M2");
   if (w.shape.size() != 2) return fail("is not a matrix");
@@ -40,7 +42,8 @@ result<scale_layout> read_scale(const tensor_view& w, const tensor_view& scale, 
   const bool two_d = scale.shape.size() == 2;
   if (scale.numel() == 1) {
     // per tensor
-  } else if ((scale.shape.size() == 1 || (two_d && scale.shape[1] == 1)) && scale.shape[0] == rows) {
+  } else if ((scale.shape.size() == 1 || (two_d && scale.shape[1] == 1)) &&
+             scale.shape[0] == rows) {
     l.br = 1;  // per output channel
   } else if (two_d) {
     l.br = block_rows > 0 ? block_rows : 128;
@@ -59,8 +62,8 @@ result<scale_layout> read_scale(const tensor_view& w, const tensor_view& scale, 
 
 }  // namespace
 
-result<std::vector<float>> fp8_row_scales(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
-                                          int32_t block_cols) {
+result<std::vector<float>> fp8_row_scales(const tensor_view& w, const tensor_view& scale,
+                                          int32_t block_rows, int32_t block_cols) {
   auto l = read_scale(w, scale, block_rows, block_cols);
   if (!l) return l.err();
   if (l->scale_cols != 1) return std::vector<float>{};  // scales per block of columns
@@ -69,8 +72,8 @@ result<std::vector<float>> fp8_row_scales(const tensor_view& w, const tensor_vie
   return out;
 }
 
-result<std::vector<uint16_t>> dequantize_fp8(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
-                                             int32_t block_cols) {
+result<std::vector<uint16_t>> dequantize_fp8(const tensor_view& w, const tensor_view& scale,
+                                             int32_t block_rows, int32_t block_cols) {
   auto l = read_scale(w, scale, block_rows, block_cols);
   if (!l) return l.err();
   const int64_t rows = w.shape[0], cols = w.shape[1];

@@ -27,13 +27,13 @@ const tensor_view* find_fp8_scale(const safetensors_set& files, const std::strin
 // One scale per row of `w` when `scale` gives one value or one per row (the CPU kernels then read
 // the codes as they are, weight_ref::row_scale); empty when it is per block of columns. Errors
 // as dequantize_fp8's.
-result<std::vector<float>> fp8_row_scales(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
-                                          int32_t block_cols);
+result<std::vector<float>> fp8_row_scales(const tensor_view& w, const tensor_view& scale,
+                                          int32_t block_rows, int32_t block_cols);
 
 // `w` (F8_E4M3 or F8_E5M2, shape [rows, cols]) times `scale` as bf16 bits, rows * cols of them.
 // block_rows / block_cols: the config's block size, 0 when it names none. Errors name both
 // tensors and their shapes.
-result<std::vector<uint16_t>> dequantize_fp8(const tensor_view& w, const tensor_view& scale, int32_t block_rows,
-                                             int32_t block_cols);
+result<std::vector<uint16_t>> dequantize_fp8(const tensor_view& w, const tensor_view& scale,
+                                             int32_t block_rows, int32_t block_cols);
 
 }  // namespace coserve

@@ -1,5 +1,4 @@
 #include "model/gguf.hpp"
-#include "model/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,13 +9,17 @@
 #include <cstring>
 #include <limits>
 
+#include "model/safetensors.hpp"
+
 namespace coserve {
 namespace {
 
-constexpr uint64_t k_max_dims = 4;                  // GGML_MAX_DIMS
+constexpr uint64_t k_max_dims = 4;                    // GGML_MAX_DIMS
 constexpr uint64_t k_max_string = uint64_t{1} << 30;  // no key or value needs more
 
-error bad(const std::string& path, const std::string& what) { return make_error("invalid_model", path + ": " + what); }
+error bad(const std::string& path, const std::string& what) {
+  return make_error("invalid_model", path + ": " + what);
+}
 
 // A bounds-checked little-endian cursor over the file image.
 struct reader {
@@ -32,7 +35,9 @@ struct reader {
     return true;
   }
   template <typename T>
-  bool get(T& v) noexcept { return take(&v, sizeof v); }
+  bool get(T& v) noexcept {
+    return take(&v, sizeof v);
+  }
   bool str(std::string_view& s) noexcept {
     uint64_t n = 0;
     if (!get(n) || n > left() || n > k_max_string) return false;
@@ -44,12 +49,25 @@ struct reader {
 
 size_t scalar_size(gguf_kind k) noexcept {
   switch (k) {
-    case gguf_kind::u8: case gguf_kind::i8: case gguf_kind::boolean: return 1;
-    case gguf_kind::u16: case gguf_kind::i16: return 2;
-    case gguf_kind::u32: case gguf_kind::i32: case gguf_kind::f32: return 4;
-    case gguf_kind::u64: case gguf_kind::i64: case gguf_kind::f64: return 8;
-    case gguf_kind::string: return 8;  // at least its length
-    case gguf_kind::array: return 12;  // at least its element type and count
+    case gguf_kind::u8:
+    case gguf_kind::i8:
+    case gguf_kind::boolean:
+      return 1;
+    case gguf_kind::u16:
+    case gguf_kind::i16:
+      return 2;
+    case gguf_kind::u32:
+    case gguf_kind::i32:
+    case gguf_kind::f32:
+      return 4;
+    case gguf_kind::u64:
+    case gguf_kind::i64:
+    case gguf_kind::f64:
+      return 8;
+    case gguf_kind::string:
+      return 8;  // at least its length
+    case gguf_kind::array:
+      return 12;  // at least its element type and count
   }
   return 0;
 }
@@ -59,24 +77,80 @@ bool known_kind(uint32_t k) noexcept { return k <= uint32_t(gguf_kind::f64); }
 // Reads one scalar of kind k into the integer / float slots. False when truncated.
 bool read_scalar(reader& r, gguf_kind k, int64_t& i, uint64_t& u, double& f) {
   switch (k) {
-    case gguf_kind::u8: { uint8_t v; if (!r.get(v)) return false; i = v; u = v; return true; }
-    case gguf_kind::i8: { int8_t v; if (!r.get(v)) return false; i = v; return true; }
-    case gguf_kind::u16: { uint16_t v; if (!r.get(v)) return false; i = v; u = v; return true; }
-    case gguf_kind::i16: { int16_t v; if (!r.get(v)) return false; i = v; return true; }
-    case gguf_kind::u32: { uint32_t v; if (!r.get(v)) return false; i = v; u = v; return true; }
-    case gguf_kind::i32: { int32_t v; if (!r.get(v)) return false; i = v; return true; }
-    case gguf_kind::boolean: { uint8_t v; if (!r.get(v)) return false; i = v != 0; return true; }
-    case gguf_kind::u64: {
-      uint64_t v; if (!r.get(v)) return false;
+    case gguf_kind::u8: {
+      uint8_t v;
+      if (!r.get(v)) return false;
+      i = v;
       u = v;
-      i = v > uint64_t(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max() : int64_t(v);
       return true;
     }
-    case gguf_kind::i64: { int64_t v; if (!r.get(v)) return false; i = v; return true; }
-    case gguf_kind::f32: { float v; if (!r.get(v)) return false; f = v; return true; }
-    case gguf_kind::f64: { double v; if (!r.get(v)) return false; f = v; return true; }
+    case gguf_kind::i8: {
+      int8_t v;
+      if (!r.get(v)) return false;
+      i = v;
+      return true;
+    }
+    case gguf_kind::u16: {
+      uint16_t v;
+      if (!r.get(v)) return false;
+      i = v;
+      u = v;
+      return true;
+    }
+    case gguf_kind::i16: {
+      int16_t v;
+      if (!r.get(v)) return false;
+      i = v;
+      return true;
+    }
+    case gguf_kind::u32: {
+      uint32_t v;
+      if (!r.get(v)) return false;
+      i = v;
+      u = v;
+      return true;
+    }
+    case gguf_kind::i32: {
+      int32_t v;
+      if (!r.get(v)) return false;
+      i = v;
+      return true;
+    }
+    case gguf_kind::boolean: {
+      uint8_t v;
+      if (!r.get(v)) return false;
+      i = v != 0;
+      return true;
+    }
+    case gguf_kind::u64: {
+      uint64_t v;
+      if (!r.get(v)) return false;
+      u = v;
+      i = v > uint64_t(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                            : int64_t(v);
+      return true;
+    }
+    case gguf_kind::i64: {
+      int64_t v;
+      if (!r.get(v)) return false;
+      i = v;
+      return true;
+    }
+    case gguf_kind::f32: {
+      float v;
+      if (!r.get(v)) return false;
+      f = v;
+      return true;
+    }
+    case gguf_kind::f64: {
+      double v;
+      if (!r.get(v)) return false;
+      f = v;
+      return true;
+    }
     case gguf_kind::string:
-    case gguf_kind::array: return false;
+    case gguf_kind::array:
+      return false;
   }
   return false;
 }
@@ -85,36 +159,58 @@ bool read_scalar(reader& r, gguf_kind k, int64_t& i, uint64_t& u, double& f) {
 
 std::string_view gguf_kind_name(gguf_kind k) noexcept {
   switch (k) {
-    case gguf_kind::u8: return "UINT8";
-    case gguf_kind::i8: return "INT8";
-    case gguf_kind::u16: return "UINT16";
-    case gguf_kind::i16: return "INT16";
-    case gguf_kind::u32: return "UINT32";
-    case gguf_kind::i32: return "INT32";
-    case gguf_kind::f32: return "FLOAT32";
-    case gguf_kind::boolean: return "BOOL";
-    case gguf_kind::string: return "STRING";
-    case gguf_kind::array: return "ARRAY";
-    case gguf_kind::u64: return "UINT64";
-    case gguf_kind::i64: return "INT64";
-    case gguf_kind::f64: return "FLOAT64";
+    case gguf_kind::u8:
+      return "UINT8";
+    case gguf_kind::i8:
+      return "INT8";
+    case gguf_kind::u16:
+      return "UINT16";
+    case gguf_kind::i16:
+      return "INT16";
+    case gguf_kind::u32:
+      return "UINT32";
+    case gguf_kind::i32:
+      return "INT32";
+    case gguf_kind::f32:
+      return "FLOAT32";
+    case gguf_kind::boolean:
+      return "BOOL";
+    case gguf_kind::string:
+      return "STRING";
+    case gguf_kind::array:
+      return "ARRAY";
+    case gguf_kind::u64:
+      return "UINT64";
+    case gguf_kind::i64:
+      return "INT64";
+    case gguf_kind::f64:
+      return "FLOAT64";
   }
   return "?";
 }
 
 bool gguf_value::is_integer() const noexcept {
   switch (kind) {
-    case gguf_kind::u8: case gguf_kind::i8: case gguf_kind::u16: case gguf_kind::i16: case gguf_kind::u32:
-    case gguf_kind::i32: case gguf_kind::u64: case gguf_kind::i64: return true;
-    default: return false;
+    case gguf_kind::u8:
+    case gguf_kind::i8:
+    case gguf_kind::u16:
+    case gguf_kind::i16:
+    case gguf_kind::u32:
+    case gguf_kind::i32:
+    case gguf_kind::u64:
+    case gguf_kind::i64:
+      return true;
+    default:
+      return false;
   }
 }
 
 std::string ggml_type_name(uint32_t t) {
-  static const char* const names[] = {"F32", "F16", "Q4_0", "Q4_1", "type 4", "type 5", "Q5_0", "Q5_1", "Q8_0",
-                                      "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS",
-                                      "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
-                                      "I64", "F64", "IQ1_M", "BF16", "type 31", "type 32", "type 33", "TQ1_0", "TQ2_0"};
+  static const char* const names[] = {
+      "F32",     "F16",   "Q4_0",   "Q4_1",  "type 4",  "type 5",  "Q5_0",    "Q5_1",    "Q8_0",
+      "Q8_1",    "Q2_K",  "Q3_K",   "Q4_K",  "Q5_K",    "Q6_K",    "Q8_K",    "IQ2_XXS", "IQ2_XS",
+      "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ2_S",   "IQ4_XS",  "I8",      "I16",     "I32",
+      "I64",     "F64",   "IQ1_M",  "BF16",  "type 31", "type 32", "type 33", "TQ1_0",   "TQ2_0"};
   if (t < sizeof names / sizeof names[0]) return names[t];
   if (t == 39) return "MXFP4";
   return "type " + std::to_string(t);
@@ -122,21 +218,51 @@ std::string ggml_type_name(uint32_t t) {
 
 bool ggml_to_dtype(uint32_t t, dtype& out) noexcept {
   switch (ggml_type(t)) {
-    case ggml_type::f32: out = dtype::f32; return true;
-    case ggml_type::f16: out = dtype::f16; return true;
-    case ggml_type::bf16: out = dtype::bf16; return true;
-    case ggml_type::q8_0: out = dtype::q8_0; return true;
-    case ggml_type::q4_0: out = dtype::q4_0; return true;
-    case ggml_type::q4_k: out = dtype::q4_k; return true;
-    case ggml_type::q5_k: out = dtype::q5_k; return true;
-    case ggml_type::q6_k: out = dtype::q6_k; return true;
-    case ggml_type::q4_1: out = dtype::q4_1; return true;
-    case ggml_type::q5_0: out = dtype::q5_0; return true;
-    case ggml_type::q5_1: out = dtype::q5_1; return true;
-    case ggml_type::q2_k: out = dtype::q2_k; return true;
-    case ggml_type::q3_k: out = dtype::q3_k; return true;
-    case ggml_type::iq4_nl: out = dtype::iq4_nl; return true;
-    case ggml_type::iq4_xs: out = dtype::iq4_xs; return true;
+    case ggml_type::f32:
+      out = dtype::f32;
+      return true;
+    case ggml_type::f16:
+      out = dtype::f16;
+      return true;
+    case ggml_type::bf16:
+      out = dtype::bf16;
+      return true;
+    case ggml_type::q8_0:
+      out = dtype::q8_0;
+      return true;
+    case ggml_type::q4_0:
+      out = dtype::q4_0;
+      return true;
+    case ggml_type::q4_k:
+      out = dtype::q4_k;
+      return true;
+    case ggml_type::q5_k:
+      out = dtype::q5_k;
+      return true;
+    case ggml_type::q6_k:
+      out = dtype::q6_k;
+      return true;
+    case ggml_type::q4_1:
+      out = dtype::q4_1;
+      return true;
+    case ggml_type::q5_0:
+      out = dtype::q5_0;
+      return true;
+    case ggml_type::q5_1:
+      out = dtype::q5_1;
+      return true;
+    case ggml_type::q2_k:
+      out = dtype::q2_k;
+      return true;
+    case ggml_type::q3_k:
+      out = dtype::q3_k;
+      return true;
+    case ggml_type::iq4_nl:
+      out = dtype::iq4_nl;
+      return true;
+    case ggml_type::iq4_xs:
+      out = dtype::iq4_xs;
+      return true;
   }
   return false;
 }
@@ -165,7 +291,8 @@ result<std::optional<std::string>> gguf_file::get_string(std::string_view key) c
   const gguf_value* v = find(key);
   if (!v) return std::optional<std::string>{};
   if (v->kind != gguf_kind::string)
-    return bad(path_, "metadata " + std::string(key) + " is " + std::string(gguf_kind_name(v->kind)) + ", not a string");
+    return bad(path_, "metadata " + std::string(key) + " is " +
+                          std::string(gguf_kind_name(v->kind)) + ", not a string");
   return std::optional<std::string>(std::string(v->str));
 }
 
@@ -173,7 +300,8 @@ result<std::optional<int64_t>> gguf_file::get_int(std::string_view key) const {
   const gguf_value* v = find(key);
   if (!v) return std::optional<int64_t>{};
   if (!v->is_integer())
-    return bad(path_, "metadata " + std::string(key) + " is " + std::string(gguf_kind_name(v->kind)) + ", not an integer");
+    return bad(path_, "metadata " + std::string(key) + " is " +
+                          std::string(gguf_kind_name(v->kind)) + ", not an integer");
   return std::optional<int64_t>(v->i);
 }
 
@@ -182,33 +310,40 @@ result<std::optional<double>> gguf_file::get_float(std::string_view key) const {
   if (!v) return std::optional<double>{};
   if (v->kind == gguf_kind::f32 || v->kind == gguf_kind::f64) return std::optional<double>(v->f);
   if (v->is_integer()) return std::optional<double>(double(v->i));
-  return bad(path_, "metadata " + std::string(key) + " is " + std::string(gguf_kind_name(v->kind)) + ", not a number");
+  return bad(path_, "metadata " + std::string(key) + " is " + std::string(gguf_kind_name(v->kind)) +
+                        ", not a number");
 }
 
 result<std::optional<bool>> gguf_file::get_bool(std::string_view key) const {
   const gguf_value* v = find(key);
   if (!v) return std::optional<bool>{};
   if (v->kind != gguf_kind::boolean)
-    return bad(path_, "metadata " + std::string(key) + " is " + std::string(gguf_kind_name(v->kind)) + ", not a bool");
+    return bad(path_, "metadata " + std::string(key) + " is " +
+                          std::string(gguf_kind_name(v->kind)) + ", not a bool");
   return std::optional<bool>(v->i != 0);
 }
 
-result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base, size_t size, const std::string& path) {
+result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base, size_t size,
+                                                          const std::string& path) {
   auto f = std::make_shared<gguf_file>();
   f->path_ = path;
   f->size_ = size;
   reader r{base, size};
   char magic[4];
-  if (!r.take(magic, 4) || std::memcmp(magic, "GGUF", 4) != 0) return bad(path, "not a GGUF file (no GGUF magic)");
+  if (!r.take(magic, 4) || std::memcmp(magic, "GGUF", 4) != 0)
+    return bad(path, "not a GGUF file (no GGUF magic)");
   uint64_t n_tensors = 0, n_kv = 0;
   if (!r.get(f->version_)) return bad(path, "truncated header");
   if (f->version_ != 2 && f->version_ != 3)
-    return make_error("unsupported", path + ": GGUF version " + std::to_string(f->version_) + " (2 and 3 are read)");
+    return make_error("unsupported", path + ": GGUF version " + std::to_string(f->version_) +
+                                         " (2 and 3 are read)");
   if (!r.get(n_tensors) || !r.get(n_kv)) return bad(path, "truncated header");
   // Each key/value takes at least 8 + 4 bytes and each tensor info at least 8 + 4 + 4 + 8 (an
   // empty name, no dimensions).
-  if (n_kv > r.left() / 12) return bad(path, "metadata count " + std::to_string(n_kv) + " exceeds the file");
-  if (n_tensors > r.left() / 24) return bad(path, "tensor count " + std::to_string(n_tensors) + " exceeds the file");
+  if (n_kv > r.left() / 12)
+    return bad(path, "metadata count " + std::to_string(n_kv) + " exceeds the file");
+  if (n_tensors > r.left() / 24)
+    return bad(path, "tensor count " + std::to_string(n_tensors) + " exceeds the file");
 
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string_view key;
@@ -224,34 +359,45 @@ result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base,
       if (!r.str(v.str)) return bad(path, "metadata " + key_s + ": truncated string");
     } else if (v.kind == gguf_kind::array) {
       uint32_t elem = 0;
-      if (!r.get(elem) || !r.get(v.count)) return bad(path, "metadata " + key_s + ": truncated array");
-      if (!known_kind(elem)) return bad(path, "metadata " + key_s + ": unknown array element type " + std::to_string(elem));
+      if (!r.get(elem) || !r.get(v.count))
+        return bad(path, "metadata " + key_s + ": truncated array");
+      if (!known_kind(elem))
+        return bad(path,
+                   "metadata " + key_s + ": unknown array element type " + std::to_string(elem));
       v.elem = gguf_kind(elem);
       if (v.elem == gguf_kind::array)
-        return make_error("unsupported", path + ": metadata " + key_s + ": arrays of arrays are not read");
+        return make_error("unsupported",
+                          path + ": metadata " + key_s + ": arrays of arrays are not read");
       if (v.count > r.left() / scalar_size(v.elem))
-        return bad(path, "metadata " + key_s + ": array count " + std::to_string(v.count) + " exceeds the file");
+        return bad(path, "metadata " + key_s + ": array count " + std::to_string(v.count) +
+                             " exceeds the file");
       if (v.elem == gguf_kind::string) {
         v.strings.resize(size_t(v.count));
         for (auto& s : v.strings)
           if (!r.str(s)) return bad(path, "metadata " + key_s + ": truncated string in array");
       } else if (v.elem == gguf_kind::f32 || v.elem == gguf_kind::f64) {
         v.floats.resize(size_t(v.count));
-        int64_t i = 0; uint64_t u = 0;
+        int64_t i = 0;
+        uint64_t u = 0;
         for (auto& x : v.floats)
-          if (!read_scalar(r, v.elem, i, u, x)) return bad(path, "metadata " + key_s + ": truncated array");
+          if (!read_scalar(r, v.elem, i, u, x))
+            return bad(path, "metadata " + key_s + ": truncated array");
       } else {
         v.ints.resize(size_t(v.count));
-        uint64_t u = 0; double fl = 0;
+        uint64_t u = 0;
+        double fl = 0;
         for (auto& x : v.ints) {
-          if (!read_scalar(r, v.elem, x, u, fl)) return bad(path, "metadata " + key_s + ": truncated array");
-          if (v.elem == gguf_kind::u64) x = static_cast<int64_t>(u);  // the bit pattern, not clamped
+          if (!read_scalar(r, v.elem, x, u, fl))
+            return bad(path, "metadata " + key_s + ": truncated array");
+          if (v.elem == gguf_kind::u64)
+            x = static_cast<int64_t>(u);  // the bit pattern, not clamped
         }
       }
     } else if (!read_scalar(r, v.kind, v.i, v.u, v.f)) {
       return bad(path, "metadata " + key_s + ": truncated value");
     }
-    if (!f->kv_.emplace(key_s, std::move(v)).second) return bad(path, "duplicate metadata key " + key_s);
+    if (!f->kv_.emplace(key_s, std::move(v)).second)
+      return bad(path, "duplicate metadata key " + key_s);
   }
 
   if (const gguf_value* a = f->find("general.alignment")) {
@@ -269,29 +415,37 @@ result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base,
     info.name = std::string(name);
     const std::string where = "tensor " + info.name;
     if (!r.get(n_dims)) return bad(path, where + ": truncated");
-    if (n_dims > k_max_dims) return bad(path, where + ": " + std::to_string(n_dims) + " dimensions (at most 4)");
+    if (n_dims > k_max_dims)
+      return bad(path, where + ": " + std::to_string(n_dims) + " dimensions (at most 4)");
     int64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
       int64_t dim = 0;
       if (!r.get(dim)) return bad(path, where + ": truncated dimensions");
       if (dim <= 0) return bad(path, where + ": dimension " + std::to_string(dim));
-      if (numel > std::numeric_limits<int64_t>::max() / dim) return bad(path, where + ": element count overflows");
+      if (numel > std::numeric_limits<int64_t>::max() / dim)
+        return bad(path, where + ": element count overflows");
       numel *= dim;
       info.dims.push_back(dim);
     }
     if (!r.get(info.ggml) || !r.get(info.offset)) return bad(path, where + ": truncated");
     if (!ggml_to_dtype(info.ggml, info.type))
-      return make_error("unsupported", path + ": " + where + " has type " + ggml_type_name(info.ggml) +
-                                           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
+      return make_error("unsupported", path + ": " + where + " has type " +
+                                           ggml_type_name(info.ggml) +
+                                           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                                           "Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
     const int64_t block = dtype_block_elems(info.type);
     if (info.cols() % block != 0)
-      return bad(path, where + ": row of " + std::to_string(info.cols()) + " values is not a whole number of " +
-                           ggml_type_name(info.ggml) + " blocks of " + std::to_string(block));
-    if (uint64_t(numel / block) > std::numeric_limits<uint64_t>::max() / dtype_block_bytes(info.type))
+      return bad(path, where + ": row of " + std::to_string(info.cols()) +
+                           " values is not a whole number of " + ggml_type_name(info.ggml) +
+                           " blocks of " + std::to_string(block));
+    if (uint64_t(numel / block) >
+        std::numeric_limits<uint64_t>::max() / dtype_block_bytes(info.type))
       return bad(path, where + ": size overflows");
     info.nbytes = size_t(uint64_t(numel / block) * dtype_block_bytes(info.type));
-    if (info.offset % f->alignment_ != 0) return bad(path, where + ": offset " + std::to_string(info.offset) + " is not aligned");
-    if (!f->by_name_.emplace(info.name, f->tensors_.size()).second) return bad(path, "duplicate tensor " + info.name);
+    if (info.offset % f->alignment_ != 0)
+      return bad(path, where + ": offset " + std::to_string(info.offset) + " is not aligned");
+    if (!f->by_name_.emplace(info.name, f->tensors_.size()).second)
+      return bad(path, "duplicate tensor " + info.name);
     f->tensors_.push_back(std::move(info));
   }
 
@@ -301,14 +455,18 @@ result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base,
   // Tensors must lie inside the data section and not overlap (checked in offset order).
   std::vector<size_t> order(f->tensors_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return f->tensors_[a].offset < f->tensors_[b].offset; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return f->tensors_[a].offset < f->tensors_[b].offset; });
   uint64_t end = 0;
   for (size_t i : order) {
     gguf_tensor& t = f->tensors_[i];
     if (t.offset > data_size || t.nbytes > data_size - t.offset)
-      return bad(path, "tensor " + t.name + ": data [" + std::to_string(t.offset) + ", +" + std::to_string(t.nbytes) +
-                           ") runs past the end of the file (data section of " + std::to_string(data_size) + " bytes)");
-    if (t.offset < end) return bad(path, "tensor " + t.name + ": data overlaps the previous tensor");
+      return bad(path, "tensor " + t.name + ": data [" + std::to_string(t.offset) + ", +" +
+                           std::to_string(t.nbytes) +
+                           ") runs past the end of the file (data section of " +
+                           std::to_string(data_size) + " bytes)");
+    if (t.offset < end)
+      return bad(path, "tensor " + t.name + ": data overlaps the previous tensor");
     end = t.offset + t.nbytes;
     t.data = base + data_start + t.offset;
   }

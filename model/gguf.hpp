@@ -28,8 +28,19 @@ namespace coserve {
 
 // Metadata value types (gguf_type in ggml).
 enum class gguf_kind : uint32_t {
-  u8 = 0, i8 = 1, u16 = 2, i16 = 3, u32 = 4, i32 = 5, f32 = 6, boolean = 7, string = 8, array = 9,
-  u64 = 10, i64 = 11, f64 = 12,
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
 };
 std::string_view gguf_kind_name(gguf_kind k) noexcept;
 
@@ -50,13 +61,28 @@ struct gguf_value {
   uint64_t count = 0;  // arrays: element count
 
   bool is_integer() const noexcept;
-  bool is_number() const noexcept { return is_integer() || kind == gguf_kind::f32 || kind == gguf_kind::f64; }
+  bool is_number() const noexcept {
+    return is_integer() || kind == gguf_kind::f32 || kind == gguf_kind::f64;
+  }
 };
 
 // ggml tensor types this reader accepts.
 enum class ggml_type : uint32_t {
-  f32 = 0, f16 = 1, q4_0 = 2, q4_1 = 3, q5_0 = 6, q5_1 = 7, q8_0 = 8, q2_k = 10, q3_k = 11, q4_k = 12, q5_k = 13,
-  q6_k = 14, iq4_nl = 20, iq4_xs = 23, bf16 = 30,
+  f32 = 0,
+  f16 = 1,
+  q4_0 = 2,
+  q4_1 = 3,
+  q5_0 = 6,
+  q5_1 = 7,
+  q8_0 = 8,
+  q2_k = 10,
+  q3_k = 11,
+  q4_k = 12,
+  q5_k = 13,
+  q6_k = 14,
+  iq4_nl = 20,
+  iq4_xs = 23,
+  bf16 = 30,
 };
 // The ggml type's name ("F32", "Q4_K", ...); "type N" for numbers this reader does not know.
 std::string ggml_type_name(uint32_t t);
@@ -65,10 +91,10 @@ bool ggml_to_dtype(uint32_t t, dtype& out) noexcept;
 
 struct gguf_tensor {
   std::string name;
-  std::vector<int64_t> dims;   // GGUF order: dims[0] is the contiguous dimension
-  uint32_t ggml = 0;           // ggml type number
+  std::vector<int64_t> dims;  // GGUF order: dims[0] is the contiguous dimension
+  uint32_t ggml = 0;          // ggml type number
   dtype type = dtype::f32;
-  uint64_t offset = 0;         // into the data section
+  uint64_t offset = 0;  // into the data section
   size_t nbytes = 0;
   const std::byte* data = nullptr;
 
@@ -84,7 +110,8 @@ class gguf_file {
   // "unsupported" (a tensor type or value type this reader does not handle), naming the file.
   static result<std::shared_ptr<const gguf_file>> open(const std::string& path);
   // Parses an image held in memory; views point into it (the caller keeps it alive).
-  static result<std::shared_ptr<const gguf_file>> parse(const std::byte* base, size_t size, const std::string& path);
+  static result<std::shared_ptr<const gguf_file>> parse(const std::byte* base, size_t size,
+                                                        const std::string& path);
 
   gguf_file() = default;
   gguf_file(const gguf_file&) = delete;
@@ -101,7 +128,8 @@ class gguf_file {
   const gguf_value* find(std::string_view key) const;
   const gguf_tensor* tensor(std::string_view name) const;
 
-  // Typed lookups: nullopt when the key is absent; an error naming the key when it has another type.
+  // Typed lookups: nullopt when the key is absent; an error naming the key when it has another
+  // type.
   result<std::optional<std::string>> get_string(std::string_view key) const;
   result<std::optional<int64_t>> get_int(std::string_view key) const;
   result<std::optional<double>> get_float(std::string_view key) const;  // any numeric kind

@@ -1,7 +1,5 @@
 #include "model/gguf_model.hpp"
 
-#include "model/json/value.hpp"
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -9,25 +7,32 @@
 #include <map>
 #include <unordered_map>
 
+#include "model/json/value.hpp"
+
 namespace coserve {
 namespace {
 
-error gerr(const gguf_file& f, const std::string& what) { return make_error("invalid_model", f.path() + ": " + what); }
+error gerr(const gguf_file& f, const std::string& what) {
+  return make_error("invalid_model", f.path() + ": " + what);
+}
 error gunsupported(const gguf_file& f, const std::string& what) {
   return make_error("unsupported", f.path() + ": " + what);
 }
 
 // An int metadata value that must fit int32 and be positive (when required).
-result<int32_t> get_i32(const gguf_file& f, const std::string& key, std::optional<int32_t> fallback) {
+result<int32_t> get_i32(const gguf_file& f, const std::string& key,
+                        std::optional<int32_t> fallback) {
   auto v = f.get_int(key);
   if (!v) return v.err();
   if (!*v) {
     if (fallback) return *fallback;
     if (const gguf_value* raw = f.find(key); raw && raw->kind == gguf_kind::array)
-      return gunsupported(f, "metadata " + key + " is a per-layer array (one value for all layers is read)");
+      return gunsupported(
+          f, "metadata " + key + " is a per-layer array (one value for all layers is read)");
     return gerr(f, "metadata " + key + " is missing");
   }
-  if (**v <= 0 || **v > (int64_t{1} << 30)) return gerr(f, "metadata " + key + " = " + std::to_string(**v) + " is out of range");
+  if (**v <= 0 || **v > (int64_t{1} << 30))
+    return gerr(f, "metadata " + key + " = " + std::to_string(**v) + " is out of range");
   return int32_t(**v);
 }
 
@@ -65,7 +70,8 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     c.fused_projections = true;  // attn_qkv, and ffn_up holding gate then up
   } else {
     return gunsupported(f, "general.architecture '" + arch +
-                               "' is not supported (supported: llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, phi3)");
+                               "' is not supported (supported: llama, mistral, qwen2, qwen3, "
+                               "qwen2moe, qwen3moe, phi3)");
   }
   const std::string a = arch + ".";
   auto hidden = get_i32(f, a + "embedding_length", std::nullopt);
@@ -91,7 +97,8 @@ result<model_config> gguf_model_config(const gguf_file& f) {
       if (!*r) return r->err();
     if (*used > *n) return gerr(f, a + "expert_used_count exceeds " + a + "expert_count");
     if (arch != "llama" && !own_moe)
-      return gunsupported(f, "experts (" + a + "expert_count) in a " + arch + " file are not supported");
+      return gunsupported(
+          f, "experts (" + a + "expert_count) in a " + arch + " file are not supported");
     if (arch == "llama") {
       c.architecture = "MixtralForCausalLM";
       c.model_type = "mixtral";
@@ -101,7 +108,8 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     c.norm_topk_prob = arch != "qwen2moe";
     c.moe_layers.assign(size_t(c.num_hidden_layers), 0);
     for (int32_t l = 0; l < c.num_hidden_layers; ++l)
-      c.moe_layers[size_t(l)] = f.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr;
+      c.moe_layers[size_t(l)] =
+          f.tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr;
   }
   if (own_moe) {
     auto mi = get_i32(f, a + "expert_feed_forward_length", std::nullopt);
@@ -109,7 +117,8 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     c.moe_intermediate_size = *mi;
   }
   // qwen2moe / qwen3moe files of only sparse layers need no dense width: the experts' stands in.
-  auto inter = get_i32(f, a + "feed_forward_length", own_moe ? std::optional(c.moe_intermediate_size) : std::nullopt);
+  auto inter = get_i32(f, a + "feed_forward_length",
+                       own_moe ? std::optional(c.moe_intermediate_size) : std::nullopt);
   if (!inter) return inter.err();
   c.intermediate_size = *inter;
   if (arch == "qwen2moe") {
@@ -122,26 +131,31 @@ result<model_config> gguf_model_config(const gguf_file& f) {
   if (!kv) return kv.err();
   c.num_key_value_heads = *kv;
   if (c.num_attention_heads % c.num_key_value_heads != 0)
-    return gerr(f, a + "attention.head_count must be a multiple of " + a + "attention.head_count_kv");
+    return gerr(f,
+                a + "attention.head_count must be a multiple of " + a + "attention.head_count_kv");
   if (c.hidden_size % c.num_attention_heads != 0 && !f.find(a + "attention.key_length"))
     return gerr(f, a + "embedding_length is not a multiple of " + a + "attention.head_count");
-  auto kl = get_i32(f, a + "attention.key_length", c.hidden_size / std::max(1, c.num_attention_heads));
+  auto kl =
+      get_i32(f, a + "attention.key_length", c.hidden_size / std::max(1, c.num_attention_heads));
   if (!kl) return kl.err();
   c.head_dim = *kl;
   auto vl = get_i32(f, a + "attention.value_length", c.head_dim);
   if (!vl) return vl.err();
-  if (*vl != c.head_dim) return gunsupported(f, a + "attention.value_length differs from key_length");
-  if (c.head_dim % 2 != 0) return gerr(f, "head dimension " + std::to_string(c.head_dim) + " must be even for RoPE");
+  if (*vl != c.head_dim)
+    return gunsupported(f, a + "attention.value_length differs from key_length");
+  if (c.head_dim % 2 != 0)
+    return gerr(f, "head dimension " + std::to_string(c.head_dim) + " must be even for RoPE");
   auto rd = get_i32(f, a + "rope.dimension_count", c.head_dim);
   if (!rd) return rd.err();
   if (*rd != c.head_dim) {
     // Phi-4-mini (partial_rotary_factor): RoPE over the first dimension_count dimensions of each
     // head, halves rotated as in the folder.
     if (!c.fused_projections)
-      return gunsupported(f, a + "rope.dimension_count " + std::to_string(*rd) + " (partial rotary) is supported for phi3 only");
+      return gunsupported(f, a + "rope.dimension_count " + std::to_string(*rd) +
+                                 " (partial rotary) is supported for phi3 only");
     if (*rd <= 0 || *rd > c.head_dim || *rd % 2 != 0)
-      return gerr(f, a + "rope.dimension_count " + std::to_string(*rd) + " must be even and at most the head size " +
-                         std::to_string(c.head_dim));
+      return gerr(f, a + "rope.dimension_count " + std::to_string(*rd) +
+                         " must be even and at most the head size " + std::to_string(c.head_dim));
     c.rotary_dim = *rd;
   }
   auto ctx = get_i32(f, a + "context_length", 2048);
@@ -152,18 +166,21 @@ result<model_config> gguf_model_config(const gguf_file& f) {
     // long-context variants carry per-frequency factors for LongRoPE, which is not implemented.
     auto window = f.get_int(a + "attention.sliding_window");
     if (!window) return window.err();
-    if (*window && **window < 0) return gerr(f, "metadata " + a + "attention.sliding_window is negative");
-    if (*window && **window > 0 && **window < c.max_position_embeddings) c.sliding_window = int32_t(**window);
-    // LongRoPE (Phi-3.5 / Phi-4's 128k variants), as convert_hf_to_gguf.py writes it: the factors as
-    // rope_factors_long/short.weight, the original context and the attention factor as metadata.
+    if (*window && **window < 0)
+      return gerr(f, "metadata " + a + "attention.sliding_window is negative");
+    if (*window && **window > 0 && **window < c.max_position_embeddings)
+      c.sliding_window = int32_t(**window);
+    // LongRoPE (Phi-3.5 / Phi-4's 128k variants), as convert_hf_to_gguf.py writes it: the factors
+    // as rope_factors_long/short.weight, the original context and the attention factor as metadata.
     const gguf_tensor* lf = f.tensor("rope_factors_long.weight");
     const gguf_tensor* sf = f.tensor("rope_factors_short.weight");
     if (lf || sf) {
       const int32_t pairs = (c.rotary_dim > 0 ? c.rotary_dim : c.head_dim) / 2;
       for (const gguf_tensor* t : {lf, sf})
         if (!t || t->type != dtype::f32 || t->numel() != pairs)
-          return gerr(f, "rope_factors_long.weight and rope_factors_short.weight must both be F32 with " +
-                             std::to_string(pairs) + " values");
+          return gerr(
+              f, "rope_factors_long.weight and rope_factors_short.weight must both be F32 with " +
+                     std::to_string(pairs) + " values");
       auto& rs = c.rope_scaling;
       rs.kind = rope_kind::longrope;
       rs.long_factor.resize(size_t(pairs));
@@ -172,7 +189,8 @@ result<model_config> gguf_model_config(const gguf_file& f) {
       std::memcpy(rs.short_factor.data(), sf->data, size_t(pairs) * 4);
       for (const auto* v : {&rs.long_factor, &rs.short_factor})
         for (float x : *v)
-          if (!(x > 0) || !std::isfinite(x)) return gerr(f, "rope_factors_long/short.weight hold a non-positive factor");
+          if (!(x > 0) || !std::isfinite(x))
+            return gerr(f, "rope_factors_long/short.weight hold a non-positive factor");
       auto orig = get_i32(f, a + "rope.scaling.original_context_length", *ctx);
       if (!orig) return orig.err();
       if (*orig <= 0) return gerr(f, a + "rope.scaling.original_context_length must be positive");
@@ -180,9 +198,11 @@ result<model_config> gguf_model_config(const gguf_file& f) {
       rs.factor = float(*ctx) / float(*orig);
       auto attn = f.get_float(a + "rope.scaling.attn_factor");
       if (!attn) return attn.err();
-      rs.attention_factor = *attn && **attn > 0 ? float(**attn)
-                            : rs.factor <= 1.0f ? 1.0f
-                                                : float(std::sqrt(1.0 + std::log(double(rs.factor)) / std::log(double(*orig))));
+      rs.attention_factor =
+          *attn && **attn > 0 ? float(**attn)
+          : rs.factor <= 1.0f
+              ? 1.0f
+              : float(std::sqrt(1.0 + std::log(double(rs.factor)) / std::log(double(*orig))));
     }
   }
   auto eps = f.get_float(a + "attention.layer_norm_rms_epsilon");
@@ -203,8 +223,9 @@ result<model_config> gguf_model_config(const gguf_file& f) {
       c.rope_scaling.kind = rope_kind::linear;
       c.rope_scaling.factor = float(fac);
     } else if (**scaling == "yarn" && fac > 0.0) {
-      // As convert_hf_to_gguf.py writes it from Hugging Face's rope_scaling: factor and the original
-      // context; the attention factor is then 0.1 ln(factor) + 1, as transformers and llama.cpp use.
+      // As convert_hf_to_gguf.py writes it from Hugging Face's rope_scaling: factor and the
+      // original context; the attention factor is then 0.1 ln(factor) + 1, as transformers and
+      // llama.cpp use.
       auto orig = get_i32(f, a + "rope.scaling.original_context_length", c.max_position_embeddings);
       if (!orig) return orig.err();
       if (*orig <= 0) return gerr(f, a + "rope.scaling.original_context_length must be positive");
@@ -213,23 +234,27 @@ result<model_config> gguf_model_config(const gguf_file& f) {
       c.rope_scaling.original_max_position_embeddings = *orig;
       c.rope_scaling.attention_factor = fac <= 1.0 ? 1.0f : float(0.1 * std::log(fac) + 1.0);
     } else if (fac != 1.0) {
-      return gunsupported(f, a + "rope.scaling.type '" + **scaling +
-                                 "' is not supported (none, linear, yarn, or Llama 3's rope_freqs.weight)");
+      return gunsupported(
+          f, a + "rope.scaling.type '" + **scaling +
+                 "' is not supported (none, linear, yarn, or Llama 3's rope_freqs.weight)");
     }
   }
   if (const gguf_tensor* rf = f.tensor("rope_freqs.weight")) {
     if (rf->type != dtype::f32 || rf->numel() != c.head_dim / 2)
-      return gerr(f, "rope_freqs.weight must be F32 with " + std::to_string(c.head_dim / 2) + " values");
+      return gerr(
+          f, "rope_freqs.weight must be F32 with " + std::to_string(c.head_dim / 2) + " values");
     c.rope_freq_factors.resize(size_t(c.head_dim / 2));
     std::memcpy(c.rope_freq_factors.data(), rf->data, c.rope_freq_factors.size() * 4);
     for (float x : c.rope_freq_factors)
-      if (!(x > 0) || !std::isfinite(x)) return gerr(f, "rope_freqs.weight holds a non-positive factor");
+      if (!(x > 0) || !std::isfinite(x))
+        return gerr(f, "rope_freqs.weight holds a non-positive factor");
   }
 
   const gguf_tensor* embd = f.tensor("token_embd.weight");
   if (!embd) return gerr(f, "tensor token_embd.weight is missing");
   if (embd->dims.size() != 2 || embd->dims[0] != c.hidden_size)
-    return gerr(f, "tensor token_embd.weight is not [" + std::to_string(c.hidden_size) + ", vocab]");
+    return gerr(f,
+                "tensor token_embd.weight is not [" + std::to_string(c.hidden_size) + ", vocab]");
   auto vocab = get_i32(f, a + "vocab_size", int32_t(embd->dims[1]));
   if (!vocab) return vocab.err();
   c.vocab_size = *vocab;
@@ -237,19 +262,24 @@ result<model_config> gguf_model_config(const gguf_file& f) {
   if (c.qkv_bias && !f.tensor("blk.0.attn_q.bias")) c.qkv_bias = false;
   if (!c.qkv_bias && f.tensor("blk.0.attn_q.bias")) c.qkv_bias = true;
   c.o_bias = f.tensor("blk.0.attn_output.bias") != nullptr;
-  if (f.tensor("blk.0.ffn_up.bias")) return gunsupported(f, "MLP biases (blk.N.ffn_up.bias) are not supported");
+  if (f.tensor("blk.0.ffn_up.bias"))
+    return gunsupported(f, "MLP biases (blk.N.ffn_up.bias) are not supported");
 
   auto bos = f.get_int("tokenizer.ggml.bos_token_id");
   if (!bos) return bos.err();
   if (*bos && **bos >= 0 && **bos < c.vocab_size) c.bos_token_id = int32_t(**bos);
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"}) {
     auto e = f.get_int(key);
     if (!e) return e.err();
     if (*e && **e >= 0 && **e < c.vocab_size &&
-        std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), int32_t(**e)) == c.eos_token_ids.end())
+        std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), int32_t(**e)) ==
+            c.eos_token_ids.end())
       c.eos_token_ids.push_back(int32_t(**e));
   }
-  c.torch_dtype = embd->type == dtype::f32 ? dtype::f32 : embd->type == dtype::f16 ? dtype::f16 : dtype::bf16;
+  c.torch_dtype = embd->type == dtype::f32   ? dtype::f32
+                  : embd->type == dtype::f16 ? dtype::f16
+                                             : dtype::bf16;
   return c;
 }
 
@@ -262,7 +292,8 @@ result<generation_config> gguf_generation_config(const gguf_file& f) {
   return g;
 }
 
-result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, const load_progress& progress) {
+result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file,
+                                        const load_progress& progress) {
   const gguf_file& f = *file;
   auto cfg = gguf_model_config(f);
   if (!cfg) return cfg.err();
@@ -270,7 +301,8 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
   w.config = *cfg;
   w.gguf = file;
   const model_config& c = w.config;
-  const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads,
+                nkv = c.num_key_value_heads;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   const size_t total = f.tensors().size();
   size_t done = 0, bytes = 0;
@@ -279,7 +311,8 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
     bytes += t.nbytes;
     if (progress) progress(done, total, bytes);
   };
-  auto get = [&](const std::string& name, int64_t rows, int64_t cols) -> result<const gguf_tensor*> {
+  auto get = [&](const std::string& name, int64_t rows,
+                 int64_t cols) -> result<const gguf_tensor*> {
     const gguf_tensor* t = f.tensor(name);
     if (!t) return gerr(f, "tensor " + name + " is missing");
     const bool vec = rows == 0;
@@ -288,13 +321,14 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
     if (!ok) {
       std::string dims;
       for (int64_t x : t->dims) dims += (dims.empty() ? "" : ", ") + std::to_string(x);
-      return gerr(f, "tensor " + name + " has dims [" + dims + "], expected [" + std::to_string(cols) +
-                         (vec ? "" : ", " + std::to_string(rows)) + "]");
+      return gerr(f, "tensor " + name + " has dims [" + dims + "], expected [" +
+                         std::to_string(cols) + (vec ? "" : ", " + std::to_string(rows)) + "]");
     }
     tick(*t);
     return t;
   };
-  auto map = [&](const std::string& name, int64_t rows, int64_t cols, weight_ref& out) -> result<void> {
+  auto map = [&](const std::string& name, int64_t rows, int64_t cols,
+                 weight_ref& out) -> result<void> {
     auto t = get(name, rows, cols);
     if (!t) return t.err();
     out.type = (*t)->type;
@@ -304,14 +338,16 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
     return {};
   };
   // A [n, rows, cols] stack of matrices (GGUF dims [cols, rows, n]) as one [n rows, cols] matrix.
-  auto map3 = [&](const std::string& name, int64_t n, int64_t rows, int64_t cols, weight_ref& out) -> result<void> {
+  auto map3 = [&](const std::string& name, int64_t n, int64_t rows, int64_t cols,
+                  weight_ref& out) -> result<void> {
     const gguf_tensor* t = f.tensor(name);
     if (!t) return gerr(f, "tensor " + name + " is missing");
     if (t->dims.size() != 3 || t->dims[0] != cols || t->dims[1] != rows || t->dims[2] != n) {
       std::string dims;
       for (int64_t x : t->dims) dims += (dims.empty() ? "" : ", ") + std::to_string(x);
-      return gerr(f, "tensor " + name + " has dims [" + dims + "], expected [" + std::to_string(cols) + ", " +
-                         std::to_string(rows) + ", " + std::to_string(n) + "]");
+      return gerr(f, "tensor " + name + " has dims [" + dims + "], expected [" +
+                         std::to_string(cols) + ", " + std::to_string(rows) + ", " +
+                         std::to_string(n) + "]");
     }
     tick(*t);
     out.type = t->type;
@@ -336,24 +372,31 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
     layer_weights& L = w.layers[size_t(i)];
     if (c.fused_projections) {
       weight_ref qkv, gate_up;
-      for (auto r : {append(p + "attn_norm.weight", h, L.input_norm), map(p + "attn_qkv.weight", (nh + 2 * nkv) * d, h, qkv),
-                     map(p + "attn_output.weight", h, nh * d, L.o), append(p + "ffn_norm.weight", h, L.post_norm),
-                     map(p + "ffn_up.weight", 2 * inter, h, gate_up), map(p + "ffn_down.weight", h, inter, L.down)})
+      for (auto r : {append(p + "attn_norm.weight", h, L.input_norm),
+                     map(p + "attn_qkv.weight", (nh + 2 * nkv) * d, h, qkv),
+                     map(p + "attn_output.weight", h, nh * d, L.o),
+                     append(p + "ffn_norm.weight", h, L.post_norm),
+                     map(p + "ffn_up.weight", 2 * inter, h, gate_up),
+                     map(p + "ffn_down.weight", h, inter, L.down)})
         if (!r) return r.err();
       split_fused(c, qkv, gate_up, L);
       continue;
     }
-    for (auto r : {append(p + "attn_norm.weight", h, L.input_norm), map(p + "attn_q.weight", nh * d, h, L.q),
-                   map(p + "attn_k.weight", nkv * d, h, L.k), map(p + "attn_v.weight", nkv * d, h, L.v),
-                   map(p + "attn_output.weight", h, nh * d, L.o), append(p + "ffn_norm.weight", h, L.post_norm)})
+    for (auto r :
+         {append(p + "attn_norm.weight", h, L.input_norm), map(p + "attn_q.weight", nh * d, h, L.q),
+          map(p + "attn_k.weight", nkv * d, h, L.k), map(p + "attn_v.weight", nkv * d, h, L.v),
+          map(p + "attn_output.weight", h, nh * d, L.o),
+          append(p + "ffn_norm.weight", h, L.post_norm)})
       if (!r) return r.err();
     if (c.moe_layer(i)) {
       // ffn_gate_exps / ffn_up_exps [hidden, I, experts] and ffn_down_exps [I, hidden, experts]:
       // expert j's matrix is rows [j I, (j + 1) I) of the [experts I, cols] view.
       const int64_t ne = c.num_experts, mi = c.moe_intermediate_size;
       weight_ref gate, up, down;
-      for (auto r : {map(p + "ffn_gate_inp.weight", ne, h, L.router), map3(p + "ffn_gate_exps.weight", ne, mi, h, gate),
-                     map3(p + "ffn_up_exps.weight", ne, mi, h, up), map3(p + "ffn_down_exps.weight", ne, h, mi, down)})
+      for (auto r : {map(p + "ffn_gate_inp.weight", ne, h, L.router),
+                     map3(p + "ffn_gate_exps.weight", ne, mi, h, gate),
+                     map3(p + "ffn_up_exps.weight", ne, mi, h, up),
+                     map3(p + "ffn_down_exps.weight", ne, h, mi, down)})
         if (!r) return r.err();
       L.experts.resize(size_t(ne));
       for (int64_t j = 0; j < ne; ++j) {
@@ -366,23 +409,27 @@ result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> file, c
         auto g = get(p + "ffn_gate_inp_shexp.weight", 0, h);
         if (!g) return g.err();
         L.shared_gate = {(*g)->type, (*g)->data, 1, h};
-        for (auto r : {map(p + "ffn_gate_shexp.weight", si, h, L.shared.gate), map(p + "ffn_up_shexp.weight", si, h, L.shared.up),
+        for (auto r : {map(p + "ffn_gate_shexp.weight", si, h, L.shared.gate),
+                       map(p + "ffn_up_shexp.weight", si, h, L.shared.up),
                        map(p + "ffn_down_shexp.weight", h, si, L.shared.down)})
           if (!r) return r.err();
       }
     } else {
-      for (auto r : {map(p + "ffn_gate.weight", inter, h, L.gate), map(p + "ffn_up.weight", inter, h, L.up),
-                     map(p + "ffn_down.weight", h, inter, L.down)})
+      for (auto r :
+           {map(p + "ffn_gate.weight", inter, h, L.gate), map(p + "ffn_up.weight", inter, h, L.up),
+            map(p + "ffn_down.weight", h, inter, L.down)})
         if (!r) return r.err();
     }
     if (c.qkv_bias)
-      for (auto r : {append(p + "attn_q.bias", nh * d, L.qkv_bias), append(p + "attn_k.bias", nkv * d, L.qkv_bias),
+      for (auto r : {append(p + "attn_q.bias", nh * d, L.qkv_bias),
+                     append(p + "attn_k.bias", nkv * d, L.qkv_bias),
                      append(p + "attn_v.bias", nkv * d, L.qkv_bias)})
         if (!r) return r.err();
     if (c.o_bias)
       if (auto r = append(p + "attn_output.bias", h, L.o_bias); !r) return r.err();
     if (c.qk_norm)
-      for (auto r : {append(p + "attn_q_norm.weight", d, L.q_norm), append(p + "attn_k_norm.weight", d, L.k_norm)})
+      for (auto r : {append(p + "attn_q_norm.weight", d, L.q_norm),
+                     append(p + "attn_k_norm.weight", d, L.k_norm)})
         if (!r) return r.err();
   }
   if (auto r = append("output_norm.weight", h, w.final_norm); !r) return r.err();
@@ -398,7 +445,8 @@ std::string gguf_summary(const gguf_file& f) {
   std::map<std::string, int> types;
   for (const gguf_tensor& t : f.tensors()) ++types[std::string(dtype_name(t.type))];
   std::string s = "GGUF v" + std::to_string(f.version());
-  if (const gguf_value* a = f.find("general.architecture"); a && a->kind == gguf_kind::string) s += ", " + std::string(a->str);
+  if (const gguf_value* a = f.find("general.architecture"); a && a->kind == gguf_kind::string)
+    s += ", " + std::string(a->str);
   s += ", " + std::to_string(f.tensors().size()) + " tensors (";
   bool first = true;
   for (const auto& [name, n] : types) {

@@ -3,9 +3,9 @@
 // weights used in place from the mapped file (quantized matrices stay quantized).
 //
 // Architectures: llama (Llama, Mistral), mistral (an alias), qwen2, qwen3 (attn_q_norm /
-// attn_k_norm), phi3 (attn_qkv and a gate+up ffn_up read as row ranges). llama.cpp's converter stores
-// the Q and K projections of the llama architecture with each head's rows interleaved (row 2i is
-// Hugging Face row i, row 2i+1 is row i + D/2) and rotates adjacent pairs; the config says so
+// attn_k_norm), phi3 (attn_qkv and a gate+up ffn_up read as row ranges). llama.cpp's converter
+// stores the Q and K projections of the llama architecture with each head's rows interleaved (row
+// 2i is Hugging Face row i, row 2i+1 is row i + D/2) and rotates adjacent pairs; the config says so
 // (rope_interleaved) and the forward pass rotates the same pairs. Llama 3.1's frequency
 // scaling arrives as the tensor rope_freqs.weight (per-frequency divisors).
 //
@@ -32,9 +32,12 @@ result<model_config> gguf_model_config(const gguf_file& f);
 // Where Hugging Face's row r of a head of size d sits in a q/k projection stored with interleaved
 // RoPE pairs (llama.cpp's llama layout, model_config::rope_interleaved): rows r < d/2 at 2r,
 // the others at 2(r - d/2) + 1. The CUDA upload uses it to restore the Hugging Face order.
-inline int64_t interleaved_row(int64_t r, int64_t d) noexcept { return r < d / 2 ? 2 * r : 2 * (r - d / 2) + 1; }
+inline int64_t interleaved_row(int64_t r, int64_t d) noexcept {
+  return r < d / 2 ? 2 * r : 2 * (r - d / 2) + 1;
+}
 result<generation_config> gguf_generation_config(const gguf_file& f);
-result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> f, const load_progress& progress = {});
+result<model_weights> load_gguf_weights(std::shared_ptr<const gguf_file> f,
+                                        const load_progress& progress = {});
 
 // The tokenizer.json and tokenizer_config.json documents equivalent to the file's tokenizer.
 struct gguf_tokenizer_documents {

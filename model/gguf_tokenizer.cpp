@@ -1,19 +1,20 @@
 // The tokenizer of a GGUF file (tokenizer.ggml.*) as tokenizer.json / tokenizer_config.json
 // documents for our tokenizer (model/gguf_model.hpp says which tokenizer models are read).
-#include "model/gguf_model.hpp"
-
-#include "model/json/value.hpp"
-
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
 
+#include "model/gguf_model.hpp"
+#include "model/json/value.hpp"
+
 namespace coserve {
 namespace {
 
-error gerr(const gguf_file& f, const std::string& what) { return make_error("invalid_model", f.path() + ": " + what); }
+error gerr(const gguf_file& f, const std::string& what) {
+  return make_error("invalid_model", f.path() + ": " + what);
+}
 error gunsupported(const gguf_file& f, const std::string& what) {
   return make_error("unsupported", f.path() + ": " + what);
 }
@@ -71,8 +72,10 @@ const bpe_pre k_bpe_pres[] = {
     {{"mpt", "gpt-neox", "olmo", nullptr}, k_byte_level_regex, R"({"type":"NFC"})", false},
     {{"llama-bpe", "llama3", "llama-v3", "falcon3", nullptr}, k_llama3_split, "null", true},
     {{"dbrx", "smaug-bpe", nullptr}, k_llama3_split, "null", false},
-    {{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "kormo", "f2llmv2", nullptr}, k_qwen2_split,
-     R"({"type":"NFC"})", false},
+    {{"qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "kormo", "f2llmv2", nullptr},
+     k_qwen2_split,
+     R"({"type":"NFC"})",
+     false},
     {{"qwen35", nullptr}, k_qwen35_split, "null", false},
     {{"tekken", nullptr}, k_tekken_split, "null", true},
     {{"gpt-4o", "llama4", nullptr}, k_gpt4o_split, "null", false},
@@ -108,14 +111,16 @@ std::vector<std::pair<std::string_view, std::string_view>> merges_from_scores(
     for (size_t cut = 1; cut < p.size(); ++cut) {
       if ((static_cast<unsigned char>(p[cut]) & 0xC0) == 0x80) continue;  // inside a UTF-8 sequence
       auto l = id.find(p.substr(0, cut)), r = id.find(p.substr(cut));
-      if (l != id.end() && r != id.end()) local.push_back({l->first, r->first, scores[i], l->second, r->second});
+      if (l != id.end() && r != id.end())
+        local.push_back({l->first, r->first, scores[i], l->second, r->second});
     }
     std::sort(local.begin(), local.end(), [](const merge& a, const merge& b) {
       return a.il != b.il ? a.il < b.il : a.ir < b.ir;
     });
     all.insert(all.end(), local.begin(), local.end());
   }
-  std::stable_sort(all.begin(), all.end(), [](const merge& a, const merge& b) { return a.score > b.score; });
+  std::stable_sort(all.begin(), all.end(),
+                   [](const merge& a, const merge& b) { return a.score > b.score; });
   std::vector<std::pair<std::string_view, std::string_view>> out;
   out.reserve(all.size());
   for (const merge& m : all) out.emplace_back(m.l, m.r);
@@ -127,26 +132,32 @@ std::vector<std::pair<std::string_view, std::string_view>> merges_from_scores(
 result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
   auto model_v = f.get_string("tokenizer.ggml.model");
   if (!model_v) return model_v.err();
-  if (!*model_v) return gerr(f, "metadata tokenizer.ggml.model is missing (the file has no tokenizer)");
+  if (!*model_v)
+    return gerr(f, "metadata tokenizer.ggml.model is missing (the file has no tokenizer)");
   const std::string model = **model_v;
   if (model != "gpt2" && model != "llama")
-    return gunsupported(f, "tokenizer.ggml.model '" + model + "' is not supported (supported: gpt2, llama)");
+    return gunsupported(
+        f, "tokenizer.ggml.model '" + model + "' is not supported (supported: gpt2, llama)");
   const gguf_value* tokens_v = f.find("tokenizer.ggml.tokens");
   if (!tokens_v || tokens_v->kind != gguf_kind::array || tokens_v->elem != gguf_kind::string)
     return gerr(f, "metadata tokenizer.ggml.tokens must be an array of strings");
   const std::vector<std::string_view>& tokens = tokens_v->strings;
-  if (tokens.empty() || tokens.size() > (size_t(1) << 24)) return gerr(f, "tokenizer.ggml.tokens is empty or too large");
+  if (tokens.empty() || tokens.size() > (size_t(1) << 24))
+    return gerr(f, "tokenizer.ggml.tokens is empty or too large");
   std::vector<int64_t> types(tokens.size(), k_tok_normal);
   if (const gguf_value* tt = f.find("tokenizer.ggml.token_type")) {
     if (tt->kind != gguf_kind::array || tt->ints.size() != tokens.size())
-      return gerr(f, "metadata tokenizer.ggml.token_type must be an integer array as long as tokenizer.ggml.tokens");
+      return gerr(f,
+                  "metadata tokenizer.ggml.token_type must be an integer array as long as "
+                  "tokenizer.ggml.tokens");
     types = tt->ints;
   }
   auto token_id = [&](const char* key) -> result<std::optional<int32_t>> {
     auto v = f.get_int(key);
     if (!v) return v.err();
     if (!*v || **v < 0) return std::optional<int32_t>{};
-    if (**v >= int64_t(tokens.size())) return gerr(f, std::string("metadata ") + key + " is not a token id");
+    if (**v >= int64_t(tokens.size()))
+      return gerr(f, std::string("metadata ") + key + " is not a token id");
     return std::optional<int32_t>(int32_t(**v));
   };
   auto bos = token_id("tokenizer.ggml.bos_token_id");
@@ -170,8 +181,10 @@ result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
   auto name_v = f.get_string("general.name");
   if (!name_v) return name_v.err();
   std::string name = name_v->value_or("");
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
-  const bool phi3 = name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+  std::transform(name.begin(), name.end(), name.begin(),
+                 [](unsigned char ch) { return char(std::tolower(ch)); });
+  const bool phi3 =
+      name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
   j += "{\"version\":\"1.0\",\"added_tokens\":[";
   bool first = true;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -180,7 +193,8 @@ result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
     bool rstrip = false;
     if (phi3) {
       rstrip = t == k_tok_control || tokens[i] == "</s>";
-      if (tokens[i] == "<unk>" || tokens[i] == "<s>" || tokens[i] == "<|endoftext|>") rstrip = false;
+      if (tokens[i] == "<unk>" || tokens[i] == "<s>" || tokens[i] == "<|endoftext|>")
+        rstrip = false;
     }
     if (!first) j += ',';
     first = false;
@@ -194,16 +208,22 @@ result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
     post = "{\"type\":\"TemplateProcessing\",\"single\":[";
     std::string specials;
     if (want_bos) {
-      post += "{\"SpecialToken\":{\"id\":" + json_escape(tokens[size_t(**bos)]) + ",\"type_id\":0}},";
-      specials += json_escape(tokens[size_t(**bos)]) + ":{\"id\":" + json_escape(tokens[size_t(**bos)]) +
-                  ",\"ids\":[" + std::to_string(**bos) + "],\"tokens\":[" + json_escape(tokens[size_t(**bos)]) + "]}";
+      post +=
+          "{\"SpecialToken\":{\"id\":" + json_escape(tokens[size_t(**bos)]) + ",\"type_id\":0}},";
+      specials += json_escape(tokens[size_t(**bos)]) +
+                  ":{\"id\":" + json_escape(tokens[size_t(**bos)]) + ",\"ids\":[" +
+                  std::to_string(**bos) + "],\"tokens\":[" + json_escape(tokens[size_t(**bos)]) +
+                  "]}";
     }
     post += "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}";
     if (want_eos) {
-      post += ",{\"SpecialToken\":{\"id\":" + json_escape(tokens[size_t(**eos)]) + ",\"type_id\":0}}";
+      post +=
+          ",{\"SpecialToken\":{\"id\":" + json_escape(tokens[size_t(**eos)]) + ",\"type_id\":0}}";
       if (!specials.empty()) specials += ',';
-      specials += json_escape(tokens[size_t(**eos)]) + ":{\"id\":" + json_escape(tokens[size_t(**eos)]) +
-                  ",\"ids\":[" + std::to_string(**eos) + "],\"tokens\":[" + json_escape(tokens[size_t(**eos)]) + "]}";
+      specials += json_escape(tokens[size_t(**eos)]) +
+                  ":{\"id\":" + json_escape(tokens[size_t(**eos)]) + ",\"ids\":[" +
+                  std::to_string(**eos) + "],\"tokens\":[" + json_escape(tokens[size_t(**eos)]) +
+                  "]}";
     }
     post += "],\"special_tokens\":{" + specials + "}}";
   }
@@ -213,14 +233,19 @@ result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
   if (spm) {
     const gguf_value* sc = f.find("tokenizer.ggml.scores");
     if (!sc || sc->kind != gguf_kind::array || sc->floats.size() != tokens.size())
-      return gerr(f, "metadata tokenizer.ggml.scores must be a float array as long as tokenizer.ggml.tokens");
+      return gerr(
+          f,
+          "metadata tokenizer.ggml.scores must be a float array as long as tokenizer.ggml.tokens");
     merges = merges_from_scores(tokens, sc->floats);
     const bool prefix = add_space->value_or(true);
     j += std::string("\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[") +
          (prefix ? "{\"type\":\"Prepend\",\"prepend\":\"\u2581\"}," : "") +
          "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\u2581\"}]},"
-         "\"pre_tokenizer\":null,\"post_processor\":" + post + ","
-         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":\"\u2581\"},"
+         "\"pre_tokenizer\":null,\"post_processor\":" +
+         post +
+         ","
+         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{"
+         "\"String\":\"\u2581\"},"
          "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"}" +
          (prefix ? ",{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}" : "") + "]},";
   } else {
@@ -232,7 +257,8 @@ result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
       for (const char* const* n = p.names; *n; ++n)
         if (pre == *n) chosen = &p;
     if (!chosen)
-      return gunsupported(f, "tokenizer.ggml.pre '" + pre + "' is not supported (supported: " + supported_pres() + ")");
+      return gunsupported(f, "tokenizer.ggml.pre '" + pre +
+                                 "' is not supported (supported: " + supported_pres() + ")");
     ignore_merges = chosen->ignore_merges;
     const gguf_value* mv = f.find("tokenizer.ggml.merges");
     if (!mv || mv->kind != gguf_kind::array || mv->elem != gguf_kind::string)
@@ -240,16 +266,19 @@ result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
     merges.reserve(mv->strings.size());
     for (std::string_view m : mv->strings) {
       const size_t sp = m.find(' ', 1);
-      if (sp == std::string_view::npos) return gerr(f, "tokenizer.ggml.merges entry without a space: " + std::string(m));
+      if (sp == std::string_view::npos)
+        return gerr(f, "tokenizer.ggml.merges entry without a space: " + std::string(m));
       merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
     }
-    j += std::string("\"normalizer\":") + chosen->normalizer + ",\"pre_tokenizer\":" + chosen->pre_tokenizer +
-         ",\"post_processor\":" + post +
-         ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,\"use_regex\":true},";
+    j += std::string("\"normalizer\":") + chosen->normalizer +
+         ",\"pre_tokenizer\":" + chosen->pre_tokenizer + ",\"post_processor\":" + post +
+         ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
+         "\"use_regex\":true},";
   }
   j += "\"model\":{\"type\":\"BPE\",\"dropout\":null,";
   if (spm && *unk) j += "\"unk_token\":" + json_escape(tokens[size_t(**unk)]) + ",";
-  j += std::string("\"fuse_unk\":") + (spm ? "true" : "false") + ",\"byte_fallback\":" + (spm ? "true" : "false") +
+  j += std::string("\"fuse_unk\":") + (spm ? "true" : "false") +
+       ",\"byte_fallback\":" + (spm ? "true" : "false") +
        ",\"ignore_merges\":" + (ignore_merges ? "true" : "false") + ",\"vocab\":{";
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (i) j += ',';
@@ -264,7 +293,8 @@ result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
 
   std::string cfg = "{";
   if (*bos) cfg += "\"bos_token\":" + json_escape(tokens[size_t(**bos)]);
-  if (*eos) cfg += std::string(*bos ? "," : "") + "\"eos_token\":" + json_escape(tokens[size_t(**eos)]);
+  if (*eos)
+    cfg += std::string(*bos ? "," : "") + "\"eos_token\":" + json_escape(tokens[size_t(**eos)]);
   cfg += "}";
   return gguf_tokenizer_documents{std::move(j), std::move(cfg)};
 }

@@ -10,7 +10,8 @@ namespace {
 
 constexpr int k_max_depth = 64;
 
-// ---- keywords the grammar engine ignores ----------------------------------------------------------
+// ---- keywords the grammar engine ignores
+// ----------------------------------------------------------
 
 std::string join_path(const std::string& path, std::string_view key) {
   return path.empty() ? std::string(key) : path + "." + std::string(key);
@@ -20,16 +21,20 @@ std::string join_path(const std::string& path, std::string_view key) {
 // non-empty result, or "".
 template <class F>
 std::string each_subschema(const json::value& node, const std::string& path, F&& f) {
-  for (const char* map : {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+  for (const char* map :
+       {"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
     if (const json::value* m = node.find(map); m && m->is_object())
       for (const auto& [name, v] : m->as_object())
         if (auto r = f(v, join_path(path, map) + "." + name, map); !r.empty()) return r;
-  for (const char* one : {"anyOf", "oneOf", "allOf", "prefixItems", "items", "additionalProperties", "propertyNames",
-                          "additionalItems", "unevaluatedProperties", "unevaluatedItems"})
+  for (const char* one :
+       {"anyOf", "oneOf", "allOf", "prefixItems", "items", "additionalProperties", "propertyNames",
+        "additionalItems", "unevaluatedProperties", "unevaluatedItems"})
     if (const json::value* v = node.find(one)) {
       if (v->is_array()) {
         for (size_t i = 0; i < v->as_array().size(); ++i)
-          if (auto r = f(v->as_array()[i], join_path(path, one) + "[" + std::to_string(i) + "]", one); !r.empty())
+          if (auto r =
+                  f(v->as_array()[i], join_path(path, one) + "[" + std::to_string(i) + "]", one);
+              !r.empty())
             return r;
       } else if (auto r = f(*v, join_path(path, one), one); !r.empty()) {
         return r;
@@ -40,19 +45,37 @@ std::string each_subschema(const json::value& node, const std::string& path, F&&
 
 std::string unsupported_keyword(const json::value& node, const std::string& path, int depth) {
   if (!node.is_object() || depth > k_max_depth) return {};
-  static constexpr const char* k_unsupported[] = {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
-                                                  "uniqueItems", "contains", "minContains", "maxContains"};
+  static constexpr const char* k_unsupported[] = {"not",
+                                                  "if",
+                                                  "then",
+                                                  "else",
+                                                  "dependentRequired",
+                                                  "dependentSchemas",
+                                                  "uniqueItems",
+                                                  "contains",
+                                                  "minContains",
+                                                  "maxContains"};
   for (const char* k : k_unsupported)
     if (node.find(k)) return join_path(path, k);
-  return each_subschema(node, path, [&](const json::value& v, const std::string& p, std::string_view) {
-    return unsupported_keyword(v, p, depth + 1);
-  });
+  return each_subschema(node, path,
+                        [&](const json::value& v, const std::string& p, std::string_view) {
+                          return unsupported_keyword(v, p, depth + 1);
+                        });
 }
 
-// ---- oneOf disjointness ---------------------------------------------------------------------------
+// ---- oneOf disjointness
+// ---------------------------------------------------------------------------
 
 // JSON types as bits; a number with no fractional part is an "integer" (JSON Schema's rule).
-enum : uint8_t { t_null = 1, t_bool = 2, t_int = 4, t_frac = 8, t_string = 16, t_array = 32, t_object = 64 };
+enum : uint8_t {
+  t_null = 1,
+  t_bool = 2,
+  t_int = 4,
+  t_frac = 8,
+  t_string = 16,
+  t_array = 32,
+  t_object = 64
+};
 constexpr uint8_t t_all = 127;
 
 uint8_t type_bit(const json::value& v) {
@@ -104,14 +127,29 @@ bool json_equal(const json::value& a, const json::value& b) {
 // Type sets of the keywords that constrain one JSON type only.
 uint8_t keyword_type(std::string_view k) {
   static constexpr std::pair<std::string_view, uint8_t> k_keywords[] = {
-      {"minLength", t_string}, {"maxLength", t_string}, {"pattern", t_string}, {"format", t_string},
-      {"minimum", t_int | t_frac}, {"maximum", t_int | t_frac}, {"exclusiveMinimum", t_int | t_frac},
-      {"exclusiveMaximum", t_int | t_frac}, {"multipleOf", t_int | t_frac},
-      {"properties", t_object}, {"required", t_object}, {"additionalProperties", t_object},
-      {"patternProperties", t_object}, {"minProperties", t_object}, {"maxProperties", t_object},
-      {"propertyNames", t_object}, {"unevaluatedProperties", t_object},
-      {"items", t_array}, {"prefixItems", t_array}, {"minItems", t_array}, {"maxItems", t_array},
-      {"additionalItems", t_array}, {"unevaluatedItems", t_array}};
+      {"minLength", t_string},
+      {"maxLength", t_string},
+      {"pattern", t_string},
+      {"format", t_string},
+      {"minimum", t_int | t_frac},
+      {"maximum", t_int | t_frac},
+      {"exclusiveMinimum", t_int | t_frac},
+      {"exclusiveMaximum", t_int | t_frac},
+      {"multipleOf", t_int | t_frac},
+      {"properties", t_object},
+      {"required", t_object},
+      {"additionalProperties", t_object},
+      {"patternProperties", t_object},
+      {"minProperties", t_object},
+      {"maxProperties", t_object},
+      {"propertyNames", t_object},
+      {"unevaluatedProperties", t_object},
+      {"items", t_array},
+      {"prefixItems", t_array},
+      {"minItems", t_array},
+      {"maxItems", t_array},
+      {"additionalItems", t_array},
+      {"unevaluatedItems", t_array}};
   for (const auto& [name, t] : k_keywords)
     if (name == k) return t;
   return 0;
@@ -127,13 +165,18 @@ class schema_walk {
   // "path: 'k' beside 'D'", or "".
   // implied_type: xgrammar reads the node as this type's schema when it names none (propertyNames
   // are strings).
-  std::string shadowed(const json::value& node, const std::string& path, int depth, bool implied_type = false) const {
+  std::string shadowed(const json::value& node, const std::string& path, int depth,
+                       bool implied_type = false) const {
     if (depth > k_max_depth || !node.is_object()) return {};
     const std::string here = path.empty() ? "the schema" : path;
-    static constexpr const char* k_dispatch[] = {"$ref", "const", "enum", "anyOf", "oneOf", "allOf"};
+    static constexpr const char* k_dispatch[] = {"$ref",  "const", "enum",
+                                                 "anyOf", "oneOf", "allOf"};
     const char* d = nullptr;
     for (const char* k : k_dispatch)
-      if (node.find(k)) { d = k; break; }
+      if (node.find(k)) {
+        d = k;
+        break;
+      }
     if (d) {
       const json::value& dv = *node.find(d);
       uint8_t produced = types_of_dispatch(node, d, depth);  // the JSON types the grammar may emit
@@ -142,7 +185,8 @@ class schema_walk {
         bool ignored = false;
         if (k == "type") {
           ignored = (produced & types_of_type(v)) != produced;
-        } else if (k == "const" || k == "enum" || k == "anyOf" || k == "oneOf" || k == "allOf" || k == "$ref") {
+        } else if (k == "const" || k == "enum" || k == "anyOf" || k == "oneOf" || k == "allOf" ||
+                   k == "$ref") {
           ignored = !(std::string_view(d) == "const" && k == "enum" && v.is_array() &&
                       std::any_of(v.as_array().begin(), v.as_array().end(),
                                   [&](const json::value& e) { return json_equal(e, dv); }));
@@ -150,18 +194,21 @@ class schema_walk {
           ignored = (produced & t) != 0;
         }
         if (ignored)
-          return here + ": '" + k + "' beside '" + d + "' is not enforced (the grammar engine reads only '" + d +
+          return here + ": '" + k + "' beside '" + d +
+                 "' is not enforced (the grammar engine reads only '" + d +
                  "' in a schema object; move '" + k + "' into it)";
       }
-    } else if (!implied_type && !node.find("type") && !node.find("properties") && !node.find("additionalProperties") &&
-               !node.find("unevaluatedProperties") && !node.find("items") && !node.find("prefixItems") &&
-               !node.find("unevaluatedItems")) {
+    } else if (!implied_type && !node.find("type") && !node.find("properties") &&
+               !node.find("additionalProperties") && !node.find("unevaluatedProperties") &&
+               !node.find("items") && !node.find("prefixItems") && !node.find("unevaluatedItems")) {
       for (const auto& [k, v] : node.as_object())
-        if (keyword_type(k)) return here + ": '" + k + "' without a 'type' is not enforced (give the schema a 'type')";
+        if (keyword_type(k))
+          return here + ": '" + k + "' without a 'type' is not enforced (give the schema a 'type')";
     }
-    return each_subschema(node, path, [&](const json::value& v, const std::string& p, std::string_view key) {
-      return shadowed(v, p, depth + 1, key == "propertyNames");
-    });
+    return each_subschema(node, path,
+                          [&](const json::value& v, const std::string& p, std::string_view key) {
+                            return shadowed(v, p, depth + 1, key == "propertyNames");
+                          });
   }
 
   // Walks every subschema; false as soon as one oneOf is not proven disjoint.
@@ -180,7 +227,8 @@ class schema_walk {
           if (!disjoint(arms[i], arms[j])) return false;
     }
     for (const auto& [key, v] : node.as_object()) {
-      if (key == "const" || key == "enum" || key == "default" || key == "examples") continue;  // data
+      if (key == "const" || key == "enum" || key == "default" || key == "examples")
+        continue;  // data
       if (!all_disjoint(v, depth + 1)) return false;
     }
     return true;
@@ -211,7 +259,8 @@ class schema_walk {
       if (at->is_object()) {
         at = at->find(token);
       } else if (at->is_array()) {
-        if (token.empty() || token.find_first_not_of("0123456789") != std::string::npos) return nullptr;
+        if (token.empty() || token.find_first_not_of("0123456789") != std::string::npos)
+          return nullptr;
         const size_t i = std::stoul(token);
         at = i < at->as_array().size() ? &at->as_array()[i] : nullptr;
       } else {
@@ -244,7 +293,8 @@ class schema_walk {
     }
     if (v.is_array()) {
       uint8_t u = d == "allOf" ? t_all : 0;
-      for (const auto& arm : v.as_array()) u = d == "allOf" ? u & types(arm, depth + 1) : u | types(arm, depth + 1);
+      for (const auto& arm : v.as_array())
+        u = d == "allOf" ? u & types(arm, depth + 1) : u | types(arm, depth + 1);
       return u;
     }
     return t_all;
@@ -283,7 +333,8 @@ class schema_walk {
     const json::value* r = s.find("$ref");
     if (!r) return s;
     for (const auto& [k, v] : s.as_object())
-      if (k != "$ref" && k != "title" && k != "description" && k != "$comment" && k != "default" && k != "examples")
+      if (k != "$ref" && k != "title" && k != "description" && k != "$comment" && k != "default" &&
+          k != "examples")
         return s;
     const json::value* target = resolve(*r);
     return target ? follow(*target, depth + 1) : s;
@@ -308,7 +359,9 @@ class schema_walk {
       const json::value* other_req = y.find("required");
       if (!other_req || !other_req->is_array() ||
           std::none_of(other_req->as_array().begin(), other_req->as_array().end(),
-                       [&](const json::value& k) { return k.is_string() && k.as_string() == key.as_string(); }))
+                       [&](const json::value& k) {
+                         return k.is_string() && k.as_string() == key.as_string();
+                       }))
         continue;
       const json::value* px = x.find("properties");
       const json::value* py = y.find("properties");
@@ -353,10 +406,16 @@ class schema_walk {
 
 }  // namespace
 
-std::string unsupported_schema_keyword(const json::value& schema) { return unsupported_keyword(schema, "", 0); }
+std::string unsupported_schema_keyword(const json::value& schema) {
+  return unsupported_keyword(schema, "", 0);
+}
 
-bool one_of_branches_disjoint(const json::value& schema) { return schema_walk(schema).all_disjoint(schema, 0); }
+bool one_of_branches_disjoint(const json::value& schema) {
+  return schema_walk(schema).all_disjoint(schema, 0);
+}
 
-std::string ignored_beside_keyword(const json::value& schema) { return schema_walk(schema).shadowed(schema, "", 0); }
+std::string ignored_beside_keyword(const json::value& schema) {
+  return schema_walk(schema).shadowed(schema, "", 0);
+}
 
 }  // namespace coserve

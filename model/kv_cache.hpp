@@ -17,12 +17,17 @@ namespace coserve {
 
 class kv_cache {
  public:
-  kv_cache(int32_t num_layers, int32_t num_blocks, int32_t block_size, int32_t num_kv_heads, int32_t head_dim,
-           dtype type = dtype::f32)
-      : num_layers_(num_layers), num_blocks_(num_blocks), block_size_(block_size), type_(type),
-        elem_(dtype_size(type)), slot_stride_(size_t(num_kv_heads) * size_t(head_dim)),
+  kv_cache(int32_t num_layers, int32_t num_blocks, int32_t block_size, int32_t num_kv_heads,
+           int32_t head_dim, dtype type = dtype::f32)
+      : num_layers_(num_layers),
+        num_blocks_(num_blocks),
+        block_size_(block_size),
+        type_(type),
+        elem_(dtype_size(type)),
+        slot_stride_(size_t(num_kv_heads) * size_t(head_dim)),
         layer_stride_(size_t(num_blocks) * size_t(block_size) * slot_stride_),
-        k_(size_t(num_layers) * layer_stride_ * elem_), v_(size_t(num_layers) * layer_stride_ * elem_) {}
+        k_(size_t(num_layers) * layer_stride_ * elem_),
+        v_(size_t(num_layers) * layer_stride_ * elem_) {}
 
   int32_t num_layers() const noexcept { return num_layers_; }
   int32_t num_blocks() const noexcept { return num_blocks_; }
@@ -45,8 +50,12 @@ class kv_cache {
   // The first element of `slot` in `layer` (elements of type()).
   void* k(int32_t layer, int64_t slot) noexcept { return k_.data() + offset(layer, slot); }
   void* v(int32_t layer, int64_t slot) noexcept { return v_.data() + offset(layer, slot); }
-  const void* k(int32_t layer, int64_t slot) const noexcept { return k_.data() + offset(layer, slot); }
-  const void* v(int32_t layer, int64_t slot) const noexcept { return v_.data() + offset(layer, slot); }
+  const void* k(int32_t layer, int64_t slot) const noexcept {
+    return k_.data() + offset(layer, slot);
+  }
+  const void* v(int32_t layer, int64_t slot) const noexcept {
+    return v_.data() + offset(layer, slot);
+  }
 
   // Copies a whole block (every layer, K and V): copy-on-write when a sequence forks.
   // Returns false (and copies nothing) when either id is out of range.

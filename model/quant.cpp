@@ -2,11 +2,11 @@
 // and differences gguf-py computes, each rounded to fp32 on its own, never fused.
 #include "model/quant.hpp"
 
-#include "model/cpu_kernels.hpp"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+
+#include "model/cpu_kernels.hpp"
 
 namespace coserve {
 namespace {
@@ -32,7 +32,9 @@ inline int q6k_value(const uint8_t* ql, const uint8_t* qh, int v) noexcept {
   const int high = (qh[32 * hh + (r % 32)] >> (2 * (r / 32))) & 3;
   return (low | (high << 4)) - 32;
 }
-inline int nibble(const uint8_t* qs, int i) noexcept { return i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4); }
+inline int nibble(const uint8_t* qs, int i) noexcept {
+  return i < 16 ? (qs[i] & 15) : (qs[i - 16] >> 4);
+}
 inline int q4_0_value(const uint8_t* qs, int i) noexcept { return nibble(qs, i) - 8; }
 // The 5-bit quant (0..31) of value i of a Q5_0 / Q5_1 block: qh holds the fifth bits.
 inline int q5_value(const uint8_t* qh, const uint8_t* qs, int i) noexcept {
@@ -41,7 +43,9 @@ inline int q5_value(const uint8_t* qh, const uint8_t* qs, int i) noexcept {
   return nibble(qs, i) | int(((h >> i) & 1u) << 4);
 }
 // The 2-bit quant of value v of a Q2_K / Q3_K block's qs.
-inline int q2k_value(const uint8_t* qs, int v) noexcept { return (qs[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3; }
+inline int q2k_value(const uint8_t* qs, int v) noexcept {
+  return (qs[32 * (v / 128) + v % 32] >> (2 * ((v / 32) % 4))) & 3;
+}
 // Q3_K's signed 3-bit quant (-4..3) of value v.
 inline int q3k_value(const uint8_t* hmask, const uint8_t* qs, int v) noexcept {
   return q2k_value(qs, v) - (((hmask[v % 32] >> (v / 32)) & 1) ? 0 : 4);
@@ -51,13 +55,20 @@ inline int q3k_value(const uint8_t* hmask, const uint8_t* qs, int v) noexcept {
 // Q5_1 add their minimum apart: has_min).
 inline int block32_value(dtype t, const uint8_t* p, int i) noexcept {
   switch (t) {
-    case dtype::q8_0: return int(int8_t(p[2 + i]));
-    case dtype::q4_0: return q4_0_value(p + 2, i);
-    case dtype::q4_1: return nibble(p + 4, i);
-    case dtype::q5_0: return q5_value(p + 2, p + 6, i) - 16;
-    case dtype::q5_1: return q5_value(p + 4, p + 8, i);
-    case dtype::iq4_nl: return k_iq4nl_values[nibble(p + 2, i)];
-    default: return 0;
+    case dtype::q8_0:
+      return int(int8_t(p[2 + i]));
+    case dtype::q4_0:
+      return q4_0_value(p + 2, i);
+    case dtype::q4_1:
+      return nibble(p + 4, i);
+    case dtype::q5_0:
+      return q5_value(p + 2, p + 6, i) - 16;
+    case dtype::q5_1:
+      return q5_value(p + 4, p + 8, i);
+    case dtype::iq4_nl:
+      return k_iq4nl_values[nibble(p + 2, i)];
+    default:
+      return 0;
   }
 }
 inline bool has_min(dtype t) noexcept { return t == dtype::q4_1 || t == dtype::q5_1; }
@@ -106,7 +117,8 @@ void dequantize(dtype t, const void* src, float* dst, size_t n) noexcept {
         const float d = f16_at(p);
         for (int j = 0; j < 8; ++j) {
           const float dl = d * float(iq4xs_scale(p, j) - 32);
-          for (int i = 0; i < 32; ++i) *dst++ = dl * float(k_iq4nl_values[nibble(p + 8 + 16 * j, i)]);
+          for (int i = 0; i < 32; ++i)
+            *dst++ = dl * float(k_iq4nl_values[nibble(p + 8 + 16 * j, i)]);
         }
         break;
       }
@@ -192,7 +204,8 @@ void quantize_q8_k(const float* x, q8k_block* out, int64_t k) noexcept {
       continue;
     }
     const float iscale = -127.0f / max;
-    for (int i = 0; i < 256; ++i) o.q[i] = int8_t(std::min(127, int(std::nearbyint(iscale * x[i]))));
+    for (int i = 0; i < 256; ++i)
+      o.q[i] = int8_t(std::min(127, int(std::nearbyint(iscale * x[i]))));
     for (int g = 0; g < 16; ++g) {
       int s = 0;
       for (int i = 0; i < 16; ++i) s += o.q[16 * g + i];
@@ -223,7 +236,8 @@ float vec_dot_ref(dtype t, const void* w, const void* act, int64_t k) noexcept {
       int isum = 0;
       for (int j = 0; j < 8; ++j) {
         int s = 0;
-        for (int i = 0; i < 32; ++i) s += k_iq4nl_values[nibble(p + 8 + 16 * j, i)] * q8[32 * j + i];
+        for (int i = 0; i < 32; ++i)
+          s += k_iq4nl_values[nibble(p + 8 + 16 * j, i)] * q8[32 * j + i];
         isum += (iq4xs_scale(p, j) - 32) * s;
       }
       sum += f16_at(p) * a[b].d * float(isum);

@@ -8,14 +8,18 @@
 //
 // Block layouts (bytes, little-endian), as ggml defines them:
 //   Q8_0  (32 values, 34 B):  f16 d, int8 q[32];                value = d * q
-//   Q4_0  (32 values, 18 B):  f16 d, u8 qs[16];                 value i < 16: d * ((qs[i] & 15) - 8),
+//   Q4_0  (32 values, 18 B):  f16 d, u8 qs[16];                 value i < 16: d * ((qs[i] & 15) -
+//   8),
 //                                                               i >= 16: d * ((qs[i-16] >> 4) - 8)
-//   Q4_1  (32 values, 20 B):  f16 d, f16 m, u8 qs[16];          value = d * q + m (q the nibble as Q4_0's)
-//   Q5_0  (32 values, 22 B):  f16 d, u32 qh, u8 qs[16];         value = d * (q - 16), q = nibble | bit i of qh << 4
-//   Q5_1  (32 values, 24 B):  f16 d, f16 m, u32 qh, u8 qs[16];  value = d * q + m, q as Q5_0's
-//   Q2_K (256 values, 84 B):  u8 scales[16] (scale | min << 4 per 16 values), u8 qs[64], f16 d, f16 dmin;
-//                             value v = d*(sc & 15) * q - dmin*(sc >> 4), q = qs[32(v/128) + v%32] >> 2((v/32)%4) & 3
-//   Q3_K (256 values, 110 B): u8 hmask[32], u8 qs[64] (as Q2_K's), u8 scales[12] (sixteen 6-bit), f16 d;
+//   Q4_1  (32 values, 20 B):  f16 d, f16 m, u8 qs[16];          value = d * q + m (q the nibble as
+//   Q4_0's) Q5_0  (32 values, 22 B):  f16 d, u32 qh, u8 qs[16];         value = d * (q - 16), q =
+//   nibble | bit i of qh << 4 Q5_1  (32 values, 24 B):  f16 d, f16 m, u32 qh, u8 qs[16];  value = d
+//   * q + m, q as Q5_0's Q2_K (256 values, 84 B):  u8 scales[16] (scale | min << 4 per 16 values),
+//   u8 qs[64], f16 d, f16 dmin;
+//                             value v = d*(sc & 15) * q - dmin*(sc >> 4), q = qs[32(v/128) + v%32]
+//                             >> 2((v/32)%4) & 3
+//   Q3_K (256 values, 110 B): u8 hmask[32], u8 qs[64] (as Q2_K's), u8 scales[12] (sixteen 6-bit),
+//   f16 d;
 //                             value = d*(sc - 32) * (q - (bit v/32 of hmask[v%32] ? 0 : 4))
 //   Q4_K (256 values, 144 B): f16 d, f16 dmin, u8 scales[12] (eight 6-bit scales and mins),
 //                             u8 qs[128];                       value = d*sc[s] * q - dmin*m[s]
@@ -25,7 +29,8 @@
 //   IQ4_NL (32 values, 18 B): f16 d, u8 qs[16] (nibbles as Q4_0's); value = d * k_iq4nl_values[q]
 //   IQ4_XS (256 values, 136 B): f16 d, u16 scales_h, u8 scales_l[4], u8 qs[128]; per 32 values j a
 //                             6-bit scale ls (low nibble j of scales_l, bits 2j of scales_h);
-//                             value = d*(ls - 32) * k_iq4nl_values[q], nibbles as Q4_0's per 32 values
+//                             value = d*(ls - 32) * k_iq4nl_values[q], nibbles as Q4_0's per 32
+//                             values
 #pragma once
 
 #include <cstddef>
@@ -68,12 +73,13 @@ struct q8k_block {
 
 // The activation format weight type t multiplies with: false for Q8_0 blocks, true for Q8_K.
 inline bool uses_q8k(dtype t) noexcept {
-  return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k || t == dtype::q2_k || t == dtype::q3_k ||
-         t == dtype::iq4_xs;
+  return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q6_k || t == dtype::q2_k ||
+         t == dtype::q3_k || t == dtype::iq4_xs;
 }
 
 // The non-linear 4-bit grid of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
-inline constexpr int8_t k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+inline constexpr int8_t k_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                              1,    13,   25,  38,  53,  69,  89,  113};
 
 // The 6-bit scale (0..63, before the -32) of 32-value sub-block j (0..7) of an IQ4_XS block.
 inline int iq4xs_scale(const uint8_t* block, int j) noexcept {
@@ -105,8 +111,8 @@ struct weight_ref;
 // is quantized to the activation format of w.type, then y[m * ldy + j] (+)= the integer product
 // with weight row j for j < n (quant_kernels.cpp, SIMD per the dispatcher's target). Every
 // weight row is read once per call, for all M rows.
-void matmul_quant(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                  bool accumulate);
+void matmul_quant(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y,
+                  int64_t ldy, bool accumulate);
 
 // The same in two parts, so that threads sharing one x quantize it once: quantize_rows writes
 // M rows of x [M, K] (row stride ldx) in the activation format of weight type t,
@@ -114,8 +120,8 @@ void matmul_quant(const float* x, int64_t ldx, int64_t M, const weight_ref& w, i
 // matmul_quantized multiplies such rows with the first n rows of w.
 size_t quantized_row_bytes(dtype t, int64_t k) noexcept;
 void quantize_rows(dtype t, const float* x, int64_t ldx, int64_t M, int64_t K, void* out) noexcept;
-void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                      bool accumulate);
+void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y,
+                      int64_t ldy, bool accumulate);
 
 // matmul_quantized's batched path (quant_gemm.cpp): weight tiles transposed so that each vector
 // lane is one weight row, for M >= lane_gemm_min_rows(w.type) on x86 targets with AVX2 or better
@@ -125,8 +131,8 @@ void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n,
 // to 8, AVX-512 VNNI); below them the transposition does not pay. Q4_1, Q5_0, Q5_1, IQ4_NL and
 // Q2_K, Q3_K, IQ4_XS take their family's count, not measured apart.
 inline int64_t lane_gemm_min_rows(dtype t) noexcept { return uses_q8k(t) ? 8 : 5; }
-bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                            bool accumulate);
+bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y,
+                            int64_t ldy, bool accumulate);
 
 // Q4_0 weights repacked for the x86 kernels (quant_gemm.cpp), as llama.cpp repacks them at load:
 // tiles of 16 rows; per block of 32 columns a 288-byte record of the 16 rows' f16 scales (32 B),
@@ -140,7 +146,7 @@ inline size_t q4_0_tile_bytes(int64_t k) noexcept { return size_t(k / 32) * 288;
 std::vector<unsigned char> pack_q4_0_tiles(const weight_ref& w);
 // matmul_quantized from w.packed (Q4_0 tiles above); false, computing nothing, where the
 // dispatched target has no such kernel (then the caller reads w.data).
-bool matmul_quantized_packed(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                             bool accumulate);
+bool matmul_quantized_packed(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y,
+                             int64_t ldy, bool accumulate);
 
 }  // namespace coserve

@@ -18,8 +18,9 @@
 // share its per-target vector helpers and tile layout.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "model/quant_gemm.cpp"
+// clang-format off: foreach_target.h comes first (it includes this file again once per target)
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-
+// clang-format on
 #include <hwy/highway.h>
 
 #if HWY_ARCH_X86
@@ -81,8 +82,12 @@ HWY_INLINE vi vlow4(vi v) { return _mm256_and_si256(v, _mm256_set1_epi8(15)); }
 HWY_INLINE vi vabs8(vi v) { return _mm256_abs_epi8(v); }
 // a with its bytes negated where w's are negative (zero where w's are zero).
 HWY_INLINE vi vsign8(vi a, vi w) { return _mm256_sign_epi8(a, w); }
-HWY_INLINE vi vhigh4(vi v) { return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15)); }
-HWY_INLINE vf fload_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+HWY_INLINE vi vhigh4(vi v) {
+  return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15));
+}
+HWY_INLINE vf fload_f16(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 #else
 constexpr int kLanes = 16;
 using vi = __m512i;
@@ -110,9 +115,15 @@ HWY_INLINE vi vlow4(vi v) { return _mm512_and_si512(v, _mm512_set1_epi8(15)); }
 HWY_INLINE vi vabs8(vi v) { return _mm512_abs_epi8(v); }
 // a with its bytes negated where w's are negative (AVX-512 has no VPSIGNB; the grid values it is
 // used with are never zero).
-HWY_INLINE vi vsign8(vi a, vi w) { return _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a); }
-HWY_INLINE vi vhigh4(vi v) { return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15)); }
-HWY_INLINE vf fload_f16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+HWY_INLINE vi vsign8(vi a, vi w) {
+  return _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(w), _mm512_setzero_si512(), a);
+}
+HWY_INLINE vi vhigh4(vi v) {
+  return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15));
+}
+HWY_INLINE vf fload_f16(const uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
 #endif
 
 constexpr bool kVnni = COSERVE_VNNI;
@@ -144,7 +155,9 @@ HWY_INLINE float f16x(const uint8_t* p) {
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
-HWY_INLINE __m256i ld256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+HWY_INLINE __m256i ld256(const void* p) {
+  return _mm256_loadu_si256(static_cast<const __m256i*>(p));
+}
 HWY_INLINE void st256(void* p, __m256i v) { _mm256_storeu_si256(static_cast<__m256i*>(p), v); }
 
 // One tile of kLanes weight rows, unpacked and transposed; reused (thread-local) across calls.
@@ -177,10 +190,12 @@ struct lane_tile {
     if (K <= k) return;
     auto up = [](size_t b) { return (b + 63) / 64 * 64; };
     const size_t L = kLanes;
-    const size_t s_wt = up(size_t(K) * L), s_f = up(size_t(K / 32) * L * 4), s_sc = up(size_t(K / 16) * L * 4),
-                 s_pr = up(size_t(K / 32) * L * 4), s_rows = up(size_t(K) * L);
+    const size_t s_wt = up(size_t(K) * L), s_f = up(size_t(K / 32) * L * 4),
+                 s_sc = up(size_t(K / 16) * L * 4), s_pr = up(size_t(K / 32) * L * 4),
+                 s_rows = up(size_t(K) * L);
     ::operator delete[](mem, std::align_val_t{64});
-    mem = static_cast<uint8_t*>(::operator new[](s_wt + 2 * s_f + s_sc + s_pr + s_rows, std::align_val_t{64}));
+    mem = static_cast<uint8_t*>(
+        ::operator new[](s_wt + 2 * s_f + s_sc + s_pr + s_rows, std::align_val_t{64}));
     uint8_t* p = mem;
     wt = p;
     p += s_wt;
@@ -198,7 +213,9 @@ struct lane_tile {
 };
 
 // A sub-block scale as T.sc holds it: the int32 with VNNI, else the int16 pair (scale, scale).
-HWY_INLINE int32_t lane_scale(int v) { return kVnni ? int32_t(v) : int32_t(uint32_t(uint16_t(int16_t(v))) * 0x10001u); }
+HWY_INLINE int32_t lane_scale(int v) {
+  return kVnni ? int32_t(v) : int32_t(uint32_t(uint16_t(int16_t(v))) * 0x10001u);
+}
 
 // Unpacks row i (of the tile) of type t at w into T.rows and the scale arrays.
 void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
@@ -216,7 +233,9 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
         T.f1[b * kLanes + i] = min ? f16x(w + 2) : 0.0f;
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + qs_at));
         __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
-        if (five) v = _mm256_or_si256(v, _mm256_and_si256(x86::bits_to_bytes(w + qh_at), _mm256_set1_epi8(16)));
+        if (five)
+          v = _mm256_or_si256(
+              v, _mm256_and_si256(x86::bits_to_bytes(w + qh_at), _mm256_set1_epi8(16)));
         st256(dst + 32 * b, v);
       }
       break;
@@ -226,11 +245,12 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
       // The grid values as int8 (-127..113, never 0: the kernels take |w| times a with w's sign);
       // f0 d; IQ4_XS: per 32 values its scale ls - 32 in T.sc.
       const bool xs = t == dtype::iq4_xs;
-      const __m256i grid =
-          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
+      const __m256i grid = _mm256_broadcastsi128_si256(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
       auto values = [&](const uint8_t* qs, uint8_t* o) HWY_ATTR {
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-        st256(o, _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4)));
+        st256(o, _mm256_shuffle_epi8(
+                     grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4)));
       };
       if (!xs) {
         for (int64_t b = 0; b < K / 32; ++b, w += 18) {
@@ -266,7 +286,8 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
           T.sc[(b * 16 + g) * kLanes + i] = lane_scale(sc[g]);
         }
         for (int u = 0; u < 8; ++u)
-          T.pr[(b * 8 + u) * kLanes + i] = int32_t(uint32_t(uint16_t(pr[2 * u])) | (uint32_t(uint16_t(pr[2 * u + 1])) << 16));
+          T.pr[(b * 8 + u) * kLanes + i] =
+              int32_t(uint32_t(uint16_t(pr[2 * u])) | (uint32_t(uint16_t(pr[2 * u + 1])) << 16));
         const uint8_t* qs = three ? w + 32 : w + 16;
         const __m256i hm = three ? ld256(w) : _mm256_setzero_si256();
         uint8_t* o = dst + 256 * b;
@@ -276,7 +297,9 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
             __m256i q = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(2 * s)), m3);
             if (three)
               q = _mm256_or_si256(
-                  q, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * hh + s)), one), 2));
+                  q, _mm256_slli_epi16(
+                         _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * hh + s)), one),
+                         2));
             st256(o + 128 * hh + 32 * s, q);
           }
         }
@@ -297,7 +320,8 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
         T.f0[b * kLanes + i] = f16x(w);
         const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
         _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b), _mm_and_si128(raw, m4x));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b + 16), _mm_and_si128(_mm_srli_epi16(raw, 4), m4x));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b + 16),
+                         _mm_and_si128(_mm_srli_epi16(raw, 4), m4x));
       }
       break;
     }
@@ -322,9 +346,12 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
           const __m256i v = ld256(qs + 32 * c);
           __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
           if (five) {
-            const __m256i b0 = _mm256_set1_epi8(char(1 << (2 * c))), b1 = _mm256_set1_epi8(char(1 << (2 * c + 1)));
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b0), b0), k16));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b1), b1), k16));
+            const __m256i b0 = _mm256_set1_epi8(char(1 << (2 * c))),
+                          b1 = _mm256_set1_epi8(char(1 << (2 * c + 1)));
+            lo = _mm256_or_si256(
+                lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b0), b0), k16));
+            hi = _mm256_or_si256(
+                hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b1), b1), k16));
           }
           st256(o + 64 * c, lo);
           st256(o + 64 * c + 32, hi);
@@ -337,25 +364,31 @@ void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
         const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
         T.f0[b * kLanes + i] = f16x(w + 208);
         for (int s = 0; s < 16; ++s)
-          T.sc[(b * 16 + s) * kLanes + i] = kVnni ? int32_t(scales[s]) : int32_t(uint32_t(uint16_t(scales[s])) * 0x10001u);
+          T.sc[(b * 16 + s) * kLanes + i] =
+              kVnni ? int32_t(scales[s]) : int32_t(uint32_t(uint16_t(scales[s])) * 0x10001u);
         for (int u = 0; u < 8; ++u)
-          T.pr[(b * 8 + u) * kLanes + i] =
-              int32_t(uint32_t(uint16_t(scales[2 * u])) | (uint32_t(uint16_t(scales[2 * u + 1])) << 16));
+          T.pr[(b * 8 + u) * kLanes + i] = int32_t(uint32_t(uint16_t(scales[2 * u])) |
+                                                   (uint32_t(uint16_t(scales[2 * u + 1])) << 16));
         uint8_t* o = dst + 256 * b;
         for (int n = 0; n < 2; ++n) {
-          const __m256i l0 = ld256(w + 64 * n), l1 = ld256(w + 64 * n + 32), h = ld256(w + 128 + 32 * n);
+          const __m256i l0 = ld256(w + 64 * n), l1 = ld256(w + 64 * n + 32),
+                        h = ld256(w + 128 + 32 * n);
           auto hi2 = [&](int shift) {
-            return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(shift)), m3), 4);
+            return _mm256_slli_epi16(
+                _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(shift)), m3), 4);
           };
           st256(o + 128 * n, _mm256_or_si256(_mm256_and_si256(l0, m4), hi2(0)));
           st256(o + 128 * n + 32, _mm256_or_si256(_mm256_and_si256(l1, m4), hi2(2)));
-          st256(o + 128 * n + 64, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hi2(4)));
-          st256(o + 128 * n + 96, _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hi2(6)));
+          st256(o + 128 * n + 64,
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hi2(4)));
+          st256(o + 128 * n + 96,
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hi2(6)));
         }
       }
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -393,7 +426,9 @@ void pack_tile(dtype t, const uint8_t* w, size_t row_bytes, int nr, int64_t K, l
   transpose_tile(T, K);
 }
 
-HWY_INLINE const uint8_t* wvec(const lane_tile& T, int64_t dword) { return T.wt + size_t(dword) * kLanes * 4; }
+HWY_INLINE const uint8_t* wvec(const lane_tile& T, int64_t dword) {
+  return T.wt + size_t(dword) * kLanes * 4;
+}
 
 // The block-32 types: per block, the integer sums of (value + off) * a, less off * sum(a) (Q8_0
 // stored + 128, Q4_0's 8, Q5_0's 16); kMin (Q4_1, Q5_1): plus the minimum (f1) times sum(a).
@@ -418,7 +453,8 @@ void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t
     for (int r = 0; r < R; ++r) {
       const vi s = vsub(d[r], vset1(off * a[r][b].s));
       acc[r] = ffma(fcvt(s), fmul(dw, fset1(a[r][b].d)), acc[r]);
-      if constexpr (kMin) acc[r] = ffma(fload(T.f1 + b * kLanes), fset1(a[r][b].d * float(a[r][b].s)), acc[r]);
+      if constexpr (kMin)
+        acc[r] = ffma(fload(T.f1 + b * kLanes), fset1(a[r][b].d * float(a[r][b].s)), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) fstore(out + r * kLanes, acc[r]);
@@ -431,7 +467,8 @@ void lanes_32(const lane_tile& T, int32_t off, const q8_block* const* a, int64_t
 // neither the pairs nor the sums saturate and the result is the VNNI path's exactly.
 // kSigned: int8 tile values, |w| times q with w's sign.
 template <int R, int N, bool kSigned = false>
-HWY_INLINE void scaled_dots(const lane_tile& T, int64_t k0, const int8_t* const* q, vi scv, vi* is) {
+HWY_INLINE void scaled_dots(const lane_tile& T, int64_t k0, const int8_t* const* q, vi scv,
+                            vi* is) {
   vi d[R];
   for (int r = 0; r < R; ++r) d[r] = vzero();
   for (int k = 0; k < N; ++k) {
@@ -446,7 +483,8 @@ HWY_INLINE void scaled_dots(const lane_tile& T, int64_t k0, const int8_t* const*
 }
 
 // Q4_K / Q5_K: d * sum_s sc[s] * (q . a)_s - dmin * sum_s m[s] * (sum of a)_s, per block. Fold:
-// dword steps summed in int16 without VNNI (Q4_K values <= 15: all 8 of a sub-block; Q5_K <= 31: 4).
+// dword steps summed in int16 without VNNI (Q4_K values <= 15: all 8 of a sub-block; Q5_K <= 31:
+// 4).
 template <int R, int Fold>
 void lanes_k45(const lane_tile& T, const q8k_block* const* a, int64_t nb, float* out) {
   constexpr int N = kVnni ? 8 : Fold;
@@ -480,7 +518,8 @@ void lanes_k45(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
 }
 
 // Q6_K: d * (sum_t sc[t] * (q . a)_t - 32 * sum_t sc[t] * (sum of a)_t), 16-value sub-blocks t;
-// Q3_K the same with offset 4; Q2_K: d * sum_t sc[t] * (q . a)_t - dmin * sum_t m[t] * (sum of a)_t.
+// Q3_K the same with offset 4; Q2_K: d * sum_t sc[t] * (q . a)_t - dmin * sum_t m[t] * (sum of
+// a)_t.
 template <int R, dtype kT = dtype::q6_k>
 void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float* out) {
   vf acc[R];
@@ -507,7 +546,8 @@ void lanes_q6k(const lane_tile& T, const q8k_block* const* a, int64_t nb, float*
       if constexpr (kT == dtype::q6_k) {
         acc[r] = ffma(fcvt(vsub(is[r], vshl5(cs[r]))), fmul(dv, fset1(a[r][b].d)), acc[r]);
       } else if constexpr (kT == dtype::q3_k) {
-        acc[r] = ffma(fcvt(vsub(is[r], vadd(vadd(cs[r], cs[r]), vadd(cs[r], cs[r])))), fmul(dv, fset1(a[r][b].d)), acc[r]);
+        acc[r] = ffma(fcvt(vsub(is[r], vadd(vadd(cs[r], cs[r]), vadd(cs[r], cs[r])))),
+                      fmul(dv, fset1(a[r][b].d)), acc[r]);
       } else {
         const vf ad = fset1(a[r][b].d);
         acc[r] = ffma(fcvt(is[r]), fmul(dv, ad), acc[r]);
@@ -547,19 +587,44 @@ void lanes_iq4xs(const lane_tile& T, const q8k_block* const* a, int64_t nb, floa
 template <int R>
 void lanes_rows(dtype t, const lane_tile& T, const void* const* act, int64_t nb, float* out) {
   switch (t) {
-    case dtype::q8_0: lanes_32<R>(T, 128, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q4_0: lanes_32<R>(T, 8, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q4_k: lanes_k45<R, 8>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::q5_k: lanes_k45<R, 4>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::q6_k: lanes_q6k<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::q4_1: lanes_32<R, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q5_0: lanes_32<R>(T, 16, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q5_1: lanes_32<R, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q2_k: lanes_q6k<R, dtype::q2_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::q3_k: lanes_q6k<R, dtype::q3_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::iq4_nl: lanes_32<R, false, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::iq4_xs: lanes_iq4xs<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    default: break;
+    case dtype::q8_0:
+      lanes_32<R>(T, 128, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q4_0:
+      lanes_32<R>(T, 8, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q4_k:
+      lanes_k45<R, 8>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::q5_k:
+      lanes_k45<R, 4>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::q6_k:
+      lanes_q6k<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::q4_1:
+      lanes_32<R, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q5_0:
+      lanes_32<R>(T, 16, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q5_1:
+      lanes_32<R, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q2_k:
+      lanes_q6k<R, dtype::q2_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::q3_k:
+      lanes_q6k<R, dtype::q3_k>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::iq4_nl:
+      lanes_32<R, false, true>(T, 0, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::iq4_xs:
+      lanes_iq4xs<R>(T, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    default:
+      break;
   }
 }
 // Q4_0 from the repacked tiles (quant.hpp, pack_q4_0_tiles): out[r * 16 + i] for the 16 rows of
@@ -602,18 +667,26 @@ void packed_q4_0(const uint8_t* tile, const q8_block* const* a, int64_t nb, floa
 // rows starting at j0, nr of them real: kernel(R, act, res) fills res[i * W + l] for the group's R
 // rows; y[(m + i) * ldy + j0 + l] gets them for l < nr (or adds them).
 template <int64_t W, typename Kernel>
-void row_groups(const uint8_t* act0, size_t act_stride, int64_t M, int64_t j0, int nr, float* y, int64_t ldy,
-                bool accumulate, const Kernel& kernel) {
+void row_groups(const uint8_t* act0, size_t act_stride, int64_t M, int64_t j0, int nr, float* y,
+                int64_t ldy, bool accumulate, const Kernel& kernel) {
   alignas(64) float res[4 * W];
   for (int64_t m = 0; m < M; m += 4) {
     const int r = int(std::min<int64_t>(4, M - m));
     const void* act[4];
     for (int i = 0; i < r; ++i) act[i] = act0 + size_t(m + i) * act_stride;
     switch (r) {
-      case 4: kernel(std::integral_constant<int, 4>{}, act, res); break;
-      case 3: kernel(std::integral_constant<int, 3>{}, act, res); break;
-      case 2: kernel(std::integral_constant<int, 2>{}, act, res); break;
-      default: kernel(std::integral_constant<int, 1>{}, act, res); break;
+      case 4:
+        kernel(std::integral_constant<int, 4>{}, act, res);
+        break;
+      case 3:
+        kernel(std::integral_constant<int, 3>{}, act, res);
+        break;
+      case 2:
+        kernel(std::integral_constant<int, 2>{}, act, res);
+        break;
+      default:
+        kernel(std::integral_constant<int, 1>{}, act, res);
+        break;
     }
     for (int i = 0; i < r; ++i) {
       float* yr = y + (m + i) * ldy + j0;
@@ -627,8 +700,8 @@ void row_groups(const uint8_t* act0, size_t act_stride, int64_t M, int64_t j0, i
 }
 
 // See quant.hpp (matmul_quantized_packed).
-bool matmul_packed_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y, int64_t ldy,
-                        bool accumulate) {
+bool matmul_packed_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y,
+                        int64_t ldy, bool accumulate) {
 #ifdef COSERVE_LANE_GEMM
   const weight_ref& w = *wr;
   if (w.type != dtype::q4_0 || !w.packed) return false;
@@ -641,7 +714,8 @@ bool matmul_packed_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t
     const uint8_t* tile = tiles + size_t(j0 / kT) * tile_bytes;
     row_groups<kT>(act0, act_stride, M, j0, int(std::min<int64_t>(kT, n - j0)), y, ldy, accumulate,
                    [&](auto R, const void* const* act, float* res) HWY_ATTR {
-                     packed_q4_0<decltype(R)::value>(tile, reinterpret_cast<const q8_block* const*>(act), nb, res);
+                     packed_q4_0<decltype(R)::value>(
+                         tile, reinterpret_cast<const q8_block* const*>(act), nb, res);
                    });
   }
   return true;
@@ -652,8 +726,8 @@ bool matmul_packed_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t
 }
 
 // See quant.hpp (matmul_quantized); false when this target has no such kernels for w.type.
-bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y, int64_t ldy,
-                       bool accumulate) {
+bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y,
+                       int64_t ldy, bool accumulate) {
 #ifdef COSERVE_LANE_GEMM
   const weight_ref& w = *wr;
   // Without VNNI the products are int16 pair sums: Q8_0's +128 bytes could saturate them.
@@ -671,9 +745,8 @@ bool matmul_lanes_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t 
     const int nr = int(std::min<int64_t>(kLanes, n - j0));
     pack_tile(w.type, base + size_t(j0) * row_bytes, row_bytes, nr, K, T);
     row_groups<kLanes>(act0, act_stride, M, j0, nr, y, ldy, accumulate,
-                       [&](auto R, const void* const* act, float* res) HWY_ATTR {
-                         lanes_rows<decltype(R)::value>(w.type, T, act, nb, res);
-                       });
+                       [&](auto R, const void* const* act, float* res)
+                           HWY_ATTR { lanes_rows<decltype(R)::value>(w.type, T, act, nb, res); });
   }
   return true;
 #else
@@ -692,13 +765,13 @@ namespace coserve {
 HWY_EXPORT(matmul_lanes_impl);
 HWY_EXPORT(matmul_packed_impl);
 
-bool matmul_quantized_packed(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                             bool accumulate) {
+bool matmul_quantized_packed(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y,
+                             int64_t ldy, bool accumulate) {
   return HWY_DYNAMIC_DISPATCH(matmul_packed_impl)(xq, M, &w, n, y, ldy, accumulate);
 }
 
-bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                            bool accumulate) {
+bool matmul_quantized_lanes(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y,
+                            int64_t ldy, bool accumulate) {
   return HWY_DYNAMIC_DISPATCH(matmul_lanes_impl)(xq, M, &w, n, y, ldy, accumulate);
 }
 

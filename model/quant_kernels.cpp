@@ -10,8 +10,9 @@
 // activation quantizer they share live in one translation unit.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "model/quant_kernels.cpp"
+// clang-format off: foreach_target.h comes first (it includes this file again once per target)
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
-
+// clang-format on
 #include <hwy/highway.h>
 
 #if HWY_ARCH_X86
@@ -99,8 +100,10 @@ float dot_nibbles(const uint8_t* w, const q8_block* a, size_t nb) {
   VF4 acc = hn::Zero(df);
   for (size_t b = 0; b < nb; ++b, w += 18) {
     const VU8 qs = loadu8(w + 2);
-    const V8 lo = kGrid ? hn::TableLookupBytes(grid, as_i8(hn::And(qs, mask))) : hn::Sub(as_i8(hn::And(qs, mask)), eight);
-    const V8 hi = kGrid ? hn::TableLookupBytes(grid, as_i8(hn::ShiftRight<4>(qs))) : hn::Sub(as_i8(hn::ShiftRight<4>(qs)), eight);
+    const V8 lo = kGrid ? hn::TableLookupBytes(grid, as_i8(hn::And(qs, mask)))
+                        : hn::Sub(as_i8(hn::And(qs, mask)), eight);
+    const V8 hi = kGrid ? hn::TableLookupBytes(grid, as_i8(hn::ShiftRight<4>(qs)))
+                        : hn::Sub(as_i8(hn::ShiftRight<4>(qs)), eight);
     V32 s = hn::Zero(d32);
     s = dot16(lo, load8(a[b].q), s);
     s = dot16(hi, load8(a[b].q + 16), s);
@@ -112,21 +115,28 @@ float dot_nibbles(const uint8_t* w, const q8_block* a, size_t nb) {
 // The 32 values of a Q4_1 / Q5_0 / Q5_1 block as int8 in two vectors (values 0..15, 16..31):
 // the nibbles, the fifth bit from the 32 bits at qh (kFive), less the offset (Q5_0's 16).
 template <bool kFive>
-HWY_INLINE void block32_values(const uint8_t* qh, const uint8_t* qs, uint8_t offset, V8& lo, V8& hi) {
+HWY_INLINE void block32_values(const uint8_t* qh, const uint8_t* qs, uint8_t offset, V8& lo,
+                               V8& hi) {
   const DU8 du8;
   const VU8 mask = hn::Set(du8, uint8_t(15));
   const VU8 raw = loadu8(qs);
   VU8 l = hn::And(raw, mask), h = hn::ShiftRight<4>(raw);
   if constexpr (kFive) {
     // Byte j of the 4 qh bytes spread over 8 lanes, then bit (lane % 8) tested.
-    alignas(16) static constexpr uint8_t kIdxLo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1};
-    alignas(16) static constexpr uint8_t kIdxHi[16] = {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3};
-    alignas(16) static constexpr uint8_t kBits[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    alignas(16) static constexpr uint8_t kIdxLo[16] = {0, 0, 0, 0, 0, 0, 0, 0,
+                                                       1, 1, 1, 1, 1, 1, 1, 1};
+    alignas(16) static constexpr uint8_t kIdxHi[16] = {2, 2, 2, 2, 2, 2, 2, 2,
+                                                       3, 3, 3, 3, 3, 3, 3, 3};
+    alignas(16) static constexpr uint8_t kBits[16] = {1, 2, 4, 8, 16, 32, 64, 128,
+                                                      1, 2, 4, 8, 16, 32, 64, 128};
     uint8_t hb[16] = {};
     std::memcpy(hb, qh, 4);
-    const VU8 hv = hn::LoadU(du8, hb), bits = hn::Load(du8, kBits), sixteen = hn::Set(du8, uint8_t(16));
-    l = hn::Or(l, hn::IfThenElseZero(hn::TestBit(hn::TableLookupBytes(hv, hn::Load(du8, kIdxLo)), bits), sixteen));
-    h = hn::Or(h, hn::IfThenElseZero(hn::TestBit(hn::TableLookupBytes(hv, hn::Load(du8, kIdxHi)), bits), sixteen));
+    const VU8 hv = hn::LoadU(du8, hb), bits = hn::Load(du8, kBits),
+              sixteen = hn::Set(du8, uint8_t(16));
+    l = hn::Or(l, hn::IfThenElseZero(
+                      hn::TestBit(hn::TableLookupBytes(hv, hn::Load(du8, kIdxLo)), bits), sixteen));
+    h = hn::Or(h, hn::IfThenElseZero(
+                      hn::TestBit(hn::TableLookupBytes(hv, hn::Load(du8, kIdxHi)), bits), sixteen));
   }
   lo = hn::Sub(as_i8(l), hn::Set(D8(), int8_t(offset)));
   hi = hn::Sub(as_i8(h), hn::Set(D8(), int8_t(offset)));
@@ -181,10 +191,17 @@ float dot_iq4_xs(const uint8_t* w, const q8k_block* a, size_t nb) {
 // The 2-bit values of chunk c (0..3: bits 2c, 2c + 1) of 16 bytes.
 HWY_INLINE VU8 bits2(VU8 v, int c) {
   switch (c) {
-    case 1: v = hn::ShiftRight<2>(v); break;
-    case 2: v = hn::ShiftRight<4>(v); break;
-    case 3: v = hn::ShiftRight<6>(v); break;
-    default: break;
+    case 1:
+      v = hn::ShiftRight<2>(v);
+      break;
+    case 2:
+      v = hn::ShiftRight<4>(v);
+      break;
+    case 3:
+      v = hn::ShiftRight<6>(v);
+      break;
+    default:
+      break;
   }
   return hn::And(v, hn::Set(DU8(), uint8_t(3)));
 }
@@ -213,7 +230,8 @@ float dot_q23k(const uint8_t* w, const q8k_block* a, size_t nb) {
           int scale;
           if constexpr (kThree) {
             const VU8 bit = hn::Set(du8, uint8_t(1u << (4 * hh + c)));
-            q = hn::Sub(q, as_i8(hn::IfThenZeroElse(hn::TestBit(hm[part], bit), hn::Set(du8, uint8_t(4)))));
+            q = hn::Sub(
+                q, as_i8(hn::IfThenZeroElse(hn::TestBit(hm[part], bit), hn::Set(du8, uint8_t(4)))));
             scale = q3k_scale(w + 96, g) - 32;
           } else {
             scale = w[g] & 15;
@@ -305,10 +323,17 @@ float dot_q6_k(const uint8_t* w, const q8k_block* a, size_t nb) {
           low = (s >> 1) ? hn::ShiftRight<4>(low) : hn::And(low, mask4);
           VU8 high = h[part];
           switch (s) {
-            case 1: high = hn::ShiftRight<2>(high); break;
-            case 2: high = hn::ShiftRight<4>(high); break;
-            case 3: high = hn::ShiftRight<6>(high); break;
-            default: break;
+            case 1:
+              high = hn::ShiftRight<2>(high);
+              break;
+            case 2:
+              high = hn::ShiftRight<4>(high);
+              break;
+            case 3:
+              high = hn::ShiftRight<6>(high);
+              break;
+            default:
+              break;
           }
           high = hn::And(high, mask2);
           const V8 q = hn::Sub(as_i8(hn::Or(low, hn::ShiftLeft<4>(high))), k32);
@@ -325,19 +350,32 @@ float dot_q6_k(const uint8_t* w, const q8k_block* a, size_t nb) {
 
 float row_dot(dtype t, const uint8_t* w, const void* act, size_t nb) {
   switch (t) {
-    case dtype::q8_0: return dot_q8_0(w, static_cast<const q8_block*>(act), nb);
-    case dtype::q4_0: return dot_nibbles<false>(w, static_cast<const q8_block*>(act), nb);
-    case dtype::q4_k: return dot_k45<false>(w, static_cast<const q8k_block*>(act), nb);
-    case dtype::q5_k: return dot_k45<true>(w, static_cast<const q8k_block*>(act), nb);
-    case dtype::q6_k: return dot_q6_k(w, static_cast<const q8k_block*>(act), nb);
-    case dtype::q4_1: return dot_block32<false, true>(w, static_cast<const q8_block*>(act), nb);
-    case dtype::q5_0: return dot_block32<true, false>(w, static_cast<const q8_block*>(act), nb);
-    case dtype::q5_1: return dot_block32<true, true>(w, static_cast<const q8_block*>(act), nb);
-    case dtype::q2_k: return dot_q23k<false>(w, static_cast<const q8k_block*>(act), nb);
-    case dtype::q3_k: return dot_q23k<true>(w, static_cast<const q8k_block*>(act), nb);
-    case dtype::iq4_nl: return dot_nibbles<true>(w, static_cast<const q8_block*>(act), nb);
-    case dtype::iq4_xs: return dot_iq4_xs(w, static_cast<const q8k_block*>(act), nb);
-    default: return 0;
+    case dtype::q8_0:
+      return dot_q8_0(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q4_0:
+      return dot_nibbles<false>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q4_k:
+      return dot_k45<false>(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::q5_k:
+      return dot_k45<true>(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::q6_k:
+      return dot_q6_k(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::q4_1:
+      return dot_block32<false, true>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q5_0:
+      return dot_block32<true, false>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q5_1:
+      return dot_block32<true, true>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::q2_k:
+      return dot_q23k<false>(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::q3_k:
+      return dot_q23k<true>(w, static_cast<const q8k_block*>(act), nb);
+    case dtype::iq4_nl:
+      return dot_nibbles<true>(w, static_cast<const q8_block*>(act), nb);
+    case dtype::iq4_xs:
+      return dot_iq4_xs(w, static_cast<const q8k_block*>(act), nb);
+    default:
+      return 0;
   }
 }
 
@@ -348,7 +386,6 @@ float row_dot(dtype t, const uint8_t* w, const void* act, size_t nb) {
 }
 
 #endif
-
 
 #undef COSERVE_QUANT_X86  // set again below for the x86 targets (this file is compiled per target)
 #if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -385,17 +422,25 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
   // and IQ4_NL's grid values are int8: |w| times a with w's sign, unsigned x signed.
   constexpr bool kMin = kT == dtype::q4_1 || kT == dtype::q5_1;
   constexpr int32_t kOff = kT == dtype::q4_0 ? 8 : kT == dtype::q5_0 ? 16 : 0;
-  constexpr bool kSigned = kT == dtype::q8_0 || kT == dtype::iq4_nl;  // int8 weights: the sign trick
-  constexpr size_t bb = kT == dtype::q8_0 ? 34 : kT == dtype::q4_1 ? 20 : kT == dtype::q5_0 ? 22 : kT == dtype::q5_1 ? 24 : 18;
+  constexpr bool kSigned =
+      kT == dtype::q8_0 || kT == dtype::iq4_nl;  // int8 weights: the sign trick
+  constexpr size_t bb = kT == dtype::q8_0   ? 34
+                        : kT == dtype::q4_1 ? 20
+                        : kT == dtype::q5_0 ? 22
+                        : kT == dtype::q5_1 ? 24
+                                            : 18;
   constexpr size_t qh_at = kMin ? 4 : 2;
-  constexpr size_t qs_at = kT == dtype::q4_0 || kT == dtype::iq4_nl ? 2 : kT == dtype::q4_1 ? 4 : qh_at + 4;
+  constexpr size_t qs_at = kT == dtype::q4_0 || kT == dtype::iq4_nl ? 2
+                           : kT == dtype::q4_1                      ? 4
+                                                                    : qh_at + 4;
   __m256 acc[2][NR][R];
   float mins[NR][R] = {};
   for (int e = 0; e < 2; ++e)
     for (int i = 0; i < NR; ++i)
       for (int r = 0; r < R; ++r) acc[e][i][r] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(15), k16 = _mm256_set1_epi8(16);
-  const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
+  const __m256i grid = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
   auto block = [&](size_t b, __m256(&ac)[NR][R]) HWY_ATTR {
     __m256i wq[NR], aw[NR];
     float dw[NR], mw[NR];
@@ -427,7 +472,8 @@ void rows_32(const uint8_t* const* w, const q8_block* const* a, size_t nb, float
           s = dot_us(aw[i], _mm256_sign_epi8(x, wq[i]));
         } else if constexpr (kOff != 0) {
           // The offset in the integer sum (lane 0): no float chain across blocks for it.
-          s = _mm256_sub_epi32(dot_us(wq[i], x), _mm256_zextsi128_si256(_mm_cvtsi32_si128(kOff * a[r][b].s)));
+          s = _mm256_sub_epi32(dot_us(wq[i], x),
+                               _mm256_zextsi128_si256(_mm_cvtsi32_si128(kOff * a[r][b].s)));
         } else {
           s = dot_us(wq[i], x);
         }
@@ -471,8 +517,8 @@ void rows_k45(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
     const __m128i mn8 = _mm_cvtsi64_si128(int64_t(uint64_t(utmp[2]) | (uint64_t(utmp[3]) << 32)));
     // The eight scales as int16 in both 128-bit halves; sub-block s's scale is word s broadcast
     // by one byte shuffle (a scalar extract and broadcast per sub-block cost 3-4 instructions).
-    const __m256i sc16 = _mm256_broadcastsi128_si256(
-        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(int64_t(uint64_t(utmp[0]) | (uint64_t(utmp[1]) << 32)))));
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(
+        _mm_cvtsi64_si128(int64_t(uint64_t(utmp[0]) | (uint64_t(utmp[1]) << 32)))));
     const __m256i mins16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn8, mn8));  // m[s] at 2s, 2s + 1
     const uint8_t* qs = kFive ? w + 48 : w + 16;
     __m256i hv = _mm256_setzero_si256();
@@ -486,11 +532,14 @@ void rows_k45(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
         __m256i q = half ? _mm256_and_si256(_mm256_srli_epi16(v, 4), m4) : _mm256_and_si256(v, m4);
         if constexpr (kFive) {
           const __m256i bit = _mm256_set1_epi8(char(1 << s));
-          q = _mm256_or_si256(q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit), k16));
+          q = _mm256_or_si256(
+              q, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, bit), bit), k16));
         }
-        const __m256i scale = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0100 + 0x0202 * s)));
+        const __m256i scale =
+            _mm256_shuffle_epi8(sc16, _mm256_set1_epi16(short(0x0100 + 0x0202 * s)));
         for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + 32 * s)), scale));
+          isum[r] = _mm256_add_epi32(
+              isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + 32 * s)), scale));
       }
     }
     const float d = f16x(w), dmin = f16x(w + 2);
@@ -515,7 +564,8 @@ void rows_q6k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
     const uint8_t* ql = w;
     const uint8_t* qh = w + 128;
     const auto* sc = reinterpret_cast<const int8_t*>(w + 192);
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
+    const __m256i sc16 =
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc)));
     // Scale pairs (sc[2k], sc[2k + 1]) are dword k of sc16: broadcast it, then one shuffle puts
     // sc[2k] in every word of the low half and sc[2k + 1] in the high half.
     const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
@@ -526,20 +576,23 @@ void rows_q6k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* out
       const __m256i hv = ld(qh + 32 * hh);
       const __m256i l[2] = {ld(ql + 64 * hh), ld(ql + 64 * hh + 32)};
       for (int s = 0; s < 4; ++s) {
-        const __m256i low = (s >> 1) ? _mm256_and_si256(_mm256_srli_epi16(l[s & 1], 4), m4) : _mm256_and_si256(l[s & 1], m4);
+        const __m256i low = (s >> 1) ? _mm256_and_si256(_mm256_srli_epi16(l[s & 1], 4), m4)
+                                     : _mm256_and_si256(l[s & 1], m4);
         const __m256i high = _mm256_and_si256(_mm256_srl_epi16(hv, _mm_cvtsi32_si128(2 * s)), m3);
         const __m256i q = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
         const int v0 = 128 * hh + 32 * s;
-        const __m256i scales =
-            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(v0 / 32)), pick);
+        const __m256i scales = _mm256_shuffle_epi8(
+            _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(v0 / 32)), pick);
         for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + v0)), scales));
+          isum[r] = _mm256_add_epi32(
+              isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + v0)), scales));
       }
     }
     const float d = f16x(w + 208);
     for (int r = 0; r < R; ++r) {
       const q8k_block& x = a[r][b];
-      const __m256i off = _mm256_madd_epi16(ld(x.bsums), sc16);  // sum of scale[g] * bsums[g], in pairs
+      const __m256i off =
+          _mm256_madd_epi16(ld(x.bsums), sc16);  // sum of scale[g] * bsums[g], in pairs
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * x.d), acc[r]);
       cacc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(32.0f * d * x.d), cacc[r]);
     }
@@ -579,14 +632,16 @@ void rows_q23k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* ou
       for (int s = 0; s < 4; ++s) {
         __m256i q = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(2 * s)), m3);
         if constexpr (kThree) {
-          const __m256i hb = _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * hh + s)), one);
+          const __m256i hb =
+              _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * hh + s)), one);
           q = _mm256_or_si256(q, _mm256_slli_epi16(hb, 2));
         }
         const int v0 = 128 * hh + 32 * s;
-        const __m256i scales =
-            _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(v0 / 32)), pick);
+        const __m256i scales = _mm256_shuffle_epi8(
+            _mm256_permutevar8x32_epi32(sc16, _mm256_set1_epi32(v0 / 32)), pick);
         for (int r = 0; r < R; ++r)
-          isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + v0)), scales));
+          isum[r] = _mm256_add_epi32(
+              isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(q, ld(a[r][b].q + v0)), scales));
       }
     }
     const float d = f16x(kThree ? w + 108 : w + 80);
@@ -598,7 +653,8 @@ void rows_q23k(const uint8_t* w, const q8k_block* const* a, size_t nb, float* ou
         cacc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(4.0f * d * x.d), cacc[r]);
       } else {
         const __m256i off = _mm256_madd_epi16(ld(x.bsums), mn16);
-        cacc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(f16x(w + 82) * x.d), cacc[r]);
+        cacc[r] =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(off), _mm256_set1_ps(f16x(w + 82) * x.d), cacc[r]);
       }
     }
   }
@@ -612,21 +668,26 @@ void rows_iq4xs(const uint8_t* w, const q8k_block* const* a, size_t nb, float* o
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i m4 = _mm256_set1_epi8(15);
-  const __m256i grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
+  const __m256i grid = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
   for (size_t b = 0; b < nb; ++b, w += 136) {
     __m256i isum[R];
     for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
       const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 8 + 16 * j));
-      const __m256i q = _mm256_shuffle_epi8(grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
+      const __m256i q = _mm256_shuffle_epi8(
+          grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4));
       const __m256i aq = _mm256_sign_epi8(q, q);
       const __m256i scale = _mm256_set1_epi16(short(iq4xs_scale(w, j) - 32));
       for (int r = 0; r < R; ++r)
         isum[r] = _mm256_add_epi32(
-            isum[r], _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(ld(a[r][b].q + 32 * j), q)), scale));
+            isum[r],
+            _mm256_madd_epi16(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(ld(a[r][b].q + 32 * j), q)),
+                              scale));
     }
     const float d = f16x(w);
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * a[r][b].d), acc[r]);
+    for (int r = 0; r < R; ++r)
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_set1_ps(d * a[r][b].d), acc[r]);
   }
   for (int r = 0; r < R; ++r) out[r] = hsum8(acc[r]);
 }
@@ -634,19 +695,44 @@ void rows_iq4xs(const uint8_t* w, const q8k_block* const* a, size_t nb, float* o
 template <int R>
 void rows_dot(dtype t, const uint8_t* w, const void* const* act, size_t nb, float* out) {
   switch (t) {
-    case dtype::q8_0: rows_32<dtype::q8_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q4_0: rows_32<dtype::q4_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q4_1: rows_32<dtype::q4_1, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q5_0: rows_32<dtype::q5_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q5_1: rows_32<dtype::q5_1, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::q2_k: rows_q23k<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::q3_k: rows_q23k<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::iq4_nl: rows_32<dtype::iq4_nl, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out); break;
-    case dtype::iq4_xs: rows_iq4xs<R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::q4_k: rows_k45<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::q5_k: rows_k45<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    case dtype::q6_k: rows_q6k<R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out); break;
-    default: break;
+    case dtype::q8_0:
+      rows_32<dtype::q8_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q4_0:
+      rows_32<dtype::q4_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q4_1:
+      rows_32<dtype::q4_1, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q5_0:
+      rows_32<dtype::q5_0, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q5_1:
+      rows_32<dtype::q5_1, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::q2_k:
+      rows_q23k<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::q3_k:
+      rows_q23k<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::iq4_nl:
+      rows_32<dtype::iq4_nl, 1, R>(&w, reinterpret_cast<const q8_block* const*>(act), nb, out);
+      break;
+    case dtype::iq4_xs:
+      rows_iq4xs<R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::q4_k:
+      rows_k45<false, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::q5_k:
+      rows_k45<true, R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    case dtype::q6_k:
+      rows_q6k<R>(w, reinterpret_cast<const q8k_block* const*>(act), nb, out);
+      break;
+    default:
+      break;
   }
 }
 #endif  // x86 AVX2 / AVX-512
@@ -700,7 +786,8 @@ void quantize_rows_impl(dtype t, const float* x, int64_t ldx, int64_t M, int64_t
         vmax = hn::Max(vmax, v);
         vmin = hn::Min(vmin, v);
       }
-      const float hi = hn::GetLane(hn::MaxOfLanes(df, vmax)), lo = hn::GetLane(hn::MinOfLanes(df, vmin));
+      const float hi = hn::GetLane(hn::MaxOfLanes(df, vmax)),
+                  lo = hn::GetLane(hn::MinOfLanes(df, vmin));
       const float max = -lo > hi ? lo : hi;
       if (max == 0.0f) {
         o->d = 0;
@@ -727,8 +814,8 @@ void quantize_rows_impl(dtype t, const float* x, int64_t ldx, int64_t M, int64_t
 
 // y[m * ldy + j] (+)= dot(w row j, activation row m) for m < M, j < n; xq holds M rows of
 // quantize_rows output for w.type.
-void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y, int64_t ldy,
-                           bool accumulate) {
+void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int64_t n, float* y,
+                           int64_t ldy, bool accumulate) {
   const weight_ref& w = *wr;
   const int64_t K = w.cols;
   const bool k_type = uses_q8k(w.type);
@@ -762,10 +849,18 @@ void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int6
           const uint8_t* wj[2] = {base + size_t(j) * row_bytes, base + size_t(j + 1) * row_bytes};
           float s[8];
           switch (r) {
-            case 4: rows_32<dtype::q8_0, 2, 4>(wj, a8, nb, s); break;
-            case 3: rows_32<dtype::q8_0, 2, 3>(wj, a8, nb, s); break;
-            case 2: rows_32<dtype::q8_0, 2, 2>(wj, a8, nb, s); break;
-            default: rows_32<dtype::q8_0, 2, 1>(wj, a8, nb, s); break;
+            case 4:
+              rows_32<dtype::q8_0, 2, 4>(wj, a8, nb, s);
+              break;
+            case 3:
+              rows_32<dtype::q8_0, 2, 3>(wj, a8, nb, s);
+              break;
+            case 2:
+              rows_32<dtype::q8_0, 2, 2>(wj, a8, nb, s);
+              break;
+            default:
+              rows_32<dtype::q8_0, 2, 1>(wj, a8, nb, s);
+              break;
           }
           for (int jj = 0; jj < 2; ++jj)
             for (int i = 0; i < r; ++i) put(m + i, j + jj, s[jj * r + i]);
@@ -775,10 +870,18 @@ void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int6
         const uint8_t* wj = base + size_t(j) * row_bytes;
         float s[4];
         switch (r) {
-          case 4: rows_dot<4>(w.type, wj, act, nb, s); break;
-          case 3: rows_dot<3>(w.type, wj, act, nb, s); break;
-          case 2: rows_dot<2>(w.type, wj, act, nb, s); break;
-          default: rows_dot<1>(w.type, wj, act, nb, s); break;
+          case 4:
+            rows_dot<4>(w.type, wj, act, nb, s);
+            break;
+          case 3:
+            rows_dot<3>(w.type, wj, act, nb, s);
+            break;
+          case 2:
+            rows_dot<2>(w.type, wj, act, nb, s);
+            break;
+          default:
+            rows_dot<1>(w.type, wj, act, nb, s);
+            break;
         }
         for (int i = 0; i < r; ++i) put(m + i, j, s[i]);
       }
@@ -787,7 +890,8 @@ void matmul_quantized_impl(const void* xq, int64_t M, const weight_ref* wr, int6
 #else
   for (int64_t j = 0; j < n; ++j) {
     const uint8_t* wj = base + size_t(j) * row_bytes;
-    for (int64_t m = 0; m < M; ++m) put(m, j, row_dot(w.type, wj, act0 + size_t(m) * act_stride, nb));
+    for (int64_t m = 0; m < M; ++m)
+      put(m, j, row_dot(w.type, wj, act0 + size_t(m) * act_stride, nb));
   }
 #endif
 }
@@ -810,16 +914,17 @@ void quantize_rows(dtype t, const float* x, int64_t ldx, int64_t M, int64_t K, v
   HWY_DYNAMIC_DISPATCH(quantize_rows_impl)(t, x, ldx, M, K, out);
 }
 
-void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                      bool accumulate) {
+void matmul_quantized(const void* xq, int64_t M, const weight_ref& w, int64_t n, float* y,
+                      int64_t ldy, bool accumulate) {
   if (M <= 0 || n <= 0) return;
   if (w.packed && matmul_quantized_packed(xq, M, w, n, y, ldy, accumulate)) return;
-  if (M >= lane_gemm_min_rows(w.type) && matmul_quantized_lanes(xq, M, w, n, y, ldy, accumulate)) return;
+  if (M >= lane_gemm_min_rows(w.type) && matmul_quantized_lanes(xq, M, w, n, y, ldy, accumulate))
+    return;
   HWY_DYNAMIC_DISPATCH(matmul_quantized_impl)(xq, M, &w, n, y, ldy, accumulate);
 }
 
-void matmul_quant(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y, int64_t ldy,
-                  bool accumulate) {
+void matmul_quant(const float* x, int64_t ldx, int64_t M, const weight_ref& w, int64_t n, float* y,
+                  int64_t ldy, bool accumulate) {
   if (M <= 0 || n <= 0) return;
   thread_local std::vector<uint8_t> xq;
   xq.resize(size_t(M) * quantized_row_bytes(w.type, w.cols));

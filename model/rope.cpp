@@ -1,9 +1,9 @@
 // RoPE inverse frequencies for a model config (model/cpu_forward.hpp): default, Llama 3, linear,
 // YaRN and LongRoPE scaling as transformers computes them, or GGUF's per-frequency divisors.
+#include "model/rope.hpp"
+
 #include <algorithm>
 #include <cmath>
-
-#include "model/rope.hpp"
 
 namespace coserve {
 
@@ -21,7 +21,8 @@ std::vector<float> rope_inv_freq(const model_config& c, bool long_factors) {
     const auto& f = long_factors ? c.rope_scaling.long_factor : c.rope_scaling.short_factor;
     for (int32_t i = 0; i < half; ++i) {
       const float exponent = float(2 * i) / float(dim);
-      inv[size_t(i)] = float(1.0 / (double(f[size_t(i)]) * std::pow(double(c.rope_theta), double(exponent))));
+      inv[size_t(i)] =
+          float(1.0 / (double(f[size_t(i)]) * std::pow(double(c.rope_theta), double(exponent))));
     }
     return inv;
   }
@@ -40,7 +41,8 @@ std::vector<float> rope_inv_freq(const model_config& c, bool long_factors) {
       const float wavelen = 2.0f * pi / f;
       float scaled = wavelen > low_wavelen ? f / s.factor : f;
       if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
-        const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        const float smooth =
+            (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
         scaled = (1.0f - smooth) * scaled / s.factor + smooth * scaled;
       }
       f = scaled;
@@ -50,11 +52,13 @@ std::vector<float> rope_inv_freq(const model_config& c, bool long_factors) {
     for (float& f : inv) f /= c.rope_scaling.factor;  // positions divided by the factor
   if (c.rope_scaling.kind == rope_kind::yarn) {
     // transformers' _compute_yarn_parameters: interpolated (divided by the factor) below the
-    // correction range's low dimension, extrapolated (kept) above its high one, a linear ramp between.
+    // correction range's low dimension, extrapolated (kept) above its high one, a linear ramp
+    // between.
     const auto& s = c.rope_scaling;
     const double rdim = double(dim), base = double(c.rope_theta), pi = 3.14159265358979323846;
     auto correction_dim = [&](double rotations) {
-      return rdim * std::log(double(s.original_max_position_embeddings) / (rotations * 2.0 * pi)) / (2.0 * std::log(base));
+      return rdim * std::log(double(s.original_max_position_embeddings) / (rotations * 2.0 * pi)) /
+             (2.0 * std::log(base));
     };
     double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
     if (s.truncate) {

@@ -31,7 +31,10 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 }
 
 safetensors_file::safetensors_file(safetensors_file&& o) noexcept
-    : path_(std::move(o.path_)), map_(o.map_), map_size_(o.map_size_), tensors_(std::move(o.tensors_)) {
+    : path_(std::move(o.path_)),
+      map_(o.map_),
+      map_size_(o.map_size_),
+      tensors_(std::move(o.tensors_)) {
   o.map_ = nullptr;
   o.map_size_ = 0;
 }
@@ -91,7 +94,8 @@ result<safetensors_file> safetensors_file::open(const std::string& path) {
 
 result<std::map<std::string, tensor_view>> parse_safetensors(const std::byte* base, size_t size,
                                                              const std::string& path) {
-  if (size < 8) return st_error(path, "truncated file (" + std::to_string(size) + " bytes, no header length)");
+  if (size < 8)
+    return st_error(path, "truncated file (" + std::to_string(size) + " bytes, no header length)");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | uint64_t(base[i]);
   if (header_len > size - 8)
@@ -115,7 +119,8 @@ result<std::map<std::string, tensor_view>> parse_safetensors(const std::byte* ba
     simdjson::dom::array shape, offsets;
     if (value.get_object().get(t) || t["dtype"].get_string().get(dt) ||
         t["shape"].get_array().get(shape) || t["data_offsets"].get_array().get(offsets))
-      return st_error(path, "tensor '" + name + "': header entry needs dtype, shape and data_offsets");
+      return st_error(path,
+                      "tensor '" + name + "': header entry needs dtype, shape and data_offsets");
     tensor_view v;
     v.name = name;
     v.file = path;
@@ -131,22 +136,25 @@ result<std::map<std::string, tensor_view>> parse_safetensors(const std::byte* ba
     uint64_t off[2];
     size_t n = 0;
     for (auto d : offsets) {
-      if (n == 2 || d.get_uint64().get(off[n])) return st_error(path, "tensor '" + name + "': bad data_offsets");
+      if (n == 2 || d.get_uint64().get(off[n]))
+        return st_error(path, "tensor '" + name + "': bad data_offsets");
       ++n;
     }
     if (n != 2 || off[0] > off[1]) return st_error(path, "tensor '" + name + "': bad data_offsets");
     if (off[1] > data_size)
-      return st_error(path, "tensor '" + name + "': data_offsets [" + std::to_string(off[0]) + ", " +
-                                std::to_string(off[1]) + "] beyond the data section (" +
+      return st_error(path, "tensor '" + name + "': data_offsets [" + std::to_string(off[0]) +
+                                ", " + std::to_string(off[1]) + "] beyond the data section (" +
                                 std::to_string(data_size) + " bytes; truncated file?)");
     v.nbytes = size_t(off[1] - off[0]);
     // The byte count of the shape, checked for overflow (numel() of such a shape would overflow).
     uint64_t shape_bytes = dtype_size(v.type);
     bool overflow = false;
-    for (int64_t d : v.shape) overflow = overflow || __builtin_mul_overflow(shape_bytes, uint64_t(d), &shape_bytes);
+    for (int64_t d : v.shape)
+      overflow = overflow || __builtin_mul_overflow(shape_bytes, uint64_t(d), &shape_bytes);
     if (overflow || shape_bytes != v.nbytes)
-      return st_error(path, "tensor '" + name + "': " + std::to_string(v.nbytes) + " bytes do not match " +
-                                std::string(dtype_name(v.type)) + " shape " + shape_string(v.shape));
+      return st_error(path, "tensor '" + name + "': " + std::to_string(v.nbytes) +
+                                " bytes do not match " + std::string(dtype_name(v.type)) +
+                                " shape " + shape_string(v.shape));
     v.data = data + off[0];
     tensors.emplace(name, std::move(v));
   }
@@ -170,9 +178,11 @@ result<safetensors_set> safetensors_set::open_dir(const std::string& dir) {
     std::set<std::string> seen;
     for (auto [k, v] : wm) {
       std::string_view file;
-      if (v.get_string().get(file)) return st_error(index_path, "weight_map entry '" + std::string(k) + "' is not a string");
+      if (v.get_string().get(file))
+        return st_error(index_path, "weight_map entry '" + std::string(k) + "' is not a string");
       if (file.find('/') != std::string_view::npos || file.find("..") != std::string_view::npos)
-        return st_error(index_path, "weight_map entry '" + std::string(k) + "' names a file outside the folder");
+        return st_error(index_path, "weight_map entry '" + std::string(k) +
+                                        "' names a file outside the folder");
       weight_map.emplace(std::string(k), std::string(file));
       if (seen.insert(std::string(file)).second) files.push_back(std::string(file));
     }
@@ -222,12 +232,13 @@ std::vector<std::string> safetensors_set::names() const {
   return out;
 }
 
-result<const tensor_view*> safetensors_set::get(const std::string& name, const std::vector<int64_t>& shape) const {
+result<const tensor_view*> safetensors_set::get(const std::string& name,
+                                                const std::vector<int64_t>& shape) const {
   const tensor_view* v = find(name);
   if (!v) return make_error("invalid_model", dir_ + ": missing tensor '" + name + "'");
   if (!shape.empty() && v->shape != shape)
-    return st_error(v->file, "tensor '" + name + "' has shape " + shape_string(v->shape) + ", expected " +
-                                 shape_string(shape));
+    return st_error(v->file, "tensor '" + name + "' has shape " + shape_string(v->shape) +
+                                 ", expected " + shape_string(shape));
   return v;
 }
 
@@ -237,12 +248,14 @@ result<void> write_safetensors(const std::string& path, const std::vector<tensor
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& t = tensors[i];
     if (i) header += ",";
-    header += "\"" + t.name + "\":{\"dtype\":\"" + std::string(dtype_name(t.type)) + "\",\"shape\":[";
+    header +=
+        "\"" + t.name + "\":{\"dtype\":\"" + std::string(dtype_name(t.type)) + "\",\"shape\":[";
     for (size_t d = 0; d < t.shape.size(); ++d) {
       if (d) header += ',';
       header += std::to_string(t.shape[d]);
     }
-    header += "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) + "]}";
+    header += "],\"data_offsets\":[" + std::to_string(offset) + "," +
+              std::to_string(offset + t.bytes.size()) + "]}";
     offset += t.bytes.size();
   }
   header += tensors.empty() ? "" : ",";
@@ -255,7 +268,8 @@ result<void> write_safetensors(const std::string& path, const std::vector<tensor
   for (int i = 0; i < 8; ++i) len[i] = char((n >> (8 * i)) & 0xff);
   out.write(len, 8);
   out.write(header.data(), std::streamsize(header.size()));
-  for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
+  for (const auto& t : tensors)
+    out.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
   out.flush();
   if (!out) return make_error("io", "cannot write " + path);
   return {};

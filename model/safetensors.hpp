@@ -1,7 +1,7 @@
 // safetensors reading (mmap, RAII) and writing. A file is: u64 little-endian header length N,
-// N bytes of JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
-// then the data section that offsets are relative to. Sharded checkpoints list their files in
-// model.safetensors.index.json ({"weight_map": {"tensor": "file"}}).
+// N bytes of JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__":
+// {...}}, then the data section that offsets are relative to. Sharded checkpoints list their files
+// in model.safetensors.index.json ({"weight_map": {"tensor": "file"}}).
 //
 // Every malformation (truncated file, bad header, offsets out of range, size/shape mismatch,
 // unsupported dtype, missing tensor) is an error value naming the file and tensor, never a crash.
@@ -76,7 +76,8 @@ class safetensors_set {
   static result<safetensors_set> open_dir(const std::string& dir);
 
   // The tensor `name`, checked against `shape` when it is non-empty.
-  result<const tensor_view*> get(const std::string& name, const std::vector<int64_t>& shape = {}) const;
+  result<const tensor_view*> get(const std::string& name,
+                                 const std::vector<int64_t>& shape = {}) const;
   const tensor_view* find(const std::string& name) const;
   size_t size() const noexcept { return index_.size(); }
   std::vector<std::string> names() const;

@@ -56,7 +56,8 @@ void apply_penalties(std::span<float> logits, const sampling_state& st, bool min
   if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
     for (auto [tok, count] : st.out_count) {
       if (!in_range(tok)) continue;
-      logits[size_t(tok)] -= p.frequency_penalty * float(count) + p.presence_penalty * (count > 0 ? 1.0f : 0.0f);
+      logits[size_t(tok)] -=
+          p.frequency_penalty * float(count) + p.presence_penalty * (count > 0 ? 1.0f : 0.0f);
     }
   }
 }
@@ -93,8 +94,9 @@ size_t nucleus(std::span<candidate> c, double target) {
     if (ahead(c[hi - 1], c[lo])) std::swap(c[hi - 1], c[lo]);
     if (ahead(c[mid], c[hi - 1])) std::swap(c[mid], c[hi - 1]);
     const candidate pivot = c[hi - 1];
-    auto first_after = std::partition(c.begin() + std::ptrdiff_t(lo), c.begin() + std::ptrdiff_t(hi - 1),
-                                      [&](const candidate& x) { return ahead(x, pivot); });
+    auto first_after =
+        std::partition(c.begin() + std::ptrdiff_t(lo), c.begin() + std::ptrdiff_t(hi - 1),
+                       [&](const candidate& x) { return ahead(x, pivot); });
     const size_t at = size_t(first_after - c.begin());
     std::swap(c[at], c[hi - 1]);  // the pivot between those ahead of it and the rest
     double mass_ahead = 0.0;
@@ -175,12 +177,15 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
     const double target = double(p.top_p) * sum;
     double before = 0.0;
     int at = 0;
-    while (at < k_buckets - 1 && before + in_bucket[size_t(at)] < target) before += in_bucket[size_t(at++)];
+    while (at < k_buckets - 1 && before + in_bucket[size_t(at)] < target)
+      before += in_bucket[size_t(at++)];
     std::vector<candidate> edge;
     for (size_t i = 0; i < vocab; ++i) {
       const int k = b.of(logits[i]);
-      if (k < at) c.push_back({logits[i], int32_t(i), mass[i]});
-      else if (k == at) edge.push_back({logits[i], int32_t(i), mass[i]});
+      if (k < at)
+        c.push_back({logits[i], int32_t(i), mass[i]});
+      else if (k == at)
+        edge.push_back({logits[i], int32_t(i), mass[i]});
     }
     keep = c.size();
     if (!edge.empty()) {
@@ -197,8 +202,9 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
   }
   if (min_p) {
     // p_i >= min_p * p_max  <=>  exp(l_i - l_max) >= min_p; the most likely tokens (mass 1) stay.
-    auto last = std::partition(c.begin(), c.begin() + std::ptrdiff_t(keep),
-                               [&](const candidate& x) { return x.logit == mx || double(x.mass) >= double(p.min_p); });
+    auto last = std::partition(
+        c.begin(), c.begin() + std::ptrdiff_t(keep),
+        [&](const candidate& x) { return x.logit == mx || double(x.mass) >= double(p.min_p); });
     keep = size_t(last - c.begin());
   }
   std::fill(logits.begin(), logits.end(), -INFINITY);
@@ -208,7 +214,8 @@ void apply_temperature_and_filters(std::span<float> logits, const sampling_param
 namespace {
 
 // Steps 0-6 on a copy of `raw`; `lp` gets the log-softmax of the processed row.
-std::vector<float> processed_row(std::span<const float> raw, sampling_state& st, std::vector<float>& lp) {
+std::vector<float> processed_row(std::span<const float> raw, sampling_state& st,
+                                 std::vector<float>& lp) {
   std::vector<float> row(raw.begin(), raw.end());
   if (!st.params.allowed_token_ids.empty()) {  // allowed_token_ids: every other logit -inf
     std::vector<float> kept;
@@ -217,7 +224,8 @@ std::vector<float> processed_row(std::span<const float> raw, sampling_state& st,
       kept.push_back(id >= 0 && size_t(id) < row.size() ? row[size_t(id)] : -INFINITY);
     std::fill(row.begin(), row.end(), -INFINITY);
     for (size_t i = 0; i < kept.size(); ++i)
-      if (const int32_t id = st.params.allowed_token_ids[i]; id >= 0 && size_t(id) < row.size()) row[size_t(id)] = kept[i];
+      if (const int32_t id = st.params.allowed_token_ids[i]; id >= 0 && size_t(id) < row.size())
+        row[size_t(id)] = kept[i];
   }
   if (st.matcher) {
     st.matcher->fill_mask(st.mask);
@@ -261,9 +269,10 @@ void fill_top_logprobs(const std::vector<float>& lp, const sampling_state& st, s
   const size_t n = std::min(size_t(st.params.logprobs), lp.size());
   std::vector<int32_t> idx(lp.size());
   std::iota(idx.begin(), idx.end(), 0);
-  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
-    return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
-  });
+  std::partial_sort(
+      idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
+        return lp[size_t(a)] > lp[size_t(b)] || (lp[size_t(a)] == lp[size_t(b)] && a < b);
+      });
   for (size_t i = 0; i < n; ++i)
     if (lp[size_t(idx[i])] != -INFINITY) out.top_logprobs.push_back({idx[i], lp[size_t(idx[i])]});
 }
@@ -272,9 +281,10 @@ void fill_top_logprobs(const std::vector<float>& lp, const sampling_state& st, s
 // penalties (temperature and filters aside).
 bool row_as_is(const sampling_state& st) {
   const sampling_params& p = st.params;
-  return !st.matcher && p.logit_bias.empty() && p.allowed_token_ids.empty() && st.num_output >= p.min_tokens &&
-         (p.repetition_penalty == 1.0f || p.repetition_penalty <= 0.0f) && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f;
+  return !st.matcher && p.logit_bias.empty() && p.allowed_token_ids.empty() &&
+         st.num_output >= p.min_tokens &&
+         (p.repetition_penalty == 1.0f || p.repetition_penalty <= 0.0f) &&
+         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
 }
 
 // Greedy on an untouched row without top logprobs: the argmax and log-sum-exp in one kernel, no
@@ -296,13 +306,16 @@ sample_output sample_token(std::span<const float> raw, sampling_state& st) {
   std::vector<float> lp;
   const std::vector<float> row = processed_row(raw, st, lp);
   sample_output out;
-  if (st.params.greedy()) out.token = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
-  else out.token = std::max(0, draw(lp, st.draw_rng(), -1, 1.0));
+  if (st.params.greedy())
+    out.token = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
+  else
+    out.token = std::max(0, draw(lp, st.draw_rng(), -1, 1.0));
   fill_top_logprobs(lp, st, out);
   return out;
 }
 
-sample_output verify_token(std::span<const float> raw, sampling_state& st, int32_t draft, bool& accepted) {
+sample_output verify_token(std::span<const float> raw, sampling_state& st, int32_t draft,
+                           bool& accepted) {
   if (sample_output fast; greedy_as_is(raw, st, fast)) {
     accepted = fast.token == draft;
     return fast;
@@ -315,7 +328,8 @@ sample_output verify_token(std::span<const float> raw, sampling_state& st, int32
     out.token = int32_t(std::max_element(row.begin(), row.end()) - row.begin());
     accepted = out.token == draft;
   } else {
-    const double p = in_vocab && lp[size_t(draft)] != -INFINITY ? std::exp(double(lp[size_t(draft)])) : 0.0;
+    const double p =
+        in_vocab && lp[size_t(draft)] != -INFINITY ? std::exp(double(lp[size_t(draft)])) : 0.0;
     accepted = p > 0.0 && st.draw_rng().uniform() < p;
     if (accepted) {
       out.token = draft;
@@ -328,13 +342,14 @@ sample_output verify_token(std::span<const float> raw, sampling_state& st, int32
   return out;
 }
 
-sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int32_t draft, std::span<const float> q,
-                             bool& accepted) {
+sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int32_t draft,
+                             std::span<const float> q, bool& accepted) {
   std::vector<float> lp;
   processed_row(raw, st, lp);
   sample_output out;
   const bool in_vocab = draft >= 0 && size_t(draft) < lp.size() && q.size() == lp.size();
-  const double p_d = in_vocab && lp[size_t(draft)] != -INFINITY ? std::exp(double(lp[size_t(draft)])) : 0.0;
+  const double p_d =
+      in_vocab && lp[size_t(draft)] != -INFINITY ? std::exp(double(lp[size_t(draft)])) : 0.0;
   const double q_d = in_vocab ? double(q[size_t(draft)]) : 0.0;
   seq_rng& rng = st.draw_rng();
   accepted = p_d > 0.0 && (q_d <= p_d || rng.uniform() * q_d < p_d);
@@ -367,7 +382,8 @@ sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int
   return out;
 }
 
-int32_t draft_sample(std::span<const float> raw, const sampling_params& p, seq_rng& rng, std::vector<float>& q) {
+int32_t draft_sample(std::span<const float> raw, const sampling_params& p, seq_rng& rng,
+                     std::vector<float>& q) {
   std::vector<float> row(raw.begin(), raw.end());
   apply_temperature_and_filters(row, p);
   std::vector<float> lp;
@@ -390,9 +406,10 @@ prompt_logprob score_prompt_token(std::span<const float> raw, int32_t token, int
   if (n > 0) {
     std::vector<int32_t> idx(raw.size());
     std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
-      return raw[size_t(a)] > raw[size_t(b)] || (raw[size_t(a)] == raw[size_t(b)] && a < b);
-    });
+    std::partial_sort(
+        idx.begin(), idx.begin() + std::ptrdiff_t(n), idx.end(), [&](int32_t a, int32_t b) {
+          return raw[size_t(a)] > raw[size_t(b)] || (raw[size_t(a)] == raw[size_t(b)] && a < b);
+        });
     for (size_t i = 0; i < n; ++i) e.top.push_back({idx[i], raw[size_t(idx[i])] - lse});
   }
   return e;

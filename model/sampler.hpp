@@ -74,7 +74,8 @@ struct sample_output {
 };
 
 // Steps 1-4 in place. `min_tokens_mask` false skips step 2.
-void apply_penalties(std::span<float> logits, const sampling_state& st, bool min_tokens_mask = true);
+void apply_penalties(std::span<float> logits, const sampling_state& st,
+                     bool min_tokens_mask = true);
 
 // Steps 5-6 in place (no-op for greedy except nothing; greedy keeps the row).
 void apply_temperature_and_filters(std::span<float> logits, const sampling_params& p);
@@ -101,17 +102,19 @@ prompt_logprob score_prompt_token(std::span<const float> raw, int32_t token, int
 // distribution with the draft removed and renormalised. Either way the output follows the target
 // distribution exactly. `accepted` tells which happened; the output's logprob is its log p.
 // Does not call st.accept().
-sample_output verify_token(std::span<const float> raw, sampling_state& st, int32_t draft, bool& accepted);
+sample_output verify_token(std::span<const float> raw, sampling_state& st, int32_t draft,
+                           bool& accepted);
 
 // The same for a proposal drawn from a distribution q (a draft model sampling): accepted with
 // probability min(1, p(draft) / q(draft)); otherwise the output is drawn from max(0, p - q),
 // renormalised (from p when that is empty). Sampled requests only (greedy ones use verify_token).
-sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int32_t draft, std::span<const float> q,
-                             bool& accepted);
+sample_output verify_token_q(std::span<const float> raw, sampling_state& st, int32_t draft,
+                             std::span<const float> q, bool& accepted);
 
 // A draft model's proposal for a sampled request: the draft's raw logits processed by the
 // request's temperature and top-k/top-p/min-p (no penalties: the rule above stays exact whatever
 // q is), drawn with the sequence's rng. `q` gets the distribution it was drawn from.
-int32_t draft_sample(std::span<const float> raw, const sampling_params& p, seq_rng& rng, std::vector<float>& q);
+int32_t draft_sample(std::span<const float> raw, const sampling_params& p, seq_rng& rng,
+                     std::vector<float>& q);
 
 }  // namespace coserve

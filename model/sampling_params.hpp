@@ -25,31 +25,31 @@ struct sampling_defaults {
 };
 
 struct sampling_params {
-  float temperature = 1.0f;          // 0 => greedy (argmax); otherwise logits / temperature
-  float top_p = 1.0f;                // nucleus mass in (0, 1]; 1 disables
-  int32_t top_k = 0;                 // <= 0 disables
-  float min_p = 0.0f;                // keep tokens with p >= min_p * p_max; 0 disables
-  float repetition_penalty = 1.0f;   // HF semantics over prompt + output tokens; 1 disables
-  float presence_penalty = 0.0f;     // OpenAI semantics over output tokens
-  float frequency_penalty = 0.0f;    // OpenAI semantics over output tokens
+  float temperature = 1.0f;         // 0 => greedy (argmax); otherwise logits / temperature
+  float top_p = 1.0f;               // nucleus mass in (0, 1]; 1 disables
+  int32_t top_k = 0;                // <= 0 disables
+  float min_p = 0.0f;               // keep tokens with p >= min_p * p_max; 0 disables
+  float repetition_penalty = 1.0f;  // HF semantics over prompt + output tokens; 1 disables
+  float presence_penalty = 0.0f;    // OpenAI semantics over output tokens
+  float frequency_penalty = 0.0f;   // OpenAI semantics over output tokens
   std::vector<std::pair<int32_t, float>> logit_bias;  // added to the raw logits
-  std::optional<uint64_t> seed;      // reproducible sampling when set
-  int32_t logprobs = -1;             // -1: none; 0: the sampled token's; N > 0: plus top-N
+  std::optional<uint64_t> seed;                       // reproducible sampling when set
+  int32_t logprobs = -1;  // -1: none; 0: the sampled token's; N > 0: plus top-N
   // Log-probabilities of the prompt tokens (vLLM's prompt_logprobs) from the raw logits: -1 none;
   // 0: each prompt token's own (with its rank); N > 0: plus the top N. The prefix cache is not
   // read for such a request (cached positions are not computed).
   int32_t prompt_logprobs = -1;
-  int32_t max_tokens = 16;           // generated tokens at most
-  int32_t min_tokens = 0;            // eos / stop ids are masked until this many are generated
+  int32_t max_tokens = 16;  // generated tokens at most
+  int32_t min_tokens = 0;   // eos / stop ids are masked until this many are generated
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;  // finish (reason "stop") when one is sampled
   // vLLM's allowed_token_ids: when not empty, only these ids are ever sampled (every other logit
   // is -inf before the penalties and filters).
   std::vector<int32_t> allowed_token_ids;
-  std::vector<std::string> stop;        // stop strings, matched on the detokenized text
+  std::vector<std::string> stop;  // stop strings, matched on the detokenized text
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;
-  int32_t n = 1;                     // parallel samples of one prompt (copy-on-write fork)
+  int32_t n = 1;  // parallel samples of one prompt (copy-on-write fork)
   // Structured output: every sampled token must keep the output inside this grammar (null: none).
   std::shared_ptr<const compiled_grammar> grammar;
 

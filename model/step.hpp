@@ -31,10 +31,10 @@ inline constexpr int32_t k_token_from_draft = -2;
 // sequence appears in step_plan::finished.
 struct new_seq {
   seq_id_t seq_id = 0;
-  std::vector<int32_t> prompt_ids;   // prompt tokens (penalties look at them)
-  std::vector<int32_t> output_ids;   // tokens already generated (non-empty after preemption)
+  std::vector<int32_t> prompt_ids;  // prompt tokens (penalties look at them)
+  std::vector<int32_t> output_ids;  // tokens already generated (non-empty after preemption)
   sampling_params params;
-  uint64_t seed = 0;                 // effective rng seed (params.seed or one drawn by the engine)
+  uint64_t seed = 0;  // effective rng seed (params.seed or one drawn by the engine)
 };
 
 // One sequence's slice of a step.
@@ -54,10 +54,11 @@ struct scheduled_seq {
 
 struct step_plan {
   uint64_t step_id = 0;
-  std::vector<new_seq> new_seqs;                         // registered before the forward
-  std::vector<std::pair<int32_t, int32_t>> block_copies; // (src, dst) copy-on-write, before the forward
-  std::vector<scheduled_seq> seqs;                       // what to compute, in batch order
-  std::vector<seq_id_t> finished;                        // drop their state after this step
+  std::vector<new_seq> new_seqs;  // registered before the forward
+  std::vector<std::pair<int32_t, int32_t>>
+      block_copies;                 // (src, dst) copy-on-write, before the forward
+  std::vector<scheduled_seq> seqs;  // what to compute, in batch order
+  std::vector<seq_id_t> finished;   // drop their state after this step
 };
 
 struct token_logprob {
@@ -77,10 +78,10 @@ struct prompt_logprob {
 
 struct seq_output {
   seq_id_t seq_id = 0;
-  int32_t token = 0;                      // the sampled id
-  float logprob = 0.0f;                   // log-softmax of the sampled id (after processors)
+  int32_t token = 0;                        // the sampled id
+  float logprob = 0.0f;                     // log-softmax of the sampled id (after processors)
   std::vector<token_logprob> top_logprobs;  // when params.logprobs > 0
-  std::vector<float> logits;              // raw logits, only when the executor is asked for them
+  std::vector<float> logits;                // raw logits, only when the executor is asked for them
   // params.prompt_logprobs >= 0: on the sequence's first output only, one entry per prompt
   // position 1 .. prompt length - 1 (position 0 has no logits before it).
   std::vector<prompt_logprob> prompt_logprobs;

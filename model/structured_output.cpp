@@ -19,8 +19,12 @@ namespace coserve {
 
 class compiled_grammar {
  public:
-  compiled_grammar(xgrammar::CompiledGrammar g, int32_t vocab, int32_t tok_vocab, std::vector<int32_t> stops)
-      : grammar(std::move(g)), vocab_size(vocab), tokenizer_vocab(tok_vocab), stop_ids(std::move(stops)),
+  compiled_grammar(xgrammar::CompiledGrammar g, int32_t vocab, int32_t tok_vocab,
+                   std::vector<int32_t> stops)
+      : grammar(std::move(g)),
+        vocab_size(vocab),
+        tokenizer_vocab(tok_vocab),
+        stop_ids(std::move(stops)),
         bytes(int64_t(grammar.MemorySizeBytes())) {}
   xgrammar::CompiledGrammar grammar;
   int32_t vocab_size;       // logits width
@@ -31,11 +35,16 @@ class compiled_grammar {
 
 const char* to_string(grammar_spec::kind k) noexcept {
   switch (k) {
-    case grammar_spec::kind::json_schema: return "json_schema";
-    case grammar_spec::kind::json_object: return "json_object";
-    case grammar_spec::kind::regex: return "regex";
-    case grammar_spec::kind::choice: return "choice";
-    case grammar_spec::kind::grammar: return "grammar";
+    case grammar_spec::kind::json_schema:
+      return "json_schema";
+    case grammar_spec::kind::json_object:
+      return "json_object";
+    case grammar_spec::kind::regex:
+      return "regex";
+    case grammar_spec::kind::choice:
+      return "choice";
+    case grammar_spec::kind::grammar:
+      return "grammar";
   }
   return "?";
 }
@@ -60,11 +69,21 @@ std::string ebnf_literal(const std::string& s) {
   std::string out = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           char buf[8];
@@ -106,17 +125,19 @@ struct grammar_compiler::impl {
   }
 };
 
-result<std::unique_ptr<grammar_compiler>> grammar_compiler::create(const tokenizer& tok, int32_t vocab_size,
-                                                                   std::vector<int32_t> stop_ids,
-                                                                   size_t cache_entries, int threads,
-                                                                   int64_t cache_bytes) {
+result<std::unique_ptr<grammar_compiler>> grammar_compiler::create(
+    const tokenizer& tok, int32_t vocab_size, std::vector<int32_t> stop_ids, size_t cache_entries,
+    int threads, int64_t cache_bytes) {
   const int32_t n = tok.vocab_size();
   if (vocab_size < n) vocab_size = n;
   std::vector<int32_t> stops;
   for (int32_t s : stop_ids)
-    if (s >= 0 && s < n && std::find(stops.begin(), stops.end(), s) == stops.end()) stops.push_back(s);
+    if (s >= 0 && s < n && std::find(stops.begin(), stops.end(), s) == stops.end())
+      stops.push_back(s);
   if (stops.empty())
-    return make_error("invalid_argument", "structured outputs: the model has no end-of-sequence token in its vocabulary");
+    return make_error(
+        "invalid_argument",
+        "structured outputs: the model has no end-of-sequence token in its vocabulary");
   std::unique_ptr<grammar_compiler> c(new grammar_compiler());
   c->impl_ = std::make_unique<impl>(cache_entries);
   c->impl_->tok = &tok;
@@ -140,7 +161,8 @@ result<void> grammar_compiler::prepare() {
   }
 }
 
-result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const grammar_spec& spec) {
+result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(
+    const grammar_spec& spec) {
   const std::string key = spec.key();
   if (auto* hit = impl_->cache.find(key)) {
     ++stats_.cache_hits;
@@ -159,7 +181,8 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
     auto schema = json::parse(spec.text);
     if (!schema) return fail("invalid json_schema: " + schema.err().message);
     if (std::string k = unsupported_schema_keyword(*schema); !k.empty())
-      return fail("unsupported JSON schema feature: '" + k + "' (the grammar engine cannot enforce it)");
+      return fail("unsupported JSON schema feature: '" + k +
+                  "' (the grammar engine cannot enforce it)");
     if (std::string k = ignored_beside_keyword(*schema); !k.empty())
       return fail("unsupported JSON schema feature: " + k);
     one_of_exact = one_of_branches_disjoint(*schema);
@@ -188,8 +211,10 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
         break;
       }
       case grammar_spec::kind::grammar:
-        if (spec.text.find("::=") != std::string::npos) g.emplace(c.CompileGrammar(spec.text));
-        else g.emplace(c.CompileLark(spec.text));
+        if (spec.text.find("::=") != std::string::npos)
+          g.emplace(c.CompileGrammar(spec.text));
+        else
+          g.emplace(c.CompileLark(spec.text));
         break;
     }
   } catch (const std::exception& e) {
@@ -197,7 +222,8 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
     // xgrammar's fatal errors read "[hh:mm:ss] /path/file.cc:123: message\n": keep the message.
     if (!what.empty() && what.front() == '[')
       if (auto close = what.find("] "); close != std::string::npos)
-        if (auto colon = what.find(": ", close + 2); colon != std::string::npos) what = what.substr(colon + 2);
+        if (auto colon = what.find(": ", close + 2); colon != std::string::npos)
+          what = what.substr(colon + 2);
     while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
     return fail(std::string("invalid ") + to_string(spec.type) + ": " + what);
   }
@@ -209,7 +235,8 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   std::vector<std::string> unsupported;
   for (const auto& w : warnings.warnings())
     if (!(one_of_exact && w.rfind("oneOf with overlapping", 0) == 0)) unsupported.push_back(w);
-  if ((spec.type == grammar_spec::kind::json_schema || spec.type == grammar_spec::kind::json_object) &&
+  if ((spec.type == grammar_spec::kind::json_schema ||
+       spec.type == grammar_spec::kind::json_object) &&
       !unsupported.empty()) {
     std::string why = "unsupported JSON schema feature: " + unsupported.front();
     for (size_t i = 1; i < unsupported.size() && i < 4; ++i)
@@ -219,8 +246,8 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   stats_.compile_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.compiles;
-  auto out = std::make_shared<const compiled_grammar>(std::move(*g), vocab_size_, impl_->tokenizer_vocab,
-                                                      impl_->stop_ids);
+  auto out = std::make_shared<const compiled_grammar>(std::move(*g), vocab_size_,
+                                                      impl_->tokenizer_vocab, impl_->stop_ids);
   // Room by count, then by bytes (the newest grammar always stays); requests holding an evicted
   // grammar keep it alive until they end.
   auto& cache = impl_->cache;
@@ -279,12 +306,14 @@ void grammar_matcher::fill_mask(std::span<uint32_t> mask) {
     impl_->matcher.FillNextTokenBitmask(&t, 0);
   } catch (const std::exception& e) {
     // A grammar engine failure mid-output ends the output (only stop tokens) rather than the step.
-    std::fprintf(stderr, "coserve: structured output: token mask failed (%s); ending the output\n", e.what());
+    std::fprintf(stderr, "coserve: structured output: token mask failed (%s); ending the output\n",
+                 e.what());
     std::fill(mask.begin(), mask.end(), 0u);
     return stop_only();
   }
   // Ids past the tokenizer's vocabulary (padded logits rows) are never allowed.
-  for (int32_t i = impl_->grammar->tokenizer_vocab; i < vocab; ++i) mask[size_t(i) / 32] &= ~(1u << (i % 32));
+  for (int32_t i = impl_->grammar->tokenizer_vocab; i < vocab; ++i)
+    mask[size_t(i) / 32] &= ~(1u << (i % 32));
 }
 
 bool grammar_matcher::accept(int32_t token) {

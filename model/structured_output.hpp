@@ -2,7 +2,8 @@
 // expression, a fixed set of choices or a grammar, on xgrammar's C++ core.
 //
 //   grammar_spec      what the client asked for (parsed by the HTTP layer)
-//   grammar_compiler  spec -> compiled_grammar: xgrammar's compiler over our tokenizer's vocabulary,
+//   grammar_compiler  spec -> compiled_grammar: xgrammar's compiler over our tokenizer's
+//   vocabulary,
 //                     with an LRU cache keyed by the spec; errors name the request field
 //   grammar_matcher   one per sequence: fills the allowed-token bitmask before each sample and
 //                     accepts the sampled token after it (rolls back on request)
@@ -51,12 +52,12 @@ const char* to_string(grammar_spec::kind k) noexcept;
 class compiled_grammar;
 
 struct grammar_compiler_stats {
-  int64_t compiles = 0;    // grammars compiled (cache misses that succeeded)
+  int64_t compiles = 0;  // grammars compiled (cache misses that succeeded)
   int64_t cache_hits = 0;
-  int64_t failures = 0;    // specs rejected (invalid schema, pattern, grammar)
+  int64_t failures = 0;          // specs rejected (invalid schema, pattern, grammar)
   double compile_seconds = 0.0;  // total time spent compiling
   int64_t cache_entries = 0;
-  int64_t cache_bytes = 0;       // xgrammar's size estimate of the cached grammars
+  int64_t cache_bytes = 0;  // xgrammar's size estimate of the cached grammars
 };
 
 class grammar_compiler {
@@ -70,7 +71,8 @@ class grammar_compiler {
   // compile() or prepare(), not here.
   static result<std::unique_ptr<grammar_compiler>> create(const tokenizer& tok, int32_t vocab_size,
                                                           std::vector<int32_t> stop_ids,
-                                                          size_t cache_entries = 256, int threads = 1,
+                                                          size_t cache_entries = 256,
+                                                          int threads = 1,
                                                           int64_t cache_bytes = int64_t{512} << 20);
   ~grammar_compiler();
 

@@ -33,13 +33,15 @@ const char* why_not(const model_weights& w, int32_t size) {
     return "it neither divides the KV heads nor is a multiple of them";
   bool dense = false;
   for (int32_t l = 0; l < c.num_hidden_layers; ++l) dense = dense || !c.moe_layer(l);
-  if (dense && c.intermediate_size % size != 0) return "it does not divide the MLP width (intermediate_size)";
+  if (dense && c.intermediate_size % size != 0)
+    return "it does not divide the MLP width (intermediate_size)";
   if (c.is_moe() && c.moe_intermediate_size % size != 0)
     return "it does not divide the experts' MLP width (moe_intermediate_size)";
   if (c.shared_expert_intermediate_size % size != 0)
     return "it does not divide the shared expert's MLP width (shared_expert_intermediate_size)";
   const int64_t o_cols = int64_t(c.num_attention_heads / size) * c.head_dim;
-  const int64_t down_cols = c.intermediate_size / size, expert_cols = c.moe_intermediate_size / size;
+  const int64_t down_cols = c.intermediate_size / size,
+                expert_cols = c.moe_intermediate_size / size;
   for (const layer_weights& L : w.layers) {
     if (o_cols % dtype_block_elems(L.o.type) != 0)
       return "the o_proj columns per rank are not whole quantization blocks";
@@ -60,7 +62,8 @@ weight_ref columns_of(const weight_ref& w, int64_t first, int64_t n, model_weigh
   const size_t skip = dtype_bytes(w.type, first), row = dtype_bytes(w.type, n);
   auto buf = std::make_shared<std::vector<unsigned char>>(size_t(w.rows) * row);
   for (int64_t r = 0; r < w.rows; ++r)
-    std::memcpy(buf->data() + size_t(r) * row, static_cast<const unsigned char*>(w.row(r)) + skip, row);
+    std::memcpy(buf->data() + size_t(r) * row, static_cast<const unsigned char*>(w.row(r)) + skip,
+                row);
   weight_ref s = w;
   s.data = buf->data();
   s.cols = n;
@@ -139,18 +142,22 @@ result<void> check_tensor_parallel_size(const model_weights& w, int32_t size) {
   const char* why = why_not(w, size);
   if (!why) return {};
   std::string sizes;
-  for (int32_t n : tensor_parallel_sizes(w)) sizes += (sizes.empty() ? "" : ", ") + std::to_string(n);
+  for (int32_t n : tensor_parallel_sizes(w))
+    sizes += (sizes.empty() ? "" : ", ") + std::to_string(n);
   const model_config& c = w.config;
-  return error{"invalid_argument",
-               "--tensor-parallel-size " + std::to_string(size) + ": " + why + " (" +
-                   std::to_string(c.num_attention_heads) + " attention heads, " + std::to_string(c.num_key_value_heads) +
-                   " KV heads, intermediate_size " + std::to_string(c.intermediate_size) +
-                   (c.is_moe() ? ", moe_intermediate_size " + std::to_string(c.moe_intermediate_size) : "") +
-                   (c.shared_expert_intermediate_size > 0
-                        ? ", shared_expert_intermediate_size " + std::to_string(c.shared_expert_intermediate_size)
-                        : "") +
-                   "); sizes that work for this model: " + sizes,
-               "tensor_parallel_size"};
+  return error{
+      "invalid_argument",
+      "--tensor-parallel-size " + std::to_string(size) + ": " + why + " (" +
+          std::to_string(c.num_attention_heads) + " attention heads, " +
+          std::to_string(c.num_key_value_heads) + " KV heads, intermediate_size " +
+          std::to_string(c.intermediate_size) +
+          (c.is_moe() ? ", moe_intermediate_size " + std::to_string(c.moe_intermediate_size) : "") +
+          (c.shared_expert_intermediate_size > 0
+               ? ", shared_expert_intermediate_size " +
+                     std::to_string(c.shared_expert_intermediate_size)
+               : "") +
+          "); sizes that work for this model: " + sizes,
+      "tensor_parallel_size"};
 }
 
 tensor_shard shard_shape(const model_config& c, int32_t rank, int32_t size) {
@@ -169,7 +176,8 @@ tensor_shard shard_shape(const model_config& c, int32_t rank, int32_t size) {
 
 result<model_weights> shard_weights(const model_weights& full, int32_t rank, int32_t size) {
   if (auto r = check_tensor_parallel_size(full, size); !r) return r.err();
-  if (rank < 0 || rank >= size) return make_error("invalid_argument", "tensor parallel rank outside the group");
+  if (rank < 0 || rank >= size)
+    return make_error("invalid_argument", "tensor parallel rank outside the group");
   const model_config& c = full.config;
   const int64_t d = c.head_dim;
   model_weights s;
@@ -197,7 +205,8 @@ result<model_weights> shard_weights(const model_weights& full, int32_t rank, int
     L.k = weight_rows(F.k, k0, kn);
     L.v = weight_rows(F.v, k0, kn);
     if (!F.qkv_bias.empty()) {
-      const int64_t qall = int64_t(c.num_attention_heads) * d, kall = int64_t(c.num_key_value_heads) * d;
+      const int64_t qall = int64_t(c.num_attention_heads) * d,
+                    kall = int64_t(c.num_key_value_heads) * d;
       const float* b = F.qkv_bias.data();
       L.qkv_bias.insert(L.qkv_bias.end(), b + q0, b + q0 + qn);
       L.qkv_bias.insert(L.qkv_bias.end(), b + qall + k0, b + qall + k0 + kn);
@@ -223,7 +232,8 @@ result<model_weights> shard_weights(const model_weights& full, int32_t rank, int
       L.experts[e].down = columns_of(F.experts[e].down, e0, en, s);
     }
     if (F.shared_gate.rows > 0) {  // the shared expert split likewise, its gate whole
-      const int64_t s0 = int64_t(rank) * sh.shared_expert_intermediate_size, sn = sh.shared_expert_intermediate_size;
+      const int64_t s0 = int64_t(rank) * sh.shared_expert_intermediate_size,
+                    sn = sh.shared_expert_intermediate_size;
       L.shared_gate = F.shared_gate;
       L.shared.gate = weight_rows(F.shared.gate, s0, sn);
       L.shared.up = weight_rows(F.shared.up, s0, sn);
@@ -248,8 +258,8 @@ result<tp_setup> decode_tp_setup(const std::vector<unsigned char>& b) {
   reader r(b);
   tp_setup s;
   int32_t magic = 0, kv = 0, bf16 = 0;
-  if (!r.i32(magic) || magic != k_setup_magic || !r.i32(s.num_kv_blocks) || !r.i32(s.block_size) || !r.i32(kv) ||
-      !r.i32(bf16) || !r.str(s.error) || !r.done())
+  if (!r.i32(magic) || magic != k_setup_magic || !r.i32(s.num_kv_blocks) || !r.i32(s.block_size) ||
+      !r.i32(kv) || !r.i32(bf16) || !r.str(s.error) || !r.done())
     return make_error("internal", "tensor parallel: a malformed setup message from rank 0");
   s.kv_type = dtype(kv);
   s.bf16_activations = bf16 != 0;
@@ -259,13 +269,15 @@ result<tp_setup> decode_tp_setup(const std::vector<unsigned char>& b) {
 std::vector<forward_seq> tp_step::batch() const {
   std::vector<forward_seq> b(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i)
-    b[i] = forward_seq{seqs[i].tokens.data(), int32_t(seqs[i].tokens.size()), seqs[i].start_pos, &seqs[i].block_table,
-                       seqs[i].want_logits, seqs[i].logit_rows};
+    b[i] = forward_seq{seqs[i].tokens.data(), int32_t(seqs[i].tokens.size()),
+                       seqs[i].start_pos,     &seqs[i].block_table,
+                       seqs[i].want_logits,   seqs[i].logit_rows};
   return b;
 }
 
-std::vector<unsigned char> encode_tp_step(const std::vector<std::pair<int32_t, int32_t>>& block_copies,
-                                          const std::vector<forward_seq>& batch) {
+std::vector<unsigned char> encode_tp_step(
+    const std::vector<std::pair<int32_t, int32_t>>& block_copies,
+    const std::vector<forward_seq>& batch) {
   writer w;
   w.i32(k_step_magic);
   w.i32(0);  // not stop
@@ -295,7 +307,9 @@ std::vector<unsigned char> encode_tp_stop() {
 result<tp_step> decode_tp_step(const std::vector<unsigned char>& b) {
   reader r(b);
   tp_step s;
-  const auto bad = [] { return make_error("internal", "tensor parallel: a malformed step message from rank 0"); };
+  const auto bad = [] {
+    return make_error("internal", "tensor parallel: a malformed step message from rank 0");
+  };
   int32_t magic = 0, stop = 0, n = 0;
   if (!r.i32(magic) || magic != k_step_magic || !r.i32(stop)) return bad();
   if (stop) {
@@ -310,7 +324,8 @@ result<tp_step> decode_tp_step(const std::vector<unsigned char>& b) {
   s.seqs.resize(size_t(n));
   for (tp_step::seq& q : s.seqs) {
     int32_t want = 0;
-    if (!r.vec(q.tokens) || !r.i32(q.start_pos) || !r.vec(q.block_table) || !r.i32(want) || !r.i32(q.logit_rows))
+    if (!r.vec(q.tokens) || !r.i32(q.start_pos) || !r.vec(q.block_table) || !r.i32(want) ||
+        !r.i32(q.logit_rows))
       return bad();
     q.want_logits = want != 0;
   }
@@ -319,21 +334,22 @@ result<tp_step> decode_tp_step(const std::vector<unsigned char>& b) {
 }
 
 result<void> run_tp_step(const std::vector<std::pair<int32_t, int32_t>>& block_copies,
-                         const std::vector<forward_seq>& batch, kv_cache& cache, cpu_forward& forward,
-                         std::vector<float>& logits) {
+                         const std::vector<forward_seq>& batch, kv_cache& cache,
+                         cpu_forward& forward, std::vector<float>& logits) {
   for (auto [src, dst] : block_copies)
     if (!cache.copy_block(src, dst))
-      return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " + std::to_string(dst) +
-                                                " outside the cache");
+      return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " +
+                                                std::to_string(dst) + " outside the cache");
   return forward.run(batch, cache, false, logits);
 }
 
-tp_worker::tp_worker(model_weights shard, const tp_setup& setup, communicator& comm, int32_t threads)
+tp_worker::tp_worker(model_weights shard, const tp_setup& setup, communicator& comm,
+                     int32_t threads)
     : weights_(std::move(shard)),
       comm_(comm),
       pool_(std::max(1, threads) - 1),
-      cache_(weights_.config.num_hidden_layers, setup.num_kv_blocks, setup.block_size, weights_.shard.num_kv_heads,
-             weights_.config.head_dim, setup.kv_type),
+      cache_(weights_.config.num_hidden_layers, setup.num_kv_blocks, setup.block_size,
+             weights_.shard.num_kv_heads, weights_.config.head_dim, setup.kv_type),
       forward_(weights_, pool_) {
   pack_for_cpu(weights_);
   forward_.set_bf16_activations(setup.bf16_activations);
@@ -363,19 +379,22 @@ std::string describe_shard(const model_weights& s) {
     viewed += L.shared_gate.bytes() + L.shared.gate.bytes() + L.shared.up.bytes();
   }
   const layer_weights* L = s.layers.empty() ? nullptr : &s.layers[0];
-  std::string out = std::to_string(sh.num_heads) + " query heads, " + std::to_string(sh.num_kv_heads) + " KV heads, MLP " +
-                    std::to_string(s.config.is_moe() ? sh.moe_intermediate_size : sh.intermediate_size) +
-                    (s.config.is_moe() ? " per expert" : "") + ", vocabulary rows [" + std::to_string(sh.vocab_begin) +
-                    ", " + std::to_string(sh.vocab_end) + ")";
+  std::string out =
+      std::to_string(sh.num_heads) + " query heads, " + std::to_string(sh.num_kv_heads) +
+      " KV heads, MLP " +
+      std::to_string(s.config.is_moe() ? sh.moe_intermediate_size : sh.intermediate_size) +
+      (s.config.is_moe() ? " per expert" : "") + ", vocabulary rows [" +
+      std::to_string(sh.vocab_begin) + ", " + std::to_string(sh.vocab_end) + ")";
   if (L) {
     const weight_ref& down = L->experts.empty() ? L->down : L->experts[0].down;
-    out += "; per layer q [" + std::to_string(L->q.rows) + ", " + std::to_string(L->q.cols) + "], o [" +
-           std::to_string(L->o.rows) + ", " + std::to_string(L->o.cols) + "], " +
-           (L->experts.empty() ? "down [" : "each expert's down [") + std::to_string(down.rows) + ", " +
-           std::to_string(down.cols) + "]";
+    out += "; per layer q [" + std::to_string(L->q.rows) + ", " + std::to_string(L->q.cols) +
+           "], o [" + std::to_string(L->o.rows) + ", " + std::to_string(L->o.cols) + "], " +
+           (L->experts.empty() ? "down [" : "each expert's down [") + std::to_string(down.rows) +
+           ", " + std::to_string(down.cols) + "]";
   }
   char mib[96];
-  std::snprintf(mib, sizeof mib, "; %.1f MiB mapped from the file, %.1f MiB copied (o, down columns)",
+  std::snprintf(mib, sizeof mib,
+                "; %.1f MiB mapped from the file, %.1f MiB copied (o, down columns)",
                 double(viewed) / (1 << 20), double(bytes) / (1 << 20));
   out += mib;
   return out;

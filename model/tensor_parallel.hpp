@@ -69,8 +69,9 @@ struct tp_step {
 
   std::vector<forward_seq> batch() const;  // views into seqs
 };
-std::vector<unsigned char> encode_tp_step(const std::vector<std::pair<int32_t, int32_t>>& block_copies,
-                                          const std::vector<forward_seq>& batch);
+std::vector<unsigned char> encode_tp_step(
+    const std::vector<std::pair<int32_t, int32_t>>& block_copies,
+    const std::vector<forward_seq>& batch);
 std::vector<unsigned char> encode_tp_stop();
 result<tp_step> decode_tp_step(const std::vector<unsigned char>& b);
 
@@ -78,8 +79,8 @@ result<tp_step> decode_tp_step(const std::vector<unsigned char>& b);
 // Errors before the first collective (a bad block, a token outside the vocabulary) are the same on
 // every rank, since every rank sees the same batch.
 result<void> run_tp_step(const std::vector<std::pair<int32_t, int32_t>>& block_copies,
-                         const std::vector<forward_seq>& batch, kv_cache& cache, cpu_forward& forward,
-                         std::vector<float>& logits);
+                         const std::vector<forward_seq>& batch, kv_cache& cache,
+                         cpu_forward& forward, std::vector<float>& logits);
 
 // A rank other than 0: its shard, KV cache slice, worker pool and forward pass.
 class tp_worker {

@@ -1,11 +1,11 @@
 #include "model/weights.hpp"
 
+#include <cstring>
+
 #include "model/fp8.hpp"
 #include "model/gguf_model.hpp"
 #include "model/quant.hpp"
 #include "model/safetensors.hpp"
-
-#include <cstring>
 
 namespace coserve {
 namespace {
@@ -30,8 +30,8 @@ class loader {
     if (dtype_is_fp8(v.type)) {
       const tensor_view* scale = find_fp8_scale(set_, name);
       if (scale == nullptr)
-        return make_error("invalid_model", v.file + ": fp8 tensor '" + name + "' has no '" + name + "_scale' or '" +
-                                               name + "_scale_inv' beside it");
+        return make_error("invalid_model", v.file + ": fp8 tensor '" + name + "' has no '" + name +
+                                               "_scale' or '" + name + "_scale_inv' beside it");
       const quantization_config& q = w_.config.quantization;
       auto rs = fp8_row_scales(v, *scale, q.block_rows, q.block_cols);
       if (!rs) return rs.err();
@@ -61,12 +61,14 @@ class loader {
   }
 
   // Tensor `name` (checked against `shape`) appended as fp32 to `out`.
-  result<void> append(const std::string& name, const std::vector<int64_t>& shape, std::vector<float>& out) {
+  result<void> append(const std::string& name, const std::vector<int64_t>& shape,
+                      std::vector<float>& out) {
     auto t = set_.get(name, shape);
     if (!t) return t.err();
     const tensor_view& v = **t;
     if (dtype_is_fp8(v.type))
-      return make_error("invalid_model", v.file + ": '" + name + "' is " + std::string(dtype_name(v.type)) +
+      return make_error("invalid_model", v.file + ": '" + name + "' is " +
+                                             std::string(dtype_name(v.type)) +
                                              "; norms and biases must be F32, F16 or BF16");
     const size_t old = out.size();
     out.resize(old + size_t(v.numel()));
@@ -97,7 +99,8 @@ size_t model_weights::matrix_bytes(bool experts) const noexcept {
   for (const auto& L : layers) L.each_matrix([&](const weight_ref& w) { b += w.bytes(); });
   if (!experts)
     for (const auto& L : layers)
-      for (const auto& e : L.experts) b -= e.gate.bytes() + e.up.bytes() + e.down.bytes();  // the shared one stays
+      for (const auto& e : L.experts)
+        b -= e.gate.bytes() + e.up.bytes() + e.down.bytes();  // the shared one stays
   return b;
 }
 
@@ -119,11 +122,13 @@ size_t pack_for_cpu(model_weights& w) {
 std::string describe_fp8(const model_weights& w) {
   if (w.fp8_kept + w.fp8_dequantized == 0) return {};
   const std::string& m = w.config.quantization.method;
-  std::string out = "fp8 checkpoint (" + (m.empty() ? std::string("no quantization_config") : m) + ", " +
-                    std::to_string(w.fp8_bytes >> 20) + " MiB of fp8): ";
-  if (w.fp8_kept > 0) out += std::to_string(w.fp8_kept) + " matrices kept in fp8 with per-row scales";
+  std::string out = "fp8 checkpoint (" + (m.empty() ? std::string("no quantization_config") : m) +
+                    ", " + std::to_string(w.fp8_bytes >> 20) + " MiB of fp8): ";
+  if (w.fp8_kept > 0)
+    out += std::to_string(w.fp8_kept) + " matrices kept in fp8 with per-row scales";
   if (w.fp8_kept > 0 && w.fp8_dequantized > 0) out += ", ";
-  if (w.fp8_dequantized > 0) out += std::to_string(w.fp8_dequantized) + " matrices dequantized to bf16 at load";
+  if (w.fp8_dequantized > 0)
+    out += std::to_string(w.fp8_dequantized) + " matrices dequantized to bf16 at load";
   if (w.config.quantization.static_activations) out += "; its input_scale tensors are not used";
   return out;
 }
@@ -137,8 +142,10 @@ weight_ref weight_rows(const weight_ref& w, int64_t first, int64_t n) {
   return s;
 }
 
-void split_fused(const model_config& c, const weight_ref& qkv, const weight_ref& gate_up, layer_weights& L) {
-  const int64_t d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads, inter = c.intermediate_size;
+void split_fused(const model_config& c, const weight_ref& qkv, const weight_ref& gate_up,
+                 layer_weights& L) {
+  const int64_t d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads,
+                inter = c.intermediate_size;
   L.q = weight_rows(qkv, 0, nh * d);
   L.k = weight_rows(qkv, nh * d, nkv * d);
   L.v = weight_rows(qkv, (nh + nkv) * d, nkv * d);
@@ -170,13 +177,17 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   w.files = std::make_shared<const safetensors_set>(std::move(*set));
   const safetensors_set& files = *w.files;
   const model_config& c = w.config;
-  const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads,
+                nkv = c.num_key_value_heads;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
-  const bool has_lm_head = !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
-  const size_t per_layer = (c.fused_projections ? 6 : 9) + (c.qkv_bias ? 3 : 0) + (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
+  const bool has_lm_head =
+      !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
+  const size_t per_layer = (c.fused_projections ? 6 : 9) + (c.qkv_bias ? 3 : 0) +
+                           (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
   size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
   for (int32_t i = 0; i < c.num_hidden_layers; ++i)
-    if (c.moe_layer(i))  // the router and the experts' for gate/up/down; the shared expert and its gate
+    if (c.moe_layer(
+            i))  // the router and the experts' for gate/up/down; the shared expert and its gate
       total += 1 + 3 * size_t(c.num_experts) - 3 + (c.shared_expert_intermediate_size > 0 ? 4 : 0);
   loader ld(files, total, progress, w);
 
@@ -218,9 +229,10 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
       for (int32_t j = 0; j < c.num_experts; ++j) {
         const std::string e = m + "experts." + std::to_string(j) + ".";
         layer_weights::expert& E = L.experts[size_t(j)];
-        for (auto r : {ld.map(e + (mixtral ? "w1.weight" : "gate_proj.weight"), {mi, h}, E.gate, true),
-                       ld.map(e + (mixtral ? "w3.weight" : "up_proj.weight"), {mi, h}, E.up, true),
-                       ld.map(e + (mixtral ? "w2.weight" : "down_proj.weight"), {h, mi}, E.down, true)})
+        for (auto r :
+             {ld.map(e + (mixtral ? "w1.weight" : "gate_proj.weight"), {mi, h}, E.gate, true),
+              ld.map(e + (mixtral ? "w3.weight" : "up_proj.weight"), {mi, h}, E.up, true),
+              ld.map(e + (mixtral ? "w2.weight" : "down_proj.weight"), {h, mi}, E.down, true)})
           if (!r) return r.err();
       }
       if (c.shared_expert_intermediate_size > 0) {  // Qwen2-MoE

@@ -22,25 +22,25 @@ class safetensors_set;
 class gguf_file;
 
 struct layer_weights {
-  std::vector<float> input_norm;     // [hidden]
-  weight_ref q, k, v;                // [H D, hidden], [KVH D, hidden], [KVH D, hidden]
-  std::vector<float> qkv_bias;       // [(H + 2 KVH) D] (q, k, v biases in that order) or empty
-  weight_ref o;                      // [hidden, H D]
-  std::vector<float> o_bias;         // [hidden] or empty
+  std::vector<float> input_norm;      // [hidden]
+  weight_ref q, k, v;                 // [H D, hidden], [KVH D, hidden], [KVH D, hidden]
+  std::vector<float> qkv_bias;        // [(H + 2 KVH) D] (q, k, v biases in that order) or empty
+  weight_ref o;                       // [hidden, H D]
+  std::vector<float> o_bias;          // [hidden] or empty
   std::vector<float> q_norm, k_norm;  // [D] each (Qwen3's per-head RMSNorm weights) or empty
-  std::vector<float> post_norm;      // [hidden]
-  weight_ref gate, up;               // [I, hidden] each (dense MLP layers)
-  weight_ref down;                   // [hidden, I]
+  std::vector<float> post_norm;       // [hidden]
+  weight_ref gate, up;                // [I, hidden] each (dense MLP layers)
+  weight_ref down;                    // [hidden, I]
   // Mixture-of-experts layers (model_config::moe_layer): the router and each expert's SwiGLU
   // matrices, I being moe_intermediate_size; gate/up/down above are then empty.
   struct expert {
     weight_ref gate, up;  // [I, hidden] each
     weight_ref down;      // [hidden, I]
   };
-  weight_ref router;                 // [num_experts, hidden]
-  std::vector<expert> experts;       // num_experts of them
-  expert shared;                     // Qwen2-MoE's shared expert (I = shared_expert_intermediate_size) or empty
-  weight_ref shared_gate;            // [1, hidden]: its sigmoid gate, or empty
+  weight_ref router;            // [num_experts, hidden]
+  std::vector<expert> experts;  // num_experts of them
+  expert shared;  // Qwen2-MoE's shared expert (I = shared_expert_intermediate_size) or empty
+  weight_ref shared_gate;  // [1, hidden]: its sigmoid gate, or empty
 
   // Every matrix of the layer (q, k, v, o, then the MLP's: gate, up, down or the router, each
   // expert's three and the shared expert's gate and matrices), for passes over all of them.
@@ -68,12 +68,12 @@ struct layer_weights {
 struct tensor_shard {
   int32_t rank = 0;
   int32_t size = 1;
-  int32_t num_heads = 0;          // query heads of this rank
-  int32_t num_kv_heads = 0;       // KV heads it holds
-  int32_t intermediate_size = 0;  // its gate/up rows, down columns
+  int32_t num_heads = 0;              // query heads of this rank
+  int32_t num_kv_heads = 0;           // KV heads it holds
+  int32_t intermediate_size = 0;      // its gate/up rows, down columns
   int32_t moe_intermediate_size = 0;  // the same of each expert (mixture-of-experts models)
   int32_t shared_expert_intermediate_size = 0;  // and of the shared expert (Qwen2-MoE)
-  int32_t vocab_begin = 0;        // its LM-head rows [vocab_begin, vocab_end)
+  int32_t vocab_begin = 0;                      // its LM-head rows [vocab_begin, vocab_end)
   int32_t vocab_end = 0;
 };
 
@@ -81,9 +81,9 @@ struct model_weights {
   model_config config;
   // The rank's counts; all zero (the default) means the whole model.
   tensor_shard shard;
-  weight_ref embed;                  // [vocab, hidden]
-  std::vector<float> final_norm;     // [hidden]
-  weight_ref lm_head;                // [vocab, hidden]; the embedding when tied
+  weight_ref embed;               // [vocab, hidden]
+  std::vector<float> final_norm;  // [hidden]
+  weight_ref lm_head;             // [vocab, hidden]; the embedding when tied
   std::vector<layer_weights> layers;
   std::shared_ptr<const safetensors_set> files;  // the mapped files the weight_refs point into
   std::shared_ptr<const gguf_file> gguf;         // or the mapped GGUF file
@@ -125,7 +125,9 @@ std::vector<float> to_f32(const weight_ref& w);
 // Rows [first, first + n) of w, a view of the same bytes (no repacked tiles).
 weight_ref weight_rows(const weight_ref& w, int64_t first, int64_t n);
 
-// Phi-3's fused tensors as L's views: q, k, v the row ranges of qkv; gate then up the halves of gate_up.
-void split_fused(const model_config& c, const weight_ref& qkv, const weight_ref& gate_up, layer_weights& L);
+// Phi-3's fused tensors as L's views: q, k, v the row ranges of qkv; gate then up the halves of
+// gate_up.
+void split_fused(const model_config& c, const weight_ref& qkv, const weight_ref& gate_up,
+                 layer_weights& L);
 
 }  // namespace coserve

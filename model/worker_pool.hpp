@@ -109,7 +109,7 @@ class worker_pool {
   std::atomic<const std::function<void(int64_t)>*> fn_{nullptr};
   std::atomic<int64_t> n_{0};
   std::atomic<int64_t> done_{0};
-  std::atomic<uint64_t> ticket_{0};      // generation << 32 | next index
+  std::atomic<uint64_t> ticket_{0};  // generation << 32 | next index
   std::atomic<uint64_t> generation_{0};
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;

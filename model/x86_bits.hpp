@@ -17,8 +17,10 @@ __attribute__((target("avx2"))) inline __m256i bits_to_bytes(const uint8_t* p) {
   uint32_t x;
   std::memcpy(&x, p, 4);
   const __m256i spread = _mm256_shuffle_epi8(
-      _mm256_set1_epi32(int(x)), _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
-  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)), _mm256_set1_epi64x(-1));
+      _mm256_set1_epi32(int(x)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  return _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)),
+                           _mm256_set1_epi64x(-1));
 }
 
 }  // namespace coserve::x86

@@ -27,7 +27,8 @@ __attribute__((target("avx512f"))) inline void transpose16(__m512* v) {
   }
   // Blocks gathered across registers: column 4l + e takes block l of u[e], u[4+e], u[8+e], u[12+e].
   for (int e = 0; e < 4; ++e) {
-    const __m512 p = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88), q = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
+    const __m512 p = _mm512_shuffle_f32x4(u[e], u[4 + e], 0x88),
+                 q = _mm512_shuffle_f32x4(u[e], u[4 + e], 0xdd);
     const __m512 r = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0x88);
     const __m512 s = _mm512_shuffle_f32x4(u[8 + e], u[12 + e], 0xdd);
     v[e] = _mm512_shuffle_f32x4(p, r, 0x88);

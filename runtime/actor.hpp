@@ -10,11 +10,6 @@
 // completion is posted there), never on the target actor's thread.
 #pragma once
 
-#include <chrono>
-#include <future>
-#include <memory>
-#include <utility>
-
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
@@ -23,6 +18,10 @@
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <utility>
 
 #include "runtime/actor_cell.hpp"
 
@@ -131,14 +130,15 @@ class actor_ref {
           // The work guard keeps the asker's io_context running until the post below has fully
           // returned on the replying thread.
           auto work = asio::make_work_guard(hex);
-          auto st = std::make_shared<reply_state<R>>([h, hex, timer, slot, work](result<R> r) mutable {
-            asio::post(hex, [h, timer, slot, r = std::move(r)]() mutable {
-              timer->cancel();
-              if (slot.is_connected()) slot.clear();
-              (*h)(std::move(r));
-            });
-            work.reset();
-          });
+          auto st =
+              std::make_shared<reply_state<R>>([h, hex, timer, slot, work](result<R> r) mutable {
+                asio::post(hex, [h, timer, slot, r = std::move(r)]() mutable {
+                  timer->cancel();
+                  if (slot.is_connected()) slot.clear();
+                  (*h)(std::move(r));
+                });
+                work.reset();
+              });
           if (slot.is_connected()) {
             slot.assign([st](asio::cancellation_type) {
               st->complete(make_error("cancelled", "ask cancelled by the caller"));
@@ -151,7 +151,8 @@ class actor_ref {
           env.reply = st;
           const send_status s = cell_->push(std::move(env));
           if (s != send_status::ok)
-            st->complete(make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
+            st->complete(
+                make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
         },
         asio::use_awaitable);
   }

@@ -20,6 +20,10 @@
 // behavior is rebuilt (restart) or released and the mailbox closed (stop).
 #pragma once
 
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/post.hpp>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -30,11 +34,6 @@
 #include <string>
 #include <type_traits>
 #include <variant>
-
-#include <asio/any_io_executor.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/co_spawn.hpp>
-#include <asio/post.hpp>
 
 #include "runtime/mailbox.hpp"
 #include "runtime/message.hpp"
@@ -50,16 +49,16 @@ enum class restart_policy : uint8_t {
 
 struct spawn_options {
   std::string name = "actor";
-  std::size_t mailbox_capacity = 1024;   // rounded up to a power of two (see below)
+  std::size_t mailbox_capacity = 1024;  // rounded up to a power of two (see below)
   // Large mailboxes (at least 8 chunks) that go round slower than once a second hand the memory of
   // consumed chunks back to the system, so they stay resident only for what is queued; they then
   // hold one chunk less than mailbox_capacity (runtime/mpsc_queue.hpp). 0 keeps every page.
   std::size_t mailbox_release_chunk_bytes = k_default_mailbox_release_chunk_bytes;
-  std::size_t batch = 64;                // messages per scheduling before yielding the thread
+  std::size_t batch = 64;  // messages per scheduling before yielding the thread
   restart_policy on_failure = restart_policy::restart;
-  int max_restarts = 10;                 // within restart_window; one more failure stops it
+  int max_restarts = 10;  // within restart_window; one more failure stops it
   std::chrono::milliseconds restart_window{10000};
-  bool dedicated_thread = false;         // run on a thread of its own (blocking work: executors)
+  bool dedicated_thread = false;  // run on a thread of its own (blocking work: executors)
   // Called (on the actor's thread) when the actor stops after a failure: name, reason.
   std::function<void(const std::string&, const std::string&)> on_stopped;
 };
@@ -96,7 +95,9 @@ struct envelope_variant<message_list<Ms...>> {
 using maybe_async = std::optional<asio::awaitable<void>>;
 
 template <class B>
-concept has_on_failure = requires(B& b, const std::string& what) { b.on_failure(what); };
+concept has_on_failure = requires(B& b, const std::string& what) {
+  b.on_failure(what);
+};
 
 template <class T>
 struct is_awaitable : std::false_type {};
@@ -108,7 +109,9 @@ struct is_awaitable<asio::awaitable<T, E>> : std::true_type {};
 class cell_base {
  public:
   cell_base(spawn_options opts, tracer& tr, asio::any_io_executor ex)
-      : opts_(std::move(opts)), tracer_(tr), ex_(std::move(ex)),
+      : opts_(std::move(opts)),
+        tracer_(tr),
+        ex_(std::move(ex)),
         trace_id_(tr.register_actor(opts_.name)) {}
   virtual ~cell_base() = default;
   cell_base(const cell_base&) = delete;
@@ -130,8 +133,10 @@ class cell_base {
     bool now = false;
     {
       std::lock_guard lock(drain_mu_);
-      if (drained_) now = true;
-      else drain_waiters_.emplace_back(std::move(ex), std::move(fn));
+      if (drained_)
+        now = true;
+      else
+        drain_waiters_.emplace_back(std::move(ex), std::move(fn));
     }
     if (now) asio::post(ex, std::move(fn));
   }
@@ -401,8 +406,8 @@ class actor_cell final : public cell_base {
     const std::string what = describe(e);
     std::fprintf(stderr, "[coserve] actor '%s' failed handling '%s': %s\n", opts_.name.c_str(),
                  message_name<M>(), what.c_str());
-    fail_reply(env, "actor '" + opts_.name + "' failed handling '" + message_name<M>() +
-                        "': " + what);
+    fail_reply(env,
+               "actor '" + opts_.name + "' failed handling '" + message_name<M>() + "': " + what);
     apply_policy(what);
   }
 

@@ -32,16 +32,31 @@ class [[nodiscard]] result {
   bool ok() const noexcept { return v_.index() == 0; }
   explicit operator bool() const noexcept { return ok(); }
 
-  T& value() & { assert(ok()); return std::get<0>(v_); }
-  const T& value() const& { assert(ok()); return std::get<0>(v_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
+  T& value() & {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<0>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
 
-  const error& err() const& { assert(!ok()); return std::get<1>(v_); }
-  error&& err() && { assert(!ok()); return std::get<1>(std::move(v_)); }
+  const error& err() const& {
+    assert(!ok());
+    return std::get<1>(v_);
+  }
+  error&& err() && {
+    assert(!ok());
+    return std::get<1>(std::move(v_));
+  }
 
  private:
   std::variant<T, error> v_;
@@ -54,8 +69,14 @@ class [[nodiscard]] result<void> {
   result(error e) : e_(std::move(e)), ok_(false) {}  // NOLINT(implicit)
   bool ok() const noexcept { return ok_; }
   explicit operator bool() const noexcept { return ok_; }
-  const error& err() const& { assert(!ok_); return e_; }
-  error&& err() && { assert(!ok_); return std::move(e_); }
+  const error& err() const& {
+    assert(!ok_);
+    return e_;
+  }
+  error&& err() && {
+    assert(!ok_);
+    return std::move(e_);
+  }
 
  private:
   error e_;

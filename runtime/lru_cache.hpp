@@ -29,7 +29,9 @@ class lru_cache {
   lru_cache& operator=(const lru_cache&) = delete;
   // The moved-from cache is left empty, with its capacity.
   lru_cache(lru_cache&& other) noexcept
-      : capacity_(other.capacity_), order_(std::move(other.order_)), index_(std::move(other.index_)) {
+      : capacity_(other.capacity_),
+        order_(std::move(other.order_)),
+        index_(std::move(other.index_)) {
     other.order_.clear();
     other.index_.clear();
   }

@@ -13,6 +13,8 @@
 // consumer, even when it raced with close(). Space waiters are woken so they can see `closed`.
 #pragma once
 
+#include <asio/any_io_executor.hpp>
+#include <asio/post.hpp>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -20,9 +22,6 @@
 #include <optional>
 #include <utility>
 #include <vector>
-
-#include <asio/any_io_executor.hpp>
-#include <asio/post.hpp>
 
 #include "runtime/mpsc_queue.hpp"
 
@@ -32,9 +31,12 @@ enum class send_status : uint8_t { ok, full, closed };
 
 inline const char* to_string(send_status s) noexcept {
   switch (s) {
-    case send_status::ok: return "ok";
-    case send_status::full: return "mailbox_full";
-    case send_status::closed: return "mailbox_closed";
+    case send_status::ok:
+      return "ok";
+    case send_status::full:
+      return "mailbox_full";
+    case send_status::closed:
+      return "mailbox_closed";
   }
   return "?";
 }
@@ -54,9 +56,12 @@ class mailbox {
   template <class U>
   send_status try_push(U&& value) {
     switch (ring_.try_push(std::forward<U>(value))) {
-      case push_result::ok: return send_status::ok;
-      case push_result::full: return send_status::full;
-      case push_result::closed: break;
+      case push_result::ok:
+        return send_status::ok;
+      case push_result::full:
+        return send_status::full;
+      case push_result::closed:
+        break;
     }
     return send_status::closed;
   }
@@ -125,7 +130,7 @@ class mailbox {
   // Low bits: batches popped (wraps harmlessly); top bit: a sender waits for space.
   static constexpr uint64_t k_waiter_flag = uint64_t(1) << 63;
   std::atomic<uint64_t> word_{0};
-  std::mutex mu_;                        // guards waiters_ (slow path only)
+  std::mutex mu_;  // guards waiters_ (slow path only)
   std::vector<std::shared_ptr<waiter>> waiters_;
 };
 

@@ -15,10 +15,14 @@ template <class... Msgs>
 struct message_list {};
 
 template <class M>
-concept has_reply = requires { typename M::reply_type; };
+concept has_reply = requires {
+  typename M::reply_type;
+};
 
 template <class M>
-concept has_request_id = requires(const M& m) { static_cast<uint64_t>(m.request_id); };
+concept has_request_id = requires(const M& m) {
+  static_cast<uint64_t>(m.request_id);
+};
 
 template <class M>
 uint64_t request_id_of(const M& m) noexcept {

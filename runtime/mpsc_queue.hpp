@@ -55,6 +55,9 @@
 // lost and per-producer order is kept (positions are claimed in each producer's program order).
 #pragma once
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <bit>
@@ -67,9 +70,6 @@
 #include <optional>
 #include <type_traits>
 #include <utility>
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 namespace coserve::rt {
 
@@ -84,13 +84,15 @@ inline constexpr std::size_t k_default_mailbox_release_chunk_bytes = std::size_t
 template <class T>
 class mpsc_queue {
  public:
-  static constexpr std::size_t k_default_release_chunk_bytes = k_default_mailbox_release_chunk_bytes;
+  static constexpr std::size_t k_default_release_chunk_bytes =
+      k_default_mailbox_release_chunk_bytes;
   // A chunk is dropped when the consumer's previous lap through it began this long ago or longer.
   static constexpr std::chrono::nanoseconds k_default_release_after = std::chrono::seconds(1);
 
   // capacity is rounded up to a power of two (at least 2): the ring's slots. With page release,
   // capacity() is one release chunk less (at most 1/8 less).
-  explicit mpsc_queue(std::size_t capacity, std::size_t release_chunk_bytes = k_default_release_chunk_bytes,
+  explicit mpsc_queue(std::size_t capacity,
+                      std::size_t release_chunk_bytes = k_default_release_chunk_bytes,
                       std::chrono::nanoseconds release_after = k_default_release_after)
       : chunk_(chunk_slots(capacity, release_chunk_bytes)),
         mask_(std::bit_ceil(std::max<std::size_t>(capacity, 2)) - 1),
@@ -193,9 +195,7 @@ class mpsc_queue {
   // consumer-owned state (the next consumer may already be popping).
   std::size_t head() const noexcept { return head_; }
   // Any thread: no value is published at consumer position `h`.
-  bool empty_at(std::size_t h) const noexcept {
-    return load_seq(h) != h + 1;
-  }
+  bool empty_at(std::size_t h) const noexcept { return load_seq(h) != h + 1; }
   // Any thread: closed, and every position claimed before the close is below `h`.
   bool drained_at(std::size_t h) const noexcept {
     const std::size_t t = tail_.load(std::memory_order_relaxed);
@@ -203,9 +203,7 @@ class mpsc_queue {
   }
 
   // Consumer side: true when the next slot holds no published value.
-  bool empty() const noexcept {
-    return empty_at(head_);
-  }
+  bool empty() const noexcept { return empty_at(head_); }
 
   // Any thread: number of claimed-but-not-popped positions (a hint; exact when quiescent).
   std::size_t size_approx() const noexcept {
@@ -239,16 +237,19 @@ class mpsc_queue {
     return std::bit_ceil(capacity) >= 8 * s ? s : 0;
   }
   static slot* map_slots(std::size_t n, bool release) {
-    void* p = mmap(nullptr, n * sizeof(slot), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void* p =
+        mmap(nullptr, n * sizeof(slot), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     // Huge pages would keep 2 MiB resident for every chunk touched; a failure only costs memory.
     if (release) (void)madvise(p, n * sizeof(slot), MADV_NOHUGEPAGE);
     return static_cast<slot*>(p);
   }
-  // Consumer side, at the first pop of the chunk starting at `pos`: whether it is dropped at its end.
+  // Consumer side, at the first pop of the chunk starting at `pos`: whether it is dropped at its
+  // end.
   bool drop_chunk_starting(std::size_t pos) noexcept {
     const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                            std::chrono::steady_clock::now().time_since_epoch()).count();
+                            std::chrono::steady_clock::now().time_since_epoch())
+                            .count();
     int64_t& last = lap_start_ns_[(pos & mask_) / chunk_];
     const bool drop = last == 0 || now - last >= release_after_ns_;
     last = now;
@@ -286,10 +287,10 @@ class mpsc_queue {
   slot* const slots_;
   const int64_t release_after_ns_;
   const std::unique_ptr<int64_t[]> lap_start_ns_;  // per chunk: when the consumer last entered it
-  bool dropping_ = false;                           // consumer only: the current chunk is dropped
-  alignas(k_cache_line) std::atomic<std::size_t> tail_{0};   // producers
-  alignas(k_cache_line) std::size_t head_ = 0;               // consumer only
-  std::atomic<std::size_t> head_copy_{0};                    // consumer writes, anyone reads
+  bool dropping_ = false;                          // consumer only: the current chunk is dropped
+  alignas(k_cache_line) std::atomic<std::size_t> tail_{0};  // producers
+  alignas(k_cache_line) std::size_t head_ = 0;              // consumer only
+  std::atomic<std::size_t> head_copy_{0};                   // consumer writes, anyone reads
 };
 
 }  // namespace coserve::rt

@@ -1,11 +1,10 @@
 #include "runtime/system.hpp"
 
-#include <future>
-
 #include <asio/async_result.hpp>
 #include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <future>
 
 namespace coserve::rt {
 

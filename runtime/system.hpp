@@ -7,6 +7,10 @@
 // itself, so code running inside the runtime uses `co_await async_stop()` instead.
 #pragma once
 
+#include <asio/awaitable.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
+#include <asio/thread_pool.hpp>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -15,19 +19,14 @@
 #include <type_traits>
 #include <vector>
 
-#include <asio/awaitable.hpp>
-#include <asio/executor_work_guard.hpp>
-#include <asio/io_context.hpp>
-#include <asio/thread_pool.hpp>
-
 #include "runtime/actor.hpp"
 
 namespace coserve::rt {
 
 struct system_config {
-  std::size_t threads = 0;                    // pool threads; 0: the core count
-  bool tracing = true;                        // record a span per handled message
-  std::size_t trace_ring_capacity = 1u << 18; // spans kept per thread
+  std::size_t threads = 0;                     // pool threads; 0: the core count
+  bool tracing = true;                         // record a span per handled message
+  std::size_t trace_ring_capacity = 1u << 18;  // spans kept per thread
 };
 
 // A thread of its own for one actor (blocking work such as a model executor).
@@ -49,7 +48,9 @@ class dedicated_thread {
 class system;
 
 template <class B>
-concept has_on_start = requires(B& b, actor_context<B>& ctx) { b.on_start(ctx); };
+concept has_on_start = requires(B& b, actor_context<B>& ctx) {
+  b.on_start(ctx);
+};
 
 class supervisor {
  public:
@@ -61,8 +62,7 @@ class supervisor {
   // Constructs B(args...) now, and again on each restart (args are kept by value).
   template <class B, class... Args>
   actor_ref<B> spawn(spawn_options opts, Args... args) {
-    return spawn_factory<B>(std::move(opts),
-                            [args...] { return std::make_unique<B>(args...); });
+    return spawn_factory<B>(std::move(opts), [args...] { return std::make_unique<B>(args...); });
   }
 
   // For behaviors built from move-only parts: `make` runs at spawn and on each restart.

@@ -6,13 +6,12 @@
 // executor, and the actor handles nothing else meanwhile).
 #pragma once
 
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <atomic>
 #include <chrono>
 #include <memory>
-
-#include <asio/post.hpp>
-#include <asio/strand.hpp>
-#include <asio/steady_timer.hpp>
 
 #include "runtime/actor.hpp"
 
@@ -50,8 +49,10 @@ void arm(std::shared_ptr<timer_handle::state> s, actor_ref<B> to, M msg,
          std::chrono::steady_clock::duration period) {
   s->timer.async_wait([s, to, msg, period](const asio::error_code& ec) mutable {
     if (ec || s->cancelled.load(std::memory_order_acquire)) return;
-    if (to.tell(msg) == send_status::ok) s->fired.fetch_add(1, std::memory_order_relaxed);
-    else s->dropped.fetch_add(1, std::memory_order_relaxed);
+    if (to.tell(msg) == send_status::ok)
+      s->fired.fetch_add(1, std::memory_order_relaxed);
+    else
+      s->dropped.fetch_add(1, std::memory_order_relaxed);
     if (period.count() > 0) {
       s->timer.expires_at(s->timer.expiry() + period);
       arm(std::move(s), std::move(to), std::move(msg), period);

@@ -29,7 +29,9 @@ struct tracer::ring {
     return static_cast<span*>(p);
   }
   ring(std::size_t cap, uint16_t index, std::thread::id who)
-      : slots(map_slots(cap), unmapper{cap * sizeof(span)}), capacity(cap), thread(index),
+      : slots(map_slots(cap), unmapper{cap * sizeof(span)}),
+        capacity(cap),
+        thread(index),
         owner(who) {}
   std::unique_ptr<span[], unmapper> slots;
   const std::size_t capacity;
@@ -62,9 +64,15 @@ thread_local ring_cache t_cache;
 void append_escaped(std::string& out, std::string_view s) {
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];

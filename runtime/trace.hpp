@@ -23,15 +23,15 @@
 namespace coserve::rt {
 
 struct span {
-  const char* message = "";   // static message type name
-  uint64_t request_id = 0;    // 0: none
-  int64_t enqueue_ns = 0;     // tracer clock (ns since the tracer's epoch)
+  const char* message = "";  // static message type name
+  uint64_t request_id = 0;   // 0: none
+  int64_t enqueue_ns = 0;    // tracer clock (ns since the tracer's epoch)
   int64_t start_ns = 0;
   int64_t end_ns = 0;
   uint32_t actor_id = 0;
-  uint32_t mailbox_depth = 0; // messages still queued when the handler started
-  uint16_t thread = 0;        // index of the recording thread (registration order)
-  bool failed = false;        // the handler threw
+  uint32_t mailbox_depth = 0;  // messages still queued when the handler started
+  uint16_t thread = 0;         // index of the recording thread (registration order)
+  bool failed = false;         // the handler threw
 };
 
 class tracer {
@@ -78,11 +78,11 @@ class tracer {
   struct ring;
   ring* ring_for_this_thread() noexcept;
 
-  const uint64_t id_;                   // distinguishes tracers in the thread-local cache
+  const uint64_t id_;  // distinguishes tracers in the thread-local cache
   const std::size_t ring_capacity_;
   const int64_t epoch_ns_;
   std::atomic<bool> enabled_;
-  mutable std::mutex mu_;               // guards rings_ and names_ (registration, queries)
+  mutable std::mutex mu_;  // guards rings_ and names_ (registration, queries)
   std::vector<std::unique_ptr<ring>> rings_;
   std::vector<std::string> names_;
 };

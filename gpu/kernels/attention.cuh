@@ -2,10 +2,10 @@
 // contexts, with a merge pass. CPU reference: gpu/reference/attention_ref.hpp.
 //
 // Loop order as in FlashAttention-2: a block owns a tile of queries (q_tile tokens x the gqa query
-// heads of one kv head) and streams the keys in tiles of 32 through shared memory, keeping a running
-// max / sum / output per query row (online softmax), so scores never reach device memory. Each warp
-// owns whole query rows; lane j scores key j of the tile, then every lane accumulates its head_dim/32
-// output columns. This first version uses CUDA cores (FFMA), not wgmma/tensor cores.
+// heads of one kv head) and streams the keys in tiles of 32 through shared memory, keeping a
+// running max / sum / output per query row (online softmax), so scores never reach device memory.
+// Each warp owns whole query rows; lane j scores key j of the tile, then every lane accumulates its
+// head_dim/32 output columns. This first version uses CUDA cores (FFMA), not wgmma/tensor cores.
 #pragma once
 
 #include <cmath>
@@ -19,10 +19,11 @@ namespace kern {
 
 // ---- kernels ----
 // grid (num_work, num_kv_heads), block k_attn_warps * 32 threads, dynamic shared memory
-// attention_smem_bytes(gqa, D): q_s [rows][D] f32 (pre-scaled) | k_s [32][D+2] bf16 | v_s [32][D+2] bf16
-// (fp8 caches are widened to bf16 as the tile is staged).
+// attention_smem_bytes(gqa, D): q_s [rows][D] f32 (pre-scaled) | k_s [32][D+2] bf16 | v_s [32][D+2]
+// bf16 (fp8 caches are widened to bf16 as the tile is staged).
 template <int D, kv_elem KV>
-__global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_args a, int32_t gqa, int32_t q_tile) {
+__global__ void __launch_bounds__(k_attn_warps * 32)
+    attention_kernel(attention_args a, int32_t gqa, int32_t q_tile) {
   constexpr int kPad = D + 2;
   constexpr int kCols = D / 32;
   constexpr int kMaxR = k_attn_max_rows_per_warp;
@@ -32,7 +33,8 @@ __global__ void __launch_bounds__(k_attn_warps * 32) attention_kernel(attention_
   bf16* k_s = reinterpret_cast<bf16*>(q_s + rows * D);
   bf16* v_s = k_s + k_attn_kv_tile * kPad;
 
-  if (a.counts != nullptr && int32_t(blockIdx.x) >= a.counts[0]) return;  // fixed grid (graphs): past the step's work
+  if (a.counts != nullptr && int32_t(blockIdx.x) >= a.counts[0])
+    return;  // fixed grid (graphs): past the step's work
   const attn_work_item w = a.work[blockIdx.x];
   const int32_t kvh = blockIdx.y;
   const int32_t seq_q0 = a.cu_seqlens_q[w.seq];
@@ -155,7 +157,8 @@ __global__ void attention_merge_kernel(attention_args a) {
         den += wgt;
       }
     }
-    a.out[(int64_t(mi.token + t) * a.num_q_heads + h) * D + d] = to_bf(den > 0.0f ? num / den : 0.0f);
+    a.out[(int64_t(mi.token + t) * a.num_q_heads + h) * D + d] =
+        to_bf(den > 0.0f ? num / den : 0.0f);
   }
 }
 
@@ -163,36 +166,56 @@ __global__ void attention_merge_kernel(attention_args a) {
 
 // ---- launchers ----
 result<void> launch_attention(const attention_args& a, cudaStream_t stream) {
-  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.block_size <= 0 || a.window < 0)
-    return make_error("invalid_argument", "attention: num_q_heads must be a multiple of num_kv_heads");
+  if (a.num_kv_heads <= 0 || a.num_q_heads % a.num_kv_heads != 0 || a.block_size <= 0 ||
+      a.window < 0)
+    return make_error("invalid_argument",
+                      "attention: num_q_heads must be a multiple of num_kv_heads");
   const int32_t gqa = a.num_q_heads / a.num_kv_heads;
   if (!attention_supported(gqa, a.head_dim))
-    return make_error("invalid_argument", "attention: unsupported head_dim (32, 64, 96, 128) or GQA ratio (<= 32)");
-  if ((a.num_merges > 0 || a.counts != nullptr) && (a.partial_o == nullptr || a.partial_lse == nullptr))
+    return make_error("invalid_argument",
+                      "attention: unsupported head_dim (32, 64, 96, 128) or GQA ratio (<= 32)");
+  if ((a.num_merges > 0 || a.counts != nullptr) &&
+      (a.partial_o == nullptr || a.partial_lse == nullptr))
     return make_error("invalid_argument", "attention: split-KV plan without a partial workspace");
   if (a.num_work == 0) return {};
   const int32_t q_tile = attention_q_tile(gqa);
   const size_t smem = attention_smem_bytes(gqa, a.head_dim);
   const dim3 grid(unsigned(a.num_work), unsigned(a.num_kv_heads));
-  auto launch = [&](auto kernel) { kernel<<<grid, k_attn_warps * 32, smem, stream>>>(a, gqa, q_tile); };
+  auto launch = [&](auto kernel) {
+    kernel<<<grid, k_attn_warps * 32, smem, stream>>>(a, gqa, q_tile);
+  };
   // One instantiation per (head_dim, cache element) that attention_supported() admits.
   auto by_dim = [&]<kv_elem KV>() {
     switch (a.head_dim) {
-      case 32: launch(kern::attention_kernel<32, KV>); break;
-      case 64: launch(kern::attention_kernel<64, KV>); break;
-      case 96: launch(kern::attention_kernel<96, KV>); break;
-      default: launch(kern::attention_kernel<128, KV>); break;
+      case 32:
+        launch(kern::attention_kernel<32, KV>);
+        break;
+      case 64:
+        launch(kern::attention_kernel<64, KV>);
+        break;
+      case 96:
+        launch(kern::attention_kernel<96, KV>);
+        break;
+      default:
+        launch(kern::attention_kernel<128, KV>);
+        break;
     }
   };
   switch (a.kv_type) {
-    case kv_elem::bf16: by_dim.template operator()<kv_elem::bf16>(); break;
-    case kv_elem::fp8_e4m3: by_dim.template operator()<kv_elem::fp8_e4m3>(); break;
-    case kv_elem::fp8_e5m2: by_dim.template operator()<kv_elem::fp8_e5m2>(); break;
+    case kv_elem::bf16:
+      by_dim.template operator()<kv_elem::bf16>();
+      break;
+    case kv_elem::fp8_e4m3:
+      by_dim.template operator()<kv_elem::fp8_e4m3>();
+      break;
+    case kv_elem::fp8_e5m2:
+      by_dim.template operator()<kv_elem::fp8_e5m2>();
+      break;
   }
   COSERVE_CUDA_TRY(kern::check_launch("attention_kernel"));
   if (a.num_merges == 0) return {};
-  kern::attention_merge_kernel<<<dim3(unsigned(a.num_merges), unsigned(a.num_q_heads)), unsigned(a.head_dim), 0,
-                                 stream>>>(a);
+  kern::attention_merge_kernel<<<dim3(unsigned(a.num_merges), unsigned(a.num_q_heads)),
+                                 unsigned(a.head_dim), 0, stream>>>(a);
   return kern::check_launch("attention_merge_kernel");
 }
 

@@ -37,7 +37,8 @@ __device__ __forceinline__ __nv_bfloat162 load_kv2(const void* base, int64_t i) 
     return *reinterpret_cast<const __nv_bfloat162*>(static_cast<const bf16*>(base) + i);
   } else {
     constexpr __nv_fp8_interpretation_t fmt = KV == kv_elem::fp8_e4m3 ? __NV_E4M3 : __NV_E5M2;
-    const auto raw = *reinterpret_cast<const __nv_fp8x2_storage_t*>(static_cast<const uint8_t*>(base) + i);
+    const auto raw =
+        *reinterpret_cast<const __nv_fp8x2_storage_t*>(static_cast<const uint8_t*>(base) + i);
     const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(raw, fmt)));
     return __floats2bfloat162_rn(f.x, f.y);
   }
@@ -63,7 +64,8 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(r);
 }
 // Block-wide sum of 64-bit integers (exact: independent of the order); `scratch` holds 32 words.
-__device__ __forceinline__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long* scratch) {
+__device__ __forceinline__ unsigned long long block_sum_u64(unsigned long long v,
+                                                            unsigned long long* scratch) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   __syncthreads();

@@ -11,18 +11,22 @@ namespace kern {
 
 // ---- kernels ----
 __global__ void fill_random_kernel(bf16* __restrict__ d, int64_t n, float scale, uint64_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     d[i] = to_bf((2.0f * uniform01(seed, 0, uint64_t(i)) - 1.0f) * scale);
 }
 __global__ void fill_kernel(bf16* __restrict__ d, int64_t n, float v) {
   const bf16 b = to_bf(v);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) d[i] = b;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    d[i] = b;
 }
 
 }  // namespace kern
 
 // ---- launchers ----
-result<void> launch_fill_random_bf16(bf16* data, int64_t n, float scale, uint64_t seed, cudaStream_t stream) {
+result<void> launch_fill_random_bf16(bf16* data, int64_t n, float scale, uint64_t seed,
+                                     cudaStream_t stream) {
   if (n < 0) return make_error("invalid_argument", "fill_random: negative size");
   if (n == 0) return {};
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);

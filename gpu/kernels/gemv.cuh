@@ -22,8 +22,10 @@ __device__ __forceinline__ void widen_e4m3x16(const uint4& v, float* f) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const __half2_raw lo = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(words[i] & 0xffffu), __NV_E4M3);
-    const __half2_raw hi = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(words[i] >> 16), __NV_E4M3);
+    const __half2_raw lo =
+        __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(words[i] & 0xffffu), __NV_E4M3);
+    const __half2_raw hi =
+        __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(words[i] >> 16), __NV_E4M3);
     const float2 a = __half22float2(__half2(lo)), b = __half22float2(__half2(hi));
     f[4 * i] = a.x, f[4 * i + 1] = a.y, f[4 * i + 2] = b.x, f[4 * i + 3] = b.y;
   }
@@ -43,7 +45,8 @@ __device__ __forceinline__ void widen_bf16x8(const uint4& v, float* f) {
 template <int T, bool FP8>
 __global__ void __launch_bounds__(k_gemv_warps * 32)
     gemv_kernel(bf16* __restrict__ y, const bf16* __restrict__ x, const void* __restrict__ w,
-                const float* __restrict__ w_scales, const bf16* __restrict__ bias, int32_t n, int32_t k) {
+                const float* __restrict__ w_scales, const bf16* __restrict__ bias, int32_t n,
+                int32_t k) {
   constexpr int R = k_gemv_warp_rows;
   constexpr int E = FP8 ? 16 : 8;  // weights per 16-byte load
   const int32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -59,7 +62,8 @@ __global__ void __launch_bounds__(k_gemv_warps * 32)
   const uint4* wv[R];
 #pragma unroll
   for (int r = 0; r < R; ++r)
-    wv[r] = reinterpret_cast<const uint4*>(static_cast<const char*>(w) + int64_t(min(row0 + r, n - 1)) * row_bytes);
+    wv[r] = reinterpret_cast<const uint4*>(static_cast<const char*>(w) +
+                                           int64_t(min(row0 + r, n - 1)) * row_bytes);
 #pragma unroll 2
   for (int32_t c = lane; c < chunks; c += 32) {
     uint4 wq[R];
@@ -75,8 +79,10 @@ __global__ void __launch_bounds__(k_gemv_warps * 32)
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       float wf[E];
-      if constexpr (FP8) widen_e4m3x16(wq[r], wf);
-      else widen_bf16x8(wq[r], wf);
+      if constexpr (FP8)
+        widen_e4m3x16(wq[r], wf);
+      else
+        widen_bf16x8(wq[r], wf);
 #pragma unroll
       for (int t = 0; t < T; ++t)
 #pragma unroll
@@ -99,25 +105,44 @@ __global__ void __launch_bounds__(k_gemv_warps * 32)
 }
 
 template <bool FP8>
-result<void> launch_gemv(bf16* y, const bf16* x, const void* w, const float* w_scales, const bf16* bias, int32_t m,
-                         int32_t n, int32_t k, cudaStream_t stream) {
+result<void> launch_gemv(bf16* y, const bf16* x, const void* w, const float* w_scales,
+                         const bf16* bias, int32_t m, int32_t n, int32_t k, cudaStream_t stream) {
   constexpr int32_t E = FP8 ? 16 : 8;
   const char* name = FP8 ? "fp8_gemv" : "bf16_gemv";
   if (m < 1 || m > k_gemv_max_rows || n <= 0 || k <= 0 || k % E != 0)
-    return make_error("invalid_argument", std::string(name) + ": needs 1.." + std::to_string(k_gemv_max_rows) +
+    return make_error("invalid_argument", std::string(name) + ": needs 1.." +
+                                              std::to_string(k_gemv_max_rows) +
                                               " rows and k a multiple of " + std::to_string(E));
   constexpr int32_t rows_per_block = k_gemv_warps * k_gemv_warp_rows;
   const unsigned blocks = unsigned((n + rows_per_block - 1) / rows_per_block);
-  auto go = [&](auto kernel) { kernel<<<blocks, k_gemv_warps * 32, 0, stream>>>(y, x, w, w_scales, bias, n, k); };
+  auto go = [&](auto kernel) {
+    kernel<<<blocks, k_gemv_warps * 32, 0, stream>>>(y, x, w, w_scales, bias, n, k);
+  };
   switch (m) {
-    case 1: go(gemv_kernel<1, FP8>); break;
-    case 2: go(gemv_kernel<2, FP8>); break;
-    case 3: go(gemv_kernel<3, FP8>); break;
-    case 4: go(gemv_kernel<4, FP8>); break;
-    case 5: go(gemv_kernel<5, FP8>); break;
-    case 6: go(gemv_kernel<6, FP8>); break;
-    case 7: go(gemv_kernel<7, FP8>); break;
-    default: go(gemv_kernel<8, FP8>); break;
+    case 1:
+      go(gemv_kernel<1, FP8>);
+      break;
+    case 2:
+      go(gemv_kernel<2, FP8>);
+      break;
+    case 3:
+      go(gemv_kernel<3, FP8>);
+      break;
+    case 4:
+      go(gemv_kernel<4, FP8>);
+      break;
+    case 5:
+      go(gemv_kernel<5, FP8>);
+      break;
+    case 6:
+      go(gemv_kernel<6, FP8>);
+      break;
+    case 7:
+      go(gemv_kernel<7, FP8>);
+      break;
+    default:
+      go(gemv_kernel<8, FP8>);
+      break;
   }
   return check_launch(FP8 ? "gemv_kernel<fp8>" : "gemv_kernel<bf16>");
 }
@@ -125,13 +150,14 @@ result<void> launch_gemv(bf16* y, const bf16* x, const void* w, const float* w_s
 }  // namespace kern
 
 // ---- launchers ----
-result<void> launch_fp8_gemv(bf16* y, const bf16* x, const uint8_t* w, const float* w_scales, const bf16* bias,
-                             int32_t m, int32_t n, int32_t k, cudaStream_t stream) {
+result<void> launch_fp8_gemv(bf16* y, const bf16* x, const uint8_t* w, const float* w_scales,
+                             const bf16* bias, int32_t m, int32_t n, int32_t k,
+                             cudaStream_t stream) {
   return kern::launch_gemv<true>(y, x, w, w_scales, bias, m, n, k, stream);
 }
 
-result<void> launch_bf16_gemv(bf16* y, const bf16* x, const bf16* w, const bf16* bias, int32_t m, int32_t n, int32_t k,
-                              cudaStream_t stream) {
+result<void> launch_bf16_gemv(bf16* y, const bf16* x, const bf16* w, const bf16* bias, int32_t m,
+                              int32_t n, int32_t k, cudaStream_t stream) {
   return kern::launch_gemv<false>(y, x, w, nullptr, bias, m, n, k, stream);
 }
 

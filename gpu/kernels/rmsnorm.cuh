@@ -12,8 +12,9 @@ namespace kern {
 // ---- kernels ----
 // One block per output row; the row (hidden <= 8192 * 2 per thread pass) is read twice from L1/L2:
 // once for the sum of squares (storing z to residual), once to normalize.
-__global__ void rmsnorm_kernel(bf16* __restrict__ out, const bf16* x, bf16* residual, const bf16* __restrict__ w,
-                               const int32_t* __restrict__ rows, int32_t hidden, float eps, int add_residual) {
+__global__ void rmsnorm_kernel(bf16* __restrict__ out, const bf16* x, bf16* residual,
+                               const bf16* __restrict__ w, const int32_t* __restrict__ rows,
+                               int32_t hidden, float eps, int add_residual) {
   __shared__ float scratch[32];
   const int32_t i = blockIdx.x;
   const int64_t r = rows ? rows[i] : i;
@@ -37,8 +38,9 @@ __global__ void rmsnorm_kernel(bf16* __restrict__ out, const bf16* x, bf16* resi
 
 // One warp per (token, head): the head's head_dim values (<= 32 * 8 per lane pass) are read once
 // into registers, summed across the warp, scaled and written back in place.
-__global__ void head_rmsnorm_kernel(bf16* qkv, const bf16* __restrict__ q_w, const bf16* __restrict__ k_w,
-                                    int64_t num_tokens, int32_t q_heads, int32_t kv_heads, int32_t head_dim,
+__global__ void head_rmsnorm_kernel(bf16* qkv, const bf16* __restrict__ q_w,
+                                    const bf16* __restrict__ k_w, int64_t num_tokens,
+                                    int32_t q_heads, int32_t kv_heads, int32_t head_dim,
                                     int64_t row_stride, float eps) {
   constexpr int32_t k_per_lane = 8;  // head_dim <= 256
   const int32_t heads = q_heads + kv_heads;
@@ -69,19 +71,22 @@ __global__ void head_rmsnorm_kernel(bf16* qkv, const bf16* __restrict__ q_w, con
 }  // namespace kern
 
 // ---- launchers ----
-result<void> launch_rmsnorm(bf16* out, const bf16* x, bf16* residual, const bf16* weight, const int32_t* rows,
-                            int32_t num_rows, int32_t hidden, float eps, bool add_residual, cudaStream_t stream) {
+result<void> launch_rmsnorm(bf16* out, const bf16* x, bf16* residual, const bf16* weight,
+                            const int32_t* rows, int32_t num_rows, int32_t hidden, float eps,
+                            bool add_residual, cudaStream_t stream) {
   if (hidden <= 0 || num_rows < 0 || (add_residual && residual == nullptr))
     return make_error("invalid_argument", "rmsnorm: bad shape or add_residual without a residual");
-  if (rows != nullptr && out == x) return make_error("invalid_argument", "rmsnorm: gathered output may not alias x");
+  if (rows != nullptr && out == x)
+    return make_error("invalid_argument", "rmsnorm: gathered output may not alias x");
   if (num_rows == 0) return {};
-  kern::rmsnorm_kernel<<<num_rows, 256, 0, stream>>>(out, x, residual, weight, rows, hidden, eps, add_residual ? 1 : 0);
+  kern::rmsnorm_kernel<<<num_rows, 256, 0, stream>>>(out, x, residual, weight, rows, hidden, eps,
+                                                     add_residual ? 1 : 0);
   return kern::check_launch("rmsnorm_kernel");
 }
 
-result<void> launch_head_rmsnorm(bf16* qkv, const bf16* q_weight, const bf16* k_weight, int32_t num_tokens,
-                                 int32_t num_q_heads, int32_t num_kv_heads, int32_t head_dim, float eps,
-                                 cudaStream_t stream) {
+result<void> launch_head_rmsnorm(bf16* qkv, const bf16* q_weight, const bf16* k_weight,
+                                 int32_t num_tokens, int32_t num_q_heads, int32_t num_kv_heads,
+                                 int32_t head_dim, float eps, cudaStream_t stream) {
   if (head_dim <= 0 || head_dim > 256 || num_q_heads <= 0 || num_kv_heads <= 0 || num_tokens < 0)
     return make_error("invalid_argument", "head_rmsnorm: bad shape (head_dim 1..256)");
   if (num_tokens == 0) return {};

@@ -1,6 +1,7 @@
 // RoPE fused with the paged KV write. The scaling types differ in inv_freq (computed on the host,
 // model/rope.cpp), the cos/sin scale (YaRN, LongRoPE), LongRoPE's second inv_freq from a position
-// on, and how many dimensions rotate (partial rotary). CPU reference: gpu/reference/rope_kv_ref.hpp.
+// on, and how many dimensions rotate (partial rotary). CPU reference:
+// gpu/reference/rope_kv_ref.hpp.
 #pragma once
 
 #include "gpu/kernels.hpp"
@@ -19,7 +20,8 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   const int64_t row = int64_t(a.num_q_heads + 2 * a.num_kv_heads) * D;
   bf16* base = a.qkv + int64_t(t) * row;
   const float pos = float(a.positions[t]);
-  const float* inv_freq = a.inv_freq_long && a.positions[t] >= a.long_from ? a.inv_freq_long : a.inv_freq;
+  const float* inv_freq =
+      a.inv_freq_long && a.positions[t] >= a.long_from ? a.inv_freq_long : a.inv_freq;
   const int32_t slot = a.slot_mapping[t];
   const int64_t cache_row = int64_t(slot) * a.num_kv_heads * D;  // slot * (kv_heads * D)
   const int32_t rot_heads = a.num_q_heads + a.num_kv_heads;
@@ -41,10 +43,12 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
     }
   }
   if (slot < 0) return;  // padding token: no cache write
-  const int32_t pass = D - 2 * half;  // partial rotary or NoPE: k dimensions past the rotated ones, as they are
+  const int32_t pass =
+      D - 2 * half;  // partial rotary or NoPE: k dimensions past the rotated ones, as they are
   for (int32_t k = threadIdx.x; k < a.num_kv_heads * pass; k += blockDim.x) {
     const int32_t h = k / pass, i = 2 * half + k % pass;
-    store_kv<KV>(a.k_cache, cache_row + int64_t(h) * D + i, to_f(base[int64_t(a.num_q_heads + h) * D + i]));
+    store_kv<KV>(a.k_cache, cache_row + int64_t(h) * D + i,
+                 to_f(base[int64_t(a.num_q_heads + h) * D + i]));
   }
   const bf16* vsrc = base + int64_t(rot_heads) * D;
   for (int32_t k = threadIdx.x; k < a.num_kv_heads * D; k += blockDim.x)
@@ -55,14 +59,20 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
 
 // ---- launchers ----
 result<void> launch_rope_kv_write(const rope_kv_args& a, cudaStream_t stream) {
-  if (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.num_q_heads <= 0 || a.num_kv_heads <= 0 || a.num_tokens < 0 ||
-      a.rotary_dim < 0 || a.rotary_dim % 2 != 0 || a.rotary_dim > a.head_dim)
+  if (a.head_dim <= 0 || a.head_dim % 2 != 0 || a.num_q_heads <= 0 || a.num_kv_heads <= 0 ||
+      a.num_tokens < 0 || a.rotary_dim < 0 || a.rotary_dim % 2 != 0 || a.rotary_dim > a.head_dim)
     return make_error("invalid_argument", "rope_kv_write: bad shape");
   if (a.num_tokens == 0) return {};
   switch (a.kv_type) {
-    case kv_elem::bf16: kern::rope_kv_kernel<kv_elem::bf16><<<a.num_tokens, 256, 0, stream>>>(a); break;
-    case kv_elem::fp8_e4m3: kern::rope_kv_kernel<kv_elem::fp8_e4m3><<<a.num_tokens, 256, 0, stream>>>(a); break;
-    case kv_elem::fp8_e5m2: kern::rope_kv_kernel<kv_elem::fp8_e5m2><<<a.num_tokens, 256, 0, stream>>>(a); break;
+    case kv_elem::bf16:
+      kern::rope_kv_kernel<kv_elem::bf16><<<a.num_tokens, 256, 0, stream>>>(a);
+      break;
+    case kv_elem::fp8_e4m3:
+      kern::rope_kv_kernel<kv_elem::fp8_e4m3><<<a.num_tokens, 256, 0, stream>>>(a);
+      break;
+    case kv_elem::fp8_e5m2:
+      kern::rope_kv_kernel<kv_elem::fp8_e5m2><<<a.num_tokens, 256, 0, stream>>>(a);
+      break;
   }
   return kern::check_launch("rope_kv_kernel");
 }

@@ -3,13 +3,13 @@
 //
 // Truncation without sorting: every filter is "keep x >= threshold", and each threshold is found by
 // a radix select over the order-preserving 32-bit key of a float, most significant byte first: per
-// byte one pass over the row builds a 256-bucket histogram (in shared memory) of the keys that match
-// the bytes chosen so far, and one warp scans it from the top for the bucket where the running
-// weight reaches the target. Four passes for top-k (weights: counts) and four for top-p (weights:
-// probability mass in 32.32 fixed point, so the integer atomics make the sums exact and the choice
-// independent of thread order), after one pass for the max and one for the total mass: about ten
-// passes per sampled row instead of the 68 of a bisection. The row (vocab * 4 bytes) stays in L2
-// across passes. Ties at a threshold are all kept.
+// byte one pass over the row builds a 256-bucket histogram (in shared memory) of the keys that
+// match the bytes chosen so far, and one warp scans it from the top for the bucket where the
+// running weight reaches the target. Four passes for top-k (weights: counts) and four for top-p
+// (weights: probability mass in 32.32 fixed point, so the integer atomics make the sums exact and
+// the choice independent of thread order), after one pass for the max and one for the total mass:
+// about ten passes per sampled row instead of the 68 of a bisection. The row (vocab * 4 bytes)
+// stays in L2 across passes. Ties at a threshold are all kept.
 #pragma once
 
 #include "gpu/kernels.hpp"
@@ -60,8 +60,8 @@ __device__ __forceinline__ unsigned long long mass_fx(float v, float mx) {
 // the scanning warp to the block); every thread of the block calls it.
 template <class Weight>
 __device__ uint32_t radix_threshold(const float* x, int32_t vocab, float inv_t, uint32_t floor,
-                                    unsigned long long target, const Weight& weight, unsigned long long* hist,
-                                    unsigned long long* pick) {
+                                    unsigned long long target, const Weight& weight,
+                                    unsigned long long* hist, unsigned long long* pick) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint32_t prefix = 0;
   unsigned long long above = 0;  // weight of the entries above the chosen buckets
@@ -130,14 +130,15 @@ __device__ uint32_t radix_threshold(const float* x, int32_t vocab, float inv_t, 
 // order (no sort, nothing written to the row). out gets (id, v - offset as f32 bits) pairs; an id
 // of -1 ends a list shorter than n. Every thread of the block calls it.
 template <class Value, class Keep>
-__device__ void write_top_n(uint32_t* out, int32_t n, int32_t vocab, float offset, const Value& value_of,
-                            const Keep& keep, arg_best* scratch) {
+__device__ void write_top_n(uint32_t* out, int32_t n, int32_t vocab, float offset,
+                            const Value& value_of, const Keep& keep, arg_best* scratch) {
   arg_best prev{0.0f, -1};
   for (int32_t r = 0; r < n; ++r) {
     arg_best c{-INFINITY, 0x7fffffff};
     for (int32_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       const float v = value_of(i);
-      if (keep(i, v) && (r == 0 || prev.v > v || (prev.v == v && prev.i < i))) c = better(c, arg_best{v, i});
+      if (keep(i, v) && (r == 0 || prev.v > v || (prev.v == v && prev.i < i)))
+        c = better(c, arg_best{v, i});
     }
     c = block_argmax(c, scratch);  // the same in every thread
     if (threadIdx.x == 0) {
@@ -151,10 +152,10 @@ __device__ void write_top_n(uint32_t* out, int32_t n, int32_t vocab, float offse
 
 // ---- kernels ----
 // One block (1024 threads) per row. Rows may hold -inf (masked by logit edits).
-__global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_tok, float* __restrict__ out_lp,
-                                                      const float* __restrict__ logits,
-                                                      const sample_row_params* __restrict__ params, int32_t vocab,
-                                                      uint32_t* __restrict__ out_top) {
+__global__ void __launch_bounds__(1024)
+    sample_kernel(int32_t* __restrict__ out_tok, float* __restrict__ out_lp,
+                  const float* __restrict__ logits, const sample_row_params* __restrict__ params,
+                  int32_t vocab, uint32_t* __restrict__ out_top) {
   __shared__ float scratch[32];
   __shared__ arg_best best_scratch[32];
   __shared__ unsigned long long hist[256], pick[2], total_scratch[32];
@@ -170,9 +171,10 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
 
   uint32_t thr = 0;  // keep key(x * inv_t) >= thr
   if (!greedy) {
-    if (p.top_k > 0 && p.top_k < vocab)  // the k-th largest key: k entries (and its ties) at or above it
-      thr = radix_threshold(x, vocab, inv_t, 0u, (unsigned long long)p.top_k,
-                            [](float) { return 1ull; }, hist, pick);
+    if (p.top_k > 0 &&
+        p.top_k < vocab)  // the k-th largest key: k entries (and its ties) at or above it
+      thr = radix_threshold(
+          x, vocab, inv_t, 0u, (unsigned long long)p.top_k, [](float) { return 1ull; }, hist, pick);
     if (p.top_p < 1.0f) {
       // The smallest set of largest values whose mass reaches top_p of the mass top-k left.
       unsigned long long total = 0;
@@ -182,7 +184,8 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
       }
       total = block_sum_u64(total, total_scratch);
       const unsigned long long want = (unsigned long long)ceil(double(p.top_p) * double(total));
-      thr = radix_threshold(x, vocab, inv_t, thr, want, [mx](float v) { return mass_fx(v, mx); }, hist, pick);
+      thr = radix_threshold(
+          x, vocab, inv_t, thr, want, [mx](float v) { return mass_fx(v, mx); }, hist, pick);
     }
     if (p.min_p > 0.0f) thr = max(thr, key_of(mx + logf(p.min_p)));
   }
@@ -214,16 +217,17 @@ __global__ void __launch_bounds__(1024) sample_kernel(int32_t* __restrict__ out_
   if (out_top == nullptr || p.top_n <= 0) return;
   // Top logprobs of the processed row: its kept, finite values.
   write_top_n(
-      out_top + int64_t(row) * k_top_logprob_words, min(p.top_n, k_top_logprobs_max), vocab, mx + log_z,
-      [&](int32_t i) { return x[i] * inv_t; }, [&](int32_t, float v) { return key_of(v) >= thr && v > -INFINITY; },
-      best_scratch);
+      out_top + int64_t(row) * k_top_logprob_words, min(p.top_n, k_top_logprobs_max), vocab,
+      mx + log_z, [&](int32_t i) { return x[i] * inv_t; },
+      [&](int32_t, float v) { return key_of(v) >= thr && v > -INFINITY; }, best_scratch);
 }
 
 // One block (1024 threads) per row: the log-normalizer, the target's logprob and rank, then the
 // top_n entries of the raw row (write_top_n).
-__global__ void __launch_bounds__(1024) prompt_logprobs_kernel(uint32_t* __restrict__ out, const float* __restrict__ logits,
-                                                               const int32_t* __restrict__ targets, int32_t vocab,
-                                                               int32_t top_n, int32_t stride) {
+__global__ void __launch_bounds__(1024)
+    prompt_logprobs_kernel(uint32_t* __restrict__ out, const float* __restrict__ logits,
+                           const int32_t* __restrict__ targets, int32_t vocab, int32_t top_n,
+                           int32_t stride) {
   __shared__ float scratch[32];
   __shared__ arg_best best_scratch[32];
   const int32_t row = blockIdx.x;
@@ -244,27 +248,31 @@ __global__ void __launch_bounds__(1024) prompt_logprobs_kernel(uint32_t* __restr
     o[1] = uint32_t(1 + int32_t(above));
   }
   write_top_n(
-      o + 2, top_n, vocab, lse, [&](int32_t i) { return x[i]; }, [](int32_t, float) { return true; }, best_scratch);
+      o + 2, top_n, vocab, lse, [&](int32_t i) { return x[i]; },
+      [](int32_t, float) { return true; }, best_scratch);
 }
 
 }  // namespace kern
 
 // ---- launchers ----
 result<void> launch_sample(int32_t* out_tokens, float* out_logprobs, const float* logits,
-                           const sample_row_params* params, int32_t num_rows, int32_t vocab, cudaStream_t stream,
-                           uint32_t* out_top) {
+                           const sample_row_params* params, int32_t num_rows, int32_t vocab,
+                           cudaStream_t stream, uint32_t* out_top) {
   if (vocab <= 0 || num_rows < 0) return make_error("invalid_argument", "sample: bad shape");
   if (num_rows == 0) return {};
-  kern::sample_kernel<<<num_rows, 1024, 0, stream>>>(out_tokens, out_logprobs, logits, params, vocab, out_top);
+  kern::sample_kernel<<<num_rows, 1024, 0, stream>>>(out_tokens, out_logprobs, logits, params,
+                                                     vocab, out_top);
   return kern::check_launch("sample_kernel");
 }
 
-result<void> launch_prompt_logprobs(uint32_t* out, const float* logits, const int32_t* targets, int32_t num_rows,
-                                    int32_t vocab, int32_t top_n, int32_t stride, cudaStream_t stream) {
+result<void> launch_prompt_logprobs(uint32_t* out, const float* logits, const int32_t* targets,
+                                    int32_t num_rows, int32_t vocab, int32_t top_n, int32_t stride,
+                                    cudaStream_t stream) {
   if (vocab <= 0 || num_rows < 0 || top_n < 0 || stride < 2 + 2 * top_n)
     return make_error("invalid_argument", "prompt_logprobs: bad shape");
   if (num_rows == 0) return {};
-  kern::prompt_logprobs_kernel<<<num_rows, 1024, 0, stream>>>(out, logits, targets, vocab, top_n, stride);
+  kern::prompt_logprobs_kernel<<<num_rows, 1024, 0, stream>>>(out, logits, targets, vocab, top_n,
+                                                              stride);
   return kern::check_launch("prompt_logprobs_kernel");
 }
 

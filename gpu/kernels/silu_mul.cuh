@@ -1,4 +1,5 @@
-// SwiGLU activation: silu(gate) * up. CPU reference: gpu/reference/elementwise_ref.hpp (silu_mul_ref).
+// SwiGLU activation: silu(gate) * up. CPU reference: gpu/reference/elementwise_ref.hpp
+// (silu_mul_ref).
 #pragma once
 
 #include "gpu/kernels.hpp"
@@ -9,8 +10,10 @@ namespace kern {
 
 // ---- kernels ----
 // Grid-stride over num_tokens * inter outputs; fp32 math, one rounding.
-__global__ void silu_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__ gu, int64_t n, int32_t inter) {
-  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n; k += int64_t(gridDim.x) * blockDim.x) {
+__global__ void silu_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__ gu, int64_t n,
+                                int32_t inter) {
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < n;
+       k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = k / inter, j = k % inter;
     const float g = to_f(gu[t * 2 * inter + j]);
     const float u = to_f(gu[t * 2 * inter + inter + j]);
@@ -21,7 +24,8 @@ __global__ void silu_mul_kernel(bf16* __restrict__ out, const bf16* __restrict__
 }  // namespace kern
 
 // ---- launchers ----
-result<void> launch_silu_mul(bf16* out, const bf16* gate_up, int32_t num_tokens, int32_t inter, cudaStream_t stream) {
+result<void> launch_silu_mul(bf16* out, const bf16* gate_up, int32_t num_tokens, int32_t inter,
+                             cudaStream_t stream) {
   if (inter <= 0 || num_tokens < 0) return make_error("invalid_argument", "silu_mul: bad shape");
   const int64_t n = int64_t(num_tokens) * inter;
   if (n == 0) return {};

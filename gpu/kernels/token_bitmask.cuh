@@ -14,7 +14,8 @@ namespace kern {
 // grid (ceil(words / 256), num_rows): one thread per 32-bit word, which writes the <= 32 logits it
 // covers; a word with every bit set (the common case inside free text) writes nothing.
 __global__ void token_bitmask_kernel(float* __restrict__ logits, const int32_t* __restrict__ rows,
-                                     const uint32_t* __restrict__ masks, int32_t words, int32_t vocab) {
+                                     const uint32_t* __restrict__ masks, int32_t words,
+                                     int32_t vocab) {
   const int32_t w = blockIdx.x * blockDim.x + threadIdx.x;
   if (w >= words) return;
   const uint32_t bits = masks[int64_t(blockIdx.y) * words + w];
@@ -29,8 +30,9 @@ __global__ void token_bitmask_kernel(float* __restrict__ logits, const int32_t* 
 }  // namespace kern
 
 // ---- launchers ----
-result<void> launch_token_bitmask(float* logits, const int32_t* rows, const uint32_t* masks, int32_t num_rows,
-                                  int32_t words, int32_t vocab, cudaStream_t stream) {
+result<void> launch_token_bitmask(float* logits, const int32_t* rows, const uint32_t* masks,
+                                  int32_t num_rows, int32_t words, int32_t vocab,
+                                  cudaStream_t stream) {
   if (num_rows < 0 || words < 0 || vocab <= 0 || int64_t(words) * 32 < vocab)
     return make_error("invalid_argument", "token_bitmask: bad shape");
   if (num_rows == 0) return {};

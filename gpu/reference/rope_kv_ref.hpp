@@ -21,14 +21,16 @@ struct rope_ref_opts {
 };
 
 inline void rope_kv_ref(std::vector<uint16_t>& qkv, const std::vector<int32_t>& positions,
-                        const std::vector<int32_t>& slot_mapping, const std::vector<float>& inv_freq,
-                        std::vector<uint16_t>& k_cache, std::vector<uint16_t>& v_cache, int32_t num_q_heads,
-                        int32_t num_kv_heads, int32_t head_dim, const rope_ref_opts& o = {}) {
+                        const std::vector<int32_t>& slot_mapping,
+                        const std::vector<float>& inv_freq, std::vector<uint16_t>& k_cache,
+                        std::vector<uint16_t>& v_cache, int32_t num_q_heads, int32_t num_kv_heads,
+                        int32_t head_dim, const rope_ref_opts& o = {}) {
   const int32_t half = o.rotate ? (o.rotary_dim > 0 ? o.rotary_dim : head_dim) / 2 : 0;
   const size_t row = size_t(num_q_heads + 2 * num_kv_heads) * size_t(head_dim);
   for (size_t t = 0; t < positions.size(); ++t) {
     uint16_t* base = qkv.data() + t * row;
-    const std::vector<float>& inv = o.inv_freq_long && positions[t] >= o.long_from ? *o.inv_freq_long : inv_freq;
+    const std::vector<float>& inv =
+        o.inv_freq_long && positions[t] >= o.long_from ? *o.inv_freq_long : inv_freq;
     for (int32_t h = 0; h < num_q_heads + num_kv_heads; ++h)
       for (int32_t i = 0; i < half; ++i) {
         const float ang = float(positions[t]) * inv[size_t(i)];
@@ -43,7 +45,8 @@ inline void rope_kv_ref(std::vector<uint16_t>& qkv, const std::vector<int32_t>& 
     const size_t kv = size_t(num_kv_heads) * size_t(head_dim);
     for (size_t k = 0; k < kv; ++k) {
       k_cache[size_t(slot) * kv + k] = base[size_t(num_q_heads) * size_t(head_dim) + k];
-      v_cache[size_t(slot) * kv + k] = base[size_t(num_q_heads + num_kv_heads) * size_t(head_dim) + k];
+      v_cache[size_t(slot) * kv + k] =
+          base[size_t(num_q_heads + num_kv_heads) * size_t(head_dim) + k];
     }
   }
 }

@@ -11,15 +11,16 @@
 #include <utility>
 #include <vector>
 
-#include "gpu/sample_row_params.hpp"
 #include "gpu/rng.hpp"
+#include "gpu/sample_row_params.hpp"
 
 namespace coserve::gpu::ref {
 
 struct sample_out {
   int32_t token = 0;
   float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top;  // min(top_n, 20) kept ids by value (lower id first), logprobs
+  std::vector<std::pair<int32_t, float>>
+      top;  // min(top_n, 20) kept ids by value (lower id first), logprobs
 };
 
 inline sample_out sample_ref(const float* x, int32_t vocab, const sample_row_params& p) {
@@ -39,12 +40,14 @@ inline sample_out sample_ref(const float* x, int32_t vocab, const sample_row_par
     if (p.top_k > 0 && p.top_k < vocab) thr = sorted[size_t(p.top_k) - 1];
     if (p.top_p < 1.0f) {
       double total = 0.0;
-      for (float f : sorted) if (f >= thr) total += std::exp(double(f) - mx);
+      for (float f : sorted)
+        if (f >= thr) total += std::exp(double(f) - mx);
       double cum = 0.0;
       for (size_t i = 0; i < sorted.size() && sorted[i] >= thr; ++i) {
         cum += std::exp(double(sorted[i]) - mx);
         // include every tie of sorted[i] before deciding
-        if ((i + 1 == sorted.size() || sorted[i + 1] != sorted[i]) && cum >= double(p.top_p) * total) {
+        if ((i + 1 == sorted.size() || sorted[i + 1] != sorted[i]) &&
+            cum >= double(p.top_p) * total) {
           thr = sorted[i];
           break;
         }
@@ -54,7 +57,8 @@ inline sample_out sample_ref(const float* x, int32_t vocab, const sample_row_par
     float best_score = -INFINITY;
     for (int32_t i = 0; i < vocab; ++i) {
       if (v[size_t(i)] < thr) continue;
-      const float score = v[size_t(i)] - std::log(-std::log(uniform01(p.seed, p.counter, uint64_t(i))));
+      const float score =
+          v[size_t(i)] - std::log(-std::log(uniform01(p.seed, p.counter, uint64_t(i))));
       if (score > best_score) {
         best_score = score;
         best = i;
@@ -68,7 +72,8 @@ inline sample_out sample_ref(const float* x, int32_t vocab, const sample_row_par
   std::vector<int32_t> kept;
   for (int32_t i = 0; i < vocab; ++i)
     if (v[size_t(i)] >= thr && v[size_t(i)] > -INFINITY) kept.push_back(i);
-  std::stable_sort(kept.begin(), kept.end(), [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
+  std::stable_sort(kept.begin(), kept.end(),
+                   [&](int32_t a, int32_t b) { return v[size_t(a)] > v[size_t(b)]; });
   for (size_t k = 0; k < kept.size() && k < size_t(std::min(p.top_n, 20)); ++k)
     out.top.emplace_back(kept[k], float(double(v[size_t(kept[k])]) - mx - std::log(z)));
   return out;

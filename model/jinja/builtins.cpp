@@ -3,6 +3,8 @@
 // the helpers into a third file.
 #include "model/jinja/builtins.hpp"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cctype>
 #include <climits>
@@ -10,7 +12,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <utf8proc.h>
 
 namespace coserve::jinja {
 namespace {
@@ -43,12 +44,14 @@ std::vector<cp_span> spans(std::string_view s) {
 // Python's str.isspace() per code point (bidirectional class WS, B or S, or category Zs): what
 // strip(), split() and isspace() treat as whitespace.
 bool py_is_space(int32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
-         cp == 0x3000;
+  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+         cp == 0x202f || cp == 0x205f || cp == 0x3000;
 }
 
-utf8proc_category_t category(int32_t cp) { return cp < 0 ? UTF8PROC_CATEGORY_CN : utf8proc_category(cp); }
+utf8proc_category_t category(int32_t cp) {
+  return cp < 0 ? UTF8PROC_CATEGORY_CN : utf8proc_category(cp);
+}
 bool is_cased(int32_t cp) {
   const auto c = category(cp);
   return c == UTF8PROC_CATEGORY_LU || c == UTF8PROC_CATEGORY_LL || c == UTF8PROC_CATEGORY_LT;
@@ -63,10 +66,11 @@ bool py_is_decimal(int32_t cp) { return category(cp) == UTF8PROC_CATEGORY_ND; }
 // parenthesized digits, ...) as Python 3.11 (Unicode 14) reports them.
 bool py_is_digit(int32_t cp) {
   static constexpr std::pair<int32_t, int32_t> k_digit[] = {
-      {0xB2, 0xB3},     {0xB9, 0xB9},     {0x1369, 0x1371}, {0x19DA, 0x19DA}, {0x2070, 0x2070},
-      {0x2074, 0x2079}, {0x2080, 0x2089}, {0x2460, 0x2468}, {0x2474, 0x247C}, {0x2488, 0x2490},
-      {0x24EA, 0x24EA}, {0x24F5, 0x24FD}, {0x24FF, 0x24FF}, {0x2776, 0x277E}, {0x2780, 0x2788},
-      {0x278A, 0x2792}, {0x10A40, 0x10A43}, {0x10E60, 0x10E68}, {0x11052, 0x1105A}, {0x1F100, 0x1F10A}};
+      {0xB2, 0xB3},       {0xB9, 0xB9},       {0x1369, 0x1371},   {0x19DA, 0x19DA},
+      {0x2070, 0x2070},   {0x2074, 0x2079},   {0x2080, 0x2089},   {0x2460, 0x2468},
+      {0x2474, 0x247C},   {0x2488, 0x2490},   {0x24EA, 0x24EA},   {0x24F5, 0x24FD},
+      {0x24FF, 0x24FF},   {0x2776, 0x277E},   {0x2780, 0x2788},   {0x278A, 0x2792},
+      {0x10A40, 0x10A43}, {0x10E60, 0x10E68}, {0x11052, 0x1105A}, {0x1F100, 0x1F10A}};
   if (py_is_decimal(cp)) return true;
   for (auto [lo, hi] : k_digit)
     if (cp >= lo && cp <= hi) return true;
@@ -76,15 +80,18 @@ bool py_is_digit(int32_t cp) {
 // ... category Lo), as Python 3.11 reports them.
 bool py_is_numeric(int32_t cp) {
   const auto c = category(cp);
-  if (c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO) return true;
+  if (c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL || c == UTF8PROC_CATEGORY_NO)
+    return true;
   static constexpr int32_t k_cjk[] = {
-      0x3405, 0x3483, 0x382A, 0x3B4D, 0x4E00, 0x4E03, 0x4E07, 0x4E09, 0x4E5D, 0x4E8C, 0x4E94, 0x4E96, 0x4EBF,
-      0x4EC0, 0x4EDF, 0x4EE8, 0x4F0D, 0x4F70, 0x5104, 0x5146, 0x5169, 0x516B, 0x516D, 0x5341, 0x5343, 0x5344,
-      0x5345, 0x534C, 0x53C1, 0x53C2, 0x53C3, 0x53C4, 0x56DB, 0x58F1, 0x58F9, 0x5E7A, 0x5EFE, 0x5EFF, 0x5F0C,
-      0x5F0D, 0x5F0E, 0x5F10, 0x62FE, 0x634C, 0x67D2, 0x6F06, 0x7396, 0x767E, 0x8086, 0x842C, 0x8CAE, 0x8CB3,
-      0x8D30, 0x9621, 0x9646, 0x964C, 0x9678, 0x96F6, 0xF96B, 0xF973, 0xF978, 0xF9B2, 0xF9D1, 0xF9D3, 0xF9FD,
-      0x20001, 0x20064, 0x200E2, 0x20121, 0x2092A, 0x20983, 0x2098C, 0x2099C, 0x20AEA, 0x20AFD, 0x20B19, 0x22390, 0x22998,
-      0x23B1B, 0x2626D, 0x2F890};
+      0x3405,  0x3483,  0x382A,  0x3B4D,  0x4E00,  0x4E03,  0x4E07,  0x4E09,  0x4E5D,
+      0x4E8C,  0x4E94,  0x4E96,  0x4EBF,  0x4EC0,  0x4EDF,  0x4EE8,  0x4F0D,  0x4F70,
+      0x5104,  0x5146,  0x5169,  0x516B,  0x516D,  0x5341,  0x5343,  0x5344,  0x5345,
+      0x534C,  0x53C1,  0x53C2,  0x53C3,  0x53C4,  0x56DB,  0x58F1,  0x58F9,  0x5E7A,
+      0x5EFE,  0x5EFF,  0x5F0C,  0x5F0D,  0x5F0E,  0x5F10,  0x62FE,  0x634C,  0x67D2,
+      0x6F06,  0x7396,  0x767E,  0x8086,  0x842C,  0x8CAE,  0x8CB3,  0x8D30,  0x9621,
+      0x9646,  0x964C,  0x9678,  0x96F6,  0xF96B,  0xF973,  0xF978,  0xF9B2,  0xF9D1,
+      0xF9D3,  0xF9FD,  0x20001, 0x20064, 0x200E2, 0x20121, 0x2092A, 0x20983, 0x2098C,
+      0x2099C, 0x20AEA, 0x20AFD, 0x20B19, 0x22390, 0x22998, 0x23B1B, 0x2626D, 0x2F890};
   return std::binary_search(std::begin(k_cjk), std::end(k_cjk), cp);
 }
 
@@ -94,15 +101,18 @@ std::string py_strip(std::string_view s, const jvalue& chars, bool left, bool ri
   const auto cps = spans(s);
   std::vector<int32_t> set;
   if (chars.is_string())
-    for (const auto& c : spans(chars.str())) set.push_back(c.cp < 0 ? -1 - int32_t(uint8_t(chars.str()[c.pos])) : c.cp);
+    for (const auto& c : spans(chars.str()))
+      set.push_back(c.cp < 0 ? -1 - int32_t(uint8_t(chars.str()[c.pos])) : c.cp);
   auto strip_it = [&](const cp_span& c) {
     if (!chars.is_string()) return py_is_space(c.cp);
     const int32_t key = c.cp < 0 ? -1 - int32_t(uint8_t(s[c.pos])) : c.cp;
     return std::find(set.begin(), set.end(), key) != set.end();
   };
   size_t b = 0, e = cps.size();
-  if (left) while (b < e && strip_it(cps[b])) ++b;
-  if (right) while (e > b && strip_it(cps[e - 1])) --e;
+  if (left)
+    while (b < e && strip_it(cps[b])) ++b;
+  if (right)
+    while (e > b && strip_it(cps[e - 1])) --e;
   if (b == e) return {};
   return std::string(s.substr(cps[b].pos, cps[e - 1].pos + cps[e - 1].len - cps[b].pos));
 }
@@ -113,7 +123,10 @@ enum class case_kind { upper, lower, title };
 // and utf8proc's simple mappings lack, for the Latin letters chat templates meet (ß, the ff..st
 // ligatures, ŉ, İ); nullptr where the simple mapping is Python's. Final sigma is to_lower's.
 const char* special_case(int32_t cp, case_kind k) {
-  struct entry { int32_t cp; const char *upper, *title, *lower; };
+  struct entry {
+    int32_t cp;
+    const char *upper, *title, *lower;
+  };
   static constexpr entry table[] = {
       {0x00df, "SS", "Ss", nullptr},           {0xfb00, "FF", "Ff", nullptr},
       {0xfb01, "FI", "Fi", nullptr},           {0xfb02, "FL", "Fl", nullptr},
@@ -122,7 +135,8 @@ const char* special_case(int32_t cp, case_kind k) {
       {0x0149, "\u02bcN", "\u02bcN", nullptr}, {0x0130, nullptr, nullptr, "i\u0307"},
   };
   for (const auto& e : table)
-    if (e.cp == cp) return k == case_kind::upper ? e.upper : k == case_kind::title ? e.title : e.lower;
+    if (e.cp == cp)
+      return k == case_kind::upper ? e.upper : k == case_kind::title ? e.title : e.lower;
   return nullptr;
 }
 
@@ -155,21 +169,43 @@ std::string map_case(const std::string& s, Map map, case_kind kind) {
   }
   return out;
 }
-std::string to_upper(const std::string& s) { return map_case(s, utf8proc_toupper, case_kind::upper); }
+std::string to_upper(const std::string& s) {
+  return map_case(s, utf8proc_toupper, case_kind::upper);
+}
 // Unicode's Case_Ignorable: categories Mn, Me, Cf, Lm, Sk and the Word_Break MidLetter, MidNumLet
 // and Single_Quote characters.
 bool case_ignorable(int32_t cp) {
   if (cp < 0) return false;
   switch (utf8proc_category(cp)) {
-    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_SK: return true;
-    default: break;
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_SK:
+      return true;
+    default:
+      break;
   }
   switch (cp) {
-    case 0x27: case 0x2e: case 0x3a: case 0xb7: case 0x387: case 0x5f4: case 0x2018: case 0x2019:
-    case 0x2024: case 0x2027: case 0xfe13: case 0xfe52: case 0xfe55: case 0xff07: case 0xff0e: case 0xff1a:
+    case 0x27:
+    case 0x2e:
+    case 0x3a:
+    case 0xb7:
+    case 0x387:
+    case 0x5f4:
+    case 0x2018:
+    case 0x2019:
+    case 0x2024:
+    case 0x2027:
+    case 0xfe13:
+    case 0xfe52:
+    case 0xfe55:
+    case 0xff07:
+    case 0xff0e:
+    case 0xff1a:
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -191,17 +227,21 @@ std::string to_lower(const std::string& s) {
       while (b > 0 && case_ignorable(cps[b - 1].cp)) --b;
       size_t a = i + 1;
       while (a < cps.size() && case_ignorable(cps[a].cp)) ++a;
-      const bool final = b > 0 && is_cased(cps[b - 1].cp) && !(a < cps.size() && is_cased(cps[a].cp));
+      const bool final =
+          b > 0 && is_cased(cps[b - 1].cp) && !(a < cps.size() && is_cased(cps[a].cp));
       append_cp(out, final ? 0x3c2 : 0x3c3);
       continue;
     }
-    if (const char* sp = special_case(cp, case_kind::lower)) out += sp;
-    else append_cp(out, utf8proc_tolower(cp));
+    if (const char* sp = special_case(cp, case_kind::lower))
+      out += sp;
+    else
+      append_cp(out, utf8proc_tolower(cp));
   }
   return out;
 }
 bool is_alpha_byte(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (static_cast<unsigned char>(c) >= 0x80);
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+         (static_cast<unsigned char>(c) >= 0x80);
 }
 // cp mapped to `kind` (special_case first), or as it is when !map.
 void append_mapped(std::string& out, int32_t cp, case_kind kind, bool map) {
@@ -210,8 +250,9 @@ void append_mapped(std::string& out, int32_t cp, case_kind kind, bool map) {
     out += sp;
     return;
   }
-  append_cp(out, kind == case_kind::upper ? utf8proc_toupper(cp)
-                 : kind == case_kind::lower ? utf8proc_tolower(cp) : utf8proc_totitle(cp));
+  append_cp(out, kind == case_kind::upper   ? utf8proc_toupper(cp)
+                 : kind == case_kind::lower ? utf8proc_tolower(cp)
+                                            : utf8proc_totitle(cp));
 }
 // str.title(): a cased code point after an uncased one goes to titlecase, after a cased one to
 // lowercase; uncased ones (digits, punctuation, invalid bytes) pass through.
@@ -226,7 +267,11 @@ std::string py_title(const std::string& s) {
       continue;
     }
     const bool cased = is_cased(c.cp);
-    append_mapped(out, c.cp, !cased ? case_kind::upper : prev_cased ? case_kind::lower : case_kind::title, cased);
+    append_mapped(out, c.cp,
+                  !cased       ? case_kind::upper
+                  : prev_cased ? case_kind::lower
+                               : case_kind::title,
+                  cased);
     prev_cased = cased;
   }
   return out;
@@ -244,7 +289,8 @@ std::string jinja_title(const std::string& s) {
       word_start = false;
       continue;
     }
-    if (py_is_space(c.cp) || c.cp == '-' || c.cp == '(' || c.cp == '{' || c.cp == '[' || c.cp == '<') {
+    if (py_is_space(c.cp) || c.cp == '-' || c.cp == '(' || c.cp == '{' || c.cp == '[' ||
+        c.cp == '<') {
       append_cp(out, c.cp);
       word_start = true;
       continue;
@@ -260,21 +306,27 @@ std::string py_capitalize(const std::string& s) {
   out.reserve(s.size());
   bool first = true;
   for (const auto& c : spans(s)) {
-    if (c.cp < 0) out += s[c.pos];
-    else append_mapped(out, c.cp, first ? case_kind::title : case_kind::lower, true);
+    if (c.cp < 0)
+      out += s[c.pos];
+    else
+      append_mapped(out, c.cp, first ? case_kind::title : case_kind::lower, true);
     first = false;
   }
   return out;
 }
 
-std::string py_replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+std::string py_replace(const std::string& s, const std::string& from, const std::string& to,
+                       int64_t count) {
   std::string out;
   if (from.empty()) {
     // Python inserts `to` between every code point (and at both ends).
     auto cps = code_points(s);
     int64_t n = 0;
     for (const auto& cp : cps) {
-      if (count < 0 || n < count) { out += to; ++n; }
+      if (count < 0 || n < count) {
+        out += to;
+        ++n;
+      }
       out += cp;
     }
     if (count < 0 || n < count) out += to;
@@ -318,7 +370,8 @@ jvalue py_split(const std::string& s, const jvalue& sep, int64_t maxsplit) {
   size_t pos = 0;
   while (true) {
     size_t f = s.find(d, pos);
-    if (f == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit)) break;
+    if (f == std::string::npos || (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit))
+      break;
     parts.emplace_back(s.substr(pos, f - pos));
     pos = f + d.size();
   }
@@ -369,8 +422,8 @@ jvalue py_splitlines(const std::string& s, bool keepends) {
   size_t start = 0;  // byte offset of the current line
   for (size_t i = 0; i < cps.size(); ++i) {
     const int32_t c = cps[i].cp;
-    const bool brk = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || (c >= 0x1c && c <= 0x1e) || c == 0x85 ||
-                     c == 0x2028 || c == 0x2029;
+    const bool brk = c == '\n' || c == '\r' || c == 0x0b || c == 0x0c || (c >= 0x1c && c <= 0x1e) ||
+                     c == 0x85 || c == 0x2028 || c == 0x2029;
     if (!brk) continue;
     const size_t line_end = cps[i].pos;  // before the break
     size_t next = cps[i].pos + cps[i].len;
@@ -383,7 +436,8 @@ jvalue py_splitlines(const std::string& s, bool keepends) {
 }
 
 // str.center / ljust / rjust: padded with one fill code point up to `width` code points.
-std::string py_pad(const std::string& s, int64_t width, const jvalue& fill, char how, const char* what = "width") {
+std::string py_pad(const std::string& s, int64_t width, const jvalue& fill, char how,
+                   const char* what = "width") {
   std::string f = " ";
   if (!fill.is_undefined() && !fill.is_none()) {
     if (!fill.is_string() || code_point_count(fill.str()) != 1)
@@ -411,14 +465,16 @@ jvalue make_method(std::string name, std::function<jvalue(call_args&)> fn) {
 
 jvalue unsafe_method(const std::string& name, const jvalue& obj) {
   std::string msg = "access to attribute '" + name + "' of '" +
-                    (obj.is_list() ? std::string("list") : std::string("dict")) + "' object is unsafe.";
+                    (obj.is_list() ? std::string("list") : std::string("dict")) +
+                    "' object is unsafe.";
   return make_method(name, [msg](call_args&) -> jvalue { throw template_error(msg); });
 }
 
 bool prefix_match(const std::string& s, const jvalue& p, bool at_end) {
   auto one = [&](const std::string& x) {
     if (x.size() > s.size()) return false;
-    return at_end ? s.compare(s.size() - x.size(), x.size(), x) == 0 : s.compare(0, x.size(), x) == 0;
+    return at_end ? s.compare(s.size() - x.size(), x.size(), x) == 0
+                  : s.compare(0, x.size(), x) == 0;
   };
   if (p.is_list()) {
     for (const auto& x : p.lst().items)
@@ -434,7 +490,8 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
   auto m = [&](auto fn) { return make_method(name, fn); };
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     bool l = name != "rstrip", r = name != "lstrip";
-    return m([s, l, r](call_args& a) { return jvalue(py_strip(s, a.get(0, "chars", jvalue()), l, r)); });
+    return m(
+        [s, l, r](call_args& a) { return jvalue(py_strip(s, a.get(0, "chars", jvalue()), l, r)); });
   }
   if (name == "split")
     return m([s](call_args& a) {
@@ -488,7 +545,8 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
   auto all_of = [&](auto pred) {
     return m([s, pred](call_args&) {
       const auto cps = spans(s);
-      return jvalue(!cps.empty() && std::all_of(cps.begin(), cps.end(), [&](const cp_span& c) { return pred(c.cp); }));
+      return jvalue(!cps.empty() && std::all_of(cps.begin(), cps.end(),
+                                                [&](const cp_span& c) { return pred(c.cp); }));
     });
   };
   if (name == "isdigit") return all_of(py_is_digit);
@@ -496,7 +554,8 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
   if (name == "isnumeric") return all_of(py_is_numeric);
   if (name == "isalpha") return all_of(py_is_alpha);
   if (name == "isspace") return all_of(py_is_space);
-  if (name == "isalnum") return all_of([](int32_t cp) { return py_is_alpha(cp) || py_is_numeric(cp); });
+  if (name == "isalnum")
+    return all_of([](int32_t cp) { return py_is_alpha(cp) || py_is_numeric(cp); });
   if (name == "isidentifier")
     // XID_Start then XID_Continue, read as letters, letter numbers and '_' then also marks,
     // decimal digits and connector punctuation (the Other_ID_* code points aside).
@@ -518,7 +577,9 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
       return py_rsplit(s, a.get(0, "sep", jvalue()), mx.as_int());
     });
   if (name == "splitlines")
-    return m([s](call_args& a) { return py_splitlines(s, a.get(0, "keepends", jvalue(false)).truthy()); });
+    return m([s](call_args& a) {
+      return py_splitlines(s, a.get(0, "keepends", jvalue(false)).truthy());
+    });
   if (name == "center" || name == "ljust" || name == "rjust") {
     const char how = name == "center" ? 'c' : name == "ljust" ? 'l' : 'r';
     return m([s, how](call_args& a) {
@@ -528,7 +589,8 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
   if (name == "zfill")
     return m([s](call_args& a) {
       const bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');
-      std::string padded = py_pad(sign ? s.substr(1) : s, a.get(0, "width").as_int() - (sign ? 1 : 0), jvalue("0"), 'r');
+      std::string padded = py_pad(sign ? s.substr(1) : s,
+                                  a.get(0, "width").as_int() - (sign ? 1 : 0), jvalue("0"), 'r');
       return jvalue(sign ? s.substr(0, 1) + padded : padded);
     });
   if (name == "partition" || name == "rpartition") {
@@ -540,7 +602,8 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
       if (f == std::string::npos)
         return right ? jvalue::list({jvalue(""), jvalue(""), jvalue(s)}, true)
                      : jvalue::list({jvalue(s), jvalue(""), jvalue("")}, true);
-      return jvalue::list({jvalue(s.substr(0, f)), jvalue(d), jvalue(s.substr(f + d.size()))}, true);
+      return jvalue::list({jvalue(s.substr(0, f)), jvalue(d), jvalue(s.substr(f + d.size()))},
+                          true);
     });
   }
   if (name == "removeprefix" || name == "removesuffix") {
@@ -548,7 +611,10 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
     return m([s, suffix](call_args& a) {
       const std::string x = a.get(0, suffix ? "suffix" : "prefix").to_str();
       if (x.empty() || x.size() > s.size()) return jvalue(s);
-      if (suffix) return jvalue(s.compare(s.size() - x.size(), x.size(), x) == 0 ? s.substr(0, s.size() - x.size()) : s);
+      if (suffix)
+        return jvalue(s.compare(s.size() - x.size(), x.size(), x) == 0
+                          ? s.substr(0, s.size() - x.size())
+                          : s);
       return jvalue(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
     });
   }
@@ -556,19 +622,26 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
     return m([s](call_args&) {
       std::string out;
       for (const auto& c : spans(s)) {
-        if (c.cp < 0) { out += s[c.pos]; continue; }
+        if (c.cp < 0) {
+          out += s[c.pos];
+          continue;
+        }
         const auto cat = category(c.cp);
-        if (cat == UTF8PROC_CATEGORY_LU) append_mapped(out, c.cp, case_kind::lower, true);
-        else if (cat == UTF8PROC_CATEGORY_LL) append_mapped(out, c.cp, case_kind::upper, true);
-        else append_cp(out, c.cp);
+        if (cat == UTF8PROC_CATEGORY_LU)
+          append_mapped(out, c.cp, case_kind::lower, true);
+        else if (cat == UTF8PROC_CATEGORY_LL)
+          append_mapped(out, c.cp, case_kind::upper, true);
+        else
+          append_cp(out, c.cp);
       }
       return jvalue(out);
     });
   if (name == "casefold")
     return m([s](call_args&) {
       utf8proc_uint8_t* folded = nullptr;
-      const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                                              static_cast<utf8proc_ssize_t>(s.size()), &folded, UTF8PROC_CASEFOLD);
+      const utf8proc_ssize_t n =
+          utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                       static_cast<utf8proc_ssize_t>(s.size()), &folded, UTF8PROC_CASEFOLD);
       if (n < 0) return jvalue(to_lower(s));  // invalid UTF-8: lowercase what can be
       std::string out(reinterpret_cast<const char*>(folded), static_cast<size_t>(n));
       std::free(folded);
@@ -618,8 +691,10 @@ jvalue string_method(const jvalue& obj, const std::string& name) {
       }
       return jvalue(cased);
     });
-  if (name == "islower") return m([s](call_args&) { return jvalue(to_lower(s) == s && to_upper(s) != s); });
-  if (name == "isupper") return m([s](call_args&) { return jvalue(to_upper(s) == s && to_lower(s) != s); });
+  if (name == "islower")
+    return m([s](call_args&) { return jvalue(to_lower(s) == s && to_upper(s) != s); });
+  if (name == "isupper")
+    return m([s](call_args&) { return jvalue(to_upper(s) == s && to_lower(s) != s); });
   return jvalue::undefined("'str object' has no attribute '" + name + "'");
 }
 
@@ -649,19 +724,22 @@ jvalue dict_method(const jvalue& obj, const std::string& name) {
       for (const auto& kv : d->items) out.push_back(kv.second);
       return jvalue::list(std::move(out));
     });
-  if (name == "copy") return make_method(name, [d](call_args&) {
-    auto c = new_dict();
-    *c = *d;
-    return jvalue(std::move(c));
-  });
-  if (name == "pop" || name == "update" || name == "setdefault" || name == "clear" || name == "popitem")
+  if (name == "copy")
+    return make_method(name, [d](call_args&) {
+      auto c = new_dict();
+      *c = *d;
+      return jvalue(std::move(c));
+    });
+  if (name == "pop" || name == "update" || name == "setdefault" || name == "clear" ||
+      name == "popitem")
     return unsafe_method(name, obj);
   return jvalue::undefined("'dict object' has no attribute '" + name + "'");
 }
 
 jvalue list_method(const jvalue& obj, const std::string& name) {
   auto l = std::get<6>(obj.v);
-  if (l->group && l->items.size() == 2 && (name == "grouper" || name == "list")) return l->items[name == "list"];
+  if (l->group && l->items.size() == 2 && (name == "grouper" || name == "list"))
+    return l->items[name == "list"];
   if (name == "copy")
     return make_method(name, [l](call_args&) {
       std::vector<jvalue> items = l->items;
@@ -681,8 +759,8 @@ jvalue list_method(const jvalue& obj, const std::string& name) {
       for (const auto& y : l->items) n += equals(x, y);
       return jvalue(n);
     });
-  if (name == "append" || name == "pop" || name == "extend" || name == "insert" || name == "remove" ||
-      name == "clear" || name == "sort" || name == "reverse")
+  if (name == "append" || name == "pop" || name == "extend" || name == "insert" ||
+      name == "remove" || name == "clear" || name == "sort" || name == "reverse")
     return unsafe_method(name, obj);
   return jvalue::undefined("'" + obj.type_name() + "' has no attribute '" + name + "'");
 }
@@ -706,9 +784,12 @@ jvalue attr_path(const jvalue& v, const jvalue& attribute) {
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = numeric ? get_item(cur, jvalue(static_cast<int64_t>(std::stoll(part)))) : get_item(cur, jvalue(part));
+    std::string part =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    bool numeric = !part.empty() && std::all_of(part.begin(), part.end(),
+                                                [](char c) { return c >= '0' && c <= '9'; });
+    cur = numeric ? get_item(cur, jvalue(static_cast<int64_t>(std::stoll(part))))
+                  : get_item(cur, jvalue(part));
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -741,7 +822,8 @@ jvalue select_like(const jvalue& seq, const call_args& args, bool by_attr, bool 
   return res;
 }
 
-std::string py_splitlines_indent(const std::string& text, const std::string& ind, bool first, bool blank) {
+std::string py_splitlines_indent(const std::string& text, const std::string& ind, bool first,
+                                 bool blank) {
   // str.splitlines: every Python line boundary (U+2028, \x85, \v, ... too), as jinja2's do_indent.
   std::vector<std::string> lines;
   const jvalue split = py_splitlines(text + "\n", false);
@@ -796,7 +878,9 @@ jvalue to_float(const jvalue& v, const jvalue& def) {
 
 }  // namespace
 
-std::string python_strip(std::string_view s, bool left, bool right) { return py_strip(s, jvalue(), left, right); }
+std::string python_strip(std::string_view s, bool left, bool right) {
+  return py_strip(s, jvalue(), left, right);
+}
 
 void append_cp(std::string& out, int32_t cp) {
   utf8proc_uint8_t buf[4];
@@ -808,12 +892,23 @@ std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&#34;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -851,16 +946,25 @@ std::string strip_tags(std::string v) {
         if (ent.size() > 1 && ent[0] == '#') {
           const bool hex = ent[1] == 'x' || ent[1] == 'X';
           const std::string digits = ent.substr(hex ? 2 : 1);
-          if (!digits.empty() && digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") == std::string::npos) {
+          if (!digits.empty() &&
+              digits.find_first_not_of(hex ? "0123456789abcdefABCDEF" : "0123456789") ==
+                  std::string::npos) {
             const long n = std::strtol(digits.c_str(), nullptr, hex ? 16 : 10);
-            cp = (n <= 0 || n > 0x10FFFF || (n >= 0xD800 && n <= 0xDFFF)) ? 0xFFFD : static_cast<int32_t>(n);
+            cp = (n <= 0 || n > 0x10FFFF || (n >= 0xD800 && n <= 0xDFFF)) ? 0xFFFD
+                                                                          : static_cast<int32_t>(n);
           }
-        } else if (ent == "amp") cp = '&';
-        else if (ent == "lt") cp = '<';
-        else if (ent == "gt") cp = '>';
-        else if (ent == "quot") cp = '"';
-        else if (ent == "apos") cp = '\'';
-        else if (ent == "nbsp") cp = 0xA0;
+        } else if (ent == "amp")
+          cp = '&';
+        else if (ent == "lt")
+          cp = '<';
+        else if (ent == "gt")
+          cp = '>';
+        else if (ent == "quot")
+          cp = '"';
+        else if (ent == "apos")
+          cp = '\'';
+        else if (ent == "nbsp")
+          cp = 0xA0;
         if (cp >= 0) {
           append_cp(out, cp);
           i = semi + 1;
@@ -881,7 +985,8 @@ std::string file_size(double bytes, bool binary) {
   char buf[64];
   if (bytes == 1.0) return "1 Byte";
   if (bytes < base) {
-    std::snprintf(buf, sizeof buf, "%lld Bytes", static_cast<long long>(bytes));  // int(): toward zero
+    std::snprintf(buf, sizeof buf, "%lld Bytes",
+                  static_cast<long long>(bytes));  // int(): toward zero
     return buf;
   }
   double unit = base;
@@ -1012,14 +1117,16 @@ jvalue get_item(const jvalue& obj, const jvalue& key) {
     if (const jvalue* v = obj.dct().find(dict_key(key))) return *v;
     return jvalue::undefined("'" + obj.type_name() + "' has no attribute '" + key.to_str() + "'");
   }
-  if (obj.is_list() && obj.lst().lazy) throw template_error("'generator' object is not subscriptable");
+  if (obj.is_list() && obj.lst().lazy)
+    throw template_error("'generator' object is not subscriptable");
   if ((obj.is_list() || obj.is_string()) && (key.is_int() || key.is_bool())) {
     int64_t i = key.as_int();
     if (obj.is_list()) {
       const auto& items = obj.lst().items;
       auto n = static_cast<int64_t>(items.size());
       if (i < 0) i += n;
-      if (i < 0 || i >= n) return jvalue::undefined(obj.type_name() + " has no element " + key.to_str());
+      if (i < 0 || i >= n)
+        return jvalue::undefined(obj.type_name() + " has no element " + key.to_str());
       return items[static_cast<size_t>(i)];
     }
     auto cps = code_points(obj.str());
@@ -1035,7 +1142,8 @@ jvalue get_item(const jvalue& obj, const jvalue& key) {
 std::string to_json_text(const jvalue& v, const call_args& args) {
   json::dump_options o;
   jvalue indent = args.get(0, "indent", jvalue());
-  if (indent.is_int()) o.indent = indent.as_int() < 0 ? -1 : static_cast<int>(width_arg(indent.as_int(), "indent"));
+  if (indent.is_int())
+    o.indent = indent.as_int() < 0 ? -1 : static_cast<int>(width_arg(indent.as_int(), "indent"));
   o.ensure_ascii = args.get(SIZE_MAX, "ensure_ascii", jvalue(false)).truthy();
   o.sort_keys = args.get(SIZE_MAX, "sort_keys", jvalue(false)).truthy();
   jvalue seps = args.get(SIZE_MAX, "separators", jvalue());
@@ -1051,10 +1159,12 @@ std::string to_json_text(const jvalue& v, const call_args& args) {
 
 bool is_known_test(std::string_view n) {
   static constexpr std::string_view names[] = {
-      "defined", "undefined", "none", "boolean", "false", "true", "integer", "float", "number",
-      "string", "mapping", "iterable", "sequence", "callable", "sameas", "escaped", "in", "odd",
-      "even", "divisibleby", "eq", "equalto", "==", "ne", "!=", "lt", "<", "lessthan", "le", "<=",
-      "gt", ">", "greaterthan", "ge", ">=", "lower", "upper", "filter", "test"};
+      "defined", "undefined", "none",   "boolean", "false",       "true",        "integer",
+      "float",   "number",    "string", "mapping", "iterable",    "sequence",    "callable",
+      "sameas",  "escaped",   "in",     "odd",     "even",        "divisibleby", "eq",
+      "equalto", "==",        "ne",     "!=",      "lt",          "<",           "lessthan",
+      "le",      "<=",        "gt",     ">",       "greaterthan", "ge",          ">=",
+      "lower",   "upper",     "filter", "test"};
   return std::find(std::begin(names), std::end(names), n) != std::end(names);
 }
 
@@ -1062,12 +1172,15 @@ bool is_known_test(std::string_view n) {
 // such as urlize, are not implemented here and fail when used).
 bool is_known_filter(std::string_view n) {
   static constexpr std::string_view names[] = {
-      "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
-      "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "join",
-      "last", "length", "list", "lower", "items", "map", "min", "max", "pprint", "random", "reject",
-      "rejectattr", "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort",
-      "string", "striptags", "sum", "title", "trim", "truncate", "unique", "upper", "urlencode", "urlize",
-      "wordcount", "wordwrap", "xmlattr", "tojson"};
+      "abs",       "attr",       "batch",       "capitalize", "center",  "count",
+      "d",         "default",    "dictsort",    "e",          "escape",  "filesizeformat",
+      "first",     "float",      "forceescape", "format",     "groupby", "indent",
+      "int",       "join",       "last",        "length",     "list",    "lower",
+      "items",     "map",        "min",         "max",        "pprint",  "random",
+      "reject",    "rejectattr", "replace",     "reverse",    "round",   "safe",
+      "select",    "selectattr", "slice",       "sort",       "string",  "striptags",
+      "sum",       "title",      "trim",        "truncate",   "unique",  "upper",
+      "urlencode", "urlize",     "wordcount",   "wordwrap",   "xmlattr", "tojson"};
   return std::find(std::begin(names), std::end(names), n) != std::end(names);
 }
 
@@ -1086,9 +1199,11 @@ bool apply_test(std::string_view name, const jvalue& v, const call_args& a) {
   // jinja2's Undefined has __iter__, __len__ and __getitem__: iterable and a sequence.
   if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
   if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string() || v.is_undefined();
-  if (name == "callable") return v.is_func() || v.is_undefined();  // jinja2's Undefined has __call__
+  if (name == "callable")
+    return v.is_func() || v.is_undefined();  // jinja2's Undefined has __call__
   if (name == "escaped") return false;
-  // jinja2: str(value).islower() / .isupper(): at least one cased code point, none of the other case.
+  // jinja2: str(value).islower() / .isupper(): at least one cased code point, none of the other
+  // case.
   if (name == "lower") {
     const std::string t = v.to_str();
     return to_lower(t) == t && to_upper(t) != t;
@@ -1140,7 +1255,8 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     return s;
   }
   if (name == "string") return jvalue(v.to_str());
-  if (name == "e" || name == "escape" || name == "forceescape") return jvalue(html_escape(v.to_str()));
+  if (name == "e" || name == "escape" || name == "forceescape")
+    return jvalue(html_escape(v.to_str()));
   if (name == "default" || name == "d") {
     bool boolean = a.get(1, "boolean", jvalue(false)).truthy();
     if (v.is_undefined() || (boolean && !v.truthy())) return a.get(0, "default_value", jvalue(""));
@@ -1148,7 +1264,8 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
   }
   if (name == "length" || name == "count") {
     if (v.is_string()) return jvalue(code_point_count(v.str()));
-    if (v.is_list() && v.lst().lazy) throw template_error("object of type 'generator' has no len()");
+    if (v.is_list() && v.lst().lazy)
+      throw template_error("object of type 'generator' has no len()");
     if (v.is_list()) return jvalue(v.lst().items.size());
     if (v.is_dict()) return jvalue(v.dct().items.size());
     if (v.is_undefined()) return jvalue(0);
@@ -1169,14 +1286,16 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     return jvalue(py_replace(need_str(), a.get(0, "old").to_str(), a.get(1, "new").to_str(),
                              count.is_none() ? -1 : count.as_int()));
   }
-  // int(Undefined) and float(Undefined) raise in jinja2 (the filters catch only TypeError and ValueError).
+  // int(Undefined) and float(Undefined) raise in jinja2 (the filters catch only TypeError and
+  // ValueError).
   if ((name == "int" || name == "float") && v.is_undefined())
     throw template_error(v.undefined_hint().empty() ? "undefined value" : v.undefined_hint());
   if (name == "int") return to_int(v, a.get(0, "default", jvalue(0)));
   if (name == "float") return to_float(v, a.get(0, "default", jvalue(0.0)));
   if (name == "abs") {
     if (v.is_float()) return jvalue(std::fabs(v.as_float()));
-    if (v.as_int() == INT64_MIN) throw template_error("integer overflow (results must fit in 64 bits)");
+    if (v.as_int() == INT64_MIN)
+      throw template_error("integer overflow (results must fit in 64 bits)");
     return jvalue(v.as_int() < 0 ? -v.as_int() : v.as_int());
   }
   if (name == "round") {
@@ -1187,9 +1306,12 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     // Python's round(int, n) is the int itself; floor and ceil go through math and give floats.
     if (method != "ceil" && method != "floor" && (v.is_int() || v.is_bool())) {
       if (prec >= 0) return jvalue(v.as_int());
-      return jvalue(static_cast<int64_t>(std::nearbyint(v.as_float() * scale) / scale));  // half to even
+      return jvalue(
+          static_cast<int64_t>(std::nearbyint(v.as_float() * scale) / scale));  // half to even
     }
-    double r = method == "ceil" ? std::ceil(x) : method == "floor" ? std::floor(x) : std::nearbyint(x);
+    double r = method == "ceil"    ? std::ceil(x)
+               : method == "floor" ? std::floor(x)
+                                   : std::nearbyint(x);
     // math.ceil/floor return ints in Python, so their results are never -0.0 (round's can be).
     if (method == "ceil" || method == "floor") r += 0.0;
     return jvalue(r / scale);
@@ -1265,7 +1387,10 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
       jvalue key = sort_key(attribute.is_none() ? x : attr_path(x, attribute), cs);
       bool dup = false;
       for (const auto& s : seen) dup = dup || equals(s, key);
-      if (!dup) { seen.push_back(key); out.push_back(x); }
+      if (!dup) {
+        seen.push_back(key);
+        out.push_back(x);
+      }
     }
     return jvalue::list(std::move(out));
   }
@@ -1288,7 +1413,8 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     jvalue total = a.get(1, "start", jvalue(0));
     for (const auto& x : iterate(v)) {
       jvalue y = attribute.is_none() ? x : attr_path(x, attribute);
-      if (total.is_float() || y.is_float()) total = jvalue(total.as_float() + y.as_float());
+      if (total.is_float() || y.is_float())
+        total = jvalue(total.as_float() + y.as_float());
       else {
         int64_t r = 0;
         if (__builtin_add_overflow(total.as_int(), y.as_int(), &r))
@@ -1305,10 +1431,14 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     std::vector<jvalue> out, cur;
     for (const auto& x : iterate(v)) {
       cur.push_back(x);
-      if (static_cast<int64_t>(cur.size()) == n) { out.push_back(jvalue::list(std::move(cur))); cur.clear(); }
+      if (static_cast<int64_t>(cur.size()) == n) {
+        out.push_back(jvalue::list(std::move(cur)));
+        cur.clear();
+      }
     }
     if (!cur.empty()) {
-      if (!fill.is_none()) while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
+      if (!fill.is_none())
+        while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
       out.push_back(jvalue::list(std::move(cur)));
     }
     return jvalue::list(std::move(out));
@@ -1331,7 +1461,8 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
       size_t j = i;
       std::vector<jvalue> members;
       const jvalue key = sort_key(keyed[i].first, case_sensitive);
-      while (j < keyed.size() && equals(sort_key(keyed[j].first, case_sensitive), key)) members.push_back(keyed[j++].second);
+      while (j < keyed.size() && equals(sort_key(keyed[j].first, case_sensitive), key))
+        members.push_back(keyed[j++].second);
       jvalue g = jvalue::list({keyed[i].first, jvalue::list(std::move(members))}, true);
       g.lst().group = true;
       out.push_back(std::move(g));
@@ -1339,10 +1470,12 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     }
     return jvalue::list(std::move(out));
   }
-  if (name == "slice") {  // jinja2's do_slice: `slices` columns, the first length % slices one longer
+  if (name ==
+      "slice") {  // jinja2's do_slice: `slices` columns, the first length % slices one longer
     const int64_t slices = a.get(0, "slices").as_int();
     if (slices <= 0) throw template_error("slice count must be positive");
-    if (slices > k_max_width) throw template_error("slice count " + std::to_string(slices) + " is too large");
+    if (slices > k_max_width)
+      throw template_error("slice count " + std::to_string(slices) + " is too large");
     jvalue fill = a.get(1, "fill_with", jvalue());
     const std::vector<jvalue> seq = iterate(v);
     const auto length = static_cast<int64_t>(seq.size());
@@ -1376,11 +1509,15 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     if (!v.is_string())
       throw template_error("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
     jvalue width = a.get(0, "width", jvalue(4));
-    std::string ind = width.is_string() ? width.str() : std::string(width_arg(width.as_int(), "indent width"), ' ');
+    std::string ind = width.is_string()
+                          ? width.str()
+                          : std::string(width_arg(width.as_int(), "indent width"), ' ');
     return jvalue(py_splitlines_indent(need_str(), ind, a.get(1, "first", jvalue(false)).truthy(),
                                        a.get(2, "blank", jvalue(false)).truthy()));
   }
-  if (name == "center") return jvalue(py_pad(need_str(), a.get(0, "width", jvalue(80)).as_int(), jvalue(), 'c', "center width"));
+  if (name == "center")
+    return jvalue(
+        py_pad(need_str(), a.get(0, "width", jvalue(80)).as_int(), jvalue(), 'c', "center width"));
   if (name == "format") {
     std::vector<jvalue> items = a.pos;
     return jvalue(percent_format(need_str(), jvalue::list(std::move(items), true)));
@@ -1417,7 +1554,8 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
       char* end = nullptr;
       const std::string t = python_strip(v.str(), true, true);
       bytes = std::strtod(t.c_str(), &end);
-      if (t.empty() || *end != '\0') throw template_error("could not convert string to float: " + v.repr());
+      if (t.empty() || *end != '\0')
+        throw template_error("could not convert string to float: " + v.repr());
     } else {
       bytes = v.as_float();
     }
@@ -1436,14 +1574,16 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
       for (const auto& item : iterate(v)) {
         const auto kv = iterate(item);
         if (kv.size() != 2)
-          throw template_error("urlencode: each item must be a (key, value) pair, got " + std::to_string(kv.size()) + " values");
+          throw template_error("urlencode: each item must be a (key, value) pair, got " +
+                               std::to_string(kv.size()) + " values");
         pair(kv[0], kv[1]);
       }
     }
     return jvalue(out);
   }
   if (name == "xmlattr") {
-    if (!v.is_dict()) throw template_error("'" + v.type_name() + "' object has no attribute 'items'");
+    if (!v.is_dict())
+      throw template_error("'" + v.type_name() + "' object has no attribute 'items'");
     std::string out;
     for (const auto& [k, x] : v.dct().items) {
       if (x.is_none() || x.is_undefined()) continue;
@@ -1463,7 +1603,9 @@ jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) 
     // 128-bit sums: len and leeway may be any int64.
     if (static_cast<wide_int>(cps.size()) <= wide_int{len} + leeway) return jvalue(need_str());
     std::string out;
-    for (int64_t i = 0; i < wide_int{len} - static_cast<wide_int>(end.size()) && i < static_cast<int64_t>(cps.size()); ++i)
+    for (int64_t i = 0; i < wide_int{len} - static_cast<wide_int>(end.size()) &&
+                        i < static_cast<int64_t>(cps.size());
+         ++i)
       out += cps[static_cast<size_t>(i)];
     if (!a.get(1, "killwords", jvalue(false)).truthy()) {
       size_t sp = out.rfind(' ');

@@ -37,7 +37,8 @@ inline constexpr int64_t k_max_width = int64_t{1} << 20;
 
 // A pad/indent/precision argument as a count; negative counts as 0 (Python's ' ' * -n == '').
 inline size_t width_arg(int64_t w, const char* what) {
-  if (w > k_max_width) throw template_error(std::string(what) + " " + std::to_string(w) + " is too large");
+  if (w > k_max_width)
+    throw template_error(std::string(what) + " " + std::to_string(w) + " is too large");
   return w < 0 ? 0 : static_cast<size_t>(w);
 }
 
@@ -58,8 +59,8 @@ void append_cp(std::string& out, int32_t cp);
 // Python's `fmt % args`: %(key) from a mapping, flags, width and precision (or *), and the
 // conversions s r a c d i u o x X e E f F g G % (py_format.cpp).
 std::string percent_format(const std::string& fmt, const jvalue& args);
-// Python's str.format(): fields by position, number or keyword with .attr / [key], !r !s !a, and the
-// format-spec mini-language (fill, align, sign, z, #, 0, width, grouping, precision, type).
+// Python's str.format(): fields by position, number or keyword with .attr / [key], !r !s !a, and
+// the format-spec mini-language (fill, align, sign, z, #, 0, width, grouping, precision, type).
 std::string str_format(const std::string& fmt, const call_args& args, int depth = 0);
 // UTF-8 code points of s, each as its own string (Python indexes strings by code point).
 std::vector<std::string> code_points(std::string_view s);

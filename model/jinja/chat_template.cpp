@@ -29,11 +29,13 @@ result<std::string> chat_template::render(const json::value& context) const {
   return render(context, std::nullopt);
 }
 
-result<std::string> chat_template::render(const json::value& context, std::optional<std::time_t> now) const {
+result<std::string> chat_template::render(const json::value& context,
+                                          std::optional<std::time_t> now) const {
   return render(context, now, template_limits{});
 }
 
-result<std::string> chat_template::render(const json::value& context, std::optional<std::time_t> now,
+result<std::string> chat_template::render(const json::value& context,
+                                          std::optional<std::time_t> now,
                                           const template_limits& limits) const {
   if (!tree_) return make_error("template_error", "template not parsed");
   try {
@@ -65,7 +67,8 @@ result<std::string> from_config_json(const std::filesystem::path& p, std::string
   const json::value* t = doc->find("chat_template");
   if (!t) return make_error("not_found", p.string() + " has no chat_template");
   if (t->is_string()) {
-    if (!name.empty() && name != "default") return make_error("not_found", "no chat template named '" + std::string(name) + "'");
+    if (!name.empty() && name != "default")
+      return make_error("not_found", "no chat template named '" + std::string(name) + "'");
     return t->as_string();
   }
   if (t->is_array()) {
@@ -73,16 +76,20 @@ result<std::string> from_config_json(const std::filesystem::path& p, std::string
     for (const auto& entry : t->as_array()) {
       const json::value* n = entry.find("name");
       const json::value* body = entry.find("template");
-      if (n && n->is_string() && body && body->is_string() && n->as_string() == want) return body->as_string();
+      if (n && n->is_string() && body && body->is_string() && n->as_string() == want)
+        return body->as_string();
     }
-    return make_error("not_found", p.string() + " has no chat template named '" + std::string(want) + "'");
+    return make_error("not_found",
+                      p.string() + " has no chat template named '" + std::string(want) + "'");
   }
-  return make_error("invalid_argument", p.string() + ": chat_template is neither a string nor a list");
+  return make_error("invalid_argument",
+                    p.string() + ": chat_template is neither a string nor a list");
 }
 
 }  // namespace
 
-result<std::string> load_chat_template_source(const std::filesystem::path& path, std::string_view name) {
+result<std::string> load_chat_template_source(const std::filesystem::path& path,
+                                              std::string_view name) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
     if (name.empty() && std::filesystem::exists(path / "chat_template.jinja", ec))
@@ -98,12 +105,18 @@ result<std::string> load_chat_template_source(const std::filesystem::path& path,
 }
 
 result<std::string> render_continuing_final_message(const chat_template& t, json::value context,
-                                                    std::optional<std::time_t> now, const template_limits& limits) {
+                                                    std::optional<std::time_t> now,
+                                                    const template_limits& limits) {
   static constexpr std::string_view tag = "CONTINUE_FINAL_MESSAGE_TAG ";
-  auto fail = [](std::string why) { return make_error("invalid_request", "continue_final_message is set but " + why); };
+  auto fail = [](std::string why) {
+    return make_error("invalid_request", "continue_final_message is set but " + why);
+  };
   json::value* messages = context.find("messages");
-  if (!messages || !messages->is_array() || messages->as_array().empty()) return fail("the conversation is empty");
-  json::value* content = messages->as_array().back().is_object() ? messages->as_array().back().find("content") : nullptr;
+  if (!messages || !messages->is_array() || messages->as_array().empty())
+    return fail("the conversation is empty");
+  json::value* content = messages->as_array().back().is_object()
+                             ? messages->as_array().back().find("content")
+                             : nullptr;
   if (content && content->is_array()) {  // the last part with a text
     json::value* text = nullptr;
     for (auto it = content->as_array().rbegin(); it != content->as_array().rend() && !text; ++it)
@@ -111,7 +124,8 @@ result<std::string> render_continuing_final_message(const chat_template& t, json
     content = text;
   }
   if (!content || !content->is_string()) return fail("the final message has no text to continue");
-  if (t.source().find("content") == std::string::npos) return fail("the chat template never reads a message's content");
+  if (t.source().find("content") == std::string::npos)
+    return fail("the chat template never reads a message's content");
   const std::string final_text = jinja::python_strip(content->as_string());
   content->as_string() += tag;
   context["add_generation_prompt"] = json::value(false);

@@ -18,16 +18,19 @@
 
 namespace coserve {
 
-namespace jinja { struct node; }
+namespace jinja {
+struct node;
+}
 
 // Bounds on one render, so that no template runs away with the stack, the CPU or memory. Going past
 // one is a render error (code "template_error"). 0 disables a bound.
 struct template_limits {
   std::size_t max_depth = 400;  // nested statements, expressions and macro calls under evaluation
-  // Statements run + expressions evaluated + loop iterations, plus one per 32 bytes or items of each
-  // string or list an expression yields.
+  // Statements run + expressions evaluated + loop iterations, plus one per 32 bytes or items of
+  // each string or list an expression yields.
   std::uint64_t max_steps = 0;
-  std::size_t max_bytes = std::size_t{1} << 28;  // length of the output and of each string or list built
+  std::size_t max_bytes = std::size_t{1}
+                          << 28;  // length of the output and of each string or list built
 };
 
 class chat_template {
@@ -69,6 +72,7 @@ result<std::string> render_continuing_final_message(const chat_template& t, json
 // Reads a chat template: `path` is a folder (chat_template.jinja, else chat_template.json, else
 // tokenizer_config.json's chat_template) or a file (.jinja: the text; .json: its chat_template).
 // A chat_template list of {name, template} yields `name`, or "default" when name is empty.
-result<std::string> load_chat_template_source(const std::filesystem::path& path, std::string_view name = {});
+result<std::string> load_chat_template_source(const std::filesystem::path& path,
+                                              std::string_view name = {});
 
 }  // namespace coserve

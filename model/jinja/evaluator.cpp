@@ -4,11 +4,10 @@
 // the render limits; split, each half would need the other's internals.
 #include "model/jinja/evaluator.hpp"
 
-#include <optional>
-
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 
 #include "model/jinja/builtins.hpp"
 
@@ -30,7 +29,10 @@ struct frame {
   }
   void set(std::string_view name, jvalue v) {
     for (auto& [k, x] : vars)
-      if (k == name) { x = std::move(v); return; }
+      if (k == name) {
+        x = std::move(v);
+        return;
+      }
     vars.emplace_back(std::string(name), std::move(v));
   }
 };
@@ -38,7 +40,9 @@ struct frame {
 enum class flow { normal, brk, cont };
 
 // The key under which a recursive loop's `loop` dict holds its call (no template can write it).
-constexpr const char* k_call_key = "\x01" "call";
+constexpr const char* k_call_key =
+    "\x01"
+    "call";
 
 constexpr int64_t k_max_range = 100000;  // jinja2's sandbox MAX_RANGE
 
@@ -52,7 +56,9 @@ jvalue func(std::string name, std::function<jvalue(call_args&)> fn) {
 [[noreturn]] void undefined_error(const jvalue& v) { throw template_error(v.undefined_hint()); }
 
 // Python ints are unbounded; ours are 64-bit, and a result beyond that is an error, not a wrap.
-[[noreturn]] void overflow_error() { throw template_error("integer overflow (results must fit in 64 bits)"); }
+[[noreturn]] void overflow_error() {
+  throw template_error("integer overflow (results must fit in 64 bits)");
+}
 
 // x op y for op in + - *, or overflow_error().
 int64_t checked(char op, int64_t x, int64_t y) {
@@ -77,12 +83,13 @@ int64_t int_pow(int64_t base, int64_t exp) {
 // A string or list of `n` bytes/items is about to be built; `max_bytes` 0 means no bound.
 void check_size(std::size_t n, std::size_t max_bytes) {
   if (max_bytes && n > max_bytes)
-    throw template_error("the template built a value of " + std::to_string(n) + " bytes or items, over the " +
-                         std::to_string(max_bytes) + " limit");
+    throw template_error("the template built a value of " + std::to_string(n) +
+                         " bytes or items, over the " + std::to_string(max_bytes) + " limit");
 }
 
 jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_t max_bytes) {
-  // str % Undefined: Python's str.__mod__ takes it as a mapping (jinja2's Undefined has __getitem__).
+  // str % Undefined: Python's str.__mod__ takes it as a mapping (jinja2's Undefined has
+  // __getitem__).
   if (op == "%" && a.is_string() && b.is_undefined()) return jvalue(percent_format(a.str(), b));
   if (a.is_undefined()) undefined_error(a);
   if (b.is_undefined()) undefined_error(b);
@@ -106,7 +113,9 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_
     }
   }
   if (op == "*") {
-    const jvalue* seq = a.is_string() || a.is_list() ? &a : b.is_string() || b.is_list() ? &b : nullptr;
+    const jvalue* seq = a.is_string() || a.is_list()   ? &a
+                        : b.is_string() || b.is_list() ? &b
+                                                       : nullptr;
     const jvalue* n = seq == &a ? &b : &a;
     if (seq && (n->is_int() || n->is_bool())) {
       int64_t times = n->as_int();
@@ -123,24 +132,33 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_
       }
       std::vector<jvalue> out;
       if (times > 0) out.reserve(static_cast<std::size_t>(times) * len);
-      for (int64_t i = 0; i < times; ++i) out.insert(out.end(), seq->lst().items.begin(), seq->lst().items.end());
+      for (int64_t i = 0; i < times; ++i)
+        out.insert(out.end(), seq->lst().items.begin(), seq->lst().items.end());
       return jvalue::list(std::move(out));
     }
   }
   if (op == "%" && a.is_string()) return jvalue(percent_format(a.str(), b));
   if (!a.is_number() || !b.is_number())
-    throw template_error("unsupported operand type(s) for " + op + ": '" + a.type_name() + "' and '" +
-                         b.type_name() + "'");
+    throw template_error("unsupported operand type(s) for " + op + ": '" + a.type_name() +
+                         "' and '" + b.type_name() + "'");
   bool ints = !a.is_float() && !b.is_float();
-  if (op == "+") return ints ? jvalue(checked('+', a.as_int(), b.as_int())) : jvalue(a.as_float() + b.as_float());
-  if (op == "-") return ints ? jvalue(checked('-', a.as_int(), b.as_int())) : jvalue(a.as_float() - b.as_float());
-  if (op == "*") return ints ? jvalue(checked('*', a.as_int(), b.as_int())) : jvalue(a.as_float() * b.as_float());
+  if (op == "+")
+    return ints ? jvalue(checked('+', a.as_int(), b.as_int()))
+                : jvalue(a.as_float() + b.as_float());
+  if (op == "-")
+    return ints ? jvalue(checked('-', a.as_int(), b.as_int()))
+                : jvalue(a.as_float() - b.as_float());
+  if (op == "*")
+    return ints ? jvalue(checked('*', a.as_int(), b.as_int()))
+                : jvalue(a.as_float() * b.as_float());
   if (op == "/") {
     if (b.as_float() == 0.0) throw template_error("division by zero");
     return jvalue(a.as_float() / b.as_float());
   }
   if (op == "//" || op == "%") {
-    if (b.as_float() == 0.0) throw template_error(op == "%" ? "integer modulo by zero" : "integer division or modulo by zero");
+    if (b.as_float() == 0.0)
+      throw template_error(op == "%" ? "integer modulo by zero"
+                                     : "integer division or modulo by zero");
     if (ints) {
       int64_t x = a.as_int(), y = b.as_int();
       if (x == INT64_MIN && y == -1) {
@@ -148,7 +166,10 @@ jvalue arith(const std::string& op, const jvalue& a, const jvalue& b, std::size_
         overflow_error();
       }
       int64_t q = x / y, m = x % y;
-      if (m != 0 && ((m < 0) != (y < 0))) { --q; m += y; }
+      if (m != 0 && ((m < 0) != (y < 0))) {
+        --q;
+        m += y;
+      }
       return op == "//" ? jvalue(q) : jvalue(m);
     }
     // CPython's float divmod: the remainder from fmod (exact), its sign from the divisor.
@@ -183,10 +204,14 @@ jvalue slice_of(const jvalue& v, const jvalue& start, const jvalue& stop, const 
   std::vector<jvalue> items;
   std::vector<size_t> cps;  // strings: where each code point starts, then the end
   bool is_str = v.is_string();
-  if (is_str) cps = code_point_offsets(v.str());
-  else if (v.is_list()) items = v.lst().items;
-  else if (v.is_undefined()) undefined_error(v);
-  else throw template_error("'" + v.type_name() + "' object is not subscriptable");
+  if (is_str)
+    cps = code_point_offsets(v.str());
+  else if (v.is_list())
+    items = v.lst().items;
+  else if (v.is_undefined())
+    undefined_error(v);
+  else
+    throw template_error("'" + v.type_name() + "' object is not subscriptable");
   auto n = static_cast<int64_t>(is_str ? cps.size() - 1 : items.size());
   int64_t st = step.is_none() || step.is_undefined() ? 1 : step.as_int();
   if (st == 0) throw template_error("slice step cannot be zero");
@@ -199,12 +224,15 @@ jvalue slice_of(const jvalue& v, const jvalue& start, const jvalue& stop, const 
   int64_t b = st > 0 ? norm(start, 0, 0, n) : norm(start, n - 1, -1, n - 1);
   int64_t e = st > 0 ? norm(stop, n, 0, n) : norm(stop, -1, -1, n - 1);
   if (is_str && st == 1)  // a contiguous run of code points: one copy
-    return jvalue(b < e ? v.str().substr(cps[size_t(b)], cps[size_t(e)] - cps[size_t(b)]) : std::string());
+    return jvalue(b < e ? v.str().substr(cps[size_t(b)], cps[size_t(e)] - cps[size_t(b)])
+                        : std::string());
   std::vector<jvalue> out;
   std::string sout;
   for (int64_t i = b; st > 0 ? i < e : i > e;) {
-    if (is_str) sout.append(v.str(), cps[size_t(i)], cps[size_t(i) + 1] - cps[size_t(i)]);
-    else out.push_back(items[static_cast<size_t>(i)]);
+    if (is_str)
+      sout.append(v.str(), cps[size_t(i)], cps[size_t(i) + 1] - cps[size_t(i)]);
+    else
+      out.push_back(items[static_cast<size_t>(i)]);
     if (__builtin_add_overflow(i, st, &i)) break;  // a step past int64 also passes the end
   }
   if (is_str) return jvalue(std::move(sout));
@@ -213,7 +241,8 @@ jvalue slice_of(const jvalue& v, const jvalue& start, const jvalue& stop, const 
 
 class evaluator {
  public:
-  evaluator(std::optional<std::time_t> now, const template_limits& limits) : now_(now), limits_(limits) {}
+  evaluator(std::optional<std::time_t> now, const template_limits& limits)
+      : now_(now), limits_(limits) {}
 
   std::string run(const body& tree, const json::value& context) {
     auto root = std::make_shared<frame>();
@@ -229,7 +258,8 @@ class evaluator {
   void step() { charge(1); }
   void charge(uint64_t n) {
     if (limits_.max_steps && (steps_ += n) > limits_.max_steps)
-      throw template_error("the template ran past its limit of " + std::to_string(limits_.max_steps) + " steps");
+      throw template_error("the template ran past its limit of " +
+                           std::to_string(limits_.max_steps) + " steps");
   }
 
   // One step and one level of nesting for as long as it lives.
@@ -237,7 +267,8 @@ class evaluator {
     explicit nest(evaluator& e) : ev(e) {
       e.step();
       if (e.limits_.max_depth && e.depth_ >= e.limits_.max_depth)
-        throw template_error("maximum recursion depth exceeded (" + std::to_string(e.limits_.max_depth) + ")");
+        throw template_error("maximum recursion depth exceeded (" +
+                             std::to_string(e.limits_.max_depth) + ")");
       ++e.depth_;
     }
     ~nest() { --ev.depth_; }
@@ -248,49 +279,57 @@ class evaluator {
 
   void install_globals(frame& f) {
     f.set("raise_exception", func("raise_exception", [](call_args& a) -> jvalue {
-      throw raised_error(a.get(0, "message", jvalue("")).to_str());
-    }));
+            throw raised_error(a.get(0, "message", jvalue("")).to_str());
+          }));
     std::optional<std::time_t> now = now_;
     f.set("strftime_now", func("strftime_now", [now](call_args& a) {
-      std::time_t t = now ? *now : std::time(nullptr);
-      std::tm tm{};
-      localtime_r(&t, &tm);
-      char buf[256];
-      size_t n = std::strftime(buf, sizeof buf, a.get(0, "format", jvalue("")).to_str().c_str(), &tm);
-      return jvalue(std::string(buf, n));
-    }));
+            std::time_t t = now ? *now : std::time(nullptr);
+            std::tm tm{};
+            localtime_r(&t, &tm);
+            char buf[256];
+            size_t n = std::strftime(buf, sizeof buf,
+                                     a.get(0, "format", jvalue("")).to_str().c_str(), &tm);
+            return jvalue(std::string(buf, n));
+          }));
     f.set("namespace", func("namespace", [](call_args& a) {
-      auto d = new_dict();
-      d->is_namespace = true;
-      for (const auto& p : a.pos)
-        if (p.is_dict()) for (const auto& [k, v] : p.dct().items) d->set(k, v);
-      for (const auto& [k, v] : a.kw) d->set(k, v);
-      return jvalue(std::move(d));
-    }));
+            auto d = new_dict();
+            d->is_namespace = true;
+            for (const auto& p : a.pos)
+              if (p.is_dict())
+                for (const auto& [k, v] : p.dct().items) d->set(k, v);
+            for (const auto& [k, v] : a.kw) d->set(k, v);
+            return jvalue(std::move(d));
+          }));
     f.set("dict", func("dict", [](call_args& a) {
-      jvalue d = jvalue::dict();
-      for (const auto& p : a.pos)
-        if (p.is_dict()) for (const auto& [k, v] : p.dct().items) d.dct().set(k, v);
-      for (const auto& [k, v] : a.kw) d.dct().set(k, v);
-      return d;
-    }));
+            jvalue d = jvalue::dict();
+            for (const auto& p : a.pos)
+              if (p.is_dict())
+                for (const auto& [k, v] : p.dct().items) d.dct().set(k, v);
+            for (const auto& [k, v] : a.kw) d.dct().set(k, v);
+            return d;
+          }));
     f.set("range", func("range", [](call_args& a) {
-      int64_t start = 0, stop = 0, step = 1;
-      if (a.pos.size() == 1) stop = a.pos[0].as_int();
-      else if (a.pos.size() >= 2) { start = a.pos[0].as_int(); stop = a.pos[1].as_int(); }
-      if (a.pos.size() >= 3) step = a.pos[2].as_int();
-      if (step == 0) throw template_error("range() arg 3 must not be zero");
-      // The length without overflow; jinja2's sandbox refuses ranges longer than 100000.
-      const wide_int span = step > 0 ? wide_int{stop} - start : wide_int{start} - stop;
-      const wide_int abs_step = step > 0 ? wide_int{step} : -wide_int{step};
-      const wide_int len = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
-      if (len > k_max_range)
-        throw template_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-      std::vector<jvalue> out;
-      for (int64_t i = 0; i < static_cast<int64_t>(len); ++i)
-        out.emplace_back(static_cast<int64_t>(wide_int{start} + wide_int{i} * step));
-      return jvalue::list(std::move(out));
-    }));
+            int64_t start = 0, stop = 0, step = 1;
+            if (a.pos.size() == 1)
+              stop = a.pos[0].as_int();
+            else if (a.pos.size() >= 2) {
+              start = a.pos[0].as_int();
+              stop = a.pos[1].as_int();
+            }
+            if (a.pos.size() >= 3) step = a.pos[2].as_int();
+            if (step == 0) throw template_error("range() arg 3 must not be zero");
+            // The length without overflow; jinja2's sandbox refuses ranges longer than 100000.
+            const wide_int span = step > 0 ? wide_int{stop} - start : wide_int{start} - stop;
+            const wide_int abs_step = step > 0 ? wide_int{step} : -wide_int{step};
+            const wide_int len = span <= 0 ? 0 : (span + abs_step - 1) / abs_step;
+            if (len > k_max_range)
+              throw template_error(
+                  "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+            std::vector<jvalue> out;
+            for (int64_t i = 0; i < static_cast<int64_t>(len); ++i)
+              out.emplace_back(static_cast<int64_t>(wide_int{start} + wide_int{i} * step));
+            return jvalue::list(std::move(out));
+          }));
   }
 
   flow exec(const body& b, const frame_ptr& f, std::string& out) {
@@ -310,14 +349,21 @@ class evaluator {
 
   flow exec_node_unchecked(const node& n, const frame_ptr& f, std::string& out) {
     switch (n.k) {
-      case node::kind::text: out += n.text; return flow::normal;
-      case node::kind::output: out += eval(*n.e, f).to_str(); return flow::normal;
+      case node::kind::text:
+        out += n.text;
+        return flow::normal;
+      case node::kind::output:
+        out += eval(*n.e, f).to_str();
+        return flow::normal;
       case node::kind::if_:
         for (const auto& [cond, children] : n.branches)
           if (!cond || eval(*cond, f).truthy()) return exec(children, f, out);
         return flow::normal;
-      case node::kind::for_: return exec_for(n, f, out);
-      case node::kind::set: assign(n, eval(*n.e, f), f); return flow::normal;
+      case node::kind::for_:
+        return exec_for(n, f, out);
+      case node::kind::set:
+        assign(n, eval(*n.e, f), f);
+        return flow::normal;
       case node::kind::set_block: {
         std::string s;
         exec(n.children, f, s);
@@ -326,7 +372,9 @@ class evaluator {
         assign(n, v, f);
         return flow::normal;
       }
-      case node::kind::macro: f->set(n.text, make_macro(n, f)); return flow::normal;
+      case node::kind::macro:
+        f->set(n.text, make_macro(n, f));
+        return flow::normal;
       case node::kind::call_block: {
         const expr& call = *n.e;
         if (call.k != expr::kind::call) throw template_error("call block expects a call");
@@ -343,15 +391,18 @@ class evaluator {
         out += eval_filter(*n.e, f, &v).to_str();
         return flow::normal;
       }
-      case node::kind::generation: return exec(n.children, f, out);
+      case node::kind::generation:
+        return exec(n.children, f, out);
       case node::kind::with: {  // values evaluated in the enclosing scope, bound in the block's
         auto scope = std::make_shared<frame>();
         scope->parent = f;
         for (const auto& [name, value] : n.params) scope->set(name, eval(*value, f));
         return exec(n.children, scope, out);
       }
-      case node::kind::break_: return flow::brk;
-      case node::kind::continue_: return flow::cont;
+      case node::kind::break_:
+        return flow::brk;
+      case node::kind::continue_:
+        return flow::cont;
     }
     return flow::normal;
   }
@@ -369,7 +420,8 @@ class evaluator {
       return;
     }
     auto items = iterate(v);
-    if (items.size() != n.targets.size()) throw template_error("cannot unpack: wrong number of values");
+    if (items.size() != n.targets.size())
+      throw template_error("cannot unpack: wrong number of values");
     for (size_t i = 0; i < items.size(); ++i) f->set(n.targets[i], items[i]);
   }
 
@@ -380,7 +432,8 @@ class evaluator {
     }
     auto items = iterate(item);
     if (items.size() != n.targets.size())
-      throw template_error("not enough values to unpack (expected " + std::to_string(n.targets.size()) + ")");
+      throw template_error("not enough values to unpack (expected " +
+                           std::to_string(n.targets.size()) + ")");
     for (size_t i = 0; i < items.size(); ++i) f.set(n.targets[i], items[i]);
   }
 
@@ -424,30 +477,31 @@ class evaluator {
       l.set("length", jvalue(len));
       l.set("depth", jvalue(depth));
       l.set("depth0", jvalue(depth - 1));
-      if (n.recursive) {  // loop(items): the body over items, one level deeper (jinja2's recursive loops)
+      if (n.recursive) {  // loop(items): the body over items, one level deeper (jinja2's recursive
+                          // loops)
         const node* np = &n;
         frame_ptr outer = f;
         l.set(k_call_key, func("loop", [this, np, outer, depth](call_args& a) {
-          if (a.pos.size() != 1) throw template_error("loop() takes exactly one argument");
-          step();
-          std::string s;
-          exec_for(*np, outer, s, &a.pos[0], depth + 1);
-          return jvalue(std::move(s));
-        }));
+                if (a.pos.size() != 1) throw template_error("loop() takes exactly one argument");
+                step();
+                std::string s;
+                exec_for(*np, outer, s, &a.pos[0], depth + 1);
+                return jvalue(std::move(s));
+              }));
       }
       l.set("previtem", i > 0 ? items[i - 1] : jvalue::undefined("there is no previous item"));
       l.set("nextitem", i + 1 < len ? items[i + 1] : jvalue::undefined("there is no next item"));
       l.set("cycle", func("cycle", [i](call_args& a) {
-        if (a.pos.empty()) throw template_error("no items for cycling given");
-        return a.pos[i % a.pos.size()];
-      }));
+              if (a.pos.empty()) throw template_error("no items for cycling given");
+              return a.pos[i % a.pos.size()];
+            }));
       l.set("changed", func("changed", [last_changed](call_args& a) {
-        const auto& prev = *last_changed;
-        bool same = prev && prev->size() == a.pos.size();
-        for (size_t k = 0; same && k < a.pos.size(); ++k) same = equals((*prev)[k], a.pos[k]);
-        *last_changed = a.pos;
-        return jvalue(!same);
-      }));
+              const auto& prev = *last_changed;
+              bool same = prev && prev->size() == a.pos.size();
+              for (size_t k = 0; same && k < a.pos.size(); ++k) same = equals((*prev)[k], a.pos[k]);
+              *last_changed = a.pos;
+              return jvalue(!same);
+            }));
       scope->set("loop", loop);
       bind_targets(n, items[i], *scope);
       flow fl = exec(n.children, scope, out);
@@ -474,28 +528,34 @@ class evaluator {
       const auto& params = np->params;
       std::vector<jvalue> extra;
       for (size_t i = 0; i < a.pos.size(); ++i) {
-        if (i < params.size()) scope->set(params[i].first, a.pos[i]);
-        else extra.push_back(a.pos[i]);
+        if (i < params.size())
+          scope->set(params[i].first, a.pos[i]);
+        else
+          extra.push_back(a.pos[i]);
       }
       jvalue kwargs = jvalue::dict();
       for (const auto& [k, v] : a.kw) {
         bool is_param = k == "caller";
         for (const auto& p : params) is_param = is_param || p.first == k;
-        if (is_param) scope->set(k, v);
-        else kwargs.dct().set(k, v);
+        if (is_param)
+          scope->set(k, v);
+        else
+          kwargs.dct().set(k, v);
       }
       for (size_t i = a.pos.size(); i < params.size(); ++i) {
         bool given = false;
         for (const auto& kv : a.kw) given = given || kv.first == params[i].first;
         if (given) continue;
-        scope->set(params[i].first, params[i].second ? eval(*params[i].second, scope)
-                                                     : jvalue::undefined("'" + params[i].first + "' is undefined"));
+        scope->set(params[i].first,
+                   params[i].second ? eval(*params[i].second, scope)
+                                    : jvalue::undefined("'" + params[i].first + "' is undefined"));
       }
       scope->set("varargs", jvalue::list(std::move(extra), true));  // a tuple, as in Python
       scope->set("kwargs", kwargs);
       bool has_caller = false;
       for (const auto& kv : a.kw) has_caller = has_caller || kv.first == "caller";
-      if (!has_caller && !scope->lookup("caller")) scope->set("caller", jvalue::undefined("'caller' is undefined"));
+      if (!has_caller && !scope->lookup("caller"))
+        scope->set("caller", jvalue::undefined("'caller' is undefined"));
       std::string out;
       exec(np->children, scope, out);
       return jvalue(std::move(out));
@@ -505,7 +565,8 @@ class evaluator {
   jvalue invoke(const jvalue& callee, call_args& a) {
     if (callee.is_undefined()) undefined_error(callee);
     if (callee.is_dict())  // a recursive loop's `loop`
-      if (const jvalue* c = callee.dct().find(dict_key(jvalue(std::string(k_call_key)))); c && c->is_func())
+      if (const jvalue* c = callee.dct().find(dict_key(jvalue(std::string(k_call_key))));
+          c && c->is_func())
         return c->fn().fn(a);
     if (!callee.is_func()) throw template_error("'" + callee.type_name() + "' is not callable");
     return callee.fn().fn(a);
@@ -521,9 +582,11 @@ class evaluator {
   // A filter node; `subject` replaces the innermost missing subject (filter blocks, set blocks).
   jvalue eval_filter(const expr& e, const frame_ptr& f, const jvalue* subject) {
     jvalue in;
-    if (e.args[0]) in = e.args[0]->k == expr::kind::filter && subject ? eval_filter(*e.args[0], f, subject)
-                                                                       : eval(*e.args[0], f);
-    else if (subject) in = *subject;
+    if (e.args[0])
+      in = e.args[0]->k == expr::kind::filter && subject ? eval_filter(*e.args[0], f, subject)
+                                                         : eval(*e.args[0], f);
+    else if (subject)
+      in = *subject;
     call_args a = eval_args(e, f, 1);
     return apply_filter(e.name, in, a);
   }
@@ -546,7 +609,8 @@ class evaluator {
 
   jvalue eval_unchecked(const expr& e, const frame_ptr& f) {
     switch (e.k) {
-      case expr::kind::literal: return e.lit;
+      case expr::kind::literal:
+        return e.lit;
       case expr::kind::name: {
         if (const jvalue* v = f->lookup(e.name)) return *v;
         return jvalue::undefined("'" + e.name + "' is undefined");
@@ -565,8 +629,10 @@ class evaluator {
         }
         return d;
       }
-      case expr::kind::attr: return get_attr(eval(*e.args[0], f), e.name);
-      case expr::kind::index: return get_item(eval(*e.args[0], f), eval(*e.args[1], f));
+      case expr::kind::attr:
+        return get_attr(eval(*e.args[0], f), e.name);
+      case expr::kind::index:
+        return get_item(eval(*e.args[0], f), eval(*e.args[1], f));
       case expr::kind::slice: {
         auto opt = [&](size_t i) { return e.args[i] ? eval(*e.args[i], f) : jvalue(); };
         return slice_of(eval(*e.args[0], f), opt(1), opt(2), opt(3));
@@ -576,7 +642,8 @@ class evaluator {
         call_args a = eval_args(e, f, 1);
         return invoke(callee, a);
       }
-      case expr::kind::filter: return eval_filter(e, f, nullptr);
+      case expr::kind::filter:
+        return eval_filter(e, f, nullptr);
       case expr::kind::test: {
         jvalue v = eval(*e.args[0], f);
         call_args a = eval_args(e, f, 1);
@@ -587,7 +654,9 @@ class evaluator {
         jvalue v = eval(*e.args[0], f);
         if (e.name == "not") return jvalue(!v.truthy());
         if (v.is_undefined()) undefined_error(v);
-        if (!v.is_number()) throw template_error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
+        if (!v.is_number())
+          throw template_error("bad operand type for unary " + e.name + ": '" + v.type_name() +
+                               "'");
         if (e.name == "-") {
           if (v.is_float()) return jvalue(-v.as_float());
           if (v.as_int() == INT64_MIN) overflow_error();
@@ -595,12 +664,15 @@ class evaluator {
         }
         return v.is_float() ? jvalue(v.as_float()) : jvalue(v.as_int());
       }
-      case expr::kind::binop: return eval_binop(e, f);
-      case expr::kind::compare: return eval_compare_chain(e, f);
+      case expr::kind::binop:
+        return eval_binop(e, f);
+      case expr::kind::compare:
+        return eval_compare_chain(e, f);
       case expr::kind::cond: {
         if (eval(*e.args[1], f).truthy()) return eval(*e.args[0], f);
         if (e.args[2]) return eval(*e.args[2], f);
-        return jvalue::undefined("the inline if-expression on line evaluated to false and no else section was defined.");
+        return jvalue::undefined(
+            "the inline if-expression on line evaluated to false and no else section was defined.");
       }
     }
     return jvalue();
@@ -622,8 +694,8 @@ class evaluator {
   }
 
   static bool is_comparison(const std::string& op) {
-    return op == "==" || op == "!=" || op == "in" || op == "not in" || op == "<" || op == ">" || op == "<=" ||
-           op == ">=";
+    return op == "==" || op == "!=" || op == "in" || op == "not in" || op == "<" || op == ">" ||
+           op == "<=" || op == ">=";
   }
   static bool compare_op(const std::string& op, const jvalue& a, const jvalue& b) {
     if (op == "==") return equals(a, b);

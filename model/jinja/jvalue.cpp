@@ -1,10 +1,10 @@
 // Python object semantics for template values: truthiness, str/repr, equality, ordering, JSON.
 #include "model/jinja/jvalue.hpp"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cmath>
-
-#include <utf8proc.h>
 
 namespace coserve::jinja {
 
@@ -33,7 +33,8 @@ std::string dict_key(const jvalue& k) {
   if (k.is_string()) return k.str();
   if (k.is_none()) return "\x02N";
   std::string tagged(1, '\x02');
-  if (k.is_float() && k.as_float() != std::floor(k.as_float())) return tagged.append("F").append(k.to_str());
+  if (k.is_float() && k.as_float() != std::floor(k.as_float()))
+    return tagged.append("F").append(k.to_str());
   if (k.is_number()) return tagged.append("I").append(std::to_string(k.as_int()));
   throw template_error("unhashable type: '" + k.type_name() + "'");
 }
@@ -68,7 +69,9 @@ namespace {
 thread_local render_arena::registry* active_arena = nullptr;
 }  // namespace
 
-render_arena::render_arena() : reg_(std::make_unique<registry>()), prev_(active_arena) { active_arena = reg_.get(); }
+render_arena::render_arena() : reg_(std::make_unique<registry>()), prev_(active_arena) {
+  active_arena = reg_.get();
+}
 
 render_arena::~render_arena() {
   active_arena = prev_;  // what emptying frees is not recorded again
@@ -116,7 +119,8 @@ int64_t jvalue::as_int() const {
   if (is_float()) {
     // int(x) in Python; a float outside int64 (or nan/inf) has no int64 value.
     double d = std::get<double>(v);
-    if (!(d >= -0x1p63 && d < 0x1p63)) throw template_error("cannot convert float " + to_str() + " to a 64-bit integer");
+    if (!(d >= -0x1p63 && d < 0x1p63))
+      throw template_error("cannot convert float " + to_str() + " to a 64-bit integer");
     return static_cast<int64_t>(d);
   }
   return std::get<int64_t>(v);
@@ -129,14 +133,23 @@ double jvalue::as_float() const {
 
 bool jvalue::truthy() const {
   switch (v.index()) {
-    case 0: case 1: return false;
-    case 2: return as_bool();
-    case 3: return as_int() != 0;
-    case 4: return as_float() != 0.0;
-    case 5: return !str().empty();
-    case 6: return lst().lazy || !lst().items.empty();
-    case 7: return dct().is_namespace || !dct().items.empty();
-    default: return true;
+    case 0:
+    case 1:
+      return false;
+    case 2:
+      return as_bool();
+    case 3:
+      return as_int() != 0;
+    case 4:
+      return as_float() != 0.0;
+    case 5:
+      return !str().empty();
+    case 6:
+      return lst().lazy || !lst().items.empty();
+    case 7:
+      return dct().is_namespace || !dct().items.empty();
+    default:
+      return true;
   }
 }
 
@@ -147,10 +160,17 @@ namespace {
 bool py_is_printable(int32_t cp) {
   if (cp == 0x20) return true;
   switch (utf8proc_category(cp)) {
-    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
-    case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL:
-    case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS: return false;
-    default: return true;
+    case UTF8PROC_CATEGORY_CC:
+    case UTF8PROC_CATEGORY_CF:
+    case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO:
+    case UTF8PROC_CATEGORY_CN:
+    case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP:
+    case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
   }
 }
 
@@ -173,23 +193,37 @@ std::string python_repr_string(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     if (c < 0x80) {
-      if (s[i] == q || s[i] == '\\') { out += '\\'; out += s[i]; }
-      else if (s[i] == '\n') out += "\\n";
-      else if (s[i] == '\r') out += "\\r";
-      else if (s[i] == '\t') out += "\\t";
-      else if (c < 0x20 || c == 0x7f) escape('x', c, 2);
-      else out += s[i];
+      if (s[i] == q || s[i] == '\\') {
+        out += '\\';
+        out += s[i];
+      } else if (s[i] == '\n')
+        out += "\\n";
+      else if (s[i] == '\r')
+        out += "\\r";
+      else if (s[i] == '\t')
+        out += "\\t";
+      else if (c < 0x20 || c == 0x7f)
+        escape('x', c, 2);
+      else
+        out += s[i];
       ++i;
       continue;
     }
     utf8proc_int32_t cp = -1;
     const auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
                                     utf8proc_ssize_t(s.size() - i), &cp);
-    if (n <= 0) { out += s[i++]; continue; }
-    if (py_is_printable(cp)) out.append(s.data() + i, size_t(n));
-    else if (cp < 0x100) escape('x', uint32_t(cp), 2);
-    else if (cp < 0x10000) escape('u', uint32_t(cp), 4);
-    else escape('U', uint32_t(cp), 8);
+    if (n <= 0) {
+      out += s[i++];
+      continue;
+    }
+    if (py_is_printable(cp))
+      out.append(s.data() + i, size_t(n));
+    else if (cp < 0x100)
+      escape('x', uint32_t(cp), 2);
+    else if (cp < 0x10000)
+      escape('u', uint32_t(cp), 4);
+    else
+      escape('U', uint32_t(cp), 8);
     i += size_t(n);
   }
   out += q;
@@ -198,19 +232,30 @@ std::string python_repr_string(std::string_view s) {
 
 std::string jvalue::to_str() const {
   switch (v.index()) {
-    case 0: return "";
-    case 1: return "None";
-    case 2: return as_bool() ? "True" : "False";
-    case 3: return std::to_string(as_int());
-    case 4: { std::string s; json::append_python_float(s, as_float()); return s; }
-    case 5: return str();
-    default: return repr();
+    case 0:
+      return "";
+    case 1:
+      return "None";
+    case 2:
+      return as_bool() ? "True" : "False";
+    case 3:
+      return std::to_string(as_int());
+    case 4: {
+      std::string s;
+      json::append_python_float(s, as_float());
+      return s;
+    }
+    case 5:
+      return str();
+    default:
+      return repr();
   }
 }
 
 std::string jvalue::repr() const {
   switch (v.index()) {
-    case 5: return python_repr_string(str());
+    case 5:
+      return python_repr_string(str());
     case 6: {
       const auto& l = lst();
       if (l.lazy) return "<generator object at 0x0>";
@@ -237,23 +282,35 @@ std::string jvalue::repr() const {
       }
       return s + "}";
     }
-    case 8: return "<function " + fn().name + ">";
-    case 0: return "Undefined";  // jinja2's Undefined.__repr__
-    default: return to_str();
+    case 8:
+      return "<function " + fn().name + ">";
+    case 0:
+      return "Undefined";  // jinja2's Undefined.__repr__
+    default:
+      return to_str();
   }
 }
 
 std::string jvalue::type_name() const {
   switch (v.index()) {
-    case 0: return "Undefined";
-    case 1: return "NoneType object";
-    case 2: return "bool object";
-    case 3: return "int object";
-    case 4: return "float object";
-    case 5: return "str object";
-    case 6: return lst().tuple ? "tuple object" : "list object";
-    case 7: return dct().is_namespace ? "Namespace object" : "dict object";
-    default: return "function object";
+    case 0:
+      return "Undefined";
+    case 1:
+      return "NoneType object";
+    case 2:
+      return "bool object";
+    case 3:
+      return "int object";
+    case 4:
+      return "float object";
+    case 5:
+      return "str object";
+    case 6:
+      return lst().tuple ? "tuple object" : "list object";
+    case 7:
+      return dct().is_namespace ? "Namespace object" : "dict object";
+    default:
+      return "function object";
   }
 }
 
@@ -278,8 +335,11 @@ bool equals(const jvalue& a, const jvalue& b) {
   }
   if (a.v.index() != b.v.index()) return false;
   switch (a.v.index()) {
-    case 0: case 1: return true;
-    case 5: return a.str() == b.str();
+    case 0:
+    case 1:
+      return true;
+    case 5:
+      return a.str() == b.str();
     case 6: {
       const auto& x = a.lst().items;
       const auto& y = b.lst().items;
@@ -299,7 +359,8 @@ bool equals(const jvalue& a, const jvalue& b) {
       }
       return true;
     }
-    case 8: return &a.fn() == &b.fn();
+    case 8:
+      return &a.fn() == &b.fn();
   }
   return false;
 }
@@ -330,11 +391,16 @@ int compare(const jvalue& a, const jvalue& b) {
 
 jvalue from_json(const json::value& v) {
   switch (v.type()) {
-    case json::value::kind::null: return jvalue();
-    case json::value::kind::boolean: return jvalue(v.as_bool());
-    case json::value::kind::integer: return jvalue(v.as_int());
-    case json::value::kind::floating: return jvalue(v.as_double());
-    case json::value::kind::string: return jvalue(v.as_string());
+    case json::value::kind::null:
+      return jvalue();
+    case json::value::kind::boolean:
+      return jvalue(v.as_bool());
+    case json::value::kind::integer:
+      return jvalue(v.as_int());
+    case json::value::kind::floating:
+      return jvalue(v.as_double());
+    case json::value::kind::string:
+      return jvalue(v.as_string());
     case json::value::kind::array: {
       std::vector<jvalue> items;
       items.reserve(v.size());
@@ -352,12 +418,18 @@ jvalue from_json(const json::value& v) {
 
 json::value to_json(const jvalue& v) {
   switch (v.v.index()) {
-    case 0: throw template_error("Object of type Undefined is not JSON serializable");
-    case 1: return json::value();
-    case 2: return json::value(v.as_bool());
-    case 3: return json::value(v.as_int());
-    case 4: return json::value(v.as_float());
-    case 5: return json::value(v.str());
+    case 0:
+      throw template_error("Object of type Undefined is not JSON serializable");
+    case 1:
+      return json::value();
+    case 2:
+      return json::value(v.as_bool());
+    case 3:
+      return json::value(v.as_int());
+    case 4:
+      return json::value(v.as_float());
+    case 5:
+      return json::value(v.str());
     case 6: {
       if (v.lst().lazy) throw template_error("Object of type generator is not JSON serializable");
       json::array a;
@@ -365,12 +437,16 @@ json::value to_json(const jvalue& v) {
       return json::value(std::move(a));
     }
     case 7: {
-      if (v.dct().is_namespace) throw template_error("Object of type Namespace is not JSON serializable");
+      if (v.dct().is_namespace)
+        throw template_error("Object of type Namespace is not JSON serializable");
       json::object o;
-      for (const auto& [k, x] : v.dct().items) o.emplace_back(key_value(k).is_string() ? k : json::dump(to_json(key_value(k))), to_json(x));
+      for (const auto& [k, x] : v.dct().items)
+        o.emplace_back(key_value(k).is_string() ? k : json::dump(to_json(key_value(k))),
+                       to_json(x));
       return json::value(std::move(o));
     }
-    default: throw template_error("Object of type function is not JSON serializable");
+    default:
+      throw template_error("Object of type function is not JSON serializable");
   }
 }
 

@@ -44,7 +44,7 @@ struct jlist {
 // dict_key() with a leading \x02 byte and decoded by key_value(), so {0: 1} keeps int keys.
 struct jdict {
   std::vector<std::pair<std::string, jvalue>> items;  // insertion order
-  bool is_namespace = false;                           // namespace(): attribute assignment allowed
+  bool is_namespace = false;                          // namespace(): attribute assignment allowed
   jvalue* find(std::string_view key);
   const jvalue* find(std::string_view key) const;
   jvalue& set(std::string_view key, jvalue v);

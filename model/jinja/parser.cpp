@@ -17,7 +17,9 @@ struct chunk {
   int line = 1;
 };
 
-bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_ws(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 // Splits the source into text and tags, applying the whitespace rules: `{%-`/`-%}` strip all
 // whitespace on that side; lstrip_blocks removes spaces/tabs before a block or comment tag that
@@ -44,7 +46,8 @@ std::vector<chunk> scan(std::string_view src) {
       while (text_begin < text_end && is_ws(src[text_begin])) ++text_begin;
     } else if (trim_next && text_begin < text_end && src[text_begin] == '\n') {
       ++text_begin;
-    } else if (trim_next && text_begin + 1 < text_end && src[text_begin] == '\r' && src[text_begin + 1] == '\n') {
+    } else if (trim_next && text_begin + 1 < text_end && src[text_begin] == '\r' &&
+               src[text_begin + 1] == '\n') {
       text_begin += 2;
     }
     std::string text(src.substr(text_begin, text_end - text_begin));
@@ -77,18 +80,30 @@ std::vector<chunk> scan(std::string_view src) {
     while (i + 1 < src.size() + 1 && i < src.size()) {
       char c = src[i];
       if (kind_ch != '#' && quote) {
-        if (c == '\\') { i += 2; continue; }
+        if (c == '\\') {
+          i += 2;
+          continue;
+        }
         if (c == quote) quote = 0;
         ++i;
         continue;
       }
-      if (kind_ch != '#' && (c == '\'' || c == '"')) { quote = c; ++i; continue; }
+      if (kind_ch != '#' && (c == '\'' || c == '"')) {
+        quote = c;
+        ++i;
+        continue;
+      }
       // As jinja2's lexer: the closing delimiter counts only outside brackets, so `}}` closing
       // nested dict literals inside `{{ ... }}` does not end the tag.
-      if (depth == 0 && src.compare(i, 2, close) == 0) { end = i; break; }
+      if (depth == 0 && src.compare(i, 2, close) == 0) {
+        end = i;
+        break;
+      }
       if (kind_ch != '#') {
-        if (c == '(' || c == '[' || c == '{') ++depth;
-        else if ((c == ')' || c == ']' || c == '}') && depth > 0) --depth;
+        if (c == '(' || c == '[' || c == '{')
+          ++depth;
+        else if ((c == ')' || c == ']' || c == '}') && depth > 0)
+          --depth;
       }
       ++i;
     }
@@ -131,7 +146,8 @@ std::vector<chunk> scan(std::string_view src) {
       std::string raw(src.substr(body, e - body));
       if (end_lmod == '-') {
         while (!raw.empty() && is_ws(raw.back())) raw.pop_back();
-      } else if (end_lmod != '+') {  // lstrip_blocks: spaces and tabs before endraw at a line's start
+      } else if (end_lmod !=
+                 '+') {  // lstrip_blocks: spaces and tabs before endraw at a line's start
         size_t from = raw.find_last_not_of(" \t");
         if (from == std::string::npos ? e == body || src[body - 1] == '\n' : raw[from] == '\n')
           raw.resize(from == std::string::npos ? 0 : from + 1);
@@ -169,7 +185,10 @@ std::vector<token> tokenize(std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     char c = s[i];
-    if (is_ws(c)) { ++i; continue; }
+    if (is_ws(c)) {
+      ++i;
+      continue;
+    }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       size_t j = i;
       while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
@@ -199,7 +218,10 @@ std::vector<token> tokenize(std::string_view s) {
       for (char ch : s.substr(i, j - i))
         if (ch != '_') num += ch;
       token t{is_float ? token::kind::floating : token::kind::integer, num};
-      if (is_float) t.d = std::stod(num); else t.i = std::stoll(num);
+      if (is_float)
+        t.d = std::stod(num);
+      else
+        t.i = std::stoll(num);
       out.push_back(std::move(t));
       i = j;
       continue;
@@ -211,13 +233,27 @@ std::vector<token> tokenize(std::string_view s) {
         if (s[j] == '\\' && j + 1 < s.size()) {
           char e = s[j + 1];
           switch (e) {
-            case 'n': v += '\n'; break;
-            case 't': v += '\t'; break;
-            case 'r': v += '\r'; break;
-            case '\\': v += '\\'; break;
-            case '\'': v += '\''; break;
-            case '"': v += '"'; break;
-            default: v += '\\'; v += e;
+            case 'n':
+              v += '\n';
+              break;
+            case 't':
+              v += '\t';
+              break;
+            case 'r':
+              v += '\r';
+              break;
+            case '\\':
+              v += '\\';
+              break;
+            case '\'':
+              v += '\'';
+              break;
+            case '"':
+              v += '"';
+              break;
+            default:
+              v += '\\';
+              v += e;
           }
           j += 2;
           continue;
@@ -272,7 +308,8 @@ class parser {
   static constexpr int k_max_nesting = 100;
   struct nest {
     explicit nest(parser& p) : ps(p) {
-      if (p.depth_ >= k_max_nesting) p.fail("template nested deeper than " + std::to_string(k_max_nesting) + " levels");
+      if (p.depth_ >= k_max_nesting)
+        p.fail("template nested deeper than " + std::to_string(k_max_nesting) + " levels");
       ++p.depth_;
     }
     ~nest() { --ps.depth_; }
@@ -330,7 +367,8 @@ class parser {
     std::string stop;
     if (kw == "if") {
       n->k = node::kind::if_;
-      // jinja2 parses if/elif tests without a conditional expression (`if a if b else c` is an error).
+      // jinja2 parses if/elif tests without a conditional expression (`if a if b else c` is an
+      // error).
       expr_ptr cond = parse_or_test_no_cond();
       expect_end();
       while (true) {
@@ -409,7 +447,8 @@ class parser {
       expect_end();
       n->children = parse_until({"endfilter"}, stop);
       expect_end();
-    } else if (kw == "with") {  // {% with a = 1, b = x %}...{% endwith %}: names scoped to the block
+    } else if (kw ==
+               "with") {  // {% with a = 1, b = x %}...{% endwith %}: names scoped to the block
       n->k = node::kind::with;
       while (peek().k == token::kind::name) {
         std::string name = next().s;
@@ -457,11 +496,17 @@ class parser {
     return t;
   }
   bool accept_op(std::string_view op) {
-    if (peek().k == token::kind::op && peek().s == op) { next(); return true; }
+    if (peek().k == token::kind::op && peek().s == op) {
+      next();
+      return true;
+    }
     return false;
   }
   bool accept_name(std::string_view n) {
-    if (peek().k == token::kind::name && peek().s == n) { next(); return true; }
+    if (peek().k == token::kind::name && peek().s == n) {
+      next();
+      return true;
+    }
     return false;
   }
   void expect_op(std::string_view op) {
@@ -629,10 +674,14 @@ class parser {
       }
       case token::kind::name: {
         auto e = make(expr::kind::literal);
-        if (t.s == "true" || t.s == "True") e->lit = jvalue(true);
-        else if (t.s == "false" || t.s == "False") e->lit = jvalue(false);
-        else if (t.s == "none" || t.s == "None") e->lit = jvalue();
-        else return make(expr::kind::name, t.s);
+        if (t.s == "true" || t.s == "True")
+          e->lit = jvalue(true);
+        else if (t.s == "false" || t.s == "False")
+          e->lit = jvalue(false);
+        else if (t.s == "none" || t.s == "None")
+          e->lit = jvalue();
+        else
+          return make(expr::kind::name, t.s);
         return e;
       }
       case token::kind::op: {
@@ -671,7 +720,8 @@ class parser {
         }
         break;
       }
-      case token::kind::end: fail("unexpected end of expression");
+      case token::kind::end:
+        fail("unexpected end of expression");
     }
     fail("unexpected '" + t.s + "'");
   }
@@ -706,8 +756,10 @@ class parser {
         if (!(peek().k == token::kind::op && peek().s == ":")) start = parse_expr();
         if (accept_op(":")) {
           is_slice = true;
-          if (!(peek().k == token::kind::op && (peek().s == ":" || peek().s == "]"))) stop = parse_expr();
-          if (accept_op(":") && !(peek().k == token::kind::op && peek().s == "]")) step = parse_expr();
+          if (!(peek().k == token::kind::op && (peek().s == ":" || peek().s == "]")))
+            stop = parse_expr();
+          if (accept_op(":") && !(peek().k == token::kind::op && peek().s == "]"))
+            step = parse_expr();
         }
         expect_op("]");
         if (is_slice) {
@@ -752,7 +804,7 @@ class parser {
     while (true) {
       if (accept_op("|")) {
         std::string name = next().s;
-  
+
         auto f = make(expr::kind::filter, name);
         f->args.push_back(std::move(e));
         if (accept_op("(")) parse_call_args(*f);
@@ -767,11 +819,12 @@ class parser {
         te->args.push_back(std::move(e));
         if (accept_op("(")) {
           parse_call_args(*te);
-        } else if ((peek().k == token::kind::op && peek().s == "[") || peek().k == token::kind::str || peek().k == token::kind::integer ||
+        } else if ((peek().k == token::kind::op && peek().s == "[") ||
+                   peek().k == token::kind::str || peek().k == token::kind::integer ||
                    peek().k == token::kind::floating ||
                    (peek().k == token::kind::name && peek().s != "and" && peek().s != "or" &&
-                    peek().s != "if" && peek().s != "else" && peek().s != "in" && peek().s != "is" &&
-                    peek().s != "not")) {
+                    peek().s != "if" && peek().s != "else" && peek().s != "in" &&
+                    peek().s != "is" && peek().s != "not")) {
           te->args.push_back(parse_postfix(parse_primary()));
         }
         e = std::move(te);
@@ -798,8 +851,10 @@ class parser {
 
 result<body> parse_template(std::string_view source) {
   // jinja2 drops one trailing newline of the source (keep_trailing_newline=False).
-  if (source.ends_with("\r\n")) source.remove_suffix(2);
-  else if (source.ends_with("\n") || source.ends_with("\r")) source.remove_suffix(1);
+  if (source.ends_with("\r\n"))
+    source.remove_suffix(2);
+  else if (source.ends_with("\n") || source.ends_with("\r"))
+    source.remove_suffix(1);
   try {
     parser p(scan(source));
     return p.parse_all();

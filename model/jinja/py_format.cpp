@@ -3,6 +3,8 @@
 // holds (str, int, bool, float, None, lists, dicts). Python 3.11's rules and error messages.
 // Over 500 lines: one concept, the two languages sharing one spec, padding and number formatting
 // (format_int / format_float serve both); apart they would each need all of it.
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -11,8 +13,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <utf8proc.h>
 
 #include "model/jinja/builtins.hpp"
 
@@ -37,14 +37,19 @@ std::string ascii_of(const std::string& repr) {
   std::string out;
   for (size_t i = 0; i < repr.size();) {
     utf8proc_int32_t cp = -1;
-    const utf8proc_ssize_t n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(repr.data() + i),
-                                                static_cast<utf8proc_ssize_t>(repr.size() - i), &cp);
+    const utf8proc_ssize_t n =
+        utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(repr.data() + i),
+                         static_cast<utf8proc_ssize_t>(repr.size() - i), &cp);
     if (n <= 0 || cp < 0x80) {
       out += repr[i++];
       continue;
     }
     char buf[16];
-    std::snprintf(buf, sizeof buf, cp <= 0xFF ? "\\x%02x" : cp <= 0xFFFF ? "\\u%04x" : "\\U%08x", static_cast<unsigned>(cp));
+    std::snprintf(buf, sizeof buf,
+                  cp <= 0xFF     ? "\\x%02x"
+                  : cp <= 0xFFFF ? "\\u%04x"
+                                 : "\\U%08x",
+                  static_cast<unsigned>(cp));
     out += buf;
     i += static_cast<size_t>(n);
   }
@@ -66,10 +71,14 @@ std::string pad(const std::string& sign_prefix, const std::string& body, int64_t
   if (width <= 0 || static_cast<size_t>(width) <= len) return sign_prefix + body;
   const size_t n = static_cast<size_t>(width) - len;
   switch (align) {
-    case '<': return sign_prefix + body + repeat(fill, n);
-    case '^': return repeat(fill, n / 2) + sign_prefix + body + repeat(fill, n - n / 2);
-    case '=': return sign_prefix + repeat(fill, n) + body;
-    default: return repeat(fill, n) + sign_prefix + body;
+    case '<':
+      return sign_prefix + body + repeat(fill, n);
+    case '^':
+      return repeat(fill, n / 2) + sign_prefix + body + repeat(fill, n - n / 2);
+    case '=':
+      return sign_prefix + repeat(fill, n) + body;
+    default:
+      return repeat(fill, n) + sign_prefix + body;
   }
 }
 
@@ -107,7 +116,8 @@ std::string general_dot0(double x, int64_t p, bool alt) {
     std::snprintf(buf, sizeof buf, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
     return mant + buf;
   }
-  std::string f = strip_zeros(printf_string((alt ? "%#." : "%.") + std::to_string(p - 1 - exp10) + "f", x));
+  std::string f =
+      strip_zeros(printf_string((alt ? "%#." : "%.") + std::to_string(p - 1 - exp10) + "f", x));
   if (f.find('.') == std::string::npos) f += alt ? "." : ".0";
   return f;
 }
@@ -139,14 +149,16 @@ spec_t parse_spec(std::string_view s) {
       i = 1;
     }
   }
-  if (i < s.size() && (s[i] == '+' || s[i] == '-' || s[i] == ' ')) p.sign = s[i++], p.sign_given = true;
+  if (i < s.size() && (s[i] == '+' || s[i] == '-' || s[i] == ' '))
+    p.sign = s[i++], p.sign_given = true;
   if (i < s.size() && s[i] == 'z') p.z = true, ++i;
   if (i < s.size() && s[i] == '#') p.alt = true, ++i;
   if (i < s.size() && s[i] == '0') p.zero = true, ++i;
   auto number = [&](int64_t& out) {
     if (i >= s.size() || s[i] < '0' || s[i] > '9') return false;
     out = 0;
-    while (i < s.size() && s[i] >= '0' && s[i] <= '9') out = bounded(out * 10 + (s[i++] - '0'), "format width");
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9')
+      out = bounded(out * 10 + (s[i++] - '0'), "format width");
     return true;
   };
   number(p.width);
@@ -188,7 +200,9 @@ std::string format_float(double x, const spec_t& p, char type) {
       f += c;
       body = printf_string(f, v);
     }
-    if (upper) std::transform(body.begin(), body.end(), body.begin(), [](unsigned char ch) { return std::toupper(ch); });
+    if (upper)
+      std::transform(body.begin(), body.end(), body.begin(),
+                     [](unsigned char ch) { return std::toupper(ch); });
     if (p.grouping) body = group_digits(body, p.grouping, 3);
     if (type == '%') body += '%';
   }
@@ -202,7 +216,8 @@ std::string format_float(double x, const spec_t& p, char type) {
 std::string format_int(const jvalue& v, const spec_t& p) {
   const int64_t n = v.as_int();
   char type = p.type;
-  if (type == 'e' || type == 'E' || type == 'f' || type == 'F' || type == 'g' || type == 'G' || type == '%')
+  if (type == 'e' || type == 'E' || type == 'f' || type == 'F' || type == 'g' || type == 'G' ||
+      type == '%')
     return format_float(static_cast<double>(n), p, type);
   if (p.precision >= 0) throw template_error("Precision not allowed in integer format specifier");
   if (type == 'c') {
@@ -212,8 +227,10 @@ std::string format_int(const jvalue& v, const spec_t& p) {
     append_cp(ch, static_cast<int32_t>(n));
     return pad("", ch, p.width, p.align == 0 ? '<' : p.align, p.fill);
   }
-  if (type != 0 && type != 'd' && type != 'n' && type != 'b' && type != 'o' && type != 'x' && type != 'X')
-    throw template_error(std::string("Unknown format code '") + type + "' for object of type 'int'");
+  if (type != 0 && type != 'd' && type != 'n' && type != 'b' && type != 'o' && type != 'x' &&
+      type != 'X')
+    throw template_error(std::string("Unknown format code '") + type +
+                         "' for object of type 'int'");
   const uint64_t mag = n < 0 ? uint64_t(0) - static_cast<uint64_t>(n) : static_cast<uint64_t>(n);
   std::string digits, prefix;
   if (type == 'b') {
@@ -222,7 +239,11 @@ std::string format_int(const jvalue& v, const spec_t& p) {
     if (p.alt) prefix = "0b";
   } else if (type == 'o' || type == 'x' || type == 'X') {
     char buf[32];
-    std::snprintf(buf, sizeof buf, type == 'o' ? "%llo" : type == 'x' ? "%llx" : "%llX", static_cast<unsigned long long>(mag));
+    std::snprintf(buf, sizeof buf,
+                  type == 'o'   ? "%llo"
+                  : type == 'x' ? "%llx"
+                                : "%llX",
+                  static_cast<unsigned long long>(mag));
     digits = buf;
     if (p.alt) prefix = type == 'o' ? "0o" : type == 'x' ? "0x" : "0X";
   } else {
@@ -231,7 +252,8 @@ std::string format_int(const jvalue& v, const spec_t& p) {
   if (p.grouping) {
     if (p.grouping == ',' && (type == 'b' || type == 'o' || type == 'x' || type == 'X'))
       throw template_error(std::string("Cannot specify ',' with '") + type + "'.");
-    digits = group_digits(digits, p.grouping, type == 0 || type == 'd' || type == 'n' ? 3 : 4, type == 'x' || type == 'X');
+    digits = group_digits(digits, p.grouping, type == 0 || type == 'd' || type == 'n' ? 3 : 4,
+                          type == 'x' || type == 'X');
   }
   const std::string sign = n < 0 ? "-" : p.sign == '+' ? "+" : p.sign == ' ' ? " " : "";
   std::string fill = p.fill;
@@ -243,19 +265,24 @@ std::string format_int(const jvalue& v, const spec_t& p) {
 // format(value, spec) for a template's value.
 std::string format_value(const jvalue& v, std::string_view spec_text) {
   if (spec_text.empty()) return v.to_str();
-  if (v.is_undefined()) throw template_error("unsupported format string passed to Undefined.__format__");
+  if (v.is_undefined())
+    throw template_error("unsupported format string passed to Undefined.__format__");
   const spec_t p = parse_spec(spec_text);
   if (v.is_string()) {
     if (p.type != 0 && p.type != 's')
-      throw template_error(std::string("Unknown format code '") + p.type + "' for object of type 'str'");
+      throw template_error(std::string("Unknown format code '") + p.type +
+                           "' for object of type 'str'");
     if (p.sign_given) throw template_error("Sign not allowed in string format specifier");
-    if (p.grouping) throw template_error(std::string("Cannot specify '") + p.grouping + "' with 's'.");
+    if (p.grouping)
+      throw template_error(std::string("Cannot specify '") + p.grouping + "' with 's'.");
     if (p.alt) throw template_error("Alternate form (#) not allowed in string format specifier");
-    if (p.align == '=') throw template_error("'=' alignment not allowed in string format specifier");
+    if (p.align == '=')
+      throw template_error("'=' alignment not allowed in string format specifier");
     std::string s = v.str();
     if (p.precision >= 0) {
       const auto off = code_point_offsets(s);
-      if (static_cast<size_t>(p.precision) + 1 < off.size()) s.resize(off[static_cast<size_t>(p.precision)]);
+      if (static_cast<size_t>(p.precision) + 1 < off.size())
+        s.resize(off[static_cast<size_t>(p.precision)]);
     }
     std::string fill = p.fill;
     if (p.zero && p.align == 0) fill = "0";
@@ -264,11 +291,16 @@ std::string format_value(const jvalue& v, std::string_view spec_text) {
   if (v.is_int() || v.is_bool()) return format_int(v, p);
   if (v.is_float()) {
     const char t = p.type;
-    if (t != 0 && t != 'e' && t != 'E' && t != 'f' && t != 'F' && t != 'g' && t != 'G' && t != 'n' && t != '%')
-      throw template_error(std::string("Unknown format code '") + t + "' for object of type 'float'");
+    if (t != 0 && t != 'e' && t != 'E' && t != 'f' && t != 'F' && t != 'g' && t != 'G' &&
+        t != 'n' && t != '%')
+      throw template_error(std::string("Unknown format code '") + t +
+                           "' for object of type 'float'");
     return format_float(v.as_float(), p, t);
   }
-  const std::string type = v.is_none() ? "NoneType" : v.is_list() ? (v.lst().tuple ? "tuple" : "list") : v.is_dict() ? "dict" : "object";
+  const std::string type = v.is_none()   ? "NoneType"
+                           : v.is_list() ? (v.lst().tuple ? "tuple" : "list")
+                           : v.is_dict() ? "dict"
+                                         : "object";
   throw template_error("unsupported format string passed to " + type + ".__format__");
 }
 
@@ -301,51 +333,67 @@ std::string str_format(const std::string& fmt, const call_args& a, int depth) {
     size_t j = i + 1;
     int nest = 1;
     for (; j < fmt.size(); ++j) {
-      if (fmt[j] == '{') ++nest;
-      else if (fmt[j] == '}' && --nest == 0) break;
+      if (fmt[j] == '{')
+        ++nest;
+      else if (fmt[j] == '}' && --nest == 0)
+        break;
     }
-    if (j >= fmt.size()) throw template_error(nest > 1 ? "expected '}' before end of string" : "Single '{' encountered in format string");
+    if (j >= fmt.size())
+      throw template_error(nest > 1 ? "expected '}' before end of string"
+                                    : "Single '{' encountered in format string");
     const std::string field = fmt.substr(i + 1, j - i - 1);
     i = j;
     // field_name [! conversion] [: spec]; the name ends at the first '!' or ':' outside brackets.
     size_t k = 0;
     for (bool in_bracket = false; k < field.size(); ++k) {
-      if (field[k] == '[') in_bracket = true;
-      else if (field[k] == ']') in_bracket = false;
-      else if (!in_bracket && (field[k] == '!' || field[k] == ':')) break;
+      if (field[k] == '[')
+        in_bracket = true;
+      else if (field[k] == ']')
+        in_bracket = false;
+      else if (!in_bracket && (field[k] == '!' || field[k] == ':'))
+        break;
     }
     const std::string name = field.substr(0, k);
     char conversion = 0;
     std::string spec;
     if (k < field.size() && field[k] == '!') {
-      if (k + 1 >= field.size()) throw template_error("end of string while looking for conversion specifier");
+      if (k + 1 >= field.size())
+        throw template_error("end of string while looking for conversion specifier");
       conversion = field[k + 1];
       k += 2;
-      if (k < field.size() && field[k] != ':') throw template_error("expected ':' after conversion specifier");
+      if (k < field.size() && field[k] != ':')
+        throw template_error("expected ':' after conversion specifier");
     }
     if (k < field.size() && field[k] == ':') spec = field.substr(k + 1);
     if (spec.find('{') != std::string::npos) {
       if (depth >= 1) throw template_error("Max string recursion exceeded");
       spec = str_format(spec, a, depth + 1);
     }
-    // The argument: "" (next positional), digits (that positional) or a keyword, then .attr / [key].
+    // The argument: "" (next positional), digits (that positional) or a keyword, then .attr /
+    // [key].
     size_t e = 0;
     while (e < name.size() && name[e] != '.' && name[e] != '[') ++e;
     const std::string first = name.substr(0, e);
     jvalue v;
-    if (first.empty() || std::all_of(first.begin(), first.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
+    if (first.empty() ||
+        std::all_of(first.begin(), first.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
       size_t idx;
       if (first.empty()) {
-        if (used_manual) throw template_error("cannot switch from manual field specification to automatic field numbering");
+        if (used_manual)
+          throw template_error(
+              "cannot switch from manual field specification to automatic field numbering");
         used_auto = true;
         idx = auto_idx++;
       } else {
-        if (used_auto) throw template_error("cannot switch from automatic field numbering to manual field specification");
+        if (used_auto)
+          throw template_error(
+              "cannot switch from automatic field numbering to manual field specification");
         used_manual = true;
         idx = first.size() > 9 ? SIZE_MAX : std::stoul(first);
       }
       if (idx >= a.pos.size())
-        throw template_error("Replacement index " + first + (first.empty() ? std::to_string(idx) : "") +
+        throw template_error("Replacement index " + first +
+                             (first.empty() ? std::to_string(idx) : "") +
                              " out of range for positional args tuple");
       v = a.pos[idx];
     } else {
@@ -364,29 +412,38 @@ std::string str_format(const std::string& fmt, const call_args& a, int depth) {
         const size_t close = name.find(']', e);
         if (close == std::string::npos) throw template_error("Missing ']' in format string");
         const std::string key = name.substr(e + 1, close - e - 1);
-        const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+        const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) {
+          return ch >= '0' && ch <= '9';
+        });
         if (digits && key.size() > 18) throw template_error("index " + key + " out of range");
         v = get_item(v, digits ? jvalue(static_cast<int64_t>(std::stoll(key))) : jvalue(key));
         e = close + 1;
-        if (e < name.size() && name[e] != '.' && name[e] != '[') throw template_error("Only '.' or '[' may follow ']' in format field specifier");
+        if (e < name.size() && name[e] != '.' && name[e] != '[')
+          throw template_error("Only '.' or '[' may follow ']' in format field specifier");
       }
     }
-    if (conversion == 'r') v = jvalue(v.repr());
-    else if (conversion == 's') v = jvalue(v.to_str());
-    else if (conversion == 'a') v = jvalue(ascii_of(v.repr()));
-    else if (conversion != 0) throw template_error(std::string("Unknown conversion specifier ") + conversion);
+    if (conversion == 'r')
+      v = jvalue(v.repr());
+    else if (conversion == 's')
+      v = jvalue(v.to_str());
+    else if (conversion == 'a')
+      v = jvalue(ascii_of(v.repr()));
+    else if (conversion != 0)
+      throw template_error(std::string("Unknown conversion specifier ") + conversion);
     out += format_value(v, spec);
   }
   return out;
 }
 
 std::string percent_format(const std::string& fmt, const jvalue& args) {
-  std::vector<jvalue> list = args.is_list() && args.lst().tuple ? args.lst().items : std::vector<jvalue>{args};
+  std::vector<jvalue> list =
+      args.is_list() && args.lst().tuple ? args.lst().items : std::vector<jvalue>{args};
   size_t ai = 0;
   bool used_mapping = false;
   auto next_arg = [&]() -> const jvalue& {
     // After a %(key) Python has no positional arguments left.
-    if (ai >= list.size() || used_mapping) throw template_error("not enough arguments for format string");
+    if (ai >= list.size() || used_mapping)
+      throw template_error("not enough arguments for format string");
     return list[ai++];
   };
   std::string out;
@@ -406,7 +463,8 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
       if (depth > 0) throw template_error("incomplete format key");
       if (!args.is_dict()) throw template_error("format requires a mapping");
       keyed_value = get_item(args, jvalue(fmt.substr(j + 1, k - j - 2)));
-      if (keyed_value.is_undefined()) throw template_error("'" + fmt.substr(j + 1, k - j - 2) + "'");
+      if (keyed_value.is_undefined())
+        throw template_error("'" + fmt.substr(j + 1, k - j - 2) + "'");
       keyed = &keyed_value;
       used_mapping = true;
       j = k;
@@ -414,12 +472,18 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
     bool left = false, plus = false, space = false, alt = false, zero = false;
     for (; j < fmt.size(); ++j) {
       const char f = fmt[j];
-      if (f == '-') left = true;
-      else if (f == '+') plus = true;
-      else if (f == ' ') space = true;
-      else if (f == '#') alt = true;
-      else if (f == '0') zero = true;
-      else break;
+      if (f == '-')
+        left = true;
+      else if (f == '+')
+        plus = true;
+      else if (f == ' ')
+        space = true;
+      else if (f == '#')
+        alt = true;
+      else if (f == '0')
+        zero = true;
+      else
+        break;
     }
     int64_t width = -1, precision = -1;
     auto number = [&](int64_t& n, const char* what) {
@@ -432,7 +496,8 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
       }
       if (j >= fmt.size() || fmt[j] < '0' || fmt[j] > '9') return;
       n = 0;
-      while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9') n = bounded(n * 10 + (fmt[j++] - '0'), what);
+      while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9')
+        n = bounded(n * 10 + (fmt[j++] - '0'), what);
     };
     number(width, "format width");
     if (width < -1) left = true, width = -width;  // a negative * width left-justifies
@@ -442,7 +507,8 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
       number(precision, "format precision");
       if (precision < 0) precision = 0;
     }
-    while (j < fmt.size() && (fmt[j] == 'h' || fmt[j] == 'l' || fmt[j] == 'L')) ++j;  // length modifiers: ignored
+    while (j < fmt.size() && (fmt[j] == 'h' || fmt[j] == 'l' || fmt[j] == 'L'))
+      ++j;  // length modifiers: ignored
     if (j >= fmt.size()) throw template_error("incomplete format");
     const char conv = fmt[j];
     i = j;
@@ -458,11 +524,14 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
     p.align = left ? '<' : '>';
     std::string text;
     switch (conv) {
-      case 's': case 'r': case 'a': {
+      case 's':
+      case 'r':
+      case 'a': {
         text = conv == 's' ? a.to_str() : conv == 'r' ? a.repr() : ascii_of(a.repr());
         if (precision >= 0) {
           const auto off = code_point_offsets(text);
-          if (static_cast<size_t>(precision) + 1 < off.size()) text.resize(off[static_cast<size_t>(precision)]);
+          if (static_cast<size_t>(precision) + 1 < off.size())
+            text.resize(off[static_cast<size_t>(precision)]);
         }
         out += pad("", text, width, left ? '<' : '>', " ");
         continue;
@@ -481,13 +550,26 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
         out += pad("", text, width, left ? '<' : '>', " ");
         continue;
       }
-      case 'd': case 'i': case 'u': case 'o': case 'x': case 'X': {
+      case 'd':
+      case 'i':
+      case 'u':
+      case 'o':
+      case 'x':
+      case 'X': {
         const bool integral = conv == 'o' || conv == 'x' || conv == 'X';
-        if (a.is_string() || a.is_none() || a.is_list() || a.is_dict() || a.is_undefined() || (integral && a.is_float()))
-          throw template_error(std::string("%") + conv + " format: " + (integral ? "an integer" : "a real number") +
-                               " is required, not " + (a.is_string() ? "str" : a.is_none() ? "NoneType" : a.is_float() ? "float" : a.is_list() ? "list" : "dict"));
+        if (a.is_string() || a.is_none() || a.is_list() || a.is_dict() || a.is_undefined() ||
+            (integral && a.is_float()))
+          throw template_error(std::string("%") + conv + " format: " +
+                               (integral ? "an integer" : "a real number") + " is required, not " +
+                               (a.is_string()  ? "str"
+                                : a.is_none()  ? "NoneType"
+                                : a.is_float() ? "float"
+                                : a.is_list()  ? "list"
+                                               : "dict"));
         if (a.is_float() && !std::isfinite(a.as_float()))
-          throw template_error(std::isnan(a.as_float()) ? "cannot convert float NaN to integer" : "cannot convert float infinity to integer");
+          throw template_error(std::isnan(a.as_float())
+                                   ? "cannot convert float NaN to integer"
+                                   : "cannot convert float infinity to integer");
         spec_t q = p;
         q.type = conv == 'o' || conv == 'x' || conv == 'X' ? conv : 'd';
         q.width = -1;
@@ -495,17 +577,33 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
         // Precision: at least that many digits.
         std::string sign_prefix;
         size_t digits_at = 0;
-        while (digits_at < body.size() && (body[digits_at] == '-' || body[digits_at] == '+' || body[digits_at] == ' ')) ++digits_at;
+        while (digits_at < body.size() &&
+               (body[digits_at] == '-' || body[digits_at] == '+' || body[digits_at] == ' '))
+          ++digits_at;
         if (alt && q.type != 'd') digits_at += 2;
         sign_prefix = body.substr(0, digits_at);
         std::string digits = body.substr(digits_at);
         if (precision > 0 && static_cast<int64_t>(digits.size()) < precision)
           digits.insert(0, static_cast<size_t>(precision) - digits.size(), '0');
-        out += pad(sign_prefix, digits, width, left ? '<' : zero ? '=' : '>', zero && !left ? "0" : " ");
+        out += pad(sign_prefix, digits, width,
+                   left   ? '<'
+                   : zero ? '='
+                          : '>',
+                   zero && !left ? "0" : " ");
         continue;
       }
-      case 'e': case 'E': case 'f': case 'F': case 'g': case 'G': {
-        if (!a.is_number()) throw template_error(std::string("must be real number, not ") + (a.is_string() ? "str" : a.is_none() ? "NoneType" : a.is_list() ? "list" : "dict"));
+      case 'e':
+      case 'E':
+      case 'f':
+      case 'F':
+      case 'g':
+      case 'G': {
+        if (!a.is_number())
+          throw template_error(std::string("must be real number, not ") + (a.is_string() ? "str"
+                                                                           : a.is_none()
+                                                                               ? "NoneType"
+                                                                           : a.is_list() ? "list"
+                                                                                         : "dict"));
         spec_t q = p;
         q.type = conv;
         q.precision = precision < 0 ? 6 : precision;
@@ -521,7 +619,8 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
   // Python: a tuple's unused items are an error, and so is an unused single argument unless it is
   // a mapping, a list or jinja2's Undefined (all pass PyMapping_Check, so '%' treats them as a
   // mapping).
-  if (!used_mapping && ai < list.size() && !args.is_dict() && !args.is_undefined() && !(args.is_list() && !args.lst().tuple))
+  if (!used_mapping && ai < list.size() && !args.is_dict() && !args.is_undefined() &&
+      !(args.is_list() && !args.lst().tuple))
     throw template_error("not all arguments converted during string formatting");
   return out;
 }

@@ -1,10 +1,11 @@
 // JSON value: accessors, simdjson-based parsing and Python-compatible serialisation.
 #include "model/json/value.hpp"
 
+#include <simdjson.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <simdjson.h>
 
 namespace coserve::json {
 
@@ -65,16 +66,21 @@ namespace {
 result<value> convert_element(simdjson::dom::element e) {
   using simdjson::dom::element_type;
   switch (e.type()) {
-    case element_type::NULL_VALUE: return value{};
-    case element_type::BOOL: return value{bool(e.get_bool().value())};
-    case element_type::INT64: return value{e.get_int64().value()};
+    case element_type::NULL_VALUE:
+      return value{};
+    case element_type::BOOL:
+      return value{bool(e.get_bool().value())};
+    case element_type::INT64:
+      return value{e.get_int64().value()};
     case element_type::UINT64: {
       uint64_t u = e.get_uint64().value();
       if (u <= static_cast<uint64_t>(INT64_MAX)) return value{static_cast<int64_t>(u)};
       return value{static_cast<double>(u)};
     }
-    case element_type::DOUBLE: return value{e.get_double().value()};
-    case element_type::STRING: return value{std::string_view(e.get_string().value())};
+    case element_type::DOUBLE:
+      return value{e.get_double().value()};
+    case element_type::STRING:
+      return value{std::string_view(e.get_string().value())};
     case element_type::ARRAY: {
       array a;
       simdjson::dom::array arr = e.get_array().value();
@@ -111,12 +117,21 @@ static std::string widen_big_ints(std::string_view text) {
     char c = text[i];
     if (in_str) {
       out += c;
-      if (c == '\\' && i + 1 < text.size()) { out += text[i + 1]; i += 2; continue; }
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[i + 1];
+        i += 2;
+        continue;
+      }
       if (c == '"') in_str = false;
       ++i;
       continue;
     }
-    if (c == '"') { in_str = true; out += c; ++i; continue; }
+    if (c == '"') {
+      in_str = true;
+      out += c;
+      ++i;
+      continue;
+    }
     if (c >= '0' && c <= '9') {
       size_t j = i;
       while (j < text.size() && text[j] >= '0' && text[j] <= '9') ++j;
@@ -148,15 +163,24 @@ result<value> parse(std::string_view text) {
 }
 
 void append_python_float(std::string& out, double d) {
-  if (std::isnan(d)) { out += "nan"; return; }
-  if (std::isinf(d)) { out += d < 0 ? "-inf" : "inf"; return; }
+  if (std::isnan(d)) {
+    out += "nan";
+    return;
+  }
+  if (std::isinf(d)) {
+    out += d < 0 ? "-inf" : "inf";
+    return;
+  }
   // Shortest round-trip digits in scientific form, then laid out as Python's repr does: fixed
   // notation when the decimal exponent is in [-4, 16), scientific otherwise.
   char buf[64];
   auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
   std::string_view s(buf, static_cast<size_t>(r.ptr - buf));
   bool neg = false;
-  if (!s.empty() && s[0] == '-') { neg = true; s.remove_prefix(1); }
+  if (!s.empty() && s[0] == '-') {
+    neg = true;
+    s.remove_prefix(1);
+  }
   size_t epos = s.find('e');
   std::string digits;
   for (char c : s.substr(0, epos))
@@ -167,7 +191,10 @@ void append_python_float(std::string& out, double d) {
   if (neg) out += '-';
   if (exp >= 16 || exp < -4) {
     out += digits[0];
-    if (digits.size() > 1) { out += '.'; out.append(digits, 1); }
+    if (digits.size() > 1) {
+      out += '.';
+      out.append(digits, 1);
+    }
     out += 'e';
     out += exp < 0 ? '-' : '+';
     int ae = exp < 0 ? -exp : exp;
@@ -196,13 +223,27 @@ void append_escaped(std::string& out, std::string_view s) {
   for (char ch : s) {
     auto c = static_cast<unsigned char>(ch);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           out += "\\u00";
@@ -228,7 +269,11 @@ void append_escaped_ascii(std::string& out, std::string_view s) {
   size_t i = 0;
   while (i < s.size()) {
     auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) { append_escaped(out, s.substr(i, 1)); ++i; continue; }
+    if (c < 0x80) {
+      append_escaped(out, s.substr(i, 1));
+      ++i;
+      continue;
+    }
     unsigned cp = 0;
     size_t len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
     cp = len == 4 ? (c & 0x07u) : len == 3 ? (c & 0x0Fu) : len == 2 ? (c & 0x1Fu) : c;
@@ -247,7 +292,10 @@ void append_escaped_ascii(std::string& out, std::string_view s) {
 
 void append_string(std::string& out, std::string_view s, bool ascii) {
   out += '"';
-  if (ascii) append_escaped_ascii(out, s); else append_escaped(out, s);
+  if (ascii)
+    append_escaped_ascii(out, s);
+  else
+    append_escaped(out, s);
   out += '"';
 }
 
@@ -261,20 +309,34 @@ void dump_into(std::string& out, const value& v, const dump_options& o, int dept
   std::string_view item_sep = o.item_sep;
   if (o.indent >= 0 && item_sep == ", ") item_sep = ",";
   switch (v.type()) {
-    case value::kind::null: out += "null"; return;
-    case value::kind::boolean: out += v.as_bool() ? "true" : "false"; return;
-    case value::kind::integer: out += std::to_string(v.as_int()); return;
+    case value::kind::null:
+      out += "null";
+      return;
+    case value::kind::boolean:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case value::kind::integer:
+      out += std::to_string(v.as_int());
+      return;
     case value::kind::floating: {
       double d = v.as_double();
-      if (std::isnan(d)) out += "NaN";
-      else if (std::isinf(d)) out += d < 0 ? "-Infinity" : "Infinity";
-      else append_python_float(out, d);
+      if (std::isnan(d))
+        out += "NaN";
+      else if (std::isinf(d))
+        out += d < 0 ? "-Infinity" : "Infinity";
+      else
+        append_python_float(out, d);
       return;
     }
-    case value::kind::string: append_string(out, v.as_string(), o.ensure_ascii); return;
+    case value::kind::string:
+      append_string(out, v.as_string(), o.ensure_ascii);
+      return;
     case value::kind::array: {
       const auto& a = v.as_array();
-      if (a.empty()) { out += "[]"; return; }
+      if (a.empty()) {
+        out += "[]";
+        return;
+      }
       out += '[';
       for (size_t i = 0; i < a.size(); ++i) {
         if (i) out += item_sep;
@@ -287,7 +349,10 @@ void dump_into(std::string& out, const value& v, const dump_options& o, int dept
     }
     case value::kind::object: {
       const auto& obj = v.as_object();
-      if (obj.empty()) { out += "{}"; return; }
+      if (obj.empty()) {
+        out += "{}";
+        return;
+      }
       std::vector<const std::pair<std::string, value>*> members;
       members.reserve(obj.size());
       for (const auto& m : obj) members.push_back(&m);

@@ -31,15 +31,15 @@ class value {
   // Every integral type except bool and char converts to int64 (uint64 beyond int64 wraps: callers
   // that may hold such values pass a double).
   template <class I>
-    requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>)
-  value(I i) : v_(static_cast<int64_t>(i)) {}  // NOLINT(implicit)
-  value(double d) : v_(d) {}                   // NOLINT(implicit)
-  value(float f) : v_(static_cast<double>(f)) {}  // NOLINT(implicit)
-  value(std::string s) : v_(std::move(s)) {}   // NOLINT(implicit)
-  value(const char* s) : v_(std::string(s)) {}  // NOLINT(implicit)
+  requires(std::is_integral_v<I> && !std::is_same_v<I, bool> && !std::is_same_v<I, char>) value(I i)
+      : v_(static_cast<int64_t>(i)) {}               // NOLINT(implicit)
+  value(double d) : v_(d) {}                         // NOLINT(implicit)
+  value(float f) : v_(static_cast<double>(f)) {}     // NOLINT(implicit)
+  value(std::string s) : v_(std::move(s)) {}         // NOLINT(implicit)
+  value(const char* s) : v_(std::string(s)) {}       // NOLINT(implicit)
   value(std::string_view s) : v_(std::string(s)) {}  // NOLINT(implicit)
-  value(array a) : v_(std::move(a)) {}         // NOLINT(implicit)
-  value(object o) : v_(std::move(o)) {}        // NOLINT(implicit)
+  value(array a) : v_(std::move(a)) {}               // NOLINT(implicit)
+  value(object o) : v_(std::move(o)) {}              // NOLINT(implicit)
 
   kind type() const noexcept { return static_cast<kind>(v_.index()); }
   bool is_null() const noexcept { return v_.index() == 0; }
@@ -54,8 +54,8 @@ class value {
   // Accessors require the matching kind (checked by assert through std::get in debug builds: a
   // wrong kind throws std::bad_variant_access, a programming error).
   bool as_bool() const { return std::get<bool>(v_); }
-  int64_t as_int() const;       // int, or a double truncated
-  double as_double() const;     // double, or an int converted
+  int64_t as_int() const;    // int, or a double truncated
+  double as_double() const;  // double, or an int converted
   const std::string& as_string() const { return std::get<std::string>(v_); }
   std::string& as_string() { return std::get<std::string>(v_); }
   const array& as_array() const { return std::get<array>(v_); }

@@ -61,7 +61,8 @@ void added_token_matcher::split(std::string_view text, std::vector<piece>& out) 
     const added_token& t = hit->token;
     if (t.single_word) {
       const bool space_before = start == 0 || !utf8::is_word_char(last_char(text.substr(0, start)));
-      const bool space_after = stop == text.size() || !utf8::is_word_char(first_char(text.substr(stop)));
+      const bool space_after =
+          stop == text.size() || !utf8::is_word_char(first_char(text.substr(stop)));
       if (!space_before || !space_after) continue;
     }
     if (t.lstrip) {

@@ -17,14 +17,16 @@ bpe_model::bpe_model(string_id_map vocab,
     for (const auto& [text, id] : vocab)
       if (auto bytes = byte_level::to_bytes(text)) vocab_.emplace(std::move(*bytes), id);
     for (int b = 0; b < 256; ++b)
-      if (auto it = vocab_.find(std::string(1, static_cast<char>(b))); it != vocab_.end()) byte_ids_[b] = it->second;
+      if (auto it = vocab_.find(std::string(1, static_cast<char>(b))); it != vocab_.end())
+        byte_ids_[b] = it->second;
   } else {
     vocab_ = std::move(vocab);
     if (opts_.byte_fallback) {
       char name[8];
       for (int b = 0; b < 256; ++b) {
         std::snprintf(name, sizeof name, "<0x%02X>", b);
-        if (auto it = vocab_.find(std::string_view(name)); it != vocab_.end()) byte_ids_[b] = it->second;
+        if (auto it = vocab_.find(std::string_view(name)); it != vocab_.end())
+          byte_ids_[b] = it->second;
       }
     }
   }
@@ -73,7 +75,9 @@ void bpe_model::tokenize(std::string_view word, std::vector<int32_t>& out) const
   if (cacheable) {
     std::lock_guard lock(cache_mutex_);
     if (cache_.size() >= k_max_cache_entries) cache_.clear();
-    cache_.emplace(std::string(word), std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
+    cache_.emplace(
+        std::string(word),
+        std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(first), out.end()));
   }
 }
 
@@ -141,7 +145,8 @@ void bpe_model::merge_word(std::string_view word, std::vector<int32_t>& out) con
   auto push_pair = [&](int32_t left) {
     const int32_t right = syms[left].next;
     if (right < 0) return;
-    if (const auto* m = merges_.find(syms[left].id, syms[right].id)) heap.push({m->rank, left, m->new_id});
+    if (const auto* m = merges_.find(syms[left].id, syms[right].id))
+      heap.push({m->rank, left, m->new_id});
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(syms.size()); ++i) push_pair(i);
 

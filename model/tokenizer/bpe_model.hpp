@@ -26,7 +26,9 @@ namespace coserve {
 
 struct string_hash {
   using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  std::size_t operator()(std::string_view s) const noexcept {
+    return std::hash<std::string_view>{}(s);
+  }
 };
 using string_id_map = std::unordered_map<std::string, int32_t, string_hash, std::equal_to<>>;
 
@@ -58,14 +60,16 @@ class bpe_model {
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
   options opts_;
-  string_id_map vocab_;                          // model key -> id
-  merge_table merges_;                           // (left id, right id) -> rank, merged id
-  std::array<int32_t, 256> byte_ids_{};          // byte mode: single-byte token ids; fallback: <0xAB> ids (-1: none)
+  string_id_map vocab_;  // model key -> id
+  merge_table merges_;   // (left id, right id) -> rank, merged id
+  std::array<int32_t, 256>
+      byte_ids_{};  // byte mode: single-byte token ids; fallback: <0xAB> ids (-1: none)
 
   static constexpr std::size_t k_max_cached_word = 256;
   static constexpr std::size_t k_max_cache_entries = 1 << 17;
   mutable std::mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>, string_hash, std::equal_to<>> cache_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, string_hash, std::equal_to<>>
+      cache_;
 };
 
 }  // namespace coserve

@@ -10,7 +10,8 @@ std::optional<std::string> to_bytes(std::string_view text) {
   char32_t cp;
   for (std::size_t i = 0; i < text.size();) {
     const std::size_t n = utf8::decode(text, i, cp);
-    if (n == 0 || cp >= k_tables.char_to_byte.size() || k_tables.char_to_byte[cp] < 0) return std::nullopt;
+    if (n == 0 || cp >= k_tables.char_to_byte.size() || k_tables.char_to_byte[cp] < 0)
+      return std::nullopt;
     out.push_back(static_cast<char>(k_tables.char_to_byte[cp]));
     i += n;
   }

@@ -19,7 +19,8 @@ result<void> decoder::add(simdjson::dom::element node) {
   if (node["type"].get(type)) return make_error("invalid_argument", "decoder without a type");
   if (type == "Sequence") {
     simdjson::dom::array arr;
-    if (node["decoders"].get(arr)) return make_error("invalid_argument", "Sequence decoder without decoders");
+    if (node["decoders"].get(arr))
+      return make_error("invalid_argument", "Sequence decoder without decoders");
     for (auto child : arr)
       if (auto r = add(child); !r) return r;
     return {};
@@ -32,8 +33,10 @@ result<void> decoder::add(simdjson::dom::element node) {
     s.k = kind::metaspace;
     std::string_view rep, scheme;
     s.replacement = node["replacement"].get(rep) ? std::string("\xE2\x96\x81") : std::string(rep);
-    if (!node["prepend_scheme"].get(scheme)) s.prepend = scheme != "never";
-    else if (!node["add_prefix_space"].get(flag)) s.prepend = flag;
+    if (!node["prepend_scheme"].get(scheme))
+      s.prepend = scheme != "never";
+    else if (!node["add_prefix_space"].get(flag))
+      s.prepend = flag;
   } else if (type == "ByteFallback") {
     s.k = kind::byte_fallback;
   } else if (type == "Fuse") {
@@ -50,7 +53,8 @@ result<void> decoder::add(simdjson::dom::element node) {
   } else if (type == "Replace") {
     s.k = kind::replace;
     std::string_view content, pat;
-    if (node["content"].get(content)) return make_error("invalid_argument", "Replace decoder without content");
+    if (node["content"].get(content))
+      return make_error("invalid_argument", "Replace decoder without content");
     s.replacement = content;
     if (!node["pattern"]["String"].get(pat)) {
       s.literal = pat;
@@ -108,8 +112,10 @@ std::string decoder::decode(std::vector<std::string> tokens) const {
         // a run of spaces) stays as its UTF-8 text. The joined bytes are then repaired.
         std::string bytes;
         for (const auto& t : tokens) {
-          if (auto b = byte_level::to_bytes(t)) bytes += *b;
-          else bytes += t;
+          if (auto b = byte_level::to_bytes(t))
+            bytes += *b;
+          else
+            bytes += t;
         }
         tokens.assign(1, utf8::repair(bytes));
         break;
@@ -134,9 +140,11 @@ std::string decoder::decode(std::vector<std::string> tokens) const {
         std::string pending;
         auto flush = [&] {
           if (pending.empty()) return;
-          if (utf8::is_valid(pending)) out.push_back(pending);
+          if (utf8::is_valid(pending))
+            out.push_back(pending);
           else
-            for (std::size_t k = 0; k < pending.size(); ++k) out.emplace_back(utf8::replacement_char);
+            for (std::size_t k = 0; k < pending.size(); ++k)
+              out.emplace_back(utf8::replacement_char);
           pending.clear();
         };
         for (auto& t : tokens) {
@@ -162,8 +170,12 @@ std::string decoder::decode(std::vector<std::string> tokens) const {
         for (auto& t : tokens) {
           std::size_t b = 0, e = t.size();
           const std::size_t n = s.strip_content.size();
-          for (std::size_t k = 0; k < s.start && n && e - b >= n && t.compare(b, n, s.strip_content) == 0; ++k) b += n;
-          for (std::size_t k = 0; k < s.stop && n && e - b >= n && t.compare(e - n, n, s.strip_content) == 0; ++k) e -= n;
+          for (std::size_t k = 0;
+               k < s.start && n && e - b >= n && t.compare(b, n, s.strip_content) == 0; ++k)
+            b += n;
+          for (std::size_t k = 0;
+               k < s.stop && n && e - b >= n && t.compare(e - n, n, s.strip_content) == 0; ++k)
+            e -= n;
           t = t.substr(b, e - b);
         }
         break;
@@ -172,7 +184,8 @@ std::string decoder::decode(std::vector<std::string> tokens) const {
         break;
       case kind::bpe_suffix:
         for (std::size_t i = 0; i < tokens.size(); ++i)
-          tokens[i] = replace_all(tokens[i], s.literal, std::nullopt, i + 1 == tokens.size() ? "" : " ");
+          tokens[i] =
+              replace_all(tokens[i], s.literal, std::nullopt, i + 1 == tokens.size() ? "" : " ");
         break;
     }
   }

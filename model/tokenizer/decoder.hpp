@@ -1,14 +1,14 @@
 // tokenizer.json decoders, flattened: a Sequence becomes its steps in order. Each step maps the
 // list of token strings to a new list; the result is their concatenation. Supported: ByteLevel,
-// Metaspace, ByteFallback, Fuse, Strip, Replace (string or regex), BPEDecoder, Sequence. With no decoder the
-// tokens are joined with spaces (what Hugging Face does).
+// Metaspace, ByteFallback, Fuse, Strip, Replace (string or regex), BPEDecoder, Sequence. With no
+// decoder the tokens are joined with spaces (what Hugging Face does).
 #pragma once
+
+#include <simdjson.h>
 
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "model/tokenizer/regex.hpp"
 #include "runtime/expected.hpp"
@@ -33,10 +33,10 @@ class decoder {
   enum class kind { byte_level, metaspace, byte_fallback, fuse, strip, replace, bpe_suffix };
   struct step {
     kind k;
-    std::string replacement;   // metaspace: the replacement character; replace: the content
-    bool prepend = true;       // metaspace: prepend_scheme != never
-    std::string literal;       // replace; bpe_suffix: the suffix
-    std::optional<regex> re;   // replace
+    std::string replacement;  // metaspace: the replacement character; replace: the content
+    bool prepend = true;      // metaspace: prepend_scheme != never
+    std::string literal;      // replace; bpe_suffix: the suffix
+    std::optional<regex> re;  // replace
     std::string strip_content;
     std::size_t start = 0, stop = 0;  // strip
   };

@@ -9,7 +9,8 @@ constexpr std::size_t k_prompt_context = 5;  // prompt ids kept as decoding cont
 
 bool ends_with_replacement(const std::string& s) {
   return s.size() >= utf8::replacement_char.size() &&
-         std::string_view(s).substr(s.size() - utf8::replacement_char.size()) == utf8::replacement_char;
+         std::string_view(s).substr(s.size() - utf8::replacement_char.size()) ==
+             utf8::replacement_char;
 }
 // "<0xAB>": a byte-fallback token. The ByteFallback decoder decodes a run of them as a whole
 // (one invalid byte turns the entire run into U+FFFDs), so text is held back while a run is open.
@@ -48,7 +49,8 @@ std::string incremental_detokenizer::push(int32_t id) {
   if (is_byte_token(tok_->id_to_token(id))) return {};
   const std::string before = window_before();
   const std::string now = decode_range(prefix_, ids_.size());
-  if (now.size() <= before.size() || ends_with_replacement(now) || now.compare(0, before.size(), before) != 0)
+  if (now.size() <= before.size() || ends_with_replacement(now) ||
+      now.compare(0, before.size(), before) != 0)
     return {};
   std::string piece = now.substr(before.size());
   prefix_ = read_;

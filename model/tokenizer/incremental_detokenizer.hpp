@@ -23,7 +23,8 @@ namespace coserve {
 
 class incremental_detokenizer {
  public:
-  incremental_detokenizer(const tokenizer& tok, bool skip_special_tokens, std::span<const int32_t> prompt_ids = {});
+  incremental_detokenizer(const tokenizer& tok, bool skip_special_tokens,
+                          std::span<const int32_t> prompt_ids = {});
 
   std::string push(int32_t id);
   // Whatever is still held back (e.g. a trailing partial character, as U+FFFD like decode()).

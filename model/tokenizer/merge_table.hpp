@@ -51,7 +51,9 @@ class merge_table {
     merge m;
   };
   static constexpr uint64_t k_empty = ~uint64_t{0};  // ids are non-negative, so never a real key
-  static uint64_t pack(int32_t a, int32_t b) noexcept { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+  static uint64_t pack(int32_t a, int32_t b) noexcept {
+    return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  }
   static std::size_t hash(uint64_t k) noexcept {
     k ^= k >> 33;
     k *= 0xff51afd7ed558ccdULL;
@@ -63,7 +65,8 @@ class merge_table {
     reserve(old.size());
     size_ = 0;
     for (const auto& s : old)
-      if (s.key != k_empty) insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xffffffffu), s.m);
+      if (s.key != k_empty)
+        insert(static_cast<int32_t>(s.key >> 32), static_cast<int32_t>(s.key & 0xffffffffu), s.m);
   }
 
   std::vector<slot> slots_ = std::vector<slot>(16, slot{k_empty, {}});

@@ -1,8 +1,9 @@
 #include "model/tokenizer/normalizer.hpp"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cstdlib>
-#include <utf8proc.h>
 
 #include "model/tokenizer/utf8.hpp"
 
@@ -29,7 +30,8 @@ std::string lowercase(const std::string& s) {
     std::size_t n = utf8::decode(s, i, cp);
     if (n == 0) return out;
     if (cp == 0x130) {
-      out += "i\xCC\x87";  // the one full (multi-code-point) lowercase mapping: U+0130 -> i + U+0307
+      out +=
+          "i\xCC\x87";  // the one full (multi-code-point) lowercase mapping: U+0130 -> i + U+0307
     } else {
       utf8::append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(cp))));
     }
@@ -60,13 +62,15 @@ std::string strip(const std::string& s, bool left, bool right) {
 
 }  // namespace
 
-std::string replace_all(const std::string& text, const std::string& literal, const std::optional<regex>& re,
-                        const std::string& content, std::size_t* prefix) {
+std::string replace_all(const std::string& text, const std::string& literal,
+                        const std::optional<regex>& re, const std::string& content,
+                        std::size_t* prefix) {
   std::vector<std::pair<std::size_t, std::size_t>> m;
   if (re) {
     re->find_all(text, m);
   } else if (!literal.empty()) {
-    for (std::size_t p = text.find(literal); p != std::string::npos; p = text.find(literal, p + literal.size()))
+    for (std::size_t p = text.find(literal); p != std::string::npos;
+         p = text.find(literal, p + literal.size()))
       m.emplace_back(p, p + literal.size());
   }
   // *prefix: where the first *prefix bytes end up; a match that starts inside them counts whole.
@@ -102,26 +106,34 @@ result<void> normalizer::add(simdjson::dom::element node) {
   if (node["type"].get(type)) return make_error("invalid_argument", "normalizer without a type");
   if (type == "Sequence") {
     simdjson::dom::array arr;
-    if (node["normalizers"].get(arr)) return make_error("invalid_argument", "Sequence normalizer without normalizers");
+    if (node["normalizers"].get(arr))
+      return make_error("invalid_argument", "Sequence normalizer without normalizers");
     for (auto child : arr)
       if (auto r = add(child); !r) return r;
     return {};
   }
   step s{};
-  if (type == "NFC") s.k = kind::nfc;
-  else if (type == "NFD") s.k = kind::nfd;
-  else if (type == "NFKC") s.k = kind::nfkc;
-  else if (type == "NFKD") s.k = kind::nfkd;
-  else if (type == "Lowercase") s.k = kind::lowercase;
+  if (type == "NFC")
+    s.k = kind::nfc;
+  else if (type == "NFD")
+    s.k = kind::nfd;
+  else if (type == "NFKC")
+    s.k = kind::nfkc;
+  else if (type == "NFKD")
+    s.k = kind::nfkd;
+  else if (type == "Lowercase")
+    s.k = kind::lowercase;
   else if (type == "Prepend") {
     s.k = kind::prepend;
     std::string_view p;
-    if (node["prepend"].get(p)) return make_error("invalid_argument", "Prepend normalizer without prepend");
+    if (node["prepend"].get(p))
+      return make_error("invalid_argument", "Prepend normalizer without prepend");
     s.text = p;
   } else if (type == "Replace") {
     s.k = kind::replace;
     std::string_view content, pat;
-    if (node["content"].get(content)) return make_error("invalid_argument", "Replace normalizer without content");
+    if (node["content"].get(content))
+      return make_error("invalid_argument", "Replace normalizer without content");
     s.text = content;
     if (!node["pattern"]["String"].get(pat)) {
       s.literal = pat;
@@ -149,7 +161,8 @@ namespace {
 // The bytes of `whole`, the normal form of `text`, that the first z bytes of `text` become: those
 // bytes normalized on their own, or the first character of `whole` where composition joined what
 // followed to them.
-std::size_t normalized_prefix(const std::string& text, const std::string& whole, std::size_t z, int options) {
+std::size_t normalized_prefix(const std::string& text, const std::string& whole, std::size_t z,
+                              int options) {
   if (z == 0) return 0;
   const std::string head = utf8proc_map_string(text.substr(0, z), options);
   if (whole.compare(0, head.size(), head) == 0) return head.size();
@@ -162,7 +175,8 @@ std::size_t normalized_prefix(const std::string& text, const std::string& whole,
 }  // namespace
 
 std::string normalizer::apply(std::string text, std::size_t* start_len) const {
-  std::size_t z = start_len != nullptr ? std::min(*start_len, text.size()) : 0;  // from the first character
+  std::size_t z =
+      start_len != nullptr ? std::min(*start_len, text.size()) : 0;  // from the first character
   const auto track = [&](auto&& f) {
     if (start_len != nullptr) z = std::min(f(), text.size());
   };
@@ -170,7 +184,8 @@ std::string normalizer::apply(std::string text, std::size_t* start_len) const {
   for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   for (const auto& s : steps_) {
     // Unicode normal forms leave ASCII unchanged; skipping them is the common fast path.
-    if (ascii && (s.k == kind::nfc || s.k == kind::nfd || s.k == kind::nfkc || s.k == kind::nfkd)) continue;
+    if (ascii && (s.k == kind::nfc || s.k == kind::nfd || s.k == kind::nfkc || s.k == kind::nfkd))
+      continue;
     const int nf = s.k == kind::nfc    ? UTF8PROC_STABLE | UTF8PROC_COMPOSE
                    : s.k == kind::nfd  ? UTF8PROC_STABLE | UTF8PROC_DECOMPOSE
                    : s.k == kind::nfkc ? UTF8PROC_STABLE | UTF8PROC_COMPOSE | UTF8PROC_COMPAT

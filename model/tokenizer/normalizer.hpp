@@ -2,11 +2,11 @@
 // NFD, NFKC, NFKD (utf8proc), Lowercase, Prepend, Replace (string or regex), Strip, Sequence.
 #pragma once
 
+#include <simdjson.h>
+
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "model/tokenizer/regex.hpp"
 #include "runtime/expected.hpp"
@@ -31,9 +31,9 @@ class normalizer {
   enum class kind { nfc, nfd, nfkc, nfkd, lowercase, prepend, replace, strip };
   struct step {
     kind k;
-    std::string text;            // prepend: the prefix; replace: the content
-    std::string literal;         // replace with a String pattern
-    std::optional<regex> re;     // replace with a Regex pattern
+    std::string text;                  // prepend: the prefix; replace: the content
+    std::string literal;               // replace with a String pattern
+    std::optional<regex> re;           // replace with a Regex pattern
     bool left = false, right = false;  // strip
   };
   result<void> add(simdjson::dom::element node);
@@ -43,7 +43,8 @@ class normalizer {
 // Replaces every match of a literal or regex with `content` (shared with the Replace decoder).
 // `prefix`, when given, holds a count of leading bytes of `text` and receives how many leading
 // bytes of the result they became (a match that starts inside them counts whole).
-std::string replace_all(const std::string& text, const std::string& literal, const std::optional<regex>& re,
-                        const std::string& content, std::size_t* prefix = nullptr);
+std::string replace_all(const std::string& text, const std::string& literal,
+                        const std::optional<regex>& re, const std::string& content,
+                        std::size_t* prefix = nullptr);
 
 }  // namespace coserve

@@ -19,8 +19,8 @@ result<pre_tokenizer> pre_tokenizer::from_json(simdjson::dom::element node) {
   return p;
 }
 
-result<pre_tokenizer::step> pre_tokenizer::split_step(std::string_view pattern, bool is_regex, behavior how,
-                                                      bool invert) {
+result<pre_tokenizer::step> pre_tokenizer::split_step(std::string_view pattern, bool is_regex,
+                                                      behavior how, bool invert) {
   auto re = is_regex ? regex::compile(pattern) : regex::literal(pattern);
   if (!re) return std::move(re).err();
   step s{kind::split, std::move(*re)};
@@ -44,7 +44,8 @@ result<void> pre_tokenizer::add(simdjson::dom::element node) {
   bool flag = false;
   if (type == "Sequence") {
     simdjson::dom::array arr;
-    if (node["pretokenizers"].get(arr)) return make_error("invalid_argument", "Sequence without pretokenizers");
+    if (node["pretokenizers"].get(arr))
+      return make_error("invalid_argument", "Sequence without pretokenizers");
     for (auto child : arr)
       if (auto r = add(child); !r) return r;
     return {};
@@ -66,8 +67,10 @@ result<void> pre_tokenizer::add(simdjson::dom::element node) {
   if (type == "Split") {
     std::string_view pat, beh;
     bool is_regex = false;
-    if (!node["pattern"]["Regex"].get(pat)) is_regex = true;
-    else if (node["pattern"]["String"].get(pat)) return make_error("invalid_argument", "Split without a pattern");
+    if (!node["pattern"]["Regex"].get(pat))
+      is_regex = true;
+    else if (node["pattern"]["String"].get(pat))
+      return make_error("invalid_argument", "Split without a pattern");
     if (node["behavior"].get(beh)) beh = "Isolated";
     auto how = parse_behavior(beh);
     if (!how) return std::move(how).err();
@@ -85,10 +88,15 @@ result<void> pre_tokenizer::add(simdjson::dom::element node) {
     s.replacement = rep;
     s.prepend = 2;
     if (!node["prepend_scheme"].get(scheme)) {
-      if (scheme == "never") s.prepend = 0;
-      else if (scheme == "first") s.prepend = 1;
-      else if (scheme == "always") s.prepend = 2;
-      else return make_error("unsupported", "unsupported Metaspace prepend_scheme '" + std::string(scheme) + "'");
+      if (scheme == "never")
+        s.prepend = 0;
+      else if (scheme == "first")
+        s.prepend = 1;
+      else if (scheme == "always")
+        s.prepend = 2;
+      else
+        return make_error("unsupported",
+                          "unsupported Metaspace prepend_scheme '" + std::string(scheme) + "'");
     } else if (!node["add_prefix_space"].get(flag)) {
       s.prepend = flag ? 2 : 0;
     }
@@ -158,7 +166,9 @@ void pre_tokenizer::split(std::string_view text, std::size_t start_len,
 namespace {
 // The start_len of the piece [b, e) of a text whose first z bytes come from the input's first
 // character.
-std::size_t piece_start_len(std::size_t z, std::size_t b, std::size_t e) { return b < z ? std::min(e, z) - b : 0; }
+std::size_t piece_start_len(std::size_t z, std::size_t b, std::size_t e) {
+  return b < z ? std::min(e, z) - b : 0;
+}
 }  // namespace
 
 void pre_tokenizer::run(std::size_t index, std::string_view text, std::size_t z,
@@ -179,8 +189,10 @@ void pre_tokenizer::run(std::size_t index, std::string_view text, std::size_t z,
         text = prefixed;
         if (z > 0) ++z;  // the space belongs to the piece's first character
       }
-      if (s.use_regex) split_by(s, text, z, index + 1, sink);
-      else run(index + 1, text, z, sink);
+      if (s.use_regex)
+        split_by(s, text, z, index + 1, sink);
+      else
+        run(index + 1, text, z, sink);
       return;
     }
     case kind::split:
@@ -191,8 +203,10 @@ void pre_tokenizer::run(std::size_t index, std::string_view text, std::size_t z,
       t.reserve(text.size() + s.replacement.size());
       std::size_t tz = 0;
       for (std::size_t i = 0; i < text.size(); ++i) {
-        if (text[i] == ' ') t += s.replacement;
-        else t.push_back(text[i]);
+        if (text[i] == ' ')
+          t += s.replacement;
+        else
+          t.push_back(text[i]);
         if (i + 1 == z) tz = t.size();
       }
       const bool starts = std::string_view(t).substr(0, s.replacement.size()) == s.replacement;
@@ -206,8 +220,10 @@ void pre_tokenizer::run(std::size_t index, std::string_view text, std::size_t z,
       }
       // Split before every replacement character (MergedWithNext).
       std::size_t begin = 0;
-      for (std::size_t p = t.find(s.replacement, 1); p != std::string::npos; p = t.find(s.replacement, p + 1)) {
-        run(index + 1, std::string_view(t).substr(begin, p - begin), piece_start_len(tz, begin, p), sink);
+      for (std::size_t p = t.find(s.replacement, 1); p != std::string::npos;
+           p = t.find(s.replacement, p + 1)) {
+        run(index + 1, std::string_view(t).substr(begin, p - begin), piece_start_len(tz, begin, p),
+            sink);
         begin = p;
       }
       run(index + 1, std::string_view(t).substr(begin), piece_start_len(tz, begin, t.size()), sink);
@@ -248,14 +264,16 @@ void pre_tokenizer::split_by(const step& s, std::string_view text, std::size_t z
         if (!p.match) emit(p.b, p.e);
       break;
     // A match joins the piece before (after) it only when that piece is not a match itself, as in
-    // Hugging Face's split: consecutive matches stay apart, and so do consecutive non-matches (which
-    // only an inverted pattern produces).
+    // Hugging Face's split: consecutive matches stay apart, and so do consecutive non-matches
+    // (which only an inverted pattern produces).
     case behavior::merged_with_previous: {
       std::vector<std::pair<std::size_t, std::size_t>> out;
       bool prev_match = false;
       for (const auto& p : pieces) {
-        if (p.match && !prev_match && !out.empty()) out.back().second = p.e;
-        else out.emplace_back(p.b, p.e);
+        if (p.match && !prev_match && !out.empty())
+          out.back().second = p.e;
+        else
+          out.emplace_back(p.b, p.e);
         prev_match = p.match;
       }
       for (auto [b, e] : out) emit(b, e);
@@ -265,8 +283,10 @@ void pre_tokenizer::split_by(const step& s, std::string_view text, std::size_t z
       std::vector<std::pair<std::size_t, std::size_t>> out;  // built from the end
       bool next_match = false;
       for (auto it = pieces.rbegin(); it != pieces.rend(); ++it) {
-        if (it->match && !next_match && !out.empty()) out.back().first = it->b;
-        else out.emplace_back(it->b, it->e);
+        if (it->match && !next_match && !out.empty())
+          out.back().first = it->b;
+        else
+          out.emplace_back(it->b, it->e);
         next_match = it->match;
       }
       for (auto it = out.rbegin(); it != out.rend(); ++it) emit(it->first, it->second);

@@ -7,12 +7,12 @@
 // Punctuation, BertPreTokenizer, CharDelimiterSplit.
 #pragma once
 
+#include <simdjson.h>
+
 #include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "model/tokenizer/regex.hpp"
 #include "runtime/expected.hpp"
@@ -41,7 +41,7 @@ class pre_tokenizer {
   enum class behavior { removed, isolated, merged_with_previous, merged_with_next, contiguous };
   struct step {
     kind k;
-    regex re;               // split; byte_level with use_regex (GPT-2's pattern)
+    regex re;  // split; byte_level with use_regex (GPT-2's pattern)
     bool use_regex = false;
     bool add_prefix_space = false;
     behavior how = behavior::isolated;
@@ -52,7 +52,8 @@ class pre_tokenizer {
   };
   result<void> add(simdjson::dom::element node);
   static result<behavior> parse_behavior(std::string_view name);
-  static result<step> split_step(std::string_view pattern, bool is_regex, behavior how, bool invert);
+  static result<step> split_step(std::string_view pattern, bool is_regex, behavior how,
+                                 bool invert);
   void run(std::size_t index, std::string_view text, std::size_t start_len,
            const std::function<void(std::string_view)>& sink) const;
   void split_by(const step& s, std::string_view text, std::size_t start_len, std::size_t next,

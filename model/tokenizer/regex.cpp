@@ -34,13 +34,15 @@ std::string onig_to_pcre2(std::string_view pattern) {
       "Alphabetic", "Alpha", "White_Space", "WSpace", "Lowercase", "Lower", "Uppercase", "Upper",
       "Math", "Hex_Digit", "ASCII_Hex_Digit", "Ideographic", "Ideo", "Join_Control", "Emoji",
       "Emoji_Presentation", "Emoji_Modifier", "Emoji_Modifier_Base", "Emoji_Component",
-      "Extended_Pictographic", "Dash", "Diacritic", "Extender", "Quotation_Mark", "Terminal_Punctuation",
-      "Default_Ignorable_Code_Point", "Noncharacter_Code_Point", "Regional_Indicator"};
+      "Extended_Pictographic", "Dash", "Diacritic", "Extender", "Quotation_Mark",
+      "Terminal_Punctuation", "Default_Ignorable_Code_Point", "Noncharacter_Code_Point",
+      "Regional_Indicator"};
   static constexpr std::string_view k_word = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}";
   static constexpr std::string_view k_word_latin1 = "\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
   static constexpr std::string_view k_hex = "0-9a-fA-F";
   static constexpr std::string_view k_space =
-      "\\x{09}-\\x{0D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+      "\\x{09}-\\x{0D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
+      "\\x{205F}\\x{3000}";
   static constexpr std::pair<std::string_view, std::string_view> k_posix[] = {
       {"alpha", "\\p{Alphabetic}"}, {"alnum", "\\p{Alphabetic}\\p{Nd}"}, {"punct", "\\p{P}\\p{S}"},
       {"upper", "\\p{Uppercase}"},  {"lower", "\\p{Lowercase}"},         {"word", k_word},
@@ -153,12 +155,14 @@ result<regex> regex::literal(std::string_view text) {
   return compile(escaped);
 }
 
-void regex::find_all(std::string_view text, std::vector<std::pair<std::size_t, std::size_t>>& out) const {
+void regex::find_all(std::string_view text,
+                     std::vector<std::pair<std::size_t, std::size_t>>& out) const {
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   std::size_t start = 0;
   while (start <= text.size()) {
-    const int rc = pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
+    const int rc =
+        pcre2_match(impl_->code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc < 0) break;
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const std::size_t b = ov[0], e = ov[1];

@@ -39,7 +39,8 @@ std::vector<int32_t> tokenizer::encode(std::string_view input, bool add_special_
       t.pre.split(segment, start_len, sink);
       continue;
     }
-    const std::string normalized = t.norm.apply(std::string(segment), p.begin == 0 ? &start_len : nullptr);
+    const std::string normalized =
+        t.norm.apply(std::string(segment), p.begin == 0 ? &start_len : nullptr);
     normed.clear();
     t.norm_matcher.split(normalized, normed);
     for (const auto& q : normed) {
@@ -47,7 +48,8 @@ std::vector<int32_t> tokenizer::encode(std::string_view input, bool add_special_
         ids.push_back(q.id);
         continue;
       }
-      const std::size_t piece_start = q.begin < start_len ? std::min(q.end, start_len) - q.begin : 0;
+      const std::size_t piece_start =
+          q.begin < start_len ? std::min(q.end, start_len) - q.begin : 0;
       t.pre.split(std::string_view(normalized).substr(q.begin, q.end - q.begin), piece_start, sink);
     }
   }
@@ -63,7 +65,8 @@ std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
     if (id < 0 || static_cast<std::size_t>(id) >= t.id_to_token.size()) continue;
     if (skip_special_tokens && t.special[static_cast<std::size_t>(id)]) continue;
     const auto as = t.decode_as.find(id);
-    const std::string& s = as != t.decode_as.end() ? as->second : t.id_to_token[static_cast<std::size_t>(id)];
+    const std::string& s =
+        as != t.decode_as.end() ? as->second : t.id_to_token[static_cast<std::size_t>(id)];
     if (s.empty() && !t.added_ids.contains(s)) continue;  // a hole in the id space
     tokens.push_back(s);
   }
@@ -75,12 +78,15 @@ std::string tokenizer::token_bytes(int32_t id) const {
   if (id < 0 || static_cast<std::size_t>(id) >= t.id_to_token.size()) return {};
   if (t.special[static_cast<std::size_t>(id)]) return {};
   const auto as = t.decode_as.find(id);
-  const std::string& s = as != t.decode_as.end() ? as->second : t.id_to_token[static_cast<std::size_t>(id)];
+  const std::string& s =
+      as != t.decode_as.end() ? as->second : t.id_to_token[static_cast<std::size_t>(id)];
   if (s.empty()) return {};
   return t.dec.token_bytes(s);
 }
 
-int32_t tokenizer::vocab_size() const noexcept { return static_cast<int32_t>(impl_->id_to_token.size()); }
+int32_t tokenizer::vocab_size() const noexcept {
+  return static_cast<int32_t>(impl_->id_to_token.size());
+}
 
 std::optional<int32_t> tokenizer::token_to_id(std::string_view token) const {
   const impl& t = *impl_;
@@ -99,7 +105,8 @@ std::string_view tokenizer::id_to_token(int32_t id) const {
 }
 
 bool tokenizer::is_special(int32_t id) const noexcept {
-  return id >= 0 && static_cast<std::size_t>(id) < impl_->special.size() && impl_->special[static_cast<std::size_t>(id)];
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->special.size() &&
+         impl_->special[static_cast<std::size_t>(id)];
 }
 
 std::optional<int32_t> tokenizer::bos_id() const { return impl_->bos_id; }

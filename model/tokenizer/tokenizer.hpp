@@ -33,7 +33,8 @@ class tokenizer {
   // naming them (code "unsupported").
   static result<tokenizer> load(const std::filesystem::path& path);
   // Same, from the JSON texts (config may be empty).
-  static result<tokenizer> from_json(std::string_view tokenizer_json, std::string_view tokenizer_config = {});
+  static result<tokenizer> from_json(std::string_view tokenizer_json,
+                                     std::string_view tokenizer_config = {});
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
   // Ids outside the vocabulary are skipped, as Hugging Face does.

@@ -54,18 +54,22 @@ added_token parse_added(element node, int32_t id) {
   return t;
 }
 
-result<std::unique_ptr<bpe_model>> load_model(element model, bool byte_mode, string_id_map& vocab_out) {
+result<std::unique_ptr<bpe_model>> load_model(element model, bool byte_mode,
+                                              string_id_map& vocab_out) {
   std::string_view type = "BPE";
   if (auto e = model["type"].get(type); e == simdjson::NO_SUCH_FIELD) {
-    if (model["merges"].error()) return make_error("unsupported", "model without a type and without merges");
+    if (model["merges"].error())
+      return make_error("unsupported", "model without a type and without merges");
   } else if (e) {
     return make_error("invalid_argument", "model.type is not a string");
   }
-  if (type != "BPE") return make_error("unsupported", "unsupported model type '" + std::string(type) + "'");
+  if (type != "BPE")
+    return make_error("unsupported", "unsupported model type '" + std::string(type) + "'");
   std::string_view s;
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (!model[key].get(s) && !s.empty())
-      return make_error("unsupported", std::string("unsupported BPE option ") + key + " '" + std::string(s) + "'");
+      return make_error("unsupported",
+                        std::string("unsupported BPE option ") + key + " '" + std::string(s) + "'");
   double dropout = 0;
   if (!model["dropout"].get(dropout) && dropout > 0)
     return make_error("unsupported", "unsupported BPE option dropout (sampling tokenization)");
@@ -77,7 +81,8 @@ result<std::unique_ptr<bpe_model>> load_model(element model, bool byte_mode, str
   for (auto [key, value] : vocab) {
     int64_t id = 0;
     if (value.get(id) || id < 0 || id > k_max_token_id)
-      return make_error("invalid_argument", "vocab id is not an integer in [0, " + std::to_string(k_max_token_id) + "]");
+      return make_error("invalid_argument", "vocab id is not an integer in [0, " +
+                                                std::to_string(k_max_token_id) + "]");
     v.emplace(std::string(key), static_cast<int32_t>(id));
   }
   std::vector<std::pair<std::string, std::string>> merges;
@@ -89,11 +94,13 @@ result<std::unique_ptr<bpe_model>> load_model(element model, bool byte_mode, str
       simdjson::dom::array pair;
       if (!m.get(ms)) {
         const auto sp = ms.find(' ', 1);
-        if (sp == std::string_view::npos) return make_error("invalid_argument", "merge without a space: " + std::string(ms));
+        if (sp == std::string_view::npos)
+          return make_error("invalid_argument", "merge without a space: " + std::string(ms));
         merges.emplace_back(std::string(ms.substr(0, sp)), std::string(ms.substr(sp + 1)));
       } else if (!m.get(pair) && pair.size() == 2) {
         std::string_view a, b;
-        if (pair.at(0).get(a) || pair.at(1).get(b)) return make_error("invalid_argument", "merge pair is not two strings");
+        if (pair.at(0).get(a) || pair.at(1).get(b))
+          return make_error("invalid_argument", "merge pair is not two strings");
         merges.emplace_back(std::string(a), std::string(b));
       } else {
         return make_error("invalid_argument", "merge is neither \"a b\" nor [\"a\",\"b\"]");
@@ -107,7 +114,9 @@ result<std::unique_ptr<bpe_model>> load_model(element model, bool byte_mode, str
   o.ignore_merges = get_bool(model, "ignore_merges", false);
   if (!model["unk_token"].get(s)) {
     auto it = v.find(s);
-    if (it == v.end()) return make_error("invalid_argument", "unk_token '" + std::string(s) + "' not in the vocabulary");
+    if (it == v.end())
+      return make_error("invalid_argument",
+                        "unk_token '" + std::string(s) + "' not in the vocabulary");
     o.unk_id = it->second;
   }
   vocab_out = v;
@@ -118,19 +127,21 @@ result<std::unique_ptr<bpe_model>> load_model(element model, bool byte_mode, str
 result<void> load_post_processor(element node, tokenizer::impl& t) {
   if (node.is_null()) return {};
   std::string_view type;
-  if (node["type"].get(type)) return make_error("invalid_argument", "post_processor without a type");
+  if (node["type"].get(type))
+    return make_error("invalid_argument", "post_processor without a type");
   if (type == "ByteLevel") return {};
   if (type == "Sequence") {
     simdjson::dom::array arr;
-    if (node["processors"].get(arr)) return make_error("invalid_argument", "Sequence post_processor without processors");
+    if (node["processors"].get(arr))
+      return make_error("invalid_argument", "Sequence post_processor without processors");
     for (auto p : arr)
       if (auto r = load_post_processor(p, t); !r) return r;
     return {};
   }
   if (type == "RobertaProcessing" || type == "BertProcessing") {
     int64_t cls = 0, sep = 0;
-    if (node["cls"].at(1).get(cls) || node["sep"].at(1).get(sep) || cls < 0 || cls > k_max_token_id || sep < 0 ||
-        sep > k_max_token_id)
+    if (node["cls"].at(1).get(cls) || node["sep"].at(1).get(sep) || cls < 0 ||
+        cls > k_max_token_id || sep < 0 || sep > k_max_token_id)
       return make_error("invalid_argument", std::string(type) + " without cls/sep ids in [0, " +
                                                 std::to_string(k_max_token_id) + "]");
     t.prefix.push_back(static_cast<int32_t>(cls));
@@ -139,7 +150,8 @@ result<void> load_post_processor(element node, tokenizer::impl& t) {
   }
   if (type == "TemplateProcessing") {
     simdjson::dom::array single;
-    if (node["single"].get(single)) return make_error("invalid_argument", "TemplateProcessing without single");
+    if (node["single"].get(single))
+      return make_error("invalid_argument", "TemplateProcessing without single");
     bool after = false;
     std::vector<int32_t> pre, post;
     for (auto item : single) {
@@ -148,10 +160,12 @@ result<void> load_post_processor(element node, tokenizer::impl& t) {
         after = true;
         continue;
       }
-      if (item["SpecialToken"]["id"].get(id)) return make_error("invalid_argument", "TemplateProcessing item not understood");
+      if (item["SpecialToken"]["id"].get(id))
+        return make_error("invalid_argument", "TemplateProcessing item not understood");
       simdjson::dom::array ids;
       if (node["special_tokens"][id]["ids"].get(ids))
-        return make_error("invalid_argument", "TemplateProcessing special token '" + std::string(id) + "' undefined");
+        return make_error("invalid_argument",
+                          "TemplateProcessing special token '" + std::string(id) + "' undefined");
       for (auto x : ids) {
         int64_t v = 0;
         if (x.get(v) || v < 0 || v > k_max_token_id)
@@ -185,11 +199,13 @@ result<tokenizer> tokenizer::load(const std::filesystem::path& path) {
   return r;
 }
 
-result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_config) {
+result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json,
+                                       std::string_view tokenizer_config) {
   simdjson::dom::parser parser;
   element root;
   if (auto e = parser.parse(tokenizer_json.data(), tokenizer_json.size()).get(root))
-    return make_error("invalid_argument", std::string("tokenizer.json: ") + simdjson::error_message(e));
+    return make_error("invalid_argument",
+                      std::string("tokenizer.json: ") + simdjson::error_message(e));
   auto t = std::make_shared<impl>();
 
   element node;
@@ -224,7 +240,8 @@ result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::str
     for (auto a : added) {
       int64_t id = 0;
       if (a["id"].get(id) || id < 0 || id > k_max_token_id)
-        return make_error("invalid_argument", "added token without an id in [0, " + std::to_string(k_max_token_id) + "]");
+        return make_error("invalid_argument", "added token without an id in [0, " +
+                                                  std::to_string(k_max_token_id) + "]");
       t->added.push_back(parse_added(a, static_cast<int32_t>(id)));
     }
   }
@@ -233,7 +250,8 @@ result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::str
   simdjson::dom::parser config_parser;
   element config;
   const bool have_config =
-      !tokenizer_config.empty() && !config_parser.parse(tokenizer_config.data(), tokenizer_config.size()).get(config);
+      !tokenizer_config.empty() &&
+      !config_parser.parse(tokenizer_config.data(), tokenizer_config.size()).get(config);
   if (have_config) {
     simdjson::dom::object dec;
     if (!config["added_tokens_decoder"].get(dec)) {
@@ -242,10 +260,12 @@ result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::str
         char* end = nullptr;
         const long long parsed = std::strtoll(key_text.c_str(), &end, 10);
         if (key_text.empty() || *end != '\0' || parsed < 0 || parsed > k_max_token_id)
-          return make_error("invalid_argument", "added_tokens_decoder key '" + key_text + "' is not a token id in [0, " +
+          return make_error("invalid_argument", "added_tokens_decoder key '" + key_text +
+                                                    "' is not a token id in [0, " +
                                                     std::to_string(k_max_token_id) + "]");
         const auto id = static_cast<int32_t>(parsed);
-        const bool known = std::any_of(t->added.begin(), t->added.end(), [&](const added_token& a) { return a.id == id; });
+        const bool known = std::any_of(t->added.begin(), t->added.end(),
+                                       [&](const added_token& a) { return a.id == id; });
         if (!known) t->added.push_back(parse_added(value, id));
       }
     }
@@ -278,8 +298,8 @@ result<tokenizer> tokenizer::from_json(std::string_view tokenizer_json, std::str
   for (const auto* ids : {&t->prefix, &t->suffix})
     for (int32_t id : *ids)
       if (id < 0 || static_cast<std::size_t>(id) >= t->id_to_token.size())
-        return make_error("invalid_argument",
-                          "post_processor token id " + std::to_string(id) + " is not in the vocabulary");
+        return make_error("invalid_argument", "post_processor token id " + std::to_string(id) +
+                                                  " is not in the vocabulary");
 
   tokenizer tok;
   tok.impl_ = t;

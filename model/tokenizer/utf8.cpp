@@ -20,7 +20,7 @@ std::size_t decode(std::string_view s, std::size_t i, char32_t& cp) noexcept {
   }
   if (b0 >= 0xE0 && b0 <= 0xEF) {
     if (!cont(1)) return 0;
-    if (b0 == 0xE0 && p[1] < 0xA0) return 0;  // overlong
+    if (b0 == 0xE0 && p[1] < 0xA0) return 0;   // overlong
     if (b0 == 0xED && p[1] >= 0xA0) return 0;  // surrogate
     if (!cont(2)) return 0;
     cp = (char32_t(b0 & 0x0F) << 12) | (char32_t(p[1] & 0x3F) << 6) | (p[2] & 0x3F);
@@ -28,11 +28,11 @@ std::size_t decode(std::string_view s, std::size_t i, char32_t& cp) noexcept {
   }
   if (b0 >= 0xF0 && b0 <= 0xF4) {
     if (!cont(1)) return 0;
-    if (b0 == 0xF0 && p[1] < 0x90) return 0;  // overlong
+    if (b0 == 0xF0 && p[1] < 0x90) return 0;   // overlong
     if (b0 == 0xF4 && p[1] >= 0x90) return 0;  // beyond U+10FFFF
     if (!cont(2) || !cont(3)) return 0;
-    cp = (char32_t(b0 & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) | (char32_t(p[2] & 0x3F) << 6) |
-         (p[3] & 0x3F);
+    cp = (char32_t(b0 & 0x07) << 18) | (char32_t(p[1] & 0x3F) << 12) |
+         (char32_t(p[2] & 0x3F) << 6) | (p[3] & 0x3F);
     return 4;
   }
   return 0;
@@ -79,7 +79,8 @@ std::size_t invalid_span(std::string_view s, std::size_t i) noexcept {
   const unsigned char b0 = p[0];
   std::size_t need = 0;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) need = 1;
+  if (b0 >= 0xC2 && b0 <= 0xDF)
+    need = 1;
   else if (b0 >= 0xE0 && b0 <= 0xEF) {
     need = 2;
     if (b0 == 0xE0) lo = 0xA0;
@@ -136,8 +137,20 @@ std::size_t complete_prefix(std::string_view s) noexcept {
 
 bool is_whitespace(char32_t c) noexcept {
   switch (c) {
-    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0x85: case 0xA0:
-    case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000:
+    case 0x09:
+    case 0x0A:
+    case 0x0B:
+    case 0x0C:
+    case 0x0D:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return c >= 0x2000 && c <= 0x200A;
@@ -149,14 +162,21 @@ bool is_word_char(char32_t c) noexcept {
   if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z');
   if (c == 0x200C || c == 0x200D) return true;  // Join_Control
   // Other_Alphabetic symbols: the circled, squared and negative squared Latin letters.
-  if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) || (c >= 0x1F150 && c <= 0x1F169) ||
-      (c >= 0x1F170 && c <= 0x1F189))
+  if ((c >= 0x24B6 && c <= 0x24E9) || (c >= 0x1F130 && c <= 0x1F149) ||
+      (c >= 0x1F150 && c <= 0x1F169) || (c >= 0x1F170 && c <= 0x1F189))
     return true;
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(c))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_MN:
-    case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND:
-    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;

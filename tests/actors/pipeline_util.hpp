@@ -5,14 +5,13 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "actors/engine.hpp"
 #include "model/demo_model.hpp"
@@ -31,7 +30,8 @@ struct collected {
 };
 
 // cancel_after: cancel once this many events arrived (0: right after submit; -1: never).
-inline asio::awaitable<void> run_one(engine& eng, generate_request req, collected& out, int cancel_after) {
+inline asio::awaitable<void> run_one(engine& eng, generate_request req, collected& out,
+                                     int cancel_after) {
   auto s = co_await eng.submit(std::move(req));
   if (!s) {
     out.error_code = s.err().code;
@@ -49,7 +49,8 @@ inline asio::awaitable<void> run_one(engine& eng, generate_request req, collecte
 
 // Writes the small Llama-shaped demo model the actor tests run (hidden 64, 2 layers, 4/2 heads,
 // 256 positions) into `dir`.
-inline void make_small_demo_model(const std::filesystem::path& dir, decltype(demo_options{}.seed) seed) {
+inline void make_small_demo_model(const std::filesystem::path& dir,
+                                  decltype(demo_options{}.seed) seed) {
   demo_options o;
   o.hidden_size = 64;
   o.intermediate_size = 128;
@@ -88,7 +89,8 @@ inline engine_config small_config() {
   return cfg;
 }
 
-inline std::vector<generate_request> random_requests(int k, uint32_t seed, int max_prompt, int max_new) {
+inline std::vector<generate_request> random_requests(int k, uint32_t seed, int max_prompt,
+                                                     int max_new) {
   std::mt19937 rng(seed);
   std::vector<generate_request> reqs;
   for (int i = 0; i < k; ++i) {
@@ -107,8 +109,8 @@ inline std::vector<generate_request> random_requests(int k, uint32_t seed, int m
 
 // Runs the requests one at a time (concurrently == false) or all at once; cancel_at[i] as in
 // run_one (empty: never).
-inline std::vector<collected> run_all(engine& eng, const std::vector<generate_request>& reqs, bool concurrently,
-                               const std::vector<int>& cancel_at = {}) {
+inline std::vector<collected> run_all(engine& eng, const std::vector<generate_request>& reqs,
+                                      bool concurrently, const std::vector<int>& cancel_at = {}) {
   std::vector<collected> out(reqs.size());
   asio::io_context io;
   for (size_t i = 0; i < reqs.size(); ++i) {

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -24,8 +23,10 @@ inline int32_t sim_next_token(const std::vector<int32_t>& history, uint64_t seed
 class sim_executor {
  public:
   sim_executor(int32_t num_blocks, int32_t block_size, int32_t vocab)
-      : bs_(block_size), vocab_(vocab),
-        kv_(static_cast<size_t>(num_blocks), std::vector<int32_t>(static_cast<size_t>(block_size), -7)) {}
+      : bs_(block_size),
+        vocab_(vocab),
+        kv_(static_cast<size_t>(num_blocks),
+            std::vector<int32_t>(static_cast<size_t>(block_size), -7)) {}
 
   step_result execute(const step_plan& plan) {
     for (const auto& ns : plan.new_seqs) {
@@ -35,7 +36,8 @@ class sim_executor {
       st.history.insert(st.history.end(), ns.output_ids.begin(), ns.output_ids.end());
       st.seed = ns.seed;
     }
-    for (auto [src, dst] : plan.block_copies) kv_[static_cast<size_t>(dst)] = kv_[static_cast<size_t>(src)];
+    for (auto [src, dst] : plan.block_copies)
+      kv_[static_cast<size_t>(dst)] = kv_[static_cast<size_t>(src)];
     step_result res;
     res.step_id = plan.step_id;
     for (const auto& s : plan.seqs) {
@@ -51,13 +53,15 @@ class sim_executor {
         REQUIRE(pos < static_cast<int32_t>(st.history.size()));
         REQUIRE(st.history[static_cast<size_t>(pos)] == tok);
         REQUIRE(pos / bs_ < static_cast<int32_t>(s.block_table.size()));
-        kv_[static_cast<size_t>(s.block_table[static_cast<size_t>(pos / bs_)])][static_cast<size_t>(pos % bs_)] = tok;
+        kv_[static_cast<size_t>(s.block_table[static_cast<size_t>(pos / bs_)])]
+           [static_cast<size_t>(pos % bs_)] = tok;
       }
       const int32_t end = s.start_pos + static_cast<int32_t>(s.tokens.size());
       if (!s.sample) continue;
       REQUIRE(end == static_cast<int32_t>(st.history.size()));
       for (int32_t p = 0; p < end; ++p) {
-        const int32_t cached = kv_[static_cast<size_t>(s.block_table[static_cast<size_t>(p / bs_)])][static_cast<size_t>(p % bs_)];
+        const int32_t cached = kv_[static_cast<size_t>(s.block_table[static_cast<size_t>(p / bs_)])]
+                                  [static_cast<size_t>(p % bs_)];
         if (cached != st.history[static_cast<size_t>(p)]) {
           FAIL("KV mismatch seq " << s.seq_id << " pos " << p);
         }

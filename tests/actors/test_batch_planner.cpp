@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <map>
 #include <optional>
 #include <random>
@@ -17,7 +16,8 @@ namespace {
 
 constexpr int32_t k_vocab = 50;
 
-sequence make_seq(seq_id_t id, std::vector<int32_t> prompt, int32_t max_tokens, int32_t priority = 0) {
+sequence make_seq(seq_id_t id, std::vector<int32_t> prompt, int32_t max_tokens,
+                  int32_t priority = 0) {
   sequence s;
   s.id = id;
   s.request_id = id;
@@ -77,8 +77,10 @@ run_stats drive(batch_planner& planner, sim_executor& ex, const planner_config& 
 
 TEST_CASE("planner: chunked prefill within the token budget and sampling only at the end",
           "[actors][planner]") {
-  planner_config cfg{.max_num_seqs = 8, .max_num_batched_tokens = 4, .max_model_len = 64, .eos_id = -1};
-  batch_planner p(cfg, {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
+  planner_config cfg{
+      .max_num_seqs = 8, .max_num_batched_tokens = 4, .max_model_len = 64, .eos_id = -1};
+  batch_planner p(cfg,
+                  {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
   p.add(make_seq(1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 2));
   auto a = p.plan();
   REQUIRE(a.seqs.size() == 1);
@@ -101,9 +103,12 @@ TEST_CASE("planner: chunked prefill within the token budget and sampling only at
   CHECK(d.seqs[0].start_pos == 10);
 }
 
-TEST_CASE("planner: running decodes come before a new prefill in the same step", "[actors][planner]") {
-  planner_config cfg{.max_num_seqs = 8, .max_num_batched_tokens = 6, .max_model_len = 64, .eos_id = -1};
-  batch_planner p(cfg, {.num_blocks = 32, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
+TEST_CASE("planner: running decodes come before a new prefill in the same step",
+          "[actors][planner]") {
+  planner_config cfg{
+      .max_num_seqs = 8, .max_num_batched_tokens = 6, .max_model_len = 64, .eos_id = -1};
+  batch_planner p(cfg,
+                  {.num_blocks = 32, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
   sim_executor ex(32, 4, k_vocab);
   p.add(make_seq(1, {1, 2}, 10));
   p.add(make_seq(2, {3, 4}, 10));
@@ -122,8 +127,10 @@ TEST_CASE("planner: running decodes come before a new prefill in the same step",
 }
 
 TEST_CASE("planner: priority orders admission and ties are FCFS", "[actors][planner]") {
-  planner_config cfg{.max_num_seqs = 1, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
-  batch_planner p(cfg, {.num_blocks = 32, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
+  planner_config cfg{
+      .max_num_seqs = 1, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
+  batch_planner p(cfg,
+                  {.num_blocks = 32, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
   p.add(make_seq(1, {1}, 1, 5));
   p.add(make_seq(2, {2}, 1, 0));
   p.add(make_seq(3, {3}, 1, 0));
@@ -133,11 +140,15 @@ TEST_CASE("planner: priority orders admission and ties are FCFS", "[actors][plan
 
 TEST_CASE("planner: stop on eos and stop token ids and max_tokens with ignore_eos and min_tokens",
           "[actors][planner]") {
-  planner_config cfg{.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = 7};
-  batch_planner p(cfg, {.num_blocks = 32, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
+  planner_config cfg{
+      .max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = 7};
+  batch_planner p(cfg,
+                  {.num_blocks = 32, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
   p.add(make_seq(1, {1}, 10));
   auto st = p.plan();
-  step_result r{.step_id = st.step_id, .outputs = {seq_output{.seq_id = 1, .token = 7, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
+  step_result r{.step_id = st.step_id,
+                .outputs = {seq_output{
+                    .seq_id = 1, .token = 7, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
   auto ev = p.on_result(r);
   REQUIRE(ev.size() == 1);
   CHECK(ev[0].finish == finish_reason::stop);
@@ -148,20 +159,28 @@ TEST_CASE("planner: stop on eos and stop token ids and max_tokens with ignore_eo
   s2.params.min_tokens = 2;
   p.add(s2);
   st = p.plan();
-  r = {.step_id = st.step_id, .outputs = {seq_output{.seq_id = 2, .token = 9, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
+  r = {.step_id = st.step_id,
+       .outputs = {
+           seq_output{.seq_id = 2, .token = 9, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
   CHECK(p.on_result(r).at(0).finish == finish_reason::none);  // min_tokens masks it
   st = p.plan();
-  r = {.step_id = st.step_id, .outputs = {seq_output{.seq_id = 2, .token = 9, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
+  r = {.step_id = st.step_id,
+       .outputs = {
+           seq_output{.seq_id = 2, .token = 9, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
   CHECK(p.on_result(r).at(0).finish == finish_reason::stop);
 
   sequence s3 = make_seq(3, {1}, 2);
   s3.params.ignore_eos = true;
   p.add(s3);
   st = p.plan();
-  r = {.step_id = st.step_id, .outputs = {seq_output{.seq_id = 3, .token = 7, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
+  r = {.step_id = st.step_id,
+       .outputs = {
+           seq_output{.seq_id = 3, .token = 7, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
   CHECK(p.on_result(r).at(0).finish == finish_reason::none);
   st = p.plan();
-  r = {.step_id = st.step_id, .outputs = {seq_output{.seq_id = 3, .token = 7, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
+  r = {.step_id = st.step_id,
+       .outputs = {
+           seq_output{.seq_id = 3, .token = 7, .logprob = 0, .top_logprobs = {}, .logits = {}}}};
   CHECK(p.on_result(r).at(0).finish == finish_reason::length);
   auto last = p.plan();
   CHECK(last.finished.size() == 1);
@@ -172,8 +191,10 @@ TEST_CASE("planner: random workload with preemption matches each sequence run al
           "[actors][planner]") {
   for (int32_t blocks : {12, 40, 400}) {
     CAPTURE(blocks);
-    planner_config cfg{.max_num_seqs = 6, .max_num_batched_tokens = 16, .max_model_len = 128, .eos_id = 3};
-    batch_planner p(cfg, {.num_blocks = blocks, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+    planner_config cfg{
+        .max_num_seqs = 6, .max_num_batched_tokens = 16, .max_model_len = 128, .eos_id = 3};
+    batch_planner p(
+        cfg, {.num_blocks = blocks, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
     sim_executor ex(blocks, 4, k_vocab);
     std::mt19937 rng(static_cast<uint32_t>(blocks));
     std::map<seq_id_t, sequence> added;
@@ -183,7 +204,8 @@ TEST_CASE("planner: random workload with preemption matches each sequence run al
       if (id % 3 == 0) prompt = shared_prefix;
       const int len = 1 + static_cast<int>(rng() % 20);
       for (int k = 0; k < len; ++k) prompt.push_back(static_cast<int32_t>(rng() % k_vocab));
-      sequence s = make_seq(id, prompt, 1 + static_cast<int32_t>(rng() % 12), static_cast<int32_t>(rng() % 2));
+      sequence s = make_seq(id, prompt, 1 + static_cast<int32_t>(rng() % 12),
+                            static_cast<int32_t>(rng() % 2));
       added[id] = s;
       p.add(std::move(s));
     }
@@ -202,8 +224,10 @@ TEST_CASE("planner: random workload with preemption matches each sequence run al
 }
 
 TEST_CASE("planner: prefix cache hit skips computed blocks and counts hits", "[actors][planner]") {
-  planner_config cfg{.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
-  batch_planner p(cfg, {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  planner_config cfg{
+      .max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
+  batch_planner p(cfg,
+                  {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
   sim_executor ex(16, 4, k_vocab);
   const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   p.add(make_seq(1, prompt, 2));
@@ -224,8 +248,10 @@ TEST_CASE("planner: prefix cache hit skips computed blocks and counts hits", "[a
 }
 
 TEST_CASE("planner: n > 1 forks share prompt blocks with copy-on-write", "[actors][planner]") {
-  planner_config cfg{.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
-  batch_planner p(cfg, {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
+  planner_config cfg{
+      .max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
+  batch_planner p(cfg,
+                  {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
   sim_executor ex(16, 4, k_vocab);
   const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6};  // last block partial: shared, then copied
   std::vector<sequence> seqs;
@@ -249,7 +275,9 @@ TEST_CASE("planner: n > 1 forks share prompt blocks with copy-on-write", "[actor
   while (pending) {
     auto next = p.plan();
     for (const auto& e : p.on_result(ex.execute(*pending))) st.outputs[e.seq_id].push_back(e.token);
-    pending = (next.seqs.empty() && next.finished.empty()) ? std::nullopt : std::optional<step_plan>(std::move(next));
+    pending = (next.seqs.empty() && next.finished.empty())
+                  ? std::nullopt
+                  : std::optional<step_plan>(std::move(next));
   }
   for (const auto& s : seqs) {
     std::vector<int32_t> got = s.id == 1 ? std::vector<int32_t>{} : st.outputs[s.id];
@@ -259,8 +287,10 @@ TEST_CASE("planner: n > 1 forks share prompt blocks with copy-on-write", "[actor
 }
 
 TEST_CASE("planner: cancellation frees blocks and tells the executor", "[actors][planner]") {
-  planner_config cfg{.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
-  batch_planner p(cfg, {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  planner_config cfg{
+      .max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
+  batch_planner p(cfg,
+                  {.num_blocks = 16, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
   sim_executor ex(16, 4, k_vocab);
   p.add(make_seq(1, {1, 2, 3, 4, 5}, 50));
   p.add(make_seq(2, {6, 7}, 3));

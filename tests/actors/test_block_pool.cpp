@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "actors/block_pool.hpp"
@@ -26,7 +25,8 @@ TEST_CASE("block_pool: allocate/free and reference counts", "[actors][block_pool
   CHECK(pool.num_free() == 4);
 }
 
-TEST_CASE("block_pool: prefix hit then LRU eviction of freed cached blocks", "[actors][block_pool]") {
+TEST_CASE("block_pool: prefix hit then LRU eviction of freed cached blocks",
+          "[actors][block_pool]") {
   block_pool pool({.num_blocks = 3, .block_size = 2, .enable_prefix_caching = true, .hash = {}});
   const std::vector<int32_t> a{1, 2}, b{3, 4}, c{5, 6};
   int32_t ba = pool.allocate(), bb = pool.allocate(), bc = pool.allocate();
@@ -53,7 +53,9 @@ TEST_CASE("block_pool: prefix hit then LRU eviction of freed cached blocks", "[a
 }
 
 TEST_CASE("block_pool: a forced hash collision is not a hit", "[actors][block_pool]") {
-  block_pool pool({.num_blocks = 4, .block_size = 2, .enable_prefix_caching = true,
+  block_pool pool({.num_blocks = 4,
+                   .block_size = 2,
+                   .enable_prefix_caching = true,
                    .hash = [](uint64_t, std::span<const int32_t>) -> uint64_t { return 42; }});
   const std::vector<int32_t> x{1, 2}, y{7, 8};
   int32_t bx = pool.allocate();

@@ -4,12 +4,11 @@
 // ended (also those preempted in a failed step), a device that keeps failing (or stalls) fails the
 // engine, and a throwing handler in any actor ends what that actor held. Nothing hangs: every
 // scenario runs under a deadline.
-#include <catch2/catch.hpp>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -20,11 +19,11 @@
 #include <thread>
 
 #include "actors/engine.hpp"
-#include "tests/actors/pipeline_util.hpp"
-#include "tests/model/model_test_util.hpp"
 #include "model/cpu_executor.hpp"
 #include "model/demo_model.hpp"
 #include "model/executor.hpp"
+#include "tests/actors/pipeline_util.hpp"
+#include "tests/model/model_test_util.hpp"
 
 using namespace coserve;
 using namespace std::chrono_literals;
@@ -33,20 +32,21 @@ namespace {
 
 // What the test tells the executor to do, and what it saw.
 struct fault_plan {
-  std::atomic<int> fail_at{-1};         // fail the step with this ordinal (1-based, steps that compute)
-  std::atomic<bool> fail_every{false};  // fail every step that computes
-  std::atomic<bool> fatal{false};       // failures are executor_fatal
-  std::atomic<bool> skip_forward{true}; // a failing step writes no K/V at all
-  std::atomic<int> fail_period{0};      // > 0: fail every step whose ordinal is a multiple of it
-  std::atomic<bool> fail_notices{false};// fail every step that also drops sequences (preemption)
-  std::atomic<bool> inner_fails{false}; // the CPU executor itself fails the step (before any write)
-  std::atomic<int64_t> live{-1};        // the CPU executor's live sequences after its last step
-  std::atomic<int> stall_at{-1};        // block this step until release()
+  std::atomic<int> fail_at{-1};  // fail the step with this ordinal (1-based, steps that compute)
+  std::atomic<bool> fail_every{false};    // fail every step that computes
+  std::atomic<bool> fatal{false};         // failures are executor_fatal
+  std::atomic<bool> skip_forward{true};   // a failing step writes no K/V at all
+  std::atomic<int> fail_period{0};        // > 0: fail every step whose ordinal is a multiple of it
+  std::atomic<bool> fail_notices{false};  // fail every step that also drops sequences (preemption)
+  std::atomic<bool> inner_fails{
+      false};                     // the CPU executor itself fails the step (before any write)
+  std::atomic<int64_t> live{-1};  // the CPU executor's live sequences after its last step
+  std::atomic<int> stall_at{-1};  // block this step until release()
   std::atomic<int> steps{0};
   std::mutex mu;
   std::condition_variable cv;
   bool released = false;
-  std::set<uint64_t> failed_requests;   // request ids with a sequence in a failed step
+  std::set<uint64_t> failed_requests;  // request ids with a sequence in a failed step
 
   void release() {
     {
@@ -60,7 +60,9 @@ struct fault_plan {
 class faulty_executor final : public executor {
  public:
   faulty_executor(std::unique_ptr<executor> inner, std::shared_ptr<fault_plan> plan)
-      : inner_(std::move(inner)), plan_(std::move(plan)), cpu_(dynamic_cast<cpu_executor*>(inner_.get())) {}
+      : inner_(std::move(inner)),
+        plan_(std::move(plan)),
+        cpu_(dynamic_cast<cpu_executor*>(inner_.get())) {}
   executor_info info() const override { return inner_->info(); }
   result<step_result> execute(const step_plan& p) override {
     auto r = execute_faulty(p);
@@ -95,7 +97,8 @@ class faulty_executor final : public executor {
         notices.finished = p.finished;
         (void)inner_->execute(notices);
       }
-      return make_error(plan_->fatal.load() ? k_executor_fatal : "injected", "injected failure at step " + std::to_string(k));
+      return make_error(plan_->fatal.load() ? k_executor_fatal : "injected",
+                        "injected failure at step " + std::to_string(k));
     }
     return inner_->execute(p);
   }
@@ -145,7 +148,8 @@ struct outcome {
 };
 
 // cancel_after > 0: the client goes away (cancel()) after that many events.
-asio::awaitable<void> run_one(engine& eng, generate_request req, outcome& out, int cancel_after = 0) {
+asio::awaitable<void> run_one(engine& eng, generate_request req, outcome& out,
+                              int cancel_after = 0) {
   auto s = co_await eng.submit(std::move(req));
   if (!s) {
     out.submit_error = s.err().code;
@@ -171,7 +175,8 @@ std::vector<outcome> run_all(engine& eng, const std::vector<generate_request>& r
                              std::chrono::seconds deadline = 60s) {
   std::vector<outcome> out(reqs.size());
   asio::io_context io;
-  for (size_t i = 0; i < reqs.size(); ++i) asio::co_spawn(io, run_one(eng, reqs[i], out[i]), asio::detached);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    asio::co_spawn(io, run_one(eng, reqs[i], out[i]), asio::detached);
   io.run_for(deadline);
   for (size_t i = 0; i < out.size(); ++i) {
     CAPTURE(i);
@@ -262,21 +267,24 @@ TEST_CASE("faults: a failed step ends only the requests scheduled in it", "[acto
   }
 }
 
-TEST_CASE("faults: the executor keeps no sequence state once finished, failed, preempted and cancelled requests end",
-          "[actors][faults]") {
+TEST_CASE(
+    "faults: the executor keeps no sequence state once finished, failed, preempted and cancelled "
+    "requests end",
+    "[actors][faults]") {
   auto plan = std::make_shared<fault_plan>();
   plan->fail_period = 7;
   plan->fail_notices = true;  // a preempted sequence's notice rides in a failing step
   plan->inner_fails = true;   // the CPU executor's own error path
   auto cfg = fault_config(plan);
-  cfg.num_kv_blocks = 12;     // 96 token slots for 8 running sequences of up to 64 tokens: preemption
+  cfg.num_kv_blocks = 12;  // 96 token slots for 8 running sequences of up to 64 tokens: preemption
   cfg.max_consecutive_step_failures = 1000;
   auto eng = engine::start(cfg);
   REQUIRE(eng);
   for (int round = 0; round < 3; ++round) {
     CAPTURE(round);
     auto reqs = requests(24, 40 + static_cast<uint32_t>(round));
-    // Parallel samples: a failed step ends the whole request, also a sample waiting after preemption.
+    // Parallel samples: a failed step ends the whole request, also a sample waiting after
+    // preemption.
     for (size_t i = 1; i < reqs.size(); i += 3) reqs[i].params.n = 3;
     std::vector<outcome> got(reqs.size());
     asio::io_context io;
@@ -320,7 +328,7 @@ TEST_CASE("faults: blocks a failed step wrote never enter the prefix cache", "[a
   REQUIRE(wait_all_blocks_free(**eng));
   const auto second = run_all(**eng, {r});
   CHECK(second[0].finish == finish_reason::length);
-  CHECK(second[0].cached == 0);           // nothing reused from the failed step
+  CHECK(second[0].cached == 0);  // nothing reused from the failed step
   CHECK(second[0].tokens == ref[0].tokens);
   // After a successful run the same prompt does hit the cache (the check above could fail).
   const auto third = run_all(**eng, {r});
@@ -329,8 +337,10 @@ TEST_CASE("faults: blocks a failed step wrote never enter the prefix cache", "[a
   (*eng)->stop();
 }
 
-TEST_CASE("faults: consecutive failed steps fail the engine - open streams end and new requests are refused",
-          "[actors][faults]") {
+TEST_CASE(
+    "faults: consecutive failed steps fail the engine - open streams end and new requests are "
+    "refused",
+    "[actors][faults]") {
   auto plan = std::make_shared<fault_plan>();
   plan->fail_every = true;
   auto cfg = fault_config(plan);
@@ -370,8 +380,9 @@ TEST_CASE("faults: a fatal executor error fails the engine at once", "[actors][f
   (*eng)->stop();
 }
 
-TEST_CASE("faults: a stalled step fails the engine after step_timeout and streams end with an error",
-          "[actors][faults]") {
+TEST_CASE(
+    "faults: a stalled step fails the engine after step_timeout and streams end with an error",
+    "[actors][faults]") {
   auto plan = std::make_shared<fault_plan>();
   plan->stall_at = 3;
   auto cfg = fault_config(plan);
@@ -400,10 +411,10 @@ TEST_CASE("faults: a handler that throws ends what its actor held and restartabl
     bool engine_survives;
   };
   const where cases[] = {
-      {"intake", "submit_request", true},   {"tokenizer", "tokenize_request", true},
-      {"streamer", "token_batch", true},    {"streamer", "open_stream", true},
-      {"scheduler", "step_done", false},    {"scheduler", "add_request", false},
-      {"kv_allocator", "kv_step", false},   {"executor", "execute_step", false},
+      {"intake", "submit_request", true}, {"tokenizer", "tokenize_request", true},
+      {"streamer", "token_batch", true},  {"streamer", "open_stream", true},
+      {"scheduler", "step_done", false},  {"scheduler", "add_request", false},
+      {"kv_allocator", "kv_step", false}, {"executor", "execute_step", false},
   };
   const auto reqs = requests(6, 11);
   const auto ref = reference({reqs[0]});
@@ -421,8 +432,10 @@ TEST_CASE("faults: a handler that throws ends what its actor held and restartabl
     const auto got = run_all(**eng, reqs);  // REQUIREs every stream ended: nothing hangs
     int failed = 0;
     for (const auto& o : got) {
-      if (!o.submit_error.empty() || o.finish == finish_reason::error) ++failed;
-      else CHECK(o.finish == finish_reason::length);
+      if (!o.submit_error.empty() || o.finish == finish_reason::error)
+        ++failed;
+      else
+        CHECK(o.finish == finish_reason::length);
     }
     CHECK(failed >= 1);  // the request(s) the actor held when it threw
     CHECK((*eng)->healthy() == w.engine_survives);
@@ -447,9 +460,11 @@ TEST_CASE("faults: drain lets open requests finish, then aborts the rest", "[act
   for (auto& r : reqs) r.params.max_tokens = 200;  // long enough to outlive a short grace
   std::vector<outcome> out(reqs.size());
   asio::io_context io;
-  for (size_t i = 0; i < reqs.size(); ++i) asio::co_spawn(io, run_one(**eng, reqs[i], out[i]), asio::detached);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    asio::co_spawn(io, run_one(**eng, reqs[i], out[i]), asio::detached);
   std::thread client([&] { io.run_for(60s); });
-  while ((*eng)->metrics().open_requests < static_cast<int64_t>(reqs.size())) std::this_thread::sleep_for(1ms);
+  while ((*eng)->metrics().open_requests < static_cast<int64_t>(reqs.size()))
+    std::this_thread::sleep_for(1ms);
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t aborted = (*eng)->drain(0ms);
   const auto took = std::chrono::steady_clock::now() - t0;

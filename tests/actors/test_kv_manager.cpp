@@ -1,7 +1,6 @@
 // kv_manager, the KV allocator's pure core: drafts in, plans and allocations out.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 
 #include "actors/kv_manager.hpp"
 
@@ -35,7 +34,9 @@ draft_entry decode(seq_id_t id, int32_t num_tokens) {
   return e;
 }
 
-bool contains(const std::vector<seq_id_t>& v, seq_id_t id) { return std::find(v.begin(), v.end(), id) != v.end(); }
+bool contains(const std::vector<seq_id_t>& v, seq_id_t id) {
+  return std::find(v.begin(), v.end(), id) != v.end();
+}
 
 }  // namespace
 
@@ -68,7 +69,7 @@ TEST_CASE("kv_manager: a running sequence that needs a block preempts the newest
   {
     step_draft d;
     d.step_id = 1;
-    d.entries.push_back(admit(d, 1, {1, 2, 3, 4}, 4));  // fills block 1 exactly
+    d.entries.push_back(admit(d, 1, {1, 2, 3, 4}, 4));             // fills block 1 exactly
     d.entries.push_back(admit(d, 2, {5, 6, 7, 8, 9, 10, 11}, 7));  // 2 blocks
     auto [plan, alloc] = kv.resolve(std::move(d));
     REQUIRE(alloc.seqs.size() == 2);
@@ -139,8 +140,10 @@ TEST_CASE("kv_manager: prefix hits are counted once and leave the last token to 
   CHECK(alloc.prefix_hits == 4);
 }
 
-TEST_CASE("kv_manager: blocks of a failed step never enter the prefix cache and those of a pending one not yet",
-          "[actors][kv]") {
+TEST_CASE(
+    "kv_manager: blocks of a failed step never enter the prefix cache and those of a pending one "
+    "not yet",
+    "[actors][kv]") {
   kv_manager kv({.num_blocks = 8, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
   const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9};
   auto run = [&](uint64_t step, seq_id_t id) {
@@ -165,8 +168,9 @@ TEST_CASE("kv_manager: blocks of a failed step never enter the prefix cache and 
   CHECK(run(4, 4) == 8);  // steps 2 and 3 succeeded: two full blocks are reused
 }
 
-TEST_CASE("kv_manager: proposals follow the known tokens, are never cached, and roll back when rejected",
-          "[actors][kv][speculation]") {
+TEST_CASE(
+    "kv_manager: proposals follow the known tokens, are never cached, and roll back when rejected",
+    "[actors][kv][speculation]") {
   kv_manager kv({.num_blocks = 8, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
   {
     step_draft d;

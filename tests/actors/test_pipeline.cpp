@@ -1,13 +1,12 @@
 // The serving actor graph end to end on a small demo model: many concurrent requests (greedy
 // output identical to each request run alone, every KV block free afterwards), cancellation at
 // random points, admission control, per-actor traces, the Chrome trace file, KV sizing.
-#include <catch2/catch.hpp>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -18,17 +17,16 @@
 #include <thread>
 
 #include "actors/engine.hpp"
-#include "tests/actors/pipeline_util.hpp"
-#include "tests/model/model_test_util.hpp"
 #include "model/demo_model.hpp"
 #include "model/json/value.hpp"
 #include "runtime/trace.hpp"
+#include "tests/actors/pipeline_util.hpp"
+#include "tests/model/model_test_util.hpp"
 #include "tests/skip.hpp"
 
 using namespace coserve;
 
 using namespace coserve::test;
-
 
 TEST_CASE("pipeline: 64 concurrent requests equal each run alone, every KV block free afterwards",
           "[actors][pipeline]") {
@@ -70,7 +68,8 @@ TEST_CASE("pipeline: n > 1 forks, context overflow, stop strings", "[actors][pip
       auto s = co_await (*eng)->submit(r);
       REQUIRE(s);
       while (auto ev = co_await (*s)->next())
-        per_index[ev->index].insert(per_index[ev->index].end(), ev->token_ids.begin(), ev->token_ids.end());
+        per_index[ev->index].insert(per_index[ev->index].end(), ev->token_ids.begin(),
+                                    ev->token_ids.end());
     };
     asio::co_spawn(io, fn(), asio::detached);
     io.run();
@@ -150,7 +149,8 @@ TEST_CASE("pipeline: requests cancelled at random points end with abort, nothing
   (*eng)->stop();
 }
 
-TEST_CASE("pipeline: admission control rejects beyond the limit with queue_full", "[actors][pipeline]") {
+TEST_CASE("pipeline: admission control rejects beyond the limit with queue_full",
+          "[actors][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
   cfg.max_num_seqs = 2;
@@ -163,8 +163,10 @@ TEST_CASE("pipeline: admission control rejects beyond the limit with queue_full"
   const auto got = run_all(**eng, reqs, true);
   int rejected = 0, completed = 0;
   for (const auto& c : got) {
-    if (c.error_code == "queue_full") ++rejected;
-    else if (c.finish == finish_reason::length && c.tokens.size() == 40) ++completed;
+    if (c.error_code == "queue_full")
+      ++rejected;
+    else if (c.finish == finish_reason::length && c.tokens.size() == 40)
+      ++completed;
   }
   CHECK(rejected >= k - 4);
   CHECK(completed >= 4);
@@ -174,9 +176,10 @@ TEST_CASE("pipeline: admission control rejects beyond the limit with queue_full"
   (*eng)->stop();
 }
 
-TEST_CASE("pipeline: every request's trace passes intake, tokenizer, scheduler, executor, streamer, "
-          "planning overlaps execution",
-          "[actors][pipeline][trace]") {
+TEST_CASE(
+    "pipeline: every request's trace passes intake, tokenizer, scheduler, executor, streamer, "
+    "planning overlaps execution",
+    "[actors][pipeline][trace]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
   cfg.num_kv_blocks = 400;
@@ -193,8 +196,8 @@ TEST_CASE("pipeline: every request's trace passes intake, tokenizer, scheduler, 
   (*eng)->stop();  // quiescent: queries are exact
   const std::vector<std::string> path{"intake", "tokenizer", "scheduler", "executor", "streamer"};
   // The message each actor handles for the request on its way to the first token.
-  const std::vector<std::string> hop{"submit_request", "tokenize_request", "add_request", "execute_step",
-                                     "token_batch"};
+  const std::vector<std::string> hop{"submit_request", "tokenize_request", "add_request",
+                                     "execute_step", "token_batch"};
   for (const auto& c : got) {
     REQUIRE(c.id != 0);
     CAPTURE(c.id);
@@ -221,7 +224,8 @@ TEST_CASE("pipeline: every request's trace passes intake, tokenizer, scheduler, 
   // spans of the executor's steps track).
   const auto plans = tr->spans_of_message("plan_step");
   const auto steps = tr->spans_of_actor("executor steps");
-  for (size_t i = 1; i < steps.size(); ++i) CHECK(steps[i - 1].end_ns <= steps[i].start_ns);  // one at a time
+  for (size_t i = 1; i < steps.size(); ++i)
+    CHECK(steps[i - 1].end_ns <= steps[i].start_ns);  // one at a time
   REQUIRE(plans.size() >= 8);
   REQUIRE(steps.size() >= 8);
   size_t inside = 0;
@@ -243,7 +247,8 @@ TEST_CASE("pipeline: every request's trace passes intake, tokenizer, scheduler, 
   const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   CHECK(json.find("\"traceEvents\"") != std::string::npos);
   for (const auto& a : path)  // actor names; the pool's are tokenizer0, tokenizer1, ...
-    CHECK(json.find("\"" + (a == "tokenizer" ? std::string("tokenizer0") : a) + "\"") != std::string::npos);
+    CHECK(json.find("\"" + (a == "tokenizer" ? std::string("tokenizer0") : a) + "\"") !=
+          std::string::npos);
   CHECK(json.find("plan_step") != std::string::npos);
   std::filesystem::remove(trace_file);
 }
@@ -261,9 +266,11 @@ TEST_CASE("pipeline: CPU KV cache sized from memory", "[actors][pipeline]") {
   cfg.kv_cache_dtype = "fp32";
   // 2 (K,V) * 16 layers * 8 heads * 64 dims * 16 tokens * 4 bytes = 1 MiB per block
   const int64_t per_block = int64_t{1} << 20;
-  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{64} << 30) == (int64_t{4} << 30) / per_block);  // 4 GiB cap
-  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == (int64_t{2} << 30) / per_block);   // a quarter
-  cfg.kv_cache_dtype = "auto";  // bf16: half the bytes, twice the blocks
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{64} << 30) ==
+        (int64_t{4} << 30) / per_block);  // 4 GiB cap
+  CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) ==
+        (int64_t{2} << 30) / per_block);  // a quarter
+  cfg.kv_cache_dtype = "auto";            // bf16: half the bytes, twice the blocks
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 2 * (int64_t{2} << 30) / per_block);
   cfg.kv_cache_dtype = "fp32";
   cfg.kv_cache_bytes = int64_t{1} << 30;
@@ -285,8 +292,10 @@ TEST_CASE("pipeline: CPU KV cache sized from memory", "[actors][pipeline]") {
   CHECK(cpu_kv_cache_blocks(m, cfg, 4096, int64_t{8} << 30) == 77);
 }
 
-TEST_CASE("pipeline: structured outputs under concurrency and preemption equal each run alone and follow the grammar",
-          "[actors][pipeline][structured]") {
+TEST_CASE(
+    "pipeline: structured outputs under concurrency and preemption equal each run alone and follow "
+    "the grammar",
+    "[actors][pipeline][structured]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
   cfg.cpu_threads = 2;  // rows sample (and fill their masks) in parallel
@@ -299,7 +308,8 @@ TEST_CASE("pipeline: structured outputs under concurrency and preemption equal e
   grammar_spec schema;
   schema.type = grammar_spec::kind::json_schema;
   schema.any_whitespace = false;
-  schema.text = R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer","minimum":0,"maximum":999},"minItems":3,"maxItems":6},"b":{"enum":["x","yy","zzz"]}},"required":["a","b"],"additionalProperties":false})";
+  schema.text =
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer","minimum":0,"maximum":999},"minItems":3,"maxItems":6},"b":{"enum":["x","yy","zzz"]}},"required":["a","b"],"additionalProperties":false})";
   auto reqs = random_requests(24, 31, 40, 8);
   for (size_t i = 0; i < reqs.size(); ++i) {
     reqs[i].structured = i % 2 ? regex : schema;
@@ -336,8 +346,10 @@ TEST_CASE("pipeline: structured outputs under concurrency and preemption equal e
   (*eng)->stop();
 }
 
-TEST_CASE("pipeline: the scheduler lists the requests it holds, running first, and cached free blocks are counted",
-          "[actors][pipeline]") {
+TEST_CASE(
+    "pipeline: the scheduler lists the requests it holds, running first, and cached free blocks "
+    "are counted",
+    "[actors][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
   cfg.max_num_seqs = 1;  // one sequence runs at a time, the others wait
@@ -352,22 +364,26 @@ TEST_CASE("pipeline: the scheduler lists the requests it holds, running first, a
   std::vector<request_status> seen;
   size_t max_running = 0, max_waiting = 0;
   asio::io_context io;
-  for (size_t i = 0; i < reqs.size(); ++i) asio::co_spawn(io, run_one(**eng, reqs[i], out[i], -1), asio::detached);
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    asio::steady_timer t(io);
-    for (int i = 0; i < 2000; ++i) {
-      auto r = co_await (*eng)->requests(100);
-      REQUIRE(r);
-      size_t running = 0, waiting = 0;
-      for (const auto& s : *r) (s.running ? running : waiting) += 1;
-      if (running > 0 && waiting > 0 && seen.empty()) seen = *r;
-      max_running = std::max(max_running, running);
-      max_waiting = std::max(max_waiting, waiting);
-      if (!seen.empty()) break;
-      t.expires_after(std::chrono::microseconds(200));
-      co_await t.async_wait(asio::use_awaitable);
-    }
-  }, asio::detached);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    asio::co_spawn(io, run_one(**eng, reqs[i], out[i], -1), asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(io);
+        for (int i = 0; i < 2000; ++i) {
+          auto r = co_await (*eng)->requests(100);
+          REQUIRE(r);
+          size_t running = 0, waiting = 0;
+          for (const auto& s : *r) (s.running ? running : waiting) += 1;
+          if (running > 0 && waiting > 0 && seen.empty()) seen = *r;
+          max_running = std::max(max_running, running);
+          max_waiting = std::max(max_waiting, waiting);
+          if (!seen.empty()) break;
+          t.expires_after(std::chrono::microseconds(200));
+          co_await t.async_wait(asio::use_awaitable);
+        }
+      },
+      asio::detached);
   io.run();
   REQUIRE_FALSE(seen.empty());
   CHECK(max_running == 1);
@@ -392,15 +408,18 @@ TEST_CASE("pipeline: the scheduler lists the requests it holds, running first, a
   // Nothing held any more; the prompts' full blocks stay cached in the free pool.
   asio::io_context io2;
   std::vector<request_status> after{request_status{}};
-  asio::co_spawn(io2, [&]() -> asio::awaitable<void> { after = (co_await (*eng)->requests(100)).value(); }, asio::detached);
+  asio::co_spawn(
+      io2, [&]() -> asio::awaitable<void> { after = (co_await (*eng)->requests(100)).value(); },
+      asio::detached);
   io2.run();
   CHECK(after.empty());
   CHECK((*eng)->metrics().kv_blocks_cached_free >= 2);
   (*eng)->stop();
 }
 
-TEST_CASE("pipeline: a prompt larger than the whole KV cache ends with an error, the rest are served",
-          "[actors][pipeline]") {
+TEST_CASE(
+    "pipeline: a prompt larger than the whole KV cache ends with an error, the rest are served",
+    "[actors][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
   cfg.num_kv_blocks = 6;  // 48 token slots

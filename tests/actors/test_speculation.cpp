@@ -3,23 +3,22 @@
 // speculation (64 concurrent requests, preemption, chunked prefill, prefix caching, n > 1, stop
 // ids, stop strings, max_tokens, logprobs, every KV block free afterwards), and seeded sampling
 // drawing from the same distribution (chi-square on a 16-token vocabulary), not the same sequence.
-#include <catch2/catch.hpp>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <numeric>
-#include <map>
 #include <random>
 #include <string>
 #include <utility>
 
 #include "actors/engine.hpp"
-#include "runtime/trace.hpp"
 #include "model/demo_model.hpp"
+#include "runtime/trace.hpp"
 #include "tests/actors/pipeline_util.hpp"
 #include "tests/model/model_test_util.hpp"
 #include "tests/skip.hpp"
@@ -29,7 +28,8 @@ using namespace coserve::test;
 
 namespace {
 
-constexpr const char* k_ngram = R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
+constexpr const char* k_ngram =
+    R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
 
 // Prompts that repeat themselves (the lookup finds matches) and some that do not.
 std::vector<generate_request> repetitive_requests(int k, uint32_t seed) {
@@ -41,7 +41,8 @@ std::vector<generate_request> repetitive_requests(int k, uint32_t seed) {
       for (int j = 0; j < 20; ++j) ids.push_back(static_cast<int32_t>(rng() % 1000));
     } else {
       std::vector<int32_t> pattern;
-      for (uint32_t j = 0; j < 3 + rng() % 4; ++j) pattern.push_back(static_cast<int32_t>(rng() % 1000));
+      for (uint32_t j = 0; j < 3 + rng() % 4; ++j)
+        pattern.push_back(static_cast<int32_t>(rng() % 1000));
       // Every eighth prompt is longer than a step's token budget (96): chunked prefill.
       const size_t len = i % 8 == 4 ? 110 : 30;
       while (ids.size() < len) ids.insert(ids.end(), pattern.begin(), pattern.end());
@@ -66,7 +67,8 @@ struct full_output {
   std::string error;
 };
 
-asio::awaitable<void> run_collect(engine& eng, generate_request req, std::map<int32_t, full_output>& out) {
+asio::awaitable<void> run_collect(engine& eng, generate_request req,
+                                  std::map<int32_t, full_output>& out) {
   auto s = co_await eng.submit(std::move(req));
   REQUIRE(s);
   while (auto ev = co_await (*s)->next()) {
@@ -79,10 +81,12 @@ asio::awaitable<void> run_collect(engine& eng, generate_request req, std::map<in
   }
 }
 
-std::vector<std::map<int32_t, full_output>> run_collect_all(engine& eng, const std::vector<generate_request>& reqs) {
+std::vector<std::map<int32_t, full_output>> run_collect_all(
+    engine& eng, const std::vector<generate_request>& reqs) {
   std::vector<std::map<int32_t, full_output>> out(reqs.size());
   asio::io_context io;
-  for (size_t i = 0; i < reqs.size(); ++i) asio::co_spawn(io, run_collect(eng, reqs[i], out[i]), asio::detached);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    asio::co_spawn(io, run_collect(eng, reqs[i], out[i]), asio::detached);
   io.run();
   return out;
 }
@@ -90,7 +94,8 @@ std::vector<std::map<int32_t, full_output>> run_collect_all(engine& eng, const s
 // Two-sample chi-square statistic of two count vectors; `df` gets its degrees of freedom (cells
 // with any count, minus one).
 double chi2(const std::vector<int>& x, const std::vector<int>& y, int& df) {
-  const double nx = std::accumulate(x.begin(), x.end(), 0.0), ny = std::accumulate(y.begin(), y.end(), 0.0);
+  const double nx = std::accumulate(x.begin(), x.end(), 0.0),
+               ny = std::accumulate(y.begin(), y.end(), 0.0);
   double stat = 0.0;
   df = -1;
   for (size_t i = 0; i < x.size(); ++i) {
@@ -104,7 +109,8 @@ double chi2(const std::vector<int>& x, const std::vector<int>& y, int& df) {
 
 }  // namespace
 
-TEST_CASE("speculation: a malformed config or an executor that cannot verify is a startup error", "[speculation]") {
+TEST_CASE("speculation: a malformed config or an executor that cannot verify is a startup error",
+          "[speculation]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
   cfg.speculative_config = R"({"method":"ngram","num_speculative_tokens":99})";
@@ -133,8 +139,10 @@ TEST_CASE("speculation: a malformed config or an executor that cannot verify is 
   CHECK(e.err().message.find("does not verify proposals") != std::string::npos);
 }
 
-TEST_CASE("speculation: greedy outputs equal plain decoding under concurrency, preemption, n > 1 and stop ids",
-          "[speculation][pipeline]") {
+TEST_CASE(
+    "speculation: greedy outputs equal plain decoding under concurrency, preemption, n > 1 and "
+    "stop ids",
+    "[speculation][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   auto reqs = repetitive_requests(64, 91);
   engine_config plain_cfg = small_config();  // 40 blocks of 8: preemption happens
@@ -171,7 +179,8 @@ TEST_CASE("speculation: greedy outputs equal plain decoding under concurrency, p
       CHECK(g.tokens.size() <= static_cast<size_t>(reqs[i].params.max_tokens));
       // Logprobs for every token, accepted proposals included.
       REQUIRE(g.logprobs.size() == (reqs[i].params.logprobs >= 0 ? g.tokens.size() : 0));
-      for (size_t k = 0; k < g.logprobs.size(); ++k) CHECK(g.logprobs[k] == Approx(w.logprobs[k]).margin(2e-2));
+      for (size_t k = 0; k < g.logprobs.size(); ++k)
+        CHECK(g.logprobs[k] == Approx(w.logprobs[k]).margin(2e-2));
     }
   }
   CHECK(stopped > 0);
@@ -181,7 +190,8 @@ TEST_CASE("speculation: greedy outputs equal plain decoding under concurrency, p
   CHECK(m.spec_accepted_tokens <= m.spec_draft_tokens);
   REQUIRE(m.spec_accepted_per_position.size() == 3);
   CHECK(m.spec_accepted_per_position[0] >= m.spec_accepted_per_position[1]);
-  CHECK(m.spec_accepted_per_position[0] + m.spec_accepted_per_position[1] + m.spec_accepted_per_position[2] ==
+  CHECK(m.spec_accepted_per_position[0] + m.spec_accepted_per_position[1] +
+            m.spec_accepted_per_position[2] ==
         m.spec_accepted_tokens);
   CHECK(m.preemptions > 0);
   CHECK((*plain)->metrics().spec_drafts == 0);
@@ -191,7 +201,8 @@ TEST_CASE("speculation: greedy outputs equal plain decoding under concurrency, p
     if (std::string_view(sp.message).rfind("verify ", 0) == 0 && sp.request_id != 0) ++verify_spans;
   CHECK(verify_spans == m.spec_drafts);
   // Alone, one at a time, the same again.
-  const auto alone = run_all(**spec, std::vector<generate_request>(reqs.begin(), reqs.begin() + 8), false);
+  const auto alone =
+      run_all(**spec, std::vector<generate_request>(reqs.begin(), reqs.begin() + 8), false);
   for (size_t i = 0; i < alone.size(); ++i)
     if (reqs[i].params.n == 1) CHECK(alone[i].tokens == want[i].at(0).tokens);
   REQUIRE(wait_all_blocks_free(**spec));
@@ -283,7 +294,8 @@ TEST_CASE("speculation: seeded sampling draws from the plain distribution, not t
   CHECK(stat < 330.5);
   // Proposals were verified (and accepted), and the draws differ from plain sampling's.
   const engine_metrics m = (*spec)->metrics();
-  INFO("drafts " << m.spec_drafts << " proposed " << m.spec_draft_tokens << " accepted " << m.spec_accepted_tokens);
+  INFO("drafts " << m.spec_drafts << " proposed " << m.spec_draft_tokens << " accepted "
+                 << m.spec_accepted_tokens);
   CHECK(m.spec_accepted_tokens > samples / 10);
   CHECK(m.spec_draft_tokens - m.spec_accepted_tokens > samples / 10);
   CHECK(same_sequences < samples);
@@ -321,9 +333,11 @@ std::filesystem::path small_model(const char* name, uint64_t seed, int32_t vocab
 
 }  // namespace
 
-TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding, and the model as its own draft "
-          "accepts every proposal",
-          "[speculation][pipeline]") {
+TEST_CASE(
+    "speculation with a draft model: greedy outputs equal plain decoding, and the model as its own "
+    "draft "
+    "accepts every proposal",
+    "[speculation][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   auto reqs = repetitive_requests(64, 93);
   // Requests sharing a 40-token prefix (five blocks): later ones reuse blocks that earlier ones
@@ -350,11 +364,13 @@ TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding, 
   // stretches of decode steps (and of blocks other sequences reuse) and catches up when proposals
   // resume: as its own draft it must still accept every proposal.
   const std::string other = small_model("spec-draft", 77, 0).string(), self = demo_dir().string();
-  for (const auto& [draft, extra] : {std::pair<std::string, std::string>{other, ""}, {self, ""},
+  for (const auto& [draft, extra] : {std::pair<std::string, std::string>{other, ""},
+                                     {self, ""},
                                      {self, R"(,"disable_by_batch_size":4)"}}) {
     INFO("draft " << draft << extra);
     engine_config cfg = plain_cfg;
-    cfg.speculative_config = R"({"model":")" + draft + R"(","num_speculative_tokens":3)" + extra + "}";
+    cfg.speculative_config =
+        R"({"model":")" + draft + R"(","num_speculative_tokens":3)" + extra + "}";
     auto spec = engine::start(cfg);
     REQUIRE(spec);
     const auto got = run_collect_all(**spec, reqs);
@@ -367,8 +383,10 @@ TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding, 
     }
     const engine_metrics m = (*spec)->metrics();
     CHECK(m.spec_drafts > 0);
-    if (draft == self) CHECK(m.spec_accepted_tokens == m.spec_draft_tokens);
-    else CHECK(m.spec_accepted_tokens < m.spec_draft_tokens);
+    if (draft == self)
+      CHECK(m.spec_accepted_tokens == m.spec_draft_tokens);
+    else
+      CHECK(m.spec_accepted_tokens < m.spec_draft_tokens);
     REQUIRE(wait_all_blocks_free(**spec));
     (*spec)->stop();
   }
@@ -376,11 +394,14 @@ TEST_CASE("speculation with a draft model: greedy outputs equal plain decoding, 
   (*plain)->stop();
 }
 
-TEST_CASE("speculation with a draft model: a draft that keeps being rejected is not probed afresh by each new request",
-          "[speculation][pipeline]") {
+TEST_CASE(
+    "speculation with a draft model: a draft that keeps being rejected is not probed afresh by "
+    "each new request",
+    "[speculation][pipeline]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
-  cfg.speculative_config = R"({"model":")" + small_model("spec-draft", 77, 0).string() + R"(","num_speculative_tokens":3})";
+  cfg.speculative_config = R"({"model":")" + small_model("spec-draft", 77, 0).string() +
+                           R"(","num_speculative_tokens":3})";
   auto spec = engine::start(cfg);
   REQUIRE(spec);
   std::mt19937 rng(5);
@@ -406,11 +427,14 @@ TEST_CASE("speculation with a draft model: a draft that keeps being rejected is 
   (*spec)->stop();
 }
 
-TEST_CASE("speculation with a draft model: a vocabulary other than the model's is a startup error naming 'model'",
-          "[speculation]") {
+TEST_CASE(
+    "speculation with a draft model: a vocabulary other than the model's is a startup error naming "
+    "'model'",
+    "[speculation]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   engine_config cfg = small_config();
-  cfg.speculative_config = R"({"model":")" + small_model("spec-vocab16", 5, 16).string() + R"(","num_speculative_tokens":2})";
+  cfg.speculative_config = R"({"model":")" + small_model("spec-vocab16", 5, 16).string() +
+                           R"(","num_speculative_tokens":2})";
   auto e = engine::start(cfg);
   REQUIRE_FALSE(e);
   CHECK(e.err().param == "model");
@@ -421,7 +445,8 @@ TEST_CASE("speculation with a draft model: a vocabulary other than the model's i
   CHECK(e.err().param == "model");
 }
 
-TEST_CASE("speculation with a draft model: seeded sampling draws from the plain distribution", "[speculation][pipeline]") {
+TEST_CASE("speculation with a draft model: seeded sampling draws from the plain distribution",
+          "[speculation][pipeline]") {
   // Another model of the same vocabulary as the draft: it samples its proposals from its own
   // distribution q, accepted with min(1, p/q), so both branches of the rule (and the draw from
   // max(0, p - q)) run thousands of times.
@@ -435,7 +460,8 @@ TEST_CASE("speculation with a draft model: seeded sampling draws from the plain 
   cfg.cpu_threads = 1;
   cfg.max_waiting = 4096;
   engine_config spec_cfg = cfg;
-  spec_cfg.speculative_config = R"({"model":")" + draft.string() + R"(","num_speculative_tokens":3,"backoff":false})";
+  spec_cfg.speculative_config =
+      R"({"model":")" + draft.string() + R"(","num_speculative_tokens":3,"backoff":false})";
   auto plain = engine::start(cfg);
   auto spec = engine::start(spec_cfg);
   REQUIRE(plain);
@@ -457,8 +483,9 @@ TEST_CASE("speculation with a draft model: seeded sampling draws from the plain 
   auto run_rounds = [&](engine& eng) {
     std::vector<collected> out;
     for (size_t at = 0; at < reqs.size(); at += 3000) {
-      const std::vector<generate_request> part(reqs.begin() + std::ptrdiff_t(at),
-                                               reqs.begin() + std::ptrdiff_t(std::min(reqs.size(), at + 3000)));
+      const std::vector<generate_request> part(
+          reqs.begin() + std::ptrdiff_t(at),
+          reqs.begin() + std::ptrdiff_t(std::min(reqs.size(), at + 3000)));
       auto got = run_all(eng, part, true);
       out.insert(out.end(), got.begin(), got.end());
     }

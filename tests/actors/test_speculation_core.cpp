@@ -1,7 +1,6 @@
 // Speculative decoding's host side, without an engine: the --speculative-config parser (vLLM's
 // keys, defaults, errors naming the field), the n-gram proposer and the per-sequence back-off.
 #include <catch2/catch.hpp>
-
 #include <utility>
 #include <vector>
 
@@ -14,10 +13,11 @@ using actors::token_view;
 
 namespace {
 
-constexpr const char* k_ngram = R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
+constexpr const char* k_ngram =
+    R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":1,"prompt_lookup_max":3})";
 
-std::vector<int32_t> propose(const std::vector<int32_t>& prompt, const std::vector<int32_t>& output, int32_t lo,
-                             int32_t hi, int32_t k, int32_t skip = 0) {
+std::vector<int32_t> propose(const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
+                             int32_t lo, int32_t hi, int32_t k, int32_t skip = 0) {
   std::vector<int32_t> out;
   const int32_t n = ngram_propose(token_view{&prompt, &output}, lo, hi, k, skip, out);
   REQUIRE(n == static_cast<int32_t>(out.size()));
@@ -26,14 +26,16 @@ std::vector<int32_t> propose(const std::vector<int32_t>& prompt, const std::vect
 
 }  // namespace
 
-TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the field", "[speculation]") {
+TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the field",
+          "[speculation]") {
   auto c = parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":4})");
   REQUIRE(c);
   CHECK(c->enabled());
   CHECK(c->num_speculative_tokens == 4);
   CHECK(c->prompt_lookup_min == 5);
   CHECK(c->prompt_lookup_max == 5);
-  c = parse_speculative_config(R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3})");
+  c = parse_speculative_config(
+      R"({"method":"ngram","num_speculative_tokens":2,"prompt_lookup_max":3})");
   REQUIRE(c);
   CHECK(c->prompt_lookup_min == 3);
   c = parse_speculative_config(R"({"model":"/models/draft","num_speculative_tokens":3})");
@@ -41,7 +43,8 @@ TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the fiel
   CHECK(c->method == "draft_model");
   CHECK(c->draft_model == "/models/draft");
   CHECK(c->backoff);
-  c = parse_speculative_config(R"({"model":"/models/draft","num_speculative_tokens":3,"backoff":false})");
+  c = parse_speculative_config(
+      R"({"model":"/models/draft","num_speculative_tokens":3,"backoff":false})");
   REQUIRE(c);
   CHECK_FALSE(c->backoff);
   c = parse_speculative_config(k_ngram);
@@ -56,11 +59,13 @@ TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the fiel
       {R"({"method":"ngram"})", "num_speculative_tokens"},
       {R"({"method":"ngram","num_speculative_tokens":0})", "num_speculative_tokens"},
       {R"({"method":"ngram","num_speculative_tokens":"3"})", "num_speculative_tokens"},
-      {R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":4,"prompt_lookup_max":2})", "prompt_lookup_min"},
+      {R"({"method":"ngram","num_speculative_tokens":3,"prompt_lookup_min":4,"prompt_lookup_max":2})",
+       "prompt_lookup_min"},
       {R"({"method":"ngram","num_speculative_tokens":3,"lookahead":2})", "lookahead"},
       {R"({"method":"draft_model","num_speculative_tokens":3})", "model"},
       {R"({"method":"ngram","model":"/models/draft","num_speculative_tokens":3})", "model"},
-      {R"({"model":"/models/draft","num_speculative_tokens":3,"prompt_lookup_max":2})", "prompt_lookup_max"},
+      {R"({"model":"/models/draft","num_speculative_tokens":3,"prompt_lookup_max":2})",
+       "prompt_lookup_max"},
       {R"({"model":7,"num_speculative_tokens":3})", "model"},
       {R"({"method":"ngram","num_speculative_tokens":3,"backoff":0})", "backoff"},
   };
@@ -74,7 +79,8 @@ TEST_CASE("speculative config: vLLM's keys, defaults, and errors naming the fiel
   }
 }
 
-TEST_CASE("n-gram proposer: the latest earlier match of the longest suffix, at most k tokens", "[speculation]") {
+TEST_CASE("n-gram proposer: the latest earlier match of the longest suffix, at most k tokens",
+          "[speculation]") {
   // Suffix [7 8] occurs at 1..2 (followed by 9 4 5) and at 5..6 (followed by 1 2): the latest wins.
   CHECK(propose({3, 7, 8, 9, 4, 7, 8, 1, 2}, {7, 8}, 2, 2, 3) == std::vector<int32_t>{1, 2, 7});
   // The output counts as much as the prompt; k caps the proposal.
@@ -100,7 +106,8 @@ TEST_CASE("n-gram proposer: the latest earlier match of the longest suffix, at m
   CHECK(propose({8, 8, 8}, {}, 2, 2, 3, 1).empty());
 }
 
-TEST_CASE("speculation back-off doubles up to 64 decode steps and halves on a good proposal", "[speculation]") {
+TEST_CASE("speculation back-off doubles up to 64 decode steps and halves on a good proposal",
+          "[speculation]") {
   actors::speculation_backoff b;
   b.on_outcome(false);
   CHECK(b.skip == 1);

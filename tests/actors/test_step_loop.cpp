@@ -1,11 +1,11 @@
 // The executor's launch / collect protocol through the actor graph (model/executor.hpp,
-// actors/executor_actor.hpp): with the CPU executor, step N+1 is launched before step N is collected
-// (two steps in flight, N+1's decode inputs resolved from N's sampled ids where the step runs). Every
-// request's output must equal the path that runs one step at a time — the same tokens, text, finish
-// reasons and counted tokens — under stop ids, max_tokens, stop strings, n > 1, seeded sampling and
-// preemption: the token a finished sequence produced in the extra step is never streamed or counted.
+// actors/executor_actor.hpp): with the CPU executor, step N+1 is launched before step N is
+// collected (two steps in flight, N+1's decode inputs resolved from N's sampled ids where the step
+// runs). Every request's output must equal the path that runs one step at a time — the same tokens,
+// text, finish reasons and counted tokens — under stop ids, max_tokens, stop strings, n > 1, seeded
+// sampling and preemption: the token a finished sequence produced in the extra step is never
+// streamed or counted.
 #include <catch2/catch.hpp>
-
 #include <map>
 #include <random>
 #include <set>
@@ -54,17 +54,19 @@ asio::awaitable<void> run_sampled(engine& eng, generate_request r, sampled& out)
 std::vector<sampled> run_samples(engine& eng, const std::vector<generate_request>& reqs) {
   std::vector<sampled> out(reqs.size());
   asio::io_context io;
-  for (size_t i = 0; i < reqs.size(); ++i) asio::co_spawn(io, run_sampled(eng, reqs[i], out[i]), asio::detached);
+  for (size_t i = 0; i < reqs.size(); ++i)
+    asio::co_spawn(io, run_sampled(eng, reqs[i], out[i]), asio::detached);
   io.run();
   return out;
 }
 
-// Forwards launch / collect to the CPU executor, and makes its `fail_at`-th launched step fail where
-// it runs (an invalid block copy put first: rejected before anything is written), while the step
-// behind it may already be launched.
+// Forwards launch / collect to the CPU executor, and makes its `fail_at`-th launched step fail
+// where it runs (an invalid block copy put first: rejected before anything is written), while the
+// step behind it may already be launched.
 class fail_one_launch final : public executor {
  public:
-  fail_one_launch(std::unique_ptr<executor> inner, int fail_at) : inner_(std::move(inner)), fail_at_(fail_at) {}
+  fail_one_launch(std::unique_ptr<executor> inner, int fail_at)
+      : inner_(std::move(inner)), fail_at_(fail_at) {}
   result<step_result> execute(const step_plan& p) override { return inner_->execute(p); }
   void launch(step_plan p, const asio::any_io_executor& ex, std::function<void()> ready) override {
     if (!p.seqs.empty() && ++launched_ == fail_at_) {
@@ -89,8 +91,10 @@ std::set<uint64_t> fail_one_launch::failed_requests_;
 
 }  // namespace
 
-TEST_CASE("step loop: a launched step that fails ends only its requests, the step launched behind it goes on",
-          "[actors][step_loop][faults]") {
+TEST_CASE(
+    "step loop: a launched step that fails ends only its requests, the step launched behind it "
+    "goes on",
+    "[actors][step_loop][faults]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   const auto reqs = random_requests(24, 31, 30, 16);
   auto clean = engine::start(small_config());
@@ -104,7 +108,8 @@ TEST_CASE("step loop: a launched step that fails ends only its requests, the ste
     cfg.make_executor = [fail_at](const engine_config& c) -> result<std::unique_ptr<executor>> {
       auto inner = make_default_executor(c);
       if (!inner) return inner.err();
-      return std::unique_ptr<executor>(std::make_unique<fail_one_launch>(std::move(*inner), fail_at));
+      return std::unique_ptr<executor>(
+          std::make_unique<fail_one_launch>(std::move(*inner), fail_at));
     };
     auto eng = engine::start(cfg);
     REQUIRE(eng);
@@ -133,9 +138,10 @@ TEST_CASE("step loop: a launched step that fails ends only its requests, the ste
   }
 }
 
-TEST_CASE("step loop: steps launched ahead give the outputs of one step at a time (stop ids, max_tokens, "
-          "stop strings, n > 1, seeded sampling, preemption)",
-          "[actors][step_loop]") {
+TEST_CASE(
+    "step loop: steps launched ahead give the outputs of one step at a time (stop ids, max_tokens, "
+    "stop strings, n > 1, seeded sampling, preemption)",
+    "[actors][step_loop]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   auto base = random_requests(40, 77, 40, 20);
   // The stop conditions come from the outputs themselves, so they fire mid-generation.
@@ -152,7 +158,8 @@ TEST_CASE("step loop: steps launched ahead give the outputs of one step at a tim
         if (toks.size() >= 3) r.params.stop_token_ids = {toks[toks.size() / 2]};
         break;
       case 1:  // a stop string from the middle of the text
-        if (first[i].text.size() >= 6) r.params.stop = {first[i].text.substr(first[i].text.size() / 2, 2)};
+        if (first[i].text.size() >= 6)
+          r.params.stop = {first[i].text.substr(first[i].text.size() / 2, 2)};
         break;
       case 2:  // n = 2, seeded sampling: the two samples differ, each reproducible
         r.params.n = 2;
@@ -209,9 +216,10 @@ TEST_CASE("step loop: steps launched ahead give the outputs of one step at a tim
   CHECK(ma.preemptions > 0);
 }
 
-TEST_CASE("step loop: requests cancelled at random points while steps are launched ahead end with abort, "
-          "nothing leaks",
-          "[actors][step_loop]") {
+TEST_CASE(
+    "step loop: requests cancelled at random points while steps are launched ahead end with abort, "
+    "nothing leaks",
+    "[actors][step_loop]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   auto eng = engine::start(small_config());
   REQUIRE(eng);

@@ -2,11 +2,10 @@
 // requests under preemption, n = 2 forks and prefix-cache hits give TP = 1's tokens at TP = 2 and
 // TP = 4 (fp32 activations and KV cache, where the sharded sums differ from TP = 1's by rounding
 // only), and every KV block comes back.
-#include <catch2/catch.hpp>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
+#include <catch2/catch.hpp>
 #include <map>
 
 #include "actors/engine.hpp"
@@ -20,7 +19,7 @@ namespace {
 
 struct tp_run {
   std::vector<collected> together;
-  std::vector<collected> shared;                // one at a time, sharing a prefix: prefix hits
+  std::vector<collected> shared;                 // one at a time, sharing a prefix: prefix hits
   std::map<int32_t, std::vector<int32_t>> fork;  // n = 2 of request 0, per index
   engine_metrics metrics;
 };
@@ -56,7 +55,8 @@ tp_run run_at(int32_t tp, const std::vector<generate_request>& reqs) {
     auto s = co_await (*eng)->submit(r);
     REQUIRE(s);
     while (auto ev = co_await (*s)->next())
-      out.fork[ev->index].insert(out.fork[ev->index].end(), ev->token_ids.begin(), ev->token_ids.end());
+      out.fork[ev->index].insert(out.fork[ev->index].end(), ev->token_ids.begin(),
+                                 ev->token_ids.end());
   };
   asio::co_spawn(io, fn(), asio::detached);
   io.run();
@@ -68,9 +68,11 @@ tp_run run_at(int32_t tp, const std::vector<generate_request>& reqs) {
 
 }  // namespace
 
-TEST_CASE("pipeline: tensor parallel 2 and 4 give TP 1's greedy tokens under concurrency, preemption, forks and "
-          "prefix hits",
-          "[actors][pipeline][tensor_parallel]") {
+TEST_CASE(
+    "pipeline: tensor parallel 2 and 4 give TP 1's greedy tokens under concurrency, preemption, "
+    "forks and "
+    "prefix hits",
+    "[actors][pipeline][tensor_parallel]") {
   COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
   const auto reqs = random_requests(64, 23, 60, 24);
   const tp_run one = run_at(1, reqs);
@@ -85,7 +87,8 @@ TEST_CASE("pipeline: tensor parallel 2 and 4 give TP 1's greedy tokens under con
       CHECK(got.together[i].tokens.size() == size_t(reqs[i].params.max_tokens));
       CHECK(got.together[i].tokens == one.together[i].tokens);
     }
-    for (size_t i = 0; i < got.shared.size(); ++i) CHECK(got.shared[i].tokens == one.shared[i].tokens);
+    for (size_t i = 0; i < got.shared.size(); ++i)
+      CHECK(got.shared[i].tokens == one.shared[i].tokens);
     CHECK(got.fork.at(0) == one.together[0].tokens);
     CHECK(got.fork.at(1) == one.together[0].tokens);
     CHECK(got.metrics.preemptions > 0);

@@ -1,8 +1,6 @@
 // The tokenizer pool: typed input errors naming their field, the context rule, /tokenize and
 // /detokenize through the pool, prompt and token text for echo and logprobs, a busy tokenizer not
 // holding up other requests, and admission by waiting prompt tokens.
-#include <catch2/catch.hpp>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/io_context.hpp>
@@ -10,11 +8,12 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <string_view>
-#include <chrono>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "actors/engine.hpp"
@@ -31,7 +30,8 @@ template <class T>
 T run_sync(asio::awaitable<T> a) {
   asio::io_context io;
   T out{};
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> { out = co_await std::move(a); }, asio::detached);
+  asio::co_spawn(
+      io, [&]() -> asio::awaitable<void> { out = co_await std::move(a); }, asio::detached);
   io.run();
   return out;
 }
@@ -43,9 +43,12 @@ result<std::shared_ptr<request_stream>> submit(engine& eng, generate_request r) 
 std::vector<output_event> drain(request_stream& s) {
   std::vector<output_event> evs;
   asio::io_context io;
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    while (auto ev = co_await s.next()) evs.push_back(std::move(*ev));
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        while (auto ev = co_await s.next()) evs.push_back(std::move(*ev));
+      },
+      asio::detached);
   io.run();
   return evs;
 }
@@ -53,8 +56,9 @@ std::vector<output_event> drain(request_stream& s) {
 // Words of varied length from a fixed seed, `bytes` long.
 std::string long_text(size_t bytes) {
   std::mt19937 rng(3);
-  static const char* words[] = {"the", "actor", "mailbox", "tokenizer", "of", "serving", "a", "prompt",
-                                "coroutine", "cache", "block", "request", "step", "stream", "on"};
+  static const char* words[] = {"the",     "actor",   "mailbox", "tokenizer", "of",
+                                "serving", "a",       "prompt",  "coroutine", "cache",
+                                "block",   "request", "step",    "stream",    "on"};
   std::string s;
   while (s.size() < bytes) {
     s += words[rng() % 15];
@@ -95,7 +99,8 @@ TEST_CASE("tokenizer pool: input errors name their field, the context rule fills
     auto s = submit(e, r);
     REQUIRE_FALSE(s);
     CHECK(s.err().param == "max_completion_tokens");
-    CHECK(s.err().message.find("maximum context length is " + std::to_string(ctx)) != std::string::npos);
+    CHECK(s.err().message.find("maximum context length is " + std::to_string(ctx)) !=
+          std::string::npos);
   }
   {  // a prompt that alone fills the context, max_tokens not given: the input field
     generate_request r;
@@ -173,7 +178,8 @@ TEST_CASE("tokenizer pool: input errors name their field, the context rule fills
       for (size_t i = 0; i < ev.top_logprobs.size(); ++i) {
         REQUIRE(ev.top_logprob_texts[i].size() == ev.top_logprobs[i].size());
         for (size_t k = 0; k < ev.top_logprobs[i].size(); ++k)
-          CHECK(ev.top_logprob_texts[i][k] == tok->decode(std::vector<int32_t>{ev.top_logprobs[i][k].token}, true));
+          CHECK(ev.top_logprob_texts[i][k] ==
+                tok->decode(std::vector<int32_t>{ev.top_logprobs[i][k].token}, true));
       }
     }
     CHECK(tokens == 6);
@@ -204,28 +210,34 @@ TEST_CASE("tokenizer pool: a tokenizer busy with one prompt does not hold up the
   engine& e = **eng;
   std::string long_code;
   asio::io_context io;
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    generate_request r;
-    r.input = long_text(size_t{1} << 20);  // far past the context: rejected once encoded
-    r.params.max_tokens = 1;
-    auto s = co_await e.submit(std::move(r));
-    if (!s) long_code = s.err().code;
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        generate_request r;
+        r.input = long_text(size_t{1} << 20);  // far past the context: rejected once encoded
+        r.params.max_tokens = 1;
+        auto s = co_await e.submit(std::move(r));
+        if (!s) long_code = s.err().code;
+      },
+      asio::detached);
   const auto reqs = random_requests(6, 21, 20, 4);
   std::vector<collected> out(reqs.size());
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    asio::steady_timer t(co_await asio::this_coro::executor);
-    while (!holding) {
-      t.expires_after(std::chrono::milliseconds(1));
-      co_await t.async_wait(asio::use_awaitable);
-    }
-    for (size_t i = 0; i < reqs.size(); ++i) co_await run_one(e, reqs[i], out[i], -1);
-    {
-      std::lock_guard lock(mu);
-      shorts_done = true;
-    }
-    cv.notify_all();
-  }, asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(co_await asio::this_coro::executor);
+        while (!holding) {
+          t.expires_after(std::chrono::milliseconds(1));
+          co_await t.async_wait(asio::use_awaitable);
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) co_await run_one(e, reqs[i], out[i], -1);
+        {
+          std::lock_guard lock(mu);
+          shorts_done = true;
+        }
+        cv.notify_all();
+      },
+      asio::detached);
   io.run();
   CHECK_FALSE(held_timed_out);
   CHECK(long_code == "invalid_request");
@@ -252,20 +264,27 @@ TEST_CASE("tokenizer pool: admission by waiting prompt tokens", "[actors][tokeni
   // seen any).
   std::vector<collected> got(reqs.size());
   asio::io_context io;
-  for (size_t i = 0; i < 2; ++i) asio::co_spawn(io, run_one(e, reqs[i], got[i], -1), asio::detached);
-  asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-    asio::steady_timer t(io);
-    for (int k = 0; k < 20000 && e.metrics().requests_waiting < 1; ++k) {
-      t.expires_after(std::chrono::microseconds(100));
-      co_await t.async_wait(asio::use_awaitable);
-    }
-    for (size_t i = 2; i < reqs.size(); ++i) asio::co_spawn(io, run_one(e, reqs[i], got[i], -1), asio::detached);
-  }, asio::detached);
+  for (size_t i = 0; i < 2; ++i)
+    asio::co_spawn(io, run_one(e, reqs[i], got[i], -1), asio::detached);
+  asio::co_spawn(
+      io,
+      [&]() -> asio::awaitable<void> {
+        asio::steady_timer t(io);
+        for (int k = 0; k < 20000 && e.metrics().requests_waiting < 1; ++k) {
+          t.expires_after(std::chrono::microseconds(100));
+          co_await t.async_wait(asio::use_awaitable);
+        }
+        for (size_t i = 2; i < reqs.size(); ++i)
+          asio::co_spawn(io, run_one(e, reqs[i], got[i], -1), asio::detached);
+      },
+      asio::detached);
   io.run();
   int rejected = 0, completed = 0;
   for (const auto& c : got) {
-    if (c.error_code == "queue_full") ++rejected;
-    else if (c.finish == finish_reason::length) ++completed;
+    if (c.error_code == "queue_full")
+      ++rejected;
+    else if (c.finish == finish_reason::length)
+      ++completed;
   }
   CHECK(rejected >= 1);
   CHECK(completed >= 2);

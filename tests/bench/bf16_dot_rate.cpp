@@ -36,8 +36,9 @@ BF16_TARGET float fma512(long n) {
   for (long i = 0; i < n; ++i) {
 #pragma GCC unroll 12
     for (int j = 0; j < k_chains; ++j) a[j] = _mm512_fmadd_ps(a[j], b, c);
-    __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]),
-                     "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
+    __asm__ volatile(""
+                     : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]),
+                       "+v"(a[6]), "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
   }
   __m512 s = a[0];
   for (int j = 1; j < k_chains; ++j) s = _mm512_add_ps(s, a[j]);
@@ -51,8 +52,9 @@ BF16_TARGET float fma256(long n) {
   for (long i = 0; i < n; ++i) {
 #pragma GCC unroll 12
     for (int j = 0; j < k_chains; ++j) a[j] = _mm256_fmadd_ps(a[j], b, c);
-    __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]),
-                     "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
+    __asm__ volatile(""
+                     : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]),
+                       "+v"(a[6]), "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
   }
   __m256 s = a[0];
   for (int j = 1; j < k_chains; ++j) s = _mm256_add_ps(s, a[j]);
@@ -64,12 +66,14 @@ BF16_TARGET float fma256(long n) {
 BF16_TARGET float dpbf16(long n) {
   __m512 a[k_chains];
   for (int i = 0; i < k_chains; ++i) a[i] = _mm512_set1_ps(1.0f + float(i));
-  const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3f803f80), c = (__m512bh)_mm512_set1_epi32(0x33d633d6);
+  const __m512bh b = (__m512bh)_mm512_set1_epi32(0x3f803f80),
+                 c = (__m512bh)_mm512_set1_epi32(0x33d633d6);
   for (long i = 0; i < n; ++i) {
 #pragma GCC unroll 12
     for (int j = 0; j < k_chains; ++j) a[j] = _mm512_dpbf16_ps(a[j], b, c);
-    __asm__ volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]),
-                     "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
+    __asm__ volatile(""
+                     : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]),
+                       "+v"(a[6]), "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
   }
   __m512 s = a[0];
   for (int j = 1; j < k_chains; ++j) s = _mm512_add_ps(s, a[j]);
@@ -83,8 +87,8 @@ uint16_t random_bf16(std::mt19937_64& rng, int exp_lo, int exp_hi) {
 }
 
 // Lanes where VDPBF16PS and the two FMAs differ, out of 16 * iters.
-BF16_TARGET long emulation_mismatches(uint64_t seed, long iters, int a_lo, int a_hi, int b_lo, int b_hi, int c_lo,
-                                      int c_hi) {
+BF16_TARGET long emulation_mismatches(uint64_t seed, long iters, int a_lo, int a_hi, int b_lo,
+                                      int b_hi, int c_lo, int c_hi) {
   std::mt19937_64 rng(seed);
   const __m512i hi = _mm512_set1_epi32(int(0xffff0000u));
   long bad = 0;
@@ -96,7 +100,8 @@ BF16_TARGET long emulation_mismatches(uint64_t seed, long iters, int a_lo, int a
       b[i] = random_bf16(rng, b_lo, b_hi);
     }
     for (int i = 0; i < 16; ++i) {
-      const uint32_t bits = uint32_t(random_bf16(rng, c_lo, c_hi)) << 16 | uint32_t(rng() & 0xffffu);
+      const uint32_t bits =
+          uint32_t(random_bf16(rng, c_lo, c_hi)) << 16 | uint32_t(rng() & 0xffffu);
       std::memcpy(&c[i], &bits, 4);
     }
     const __m512 acc = _mm512_load_ps(c);
@@ -106,10 +111,11 @@ BF16_TARGET long emulation_mismatches(uint64_t seed, long iters, int a_lo, int a
     _mm_setcsr(csr | 0x8040u);  // FTZ | DAZ
     __m512 f = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(va, hi)),
                                _mm512_castsi512_ps(_mm512_and_si512(vb, hi)), acc);
-    f = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(va, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)),
-                        f);
+    f = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(va, 16)),
+                        _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16)), f);
     _mm_setcsr(csr);
-    bad += __builtin_popcount(_mm512_cmpneq_epi32_mask(_mm512_castps_si512(d), _mm512_castps_si512(f)));
+    bad += __builtin_popcount(
+        _mm512_cmpneq_epi32_mask(_mm512_castps_si512(d), _mm512_castps_si512(f)));
   }
   return bad;
 }
@@ -131,16 +137,21 @@ int main() {
     const double tdp = seconds([&] { sink = dpbf16(n); });
     (void)sink;
     const double ops = double(k_chains) * double(n) * 1e-9;
-    std::printf("{\"rates\":{\"fma512_ginst_s\":%.2f,\"fma512_gmac_s\":%.1f,\"fma256_ginst_s\":%.2f,"
-                "\"fma256_gmac_s\":%.1f,\"vdpbf16ps_ginst_s\":%.2f,\"vdpbf16ps_gmac_s\":%.1f}}\n",
-                ops / t512, ops / t512 * 16, ops / t256, ops / t256 * 8, ops / tdp, ops / tdp * 32);
+    std::printf(
+        "{\"rates\":{\"fma512_ginst_s\":%.2f,\"fma512_gmac_s\":%.1f,\"fma256_ginst_s\":%.2f,"
+        "\"fma256_gmac_s\":%.1f,\"vdpbf16ps_ginst_s\":%.2f,\"vdpbf16ps_gmac_s\":%.1f}}\n",
+        ops / t512, ops / t512 * 16, ops / t256, ops / t256 * 8, ops / tdp, ops / tdp * 32);
   }
   const long iters = 1'000'000;
-  struct range { const char* name; int a_lo, a_hi, b_lo, b_hi, c_lo, c_hi; };
+  struct range {
+    const char* name;
+    int a_lo, a_hi, b_lo, b_hi, c_lo, c_hi;
+  };
   for (const range& r : {range{"normal, cancelling", 120, 135, 120, 135, 110, 140},
                          range{"whole exponent range", 1, 254, 1, 254, 1, 254},
                          range{"tiny: denormals, flushed products", 0, 40, 60, 100, 0, 30}}) {
     const long bad = emulation_mismatches(7, iters, r.a_lo, r.a_hi, r.b_lo, r.b_hi, r.c_lo, r.c_hi);
-    std::printf("{\"emulation\":\"%s\",\"lanes\":%ld,\"mismatches\":%ld}\n", r.name, iters * 16, bad);
+    std::printf("{\"emulation\":\"%s\",\"lanes\":%ld,\"mismatches\":%ld}\n", r.name, iters * 16,
+                bad);
   }
 }

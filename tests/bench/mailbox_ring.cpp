@@ -26,7 +26,8 @@ void run(const char* name, std::size_t chunk, std::chrono::nanoseconds after, st
   bool ok = true;
   auto pass = [&] {
     for (std::size_t i = 0; i < n; i += burst) {
-      for (std::size_t j = 0; j < burst; ++j) ok = ok && q.try_push(p) == coserve::rt::push_result::ok;
+      for (std::size_t j = 0; j < burst; ++j)
+        ok = ok && q.try_push(p) == coserve::rt::push_result::ok;
       for (std::size_t j = 0; j < burst; ++j) ok = ok && q.try_pop().has_value();
     }
   };
@@ -34,8 +35,10 @@ void run(const char* name, std::size_t chunk, std::chrono::nanoseconds after, st
   const auto t0 = std::chrono::steady_clock::now();
   pass();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("{\"case\":\"%s\",\"slot_bytes\":%zu,\"burst\":%zu,\"ns_per_message\":%.1f,\"resident_kib\":%zu,\"ok\":%s}\n",
-              name, Bytes + 8, burst, s / double(n) * 1e9, q.resident_bytes() >> 10, ok ? "true" : "false");
+  std::printf(
+      "{\"case\":\"%s\",\"slot_bytes\":%zu,\"burst\":%zu,\"ns_per_message\":%.1f,\"resident_kib\":%"
+      "zu,\"ok\":%s}\n",
+      name, Bytes + 8, burst, s / double(n) * 1e9, q.resident_bytes() >> 10, ok ? "true" : "false");
 }
 
 template <std::size_t Bytes>

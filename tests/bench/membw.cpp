@@ -1,10 +1,10 @@
 // Memory read bandwidth of this machine, the ceiling for a decode step that streams the weights:
 // T threads each sum their slice of a 1 GiB buffer, one warm-up pass, then 8 timed passes.
 // Prints {"threads":T,"read_gb_per_s":X}. Built and run by scripts/membw [THREADS] (default 2).
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <algorithm>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
   uint64_t total = 0;
   for (uint64_t x : sums) total += x;
   if (total != n) return 1;  // the sum is checked, so the reads cannot be optimised away
-  std::printf("{\"threads\":%d,\"read_gb_per_s\":%.2f}\n", threads, double(passes) * double(n * sizeof(uint64_t)) / s / 1e9);
+  std::printf("{\"threads\":%d,\"read_gb_per_s\":%.2f}\n", threads,
+              double(passes) * double(n * sizeof(uint64_t)) / s / 1e9);
   return 0;
 }

@@ -33,14 +33,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const size_t n = v.strings.size() + v.ints.size() + v.floats.size();
       if (n != v.count) std::abort();
       for (auto str : v.strings)
-        if (!str.empty()) sink = sink + size_t(str.front()) + size_t(str.back());  // ASan checks the views
+        if (!str.empty())
+          sink = sink + size_t(str.front()) + size_t(str.back());  // ASan checks the views
     }
     if (v.kind == coserve::gguf_kind::string && !v.str.empty()) sink = sink + size_t(v.str.back());
   }
   if (f.alignment() == 0 || (f.alignment() & (f.alignment() - 1)) != 0) std::abort();
   for (const auto& t : f.tensors()) {
     if (f.tensor(t.name) != &t) std::abort();
-    if (t.nbytes == 0 || t.data < base || t.nbytes > size || t.data + t.nbytes > base + size) std::abort();
+    if (t.nbytes == 0 || t.data < base || t.nbytes > size || t.data + t.nbytes > base + size)
+      std::abort();
     if (t.offset % f.alignment() != 0 || t.dims.size() > 4) std::abort();
     if (coserve::dtype_bytes(t.type, t.numel()) != t.nbytes) std::abort();
     if (t.cols() % coserve::dtype_block_elems(t.type) != 0) std::abort();
@@ -52,7 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ts.size() <= 64)
     for (size_t a = 0; a < ts.size(); ++a)
       for (size_t c = a + 1; c < ts.size(); ++c)
-        if (ts[a].data < ts[c].data + ts[c].nbytes && ts[c].data < ts[a].data + ts[a].nbytes) std::abort();
+        if (ts[a].data < ts[c].data + ts[c].nbytes && ts[c].data < ts[a].data + ts[a].nbytes)
+          std::abort();
   (void)sink;
   return 0;
 }

@@ -11,7 +11,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace coserve::http;
   if (size == 0) return 0;
-  // The first byte sets the chunk size (1..256 bytes per read); small limits reach the 413/431 paths.
+  // The first byte sets the chunk size (1..256 bytes per read); small limits reach the 413/431
+  // paths.
   const size_t chunk = size_t(data[0]) + 1;
   server_limits limits;
   limits.max_header_bytes = 512;

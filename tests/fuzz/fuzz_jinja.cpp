@@ -33,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const coserve::json::value context = make_context();
   auto tmpl = coserve::chat_template::parse(std::string(reinterpret_cast<const char*>(data), size));
   if (!tmpl) return 0;
-  const coserve::template_limits limits{.max_depth = 400, .max_steps = 100000, .max_bytes = 1 << 20};
+  const coserve::template_limits limits{
+      .max_depth = 400, .max_steps = 100000, .max_bytes = 1 << 20};
   (void)tmpl->render(context, std::time_t{1700000000}, limits);
   return 0;
 }

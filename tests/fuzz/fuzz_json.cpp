@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   coserve::json::dump_compact(*v, out);
   auto again = coserve::json::parse(out);
   if (!again || !(*again == *v)) std::abort();
-  const std::string pretty = coserve::json::dump(*v, {.indent = 2, .ensure_ascii = true, .sort_keys = true});
+  const std::string pretty =
+      coserve::json::dump(*v, {.indent = 2, .ensure_ascii = true, .sort_keys = true});
   if (!coserve::json::parse(pretty)) std::abort();
   return 0;
 }

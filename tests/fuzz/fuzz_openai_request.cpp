@@ -54,7 +54,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   const http::model_limits lim{"fuzz-model", 1000, 96};
   auto parsed = http::parse_openai_request(body, chat, lim);
-  if (auto* e = std::get_if<http::api_error>(&parsed)) check_error(*e);
-  else check_request(std::get<http::openai_request>(parsed), lim, prompt_tokens);
+  if (auto* e = std::get_if<http::api_error>(&parsed))
+    check_error(*e);
+  else
+    check_request(std::get<http::openai_request>(parsed), lim, prompt_tokens);
   return 0;
 }

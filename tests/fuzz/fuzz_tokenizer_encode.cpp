@@ -19,10 +19,12 @@ using coserve::tokenizer;
 std::vector<tokenizer> load_all() {
   std::vector<tokenizer> out;
   for (const char* name : {"gpt2", "qwen2.5", "phi-3-mini"}) {
-    const std::string dir = std::string(COSERVE_SOURCE_DIR) + "/../shared/testdata/tokenizers/" + name;
+    const std::string dir =
+        std::string(COSERVE_SOURCE_DIR) + "/../shared/testdata/tokenizers/" + name;
     auto t = tokenizer::load(dir);
     if (!t) {
-      std::fprintf(stderr, "fuzz_tokenizer_encode: %s not loaded (%s)\n", dir.c_str(), t.err().message.c_str());
+      std::fprintf(stderr, "fuzz_tokenizer_encode: %s not loaded (%s)\n", dir.c_str(),
+                   t.err().message.c_str());
       continue;
     }
     out.push_back(std::move(*t));
@@ -50,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool add_special = data[0] & 4, skip_special = data[0] & 8;
   if (data[0] & 16) {
     std::vector<int32_t> ids;
-    for (size_t i = 1; i + 1 < size; i += 2) ids.push_back(int32_t(data[i]) | int32_t(data[i + 1]) << 8);
+    for (size_t i = 1; i + 1 < size; i += 2)
+      ids.push_back(int32_t(data[i]) | int32_t(data[i + 1]) << 8);
     check_stream(tok, ids, skip_special);
     return 0;
   }

@@ -10,7 +10,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   auto tok = coserve::tokenizer::from_json(text);
   if (!tok) return 0;
-  for (std::string_view s : {std::string_view("Hello world! 123 <s> \xe2\x96\x81x \xf0\x9f\x98\x80"), text.substr(0, 256)}) {
+  for (std::string_view s :
+       {std::string_view("Hello world! 123 <s> \xe2\x96\x81x \xf0\x9f\x98\x80"),
+        text.substr(0, 256)}) {
     auto ids = tok->encode(s, true);
     for (int32_t id : ids)
       if (id < 0 || id >= tok->vocab_size()) std::abort();

@@ -45,9 +45,13 @@ int main(int argc, char** argv) {
       auto p = gpu::plan_batch(seqs, opt);
       sink += p.ok() ? p->work.size() + p->block_tables.size() : 0;
     }
-    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
-    std::printf("{\"bench\":\"plan_batch\",\"batch\":%d,\"context\":%d,\"us_per_step\":%.2f,\"sink\":%zu}\n", batch,
-                context, us, sink);
+    const double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        iters;
+    std::printf(
+        "{\"bench\":\"plan_batch\",\"batch\":%d,\"context\":%d,\"us_per_step\":%.2f,\"sink\":%zu}"
+        "\n",
+        batch, context, us, sink);
 #if defined(COSERVE_BENCH_FLASHINFER)
     if (gpu::flashinfer_built()) {
       auto p = gpu::plan_batch(seqs, opt);
@@ -67,7 +71,9 @@ int main(int argc, char** argv) {
           fsink += ok ? size_t(sch.padded_batch_size) + sch.kv_indices.size() : 0;
         }
         const double fus =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0).count() / iters;
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - f0)
+                .count() /
+            iters;
         // The same plans into a fresh schedule each step (new arrays every time), for comparison.
         const auto n0 = std::chrono::steady_clock::now();
         for (int32_t it = 0; it < iters; ++it) {
@@ -75,10 +81,13 @@ int main(int argc, char** argv) {
           fsink += fresh.ok() ? size_t(fresh->padded_batch_size) + fresh->kv_indices.size() : 0;
         }
         const double nus =
-            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - n0).count() / iters;
-        std::printf("{\"bench\":\"plan_flashinfer\",\"cuda_graph\":%s,\"batch\":%d,\"context\":%d,"
-                    "\"us_per_step\":%.2f,\"us_per_step_fresh_arrays\":%.2f,\"sink\":%zu}\n",
-                    graph ? "true" : "false", batch, context, fus, nus, fsink);
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - n0)
+                .count() /
+            iters;
+        std::printf(
+            "{\"bench\":\"plan_flashinfer\",\"cuda_graph\":%s,\"batch\":%d,\"context\":%d,"
+            "\"us_per_step\":%.2f,\"us_per_step_fresh_arrays\":%.2f,\"sink\":%zu}\n",
+            graph ? "true" : "false", batch, context, fus, nus, fsink);
       }
     }
 #endif

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <random>
 #include <vector>
 
@@ -25,7 +24,9 @@ template <class T>
 device_buffer upload(const std::vector<T>& v) {
   auto b = device_buffer::allocate(v.size() * sizeof(T) + 16);
   REQUIRE(b.ok());
-  if (!v.empty()) REQUIRE(cudaMemcpy(b->get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  if (!v.empty())
+    REQUIRE(cudaMemcpy(b->get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice) ==
+            cudaSuccess);
   return std::move(b.value());
 }
 
@@ -33,7 +34,8 @@ template <class T>
 std::vector<T> download(const device_buffer& b, size_t n) {
   std::vector<T> v(n);
   REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-  if (n != 0) REQUIRE(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  if (n != 0)
+    REQUIRE(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
   return v;
 }
 
@@ -48,7 +50,8 @@ inline std::vector<uint16_t> random_bf16(size_t n, uint32_t seed, float scale = 
 // Largest |a - b| over bf16 vectors, in float.
 inline float max_abs_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
   float m = 0.0f;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(bf16_to_f32(a[i]) - bf16_to_f32(b[i])));
+  for (size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::fabs(bf16_to_f32(a[i]) - bf16_to_f32(b[i])));
   return m;
 }
 

@@ -1,8 +1,7 @@
 // co_await gpu::async_wait(stream): resumes on the awaiting coroutine's executor after the stream's
 // earlier work has finished.
-#include <catch2/catch.hpp>
-
 #include <asio.hpp>
+#include <catch2/catch.hpp>
 #include <thread>
 
 #include "gpu/async_wait.hpp"
@@ -13,7 +12,8 @@ using namespace coserve;
 using namespace coserve::gpu;
 using namespace coserve::gpu::test;
 
-TEST_CASE("async_wait resumes on the io_context thread after the stream's work", "[gpu][async_wait]") {
+TEST_CASE("async_wait resumes on the io_context thread after the stream's work",
+          "[gpu][async_wait]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   auto s = stream::create();
   REQUIRE(s.ok());
@@ -28,8 +28,8 @@ TEST_CASE("async_wait resumes on the io_context thread after the stream's work",
       io,
       [&]() -> asio::awaitable<void> {
         REQUIRE(launch_fill_bf16(d->as<bf16>(), n, 1.5f, s->get()).ok());
-        REQUIRE(cudaMemcpyAsync(host.data(), d->as<uint16_t>() + (n - 4), 8, cudaMemcpyDeviceToHost, s->get()) ==
-                cudaSuccess);
+        REQUIRE(cudaMemcpyAsync(host.data(), d->as<uint16_t>() + (n - 4), 8, cudaMemcpyDeviceToHost,
+                                s->get()) == cudaSuccess);
         auto r = co_await async_wait(s->get(), asio::use_awaitable);
         CHECK(r.ok());
         resumed_on = std::this_thread::get_id();
@@ -58,8 +58,8 @@ TEST_CASE("async_wait_beside: each completion after its own work, in issue order
   asio::io_context io;
   for (int i = 0; i < 3; ++i) {
     REQUIRE(launch_fill_bf16(d->as<bf16>(), n, float(i + 1), s->get()).ok());
-    REQUIRE(cudaMemcpyAsync(host[size_t(i)].data(), d->as<uint16_t>() + (n - 4), 8, cudaMemcpyDeviceToHost,
-                            s->get()) == cudaSuccess);
+    REQUIRE(cudaMemcpyAsync(host[size_t(i)].data(), d->as<uint16_t>() + (n - 4), 8,
+                            cudaMemcpyDeviceToHost, s->get()) == cudaSuccess);
     async_wait_beside(s->get(), waiter->get(), asio::bind_executor(io, [&, i](result<void> r) {
                         CHECK(r.ok());
                         order.push_back(i);

@@ -7,7 +7,8 @@ using namespace coserve;
 using namespace coserve::gpu;
 
 namespace {
-scheduled_seq make_seq(seq_id_t id, int32_t n, int32_t start, std::vector<int32_t> blocks, bool sample = true) {
+scheduled_seq make_seq(seq_id_t id, int32_t n, int32_t start, std::vector<int32_t> blocks,
+                       bool sample = true) {
   scheduled_seq s;
   s.seq_id = id;
   s.tokens.assign(size_t(n), 7);
@@ -18,12 +19,14 @@ scheduled_seq make_seq(seq_id_t id, int32_t n, int32_t start, std::vector<int32_
 }
 }  // namespace
 
-TEST_CASE("plan_batch: positions, slot mapping, cu_seqlens, flattened block tables", "[gpu_host][batch_plan]") {
+TEST_CASE("plan_batch: positions, slot mapping, cu_seqlens, flattened block tables",
+          "[gpu_host][batch_plan]") {
   batch_plan_options opt;
   opt.block_size = 4;
   opt.num_kv_heads = 2;
   opt.gqa = 4;
-  // prefill chunk of 6 tokens from 0 (blocks 9, 3), decode at position 5 (blocks 1, 8), chunk of 3 at 2
+  // prefill chunk of 6 tokens from 0 (blocks 9, 3), decode at position 5 (blocks 1, 8), chunk of 3
+  // at 2
   std::vector<scheduled_seq> seqs{make_seq(1, 6, 0, {9, 3}, false), make_seq(2, 1, 5, {1, 8, 4}),
                                   make_seq(3, 3, 2, {5, 6})};
   auto r = plan_batch(seqs, opt);
@@ -67,7 +70,8 @@ TEST_CASE("plan_batch: rejects short block tables and empty slices", "[gpu_host]
   CHECK_FALSE(plan_batch({make_seq(1, 1, 0, {0})}, bad).ok());
 }
 
-TEST_CASE("plan_batch: a sequence verifying proposals samples its last 1 + num_draft positions", "[gpu_host][batch_plan]") {
+TEST_CASE("plan_batch: a sequence verifying proposals samples its last 1 + num_draft positions",
+          "[gpu_host][batch_plan]") {
   batch_plan_options opt;
   opt.block_size = 4;
   // decode (1 row), verify 3 proposals (4 rows), a prefill chunk that does not sample, verify 1
@@ -75,7 +79,8 @@ TEST_CASE("plan_batch: a sequence verifying proposals samples its last 1 + num_d
   verify3.num_draft = 3;
   auto verify1 = make_seq(4, 2, 3, {5, 6});
   verify1.num_draft = 1;
-  auto r = plan_batch({make_seq(1, 1, 5, {3, 4}), verify3, make_seq(3, 5, 0, {7, 8}, false), verify1}, opt);
+  auto r = plan_batch(
+      {make_seq(1, 1, 5, {3, 4}), verify3, make_seq(3, 5, 0, {7, 8}, false), verify1}, opt);
   REQUIRE(r.ok());
   CHECK(r->cu_seqlens_q == std::vector<int32_t>{0, 1, 5, 10, 12});
   CHECK(r->sample_tokens == std::vector<int32_t>{0, 1, 2, 3, 4, 10, 11});
@@ -93,7 +98,8 @@ TEST_CASE("plan_batch: a sequence verifying proposals samples its last 1 + num_d
   CHECK_FALSE(plan_batch({negative}, opt).ok());
 }
 
-TEST_CASE("plan_batch: long decodes split over KV and every key is covered once", "[gpu_host][batch_plan]") {
+TEST_CASE("plan_batch: long decodes split over KV and every key is covered once",
+          "[gpu_host][batch_plan]") {
   batch_plan_options opt;
   opt.block_size = 16;
   opt.num_kv_heads = 8;
@@ -123,7 +129,8 @@ TEST_CASE("plan_batch: long decodes split over KV and every key is covered once"
       REQUIRE(p.merges.size() == 1);
       CHECK(p.merges[0].num_splits == int32_t(p.work.size()));
       CHECK(p.num_partial_rows == int32_t(p.work.size()));
-      for (size_t s = 0; s < p.work.size(); ++s) CHECK(p.work[s].partial == p.merges[0].partial + int32_t(s));
+      for (size_t s = 0; s < p.work.size(); ++s)
+        CHECK(p.work[s].partial == p.merges[0].partial + int32_t(s));
     }
   }
 }
@@ -137,7 +144,8 @@ TEST_CASE("plan_batch: a batch that already fills the GPU is not split", "[gpu_h
   std::vector<int32_t> blocks(256);
   for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = int32_t(i);
   std::vector<scheduled_seq> seqs;
-  for (int i = 0; i < 64; ++i) seqs.push_back(make_seq(seq_id_t(i), 1, 4000, blocks));  // 64 * 8 = 512 blocks
+  for (int i = 0; i < 64; ++i)
+    seqs.push_back(make_seq(seq_id_t(i), 1, 4000, blocks));  // 64 * 8 = 512 blocks
   auto r = plan_batch(seqs, opt);
   REQUIRE(r.ok());
   CHECK(r->merges.empty());

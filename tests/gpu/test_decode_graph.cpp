@@ -2,7 +2,6 @@
 // the padded batch written into it. The padded plan must give every real row exactly what the
 // unpadded plan gives it, padding rows must write no KV, and every address stays inside the layout.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 #include <vector>
 
@@ -32,7 +31,8 @@ scheduled_seq decode(seq_id_t id, int32_t pos, std::vector<int32_t> blocks) {
 
 }  // namespace
 
-TEST_CASE("decode graph buckets: 1, 2, 4, 8, multiples of 8, and max_num_seqs", "[gpu_host][graph]") {
+TEST_CASE("decode graph buckets: 1, 2, 4, 8, multiples of 8, and max_num_seqs",
+          "[gpu_host][graph]") {
   CHECK(decode_graph_buckets(1) == std::vector<int32_t>{1});
   CHECK(decode_graph_buckets(3) == std::vector<int32_t>{1, 2, 3});
   CHECK(decode_graph_buckets(8) == std::vector<int32_t>{1, 2, 4, 8});
@@ -50,11 +50,19 @@ TEST_CASE("decode graph buckets: 1, 2, 4, 8, multiples of 8, and max_num_seqs", 
 
 TEST_CASE("decode graph arena: aligned, disjoint, block tables last", "[gpu_host][graph]") {
   const auto l = make_graph_arena_layout(24, 32, 300, 24);
-  const std::vector<std::pair<size_t, size_t>> parts{
-      {l.ids, 24 * 4}, {l.positions, 24 * 4}, {l.slots, 24 * 4}, {l.cu_seqlens, 25 * 4}, {l.kv_lens, 24 * 4},
-      {l.bt_offsets, 25 * 4}, {l.sample_tokens, 24 * 4}, {l.params, 24 * sizeof(sample_row_params)},
-      {l.row_slots, 24 * 4}, {l.counts, 8}, {l.work, 300 * sizeof(attn_work_item)},
-      {l.merges, 24 * sizeof(attn_merge_item)}, {l.block_tables, 24 * 32 * 4}};
+  const std::vector<std::pair<size_t, size_t>> parts{{l.ids, 24 * 4},
+                                                     {l.positions, 24 * 4},
+                                                     {l.slots, 24 * 4},
+                                                     {l.cu_seqlens, 25 * 4},
+                                                     {l.kv_lens, 24 * 4},
+                                                     {l.bt_offsets, 25 * 4},
+                                                     {l.sample_tokens, 24 * 4},
+                                                     {l.params, 24 * sizeof(sample_row_params)},
+                                                     {l.row_slots, 24 * 4},
+                                                     {l.counts, 8},
+                                                     {l.work, 300 * sizeof(attn_work_item)},
+                                                     {l.merges, 24 * sizeof(attn_merge_item)},
+                                                     {l.block_tables, 24 * 32 * 4}};
   for (size_t i = 0; i < parts.size(); ++i) {
     CAPTURE(i);
     CHECK(parts[i].first % 16 == 0);
@@ -64,8 +72,10 @@ TEST_CASE("decode graph arena: aligned, disjoint, block tables last", "[gpu_host
   CHECK(l.block_tables + 24 * 32 * 4 <= l.bytes);
 }
 
-TEST_CASE("decode graph arena: a batch padded to its bucket keeps each real row's plan, padding writes no KV",
-          "[gpu_host][graph]") {
+TEST_CASE(
+    "decode graph arena: a batch padded to its bucket keeps each real row's plan, padding writes "
+    "no KV",
+    "[gpu_host][graph]") {
   batch_plan_options opt{16, 2, 4, 132, 32};
   const int32_t bucket = 8, max_len = 4096;
   const auto cap = decode_graph_capacity(bucket, max_len, opt);
@@ -103,8 +113,10 @@ TEST_CASE("decode graph arena: a batch padded to its bucket keeps each real row'
         ++items;
       }
     CHECK(next == (i < 3 ? kv_len[size_t(i)] : 1));
-    if (i != 1) CHECK(items == 1);
-    else CHECK(items > 1);
+    if (i != 1)
+      CHECK(items == 1);
+    else
+      CHECK(items > 1);
   }
   REQUIRE(counts[1] == 1);
   CHECK(merges[0].token == 1);
@@ -148,13 +160,18 @@ TEST_CASE("decode graph arena: what a graph cannot replay is refused", "[gpu_hos
   const std::vector<sample_row_params> params(2, sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
   graph_step_input in{seqs, ids, params, slots, 63, 7};
   CHECK(fill_graph_arena(in, 4, layout, opt, staging).ok());
-  CHECK_FALSE(fill_graph_arena(in, 1, layout, opt, staging).ok());  // more sequences than the bucket
+  CHECK_FALSE(
+      fill_graph_arena(in, 1, layout, opt, staging).ok());  // more sequences than the bucket
   CHECK_FALSE(fill_graph_arena(in, 8, layout, opt, staging).ok());  // a bucket beyond the arena
   std::vector<std::byte> small(16);
   CHECK_FALSE(fill_graph_arena(in, 4, layout, opt, small).ok());
   seqs[1].tokens = {1, 2};  // a prefill chunk: eager
-  CHECK_FALSE(fill_graph_arena(graph_step_input{seqs, ids, params, slots, 63, 7}, 4, layout, opt, staging).ok());
+  CHECK_FALSE(
+      fill_graph_arena(graph_step_input{seqs, ids, params, slots, 63, 7}, 4, layout, opt, staging)
+          .ok());
   seqs[1].tokens = {1};
   seqs[1].sample = false;
-  CHECK_FALSE(fill_graph_arena(graph_step_input{seqs, ids, params, slots, 63, 7}, 4, layout, opt, staging).ok());
+  CHECK_FALSE(
+      fill_graph_arena(graph_step_input{seqs, ids, params, slots, 63, 7}, 4, layout, opt, staging)
+          .ok());
 }

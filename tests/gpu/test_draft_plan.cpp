@@ -1,7 +1,6 @@
 // The CUDA executor's draft-model passes, planned on the host (gpu/draft_plan.hpp): what each pass
 // computes, where its proposals go, and how the draft's cache catches up.
 #include <catch2/catch.hpp>
-
 #include <numeric>
 
 #include "gpu/draft_plan.hpp"
@@ -11,8 +10,8 @@ using gpu::draft_step;
 
 namespace {
 
-scheduled_seq seq(seq_id_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> table, bool sample,
-                  int32_t num_draft = 0) {
+scheduled_seq seq(seq_id_t id, std::vector<int32_t> tokens, int32_t start,
+                  std::vector<int32_t> table, bool sample, int32_t num_draft = 0) {
   scheduled_seq s;
   s.seq_id = id;
   s.tokens = std::move(tokens);
@@ -25,8 +24,10 @@ scheduled_seq seq(seq_id_t id, std::vector<int32_t> tokens, int32_t start, std::
 
 }  // namespace
 
-TEST_CASE("plan_draft: catch-up from the draft's valid prefix, then one pass per proposal, picks into slots",
-          "[gpu_host][draft]") {
+TEST_CASE(
+    "plan_draft: catch-up from the draft's valid prefix, then one pass per proposal, picks into "
+    "slots",
+    "[gpu_host][draft]") {
   const int32_t D = k_token_from_draft;
   draft_kv_map map(16, 4);
   // Sequence 1 had positions 0..5 computed by the model (tokens 100..105), the draft only 0..3.
@@ -41,10 +42,10 @@ TEST_CASE("plan_draft: catch-up from the draft's valid prefix, then one pass per
   map.note_model(4, t4, 0, prompt4.data(), 3);
 
   step_plan plan;
-  plan.seqs.push_back(seq(1, {106, D, D, D}, 6, t1, true, 3));    // proposes 3
-  plan.seqs.push_back(seq(2, {7}, 9, {2, 3, 4}, true));            // a plain decode: no draft work
-  plan.seqs.push_back(seq(3, {50, 51, 52}, 0, {5}, false));        // a prompt chunk: warms the draft
-  plan.seqs.push_back(seq(4, {60, D}, 3, t4, true, 1));           // proposes 1
+  plan.seqs.push_back(seq(1, {106, D, D, D}, 6, t1, true, 3));  // proposes 3
+  plan.seqs.push_back(seq(2, {7}, 9, {2, 3, 4}, true));         // a plain decode: no draft work
+  plan.seqs.push_back(seq(3, {50, 51, 52}, 0, {5}, false));     // a prompt chunk: warms the draft
+  plan.seqs.push_back(seq(4, {60, D}, 3, t4, true, 1));         // proposes 1
   std::vector<std::vector<int32_t>> inputs;
   for (const auto& s : plan.seqs) inputs.push_back(s.tokens);
 
@@ -98,7 +99,8 @@ TEST_CASE("plan_draft: catch-up from the draft's valid prefix, then one pass per
   CHECK(st.first[0].tokens == std::vector<int32_t>{104, 105, 106});
 }
 
-TEST_CASE("plan_draft: pass 0 split at the token budget keeps each sequence's chunks in order", "[gpu_host][draft]") {
+TEST_CASE("plan_draft: pass 0 split at the token budget keeps each sequence's chunks in order",
+          "[gpu_host][draft]") {
   const int32_t D = k_token_from_draft;
   draft_kv_map map(16, 4);
   step_plan plan;
@@ -110,7 +112,8 @@ TEST_CASE("plan_draft: pass 0 split at the token budget keeps each sequence's ch
   for (const auto& s : plan.seqs) inputs.push_back(s.tokens);
   auto r = gpu::plan_draft(plan, inputs, map, 0, 2, 4);
   REQUIRE(r.ok());
-  // 13 tokens of pass 0 over passes of 4: [1:0-3] [1:4-7] [1:8-9, 2:0-1] [2:2], then 2 proposal passes.
+  // 13 tokens of pass 0 over passes of 4: [1:0-3] [1:4-7] [1:8-9, 2:0-1] [2:2], then 2 proposal
+  // passes.
   REQUIRE(r->passes.size() == 6);
   int32_t budget_ok = 0, pos1 = 0, pos2 = 0;
   for (size_t p = 0; p < 4; ++p) {
@@ -132,7 +135,8 @@ TEST_CASE("plan_draft: pass 0 split at the token budget keeps each sequence's ch
   CHECK(r->passes[5].out_slots.empty());
 }
 
-TEST_CASE("plan_draft: proposals that are not a sequence's last num_draft tokens are refused", "[gpu_host][draft]") {
+TEST_CASE("plan_draft: proposals that are not a sequence's last num_draft tokens are refused",
+          "[gpu_host][draft]") {
   const int32_t D = k_token_from_draft;
   draft_kv_map map(4, 4);
   step_plan plan;

@@ -1,8 +1,8 @@
-// Host side of the FlashInfer backend (no device needed): our batch plans in FlashInfer's page-table
-// form, the work list its scheduler makes from them, and the metadata layouts the executor uploads.
-#include <catch2/catch.hpp>
-
+// Host side of the FlashInfer backend (no device needed): our batch plans in FlashInfer's
+// page-table form, the work list its scheduler makes from them, and the metadata layouts the
+// executor uploads.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -22,8 +22,8 @@ namespace {
 
 // Sequences (start_pos, new tokens) with shuffled blocks; `extra` unused blocks at the end of each
 // table (a table may be longer than the keys it holds).
-batch_plan make_plan(const std::vector<std::pair<int32_t, int32_t>>& shape, int32_t block_size, int32_t extra,
-                     uint32_t seed) {
+batch_plan make_plan(const std::vector<std::pair<int32_t, int32_t>>& shape, int32_t block_size,
+                     int32_t extra, uint32_t seed) {
   std::vector<int32_t> perm(4096);
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
@@ -61,7 +61,8 @@ TEST_CASE("flashinfer plan: page table from our block tables", "[flashinfer]") {
   if (!flashinfer_built()) {
     COSERVE_SKIP("built without the FlashInfer headers (scripts/deps fetches them)");
   }
-  const std::vector<std::pair<int32_t, int32_t>> shape{{0, 37}, {20, 13}, {100, 1}, {15, 1}, {0, 16}, {47, 3}};
+  const std::vector<std::pair<int32_t, int32_t>> shape{{0, 37}, {20, 13}, {100, 1},
+                                                       {15, 1}, {0, 16},  {47, 3}};
   const batch_plan p = make_plan(shape, 16, 2, 7);
   auto s = plan_flashinfer(p, opts(4, 128));
   REQUIRE(s.ok());
@@ -71,16 +72,19 @@ TEST_CASE("flashinfer plan: page table from our block tables", "[flashinfer]") {
   for (size_t i = 0; i < shape.size(); ++i) {
     const int32_t kv_len = shape[i].first + shape[i].second;
     const int32_t pages = s->kv_indptr[i + 1] - s->kv_indptr[i];
-    CHECK(pages == (kv_len + 15) / 16);  // exactly the pages holding keys, the extra blocks left out
+    CHECK(pages ==
+          (kv_len + 15) / 16);  // exactly the pages holding keys, the extra blocks left out
     CHECK((pages - 1) * 16 + s->kv_last_page_len[i] == kv_len);
     CHECK(s->kv_last_page_len[i] >= 1);
     CHECK(s->kv_last_page_len[i] <= 16);
     for (int32_t k = 0; k < pages; ++k)  // the sequence's own blocks, in order
-      CHECK(s->kv_indices[size_t(s->kv_indptr[i] + k)] == p.block_tables[size_t(p.block_table_offsets[i] + k)]);
+      CHECK(s->kv_indices[size_t(s->kv_indptr[i] + k)] ==
+            p.block_tables[size_t(p.block_table_offsets[i] + k)]);
   }
 }
 
-TEST_CASE("flashinfer plan: every query tile meets every KV chunk of its sequence once", "[flashinfer]") {
+TEST_CASE("flashinfer plan: every query tile meets every KV chunk of its sequence once",
+          "[flashinfer]") {
   if (!flashinfer_built()) {
     COSERVE_SKIP("built without the FlashInfer headers (scripts/deps fetches them)");
   }
@@ -91,24 +95,27 @@ TEST_CASE("flashinfer plan: every query tile meets every KV chunk of its sequenc
   };
   const std::vector<shape_case> cases{
       {{{0, 37}, {20, 13}, {100, 1}, {5, 1}, {0, 1}, {47, 3}}, 4, 128, false},  // mixed batch
-      {{{3000, 1}, {777, 1}, {1500, 2}}, 8, 64, false},                      // few long decodes: split over KV
-      {{{0, 2000}}, 1, 128, false},                                         // one long prefill
+      {{{3000, 1}, {777, 1}, {1500, 2}}, 8, 64, false},  // few long decodes: split over KV
+      {{{0, 2000}}, 1, 128, false},                      // one long prefill
       {std::vector<std::pair<int32_t, int32_t>>(64, {500, 1}), 4, 128, false},
-      {std::vector<std::pair<int32_t, int32_t>>(8, {900, 1}), 4, 128, true},  // graph-mode decode batch
+      {std::vector<std::pair<int32_t, int32_t>>(8, {900, 1}), 4, 128,
+       true},  // graph-mode decode batch
   };
   for (const shape_case& c : cases) {
     const batch_plan p = make_plan(c.seqs, 16, 0, 11);
     auto s = plan_flashinfer(p, opts(c.gqa, c.head_dim, c.graph));
     REQUIRE(s.ok());
-    INFO("sequences " << c.seqs.size() << " gqa " << c.gqa << " graph " << c.graph << " tile " << s->cta_tile_q
-                      << " chunk " << s->kv_chunk_size << " split " << s->split_kv);
+    INFO("sequences " << c.seqs.size() << " gqa " << c.gqa << " graph " << c.graph << " tile "
+                      << s->cta_tile_q << " chunk " << s->kv_chunk_size << " split "
+                      << s->split_kv);
     CHECK((s->cta_tile_q == 16 || s->cta_tile_q == 64 || s->cta_tile_q == 128));
     REQUIRE(s->padded_batch_size >= s->new_batch_size);
     REQUIRE(s->request_indices.size() == size_t(s->padded_batch_size));
     REQUIRE(s->kv_chunk_size > 0);
     std::map<std::tuple<int32_t, int32_t, int32_t>, int> seen;
     for (int32_t w = 0; w < s->new_batch_size; ++w)
-      ++seen[{s->request_indices[size_t(w)], s->qo_tile_indices[size_t(w)], s->kv_tile_indices[size_t(w)]}];
+      ++seen[{s->request_indices[size_t(w)], s->qo_tile_indices[size_t(w)],
+              s->kv_tile_indices[size_t(w)]}];
     size_t expected = 0;
     for (size_t i = 0; i < c.seqs.size(); ++i) {
       const int32_t qo = c.seqs[i].second, kv = c.seqs[i].first + c.seqs[i].second;
@@ -131,7 +138,8 @@ TEST_CASE("flashinfer plan: every query tile meets every KV chunk of its sequenc
           CHECK(s->merge_indptr[row + 1] - s->merge_indptr[row] == chunks);
       }
       REQUIRE(s->block_valid_mask.size() == size_t(s->padded_batch_size));
-      CHECK(std::count(s->block_valid_mask.begin(), s->block_valid_mask.end(), uint8_t(1)) == s->new_batch_size);
+      CHECK(std::count(s->block_valid_mask.begin(), s->block_valid_mask.end(), uint8_t(1)) ==
+            s->new_batch_size);
       CHECK(s->tmp_rows() == int64_t(s->padded_batch_size) * s->cta_tile_q);
     } else {
       CHECK(s->merge_indptr.empty());
@@ -160,7 +168,8 @@ TEST_CASE("flashinfer plan: unsplit plans keep one KV chunk per sequence", "[fla
   CHECK(s->merge_indptr.empty());
   CHECK(s->block_valid_mask.empty());
   CHECK(s->kv_chunk_size >= 3001);  // at least the longest sequence's keys
-  CHECK(std::all_of(s->kv_tile_indices.begin(), s->kv_tile_indices.end(), [](int32_t k) { return k == 0; }));
+  CHECK(std::all_of(s->kv_tile_indices.begin(), s->kv_tile_indices.end(),
+                    [](int32_t k) { return k == 0; }));
   int32_t tiles = 0;
   for (auto [start, n] : seqs) tiles += (n * 8 + s->cta_tile_q - 1) / s->cta_tile_q;
   CHECK(s->new_batch_size == tiles);
@@ -173,7 +182,8 @@ TEST_CASE("flashinfer plan: a CUDA graph's grid depends on the batch size only",
   // A graph replays its captured launch: every decode batch of the bucket must plan the same grid,
   // whatever its contexts (the capture batch has one key per sequence).
   for (int32_t bucket : {1, 8, 64, 256}) {
-    const batch_plan capture = make_plan(std::vector<std::pair<int32_t, int32_t>>(size_t(bucket), {0, 1}), 16, 0, 3);
+    const batch_plan capture =
+        make_plan(std::vector<std::pair<int32_t, int32_t>>(size_t(bucket), {0, 1}), 16, 0, 3);
     auto base = plan_flashinfer(capture, opts(4, 128, true));
     REQUIRE(base.ok());
     CHECK(base->split_kv);  // graph mode always plans the merge
@@ -226,7 +236,8 @@ TEST_CASE("flashinfer plan: metadata layouts and their capacities", "[flashinfer
     return v;
   };
   for (size_t i = 0; i < s->kv_indices.size(); ++i) CHECK(at(ex.kv_indices, i) == s->kv_indices[i]);
-  for (size_t i = 0; i < s->request_indices.size(); ++i) CHECK(at(ex.request_indices, i) == s->request_indices[i]);
+  for (size_t i = 0; i < s->request_indices.size(); ++i)
+    CHECK(at(ex.request_indices, i) == s->request_indices[i]);
   CHECK(at(ex.kv_chunk_size, 0) == s->kv_chunk_size);
   CHECK(at(ex.total_num_rows, 0) == s->total_num_rows);
   // The step view points into the device copy at the same offsets.
@@ -242,7 +253,8 @@ TEST_CASE("flashinfer plan: metadata layouts and their capacities", "[flashinfer
   const fi_offsets cap = fi_graph_offsets(0, 8, 32, s->padded_batch_size);
   std::vector<std::byte> arena(cap.end);
   CHECK(write_fi_schedule(*s, cap, arena).ok());
-  const batch_plan longer = make_plan(std::vector<std::pair<int32_t, int32_t>>(8, {639, 1}), 16, 0, 6);
+  const batch_plan longer =
+      make_plan(std::vector<std::pair<int32_t, int32_t>>(8, {639, 1}), 16, 0, 6);
   auto s2 = plan_flashinfer(longer, opts(4, 128, true));
   REQUIRE(s2.ok());
   CHECK_FALSE(write_fi_schedule(*s2, cap, arena).ok());

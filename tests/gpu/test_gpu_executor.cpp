@@ -4,19 +4,16 @@
 // skips with a message elsewhere.
 // Over 500 lines: every case drives executors through the same helpers (demo folders, step
 // drivers, the teacher-forced logprob check) defined at the top; split, each file would need them.
-#include <catch2/catch.hpp>
-
-#include <regex>
-
-#include <cmath>
-#include <filesystem>
-#include <cstdlib>
-#include <fstream>
-#include <numeric>
-#include <sstream>
-
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <regex>
+#include <sstream>
 
 #include "gpu/flashinfer_attention.hpp"
 #include "gpu/gpu_executor.hpp"
@@ -41,8 +38,8 @@ struct run_out {
 
 // Prefills every prompt in one step (mixed lengths), then decodes `steps` tokens for all of them
 // in one batch per step, feeding back k_token_from_last_step (two-steps-in-flight protocol).
-run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, int32_t steps, int32_t block_size,
-              const sampling_params* params = nullptr, bool ahead = false) {
+run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, int32_t steps,
+              int32_t block_size, const sampling_params* params = nullptr, bool ahead = false) {
   run_out r;
   r.tokens.resize(prompts.size());
   std::vector<std::vector<int32_t>> tables(prompts.size());
@@ -113,7 +110,8 @@ run_out drive(executor& ex, const std::vector<std::vector<int32_t>>& prompts, in
 }
 
 // n prompts, prompt i: len0 + step * i consecutive ids from first * i + 1 + offset.
-std::vector<std::vector<int32_t>> ramp_prompts(int32_t n, int32_t len0, int32_t step, int32_t first, int32_t offset) {
+std::vector<std::vector<int32_t>> ramp_prompts(int32_t n, int32_t len0, int32_t step, int32_t first,
+                                               int32_t offset) {
   std::vector<std::vector<int32_t>> prompts;
   for (int32_t i = 0; i < n; ++i) {
     std::vector<int32_t> pr(size_t(len0 + step * i));
@@ -125,8 +123,8 @@ std::vector<std::vector<int32_t>> ramp_prompts(int32_t n, int32_t len0, int32_t 
 
 // vLLM's check_logprobs_close, teacher-forced on `ref`'s greedy tokens for 24 steps: `got` must
 // pass on the prompt (a divergence only where each side's token is in the other's top 5).
-void check_logprobs_close_to(executor& ref, executor& got, seq_id_t id, const std::vector<int32_t>& prompt,
-                             const std::string& label) {
+void check_logprobs_close_to(executor& ref, executor& got, seq_id_t id,
+                             const std::vector<int32_t>& prompt, const std::string& label) {
   const auto r = test::run_logits(ref, id, prompt, nullptr, 24, 16);
   REQUIRE(r.rows.size() == 25);
   const auto g = test::run_logits(got, id, prompt, &r.tokens, 24, 16);
@@ -164,8 +162,8 @@ demo_options gpu_demo_options(uint64_t seed) {
 }
 
 // --load-format dummy options for a small model: two layers, head_dim 64.
-gpu::gpu_executor_options dummy_options(int32_t hidden, int32_t inter, int32_t kv_heads, int32_t vocab,
-                                        double memory_fraction) {
+gpu::gpu_executor_options dummy_options(int32_t hidden, int32_t inter, int32_t kv_heads,
+                                        int32_t vocab, double memory_fraction) {
   model_config c;
   c.hidden_size = hidden;
   c.intermediate_size = inter;
@@ -202,25 +200,29 @@ void read_hf_greedy(const std::string& dir, std::vector<std::vector<int32_t>>& p
 
 }  // namespace
 
-TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 tokens)", "[gpu][executor]") {
+TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 tokens)",
+          "[gpu][executor]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   struct variant {
     const char* arch;
     int32_t heads, kv_heads, head_dim;
     bool llama3, tie;
-    int32_t window = 0, max_window_layers = 0;  // sliding window (qwen2: windowed from that layer on)
+    int32_t window = 0,
+            max_window_layers = 0;  // sliding window (qwen2: windowed from that layer on)
   };
   int prompts_total = 0, prompts_equal = 0;
-  for (variant v : {variant{"llama", 8, 2, 64, false, false}, variant{"llama", 4, 4, 64, true, true},
-                    variant{"qwen2", 8, 1, 128, false, false}, variant{"mistral", 16, 2, 64, false, false},
-                    // q/k norm per head; fused qkv / gate_up tensors; every 4th layer without RoPE
-                    variant{"qwen3", 8, 2, 128, false, true}, variant{"phi3", 8, 8, 64, false, false},
-                    variant{"smollm3", 8, 2, 64, false, false},
-                    // sliding windows shorter than the longer prompts: every layer, and layers 2-3
-                    variant{"mistral", 8, 2, 64, false, false, 12}, variant{"qwen2", 8, 2, 64, false, false, 9, 2}}) {
-    const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_demo_" + std::string(v.arch) +
-                                                              std::to_string(v.kv_heads) + std::to_string(v.head_dim) +
-                                                              "w" + std::to_string(v.window));
+  for (variant v :
+       {variant{"llama", 8, 2, 64, false, false}, variant{"llama", 4, 4, 64, true, true},
+        variant{"qwen2", 8, 1, 128, false, false}, variant{"mistral", 16, 2, 64, false, false},
+        // q/k norm per head; fused qkv / gate_up tensors; every 4th layer without RoPE
+        variant{"qwen3", 8, 2, 128, false, true}, variant{"phi3", 8, 8, 64, false, false},
+        variant{"smollm3", 8, 2, 64, false, false},
+        // sliding windows shorter than the longer prompts: every layer, and layers 2-3
+        variant{"mistral", 8, 2, 64, false, false, 12},
+        variant{"qwen2", 8, 2, 64, false, false, 9, 2}}) {
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("coserve_gpu_demo_" + std::string(v.arch) + std::to_string(v.kv_heads) +
+                      std::to_string(v.head_dim) + "w" + std::to_string(v.window));
     demo_options o;
     o.seed = 3;
     o.architecture = v.arch;
@@ -260,7 +262,8 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
       INFO(v.arch << " prompt " << i << " worst logit diff " << worst << " of " << scale);
       CHECK(worst <= 0.05f * std::max(1.0f, scale));
       // Teacher-forced on the CPU executor's greedy tokens: every prompt must pass.
-      check_logprobs_close_to(**cpu, **gpu_ex, 1000 + i, prompts[i], std::string(v.arch) + " prompt " + std::to_string(i));
+      check_logprobs_close_to(**cpu, **gpu_ex, 1000 + i, prompts[i],
+                              std::string(v.arch) + " prompt " + std::to_string(i));
     }
     std::filesystem::remove_all(dir);
   }
@@ -272,7 +275,8 @@ TEST_CASE("gpu executor matches the cpu executor on demo models (greedy, 32 toke
   CHECK(prompts_equal * 2 >= prompts_total);
 }
 
-TEST_CASE("gpu executor refuses a mixture-of-experts model at load, naming it and the CPU executor", "[gpu][executor]") {
+TEST_CASE("gpu executor refuses a mixture-of-experts model at load, naming it and the CPU executor",
+          "[gpu][executor]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_mixtral";
   demo_options o;
@@ -283,17 +287,21 @@ TEST_CASE("gpu executor refuses a mixture-of-experts model at load, naming it an
   REQUIRE(make_demo_model(dir.string(), o).ok());
   auto ex = gpu::make_gpu_executor(folder_options(dir.string()));
   REQUIRE_FALSE(ex.ok());
-  CHECK_THAT(ex.err().message, Catch::Contains("mixture-of-experts") && Catch::Contains("--device cpu"));
+  CHECK_THAT(ex.err().message,
+             Catch::Contains("mixture-of-experts") && Catch::Contains("--device cpu"));
 }
 
-TEST_CASE("gpu executor fp8 (W8A8) is logprob-close to bf16 on demo models, with less weight memory",
-          "[gpu][executor][fp8]") {
+TEST_CASE(
+    "gpu executor fp8 (W8A8) is logprob-close to bf16 on demo models, with less weight memory",
+    "[gpu][executor][fp8]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
-  // The tolerance: vLLM's check_logprobs_close (top 5), teacher-forced on the bf16 executor's greedy
-  // tokens for 24 steps, on every prompt; and the first step's logits within a quarter of their scale.
+  // The tolerance: vLLM's check_logprobs_close (top 5), teacher-forced on the bf16 executor's
+  // greedy tokens for 24 steps, on every prompt; and the first step's logits within a quarter of
+  // their scale.
   int prompts_total = 0, prompts_equal = 0;
   for (const char* arch : {"llama", "qwen2"}) {
-    const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_fp8_" + std::string(arch));
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("coserve_gpu_fp8_" + std::string(arch));
     demo_options o = gpu_demo_options(4);
     o.architecture = arch;
     o.intermediate_size = 1408;
@@ -322,11 +330,13 @@ TEST_CASE("gpu executor fp8 (W8A8) is logprob-close to bf16 on demo models, with
         INFO(arch << " prompt " << i << ": first-step worst logit diff " << worst << " of " << scale
                   << ", identical for " << same << " of " << a.tokens[i].size() << " tokens");
         // E4M3 keeps 3 mantissa bits for weights and activations alike: on these random models the
-        // first step's logits moved by at most 0.19 of their largest magnitude (1.37 of 7.08, NVIDIA
-        // H200). A wrong scale orientation or a lost scale moves them by the whole scale or more.
+        // first step's logits moved by at most 0.19 of their largest magnitude (1.37 of 7.08,
+        // NVIDIA H200). A wrong scale orientation or a lost scale moves them by the whole scale or
+        // more.
         CHECK(worst <= 0.25f * scale);
       }
-      check_logprobs_close_to(**bf, **f8, 2000 + i, prompts[i], std::string(arch) + " prompt " + std::to_string(i));
+      check_logprobs_close_to(**bf, **f8, 2000 + i, prompts[i],
+                              std::string(arch) + " prompt " + std::to_string(i));
     }
     std::filesystem::remove_all(dir);
   }
@@ -371,7 +381,8 @@ TEST_CASE("gpu executor with an fp8 KV cache: twice the blocks, logprob-close to
     const auto b = drive(**f8, prompts, 24, 16);
     CHECK(b.tokens.size() == a.tokens.size());
     for (size_t i = 0; i < prompts.size(); ++i)
-      check_logprobs_close_to(**bf, **f8, 3000 + i, prompts[i], std::string(dtype_name(kv)) + " prompt " + std::to_string(i));
+      check_logprobs_close_to(**bf, **f8, 3000 + i, prompts[i],
+                              std::string(dtype_name(kv)) + " prompt " + std::to_string(i));
   }
   go.kv_cache_dtype = dtype::f16;
   CHECK_FALSE(gpu::make_gpu_executor(go).ok());
@@ -395,7 +406,8 @@ TEST_CASE("gpu executor with an fp8 KV cache: twice the blocks, logprob-close to
 }
 
 // A demo folder's executor for up to 16 sequences of 1024 tokens; eager: no graphs.
-std::unique_ptr<executor> small_executor(const std::filesystem::path& dir, bool eager, int32_t penalty_rows = -1) {
+std::unique_ptr<executor> small_executor(const std::filesystem::path& dir, bool eager,
+                                         int32_t penalty_rows = -1) {
   gpu::gpu_executor_options go;
   go.model_dir = dir.string();
   go.num_kv_blocks = 256;
@@ -408,15 +420,18 @@ std::unique_ptr<executor> small_executor(const std::filesystem::path& dir, bool 
   return std::move(*e);
 }
 
-TEST_CASE("gpu executor: CUDA graphs on and off, one step at a time or two in flight, give the same greedy tokens",
-          "[gpu][executor][graphs]") {
+TEST_CASE(
+    "gpu executor: CUDA graphs on and off, one step at a time or two in flight, give the same "
+    "greedy tokens",
+    "[gpu][executor][graphs]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_graphs";
   const demo_options o = gpu_demo_options(9);
   REQUIRE(make_demo_model(dir.string(), o).ok());
   auto eager = small_executor(dir, true);
   auto graphs = small_executor(dir, false);
-  std::vector<std::vector<int32_t>> prompts;  // 10 sequences: decode batches padded to the 16 bucket
+  std::vector<std::vector<int32_t>>
+      prompts;  // 10 sequences: decode batches padded to the 16 bucket
   for (int32_t i = 0; i < 10; ++i) {
     std::vector<int32_t> pr(size_t(4 + 7 * i));
     std::iota(pr.begin(), pr.end(), 13 * i + 2);
@@ -439,15 +454,18 @@ TEST_CASE("gpu executor: CUDA graphs on and off, one step at a time or two in fl
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("gpu executor: penalties from token counts on the device give the sparse edits' tokens, with graphs and two "
-          "steps in flight",
-          "[gpu][executor][graphs][penalties]") {
+TEST_CASE(
+    "gpu executor: penalties from token counts on the device give the sparse edits' tokens, with "
+    "graphs and two "
+    "steps in flight",
+    "[gpu][executor][graphs][penalties]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_demo_penalties";
   REQUIRE(make_demo_model(dir.string(), gpu_demo_options(12)).ok());
-  auto edits = small_executor(dir, true, 0);     // penalties as sparse edits from the host's history only
+  auto edits =
+      small_executor(dir, true, 0);  // penalties as sparse edits from the host's history only
   auto counts = small_executor(dir, false, -1);  // counts on the device for every sequence, graphs
-  auto few = small_executor(dir, false, 4);      // four count rows for ten sequences: the rest as edits
+  auto few = small_executor(dir, false, 4);  // four count rows for ten sequences: the rest as edits
   const auto prompts = ramp_prompts(10, 4, 5, 9, 3);
   sampling_params greedy;
   greedy.temperature = 0.0f;
@@ -487,14 +505,17 @@ TEST_CASE("gpu executor: penalties from token counts on the device give the spar
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("gpu executor with FlashInfer attention is logprob-close to the native kernels, and graphs one step at a time "
-          "or two in flight give the same tokens",
-          "[gpu][executor][flashinfer]") {
+TEST_CASE(
+    "gpu executor with FlashInfer attention is logprob-close to the native kernels, and graphs one "
+    "step at a time "
+    "or two in flight give the same tokens",
+    "[gpu][executor][flashinfer]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   if (!gpu::flashinfer_built()) COSERVE_SKIP("built without the FlashInfer headers");
   // head_dim 64 (the demo default) and 128, GQA 4.
   for (const int32_t head_dim : {64, 128}) {
-    const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_demo_fi_" + std::to_string(head_dim));
+    const auto dir = std::filesystem::temp_directory_path() /
+                     ("coserve_gpu_demo_fi_" + std::to_string(head_dim));
     demo_options o = gpu_demo_options(31);
     o.head_dim = head_dim;
     REQUIRE(make_demo_model(dir.string(), o).ok());
@@ -513,10 +534,11 @@ TEST_CASE("gpu executor with FlashInfer attention is logprob-close to the native
     // Prompts of 3..138 tokens: query tiles of 16, 64 and 128 rows, then decodes.
     const auto prompts = ramp_prompts(10, 3, 15, 17, 0);
     for (size_t i = 0; i < prompts.size(); ++i)
-      check_logprobs_close_to(*native, *fi, 3000 + i, prompts[i],
-                              "head_dim " + std::to_string(head_dim) + " prompt " + std::to_string(i));
-    // Graph steps are planned in FlashInfer's CUDA-graph mode (always split over KV, then merged), so
-    // they round differently from eager decodes: the prefill's token is the same, and graphs one
+      check_logprobs_close_to(
+          *native, *fi, 3000 + i, prompts[i],
+          "head_dim " + std::to_string(head_dim) + " prompt " + std::to_string(i));
+    // Graph steps are planned in FlashInfer's CUDA-graph mode (always split over KV, then merged),
+    // so they round differently from eager decodes: the prefill's token is the same, and graphs one
     // step at a time and two in flight give the same tokens.
     auto fi_eager = make("flashinfer", true, false);
     auto fi_graphs = make("flashinfer", false, false);
@@ -534,8 +556,10 @@ TEST_CASE("gpu executor with FlashInfer attention is logprob-close to the native
 }
 
 // Host only (runs without a device): what rank 0 sends ranks in other processes.
-TEST_CASE("tensor parallel jobs, setup and startup reports survive their encoding, and malformed ones are refused",
-          "[gpu_host][tp]") {
+TEST_CASE(
+    "tensor parallel jobs, setup and startup reports survive their encoding, and malformed ones "
+    "are refused",
+    "[gpu_host][tp]") {
   gpu::peer_job j;
   j.what = gpu::peer_job::kind::capture;
   j.block_copies = {{3, 9}, {4, 10}};
@@ -593,7 +617,8 @@ TEST_CASE("tensor parallel jobs, setup and startup reports survive their encodin
   CHECK(reinterpret_cast<const char*>(in.ids) == other + 16);
   CHECK(reinterpret_cast<const char*>(in.work) == other + 64);
   CHECK(in.positions == nullptr);
-  CHECK(reinterpret_cast<const char*>(gpu::rebase_ptr(d->row_slots, d->base, other)) == other + 192);
+  CHECK(reinterpret_cast<const char*>(gpu::rebase_ptr(d->row_slots, d->base, other)) ==
+        other + 192);
   // FlashInfer's step view travels and is rebased the same way.
   CHECK(in.fi.on);
   CHECK(reinterpret_cast<const char*>(in.fi.kv_indices) == other + 208);
@@ -655,7 +680,8 @@ TEST_CASE("tensor parallel jobs, setup and startup reports survive their encodin
   CHECK(bad.err().message.find("rank 2: cudaSetDevice: no device") != std::string::npos);
 }
 
-TEST_CASE("gpu executor through a one-rank NCCL group gives the tokens it gives without one", "[gpu][executor][tp]") {
+TEST_CASE("gpu executor through a one-rank NCCL group gives the tokens it gives without one",
+          "[gpu][executor][tp]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   // The tensor-parallel path on one GPU: every all-reduce and the sampled ids' broadcast go
   // through NCCL (a one-rank group: each a copy), eagerly and inside CUDA graphs.
@@ -687,9 +713,11 @@ TEST_CASE("gpu executor through a one-rank NCCL group gives the tokens it gives 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to one GPU, graphs, two steps in "
-          "flight and a draft model included",
-          "[gpu][executor][tp]") {
+TEST_CASE(
+    "gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to one GPU, graphs, two "
+    "steps in "
+    "flight and a draft model included",
+    "[gpu][executor][tp]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   if (gpu::device_count() < 2) COSERVE_SKIP("tensor parallelism needs at least 2 CUDA devices");
   // 8 query heads over 2 KV heads: at 2 ranks each holds one KV head, at 4 each KV head is held by
@@ -697,7 +725,8 @@ TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to 
   // on rank 0, before the all-reduce).
   for (const bool bias : {false, true}) {
     const char* arch = bias ? "llama+attention_bias" : "llama";
-    const auto dir = std::filesystem::temp_directory_path() / ("coserve_gpu_demo_tp_" + std::to_string(bias));
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("coserve_gpu_demo_tp_" + std::to_string(bias));
     demo_options o = gpu_demo_options(21);
     o.qkv_bias = bias;
     REQUIRE(make_demo_model(dir.string(), o).ok());
@@ -721,8 +750,9 @@ TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to 
       auto eager = make(tp, true);
       auto graphs = make(tp, false);
       for (size_t i = 0; i < prompts.size(); ++i)
-        check_logprobs_close_to(*one, *eager, 2000 + i, prompts[i],
-                                std::string(arch) + " tp " + std::to_string(tp) + " prompt " + std::to_string(i));
+        check_logprobs_close_to(
+            *one, *eager, 2000 + i, prompts[i],
+            std::string(arch) + " tp " + std::to_string(tp) + " prompt " + std::to_string(i));
       // The same ranks with graphs and two steps in flight compute the same sums: identical tokens.
       const auto a = drive(*eager, prompts, 24, 16);
       const auto b = drive(*graphs, prompts, 24, 16, nullptr, true);
@@ -742,8 +772,10 @@ TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to 
       REQUIRE(spec_ex.ok());
       sampling_params greedy;
       greedy.temperature = 0.0f;
-      const auto plain = test::drive_verify(*eager, prompts, 24, 16, {greedy}, {}, 0, 2000, 1, 3000);
-      const auto spec = test::drive_verify(**spec_ex, prompts, 24, 16, {greedy}, {}, 3, 2000, 2, 3000, true);
+      const auto plain =
+          test::drive_verify(*eager, prompts, 24, 16, {greedy}, {}, 0, 2000, 1, 3000);
+      const auto spec =
+          test::drive_verify(**spec_ex, prompts, 24, 16, {greedy}, {}, 3, 2000, 2, 3000, true);
       INFO(spec.accepted << " of " << spec.proposed << " proposals accepted");
       CHECK(spec.tokens == plain.tokens);
       CHECK(spec.accepted * 100 >= spec.proposed * 95);
@@ -752,9 +784,11 @@ TEST_CASE("gpu executor with tensor parallel 2 and 4 (NCCL) is logprob-close to 
   }
 }
 
-TEST_CASE("gpu executor with FlashInfer attention under tensor parallel 2: logprob-close to one GPU, graphs one step "
-          "at a time or two in flight give the same tokens",
-          "[gpu][executor][tp][flashinfer]") {
+TEST_CASE(
+    "gpu executor with FlashInfer attention under tensor parallel 2: logprob-close to one GPU, "
+    "graphs one step "
+    "at a time or two in flight give the same tokens",
+    "[gpu][executor][tp][flashinfer]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   if (!gpu::flashinfer_built()) COSERVE_SKIP("built without the FlashInfer headers");
   if (gpu::device_count() < 2) COSERVE_SKIP("tensor parallelism needs at least 2 CUDA devices");
@@ -777,7 +811,8 @@ TEST_CASE("gpu executor with FlashInfer attention under tensor parallel 2: logpr
     auto one = make(1, true, true);
     auto two = make(2, true, true);
     for (size_t i = 0; i < prompts.size(); ++i)
-      check_logprobs_close_to(*one, *two, 4000 + i, prompts[i], "flashinfer tp 2 prompt " + std::to_string(i));
+      check_logprobs_close_to(*one, *two, 4000 + i, prompts[i],
+                              "flashinfer tp 2 prompt " + std::to_string(i));
   }
   auto graphs = make(2, false, false);
   const auto a = drive(*graphs, prompts, 24, 16);
@@ -838,7 +873,8 @@ TEST_CASE("gpu executor under a grammar: every sampled output follows it (token 
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("gpu executor: dummy weights, unknown sequences, penalties and top logprobs", "[gpu][executor]") {
+TEST_CASE("gpu executor: dummy weights, unknown sequences, penalties and top logprobs",
+          "[gpu][executor]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   gpu::gpu_executor_options go = dummy_options(256, 512, 2, 1000, 0.5);
   auto ex = gpu::make_gpu_executor(go);
@@ -885,7 +921,8 @@ TEST_CASE("gpu executor: dummy weights, unknown sequences, penalties and top log
 TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gpu][hf]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const char* dir = std::getenv("COSERVE_GPU_HF_DIR");
-  if (dir == nullptr) COSERVE_SKIP("set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
+  if (dir == nullptr)
+    COSERVE_SKIP("set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
   std::vector<std::vector<int32_t>> prompts, expect;
   read_hf_greedy(dir, prompts, expect);
   REQUIRE(!prompts.empty());
@@ -916,12 +953,13 @@ TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gp
     equal += got.tokens[i] == expect[i];
     cpu_equal += ref.tokens[i] == expect[i];
     first_equal += !got.tokens[i].empty() && !expect[i].empty() && got.tokens[i][0] == expect[i][0];
-    prefixes << " " << common(got.tokens[i], expect[i]) << "/" << common(ref.tokens[i], expect[i]) << "/"
-             << common(got.tokens[i], ref.tokens[i]);
+    prefixes << " " << common(got.tokens[i], expect[i]) << "/" << common(ref.tokens[i], expect[i])
+             << "/" << common(got.tokens[i], ref.tokens[i]);
   }
-  WARN("common prefix lengths gpu-vs-hf/cpu-vs-hf/gpu-vs-cpu of " << steps << ":" << prefixes.str());
-  INFO("identical greedy continuations vs transformers: " << equal << " / " << prompts.size()
-       << " (cpu executor: " << cpu_equal << ")");
+  WARN("common prefix lengths gpu-vs-hf/cpu-vs-hf/gpu-vs-cpu of " << steps << ":"
+                                                                  << prefixes.str());
+  INFO("identical greedy continuations vs transformers: "
+       << equal << " / " << prompts.size() << " (cpu executor: " << cpu_equal << ")");
   // The fp32 CPU executor is the reference the GPU is held to; it must reproduce transformers.
   CHECK(cpu_equal * 10 >= int(prompts.size()) * 9);
   CHECK(first_equal * 10 >= int(prompts.size()) * 9);
@@ -932,12 +970,15 @@ TEST_CASE("gpu executor matches Hugging Face transformers greedy decoding", "[gp
 // transformers' greedy ids (hf_greedy.txt), its logits per step against transformers' own
 // (hf_logits.bin, from the same script). With --compute-dtype bfloat16 it is the criterion "vs
 // transformers in bf16"; with float32 the reference carries no rounding at all.
-TEST_CASE("gpu executor is logprob-close to transformers, teacher-forced on its greedy ids", "[gpu][hf]") {
+TEST_CASE("gpu executor is logprob-close to transformers, teacher-forced on its greedy ids",
+          "[gpu][hf]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const char* dir = std::getenv("COSERVE_GPU_HF_DIR");
-  if (dir == nullptr) COSERVE_SKIP("set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
+  if (dir == nullptr)
+    COSERVE_SKIP("set COSERVE_GPU_HF_DIR to a folder made by tests/reference/gpu_vs_hf.py");
   std::ifstream bin(std::string(dir) + "/hf_logits.bin", std::ios::binary);
-  if (!bin.good()) COSERVE_SKIP("no hf_logits.bin in COSERVE_GPU_HF_DIR (made by the current gpu_vs_hf.py)");
+  if (!bin.good())
+    COSERVE_SKIP("no hf_logits.bin in COSERVE_GPU_HF_DIR (made by the current gpu_vs_hf.py)");
   char magic[4] = {};
   uint32_t n_prompts = 0, steps = 0, vocab = 0;
   bin.read(magic, 4);
@@ -964,22 +1005,24 @@ TEST_CASE("gpu executor is logprob-close to transformers, teacher-forced on its 
     for (auto& row : hf) bin.read(reinterpret_cast<char*>(row.data()), std::streamsize(vocab) * 4);
     REQUIRE(bin.good());
     // steps rows: after the prompt, then after each of the first steps - 1 greedy ids
-    const auto g = test::run_logits(**ex, seq_id_t(5000 + i), prompts[i], &greedy[i], int32_t(steps) - 1, 16);
+    const auto g =
+        test::run_logits(**ex, seq_id_t(5000 + i), prompts[i], &greedy[i], int32_t(steps) - 1, 16);
     REQUIRE(g.rows.size() == steps);
     const auto close = test::logprobs_close(hf, g.rows);
     float worst = 0.0f;
     for (float d : close.max_abs_logit_diff) worst = std::max(worst, d);
     INFO("prompt " << i << " (" << prompts[i].size() << " tokens): " << close.steps_compared
-                   << " steps compared, diverged at " << close.diverged_at << ", per-step max |dlogit| " << worst
-                   << " " << close.why);
+                   << " steps compared, diverged at " << close.diverged_at
+                   << ", per-step max |dlogit| " << worst << " " << close.why);
     CHECK(close.ok);
     passed += close.ok;
   }
   WARN(passed << " of " << prompts.size() << " prompts logprob-close to transformers");
 }
 
-TEST_CASE("gpu executor verifies proposals: greedy and seeded sampled outputs equal plain decoding's",
-          "[gpu][executor][speculation]") {
+TEST_CASE(
+    "gpu executor verifies proposals: greedy and seeded sampled outputs equal plain decoding's",
+    "[gpu][executor][speculation]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_verify_demo";
   REQUIRE(make_demo_model(dir.string(), gpu_demo_options(5)).ok());
@@ -1002,7 +1045,8 @@ TEST_CASE("gpu executor verifies proposals: greedy and seeded sampled outputs eq
   for (const auto& params : {std::vector<sampling_params>{greedy, greedy_top},
                              std::vector<sampling_params>{sampled, penalised}}) {
     const auto plain = test::drive_verify(**ex, prompts, 32, 16, params, {}, 0, 2000, 1);
-    const auto spec = test::drive_verify(**ex, prompts, 32, 16, params, plain.tokens, 4, 2000, 2, 100);
+    const auto spec =
+        test::drive_verify(**ex, prompts, 32, 16, params, plain.tokens, 4, 2000, 2, 100);
     INFO("temperature " << params[0].temperature << ": " << spec.accepted << " of " << spec.proposed
                         << " proposals accepted");
     // A row draws what plain decoding draws at that output index, so even seeded sampling matches.
@@ -1032,14 +1076,17 @@ TEST_CASE("gpu executor verifies proposals: greedy and seeded sampled outputs eq
   q.num_draft = 1;
   p.seqs.push_back(q);
   auto refused = (*plain_ex)->execute(p);
-  INFO((refused.ok() ? "outputs " + std::to_string(refused->outputs.size()) : refused.err().message));
+  INFO((refused.ok() ? "outputs " + std::to_string(refused->outputs.size())
+                     : refused.err().message));
   CHECK_FALSE(refused.ok());
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("gpu executor with a draft model: outputs equal plain decoding's, the model as its own draft accepts its "
-          "proposals",
-          "[gpu][executor][speculation][draft]") {
+TEST_CASE(
+    "gpu executor with a draft model: outputs equal plain decoding's, the model as its own draft "
+    "accepts its "
+    "proposals",
+    "[gpu][executor][speculation][draft]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   // The same driver runs on the CPU executor in CI (coserve_model_compute_tests "executor:
   // proposals from a draft model*"). The draft's picks stay on the device; the host learns them
@@ -1060,7 +1107,8 @@ TEST_CASE("gpu executor with a draft model: outputs equal plain decoding's, the 
   penalised.repetition_penalty = 1.1f;
   auto plain_ex = gpu::make_gpu_executor(folder_options(dir.string()));
   REQUIRE(plain_ex.ok());
-  for (const auto& params : {std::vector<sampling_params>{greedy}, std::vector<sampling_params>{sampled, penalised}}) {
+  for (const auto& params :
+       {std::vector<sampling_params>{greedy}, std::vector<sampling_params>{sampled, penalised}}) {
     const auto plain = test::drive_verify(**plain_ex, prompts, 32, 16, params, {}, 0, 2000, 1);
     for (const auto& draft : {dir, other}) {
       gpu::gpu_executor_options go = folder_options(dir.string());
@@ -1069,15 +1117,17 @@ TEST_CASE("gpu executor with a draft model: outputs equal plain decoding's, the 
       auto ex = gpu::make_gpu_executor(go);
       INFO((ex.ok() ? std::string() : ex.err().message));
       REQUIRE(ex.ok());
-      const auto spec = test::drive_verify(**ex, prompts, 32, 16, params, {}, 3, 2000, 2, 100, true);
-      INFO("draft " << draft.filename() << ", temperature " << params[0].temperature << ": " << spec.accepted
-                    << " of " << spec.proposed << " accepted");
+      const auto spec =
+          test::drive_verify(**ex, prompts, 32, 16, params, {}, 3, 2000, 2, 100, true);
+      INFO("draft " << draft.filename() << ", temperature " << params[0].temperature << ": "
+                    << spec.accepted << " of " << spec.proposed << " accepted");
       // Sample-and-compare with greedy picks is exact: seeded rows draw what plain decoding draws.
       CHECK(spec.tokens == plain.tokens);
       CHECK(spec.proposed > 0);
       // Itself as the draft: a greedy proposal is the model's own argmax (bf16 sums of another
       // batch shape may flip a near tie, hence 95%, not all).
-      if (draft == dir && params[0].temperature == 0.0f) CHECK(spec.accepted * 100 >= spec.proposed * 95);
+      if (draft == dir && params[0].temperature == 0.0f)
+        CHECK(spec.accepted * 100 >= spec.proposed * 95);
       if (draft == other) CHECK(spec.accepted < spec.proposed);
     }
   }
@@ -1095,8 +1145,10 @@ TEST_CASE("gpu executor with a draft model: outputs equal plain decoding's, the 
   for (const auto& d : {dir, other, wrong_dir}) std::filesystem::remove_all(d);
 }
 
-TEST_CASE("gpu executor: prompt logprobs across chunks and beside other sequences equal the next-token logits",
-          "[gpu][executor][prompt_logprobs]") {
+TEST_CASE(
+    "gpu executor: prompt logprobs across chunks and beside other sequences equal the next-token "
+    "logits",
+    "[gpu][executor][prompt_logprobs]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
   const auto dir = std::filesystem::temp_directory_path() / "coserve_gpu_plp_demo";
   REQUIRE(make_demo_model(dir.string(), gpu_demo_options(6)).ok());

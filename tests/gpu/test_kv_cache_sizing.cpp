@@ -10,7 +10,8 @@ TEST_CASE("KV block bytes for Llama-3-8B", "[gpu_host][kv_sizing]") {
   CHECK(kv_block_bytes(s) == 2LL * 32 * 16 * 8 * 128 * 2);  // 2 MiB per 16-token block
 }
 
-TEST_CASE("an fp8 KV cache holds twice the blocks of a bf16 one in the same memory", "[gpu_host][kv_sizing][fp8]") {
+TEST_CASE("an fp8 KV cache holds twice the blocks of a bf16 one in the same memory",
+          "[gpu_host][kv_sizing][fp8]") {
   const kv_cache_shape bf{32, 8, 128, 16, kv_elem_bytes(kv_elem::bf16)};
   const kv_cache_shape f8{32, 8, 128, 16, kv_elem_bytes(kv_elem::fp8_e4m3)};
   CHECK(kv_elem_bytes(kv_elem::fp8_e5m2) == 1);

@@ -1,6 +1,5 @@
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 
 #include "gpu/launch_params.hpp"
 
@@ -44,7 +43,8 @@ TEST_CASE("elementwise grid covers and caps", "[gpu_host][launch_params]") {
   CHECK(elementwise_grid(int64_t(1) << 40, 132).blocks == 132 * 16);
 }
 
-TEST_CASE("gemm row buckets: powers of two up to max_m, ascending, every m under one", "[gpu_host][launch_params]") {
+TEST_CASE("gemm row buckets: powers of two up to max_m, ascending, every m under one",
+          "[gpu_host][launch_params]") {
   CHECK(gemm_m_buckets(1) == std::vector<int32_t>{1});
   CHECK(gemm_m_buckets(8) == std::vector<int32_t>{1, 2, 4, 8});
   CHECK(gemm_m_buckets(100) == std::vector<int32_t>{1, 2, 4, 8, 16, 32, 64, 100});

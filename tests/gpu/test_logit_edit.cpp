@@ -1,7 +1,6 @@
 // The sparse logit edits (gpu/logit_edit.hpp) reproduce the CPU sampler's processors exactly
 // (model/sampler.hpp apply_penalties: logit_bias, min_tokens, repetition, presence/frequency).
 #include <catch2/catch.hpp>
-
 #include <random>
 
 #include "gpu/logit_edit.hpp"
@@ -82,17 +81,26 @@ TEST_CASE("a pending token counted on the device gives the edits of the history 
     // kernels do: every edit but the pending token's, then pending_edit for it.
     const int32_t launched = int32_t(output.size()) + 1;
     std::vector<logit_edit> edits;
-    edits.push_back({0, 5, 1.0f, 1.0f, 0.0f, 0, 0});  // another row's edit first: ranges are per row
+    edits.push_back(
+        {0, 5, 1.0f, 1.0f, 0.0f, 0, 0});  // another row's edit first: ranges are per row
     const int32_t begin = int32_t(edits.size());
     penalty_edits kept(p, prompt, vocab);
     for (int32_t t : output) kept.accept(t);
     kept.append(1, p, launched, eos, edits);
-    const pending_penalty pp{1, 0, begin, int32_t(edits.size()), p.repetition_penalty, p.presence_penalty,
+    const pending_penalty pp{1,
+                             0,
+                             begin,
+                             int32_t(edits.size()),
+                             p.repetition_penalty,
+                             p.presence_penalty,
                              p.frequency_penalty};
     std::vector<float> got = row;
     for (int32_t i = begin; i < pp.edit_end; ++i)
-      if (edits[size_t(i)].token != pending) got[size_t(edits[size_t(i)].token)] = apply_logit_edit(got[size_t(edits[size_t(i)].token)], edits[size_t(i)]);
-    got[size_t(pending)] = apply_logit_edit(got[size_t(pending)], pending_edit(edits.data(), pp, pending));
+      if (edits[size_t(i)].token != pending)
+        got[size_t(edits[size_t(i)].token)] =
+            apply_logit_edit(got[size_t(edits[size_t(i)].token)], edits[size_t(i)]);
+    got[size_t(pending)] =
+        apply_logit_edit(got[size_t(pending)], pending_edit(edits.data(), pp, pending));
 
     // The CPU sampler once the token is known.
     std::vector<int32_t> with = output;
@@ -107,8 +115,9 @@ TEST_CASE("a pending token counted on the device gives the edits of the history 
   }
 }
 
-TEST_CASE("penalty edits kept up to date token by token give the CPU sampler's penalties at every step",
-          "[gpu_host][logit_edit]") {
+TEST_CASE(
+    "penalty edits kept up to date token by token give the CPU sampler's penalties at every step",
+    "[gpu_host][logit_edit]") {
   std::mt19937 g(29);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   const int32_t vocab = 120;
@@ -123,7 +132,8 @@ TEST_CASE("penalty edits kept up to date token by token give the CPU sampler's p
     p.stop_token_ids = {7, 500};
     if (trial % 3 != 1) p.logit_bias = {{3, 2.5f}, {11, -100.0f}, {-4, 1.0f}, {119, 0.5f}};
     std::vector<int32_t> prompt, output;
-    for (int i = 0; i < 25; ++i) prompt.push_back(int32_t(g() % vocab) - (i == 3 ? 200 : 0));  // one out of range
+    for (int i = 0; i < 25; ++i)
+      prompt.push_back(int32_t(g() % vocab) - (i == 3 ? 200 : 0));  // one out of range
     penalty_edits kept(p, prompt, vocab);
     for (int step = 0; step < 30; ++step) {
       std::vector<logit_edit> edits;
@@ -140,7 +150,8 @@ TEST_CASE("penalty edits kept up to date token by token give the CPU sampler's p
       apply_penalties(expect, st);
       INFO("trial " << trial << " step " << step);
       REQUIRE(got == expect);
-      const int32_t t = int32_t(g() % 60) + (step == 5 ? vocab : 0);  // repeats, and one out of range
+      const int32_t t =
+          int32_t(g() % 60) + (step == 5 ? vocab : 0);  // repeats, and one out of range
       output.push_back(t);
       kept.accept(t);
     }
@@ -156,8 +167,9 @@ TEST_CASE("penalty edits kept up to date token by token give the CPU sampler's p
 // row written from the host's history when it is taken (device_entries), then counted up by every
 // sampled token (launch_count_sampled), read by launch_penalty_counts after the sparse edits of
 // logit_bias and min_tokens. Simulated here with the kernels' per-token functions.
-TEST_CASE("penalties from token counts on the device give the CPU sampler's penalties at every step",
-          "[gpu_host][logit_edit]") {
+TEST_CASE(
+    "penalties from token counts on the device give the CPU sampler's penalties at every step",
+    "[gpu_host][logit_edit]") {
   std::mt19937 g(41);
   std::normal_distribution<float> nd(0.0f, 2.0f);
   const int32_t vocab = 150;
@@ -167,14 +179,17 @@ TEST_CASE("penalties from token counts on the device give the CPU sampler's pena
     p.repetition_penalty = trial % 3 == 0 ? 1.0f : (trial % 3 == 1 ? 1.25f : 0.8f);
     p.presence_penalty = trial % 4 == 1 ? 0.0f : (trial % 2 ? 0.5f : -0.3f);
     p.frequency_penalty = trial % 5 == 2 ? 0.0f : 0.2f;
-    if (trial % 11 == 4) p.repetition_penalty = -2.0f;  // not positive: off, as the CPU sampler has it
+    if (trial % 11 == 4)
+      p.repetition_penalty = -2.0f;  // not positive: off, as the CPU sampler has it
     p.min_tokens = trial % 2 ? 8 : 0;
     p.ignore_eos = trial % 7 == 3;
     p.stop_token_ids = {7, 500};
     if (trial % 3 != 1) p.logit_bias = {{3, 2.5f}, {11, -100.0f}, {-4, 1.0f}, {149, 0.5f}};
     std::vector<int32_t> prompt, output;
-    for (int i = 0; i < 30; ++i) prompt.push_back(int32_t(g() % vocab) - (i == 3 ? 200 : 0));  // one out of range
-    for (int i = 0; i < trial % 13; ++i) output.push_back(int32_t(g() % 50));  // history before the row is taken
+    for (int i = 0; i < 30; ++i)
+      prompt.push_back(int32_t(g() % vocab) - (i == 3 ? 200 : 0));  // one out of range
+    for (int i = 0; i < trial % 13; ++i)
+      output.push_back(int32_t(g() % 50));  // history before the row is taken
     penalty_edits kept(p, prompt, vocab);
     for (int32_t t : output) kept.accept(t);
     // The row taken now: reset, then the entries.
@@ -194,13 +209,15 @@ TEST_CASE("penalties from token counts on the device give the CPU sampler's pena
     for (int step = 0; step < 25; ++step) {
       std::vector<logit_edit> edits;
       kept.append(0, p, int32_t(output.size()), eos, edits, false);
-      for (const auto& e : edits) REQUIRE((e.repetition == 1.0f && e.subtract == 0.0f));  // bias and masks only
+      for (const auto& e : edits)
+        REQUIRE((e.repetition == 1.0f && e.subtract == 0.0f));  // bias and masks only
       std::vector<float> logits(static_cast<size_t>(vocab));
       for (auto& x : logits) x = nd(g);
       std::vector<float> got = logits, expect = logits;
       for (const auto& e : edits) got[size_t(e.token)] = apply_logit_edit(got[size_t(e.token)], e);
       for (int32_t t = 0; t < vocab; ++t)
-        got[size_t(t)] = apply_penalty_count(got[size_t(t)], counts[size_t(t)], row.repetition, row.presence, row.frequency);
+        got[size_t(t)] = apply_penalty_count(got[size_t(t)], counts[size_t(t)], row.repetition,
+                                             row.presence, row.frequency);
       sampling_state st(p, 1, prompt, output, eos);
       apply_penalties(expect, st);
       INFO("trial " << trial << " step " << step);
@@ -212,5 +229,6 @@ TEST_CASE("penalties from token counts on the device give the CPU sampler's pena
       kept.accept(t);
     }
   }
-  CHECK(sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0}.penalty_row == -1);  // rows without counts by default
+  CHECK(sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0}.penalty_row ==
+        -1);  // rows without counts by default
 }

@@ -7,8 +7,9 @@
 
 using namespace coserve;
 
-TEST_CASE("rank_config: each GPU rank's heads, KV heads and MLP width, o_proj's bias on rank 0 only",
-          "[gpu_host][tp]") {
+TEST_CASE(
+    "rank_config: each GPU rank's heads, KV heads and MLP width, o_proj's bias on rank 0 only",
+    "[gpu_host][tp]") {
   model_config c;
   c.hidden_size = 512;
   c.num_attention_heads = 8;

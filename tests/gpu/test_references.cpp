@@ -1,6 +1,5 @@
 // The CPU references the kernels are checked against, checked themselves against closed forms.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <map>
 
@@ -31,16 +30,17 @@ TEST_CASE("rope inverse frequencies: default and llama3", "[gpu_host][reference]
   rope_params plain = l;
   plain.llama3 = false;
   auto h = rope_inv_freq(plain);
-  CHECK(g[0] == Approx(h[0]));            // high frequency (short wavelength): unchanged
-  CHECK(g[63] == Approx(h[63] / 8.0f));   // low frequency: divided by factor
+  CHECK(g[0] == Approx(h[0]));             // high frequency (short wavelength): unchanged
+  CHECK(g[63] == Approx(h[63] / 8.0f));    // low frequency: divided by factor
   for (size_t i = 0; i < g.size(); ++i) {  // in between: between the two
     CHECK(g[i] <= h[i] * 1.000001f);
     CHECK(g[i] >= h[i] / 8.0f * 0.999999f);
   }
 }
 
-TEST_CASE("rope inverse frequencies: the executor's (model/rope.cpp) equal the kernel tests' closed form",
-          "[gpu_host][reference]") {
+TEST_CASE(
+    "rope inverse frequencies: the executor's (model/rope.cpp) equal the kernel tests' closed form",
+    "[gpu_host][reference]") {
   // The CUDA executor uploads coserve::rope_inv_freq(config); the kernel tests build theirs from
   // rope_params. Default and llama3 must agree.
   for (bool llama3 : {false, true}) {
@@ -63,7 +63,8 @@ TEST_CASE("rope inverse frequencies: the executor's (model/rope.cpp) equal the k
 }
 
 TEST_CASE("rmsnorm and silu references", "[gpu_host][reference]") {
-  std::vector<uint16_t> x{f32_to_bf16(3.0f), f32_to_bf16(4.0f)}, res{f32_to_bf16(1.0f), f32_to_bf16(-2.0f)};
+  std::vector<uint16_t> x{f32_to_bf16(3.0f), f32_to_bf16(4.0f)},
+      res{f32_to_bf16(1.0f), f32_to_bf16(-2.0f)};
   std::vector<uint16_t> w{f32_to_bf16(1.0f), f32_to_bf16(2.0f)};
   auto out = ref::rmsnorm_ref(x, &res, w, nullptr, 1, 2, 0.0f, true);
   // z = (4, 2), rms = sqrt(10)
@@ -71,17 +72,20 @@ TEST_CASE("rmsnorm and silu references", "[gpu_host][reference]") {
   CHECK(bf16_to_f32(res[1]) == 2.0f);
   CHECK(bf16_to_f32(out[0]) == Approx(4.0 / std::sqrt(10.0)).epsilon(1e-2));
   CHECK(bf16_to_f32(out[1]) == Approx(2.0 * 2.0 / std::sqrt(10.0)).epsilon(1e-2));
-  std::vector<uint16_t> gu{f32_to_bf16(0.0f), f32_to_bf16(2.0f), f32_to_bf16(5.0f), f32_to_bf16(3.0f)};
+  std::vector<uint16_t> gu{f32_to_bf16(0.0f), f32_to_bf16(2.0f), f32_to_bf16(5.0f),
+                           f32_to_bf16(3.0f)};
   auto a = ref::silu_mul_ref(gu, 1, 2);
   CHECK(bf16_to_f32(a[0]) == 0.0f);
   CHECK(bf16_to_f32(a[1]) == Approx(2.0 / (1.0 + std::exp(-2.0)) * 3.0).epsilon(1e-2));
 }
 
-TEST_CASE("q/k head rmsnorm reference: each q and k head over head_dim, v untouched", "[gpu_host][reference]") {
+TEST_CASE("q/k head rmsnorm reference: each q and k head over head_dim, v untouched",
+          "[gpu_host][reference]") {
   // One token, one q head, one kv head, head_dim 2: q (3, 4), k (0, 2), v (5, 6).
   std::vector<uint16_t> qkv;
   for (float f : {3.0f, 4.0f, 0.0f, 2.0f, 5.0f, 6.0f}) qkv.push_back(f32_to_bf16(f));
-  std::vector<uint16_t> qw{f32_to_bf16(1.0f), f32_to_bf16(2.0f)}, kw{f32_to_bf16(0.5f), f32_to_bf16(1.0f)};
+  std::vector<uint16_t> qw{f32_to_bf16(1.0f), f32_to_bf16(2.0f)},
+      kw{f32_to_bf16(0.5f), f32_to_bf16(1.0f)};
   ref::head_rmsnorm_ref(qkv, qw, kw, 1, 1, 1, 2, 0.0f);
   const double rq = std::sqrt(12.5), rk = std::sqrt(2.0);
   CHECK(bf16_to_f32(qkv[0]) == Approx(3.0 / rq).epsilon(1e-2));
@@ -92,7 +96,8 @@ TEST_CASE("q/k head rmsnorm reference: each q and k head over head_dim, v untouc
   CHECK(bf16_to_f32(qkv[5]) == 6.0f);
 }
 
-TEST_CASE("attention reference: one key returns its value, equal keys average", "[gpu_host][reference]") {
+TEST_CASE("attention reference: one key returns its value, equal keys average",
+          "[gpu_host][reference]") {
   const int32_t D = 4;
   batch_plan p;
   p.num_tokens = 2;
@@ -104,11 +109,11 @@ TEST_CASE("attention reference: one key returns its value, equal keys average", 
   std::vector<uint16_t> q(2 * D, f32_to_bf16(1.0f));
   std::vector<uint16_t> k(2 * 2 * D, f32_to_bf16(0.5f)), v(2 * 2 * D, 0);
   for (int c = 0; c < D; ++c) {
-    v[size_t(2 * D + c)] = f32_to_bf16(2.0f);      // block 1, slot 0
-    v[size_t(3 * D + c)] = f32_to_bf16(4.0f);      // block 1, slot 1
+    v[size_t(2 * D + c)] = f32_to_bf16(2.0f);  // block 1, slot 0
+    v[size_t(3 * D + c)] = f32_to_bf16(4.0f);  // block 1, slot 1
   }
   auto o = ref::attention_ref(q, D, k, v, p, 1, 1, D, 2, 0.5f);
-  CHECK(o[0] == Approx(2.0f));  // query 0 sees key 0 only
+  CHECK(o[0] == Approx(2.0f));          // query 0 sees key 0 only
   CHECK(o[size_t(D)] == Approx(3.0f));  // query 1 sees both, equal scores
 }
 
@@ -120,7 +125,8 @@ std::vector<float> logits_of(const std::vector<double>& probs) {
 }
 }  // namespace
 
-TEST_CASE("sampling reference: greedy, filters and frequencies", "[gpu_host][reference][sampling]") {
+TEST_CASE("sampling reference: greedy, filters and frequencies",
+          "[gpu_host][reference][sampling]") {
   auto x = logits_of({0.1, 0.5, 0.3, 0.1});
   sample_row_params p{0.0f, 1.0f, 0.0f, 0, 1, 0};
   auto g = ref::sample_ref(x.data(), 4, p);

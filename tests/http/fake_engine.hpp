@@ -5,13 +5,12 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <mutex>
-
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <atomic>
+#include <chrono>
+#include <mutex>
 
 #include "actors/engine.hpp"
 
@@ -38,10 +37,15 @@ class fake_engine final : public engine {
 
   class stream final : public request_stream {
    public:
-    stream(fake_engine& e, std::vector<int32_t> prompt, sampling_params p, std::string prompt_text, bool token_text)
-        : engine_(e), prompt_(std::move(prompt)), prompt_text_(std::move(prompt_text)), params_(std::move(p)),
+    stream(fake_engine& e, std::vector<int32_t> prompt, sampling_params p, std::string prompt_text,
+           bool token_text)
+        : engine_(e),
+          prompt_(std::move(prompt)),
+          prompt_text_(std::move(prompt_text)),
+          params_(std::move(p)),
           token_text_(token_text),
-          produced_(static_cast<size_t>(params_.n), 0), done_(static_cast<size_t>(params_.n), false),
+          produced_(static_cast<size_t>(params_.n), 0),
+          done_(static_cast<size_t>(params_.n), false),
           text_(static_cast<size_t>(params_.n)) {
       std::string s(prompt_.begin(), prompt_.end());
       fail_ = s.find("FAIL") != std::string::npos;
@@ -65,7 +69,8 @@ class fake_engine final : public engine {
           ev.completion_tokens = produced_[k];
           co_return ev;
         }
-        asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(engine_.token_delay_ms.load()));
+        asio::steady_timer t(co_await asio::this_coro::executor,
+                             std::chrono::milliseconds(engine_.token_delay_ms.load()));
         co_await t.async_wait(asio::use_awaitable);
         if (fail_ && produced_[k] == 2) {
           done_[k] = true;
@@ -83,7 +88,8 @@ class fake_engine final : public engine {
           ev.token_logprobs = {-0.5f};
           if (params_.logprobs > 0) {
             std::vector<token_logprob> top;
-            for (int32_t j = 0; j < params_.logprobs; ++j) top.push_back({tok + j < 256 ? tok + j : tok, -0.5f - j});
+            for (int32_t j = 0; j < params_.logprobs; ++j)
+              top.push_back({tok + j < 256 ? tok + j : tok, -0.5f - j});
             ev.top_logprobs = {top};
           }
         }
@@ -97,7 +103,8 @@ class fake_engine final : public engine {
         }
         ev.completion_tokens = produced_[k];
         for (const auto& s : params_.stop) {
-          if (text_[k].size() >= s.size() && text_[k].compare(text_[k].size() - s.size(), s.size(), s) == 0) {
+          if (text_[k].size() >= s.size() &&
+              text_[k].compare(text_[k].size() - s.size(), s.size(), s) == 0) {
             ev.text.clear();
             ev.finish = finish_reason::stop;
             ev.stop_reason = s;
@@ -154,13 +161,15 @@ class fake_engine final : public engine {
     for (int32_t id : ids)
       if (id < 0 || id >= info_.vocab_size)
         co_return error{"invalid_request", "token id out of range", req.context.input_param};
-    if (auto r = apply_context_rule(req.context, static_cast<int32_t>(ids.size()), info_.max_model_len, req.params); !r)
+    if (auto r = apply_context_rule(req.context, static_cast<int32_t>(ids.size()),
+                                    info_.max_model_len, req.params);
+        !r)
       co_return std::move(r).err();
     if (!req.return_prompt_text) prompt_text.clear();
     in_flight.fetch_add(1);
     submitted.fetch_add(1);
-    co_return std::shared_ptr<request_stream>(
-        std::make_shared<stream>(*this, std::move(ids), req.params, std::move(prompt_text), req.return_token_text));
+    co_return std::shared_ptr<request_stream>(std::make_shared<stream>(
+        *this, std::move(ids), req.params, std::move(prompt_text), req.return_token_text));
   }
 
   asio::awaitable<result<std::vector<int32_t>>> tokenize(tokenize_request_input in) override {
@@ -182,7 +191,8 @@ class fake_engine final : public engine {
     for (const auto& m : chat.messages.as_array()) {
       const auto* c = m.find("content");
       std::string content = c && c->is_string() ? c->as_string() : "";
-      if (content == "RAISE") return error{"template_error", "Conversation roles must alternate", "messages"};
+      if (content == "RAISE")
+        return error{"template_error", "Conversation roles must alternate", "messages"};
       const std::string& role = m.find("role")->as_string();
       if (role != "system" && role != "user" && role != "assistant" && role != "tool")
         return error{"template_error", "Unknown role: " + role, "messages"};

@@ -2,15 +2,14 @@
 // thread, and a blocking raw-socket HTTP client for byte-exact checks.
 #pragma once
 
-#include <memory>
-#include <string>
-#include <thread>
-
 #include <asio/connect.hpp>
 #include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
+#include <memory>
+#include <string>
+#include <thread>
 
 #include "http/openai_api.hpp"
 #include "http/server.hpp"
@@ -21,7 +20,9 @@ namespace coserve::test {
 struct server_fixture {
   explicit server_fixture(http::server_limits limits = {}, http::api_options opts = {})
       : api(engine, std::move(opts)),
-        server(io, limits, [this](http::http_request& r, http::response_writer& w) { return api.handle(r, w); }) {
+        server(io, limits, [this](http::http_request& r, http::response_writer& w) {
+          return api.handle(r, w);
+        }) {
     auto p = server.listen("127.0.0.1", 0);
     port = p ? *p : 0;
     thread = std::thread([this] { io.run(); });
@@ -89,8 +90,11 @@ inline std::string exchange_raw(uint16_t port, const std::string& raw) {
 
 inline raw_response request(uint16_t port, const std::string& method, const std::string& target,
                             const std::string& body = {}, const std::string& extra_headers = {}) {
-  std::string raw = method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers;
-  if (!body.empty() || method == "POST") raw += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  std::string raw = method + " " + target +
+                    " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + extra_headers;
+  if (!body.empty() || method == "POST")
+    raw +=
+        "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
   raw += "\r\n" + body;
   return parse_raw(exchange_raw(port, raw));
 }

@@ -1,6 +1,5 @@
 // CORS answers as vLLM's server gives them (Starlette's CORSMiddleware under vLLM's flags).
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "http/cors.hpp"
@@ -17,7 +16,8 @@ std::string header(const cors_answer& a, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("cors: the default policy lets any origin call, preflights echo the asked headers", "[http][cors]") {
+TEST_CASE("cors: the default policy lets any origin call, preflights echo the asked headers",
+          "[http][cors]") {
   const cors_policy any;
   auto none = cors_for(any, "POST", "", "", "", false);  // no Origin: not a CORS request
   CHECK(none.preflight_status == 0);
@@ -26,13 +26,16 @@ TEST_CASE("cors: the default policy lets any origin call, preflights echo the as
   CHECK(simple.preflight_status == 0);
   CHECK(header(simple, "Access-Control-Allow-Origin") == "*");
   CHECK(header(simple, "Vary") == "<none>");
-  auto cookie = cors_for(any, "GET", "http://app.example", "", "", true);  // cookies: the origin itself
+  auto cookie =
+      cors_for(any, "GET", "http://app.example", "", "", true);  // cookies: the origin itself
   CHECK(header(cookie, "Access-Control-Allow-Origin") == "http://app.example");
   CHECK(header(cookie, "Vary") == "Origin");
-  auto pre = cors_for(any, "OPTIONS", "http://app.example", "POST", "authorization, content-type", false);
+  auto pre =
+      cors_for(any, "OPTIONS", "http://app.example", "POST", "authorization, content-type", false);
   CHECK(pre.preflight_status == 200);
   CHECK(header(pre, "Access-Control-Allow-Origin") == "*");
-  CHECK(header(pre, "Access-Control-Allow-Methods") == "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT");
+  CHECK(header(pre, "Access-Control-Allow-Methods") ==
+        "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT");
   CHECK(header(pre, "Access-Control-Allow-Headers") == "authorization, content-type");
   CHECK(header(pre, "Access-Control-Max-Age") == "600");
   CHECK(header(pre, "Access-Control-Allow-Credentials") == "<none>");
@@ -40,13 +43,15 @@ TEST_CASE("cors: the default policy lets any origin call, preflights echo the as
   CHECK(cors_for(any, "OPTIONS", "http://app.example", "", "", false).preflight_status == 0);
 }
 
-TEST_CASE("cors: listed origins, methods and headers, and refusals that name what failed", "[http][cors]") {
+TEST_CASE("cors: listed origins, methods and headers, and refusals that name what failed",
+          "[http][cors]") {
   cors_policy p;
   p.origins = {"http://a.example", "https://b.example"};
   p.methods = {"GET", "POST"};
   p.headers = {"Authorization", "X-Custom"};
   p.credentials = true;
-  auto ok = cors_for(p, "OPTIONS", "https://b.example", "POST", "Content-Type, authorization", false);
+  auto ok =
+      cors_for(p, "OPTIONS", "https://b.example", "POST", "Content-Type, authorization", false);
   CHECK(ok.preflight_status == 200);
   CHECK(header(ok, "Access-Control-Allow-Origin") == "https://b.example");
   CHECK(header(ok, "Vary") == "Origin");
@@ -62,7 +67,8 @@ TEST_CASE("cors: listed origins, methods and headers, and refusals that name wha
   CHECK(header(listed, "Access-Control-Allow-Origin") == "http://a.example");
   CHECK(header(listed, "Vary") == "Origin");
   CHECK(header(listed, "Access-Control-Allow-Credentials") == "true");
-  auto other = cors_for(p, "POST", "http://evil.example", "", "", false);  // served, but not shown to the page
+  auto other = cors_for(p, "POST", "http://evil.example", "", "",
+                        false);  // served, but not shown to the page
   CHECK(header(other, "Access-Control-Allow-Origin") == "<none>");
 }
 

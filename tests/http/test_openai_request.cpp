@@ -44,7 +44,8 @@ TEST_CASE("completions: prompt forms", "[http][request]") {
 }
 
 TEST_CASE("sampling parameters map onto sampling_params", "[http][request]") {
-  auto r = expect_ok(R"({"prompt":"x","max_tokens":7,"temperature":0,"top_p":0.5,"top_k":4,"min_p":0.1,
+  auto r =
+      expect_ok(R"({"prompt":"x","max_tokens":7,"temperature":0,"top_p":0.5,"top_k":4,"min_p":0.1,
     "n":2,"stop":["a","bc"],"stop_token_ids":[5],"seed":42,"presence_penalty":1.5,"frequency_penalty":-1,
     "repetition_penalty":1.2,"logit_bias":{"7":-100,"9":3.5},"logprobs":3,"ignore_eos":true,
     "stream":true,"stream_options":{"include_usage":true},"user":"u"})");
@@ -71,7 +72,8 @@ TEST_CASE("sampling parameters map onto sampling_params", "[http][request]") {
   CHECK(r.user == "u");
   auto s = expect_ok(R"({"prompt":"x","stop":"end"})");
   CHECK(s.params.stop == std::vector<std::string>{"end"});
-  auto t = expect_ok(R"({"messages":[{"role":"user","content":"q"}],"max_completion_tokens":9})", true);
+  auto t =
+      expect_ok(R"({"messages":[{"role":"user","content":"q"}],"max_completion_tokens":9})", true);
   CHECK(t.params.max_tokens == 9);
 }
 
@@ -114,18 +116,23 @@ TEST_CASE("out-of-range and wrongly typed fields name their param", "[http][requ
 }
 
 TEST_CASE("chat: messages, content parts, logprobs", "[http][request]") {
-  auto r = expect_ok(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
+  auto r = expect_ok(
+      R"({"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],
                         "logprobs":true,"top_logprobs":2,"tools":[{"type":"function","function":{"name":"f"}}],
-                        "tool_choice":"none"})", true);
+                        "tool_choice":"none"})",
+      true);
   CHECK(r.chat_in.messages.as_array()[0].find("content")->as_string() == "a\nb");
   CHECK(r.params.logprobs == 2);
   CHECK(r.chat_in.tools.is_array());
   CHECK(expect_error(R"({"messages":[]})", true).param == "messages");
   CHECK(expect_error(R"({"messages":"hi"})", true).param == "messages");
   CHECK(expect_error(R"({"messages":[{"content":"x"}]})", true).param == "messages");
-  CHECK(expect_error(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", true).param == "messages");
-  CHECK(expect_error(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true).param == "top_logprobs");
-  CHECK(expect_error(R"({"messages":[{"role":"user","content":"x"}],"logprobs":3})", true).param == "logprobs");
+  CHECK(expect_error(R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", true)
+            .param == "messages");
+  CHECK(expect_error(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true)
+            .param == "top_logprobs");
+  CHECK(expect_error(R"({"messages":[{"role":"user","content":"x"}],"logprobs":3})", true).param ==
+        "logprobs");
 }
 
 TEST_CASE("body-level errors and unknown model", "[http][request]") {
@@ -156,22 +163,28 @@ TEST_CASE("context length rule", "[http][request]") {
 TEST_CASE("SSE framing and chunk shapes", "[http][sse]") {
   CHECK(sse_event("{}") == "data: {}\n\n");
   response_header h{"chatcmpl-1", 7, "m", true};
-  CHECK(chat_role_chunk(h, 0, false) ==
-        R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})");
-  CHECK(chat_delta_chunk(h, 1, "hi", json::value(), {}, true) ==
-        R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"content":"hi"},"logprobs":null,"finish_reason":null}],"usage":null})");
-  CHECK(chat_delta_chunk(h, 0, {}, json::value(), "stop", false) ==
-        R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]})");
-  CHECK(usage_chunk(h, usage_json(3, 4, 0)) ==
-        R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
+  CHECK(
+      chat_role_chunk(h, 0, false) ==
+      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]})");
+  CHECK(
+      chat_delta_chunk(h, 1, "hi", json::value(), {}, true) ==
+      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":1,"delta":{"content":"hi"},"logprobs":null,"finish_reason":null}],"usage":null})");
+  CHECK(
+      chat_delta_chunk(h, 0, {}, json::value(), "stop", false) ==
+      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]})");
+  CHECK(
+      usage_chunk(h, usage_json(3, 4, 0)) ==
+      R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":7,"model":"m","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}})");
   response_header c{"cmpl-1", 7, "m", false};
-  CHECK(text_chunk(c, 0, "a\"b", json::value(), "length", false) ==
-        R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"a\"b","logprobs":null,"finish_reason":"length","stop_reason":null}]})");
+  CHECK(
+      text_chunk(c, 0, "a\"b", json::value(), "length", false) ==
+      R"({"id":"cmpl-1","object":"text_completion","created":7,"model":"m","choices":[{"index":0,"text":"a\"b","logprobs":null,"finish_reason":"length","stop_reason":null}]})");
 }
 
 TEST_CASE("completion logprobs carry text offsets", "[http][sse]") {
   token_text_fn text_of = [](int32_t id) { return std::string(static_cast<size_t>(id), 'x'); };
-  auto v = completion_logprobs({1, 2, 3}, {-0.1f, -0.2f, -0.3f}, {{{1, -0.1f}}, {}, {}}, 5, text_of);
+  auto v =
+      completion_logprobs({1, 2, 3}, {-0.1f, -0.2f, -0.3f}, {{{1, -0.1f}}, {}, {}}, 5, text_of);
   const auto& off = v.find("text_offset")->as_array();
   REQUIRE(off.size() == 3);
   CHECK(off[0].as_int() == 5);
@@ -190,7 +203,8 @@ TEST_CASE("completion logprobs carry text offsets", "[http][sse]") {
   CHECK(e.find("top_logprobs")->as_array().size() == 2);
 }
 
-TEST_CASE("openai request: the server's sampling defaults fill what the request leaves out", "[http][openai]") {
+TEST_CASE("openai request: the server's sampling defaults fill what the request leaves out",
+          "[http][openai]") {
   model_limits lim = limits();
   lim.defaults.temperature = 0.7f;
   lim.defaults.top_p = 0.8f;
@@ -206,7 +220,8 @@ TEST_CASE("openai request: the server's sampling defaults fill what the request 
   CHECK(q.params.repetition_penalty == 1.05f);
   CHECK(context_of(q).default_max_tokens == 100);
   auto given = parse_openai_request(
-      R"({"messages": [{"role": "user", "content": "x"}], "temperature": 0, "top_k": -1, "max_tokens": 300})", true, lim);
+      R"({"messages": [{"role": "user", "content": "x"}], "temperature": 0, "top_k": -1, "max_tokens": 300})",
+      true, lim);
   REQUIRE(std::holds_alternative<openai_request>(given));
   CHECK(std::get<openai_request>(given).params.temperature == 0.0f);
   CHECK(std::get<openai_request>(given).params.top_k == -1);

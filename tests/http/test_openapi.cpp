@@ -15,8 +15,8 @@ TEST_CASE("openapi: the document is JSON with the model's limits substituted", "
   CHECK(doc->find("info")->find("version")->as_string() == "9.9");
   const auto* paths = doc->find("paths");
   REQUIRE(paths);
-  for (const char* p : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/tokenize",
-                        "/detokenize", "/version", "/openapi.json"})
+  for (const char* p : {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
+                        "/metrics", "/tokenize", "/detokenize", "/version", "/openapi.json"})
     CHECK(paths->find(p) != nullptr);
   const auto* schemas = doc->find("components")->find("schemas");
   const auto* sampling = schemas->find("Sampling")->find("properties");

@@ -1,7 +1,6 @@
 // Reasoning parsers: the split of recorded outputs of each family, and the streamed split (any
 // piece size) concatenating to the whole-output split.
 #include <catch2/catch.hpp>
-
 #include <iterator>
 #include <random>
 #include <string>
@@ -43,7 +42,8 @@ TEST_CASE("reasoning: deepseek_r1 and qwen3 splits", "[reasoning]") {
   s = split_reasoning(*r1, "<think>\nhmm</think>ok");
   CHECK((s.reasoning == "\nhmm" && s.content == "ok"));
   s = split_reasoning(*r1, "still thinking when max_tokens hit");
-  CHECK((s.has_reasoning && s.reasoning == "still thinking when max_tokens hit" && s.content.empty()));
+  CHECK((s.has_reasoning && s.reasoning == "still thinking when max_tokens hit" &&
+         s.content.empty()));
   // Qwen3: reasoning only after a leading <think>.
   s = split_reasoning(*q3, "<think>\nLet me see.\n</think>\n\nParis.");
   CHECK((s.has_reasoning && s.reasoning == "\nLet me see.\n" && s.content == "\n\nParis."));
@@ -55,8 +55,15 @@ TEST_CASE("reasoning: deepseek_r1 and qwen3 splits", "[reasoning]") {
 }
 
 TEST_CASE("reasoning: streamed in any pieces equals the whole split", "[reasoning]") {
-  const char* texts[] = {"Okay.</think>Answer <tool_call>{}</tool_call>", "<think>a</think>b", "<thi", "no tags at all",
-                         "<think></think>", "  \n<think>x</thi", "</think>", "abc</think", "x</think></think>y"};
+  const char* texts[] = {"Okay.</think>Answer <tool_call>{}</tool_call>",
+                         "<think>a</think>b",
+                         "<thi",
+                         "no tags at all",
+                         "<think></think>",
+                         "  \n<think>x</thi",
+                         "</think>",
+                         "abc</think",
+                         "x</think></think>y"};
   for (const char* name : {"deepseek_r1", "qwen3"})
     for (const char* t : texts)
       for (size_t step : {1, 2, 5, 100}) {
@@ -71,7 +78,8 @@ TEST_CASE("reasoning: streamed in any pieces equals the whole split", "[reasonin
 }
 
 TEST_CASE("reasoning: random outputs split at random points equal the whole split", "[reasoning]") {
-  const char* frags[] = {"<think>", "</think>", "<thi", "nk>", "</", "think>", "<", "Let me see. ", "\n", " ", "é😀", "ok"};
+  const char* frags[] = {"<think>", "</think>",     "<thi", "nk>", "</", "think>",
+                         "<",       "Let me see. ", "\n",   " ",   "é😀", "ok"};
   std::mt19937 rng(7);
   for (const char* name : {"deepseek_r1", "qwen3"}) {
     const reasoning_parser& p = *find_reasoning_parser(name);

@@ -1,14 +1,14 @@
 // request_parser, the sans-I/O half of the connection loop: byte-at-a-time input, pipelining,
 // limits and malformed requests.
 #include <catch2/catch.hpp>
-
 #include <string>
 
 #include "http/request_parser.hpp"
 
 using namespace coserve::http;
 
-TEST_CASE("request_parser: a request fed one byte at a time, then a pipelined one", "[http][parser]") {
+TEST_CASE("request_parser: a request fed one byte at a time, then a pipelined one",
+          "[http][parser]") {
   server_limits limits;
   const std::string wire =
       "POST /v1/completions?x=1 HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\n"
@@ -54,14 +54,17 @@ TEST_CASE("request_parser: chunked bodies, limits and malformed input", "[http][
   };
   {
     request_parser p(limits);
-    std::string wire = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;e=1\r\nde\r\n0\r\n\r\n";
+    std::string wire =
+        "POST /x HTTP/1.1\r\nTransfer-Encoding: "
+        "chunked\r\n\r\n3\r\nabc\r\n2;e=1\r\nde\r\n0\r\n\r\n";
     REQUIRE(p.feed(wire) == 0);
     REQUIRE(p.done());
     CHECK(p.take().body == "abcde");
   }
   CHECK(status_of("GET / HTTP/1.1\r\nX: " + std::string(300, 'a') + "\r\n\r\n") == 431);
   CHECK(status_of("POST / HTTP/1.1\r\nContent-Length: 17\r\n\r\n") == 413);
-  CHECK(status_of("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n11\r\n" + std::string(17, 'a')) == 413);
+  CHECK(status_of("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n11\r\n" +
+                  std::string(17, 'a')) == 413);
   CHECK(status_of("GET / HTTP/9.9 nonsense\r\n\r\n") == 400);
   CHECK(status_of("POST / HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n") == 400);
   CHECK(status_of("\x01\x02\x03 / HTTP/1.1\r\n\r\n") == 400);

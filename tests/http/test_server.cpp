@@ -1,7 +1,6 @@
 // The server over real sockets on 127.0.0.1 with the fake engine: routes, status codes, SSE bytes,
 // keep-alive, limits, timeouts, disconnect → cancel, overload, engine failure mid-stream.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <thread>
 
@@ -53,7 +52,8 @@ TEST_CASE("routes: models, health, version, metrics, 404, 405", "[http][server]"
   auto metrics = request(f.port, "GET", "/metrics");
   CHECK(metrics.status == 200);
   CHECK(metrics.body.find("coserve_kv_blocks_total 100") != std::string::npos);
-  CHECK(metrics.body.find("coserve_time_to_first_token_seconds_bucket{le=\"0.005\"} 1") != std::string::npos);
+  CHECK(metrics.body.find("coserve_time_to_first_token_seconds_bucket{le=\"0.005\"} 1") !=
+        std::string::npos);
   CHECK(metrics.body.find("coserve_time_to_first_token_seconds_count 2") != std::string::npos);
   f.engine.up = false;
   CHECK(request(f.port, "GET", "/health").status == 503);
@@ -74,8 +74,10 @@ TEST_CASE("HEAD answers a GET route's status and headers without its body", "[ht
   CHECK(get_only.status == 405);
   CHECK(get_only.head.find("Allow: GET, HEAD") != std::string::npos);
   // On a kept-alive connection the next response starts right after the HEAD's headers.
-  const std::string both = exchange_raw(f.port, "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
-                                                "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string both =
+      exchange_raw(f.port,
+                   "HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                   "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
   const auto first_end = both.find("\r\n\r\n");
   REQUIRE(first_end != std::string::npos);
   CHECK(both.compare(0, 15, "HTTP/1.1 200 OK") == 0);
@@ -86,7 +88,8 @@ TEST_CASE("HEAD answers a GET route's status and headers without its body", "[ht
 
 TEST_CASE("completions: non-streaming body and usage", "[http][server]") {
   server_fixture f;
-  auto r = request(f.port, "POST", "/v1/completions", R"({"model":"fake-model","prompt":"abc","max_tokens":5,"n":2})");
+  auto r = request(f.port, "POST", "/v1/completions",
+                   R"({"model":"fake-model","prompt":"abc","max_tokens":5,"n":2})");
   REQUIRE(r.status == 200);
   auto v = body_json(r);
   CHECK(v.find("id")->as_string().rfind("cmpl-", 0) == 0);
@@ -112,9 +115,16 @@ TEST_CASE("chat streaming: role first, deltas, finish, usage, DONE", "[http][ser
   REQUIRE(events.size() == 1 + 3 + 1 + 1 + 1);
   CHECK(events.back() == "[DONE]");
   auto role = *json::parse(events[0]);
-  CHECK(role.find("choices")->as_array()[0].find("delta")->find("role")->as_string() == "assistant");
+  CHECK(role.find("choices")->as_array()[0].find("delta")->find("role")->as_string() ==
+        "assistant");
   std::string text;
-  for (size_t i = 1; i <= 3; ++i) text += json::parse(events[i])->find("choices")->as_array()[0].find("delta")->find("content")->as_string();
+  for (size_t i = 1; i <= 3; ++i)
+    text += json::parse(events[i])
+                ->find("choices")
+                ->as_array()[0]
+                .find("delta")
+                ->find("content")
+                ->as_string();
   CHECK(text == "use");  // the fake template renders "user: hi\nassistant: "; 3 tokens
   auto fin = *json::parse(events[4]);
   CHECK(fin.find("choices")->as_array()[0].find("finish_reason")->as_string() == "length");
@@ -125,8 +135,9 @@ TEST_CASE("chat streaming: role first, deltas, finish, usage, DONE", "[http][ser
 
 TEST_CASE("completions streaming: stop strings and logprobs", "[http][server][sse]") {
   server_fixture f;
-  auto r = request(f.port, "POST", "/v1/completions",
-                   R"({"prompt":"hello world","max_tokens":20,"stream":true,"stop":"lo","logprobs":2})");
+  auto r =
+      request(f.port, "POST", "/v1/completions",
+              R"({"prompt":"hello world","max_tokens":20,"stream":true,"stop":"lo","logprobs":2})");
   REQUIRE(r.status == 200);
   auto events = sse_payloads(r.body);
   CHECK(events.back() == "[DONE]");
@@ -136,7 +147,8 @@ TEST_CASE("completions streaming: stop strings and logprobs", "[http][server][ss
     auto c = json::parse(events[i])->find("choices")->as_array()[0];
     text += c.find("text")->as_string();
     if (c.find("finish_reason")->is_string()) finish = c.find("finish_reason")->as_string();
-    if (!c.find("text")->as_string().empty()) CHECK(c.find("logprobs")->find("top_logprobs")->as_array()[0].size() == 2);
+    if (!c.find("text")->as_string().empty())
+      CHECK(c.find("logprobs")->find("top_logprobs")->as_array()[0].size() == 2);
   }
   // The fake engine does not hold back text that may start a stop string (the real streamer does),
   // so the partial "l" of "lo" was already sent; the stop string itself never is.
@@ -144,34 +156,46 @@ TEST_CASE("completions streaming: stop strings and logprobs", "[http][server][ss
   CHECK(finish == "stop");
 }
 
-TEST_CASE("validation errors over the wire: 400 with param, 404 model, 401, 413", "[http][server]") {
-  server_fixture f(http::server_limits{.max_body_bytes = 4096}, http::api_options{.api_key = "sekret"});
+TEST_CASE("validation errors over the wire: 400 with param, 404 model, 401, 413",
+          "[http][server]") {
+  server_fixture f(http::server_limits{.max_body_bytes = 4096},
+                   http::api_options{.api_key = "sekret"});
   const std::string auth = "Authorization: Bearer sekret\r\n";
   auto bad = request(f.port, "POST", "/v1/completions", R"({"prompt":"x","temperature":9})", auth);
   CHECK(bad.status == 400);
   CHECK(body_json(bad).find("error")->find("param")->as_string() == "temperature");
   CHECK(request(f.port, "POST", "/v1/completions", "{not json", auth).status == 400);
   CHECK(request(f.port, "POST", "/v1/completions", "[]", auth).status == 400);
-  CHECK(request(f.port, "POST", "/v1/completions", R"({"prompt":"x","model":"zzz"})", auth).status == 404);
+  CHECK(
+      request(f.port, "POST", "/v1/completions", R"({"prompt":"x","model":"zzz"})", auth).status ==
+      404);
   CHECK(request(f.port, "POST", "/v1/completions", R"({"prompt":"x"})").status == 401);
-  CHECK(request(f.port, "POST", "/v1/completions", R"({"prompt":"x"})", "Authorization: Bearer nope\r\n").status == 401);
+  CHECK(request(f.port, "POST", "/v1/completions", R"({"prompt":"x"})",
+                "Authorization: Bearer nope\r\n")
+            .status == 401);
   CHECK(request(f.port, "GET", "/health").status == 200);  // not behind the key
-  auto big = request(f.port, "POST", "/v1/completions", R"({"prompt":")" + std::string(5000, 'a') + "\"}", auth);
+  auto big = request(f.port, "POST", "/v1/completions",
+                     R"({"prompt":")" + std::string(5000, 'a') + "\"}", auth);
   CHECK(big.status == 413);
-  auto ctx = request(f.port, "POST", "/v1/completions", R"({"prompt":"abc","max_tokens":126})", auth);
+  auto ctx =
+      request(f.port, "POST", "/v1/completions", R"({"prompt":"abc","max_tokens":126})", auth);
   CHECK(ctx.status == 400);
   CHECK(body_json(ctx).find("error")->find("param")->as_string() == "max_tokens");
-  auto raise = request(f.port, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"RAISE"}]})", auth);
+  auto raise = request(f.port, "POST", "/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"RAISE"}]})", auth);
   CHECK(raise.status == 400);
-  CHECK(body_json(raise).find("error")->find("message")->as_string() == "Conversation roles must alternate");
+  CHECK(body_json(raise).find("error")->find("message")->as_string() ==
+        "Conversation roles must alternate");
 }
 
 TEST_CASE("header limit answers 431, slow request times out with 408", "[http][server][limits]") {
   server_fixture f(http::server_limits{.max_header_bytes = 512, .request_timeout = 300ms});
-  auto r = parse_raw(exchange_raw(f.port, "GET /health HTTP/1.1\r\nX-Big: " + std::string(2000, 'x') + "\r\n\r\n"));
+  auto r = parse_raw(exchange_raw(
+      f.port, "GET /health HTTP/1.1\r\nX-Big: " + std::string(2000, 'x') + "\r\n\r\n"));
   CHECK(r.status == 431);
   auto start = std::chrono::steady_clock::now();
-  auto slow = parse_raw(exchange_raw(f.port, "GET /health HTTP/1.1\r\nHost: x\r\n"));  // never finishes
+  auto slow =
+      parse_raw(exchange_raw(f.port, "GET /health HTTP/1.1\r\nHost: x\r\n"));  // never finishes
   CHECK(slow.status == 408);
   CHECK(std::chrono::steady_clock::now() - start < 5s);
 }
@@ -180,7 +204,8 @@ TEST_CASE("keep-alive: two requests on one connection, pipelined", "[http][serve
   server_fixture f;
   auto all = exchange_raw(f.port,
                           "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
-                          "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\nConnection: close\r\n\r\n{\"prompt\":\"ab\"}");
+                          "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 15\r\nConnection: "
+                          "close\r\n\r\n{\"prompt\":\"ab\"}");
   size_t first = all.find("HTTP/1.1 200");
   size_t second = all.find("HTTP/1.1 200", first + 1);
   REQUIRE(first != std::string::npos);
@@ -196,17 +221,21 @@ TEST_CASE("client disconnect mid-stream cancels the request at once", "[http][se
     asio::ip::tcp::socket s(io);
     s.connect({asio::ip::make_address("127.0.0.1"), f.port});
     std::string body = R"({"prompt":"abc","max_tokens":100,"stream":true})";
-    std::string raw = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    std::string raw = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                      std::to_string(body.size()) + "\r\n\r\n" + body;
     asio::write(s, asio::buffer(raw));
     char buf[512];
     s.read_some(asio::buffer(buf));  // the stream has started
-  }  // closed
+  }                                  // closed
   auto deadline = std::chrono::steady_clock::now() + 1s;
-  while (f.engine.cancels.load() == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  while (f.engine.cancels.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
   CHECK(f.engine.cancels.load() == 1);
-  while (f.engine.in_flight.load() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  while (f.engine.in_flight.load() != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
   CHECK(f.engine.in_flight.load() == 0);
-  CHECK(request(f.port, "GET", "/metrics").body.find("coserve_http_client_disconnects_total 1") != std::string::npos);
+  CHECK(request(f.port, "GET", "/metrics").body.find("coserve_http_client_disconnects_total 1") !=
+        std::string::npos);
 }
 
 TEST_CASE("overload and engine down answer fast", "[http][server]") {
@@ -220,15 +249,19 @@ TEST_CASE("overload and engine down answer fast", "[http][server]") {
 
 TEST_CASE("engine failure mid-stream: error event then DONE", "[http][server][sse]") {
   server_fixture f;
-  auto r = request(f.port, "POST", "/v1/completions", R"({"prompt":"FAIL","max_tokens":10,"stream":true})");
+  auto r = request(f.port, "POST", "/v1/completions",
+                   R"({"prompt":"FAIL","max_tokens":10,"stream":true})");
   REQUIRE(r.status == 200);
   auto events = sse_payloads(r.body);
   REQUIRE(events.size() == 5);
   // The choice ends with finish_reason "error", then the error event, then [DONE].
-  CHECK(json::parse(events[2])->find("choices")->as_array()[0].find("finish_reason")->as_string() == "error");
-  CHECK(json::parse(events[3])->find("error")->find("message")->as_string() == "simulated executor failure");
+  CHECK(json::parse(events[2])->find("choices")->as_array()[0].find("finish_reason")->as_string() ==
+        "error");
+  CHECK(json::parse(events[3])->find("error")->find("message")->as_string() ==
+        "simulated executor failure");
   CHECK(events[4] == "[DONE]");
-  auto nonstream = request(f.port, "POST", "/v1/completions", R"({"prompt":"FAIL","max_tokens":10})");
+  auto nonstream =
+      request(f.port, "POST", "/v1/completions", R"({"prompt":"FAIL","max_tokens":10})");
   CHECK(nonstream.status == 500);
 }
 
@@ -239,7 +272,8 @@ TEST_CASE("lifecycle: 503 while loading, 200 once attached, 503 with Retry-After
   http::api_options opts;
   opts.served_model_name = "fake-model";
   http::openai_api api(opts);  // no engine yet: the model is loading
-  http::http_server server(io, {}, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
+  http::http_server server(
+      io, {}, [&api](http::http_request& r, http::response_writer& w) { return api.handle(r, w); });
   auto p = server.listen("127.0.0.1", 0);
   REQUIRE(p);
   std::thread t([&io] { io.run(); });
@@ -247,7 +281,8 @@ TEST_CASE("lifecycle: 503 while loading, 200 once attached, 503 with Retry-After
   auto loading = request(*p, "GET", "/health");
   CHECK(loading.status == 503);
   CHECK(body_json(loading).find("status")->as_string() == "loading");
-  auto gen = request(*p, "POST", "/v1/completions", R"({"model":"fake-model","prompt":"hi","max_tokens":2})");
+  auto gen = request(*p, "POST", "/v1/completions",
+                     R"({"model":"fake-model","prompt":"hi","max_tokens":2})");
   CHECK(gen.status == 503);
   CHECK(gen.head.find("Retry-After: ") != std::string::npos);
   CHECK(body_json(gen).find("error")->find("type")->as_string() == "ServiceUnavailableError");
@@ -261,7 +296,8 @@ TEST_CASE("lifecycle: 503 while loading, 200 once attached, 503 with Retry-After
   auto draining = request(*p, "GET", "/health");
   CHECK(draining.status == 503);
   CHECK(body_json(draining).find("status")->as_string() == "draining");
-  auto late = request(*p, "POST", "/v1/completions", R"({"model":"fake-model","prompt":"hi","max_tokens":2})");
+  auto late = request(*p, "POST", "/v1/completions",
+                      R"({"model":"fake-model","prompt":"hi","max_tokens":2})");
   CHECK(late.status == 503);
   CHECK(late.head.find("Retry-After: ") != std::string::npos);
 
@@ -270,12 +306,14 @@ TEST_CASE("lifecycle: 503 while loading, 200 once attached, 503 with Retry-After
   t.join();
 }
 
-TEST_CASE("SSE keep-alive: a comment line while a stream waits, events intact", "[http][server][sse]") {
+TEST_CASE("SSE keep-alive: a comment line while a stream waits, events intact",
+          "[http][server][sse]") {
   http::api_options opts;
   opts.sse_keepalive = 40ms;
   server_fixture f({}, opts);
   f.engine.token_delay_ms = 150;  // each token waits longer than the keep-alive interval
-  auto r = request(f.port, "POST", "/v1/completions", R"({"prompt":"abc","max_tokens":3,"stream":true})");
+  auto r = request(f.port, "POST", "/v1/completions",
+                   R"({"prompt":"abc","max_tokens":3,"stream":true})");
   REQUIRE(r.status == 200);
   // Comments come between events, never inside one; without them the events are as usual.
   std::string events_only;
@@ -285,8 +323,10 @@ TEST_CASE("SSE keep-alive: a comment line while a stream waits, events intact", 
     const size_t end = r.body.find("\n\n", pos);
     REQUIRE(end != std::string::npos);
     const std::string block = r.body.substr(pos, end + 2 - pos);
-    if (block == ": keep-alive\n\n") ++comments;
-    else events_only += block;
+    if (block == ": keep-alive\n\n")
+      ++comments;
+    else
+      events_only += block;
     pos = end + 2;
   }
   CHECK(comments >= 3);
@@ -294,7 +334,8 @@ TEST_CASE("SSE keep-alive: a comment line while a stream waits, events intact", 
   REQUIRE(events.size() == 3 + 1);
   CHECK(events.back() == "[DONE]");
   std::string text;
-  for (size_t i = 0; i < 3; ++i) text += json::parse(events[i])->find("choices")->as_array()[0].find("text")->as_string();
+  for (size_t i = 0; i < 3; ++i)
+    text += json::parse(events[i])->find("choices")->as_array()[0].find("text")->as_string();
   CHECK(text == "abc");
 }
 
@@ -303,7 +344,8 @@ TEST_CASE("SSE keep-alive off: no comment lines", "[http][server][sse]") {
   opts.sse_keepalive = 0ms;
   server_fixture f({}, opts);
   f.engine.token_delay_ms = 60;
-  auto r = request(f.port, "POST", "/v1/completions", R"({"prompt":"abc","max_tokens":2,"stream":true})");
+  auto r = request(f.port, "POST", "/v1/completions",
+                   R"({"prompt":"abc","max_tokens":2,"stream":true})");
   REQUIRE(r.status == 200);
   CHECK(r.body.find(": keep-alive") == std::string::npos);
   CHECK(sse_payloads(r.body).size() == 3);

@@ -2,7 +2,6 @@
 // security headers, /api/status and /api/trace behind the API key, --no-webui; and status_json()
 // from known counters, history and trace spans.
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <thread>
 
@@ -23,7 +22,9 @@ json::value parse_body(const std::string& body) {
   return std::move(v).value();
 }
 
-bool has_header(const raw_response& r, const std::string& line) { return r.head.find(line) != std::string::npos; }
+bool has_header(const raw_response& r, const std::string& line) {
+  return r.head.find(line) != std::string::npos;
+}
 
 }  // namespace
 
@@ -77,7 +78,8 @@ TEST_CASE("web UI: /api/status reports the engine's counters and history", "[htt
   CHECK(request(f.port, "POST", "/api/status", "{}").status == 405);
 }
 
-TEST_CASE("web UI: with an API key the pages stay open and their data needs the key", "[http][webui]") {
+TEST_CASE("web UI: with an API key the pages stay open and their data needs the key",
+          "[http][webui]") {
   http::api_options o;
   o.api_key = "sekrit";
   server_fixture f({}, o);
@@ -89,7 +91,8 @@ TEST_CASE("web UI: with an API key the pages stay open and their data needs the 
   CHECK(parse_body(denied.body).find("error")->find("code")->as_string() == "invalid_api_key");
   CHECK(request(f.port, "GET", "/api/trace").status == 401);
   CHECK(request(f.port, "GET", "/api/status", {}, "Authorization: Bearer wrong\r\n").status == 401);
-  CHECK(request(f.port, "GET", "/api/status", {}, "Authorization: Bearer sekrit\r\n").status == 200);
+  CHECK(request(f.port, "GET", "/api/status", {}, "Authorization: Bearer sekrit\r\n").status ==
+        200);
 }
 
 TEST_CASE("web UI: off, every page, file and data route answers 404", "[http][webui]") {
@@ -133,7 +136,8 @@ TEST_CASE("status_json: rates from the history, busy time from the trace, newest
   const uint32_t tok0 = tr.register_actor("tokenizer0");
   (void)tr.register_actor("tokenizer1");
   const int64_t now = tr.now_ns();
-  auto rec = [&](uint32_t actor, uint64_t rid, int64_t start_ms_ago, int64_t dur_ms, const char* what) {
+  auto rec = [&](uint32_t actor, uint64_t rid, int64_t start_ms_ago, int64_t dur_ms,
+                 const char* what) {
     rt::span s;
     s.message = what;
     s.actor_id = actor;
@@ -158,7 +162,8 @@ TEST_CASE("status_json: rates from the history, busy time from the trace, newest
   CHECK(v.find("throughput")->find("prompt_tokens_per_second")->as_double() == Approx(0.0));
   CHECK(v.find("prefix_cache")->find("hit_rate")->as_double() == Approx(0.25));
   CHECK(v.find("prefix_cache")->find("hit_rate_last_minute")->as_double() == Approx(0.5));
-  CHECK(v.find("history")->find("generation_tokens_per_second")->as_array().back().as_double() == Approx(10.0));
+  CHECK(v.find("history")->find("generation_tokens_per_second")->as_array().back().as_double() ==
+        Approx(10.0));
   CHECK(v.find("requests")->as_array()[0].find("state")->as_string() == "running");
   const auto& actors = v.find("actors")->as_array();
   REQUIRE(actors.size() == 2);

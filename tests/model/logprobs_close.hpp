@@ -31,17 +31,18 @@ inline std::vector<int32_t> top_k_ids(const std::vector<float>& row, size_t k) {
   std::vector<int32_t> idx(row.size());
   std::iota(idx.begin(), idx.end(), 0);
   k = std::min(k, idx.size());
-  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(k), idx.end(), [&](int32_t x, int32_t y) {
-    return row[size_t(x)] > row[size_t(y)] || (row[size_t(x)] == row[size_t(y)] && x < y);
-  });
+  std::partial_sort(
+      idx.begin(), idx.begin() + std::ptrdiff_t(k), idx.end(), [&](int32_t x, int32_t y) {
+        return row[size_t(x)] > row[size_t(y)] || (row[size_t(x)] == row[size_t(y)] && x < y);
+      });
   idx.resize(k);
   return idx;
 }
 
 // a[step], b[step]: the raw logits of the same prefix from the two sides (log-softmax is monotone,
 // so the top-k of logits is the top-k of logprobs).
-inline close_report logprobs_close(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
-                                   size_t top_k = 5) {
+inline close_report logprobs_close(const std::vector<std::vector<float>>& a,
+                                   const std::vector<std::vector<float>>& b, size_t top_k = 5) {
   close_report r;
   for (size_t step = 0; step < std::min(a.size(), b.size()); ++step) {
     if (a[step].size() != b[step].size() || a[step].empty()) {
@@ -50,7 +51,8 @@ inline close_report logprobs_close(const std::vector<std::vector<float>>& a, con
       return r;
     }
     float worst = 0.0f;
-    for (size_t i = 0; i < a[step].size(); ++i) worst = std::max(worst, std::fabs(a[step][i] - b[step][i]));
+    for (size_t i = 0; i < a[step].size(); ++i)
+      worst = std::max(worst, std::fabs(a[step][i] - b[step][i]));
     r.max_abs_logit_diff.push_back(worst);
     ++r.steps_compared;
     const auto ta = top_k_ids(a[step], top_k), tb = top_k_ids(b[step], top_k);
@@ -62,8 +64,8 @@ inline close_report logprobs_close(const std::vector<std::vector<float>>& a, con
       return r;
     }
     r.ok = false;
-    r.why = "step " + std::to_string(step) + ": argmax " + std::to_string(ta[0]) + " vs " + std::to_string(tb[0]) +
-            ", not in each other's top " + std::to_string(top_k);
+    r.why = "step " + std::to_string(step) + ": argmax " + std::to_string(ta[0]) + " vs " +
+            std::to_string(tb[0]) + ", not in each other's top " + std::to_string(top_k);
     return r;
   }
   return r;
@@ -86,7 +88,8 @@ inline logits_run run_logits(executor& ex, seq_id_t id, const std::vector<int32_
   logits_run out;
   const int32_t total = int32_t(prompt.size()) + steps;
   std::vector<int32_t> table;
-  for (int32_t b = 0; b < (total + block_size - 1) / block_size; ++b) table.push_back(first_block + b);
+  for (int32_t b = 0; b < (total + block_size - 1) / block_size; ++b)
+    table.push_back(first_block + b);
   step_plan p;
   p.step_id = 1;
   new_seq n;

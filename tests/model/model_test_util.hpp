@@ -19,8 +19,8 @@ class temp_dir {
   explicit temp_dir(const std::string& tag) {
     static std::atomic<int> counter{0};  // test-only: unique names within one process
     path_ = std::filesystem::temp_directory_path() /
-            ("coserve-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-             std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+            ("coserve-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) +
+             "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
     std::filesystem::create_directories(path_);
   }
   ~temp_dir() {

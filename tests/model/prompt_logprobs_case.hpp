@@ -4,9 +4,8 @@
 // CUDA executor's (tests/gpu/test_gpu_executor.cpp).
 #pragma once
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -17,7 +16,8 @@ namespace coserve::test {
 
 // Greedy tokens of `prompt`, prefilled in one step then decoded with k_token_from_last_step; the
 // sequence is dropped afterwards.
-inline std::vector<int32_t> greedy_tokens(executor& ex, seq_id_t id, const std::vector<int32_t>& prompt, int n,
+inline std::vector<int32_t> greedy_tokens(executor& ex, seq_id_t id,
+                                          const std::vector<int32_t>& prompt, int n,
                                           std::vector<int32_t> table) {
   step_plan plan;
   new_seq ns;
@@ -80,9 +80,11 @@ inline void prompt_logprobs_case(executor& ex, int32_t vocab, double margin) {
       CHECK(got[p].token == tok);
       CHECK(got[p].logprob == Approx(lg[size_t(tok)] - lse).margin(margin));
       if (margin <= 1e-4)  // the same logits: the same rank
-        CHECK(got[p].rank == 1 + std::count_if(lg.begin(), lg.end(), [&](float v) { return v > lg[size_t(tok)]; }));
+        CHECK(got[p].rank == 1 + std::count_if(lg.begin(), lg.end(),
+                                               [&](float v) { return v > lg[size_t(tok)]; }));
       REQUIRE(got[p].top.size() == 3);
-      CHECK(lg[size_t(got[p].top[0].token)] >= *std::max_element(lg.begin(), lg.end()) - float(margin));
+      CHECK(lg[size_t(got[p].top[0].token)] >=
+            *std::max_element(lg.begin(), lg.end()) - float(margin));
       CHECK(got[p].top[0].logprob >= got[p].top[1].logprob);
       CHECK(got[p].top[1].logprob >= got[p].top[2].logprob);
     }
@@ -106,15 +108,18 @@ inline void prompt_logprobs_case(executor& ex, int32_t vocab, double margin) {
   ns.seq_id = 2;
   plan.new_seqs = {ns, greedy(3, other)};
   plan.seqs.push_back({3, other, 0, {11}, true});
-  plan.seqs.push_back({2, std::vector<int32_t>(prompt.begin(), prompt.begin() + 16), 0, {0, 1, 2}, false});
+  plan.seqs.push_back(
+      {2, std::vector<int32_t>(prompt.begin(), prompt.begin() + 16), 0, {0, 1, 2}, false});
   std::vector<int32_t> others;
   std::vector<prompt_logprob> got;
   for (int32_t chunk = 0; chunk < 3; ++chunk) {
     auto r = ex.execute(plan);
     REQUIRE(r.ok());
     for (const auto& o : r->outputs) {
-      if (o.seq_id == 3) others.push_back(o.token);
-      else got = o.prompt_logprobs;
+      if (o.seq_id == 3)
+        others.push_back(o.token);
+      else
+        got = o.prompt_logprobs;
       if (o.seq_id == 3) CHECK(o.prompt_logprobs.empty());
     }
     plan.new_seqs.clear();
@@ -122,7 +127,11 @@ inline void prompt_logprobs_case(executor& ex, int32_t vocab, double margin) {
     plan.seqs[0].tokens = {k_token_from_last_step};
     const int32_t at = 16 * (chunk + 1);
     const int32_t len = chunk == 0 ? 16 : 8;
-    plan.seqs[1] = {2, std::vector<int32_t>(prompt.begin() + at, prompt.begin() + at + len), at, {0, 1, 2}, chunk == 1};
+    plan.seqs[1] = {2,
+                    std::vector<int32_t>(prompt.begin() + at, prompt.begin() + at + len),
+                    at,
+                    {0, 1, 2},
+                    chunk == 1};
   }
   check(got);
   CHECK(others == std::vector<int32_t>(solo.begin(), solo.begin() + 3));

@@ -1,9 +1,8 @@
 // The executor's step protocol: registration, k_token_from_last_step, block copies, finished,
 // return_logits, errors, verification of proposals.
-#include <catch2/catch.hpp>
-
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <catch2/catch.hpp>
 #include <map>
 
 #include "model_test_util.hpp"
@@ -25,14 +24,15 @@ std::unique_ptr<cpu_executor> make_executor(const test::temp_dir& dir, bool logi
 }
 
 // Greedy tokens of `prompt`, prefilled in one step then decoded with k_token_from_last_step.
-std::vector<int32_t> generate(cpu_executor& ex, seq_id_t id, const std::vector<int32_t>& prompt, int n,
-                              std::vector<int32_t> table) {
+std::vector<int32_t> generate(cpu_executor& ex, seq_id_t id, const std::vector<int32_t>& prompt,
+                              int n, std::vector<int32_t> table) {
   return test::greedy_tokens(ex, id, prompt, n, std::move(table));
 }
 
 // Runs `plan` (one sequence, sampled), then decodes with k_token_from_last_step until `out` holds
 // n tokens; returns them.
-std::vector<int32_t> decode_until(executor& ex, step_plan plan, std::vector<int32_t> out, size_t n) {
+std::vector<int32_t> decode_until(executor& ex, step_plan plan, std::vector<int32_t> out,
+                                  size_t n) {
   while (out.size() < n) {
     auto r = ex.execute(plan);
     REQUIRE(r.ok());
@@ -46,7 +46,8 @@ std::vector<int32_t> decode_until(executor& ex, step_plan plan, std::vector<int3
 
 }  // namespace
 
-TEST_CASE("executor: info, decode via the last step's token, finished drops state", "[model][executor]") {
+TEST_CASE("executor: info, decode via the last step's token, finished drops state",
+          "[model][executor]") {
   test::temp_dir dir("exec");
   auto ex = make_executor(dir, false);
   const executor_info info = ex->info();
@@ -121,7 +122,8 @@ TEST_CASE("executor: block copies fork a sequence, return_logits, errors", "[mod
   CHECK_FALSE(ex->execute(bad).ok());  // beyond max_model_len
 }
 
-TEST_CASE("executor: seeded sampling is reproducible across executors and across preemption", "[model][executor]") {
+TEST_CASE("executor: seeded sampling is reproducible across executors and across preemption",
+          "[model][executor]") {
   test::temp_dir dir("exec3");
   auto ex = make_executor(dir, false);
   auto run = [&](seq_id_t id, uint64_t seed) {
@@ -160,7 +162,8 @@ TEST_CASE("executor: seeded sampling is reproducible across executors and across
   }
 }
 
-TEST_CASE("executor: finished, aborted, preempted and failed-step sequences all leave no state", "[model][executor]") {
+TEST_CASE("executor: finished, aborted, preempted and failed-step sequences all leave no state",
+          "[model][executor]") {
   test::temp_dir dir("exec4");
   auto ex = make_executor(dir, false);
   std::map<seq_id_t, std::vector<int32_t>> sampled;
@@ -211,10 +214,18 @@ TEST_CASE("executor: finished, aborted, preempted and failed-step sequences all 
     p.seqs.push_back(decode(d, 5, 3));
     p.finished = {c};
     switch (round % 4) {
-      case 0: p.block_copies = {{0, 16}}; break;          // block outside the cache
-      case 1: p.seqs.back().tokens = {1000}; break;       // token outside the vocabulary
-      case 2: p.seqs.push_back(decode(999999, 0, 5)); break;  // never registered
-      default: p.seqs.back().start_pos = 300; break;      // beyond max_model_len
+      case 0:
+        p.block_copies = {{0, 16}};
+        break;  // block outside the cache
+      case 1:
+        p.seqs.back().tokens = {1000};
+        break;  // token outside the vocabulary
+      case 2:
+        p.seqs.push_back(decode(999999, 0, 5));
+        break;  // never registered
+      default:
+        p.seqs.back().start_pos = 300;
+        break;  // beyond max_model_len
     }
     REQUIRE_FALSE(run(p));
     CHECK(ex->num_live_sequences() == 2);  // d, and e (new_seqs of a failed step stay registered)
@@ -225,7 +236,8 @@ TEST_CASE("executor: finished, aborted, preempted and failed-step sequences all 
     REQUIRE(run(p, true));
     CHECK(ex->num_live_sequences() == 0);
 
-    // c comes back (recompute after preemption), runs one step, then finishes with a step that fails.
+    // c comes back (recompute after preemption), runs one step, then finishes with a step that
+    // fails.
     REQUIRE(sampled[c].size() == 3);
     new_seq again = test::greedy_seq(c, prompt);
     again.output_ids = sampled[c];
@@ -246,9 +258,11 @@ TEST_CASE("executor: finished, aborted, preempted and failed-step sequences all 
   CHECK(ex->num_live_sequences() == 0);
 }
 
-TEST_CASE("executor: launch / collect with two steps in flight gives what execute() gives, and a failed step's "
-          "sequences are left out of the step launched behind it",
-          "[model][executor][launch]") {
+TEST_CASE(
+    "executor: launch / collect with two steps in flight gives what execute() gives, and a failed "
+    "step's "
+    "sequences are left out of the step launched behind it",
+    "[model][executor][launch]") {
   test::temp_dir dir("exec-launch");
   auto sync = make_executor(dir, false);
   cpu_executor_options o;
@@ -271,9 +285,12 @@ TEST_CASE("executor: launch / collect with two steps in flight gives what execut
   const std::vector<int32_t> want_b = decode_until(*sync, pb_plan, {}, 8);
 
   asio::io_context io;
-  auto work = asio::make_work_guard(io);  // run_one() waits for the completions, never stops the context
+  auto work =
+      asio::make_work_guard(io);  // run_one() waits for the completions, never stops the context
   int ready = 0;
-  auto launch = [&](step_plan p) { async.launch(std::move(p), io.get_executor(), [&ready] { ++ready; }); };
+  auto launch = [&](step_plan p) {
+    async.launch(std::move(p), io.get_executor(), [&ready] { ++ready; });
+  };
   int collected = 0;
   auto collect = [&]() {
     while (ready <= collected) io.run_one();
@@ -293,7 +310,8 @@ TEST_CASE("executor: launch / collect with two steps in flight gives what execut
       step_plan n;
       n.step_id = uint64_t(step + 1);
       const int32_t pos_a = int32_t(pa.size()) + step - 1, pos_b = int32_t(pb.size()) + step - 1;
-      n.seqs = {{1, {k_token_from_last_step}, pos_a, {0}, true}, {2, {k_token_from_last_step}, pos_b, {1}, true}};
+      n.seqs = {{1, {k_token_from_last_step}, pos_a, {0}, true},
+                {2, {k_token_from_last_step}, pos_b, {1}, true}};
       launch(n);
     }
     auto r = collect();
@@ -317,7 +335,8 @@ TEST_CASE("executor: launch / collect with two steps in flight gives what execut
   step_plan next;
   next.step_id = 21;
   next.new_seqs = {test::greedy_seq(3, pa)};
-  next.seqs = {{1, {k_token_from_last_step}, int32_t(pa.size()) + 9, {0, 2}, true}, {3, pa, 0, {3}, true}};
+  next.seqs = {{1, {k_token_from_last_step}, int32_t(pa.size()) + 9, {0, 2}, true},
+               {3, pa, 0, {3}, true}};
   next.finished = {2};
   launch(next);
   auto rb = collect();
@@ -350,7 +369,8 @@ TEST_CASE("executor: the owner's io_context may go as soon as a launched step's 
   REQUIRE(ex.ok());
   const std::vector<int32_t> prompt{5, 9, 14};
   for (int round = 0; round < 200; ++round) {
-    asio::io_context io;  // no work guard: the launched step's outstanding work keeps run_one() waiting
+    asio::io_context
+        io;  // no work guard: the launched step's outstanding work keeps run_one() waiting
     bool ready = false;
     step_plan p;
     p.step_id = uint64_t(round + 1);
@@ -366,8 +386,10 @@ TEST_CASE("executor: the owner's io_context may go as soon as a launched step's 
   CHECK((*ex)->num_live_sequences() == 0);
 }
 
-TEST_CASE("executor: prompt logprobs across chunks and beside other sequences equal the next-token logits",
-          "[model][executor]") {
+TEST_CASE(
+    "executor: prompt logprobs across chunks and beside other sequences equal the next-token "
+    "logits",
+    "[model][executor]") {
   test::temp_dir dir("exec_plp");
   auto ex = make_executor(dir, true);
   test::prompt_logprobs_case(*ex, 96, 1e-4);
@@ -377,8 +399,9 @@ TEST_CASE("executor: prompt logprobs across chunks and beside other sequences eq
 
 namespace coserve {
 
-TEST_CASE("executor: verifying proposals, accepted and corrupted, gives plain greedy decoding's tokens",
-          "[model][executor][speculation]") {
+TEST_CASE(
+    "executor: verifying proposals, accepted and corrupted, gives plain greedy decoding's tokens",
+    "[model][executor][speculation]") {
   test::temp_dir dir("exec-verify");
   REQUIRE(make_demo_model(dir.str(), test::tiny_options(31)).ok());
   cpu_executor_options o;
@@ -403,11 +426,14 @@ TEST_CASE("executor: verifying proposals, accepted and corrupted, gives plain gr
   CHECK(spec.accepted > 0);
   CHECK(spec.accepted < spec.proposed);  // the corrupted runs were cut short
   for (size_t i = 1; i < prompts.size(); i += 2)
-    for (size_t c : spec.top_counts[i]) CHECK(c == 2);  // accepted proposals come with their logprobs
+    for (size_t c : spec.top_counts[i])
+      CHECK(c == 2);  // accepted proposals come with their logprobs
 }
 
-TEST_CASE("executor: proposals from a draft model, the model itself or another, give plain greedy decoding's tokens",
-          "[model][executor][speculation]") {
+TEST_CASE(
+    "executor: proposals from a draft model, the model itself or another, give plain greedy "
+    "decoding's tokens",
+    "[model][executor][speculation]") {
   // The driver the CUDA executor's draft test uses (tests/gpu/test_gpu_executor.cpp), here on the
   // CPU executor: every step asks the draft for up to 3 proposals.
   test::temp_dir dir("exec-draft"), other("exec-draft-other");
@@ -435,8 +461,10 @@ TEST_CASE("executor: proposals from a draft model, the model itself or another, 
     INFO(spec.accepted << " of " << spec.proposed << " accepted");
     CHECK(spec.tokens == plain.tokens);
     CHECK(spec.proposed > 0);
-    if (draft == dir.str()) CHECK(spec.accepted == spec.proposed);  // the model as its own draft
-    else CHECK(spec.accepted < spec.proposed);
+    if (draft == dir.str())
+      CHECK(spec.accepted == spec.proposed);  // the model as its own draft
+    else
+      CHECK(spec.accepted < spec.proposed);
   }
 }
 

@@ -36,7 +36,8 @@ std::vector<int32_t> prompt_of(int32_t n, uint64_t seed, int32_t vocab) {
 
 // Runs `prompt` in chunks of the given sizes; returns the logits of every position.
 std::vector<float> run_chunked(fixture& f, cpu_forward& fwd, const std::vector<int32_t>& prompt,
-                               const std::vector<int32_t>& table, const std::vector<int32_t>& chunks) {
+                               const std::vector<int32_t>& table,
+                               const std::vector<int32_t>& chunks) {
   kv_cache cache = f.make_cache();
   std::vector<float> all, part;
   int32_t pos = 0;
@@ -76,7 +77,8 @@ TEST_CASE("forward: chunking and batching do not change logits", "[model][forwar
 
     const auto whole = run_chunked(f, fwd, prompt, table, {37});
     REQUIRE(whole.size() == size_t(37 * vocab));
-    CHECK(test::max_abs_diff(run_chunked(f, fwd, prompt, scattered, {5, 11, 1, 20}), whole) <= 1e-5f);
+    CHECK(test::max_abs_diff(run_chunked(f, fwd, prompt, scattered, {5, 11, 1, 20}), whole) <=
+          1e-5f);
     CHECK(test::max_abs_diff(run_chunked(f, fwd, prompt, table, {1}), whole) <= 1e-5f);
     CHECK(test::max_abs_diff(run_chunked(f, fwd, prompt, scattered, {16}), whole) <= 1e-5f);
 
@@ -94,7 +96,8 @@ TEST_CASE("forward: chunking and batching do not change logits", "[model][forwar
       if (other_pos < 30) {
         const int32_t m = other_pos < 23 ? std::min(10, 23 - other_pos) : 1;
         // After its prompt the other sequence decodes its own prompt ids again, one at a time.
-        const int32_t* tok = other_pos < 23 ? other.data() + other_pos : other.data() + (other_pos - 23);
+        const int32_t* tok =
+            other_pos < 23 ? other.data() + other_pos : other.data() + (other_pos - 23);
         batch.push_back({tok, m, other_pos, &other_table, false});
         other_pos += m;
       }
@@ -117,7 +120,8 @@ TEST_CASE("forward: chunking and batching do not change logits", "[model][forwar
   }
 }
 
-TEST_CASE("forward: last-row logits equal the all-rows run, copied blocks continue alike", "[model][forward]") {
+TEST_CASE("forward: last-row logits equal the all-rows run, copied blocks continue alike",
+          "[model][forward]") {
   fixture f(variant(0));
   cpu_forward fwd(f.weights, f.pool);
   const int32_t vocab = int32_t(f.vocab());

@@ -1,13 +1,13 @@
 // The SIMD kernels against plain scalar references, on every instruction set this CPU can run
 // (dispatch forced to each in turn): matmul for M = 1..64 rows, N and K that are not multiples of
 // any vector width, weights in f32 / bf16 / f16 (unaligned too); attention over paged caches of
-// each KV dtype, causal prefill tiles and split-context decode merged; log-sum-exp (and its argmax).
-#include <catch2/catch.hpp>
-
+// each KV dtype, causal prefill tiles and split-context decode merged; log-sum-exp (and its
+// argmax).
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
-#include <random>
 #include <cstring>
+#include <random>
 #include <tuple>
 #include <vector>
 
@@ -82,9 +82,10 @@ float max_rel_err(const std::vector<float>& got, const std::vector<double>& want
 }
 
 // act_bf16: the reference rounds x to bf16 (nearest even) where the weights are bf16.
-void check_matmul(int64_t M, int64_t N, int64_t K, dtype t, size_t skew, bool accumulate, bool act_bf16 = false) {
-  INFO("M " << M << " N " << N << " K " << K << " dtype " << dtype_name(t) << " skew " << skew << " acc " << accumulate
-            << " act_bf16 " << act_bf16);
+void check_matmul(int64_t M, int64_t N, int64_t K, dtype t, size_t skew, bool accumulate,
+                  bool act_bf16 = false) {
+  INFO("M " << M << " N " << N << " K " << K << " dtype " << dtype_name(t) << " skew " << skew
+            << " acc " << accumulate << " act_bf16 " << act_bf16);
   const auto w = make_weights(t, N, K, uint64_t(M * 131 + N * 7 + K), skew);
   const int64_t ldx = K + 3, ldy = N + 5;  // row strides wider than the rows
   const auto x = random_floats(size_t(M * ldx), uint64_t(K));
@@ -116,7 +117,8 @@ TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[
     CHECK(cpu_isa() == isa);
     for (dtype t : {dtype::f32, dtype::bf16, dtype::f16, dtype::f8_e4m3, dtype::f8_e5m2})
       for (bool act : {false, true}) {
-        for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 32, 64}) check_matmul(M, 37, 83, t, 0, false, act);
+        for (int64_t M : {1, 2, 3, 4, 5, 7, 8, 13, 32, 64})
+          check_matmul(M, 37, 83, t, 0, false, act);
         check_matmul(3, 1, 1, t, 1, false, act);
         check_matmul(5, 6, 17, t, 1, true, act);
         check_matmul(9, 64, 256, t, 0, true, act);
@@ -127,17 +129,19 @@ TEST_CASE("matmul kernel equals the scalar product on every instruction set", "[
         check_matmul(40, 150, 600, t, 1, false, act);
         // Weight rows in several L2 blocks (about 256 KiB of bf16 each) and a partial one.
         check_matmul(20, 301, 2048, t, 1, true, act);
-    }
+      }
   }
 }
 
-TEST_CASE("round_to_bf16_f32 rounds to nearest even as f32_to_bf16 does, NaN stays NaN", "[model][kernels]") {
+TEST_CASE("round_to_bf16_f32 rounds to nearest even as f32_to_bf16 does, NaN stays NaN",
+          "[model][kernels]") {
   isa_guard guard;
   std::vector<float> x = random_floats(1000, 5, 100.0f);
   // Ties (the dropped half exactly 0x8000) both ways, an odd tie that carries into the exponent,
   // infinities, NaNs, signed zero and subnormals.
-  for (uint32_t bits : {0x3f808000u, 0x3f818000u, 0x3fff8000u, 0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
-                        0xffa00000u, 0x7f800001u, 0x80000000u, 0x00000001u, 0x00018000u}) {
+  for (uint32_t bits :
+       {0x3f808000u, 0x3f818000u, 0x3fff8000u, 0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00001u,
+        0xffa00000u, 0x7f800001u, 0x80000000u, 0x00000001u, 0x00018000u}) {
     float f;
     std::memcpy(&f, &bits, 4);
     x.push_back(f);
@@ -152,8 +156,10 @@ TEST_CASE("round_to_bf16_f32 rounds to nearest even as f32_to_bf16 does, NaN sta
       for (int64_t k = 0; k < K; ++k) {
         const float want = bf16_to_f32(f32_to_bf16(x[size_t(m * (K + 5) + k)]));
         const float got = out[size_t(m * K + k)];
-        if (std::isnan(want)) CHECK(std::isnan(got));
-        else CHECK(std::memcmp(&want, &got, 4) == 0);
+        if (std::isnan(want))
+          CHECK(std::isnan(got));
+        else
+          CHECK(std::memcmp(&want, &got, 4) == 0);
       }
   }
 }
@@ -164,40 +170,49 @@ TEST_CASE("round_to_bf16_f32 rounds to nearest even as f32_to_bf16 does, NaN sta
 // serving default) on every instruction set: on the AVX512-BF16 kernel every output is one
 // VDPBF16PS chain and one reduction whatever the tile shape; on the widening kernel one weight row
 // at a time with the same chains at every row count.
-TEST_CASE("bf16 x bf16 products do not depend on the number of rows, on every instruction set", "[model][kernels]") {
+TEST_CASE("bf16 x bf16 products do not depend on the number of rows, on every instruction set",
+          "[model][kernels]") {
   isa_guard guard;
   // The second shape spans several blocks of weight rows (about 256 KiB each) and a partial one.
-  for (const auto& [N, K, Mmax] : {std::tuple<int64_t, int64_t, int64_t>{70, 1030, 100}, {263, 2080, 24}})
-  for (const std::string& isa : cpu_isa_available()) {
-    const auto w = make_weights(dtype::bf16, N, K, 77, 0);
-    const auto x = random_floats(size_t(Mmax * K), 78);
-    REQUIRE(cpu_isa_force(isa));
-    std::vector<float> all(size_t(Mmax * N));
-    matmul_nt(x.data(), K, Mmax, w.ref, N, all.data(), N, false, true);
-    for (int64_t M : {1, 2, 3, 5, 8, 9, 16, 20, 33, 64}) {
-      if (M > Mmax) continue;
-      INFO("isa " << isa << " N " << N << " K " << K << " M " << M);
-      for (int64_t m0 : {int64_t(0), Mmax - M}) {
-        std::vector<float> y(size_t(M * N));
-        matmul_nt(x.data() + m0 * K, K, M, w.ref, N, y.data(), N, false, true);
-        CHECK(std::memcmp(y.data(), all.data() + m0 * N, y.size() * sizeof(float)) == 0);
-        std::vector<uint16_t> xb(size_t(M * K));
-        round_to_bf16(x.data() + m0 * K, K, M, K, xb.data());
-        matmul_nt_bf16(xb.data(), M, w.ref, N, y.data(), N, false);
-        CHECK(std::memcmp(y.data(), all.data() + m0 * N, y.size() * sizeof(float)) == 0);
+  for (const auto& [N, K, Mmax] :
+       {std::tuple<int64_t, int64_t, int64_t>{70, 1030, 100}, {263, 2080, 24}})
+    for (const std::string& isa : cpu_isa_available()) {
+      const auto w = make_weights(dtype::bf16, N, K, 77, 0);
+      const auto x = random_floats(size_t(Mmax * K), 78);
+      REQUIRE(cpu_isa_force(isa));
+      std::vector<float> all(size_t(Mmax * N));
+      matmul_nt(x.data(), K, Mmax, w.ref, N, all.data(), N, false, true);
+      for (int64_t M : {1, 2, 3, 5, 8, 9, 16, 20, 33, 64}) {
+        if (M > Mmax) continue;
+        INFO("isa " << isa << " N " << N << " K " << K << " M " << M);
+        for (int64_t m0 : {int64_t(0), Mmax - M}) {
+          std::vector<float> y(size_t(M * N));
+          matmul_nt(x.data() + m0 * K, K, M, w.ref, N, y.data(), N, false, true);
+          CHECK(std::memcmp(y.data(), all.data() + m0 * N, y.size() * sizeof(float)) == 0);
+          std::vector<uint16_t> xb(size_t(M * K));
+          round_to_bf16(x.data() + m0 * K, K, M, K, xb.data());
+          matmul_nt_bf16(xb.data(), M, w.ref, N, y.data(), N, false);
+          CHECK(std::memcmp(y.data(), all.data() + m0 * N, y.size() * sizeof(float)) == 0);
+        }
       }
     }
-  }
 }
 
-TEST_CASE("bf16 activations prepared once give matmul_nt's products bit for bit, on every instruction set",
-          "[model][kernels]") {
+TEST_CASE(
+    "bf16 activations prepared once give matmul_nt's products bit for bit, on every instruction "
+    "set",
+    "[model][kernels]") {
   isa_guard guard;
   for (const std::string& isa : cpu_isa_available()) {
     REQUIRE(cpu_isa_force(isa));
     if (bf16_dot_active()) continue;  // the AVX512-BF16 kernel has its own entry (matmul_nt_bf16)
-    for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 37, 83}, {3, 19, 600}, {5, 64, 256},
-                                  {7, 9, 1030}, {13, 150, 600}, {32, 37, 83}, {70, 40, 2048}}) {
+    for (const auto& [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 37, 83},
+                                  {3, 19, 600},
+                                  {5, 64, 256},
+                                  {7, 9, 1030},
+                                  {13, 150, 600},
+                                  {32, 37, 83},
+                                  {70, 40, 2048}}) {
       INFO("isa " << isa << " M " << M << " N " << N << " K " << K);
       const auto w = make_weights(dtype::bf16, N, K, uint64_t(M + N + K), 1);
       const int64_t ldx = K + 3;
@@ -229,13 +244,14 @@ TEST_CASE("unknown instruction set names are refused", "[model][kernels]") {
 // Scalar causal attention over a paged cache, in double.
 struct attn_case {
   int32_t head_dim, group, num_kv_heads, block_size, ctx;  // ctx: cached positions after the step
-  int32_t num_q;                                            // queries: the last num_q positions
+  int32_t num_q;                                           // queries: the last num_q positions
   dtype kv;
 };
 
 void check_attention(const attn_case& c, bool split) {
-  INFO("d " << c.head_dim << " group " << c.group << " kvh " << c.num_kv_heads << " bs " << c.block_size << " ctx "
-            << c.ctx << " q " << c.num_q << " kv " << dtype_name(c.kv) << " split " << split);
+  INFO("d " << c.head_dim << " group " << c.group << " kvh " << c.num_kv_heads << " bs "
+            << c.block_size << " ctx " << c.ctx << " q " << c.num_q << " kv " << dtype_name(c.kv)
+            << " split " << split);
   const int32_t nh = c.group * c.num_kv_heads, d = c.head_dim;
   const int32_t blocks = (c.ctx + c.block_size - 1) / c.block_size;
   // Block table in reverse order, so pages are not contiguous.
@@ -256,7 +272,9 @@ void check_attention(const attn_case& c, bool split) {
   const auto q = random_floats(size_t(c.num_q * q_stride), 9);
   const float scale = 1.0f / std::sqrt(float(d));
   const int32_t q_pos0 = c.ctx - c.num_q;
-  auto slot_of = [&](int32_t pos) { return int64_t(table[size_t(pos / c.block_size)]) * c.block_size + pos % c.block_size; };
+  auto slot_of = [&](int32_t pos) {
+    return int64_t(table[size_t(pos / c.block_size)]) * c.block_size + pos % c.block_size;
+  };
 
   std::vector<double> want(size_t(c.num_q) * size_t(nh) * size_t(d));
   for (int32_t i = 0; i < c.num_q; ++i)
@@ -267,7 +285,8 @@ void check_attention(const attn_case& c, bool split) {
       for (int32_t p = 0; p < len; ++p) {
         double dot = 0.0;
         for (int32_t j = 0; j < d; ++j)
-          dot += double(q[size_t(i * q_stride + h * d + j)]) * kx[size_t(slot_of(p) * slot_stride + kvh * d + j)];
+          dot += double(q[size_t(i * q_stride + h * d + j)]) *
+                 kx[size_t(slot_of(p) * slot_stride + kvh * d + j)];
         s[size_t(p)] = dot * scale;
         mx = std::max(mx, s[size_t(p)]);
       }
@@ -275,7 +294,8 @@ void check_attention(const attn_case& c, bool split) {
       for (double& e : s) sum += e = std::exp(e - mx);
       for (int32_t j = 0; j < d; ++j) {
         double o = 0.0;
-        for (int32_t p = 0; p < len; ++p) o += s[size_t(p)] / sum * vx[size_t(slot_of(p) * slot_stride + kvh * d + j)];
+        for (int32_t p = 0; p < len; ++p)
+          o += s[size_t(p)] / sum * vx[size_t(slot_of(p) * slot_stride + kvh * d + j)];
         want[size_t((i * nh + h) * d + j)] = o;
       }
     }
@@ -318,31 +338,35 @@ void check_attention(const attn_case& c, bool split) {
       attend(t);
     }
     REQUIRE(c.num_q == 1);
-    attn_merge(3, rows, d, mx.data(), sum.data(), acc.data(), out.data() + int64_t(kvh) * c.group * d, out_stride,
-               c.group);
+    attn_merge(3, rows, d, mx.data(), sum.data(), acc.data(),
+               out.data() + int64_t(kvh) * c.group * d, out_stride, c.group);
   }
   CHECK(max_rel_err(out, want) <= 2e-5f);
 }
 
-TEST_CASE("attention kernel equals scalar causal attention on every instruction set", "[model][kernels]") {
+TEST_CASE("attention kernel equals scalar causal attention on every instruction set",
+          "[model][kernels]") {
   isa_guard guard;
   for (const std::string& isa : cpu_isa_available()) {
     REQUIRE(cpu_isa_force(isa));
     INFO("isa " << isa);
     for (dtype kv : {dtype::f32, dtype::bf16, dtype::f16, dtype::f8_e4m3, dtype::f8_e5m2}) {
-      check_attention({64, 4, 2, 16, 1, 1, kv}, false);     // first token
-      check_attention({64, 4, 2, 16, 77, 1, kv}, false);    // decode
-      check_attention({64, 4, 2, 16, 77, 1, kv}, true);     // decode, context split
-      check_attention({32, 3, 1, 16, 40, 40, kv}, false);   // prefill from position 0
-      check_attention({24, 2, 3, 5, 50, 9, kv}, false);     // chunk after a cached prefix, odd sizes
-      check_attention({17, 1, 2, 64, 130, 7, kv}, false);   // head_dim below and not a multiple of lanes
-      check_attention({17, 3, 1, 16, 60, 6, kv}, false);    // the same with enough rows to score against K transposed
+      check_attention({64, 4, 2, 16, 1, 1, kv}, false);    // first token
+      check_attention({64, 4, 2, 16, 77, 1, kv}, false);   // decode
+      check_attention({64, 4, 2, 16, 77, 1, kv}, true);    // decode, context split
+      check_attention({32, 3, 1, 16, 40, 40, kv}, false);  // prefill from position 0
+      check_attention({24, 2, 3, 5, 50, 9, kv}, false);    // chunk after a cached prefix, odd sizes
+      check_attention({17, 1, 2, 64, 130, 7, kv},
+                      false);  // head_dim below and not a multiple of lanes
+      check_attention({17, 3, 1, 16, 60, 6, kv},
+                      false);  // the same with enough rows to score against K transposed
       check_attention({128, 8, 1, 32, 300, 1, kv}, true);
     }
   }
 }
 
-TEST_CASE("log_sum_exp equals the double-precision sum, -inf entries count as zero", "[model][kernels]") {
+TEST_CASE("log_sum_exp equals the double-precision sum, -inf entries count as zero",
+          "[model][kernels]") {
   isa_guard guard;
   for (const std::string& isa : cpu_isa_available()) {
     REQUIRE(cpu_isa_force(isa));
@@ -362,8 +386,10 @@ TEST_CASE("log_sum_exp equals the double-precision sum, -inf entries count as ze
   }
 }
 
-TEST_CASE("log_sum_exp_argmax: log_sum_exp bit for bit and std::max_element's index, on every instruction set",
-          "[model][kernels]") {
+TEST_CASE(
+    "log_sum_exp_argmax: log_sum_exp bit for bit and std::max_element's index, on every "
+    "instruction set",
+    "[model][kernels]") {
   isa_guard guard;
   std::mt19937 g(11);
   for (const std::string& isa : cpu_isa_available()) {
@@ -374,7 +400,8 @@ TEST_CASE("log_sum_exp_argmax: log_sum_exp bit for bit and std::max_element's in
         INFO("n " << n << " variant " << variant);
         // Coarse values (many ties), the maximum repeated late, or in the tail after the vectors.
         std::vector<float> x(n);
-        for (float& v : x) v = variant == 0 ? float(int(g() % 64)) / 8.0f : float(int(g() % 200001) - 100000) / 1e4f;
+        for (float& v : x)
+          v = variant == 0 ? float(int(g() % 64)) / 8.0f : float(int(g() % 200001) - 100000) / 1e4f;
         if (variant >= 1 && n > 1) x[n - 1] = 1e3f;
         if (variant == 2 && n > 3) x[n / 2] = 1e3f;
         if (variant == 3) x[g() % n] = -INFINITY;
@@ -393,7 +420,8 @@ TEST_CASE("log_sum_exp_argmax: log_sum_exp bit for bit and std::max_element's in
   }
 }
 
-TEST_CASE("mask_logits clears exactly the tokens whose bit is clear, on every instruction set", "[model][kernels]") {
+TEST_CASE("mask_logits clears exactly the tokens whose bit is clear, on every instruction set",
+          "[model][kernels]") {
   isa_guard guard;
   std::mt19937 g(9);
   for (const std::string& isa : cpu_isa_available()) {

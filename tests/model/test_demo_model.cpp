@@ -1,5 +1,4 @@
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 
 #include "model/config.hpp"
@@ -30,8 +29,9 @@ TEST_CASE("demo model: same options, same bytes, another seed, other weights", "
 }
 
 TEST_CASE("demo model: flags parse into options, bad flags are errors", "[model][demo]") {
-  auto ok = parse_demo_args({"DIR", "--seed", "5", "--architecture", "qwen2", "--dtype", "f16", "--num-kv-heads", "1",
-                             "--rope-scaling", "llama3", "--tie-embeddings", "--head-dim", "16"});
+  auto ok = parse_demo_args({"DIR", "--seed", "5", "--architecture", "qwen2", "--dtype", "f16",
+                             "--num-kv-heads", "1", "--rope-scaling", "llama3", "--tie-embeddings",
+                             "--head-dim", "16"});
   REQUIRE(ok.ok());
   CHECK(ok->dir == "DIR");
   CHECK(ok->options.seed == 5);

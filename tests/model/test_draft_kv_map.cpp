@@ -1,7 +1,6 @@
 // draft_kv_map: which draft cache positions stay valid as the model's cache is written, rolled
 // back, reused by other sequences, copied and shared as a cached prefix.
 #include <catch2/catch.hpp>
-
 #include <vector>
 
 #include "model/draft_kv_map.hpp"
@@ -18,8 +17,10 @@ std::vector<int32_t> range_tokens(int32_t from, int32_t n) {
 
 }  // namespace
 
-TEST_CASE("draft_kv_map: nothing is valid until the draft computes it, and the model's writes alone add nothing",
-          "[model][speculation]") {
+TEST_CASE(
+    "draft_kv_map: nothing is valid until the draft computes it, and the model's writes alone add "
+    "nothing",
+    "[model][speculation]") {
   draft_kv_map m(8, 4);
   const std::vector<int32_t> table{3, 5, 1};
   CHECK(m.valid_prefix(table, 12) == 0);
@@ -35,8 +36,10 @@ TEST_CASE("draft_kv_map: nothing is valid until the draft computes it, and the m
   CHECK(m.valid_prefix(table, 10) == 10);
 }
 
-TEST_CASE("draft_kv_map: accepted proposals stay valid, a rejected one cuts its block and every block after it",
-          "[model][speculation]") {
+TEST_CASE(
+    "draft_kv_map: accepted proposals stay valid, a rejected one cuts its block and every block "
+    "after it",
+    "[model][speculation]") {
   draft_kv_map m(8, 4);
   const std::vector<int32_t> table{0, 1, 2, 3};
   const auto t = range_tokens(10, 7);  // positions 0..6, the model computed them
@@ -67,8 +70,10 @@ TEST_CASE("draft_kv_map: accepted proposals stay valid, a rejected one cuts its 
   CHECK(m.valid_prefix(table, 12) == 9);
 }
 
-TEST_CASE("draft_kv_map: a block given to another sequence or at another index starts over, even with equal tokens",
-          "[model][speculation]") {
+TEST_CASE(
+    "draft_kv_map: a block given to another sequence or at another index starts over, even with "
+    "equal tokens",
+    "[model][speculation]") {
   draft_kv_map m(8, 4);
   const auto t = range_tokens(0, 8);
   const std::vector<int32_t> a{2, 4};
@@ -86,9 +91,11 @@ TEST_CASE("draft_kv_map: a block given to another sequence or at another index s
   CHECK(m.valid_prefix(c, 8) == 0);
 }
 
-TEST_CASE("draft_kv_map: a copied block keeps what it held for the sequence that takes it over, and a shared prefix "
-          "stays valid for every sequence reading it",
-          "[model][speculation]") {
+TEST_CASE(
+    "draft_kv_map: a copied block keeps what it held for the sequence that takes it over, and a "
+    "shared prefix "
+    "stays valid for every sequence reading it",
+    "[model][speculation]") {
   draft_kv_map m(8, 4);
   const auto t = range_tokens(0, 6);
   const std::vector<int32_t> parent{0, 1};

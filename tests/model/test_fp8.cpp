@@ -1,9 +1,10 @@
 // fp8 checkpoints: the E4M3 / E5M2 codecs against ml_dtypes (fixture written by
 // tests/reference/make_fp8_fixtures.py), the scale layouts of dequantize_fp8, and config.json's
-// quantization_config. tests/python/test_fp8_checkpoint.py loads whole fp8 folders through the binary.
-#include <catch2/catch.hpp>
+// quantization_config. tests/python/test_fp8_checkpoint.py loads whole fp8 folders through the
+// binary.
 #include <simdjson.h>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 
@@ -82,7 +83,8 @@ TEST_CASE("fp8: E4M3 and E5M2 decode and encode as ml_dtypes does", "[model][fp8
 TEST_CASE("fp8: dequantization with per-tensor, per-channel and per-block scales", "[model][fp8]") {
   const int64_t rows = 5, cols = 7;
   std::vector<uint8_t> codes(size_t(rows * cols));
-  for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint8_t((i * 37 + 11) & 0xff) & 0xf7;  // no NaN codes
+  for (size_t i = 0; i < codes.size(); ++i)
+    codes[i] = uint8_t((i * 37 + 11) & 0xff) & 0xf7;  // no NaN codes
   const tensor_view w = view("l.weight", dtype::f8_e4m3, {rows, cols}, codes.data());
   auto expect = [&](const std::vector<uint16_t>& got, auto scale_of) {
     REQUIRE(got.size() == codes.size());
@@ -117,14 +119,16 @@ TEST_CASE("fp8: dequantization with per-tensor, per-channel and per-block scales
     // Without a block size from the config: 128 x 128, so this scale's shape is wrong.
     auto bad = dequantize_fp8(w, view("l.weight_scale_inv", dtype::f32, {3, 3}, s.data()), 0, 0);
     REQUIRE_FALSE(bad);
-    CHECK_THAT(bad.err().message, Catch::Contains("l.weight") && Catch::Contains("ceil(rows / 128)"));
+    CHECK_THAT(bad.err().message,
+               Catch::Contains("l.weight") && Catch::Contains("ceil(rows / 128)"));
   }
   SECTION("E5M2 codes") {
     const float s = 2.0f;
     const tensor_view w2 = view("l.weight", dtype::f8_e5m2, {rows, cols}, codes.data());
     auto got = dequantize_fp8(w2, view("l.weight_scale", dtype::f32, {1}, &s), 0, 0);
     REQUIRE(got);
-    for (size_t i = 0; i < codes.size(); ++i) CHECK((*got)[i] == f32_to_bf16(e5m2_to_f32(codes[i]) * 2.0f));
+    for (size_t i = 0; i < codes.size(); ++i)
+      CHECK((*got)[i] == f32_to_bf16(e5m2_to_f32(codes[i]) * 2.0f));
   }
   SECTION("malformed scales are errors naming both tensors") {
     std::vector<float> s(4, 1.0f);
@@ -144,27 +148,33 @@ TEST_CASE("fp8: dequantization with per-tensor, per-channel and per-block scales
 
 TEST_CASE("fp8: quantization_config of fp8 and compressed-tensors checkpoints, others refused",
           "[model][fp8][config]") {
-  const std::string base = R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
+  const std::string base =
+      R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 128,
     "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100)";
-  auto parse = [&](const std::string& q) { return parse_model_config(base + R"(, "quantization_config": )" + q + "}", "c.json"); };
+  auto parse = [&](const std::string& q) {
+    return parse_model_config(base + R"(, "quantization_config": )" + q + "}", "c.json");
+  };
 
   auto none = parse_model_config(base + "}", "c.json");
   REQUIRE(none);
   CHECK(none->quantization.method.empty());
 
-  auto block = parse(R"({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 64]})");
+  auto block = parse(
+      R"({"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 64]})");
   REQUIRE(block);
   CHECK(block->quantization.method == "fp8");
   CHECK(block->quantization.block_rows == 128);
   CHECK(block->quantization.block_cols == 64);
   CHECK_FALSE(block->quantization.static_activations);
 
-  auto tensor = parse(R"({"quant_method": "fp8", "activation_scheme": "static", "ignored_layers": ["lm_head"]})");
+  auto tensor = parse(
+      R"({"quant_method": "fp8", "activation_scheme": "static", "ignored_layers": ["lm_head"]})");
   REQUIRE(tensor);
   CHECK(tensor->quantization.block_rows == 0);
   CHECK(tensor->quantization.static_activations);
 
-  auto ct = parse(R"({"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
+  auto ct = parse(
+      R"({"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],
     "config_groups": {"group_0": {"targets": ["Linear"],
       "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false},
       "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}}}})");
@@ -179,18 +189,22 @@ TEST_CASE("fp8: quantization_config of fp8 and compressed-tensors checkpoints, o
   CHECK(ct_block->quantization.block_rows == 128);
   CHECK(ct_block->quantization.static_activations);
 
-  for (auto [q, needle] : std::initializer_list<std::pair<const char*, const char*>>{
-           {R"({"quant_method": "gptq", "bits": 4})", "'gptq' is not supported"},
-           {R"({"quant_method": "awq"})", "'awq' is not supported"},
-           {R"({"bits": 4})", "no quant_method"},
-           {R"({"quant_method": "fp8", "weight_block_size": [128]})", "weight_block_size"},
-           {R"({"quant_method": "fp8", "activation_scheme": "per-token"})", "activation_scheme"},
-           {R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {}})", "pack-quantized"},
-           {R"({"quant_method": "compressed-tensors", "format": "float-quantized",
-                "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "strategy": "channel"}}}})", "8-bit float"},
-           {R"({"quant_method": "compressed-tensors", "format": "float-quantized",
-                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "group"}}}})", "'group'"},
-           {R"("fp8")", "must be an object"}}) {
+  for (
+      auto [q, needle] : std::initializer_list<std::pair<const char*, const char*>>{
+          {R"({"quant_method": "gptq", "bits": 4})", "'gptq' is not supported"},
+          {R"({"quant_method": "awq"})", "'awq' is not supported"},
+          {R"({"bits": 4})", "no quant_method"},
+          {R"({"quant_method": "fp8", "weight_block_size": [128]})", "weight_block_size"},
+          {R"({"quant_method": "fp8", "activation_scheme": "per-token"})", "activation_scheme"},
+          {R"({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {}})",
+           "pack-quantized"},
+          {R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+                "config_groups": {"g": {"weights": {"num_bits": 4, "type": "float", "strategy": "channel"}}}})",
+           "8-bit float"},
+          {R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float", "strategy": "group"}}}})",
+           "'group'"},
+          {R"("fp8")", "must be an object"}}) {
     CAPTURE(q);
     auto r = parse(q);
     REQUIRE_FALSE(r);

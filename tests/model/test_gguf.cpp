@@ -7,7 +7,6 @@
 // Over 500 lines: the in-memory GGUF writer and every malformation case share one file, since
 // each case edits a valid image that writer builds; the block-format cases use its f16 helpers.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -79,7 +78,8 @@ struct gguf_builder {
   }
 
   // A tensor info exactly as given (offset included); no data is added.
-  gguf_builder& info(std::string_view name, uint32_t ggml, const std::vector<int64_t>& dims, uint64_t offset) {
+  gguf_builder& info(std::string_view name, uint32_t ggml, const std::vector<int64_t>& dims,
+                     uint64_t offset) {
     put_str(infos, name);
     put<uint32_t>(infos, uint32_t(dims.size()));
     for (int64_t d : dims) put<int64_t>(infos, d);
@@ -89,7 +89,8 @@ struct gguf_builder {
     return *this;
   }
   // A tensor whose bytes go at the next aligned offset of the data section; returns the offset.
-  uint64_t tensor(std::string_view name, uint32_t ggml, const std::vector<int64_t>& dims, const std::string& bytes) {
+  uint64_t tensor(std::string_view name, uint32_t ggml, const std::vector<int64_t>& dims,
+                  const std::string& bytes) {
     const uint64_t offset = (data.size() + alignment - 1) / alignment * alignment;
     data.resize(offset, '\0');
     data += bytes;
@@ -99,14 +100,16 @@ struct gguf_builder {
 
   // Header, metadata, tensor infos, padding to `alignment` (when there are tensors), data (not
   // padded at the end).
-  std::string build(uint64_t kv_count_override = UINT64_MAX, uint64_t tensor_count_override = UINT64_MAX) const {
+  std::string build(uint64_t kv_count_override = UINT64_MAX,
+                    uint64_t tensor_count_override = UINT64_MAX) const {
     std::string s = "GGUF";
     put<uint32_t>(s, version);
     put<uint64_t>(s, tensor_count_override != UINT64_MAX ? tensor_count_override : n_tensors);
     put<uint64_t>(s, kv_count_override != UINT64_MAX ? kv_count_override : n_kv);
     s += kv;
     s += infos;
-    data_start = n_tensors || !data.empty() ? (s.size() + alignment - 1) / alignment * alignment : s.size();
+    data_start =
+        n_tensors || !data.empty() ? (s.size() + alignment - 1) / alignment * alignment : s.size();
     s.resize(data_start, '\0');
     s += data;
     return s;
@@ -148,7 +151,8 @@ std::string f16_bytes(float v) {
 }
 
 // A minimal valid image with one Q8_0 tensor info described by the arguments, for tensor errors.
-std::string one_tensor(uint32_t ggml, const std::vector<int64_t>& dims, uint64_t offset = 0, size_t data = 34) {
+std::string one_tensor(uint32_t ggml, const std::vector<int64_t>& dims, uint64_t offset = 0,
+                       size_t data = 34) {
   gguf_builder b;
   b.string("general.architecture", "llama");
   b.info("w", ggml, dims, offset);
@@ -156,8 +160,8 @@ std::string one_tensor(uint32_t ggml, const std::vector<int64_t>& dims, uint64_t
   return b.build();
 }
 
-constexpr uint32_t k_f32 = 0, k_f16 = 1, k_q4_0 = 2, k_q8_0 = 8, k_q2_k = 10, k_q4_k = 12, k_q5_k = 13, k_q6_k = 14,
-                   k_bf16 = 30;
+constexpr uint32_t k_f32 = 0, k_f16 = 1, k_q4_0 = 2, k_q8_0 = 8, k_q2_k = 10, k_q4_k = 12,
+                   k_q5_k = 13, k_q6_k = 14, k_bf16 = 30;
 
 // A valid image using every section: scalars of each kind, strings, arrays, tensors of each type.
 gguf_builder full_builder(uint64_t alignment = 32) {
@@ -283,10 +287,14 @@ TEST_CASE("gguf: a valid file parses with every metadata kind and tensor type", 
     int64_t rows, cols;
   };
   const std::vector<want> wants{
-      {"f32", dtype::f32, k_f32, {3, 2}, 24, 2, 3},          {"f16", dtype::f16, k_f16, {5}, 10, 1, 5},
-      {"bf16", dtype::bf16, k_bf16, {1, 1, 1, 2}, 4, 2, 1},  {"q8_0", dtype::q8_0, k_q8_0, {64, 2}, 136, 2, 64},
-      {"q4_0", dtype::q4_0, k_q4_0, {32}, 18, 1, 32},        {"q4_k", dtype::q4_k, k_q4_k, {256, 1}, 144, 1, 256},
-      {"q5_k", dtype::q5_k, k_q5_k, {512}, 352, 1, 512},     {"q6_k", dtype::q6_k, k_q6_k, {256, 3}, 630, 3, 256},
+      {"f32", dtype::f32, k_f32, {3, 2}, 24, 2, 3},
+      {"f16", dtype::f16, k_f16, {5}, 10, 1, 5},
+      {"bf16", dtype::bf16, k_bf16, {1, 1, 1, 2}, 4, 2, 1},
+      {"q8_0", dtype::q8_0, k_q8_0, {64, 2}, 136, 2, 64},
+      {"q4_0", dtype::q4_0, k_q4_0, {32}, 18, 1, 32},
+      {"q4_k", dtype::q4_k, k_q4_k, {256, 1}, 144, 1, 256},
+      {"q5_k", dtype::q5_k, k_q5_k, {512}, 352, 1, 512},
+      {"q6_k", dtype::q6_k, k_q6_k, {256, 3}, 630, 3, 256},
   };
   REQUIRE(f.tensors().size() == wants.size());
   uint64_t offset = 0;
@@ -313,7 +321,8 @@ TEST_CASE("gguf: a valid file parses with every metadata kind and tensor type", 
   CHECK(b.data_start % 32 == 0);
 }
 
-TEST_CASE("gguf: a custom general.alignment places the data section and tensor offsets", "[model][gguf]") {
+TEST_CASE("gguf: a custom general.alignment places the data section and tensor offsets",
+          "[model][gguf]") {
   for (uint64_t alignment : {uint64_t(1), uint64_t(8), uint64_t(64), uint64_t(256)}) {
     INFO("alignment " << alignment);
     const gguf_builder b = full_builder(alignment);
@@ -335,7 +344,8 @@ TEST_CASE("gguf: a custom general.alignment places the data section and tensor o
   b.tensor("a", k_f32, {8}, bytes_of(32, 1));
   b.info("b", k_f32, {8}, 32);
   b.data.resize(96, '\0');
-  CHECK_THAT(parse_error(b.build()), Catch::Contains("tensor b") && Catch::Contains("offset 32 is not aligned"));
+  CHECK_THAT(parse_error(b.build()),
+             Catch::Contains("tensor b") && Catch::Contains("offset 32 is not aligned"));
 
   // general.alignment that is not a power of two (or zero, or not an integer) is refused.
   for (uint32_t bad : {0u, 3u, 48u}) {
@@ -367,7 +377,8 @@ TEST_CASE("gguf: every truncation of a valid file is an error", "[model][gguf]")
     const std::string img = full_builder(alignment).build();
     for (size_t len = 0; len < img.size(); ++len) {
       auto p = parse(img, len);
-      INFO("alignment " << alignment << ", truncated to " << len << " of " << img.size() << " bytes");
+      INFO("alignment " << alignment << ", truncated to " << len << " of " << img.size()
+                        << " bytes");
       REQUIRE_FALSE(p.file.ok());
       CHECK_THAT(p.file.err().message, Catch::Contains("mem.gguf"));
       CHECK(p.file.err().code == "invalid_model");
@@ -397,10 +408,12 @@ TEST_CASE("gguf: malformed headers and metadata are errors naming the problem", 
   // Counts larger than the file could hold.
   gguf_builder small;
   small.string("k", "v");
-  CHECK_THAT(parse_error(small.build(1000000)), Catch::Contains("metadata count 1000000 exceeds the file"));
+  CHECK_THAT(parse_error(small.build(1000000)),
+             Catch::Contains("metadata count 1000000 exceeds the file"));
   CHECK_THAT(parse_error(small.build(UINT64_MAX - 1)), Catch::Contains("metadata count"));
   CHECK_THAT(parse_error(small.build(UINT64_MAX - 1, 1000000)), Catch::Contains("count"));
-  CHECK_THAT(parse_error(small.build(1, 1000000)), Catch::Contains("tensor count 1000000 exceeds the file"));
+  CHECK_THAT(parse_error(small.build(1, 1000000)),
+             Catch::Contains("tensor count 1000000 exceeds the file"));
   CHECK_THAT(parse_error(small.build(2)), Catch::Contains("metadata count 2 exceeds the file"));
 
   // A key or string whose length runs past the end.
@@ -423,7 +436,8 @@ TEST_CASE("gguf: malformed headers and metadata are errors naming the problem", 
     payload += "short";
     gguf_builder b;
     b.raw_kv("s", uint32_t(gguf_kind::string), payload);
-    CHECK_THAT(parse_error(b.build()), Catch::Contains("metadata s") && Catch::Contains("truncated string"));
+    CHECK_THAT(parse_error(b.build()),
+               Catch::Contains("metadata s") && Catch::Contains("truncated string"));
     gguf_builder huge;
     std::string p2;
     put<uint64_t>(p2, UINT64_MAX);
@@ -441,7 +455,8 @@ TEST_CASE("gguf: malformed headers and metadata are errors naming the problem", 
       b.raw_kv("arr", uint32_t(gguf_kind::array), payload);
       INFO("element " << gguf_kind_name(elem) << ", count " << count);
       CHECK_THAT(parse_error(b.build()),
-                 Catch::Contains("metadata arr") && Catch::Contains("array count " + std::to_string(count) + " exceeds"));
+                 Catch::Contains("metadata arr") &&
+                     Catch::Contains("array count " + std::to_string(count) + " exceeds"));
     }
   }
   {
@@ -453,7 +468,8 @@ TEST_CASE("gguf: malformed headers and metadata are errors naming the problem", 
     payload += "abc";
     gguf_builder b;
     b.raw_kv("arr", uint32_t(gguf_kind::array), payload);
-    CHECK_THAT(parse_error(b.build()), Catch::Contains("metadata arr") && Catch::Contains("truncated string in array"));
+    CHECK_THAT(parse_error(b.build()),
+               Catch::Contains("metadata arr") && Catch::Contains("truncated string in array"));
   }
   // Nested arrays, unknown value and element types.
   {
@@ -467,26 +483,30 @@ TEST_CASE("gguf: malformed headers and metadata are errors naming the problem", 
     b.raw_kv("nested", uint32_t(gguf_kind::array), payload);
     auto p = parse(b.build());
     REQUIRE_FALSE(p.file.ok());
-    CHECK_THAT(p.file.err().message, Catch::Contains("metadata nested") && Catch::Contains("arrays of arrays"));
+    CHECK_THAT(p.file.err().message,
+               Catch::Contains("metadata nested") && Catch::Contains("arrays of arrays"));
   }
   for (uint32_t t : {13u, 99u, 0xffffffffu}) {
     gguf_builder b;
     b.raw_kv("weird", t, std::string(8, '\0'));
     CHECK_THAT(parse_error(b.build()),
-               Catch::Contains("metadata weird") && Catch::Contains("unknown value type " + std::to_string(t)));
+               Catch::Contains("metadata weird") &&
+                   Catch::Contains("unknown value type " + std::to_string(t)));
     std::string payload;
     put<uint32_t>(payload, t);
     put<uint64_t>(payload, 0);
     gguf_builder a;
     a.raw_kv("weird_arr", uint32_t(gguf_kind::array), payload);
     CHECK_THAT(parse_error(a.build()),
-               Catch::Contains("metadata weird_arr") && Catch::Contains("unknown array element type " + std::to_string(t)));
+               Catch::Contains("metadata weird_arr") &&
+                   Catch::Contains("unknown array element type " + std::to_string(t)));
   }
   // A scalar cut short by the end of the file.
   {
     gguf_builder b;
     b.raw_kv("cut", uint32_t(gguf_kind::u64), "abc");
-    CHECK_THAT(parse_error(b.build()), Catch::Contains("metadata cut") && Catch::Contains("truncated"));
+    CHECK_THAT(parse_error(b.build()),
+               Catch::Contains("metadata cut") && Catch::Contains("truncated"));
   }
   // Duplicate keys.
   {
@@ -500,39 +520,55 @@ TEST_CASE("gguf: malformed headers and metadata are errors naming the problem", 
 
 TEST_CASE("gguf: malformed tensor infos are errors naming the tensor", "[model][gguf]") {
   // Unknown or unsupported ggml types name the tensor and the type.
-  for (auto [type, name] : std::vector<std::pair<uint32_t, std::string>>{
-           {9, "Q8_1"}, {19, "IQ1_S"}, {15, "Q8_K"}, {4, "type 4"}, {28, "F64"}, {1000, "type 1000"}}) {
+  for (auto [type, name] : std::vector<std::pair<uint32_t, std::string>>{{9, "Q8_1"},
+                                                                         {19, "IQ1_S"},
+                                                                         {15, "Q8_K"},
+                                                                         {4, "type 4"},
+                                                                         {28, "F64"},
+                                                                         {1000, "type 1000"}}) {
     auto p = parse(one_tensor(type, {256}));
     REQUIRE_FALSE(p.file.ok());
     CHECK(p.file.err().code == "unsupported");
     CHECK_THAT(p.file.err().message, Catch::Contains("tensor w has type " + name));
   }
-  CHECK_THAT(parse_error(one_tensor(k_f32, {1, 1, 1, 1, 1})), Catch::Contains("tensor w: 5 dimensions (at most 4)"));
-  CHECK_THAT(parse_error(one_tensor(k_f32, std::vector<int64_t>(1000, 1))), Catch::Contains("1000 dimensions"));
+  CHECK_THAT(parse_error(one_tensor(k_f32, {1, 1, 1, 1, 1})),
+             Catch::Contains("tensor w: 5 dimensions (at most 4)"));
+  CHECK_THAT(parse_error(one_tensor(k_f32, std::vector<int64_t>(1000, 1))),
+             Catch::Contains("1000 dimensions"));
   CHECK_THAT(parse_error(one_tensor(k_f32, {4, 0})), Catch::Contains("tensor w: dimension 0"));
   CHECK_THAT(parse_error(one_tensor(k_f32, {-3, 2})), Catch::Contains("tensor w: dimension -3"));
   CHECK_THAT(parse_error(one_tensor(k_f32, {INT64_MIN})), Catch::Contains("tensor w: dimension"));
   CHECK_THAT(parse_error(one_tensor(k_f32, {int64_t(1) << 40, int64_t(1) << 40})),
              Catch::Contains("tensor w: element count overflows"));
-  CHECK_THAT(parse_error(one_tensor(k_f32, {INT64_MAX, 2})), Catch::Contains("element count overflows"));
+  CHECK_THAT(parse_error(one_tensor(k_f32, {INT64_MAX, 2})),
+             Catch::Contains("element count overflows"));
   CHECK_THAT(parse_error(one_tensor(k_q8_0, {32, 2, int64_t(1) << 30, int64_t(1) << 30})),
              Catch::Contains("element count overflows"));
   // The element count fits in 64 bits but the byte count does not.
-  CHECK_THAT(parse_error(one_tensor(k_f32, {int64_t(1) << 62})), Catch::Contains("tensor w: size overflows"));
+  CHECK_THAT(parse_error(one_tensor(k_f32, {int64_t(1) << 62})),
+             Catch::Contains("tensor w: size overflows"));
   // Fits in every count but lies far past the end of the file.
-  CHECK_THAT(parse_error(one_tensor(k_f32, {int64_t(1) << 40})), Catch::Contains("runs past the end"));
+  CHECK_THAT(parse_error(one_tensor(k_f32, {int64_t(1) << 40})),
+             Catch::Contains("runs past the end"));
   // Rows that are not whole blocks.
-  CHECK_THAT(parse_error(one_tensor(k_q8_0, {33})),
-             Catch::Contains("tensor w: row of 33 values is not a whole number of Q8_0 blocks of 32"));
-  CHECK_THAT(parse_error(one_tensor(k_q4_k, {128, 2})), Catch::Contains("row of 128 values") && Catch::Contains("Q4_K"));
+  CHECK_THAT(
+      parse_error(one_tensor(k_q8_0, {33})),
+      Catch::Contains("tensor w: row of 33 values is not a whole number of Q8_0 blocks of 32"));
+  CHECK_THAT(parse_error(one_tensor(k_q4_k, {128, 2})),
+             Catch::Contains("row of 128 values") && Catch::Contains("Q4_K"));
   CHECK_THAT(parse_error(one_tensor(k_q6_k, {32})), Catch::Contains("Q6_K blocks of 256"));
-  CHECK_THAT(parse_error(one_tensor(k_q4_0, {})), Catch::Contains("not a whole number of Q4_0 blocks"));
+  CHECK_THAT(parse_error(one_tensor(k_q4_0, {})),
+             Catch::Contains("not a whole number of Q4_0 blocks"));
   // Misaligned offsets and data past the end.
-  CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, 16, 64)), Catch::Contains("tensor w: offset 16 is not aligned"));
-  CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, 0, 33)), Catch::Contains("tensor w: data") && Catch::Contains("runs past the end"));
+  CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, 16, 64)),
+             Catch::Contains("tensor w: offset 16 is not aligned"));
+  CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, 0, 33)),
+             Catch::Contains("tensor w: data") && Catch::Contains("runs past the end"));
   CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, 32, 40)), Catch::Contains("runs past the end"));
-  CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, uint64_t(1) << 63, 40)), Catch::Contains("runs past the end"));
-  CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, UINT64_MAX - 31, 40)), Catch::Contains("runs past the end"));
+  CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, uint64_t(1) << 63, 40)),
+             Catch::Contains("runs past the end"));
+  CHECK_THAT(parse_error(one_tensor(k_q8_0, {32}, UINT64_MAX - 31, 40)),
+             Catch::Contains("runs past the end"));
   CHECK(parse(one_tensor(k_q8_0, {32}, 0, 34)).file.ok());
   // Tensor infos cut short.
   {
@@ -541,7 +577,8 @@ TEST_CASE("gguf: malformed tensor infos are errors naming the tensor", "[model][
     put<uint32_t>(b.infos, 2);
     put<int64_t>(b.infos, 32);
     b.n_tensors = 1;
-    b.data = std::string(64, '\0');  // padding and data after the infos make the cut dims read garbage
+    b.data =
+        std::string(64, '\0');  // padding and data after the infos make the cut dims read garbage
     auto p = parse(b.build());
     CHECK_FALSE(p.file.ok());
   }
@@ -558,7 +595,7 @@ TEST_CASE("gguf: overlapping tensors and duplicate names are errors", "[model][g
   {
     gguf_builder b;
     b.tensor("a", k_q8_0, {64}, bytes_of(68, 1));  // [0, 68)
-    b.info("b", k_f32, {8}, 64);                    // [64, 96): overlaps a
+    b.info("b", k_f32, {8}, 64);                   // [64, 96): overlaps a
     b.data.resize(128, '\0');
     CHECK_THAT(parse_error(b.build()), Catch::Contains("tensor b") && Catch::Contains("overlaps"));
   }
@@ -620,7 +657,8 @@ TEST_CASE("gguf: open maps a file, is_gguf_file checks the magic", "[model][gguf
 
 // ---- ggml's block formats ----------------------------------------------------------------------
 
-TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layout's values", "[model][quant]") {
+TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layout's values",
+          "[model][quant]") {
   SECTION("Q8_0: d * q") {
     std::string blk = f16_bytes(0.5f);
     auto q = [](int i) { return i < 16 ? -128 + 8 * i : 127 - 8 * (31 - i); };  // -128 .. 127
@@ -672,7 +710,8 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
     dequantize(dtype::q5_1, blk.data(), out, 32);
     for (int i = 0; i < 32; ++i) CHECK(out[i] == 0.125f * float(q5(i)) + 2.0f);
   }
-  // Q2_K / Q3_K: value v's two low bits are bits 2 * ((v % 128) / 32) of qs[32 * (v / 128) + v % 32].
+  // Q2_K / Q3_K: value v's two low bits are bits 2 * ((v % 128) / 32) of qs[32 * (v / 128) + v %
+  // 32].
   auto q2 = [](int v) { return (v * 3 + v / 7) % 4; };
   auto q2_bytes = [&] {
     std::string qs(64, '\0');
@@ -684,7 +723,8 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
   };
   SECTION("Q2_K: d * (scales[v / 16] & 15) * q - dmin * (scales[v / 16] >> 4)") {
     std::string scales(16, '\0');
-    for (int g = 0; g < 16; ++g) scales[size_t(g)] = char(uint8_t((g * 5 + 1) % 16 | (((g * 3) % 16) << 4)));
+    for (int g = 0; g < 16; ++g)
+      scales[size_t(g)] = char(uint8_t((g * 5 + 1) % 16 | (((g * 3) % 16) << 4)));
     const std::string blk = scales + q2_bytes() + f16_bytes(0.5f) + f16_bytes(0.25f);
     REQUIRE(blk.size() == 84);
     float out[256];
@@ -707,7 +747,8 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
     }
     auto h = [](int v) { return (v * 5 / 3) % 2; };
     std::string hmask(32, '\0');
-    for (int v = 0; v < 256; ++v) hmask[size_t(v % 32)] = char(uint8_t(hmask[size_t(v % 32)]) | (h(v) << (v / 32)));
+    for (int v = 0; v < 256; ++v)
+      hmask[size_t(v % 32)] = char(uint8_t(hmask[size_t(v % 32)]) | (h(v) << (v / 32)));
     const std::string blk = hmask + q2_bytes() + scales + f16_bytes(0.75f);
     REQUIRE(blk.size() == 110);
     float out[256];
@@ -742,7 +783,8 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
       const size_t at = size_t(16 * (v / 32) + v % 16);
       qs[at] = char(uint8_t(qs[at]) | (nib(v) << ((v % 32) < 16 ? 0 : 4)));
     }
-    const std::string blk = f16_bytes(0.25f) + std::string{char(sh & 0xff), char(sh >> 8)} + sl + qs;
+    const std::string blk =
+        f16_bytes(0.25f) + std::string{char(sh & 0xff), char(sh >> 8)} + sl + qs;
     REQUIRE(blk.size() == 136);
     float out[256];
     dequantize(dtype::iq4_xs, blk.data(), out, 256);
@@ -751,9 +793,9 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
       CHECK(out[v] == 0.25f * float(ls(v / 32) - 32) * float(grid[nib(v)]));
     }
   }
-  // K blocks: 6-bit scales sc[8] and mins m[8] packed as ggml packs them (get_scale_min_k4's inverse):
-  // bytes 0-3 sc[0..3] | high bits of sc[4..7] << 6, bytes 4-7 m[0..3] | high bits of m[4..7] << 6,
-  // bytes 8-11 low nibbles of sc[4..7] | low nibbles of m[4..7] << 4.
+  // K blocks: 6-bit scales sc[8] and mins m[8] packed as ggml packs them (get_scale_min_k4's
+  // inverse): bytes 0-3 sc[0..3] | high bits of sc[4..7] << 6, bytes 4-7 m[0..3] | high bits of
+  // m[4..7] << 6, bytes 8-11 low nibbles of sc[4..7] | low nibbles of m[4..7] << 4.
   const uint8_t sc[8] = {1, 7, 33, 63, 2, 17, 40, 63};
   const uint8_t mn[8] = {0, 5, 62, 9, 3, 48, 21, 63};
   auto pack_scales = [&] {
@@ -790,7 +832,8 @@ TEST_CASE("gguf quant: one hand-made block of each type dequantizes to the layou
   SECTION("Q5_K: the fifth bit of value v is bit v / 32 of qh[v % 32]") {
     auto h = [](int v) { return (v * 7 / 3) % 2; };
     std::string qh(32, '\0');
-    for (int v = 0; v < 256; ++v) qh[size_t(v % 32)] = char(uint8_t(qh[size_t(v % 32)]) | (h(v) << (v / 32)));
+    for (int v = 0; v < 256; ++v)
+      qh[size_t(v % 32)] = char(uint8_t(qh[size_t(v % 32)]) | (h(v) << (v / 32)));
     const std::string blk = f16_bytes(d) + f16_bytes(dmin) + pack_scales() + qh + pack_qs();
     REQUIRE(blk.size() == 176);
     float out[256];
@@ -829,13 +872,16 @@ static size_t scale_offset(dtype t) {
   return t == dtype::q6_k ? 208 : t == dtype::q2_k ? 80 : t == dtype::q3_k ? 108 : 0;
 }
 static bool has_second_scale(dtype t) {
-  return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q2_k || t == dtype::q4_1 || t == dtype::q5_1;
+  return t == dtype::q4_k || t == dtype::q5_k || t == dtype::q2_k || t == dtype::q4_1 ||
+         t == dtype::q5_1;
 }
 
-TEST_CASE("gguf quant: dequantize through convert_to_f32 and over several blocks", "[model][quant]") {
+TEST_CASE("gguf quant: dequantize through convert_to_f32 and over several blocks",
+          "[model][quant]") {
   std::mt19937 rng(5);
-  for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
-                  dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_nl, dtype::iq4_xs}) {
+  for (dtype t :
+       {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
+        dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_nl, dtype::iq4_xs}) {
     INFO(dtype_name(t));
     const int64_t n = 3 * 256;
     std::string bytes(dtype_bytes(t, n), '\0');
@@ -847,7 +893,8 @@ TEST_CASE("gguf quant: dequantize through convert_to_f32 and over several blocks
       std::memcpy(&bytes[at], f16_bytes(0.01f * float(b + 1)).data(), 2);
       if (has_second_scale(t)) std::memcpy(&bytes[at + 2], f16_bytes(0.003f).data(), 2);
     }
-    std::vector<float> whole(static_cast<size_t>(n)), by_block(static_cast<size_t>(n)), via_convert(static_cast<size_t>(n));
+    std::vector<float> whole(static_cast<size_t>(n)), by_block(static_cast<size_t>(n)),
+        via_convert(static_cast<size_t>(n));
     dequantize(t, bytes.data(), whole.data(), size_t(n));
     const int64_t be = dtype_block_elems(t);
     for (int64_t b = 0; b < n / be; ++b)
@@ -859,12 +906,14 @@ TEST_CASE("gguf quant: dequantize through convert_to_f32 and over several blocks
   }
 }
 
-TEST_CASE("gguf quant: vec_dot_ref equals the dot product of the dequantized rows", "[model][quant]") {
+TEST_CASE("gguf quant: vec_dot_ref equals the dot product of the dequantized rows",
+          "[model][quant]") {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   const int64_t k = 1024;
-  for (dtype t : {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
-                  dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_nl, dtype::iq4_xs}) {
+  for (dtype t :
+       {dtype::q8_0, dtype::q4_0, dtype::q4_1, dtype::q5_0, dtype::q5_1, dtype::q2_k, dtype::q3_k,
+        dtype::q4_k, dtype::q5_k, dtype::q6_k, dtype::iq4_nl, dtype::iq4_xs}) {
     for (int trial = 0; trial < 4; ++trial) {
       INFO(dtype_name(t) << ", trial " << trial);
       std::string w(dtype_bytes(t, k), '\0');
@@ -891,15 +940,18 @@ TEST_CASE("gguf quant: vec_dot_ref equals the dot product of the dequantized row
             for (int i = 0; i < 16; ++i) s += a[size_t(b)].q[16 * g + i];
             CHECK(a[size_t(b)].bsums[g] == s);
           }
-          for (int i = 0; i < 256; ++i) af[size_t(b * 256 + i)] = a[size_t(b)].d * float(a[size_t(b)].q[i]);
+          for (int i = 0; i < 256; ++i)
+            af[size_t(b * 256 + i)] = a[size_t(b)].d * float(a[size_t(b)].q[i]);
         }
         got = vec_dot_ref(t, w.data(), a.data(), k);
       } else {
         std::vector<q8_block> a(size_t(k / 32));
         quantize_q8_0(x.data(), a.data(), k);
         for (int64_t b = 0; b < k / 32; ++b) {
-          CHECK(a[size_t(b)].d == f16_to_f32(f32_to_f16(a[size_t(b)].d)));  // the scale is an f16 value
-          for (int i = 0; i < 32; ++i) af[size_t(b * 32 + i)] = a[size_t(b)].d * float(a[size_t(b)].q[i]);
+          CHECK(a[size_t(b)].d ==
+                f16_to_f32(f32_to_f16(a[size_t(b)].d)));  // the scale is an f16 value
+          for (int i = 0; i < 32; ++i)
+            af[size_t(b * 32 + i)] = a[size_t(b)].d * float(a[size_t(b)].q[i]);
         }
         got = vec_dot_ref(t, w.data(), a.data(), k);
       }
@@ -911,10 +963,13 @@ TEST_CASE("gguf quant: vec_dot_ref equals the dot product of the dequantized row
       double want = 0, mag = 0, xerr = 0;
       for (int64_t i = 0; i < k; ++i) {
         double min_part = 0;
-        if (has_second_scale(t)) {  // the block's min term: dmin * (at most 63, Q2_K 15), or Q4_1/Q5_1's m
+        if (has_second_scale(
+                t)) {  // the block's min term: dmin * (at most 63, Q2_K 15), or Q4_1/Q5_1's m
           uint16_t h;
           std::memcpy(&h, w.data() + size_t(i / be) * bb + scale_offset(t) + 2, 2);
-          const double most = t == dtype::q2_k ? 15.0 : t == dtype::q4_1 || t == dtype::q5_1 ? 1.0 : 63.0;
+          const double most = t == dtype::q2_k                       ? 15.0
+                              : t == dtype::q4_1 || t == dtype::q5_1 ? 1.0
+                                                                     : 63.0;
           min_part = most * std::fabs(double(f16_to_f32(h)));
         }
         want += double(wf[size_t(i)]) * double(af[size_t(i)]);
@@ -937,7 +992,8 @@ TEST_CASE("gguf: interleaved_row inverts llama.cpp's q/k permutation", "[gguf]")
       std::vector<int64_t> gguf_holds(size_t(heads * d));
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t i = 0; i < d / 2; ++i)
-          for (int64_t j = 0; j < 2; ++j) gguf_holds[size_t(h * d + 2 * i + j)] = h * d + j * (d / 2) + i;
+          for (int64_t j = 0; j < 2; ++j)
+            gguf_holds[size_t(h * d + 2 * i + j)] = h * d + j * (d / 2) + i;
       for (int64_t r = 0; r < heads * d; ++r) {
         const int64_t g = r / d * d + coserve::interleaved_row(r % d, d);
         REQUIRE(gguf_holds[size_t(g)] == r);

@@ -9,8 +9,9 @@
 
 namespace coserve {
 
-TEST_CASE("logprobs close: equal argmaxes pass, a flip inside both top-5 stops there, one outside fails",
-          "[model][logprobs_close]") {
+TEST_CASE(
+    "logprobs close: equal argmaxes pass, a flip inside both top-5 stops there, one outside fails",
+    "[model][logprobs_close]") {
   const std::vector<float> base{0.1f, 3.0f, 2.9f, 0.5f, -1.0f, 0.2f, 0.3f, 0.0f};
   auto flipped = base;
   flipped[2] = 3.1f;  // the near-tie flips
@@ -37,8 +38,10 @@ TEST_CASE("logprobs close: equal argmaxes pass, a flip inside both top-5 stops t
   CHECK_FALSE(test::logprobs_close({base}, {{1.0f}}).ok);
 }
 
-TEST_CASE("logprobs close: fp32 and bf16 activations and KV cache of the same bf16 model pass, teacher-forced",
-          "[model][logprobs_close]") {
+TEST_CASE(
+    "logprobs close: fp32 and bf16 activations and KV cache of the same bf16 model pass, "
+    "teacher-forced",
+    "[model][logprobs_close]") {
   test::temp_dir dir("close");
   demo_options dm = test::tiny_options(41);
   dm.weight_dtype = dtype::bf16;
@@ -73,7 +76,8 @@ TEST_CASE("logprobs close: fp32 and bf16 activations and KV cache of the same bf
     for (float d : r.max_abs_logit_diff) worst = std::max(worst, d);
     CHECK(r.max_abs_logit_diff[0] > 0.0f);  // the two really round differently
   }
-  INFO("largest |logit difference| " << worst << ", prompts with an allowed divergence: " << diverged);
+  INFO("largest |logit difference| " << worst
+                                     << ", prompts with an allowed divergence: " << diverged);
   CHECK(worst < 0.5f);
 }
 

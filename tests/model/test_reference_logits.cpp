@@ -6,10 +6,10 @@
 // rounded to bf16) passes the logprob-close criterion at the last prompt position: transformers'
 // argmax is in our top 5, and our argmax is in transformers' top 5 of the recorded columns when
 // recorded.
-#include <catch2/catch.hpp>
 #include <simdjson.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <filesystem>
 
 #include "model/demo_args.hpp"
@@ -52,7 +52,8 @@ std::vector<int32_t> top_k(const std::vector<float>& row, size_t k) {
 // The bf16 path (bf16 activations, the default) with a bf16 KV cache (the default) or an fp8 one:
 // the logprob-close criterion at the last prompt position of every prompt, and the recorded logits
 // within `tolerance`.
-void check_low_precision_cache(simdjson::dom::element fx, const std::string& dir, dtype kv, float tolerance) {
+void check_low_precision_cache(simdjson::dom::element fx, const std::string& dir, dtype kv,
+                               float tolerance) {
   cpu_executor_options opts;
   REQUIRE(opts.bf16_activations);
   opts.num_kv_blocks = 512;
@@ -68,7 +69,8 @@ void check_low_precision_cache(simdjson::dom::element fx, const std::string& dir
     INFO("bf16 activations, " << dtype_name(kv) << " KV cache, prompt length " << prompt.size());
     step_plan plan;
     plan.new_seqs.push_back(test::greedy_seq(id, prompt));
-    plan.seqs.push_back({id, prompt, 0, test::block_range(0, int32_t(prompt.size() + 15) / 16), true});
+    plan.seqs.push_back(
+        {id, prompt, 0, test::block_range(0, int32_t(prompt.size() + 15) / 16), true});
     auto r = (*ex)->execute(plan);
     REQUIRE(r.ok());
     const auto& logits = r->outputs.at(0).logits;
@@ -126,13 +128,15 @@ void check_fixture(const std::filesystem::path& path) {
     auto r = (*ex)->execute(plan);
     REQUIRE(r.ok());
     const auto& out = r->outputs.at(0);
-    CHECK(test::max_abs_diff(pick(out.logits, cols), floats(p["last_logits"].get_array())) <= 1e-4f);
+    CHECK(test::max_abs_diff(pick(out.logits, cols), floats(p["last_logits"].get_array())) <=
+          1e-4f);
     CHECK(out.token == int32_t(int64_t(p["argmax"])));
 
     std::vector<int32_t> got{out.token};
     auto step_logits = p["greedy_step_logits"].get_array();
     auto expected_row = step_logits.begin();
-    CHECK(test::max_abs_diff(pick(out.logits, step_cols), floats((*expected_row).get_array())) <= 1e-4f);
+    CHECK(test::max_abs_diff(pick(out.logits, step_cols), floats((*expected_row).get_array())) <=
+          1e-4f);
     plan.new_seqs.clear();
     while (got.size() < greedy.size()) {
       plan.seqs[0].start_pos += int32_t(plan.seqs[0].tokens.size());
@@ -140,7 +144,8 @@ void check_fixture(const std::filesystem::path& path) {
       auto s = (*ex)->execute(plan);
       REQUIRE(s.ok());
       ++expected_row;
-      CHECK(test::max_abs_diff(pick(s->outputs.at(0).logits, step_cols), floats((*expected_row).get_array())) <= 1e-4f);
+      CHECK(test::max_abs_diff(pick(s->outputs.at(0).logits, step_cols),
+                               floats((*expected_row).get_array())) <= 1e-4f);
       got.push_back(s->outputs.at(0).token);
     }
     CHECK(got == greedy);

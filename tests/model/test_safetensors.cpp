@@ -1,6 +1,5 @@
 // safetensors reading/writing and the clear errors for malformed files and folders.
 #include <catch2/catch.hpp>
-
 #include <cstring>
 
 #include "model/safetensors.hpp"
@@ -67,7 +66,8 @@ TEST_CASE("safetensors: write and read back f32/f16/bf16", "[model][safetensors]
 
   auto wrong = set->get("a", {3, 2});
   REQUIRE_FALSE(wrong.ok());
-  CHECK_THAT(wrong.err().message, Catch::Contains("'a'") && Catch::Contains("[2, 3]") && Catch::Contains("model.safetensors"));
+  CHECK_THAT(wrong.err().message, Catch::Contains("'a'") && Catch::Contains("[2, 3]") &&
+                                      Catch::Contains("model.safetensors"));
   auto missing = set->get("nope");
   REQUIRE_FALSE(missing.ok());
   CHECK_THAT(missing.err().message, Catch::Contains("'nope'"));
@@ -93,7 +93,8 @@ TEST_CASE("safetensors: sharded checkpoints via the index", "[model][safetensors
   auto bad = safetensors_set::open_dir(dir.str());
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.err().message, Catch::Contains("'z'") && Catch::Contains("m-2.safetensors"));
-  test::write_file(dir.file("model.safetensors.index.json"), R"({"weight_map":{"x":"../m-1.safetensors"}})");
+  test::write_file(dir.file("model.safetensors.index.json"),
+                   R"({"weight_map":{"x":"../m-1.safetensors"}})");
   CHECK_FALSE(safetensors_set::open_dir(dir.str()).ok());
   test::write_file(dir.file("model.safetensors.index.json"), R"({"nothing":1})");
   auto nomap = safetensors_set::open_dir(dir.str());
@@ -101,7 +102,8 @@ TEST_CASE("safetensors: sharded checkpoints via the index", "[model][safetensors
   CHECK_THAT(nomap.err().message, Catch::Contains("weight_map"));
 }
 
-TEST_CASE("safetensors: malformed files are errors naming file and tensor", "[model][safetensors]") {
+TEST_CASE("safetensors: malformed files are errors naming file and tensor",
+          "[model][safetensors]") {
   test::temp_dir dir("bad");
   const std::string path = dir.file("model.safetensors");
   auto open_err = [&](const std::string& bytes) {
@@ -112,15 +114,19 @@ TEST_CASE("safetensors: malformed files are errors naming file and tensor", "[mo
     return f.err().message;
   };
   CHECK_THAT(open_err("abc"), Catch::Contains("truncated"));
-  CHECK_THAT(open_err(std::string("\xff\xff\0\0\0\0\0\0", 8) + "{}"), Catch::Contains("header length"));
+  CHECK_THAT(open_err(std::string("\xff\xff\0\0\0\0\0\0", 8) + "{}"),
+             Catch::Contains("header length"));
   CHECK_THAT(open_err(header_file("{not json", 0)), Catch::Contains("header"));
   CHECK_THAT(open_err(header_file(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8)),
              Catch::Contains("'w'") && Catch::Contains("beyond"));
-  CHECK_THAT(open_err(header_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", 16)),
-             Catch::Contains("'w'") && Catch::Contains("[3]"));
-  CHECK_THAT(open_err(header_file(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16)),
-             Catch::Contains("'w'") && Catch::Contains("I64"));
-  CHECK_THAT(open_err(header_file(R"({"w":{"dtype":"F32","shape":[2]}})", 16)), Catch::Contains("'w'"));
+  CHECK_THAT(
+      open_err(header_file(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", 16)),
+      Catch::Contains("'w'") && Catch::Contains("[3]"));
+  CHECK_THAT(
+      open_err(header_file(R"({"w":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16)),
+      Catch::Contains("'w'") && Catch::Contains("I64"));
+  CHECK_THAT(open_err(header_file(R"({"w":{"dtype":"F32","shape":[2]}})", 16)),
+             Catch::Contains("'w'"));
   CHECK_THAT(open_err(header_file(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 16)),
              Catch::Contains("'w'"));
 
@@ -131,7 +137,8 @@ TEST_CASE("safetensors: malformed files are errors naming file and tensor", "[mo
     std::ifstream in(path, std::ios::binary);
     whole.assign(std::istreambuf_iterator<char>(in), {});
   }
-  CHECK_THAT(open_err(whole.substr(0, whole.size() - 4)), Catch::Contains("'q'") && Catch::Contains("truncated"));
+  CHECK_THAT(open_err(whole.substr(0, whole.size() - 4)),
+             Catch::Contains("'q'") && Catch::Contains("truncated"));
   auto none = safetensors_file::open(dir.file("absent.safetensors"));
   REQUIRE_FALSE(none.ok());
   CHECK(none.err().code == "io");
@@ -139,14 +146,18 @@ TEST_CASE("safetensors: malformed files are errors naming file and tensor", "[mo
 
 TEST_CASE("safetensors: shapes whose size overflows 64 bits are errors", "[model][safetensors]") {
   // [2^40, 2^40, 16] f32 is 2^86 bytes; computed in 64 bits it wrapped to 0 and matched empty data.
-  const std::string header = R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776,16],"data_offsets":[0,0]}})";
+  const std::string header =
+      R"({"w":{"dtype":"F32","shape":[1099511627776,1099511627776,16],"data_offsets":[0,0]}})";
   const std::string image = header_file(header, 0);
-  auto parsed = parse_safetensors(reinterpret_cast<const std::byte*>(image.data()), image.size(), "m.safetensors");
+  auto parsed = parse_safetensors(reinterpret_cast<const std::byte*>(image.data()), image.size(),
+                                  "m.safetensors");
   REQUIRE_FALSE(parsed.ok());
   CHECK_THAT(parsed.err().message, Catch::Contains("m.safetensors") && Catch::Contains("'w'"));
   // The same parser accepts an in-memory image and points into it.
-  const std::string ok = header_file(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]}})", 12);
-  auto good = parse_safetensors(reinterpret_cast<const std::byte*>(ok.data()), ok.size(), "m.safetensors");
+  const std::string ok =
+      header_file(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]}})", 12);
+  auto good =
+      parse_safetensors(reinterpret_cast<const std::byte*>(ok.data()), ok.size(), "m.safetensors");
   REQUIRE(good.ok());
   const tensor_view& w = good->at("w");
   CHECK(w.nbytes == 12);
@@ -193,10 +204,12 @@ TEST_CASE("weights: malformed model folders are clear errors", "[model][weights]
   }
   const auto pos = cfg.find("\"vocab_size\": 96");
   REQUIRE(pos != std::string::npos);
-  test::write_file(dir.file("config.json"), cfg.substr(0, pos) + "\"vocab_size\": 97" + cfg.substr(pos + 16));
+  test::write_file(dir.file("config.json"),
+                   cfg.substr(0, pos) + "\"vocab_size\": 97" + cfg.substr(pos + 16));
   auto shaped = load_weights(dir.str());
   REQUIRE_FALSE(shaped.ok());
-  CHECK_THAT(shaped.err().message, Catch::Contains("model.embed_tokens.weight") && Catch::Contains("[96, 32]"));
+  CHECK_THAT(shaped.err().message,
+             Catch::Contains("model.embed_tokens.weight") && Catch::Contains("[96, 32]"));
 
   std::filesystem::remove(dir.file("config.json"));
   auto nocfg = load_weights(dir.str());

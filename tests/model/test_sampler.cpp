@@ -1,10 +1,9 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <numeric>
-#include <algorithm>
 #include <set>
 
 #include "model/sampler.hpp"
@@ -12,8 +11,9 @@
 namespace coserve {
 namespace {
 
-sampling_state state(sampling_params p, std::vector<int32_t> prompt = {}, std::vector<int32_t> output = {},
-                     uint64_t seed = 1, std::vector<int32_t> eos = {}) {
+sampling_state state(sampling_params p, std::vector<int32_t> prompt = {},
+                     std::vector<int32_t> output = {}, uint64_t seed = 1,
+                     std::vector<int32_t> eos = {}) {
   return sampling_state(std::move(p), seed, prompt, output, std::move(eos));
 }
 
@@ -24,10 +24,12 @@ sampling_params greedy() {
 }
 
 // Empirical distribution of n draws, one per output position.
-std::map<int32_t, int> draws(const std::vector<float>& logits, sampling_params p, int n, uint64_t seed = 3) {
+std::map<int32_t, int> draws(const std::vector<float>& logits, sampling_params p, int n,
+                             uint64_t seed = 3) {
   auto st = state(p, {}, {}, seed);
   std::map<int32_t, int> counts;
-  for (int i = 0; i < n; ++i) {  // one draw per output position (no penalties: the row stays the same)
+  for (int i = 0; i < n;
+       ++i) {  // one draw per output position (no penalties: the row stays the same)
     const int32_t t = sample_token(logits, st).token;
     ++counts[t];
     st.accept(t);
@@ -47,14 +49,17 @@ TEST_CASE("sampler: greedy is argmax, logprob is the log-softmax", "[model][samp
   CHECK(o.logprob == Approx(2.0 - std::log(z)).epsilon(1e-5));
 }
 
-TEST_CASE("sampler: greedy without top logprobs gives the general path's token and logprob bit for bit",
-          "[model][sampler]") {
-  // logprobs = 1 takes the general path (copy, log-softmax, max_element); -1 and 0 the one-pass kernel.
+TEST_CASE(
+    "sampler: greedy without top logprobs gives the general path's token and logprob bit for bit",
+    "[model][sampler]") {
+  // logprobs = 1 takes the general path (copy, log-softmax, max_element); -1 and 0 the one-pass
+  // kernel.
   seq_rng rng(5);
   for (size_t n : {size_t(1), size_t(3), size_t(17), size_t(50257)}) {
     for (int variant = 0; variant < 3; ++variant) {
       std::vector<float> l(n);
-      for (float& v : l) v = variant == 0 ? float(int(rng.next() % 16)) : float(rng.uniform() * 40.0 - 20.0);
+      for (float& v : l)
+        v = variant == 0 ? float(int(rng.next() % 16)) : float(rng.uniform() * 40.0 - 20.0);
       if (variant == 2) l[rng.next() % n] = -INFINITY;
       auto general = greedy();
       general.logprobs = 1;
@@ -117,7 +122,8 @@ TEST_CASE("sampler: repetition penalty (HF) over prompt and output", "[model][sa
   CHECK(sample_token(raw, st).token == 2);
 }
 
-TEST_CASE("sampler: presence and frequency penalties (OpenAI) over output only", "[model][sampler]") {
+TEST_CASE("sampler: presence and frequency penalties (OpenAI) over output only",
+          "[model][sampler]") {
   auto p = greedy();
   p.presence_penalty = 0.5f;
   p.frequency_penalty = 0.25f;
@@ -195,7 +201,8 @@ std::set<int32_t> kept_by_sorting(std::vector<float> l, const sampling_params& p
   return std::set<int32_t>(order.begin(), order.begin() + std::ptrdiff_t(keep));
 }
 
-TEST_CASE("sampler: top-k, top-p and min-p by selection keep what a full sort keeps", "[model][sampler]") {
+TEST_CASE("sampler: top-k, top-p and min-p by selection keep what a full sort keeps",
+          "[model][sampler]") {
   seq_rng rng(17);
   int checked = 0;
   for (size_t vocab : {size_t(1), size_t(2), size_t(9), size_t(100), size_t(1000), size_t(50257)}) {
@@ -213,8 +220,10 @@ TEST_CASE("sampler: top-k, top-p and min-p by selection keep what a full sort ke
       sampling_params p;
       p.temperature = trial % 5 == 0 ? 1.0f : float(0.3 + rng.uniform());
       if (trial % 2 == 0) p.top_k = int32_t(1 + rng.next() % std::max<size_t>(1, vocab + 2));
-      // Values of top_p and min_p away from the partial sums of coarse rows (no exact-boundary ties).
-      if (trial % 3 != 1) p.top_p = trial % 7 == 0 ? 0.99999f : float(0.05 + 0.9 * rng.uniform()) + 1e-4f;
+      // Values of top_p and min_p away from the partial sums of coarse rows (no exact-boundary
+      // ties).
+      if (trial % 3 != 1)
+        p.top_p = trial % 7 == 0 ? 0.99999f : float(0.05 + 0.9 * rng.uniform()) + 1e-4f;
       if (trial % 4 == 3) p.min_p = float(0.01 + 0.5 * rng.uniform()) + 1e-4f;
       std::vector<float> row = l;
       apply_temperature_and_filters(row, p);
@@ -225,8 +234,8 @@ TEST_CASE("sampler: top-k, top-p and min-p by selection keep what a full sort ke
       std::set<int32_t> want;
       for (int32_t t : kept_by_sorting(l, p))
         if (l[size_t(t)] != -INFINITY) want.insert(t);
-      INFO("vocab " << vocab << " trial " << trial << " top_k " << p.top_k << " top_p " << p.top_p << " min_p "
-                    << p.min_p << " temperature " << p.temperature);
+      INFO("vocab " << vocab << " trial " << trial << " top_k " << p.top_k << " top_p " << p.top_p
+                    << " min_p " << p.min_p << " temperature " << p.temperature);
       REQUIRE(kept == want);
       REQUIRE(!kept.empty());
       ++checked;
@@ -310,7 +319,8 @@ TEST_CASE("sampler: top-N logprobs are ordered and consistent", "[model][sampler
   auto s2 = state(p);
   auto o2 = sample_token(l, s2);
   REQUIRE(o2.top_logprobs.size() == 2);
-  CHECK(std::exp(double(o2.top_logprobs[0].logprob)) + std::exp(double(o2.top_logprobs[1].logprob)) ==
+  CHECK(std::exp(double(o2.top_logprobs[0].logprob)) +
+            std::exp(double(o2.top_logprobs[1].logprob)) ==
         Approx(1.0).epsilon(1e-5));
 }
 

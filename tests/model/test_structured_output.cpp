@@ -3,7 +3,6 @@
 // follow the grammar and end with the stop token - plus errors, the cache and the sampler's
 // interplay with min_tokens and replay.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <random>
 #include <regex>
@@ -33,8 +32,9 @@ struct walk_result {
 
 // Samples from random logits under the grammar until the stop token (or `max_steps`).
 // `boost`: added to the logits of these tokens every step.
-walk_result random_walk(const tokenizer& tok, int32_t vocab, int32_t eos, std::shared_ptr<const compiled_grammar> g,
-                        uint64_t seed, int32_t max_steps = 400, sampling_params p = {},
+walk_result random_walk(const tokenizer& tok, int32_t vocab, int32_t eos,
+                        std::shared_ptr<const compiled_grammar> g, uint64_t seed,
+                        int32_t max_steps = 400, sampling_params p = {},
                         const std::vector<int32_t>& boost = {}) {
   p.grammar = std::move(g);
   sampling_state st(p, seed, {}, {}, {eos});
@@ -61,7 +61,9 @@ walk_result random_walk(const tokenizer& tok, int32_t vocab, int32_t eos, std::s
 }  // namespace
 
 TEST_CASE("token_bytes: the tokens of a text concatenate back to its bytes", "[structured]") {
-  const std::string text = "H\xC3\xA9llo, w\xC3\xB6rld! \xF0\x9F\x99\x82 {\"a\": [1, 2.5e3]}\n\tend  \xE4\xB8\xAD\xE6\x96\x87";
+  const std::string text =
+      "H\xC3\xA9llo, w\xC3\xB6rld! \xF0\x9F\x99\x82 {\"a\": [1, 2.5e3]}\n\tend  "
+      "\xE4\xB8\xAD\xE6\x96\x87";
   for (const char* name : {"gpt2", "qwen2.5", "phi-3-mini"}) {
     COSERVE_SKIP_UNLESS_EXISTS(test::testdata() / "tokenizers" / name / "tokenizer.json");
     auto tok = load_tok(name);
@@ -71,8 +73,10 @@ TEST_CASE("token_bytes: the tokens of a text concatenate back to its bytes", "[s
     for (int32_t id : tok->encode(text, false)) joined += tok->token_bytes(id);
     // SentencePiece-style vocabularies (phi-3: Prepend + Replace normalizer) carry the leading
     // space the normalizer added; the decoder strips it only at the start of a whole text.
-    if (std::string(name) == "phi-3-mini") CHECK(joined == " " + text);
-    else CHECK(joined == text);
+    if (std::string(name) == "phi-3-mini")
+      CHECK(joined == " " + text);
+    else
+      CHECK(joined == text);
   }
 }
 
@@ -92,7 +96,8 @@ TEST_CASE("token_bytes: special tokens and out-of-range ids have no bytes", "[st
   CHECK(all == "\xF0\x9F\x99\x82");
 }
 
-TEST_CASE("structured output: random logits follow each kind of grammar to the stop token", "[structured]") {
+TEST_CASE("structured output: random logits follow each kind of grammar to the stop token",
+          "[structured]") {
   COSERVE_SKIP_UNLESS_EXISTS(test::testdata() / "tokenizers/gpt2/tokenizer.json");
   auto tok = load_tok("gpt2");
   REQUIRE(tok);
@@ -166,7 +171,8 @@ TEST_CASE("structured output: random logits follow each kind of grammar to the s
       const json::value* xs = v->find("xs");
       REQUIRE((xs && xs->is_array()));
       CHECK((xs->as_array().size() >= 1 && xs->as_array().size() <= 3));
-      for (const auto& x : xs->as_array()) CHECK((x.is_int() && x.as_int() >= 0 && x.as_int() <= 9));
+      for (const auto& x : xs->as_array())
+        CHECK((x.is_int() && x.as_int() >= 0 && x.as_int() <= 9));
     }
   }
   SECTION("json_object: any object") {
@@ -180,7 +186,8 @@ TEST_CASE("structured output: random logits follow each kind of grammar to the s
     std::vector<int32_t> closers;
     for (int32_t id = 0; id < tok->vocab_size(); ++id) {
       const std::string b = tok->token_bytes(id);
-      if (b.find('"') != std::string::npos || b.find('}') != std::string::npos) closers.push_back(id);
+      if (b.find('"') != std::string::npos || b.find('}') != std::string::npos)
+        closers.push_back(id);
     }
     int stopped = 0;
     for (uint64_t seed = 1; seed <= 10; ++seed) {
@@ -222,8 +229,10 @@ TEST_CASE("structured output: random logits follow each kind of grammar to the s
   }
 }
 
-TEST_CASE("structured output: invalid specs are request errors naming the field, and the cache counts hits",
-          "[structured]") {
+TEST_CASE(
+    "structured output: invalid specs are request errors naming the field, and the cache counts "
+    "hits",
+    "[structured]") {
   COSERVE_SKIP_UNLESS_EXISTS(test::testdata() / "tokenizers/gpt2/tokenizer.json");
   auto tok = load_tok("gpt2");
   REQUIRE(tok);
@@ -242,18 +251,22 @@ TEST_CASE("structured output: invalid specs are request errors naming the field,
     CHECK(r.err().param == "the.field");
     CHECK_FALSE(r.err().message.empty());
   };
-  bad(grammar_spec::kind::json_schema, R"({"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}})");
+  bad(grammar_spec::kind::json_schema,
+      R"({"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}})");
   bad(grammar_spec::kind::json_schema, R"({"type":"integer","minimum":5,"maximum":1})");
   bad(grammar_spec::kind::regex, "[a-");
   bad(grammar_spec::kind::grammar, "root ::= undefined_rule");
   // Keywords the grammar engine would ignore (outputs could then break the schema) are refused.
-  bad(grammar_spec::kind::json_schema, R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})");
-  bad(grammar_spec::kind::json_schema, R"({"type":"object","properties":{"a":{"not":{"type":"string"}}}})");
+  bad(grammar_spec::kind::json_schema,
+      R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})");
+  bad(grammar_spec::kind::json_schema,
+      R"({"type":"object","properties":{"a":{"not":{"type":"string"}}}})");
   CHECK(c.stats().failures == 6);
 
   grammar_spec s;
   s.type = grammar_spec::kind::json_schema;
-  s.text = R"({"type":"object","properties":{"a":{"type":"string","maxLength":4}},"required":["a"]})";
+  s.text =
+      R"({"type":"object","properties":{"a":{"type":"string","maxLength":4}},"required":["a"]})";
   auto a = c.compile(s);
   auto b = c.compile(s);
   REQUIRE((a.ok() && b.ok()));
@@ -279,8 +292,9 @@ TEST_CASE("structured output: invalid specs are request errors naming the field,
   CHECK((*small)->stats().cache_hits == 0);
 }
 
-TEST_CASE("structured output: the grammar wins over min_tokens and a replayed output resumes the matcher",
-          "[structured]") {
+TEST_CASE(
+    "structured output: the grammar wins over min_tokens and a replayed output resumes the matcher",
+    "[structured]") {
   COSERVE_SKIP_UNLESS_EXISTS(test::testdata() / "tokenizers/gpt2/tokenizer.json");
   auto tok = load_tok("gpt2");
   REQUIRE(tok);
@@ -323,6 +337,7 @@ TEST_CASE("structured output: the grammar wins over min_tokens and a replayed ou
   CHECK(m.accepted() == 0);
   std::vector<uint32_t> mask(size_t(grammar_mask_words(vocab)));
   m.fill_mask(mask);
-  CHECK_FALSE((mask[size_t(eos) / 32] >> (eos % 32) & 1u));  // nothing accepted: eos not allowed yet
+  CHECK_FALSE(
+      (mask[size_t(eos) / 32] >> (eos % 32) & 1u));  // nothing accepted: eos not allowed yet
   CHECK_FALSE(m.accept(tok->encode("no", false).front()));
 }

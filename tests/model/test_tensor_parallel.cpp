@@ -3,10 +3,9 @@
 // executors against TP = 1 on the same steps (logits within 1e-5 in fp32; greedy tokens equal),
 // with qkv biases, tied embeddings, replicated KV heads, block copies and a failed step.
 #include <catch2/catch.hpp>
-
+#include <chrono>
 #include <cmath>
 #include <random>
-#include <chrono>
 #include <string>
 #include <thread>
 
@@ -121,8 +120,9 @@ void check_same(const std::vector<step_out>& a, const std::vector<step_out>& b) 
 
 }  // namespace
 
-TEST_CASE("tensor parallel: local all-reduce, gather and broadcast give every rank the rank-order result",
-          "[model][tensor_parallel]") {
+TEST_CASE(
+    "tensor parallel: local all-reduce, gather and broadcast give every rank the rank-order result",
+    "[model][tensor_parallel]") {
   for (int32_t n : {1, 2, 3, 4}) {
     CAPTURE(n);
     const size_t len = 1000;
@@ -162,15 +162,18 @@ TEST_CASE("tensor parallel: local all-reduce, gather and broadcast give every ra
         std::vector<unsigned char> b;
         if (r == 0) b.assign(size_t(i) * 3, static_cast<unsigned char>(i));
         if (!c.broadcast(b, 0)) ++failures[size_t(r)];
-        if (b != std::vector<unsigned char>(size_t(i) * 3, static_cast<unsigned char>(i))) ++failures[size_t(r)];
+        if (b != std::vector<unsigned char>(size_t(i) * 3, static_cast<unsigned char>(i)))
+          ++failures[size_t(r)];
       }
     });
     for (int32_t r = 0; r < n; ++r) CHECK(failures[size_t(r)] == 0);
   }
 }
 
-TEST_CASE("tensor parallel: an aborted rank releases the others from their collectives with a fatal error",
-          "[model][tensor_parallel]") {
+TEST_CASE(
+    "tensor parallel: an aborted rank releases the others from their collectives with a fatal "
+    "error",
+    "[model][tensor_parallel]") {
   for (int32_t n : {2, 4}) {
     CAPTURE(n);
     std::vector<std::string> errors(static_cast<size_t>(n));
@@ -194,13 +197,15 @@ TEST_CASE("tensor parallel: an aborted rank releases the others from their colle
     });
     for (int32_t r = 0; r + 1 < n; ++r) {
       CAPTURE(r);
-      CHECK(errors[size_t(r)] == "tensor parallel group failed (rank " + std::to_string(n - 1) + ": out of memory)");
+      CHECK(errors[size_t(r)] ==
+            "tensor parallel group failed (rank " + std::to_string(n - 1) + ": out of memory)");
       CHECK(codes_fatal[size_t(r)] == 1);
     }
   }
 }
 
-TEST_CASE("tensor parallel: sizes a model allows, errors naming them, quantization blocks", "[model][tensor_parallel]") {
+TEST_CASE("tensor parallel: sizes a model allows, errors naming them, quantization blocks",
+          "[model][tensor_parallel]") {
   model_weights w;
   w.config.num_attention_heads = 8;
   w.config.num_key_value_heads = 2;
@@ -224,7 +229,8 @@ TEST_CASE("tensor parallel: sizes a model allows, errors naming them, quantizati
   // Q8_0 down_proj: 96 / 4 = 24 columns per rank is not whole 32-value blocks; 96 / 3 = 32 is.
   for (auto& L : w.layers) L.down.type = dtype::q8_0;
   CHECK(tensor_parallel_sizes(w) == std::vector<int32_t>{1, 3});
-  CHECK_THAT(check_tensor_parallel_size(w, 2).err().message, Catch::Contains("quantization blocks"));
+  CHECK_THAT(check_tensor_parallel_size(w, 2).err().message,
+             Catch::Contains("quantization blocks"));
 
   // Experts: their width (moe_intermediate_size) must divide too, and the dense width only where
   // a layer is dense.
@@ -238,8 +244,9 @@ TEST_CASE("tensor parallel: sizes a model allows, errors naming them, quantizati
   w.layers[1].experts.resize(4);
   for (auto& e : w.layers[1].experts) e.down.type = dtype::f32;
   CHECK(tensor_parallel_sizes(w) == std::vector<int32_t>{1, 2});
-  CHECK_THAT(check_tensor_parallel_size(w, 3).err().message,
-             Catch::Contains("moe_intermediate_size") && Catch::Contains("moe_intermediate_size 40"));
+  CHECK_THAT(
+      check_tensor_parallel_size(w, 3).err().message,
+      Catch::Contains("moe_intermediate_size") && Catch::Contains("moe_intermediate_size 40"));
   w.config.moe_layers = {0, 1};  // layer 0 dense: its width 7 divides by 1 only
   CHECK(tensor_parallel_sizes(w) == std::vector<int32_t>{1});
   w.config.intermediate_size = 96;
@@ -250,7 +257,8 @@ TEST_CASE("tensor parallel: sizes a model allows, errors naming them, quantizati
   CHECK_THAT(check_tensor_parallel_size(w, 2).err().message, Catch::Contains("experts' down_proj"));
 }
 
-TEST_CASE("tensor parallel: the step message round-trips, a damaged one is refused", "[model][tensor_parallel]") {
+TEST_CASE("tensor parallel: the step message round-trips, a damaged one is refused",
+          "[model][tensor_parallel]") {
   const std::vector<int32_t> t1{1, 2, 3}, t2{k_token_from_last_step};
   const std::vector<int32_t> b1{4, 5}, b2{7};
   std::vector<forward_seq> batch{{t1.data(), 3, 0, &b1, false, 1}, {t2.data(), 1, 9, &b2, true, 3}};
@@ -289,9 +297,11 @@ TEST_CASE("tensor parallel: the step message round-trips, a damaged one is refus
   CHECK(back->error == "rank 1: no file");
 }
 
-TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same tokens) through prefill chunks, "
-          "a fork and decodes",
-          "[model][tensor_parallel]") {
+TEST_CASE(
+    "tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same tokens) through prefill "
+    "chunks, "
+    "a fork and decodes",
+    "[model][tensor_parallel]") {
   struct shape {
     const char* name;
     std::string arch;
@@ -299,11 +309,11 @@ TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same toke
     bool tie;
   };
   const std::vector<shape> shapes = {
-      {"llama, KV heads split", "llama", 4, 2, 48, false},      // TP 4: KV heads replicated
-      {"qwen2 with qkv bias, tied", "qwen2", 4, 4, 64, true},   // every rank its own KV heads
-      {"mistral, one KV head", "mistral", 4, 1, 40, false},     // KV head on every rank
-      {"qwen3, q/k norm, tied", "qwen3", 4, 2, 48, true},       // the norm weights on every rank
-      {"phi3, fused qkv and gate_up", "phi3", 4, 2, 48, false}, // rank slices of the row views
+      {"llama, KV heads split", "llama", 4, 2, 48, false},       // TP 4: KV heads replicated
+      {"qwen2 with qkv bias, tied", "qwen2", 4, 4, 64, true},    // every rank its own KV heads
+      {"mistral, one KV head", "mistral", 4, 1, 40, false},      // KV head on every rank
+      {"qwen3, q/k norm, tied", "qwen3", 4, 2, 48, true},        // the norm weights on every rank
+      {"phi3, fused qkv and gate_up", "phi3", 4, 2, 48, false},  // rank slices of the row views
       {"smollm3, a layer without RoPE", "smollm3", 4, 2, 48, true},
       {"mixtral, a slice of every expert", "mixtral", 4, 2, 48, false},
       {"qwen3_moe, dense and sparse layers", "qwen3_moe", 4, 2, 48, true},
@@ -330,14 +340,17 @@ TEST_CASE("tensor parallel: TP 2 and 4 match TP 1 (logits within 1e-5, same toke
     for (int32_t tp : {2, 4}) {
       CAPTURE(tp);
       auto ex = tp_executor(dir.str(), tp, tp);
-      CHECK_THAT(ex->info().device, Catch::Contains("tensor parallel " + std::to_string(tp) + " ranks"));
+      CHECK_THAT(ex->info().device,
+                 Catch::Contains("tensor parallel " + std::to_string(tp) + " ranks"));
       check_same(run_script(*ex), want);
     }
   }
 }
 
-TEST_CASE("tensor parallel: a failed step fails on every rank alike, the next step runs, a bad size is refused",
-          "[model][tensor_parallel]") {
+TEST_CASE(
+    "tensor parallel: a failed step fails on every rank alike, the next step runs, a bad size is "
+    "refused",
+    "[model][tensor_parallel]") {
   test::temp_dir dir("tp-model");
   REQUIRE(make_demo_model(dir.str(), test::tiny_options(44)).ok());
   auto one = tp_executor(dir.str(), 1);

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -16,8 +15,9 @@
 namespace coserve::test {
 
 struct verify_run {
-  std::vector<std::vector<int32_t>> tokens;       // per prompt, the first `steps` generated ids
-  std::vector<std::vector<size_t>> top_counts;    // per prompt and token, the top logprobs it came with
+  std::vector<std::vector<int32_t>> tokens;  // per prompt, the first `steps` generated ids
+  std::vector<std::vector<size_t>>
+      top_counts;  // per prompt and token, the top logprobs it came with
   int64_t proposed = 0, accepted = 0, verify_rows = 0;
 };
 
@@ -27,10 +27,12 @@ struct verify_run {
 // so it must be rejected there. from_draft: instead, every step asks for up to k_max proposals from
 // the executor's draft model (k_token_from_draft), as many as the sequence still needs. Sequence i
 // has id first_id + i and seed 11 + i.
-inline verify_run drive_verify(executor& ex, const std::vector<std::vector<int32_t>>& prompts, int32_t steps,
-                               int32_t block_size, const std::vector<sampling_params>& params,
-                               const std::vector<std::vector<int32_t>>& reference, int32_t k_max, int32_t vocab,
-                               uint32_t seed, seq_id_t first_id = 1, bool from_draft = false) {
+inline verify_run drive_verify(executor& ex, const std::vector<std::vector<int32_t>>& prompts,
+                               int32_t steps, int32_t block_size,
+                               const std::vector<sampling_params>& params,
+                               const std::vector<std::vector<int32_t>>& reference, int32_t k_max,
+                               int32_t vocab, uint32_t seed, seq_id_t first_id = 1,
+                               bool from_draft = false) {
   verify_run r;
   const size_t n = prompts.size();
   r.tokens.resize(n);
@@ -39,7 +41,8 @@ inline verify_run drive_verify(executor& ex, const std::vector<std::vector<int32
   int32_t next_block = 0;
   for (size_t i = 0; i < n; ++i) {
     const int32_t max_len = int32_t(prompts[i].size()) + steps + k_max + 1;
-    for (int32_t b = 0; b < (max_len + block_size - 1) / block_size; ++b) tables[i].push_back(next_block++);
+    for (int32_t b = 0; b < (max_len + block_size - 1) / block_size; ++b)
+      tables[i].push_back(next_block++);
   }
   std::mt19937 rng(seed);
   step_plan p;

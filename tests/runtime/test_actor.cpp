@@ -1,16 +1,14 @@
-#include <catch2/catch.hpp>
-
-#include <atomic>
-#include <chrono>
-#include <future>
-#include <stdexcept>
-#include <thread>
-
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_future.hpp>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <stdexcept>
+#include <thread>
 
 #include "runtime/system.hpp"
 #include "runtime/timer.hpp"
@@ -103,8 +101,8 @@ TEST_CASE("ask is cancelled by the caller's cancellation", "[actor][concurrency]
 TEST_CASE("a full mailbox refuses tell and makes send wait", "[actor][concurrency]") {
   rt::system sys({.threads = 2});
   std::promise<void> open;
-  auto c = sys.spawn<counter>({.name = "counter", .mailbox_capacity = 4},
-                              open.get_future().share());
+  auto c =
+      sys.spawn<counter>({.name = "counter", .mailbox_capacity = 4}, open.get_future().share());
   REQUIRE(c.tell(gate_wait{}) == rt::send_status::ok);
   // Wait until the actor has taken gate_wait out of its mailbox and blocks in it.
   while (c.queued() != 0) std::this_thread::yield();
@@ -112,10 +110,13 @@ TEST_CASE("a full mailbox refuses tell and makes send wait", "[actor][concurrenc
   REQUIRE(c.tell(add{1}) == rt::send_status::full);  // the sender sees `full` at once
 
   std::atomic<bool> sent{false};
-  asio::co_spawn(sys.executor(), [&]() -> asio::awaitable<void> {
-    auto s = co_await c.send(add{100});
-    sent = (s == rt::send_status::ok);
-  }, asio::detached);
+  asio::co_spawn(
+      sys.executor(),
+      [&]() -> asio::awaitable<void> {
+        auto s = co_await c.send(add{100});
+        sent = (s == rt::send_status::ok);
+      },
+      asio::detached);
   std::this_thread::sleep_for(50ms);
   REQUIRE_FALSE(sent.load());  // still waiting for space
   open.set_value();
@@ -123,7 +124,8 @@ TEST_CASE("a full mailbox refuses tell and makes send wait", "[actor][concurrenc
   REQUIRE(c.ask_sync(get{}).value() == 104);
 }
 
-TEST_CASE("a throwing handler restarts the actor with fresh state", "[actor][supervision][concurrency]") {
+TEST_CASE("a throwing handler restarts the actor with fresh state",
+          "[actor][supervision][concurrency]") {
   rt::system sys({.threads = 2});
   auto c = sys.spawn<counter>({.name = "flaky", .on_failure = rt::restart_policy::restart});
   REQUIRE(c.tell(add{5}) == rt::send_status::ok);
@@ -160,10 +162,10 @@ TEST_CASE("too many failures within the window stop a restarting actor",
           "[actor][supervision][concurrency]") {
   rt::system sys({.threads = 2});
   std::promise<void> stopped;
-  auto c = sys.spawn<counter>({.name = "doomed", .max_restarts = 2,
-                               .on_stopped = [&](const std::string&, const std::string&) {
-                                 stopped.set_value();
-                               }});
+  auto c = sys.spawn<counter>(
+      {.name = "doomed",
+       .max_restarts = 2,
+       .on_stopped = [&](const std::string&, const std::string&) { stopped.set_value(); }});
   for (int i = 0; i < 3; ++i) (void)c.tell(boom{});
   stopped.get_future().wait();
   REQUIRE(c.cell().restarts() == 2);
@@ -208,7 +210,8 @@ TEST_CASE("an actor on a dedicated thread", "[actor][concurrency]") {
   REQUIRE(run_on(sys, c.ask(get{})).value() == 3);
 }
 
-TEST_CASE("timers deliver once, periodically, and stop when cancelled", "[actor][timer][concurrency]") {
+TEST_CASE("timers deliver once, periodically, and stop when cancelled",
+          "[actor][timer][concurrency]") {
   rt::system sys({.threads = 2});
   auto c = sys.spawn<counter>({.name = "timed"});
   const auto t0 = std::chrono::steady_clock::now();
@@ -252,7 +255,8 @@ struct hooked {
   std::atomic<int>* hook_calls;
   std::atomic<int>* total_seen;
   int total = 0;
-  explicit hooked(std::atomic<int>* calls, std::atomic<int>* seen) : hook_calls(calls), total_seen(seen) {}
+  explicit hooked(std::atomic<int>* calls, std::atomic<int>* seen)
+      : hook_calls(calls), total_seen(seen) {}
   void handle(add& m) { total += m.v; }
   void handle(boom&) { throw std::runtime_error("boom"); }
   rt::maybe_async handle(tail_boom&) {
@@ -276,15 +280,16 @@ TEST_CASE("an exception in a handler's asynchronous tail goes to the supervision
           "[actor][supervision][concurrency]") {
   rt::system sys({.threads = 2});
   std::atomic<int> calls{0}, seen{-1};
-  auto a = sys.spawn<hooked>({.name = "tail", .on_failure = rt::restart_policy::restart}, &calls, &seen);
+  auto a =
+      sys.spawn<hooked>({.name = "tail", .on_failure = rt::restart_policy::restart}, &calls, &seen);
   REQUIRE(a.tell(add{5}) == rt::send_status::ok);
   REQUIRE(a.tell(tail_boom{}) == rt::send_status::ok);
   REQUIRE(a.tell(add{2}) == rt::send_status::ok);
   auto r = a.ask_sync(read_total{});
   REQUIRE(r.ok());
-  CHECK(*r == 2);               // restarted with fresh state; the message behind it kept
+  CHECK(*r == 2);  // restarted with fresh state; the message behind it kept
   CHECK(a.cell().restarts() == 1);
-  CHECK(calls.load() == 1);     // the hook ran once, on the old state (5 + the tail's 100)
+  CHECK(calls.load() == 1);  // the hook ran once, on the old state (5 + the tail's 100)
   CHECK(seen.load() == 105);
   sys.stop();
 }
@@ -294,10 +299,11 @@ TEST_CASE("on_failure runs before a stop too, and a dropped reply completes with
   rt::system sys({.threads = 2});
   std::atomic<int> calls{0}, seen{-1};
   std::promise<void> stopped;
-  auto a = sys.spawn<hooked>({.name = "fragile_hooked",
-                              .on_failure = rt::restart_policy::stop,
-                              .on_stopped = [&](const std::string&, const std::string&) { stopped.set_value(); }},
-                             &calls, &seen);
+  auto a = sys.spawn<hooked>(
+      {.name = "fragile_hooked",
+       .on_failure = rt::restart_policy::stop,
+       .on_stopped = [&](const std::string&, const std::string&) { stopped.set_value(); }},
+      &calls, &seen);
   REQUIRE(a.tell(add{3}) == rt::send_status::ok);
   REQUIRE(a.tell(boom{}) == rt::send_status::ok);
   stopped.get_future().get();
@@ -307,7 +313,8 @@ TEST_CASE("on_failure runs before a stop too, and a dropped reply completes with
   // waiter hanging.
   std::promise<result<int>> got;
   {
-    auto st = std::make_shared<rt::reply_state<int>>([&](result<int> v) { got.set_value(std::move(v)); });
+    auto st =
+        std::make_shared<rt::reply_state<int>>([&](result<int> v) { got.set_value(std::move(v)); });
   }
   auto v = got.get_future().get();
   REQUIRE_FALSE(v.ok());

@@ -1,6 +1,5 @@
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <memory>
 #include <random>
 #include <string>
@@ -150,7 +149,8 @@ TEST_CASE("lru_cache with capacity 1 keeps only the last key, capacity 0 acts as
   }
 }
 
-TEST_CASE("lru_cache: a moved cache keeps its entries and order, the source is left empty", "[lru]") {
+TEST_CASE("lru_cache: a moved cache keeps its entries and order, the source is left empty",
+          "[lru]") {
   lru_cache<int, int> a(3);
   for (int k = 1; k <= 3; ++k) a.insert(k, k);
   a.find(1);  // order 1, 3, 2
@@ -177,7 +177,8 @@ TEST_CASE("lru_cache agrees with a linear reference model on random operations",
     std::vector<std::pair<int, int>> model;  // front: most recent
     for (int op = 0; op < 5000; ++op) {
       const int key = int(rng() % 24);
-      const auto pos = std::find_if(model.begin(), model.end(), [&](auto& e) { return e.first == key; });
+      const auto pos =
+          std::find_if(model.begin(), model.end(), [&](auto& e) { return e.first == key; });
       switch (rng() % 3) {
         case 0: {  // find
           int* v = c.find(key);
@@ -204,7 +205,8 @@ TEST_CASE("lru_cache agrees with a linear reference model on random operations",
       }
       REQUIRE(c.size() == model.size());
       for (int k = 0; k < 24; ++k) {
-        const bool in_model = std::any_of(model.begin(), model.end(), [&](auto& e) { return e.first == k; });
+        const bool in_model =
+            std::any_of(model.begin(), model.end(), [&](auto& e) { return e.first == k; });
         REQUIRE(c.contains(k) == in_model);
       }
     }

@@ -1,14 +1,13 @@
-#include <catch2/catch.hpp>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "runtime/mpsc_queue.hpp"
 
@@ -136,11 +135,13 @@ void check_close_race(Make make, int trials, int pops) {
   }
 }
 
-TEST_CASE("mpsc_queue: every push accepted before a concurrent close is consumed", "[mpsc][concurrency]") {
+TEST_CASE("mpsc_queue: every push accepted before a concurrent close is consumed",
+          "[mpsc][concurrency]") {
   check_close_race([] { return std::make_unique<mpsc_queue<int>>(1024); }, 50, 2000);
 }
 
-// ---- page release (rings of at least 8 release chunks) --------------------------------------------
+// ---- page release (rings of at least 8 release chunks)
+// --------------------------------------------
 
 // Every chunk dropped at its end, however fast the ring goes round.
 constexpr std::chrono::nanoseconds always{0};
@@ -191,7 +192,8 @@ TEST_CASE("mpsc_queue with page release: capacity() always fits, FIFO over many 
   REQUIRE_FALSE(q.try_pop());
 }
 
-TEST_CASE("mpsc_queue with page release: resident memory follows what is queued, not what passed", "[mpsc]") {
+TEST_CASE("mpsc_queue with page release: resident memory follows what is queued, not what passed",
+          "[mpsc]") {
   using payload = std::array<char, 248>;  // 256-byte slots
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   constexpr std::size_t chunk_bytes = 64 << 10;
@@ -205,7 +207,7 @@ TEST_CASE("mpsc_queue with page release: resident memory follows what is queued,
       for (std::size_t i = 0; i < burst; ++i) REQUIRE(q.try_pop().value()[0] == char(i));
     }
   };
-  mpsc_queue<payload> kept(8192, 0);               // no page release: 2 MiB
+  mpsc_queue<payload> kept(8192, 0);                        // no page release: 2 MiB
   mpsc_queue<payload> released(8192, chunk_bytes, always);  // 256-slot chunks
   REQUIRE(kept.release_chunk() == 0);
   REQUIRE(released.release_chunk() == chunk_bytes / 256);
@@ -229,7 +231,8 @@ TEST_CASE("mpsc_queue with page release: resident memory follows what is queued,
   REQUIRE(owners.release_chunk() != 0);
   auto counter = std::make_shared<int>(0);
   for (int lap = 0; lap < 3; ++lap) {
-    for (std::size_t i = 0; i < owners.capacity(); ++i) REQUIRE(owners.try_push(counter) == rt::push_result::ok);
+    for (std::size_t i = 0; i < owners.capacity(); ++i)
+      REQUIRE(owners.try_push(counter) == rt::push_result::ok);
     for (std::size_t i = 0; i + 7 < owners.capacity(); ++i) REQUIRE(owners.try_pop());
     while (owners.try_pop()) {
     }
@@ -238,8 +241,9 @@ TEST_CASE("mpsc_queue with page release: resident memory follows what is queued,
   REQUIRE(counter.use_count() == 6);
 }
 
-TEST_CASE("mpsc_queue with page release: a ring going round faster than release_after keeps its pages",
-          "[mpsc]") {
+TEST_CASE(
+    "mpsc_queue with page release: a ring going round faster than release_after keeps its pages",
+    "[mpsc]") {
   using payload = std::array<char, 248>;
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   constexpr std::size_t chunk_bytes = 64 << 10;

@@ -1,13 +1,11 @@
+#include <asio/steady_timer.hpp>
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
 #include <sstream>
 #include <thread>
-
-#include <asio/steady_timer.hpp>
 
 #include "runtime/system.hpp"
 
@@ -89,7 +87,8 @@ TEST_CASE("tracing records each message's path and one handler at a time per act
   for (const char* name : {"parser", "worker", "sink"}) {
     auto spans = tr.spans_of_actor(name);
     REQUIRE(spans.size() == n);
-    for (std::size_t i = 1; i < spans.size(); ++i) REQUIRE(spans[i].start_ns >= spans[i - 1].end_ns);
+    for (std::size_t i = 1; i < spans.size(); ++i)
+      REQUIRE(spans[i].start_ns >= spans[i - 1].end_ns);
   }
   // Queue depth was recorded: the parser's mailbox filled up faster than the worker drained.
   auto worker_spans = tr.spans_of_actor("worker");
@@ -146,7 +145,8 @@ TEST_CASE("spans_since returns the spans that ended in a recent window, also acr
     s.end_ns = end;
     tr.record(s);
   };
-  for (int64_t i = 0; i < 100; ++i) rec(i * 10, i * 10 + 5, static_cast<uint64_t>(i));  // wraps the ring
+  for (int64_t i = 0; i < 100; ++i)
+    rec(i * 10, i * 10 + 5, static_cast<uint64_t>(i));  // wraps the ring
   std::thread other([&] { rec(500, 995, 1000); });
   other.join();
   auto recent = tr.spans_since(900);

@@ -2,7 +2,6 @@
 // Python jinja2 by tests/reference/make_chat_template_fixtures.py: byte for byte, and a failure
 // wherever jinja2 failed (raise_exception messages compared exactly).
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -56,12 +55,15 @@ TEST_CASE("chat templates match Python jinja2 fixtures", "[chat_template]") {
       INFO("conversation " << name);
       auto out = tmpl->render(*contexts->find(name), kFixtureNow);
       if (c.find("ok")->as_bool()) {
-        if (!out) FAIL_CHECK("render error: " << out.err().message);
-        else CHECK(*out == c.find("output")->as_string());
+        if (!out)
+          FAIL_CHECK("render error: " << out.err().message);
+        else
+          CHECK(*out == c.find("output")->as_string());
         ++rendered;
       } else {
         CHECK_FALSE(out.ok());
-        if (!out.ok() && c.find("raised")) CHECK(out.err().message == c.find("raised")->as_string());
+        if (!out.ok() && c.find("raised"))
+          CHECK(out.err().message == c.find("raised")->as_string());
         ++failures;
       }
     }
@@ -72,7 +74,8 @@ TEST_CASE("chat templates match Python jinja2 fixtures", "[chat_template]") {
   SUCCEED();
 }
 
-TEST_CASE("continue_final_message renders as transformers' apply_chat_template", "[chat_template]") {
+TEST_CASE("continue_final_message renders as transformers' apply_chat_template",
+          "[chat_template]") {
   // Fixtures from tests/reference/make_continue_final_fixtures.py (transformers' own
   // render_jinja_template with continue_final_message=True) over every testdata template.
   const fs::path data = test::testdata();
@@ -93,8 +96,10 @@ TEST_CASE("continue_final_message renders as transformers' apply_chat_template",
     context["messages"] = *conversations.find(name);
     auto out = render_continuing_final_message(*tmpl, std::move(context), kFixtureNow);
     if (c.find("ok")->as_bool()) {
-      if (!out) FAIL_CHECK("error: " << out.err().message);
-      else CHECK(*out == c.find("output")->as_string());
+      if (!out)
+        FAIL_CHECK("error: " << out.err().message);
+      else
+        CHECK(*out == c.find("output")->as_string());
       ++rendered;
     } else {
       CHECK_FALSE(out.ok());

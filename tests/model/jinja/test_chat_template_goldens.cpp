@@ -1,7 +1,6 @@
 // Every golden render in testdata/chat-templates/goldens (made with Python jinja2 configured as
 // Hugging Face's apply_chat_template) reproduced byte for byte, expected errors included.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -55,7 +54,8 @@ TEST_CASE("chat template goldens reproduce Python jinja2 byte for byte", "[chat_
     if (const json::value* st = c.find("special_tokens"))
       for (const auto& [k, v] : st->as_object()) ctx[k] = v;
     if (conv == "basic_no_genprompt") {
-      json::array msgs(convs.find("basic")->as_array().begin(), convs.find("basic")->as_array().begin() + 5);
+      json::array msgs(convs.find("basic")->as_array().begin(),
+                       convs.find("basic")->as_array().begin() + 5);
       ctx["messages"] = json::value(std::move(msgs));
     } else {
       ctx["messages"] = *convs.find(conv);
@@ -88,7 +88,8 @@ TEST_CASE("llama.cpp inline template cases render as jinja2 does", "[chat_templa
   REQUIRE(cmp.ok());
   REQUIRE(inputs.ok());
   std::vector<json::value> sources;
-  for (const char* f : {"llama.cpp-inline-cases.feb2025.json", "llama.cpp-inline-cases.newer.json"}) {
+  for (const char* f :
+       {"llama.cpp-inline-cases.feb2025.json", "llama.cpp-inline-cases.newer.json"}) {
     auto v = json::parse(slurp(dir / f));
     REQUIRE(v.ok());
     for (const auto& c : v->as_array()) sources.push_back(c);
@@ -111,8 +112,10 @@ TEST_CASE("llama.cpp inline template cases render as jinja2 does", "[chat_templa
     auto out = tmpl->render(ctx, kGoldenNow);
     const json::value* expected = c.find("jinja2_output");
     if (expected && expected->is_string()) {
-      if (!out) FAIL_CHECK("render error: " << out.err().message);
-      else CHECK(*out == expected->as_string());
+      if (!out)
+        FAIL_CHECK("render error: " << out.err().message);
+      else
+        CHECK(*out == expected->as_string());
     } else {
       CHECK_FALSE(out.ok());
     }

@@ -2,7 +2,6 @@
 // each case rendered by Python jinja2 in tests/reference/fixtures/chat_template/units.json; plus
 // the template loader and errors as values.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -46,12 +45,15 @@ TEST_CASE("interpreter features match jinja2 (units.json)", "[chat_template]") {
     if (!parsed) FAIL("parse error: " << parsed.err().message);
     auto out = parsed->render(*c.find("context"), 1721995200);
     if (c.find("ok")->as_bool()) {
-      if (!out) FAIL_CHECK("render error: " << out.err().message);
-      else CHECK(*out == c.find("output")->as_string());
+      if (!out)
+        FAIL_CHECK("render error: " << out.err().message);
+      else
+        CHECK(*out == c.find("output")->as_string());
     } else {
       REQUIRE_FALSE(out.ok());
       CHECK(out.err().code == "template_error");
-      if (const json::value* raised = c.find("raised")) CHECK(out.err().message == raised->as_string());
+      if (const json::value* raised = c.find("raised"))
+        CHECK(out.err().message == raised->as_string());
     }
   }
 }
@@ -73,11 +75,16 @@ TEST_CASE("errors are values with jinja2's messages", "[chat_template]") {
 }
 
 TEST_CASE("json values reach templates with their types", "[chat_template]") {
-  auto ctx = json::parse(R"({"m": {"n": 1, "f": 2.5, "s": "x", "b": false, "z": null, "l": [1, "a"]}})");
+  auto ctx =
+      json::parse(R"({"m": {"n": 1, "f": 2.5, "s": "x", "b": false, "z": null, "l": [1, "a"]}})");
   REQUIRE(ctx.ok());
-  auto out = render("{{ m.n + 1 }} {{ m.f * 2 }} {{ m.s * 2 }} {{ m.b }} {{ m.z }} {{ m.l }} {{ m|tojson }}", *ctx);
+  auto out = render(
+      "{{ m.n + 1 }} {{ m.f * 2 }} {{ m.s * 2 }} {{ m.b }} {{ m.z }} {{ m.l }} {{ m|tojson }}",
+      *ctx);
   REQUIRE(out.ok());
-  CHECK(*out == R"(2 5.0 xx False None [1, 'a'] {"n": 1, "f": 2.5, "s": "x", "b": false, "z": null, "l": [1, "a"]})");
+  CHECK(
+      *out ==
+      R"(2 5.0 xx False None [1, 'a'] {"n": 1, "f": 2.5, "s": "x", "b": false, "z": null, "l": [1, "a"]})");
 }
 
 TEST_CASE("loader reads tokenizer_config.json, named lists and .jinja files", "[chat_template]") {

@@ -45,9 +45,8 @@ TEST_CASE("json parse keeps order, rejects invalid input", "[json]") {
 TEST_CASE("json dump matches Python json.dumps", "[json]") {
   auto v = json::parse(R"({"a":[1,2.0,0.1,1e-05,1e20,null,true],"b":{"c":"q\"\n\u00e9"}})");
   REQUIRE(v.ok());
-  CHECK(json::dump(*v) ==
-        R"({"a": [1, 2.0, 0.1, 1e-05, 1e+20, null, true], "b": {"c": "q\"\n)"
-        "\xc3\xa9\"}}");
+  CHECK(json::dump(*v) == R"({"a": [1, 2.0, 0.1, 1e-05, 1e+20, null, true], "b": {"c": "q\"\n)"
+                          "\xc3\xa9\"}}");
   json::dump_options o;
   o.ensure_ascii = true;
   CHECK(json::dump(value("\xc3\xa9\xf0\x9f\x98\x80"), o) == R"("\u00e9\ud83d\ude00")");
@@ -64,7 +63,11 @@ TEST_CASE("json dump matches Python json.dumps", "[json]") {
 }
 
 TEST_CASE("floats print as Python repr", "[json]") {
-  auto f = [](double d) { std::string s; json::append_python_float(s, d); return s; };
+  auto f = [](double d) {
+    std::string s;
+    json::append_python_float(s, d);
+    return s;
+  };
   CHECK(f(1.0) == "1.0");
   CHECK(f(0.1) == "0.1");
   CHECK(f(1e-05) == "1e-05");

@@ -2,7 +2,6 @@
 // shared mutable state). Several threads encoding overlapping texts must each get exactly the
 // single-threaded ids. Runs under TSan in CI (label concurrency).
 #include <catch2/catch.hpp>
-
 #include <thread>
 
 #include "model/tokenizer/tokenizer.hpp"
@@ -18,8 +17,9 @@ TEST_CASE("concurrent encode matches single-threaded ids", "[tokenizer][concurre
   REQUIRE(shared.ok());
   std::vector<std::string> texts;
   for (int i = 0; i < 64; ++i)
-    texts.push_back("text " + std::to_string(i * 7919) + " the quick brown fox " + std::string(i % 9, ' ') +
-                    "jumps over the lazy dog \xE4\xBD\xA0\xE5\xA5\xBD " + std::to_string(i));
+    texts.push_back("text " + std::to_string(i * 7919) + " the quick brown fox " +
+                    std::string(i % 9, ' ') + "jumps over the lazy dog \xE4\xBD\xA0\xE5\xA5\xBD " +
+                    std::to_string(i));
   std::vector<std::vector<int32_t>> expected;
   for (const auto& t : texts) expected.push_back(reference->encode(t, true));
 
@@ -32,7 +32,8 @@ TEST_CASE("concurrent encode matches single-threaded ids", "[tokenizer][concurre
       for (int round = 0; round < 20; ++round)
         for (std::size_t i = 0; i < texts.size(); ++i) {
           const std::size_t k = (i * (th + 1) + static_cast<std::size_t>(round)) % texts.size();
-          if (copy.encode(texts[k], true) != expected[k]) ++mismatches[static_cast<std::size_t>(th)];
+          if (copy.encode(texts[k], true) != expected[k])
+            ++mismatches[static_cast<std::size_t>(th)];
           if (copy.decode(expected[k], true).empty()) ++mismatches[static_cast<std::size_t>(th)];
         }
     });

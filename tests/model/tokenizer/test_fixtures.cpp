@@ -73,8 +73,12 @@ TEST_CASE("fixtures: qwen2.5", "[tokenizer]") { check_fixture("qwen2.5", true); 
 TEST_CASE("fixtures: phi-3-mini", "[tokenizer]") { check_fixture("phi-3-mini", true); }
 TEST_CASE("fixtures: phi-2", "[tokenizer]") { check_fixture("phi-2", true); }
 TEST_CASE("fixtures: roberta-base", "[tokenizer]") { check_fixture("roberta-base", true); }
-TEST_CASE("fixtures: synthetic ignore_merges", "[tokenizer]") { check_fixture("synthetic-ignore-merges", false); }
-TEST_CASE("fixtures: synthetic metaspace", "[tokenizer]") { check_fixture("synthetic-metaspace", false); }
+TEST_CASE("fixtures: synthetic ignore_merges", "[tokenizer]") {
+  check_fixture("synthetic-ignore-merges", false);
+}
+TEST_CASE("fixtures: synthetic metaspace", "[tokenizer]") {
+  check_fixture("synthetic-metaspace", false);
+}
 
 // Component variants (normalizers, pre-tokenizers, decoders, post-processors not used by the real
 // files): every variant-*.tokenizer.json the script wrote.

@@ -2,13 +2,13 @@
 // test data and skipping come from tests/skip.hpp).
 #pragma once
 
+#include <simdjson.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <simdjson.h>
 
 #include "tests/skip.hpp"
 

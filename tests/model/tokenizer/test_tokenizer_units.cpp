@@ -13,17 +13,20 @@ namespace {
 
 // A tiny character-level BPE over "abc" with merges a+b and ab+c; `extra` is spliced into the
 // top-level object, `merges` is the JSON merges array, `model_extra` into the model.
-std::string tiny(std::string_view merges, std::string_view extra = "", std::string_view model_extra = "") {
-  return std::string(R"({"added_tokens":[{"id":5,"content":"<eos>","special":true,"normalized":false}],)") +
+std::string tiny(std::string_view merges, std::string_view extra = "",
+                 std::string_view model_extra = "") {
+  return std::string(
+             R"({"added_tokens":[{"id":5,"content":"<eos>","special":true,"normalized":false}],)") +
          std::string(extra) + R"("model":{)" + std::string(model_extra) +
-         R"("vocab":{"a":0,"b":1,"c":2,"ab":3,"abc":4,"<eos>":5},"merges":)" + std::string(merges) + "}}";
+         R"("vocab":{"a":0,"b":1,"c":2,"ab":3,"abc":4,"<eos>":5},"merges":)" + std::string(merges) +
+         "}}";
 }
 
 }  // namespace
 
 TEST_CASE("merges as strings or pairs, model.type optional", "[tokenizer]") {
   for (const std::string& json : {tiny(R"(["a b","ab c"])"), tiny(R"([["a","b"],["ab","c"]])"),
-                                 tiny(R"(["a b","ab c"])", "", R"("type":"BPE",)")}) {
+                                  tiny(R"(["a b","ab c"])", "", R"("type":"BPE",)")}) {
     auto tok = tokenizer::from_json(json);
     REQUIRE(tok.ok());
     CHECK(tok->encode("abcab", false) == std::vector<int32_t>{4, 3});
@@ -38,7 +41,8 @@ TEST_CASE("merges as strings or pairs, model.type optional", "[tokenizer]") {
   CHECK(tok->encode("abc", false) == std::vector<int32_t>{3, 2});
 }
 
-TEST_CASE("BPEDecoder: the suffix ends a word with a space, the last token's with nothing", "[tokenizer]") {
+TEST_CASE("BPEDecoder: the suffix ends a word with a space, the last token's with nothing",
+          "[tokenizer]") {
   // Expected strings from Hugging Face tokenizers 0.23.3 on the same file.
   auto tok = tokenizer::from_json(tiny("[]", R"("decoder":{"type":"BPEDecoder","suffix":"c"},)"));
   REQUIRE(tok.ok());
@@ -72,7 +76,9 @@ TEST_CASE("unsupported components are load errors naming them", "[tokenizer]") {
       {tiny(R"([])", R"("pre_tokenizer":{"type":"UnicodeScripts"},)"), "UnicodeScripts"},
       {tiny(R"([])", R"("decoder":{"type":"WordPiece","prefix":"##"},)"), "WordPiece"},
       {tiny(R"([])", R"("post_processor":{"type":"Weird"},)"), "Weird"},
-      {tiny(R"([])", R"("normalizer":{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Precompiled"}]},)"),
+      {tiny(
+           R"([])",
+           R"("normalizer":{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Precompiled"}]},)"),
        "Precompiled"},
       {tiny(R"([])", "", R"("continuing_subword_prefix":"##",)"), "continuing_subword_prefix"},
   };
@@ -111,7 +117,8 @@ TEST_CASE("added token flags: lstrip, rstrip, single_word", "[tokenizer]") {
 }
 
 TEST_CASE("tokenizer_config: bos/eos, add_bos_token without a post-processor", "[tokenizer]") {
-  const std::string config = R"({"bos_token":{"__type":"AddedToken","content":"<s>"},"eos_token":"<eos>",
+  const std::string config =
+      R"({"bos_token":{"__type":"AddedToken","content":"<s>"},"eos_token":"<eos>",
     "add_bos_token":true,"added_tokens_decoder":{"6":{"content":"<s>","special":true,"normalized":false}}})";
   auto tok = tokenizer::from_json(tiny(R"(["a b"])"), config);
   REQUIRE(tok.ok());
@@ -123,7 +130,8 @@ TEST_CASE("tokenizer_config: bos/eos, add_bos_token without a post-processor", "
   CHECK(tok->encode("ab", true) == std::vector<int32_t>{6, 3});
   CHECK(tok->encode("<s>ab", false) == std::vector<int32_t>{6, 3});
   // A post-processor in tokenizer.json wins over add_bos_token.
-  auto with_post = tokenizer::from_json(tiny(R"(["a b"])", R"("post_processor":{"type":"ByteLevel"},)"), config);
+  auto with_post =
+      tokenizer::from_json(tiny(R"(["a b"])", R"("post_processor":{"type":"ByteLevel"},)"), config);
   REQUIRE(with_post.ok());
   CHECK(with_post->encode("ab", true) == std::vector<int32_t>{3});
 }
@@ -166,9 +174,13 @@ TEST_CASE("real tokenizers: lookups, specials, post-processors", "[tokenizer]") 
 }
 
 TEST_CASE("invalid UTF-8 is repaired to U+FFFD before encoding", "[tokenizer]") {
-  CHECK(utf8::repair("a\xFF" "b") == "a\xEF\xBF\xBD" "b");
-  CHECK(utf8::repair("\xE2\x82") == "\xEF\xBF\xBD");          // truncated: one replacement
-  CHECK(utf8::repair("\xED\xA0\x80") == "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate: per byte
+  CHECK(utf8::repair("a\xFF"
+                     "b") ==
+        "a\xEF\xBF\xBD"
+        "b");
+  CHECK(utf8::repair("\xE2\x82") == "\xEF\xBF\xBD");  // truncated: one replacement
+  CHECK(utf8::repair("\xED\xA0\x80") ==
+        "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // surrogate: per byte
   CHECK(utf8::repair("ok \xE2\x82\xAC") == "ok \xE2\x82\xAC");
   CHECK(utf8::complete_prefix("ab\xE2\x82") == 2);
   CHECK(utf8::complete_prefix("ab\xE2\x82\xAC") == 5);
@@ -179,7 +191,11 @@ TEST_CASE("a real tokenizer encodes invalid UTF-8 as its repair", "[tokenizer]")
   COSERVE_SKIP_UNLESS_EXISTS(path);
   auto tok = tokenizer::load(path);
   REQUIRE(tok.ok());
-  CHECK(tok->encode("a\xFF" "b", false) == tok->encode("a\xEF\xBF\xBD" "b", false));
+  CHECK(tok->encode("a\xFF"
+                    "b",
+                    false) == tok->encode("a\xEF\xBF\xBD"
+                                          "b",
+                                          false));
   CHECK(tok->decode(tok->encode("x\xC3", false), false) == "x\xEF\xBF\xBD");
 }
 
@@ -198,7 +214,8 @@ TEST_CASE("negative or huge token ids are load errors, not out-of-range writes",
     CHECK(tok.err().code == "invalid_argument");
   }
   for (const char* key : {"-1", "4294967296", "12abc", ""}) {
-    const std::string config = std::string(R"({"added_tokens_decoder":{")") + key + R"(":{"content":"<y>"}}})";
+    const std::string config =
+        std::string(R"({"added_tokens_decoder":{")") + key + R"(":{"content":"<y>"}}})";
     INFO(config);
     auto tok = tokenizer::from_json(tiny(R"([])"), config);
     REQUIRE_FALSE(tok.ok());
@@ -206,10 +223,12 @@ TEST_CASE("negative or huge token ids are load errors, not out-of-range writes",
   }
   // Post-processor ids (found by fuzzing: a cls id of 666666666660 gave encoded ids outside the
   // vocabulary): outside the range, or not in the vocabulary, are load errors.
-  for (const char* post : {R"("post_processor":{"type":"RobertaProcessing","sep":["</s>",2],"cls":["<s>",666666666660]},)",
-                           R"("post_processor":{"type":"BertProcessing","sep":["</s>",2],"cls":["<s>",77]},)",
-                           R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"X"}}],)"
-                           R"("special_tokens":{"X":{"ids":[4294967296]}}},)"}) {
+  for (
+      const char* post :
+      {R"("post_processor":{"type":"RobertaProcessing","sep":["</s>",2],"cls":["<s>",666666666660]},)",
+       R"("post_processor":{"type":"BertProcessing","sep":["</s>",2],"cls":["<s>",77]},)",
+       R"("post_processor":{"type":"TemplateProcessing","single":[{"SpecialToken":{"id":"X"}}],)"
+       R"("special_tokens":{"X":{"ids":[4294967296]}}},)"}) {
     INFO(post);
     auto tok = tokenizer::from_json(tiny(R"([])", post));
     REQUIRE_FALSE(tok.ok());
