@@ -43,8 +43,8 @@
 #include "model/config.hpp"
 #include "model/cpu_executor.hpp"
 #include "model/gguf_model.hpp"
-#include "model/jinja/chat_template.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/jinja/chat_template.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #include "runtime/system.hpp"
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
 #include <dlfcn.h>

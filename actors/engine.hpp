@@ -18,13 +18,13 @@
 #include <variant>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/config.hpp"
 #include "model/executor.hpp"
-#include "model/json/value.hpp"
 #include "model/sampling_params.hpp"
 #include "model/step.hpp"
 #include "model/structured_output.hpp"
-#include "runtime/expected.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve::rt {
 class tracer;

@@ -8,8 +8,8 @@
 
 #include "actors/engine.hpp"
 #include "actors/step_draft.hpp"
+#include "base/result.hpp"
 #include "model/step.hpp"
-#include "runtime/expected.hpp"
 #include "runtime/reply.hpp"
 
 namespace coserve::actors {

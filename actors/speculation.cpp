@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve::actors {
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/expected.hpp"
+#include "base/result.hpp"
 
 namespace coserve::actors {
 

@@ -19,8 +19,8 @@
 #include "actors/pipeline.hpp"
 #include "actors/stop_checker.hpp"
 #include "actors/streamer_messages.hpp"
-#include "model/tokenizer/incremental_detokenizer.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/tokenizer/incremental_detokenizer.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #include "runtime/actor.hpp"
 #include "runtime/outbox.hpp"
 

@@ -17,8 +17,8 @@
 
 #include "actors/pipeline.hpp"
 #include "actors/tokenizer_messages.hpp"
-#include "model/jinja/chat_template.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/jinja/chat_template.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #include "runtime/actor.hpp"
 
 namespace coserve::actors {

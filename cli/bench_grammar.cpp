@@ -18,7 +18,7 @@
 
 #include "model/sampler.hpp"
 #include "model/structured_output.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 
 namespace coserve::cli {
 namespace {

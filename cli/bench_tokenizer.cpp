@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 
 namespace coserve::cli {
 

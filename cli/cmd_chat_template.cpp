@@ -13,7 +13,7 @@
 
 #include "cli/commands.hpp"
 #include "model/gguf_model.hpp"
-#include "model/jinja/chat_template.hpp"
+#include "model/text/jinja/chat_template.hpp"
 
 namespace coserve::cli {
 

@@ -17,8 +17,8 @@
 #include "cli/commands.hpp"
 #include "model/dtype.hpp"
 #include "model/gguf.hpp"
-#include "model/json/value.hpp"
-#include "model/tokenizer/utf8.hpp"
+#include "model/text/json/value.hpp"
+#include "model/text/tokenizer/utf8.hpp"
 
 namespace coserve::cli {
 

@@ -15,8 +15,8 @@
 
 #include "cli/commands.hpp"
 #include "model/gguf_model.hpp"
-#include "model/json/value.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/json/value.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 
 namespace coserve::cli {
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/step.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve::gpu {
 

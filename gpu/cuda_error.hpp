@@ -7,8 +7,8 @@
 
 #include <string>
 
+#include "base/result.hpp"
 #include "model/executor.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve::gpu {
 

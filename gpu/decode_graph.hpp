@@ -15,9 +15,9 @@
 #include <span>
 #include <vector>
 
+#include "base/result.hpp"
 #include "gpu/batch_plan.hpp"
 #include "gpu/sample_row_params.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve::gpu {
 

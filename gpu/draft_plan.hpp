@@ -21,9 +21,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/draft_kv_map.hpp"
 #include "model/step.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve::gpu {
 

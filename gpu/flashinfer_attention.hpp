@@ -22,8 +22,8 @@
 #include <span>
 #include <vector>
 
+#include "base/result.hpp"
 #include "gpu/batch_plan.hpp"
-#include "runtime/expected.hpp"
 
 typedef struct CUstream_st* cudaStream_t;
 

@@ -10,10 +10,10 @@
 
 #include <cstdint>
 
+#include "base/result.hpp"
 #include "gpu/batch_plan.hpp"
 #include "gpu/logit_edit.hpp"
 #include "gpu/sample_row_params.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve::gpu {
 

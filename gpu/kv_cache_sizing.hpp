@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "runtime/expected.hpp"
+#include "base/result.hpp"
 
 namespace coserve::gpu {
 

@@ -6,8 +6,8 @@
 #include <cstring>
 #include <vector>
 
+#include "base/result.hpp"
 #include "gpu/device_buffer.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve::gpu {
 

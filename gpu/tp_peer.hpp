@@ -33,12 +33,12 @@
 #include <utility>
 #include <vector>
 
+#include "base/result.hpp"
 #include "gpu/forward_pass.hpp"
 #include "gpu/rank_config.hpp"
 #include "model/communicator.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve::gpu {
 

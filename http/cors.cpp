@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve::http {
 

@@ -15,7 +15,7 @@
 #include <variant>
 
 #include "http/api_error.hpp"
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve::http {
 

@@ -14,8 +14,8 @@
 #include "actors/engine.hpp"
 #include "http/api_error.hpp"
 #include "http/tool_calls.hpp"
-#include "model/json/value.hpp"
 #include "model/sampling_params.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve::http {
 

@@ -10,7 +10,7 @@
 
 #include "actors/engine.hpp"
 #include "http/tool_calls.hpp"
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve::http {
 

@@ -3,7 +3,7 @@
 #include <string_view>
 #include <utility>
 
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve::http {
 

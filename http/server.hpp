@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.hpp"
 #include "http/http_types.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve::http {
 

@@ -5,7 +5,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 #include "runtime/trace.hpp"
 
 namespace coserve::http {

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve::http {
 

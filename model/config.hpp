@@ -10,9 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/dtype.hpp"
 #include "model/sampling_params.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

@@ -22,13 +22,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/communicator.hpp"
 #include "model/executor.hpp"
 #include "model/kv_cache.hpp"
 #include "model/rope.hpp"
 #include "model/weights.hpp"
 #include "model/worker_pool.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

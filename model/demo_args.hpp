@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/demo_model.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

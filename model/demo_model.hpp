@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/result.hpp"
 #include "model/dtype.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

@@ -25,8 +25,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/step.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

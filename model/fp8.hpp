@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/safetensors.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/dtype.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

@@ -7,7 +7,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve {
 namespace {

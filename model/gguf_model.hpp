@@ -19,11 +19,11 @@
 #include <memory>
 #include <string>
 
+#include "base/result.hpp"
 #include "model/config.hpp"
 #include "model/gguf.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #include "model/weights.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

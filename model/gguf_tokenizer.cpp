@@ -7,7 +7,7 @@
 #include <unordered_map>
 
 #include "model/gguf_model.hpp"
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace coserve {
 

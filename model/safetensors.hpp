@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/dtype.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

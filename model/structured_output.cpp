@@ -9,9 +9,9 @@
 #include <optional>
 
 #include "model/cpu_kernels.hpp"
-#include "model/json/value.hpp"
 #include "model/json_schema_check.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/json/value.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #include "model/xgrammar_logging.hpp"
 #include "runtime/lru_cache.hpp"
 

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/expected.hpp"
+#include "base/result.hpp"
 
 namespace coserve {
 

@@ -21,13 +21,13 @@
 #include <utility>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/communicator.hpp"
 #include "model/cpu_forward.hpp"
 #include "model/dtype.hpp"
 #include "model/kv_cache.hpp"
 #include "model/weights.hpp"
 #include "model/worker_pool.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

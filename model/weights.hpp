@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "base/result.hpp"
 #include "model/config.hpp"
 #include "model/cpu_kernels.hpp"
-#include "runtime/expected.hpp"
 
 namespace coserve {
 

@@ -14,7 +14,7 @@
 #include <memory>
 #include <utility>
 
-#include "runtime/expected.hpp"
+#include "base/result.hpp"
 
 namespace coserve::rt {
 

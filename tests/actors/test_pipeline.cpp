@@ -18,7 +18,7 @@
 
 #include "actors/engine.hpp"
 #include "model/demo_model.hpp"
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 #include "runtime/trace.hpp"
 #include "tests/actors/pipeline_util.hpp"
 #include "tests/model/model_test_util.hpp"

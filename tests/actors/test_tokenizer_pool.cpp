@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "actors/engine.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #include "tests/actors/pipeline_util.hpp"
 #include "tests/skip.hpp"
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string>
 
-#include "model/jinja/chat_template.hpp"
-#include "model/json/value.hpp"
+#include "model/text/jinja/chat_template.hpp"
+#include "model/text/json/value.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "http/openai_request.hpp"
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 namespace {
 

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "model/tokenizer/incremental_detokenizer.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/tokenizer/incremental_detokenizer.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include "model/cpu_executor.hpp"
 #include "model/demo_model.hpp"
 #include "model/structured_output.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #include "tests/gpu/device_helpers.hpp"
 #include "tests/model/logprobs_close.hpp"
 #include "tests/model/prompt_logprobs_case.hpp"

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "http/openapi.hpp"
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 using namespace coserve;
 using namespace coserve::http;

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <thread>
 
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 #include "tests/http/test_client.hpp"
 
 using namespace coserve;

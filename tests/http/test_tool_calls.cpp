@@ -7,7 +7,7 @@
 
 #include "http/openai_request.hpp"
 #include "http/tool_calls.hpp"
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 
 using namespace coserve;
 using namespace coserve::http;

@@ -7,7 +7,7 @@
 
 #include "http/status_view.hpp"
 #include "http/webui.hpp"
-#include "model/json/value.hpp"
+#include "model/text/json/value.hpp"
 #include "runtime/trace.hpp"
 #include "tests/http/test_client.hpp"
 

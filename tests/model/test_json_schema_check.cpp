@@ -3,8 +3,8 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "model/json/value.hpp"
 #include "model/json_schema_check.hpp"
+#include "model/text/json/value.hpp"
 
 namespace {
 

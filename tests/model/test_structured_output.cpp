@@ -8,10 +8,10 @@
 #include <regex>
 #include <set>
 
-#include "model/json/value.hpp"
 #include "model/sampler.hpp"
 #include "model/structured_output.hpp"
-#include "model/tokenizer/tokenizer.hpp"
+#include "model/text/json/value.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #include "tests/skip.hpp"
 
 using namespace coserve;

@@ -1,0 +1,117 @@
+#include "model/text/tokenizer/tokenizer.hpp"
+
+#include <algorithm>
+
+#include "model/text/tokenizer/byte_level.hpp"
+#include "model/text/tokenizer/tokenizer_impl.hpp"
+#include "model/text/tokenizer/utf8.hpp"
+
+namespace coserve {
+
+std::vector<int32_t> tokenizer::encode(std::string_view input, bool add_special_tokens) const {
+  const impl& t = *impl_;
+  std::string repaired;
+  if (!utf8::is_valid(input)) {
+    repaired = utf8::repair(input);
+    input = repaired;
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(input.size() / 3 + t.prefix.size() + t.suffix.size() + 4);
+  if (add_special_tokens) ids.insert(ids.end(), t.prefix.begin(), t.prefix.end());
+
+  const auto sink = [&](std::string_view word) { t.model->tokenize(word, ids); };
+  std::vector<added_token_matcher::piece> raw, normed;
+  t.raw_matcher.split(input, raw);
+  for (const auto& p : raw) {
+    if (p.id >= 0) {
+      ids.push_back(p.id);
+      continue;
+    }
+    const std::string_view segment = input.substr(p.begin, p.end - p.begin);
+    // start_len: the leading bytes that come from the input's first character (see
+    // pre_tokenizer::split); only the segment that begins the input has any.
+    std::size_t start_len = 0;
+    if (p.begin == 0) {
+      char32_t cp;
+      start_len = std::max<std::size_t>(1, utf8::decode(segment, 0, cp));
+    }
+    if (t.norm.empty() && t.norm_matcher.empty()) {
+      t.pre.split(segment, start_len, sink);
+      continue;
+    }
+    const std::string normalized =
+        t.norm.apply(std::string(segment), p.begin == 0 ? &start_len : nullptr);
+    normed.clear();
+    t.norm_matcher.split(normalized, normed);
+    for (const auto& q : normed) {
+      if (q.id >= 0) {
+        ids.push_back(q.id);
+        continue;
+      }
+      const std::size_t piece_start =
+          q.begin < start_len ? std::min(q.end, start_len) - q.begin : 0;
+      t.pre.split(std::string_view(normalized).substr(q.begin, q.end - q.begin), piece_start, sink);
+    }
+  }
+  if (add_special_tokens) ids.insert(ids.end(), t.suffix.begin(), t.suffix.end());
+  return ids;
+}
+
+std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  const impl& t = *impl_;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id < 0 || static_cast<std::size_t>(id) >= t.id_to_token.size()) continue;
+    if (skip_special_tokens && t.special[static_cast<std::size_t>(id)]) continue;
+    const auto as = t.decode_as.find(id);
+    const std::string& s =
+        as != t.decode_as.end() ? as->second : t.id_to_token[static_cast<std::size_t>(id)];
+    if (s.empty() && !t.added_ids.contains(s)) continue;  // a hole in the id space
+    tokens.push_back(s);
+  }
+  return t.dec.decode(std::move(tokens));
+}
+
+std::string tokenizer::token_bytes(int32_t id) const {
+  const impl& t = *impl_;
+  if (id < 0 || static_cast<std::size_t>(id) >= t.id_to_token.size()) return {};
+  if (t.special[static_cast<std::size_t>(id)]) return {};
+  const auto as = t.decode_as.find(id);
+  const std::string& s =
+      as != t.decode_as.end() ? as->second : t.id_to_token[static_cast<std::size_t>(id)];
+  if (s.empty()) return {};
+  return t.dec.token_bytes(s);
+}
+
+int32_t tokenizer::vocab_size() const noexcept {
+  return static_cast<int32_t>(impl_->id_to_token.size());
+}
+
+std::optional<int32_t> tokenizer::token_to_id(std::string_view token) const {
+  const impl& t = *impl_;
+  if (auto it = t.added_ids.find(token); it != t.added_ids.end()) return it->second;
+  if (t.model->byte_mode()) {
+    auto bytes = byte_level::to_bytes(token);
+    if (!bytes) return std::nullopt;
+    return t.model->find(*bytes);
+  }
+  return t.model->find(token);
+}
+
+std::string_view tokenizer::id_to_token(int32_t id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= impl_->id_to_token.size()) return {};
+  return impl_->id_to_token[static_cast<std::size_t>(id)];
+}
+
+bool tokenizer::is_special(int32_t id) const noexcept {
+  return id >= 0 && static_cast<std::size_t>(id) < impl_->special.size() &&
+         impl_->special[static_cast<std::size_t>(id)];
+}
+
+std::optional<int32_t> tokenizer::bos_id() const { return impl_->bos_id; }
+std::optional<int32_t> tokenizer::eos_id() const { return impl_->eos_id; }
+const std::string& tokenizer::bos_token() const { return impl_->bos_token; }
+const std::string& tokenizer::eos_token() const { return impl_->eos_token; }
+
+}  // namespace coserve
