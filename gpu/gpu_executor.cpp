@@ -1,13 +1,15 @@
 // The CUDA executor's step: host planning, one metadata upload (a copy posted to each
 // tensor-parallel peer, gpu/tp_peer.hpp), the layer loop (gpu/forward_pass.cpp), device sampling
 // (rows for proposals to verify included), prompt logprob rows, launched and collected as two
-// halves, and the decode CUDA graphs captured from the same forward pass. Longer than most files
-// (about 1660 lines) because launch, collect, the head of the forward pass, the graph capture and
-// the draft model's and tensor-parallel peers' share of a step use one set of device buffers and
-// per-sequence state (its penalty count rows among them); what stands alone is apart: the layer
-// loop (gpu/forward_pass.cpp), the graph arena (gpu/decode_graph.cpp), FlashInfer's planner and
-// kernels (gpu/flashinfer_attention.cu), the draft's passes (gpu/draft_model.cpp,
-// gpu/draft_plan.cpp) and the peers (gpu/tp_peer.cpp, gpu/tp_remote.cpp).
+// halves, and the decode CUDA graphs captured from the same forward pass. create() and issue() run
+// named steps in order (listed where they are declared); a step's host planning lives in one
+// step_host, which issue()'s steps fill and read. Longer than most files (about 2100 lines)
+// because launch, collect, the head of the forward pass, the graph capture and the draft model's
+// and tensor-parallel peers' share of a step use one set of device buffers and per-sequence state
+// (its penalty count rows among them); what stands alone is apart: the layer loop
+// (gpu/forward_pass.cpp), the graph arena (gpu/decode_graph.cpp), FlashInfer's planner and kernels
+// (gpu/flashinfer_attention.cu), the draft's passes (gpu/draft_model.cpp, gpu/draft_plan.cpp) and
+// the peers (gpu/tp_peer.cpp, gpu/tp_remote.cpp).
 #include "gpu/gpu_executor.hpp"
 
 #include <algorithm>
@@ -89,6 +91,9 @@ bool grammar_allows_only(std::span<const uint32_t> mask, const std::vector<int32
   return std::all_of(rest.begin(), rest.end(), [](uint32_t w) { return w == 0; });
 }
 
+// A tensor-parallel rank starting on a thread of its own (gpu_executor::create joins them).
+using peer_start = std::future<result<std::unique_ptr<tp_peer>>>;
+
 class gpu_executor final : public executor {
  public:
   static result<std::unique_ptr<gpu_executor>> create(const gpu_executor_options& o);
@@ -150,6 +155,10 @@ class gpu_executor final : public executor {
   struct frame {
     pinned_buffer meta, out, top, prompt_out;  // top: [max_rows_, k_top_logprob_words] top logprobs
     pinned_buffer draft_meta, proposals;       // the draft's passes' metadata; its picks, read back
+  };
+  // CUDA timing events around one step.
+  struct step_events {
+    event start, end;
   };
   struct launched_step {
     uint64_t step_id = 0;
@@ -284,8 +293,18 @@ class gpu_executor final : public executor {
     return {opts_.block_size, c.num_key_value_heads, c.num_attention_heads / c.num_key_value_heads,
             num_sms_, 32};
   }
-  // Captures one graph per decode bucket (startup; logs time and memory).
+  // Captures one graph per decode bucket (startup; logs time and memory): plans the buckets and
+  // the arena, allocates it, then captures each bucket's graph.
   result<void> capture_graphs();
+  // The buckets, how graph steps are planned, each bucket's grid, and the arena's layout.
+  void plan_graph_buckets(int32_t max_len, int32_t max_blocks);
+  // FlashInfer: each bucket's plan (buckets it cannot take dropped) and its arrays after the arena
+  // (fi_arena_; left as it was when no graph is kept).
+  result<void> plan_fi_graphs(int32_t max_blocks);
+  // One bucket's graph: its metadata uploaded to the arena, the peers' capture posted, then the
+  // forward pass run once eagerly and captured (capture_graph).
+  result<void> capture_decode_graph(decode_graph& g, const step_meta& m, const int32_t* counts,
+                                    size_t arena_end, cudaStream_t s);
   // Times the GEMM candidates of the model's five matrix shapes (layer 0's operands stand for every
   // layer's) at every bucket of rows up to max_num_tokens (the LM head: the sampling rows) and logs
   // the outcome. Startup only: it synchronizes.
@@ -297,7 +316,26 @@ class gpu_executor final : public executor {
   // given.
   void launch_step(step_plan plan, const asio::any_io_executor& ex, std::function<void()> ready,
                    bool filter_failed);
+  // The steps of create() after the options' checks, in order: the streams and the GEMM runner;
+  // the tensor-parallel group (what the other ranks start with); the weights (rank 0's uploaded
+  // here while the other ranks start on their threads); the attention backend; the draft model;
+  // the buffers and the KV cache; the description; GEMM tuning; the decode graphs.
+  result<void> create_streams();
+  // The NCCL group of the ranks (MPI: the other processes told the setup), and the options every
+  // other rank starts with. fi_workspace: FlashInfer may run (its split workspace is reserved).
+  result<tp_peer::options> create_tp_group(const gpu_executor_options& o, kv_elem kv_type,
+                                           bool fi_workspace);
+  // Random weights (load_format dummy; per rank under tensor parallelism).
+  result<void> load_dummy_weights(const gpu_executor_options& o, const tp_peer::options& peer_base,
+                                  std::vector<peer_start>& starting);
+  // The checkpoint's weights (rank 0's shard and the whole LM head; the other ranks' shards to
+  // their threads) and generation_config's eos ids.
+  result<void> load_checkpoint(const gpu_executor_options& o, const tp_peer::options& peer_base,
+                               std::vector<peer_start>& starting);
+  result<void> load_draft_model(const gpu_executor_options& o);
   result<void> allocate_buffers();
+  // executor_info (the device line included); logs rank 0's share under tensor parallelism.
+  void describe(const gpu_executor_options& o, const cudaDeviceProp& prop);
   // Live sequences: those running (at most max_num_seqs, max_rows_ rows) plus those registered for
   // a prefill that is still being chunked or whose finish notice has not arrived yet.
   size_t last_token_slots() const { return 4 * size_t(max_rows_) + 64; }
@@ -307,8 +345,97 @@ class gpu_executor final : public executor {
     return o.draft_model_dir.empty() ? 0
                                      : size_t(o.max_num_seqs) * size_t(o.num_speculative_tokens);
   }
-  // Host planning and every enqueue of a step (the caller records the outcome).
+  // Host planning and every enqueue of a step (the caller records the outcome). In order: register
+  // the new sequences, record the start event, copy KV blocks; then on the host resolve the input
+  // ids, plan the draft's passes, the prompt logprob rows, the sampled rows and their sampling
+  // metadata; then enqueue the draft's passes, and either replay a decode graph or plan the batch,
+  // pack and upload its metadata, run the forward pass and download the outputs; record the end
+  // event and commit the rows.
   result<void> issue(const step_plan& plan, launched_step& rec);
+  // One sampled row of a step. The rows are in batch order (plan_batch's sample_tokens): one per
+  // sampling sequence, or 1 + num_draft for a sequence verifying proposals (row j scores proposal
+  // j; the last row gives the token after all of them).
+  struct sample_row {
+    int32_t seq;    // index into plan.seqs
+    int32_t j;      // position among the sequence's rows
+    int32_t draft;  // the proposal row j verifies; -1 on the sequence's last row; the vocabulary
+                    // size (never sampled) for a draft pick not known yet
+    int32_t pick;   // the draft's pick row j verifies (index among the step's picks), or -1
+  };
+  // What the host plans for one step in issue(), before and while it is enqueued: the arrays the
+  // metadata upload packs (or the graph arena takes) and the sequences' state they were made from.
+  struct step_host {
+    // Input ids: literal, or -(slot + 1) for a token in the device's last-token buffer.
+    std::vector<int32_t> ids;
+    std::vector<size_t> placeholders;   // indices into ids of k_token_from_draft
+    std::vector<seq_state*> states;     // per plan.seqs entry
+    std::optional<draft_step> drafted;  // the draft model's passes (draft model only)
+    // Prompt logprob rows: token indices (batch order) whose logits score targets, top-N per row.
+    std::vector<int32_t> prompt_tokens, prompt_targets;
+    int32_t prompt_top_n = 0;
+    std::vector<sample_row> sample_rows;
+    std::vector<int32_t> sample_seqs;  // indices into plan.seqs of the sampling sequences
+    // Per sampled row: its sampling parameters, its sequence's last-token slot (-1: none).
+    std::vector<sample_row_params> sp;
+    std::vector<int32_t> row_slots;
+    std::vector<logit_edit> edits;
+    std::vector<int32_t> grammar_rows;    // sampled rows under a grammar or allowed_token_ids
+    std::vector<uint32_t> grammar_masks;  // [grammar rows, mask_words]
+    int32_t mask_words = 0;
+    std::vector<pending_penalty> pending;
+    std::vector<int32_t> pending_slot;    // per row once a row has a pending token: its slot, or -1
+    std::vector<int32_t> penalty_resets;  // count rows written from the host's history in this step
+    std::vector<penalty_count_entry> penalty_entries;
+    std::vector<seq_state*> penalty_synced;  // their sequences (in step once it is launched)
+  };
+  // A step's metadata packed into its frame: its device view (at meta_dev_ once uploaded), the
+  // count rows to write, the bytes to upload and FlashInfer's plan.
+  struct packed_step {
+    step_meta m;
+    const int32_t* penalty_resets;
+    const penalty_count_entry* penalty_entries;
+    size_t used;
+    fi_step fis;
+  };
+  // Registers plan.new_seqs (a slot each; a sequence registered again keeps its slot).
+  result<void> register_new_seqs(const step_plan& plan);
+  // The plan's copy-on-write block copies (draft cache and peers too).
+  result<void> copy_blocks(const step_plan& plan, cudaStream_t s);
+  // The input ids with the plan's placeholders resolved, and each sequence's state (checks ids,
+  // proposals and block ids).
+  result<void> resolve_inputs(const step_plan& plan, step_host& hs) const;
+  // Draft model: plans its passes, puts their picks' slots in place of the proposals' ids and
+  // records the runs collect() notes in the draft's map.
+  result<void> plan_draft_passes(const step_plan& plan, step_host& hs, launched_step& rec) const;
+  result<void> plan_prompt_logprobs(const step_plan& plan, step_host& hs, launched_step& rec);
+  result<void> plan_sample_rows(const step_plan& plan, step_host& hs) const;
+  // Each sampled row's parameters, logit edits, grammar mask, penalty rows and slot.
+  result<void> plan_sampling(const step_plan& plan, step_host& hs, launched_step& rec);
+  // Adds row's allowed-token mask; returns `generated` as min_tokens is to count it.
+  int32_t add_allowed_tokens(seq_state& st, size_t row, int32_t generated, step_host& hs) const;
+  // Everything is enqueued: the sampled rows are now pending until collect().
+  void commit_rows(const step_plan& plan, const step_host& hs, launched_step& rec);
+  result<void> run_draft_passes(const step_plan& plan, const step_host& hs,
+                                const launched_step& rec, cudaStream_t s);
+  bool is_graph_step(const step_plan& plan, const step_host& hs) const;
+  // Replays the bucket's graph and downloads its outputs (true), or enqueues nothing when the
+  // batch does not fit the graph (false: the step runs eagerly).
+  result<bool> replay_graph(int32_t bucket, const step_plan& plan, const step_host& hs,
+                            launched_step& rec, const step_events& ev, cudaStream_t s);
+  // The eager step's batch plan (without splits when they would exceed the workspace).
+  result<batch_plan> plan_eager_batch(const step_plan& plan) const;
+  result<packed_step> pack_metadata(const batch_plan& p, const step_host& hs, frame& f);
+  // The packed metadata to the device, and the count rows taken in this step written there.
+  result<void> upload_metadata(const packed_step& pk, const step_host& hs, const frame& f,
+                               cudaStream_t s);
+  // The peers' job, the draft's picks to every rank, and the forward pass.
+  result<void> run_forward(const batch_plan& p, const packed_step& pk, frame& f,
+                           const launched_step& rec, cudaStream_t s);
+  // The first S sampled ids and logprobs (and top logprobs) into the frame's pinned outputs.
+  result<void> download_samples(frame& f, size_t S, bool top_logprobs, cudaStream_t s);
+  // Sampled rows, prompt logprob rows and the draft's proposals into the frame.
+  result<void> download_outputs(const batch_plan& p, const step_host& hs, frame& f,
+                                const launched_step& rec, cudaStream_t s);
   result<void> forward(const forward_shape& fs, const step_meta& m, const frame* f);
 
   gpu_executor_options opts_;
@@ -334,9 +461,6 @@ class gpu_executor final : public executor {
                            std::vector<penalty_count_entry>& entries);
   frame frames_[2];
   int32_t next_frame_ = 0;
-  struct step_events {
-    event start, end;
-  };
   step_events
       events_[3];  // timing events of launched steps, in turn (two in flight + the last collected)
   int32_t next_events_ = 0;
@@ -381,7 +505,8 @@ class gpu_executor final : public executor {
       eos_ids_;  // generation_config eos ids, else config.json's (min_tokens masking)
 };
 
-result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_options& o) {
+// The tensor-parallel options against NCCL, the MPI job and the devices there are.
+result<void> check_tensor_parallel(const gpu_executor_options& o) {
   if (o.tensor_parallel_size < 1)
     return make_error("invalid_argument", "gpu: tensor_parallel_size must be at least 1");
   if (o.tensor_parallel_size > 1 || o.nccl_single_rank) {
@@ -408,6 +533,19 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
                        " (sizes up to " + std::to_string(n - o.device) + " can run here)",
                    "tensor_parallel_size"};
   }
+  return {};
+}
+
+// The options' checks that need no model, and what they decide of the KV cache and the attention
+// backend.
+struct backend_choice {
+  kv_elem kv_type = kv_elem::bf16;
+  // --attention-backend auto where FlashInfer may take the model (decided once the config is
+  // known); --attention-backend flashinfer.
+  bool fi_auto = false, fi_on = false;
+};
+result<backend_choice> check_options(const gpu_executor_options& o) {
+  COSERVE_CUDA_TRY(check_tensor_parallel(o));
   if (device_count() == 0) return make_error("unavailable", "gpu: no CUDA device");
   if (o.load_format != "auto" && o.load_format != "dummy")
     return make_error("invalid_argument", "gpu: load_format must be auto or dummy");
@@ -465,147 +603,23 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
     return error{"invalid_argument",
                  "--attention-backend flashinfer reads a bf16 KV cache; use --kv-cache-dtype auto",
                  "attention_backend"};
-  COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(o.device), "cudaSetDevice"));
-  std::unique_ptr<gpu_executor> e(new gpu_executor());
-  e->opts_ = o;
-  e->kv_type_ = kv_type;
-  e->max_rows_ =
-      o.num_speculative_tokens > 0
-          ? int32_t(std::min<int64_t>(int64_t(o.max_num_seqs) * (1 + o.num_speculative_tokens),
-                                      std::max(o.max_num_seqs, o.max_num_tokens)))
-          : o.max_num_seqs;
-  auto s = stream::create();
-  if (!s) return std::move(s).err();
-  e->stream_ = std::move(s.value());
-  auto waiter = stream::create();
-  if (!waiter) return std::move(waiter).err();
-  e->waiter_ = std::move(waiter.value());
-  auto g = gemm_runner::create();
-  if (!g) return std::move(g).err();
-  e->gemm_ = std::move(g.value());
+  return backend_choice{kv_type, fi_auto, fi_on};
+}
 
-  // Tensor parallel: ranks 1..N-1 start on their own threads (each uploads its shard) while this
-  // thread uploads rank 0's.
-  const int32_t N = o.tensor_parallel_size;
-  std::vector<std::future<result<std::unique_ptr<tp_peer>>>> starting;
-  // What every other rank is started with (a thread here, or a process told by MPI).
-  tp_peer::options peer_base;
-  peer_base.max_num_tokens = o.max_num_tokens;
-  peer_base.block_size = o.block_size;
-  peer_base.kv_type = kv_type;
-  peer_base.gpu_memory_utilization = o.gpu_memory_utilization;
-  peer_base.last_token_slots = int32_t(e->last_token_slots() + e->pick_slots(o));
-  peer_base.metadata_bytes = k_metadata_bytes;
-  peer_base.tune_gemms = o.tune_gemms;
-  peer_base.gemv = o.gemv;
-  peer_base.fi_tmp_rows = fi_on || fi_auto ? k_fi_tmp_rows : 0;
-  if (N > 1 && o.world) {
-    // Ranks in other processes: the setup, then the NCCL unique id; every rank joins the group.
-    remote_tp_setup rs;
-    rs.max_num_tokens = peer_base.max_num_tokens;
-    rs.block_size = peer_base.block_size;
-    rs.last_token_slots = peer_base.last_token_slots;
-    rs.kv_type = peer_base.kv_type;
-    rs.gpu_memory_utilization = peer_base.gpu_memory_utilization;
-    rs.metadata_bytes = peer_base.metadata_bytes;
-    rs.tune_gemms = peer_base.tune_gemms;
-    rs.fi_tmp_rows = peer_base.fi_tmp_rows;
-    rs.dummy_seed = o.dummy_seed;
-    rs.fp8 = o.quantization == "fp8";  // an fp8 checkpoint is seen by every rank's loader alike
-    rs.dummy = o.load_format == "dummy";
-    std::vector<unsigned char> setup = encode_remote_tp_setup(rs);
-    COSERVE_CUDA_TRY(o.world->broadcast(setup, 0));
-    auto id = nccl_group::new_unique_id();
-    if (!id) return std::move(id).err();
-    COSERVE_CUDA_TRY(o.world->broadcast(*id, 0));
-    auto group = nccl_group::create_rank(*id, N, 0);
-    if (!group) return std::move(group).err();
-    e->tp_group_ = std::move(group.value());
-    e->world_ = o.world;
-  } else if (N > 1 || o.nccl_single_rank) {
-    auto group = nccl_group::create([&] {
-      std::vector<int32_t> d;
-      for (int32_t r = 0; r < N; ++r) d.push_back(o.device + r);
-      return d;
-    }());
-    if (!group) return std::move(group).err();
-    e->tp_group_ = std::move(group.value());
-    peer_base.group = e->tp_group_;
-  }
-  auto start_peer = [&](tp_peer::options po, int32_t r) {
-    if (o.world) return;  // that rank's own process starts it (run_remote_tp_rank)
-    po.rank = r;
-    po.device = o.device + r;
-    starting.push_back(std::async(std::launch::async, [po = std::move(po)]() mutable {
-      return tp_peer::start(std::move(po));
-    }));
-  };
-  if (o.load_format == "dummy") {
-    model_config c;
-    if (o.config) {
-      c = *o.config;
-    } else {
-      auto lc = load_model_config(o.model_dir);
-      if (!lc) return std::move(lc).err();
-      c = std::move(lc.value());
-    }
-    const bool fp8 = o.quantization == "fp8";
-    model_config c0 = c;
-    if (N > 1) {  // random weights per rank (a benchmark's model, not one to compare across sizes)
-      model_weights probe;
-      probe.config = c;
-      COSERVE_CUDA_TRY(check_tensor_parallel_size(probe, N));
-      for (int32_t r = 1; r < N && !o.world; ++r) {
-        tp_peer::options po = peer_base;
-        po.fp8 = fp8;
-        po.dummy_config = rank_config(c, shard_shape(c, r, N));
-        po.dummy_seed = o.dummy_seed + uint64_t(r);
-        start_peer(std::move(po), r);
-      }
-      c0 = rank_config(c, shard_shape(c, 0, N));
-    }
-    auto w = dummy_weights(c0, o.dummy_seed, e->stream_.get(), o.progress, fp8);
-    if (!w) return std::move(w).err();
-    e->w_ = std::move(w.value());
-  } else {
-    auto hw = load_weights(o.model_dir, o.progress);
-    if (!hw) return std::move(hw).err();
-    const bool fp8 = o.quantization == "fp8" || !hw->config.quantization.method.empty();
-    if (const std::string note = describe_fp8(*hw); !note.empty())
-      std::fprintf(stderr, "coserve: %s, requantized to fp8 per output channel on the GPU\n",
-                   note.c_str());
-    if (N > 1) {
-      for (int32_t r = 1; r < N && !o.world; ++r) {
-        auto sh = shard_weights(*hw, r, N);
-        if (!sh) return std::move(sh).err();
-        tp_peer::options po = peer_base;
-        po.fp8 = fp8;
-        po.shard = std::make_shared<const model_weights>(std::move(sh.value()));
-        start_peer(std::move(po), r);
-      }
-      auto s0 = shard_weights(*hw, 0, N);
-      if (!s0) return std::move(s0).err();
-      s0->lm_head = hw->lm_head;  // rank 0 keeps the whole LM head: it alone samples
-      s0->config = rank_config(hw->config, s0->shard);
-      auto w = upload_weights(*s0, e->stream_.get(), o.progress, fp8);
-      if (!w) return std::move(w).err();
-      e->w_ = std::move(w.value());
-    } else {
-      auto w = upload_weights(*hw, e->stream_.get(), o.progress, fp8);
-      if (!w) return std::move(w).err();
-      e->w_ = std::move(w.value());
-    }
-    auto gen = load_generation_config(o.model_dir);
-    if (gen) e->eos_ids_ = gen->eos_token_ids;
-  }
-  e->w_.gemv = o.gemv;
-  for (auto& f : starting) {
-    auto p = f.get();
-    if (!p) return std::move(p).err();
-    e->peers_.push_back(std::move(p.value()));
-  }
-  const model_config& c = e->w_.config;
-  if (e->eos_ids_.empty()) e->eos_ids_ = c.eos_token_ids;
+// Starts rank r of the tensor-parallel group on a thread of its own (on cuda:device + r).
+void start_peer(const gpu_executor_options& o, tp_peer::options po, int32_t r,
+                std::vector<peer_start>& starting) {
+  if (o.world) return;  // that rank's own process starts it (run_remote_tp_rank)
+  po.rank = r;
+  po.device = o.device + r;
+  starting.push_back(std::async(std::launch::async, [po = std::move(po)]() mutable {
+    return tp_peer::start(std::move(po));
+  }));
+}
+
+// The model's attention on this GPU: an error for a shape no kernel takes; whether FlashInfer
+// runs (fi_on: asked for; fi_auto: wherever it takes the model).
+result<bool> choose_attention(const model_config& c, bool fi_on, bool fi_auto) {
   if (c.num_attention_heads % c.num_key_value_heads != 0 ||
       !attention_supported(c.num_attention_heads / c.num_key_value_heads, c.head_dim))
     return make_error(
@@ -628,53 +642,51 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   if (fi_auto)
     fi_on = flashinfer_supports(c.num_attention_heads, c.num_key_value_heads, c.head_dim) &&
             shared_window(c) >= 0;
-  e->fi_on_ = fi_on;
+  return fi_on;
+}
+
+result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_options& o) {
+  auto checked = check_options(o);
+  if (!checked) return std::move(checked).err();
+  const kv_elem kv_type = checked->kv_type;
+  const bool fi_auto = checked->fi_auto, fi_on = checked->fi_on;
+  COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(o.device), "cudaSetDevice"));
+  std::unique_ptr<gpu_executor> e(new gpu_executor());
+  e->opts_ = o;
+  e->kv_type_ = kv_type;
+  e->max_rows_ =
+      o.num_speculative_tokens > 0
+          ? int32_t(std::min<int64_t>(int64_t(o.max_num_seqs) * (1 + o.num_speculative_tokens),
+                                      std::max(o.max_num_seqs, o.max_num_tokens)))
+          : o.max_num_seqs;
+  COSERVE_CUDA_TRY(e->create_streams());
+
+  // Tensor parallel: ranks 1..N-1 start on their own threads (each uploads its shard) while this
+  // thread uploads rank 0's.
+  std::vector<peer_start> starting;
+  auto peer_base = e->create_tp_group(o, kv_type, fi_on || fi_auto);
+  if (!peer_base) return std::move(peer_base).err();
+  if (o.load_format == "dummy")
+    COSERVE_CUDA_TRY(e->load_dummy_weights(o, *peer_base, starting));
+  else
+    COSERVE_CUDA_TRY(e->load_checkpoint(o, *peer_base, starting));
+  e->w_.gemv = o.gemv;
+  for (auto& f : starting) {
+    auto p = f.get();
+    if (!p) return std::move(p).err();
+    e->peers_.push_back(std::move(p.value()));
+  }
+  const model_config& c = e->w_.config;
+  if (e->eos_ids_.empty()) e->eos_ids_ = c.eos_token_ids;
+  auto attention = choose_attention(c, fi_on, fi_auto);
+  if (!attention) return std::move(attention).err();
+  e->fi_on_ = *attention;
   cudaDeviceProp prop{};
   COSERVE_CUDA_TRY(cuda_check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties"));
   e->num_sms_ = prop.multiProcessorCount;
-  if (!o.draft_model_dir.empty()) {
-    gpu_draft_model::options dopt;
-    dopt.dir = o.draft_model_dir;
-    dopt.max_num_tokens = o.max_num_tokens;
-    dopt.max_picks = o.max_num_seqs;
-    dopt.block_size = o.block_size;
-    dopt.kv_type = kv_type;
-    dopt.num_sms = e->num_sms_;
-    const model_config& tc = e->w_.config;
-    auto d = gpu_draft_model::load(
-        dopt, tc, o.max_model_len > 0 ? o.max_model_len : tc.max_position_embeddings,
-        e->stream_.get(), o.progress);
-    if (!d) return std::move(d).err();
-    e->draft_ = std::move(d.value());
-  }
+  if (!o.draft_model_dir.empty()) COSERVE_CUDA_TRY(e->load_draft_model(o));
   COSERVE_CUDA_TRY(e->allocate_buffers());
-  e->info_.block_size = o.block_size;
-  e->info_.verifies_proposals = o.num_speculative_tokens > 0;
-  e->info_.computes_prompt_logprobs = true;
-  e->info_.vocab_size = c.vocab_size;
-  e->info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
-  e->info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
-                    (e->w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") +
-                    std::to_string(e->w_.bytes >> 20) + " MiB, kv " +
-                    std::string(dtype_name(o.kv_cache_dtype)) +
-                    (fi_on ? ", FlashInfer attention" : "");
-  if (e->draft_)
-    e->info_.device += ", draft model " + std::to_string(e->draft_->config().num_hidden_layers) +
-                       " layers (" + std::to_string(e->draft_->weight_bytes() >> 20) + " MiB)";
-  if (!e->free_penalty_rows_.empty())
-    e->info_.device += ", penalty counts for " + std::to_string(e->free_penalty_rows_.size()) +
-                       " sequences (" + std::to_string(e->penalty_counts_.bytes() >> 20) + " MiB)";
-  if (N > 1) {
-    e->info_.device += ", tensor parallel " + std::to_string(N) + " (NCCL)";
-    std::fprintf(stderr,
-                 "coserve gpu: rank 0: cuda:%d, %d query / %d KV heads, MLP width %d, weights %lld "
-                 "MiB (with the "
-                 "whole LM head), %d KV blocks on every rank\n",
-                 o.device, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size,
-                 static_cast<long long>(e->w_.bytes >> 20), e->info_.num_kv_blocks);
-    for (const auto& p : e->peers_)
-      std::fprintf(stderr, "coserve gpu: %s\n", p->description().c_str());
-  }
+  e->describe(o, prop);
   if (o.tune_gemms) COSERVE_CUDA_TRY(e->tune_gemms());
   if (!o.enforce_eager && !o.return_logits) {
     // A failed capture may leave peers inside a collective of its eager run: release them.
@@ -682,6 +694,187 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
   }
   e->serving_ = true;
   return e;
+}
+
+result<void> gpu_executor::create_streams() {
+  auto s = stream::create();
+  if (!s) return std::move(s).err();
+  stream_ = std::move(s.value());
+  auto waiter = stream::create();
+  if (!waiter) return std::move(waiter).err();
+  waiter_ = std::move(waiter.value());
+  auto g = gemm_runner::create();
+  if (!g) return std::move(g).err();
+  gemm_ = std::move(g.value());
+  return {};
+}
+
+result<tp_peer::options> gpu_executor::create_tp_group(const gpu_executor_options& o,
+                                                       kv_elem kv_type, bool fi_workspace) {
+  const int32_t N = o.tensor_parallel_size;
+  // What every other rank is started with (a thread here, or a process told by MPI).
+  tp_peer::options peer_base;
+  peer_base.max_num_tokens = o.max_num_tokens;
+  peer_base.block_size = o.block_size;
+  peer_base.kv_type = kv_type;
+  peer_base.gpu_memory_utilization = o.gpu_memory_utilization;
+  peer_base.last_token_slots = int32_t(last_token_slots() + pick_slots(o));
+  peer_base.metadata_bytes = k_metadata_bytes;
+  peer_base.tune_gemms = o.tune_gemms;
+  peer_base.gemv = o.gemv;
+  peer_base.fi_tmp_rows = fi_workspace ? k_fi_tmp_rows : 0;
+  if (N > 1 && o.world) {
+    // Ranks in other processes: the setup, then the NCCL unique id; every rank joins the group.
+    remote_tp_setup rs;
+    rs.max_num_tokens = peer_base.max_num_tokens;
+    rs.block_size = peer_base.block_size;
+    rs.last_token_slots = peer_base.last_token_slots;
+    rs.kv_type = peer_base.kv_type;
+    rs.gpu_memory_utilization = peer_base.gpu_memory_utilization;
+    rs.metadata_bytes = peer_base.metadata_bytes;
+    rs.tune_gemms = peer_base.tune_gemms;
+    rs.fi_tmp_rows = peer_base.fi_tmp_rows;
+    rs.dummy_seed = o.dummy_seed;
+    rs.fp8 = o.quantization == "fp8";  // an fp8 checkpoint is seen by every rank's loader alike
+    rs.dummy = o.load_format == "dummy";
+    std::vector<unsigned char> setup = encode_remote_tp_setup(rs);
+    COSERVE_CUDA_TRY(o.world->broadcast(setup, 0));
+    auto id = nccl_group::new_unique_id();
+    if (!id) return std::move(id).err();
+    COSERVE_CUDA_TRY(o.world->broadcast(*id, 0));
+    auto group = nccl_group::create_rank(*id, N, 0);
+    if (!group) return std::move(group).err();
+    tp_group_ = std::move(group.value());
+    world_ = o.world;
+  } else if (N > 1 || o.nccl_single_rank) {
+    auto group = nccl_group::create([&] {
+      std::vector<int32_t> d;
+      for (int32_t r = 0; r < N; ++r) d.push_back(o.device + r);
+      return d;
+    }());
+    if (!group) return std::move(group).err();
+    tp_group_ = std::move(group.value());
+    peer_base.group = tp_group_;
+  }
+  return peer_base;
+}
+
+result<void> gpu_executor::load_dummy_weights(const gpu_executor_options& o,
+                                              const tp_peer::options& peer_base,
+                                              std::vector<peer_start>& starting) {
+  const int32_t N = o.tensor_parallel_size;
+  model_config c;
+  if (o.config) {
+    c = *o.config;
+  } else {
+    auto lc = load_model_config(o.model_dir);
+    if (!lc) return std::move(lc).err();
+    c = std::move(lc.value());
+  }
+  const bool fp8 = o.quantization == "fp8";
+  model_config c0 = c;
+  if (N > 1) {  // random weights per rank (a benchmark's model, not one to compare across sizes)
+    model_weights probe;
+    probe.config = c;
+    COSERVE_CUDA_TRY(check_tensor_parallel_size(probe, N));
+    for (int32_t r = 1; r < N && !o.world; ++r) {
+      tp_peer::options po = peer_base;
+      po.fp8 = fp8;
+      po.dummy_config = rank_config(c, shard_shape(c, r, N));
+      po.dummy_seed = o.dummy_seed + uint64_t(r);
+      start_peer(o, std::move(po), r, starting);
+    }
+    c0 = rank_config(c, shard_shape(c, 0, N));
+  }
+  auto w = dummy_weights(c0, o.dummy_seed, stream_.get(), o.progress, fp8);
+  if (!w) return std::move(w).err();
+  w_ = std::move(w.value());
+  return {};
+}
+
+result<void> gpu_executor::load_checkpoint(const gpu_executor_options& o,
+                                           const tp_peer::options& peer_base,
+                                           std::vector<peer_start>& starting) {
+  const int32_t N = o.tensor_parallel_size;
+  auto hw = load_weights(o.model_dir, o.progress);
+  if (!hw) return std::move(hw).err();
+  const bool fp8 = o.quantization == "fp8" || !hw->config.quantization.method.empty();
+  if (const std::string note = describe_fp8(*hw); !note.empty())
+    std::fprintf(stderr, "coserve: %s, requantized to fp8 per output channel on the GPU\n",
+                 note.c_str());
+  if (N > 1) {
+    for (int32_t r = 1; r < N && !o.world; ++r) {
+      auto sh = shard_weights(*hw, r, N);
+      if (!sh) return std::move(sh).err();
+      tp_peer::options po = peer_base;
+      po.fp8 = fp8;
+      po.shard = std::make_shared<const model_weights>(std::move(sh.value()));
+      start_peer(o, std::move(po), r, starting);
+    }
+    auto s0 = shard_weights(*hw, 0, N);
+    if (!s0) return std::move(s0).err();
+    s0->lm_head = hw->lm_head;  // rank 0 keeps the whole LM head: it alone samples
+    s0->config = rank_config(hw->config, s0->shard);
+    auto w = upload_weights(*s0, stream_.get(), o.progress, fp8);
+    if (!w) return std::move(w).err();
+    w_ = std::move(w.value());
+  } else {
+    auto w = upload_weights(*hw, stream_.get(), o.progress, fp8);
+    if (!w) return std::move(w).err();
+    w_ = std::move(w.value());
+  }
+  auto gen = load_generation_config(o.model_dir);
+  if (gen) eos_ids_ = gen->eos_token_ids;
+  return {};
+}
+
+result<void> gpu_executor::load_draft_model(const gpu_executor_options& o) {
+  gpu_draft_model::options dopt;
+  dopt.dir = o.draft_model_dir;
+  dopt.max_num_tokens = o.max_num_tokens;
+  dopt.max_picks = o.max_num_seqs;
+  dopt.block_size = o.block_size;
+  dopt.kv_type = kv_type_;
+  dopt.num_sms = num_sms_;
+  const model_config& tc = w_.config;
+  auto d = gpu_draft_model::load(dopt, tc,
+                                 o.max_model_len > 0 ? o.max_model_len : tc.max_position_embeddings,
+                                 stream_.get(), o.progress);
+  if (!d) return std::move(d).err();
+  draft_ = std::move(d.value());
+  return {};
+}
+
+void gpu_executor::describe(const gpu_executor_options& o, const cudaDeviceProp& prop) {
+  const int32_t N = o.tensor_parallel_size;
+  const model_config& c = w_.config;
+  info_.block_size = o.block_size;
+  info_.verifies_proposals = o.num_speculative_tokens > 0;
+  info_.computes_prompt_logprobs = true;
+  info_.vocab_size = c.vocab_size;
+  info_.max_model_len = o.max_model_len > 0 ? o.max_model_len : c.max_position_embeddings;
+  info_.device = "cuda:" + std::to_string(o.device) + " (" + prop.name + ")" +
+                 (w_.fp8 ? ", fp8 W8A8 weights " : ", bf16 weights ") +
+                 std::to_string(w_.bytes >> 20) + " MiB, kv " +
+                 std::string(dtype_name(o.kv_cache_dtype)) +
+                 (fi_on_ ? ", FlashInfer attention" : "");
+  if (draft_)
+    info_.device += ", draft model " + std::to_string(draft_->config().num_hidden_layers) +
+                    " layers (" + std::to_string(draft_->weight_bytes() >> 20) + " MiB)";
+  if (!free_penalty_rows_.empty())
+    info_.device += ", penalty counts for " + std::to_string(free_penalty_rows_.size()) +
+                    " sequences (" + std::to_string(penalty_counts_.bytes() >> 20) + " MiB)";
+  if (N > 1) {
+    info_.device += ", tensor parallel " + std::to_string(N) + " (NCCL)";
+    std::fprintf(stderr,
+                 "coserve gpu: rank 0: cuda:%d, %d query / %d KV heads, MLP width %d, weights %lld "
+                 "MiB (with the "
+                 "whole LM head), %d KV blocks on every rank\n",
+                 o.device, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size,
+                 static_cast<long long>(w_.bytes >> 20), info_.num_kv_blocks);
+    for (const auto& p : peers_)
+      std::fprintf(stderr, "coserve gpu: %s\n", p->description().c_str());
+  }
 }
 
 gpu_executor::step_meta gpu_executor::arena_meta() const {
@@ -769,6 +962,45 @@ result<void> gpu_executor::capture_graphs() {
   cudaStream_t s = stream_.get();
   const int32_t max_len = info_.max_model_len;
   const int32_t max_blocks = (max_len + opts_.block_size - 1) / opts_.block_size;
+  plan_graph_buckets(max_len, max_blocks);
+  size_t arena_end = arena_.bytes;
+  if (fi_on_) {
+    COSERVE_CUDA_TRY(plan_fi_graphs(max_blocks));
+    if (graphs_.empty()) return {};
+    arena_end = fi_arena_.end;
+  }
+  if (arena_end > frames_[0].meta.bytes()) {  // very long contexts x many sequences: stay eager
+    std::fprintf(
+        stderr,
+        "coserve gpu: CUDA graphs off: their metadata (%zu MiB for %d sequences x %d blocks) "
+        "exceeds the %zu MiB staging buffer\n",
+        arena_end >> 20, buckets_.back(), max_blocks, frames_[0].meta.bytes() >> 20);
+    graphs_.clear();
+    buckets_.clear();
+    return {};
+  }
+  auto ad = device_buffer::allocate(arena_end);
+  if (!ad) return std::move(ad).err();
+  arena_dev_ = std::move(ad.value());
+  const step_meta m = arena_meta();
+  const int32_t* counts = reinterpret_cast<const int32_t*>(arena_dev_.as<char>() + arena_.counts);
+  for (decode_graph& g : graphs_)
+    COSERVE_CUDA_TRY(capture_decode_graph(g, m, counts, arena_end, s));
+  // The capture batches wrote the scratch block: zero it again (each peer did its own).
+  COSERVE_CUDA_TRY(kv_.zero_scratch_block(w_.config.num_hidden_layers, s));
+  COSERVE_CUDA_TRY(stream_.synchronize());
+  COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo"));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::fprintf(
+      stderr,
+      "coserve gpu: captured %zu CUDA graphs for decode batches 1..%d in %.2f s (%.1f MiB; "
+      "--enforce-eager turns them off)\n",
+      graphs_.size(), buckets_.back(), secs,
+      double(int64_t(free0) - int64_t(free1)) / double(1 << 20));
+  return {};
+}
+
+void gpu_executor::plan_graph_buckets(int32_t max_len, int32_t max_blocks) {
   for (int32_t b : decode_graph_buckets(opts_.max_num_seqs))
     if (b <= opts_.max_num_tokens) buckets_.push_back(b);
   // Splits are bounded by the partial-output workspace: plan graph steps without them if the
@@ -792,109 +1024,85 @@ result<void> gpu_executor::capture_graphs() {
     graphs_.push_back(g);
   }
   arena_ = make_graph_arena_layout(buckets_.back(), max_blocks, most.max_work, most.max_merges);
-  size_t arena_end = arena_.bytes;
-  if (fi_on_) {
-    // FlashInfer's CUDA-graph grid depends on the bucket's size only: plan each capture batch; a
-    // bucket whose split workspace would exceed FlashInfer's is left to eager steps.
-    int32_t max_padded = 0;
-    std::vector<decode_graph> kept;
-    for (decode_graph& g : graphs_) {
-      auto pl = plan_batch(std::vector<scheduled_seq>(size_t(g.bucket),
-                                                      scheduled_seq{0, {0}, 0, {pad_block_}, true}),
-                           graph_opts_);
-      if (!pl) return std::move(pl).err();
-      auto sch = plan_flashinfer(*pl, fi_plan_options(true));
-      if (!sch) return std::move(sch).err();
-      if (sch->tmp_rows() > k_fi_tmp_rows) {
-        std::fprintf(
-            stderr,
-            "coserve gpu: no CUDA graph for decode batches of %d: FlashInfer's split workspace "
-            "would need %lld rows (%lld reserved)\n",
-            g.bucket, static_cast<long long>(sch->tmp_rows()),
-            static_cast<long long>(k_fi_tmp_rows));
-        continue;
-      }
-      max_padded = std::max(max_padded, sch->padded_batch_size);
-      g.fi = std::move(sch.value());  // the capture below runs this plan
-      kept.push_back(std::move(g));
-    }
-    graphs_ = std::move(kept);
-    buckets_.clear();
-    for (const decode_graph& g : graphs_) buckets_.push_back(g.bucket);
-    if (graphs_.empty()) return {};
-    fi_arena_ = fi_graph_offsets(arena_.bytes, arena_.rows, max_blocks, max_padded);
-    arena_end = fi_arena_.end;
-  }
-  if (arena_end > frames_[0].meta.bytes()) {  // very long contexts x many sequences: stay eager
-    std::fprintf(
-        stderr,
-        "coserve gpu: CUDA graphs off: their metadata (%zu MiB for %d sequences x %d blocks) "
-        "exceeds the %zu MiB staging buffer\n",
-        arena_end >> 20, buckets_.back(), max_blocks, frames_[0].meta.bytes() >> 20);
-    graphs_.clear();
-    buckets_.clear();
-    return {};
-  }
-  auto ad = device_buffer::allocate(arena_end);
-  if (!ad) return std::move(ad).err();
-  arena_dev_ = std::move(ad.value());
-  const step_meta m = arena_meta();
-  const int32_t* counts = reinterpret_cast<const int32_t*>(arena_dev_.as<char>() + arena_.counts);
+}
+
+result<void> gpu_executor::plan_fi_graphs(int32_t max_blocks) {
+  // FlashInfer's CUDA-graph grid depends on the bucket's size only: plan each capture batch; a
+  // bucket whose split workspace would exceed FlashInfer's is left to eager steps.
+  int32_t max_padded = 0;
+  std::vector<decode_graph> kept;
   for (decode_graph& g : graphs_) {
-    // Metadata of a batch whose rows all sit on the scratch block, then one eager run (cuBLASLt
-    // plans for this batch size, lazy module loading) and the capture of the same launches.
-    std::vector<scheduled_seq> seqs(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true});
-    const std::vector<int32_t> ids(size_t(g.bucket), 0), slots(size_t(g.bucket), pad_slot_);
-    const std::vector<sample_row_params> params(size_t(g.bucket),
-                                                sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
-    const std::span<std::byte> staging(static_cast<std::byte*>(frames_[0].meta.get()),
-                                       frames_[0].meta.bytes());
-    auto bytes = fill_graph_arena(graph_step_input{seqs, ids, params, slots, pad_block_, pad_slot_},
-                                  g.bucket, arena_, graph_opts_, staging);
-    if (!bytes) return std::move(bytes).err();
-    // Padding-only rows would write no KV; here every row is "real" and writes the scratch block.
-    COSERVE_CUDA_TRY(cuda_check(
-        cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
-        "graph metadata"));
-    forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
-    size_t meta_n = *bytes;
-    if (fi_on_) {  // the bucket's plan, made above for the same batch
-      auto up = upload_fi_arena(g.fi, staging);
-      if (!up) return std::move(up).err();
-      meta_n = *up;
-      fs.fi = fi_step_at(g.fi, fi_arena_, arena_dev_.get(), m.cu_seqlens);
+    auto pl = plan_batch(
+        std::vector<scheduled_seq>(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true}),
+        graph_opts_);
+    if (!pl) return std::move(pl).err();
+    auto sch = plan_flashinfer(*pl, fi_plan_options(true));
+    if (!sch) return std::move(sch).err();
+    if (sch->tmp_rows() > k_fi_tmp_rows) {
+      std::fprintf(
+          stderr,
+          "coserve gpu: no CUDA graph for decode batches of %d: FlashInfer's split workspace "
+          "would need %lld rows (%lld reserved)\n",
+          g.bucket, static_cast<long long>(sch->tmp_rows()), static_cast<long long>(k_fi_tmp_rows));
+      continue;
     }
-    // Peers run the same eager pass (its collectives need every rank) and capture theirs.
-    std::vector<std::future<result<void>>> peers_done;
-    if (has_peers()) {
-      peer_job j = peer_forward_job(m, fs, frames_[0].meta.get(), meta_n, arena_dev_.get());
-      j.what = peer_job::kind::capture;
-      j.bucket = g.bucket;
-      j.arena_bytes = arena_end;
-      for (auto& p : peers_) {
-        peer_job mine = j;
-        mine.done = std::make_shared<std::promise<result<void>>>();
-        peers_done.push_back(mine.done->get_future());
-        p->post(std::move(mine));
-      }
-      if (world_) COSERVE_CUDA_TRY(post_to_peers(j));  // other processes: nothing to wait on here
-    }
-    auto exec = capture_graph(s, [&] { return forward(fs, m, nullptr); });
-    if (!exec) return std::move(exec).err();
-    g.exec = *exec;
-    for (auto& f : peers_done) COSERVE_CUDA_TRY(f.get());
+    max_padded = std::max(max_padded, sch->padded_batch_size);
+    g.fi = std::move(sch.value());  // the capture below runs this plan
+    kept.push_back(std::move(g));
   }
-  // The capture batches wrote the scratch block: zero it again (each peer did its own).
-  COSERVE_CUDA_TRY(kv_.zero_scratch_block(w_.config.num_hidden_layers, s));
-  COSERVE_CUDA_TRY(stream_.synchronize());
-  COSERVE_CUDA_TRY(cuda_check(cudaMemGetInfo(&free1, &total), "cudaMemGetInfo"));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::fprintf(
-      stderr,
-      "coserve gpu: captured %zu CUDA graphs for decode batches 1..%d in %.2f s (%.1f MiB; "
-      "--enforce-eager turns them off)\n",
-      graphs_.size(), buckets_.back(), secs,
-      double(int64_t(free0) - int64_t(free1)) / double(1 << 20));
+  graphs_ = std::move(kept);
+  buckets_.clear();
+  for (const decode_graph& g : graphs_) buckets_.push_back(g.bucket);
+  if (graphs_.empty()) return {};
+  fi_arena_ = fi_graph_offsets(arena_.bytes, arena_.rows, max_blocks, max_padded);
+  return {};
+}
+
+result<void> gpu_executor::capture_decode_graph(decode_graph& g, const step_meta& m,
+                                                const int32_t* counts, size_t arena_end,
+                                                cudaStream_t s) {
+  // Metadata of a batch whose rows all sit on the scratch block, then one eager run (cuBLASLt
+  // plans for this batch size, lazy module loading) and the capture of the same launches.
+  std::vector<scheduled_seq> seqs(size_t(g.bucket), scheduled_seq{0, {0}, 0, {pad_block_}, true});
+  const std::vector<int32_t> ids(size_t(g.bucket), 0), slots(size_t(g.bucket), pad_slot_);
+  const std::vector<sample_row_params> params(size_t(g.bucket),
+                                              sample_row_params{0.0f, 1.0f, 0.0f, 0, 0, 0});
+  const std::span<std::byte> staging(static_cast<std::byte*>(frames_[0].meta.get()),
+                                     frames_[0].meta.bytes());
+  auto bytes = fill_graph_arena(graph_step_input{seqs, ids, params, slots, pad_block_, pad_slot_},
+                                g.bucket, arena_, graph_opts_, staging);
+  if (!bytes) return std::move(bytes).err();
+  // Padding-only rows would write no KV; here every row is "real" and writes the scratch block.
+  COSERVE_CUDA_TRY(cuda_check(
+      cudaMemcpyAsync(arena_dev_.get(), frames_[0].meta.get(), *bytes, cudaMemcpyHostToDevice, s),
+      "graph metadata"));
+  forward_shape fs{g.bucket, g.bucket, g.cap.max_work, g.cap.max_merges, counts};
+  size_t meta_n = *bytes;
+  if (fi_on_) {  // the bucket's plan, made above for the same batch
+    auto up = upload_fi_arena(g.fi, staging);
+    if (!up) return std::move(up).err();
+    meta_n = *up;
+    fs.fi = fi_step_at(g.fi, fi_arena_, arena_dev_.get(), m.cu_seqlens);
+  }
+  // Peers run the same eager pass (its collectives need every rank) and capture theirs.
+  std::vector<std::future<result<void>>> peers_done;
+  if (has_peers()) {
+    peer_job j = peer_forward_job(m, fs, frames_[0].meta.get(), meta_n, arena_dev_.get());
+    j.what = peer_job::kind::capture;
+    j.bucket = g.bucket;
+    j.arena_bytes = arena_end;
+    for (auto& p : peers_) {
+      peer_job mine = j;
+      mine.done = std::make_shared<std::promise<result<void>>>();
+      peers_done.push_back(mine.done->get_future());
+      p->post(std::move(mine));
+    }
+    if (world_) COSERVE_CUDA_TRY(post_to_peers(j));  // other processes: nothing to wait on here
+  }
+  auto exec = capture_graph(s, [&] { return forward(fs, m, nullptr); });
+  if (!exec) return std::move(exec).err();
+  g.exec = *exec;
+  for (auto& f : peers_done) COSERVE_CUDA_TRY(f.get());
   return {};
 }
 
@@ -1238,12 +1446,57 @@ bool gpu_executor::penalty_row_in_step(seq_state& st, const step_plan& plan,
 }
 
 result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
-  const model_config& c = w_.config;
   // The calling thread may not be the one that created the executor: select our device.
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(opts_.device), "cudaSetDevice"));
   if (tp_group_ && tp_group_->failed())
     return make_error(k_executor_fatal,
                       "gpu: tensor parallel group failed: " + tp_group_->failure());
+  COSERVE_CUDA_TRY(register_new_seqs(plan));
+  cudaStream_t s = stream_.get();
+  const step_events& ev = events_[next_events_];
+  COSERVE_CUDA_TRY(ev.start.record(s));
+  rec.events = next_events_;
+  next_events_ = (next_events_ + 1) % 3;
+  COSERVE_CUDA_TRY(copy_blocks(plan, s));
+  if (plan.seqs.empty()) return ev.end.record(s);
+
+  // Host planning: nothing below is enqueued until the draft's passes.
+  step_host hs;
+  COSERVE_CUDA_TRY(resolve_inputs(plan, hs));
+  COSERVE_CUDA_TRY(plan_draft_passes(plan, hs, rec));
+  COSERVE_CUDA_TRY(plan_prompt_logprobs(plan, hs, rec));
+  COSERVE_CUDA_TRY(plan_sample_rows(plan, hs));
+  COSERVE_CUDA_TRY(plan_sampling(plan, hs, rec));
+
+  COSERVE_CUDA_TRY(run_draft_passes(plan, hs, rec, s));
+  if (const int32_t bucket =
+          is_graph_step(plan, hs) ? bucket_for(buckets_, int32_t(plan.seqs.size())) : 0;
+      bucket > 0) {
+    nvtx_range gr("graph replay");
+    auto replayed = replay_graph(bucket, plan, hs, rec, ev, s);
+    if (!replayed) return std::move(replayed).err();
+    if (*replayed) {
+      commit_rows(plan, hs, rec);
+      return {};
+    }
+  }
+
+  auto pl = plan_eager_batch(plan);
+  if (!pl) return std::move(pl).err();
+  const batch_plan& p = *pl;
+  frame& f = frames_[rec.frame];
+  auto packed = pack_metadata(p, hs, f);
+  if (!packed) return std::move(packed).err();
+  COSERVE_CUDA_TRY(upload_metadata(*packed, hs, f, s));
+  COSERVE_CUDA_TRY(run_forward(p, *packed, f, rec, s));
+  COSERVE_CUDA_TRY(download_outputs(p, hs, f, rec, s));
+  COSERVE_CUDA_TRY(ev.end.record(s));
+  commit_rows(plan, hs, rec);
+  return {};
+}
+
+result<void> gpu_executor::register_new_seqs(const step_plan& plan) {
+  const model_config& c = w_.config;
   for (const new_seq& n : plan.new_seqs) {
     auto st = std::make_shared<seq_state>();
     st->params = n.params;
@@ -1271,11 +1524,11 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     }
     seqs_[n.seq_id] = std::move(st);
   }
-  cudaStream_t s = stream_.get();
-  const step_events& ev = events_[next_events_];
-  COSERVE_CUDA_TRY(ev.start.record(s));
-  rec.events = next_events_;
-  next_events_ = (next_events_ + 1) % 3;
+  return {};
+}
+
+result<void> gpu_executor::copy_blocks(const step_plan& plan, cudaStream_t s) {
+  const model_config& c = w_.config;
   // Copy-on-write block copies, every layer, K and V, before the forward (every rank its slice).
   for (auto [src, dst] : plan.block_copies)
     if (src < 0 || dst < 0 || src >= info_.num_kv_blocks || dst >= info_.num_kv_blocks)
@@ -1292,13 +1545,13 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     j.block_copies = plan.block_copies;
     if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
   }
-  if (plan.seqs.empty()) return ev.end.record(s);
+  return {};
+}
 
+result<void> gpu_executor::resolve_inputs(const step_plan& plan, step_host& hs) const {
+  const model_config& c = w_.config;
   // Input ids: literal, or for a decode whose previous token the host has not collected yet, a
   // reference -(slot + 1) to the sequence's entry in the device's last-token buffer.
-  std::vector<int32_t> ids;
-  std::vector<size_t> placeholders;  // indices into ids of k_token_from_draft
-  std::vector<seq_state*> states;
   for (const scheduled_seq& q : plan.seqs) {
     auto it = seqs_.find(q.seq_id);
     if (it == seqs_.end())
@@ -1316,7 +1569,7 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     for (int32_t t : q.tokens) {
       if (t == k_token_from_last_step) {
         if (st.pending() > 0) {
-          ids.push_back(-(st.slot + 1));
+          hs.ids.push_back(-(st.slot + 1));
           continue;
         }
         t = st.last_token;
@@ -1326,68 +1579,75 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
           return make_error("invalid_argument",
                             "gpu: a plan asks for draft-model proposals; the CUDA executor has no "
                             "draft model");
-        placeholders.push_back(ids.size());  // a pick of the draft (below)
-        ids.push_back(0);
+        hs.placeholders.push_back(hs.ids.size());  // a pick of the draft (below)
+        hs.ids.push_back(0);
         continue;
       }
       if (t < 0 || t >= c.vocab_size)
         return make_error("invalid_argument", "gpu: token id out of range");
-      ids.push_back(t);
+      hs.ids.push_back(t);
     }
     for (int32_t b : q.block_table)
       if (b < 0 || b >= info_.num_kv_blocks)
         return make_error("invalid_argument", "gpu: block id out of range");
-    states.push_back(&st);
+    hs.states.push_back(&st);
   }
+  return {};
+}
+
+result<void> gpu_executor::plan_draft_passes(const step_plan& plan, step_host& hs,
+                                             launched_step& rec) const {
   // Draft model: its passes for this step, their picks' slots in place of the proposals' ids.
-  std::optional<draft_step> drafted;
-  if (draft_) {
-    // Per sequence: literal ids, k_token_from_last_step for a previous token still on the device,
-    // k_token_from_draft for a proposal.
-    std::vector<int32_t> marked = ids;
-    for (int32_t& t : marked)
-      if (t < 0) t = k_token_from_last_step;
-    for (size_t at : placeholders) marked[at] = k_token_from_draft;
-    std::vector<std::vector<int32_t>> inputs;
-    for (size_t i = 0, at = 0; i < plan.seqs.size(); at += plan.seqs[i].tokens.size(), ++i)
-      inputs.emplace_back(marked.begin() + ptrdiff_t(at),
-                          marked.begin() + ptrdiff_t(at + plan.seqs[i].tokens.size()));
-    auto ds = plan_draft(plan, inputs, draft_->map(), pick_slot_base_, opts_.num_speculative_tokens,
-                         opts_.max_num_tokens);
-    if (!ds) return std::move(ds).err();
-    drafted = std::move(ds.value());
-    std::vector<size_t> seq_at(plan.seqs.size() + 1, 0);
-    for (size_t i = 0; i < plan.seqs.size(); ++i)
-      seq_at[i + 1] = seq_at[i] + plan.seqs[i].tokens.size();
-    for (const draft_step::proposer& pr : drafted->proposers)
-      for (int32_t j = 0; j < pr.count; ++j)
-        ids[seq_at[pr.seq] + size_t(pr.first + j)] = -(pr.slot0 + j + 1);
-    for (size_t i = 0; i < plan.seqs.size(); ++i) {
-      const scheduled_seq& q = plan.seqs[i];
-      launched_step::model_run mr{seqs_.at(q.seq_id),
-                                  q.seq_id,
-                                  q.block_table,
-                                  q.start_pos,
-                                  std::vector<int32_t>(inputs[i]),
-                                  0};
-      for (const draft_step::proposer& pr : drafted->proposers)
-        if (pr.seq == i) mr.pick0 = pr.slot0 - pick_slot_base_;
-      rec.model_runs.push_back(std::move(mr));
-    }
-    for (const draft_step::proposer& pr : drafted->proposers) {
-      const scheduled_seq& q = plan.seqs[pr.seq];
-      rec.draft_runs.push_back(
-          {q.seq_id, q.block_table, q.start_pos + pr.first, pr.count, pr.slot0 - pick_slot_base_});
-      rec.num_picks = std::max(rec.num_picks, pr.slot0 - pick_slot_base_ + pr.count);
-    }
+  if (!draft_) return {};
+  // Per sequence: literal ids, k_token_from_last_step for a previous token still on the device,
+  // k_token_from_draft for a proposal.
+  std::vector<int32_t> marked = hs.ids;
+  for (int32_t& t : marked)
+    if (t < 0) t = k_token_from_last_step;
+  for (size_t at : hs.placeholders) marked[at] = k_token_from_draft;
+  std::vector<std::vector<int32_t>> inputs;
+  for (size_t i = 0, at = 0; i < plan.seqs.size(); at += plan.seqs[i].tokens.size(), ++i)
+    inputs.emplace_back(marked.begin() + ptrdiff_t(at),
+                        marked.begin() + ptrdiff_t(at + plan.seqs[i].tokens.size()));
+  auto ds = plan_draft(plan, inputs, draft_->map(), pick_slot_base_, opts_.num_speculative_tokens,
+                       opts_.max_num_tokens);
+  if (!ds) return std::move(ds).err();
+  hs.drafted = std::move(ds.value());
+  std::vector<size_t> seq_at(plan.seqs.size() + 1, 0);
+  for (size_t i = 0; i < plan.seqs.size(); ++i)
+    seq_at[i + 1] = seq_at[i] + plan.seqs[i].tokens.size();
+  for (const draft_step::proposer& pr : hs.drafted->proposers)
+    for (int32_t j = 0; j < pr.count; ++j)
+      hs.ids[seq_at[pr.seq] + size_t(pr.first + j)] = -(pr.slot0 + j + 1);
+  for (size_t i = 0; i < plan.seqs.size(); ++i) {
+    const scheduled_seq& q = plan.seqs[i];
+    launched_step::model_run mr{seqs_.at(q.seq_id),
+                                q.seq_id,
+                                q.block_table,
+                                q.start_pos,
+                                std::vector<int32_t>(inputs[i]),
+                                0};
+    for (const draft_step::proposer& pr : hs.drafted->proposers)
+      if (pr.seq == i) mr.pick0 = pr.slot0 - pick_slot_base_;
+    rec.model_runs.push_back(std::move(mr));
   }
+  for (const draft_step::proposer& pr : hs.drafted->proposers) {
+    const scheduled_seq& q = plan.seqs[pr.seq];
+    rec.draft_runs.push_back(
+        {q.seq_id, q.block_table, q.start_pos + pr.first, pr.count, pr.slot0 - pick_slot_base_});
+    rec.num_picks = std::max(rec.num_picks, pr.slot0 - pick_slot_base_ + pr.count);
+  }
+  return {};
+}
+
+result<void> gpu_executor::plan_prompt_logprobs(const step_plan& plan, step_host& hs,
+                                                launched_step& rec) {
+  const model_config& c = w_.config;
   // Prompt logprob rows: each position of a chunk below the sequence's last prompt position (whose
   // logits give its first output) scores the prompt token after it. Chunks arrive in order.
-  std::vector<int32_t> prompt_tokens, prompt_targets;
-  int32_t prompt_top_n = 0;
   for (size_t i = 0, at = 0; i < plan.seqs.size(); at += plan.seqs[i].tokens.size(), ++i) {
     const scheduled_seq& q = plan.seqs[i];
-    seq_state& st = *states[i];
+    seq_state& st = *hs.states[i];
     if (st.prompt.empty() || q.start_pos >= int32_t(st.prompt.size()) - 1) continue;
     if (q.num_draft > 0)
       return make_error("invalid_argument",
@@ -1401,59 +1661,77 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
       const int32_t target = st.prompt[size_t(pos) + 1];
       if (target < 0 || target >= c.vocab_size)
         return make_error("invalid_argument", "gpu: token id out of range");
-      prompt_tokens.push_back(int32_t(at) + (pos - q.start_pos));
-      prompt_targets.push_back(target);
+      hs.prompt_tokens.push_back(int32_t(at) + (pos - q.start_pos));
+      hs.prompt_targets.push_back(target);
       rec.prompt_rows.emplace_back(seqs_.at(q.seq_id), pos);
     }
     st.prompt_next = end;
-    prompt_top_n =
-        std::max(prompt_top_n, std::min(st.params.prompt_logprobs, k_prompt_logprobs_max_top));
+    hs.prompt_top_n =
+        std::max(hs.prompt_top_n, std::min(st.params.prompt_logprobs, k_prompt_logprobs_max_top));
   }
-  // The sampled rows, in batch order (plan_batch's sample_tokens): one per sampling sequence, or
-  // 1 + num_draft for a sequence verifying proposals (row j scores proposal j; the last row gives
-  // the token after all of them).
-  struct sample_row {
-    int32_t seq;    // index into plan.seqs
-    int32_t j;      // position among the sequence's rows
-    int32_t draft;  // the proposal row j verifies; -1 on the sequence's last row; the vocabulary
-                    // size (never sampled) for a draft pick not known yet
-    int32_t pick;   // the draft's pick row j verifies (index among the step's picks), or -1
-  };
-  std::vector<sample_row> sample_rows;
-  std::vector<int32_t> sample_seqs;
+  return {};
+}
+
+result<void> gpu_executor::plan_sample_rows(const step_plan& plan, step_host& hs) const {
+  const model_config& c = w_.config;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const scheduled_seq& q = plan.seqs[i];
     if (!q.sample) continue;
-    sample_seqs.push_back(int32_t(i));
+    hs.sample_seqs.push_back(int32_t(i));
     const size_t first_draft = q.tokens.size() - size_t(q.num_draft);
     int32_t pick0 = -1;
-    if (drafted)
-      for (const draft_step::proposer& pr : drafted->proposers)
+    if (hs.drafted)
+      for (const draft_step::proposer& pr : hs.drafted->proposers)
         if (pr.seq == i) pick0 = pr.slot0 - pick_slot_base_;
     for (int32_t j = 0; j <= q.num_draft; ++j) {
       const bool last = j == q.num_draft;
       if (!last && pick0 >= 0)
-        sample_rows.push_back({int32_t(i), j, c.vocab_size, pick0 + j});
+        hs.sample_rows.push_back({int32_t(i), j, c.vocab_size, pick0 + j});
       else
-        sample_rows.push_back({int32_t(i), j, last ? -1 : q.tokens[first_draft + size_t(j)], -1});
+        hs.sample_rows.push_back(
+            {int32_t(i), j, last ? -1 : q.tokens[first_draft + size_t(j)], -1});
     }
   }
-  if (int32_t(sample_rows.size()) > max_rows_)
+  if (int32_t(hs.sample_rows.size()) > max_rows_)
     return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
-  std::vector<sample_row_params> sp;
-  std::vector<logit_edit> edits;
-  std::vector<int32_t> grammar_rows, row_slots;
-  std::vector<uint32_t> grammar_masks;
-  const int32_t mask_words = grammar_mask_words(c.vocab_size);
+  return {};
+}
+
+int32_t gpu_executor::add_allowed_tokens(seq_state& st, size_t row, int32_t generated,
+                                         step_host& hs) const {
+  // The allowed tokens, filled on the host (xgrammar, and/or allowed_token_ids) and applied by
+  // a mask kernel.
+  hs.grammar_rows.push_back(int32_t(row));
+  hs.grammar_masks.resize(hs.grammar_masks.size() + size_t(hs.mask_words));
+  std::span<uint32_t> mask(
+      hs.grammar_masks.data() + hs.grammar_masks.size() - size_t(hs.mask_words),
+      size_t(hs.mask_words));
+  if (st.matcher)
+    st.matcher->fill_mask(mask);
+  else
+    std::fill(mask.begin(), mask.end(), ~uint32_t{0});
+  if (!st.params.allowed_token_ids.empty()) {
+    std::vector<uint32_t> allowed(mask.size(), 0);
+    for (int32_t id : st.params.allowed_token_ids)
+      if (id >= 0 && id / 32 < int32_t(allowed.size()))
+        allowed[size_t(id / 32)] |= uint32_t{1} << (id % 32);
+    for (size_t w = 0; w < mask.size(); ++w) mask[w] &= allowed[w];
+  }
+  // The grammar wins over min_tokens (model/sampler.hpp): when it allows nothing but the ids
+  // min_tokens would mask, that mask is dropped for this row.
+  if (generated < st.params.min_tokens &&
+      grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_,
+                          st.params.stop_token_ids))
+    generated = st.params.min_tokens;
+  return generated;
+}
+
+result<void> gpu_executor::plan_sampling(const step_plan& plan, step_host& hs, launched_step& rec) {
+  hs.mask_words = grammar_mask_words(w_.config.vocab_size);
   penalty_edits with_proposals;  // a verifying row's history with the proposals before it accepted
-  std::vector<pending_penalty> pending;
-  std::vector<int32_t> pending_slot;    // per row once a row has a pending token: its slot, or -1
-  std::vector<int32_t> penalty_resets;  // count rows written from the host's history in this step
-  std::vector<penalty_count_entry> penalty_entries;
-  std::vector<seq_state*> penalty_synced;  // their sequences (in step once it is launched)
-  for (size_t row = 0; row < sample_rows.size(); ++row) {
-    const sample_row& sr = sample_rows[row];
-    seq_state& st = *states[size_t(sr.seq)];
+  for (size_t row = 0; row < hs.sample_rows.size(); ++row) {
+    const sample_row& sr = hs.sample_rows[row];
+    seq_state& st = *hs.states[size_t(sr.seq)];
     if ((st.pending() > 0 && st.needs_collected_history()) ||
         (st.pending() > 1 && st.has_penalties()))
       return make_error("failed_precondition",
@@ -1464,166 +1742,139 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     // row samples it, which for a proposal made without a distribution (n-gram lookup) is the
     // speculative-sampling rule (accepted with probability p(proposal); otherwise the draw is
     // from p without it, renormalised) and keeps seeded outputs equal to plain decoding's.
-    sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k, st.seed,
-                  uint64_t(st.launched + sr.j),
-                  std::min(std::max(st.params.logprobs, 0), k_top_logprobs_max)});
+    hs.sp.push_back({st.params.temperature, st.params.top_p, st.params.min_p, st.params.top_k,
+                     st.seed, uint64_t(st.launched + sr.j),
+                     std::min(std::max(st.params.logprobs, 0), k_top_logprobs_max)});
     int32_t generated = st.launched + sr.j;
-    if (st.matcher || !st.params.allowed_token_ids.empty()) {
-      // The allowed tokens, filled on the host (xgrammar, and/or allowed_token_ids) and applied by
-      // a mask kernel.
-      grammar_rows.push_back(int32_t(row));
-      grammar_masks.resize(grammar_masks.size() + size_t(mask_words));
-      std::span<uint32_t> mask(grammar_masks.data() + grammar_masks.size() - size_t(mask_words),
-                               size_t(mask_words));
-      if (st.matcher)
-        st.matcher->fill_mask(mask);
-      else
-        std::fill(mask.begin(), mask.end(), ~uint32_t{0});
-      if (!st.params.allowed_token_ids.empty()) {
-        std::vector<uint32_t> allowed(mask.size(), 0);
-        for (int32_t id : st.params.allowed_token_ids)
-          if (id >= 0 && id / 32 < int32_t(allowed.size()))
-            allowed[size_t(id / 32)] |= uint32_t{1} << (id % 32);
-        for (size_t w = 0; w < mask.size(); ++w) mask[w] &= allowed[w];
-      }
-      // The grammar wins over min_tokens (model/sampler.hpp): when it allows nothing but the ids
-      // min_tokens would mask, that mask is dropped for this row.
-      if (generated < st.params.min_tokens &&
-          grammar_allows_only(mask, st.params.ignore_eos ? std::vector<int32_t>{} : eos_ids_,
-                              st.params.stop_token_ids))
-        generated = st.params.min_tokens;
-    }
-    const int32_t edits_before = int32_t(edits.size());
+    if (st.matcher || !st.params.allowed_token_ids.empty())
+      generated = add_allowed_tokens(st, row, generated, hs);
+    const int32_t edits_before = int32_t(hs.edits.size());
     if (sr.j == 0 && st.has_penalties() && plan.seqs[size_t(sr.seq)].num_draft == 0 &&
-        penalty_row_in_step(st, plan, penalty_resets, penalty_entries)) {
+        penalty_row_in_step(st, plan, hs.penalty_resets, hs.penalty_entries)) {
       // Penalties from its counts on the device, which hold every token launched before this one
       // (each step counts its own): only logit_bias and min_tokens as edits.
-      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits, false);
-      sample_row_params& x = sp.back();
+      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, hs.edits, false);
+      sample_row_params& x = hs.sp.back();
       x.penalty_row = st.penalty_row;
       x.repetition = st.params.repetition_penalty > 0.0f ? st.params.repetition_penalty : 1.0f;
       x.presence = st.params.presence_penalty;
       x.frequency = st.params.frequency_penalty;
-      penalty_synced.push_back(&st);
+      hs.penalty_synced.push_back(&st);
     } else if (sr.j == 0 || !st.has_penalties()) {
       st.penalty_synced = false;  // its count row, if any, will miss this step's token
-      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits);
+      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, hs.edits);
       if (st.pending() > 0 &&
           st.has_penalties()) {  // the previous step's token: counted on the device
-        pending.push_back({int32_t(row), st.slot, edits_before, int32_t(edits.size()),
-                           st.params.repetition_penalty, st.params.presence_penalty,
-                           st.params.frequency_penalty});
-        pending_slot.resize(sample_rows.size(), -1);
-        pending_slot[row] = st.slot;
+        hs.pending.push_back({int32_t(row), st.slot, edits_before, int32_t(hs.edits.size()),
+                              st.params.repetition_penalty, st.params.presence_penalty,
+                              st.params.frequency_penalty});
+        hs.pending_slot.resize(hs.sample_rows.size(), -1);
+        hs.pending_slot[row] = st.slot;
       }
-    } else if (sample_rows[row - 1].pick >= 0) {
+    } else if (hs.sample_rows[row - 1].pick >= 0) {
       // The draft's picks are on the device only: rows after the first verify nothing for a
-      // sequence with penalties (commit() leaves its picks unmatched), so their edits do not
+      // sequence with penalties (commit_rows() leaves its picks unmatched), so their edits do not
       // matter.
-      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, edits);
+      st.penalties.append(int32_t(row), st.params, generated, eos_ids_, hs.edits);
     } else {  // penalties see the proposals before this row as generated tokens
       if (sr.j == 1) with_proposals = st.penalties;
-      with_proposals.accept(sample_rows[row - 1].draft);
-      with_proposals.append(int32_t(row), st.params, generated, eos_ids_, edits);
+      with_proposals.accept(hs.sample_rows[row - 1].draft);
+      with_proposals.append(int32_t(row), st.params, generated, eos_ids_, hs.edits);
     }
     if (st.params.logprobs > 0) rec.top_logprobs = true;
     // Only a sequence's last row feeds the next step's input on the device: a verifying sequence
     // waits for the host to learn how many of its proposals held.
-    row_slots.push_back(sr.draft < 0 ? st.slot : -1);
+    hs.row_slots.push_back(sr.draft < 0 ? st.slot : -1);
   }
-  // Everything is enqueued: the sampled rows are now pending until collect().
-  auto commit = [&] {
-    for (const sample_row& sr : sample_rows) {
-      ++states[size_t(sr.seq)]
-            ->launched;  // collect() takes back the rows after a rejected proposal
-      rec.rows.push_back(seqs_.at(plan.seqs[size_t(sr.seq)].seq_id));
-      rec.row_ids.push_back(plan.seqs[size_t(sr.seq)].seq_id);
-      rec.row_draft.push_back(sr.draft);
-      rec.row_pick.push_back(sr.pick >= 0 && !states[size_t(sr.seq)]->has_penalties() ? sr.pick
-                                                                                      : -1);
-    }
-    for (seq_state* st : penalty_synced) st->penalty_synced = true;
-  };
+  return {};
+}
 
+void gpu_executor::commit_rows(const step_plan& plan, const step_host& hs, launched_step& rec) {
+  for (const sample_row& sr : hs.sample_rows) {
+    ++hs.states[size_t(sr.seq)]
+          ->launched;  // collect() takes back the rows after a rejected proposal
+    rec.rows.push_back(seqs_.at(plan.seqs[size_t(sr.seq)].seq_id));
+    rec.row_ids.push_back(plan.seqs[size_t(sr.seq)].seq_id);
+    rec.row_draft.push_back(sr.draft);
+    rec.row_pick.push_back(sr.pick >= 0 && !hs.states[size_t(sr.seq)]->has_penalties() ? sr.pick
+                                                                                       : -1);
+  }
+  for (seq_state* st : hs.penalty_synced) st->penalty_synced = true;
+}
+
+result<void> gpu_executor::run_draft_passes(const step_plan& plan, const step_host& hs,
+                                            const launched_step& rec, cudaStream_t s) {
   // The draft's passes run ahead of the model's forward, which reads their picks. (A step with any
   // for the draft has a sequence of several tokens: never a graph step.)
-  if (drafted && !drafted->passes.empty()) {
-    COSERVE_CUDA_TRY(draft_->run(*drafted, frames_[rec.frame].draft_meta, gemm_,
+  if (hs.drafted && !hs.drafted->passes.empty()) {
+    COSERVE_CUDA_TRY(draft_->run(*hs.drafted, frames_[rec.frame].draft_meta, gemm_,
                                  last_tokens_.as<int32_t>(), logits_.as<float>(), s));
-    for (const draft_step::computed& cd : drafted->first)
+    for (const draft_step::computed& cd : hs.drafted->first)
       draft_->map().note_draft(plan.seqs[cd.seq].seq_id, plan.seqs[cd.seq].block_table, cd.start,
                                cd.tokens.data(), int32_t(cd.tokens.size()));
   }
+  return {};
+}
 
+bool gpu_executor::is_graph_step(const step_plan& plan, const step_host& hs) const {
   // A decode-only step without sparse logit edits (logit_bias, min_tokens, penalties not in count
   // rows), grammars or count rows to write replays its bucket's graph (penalties from count rows
   // run inside it).
-  const bool graph_step = !graphs_.empty() && sample_seqs.size() == plan.seqs.size() &&
-                          edits.empty() && prompt_tokens.empty() && grammar_rows.empty() &&
-                          penalty_resets.empty() &&
-                          std::all_of(plan.seqs.begin(), plan.seqs.end(),
-                                      [](const scheduled_seq& q) { return q.tokens.size() == 1; });
-  if (const int32_t bucket = graph_step ? bucket_for(buckets_, int32_t(plan.seqs.size())) : 0;
-      bucket > 0) {
-    nvtx_range gr("graph replay");
-    frame& f = frames_[rec.frame];
-    const auto g = std::find_if(graphs_.begin(), graphs_.end(),
-                                [&](const decode_graph& x) { return x.bucket == bucket; });
-    graph_arena_layout layout = arena_;  // the same addresses, this graph's grid as the capacity
-    layout.max_work = g->cap.max_work;
-    layout.max_merges = g->cap.max_merges;
-    graph_step_input in{plan.seqs, ids, sp, row_slots, pad_block_, pad_slot_};
-    const std::span<std::byte> staging(static_cast<std::byte*>(f.meta.get()), f.meta.bytes());
-    batch_plan planned;
-    auto bytes =
-        fill_graph_arena(in, bucket, layout, graph_opts_, staging, fi_on_ ? &planned : nullptr);
-    // FlashInfer: the step's plan must have the captured grid (it does for a bucket's batches).
-    bool replay = bytes.ok();
-    if (replay && fi_on_)
-      replay = plan_flashinfer(planned, fi_plan_options(true), fi_plan_).ok() &&
-               fi_plan_.padded_batch_size == g->fi.padded_batch_size &&
-               fi_plan_.cta_tile_q == g->fi.cta_tile_q && fi_plan_.split_kv == g->fi.split_kv &&
-               fi_plan_.total_num_rows == g->fi.total_num_rows;
-    // A batch the graph cannot take (more attention work than its grid) runs eagerly below.
-    if (replay) {
-      COSERVE_CUDA_TRY(cuda_check(
-          cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
-          "graph metadata upload"));
-      size_t meta_n = *bytes;
-      if (fi_on_) {
-        auto up = upload_fi_arena(fi_plan_, staging);
-        if (!up) return std::move(up).err();
-        meta_n = *up;
-      }
-      if (has_peers()) {
-        peer_job j = peer_forward_job(
-            arena_meta(),
-            forward_shape{bucket, bucket, g->cap.max_work, g->cap.max_merges, nullptr},
-            f.meta.get(), meta_n, arena_dev_.get());
-        j.graph = true;
-        j.bucket = bucket;
-        if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
-      }
-      if (auto r = cuda_check(cudaGraphLaunch(g->exec, s), "cudaGraphLaunch"); !r)
-        return fail_group(std::move(r).err());
-      const size_t S = sample_seqs.size();  // the real rows come first
-      char* h = f.out.as<char>();
-      COSERVE_CUDA_TRY(cuda_check(
-          cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
-      COSERVE_CUDA_TRY(cuda_check(
-          cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
-      if (rec.top_logprobs)
-        COSERVE_CUDA_TRY(cuda_check(
-            cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
-                            cudaMemcpyDeviceToHost, s),
-            "top logprobs"));
-      COSERVE_CUDA_TRY(ev.end.record(s));
-      rec.graph = true;
-      commit();
-      return {};
-    }
-  }
+  return !graphs_.empty() && hs.sample_seqs.size() == plan.seqs.size() && hs.edits.empty() &&
+         hs.prompt_tokens.empty() && hs.grammar_rows.empty() && hs.penalty_resets.empty() &&
+         std::all_of(plan.seqs.begin(), plan.seqs.end(),
+                     [](const scheduled_seq& q) { return q.tokens.size() == 1; });
+}
 
+result<bool> gpu_executor::replay_graph(int32_t bucket, const step_plan& plan, const step_host& hs,
+                                        launched_step& rec, const step_events& ev, cudaStream_t s) {
+  frame& f = frames_[rec.frame];
+  const auto g = std::find_if(graphs_.begin(), graphs_.end(),
+                              [&](const decode_graph& x) { return x.bucket == bucket; });
+  graph_arena_layout layout = arena_;  // the same addresses, this graph's grid as the capacity
+  layout.max_work = g->cap.max_work;
+  layout.max_merges = g->cap.max_merges;
+  graph_step_input in{plan.seqs, hs.ids, hs.sp, hs.row_slots, pad_block_, pad_slot_};
+  const std::span<std::byte> staging(static_cast<std::byte*>(f.meta.get()), f.meta.bytes());
+  batch_plan planned;
+  auto bytes =
+      fill_graph_arena(in, bucket, layout, graph_opts_, staging, fi_on_ ? &planned : nullptr);
+  // FlashInfer: the step's plan must have the captured grid (it does for a bucket's batches).
+  bool replay = bytes.ok();
+  if (replay && fi_on_)
+    replay = plan_flashinfer(planned, fi_plan_options(true), fi_plan_).ok() &&
+             fi_plan_.padded_batch_size == g->fi.padded_batch_size &&
+             fi_plan_.cta_tile_q == g->fi.cta_tile_q && fi_plan_.split_kv == g->fi.split_kv &&
+             fi_plan_.total_num_rows == g->fi.total_num_rows;
+  // A batch the graph cannot take (more attention work than its grid) runs eagerly.
+  if (!replay) return false;
+  COSERVE_CUDA_TRY(
+      cuda_check(cudaMemcpyAsync(arena_dev_.get(), f.meta.get(), *bytes, cudaMemcpyHostToDevice, s),
+                 "graph metadata upload"));
+  size_t meta_n = *bytes;
+  if (fi_on_) {
+    auto up = upload_fi_arena(fi_plan_, staging);
+    if (!up) return std::move(up).err();
+    meta_n = *up;
+  }
+  if (has_peers()) {
+    peer_job j = peer_forward_job(
+        arena_meta(), forward_shape{bucket, bucket, g->cap.max_work, g->cap.max_merges, nullptr},
+        f.meta.get(), meta_n, arena_dev_.get());
+    j.graph = true;
+    j.bucket = bucket;
+    if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
+  }
+  if (auto r = cuda_check(cudaGraphLaunch(g->exec, s), "cudaGraphLaunch"); !r)
+    return fail_group(std::move(r).err());
+  // The real rows come first.
+  COSERVE_CUDA_TRY(download_samples(f, hs.sample_seqs.size(), rec.top_logprobs, s));
+  COSERVE_CUDA_TRY(ev.end.record(s));
+  rec.graph = true;
+  return true;
+}
+
+result<batch_plan> gpu_executor::plan_eager_batch(const step_plan& plan) const {
   batch_plan_options po = plan_options();
   auto pl = plan_batch(plan.seqs, po);
   if (!pl) return std::move(pl).err();
@@ -1632,32 +1883,35 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     pl = plan_batch(plan.seqs, po);
     if (!pl) return std::move(pl).err();
   }
-  const batch_plan& p = *pl;
-  if (p.num_tokens > opts_.max_num_tokens)
+  if (pl->num_tokens > opts_.max_num_tokens)
     return make_error("invalid_argument", "gpu: step exceeds max_num_tokens or max_num_seqs");
-  frame& f = frames_[rec.frame];
+  return pl;
+}
+
+result<gpu_executor::packed_step> gpu_executor::pack_metadata(const batch_plan& p,
+                                                              const step_host& hs, frame& f) {
   metadata_packer pk(f.meta);
   size_t off[13];
   int k = 0;
-  for (auto r : {pk.add(ids), pk.add(p.positions), pk.add(p.slot_mapping), pk.add(p.cu_seqlens_q),
-                 pk.add(p.kv_lens), pk.add(p.block_table_offsets), pk.add(p.block_tables),
-                 pk.add(p.sample_tokens)}) {
+  for (auto r : {pk.add(hs.ids), pk.add(p.positions), pk.add(p.slot_mapping),
+                 pk.add(p.cu_seqlens_q), pk.add(p.kv_lens), pk.add(p.block_table_offsets),
+                 pk.add(p.block_tables), pk.add(p.sample_tokens)}) {
     if (!r) return std::move(r).err();
     off[k++] = *r;
   }
   auto ow = pk.add(p.work);
   auto om = pk.add(p.merges);
-  auto op = pk.add(sp);
-  auto oe = pk.add(edits);
-  auto ogr = pk.add(grammar_rows);
-  auto ogm = pk.add(grammar_masks);
-  auto ors = pk.add(row_slots);
-  auto opt = pk.add(prompt_tokens);
-  auto opg = pk.add(prompt_targets);
-  auto opp = pk.add(pending);
-  auto ops = pk.add(pending_slot);
-  auto opr = pk.add(penalty_resets);
-  auto ope = pk.add(penalty_entries);
+  auto op = pk.add(hs.sp);
+  auto oe = pk.add(hs.edits);
+  auto ogr = pk.add(hs.grammar_rows);
+  auto ogm = pk.add(hs.grammar_masks);
+  auto ors = pk.add(hs.row_slots);
+  auto opt = pk.add(hs.prompt_tokens);
+  auto opg = pk.add(hs.prompt_targets);
+  auto opp = pk.add(hs.pending);
+  auto ops = pk.add(hs.pending_slot);
+  auto opr = pk.add(hs.penalty_resets);
+  auto ope = pk.add(hs.penalty_entries);
   if (!ow || !om || !op || !oe || !ogr || !ogm || !ors || !opt || !opg || !opp || !ops || !opr ||
       !ope)
     return make_error("resource_exhausted", "gpu: step metadata exceeds its buffer");
@@ -1673,49 +1927,60 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
     fis = packed->first;
     used = packed->second;
   }
-  COSERVE_CUDA_TRY(
-      cuda_check(cudaMemcpyAsync(meta_dev_.get(), f.meta.get(), used, cudaMemcpyHostToDevice, s),
-                 "metadata upload"));
   const char* d = meta_dev_.as<char>();
-  step_meta m{reinterpret_cast<const int32_t*>(d + off[0]),
-              reinterpret_cast<const int32_t*>(d + off[1]),
-              reinterpret_cast<const int32_t*>(d + off[2]),
-              reinterpret_cast<const int32_t*>(d + off[3]),
-              reinterpret_cast<const int32_t*>(d + off[4]),
-              reinterpret_cast<const int32_t*>(d + off[5]),
-              reinterpret_cast<const int32_t*>(d + off[6]),
-              reinterpret_cast<const int32_t*>(d + off[7]),
-              reinterpret_cast<const attn_work_item*>(d + off[8]),
-              reinterpret_cast<const attn_merge_item*>(d + off[9]),
-              reinterpret_cast<const sample_row_params*>(d + off[10]),
-              reinterpret_cast<const logit_edit*>(d + *oe),
-              int32_t(edits.size()),
-              reinterpret_cast<const int32_t*>(d + *ogr),
-              reinterpret_cast<const uint32_t*>(d + *ogm),
-              int32_t(grammar_rows.size()),
-              mask_words,
-              reinterpret_cast<const int32_t*>(d + *ors),
-              reinterpret_cast<const int32_t*>(d + *opt),
-              reinterpret_cast<const int32_t*>(d + *opg),
-              int32_t(prompt_tokens.size()),
-              prompt_top_n,
-              reinterpret_cast<const pending_penalty*>(d + *opp),
-              int32_t(pending.size()),
-              reinterpret_cast<const int32_t*>(d + *ops)};
-  if (!penalty_resets
-           .empty())  // count rows taken in this step, written before the sampling reads them
+  return packed_step{step_meta{reinterpret_cast<const int32_t*>(d + off[0]),
+                               reinterpret_cast<const int32_t*>(d + off[1]),
+                               reinterpret_cast<const int32_t*>(d + off[2]),
+                               reinterpret_cast<const int32_t*>(d + off[3]),
+                               reinterpret_cast<const int32_t*>(d + off[4]),
+                               reinterpret_cast<const int32_t*>(d + off[5]),
+                               reinterpret_cast<const int32_t*>(d + off[6]),
+                               reinterpret_cast<const int32_t*>(d + off[7]),
+                               reinterpret_cast<const attn_work_item*>(d + off[8]),
+                               reinterpret_cast<const attn_merge_item*>(d + off[9]),
+                               reinterpret_cast<const sample_row_params*>(d + off[10]),
+                               reinterpret_cast<const logit_edit*>(d + *oe),
+                               int32_t(hs.edits.size()),
+                               reinterpret_cast<const int32_t*>(d + *ogr),
+                               reinterpret_cast<const uint32_t*>(d + *ogm),
+                               int32_t(hs.grammar_rows.size()),
+                               hs.mask_words,
+                               reinterpret_cast<const int32_t*>(d + *ors),
+                               reinterpret_cast<const int32_t*>(d + *opt),
+                               reinterpret_cast<const int32_t*>(d + *opg),
+                               int32_t(hs.prompt_tokens.size()),
+                               hs.prompt_top_n,
+                               reinterpret_cast<const pending_penalty*>(d + *opp),
+                               int32_t(hs.pending.size()),
+                               reinterpret_cast<const int32_t*>(d + *ops)},
+                     reinterpret_cast<const int32_t*>(d + *opr),
+                     reinterpret_cast<const penalty_count_entry*>(d + *ope), used, fis};
+}
+
+result<void> gpu_executor::upload_metadata(const packed_step& pk, const step_host& hs,
+                                           const frame& f, cudaStream_t s) {
+  COSERVE_CUDA_TRY(
+      cuda_check(cudaMemcpyAsync(meta_dev_.get(), f.meta.get(), pk.used, cudaMemcpyHostToDevice, s),
+                 "metadata upload"));
+  // Count rows taken in this step, written before the sampling reads them.
+  if (!hs.penalty_resets.empty())
     COSERVE_CUDA_TRY(launch_penalty_rows_init(
-        penalty_counts_.as<uint32_t>(), reinterpret_cast<const int32_t*>(d + *opr),
-        int32_t(penalty_resets.size()), reinterpret_cast<const penalty_count_entry*>(d + *ope),
-        int32_t(penalty_entries.size()), c.vocab_size, s));
+        penalty_counts_.as<uint32_t>(), pk.penalty_resets, int32_t(hs.penalty_resets.size()),
+        pk.penalty_entries, int32_t(hs.penalty_entries.size()), w_.config.vocab_size, s));
+  return {};
+}
+
+result<void> gpu_executor::run_forward(const batch_plan& p, const packed_step& pk, frame& f,
+                                       const launched_step& rec, cudaStream_t s) {
+  const step_meta& m = pk.m;
   const forward_shape fs{p.num_tokens,
                          int32_t(p.sample_tokens.size()),
                          int32_t(p.work.size()),
                          int32_t(p.merges.size()),
                          nullptr,
-                         fis};
+                         pk.fis};
   if (has_peers()) {
-    peer_job j = peer_forward_job(m, fs, f.meta.get(), used, meta_dev_.get());
+    peer_job j = peer_forward_job(m, fs, f.meta.get(), pk.used, meta_dev_.get());
     j.pick_base = pick_slot_base_;
     j.num_picks = rec.num_picks;
     if (auto r = post_to_peers(j); !r) return fail_group(std::move(r).err());
@@ -1728,23 +1993,31 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         !r)
       return fail_group(std::move(r).err());
   if (auto r = forward(fs, m, &f); !r) return fail_group(std::move(r).err());
-  const size_t S = p.sample_tokens.size();
-  if (S > 0) {
-    char* h = f.out.as<char>();
+  return {};
+}
+
+result<void> gpu_executor::download_samples(frame& f, size_t S, bool top_logprobs, cudaStream_t s) {
+  char* h = f.out.as<char>();
+  COSERVE_CUDA_TRY(
+      cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
+  COSERVE_CUDA_TRY(cuda_check(
+      cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
+  if (top_logprobs)
     COSERVE_CUDA_TRY(
-        cuda_check(cudaMemcpyAsync(h, tok_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "tokens"));
-    COSERVE_CUDA_TRY(cuda_check(
-        cudaMemcpyAsync(h + S * 4, lp_out_.get(), S * 4, cudaMemcpyDeviceToHost, s), "logprobs"));
-    if (rec.top_logprobs)
-      COSERVE_CUDA_TRY(cuda_check(
-          cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
-                          cudaMemcpyDeviceToHost, s),
-          "top logprobs"));
-  }
-  if (!prompt_tokens.empty())
+        cuda_check(cudaMemcpyAsync(f.top.get(), top_out_.get(), S * size_t(k_top_logprob_words) * 4,
+                                   cudaMemcpyDeviceToHost, s),
+                   "top logprobs"));
+  return {};
+}
+
+result<void> gpu_executor::download_outputs(const batch_plan& p, const step_host& hs, frame& f,
+                                            const launched_step& rec, cudaStream_t s) {
+  const size_t S = p.sample_tokens.size();
+  if (S > 0) COSERVE_CUDA_TRY(download_samples(f, S, rec.top_logprobs, s));
+  if (!hs.prompt_tokens.empty())
     COSERVE_CUDA_TRY(
         cuda_check(cudaMemcpyAsync(f.prompt_out.get(), prompt_out_.get(),
-                                   prompt_tokens.size() * size_t(k_prompt_row_words) * 4,
+                                   hs.prompt_tokens.size() * size_t(k_prompt_row_words) * 4,
                                    cudaMemcpyDeviceToHost, s),
                    "prompt logprobs"));
   if (rec.num_picks > 0)  // the draft's proposals, for collect() to compare with the sampled rows
@@ -1752,8 +2025,6 @@ result<void> gpu_executor::issue(const step_plan& plan, launched_step& rec) {
         cuda_check(cudaMemcpyAsync(f.proposals.get(), last_tokens_.as<int32_t>() + pick_slot_base_,
                                    size_t(rec.num_picks) * 4, cudaMemcpyDeviceToHost, s),
                    "draft proposals"));
-  COSERVE_CUDA_TRY(ev.end.record(s));
-  commit();
   return {};
 }
 
