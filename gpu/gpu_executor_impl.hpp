@@ -376,16 +376,21 @@ class gpu_executor final : public executor {
   // Draft model: plans its passes, puts their picks' slots in place of the proposals' ids and
   // records the runs collect() notes in the draft's map.
   result<void> plan_draft_passes(const step_plan& plan, step_host& hs, launched_step& rec) const;
+  // The prompt logprob rows of the chunks that follow on from the last one scored.
   result<void> plan_prompt_logprobs(const step_plan& plan, step_host& hs, launched_step& rec);
+  // The sampled rows (sample_row); an error when there are more than max_rows_.
   result<void> plan_sample_rows(const step_plan& plan, step_host& hs) const;
   // Each sampled row's parameters, logit edits, grammar mask, penalty rows and slot.
   result<void> plan_sampling(const step_plan& plan, step_host& hs, launched_step& rec);
-  // Adds row's allowed-token mask; returns `generated` as min_tokens is to count it.
+  // Adds the row's allowed-token mask (grammar and/or allowed_token_ids); returns `generated`,
+  // raised to min_tokens when the mask allows nothing but the ids min_tokens would mask.
   int32_t add_allowed_tokens(seq_state& st, size_t row, int32_t generated, step_host& hs) const;
   // Everything is enqueued: the sampled rows are now pending until collect().
   void commit_rows(const step_plan& plan, const step_host& hs, launched_step& rec);
+  // The draft's passes, enqueued ahead of the model's forward, which reads their picks.
   result<void> run_draft_passes(const step_plan& plan, const step_host& hs,
                                 const launched_step& rec, cudaStream_t s);
+  // Whether the step may replay a decode graph (decode only, no edits, masks or rows to write).
   bool is_graph_step(const step_plan& plan, const step_host& hs) const;
   // Replays the bucket's graph and downloads its outputs (true), or enqueues nothing when the
   // batch does not fit the graph (false: the step runs eagerly).
@@ -393,6 +398,7 @@ class gpu_executor final : public executor {
                             launched_step& rec, const step_events& ev, cudaStream_t s);
   // The eager step's batch plan (without splits when they would exceed the workspace).
   result<batch_plan> plan_eager_batch(const step_plan& plan) const;
+  // Packs the eager step's arrays (and FlashInfer's plan) into the frame's metadata.
   result<packed_step> pack_metadata(const batch_plan& p, const step_host& hs, frame& f);
   // The packed metadata to the device, and the count rows taken in this step written there.
   result<void> upload_metadata(const packed_step& pk, const step_host& hs, const frame& f,
