@@ -15,6 +15,7 @@
 
 #include "actors/engine.hpp"
 #include "cli/commands.hpp"
+#include "cli/serve_flags.hpp"
 #include "model/cpu_executor.hpp"
 #include "model/cpu_kernels.hpp"
 
@@ -172,248 +173,269 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
   return 0;
 }
 
-}  // namespace
-
-bool apply_cpu_isa(const char* prog, const char* name) {
-  if (std::string_view(name) == "auto") return cpu_isa_force("");
-  if (cpu_isa_force(name)) return true;
-  std::string runs;
-  for (const std::string& isa : cpu_isa_available()) runs += (runs.empty() ? "" : ", ") + isa;
-  std::fprintf(stderr, "%s: --cpu-isa %s: not an instruction set this CPU runs (auto, %s)\n", prog,
-               name, runs.c_str());
-  return false;
-}
-
-int cmd_generate(int argc, char** argv) {
+// What `generate` runs: its own flags, and those it takes from serve's table (in `serve`).
+struct generate_args {
   std::string dir, prompt_text, logits_mode = "none";
   std::vector<int32_t> prompt;
   bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
-  int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128, tp = 1;
-  std::string device = "cpu", trace_file, kv_dtype = "auto", compute_dtype = "auto", quantization;
-  std::string attention_backend = "auto";
+  int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128;
+  serve_args
+      serve;  // .engine: device, tensor parallel size, dtypes, quantization, attention, trace
   sampling_params params;
-  params.temperature = 0.0f;
   uint64_t seed = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    auto val = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "generate: %s needs a value\n", argv[i]);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    const char* v = nullptr;
+};
+
+// The flags `generate` shares with `serve`, parsed by serve's table rows (the same checks and
+// messages, starting "generate:").
+constexpr std::string_view k_serve_flags_taken[] = {
+    "--device",       "--tensor-parallel-size", "--kv-cache-dtype", "--dtype",
+    "--quantization", "--attention-backend",    "--cpu-isa",        "--trace-file"};
+
+const serve_flag* serve_flag_taken(std::string_view arg) {
+  const serve_flag* row = find_serve_flag(arg);
+  if (!row) return nullptr;
+  for (std::string_view name : k_serve_flags_taken)
+    if (row->name == name) return row;
+  return nullptr;
+}
+
+// Stores the value of one of generate's own flags. False (printed) when the value or the flag is
+// refused.
+bool store_option(std::string_view flag, const char* v, generate_args& g) {
+  if (flag == "--prompt-ids") {
+    g.have_ids = true;
+    if (!parse_ids(v, g.prompt)) {
+      std::fprintf(stderr, "generate: --prompt-ids wants comma-separated non-negative ids\n");
+      return false;
+    }
+  } else if (flag == "--prompt") {
+    g.have_text = true;
+    g.prompt_text = v;
+  } else if (flag == "--max-tokens")
+    g.max_tokens = std::atoi(v);
+  else if (flag == "--temperature")
+    g.params.temperature = std::strtof(v, nullptr);
+  else if (flag == "--top-p")
+    g.params.top_p = std::strtof(v, nullptr);
+  else if (flag == "--top-k")
+    g.params.top_k = std::atoi(v);
+  else if (flag == "--min-p")
+    g.params.min_p = std::strtof(v, nullptr);
+  else if (flag == "--repetition-penalty")
+    g.params.repetition_penalty = std::strtof(v, nullptr);
+  else if (flag == "--seed")
+    g.seed = std::strtoull(v, nullptr, 10);
+  else if (flag == "--logits")
+    g.logits_mode = v;
+  else if (flag == "--threads")
+    g.threads = std::atoi(v);
+  else if (flag == "--batch")
+    g.batch = std::atoi(v);
+  else if (flag == "--prompt-len")
+    g.prompt_len = std::atoi(v);
+  else {
+    std::fprintf(stderr, "generate: unknown option %.*s (see --help)\n",
+                 static_cast<int>(flag.size()), flag.data());
+    return false;
+  }
+  return true;
+}
+
+// Whether the arguments make one run: a model, exactly one prompt (or --bench), sizes in range.
+bool complete(const generate_args& g) {
+  return !g.dir.empty() && (g.bench || g.have_ids != g.have_text) && g.max_tokens >= 0 &&
+         (g.logits_mode == "none" || g.logits_mode == "last" || g.logits_mode == "all") &&
+         g.batch > 0 && g.prompt_len > 0;
+}
+
+// Returns 0 with `g` filled in, -1 after printing the help (exit 0), else the exit status.
+int parse_generate_args(int argc, char** argv, generate_args& g) {
+  g.params.temperature = 0.0f;
+  const std::vector<std::string_view> args(argv + 1, argv + argc);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
     if (a == "--help" || a == "-h") {
       std::fputs(k_help, stdout);
-      return 0;
+      return -1;
     } else if (a == "--json")
-      json = true;
+      g.json = true;
     else if (a == "--bench")
-      bench = true;
+      g.bench = true;
     else if (a == "--ignore-eos")
-      ignore_eos = true;
-    else if (!a.empty() && a[0] == '-') {
-      if (!(v = val())) return 2;
-      if (a == "--prompt-ids") {
-        have_ids = true;
-        if (!parse_ids(v, prompt)) {
-          std::fprintf(stderr, "generate: --prompt-ids wants comma-separated non-negative ids\n");
-          return 2;
-        }
-      } else if (a == "--prompt") {
-        have_text = true;
-        prompt_text = v;
-      } else if (a == "--max-tokens")
-        max_tokens = std::atoi(v);
-      else if (a == "--temperature")
-        params.temperature = std::strtof(v, nullptr);
-      else if (a == "--top-p")
-        params.top_p = std::strtof(v, nullptr);
-      else if (a == "--top-k")
-        params.top_k = std::atoi(v);
-      else if (a == "--min-p")
-        params.min_p = std::strtof(v, nullptr);
-      else if (a == "--repetition-penalty")
-        params.repetition_penalty = std::strtof(v, nullptr);
-      else if (a == "--seed")
-        seed = std::strtoull(v, nullptr, 10);
-      else if (a == "--logits")
-        logits_mode = v;
-      else if (a == "--threads")
-        threads = std::atoi(v);
-      else if (a == "--tensor-parallel-size" || a == "-tp")
-        tp = std::atoi(v);
-      else if (a == "--kv-cache-dtype") {
-        dtype t;
-        if (!parse_kv_cache_dtype(v, t)) {
-          std::fprintf(stderr,
-                       "generate: --kv-cache-dtype must be auto, bf16, fp16, fp32, fp8, fp8_e4m3 "
-                       "or fp8_e5m2\n");
-          return 2;
-        }
-        kv_dtype = v;
-      } else if (a == "--dtype") {
-        bool b;
-        if (!parse_compute_dtype(v, b)) {
-          std::fprintf(stderr, "generate: --dtype must be auto, bfloat16 or float32\n");
-          return 2;
-        }
-        compute_dtype = v;
-      } else if (a == "--device")
-        device = v;
-      else if (a == "--attention-backend") {
-        if (std::string_view(v) != "auto" && std::string_view(v) != "native" &&
-            std::string_view(v) != "flashinfer") {
-          std::fprintf(stderr,
-                       "generate: --attention-backend must be auto, native or flashinfer\n");
-          return 2;
-        }
-        attention_backend = v;
-      } else if (a == "--quantization") {
-        if (std::string_view(v) != "fp8") {
-          std::fprintf(stderr, "generate: --quantization must be fp8\n");
-          return 2;
-        }
-        quantization = v;
-      } else if (a == "--cpu-isa") {
-        if (!apply_cpu_isa("generate", v)) return 2;
-      } else if (a == "--trace-file")
-        trace_file = v;
-      else if (a == "--batch")
-        batch = std::atoi(v);
-      else if (a == "--prompt-len")
-        prompt_len = std::atoi(v);
-      else {
-        std::fprintf(stderr, "generate: unknown option %s (see --help)\n", argv[i - 1]);
+      g.ignore_eos = true;
+    else if (const serve_flag* row = serve_flag_taken(a)) {
+      if (!read_serve_flag("generate", *row, args, i, g.serve)) return 2;
+    } else if (!a.empty() && a[0] == '-') {
+      if (i + 1 >= args.size()) {
+        std::fprintf(stderr, "generate: %s needs a value\n", args[i].data());
         return 2;
       }
-    } else if (dir.empty())
-      dir = std::string(a);
+      if (!store_option(a, args[++i].data(), g)) return 2;
+    } else if (g.dir.empty())
+      g.dir = std::string(a);
     else {
       std::fprintf(stderr, "generate: more than one MODEL_DIR\n");
       return 2;
     }
   }
-  if (dir.empty() || (!bench && have_ids == have_text) || max_tokens < 0 ||
-      (logits_mode != "none" && logits_mode != "last" && logits_mode != "all") || batch <= 0 ||
-      prompt_len <= 0 || tp <= 0) {
+  if (!complete(g)) {
     std::fputs(k_help, stderr);
     return 2;
   }
-  if (bench && !quantization.empty()) {
+  return 0;
+}
+
+// --bench: the CPU executor alone, loaded with KV blocks for the batch.
+int bench_cpu_executor(const generate_args& g) {
+  const engine_config& e = g.serve.engine;
+  if (!e.quantization.empty()) {
     std::fprintf(stderr,
                  "generate: --bench runs the CPU executor; --quantization fp8 needs --device cuda "
                  "(bench_gpu_executor --quantization fp8 times it)\n");
     return 2;
   }
-  if (bench) {
-    cpu_executor_options opts;
-    opts.num_threads = threads;
-    opts.tensor_parallel_size = tp;
-    parse_kv_cache_dtype(kv_dtype, opts.kv_cache_dtype);
-    parse_compute_dtype(compute_dtype, opts.bf16_activations);
-    opts.num_kv_blocks = batch * (prompt_len + max_tokens + 16) / opts.block_size + batch + 1;
-    size_t last_reported = 0;
-    auto ex = cpu_executor::load(dir, opts, [&](size_t done, size_t total, size_t bytes) {
-      if (done == total || bytes - last_reported >= (size_t(64) << 20)) {
-        last_reported = bytes;
-        std::fprintf(stderr, "[load] %zu/%zu tensors, %zu MB\n", done, total, bytes >> 20);
-      }
-    });
-    if (!ex) {
-      std::fprintf(stderr, "generate: %s\n", ex.err().message.c_str());
-      return 1;
+  cpu_executor_options opts;
+  opts.num_threads = g.threads;
+  opts.tensor_parallel_size = e.tensor_parallel_size;
+  parse_kv_cache_dtype(e.kv_cache_dtype, opts.kv_cache_dtype);
+  parse_compute_dtype(e.dtype, opts.bf16_activations);
+  opts.num_kv_blocks = g.batch * (g.prompt_len + g.max_tokens + 16) / opts.block_size + g.batch + 1;
+  size_t last_reported = 0;
+  auto ex = cpu_executor::load(g.dir, opts, [&](size_t done, size_t total, size_t bytes) {
+    if (done == total || bytes - last_reported >= (size_t(64) << 20)) {
+      last_reported = bytes;
+      std::fprintf(stderr, "[load] %zu/%zu tensors, %zu MB\n", done, total, bytes >> 20);
     }
-    return run_bench(**ex, batch, prompt_len, max_tokens);
-  }
-
-  // One request through the serving engine (intake, tokenizer, scheduler, KV allocator, executor,
-  // streamer), as the server runs it.
-  engine_config cfg;
-  cfg.model_dir = dir;
-  cfg.device = device;
-  cfg.cpu_threads = threads;
-  cfg.tensor_parallel_size = tp;
-  cfg.kv_cache_dtype = kv_dtype;
-  cfg.dtype = compute_dtype;
-  cfg.quantization = quantization;
-  cfg.attention_backend = attention_backend;
-  cfg.max_num_seqs = 1;
-  cfg.return_logits = logits_mode != "none";
-  cfg.trace_file = trace_file;
-  if (have_ids) {  // KV for exactly this request (text prompts: the engine sizes it)
-    const int32_t bs = cfg.block_size;
-    cfg.num_kv_blocks = (int32_t(prompt.size()) + max_tokens + bs - 1) / bs + 1;
-  }
-  auto eng = engine::start(cfg);
-  if (!eng) {
-    std::fprintf(stderr, "generate: %s\n", eng.err().message.c_str());
+  });
+  if (!ex) {
+    std::fprintf(stderr, "generate: %s\n", ex.err().message.c_str());
     return 1;
   }
+  return run_bench(**ex, g.batch, g.prompt_len, g.max_tokens);
+}
+
+// The engine for one request: one sequence, KV for exactly this request when its ids are known
+// (text prompts: the engine sizes it).
+engine_config engine_config_for(const generate_args& g) {
+  engine_config cfg;
+  cfg.model_dir = g.dir;
+  cfg.device = g.serve.engine.device;
+  cfg.cpu_threads = g.threads;
+  cfg.tensor_parallel_size = g.serve.engine.tensor_parallel_size;
+  cfg.kv_cache_dtype = g.serve.engine.kv_cache_dtype;
+  cfg.dtype = g.serve.engine.dtype;
+  cfg.quantization = g.serve.engine.quantization;
+  cfg.attention_backend = g.serve.engine.attention_backend;
+  cfg.max_num_seqs = 1;
+  cfg.return_logits = g.logits_mode != "none";
+  cfg.trace_file = g.serve.engine.trace_file;
+  if (g.have_ids) {
+    const int32_t bs = cfg.block_size;
+    cfg.num_kv_blocks = (int32_t(g.prompt.size()) + g.max_tokens + bs - 1) / bs + 1;
+  }
+  return cfg;
+}
+
+generate_request request_for(const generate_args& g) {
   generate_request req;
-  if (have_ids)
-    req.input = prompt;
+  if (g.have_ids)
+    req.input = g.prompt;
   else
-    req.input = prompt_text;
-  params.seed = seed;
-  params.ignore_eos = ignore_eos;
-  params.max_tokens = max_tokens;
-  req.params = params;
-  req.return_logits = logits_mode != "none";
-  std::vector<int32_t> output;
-  std::vector<std::vector<float>> rows;
+    req.input = g.prompt_text;
+  req.params = g.params;
+  req.params.seed = g.seed;
+  req.params.ignore_eos = g.ignore_eos;
+  req.params.max_tokens = g.max_tokens;
+  req.return_logits = g.logits_mode != "none";
+  return req;
+}
+
+// What one request streamed.
+struct generate_result {
+  std::vector<int32_t> prompt, output;
+  std::vector<std::vector<float>> rows;  // logits rows (--logits last: the first only)
   std::string text, failure;
   finish_reason finish = finish_reason::none;
+};
+
+generate_result run_request(engine& eng, generate_request req, const std::string& logits_mode) {
+  generate_result r;
   asio::io_context io;
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
-        auto stream = co_await (*eng)->submit(std::move(req));
+        auto stream = co_await eng.submit(std::move(req));
         if (!stream) {
-          failure = stream.err().message;
+          r.failure = stream.err().message;
           co_return;
         }
-        prompt = (*stream)->prompt_ids();
+        r.prompt = (*stream)->prompt_ids();
         while (auto ev = co_await (*stream)->next()) {
-          output.insert(output.end(), ev->token_ids.begin(), ev->token_ids.end());
-          text += ev->text;
+          r.output.insert(r.output.end(), ev->token_ids.begin(), ev->token_ids.end());
+          r.text += ev->text;
           for (auto& row : ev->logits)
-            if (logits_mode == "all" || rows.empty()) rows.push_back(std::move(row));
+            if (logits_mode == "all" || r.rows.empty()) r.rows.push_back(std::move(row));
           if (ev->finish != finish_reason::none) {
-            finish = ev->finish;
-            if (!ev->error_message.empty()) failure = ev->error_message;
+            r.finish = ev->finish;
+            if (!ev->error_message.empty()) r.failure = ev->error_message;
           }
         }
       },
       asio::detached);
   io.run();
-  (*eng)->stop();
-  if (!failure.empty()) {
-    std::fprintf(stderr, "generate: %s\n", failure.c_str());
-    return finish == finish_reason::none ? 2 : 1;
-  }
-  if (json) {
-    std::printf("{\"prompt_ids\":[");
-    for (size_t i = 0; i < prompt.size(); ++i) std::printf(i ? ",%d" : "%d", prompt[i]);
-    std::printf("],\"output_ids\":[");
-    for (size_t i = 0; i < output.size(); ++i) std::printf(i ? ",%d" : "%d", output[i]);
-    std::printf("]");
-    if (logits_mode != "none") {
-      std::printf(",\"logits\":[");
-      for (size_t i = 0; i < rows.size(); ++i) {
-        if (i) std::putchar(',');
-        print_row(rows[i]);
-      }
-      std::printf("]");
+  return r;
+}
+
+// --json: {"prompt_ids":[..],"output_ids":[..]} and, with logits, "logits":[[..],..].
+void print_json(const generate_result& r, bool logits) {
+  std::printf("{\"prompt_ids\":[");
+  for (size_t i = 0; i < r.prompt.size(); ++i) std::printf(i ? ",%d" : "%d", r.prompt[i]);
+  std::printf("],\"output_ids\":[");
+  for (size_t i = 0; i < r.output.size(); ++i) std::printf(i ? ",%d" : "%d", r.output[i]);
+  std::printf("]");
+  if (logits) {
+    std::printf(",\"logits\":[");
+    for (size_t i = 0; i < r.rows.size(); ++i) {
+      if (i) std::putchar(',');
+      print_row(r.rows[i]);
     }
-    std::printf("}\n");
-  } else {
-    for (size_t i = 0; i < output.size(); ++i) std::printf(i ? " %d" : "%d", output[i]);
-    std::printf("\n");
-    if (!text.empty()) std::printf("%s\n", text.c_str());
-    std::fprintf(stderr, "finish_reason: %s\n", to_string(finish));
+    std::printf("]");
   }
+  std::printf("}\n");
+}
+
+// The ids on one line, the text on the next, the finish reason on stderr.
+void print_text(const generate_result& r) {
+  for (size_t i = 0; i < r.output.size(); ++i) std::printf(i ? " %d" : "%d", r.output[i]);
+  std::printf("\n");
+  if (!r.text.empty()) std::printf("%s\n", r.text.c_str());
+  std::fprintf(stderr, "finish_reason: %s\n", to_string(r.finish));
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  generate_args g;
+  if (int rc = parse_generate_args(argc, argv, g); rc != 0) return rc == -1 ? 0 : rc;
+  if (g.bench) return bench_cpu_executor(g);
+
+  // One request through the serving engine (intake, tokenizer, scheduler, KV allocator, executor,
+  // streamer), as the server runs it.
+  auto eng = engine::start(engine_config_for(g));
+  if (!eng) {
+    std::fprintf(stderr, "generate: %s\n", eng.err().message.c_str());
+    return 1;
+  }
+  const generate_result r = run_request(**eng, request_for(g), g.logits_mode);
+  (*eng)->stop();
+  if (!r.failure.empty()) {
+    std::fprintf(stderr, "generate: %s\n", r.failure.c_str());
+    return r.finish == finish_reason::none ? 2 : 1;
+  }
+  if (g.json)
+    print_json(r, g.logits_mode != "none");
+  else
+    print_text(r);
   return 0;
 }
 
