@@ -173,14 +173,15 @@ int run_bench(cpu_executor& ex, int32_t batch, int32_t prompt_len, int32_t max_t
   return 0;
 }
 
-// What `generate` runs: its own flags, and those it takes from serve's table (in `serve`).
+// What `generate` runs: its own flags, and those it takes from serve's table.
 struct generate_args {
   std::string dir, prompt_text, logits_mode = "none";
   std::vector<int32_t> prompt;
   bool have_ids = false, have_text = false, json = false, bench = false, ignore_eos = false;
   int32_t max_tokens = 16, threads = 0, batch = 1, prompt_len = 128;
-  serve_args
-      serve;  // .engine: device, tensor parallel size, dtypes, quantization, attention, trace
+  // The flags taken from serve's table: .engine's device, tensor parallel size, KV cache and
+  // compute dtypes, quantization, attention backend and trace file.
+  serve_args serve;
   sampling_params params;
   uint64_t seed = 0;
 };
