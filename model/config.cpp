@@ -1,7 +1,7 @@
-// config.json (and generation_config.json) into model_config: each architecture's fields, RoPE
-// scaling, sliding windows, quantization_config. Over 500 lines: one parse of one document whose
-// sections read each other (the rope dimensions need head_dim, longrope the unwindowed context), so
-// split files would pass most of model_config back and forth.
+// config.json (and generation_config.json) into model_config: the fields of the architecture's
+// rules (model/architectures.hpp), RoPE scaling, sliding windows, quantization_config. Over 500
+// lines: one parse of one document whose sections read each other (the rope dimensions need
+// head_dim, longrope the unwindowed context), one step per section.
 #include "model/config.hpp"
 
 #include <simdjson.h>
@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/architectures.hpp"
 #include "model/gguf_model.hpp"
 
 namespace coserve {
@@ -250,23 +251,110 @@ std::string parse_quantization(const object& o, quantization_config& q) {
 
 namespace {
 
-enum class moe_family { mixtral, qwen2_moe, qwen3_moe };
+// One parse of config.json: the document, the architecture's rules and the config being filled,
+// with what one step reads for a later one.
+struct config_reader {
+  const object& o;
+  const architecture& arch;
+  model_config& c;
+  bool attention_bias = false;      // config.json's attention_bias
+  bool use_sliding_window = false;  // config.json's use_sliding_window
+  int32_t raw_max_positions = 0;    // max_position_embeddings before a sliding window caps it
+};
 
-// Mixtral's, Qwen2-MoE's and Qwen3-MoE's expert fields (transformers' MixtralConfig /
-// Qwen2MoeConfig / Qwen3MoeConfig, their defaults where a field is absent); "" or what is wrong.
-std::string parse_moe(const object& o, moe_family fam, model_config& c) {
+// Each step below reads one section of config.json into the config: "" or what is wrong.
+
+// The architecture named by `architectures` (its first string), else by model_type.
+const architecture* identify_architecture(const object& o, model_config& c) {
+  c.model_type = get_string(o, "model_type");
+  simdjson::dom::array archs;
+  if (!o["architectures"].get_array().get(archs)) {
+    for (element a : archs) {
+      std::string_view s;
+      if (!a.get_string().get(s)) {
+        c.architecture = std::string(s);
+        break;
+      }
+    }
+  }
+  const architecture* arch = c.architecture.empty() ? find_architecture_by_model_type(c.model_type)
+                                                    : find_architecture(c.architecture);
+  if (!arch) return nullptr;
+  if (c.model_type.empty()) c.model_type = std::string(arch->name);
+  c.tie_word_embeddings = arch->config.tie_word_embeddings;
+  c.fused_projections = arch->config.fused_projections;
+  c.qk_norm = arch->config.qk_norm;
+  return arch;
+}
+
+// The fields every architecture has.
+std::string read_common_fields(config_reader& r) {
+  const object& o = r.o;
+  model_config& c = r.c;
   std::string err;
-  // Mixtral: num_local_experts experts of intermediate_size, every layer sparse, the top-k
-  // probabilities always renormalized. Qwen2/3-MoE: num_experts (or num_local_experts) of
-  // moe_intermediate_size, the dense MLP on mlp_only_layers and on layers l with
-  // (l + 1) % decoder_sparse_step != 0; Qwen2-MoE adds a shared expert of
-  // shared_expert_intermediate_size on every sparse layer.
-  const bool mixtral = fam == moe_family::mixtral, qwen2 = fam == moe_family::qwen2_moe;
-  c.num_experts = mixtral ? 8 : qwen2 ? 60 : 128;
-  c.num_experts_per_tok = mixtral ? 2 : qwen2 ? 4 : 8;
-  c.moe_intermediate_size = mixtral ? c.intermediate_size : qwen2 ? 1408 : 768;
-  c.shared_expert_intermediate_size = qwen2 ? 5632 : 0;
-  c.norm_topk_prob = mixtral;
+  if (!get_int(o, "hidden_size", c.hidden_size, err) ||
+      !get_int(o, "intermediate_size", c.intermediate_size, err) ||
+      !get_int(o, "num_hidden_layers", c.num_hidden_layers, err) ||
+      !get_int(o, "num_attention_heads", c.num_attention_heads, err) ||
+      !get_int(o, "num_key_value_heads", c.num_key_value_heads, err) ||
+      !get_int(o, "head_dim", c.head_dim, err) || !get_int(o, "vocab_size", c.vocab_size, err) ||
+      !get_int(o, "max_position_embeddings", c.max_position_embeddings, err) ||
+      !get_float(o, "rms_norm_eps", c.rms_norm_eps, err) ||
+      !get_float(o, "rope_theta", c.rope_theta, err) ||
+      !get_bool(o, "tie_word_embeddings", c.tie_word_embeddings, err) ||
+      !get_bool(o, "attention_bias", r.attention_bias, err) ||
+      !get_bool(o, "mlp_bias", c.mlp_bias, err) ||
+      !get_id_list(o, "eos_token_id", c.eos_token_ids, err))
+    return err;
+  int32_t bos = -1;
+  if (!get_int(o, "bos_token_id", bos, err)) return err;
+  if (bos >= 0) c.bos_token_id = bos;
+  return {};
+}
+
+// Positive sizes, whole heads, the head size, and the SiLU-gated MLP without biases.
+std::string check_shapes(config_reader& r) {
+  model_config& c = r.c;
+  for (auto [name, v] : {std::pair{"hidden_size", c.hidden_size},
+                         {"intermediate_size", c.intermediate_size},
+                         {"num_hidden_layers", c.num_hidden_layers},
+                         {"num_attention_heads", c.num_attention_heads},
+                         {"vocab_size", c.vocab_size}})
+    if (v <= 0) return std::string("missing or non-positive '") + name + "'";
+  if (c.num_key_value_heads <= 0) c.num_key_value_heads = c.num_attention_heads;
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return "num_attention_heads must be a multiple of num_key_value_heads";
+  if (c.head_dim <= 0 && r.arch.config.head_dim > 0) c.head_dim = r.arch.config.head_dim;
+  if (c.head_dim <= 0) {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      return "hidden_size is not a multiple of num_attention_heads";
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim % 2 != 0) return "head_dim must be even for RoPE";
+  if (c.mlp_bias) return "unsupported option mlp_bias=true";
+  // The MLP is SiLU-gated (SwiGLU): another activation would run as SiLU and give wrong outputs.
+  if (element act; !r.o["hidden_act"].get(act) && !act.is_null()) {
+    std::string_view name;
+    if (act.get_string().get(name)) return "field 'hidden_act' must be a string";
+    if (name != "silu" && name != "swish")
+      return "unsupported hidden_act '" + std::string(name) + "' (supported: silu)";
+  }
+  return {};
+}
+
+// The expert fields of a mixture of experts (expert_rules has the layouts and defaults).
+std::string read_experts(config_reader& r) {
+  const expert_rules& x = r.arch.config.experts;
+  if (x.layout == expert_layout::none) return {};
+  const object& o = r.o;
+  model_config& c = r.c;
+  std::string err;
+  const bool mixtral = x.layout == expert_layout::mixtral;
+  c.num_experts = x.num_experts;
+  c.num_experts_per_tok = x.num_experts_per_tok;
+  c.moe_intermediate_size = mixtral ? c.intermediate_size : x.moe_intermediate_size;
+  c.shared_expert_intermediate_size = x.shared_expert_intermediate_size;
+  c.norm_topk_prob = x.norm_topk_prob;
   int32_t sparse_step = 1;
   std::vector<int32_t> dense_layers;
   if (!get_int(o, "num_local_experts", c.num_experts, err) ||
@@ -278,7 +366,7 @@ std::string parse_moe(const object& o, moe_family fam, model_config& c) {
                    !get_int(o, "decoder_sparse_step", sparse_step, err) ||
                    !get_id_list(o, "mlp_only_layers", dense_layers, err)))
     return err;
-  if (qwen2) {
+  if (x.shared_expert_intermediate_size > 0) {
     if (!get_int(o, "shared_expert_intermediate_size", c.shared_expert_intermediate_size, err))
       return err;
     if (c.shared_expert_intermediate_size <= 0)
@@ -302,6 +390,256 @@ std::string parse_moe(const object& o, moe_family fam, model_config& c) {
   return {};
 }
 
+std::string read_attention_biases(config_reader& r) {
+  model_config& c = r.c;
+  std::string err;
+  switch (r.arch.config.bias) {
+    case attention_bias_rule::always_qkv:
+      c.qkv_bias = true;
+      break;
+    case attention_bias_rule::qkv_bias_field:
+      c.qkv_bias = true;
+      if (!get_bool(r.o, "qkv_bias", c.qkv_bias, err)) return err;
+      break;
+    case attention_bias_rule::attention_bias:
+      c.qkv_bias = r.attention_bias;
+      c.o_bias = r.attention_bias;
+      break;
+  }
+  return {};
+}
+
+// The windowed layers of the per-layer rules: layer_types when given, else by max_window_layers.
+std::string read_window_layers(config_reader& r) {
+  model_config& c = r.c;
+  simdjson::dom::array types;
+  if (!r.o["layer_types"].get_array().get(types)) {
+    for (element t : types) {
+      std::string_view name;
+      if (t.get_string().get(name) || (name != "sliding_attention" && name != "full_attention"))
+        return "layer_types entries must be \"sliding_attention\" or \"full_attention\"";
+      c.sliding_layers.push_back(name == "sliding_attention" ? 1 : 0);
+    }
+    if (int32_t(c.sliding_layers.size()) != c.num_hidden_layers)
+      return "layer_types has " + std::to_string(c.sliding_layers.size()) + " entries for " +
+             std::to_string(c.num_hidden_layers) + " layers";
+  } else {
+    std::string err;
+    int32_t window_layers = 28;  // Qwen2Config's / Qwen2MoeConfig's max_window_layers default
+    if (!get_int(r.o, "max_window_layers", window_layers, err)) return err;
+    const bool even_lower =
+        r.arch.config.sliding_window == sliding_window_rule::opted_in_even_lower_layers;
+    for (int32_t l = 0; l < c.num_hidden_layers; ++l)
+      c.sliding_layers.push_back(even_lower ? l % 2 == 0 && l < window_layers : l >= window_layers);
+  }
+  if (std::find(c.sliding_layers.begin(), c.sliding_layers.end(), uint8_t(1)) ==
+      c.sliding_layers.end()) {
+    c.sliding_window = 0;  // no layer is windowed
+    c.sliding_layers.clear();
+  }
+  return {};
+}
+
+// Sliding-window attention as sliding_window_rule says. A window that never bites (>= the context
+// length) is left out.
+std::string read_sliding_window(config_reader& r) {
+  model_config& c = r.c;
+  std::string err;
+  r.raw_max_positions = c.max_position_embeddings;
+  if (!get_bool(r.o, "use_sliding_window", r.use_sliding_window, err)) return err;
+  const sliding_window_rule rule = r.arch.config.sliding_window;
+  const bool per_layer = rule == sliding_window_rule::opted_in_upper_layers ||
+                         rule == sliding_window_rule::opted_in_even_lower_layers;
+  const bool windowed =
+      rule == sliding_window_rule::every_layer ||
+      ((per_layer || rule == sliding_window_rule::opted_in_every_layer) && r.use_sliding_window);
+  if (!windowed) return {};
+  int32_t window = 0;
+  if (!get_int(r.o, "sliding_window", window, err)) return err;
+  if (window < 0) return "sliding_window must not be negative";
+  if (window > 0 && window < c.max_position_embeddings) {
+    c.sliding_window = window;
+    if (per_layer) return read_window_layers(r);
+  }
+  return {};
+}
+
+// Layers without RoPE: no_rope_layers (1 = RoPE, 0 = none, one per layer) or, without it, every
+// no_rope_layer_interval-th layer (SmolLM3Config).
+std::string read_no_rope_layers(config_reader& r) {
+  if (!r.arch.config.no_rope_layers) return {};
+  model_config& c = r.c;
+  std::string err;
+  std::vector<int32_t> flags;
+  int32_t interval = 4;
+  if (!get_id_list(r.o, "no_rope_layers", flags, err) ||
+      !get_int(r.o, "no_rope_layer_interval", interval, err))
+    return err;
+  if (flags.empty()) {
+    if (interval <= 0) return "no_rope_layer_interval must be positive";
+    for (int32_t l = 0; l < c.num_hidden_layers; ++l)
+      flags.push_back((l + 1) % interval != 0 ? 1 : 0);
+  }
+  if (int32_t(flags.size()) != c.num_hidden_layers)
+    return "no_rope_layers has " + std::to_string(flags.size()) + " entries for " +
+           std::to_string(c.num_hidden_layers) + " layers";
+  for (int32_t f : flags) c.rope_layers.push_back(f != 0 ? 1 : 0);
+  return {};
+}
+
+// sliding_window_rule::caps_context: with use_sliding_window, the window caps the context, as a
+// window on every layer would.
+std::string cap_context_by_window(config_reader& r) {
+  if (r.arch.config.sliding_window != sliding_window_rule::caps_context) return {};
+  std::string err;
+  int32_t window = 0;
+  if (!get_int(r.o, "sliding_window", window, err)) return err;
+  if (r.use_sliding_window && window > 0 && window < r.c.max_position_embeddings)
+    r.c.max_position_embeddings = window;
+  return {};
+}
+
+// "Phi-3 models only": the architectures that read partial_rotary_factor.
+std::string partial_rotary_architectures() {
+  std::string out;
+  for (const architecture& a : architectures())
+    if (a.config.partial_rotary) out += (out.empty() ? "" : ", ") + std::string(a.title);
+  return out + " models only";
+}
+
+// partial_rotary_factor (Phi-4-mini: 0.75): RoPE over the first int(head_dim * factor)
+// dimensions of each head, at the top level or (transformers 5) inside rope_parameters.
+std::string read_partial_rotary(config_reader& r) {
+  model_config& c = r.c;
+  std::string err;
+  c.rotary_dim = c.head_dim;
+  float partial = 1.0f;
+  object rp;
+  if (!get_float(r.o, "partial_rotary_factor", partial, err)) return err;
+  if (!r.o["rope_parameters"].get_object().get(rp) &&
+      !get_float(rp, "partial_rotary_factor", partial, err))
+    return "rope_parameters: " + err;
+  if (partial == 1.0f) return {};
+  if (!r.arch.config.partial_rotary)
+    return "unsupported option partial_rotary_factor=" + std::to_string(partial) + " for " +
+           c.model_type + " (" + partial_rotary_architectures() + ")";
+  const auto dim = int32_t(double(c.head_dim) * double(partial));
+  if (!(partial > 0.0f && partial <= 1.0f) || dim <= 0 || dim % 2 != 0)
+    return "partial_rotary_factor " + std::to_string(partial) +
+           " must give an even number of rotated dimensions of head_dim " +
+           std::to_string(c.head_dim);
+  c.rotary_dim = dim;
+  return {};
+}
+
+std::string parse_llama3(const object& r, rope_scaling_config& s) {
+  std::string err;
+  s.kind = rope_kind::llama3;
+  if (!get_float(r, "factor", s.factor, err) ||
+      !get_float(r, "low_freq_factor", s.low_freq_factor, err) ||
+      !get_float(r, "high_freq_factor", s.high_freq_factor, err) ||
+      !get_int(r, "original_max_position_embeddings", s.original_max_position_embeddings, err))
+    return err;
+  if (s.high_freq_factor <= s.low_freq_factor)
+    return "high_freq_factor must exceed low_freq_factor";
+  return {};
+}
+
+std::string parse_linear(const object& r, rope_scaling_config& s) {
+  std::string err;
+  s.kind = rope_kind::linear;
+  if (!get_float(r, "factor", s.factor, err)) return err;
+  if (!(s.factor > 0.0f)) return "factor must be positive";
+  return {};
+}
+
+// transformers' _compute_longrope_parameters; original_max_position_embeddings at the top level
+// (Phi-3's configs) or inside the rope dict `r`. Errors other than the original context's are
+// about `r`; `rope_key` names it.
+std::string parse_longrope(config_reader& rd, const object& r, const std::string& rope_key) {
+  rope_scaling_config& s = rd.c.rope_scaling;
+  std::string err;
+  s.kind = rope_kind::longrope;
+  int32_t original = rd.raw_max_positions;
+  float factor = 0.0f, attention = 0.0f;
+  if (!get_int(rd.o, "original_max_position_embeddings", original, err) ||
+      !get_int(r, "original_max_position_embeddings", original, err) ||
+      !get_float(r, "factor", factor, err) || !get_float(r, "attention_factor", attention, err) ||
+      !get_float_list(r, "short_factor", s.short_factor, err) ||
+      !get_float_list(r, "long_factor", s.long_factor, err))
+    return rope_key + ": " + err;
+  const size_t pairs = size_t(rd.c.rotary_dim / 2);
+  if (s.short_factor.size() != pairs || s.long_factor.size() != pairs)
+    return rope_key + ": short_factor and long_factor need " + std::to_string(pairs) +
+           " entries (rotary dimensions / 2), not " + std::to_string(s.short_factor.size()) +
+           " and " + std::to_string(s.long_factor.size());
+  for (float f : s.short_factor)
+    if (!(f > 0.0f)) return rope_key + ": short_factor entries must be positive";
+  for (float f : s.long_factor)
+    if (!(f > 0.0f)) return rope_key + ": long_factor entries must be positive";
+  if (original <= 0) return "original_max_position_embeddings must be positive";
+  s.original_max_position_embeddings = original;
+  if (factor <= 0.0f) factor = float(rd.raw_max_positions) / float(original);
+  s.factor = factor;
+  s.attention_factor =
+      attention > 0.0f ? attention
+      : factor <= 1.0f
+          ? 1.0f
+          : float(std::sqrt(1.0 + std::log(double(factor)) / std::log(double(original))));
+  return {};
+}
+
+// RoPE: `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5, which also moves
+// rope_theta inside it). Both hold rope_type (or the older `type`) and the type's fields.
+std::string read_rope_scaling(config_reader& rd) {
+  model_config& c = rd.c;
+  element rs;
+  std::string rope_key = "rope_scaling";
+  if (!rd.o["rope_parameters"].get(rs) && !rs.is_null())
+    rope_key = "rope_parameters";
+  else if (rd.o["rope_scaling"].get(rs) || rs.is_null())
+    return {};
+  object r;
+  if (rs.get_object().get(r)) return rope_key + " must be an object";
+  std::string err;
+  if (!get_float(r, "rope_theta", c.rope_theta, err)) return rope_key + ": " + err;
+  std::string type = get_string(r, "rope_type");
+  if (type.empty()) type = get_string(r, "type");
+  std::string e;
+  if (type == "llama3")
+    e = parse_llama3(r, c.rope_scaling);
+  else if (type == "linear")
+    e = parse_linear(r, c.rope_scaling);
+  else if (type == "yarn")
+    e = parse_yarn(r, rd.raw_max_positions, c.rope_scaling);
+  else if (type == "longrope" || type == "su")
+    return parse_longrope(rd, r, rope_key);
+  else if (type != "default" && !type.empty())
+    return "unsupported " + rope_key + " type '" + type +
+           "' (supported: default, llama3, linear, yarn, longrope)";
+  return e.empty() ? e : rope_key + ": " + e;
+}
+
+// Values transformers would turn into NaN logits or an empty context are refused here, by name.
+std::string check_values(config_reader& r) {
+  const model_config& c = r.c;
+  if (!(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta))
+    return "rope_theta must be a positive number, got " + std::to_string(c.rope_theta);
+  if (!(c.rms_norm_eps >= 0.0f) || !std::isfinite(c.rms_norm_eps))
+    return "rms_norm_eps must be a non-negative number, got " + std::to_string(c.rms_norm_eps);
+  if (c.max_position_embeddings <= 0)
+    return "max_position_embeddings must be positive, got " +
+           std::to_string(c.max_position_embeddings);
+  return {};
+}
+
+std::string read_dtype_and_quantization(config_reader& r) {
+  std::string td = get_string(r.o, "torch_dtype");
+  if (td.empty()) td = get_string(r.o, "dtype");
+  r.c.torch_dtype = td == "bfloat16" ? dtype::bf16 : td == "float16" ? dtype::f16 : dtype::f32;
+  return parse_quantization(r.o, r.c.quantization);
+}
+
 }  // namespace
 
 result<model_config> parse_model_config(std::string_view json, std::string_view origin) {
@@ -310,315 +648,20 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   object o;
   if (auto e = parser.parse(padded).get_object().get(o))
     return config_error(origin, std::string("not a JSON object: ") + simdjson::error_message(e));
-
   model_config c;
-  c.model_type = get_string(o, "model_type");
-  simdjson::dom::array archs;
-  if (!o["architectures"].get_array().get(archs)) {
-    for (element a : archs) {
-      std::string_view s;
-      if (!a.get_string().get(s)) {
-        c.architecture = std::string(s);
-        break;
-      }
-    }
-  }
-  const std::string& a = c.architecture;
-  const bool llama = a == "LlamaForCausalLM" || (a.empty() && c.model_type == "llama");
-  const bool mistral = a == "MistralForCausalLM" || (a.empty() && c.model_type == "mistral");
-  const bool qwen2 = a == "Qwen2ForCausalLM" || (a.empty() && c.model_type == "qwen2");
-  const bool qwen3 = a == "Qwen3ForCausalLM" || (a.empty() && c.model_type == "qwen3");
-  const bool phi3 = a == "Phi3ForCausalLM" || (a.empty() && c.model_type == "phi3");
-  const bool smollm3 = a == "SmolLM3ForCausalLM" || (a.empty() && c.model_type == "smollm3");
-  const bool mixtral = a == "MixtralForCausalLM" || (a.empty() && c.model_type == "mixtral");
-  const bool qwen3_moe = a == "Qwen3MoeForCausalLM" || (a.empty() && c.model_type == "qwen3_moe");
-  const bool qwen2_moe = a == "Qwen2MoeForCausalLM" || (a.empty() && c.model_type == "qwen2_moe");
-  if (!llama && !mistral && !qwen2 && !qwen3 && !phi3 && !smollm3 && !mixtral && !qwen3_moe &&
-      !qwen2_moe)
-    return config_error(
-        origin, "unsupported architecture '" + (a.empty() ? c.model_type : a) +
-                    "' (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                    "Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM, MixtralForCausalLM, "
-                    "Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)");
-  if (c.model_type.empty())
-    c.model_type = llama       ? "llama"
-                   : mistral   ? "mistral"
-                   : qwen2     ? "qwen2"
-                   : qwen3     ? "qwen3"
-                   : phi3      ? "phi3"
-                   : mixtral   ? "mixtral"
-                   : qwen3_moe ? "qwen3_moe"
-                   : qwen2_moe ? "qwen2_moe"
-                               : "smollm3";
-  if (smollm3) c.tie_word_embeddings = true;  // SmolLM3Config's default
-  c.fused_projections = phi3;
-
-  std::string err;
-  bool attention_bias = false;
-  if (!get_int(o, "hidden_size", c.hidden_size, err) ||
-      !get_int(o, "intermediate_size", c.intermediate_size, err) ||
-      !get_int(o, "num_hidden_layers", c.num_hidden_layers, err) ||
-      !get_int(o, "num_attention_heads", c.num_attention_heads, err) ||
-      !get_int(o, "num_key_value_heads", c.num_key_value_heads, err) ||
-      !get_int(o, "head_dim", c.head_dim, err) || !get_int(o, "vocab_size", c.vocab_size, err) ||
-      !get_int(o, "max_position_embeddings", c.max_position_embeddings, err) ||
-      !get_float(o, "rms_norm_eps", c.rms_norm_eps, err) ||
-      !get_float(o, "rope_theta", c.rope_theta, err) ||
-      !get_bool(o, "tie_word_embeddings", c.tie_word_embeddings, err) ||
-      !get_bool(o, "attention_bias", attention_bias, err) ||
-      !get_bool(o, "mlp_bias", c.mlp_bias, err) ||
-      !get_id_list(o, "eos_token_id", c.eos_token_ids, err))
-    return config_error(origin, err);
-  int32_t bos = -1;
-  if (!get_int(o, "bos_token_id", bos, err)) return config_error(origin, err);
-  if (bos >= 0) c.bos_token_id = bos;
-
-  for (auto [name, v] : {std::pair{"hidden_size", c.hidden_size},
-                         {"intermediate_size", c.intermediate_size},
-                         {"num_hidden_layers", c.num_hidden_layers},
-                         {"num_attention_heads", c.num_attention_heads},
-                         {"vocab_size", c.vocab_size}})
-    if (v <= 0) return config_error(origin, std::string("missing or non-positive '") + name + "'");
-  if (c.num_key_value_heads <= 0) c.num_key_value_heads = c.num_attention_heads;
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    return config_error(origin, "num_attention_heads must be a multiple of num_key_value_heads");
-  if (c.head_dim <= 0 && qwen3) c.head_dim = 128;  // transformers' Qwen3Config default
-  if (c.head_dim <= 0) {
-    if (c.hidden_size % c.num_attention_heads != 0)
-      return config_error(origin, "hidden_size is not a multiple of num_attention_heads");
-    c.head_dim = c.hidden_size / c.num_attention_heads;
-  }
-  if (c.head_dim % 2 != 0) return config_error(origin, "head_dim must be even for RoPE");
-  if (c.mlp_bias) return config_error(origin, "unsupported option mlp_bias=true");
-  // The MLP is SiLU-gated (SwiGLU): another activation would run as SiLU and give wrong outputs.
-  if (element act; !o["hidden_act"].get(act) && !act.is_null()) {
-    std::string_view name;
-    if (act.get_string().get(name))
-      return config_error(origin, "field 'hidden_act' must be a string");
-    if (name != "silu" && name != "swish")
-      return config_error(origin,
-                          "unsupported hidden_act '" + std::string(name) + "' (supported: silu)");
-  }
-  if (mixtral || qwen3_moe || qwen2_moe)
-    if (std::string e = parse_moe(o,
-                                  mixtral     ? moe_family::mixtral
-                                  : qwen2_moe ? moe_family::qwen2_moe
-                                              : moe_family::qwen3_moe,
-                                  c);
-        !e.empty())
-      return config_error(origin, e);
-  if (qwen2) {
-    c.qkv_bias = true;  // Qwen2 always has q/k/v biases and none on o_proj
-  } else if (qwen2_moe) {
-    c.qkv_bias = true;  // Qwen2MoeConfig's qkv_bias (default true); none on o_proj
-    if (!get_bool(o, "qkv_bias", c.qkv_bias, err)) return config_error(origin, err);
-  } else {
-    // Llama, Mistral, Qwen3: attention_bias puts biases on q/k/v and o_proj.
-    c.qkv_bias = attention_bias;
-    c.o_bias = attention_bias;
-  }
-
-  const int32_t raw_max_positions = c.max_position_embeddings;  // before a sliding window caps it
-
-  // Sliding-window attention: Mistral and Phi-3 window every layer; Qwen2/3 only with
-  // use_sliding_window, on the layers layer_types marks "sliding_attention" (transformers 5) or
-  // from max_window_layers on. A window that never bites (>= the context length) is left out.
-  bool use_sliding = false;
-  if (!get_bool(o, "use_sliding_window", use_sliding, err)) return config_error(origin, err);
-  if (mistral || phi3 || mixtral || ((qwen2 || qwen3 || qwen3_moe || qwen2_moe) && use_sliding)) {
-    int32_t window = 0;
-    if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
-    if (window < 0) return config_error(origin, "sliding_window must not be negative");
-    if (window > 0 && window < c.max_position_embeddings) {
-      c.sliding_window = window;
-      if (qwen2 || qwen3 || qwen2_moe) {
-        simdjson::dom::array types;
-        if (!o["layer_types"].get_array().get(types)) {
-          for (element t : types) {
-            std::string_view name;
-            if (t.get_string().get(name) ||
-                (name != "sliding_attention" && name != "full_attention"))
-              return config_error(
-                  origin,
-                  "layer_types entries must be \"sliding_attention\" or \"full_attention\"");
-            c.sliding_layers.push_back(name == "sliding_attention" ? 1 : 0);
-          }
-          if (int32_t(c.sliding_layers.size()) != c.num_hidden_layers)
-            return config_error(
-                origin, "layer_types has " + std::to_string(c.sliding_layers.size()) +
-                            " entries for " + std::to_string(c.num_hidden_layers) + " layers");
-        } else {
-          int32_t window_layers = 28;  // Qwen2Config's / Qwen2MoeConfig's max_window_layers default
-          if (!get_int(o, "max_window_layers", window_layers, err))
-            return config_error(origin, err);
-          // Qwen2: the layers from max_window_layers on; Qwen2-MoE: the even layers below it.
-          for (int32_t l = 0; l < c.num_hidden_layers; ++l)
-            c.sliding_layers.push_back(qwen2_moe ? l % 2 == 0 && l < window_layers
-                                                 : l >= window_layers);
-        }
-        if (std::find(c.sliding_layers.begin(), c.sliding_layers.end(), uint8_t(1)) ==
-            c.sliding_layers.end()) {
-          c.sliding_window = 0;  // no layer is windowed
-          c.sliding_layers.clear();
-        }
-      }
-    }
-  }
-  c.qk_norm = qwen3 || qwen3_moe;
-  if (smollm3) {
-    // Layers without RoPE: no_rope_layers (1 = RoPE, 0 = none, one per layer) or, without it,
-    // every no_rope_layer_interval-th layer (SmolLM3Config). Its sliding window (NoPE layers only)
-    // caps the context, as Mistral's does.
-    std::vector<int32_t> flags;
-    int32_t interval = 4;
-    if (!get_id_list(o, "no_rope_layers", flags, err) ||
-        !get_int(o, "no_rope_layer_interval", interval, err))
-      return config_error(origin, err);
-    if (flags.empty()) {
-      if (interval <= 0) return config_error(origin, "no_rope_layer_interval must be positive");
-      for (int32_t l = 0; l < c.num_hidden_layers; ++l)
-        flags.push_back((l + 1) % interval != 0 ? 1 : 0);
-    }
-    if (int32_t(flags.size()) != c.num_hidden_layers)
-      return config_error(origin, "no_rope_layers has " + std::to_string(flags.size()) +
-                                      " entries for " + std::to_string(c.num_hidden_layers) +
-                                      " layers");
-    for (int32_t f : flags) c.rope_layers.push_back(f != 0 ? 1 : 0);
-    int32_t window = 0;
-    if (!get_int(o, "sliding_window", window, err)) return config_error(origin, err);
-    if (use_sliding && window > 0 && window < c.max_position_embeddings)
-      c.max_position_embeddings = window;
-  }
-  c.rotary_dim = c.head_dim;
-  {
-    // partial_rotary_factor (Phi-4-mini: 0.75): RoPE over the first int(head_dim * factor)
-    // dimensions of each head, at the top level or (transformers 5) inside rope_parameters.
-    float partial = 1.0f;
-    object rp;
-    if (!get_float(o, "partial_rotary_factor", partial, err)) return config_error(origin, err);
-    if (!o["rope_parameters"].get_object().get(rp) &&
-        !get_float(rp, "partial_rotary_factor", partial, err))
-      return config_error(origin, "rope_parameters: " + err);
-    if (partial != 1.0f) {
-      if (!phi3)
-        return config_error(origin,
-                            "unsupported option partial_rotary_factor=" + std::to_string(partial) +
-                                " for " + c.model_type + " (Phi-3 models only)");
-      const auto dim = int32_t(double(c.head_dim) * double(partial));
-      if (!(partial > 0.0f && partial <= 1.0f) || dim <= 0 || dim % 2 != 0)
-        return config_error(origin,
-                            "partial_rotary_factor " + std::to_string(partial) +
-                                " must give an even number of rotated dimensions of head_dim " +
-                                std::to_string(c.head_dim));
-      c.rotary_dim = dim;
-    }
-  }
-
-  // RoPE: `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5, which also moves
-  // rope_theta inside it). Both hold rope_type (or the older `type`) and the llama3 fields.
-  element rs;
-  const char* rope_key = "rope_scaling";
-  bool have_rope = false;
-  if (!o["rope_parameters"].get(rs) && !rs.is_null()) {
-    rope_key = "rope_parameters";
-    have_rope = true;
-  } else if (!o["rope_scaling"].get(rs) && !rs.is_null()) {
-    have_rope = true;
-  }
-  if (have_rope) {
-    object r;
-    if (rs.get_object().get(r))
-      return config_error(origin, std::string(rope_key) + " must be an object");
-    if (!get_float(r, "rope_theta", c.rope_theta, err))
-      return config_error(origin, std::string(rope_key) + ": " + err);
-    std::string type = get_string(r, "rope_type");
-    if (type.empty()) type = get_string(r, "type");
-    if (type == "llama3") {
-      c.rope_scaling.kind = rope_kind::llama3;
-      if (!get_float(r, "factor", c.rope_scaling.factor, err) ||
-          !get_float(r, "low_freq_factor", c.rope_scaling.low_freq_factor, err) ||
-          !get_float(r, "high_freq_factor", c.rope_scaling.high_freq_factor, err) ||
-          !get_int(r, "original_max_position_embeddings",
-                   c.rope_scaling.original_max_position_embeddings, err))
-        return config_error(origin, std::string(rope_key) + ": " + err);
-      if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
-        return config_error(
-            origin, std::string(rope_key) + ": high_freq_factor must exceed low_freq_factor");
-    } else if (type == "linear") {
-      c.rope_scaling.kind = rope_kind::linear;
-      if (!get_float(r, "factor", c.rope_scaling.factor, err))
-        return config_error(origin, std::string(rope_key) + ": " + err);
-      if (!(c.rope_scaling.factor > 0.0f))
-        return config_error(origin, std::string(rope_key) + ": factor must be positive");
-    } else if (type == "yarn") {
-      if (auto e = parse_yarn(r, raw_max_positions, c.rope_scaling); !e.empty())
-        return config_error(origin, std::string(rope_key) + ": " + e);
-    } else if (type == "longrope" || type == "su") {
-      // transformers' _compute_longrope_parameters; original_max_position_embeddings at the top
-      // level (Phi-3's configs) or inside the rope dict.
-      auto& rs_ = c.rope_scaling;
-      rs_.kind = rope_kind::longrope;
-      int32_t original = raw_max_positions;
-      float factor = 0.0f, attention = 0.0f;
-      if (!get_int(o, "original_max_position_embeddings", original, err) ||
-          !get_int(r, "original_max_position_embeddings", original, err) ||
-          !get_float(r, "factor", factor, err) ||
-          !get_float(r, "attention_factor", attention, err) ||
-          !get_float_list(r, "short_factor", rs_.short_factor, err) ||
-          !get_float_list(r, "long_factor", rs_.long_factor, err))
-        return config_error(origin, std::string(rope_key) + ": " + err);
-      const size_t pairs = size_t(c.rotary_dim / 2);
-      if (rs_.short_factor.size() != pairs || rs_.long_factor.size() != pairs)
-        return config_error(origin, std::string(rope_key) + ": short_factor and long_factor need " +
-                                        std::to_string(pairs) +
-                                        " entries (rotary dimensions / 2), not " +
-                                        std::to_string(rs_.short_factor.size()) + " and " +
-                                        std::to_string(rs_.long_factor.size()));
-      for (float f : rs_.short_factor)
-        if (!(f > 0.0f))
-          return config_error(origin,
-                              std::string(rope_key) + ": short_factor entries must be positive");
-      for (float f : rs_.long_factor)
-        if (!(f > 0.0f))
-          return config_error(origin,
-                              std::string(rope_key) + ": long_factor entries must be positive");
-      if (original <= 0)
-        return config_error(origin, "original_max_position_embeddings must be positive");
-      rs_.original_max_position_embeddings = original;
-      if (factor <= 0.0f) factor = float(raw_max_positions) / float(original);
-      rs_.factor = factor;
-      rs_.attention_factor =
-          attention > 0.0f ? attention
-          : factor <= 1.0f
-              ? 1.0f
-              : float(std::sqrt(1.0 + std::log(double(factor)) / std::log(double(original))));
-    } else if (type != "default" && !type.empty()) {
-      return config_error(origin, "unsupported " + std::string(rope_key) + " type '" + type +
-                                      "' (supported: default, llama3, linear, yarn, longrope)");
-    }
-  }
-
-  // Values transformers would turn into NaN logits or an empty context are refused here, by name.
-  if (!(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta))
-    return config_error(
-        origin, "rope_theta must be a positive number, got " + std::to_string(c.rope_theta));
-  if (!(c.rms_norm_eps >= 0.0f) || !std::isfinite(c.rms_norm_eps))
-    return config_error(origin, "rms_norm_eps must be a non-negative number, got " +
-                                    std::to_string(c.rms_norm_eps));
-  if (c.max_position_embeddings <= 0)
-    return config_error(origin, "max_position_embeddings must be positive, got " +
-                                    std::to_string(c.max_position_embeddings));
-
-  std::string td = get_string(o, "torch_dtype");
-  if (td.empty()) td = get_string(o, "dtype");
-  if (td == "bfloat16")
-    c.torch_dtype = dtype::bf16;
-  else if (td == "float16")
-    c.torch_dtype = dtype::f16;
-  else
-    c.torch_dtype = dtype::f32;
-  if (std::string qerr = parse_quantization(o, c.quantization); !qerr.empty())
-    return config_error(origin, qerr);
+  const architecture* arch = identify_architecture(o, c);
+  if (!arch)
+    return config_error(origin, "unsupported architecture '" +
+                                    (c.architecture.empty() ? c.model_type : c.architecture) +
+                                    "' (supported: " + hf_architecture_list() + ")");
+  config_reader reader{o, *arch, c};
+  // In this order: a later step reads what an earlier one set (the head size, the rotated
+  // dimensions, the context before a window caps it).
+  for (auto* step :
+       {read_common_fields, check_shapes, read_experts, read_attention_biases, read_sliding_window,
+        read_no_rope_layers, cap_context_by_window, read_partial_rotary, read_rope_scaling,
+        check_values, read_dtype_and_quantization})
+    if (std::string e = step(reader); !e.empty()) return config_error(origin, e);
   return c;
 }
 

@@ -1,7 +1,7 @@
 // model_config (config.json) and generation_config (generation_config.json) of a Hugging Face
-// model folder. Supported families: Llama, Mistral, Qwen2, Qwen3, Phi-3, SmolLM3 (RMSNorm, RoPE,
-// GQA, SwiGLU, optional QKV bias, tied embeddings) and the mixture-of-experts Mixtral, Qwen2-MoE
-// and Qwen3-MoE. Anything else is an error naming what is unsupported.
+// model folder. The architectures read are those of model/architectures.hpp (RMSNorm, RoPE, GQA,
+// SwiGLU, and what each adds: biases, q/k norms, fused tensors, windows, mixtures of experts);
+// anything else is an error naming what is unsupported.
 #pragma once
 
 #include <cstdint>
