@@ -2,12 +2,13 @@
 // tokenizer from `tokenizer.ggml.*`, the chat template from `tokenizer.chat_template`, and the
 // weights used in place from the mapped file (quantized matrices stay quantized).
 //
-// Architectures: llama (Llama, Mistral), mistral (an alias), qwen2, qwen3 (attn_q_norm /
-// attn_k_norm), phi3 (attn_qkv and a gate+up ffn_up read as row ranges). llama.cpp's converter
-// stores the Q and K projections of the llama architecture with each head's rows interleaved (row
-// 2i is Hugging Face row i, row 2i+1 is row i + D/2) and rotates adjacent pairs; the config says so
-// (rope_interleaved) and the forward pass rotates the same pairs. Llama 3.1's frequency
-// scaling arrives as the tensor rope_freqs.weight (per-frequency divisors).
+// Architectures: the general.architecture names of model/architectures.hpp, read by their
+// gguf_rules (experts, fused attn_qkv and gate+up ffn_up read as row ranges, attn_q_norm /
+// attn_k_norm). llama.cpp's converter stores the Q and K projections of the llama architecture
+// with each head's rows interleaved (row 2i is Hugging Face row i, row 2i+1 is row i + D/2) and
+// rotates adjacent pairs; the config says so (rope_interleaved) and the forward pass rotates the
+// same pairs. Llama 3.1's frequency scaling arrives as the tensor rope_freqs.weight
+// (per-frequency divisors).
 //
 // Tokenizers: "gpt2" (byte-level BPE: tokens, merges and a pre-tokenizer named by
 // tokenizer.ggml.pre) and "llama" (SentencePiece BPE: tokens and scores; the merges are derived
