@@ -15,11 +15,11 @@ int cmd_make_demo_model(int argc, char** argv) {
     return 2;
   }
   if (args->help) {
-    std::fputs(k_demo_help, stdout);
+    std::fputs(demo_help().c_str(), stdout);
     return 0;
   }
   if (args->dir.empty()) {
-    std::fputs(k_demo_help, stderr);
+    std::fputs(demo_help().c_str(), stderr);
     return 2;
   }
   if (auto r = make_demo_model(args->dir, args->options); !r) {

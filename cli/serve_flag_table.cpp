@@ -213,17 +213,16 @@ constexpr flag_target cors_list() {
 
 // The MODEL_DIR paragraph: what a model folder or GGUF file may hold (its architectures, rope
 // scalings and GGUF types), one block of text.
+// {architectures} and {gguf_architectures}: the registry's lists (model/architectures.hpp),
+// filled in where the help is written.
 constexpr std::string_view k_model_dir_help =
     "a folder with config.json, *.safetensors, tokenizer.json\n"
-    "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,\n"
-    "Qwen3ForCausalLM, Phi3ForCausalLM, SmolLM3ForCausalLM;\n"
-    "MixtralForCausalLM, Qwen2MoeForCausalLM and\n"
-    "Qwen3MoeForCausalLM on --device cpu;\n"
+    "({architectures};\n"
     "rope_scaling llama3, linear, yarn, longrope; partial rotary;\n"
     "sliding windows; docs/models.md),\n"
-    "or a GGUF file (llama, mistral, qwen2, qwen3, phi3, qwen2moe,\n"
-    "qwen3moe; F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,\n"
-    "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS;\n"
+    "or a GGUF file ({gguf_architectures};\n"
+    "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,\n"
+    "Q5_K, Q6_K, IQ4_NL, IQ4_XS;\n"
     "tokenizer and chat template from its metadata;\n"
     "integer kernels on --device cpu, dequantized to bf16 at load on\n"
     "--device cuda; docs/gguf.md)";

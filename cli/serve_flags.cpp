@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "http/tool_calls.hpp"
+#include "model/architectures.hpp"
 
 namespace coserve::cli {
 
@@ -209,7 +210,7 @@ std::string serve_help_text() {
     }
     out.append(line).append("\n");
   }
-  return out;
+  return with_architecture_lists(out);
 }
 
 std::string serve_flags_markdown() {
@@ -234,7 +235,7 @@ std::string serve_flags_markdown() {
     if (!f.alias.empty() && f.usage.empty()) flag.append(", `").append(f.alias).append("`");
     out.append("| ").append(markdown_cell(flag, true)).append(" | ");
     out.append(markdown_cell(flag_default(f))).append(" | ");
-    out.append(markdown_cell(flag_help(f))).append(" |\n");
+    out.append(markdown_cell(with_architecture_lists(flag_help(f)))).append(" |\n");
   }
   return out;
 }

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "model/architectures.hpp"
+
 namespace coserve {
 namespace {
 
@@ -24,9 +26,7 @@ bool parse_num(const char* s, T& out) {
   }
 }
 
-}  // namespace
-
-const char* const k_demo_help =
+constexpr const char* k_demo_help =
     "usage: coserve make-demo-model DIR [options]\n"
     "\n"
     "Writes a complete Hugging Face model folder with deterministic random weights: config.json,\n"
@@ -38,14 +38,8 @@ const char* const k_demo_help =
     "                                ../shared/testdata/tokenizers/gpt2, also tried from the "
     "source tree)\n"
     "  --no-tokenizer                copy no tokenizer files (requires --vocab-size)\n"
-    "  --architecture A              llama | mistral | qwen2 | qwen3 | phi3 | smollm3 | mixtral |\n"
-    "                                qwen2_moe | qwen3_moe (default llama; qwen3, qwen3_moe: q/k "
-    "RMSNorm\n"
-    "                                per head; phi3: fused qkv and gate_up tensors; smollm3: no "
-    "RoPE on\n"
-    "                                every 4th layer; mixtral, qwen2_moe, qwen3_moe: "
-    "mixture-of-experts\n"
-    "                                MLPs, qwen2_moe with a shared expert)\n"
+    "  --architecture A              the architecture (default llama; docs/models.md):\n"
+    "                                  {demo_architectures}\n"
     "  --hidden-size N               default 256\n"
     "  --intermediate-size N         default 688\n"
     "  --num-layers N                default 4\n"
@@ -89,6 +83,10 @@ const char* const k_demo_help =
     "  --dtype bf16|f16|f32          weight dtype on disk (default bf16)\n"
     "  --vocab-size N                default: the tokenizer's vocabulary size\n"
     "  --max-position-embeddings N   default 2048\n";
+
+}  // namespace
+
+std::string demo_help() { return with_architecture_lists(k_demo_help); }
 
 result<demo_args> parse_demo_args(const std::vector<std::string>& args) {
   demo_args out;

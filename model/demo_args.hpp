@@ -16,7 +16,8 @@ struct demo_args {
   bool help = false;  // --help / -h seen
 };
 
-extern const char* const k_demo_help;  // the --help text
+// The --help text (its list of architectures from model/architectures.hpp).
+std::string demo_help();
 
 // args: the flags after the subcommand name. Error "invalid_argument" naming the bad flag.
 result<demo_args> parse_demo_args(const std::vector<std::string>& args);

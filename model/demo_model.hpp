@@ -17,8 +17,7 @@ struct demo_options {
   std::string
       tokenizer_dir;  // empty: the default GPT-2 test tokenizer (see find_default_tokenizer)
   bool copy_tokenizer = true;          // false: no tokenizer files (then vocab_size is required)
-  std::string architecture = "llama";  // llama | mistral | qwen2 | qwen3 | phi3 | smollm3 | mixtral
-                                       // | qwen2_moe | qwen3_moe
+  std::string architecture = "llama";  // a model type of model/architectures.hpp
   int32_t hidden_size = 256;
   int32_t intermediate_size = 688;
   int32_t num_layers = 4;
