@@ -12,6 +12,7 @@ bool apply_cpu_isa(const char* prog, const char* name);
 
 int cmd_bench(int argc, char** argv);            // bench runtime|pipeline|serve|tokenizer ...
 int cmd_make_demo_model(int argc, char** argv);  // make-demo-model DIR [...]
+int cmd_architectures(int argc, char** argv);    // architectures [--markdown]
 int cmd_generate(int argc, char** argv);         // generate MODEL_DIR ...
 int cmd_tokenize(int argc, char** argv);         // tokenize TOKENIZER [--add-special-tokens]
 int cmd_detokenize(int argc, char** argv);       // detokenize TOKENIZER [--skip-special-tokens]

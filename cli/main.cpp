@@ -18,6 +18,8 @@ constexpr command k_commands[] = {
     {"generate", coserve::cli::cmd_generate, "generate tokens from a model folder"},
     {"make-demo-model", coserve::cli::cmd_make_demo_model,
      "write a small random Hugging Face model folder"},
+    {"architectures", coserve::cli::cmd_architectures,
+     "list the model architectures coserve reads"},
     {"tokenize", coserve::cli::cmd_tokenize, "JSON strings on stdin -> JSON id arrays"},
     {"detokenize", coserve::cli::cmd_detokenize, "JSON id arrays on stdin -> JSON strings"},
     {"chat-template", coserve::cli::cmd_chat_template, "render a chat template"},

@@ -185,7 +185,11 @@ std::string serve_architecture_list() {
   for (const architecture& a : k_architectures)
     if (!a.cuda) cpu_only.push_back(a.hf_name);
   std::string out = join([](const architecture& a) { return a.cuda ? a.hf_name : ""; });
-  if (!cpu_only.empty()) out += (out.empty() ? "" : "; ") + join_and(cpu_only) + " on --device cpu";
+  if (!cpu_only.empty()) {
+    if (!out.empty()) out += "; ";
+    out += join_and(cpu_only);
+    out += " on --device cpu";
+  }
   return out;
 }
 
@@ -195,8 +199,10 @@ std::string demo_architecture_lines() {
   for (const architecture& a : k_architectures) width = std::max(width, a.name.size());
   std::string out;
   for (const architecture& a : k_architectures) {
-    out += std::string(a.name) + std::string(width + 2 - a.name.size(), ' ');
-    out += std::string(a.summary) + "\n";
+    out += a.name;
+    out.append(width + 2 - a.name.size(), ' ');
+    out += a.summary;
+    out += '\n';
   }
   return out;
 }
@@ -213,7 +219,8 @@ std::string wrap(std::string_view words, size_t indent, size_t width) {
     i = end + 1;
     if (word.empty()) continue;
     if (!line_empty && col + 1 + word.size() > width) {
-      out += "\n" + std::string(indent, ' ');
+      out += '\n';
+      out.append(indent, ' ');
       col = indent;
       line_empty = true;
     }
@@ -234,15 +241,19 @@ std::string expand_line(std::string_view line, std::string_view placeholder,
                         const std::string& value) {
   const size_t at = line.find(placeholder);
   const size_t indent = std::min(line.find_first_not_of(' '), line.size());
-  const std::string text = std::string(line.substr(indent, at - indent)) + value +
-                           std::string(line.substr(at + placeholder.size()));
+  std::string text(line.substr(indent, at - indent));
+  text += value;
+  text += line.substr(at + placeholder.size());
   if (value.find('\n') == std::string::npos) return wrap(text, indent, 100);
   std::string out;
   size_t i = 0;
   while (i < text.size()) {
     const size_t end = std::min(text.find('\n', i), text.size());
-    if (end > i)
-      out += (out.empty() ? "" : "\n") + std::string(indent, ' ') + text.substr(i, end - i);
+    if (end > i) {
+      if (!out.empty()) out += '\n';
+      out.append(indent, ' ');
+      out.append(text, i, end - i);
+    }
     i = end + 1;
   }
   return out;
@@ -292,13 +303,22 @@ std::string architecture_table_markdown() {
   std::string out =
       "| `architectures` | GGUF | what differs from Llama | executors |\n|---|---|---|---|\n";
   for (const architecture& a : k_architectures) {
+    // The GGUF names read as this architecture: its own, and those whose experts make it one.
     std::string gguf;
-    if (!a.gguf.name.empty()) gguf = "`" + std::string(a.gguf.name) + "`";
-    for (const architecture& b : k_architectures)
-      if (b.gguf.with_experts == a.name && !b.gguf.name.empty())
-        gguf += (gguf.empty() ? "`" : ", `") + std::string(b.gguf.name) + "` with `expert_count`";
-    out += "| `" + std::string(a.hf_name) + "` | " + (gguf.empty() ? "—" : gguf) + " | " +
-           std::string(a.differences) + " | " + (a.cuda ? "CPU, CUDA" : "CPU") + " |\n";
+    for (const architecture& b : k_architectures) {
+      const bool own = &b == &a && !b.gguf.name.empty();
+      const bool with_experts = b.gguf.with_experts == a.name && !b.gguf.name.empty();
+      if (!own && !with_experts) continue;
+      gguf += gguf.empty() ? "`" : ", `";
+      gguf += b.gguf.name;
+      gguf += with_experts ? "` with `expert_count`" : "`";
+    }
+    for (std::string_view cell :
+         {std::string_view("| `"), a.hf_name, std::string_view("` | "),
+          gguf.empty() ? std::string_view("—") : std::string_view(gguf), std::string_view(" | "),
+          a.differences, std::string_view(" | "), std::string_view(a.cuda ? "CPU, CUDA" : "CPU"),
+          std::string_view(" |\n")})
+      out += cell;
   }
   return out;
 }
