@@ -2,23 +2,27 @@
 
 namespace coserve::actors {
 
+std::pair<step_plan, step_allocation> batch_planner::draft_and_place() {
+  return kv_.resolve(planner_.draft());
+}
+
+void batch_planner::on_allocation(const step_allocation& alloc) {
+  planner_.on_allocation(alloc, scratch_);
+  kv_.apply(planner_.take_kv_ops());
+  scratch_ = {};
+}
+
 step_plan batch_planner::plan() {
-  step_draft d = sched_.draft();
-  if (d.step_id == 0) {  // nothing to schedule: still hand the executor its notices
-    auto [plan, alloc] = kv_.resolve(std::move(d));
-    return std::move(plan);
-  }
-  auto [plan, alloc] = kv_.resolve(std::move(d));
-  sched_.on_allocation(alloc);
+  auto [plan, alloc] = draft_and_place();
+  if (alloc.step_id != 0) on_allocation(alloc);
   return std::move(plan);
 }
 
 std::vector<seq_event> batch_planner::on_result(const step_result& result) {
-  kv_.step_outcome(result.step_id, true);
-  std::vector<seq_event> events = sched_.on_result(result);
-  for (const seq_event& e : events)
-    if (e.finish != finish_reason::none) kv_.release(e.seq_id);
-  return events;
+  step_emission out;
+  planner_.on_result(result, out);
+  kv_.apply(planner_.take_kv_ops());
+  return std::move(out.tokens);
 }
 
 }  // namespace coserve::actors

@@ -1,13 +1,13 @@
 // coserve::engine — builds the serving actor graph on the runtime:
 //
-//   intake → tokenizer → scheduler ⇄ kv_allocator → executor → scheduler → streamer → streams
+//   intake → tokenizer → scheduler → kv_allocator → executor → scheduler → streamer → streams
 //
-// and exposes it as the embedding API (actors/engine.hpp). Over 500 lines: engine_impl's
-// constructor wires every actor of the graph (and the grammar actor) with the options each needs,
-// and its methods are the facade over the same pipeline; they share engine_impl's private state.
-// The facade itself holds no request state: submit() asks intake, metrics() reads what each actor
-// publishes, stop() drains or aborts through intake and then stops the actors in reverse start
-// order.
+// and exposes it as the embedding API (actors/engine.hpp). spawn_serving_actors is the one place
+// that says who sends to whom. Over 500 lines: the facade's methods and the graph's wiring share
+// engine_impl's private state (the configuration, the actors' references, the runtime); loading
+// the executor (make_default_executor) and the CUDA module loader sit below it. The facade holds
+// no request state: submit() asks intake, metrics() reads what each actor publishes, stop() drains
+// or aborts through intake and then stops the actors in reverse start order.
 #include "actors/engine.hpp"
 
 #include <algorithm>
@@ -32,11 +32,11 @@
 #include <thread>
 #include <vector>
 
+#include "actors/engine_shared.hpp"
 #include "actors/executor_actor.hpp"
 #include "actors/grammar_actor.hpp"
 #include "actors/intake.hpp"
 #include "actors/kv_allocator.hpp"
-#include "actors/pipeline.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/streamer.hpp"
 #include "actors/tokenizer_actor.hpp"
@@ -112,6 +112,18 @@ int64_t available_memory_bytes() {
   return int64_t{8} << 30;
 }
 
+// The references the engine facade keeps to the serving actors (the actors keep their own, to
+// exactly the actors they send to: see spawn_serving_actors).
+struct serving_refs {
+  rt::actor_ref<intake_protocol> intake;
+  std::shared_ptr<tokenizer_pool> tokenizers;
+  rt::actor_ref<grammar_protocol> grammar;  // null without a tokenizer
+  rt::actor_ref<scheduler_protocol> scheduler;
+  rt::actor_ref<kv_allocator_protocol> kv_allocator;
+  rt::actor_ref<executor_protocol> executor;
+  rt::actor_ref<streamer_protocol> streamer;
+};
+
 class engine_impl final : public engine {
  public:
   engine_impl(engine_config cfg, std::optional<tokenizer> tok, model_config model,
@@ -120,6 +132,20 @@ class engine_impl final : public engine {
       : cfg_(std::move(cfg)), tok_(std::move(tok)), spec_(spec) {
     const executor_info ei = exec->info();
     rank_stats_ = exec->rank_stats();
+    describe_model(model, ei, defaults);
+    load_chat_template(ei);
+    start_runtime();
+    const auto& eos = gen.eos_token_ids.empty() ? model.eos_token_ids : gen.eos_token_ids;
+    spawn_serving_actors(std::move(exec), ei, eos);
+    log_started(ei);
+    if (cfg_.step_timeout.count() > 0) watchdog_ = std::thread([this] { watch_steps(); });
+  }
+
+  ~engine_impl() override { stop(true); }
+
+ private:
+  void describe_model(const model_config& model, const executor_info& ei,
+                      const sampling_defaults& defaults) {
     info_.served_model_name = cfg_.served_model_name.empty() ? cfg_.model_dir.filename().string()
                                                              : cfg_.served_model_name;
     info_.served_model_aliases = cfg_.served_model_aliases;
@@ -131,27 +157,34 @@ class engine_impl final : public engine {
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
-    // The model's chat template (chat_template.jinja / .json or tokenizer_config.json), if any.
-    auto template_source = [&]() -> result<std::string> {
-      if (cfg_.chat_template.empty()) {
-        if (is_gguf_file(cfg_.model_dir.string())) {
-          auto f = gguf_file::open(cfg_.model_dir.string());
-          if (!f) return f.err();
-          return gguf_chat_template(**f);
-        }
-        return load_chat_template_source(cfg_.model_dir);
+  }
+
+  // The chat template's source: engine_config::chat_template (a file or the text itself), else
+  // the model's (chat_template.jinja / .json, tokenizer_config.json, or the GGUF metadata).
+  result<std::string> chat_template_source() const {
+    if (cfg_.chat_template.empty()) {
+      if (is_gguf_file(cfg_.model_dir.string())) {
+        auto f = gguf_file::open(cfg_.model_dir.string());
+        if (!f) return f.err();
+        return gguf_chat_template(**f);
       }
-      std::error_code ec;
-      if (cfg_.chat_template.find('\n') == std::string::npos &&
-          cfg_.chat_template.find("{%") == std::string::npos &&
-          cfg_.chat_template.find("{{") == std::string::npos &&
-          std::filesystem::is_regular_file(cfg_.chat_template, ec))
-        return load_chat_template_source(cfg_.chat_template);
-      return cfg_.chat_template;
-    };
+      return load_chat_template_source(cfg_.model_dir);
+    }
+    std::error_code ec;
+    if (cfg_.chat_template.find('\n') == std::string::npos &&
+        cfg_.chat_template.find("{%") == std::string::npos &&
+        cfg_.chat_template.find("{{") == std::string::npos &&
+        std::filesystem::is_regular_file(cfg_.chat_template, ec))
+      return load_chat_template_source(cfg_.chat_template);
+    return cfg_.chat_template;
+  }
+
+  // What the tokenizer actors encode with: the tokenizer and the parsed chat template (or why
+  // there is none).
+  void load_chat_template(const executor_info& ei) {
     if (!tok_) {
       encoder_.template_error = no_tokenizer_message();
-    } else if (auto src = template_source(); src.ok()) {
+    } else if (auto src = chat_template_source(); src.ok()) {
       if (auto parsed = chat_template::parse(std::move(*src)); parsed.ok())
         template_.emplace(std::move(*parsed));
       else
@@ -164,10 +197,9 @@ class engine_impl final : public engine {
     encoder_.tmpl = template_ ? &*template_ : nullptr;
     encoder_.vocab_size = ei.vocab_size;
     encoder_.max_model_len = ei.max_model_len;
+  }
 
-    const auto& eos = gen.eos_token_ids.empty() ? model.eos_token_ids : gen.eos_token_ids;
-    std::vector<int32_t> extra_eos(eos.size() > 1 ? eos.begin() + 1 : eos.end(), eos.end());
-
+  void start_runtime() {
     rt::system_config sc;
     sc.threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 4);
     // Spans kept per thread (56 bytes each, the ring allocated whole): 2^18 (14.7 MB a thread)
@@ -175,151 +207,191 @@ class engine_impl final : public engine {
     // window without the engine's threads holding ~100 MB of trace.
     sc.trace_ring_capacity = cfg_.trace_file.empty() ? size_t(1) << 15 : size_t(1) << 18;
     sys_ = std::make_unique<rt::system>(sc);
-    p_ = std::make_shared<pipeline>();
-    p_->sys = sys_.get();
-    p_->fault_hook = cfg_.fault_hook;
-    // Marks the engine failed once and ends every open request: the scheduler ends the ones it
-    // holds (and refuses later ones), the streamer every stream still open (covers a dead
-    // scheduler).
-    p_->on_engine_failure = [p = p_.get()](const std::string& reason) {
-      if (!p->health.fail(reason)) return;
-      std::fprintf(stderr, "coserve engine: unhealthy: %s\n", reason.c_str());
-      p->open_cv.notify_all();
-      (void)p->scheduler_ref.tell(engine_failed{reason});
-      (void)p->streamer_ref.tell(fail_all{reason});
-    };
-    auto on_stopped = [p = p_.get()](const std::string& name, const std::string& why) {
+    shared_ = std::make_shared<engine_shared>();
+    shared_->sys = sys_.get();
+    shared_->fault_hook = cfg_.fault_hook;
+  }
+
+  // Spawn options. Intake, tokenizer and streamer settle what they held (on_failure) and restart
+  // empty; the scheduler, KV allocator and executor hold the batch's state, which cannot be
+  // rebuilt empty: their failure fails the engine.
+  rt::spawn_options actor_options(std::string name, size_t capacity, bool restartable,
+                                  bool dedicated = false) {
+    rt::spawn_options o;
+    o.name = std::move(name);
+    o.mailbox_capacity = capacity;
+    o.on_failure = restartable ? rt::restart_policy::restart : rt::restart_policy::stop;
+    o.dedicated_thread = dedicated;
+    o.on_stopped = [this](const std::string& name, const std::string& why) {
       std::fprintf(stderr, "coserve engine: actor '%s' stopped: %s\n", name.c_str(), why.c_str());
-      p->on_engine_failure("actor '" + name + "' stopped: " + why);
+      fail_engine("actor '" + name + "' stopped: " + why);
     };
-    // Intake, tokenizer and streamer settle what they held (on_failure) and restart empty; the
-    // scheduler, KV allocator and executor hold the batch's state, which cannot be rebuilt empty:
-    // their failure fails the engine.
-    auto opts = [&](const char* name, size_t capacity, bool restartable, bool dedicated = false) {
-      rt::spawn_options o;
-      o.name = name;
-      o.mailbox_capacity = capacity;
-      o.on_failure = restartable ? rt::restart_policy::restart : rt::restart_policy::stop;
-      o.dedicated_thread = dedicated;
-      o.on_stopped = on_stopped;
-      return o;
-    };
-    // Dependency order: each actor only sends to actors spawned before it or wired below; stop()
-    // drains them in reverse (intake first, the executor last).
+    return o;
+  }
+
+  planner_config make_planner_config(const executor_info& ei,
+                                     const std::vector<int32_t>& eos) const {
+    return planner_config{
+        .max_num_seqs = cfg_.max_num_seqs,
+        .max_num_batched_tokens = cfg_.max_num_batched_tokens,
+        .max_model_len = ei.max_model_len,
+        .eos_id = eos.empty() ? -1 : eos.front(),
+        .speculation = spec_,
+        .extra_eos = std::vector<int32_t>(eos.size() > 1 ? eos.begin() + 1 : eos.end(), eos.end()),
+        .num_kv_blocks = ei.num_kv_blocks,
+        .max_consecutive_failures = cfg_.max_consecutive_step_failures};
+  }
+
+  // The serving graph, and the one place that says who sends to whom:
+  //
+  //   intake ──tokenize_request──▶ tokenizer[i] ──open_stream──▶ streamer
+  //     ▲  │                           │  └──add_request──▶ scheduler ──kv_step──▶ kv_allocator
+  //     │  └──cancel_sequences──▶ scheduler                    ▲  │                  │ run_step
+  //     │                                                      │  └─token_batch,     ▼
+  //     └──request_closed── tokenizer, streamer     step_done──┘    end_request──▶ executor
+  //                                                 (executor)      (to streamer)
+  //   streamer ──finish_sequence, cancel_sequences──▶ scheduler; streams ──cancel_request──▶ intake
+  //
+  // Every actor is reserved first (its mailbox exists, nothing runs), then started with the
+  // references of the actors it sends to; they stop in reverse reserve order (intake first).
+  void spawn_serving_actors(std::unique_ptr<executor> exec, const executor_info& ei,
+                            const std::vector<int32_t>& eos) {
+    rt::supervisor& root = sys_->root();
+    auto executor_ref = root.reserve<executor_actor>(actor_options("executor", 1024, false, true));
+    auto kv_ref = root.reserve<kv_allocator>(actor_options("kv_allocator", 4096, false));
+    auto streamer_ref = root.reserve<streamer>(actor_options("streamer", 1u << 16, true));
+    auto scheduler_ref = root.reserve<scheduler>(actor_options("scheduler", 1u << 16, false));
+    refs_.executor = executor_ref;  // fail_engine may need the last two from here on
+    refs_.kv_allocator = kv_ref;
+    refs_.streamer = streamer_ref;
+    refs_.scheduler = scheduler_ref;
+    // The tokenizer pool: each actor on a thread of its own, so a long prompt being encoded holds
+    // one of them and never the runtime's pool (scheduler, streamer) or the HTTP threads.
+    const size_t pool_size = static_cast<size_t>(
+        cfg_.tokenizer_pool_size > 0
+            ? cfg_.tokenizer_pool_size
+            : std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 4));
+    auto pool = std::make_shared<tokenizer_pool>(pool_size);
+    std::vector<rt::actor_ref<tokenizer_actor>> tokenizer_refs;
+    for (size_t i = 0; i < pool_size; ++i) {
+      tokenizer_refs.push_back(root.reserve<tokenizer_actor>(
+          actor_options("tokenizer" + std::to_string(i), 4096, true, true)));
+      pool->add(tokenizer_refs.back());
+    }
+    auto grammar_ref = reserve_grammar_actor(ei, eos);
+    auto intake_ref = root.reserve<intake>(actor_options("intake", 8192, true));
+
+    std::shared_ptr<engine_shared> shared = shared_;
     auto holder = std::make_shared<std::unique_ptr<executor>>(std::move(exec));
-    std::shared_ptr<pipeline> p = p_;
-    p_->executor_ref = sys_->root().spawn_factory<executor_actor>(
-        opts("executor", 1024, false, true),
-        [p, holder] { return std::make_unique<executor_actor>(p, std::move(*holder)); });
+    root.start(executor_ref, [shared, holder, to = executor_actor::links{scheduler_ref}] {
+      return std::make_unique<executor_actor>(shared, to, std::move(*holder));
+    });
     const block_pool_options kv_opts{.num_blocks = ei.num_kv_blocks,
                                      .block_size = ei.block_size,
                                      .enable_prefix_caching = cfg_.enable_prefix_caching,
                                      .hash = {}};
-    p_->kv_ref = sys_->root().spawn_factory<kv_allocator>(
-        opts("kv_allocator", 4096, false),
-        [p, kv_opts] { return std::make_unique<kv_allocator>(p, kv_opts); });
-    p_->streamer_ref = sys_->root().spawn_factory<streamer>(
-        opts("streamer", 1u << 16, true),
-        [p, this] { return std::make_unique<streamer>(p, tok_ ? &*tok_ : nullptr); });
-    const planner_config pc{.max_num_seqs = cfg_.max_num_seqs,
-                            .max_num_batched_tokens = cfg_.max_num_batched_tokens,
-                            .max_model_len = ei.max_model_len,
-                            .eos_id = eos.empty() ? -1 : eos.front(),
-                            .speculation = spec_};
-    p_->metrics.spec_positions.store(spec_.enabled() ? spec_.num_speculative_tokens : 0,
-                                     std::memory_order_relaxed);
-    const int32_t kv_blocks = ei.num_kv_blocks;
-    const int32_t max_failures = cfg_.max_consecutive_step_failures;
-    p_->scheduler_ref = sys_->root().spawn_factory<scheduler>(
-        opts("scheduler", 1u << 16, false), [p, pc, extra_eos, kv_blocks, max_failures] {
-          return std::make_unique<scheduler>(p, pc, extra_eos, kv_blocks, max_failures);
-        });
-    // The tokenizer pool: each actor on a thread of its own, so a long prompt being encoded holds
-    // one of them and never the runtime's pool (scheduler, streamer) or the HTTP threads.
-    const size_t pool = static_cast<size_t>(
-        cfg_.tokenizer_pool_size > 0
-            ? cfg_.tokenizer_pool_size
-            : std::clamp<int>(static_cast<int>(std::thread::hardware_concurrency()), 1, 4));
-    p_->tokenizer_load = std::make_unique<std::atomic<int64_t>[]>(pool);
-    p_->max_waiting_tokens = cfg_.max_waiting_tokens;
-    p_->max_model_len = ei.max_model_len;
-    for (size_t i = 0; i < pool; ++i) {
-      const std::string name = "tokenizer" + std::to_string(i);
-      p_->tokenizer_refs.push_back(sys_->root().spawn_factory<tokenizer_actor>(
-          opts(name.c_str(), 4096, true, true),
-          [p, this, i] { return std::make_unique<tokenizer_actor>(p, &encoder_, i); }));
-    }
-    // The grammar actor (structured outputs), when there is a tokenizer to build the vocabulary
-    // from.
-    if (tok_) {
-      const int threads =
-          std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
-      auto gc = grammar_compiler::create(*tok_, ei.vocab_size, eos, 256, threads);
-      if (gc) {
-        std::shared_ptr<grammar_compiler> compiler(std::move(*gc));
-        grammar_ref_ = sys_->root().spawn_factory<grammar_actor>(
-            opts("grammar", 4096, true, true),
-            [p, compiler] { return std::make_unique<grammar_actor>(p, compiler); });
-      } else {
-        structured_error_ = gc.err().message;
-        std::fprintf(stderr, "coserve engine: structured outputs unavailable: %s\n",
-                     structured_error_.c_str());
-      }
-    } else {
-      structured_error_ = "structured outputs need the model's tokenizer (tokenizer.json)";
+    root.start(kv_ref, [shared, kv_opts, to = kv_allocator::links{executor_ref}] {
+      return std::make_unique<kv_allocator>(shared, to, kv_opts);
+    });
+    const tokenizer* tok = tok_ ? &*tok_ : nullptr;
+    root.start(streamer_ref, [shared, tok, to = streamer::links{scheduler_ref, intake_ref}] {
+      return std::make_unique<streamer>(shared, to, tok);
+    });
+    shared_->metrics.spec_positions.store(spec_.enabled() ? spec_.num_speculative_tokens : 0,
+                                          std::memory_order_relaxed);
+    root.start(scheduler_ref,
+               [shared, pc = make_planner_config(ei, eos), journal = cfg_.planner_journal,
+                to = scheduler::links{kv_ref, streamer_ref}] {
+                 return std::make_unique<scheduler>(shared, to, pc, journal);
+               });
+    const int64_t max_waiting_tokens = cfg_.max_waiting_tokens;
+    for (size_t i = 0; i < pool_size; ++i) {
+      tokenizer_actor::links to{streamer_ref, scheduler_ref, intake_ref, pool};
+      root.start(tokenizer_refs[i], [shared, to, this, i, max_waiting_tokens] {
+        return std::make_unique<tokenizer_actor>(shared, to, &encoder_, i, max_waiting_tokens);
+      });
     }
     max_open_ = int64_t{cfg_.max_num_seqs} + cfg_.max_waiting;
-    const int64_t max_open = max_open_;
-    p_->intake_ref = sys_->root().spawn_factory<intake>(opts("intake", 8192, true), [p, max_open] {
-      return std::make_unique<intake>(p, max_open);
+    root.start(intake_ref, [shared, max_open = max_open_, max_len = ei.max_model_len,
+                            to = intake::links{pool, scheduler_ref}] {
+      return std::make_unique<intake>(shared, to, max_open, max_len);
     });
+    refs_.intake = intake_ref;
+    refs_.tokenizers = pool;
+    refs_.grammar = grammar_ref;
+  }
+
+  // The grammar actor (structured outputs), started at once (it sends to nobody), when there is a
+  // tokenizer to build the vocabulary from; a null reference otherwise (structured_error_ says
+  // why).
+  rt::actor_ref<grammar_protocol> reserve_grammar_actor(const executor_info& ei,
+                                                        const std::vector<int32_t>& eos) {
+    if (!tok_) {
+      structured_error_ = "structured outputs need the model's tokenizer (tokenizer.json)";
+      return {};
+    }
+    const int threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+    auto gc = grammar_compiler::create(*tok_, ei.vocab_size, eos, 256, threads);
+    if (!gc) {
+      structured_error_ = gc.err().message;
+      std::fprintf(stderr, "coserve engine: structured outputs unavailable: %s\n",
+                   structured_error_.c_str());
+      return {};
+    }
+    std::shared_ptr<grammar_compiler> compiler(std::move(*gc));
+    auto ref = sys_->root().reserve<grammar_actor>(actor_options("grammar", 4096, true, true));
+    sys_->root().start(ref, [shared = shared_, compiler] {
+      return std::make_unique<grammar_actor>(shared, compiler);
+    });
+    return ref;
+  }
+
+  void log_started(const executor_info& ei) const {
     std::fprintf(
         stderr,
-        "coserve engine: actors intake, tokenizer x%zu,%s scheduler, kv_allocator, executor [%s], "
-        "streamer started; KV cache %d blocks x %d tokens; max_num_seqs %d, max_num_batched_tokens "
-        "%d, "
-        "max_model_len %d\n",
-        pool, grammar_ref_ ? " grammar," : "", ei.device.c_str(), ei.num_kv_blocks, ei.block_size,
-        cfg_.max_num_seqs, cfg_.max_num_batched_tokens, ei.max_model_len);
-    if (spec_.enabled()) {
-      const std::string how = spec_.method == "draft_model"
-                                  ? "draft model " + spec_.draft_model
-                                  : "n-grams of " + std::to_string(spec_.prompt_lookup_min) + ".." +
-                                        std::to_string(spec_.prompt_lookup_max) + " tokens";
-      const std::string off =
-          spec_.disable_by_batch_size > 0
-              ? ", off above " + std::to_string(spec_.disable_by_batch_size) + " running sequences"
-              : "";
-      std::fprintf(stderr,
-                   "coserve engine: speculative decoding: %s, up to %d proposals a step, %s%s\n",
-                   spec_.method.c_str(), spec_.num_speculative_tokens, how.c_str(), off.c_str());
-    }
-    if (cfg_.step_timeout.count() > 0) watchdog_ = std::thread([this] { watch_steps(); });
+        "coserve engine: actors intake, tokenizer x%zu,%s scheduler, kv_allocator, "
+        "executor [%s], streamer started; KV cache %d blocks x %d tokens; max_num_seqs %d, "
+        "max_num_batched_tokens %d, max_model_len %d\n",
+        refs_.tokenizers->size(), refs_.grammar ? " grammar," : "", ei.device.c_str(),
+        ei.num_kv_blocks, ei.block_size, cfg_.max_num_seqs, cfg_.max_num_batched_tokens,
+        ei.max_model_len);
+    if (!spec_.enabled()) return;
+    const std::string how = spec_.method == "draft_model"
+                                ? "draft model " + spec_.draft_model
+                                : "n-grams of " + std::to_string(spec_.prompt_lookup_min) + ".." +
+                                      std::to_string(spec_.prompt_lookup_max) + " tokens";
+    const std::string off =
+        spec_.disable_by_batch_size > 0
+            ? ", off above " + std::to_string(spec_.disable_by_batch_size) + " running sequences"
+            : "";
+    std::fprintf(stderr,
+                 "coserve engine: speculative decoding: %s, up to %d proposals a step, %s%s\n",
+                 spec_.method.c_str(), spec_.num_speculative_tokens, how.c_str(), off.c_str());
   }
 
-  ~engine_impl() override {
-    stop(true);
-    // Break the pipeline <-> behavior cycle (behaviors are already released by the drain).
-    p_->intake_ref = {};
-    p_->tokenizer_refs.clear();
-    grammar_ref_ = {};
-    p_->scheduler_ref = {};
-    p_->kv_ref = {};
-    p_->executor_ref = {};
-    p_->streamer_ref = {};
+  // Marks the engine failed once and ends every open request: the scheduler ends the ones it
+  // holds (and refuses later ones), the streamer every stream still open (covers a dead
+  // scheduler). Any thread.
+  void fail_engine(const std::string& reason) {
+    if (!shared_->health.fail(reason)) return;
+    std::fprintf(stderr, "coserve engine: unhealthy: %s\n", reason.c_str());
+    shared_->open_cv.notify_all();
+    (void)refs_.scheduler.tell(engine_failed{reason});
+    (void)refs_.streamer.tell(fail_all{reason});
   }
 
+ public:
   asio::awaitable<result<std::shared_ptr<request_stream>>> submit(generate_request req) override {
     // Refusals are answered here, on the caller's thread, without waiting on any busy actor.
     if (!healthy()) co_return error{"engine_down", unhealthy_reason()};
-    if (p_->metrics.open_requests.load(std::memory_order_relaxed) >= max_open_) {
-      p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+    if (shared_->metrics.open_requests.load(std::memory_order_relaxed) >= max_open_) {
+      shared_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
       co_return error{"queue_full", "too many requests in flight (" + std::to_string(max_open_) +
                                         "); retry later"};
     }
-    if (const int64_t waiting = p_->metrics.waiting_tokens.load(std::memory_order_relaxed);
+    if (const int64_t waiting = shared_->metrics.waiting_tokens.load(std::memory_order_relaxed);
         cfg_.max_waiting_tokens > 0 && waiting >= cfg_.max_waiting_tokens) {
-      p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+      shared_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
       co_return error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) +
                                         "); retry later"};
     }
@@ -329,18 +401,18 @@ class engine_impl final : public engine {
     if (req.structured) {
       // The grammar first (compiled off the scheduler's path, or found in the cache): a request
       // with an invalid one is refused before anything is queued.
-      if (!grammar_ref_) {
+      if (!refs_.grammar) {
         error e{"invalid_request", structured_error_, req.structured->param};
         co_return e;
       }
-      auto gref = grammar_ref_;
+      auto gref = refs_.grammar;
       auto g = co_await await_reply<std::shared_ptr<
           const compiled_grammar>>([&](rt::reply_ptr<std::shared_ptr<const compiled_grammar>>
                                            reply) {
         compile_grammar m{*req.structured, reply};
         const rt::send_status s = gref.try_tell(m);
         if (s == rt::send_status::full) {
-          p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+          shared_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
           reply->complete(error{"queue_full", "too many grammars waiting to compile; retry later"});
         } else if (s == rt::send_status::closed) {
           reply->complete(error{"engine_down", "the engine is stopping"});
@@ -349,12 +421,12 @@ class engine_impl final : public engine {
       if (!g) co_return std::move(g).err();
       req.params.grammar = std::move(*g);
     }
-    auto ref = p_->intake_ref;
+    auto ref = refs_.intake;
     co_return co_await await_reply<std::shared_ptr<request_stream>>([&](submit_reply reply) {
       submit_request m{std::move(req), reply};
       const rt::send_status s = ref.try_tell(m);
       if (s == rt::send_status::full) {
-        p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+        shared_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
         reply->complete(error{"queue_full", "too many requests arriving; retry later"});
       } else if (s == rt::send_status::closed) {
         reply->complete(error{"engine_down", "the engine is stopping"});
@@ -377,16 +449,16 @@ class engine_impl final : public engine {
   }
   const model_info& info() const noexcept override { return info_; }
   bool healthy() const noexcept override {
-    return running_.load(std::memory_order_acquire) && !p_->health.failed();
+    return running_.load(std::memory_order_acquire) && !shared_->health.failed();
   }
   std::string unhealthy_reason() const override {
-    if (p_->health.failed()) return "the engine has failed: " + p_->health.reason();
+    if (shared_->health.failed()) return "the engine has failed: " + shared_->health.reason();
     if (!running_.load(std::memory_order_acquire)) return "the engine is shutting down";
     return {};
   }
 
   engine_metrics metrics() override {
-    auto& m = p_->metrics;
+    auto& m = shared_->metrics;
     engine_metrics out;
     out.requests_running = m.running.load(std::memory_order_relaxed);
     out.requests_waiting = m.waiting.load(std::memory_order_relaxed);
@@ -419,16 +491,15 @@ class engine_impl final : public engine {
     for (size_t i = 0; i < positions && i < m.spec_accepted_per_position.size(); ++i)
       out.spec_accepted_per_position.push_back(
           m.spec_accepted_per_position[i].load(std::memory_order_relaxed));
-    if (p_->intake_ref) {
-      int64_t tokenizer_queued = 0;  // the pool, summed
-      for (const auto& t : p_->tokenizer_refs) tokenizer_queued += static_cast<int64_t>(t.queued());
-      out.mailbox_depth = {{"intake", int64_t(p_->intake_ref.queued())},
+    if (refs_.intake) {
+      const int64_t tokenizer_queued = refs_.tokenizers->queued();  // the pool, summed
+      out.mailbox_depth = {{"intake", int64_t(refs_.intake.queued())},
                            {"tokenizer", tokenizer_queued},
-                           {"grammar", grammar_ref_ ? int64_t(grammar_ref_.queued()) : 0},
-                           {"scheduler", int64_t(p_->scheduler_ref.queued())},
-                           {"kv_allocator", int64_t(p_->kv_ref.queued())},
-                           {"executor", int64_t(p_->executor_ref.queued())},
-                           {"streamer", int64_t(p_->streamer_ref.queued())}};
+                           {"grammar", refs_.grammar ? int64_t(refs_.grammar.queued()) : 0},
+                           {"scheduler", int64_t(refs_.scheduler.queued())},
+                           {"kv_allocator", int64_t(refs_.kv_allocator.queued())},
+                           {"executor", int64_t(refs_.executor.queued())},
+                           {"streamer", int64_t(refs_.streamer.queued())}};
     }
     if (rank_stats_) out.tp_ranks = rank_stats_->snapshot();
     out.ttft = m.ttft.snapshot();
@@ -439,7 +510,7 @@ class engine_impl final : public engine {
   }
 
   asio::awaitable<result<std::vector<request_status>>> requests(size_t limit) override {
-    auto ref = p_->scheduler_ref;
+    auto ref = refs_.scheduler;
     co_return co_await await_reply<std::vector<request_status>>(
         [&](rt::reply_ptr<std::vector<request_status>> reply) {
           list_requests m{limit, reply};
@@ -455,19 +526,19 @@ class engine_impl final : public engine {
 
   int64_t drain(std::chrono::milliseconds grace) override {
     running_.store(false, std::memory_order_release);
-    auto open = [this] { return p_->metrics.open_requests.load(std::memory_order_relaxed); };
-    std::unique_lock lock(p_->open_mu);
-    p_->open_cv.wait_for(lock, grace, [&] { return open() == 0 || p_->health.failed(); });
-    if (p_->health.failed())  // every open request is being ended with an error already
-      p_->open_cv.wait_for(lock, std::chrono::seconds(5), [&] { return open() == 0; });
+    auto open = [this] { return shared_->metrics.open_requests.load(std::memory_order_relaxed); };
+    std::unique_lock lock(shared_->open_mu);
+    shared_->open_cv.wait_for(lock, grace, [&] { return open() == 0 || shared_->health.failed(); });
+    if (shared_->health.failed())  // every open request is being ended with an error already
+      shared_->open_cv.wait_for(lock, std::chrono::seconds(5), [&] { return open() == 0; });
     const int64_t aborted = open();
     if (aborted > 0) {
       std::fprintf(stderr, "coserve engine: aborting %lld open requests\n",
                    static_cast<long long>(aborted));
-      (void)p_->intake_ref.tell(abort_all{});
+      (void)refs_.intake.tell(abort_all{});
       // Aborted streams end within a step; a failed engine has ended them already. The bound only
       // guards against a wedged executor thread.
-      p_->open_cv.wait_for(lock, std::chrono::seconds(30), [&] { return open() == 0; });
+      shared_->open_cv.wait_for(lock, std::chrono::seconds(30), [&] { return open() == 0; });
     }
     return aborted;
   }
@@ -503,10 +574,10 @@ class engine_impl final : public engine {
       reply->complete(error{"engine_down", "the engine is stopping"});
       return;
     }
-    const size_t i = p_->pick_tokenizer(cost);
-    const rt::send_status s = p_->tokenizer_refs[i].try_tell(m);
+    const size_t i = refs_.tokenizers->pick(cost);
+    const rt::send_status s = (*refs_.tokenizers)[i].try_tell(m);
     if (s == rt::send_status::ok) return;
-    p_->tokenizer_done(i, cost);
+    refs_.tokenizers->done(i, cost);
     if (s == rt::send_status::full)
       reply->complete(error{"queue_full", "the tokenizers are busy; retry later"});
     else
@@ -521,11 +592,11 @@ class engine_impl final : public engine {
         std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.step_timeout).count();
     std::unique_lock lock(watch_mu_);
     while (!watch_cv_.wait_for(lock, period, [this] { return watch_stop_; })) {
-      const int64_t started = p_->metrics.step_started_ns.load(std::memory_order_relaxed);
-      if (started == 0 || p_->health.failed()) continue;
+      const int64_t started = shared_->metrics.step_started_ns.load(std::memory_order_relaxed);
+      if (started == 0 || shared_->health.failed()) continue;
       if (sys_->trace().now_ns() - started > limit_ns) {
-        p_->on_engine_failure("an executor step has not completed in " +
-                              std::to_string(cfg_.step_timeout.count()) + " ms");
+        fail_engine("an executor step has not completed in " +
+                    std::to_string(cfg_.step_timeout.count()) + " ms");
       }
     }
   }
@@ -539,11 +610,11 @@ class engine_impl final : public engine {
   prompt_encoder encoder_;
   model_info info_;
   std::unique_ptr<rt::system> sys_;
-  std::shared_ptr<pipeline> p_;
+  std::shared_ptr<engine_shared> shared_;
+  serving_refs refs_;
   std::atomic<bool> running_{true};
   int64_t max_open_ = 0;
-  rt::actor_ref<grammar_actor> grammar_ref_;  // null without a tokenizer
-  std::string structured_error_;              // why structured outputs are unavailable
+  std::string structured_error_;  // why structured outputs are unavailable
   std::mutex stop_mu_;
   bool stopped_ = false;
   std::thread watchdog_;

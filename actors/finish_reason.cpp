@@ -1,5 +1,5 @@
 // coserve::to_string(finish_reason): the OpenAI finish_reason spellings.
-#include "actors/engine.hpp"
+#include "actors/request.hpp"
 
 namespace coserve {
 

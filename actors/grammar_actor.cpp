@@ -6,10 +6,10 @@ namespace coserve::actors {
 
 void grammar_actor::handle(compile_grammar& m) {
   in_hand_ = m.reply;
-  p_->fault_point("grammar", "compile_grammar");
+  shared_->fault_point("grammar", "compile_grammar");
   auto r = compiler_->compile(m.spec);
   const grammar_compiler_stats& s = compiler_->stats();
-  auto& pm = p_->metrics;
+  auto& pm = shared_->metrics;
   pm.grammar_compiles.store(s.compiles, std::memory_order_relaxed);
   pm.grammar_cache_hits.store(s.cache_hits, std::memory_order_relaxed);
   pm.grammar_failures.store(s.failures, std::memory_order_relaxed);

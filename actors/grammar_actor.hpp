@@ -8,31 +8,26 @@
 
 #include <memory>
 
-#include "actors/pipeline.hpp"
+#include "actors/engine_shared.hpp"
+#include "actors/grammar_messages.hpp"
 #include "model/structured_output.hpp"
 #include "runtime/actor.hpp"
 
 namespace coserve::actors {
 
-// engine::submit → grammar: compile (or find in the cache) one request's grammar.
-struct compile_grammar {
-  grammar_spec spec;
-  rt::reply_ptr<std::shared_ptr<const compiled_grammar>> reply;
-};
-
 class grammar_actor {
  public:
-  using messages = rt::message_list<compile_grammar>;
+  using messages = grammar_protocol::messages;
 
   // `compiler` is shared with the engine so a restarted actor keeps the cache.
-  grammar_actor(std::shared_ptr<pipeline> p, std::shared_ptr<grammar_compiler> compiler)
-      : p_(std::move(p)), compiler_(std::move(compiler)) {}
+  grammar_actor(std::shared_ptr<engine_shared> shared, std::shared_ptr<grammar_compiler> compiler)
+      : shared_(std::move(shared)), compiler_(std::move(compiler)) {}
   void handle(compile_grammar& m);
   // Supervision hook: a handler threw; the request in hand is answered with an error.
   void on_failure(const std::string& what);
 
  private:
-  std::shared_ptr<pipeline> p_;
+  std::shared_ptr<engine_shared> shared_;
   std::shared_ptr<grammar_compiler> compiler_;
   rt::reply_ptr<std::shared_ptr<const compiled_grammar>> in_hand_;
 };

@@ -1,10 +1,11 @@
-// intake's interface: admission control, request ids, cancellation, end-of-request bookkeeping.
+// intake's protocol: admission control, request ids, cancellation, end-of-request bookkeeping.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 
-#include "actors/engine.hpp"
+#include "actors/request.hpp"
+#include "runtime/message.hpp"
 #include "runtime/reply.hpp"
 
 namespace coserve::actors {
@@ -18,7 +19,7 @@ struct submit_request {
   submit_reply reply;
 };
 
-// request_stream::cancel → intake (forwarded to the scheduler while the request is open).
+// request_stream::cancel, streamer → intake (forwarded to the scheduler while the request is open).
 struct cancel_request {
   uint64_t request_id = 0;
 };
@@ -28,7 +29,11 @@ struct request_closed {
   uint64_t request_id = 0;
 };
 
-// engine::stop(abort) → intake: abort every open request.
+// engine::drain → intake: abort every open request.
 struct abort_all {};
+
+struct intake_protocol {
+  using messages = rt::message_list<submit_request, cancel_request, request_closed, abort_all>;
+};
 
 }  // namespace coserve::actors

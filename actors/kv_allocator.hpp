@@ -1,14 +1,19 @@
-// kv_allocator — owns the KV cache's blocks (kv_manager over a block_pool): places each step
-// draft in blocks (prefix-cache hits, copy-on-write, preemption by recompute), answers the
-// scheduler with the allocation, then sends the step_plan to the executor; frees the blocks of
-// finished sequences as soon as it hears of them. Publishes block usage and prefix hit counters.
+// kv_allocator — owns the KV cache's blocks (kv_manager over a block_pool). Each kv_step from the
+// scheduler first applies the step planner's kv_ops (blocks of finished sequences freed, step
+// outcomes registering or dropping their blocks in the prefix cache), then places the draft in
+// blocks (prefix-cache hits, copy-on-write, preemption by recompute) and sends the plan with its
+// allocation to the executor, which returns the allocation to the scheduler. Publishes block usage
+// and prefix hit counters.
+//
+// Sends to: the executor (run_step).
 //
 // Threads: an actor on the runtime's pool.
 #pragma once
 
+#include "actors/engine_shared.hpp"
+#include "actors/executor_messages.hpp"
 #include "actors/kv_allocator_messages.hpp"
 #include "actors/kv_manager.hpp"
-#include "actors/pipeline.hpp"
 #include "runtime/actor.hpp"
 #include "runtime/outbox.hpp"
 
@@ -16,16 +21,18 @@ namespace coserve::actors {
 
 class kv_allocator {
  public:
-  using messages = rt::message_list<kv_step, kv_step_outcome, kv_release>;
+  using messages = kv_allocator_protocol::messages;
 
-  kv_allocator(std::shared_ptr<pipeline> p, block_pool_options opts);
+  struct links {
+    rt::actor_ref<executor_protocol> executor;
+  };
+  kv_allocator(std::shared_ptr<engine_shared> shared, links to, block_pool_options opts);
   rt::maybe_async handle(kv_step& m);
-  void handle(kv_step_outcome& m);
-  rt::maybe_async handle(kv_release& m);
 
  private:
   void publish();
-  std::shared_ptr<pipeline> p_;
+  std::shared_ptr<engine_shared> shared_;
+  links to_;
   kv_manager kv_;
 };
 

@@ -1,28 +1,20 @@
-// kv_allocator's interface: place a step in KV blocks; free a sequence's blocks.
+// kv_allocator's protocol: place a step in KV blocks (after the planner's kv_ops) and send it on.
 #pragma once
 
-#include <cstdint>
-#include <vector>
-
 #include "actors/step_draft.hpp"
+#include "runtime/message.hpp"
 
 namespace coserve::actors {
 
-// scheduler → kv_allocator: resolve the draft, answer with step_allocated, send the plan on.
+// scheduler → kv_allocator: the draft's kv_ops (released sequences, step outcomes) are applied,
+// then the draft (when it has a step id) is placed in blocks, and the plan goes to the executor
+// with its allocation; a draft without a step id sends the executor only what it has to drop.
 struct kv_step {
   step_draft draft;
 };
 
-// scheduler → kv_allocator: how a step ended. Blocks a step filled enter the prefix cache only
-// when it succeeded (sent before any release of the same step's sequences).
-struct kv_step_outcome {
-  uint64_t step_id = 0;
-  bool ok = false;
-};
-
-// scheduler → kv_allocator: finished or cancelled sequences; their blocks are freed now.
-struct kv_release {
-  std::vector<seq_id_t> seqs;
+struct kv_allocator_protocol {
+  using messages = rt::message_list<kv_step>;
 };
 
 }  // namespace coserve::actors

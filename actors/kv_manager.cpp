@@ -39,9 +39,18 @@ void kv_manager::release(seq_id_t id) {
 }
 
 void kv_manager::step_outcome(uint64_t step_id, bool ok) {
-  auto node = pending_.extract(step_id);
-  if (!node || !ok) return;
-  for (const step_write& w : node.mapped()) {
+  auto it = std::find_if(pending_.begin(), pending_.end(),
+                         [&](const pending_step& p) { return p.step_id == step_id; });
+  if (it == pending_.end()) return;
+  std::vector<step_write> writes = std::move(it->writes);
+  pending_.erase(it);
+  if (ok) commit(writes);
+  writes.clear();
+  spare_.push_back(std::move(writes));
+}
+
+void kv_manager::commit(const std::vector<step_write>& writes) {
+  for (const step_write& w : writes) {
     auto it = seqs_.find(w.id);
     if (it == seqs_.end() || it->second.generation != w.generation) continue;  // released since
     seq_kv& s = it->second;
@@ -180,11 +189,28 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
   s.num_computed += n;
   out.sample = s.num_computed == num_tokens;
   register_full_blocks(s);  // blocks earlier steps committed whose tokens are known only now
-  pending_[plan.step_id].push_back({id, s.generation, s.num_computed});
+  writes_->push_back({id, s.generation, s.num_computed});
   plan.seqs.push_back(std::move(out));
 }
 
+void kv_manager::apply(const std::vector<kv_op>& ops) {
+  for (const kv_op& op : ops) {
+    switch (op.what) {
+      case kv_op::kind::release:
+        release(op.id);
+        break;
+      case kv_op::kind::step_succeeded:
+        step_outcome(op.id, true);
+        break;
+      case kv_op::kind::step_failed:
+        step_outcome(op.id, false);
+        break;
+    }
+  }
+}
+
 std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
+  apply(draft.ops);
   step_plan plan;
   step_allocation alloc;
   plan.step_id = alloc.step_id = draft.step_id;
@@ -192,6 +218,14 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
   drop_next_.clear();
   plan.seqs.reserve(draft.entries.size());
   alloc.seqs.reserve(draft.entries.size());
+  if (draft.step_id != 0) {  // what the step computes, committed by its outcome
+    pending_.push_back({draft.step_id, {}});
+    if (!spare_.empty()) {
+      pending_.back().writes = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    writes_ = &pending_.back().writes;
+  }
   for (draft_fork& f : draft.forks) fork(f);
 
   const int32_t bs = pool_.block_size();
@@ -205,7 +239,7 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
       seq_kv s;
       const auto tokens = draft.append_of(e);
       s.tokens.assign(tokens.begin(), tokens.end());
-      s.announce = std::move(e.announce);
+      if (e.announce >= 0) s.announce = std::move(draft.announcements[size_t(e.announce)]);
       const int32_t hits = lookup_prefix(s);
       const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
       if (n <= 0 || !pool_.can_allocate(blocks_needed(s, n))) {
@@ -257,6 +291,11 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
   alloc.num_holders = num_holders();
   alloc.prefix_queries = pool_.prefix_queries();
   alloc.prefix_hits = pool_.prefix_hits();
+  if (draft.step_id != 0 && pending_.back().writes.empty()) {  // nothing ran: no outcome comes
+    spare_.push_back(std::move(pending_.back().writes));
+    pending_.pop_back();
+  }
+  writes_ = nullptr;
   return {std::move(plan), std::move(alloc)};
 }
 

@@ -35,10 +35,14 @@ class kv_manager {
  public:
   explicit kv_manager(block_pool_options options);
 
-  // Applies the draft in order: forks, then each entry (running ones grow, preempting the newest
-  // holder when blocks run out; admissions look up the prefix cache and are deferred — with every
-  // later admission — when they do not fit).
+  // Applies the draft in order: its kv_ops, forks, then each entry (running ones grow, preempting
+  // the newest holder when blocks run out; admissions look up the prefix cache and are deferred —
+  // with every later admission — when they do not fit). A draft without a step id only applies its
+  // kv_ops; its plan (step id 0) carries the sequences the executor has to drop.
   std::pair<step_plan, step_allocation> resolve(step_draft draft);
+
+  // Applies the step planner's kv_ops in order (release, step_outcome).
+  void apply(const std::vector<kv_op>& ops);
 
   // Frees a sequence's blocks now (finished or cancelled); the executor is told to drop it in the
   // next plan if it knew it. Unknown ids are ignored.
@@ -92,7 +96,17 @@ class kv_manager {
     uint64_t generation;
     int32_t end;  // num_computed after the step
   };
-  std::unordered_map<uint64_t, std::vector<step_write>> pending_;  // step id → what it computes
+  // Steps resolved whose outcome is not known, oldest first: what each computes. Their vectors are
+  // kept for reuse (spare_), so a step allocates none once the batch has been seen.
+  struct pending_step {
+    uint64_t step_id = 0;
+    std::vector<step_write> writes;
+  };
+  std::vector<pending_step> pending_;
+  // A successful step's writes: the blocks they fill enter the prefix cache.
+  void commit(const std::vector<step_write>& writes);
+  std::vector<std::vector<step_write>> spare_;
+  std::vector<step_write>* writes_ = nullptr;  // the step being resolved (null outside resolve)
   uint64_t next_generation_ = 1;
 };
 

@@ -1,30 +1,31 @@
-// scheduler — continuous batching with two steps in flight. It owns the scheduler core (which
-// sequences run, how many tokens each, in what order), sends each step's draft to the KV
-// allocator, and while the executor runs step N it already drafts step N+1: the draft is made as
-// soon as step N-1's result is in (or step N's allocation, when fewer than two are in flight).
-// Sampled tokens go to the streamer as one token_batch per step; finished sequences' blocks go
-// back to the KV allocator at once.
+// scheduler — the home of the step loop. It runs the step planner (actors/step_planner.hpp: which
+// sequences run, how many tokens each, the failure and never-fits rules) and keeps two steps in
+// flight: one turn of the loop is `step()` on each step_done from the executor —
 //
-// Failures: a failed step ends only the requests that had sequences in it (the others go on);
-// `max_consecutive_failures` failed steps in a row, or one error the executor marks fatal
-// (executor_fatal: the device is unusable), fail the engine: every request ends with an error and
-// new ones are refused. The KV allocator hears each step's outcome, so blocks a failed step wrote
-// never enter the prefix cache.
+//   collect  the allocations of the plans the executor received, then the step's tokens (or its
+//            failure), into the planner;
+//   emit     the sampled tokens and ended requests to the streamer;
+//   plan     the next drafts (with the blocks to free and the steps' outcomes) to the KV allocator,
+//            which allocates and launches them on the executor.
+//
+// A decode step is handled four times: kv_step (KV allocator), run_step (executor), step_done
+// (here), token_batch (streamer).
+//
+// Sends to: the KV allocator (kv_step), the streamer (token_batch, end_request).
 //
 // Threads: an actor on the runtime's pool. Each draft is traced as a "plan_step" span.
 #pragma once
 
-#include <algorithm>
-#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
-#include <vector>
 
-#include "actors/pipeline.hpp"
-#include "actors/scheduler_core.hpp"
+#include "actors/engine_shared.hpp"
+#include "actors/kv_allocator_messages.hpp"
 #include "actors/scheduler_messages.hpp"
+#include "actors/step_planner.hpp"
+#include "actors/streamer_messages.hpp"
 #include "runtime/actor.hpp"
 #include "runtime/outbox.hpp"
 
@@ -32,54 +33,49 @@ namespace coserve::actors {
 
 class scheduler {
  public:
-  using messages = rt::message_list<add_request, cancel_sequences, finish_sequence, step_allocated,
-                                    step_done, engine_failed, list_requests>;
+  using messages = scheduler_protocol::messages;
 
-  scheduler(std::shared_ptr<pipeline> p, planner_config cfg, std::vector<int32_t> extra_eos,
-            int32_t kv_blocks, int32_t max_consecutive_failures)
-      : p_(std::move(p)),
-        core_(cfg),
-        extra_eos_(std::move(extra_eos)),
-        kv_blocks_(kv_blocks),
-        max_consecutive_failures_(std::max(1, max_consecutive_failures)) {}
-  void on_start(rt::actor_context<scheduler>& ctx) { trace_id_ = ctx.self.cell().trace_id(); }
+  struct links {
+    rt::actor_ref<kv_allocator_protocol> kv_allocator;
+    rt::actor_ref<streamer_protocol> streamer;
+  };
+  // `journal`, when set, hears every call made on the planner, in order (tests).
+  scheduler(std::shared_ptr<engine_shared> shared, links to, planner_config cfg,
+            std::function<void(const planner_call&)> journal = {})
+      : shared_(std::move(shared)),
+        to_(std::move(to)),
+        planner_(std::move(cfg)),
+        journal_(std::move(journal)) {}
+  void on_start(rt::actor_context<scheduler>& ctx) {
+    trace_id_ = ctx.self.cell().trace_id();
+    if (journal_) journal_({.what = planner_call::kind::start, .config = planner_.config()});
+  }
 
   rt::maybe_async handle(add_request& m);
   rt::maybe_async handle(cancel_sequences& m);
   rt::maybe_async handle(finish_sequence& m);
-  rt::maybe_async handle(step_allocated& m);
   rt::maybe_async handle(step_done& m);
   rt::maybe_async handle(engine_failed& m);
-  rt::maybe_async handle(list_requests& m);
+  void handle(list_requests& m);
 
  private:
-  struct request {
-    int32_t samples = 1;
-    int32_t live = 1;
-    bool queued = true;  // not scheduled yet (queue-time metric)
-    std::chrono::steady_clock::time_point submitted;
-  };
-  void pump(rt::outbox& out);
-  void end_request_now(uint64_t rid, finish_reason reason, const std::string& message,
-                       rt::outbox& out);
-  void sample_finished(uint64_t rid);
-  // Ends every request with `reason` and refuses later ones.
-  void fail_all(const std::string& reason, rt::outbox& out);
+  // One turn of the step loop (see the header comment).
+  void step(step_done& m, rt::outbox& out);
+  void collect(step_done& m, step_emission& em);
+  void emit(step_emission& em, uint64_t step_id, rt::outbox& out);
+  void plan(rt::outbox& out);
+  // The engine's health turns failed (the planner has ended `ended` requests with the reason).
+  void mark_failed(const std::string& reason, size_t ended);
   void publish();
 
-  std::shared_ptr<pipeline> p_;
-  scheduler_core core_;
-  std::vector<int32_t> extra_eos_;
-  int32_t kv_blocks_;
+  std::shared_ptr<engine_shared> shared_;
+  links to_;
+  step_planner planner_;
+  std::function<void(const planner_call&)> journal_;
   uint32_t trace_id_ = 0;
-  int32_t in_flight_ = 0;  // steps drafted whose result has not come back
-  std::unordered_map<uint64_t, request> requests_;
-  std::unordered_map<uint64_t, std::vector<uint64_t>> step_requests_;  // step id → requests in it
-  int32_t max_consecutive_failures_;
-  int32_t consecutive_failures_ = 0;
-  bool failed_ = false;
-  std::string failed_reason_;
-  std::vector<seq_id_t> release_;  // scratch
 };
+
+// "verify 2/3 accepted": a static name per (proposed, accepted) for the trace's spans.
+const char* verify_span_name(int32_t proposed, int32_t accepted);
 
 }  // namespace coserve::actors

@@ -1,15 +1,18 @@
-// scheduler's interface: requests in, step allocations and results back, finishes and aborts.
+// scheduler's protocol: tokenized requests in, step outcomes back from the executor, finishes and
+// aborts; the engine's failure and its status view.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "actors/engine.hpp"
+#include "actors/request.hpp"
 #include "actors/step_draft.hpp"
 #include "base/result.hpp"
 #include "model/step.hpp"
+#include "runtime/message.hpp"
 #include "runtime/reply.hpp"
 
 namespace coserve::actors {
@@ -26,7 +29,8 @@ struct add_request {
   std::shared_ptr<const stream_impl> stream;  // its cancel_reason() is checked on arrival
 };
 
-// intake → scheduler: the client is gone (or the engine stops with abort).
+// intake, streamer → scheduler: the client is gone, the engine stops with abort, or the streamer
+// failed.
 struct cancel_sequences {
   uint64_t request_id = 0;
   finish_reason reason = finish_reason::abort;
@@ -38,13 +42,10 @@ struct finish_sequence {
   seq_id_t seq_id = 0;
 };
 
-// kv_allocator → scheduler: what the step actually scheduled.
-struct step_allocated {
-  step_allocation allocation;
-};
-
-// executor → scheduler: a step's sampled tokens (or its failure).
+// executor → scheduler: the allocations of the plans the executor received since its last
+// step_done, in order; then, when step_id is not 0, that step's sampled tokens or its failure.
 struct step_done {
+  std::vector<step_allocation> allocations;
   uint64_t step_id = 0;
   result<step_result> outcome;
   bool ran = true;  // false: every sequence was left out (all in an earlier failed step)
@@ -60,6 +61,11 @@ struct engine_failed {
 struct list_requests {
   size_t limit = 0;
   rt::reply_ptr<std::vector<request_status>> reply;
+};
+
+struct scheduler_protocol {
+  using messages = rt::message_list<add_request, cancel_sequences, finish_sequence, step_done,
+                                    engine_failed, list_requests>;
 };
 
 }  // namespace coserve::actors

@@ -3,19 +3,25 @@
 // flight (`pending`); num_computed tokens have their K/V in the cache (as planned). Where the K/V
 // live (block tables) is the KV allocator's business (kv_manager).
 //
-// Threads: none; owned by the scheduler core.
+// Threads: none; owned by the step planner.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "actors/engine.hpp"
+#include "actors/request.hpp"
 #include "actors/speculation.hpp"
 #include "model/sampling_params.hpp"
 #include "model/step.hpp"
 
 namespace coserve::actors {
+
+// Sequence ids carry their request: (request_id << 16) | sample index (n <= 65535).
+inline seq_id_t make_seq_id(uint64_t request_id, int32_t index) noexcept {
+  return (request_id << 16) | static_cast<seq_id_t>(index);
+}
+inline uint64_t request_of(seq_id_t seq) noexcept { return seq >> 16; }
 
 enum class seq_state : uint8_t { waiting, running, finished };
 

@@ -1,11 +1,13 @@
-// step_draft / step_allocation — what the scheduler and the KV allocator exchange each step.
+// step_draft / step_allocation — what the two halves of the step planner exchange each step.
 //
-// The scheduler decides *which* sequences run and how many tokens each may compute (token budget,
-// max_num_seqs, decodes first, priority/FCFS admission, chunked prefill, forks for n > 1). The KV
-// allocator decides *where* their K/V go: it owns the block pool and every block table, applies
-// prefix-cache hits, allocates and copies blocks on write, preempts the newest running sequence by
-// recompute when blocks run out, and turns the draft into the executor's step_plan. It answers
-// with a step_allocation that tells the scheduler what was actually scheduled.
+// The step planner (step_planner.hpp) decides *which* sequences run and how many tokens each may
+// compute (token budget, max_num_seqs, decodes first, priority/FCFS admission, chunked prefill,
+// forks for n > 1). The KV manager (kv_manager.hpp) decides *where* their K/V go: it owns the block
+// pool and every block table, applies prefix-cache hits, allocates and copies blocks on write,
+// preempts the newest running sequence by recompute when blocks run out, and turns the draft into
+// the executor's step_plan. Its step_allocation tells the step planner what was actually
+// scheduled. Before a draft's entries, the KV manager applies the draft's kv_ops: the blocks the
+// planner released and the outcomes of steps, in the order the planner decided them.
 //
 // Threads: none (plain data, moved between actors).
 #pragma once
@@ -28,7 +30,8 @@ struct draft_entry {
   bool count_query = false;   // first admission: counted in the prefix-cache hit rate
   uint32_t append_begin = 0;  // known tokens the allocator has not been sent yet, in order:
   uint32_t append_count = 0;  //   step_draft::appended[append_begin, append_begin + count)
-  std::optional<new_seq> announce;  // executor registration (with every admission)
+  int32_t announce = -1;      // admissions: the executor registration, an index in
+                              //   step_draft::announcements
   // Speculative decoding: the last proposal_count of `tokens` are proposals to verify,
   // step_draft::proposals[proposal_begin, proposal_begin + count); they follow every known token.
   uint32_t proposal_begin = 0;
@@ -46,12 +49,27 @@ struct draft_fork {
   new_seq announce;           // the child's executor registration
 };
 
+// A block-table change the step planner decided between two drafts, applied in order before the
+// next draft's entries.
+struct kv_op {
+  enum class kind : uint8_t {
+    release,         // id is a sequence: its blocks are freed (finished, cancelled)
+    step_succeeded,  // id is a step: the full blocks it filled enter the prefix cache
+    step_failed,     // id is a step: its blocks never enter the prefix cache
+  };
+  kind what = kind::release;
+  uint64_t id = 0;
+  bool operator==(const kv_op&) const = default;
+};
+
 struct step_draft {
-  uint64_t step_id = 0;
-  std::vector<draft_fork> forks;     // applied first
-  std::vector<draft_entry> entries;  // running sequences in admission order, then admissions
-  std::vector<int32_t> appended;     // every entry's new tokens, back to back (one allocation)
-  std::vector<int32_t> proposals;    // every entry's proposals, back to back
+  uint64_t step_id = 0;                // 0: no step, only kv_ops
+  std::vector<kv_op> ops;              // applied first, in order
+  std::vector<draft_fork> forks;       // applied first
+  std::vector<draft_entry> entries;    // running sequences in admission order, then admissions
+  std::vector<int32_t> appended;       // every entry's new tokens, back to back (one allocation)
+  std::vector<int32_t> proposals;      // every entry's proposals, back to back
+  std::vector<new_seq> announcements;  // the admissions' executor registrations
 
   std::span<const int32_t> append_of(const draft_entry& e) const noexcept {
     return {appended.data() + e.append_begin, e.append_count};

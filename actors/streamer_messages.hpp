@@ -1,4 +1,4 @@
-// streamer's interface: per-request streams, incremental detokenization, stop strings, finishes.
+// streamer's protocol: per-request streams, incremental detokenization, stop strings, finishes.
 #pragma once
 
 #include <cstdint>
@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine.hpp"
+#include "actors/request.hpp"
 #include "model/step.hpp"
+#include "runtime/message.hpp"
 
 namespace coserve::actors {
 
@@ -46,11 +47,15 @@ struct fail_all {
   std::string reason;
 };
 
-// scheduler → streamer: every unfinished sample of the request ends with `reason`.
+// scheduler, tokenizer → streamer: every unfinished sample of the request ends with `reason`.
 struct end_request {
   uint64_t request_id = 0;
   finish_reason reason = finish_reason::abort;
   std::string message;
+};
+
+struct streamer_protocol {
+  using messages = rt::message_list<open_stream, token_batch, end_request, fail_all>;
 };
 
 }  // namespace coserve::actors

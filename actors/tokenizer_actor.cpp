@@ -6,9 +6,7 @@
 #include <unistd.h>
 #endif
 
-#include "actors/intake.hpp"
-#include "actors/scheduler.hpp"
-#include "actors/streamer.hpp"
+#include "actors/stream_impl.hpp"
 #include "runtime/system.hpp"
 
 namespace coserve {
@@ -50,16 +48,6 @@ namespace coserve::actors {
 
 namespace {
 
-int64_t chat_cost(const json::value& v) {
-  if (v.is_string()) return static_cast<int64_t>(v.as_string().size());
-  int64_t c = 1;
-  if (v.is_array())
-    for (const auto& x : v.as_array()) c += chat_cost(x);
-  else if (v.is_object())
-    for (const auto& [k, x] : v.as_object()) c += static_cast<int64_t>(k.size()) + chat_cost(x);
-  return c;
-}
-
 // The pool's threads run at a lower priority (nice +5) than the executor, the runtime's pool and
 // the HTTP threads: where cores are few, encoding a long prompt slows running streams less and
 // takes longer itself. Linux only (per-thread nice); elsewhere a no-op.
@@ -75,33 +63,17 @@ void lower_thread_priority_once() {
 
 // Gives a tokenizer's load back when the handler ends, thrown out of or not.
 struct load_guard {
-  pipeline* p;
+  tokenizer_pool* pool;
   size_t index;
   int64_t cost;
   ~load_guard() { release(); }
   void release() {
-    if (cost != 0) p->tokenizer_done(index, cost);
+    if (cost != 0) pool->done(index, cost);
     cost = 0;
   }
 };
 
 }  // namespace
-
-int64_t tokenize_cost(const generate_request& req) {
-  if (const auto* t = std::get_if<std::string>(&req.input))
-    return static_cast<int64_t>(t->size()) + 1;
-  if (const auto* ids = std::get_if<std::vector<int32_t>>(&req.input))
-    return static_cast<int64_t>(ids->size()) + 1;
-  const auto& chat = std::get<chat_input>(req.input);
-  return chat_cost(chat.messages) + chat_cost(chat.tools);
-}
-
-int64_t tokenize_cost(const tokenize_request_input& in) {
-  if (const auto* t = std::get_if<std::string>(&in.input))
-    return static_cast<int64_t>(t->size()) + 1;
-  const auto& chat = std::get<chat_input>(in.input);
-  return chat_cost(chat.messages) + chat_cost(chat.tools);
-}
 
 // Bounds on rendering a request's own chat template (the model's own renders without a step
 // bound): far above what a chat template needs for a whole context (hundreds of steps per message;
@@ -200,21 +172,21 @@ void tokenizer_actor::on_failure(const std::string& what) {
   if (!in_hand_) return;
   // Answered before the stream was handed out: the request is closed here, nothing else has it.
   if (in_hand_->complete(error{"internal_error", "tokenization failed: " + what}))
-    (void)p_->intake_ref.tell(request_closed{in_hand_id_});
+    (void)to_.intake.tell(request_closed{in_hand_id_});
   in_hand_.reset();
 }
 
 void tokenizer_actor::handle(encode_text& m) {
   lower_thread_priority_once();
-  load_guard g{p_.get(), index_, m.cost};
-  p_->fault_point("tokenizer", "encode_text");
+  load_guard g{to_.pool.get(), index_, m.cost};
+  shared_->fault_point("tokenizer", "encode_text");
   m.reply->complete(enc_->encode_input(m.input));
 }
 
 void tokenizer_actor::handle(decode_ids& m) {
   lower_thread_priority_once();
-  load_guard g{p_.get(), index_, m.cost};
-  p_->fault_point("tokenizer", "decode_ids");
+  load_guard g{to_.pool.get(), index_, m.cost};
+  shared_->fault_point("tokenizer", "decode_ids");
   m.reply->complete(enc_->decode(m.ids));
 }
 
@@ -223,13 +195,13 @@ asio::awaitable<void> tokenizer_actor::handle(tokenize_request& m) {
   const uint64_t rid = m.request_id;
   in_hand_ = m.reply;
   in_hand_id_ = rid;
-  load_guard g{p_.get(), index_, m.cost};
-  p_->fault_point("tokenizer", "tokenize_request");
+  load_guard g{to_.pool.get(), index_, m.cost};
+  shared_->fault_point("tokenizer", "tokenize_request");
   sampling_params params = m.request.params;
   auto ids = enc_->encode(m.request, params);
   auto reject = [&](error e) {
     m.reply->complete(std::move(e));
-    (void)p_->intake_ref.tell(request_closed{rid});
+    (void)to_.intake.tell(request_closed{rid});
     in_hand_.reset();
   };
   if (!ids.ok()) {
@@ -237,10 +209,10 @@ asio::awaitable<void> tokenizer_actor::handle(tokenize_request& m) {
     co_return;
   }
   // Admission by queued prompt tokens (one request is always admitted when none waits).
-  const int64_t waiting = p_->metrics.waiting_tokens.load(std::memory_order_relaxed);
-  if (p_->max_waiting_tokens > 0 && waiting > 0 &&
-      waiting + static_cast<int64_t>(ids->size()) > p_->max_waiting_tokens) {
-    p_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
+  const int64_t waiting = shared_->metrics.waiting_tokens.load(std::memory_order_relaxed);
+  if (max_waiting_tokens_ > 0 && waiting > 0 &&
+      waiting + static_cast<int64_t>(ids->size()) > max_waiting_tokens_) {
+    shared_->metrics.rejected.fetch_add(1, std::memory_order_relaxed);
     reject(error{"queue_full",
                  "too many prompt tokens waiting (" + std::to_string(waiting) + "); retry later"});
     co_return;
@@ -258,16 +230,16 @@ asio::awaitable<void> tokenizer_actor::handle(tokenize_request& m) {
   m.stream->set_prompt(*ids, std::move(prompt_text));
   open_stream os{rid, m.stream, params, m.request.return_logits, m.request.return_token_text};
   in_hand_.reset();  // from here on the streamer holds the request
-  if (co_await p_->streamer_ref.send(std::move(os), rid) != rt::send_status::ok) {
+  if (co_await to_.streamer.send(std::move(os), rid) != rt::send_status::ok) {
     m.reply->complete(error{"engine_down", "the engine is stopping"});
     co_return;
   }
   add_request add{rid,     std::move(*ids), params, m.request.priority, m.stream->submitted(),
                   m.stream};
-  if (co_await p_->scheduler_ref.send(std::move(add), rid) != rt::send_status::ok) {
+  if (co_await to_.scheduler.send(std::move(add), rid) != rt::send_status::ok) {
     m.reply->complete(error{"engine_down", "the engine is stopping"});
     // The streamer holds the stream: it drops it and closes the request.
-    (void)p_->streamer_ref.tell(end_request{rid, finish_reason::error, "the engine is stopping"});
+    (void)to_.streamer.tell(end_request{rid, finish_reason::error, "the engine is stopping"});
     co_return;
   }
   m.reply->complete(std::shared_ptr<request_stream>(m.stream));

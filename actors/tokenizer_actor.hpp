@@ -6,6 +6,9 @@
 // the client always finds it); an invalid one is answered with "invalid_request" (error::param
 // names the field) and never queued.
 //
+// Sends to: the streamer (open_stream, end_request), the scheduler (add_request), intake
+// (request_closed).
+//
 // Threads: the tokenizer and the template are shared read-only by the pool (both are thread-safe
 // for concurrent use); each actor's own state is touched only by its handlers.
 #pragma once
@@ -15,7 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/pipeline.hpp"
+#include "actors/engine_shared.hpp"
+#include "actors/intake_messages.hpp"
+#include "actors/scheduler_messages.hpp"
+#include "actors/streamer_messages.hpp"
 #include "actors/tokenizer_messages.hpp"
 #include "model/text/jinja/chat_template.hpp"
 #include "model/text/tokenizer/tokenizer.hpp"
@@ -45,16 +51,25 @@ struct prompt_encoder {
   result<std::string> decode(const std::vector<int32_t>& ids) const;
 };
 
-// What a request costs a tokenizer (for pick_tokenizer): about its input's bytes.
-int64_t tokenize_cost(const generate_request& req);
-int64_t tokenize_cost(const tokenize_request_input& in);
-
 class tokenizer_actor {
  public:
-  using messages = rt::message_list<tokenize_request, encode_text, decode_ids>;
+  using messages = tokenizer_protocol::messages;
 
-  tokenizer_actor(std::shared_ptr<pipeline> p, const prompt_encoder* enc, size_t index)
-      : p_(std::move(p)), enc_(enc), index_(index) {}
+  struct links {
+    rt::actor_ref<streamer_protocol> streamer;
+    rt::actor_ref<scheduler_protocol> scheduler;
+    rt::actor_ref<intake_protocol> intake;
+    std::shared_ptr<tokenizer_pool> pool;  // this actor's load is given back there
+  };
+  // Actor `index` of the pool. A request whose prompt would take the prompt tokens waiting past
+  // max_waiting_tokens (0: no limit) is refused with "queue_full".
+  tokenizer_actor(std::shared_ptr<engine_shared> shared, links to, const prompt_encoder* enc,
+                  size_t index, int64_t max_waiting_tokens)
+      : shared_(std::move(shared)),
+        to_(std::move(to)),
+        enc_(enc),
+        index_(index),
+        max_waiting_tokens_(max_waiting_tokens) {}
   asio::awaitable<void> handle(tokenize_request& m);
   void handle(encode_text& m);
   void handle(decode_ids& m);
@@ -62,9 +77,11 @@ class tokenizer_actor {
   void on_failure(const std::string& what);
 
  private:
-  std::shared_ptr<pipeline> p_;
+  std::shared_ptr<engine_shared> shared_;
+  links to_;
   const prompt_encoder* enc_;
   size_t index_;
+  int64_t max_waiting_tokens_;
   submit_reply in_hand_;
   uint64_t in_hand_id_ = 0;
 };

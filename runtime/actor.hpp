@@ -1,4 +1,8 @@
-// actor_ref<B>: a typed, copyable handle to an actor; the only way to reach its state.
+// actor_ref<P>: a typed, copyable handle to an actor; the only way to reach its state. P is the
+// actor's protocol — any type with `using messages = message_list<...>` — either a protocol struct
+// a sender can include without the actor's implementation, or the behavior class itself (which
+// names its protocol's list). Refs of two types with the same message list convert into each
+// other: they address the same kind of mailbox.
 //
 //   ref.tell(msg)                  fire and forget; returns send_status (ok / full / closed)
 //   co_await ref.send(msg)         like tell, but waits for mailbox space instead of `full`
@@ -19,6 +23,7 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <chrono>
+#include <concepts>
 #include <future>
 #include <memory>
 #include <utility>
@@ -29,17 +34,24 @@ namespace coserve::rt {
 
 class system;
 
-template <class B>
+template <class P>
 class actor_ref {
  public:
+  using messages = typename P::messages;
+  using cell_type = mailbox_cell<messages>;
+
   actor_ref() = default;
-  explicit actor_ref(std::shared_ptr<actor_cell<B>> cell) : cell_(std::move(cell)) {}
+  explicit actor_ref(std::shared_ptr<cell_type> cell) : cell_(std::move(cell)) {}
+  template <class Q>
+  requires std::same_as<typename Q::messages, messages> actor_ref(const actor_ref<Q>& other)
+      : cell_(other.cell_ptr()) {}  // NOLINT(implicit)
 
   explicit operator bool() const noexcept { return static_cast<bool>(cell_); }
   const std::string& name() const noexcept { return cell_->name(); }
   std::size_t queued() const noexcept { return cell_->queued(); }
   const asio::any_io_executor& executor() const noexcept { return cell_->executor(); }
-  actor_cell<B>& cell() const noexcept { return *cell_; }
+  cell_type& cell() const noexcept { return *cell_; }
+  const std::shared_ptr<cell_type>& cell_ptr() const noexcept { return cell_; }
 
   // Any thread. `request_id` overrides a message's own request_id member in traces.
   template <class M>
@@ -53,7 +65,7 @@ class actor_ref {
   template <class M>
   send_status try_tell(M& msg, uint64_t request_id = 0) const {
     static_assert(!has_reply<M>, "messages with a reply_type are sent with ask()");
-    typename actor_cell<B>::env_variant v(make_env(std::move(msg), request_id));
+    typename cell_type::env_variant v(make_env(std::move(msg), request_id));
     const send_status s = cell_->push(std::move(v));
     if (s != send_status::ok) msg = std::move(std::get<envelope<M>>(v).msg);
     return s;
@@ -67,7 +79,7 @@ class actor_ref {
     using T = std::remove_cvref_t<M>;
     static_assert(!has_reply<T>, "messages with a reply_type are sent with ask()");
     return send_variant(
-        typename actor_cell<B>::env_variant(make_env(T(std::forward<M>(msg)), request_id)));
+        typename cell_type::env_variant(make_env(T(std::forward<M>(msg)), request_id)));
   }
 
   template <class M>
@@ -99,7 +111,7 @@ class actor_ref {
   }
 
  private:
-  template <class V>  // actor_cell<B>::env_variant; a template so B may be incomplete here
+  template <class V>  // cell_type::env_variant
   asio::awaitable<send_status> send_variant(V v) const {
     for (;;) {
       // push moves from v only when it succeeds.
@@ -167,7 +179,7 @@ class actor_ref {
     return envelope<M>{std::move(msg), cell_->now_ns(), id, {}};
   }
 
-  std::shared_ptr<actor_cell<B>> cell_;
+  std::shared_ptr<cell_type> cell_;
 };
 
 // What a behavior may keep to reach its own actor and the system; passed to an optional

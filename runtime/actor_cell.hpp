@@ -181,30 +181,20 @@ class cell_base {
   std::vector<std::pair<asio::any_io_executor, std::function<void()>>> drain_waiters_;
 };
 
-// ---- the typed cell ----------------------------------------------------------------------------
+// ---- the mailbox of one protocol
+// -----------------------------------------------------------------
 
-template <class B>
-class actor_cell final : public cell_base {
+// What a sender needs of an actor: its mailbox of one message list (the actor's protocol), and the
+// scheduling handoff. actor_ref<P> holds this, so a sender names the messages it may send, never
+// the receiver's implementation. The typed cell below derives from it.
+template <class Messages>
+class mailbox_cell : public cell_base {
  public:
-  using behavior = B;
-  using env_variant = typename envelope_variant<typename B::messages>::type;
-  using factory = std::function<std::unique_ptr<B>()>;
-  using start_hook = std::function<void(B&)>;
+  using env_variant = typename envelope_variant<Messages>::type;
 
-  actor_cell(spawn_options opts, tracer& tr, asio::any_io_executor ex, factory make,
-             start_hook on_start)
+  mailbox_cell(spawn_options opts, tracer& tr, asio::any_io_executor ex)
       : cell_base(std::move(opts), tr, std::move(ex)),
-        mailbox_(opts_.mailbox_capacity, opts_.mailbox_release_chunk_bytes),
-        make_(std::move(make)),
-        on_start_(std::move(on_start)) {}
-
-  void set_start_hook(start_hook hook) { on_start_ = std::move(hook); }
-
-  // Builds the behavior. Called once by spawn before the reference is handed out.
-  void start() {
-    behavior_ = make_();
-    if (on_start_) on_start_(*behavior_);
-  }
+        mailbox_(opts_.mailbox_capacity, opts_.mailbox_release_chunk_bytes) {}
 
   // Producer side, any thread. On `full`/`closed` the value is not moved from.
   send_status push(env_variant&& v) {
@@ -221,13 +211,9 @@ class actor_cell final : public cell_base {
   mailbox<env_variant>& box() noexcept { return mailbox_; }
   int64_t now_ns() const noexcept { return tracer_.now_ns(); }
 
-  void close() noexcept override {
-    mailbox_.close();
-    notify();  // a closed, empty, idle actor must still report drained
-  }
   std::size_t queued() const noexcept override { return mailbox_.size_approx(); }
 
- private:
+ protected:
   // Handoff between senders and the running actor, without fences: both sides use acq_rel RMWs
   // on scheduled_. If a sender's exchange reads `true`, it precedes the actor's exchange(false) in
   // scheduled_'s modification order, so that exchange synchronizes with it and the actor's next
@@ -235,9 +221,69 @@ class actor_cell final : public cell_base {
   void notify() {
     if (!scheduled_.exchange(true, std::memory_order_acq_rel)) schedule();
   }
+  // Posts one run of the actor to its executor (the typed cell's consumer loop).
+  virtual void schedule() = 0;
 
-  void schedule() {
+  mailbox<env_variant> mailbox_;
+};
+
+// ---- the typed cell ----------------------------------------------------------------------------
+
+template <class B>
+class actor_cell final : public mailbox_cell<typename B::messages> {
+  using base = mailbox_cell<typename B::messages>;
+  using base::allow_restart;
+  using base::ex_;
+  using base::failed_stop_;
+  using base::mailbox_;
+  using base::opts_;
+  using base::scheduled_;
+  using base::trace_id_;
+  using base::tracer_;
+
+ public:
+  using behavior = B;
+  using env_variant = typename base::env_variant;
+  using factory = std::function<std::unique_ptr<B>()>;
+  using start_hook = std::function<void(B&)>;
+
+  // A cell without a behavior yet: messages sent to it wait in its mailbox until start(). Actors
+  // that send to each other in a circle are all reserved first, then started (supervisor::reserve).
+  actor_cell(spawn_options opts, tracer& tr, asio::any_io_executor ex)
+      : base(std::move(opts), tr, std::move(ex)) {
+    // Held "scheduled" until start(): a send only queues.
+    scheduled_.store(true, std::memory_order_relaxed);
+  }
+
+  void set_start_hook(start_hook hook) { on_start_ = std::move(hook); }
+
+  // Builds the behavior from `make` (kept for restarts) and lets the actor handle what its mailbox
+  // holds. Called once, by the supervisor, before the behavior can receive anything.
+  void start(factory make) {
+    make_ = std::move(make);
+    build();
+    started_.store(true, std::memory_order_release);
+    schedule();  // releases the hold taken at construction: run() handles what queued
+  }
+
+  void close() noexcept override {
+    mailbox_.close();
+    if (!started_.load(std::memory_order_acquire)) {
+      // Never started: nothing will ever run, so it is drained now.
+      base::signal_drained();
+      return;
+    }
+    this->notify();  // a closed, empty, idle actor must still report drained
+  }
+
+ private:
+  void schedule() override {
     asio::post(ex_, [this] { run(); });
+  }
+
+  void build() {
+    behavior_ = make_();
+    if (on_start_) on_start_(*behavior_);
   }
 
   // Consumer side: runs on the actor's executor, never concurrently with itself.
@@ -269,8 +315,12 @@ class actor_cell final : public cell_base {
       // but has not published it yet notifies us after publishing, so waiting idle is safe):
       // the behavior is released on this thread, then waiters run.
       if (!scheduled_.exchange(true, std::memory_order_acq_rel)) {
+        // The factory and the start hook go too: they may hold references to other actors, which
+        // hold references back (a circle of actors is released once each is drained).
         behavior_.reset();
-        signal_drained();
+        make_ = nullptr;
+        on_start_ = nullptr;
+        this->signal_drained();
       }
     }
   }
@@ -426,7 +476,7 @@ class actor_cell final : public cell_base {
       std::fprintf(stderr, "[coserve] restarting actor '%s'\n", opts_.name.c_str());
       behavior_.reset();
       try {
-        start();
+        build();
         return;
       } catch (...) {
         what += " (restart failed)";
@@ -438,10 +488,10 @@ class actor_cell final : public cell_base {
     if (opts_.on_stopped) opts_.on_stopped(opts_.name, what);
   }
 
-  mailbox<env_variant> mailbox_;
   factory make_;
   start_hook on_start_;
-  std::unique_ptr<B> behavior_;  // touched only on the actor's executor once started
+  std::unique_ptr<B> behavior_;       // touched only on the actor's executor once started
+  std::atomic<bool> started_{false};  // set by start(), before the actor can run
 };
 
 }  // namespace coserve::rt

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -67,7 +68,22 @@ class supervisor {
 
   // For behaviors built from move-only parts: `make` runs at spawn and on each restart.
   template <class B>
-  actor_ref<B> spawn_factory(spawn_options opts, std::function<std::unique_ptr<B>()> make);
+  actor_ref<B> spawn_factory(spawn_options opts, std::function<std::unique_ptr<B>()> make) {
+    actor_ref<B> ref = reserve<B>(std::move(opts));
+    start(ref, std::move(make));
+    return ref;
+  }
+
+  // Two-phase spawn, for actors that send to each other in a circle: reserve() makes the actor's
+  // mailbox (and its thread) and hands out its reference before any behavior exists; what is sent
+  // to it waits in the mailbox until start(ref, make) builds the behavior. Order: actors stop in
+  // reverse reserve order. One reserved and never started counts as drained when stopped.
+  template <class B>
+  actor_ref<B> reserve(spawn_options opts);
+  // `ref` must come from reserve<B>; throws std::logic_error otherwise (a null reference too).
+  template <class B>
+  void start(const actor_ref<B>& ref,
+             std::type_identity_t<std::function<std::unique_ptr<B>()>> make);
 
   // Reverse spawn order; each actor is closed and drained before the previous one is stopped.
   void stop();
@@ -118,16 +134,14 @@ class system {
 };
 
 template <class B>
-actor_ref<B> supervisor::spawn_factory(spawn_options opts,
-                                       std::function<std::unique_ptr<B>()> make) {
+actor_ref<B> supervisor::reserve(spawn_options opts) {
   child c;
   asio::any_io_executor ex = sys_.executor();
   if (opts.dedicated_thread) {
     c.thread = std::make_unique<dedicated_thread>(opts.name);
     ex = c.thread->executor();
   }
-  auto cell = std::make_shared<actor_cell<B>>(std::move(opts), sys_.trace(), ex, std::move(make),
-                                              typename actor_cell<B>::start_hook{});
+  auto cell = std::make_shared<actor_cell<B>>(std::move(opts), sys_.trace(), ex);
   if constexpr (has_on_start<B>) {
     std::weak_ptr<actor_cell<B>> weak = cell;
     system* sys = &sys_;
@@ -136,13 +150,21 @@ actor_ref<B> supervisor::spawn_factory(spawn_options opts,
       b.on_start(ctx);
     });
   }
-  cell->start();
   c.cell = cell;
   {
     std::lock_guard lock(mu_);
     children_.push_back(std::move(c));
   }
   return actor_ref<B>(std::move(cell));
+}
+
+template <class B>
+void supervisor::start(const actor_ref<B>& ref,
+                       std::type_identity_t<std::function<std::unique_ptr<B>()>> make) {
+  auto* cell = ref ? dynamic_cast<actor_cell<B>*>(&ref.cell()) : nullptr;
+  if (cell == nullptr)
+    throw std::logic_error("supervisor::start: not a reserved actor of this behavior");
+  cell->start(std::move(make));
 }
 
 }  // namespace coserve::rt

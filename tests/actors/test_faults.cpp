@@ -414,7 +414,7 @@ TEST_CASE("faults: a handler that throws ends what its actor held and restartabl
       {"intake", "submit_request", true}, {"tokenizer", "tokenize_request", true},
       {"streamer", "token_batch", true},  {"streamer", "open_stream", true},
       {"scheduler", "step_done", false},  {"scheduler", "add_request", false},
-      {"kv_allocator", "kv_step", false}, {"executor", "execute_step", false},
+      {"kv_allocator", "kv_step", false}, {"executor", "run_step", false},
   };
   const auto reqs = requests(6, 11);
   const auto ref = reference({reqs[0]});

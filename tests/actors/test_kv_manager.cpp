@@ -19,7 +19,8 @@ draft_entry admit(step_draft& d, seq_id_t id, std::vector<int32_t> prompt, int32
   new_seq ns;
   ns.seq_id = id;
   ns.prompt_ids = prompt;
-  e.announce = ns;
+  e.announce = static_cast<int32_t>(d.announcements.size());
+  d.announcements.push_back(ns);
   e.append_begin = static_cast<uint32_t>(d.appended.size());
   e.append_count = static_cast<uint32_t>(prompt.size());
   d.appended.insert(d.appended.end(), prompt.begin(), prompt.end());

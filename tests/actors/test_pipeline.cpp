@@ -253,6 +253,49 @@ TEST_CASE(
   std::filesystem::remove(trace_file);
 }
 
+TEST_CASE("pipeline: a decode step's messages are kv_step, run_step, step_done and token_batch",
+          "[actors][pipeline][trace]") {
+  COSERVE_SKIP_UNLESS_EXISTS(default_tokenizer());
+  engine_config cfg = small_config();
+  cfg.num_kv_blocks = 400;
+  auto eng = engine::start(cfg);
+  REQUIRE(eng);
+  auto reqs = random_requests(1, 77, 8, 1);
+  reqs[0].params.max_tokens = 48;
+  const auto got = run_all(**eng, reqs, true);
+  REQUIRE(got[0].tokens.size() == 48);
+  rt::tracer* tr = (*eng)->tracer();
+  (*eng)->stop();  // quiescent: queries are exact
+  const size_t steps = tr->spans_of_actor("executor steps").size();
+  REQUIRE(steps >= 48);
+  // Messages handled (spans the runtime records per message; the per-request copies carry the
+  // request's id) by the four actors a step passes through.
+  std::map<std::string, size_t> handled;
+  for (const char* actor : {"kv_allocator", "executor", "scheduler", "streamer"})
+    for (const auto& sp : tr->spans_of_actor(actor))
+      if (sp.request_id == 0 && std::string(sp.message) != "plan_step")  // plan_step: a draft
+        ++handled[std::string(actor) + "/" + sp.message];
+  std::string counts;
+  for (const auto& [key, n] : handled) counts += key + ": " + std::to_string(n) + "; ";
+  INFO(counts << steps << " steps");
+  // The request's arrival (add_request, open_stream) carries its id: not counted here. Nothing but
+  // these four crosses a mailbox for a step; besides one of each per step come the first step's
+  // allocation, the last step's releases and drops, and an allocation returned on its own when a
+  // plan reached the executor after the step before it had ended.
+  size_t total = 0;
+  for (const auto& [key, n] : handled) {
+    CAPTURE(key, n, steps);
+    const bool per_step = key == "kv_allocator/kv_step" || key == "executor/run_step" ||
+                          key == "scheduler/step_done" || key == "streamer/token_batch";
+    CHECK(per_step);
+    total += n;
+  }
+  CHECK(handled["streamer/token_batch"] == 48);
+  CHECK(handled["kv_allocator/kv_step"] <= steps + 2);
+  CHECK(handled["executor/run_step"] <= steps + 2);
+  CHECK(total <= 4 * steps + steps / 4 + 6);
+}
+
 TEST_CASE("pipeline: CPU KV cache sized from memory", "[actors][pipeline]") {
   model_config m;
   m.num_hidden_layers = 16;

@@ -11,7 +11,7 @@
 #include <set>
 
 #include "actors/engine.hpp"
-#include "actors/pipeline.hpp"
+#include "actors/sequence.hpp"
 #include "tests/actors/pipeline_util.hpp"
 
 using namespace coserve;
