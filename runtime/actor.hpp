@@ -24,6 +24,7 @@
 #include <asio/use_awaitable.hpp>
 #include <chrono>
 #include <concepts>
+#include <type_traits>
 #include <future>
 #include <memory>
 #include <utility>
@@ -34,30 +35,35 @@ namespace coserve::rt {
 
 class system;
 
+// P may be incomplete where an actor_ref<P> is declared (a message that carries a reference to its
+// own receiver's kind); it must be complete where the reference is used.
 template <class P>
 class actor_ref {
  public:
-  using messages = typename P::messages;
-  using cell_type = mailbox_cell<messages>;
-
   actor_ref() = default;
-  explicit actor_ref(std::shared_ptr<cell_type> cell) : cell_(std::move(cell)) {}
+  // `cell` is a mailbox_cell of P's messages (an actor_cell of a behavior speaking P).
+  template <class Cell>
+  explicit actor_ref(std::shared_ptr<Cell> cell) : cell_(std::move(cell)) {
+    static_assert(std::is_base_of_v<mailbox_cell<typename P::messages>, Cell>,
+                  "the actor's mailbox does not take this protocol's messages");
+  }
   template <class Q>
-  requires std::same_as<typename Q::messages, messages> actor_ref(const actor_ref<Q>& other)
+  requires std::same_as<typename Q::messages, typename P::messages> actor_ref(
+      const actor_ref<Q>& other)
       : cell_(other.cell_ptr()) {}  // NOLINT(implicit)
 
   explicit operator bool() const noexcept { return static_cast<bool>(cell_); }
   const std::string& name() const noexcept { return cell_->name(); }
   std::size_t queued() const noexcept { return cell_->queued(); }
   const asio::any_io_executor& executor() const noexcept { return cell_->executor(); }
-  cell_type& cell() const noexcept { return *cell_; }
-  const std::shared_ptr<cell_type>& cell_ptr() const noexcept { return cell_; }
+  auto& cell() const noexcept { return static_cast<mailbox_cell<typename P::messages>&>(*cell_); }
+  const std::shared_ptr<cell_base>& cell_ptr() const noexcept { return cell_; }
 
   // Any thread. `request_id` overrides a message's own request_id member in traces.
   template <class M>
   send_status tell(M msg, uint64_t request_id = 0) const {
     static_assert(!has_reply<M>, "messages with a reply_type are sent with ask()");
-    return cell_->push(make_env(std::move(msg), request_id));
+    return cell().push(make_env(std::move(msg), request_id));
   }
 
   // Like tell, but `msg` is moved from only when the send succeeds (a full mailbox leaves it
@@ -65,8 +71,9 @@ class actor_ref {
   template <class M>
   send_status try_tell(M& msg, uint64_t request_id = 0) const {
     static_assert(!has_reply<M>, "messages with a reply_type are sent with ask()");
-    typename cell_type::env_variant v(make_env(std::move(msg), request_id));
-    const send_status s = cell_->push(std::move(v));
+    typename mailbox_cell<typename P::messages>::env_variant v(
+        make_env(std::move(msg), request_id));
+    const send_status s = cell().push(std::move(v));
     if (s != send_status::ok) msg = std::move(std::get<envelope<M>>(v).msg);
     return s;
   }
@@ -78,8 +85,8 @@ class actor_ref {
   asio::awaitable<send_status> send(M&& msg, uint64_t request_id = 0) const {
     using T = std::remove_cvref_t<M>;
     static_assert(!has_reply<T>, "messages with a reply_type are sent with ask()");
-    return send_variant(
-        typename cell_type::env_variant(make_env(T(std::forward<M>(msg)), request_id)));
+    return send_variant(typename mailbox_cell<typename P::messages>::env_variant(
+        make_env(T(std::forward<M>(msg)), request_id)));
   }
 
   template <class M>
@@ -101,8 +108,8 @@ class actor_ref {
     auto st = std::make_shared<reply_state<R>>(
         [promise](result<R> r) { promise->set_value(std::move(r)); });
     const uint64_t id = pick_id(msg, request_id);
-    envelope<M> env{std::move(msg), cell_->now_ns(), id, st};
-    const send_status s = cell_->push(std::move(env));
+    envelope<M> env{std::move(msg), cell().now_ns(), id, st};
+    const send_status s = cell().push(std::move(env));
     if (s != send_status::ok)
       st->complete(make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
     if (future.wait_for(timeout) == std::future_status::timeout)
@@ -111,17 +118,17 @@ class actor_ref {
   }
 
  private:
-  template <class V>  // cell_type::env_variant
+  template <class V>  // mailbox_cell<P::messages>::env_variant
   asio::awaitable<send_status> send_variant(V v) const {
     for (;;) {
       // push moves from v only when it succeeds.
-      const send_status s = cell_->push(std::move(v));
+      const send_status s = cell().push(std::move(v));
       if (s != send_status::full) co_return s;
       auto ex = co_await asio::this_coro::executor;
       co_await asio::async_initiate<decltype(asio::use_awaitable), void()>(
           [&](auto handler) {
             auto h = std::make_shared<decltype(handler)>(std::move(handler));
-            cell_->box().wait_for_space(ex, [h]() mutable { (*h)(); });
+            cell().box().wait_for_space(ex, [h]() mutable { (*h)(); });
           },
           asio::use_awaitable);
     }
@@ -159,9 +166,9 @@ class actor_ref {
           timer->async_wait([st](const asio::error_code& ec) {
             if (!ec) st->complete(make_error("timeout", "no reply before the timeout"));
           });
-          env.enqueue_ns = cell_->now_ns();
+          env.enqueue_ns = cell().now_ns();
           env.reply = st;
-          const send_status s = cell_->push(std::move(env));
+          const send_status s = cell().push(std::move(env));
           if (s != send_status::ok)
             st->complete(
                 make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
@@ -176,10 +183,10 @@ class actor_ref {
   template <class M>
   envelope<M> make_env(M&& msg, uint64_t request_id) const {
     const uint64_t id = pick_id(msg, request_id);
-    return envelope<M>{std::move(msg), cell_->now_ns(), id, {}};
+    return envelope<M>{std::move(msg), cell().now_ns(), id, {}};
   }
 
-  std::shared_ptr<cell_type> cell_;
+  std::shared_ptr<cell_base> cell_;
 };
 
 // What a behavior may keep to reach its own actor and the system; passed to an optional
