@@ -6,8 +6,9 @@
 // actor's mailbox depth and busy time over a recent window, and the per-actor timelines of the
 // last requests, all read from the actors' trace.
 //
-// Threads: status_history's members may be called from any thread; its sampler thread calls the
-// source function given to start() (which must be safe there) until stop() returns.
+// Threads: status_history's members may be called from any thread; start() takes the first sample
+// on the calling thread, then its sampler thread calls the source function given to start() (which
+// must be safe there) until stop() returns.
 #pragma once
 
 #include <chrono>
@@ -44,7 +45,7 @@ class status_history {
   status_history(const status_history&) = delete;
   status_history& operator=(const status_history&) = delete;
 
-  // Starts sampling `source` once a period (the first sample at once). Once.
+  // Starts sampling `source` once a period (the first sample before it returns). Once.
   void start(std::function<engine_metrics()> source);
   // Stops and joins the sampler. Idempotent.
   void stop();
