@@ -1,75 +1,57 @@
 // The chat run /v1/responses and /v1/messages share: a dialect request translated, validated and
-// submitted (start_dialect), its one sample's output split into reasoning, content and tool calls
-// as it streams (drain_chat, the same parsers as /v1/chat/completions), with the client watched
-// (pump_chat) or collected whole (collect_chat); and the input-token count of either dialect's
-// request (count_input_tokens).
-#include <asio/experimental/awaitable_operators.hpp>
-#include <chrono>
-#include <functional>
+// submitted (start_dialect), its one sample handed on as reasoning, content and tool calls
+// (dialect_sink, over the split every chat answer uses), and the input-token count of either
+// dialect's request (count_input_tokens).
+#include "http/chat_run.hpp"
+
+#include <algorithm>
 
 #include "http/dialects.hpp"
 #include "http/openai_api.hpp"
-#include "http/reasoning.hpp"
-#include "http/tool_calls.hpp"
+#include "http/request_fields.hpp"
 
 namespace coserve::http {
 
-using namespace asio::experimental::awaitable_operators;
 using json::value;
 
-asio::awaitable<openai_api::chat_outcome> openai_api::drain_chat(request_stream& s,
-                                                                 const openai_request& r,
-                                                                 const chat_sink& sink) {
-  chat_outcome out;
-  out.prompt_tokens = static_cast<int64_t>(s.prompt_ids().size());
-  std::optional<reasoning_stream> rs;
-  if (reasoning_) rs.emplace(*reasoning_);
-  tool_stream ts(r.tools, limits_.tool_call_parser, r.tool_name);
-  bool ok = true;
-  while (auto ev = co_await s.next()) {
-    out.completion_tokens = ev->completion_tokens;
-    out.cached_tokens = std::max<int64_t>(out.cached_tokens, ev->cached_prompt_tokens);
-    if (!ok) continue;  // the client is gone: drain (the engine ends the stream)
-    if (ev->finish == finish_reason::error) {
-      out.error = ev->error_message.empty() ? "engine failure" : ev->error_message;
-      out.finish = finish_reason::error;
-      continue;
-    }
-    const bool last = ev->finish != finish_reason::none;
-    std::string text = ev->text;
-    if (rs) {
-      reasoning_split part = rs->push(text);
-      if (last) {
-        reasoning_split rest = rs->finish();
-        part.reasoning += rest.reasoning;
-        part.content += rest.content;
-      }
-      if (!part.reasoning.empty()) ok = co_await sink.reasoning(part.reasoning);
-      text = std::move(part.content);
-    }
-    std::string content = ts.push(text);
-    if (ok && !content.empty()) ok = co_await sink.content(content);
-    if (ok && last) {
-      tool_stream::final_part fin = ts.finish();
-      if (!fin.content.empty()) ok = co_await sink.content(fin.content);
-      for (const tool_call& c : fin.calls) {
-        if (!ok) break;
-        ok = co_await sink.call(c);
-      }
-      out.tool_calls = !fin.calls.empty();
-      out.finish = ev->finish;
-      out.stop_reason = ev->stop_reason;
-    }
-    if (!ok) s.cancel();
-  }
-  co_return out;
+void dialect_sink::count(const output_event& ev) {
+  outcome_.completion_tokens = ev.completion_tokens;
+  outcome_.cached_tokens = std::max<int64_t>(outcome_.cached_tokens, ev.cached_prompt_tokens);
+}
+
+asio::awaitable<bool> dialect_sink::prompt_begins(size_t, request_stream& s) {
+  outcome_.prompt_tokens = static_cast<int64_t>(s.prompt_ids().size());
+  co_return true;
+}
+
+asio::awaitable<bool> dialect_sink::event(const choice_event& e) {
+  count(e.ev);
+  const output_part& part = e.part;
+  if (!part.reasoning.empty() && !co_await reasoning(part.reasoning)) co_return false;
+  if (!part.content.empty() && !co_await content(part.content)) co_return false;
+  if (!e.last) co_return true;
+  if (!part.held_content.empty() && !co_await content(part.held_content)) co_return false;
+  for (const tool_call& c : part.calls)
+    if (!co_await call(c)) co_return false;
+  outcome_.tool_calls = !part.calls.empty();
+  outcome_.finish = e.ev.finish;
+  outcome_.stop_reason = e.ev.stop_reason;
+  co_return true;
+}
+
+asio::awaitable<void> dialect_sink::failure(const choice_event& e, const std::string& message) {
+  count(e.ev);
+  outcome_.error = message;
+  outcome_.finish = finish_reason::error;
+  co_await failed(message);
 }
 
 std::variant<openai_request, api_error> openai_api::parse_dialect(
     const value& body, const dialect_rules& rules) const {
   auto chat = rules.translate(body);
   if (auto* e = std::get_if<api_error>(&chat)) return *e;
-  if (const value* m = body.find("model"); m && m->is_string()) std::get<value>(chat)["model"] = *m;
+  if (const value* m = find_field(body, "model"); m && m->is_string())
+    std::get<value>(chat)["model"] = *m;
   auto pr = parse_openai_request(json::dump(std::get<value>(chat)), true, limits_);
   if (auto* e = std::get_if<api_error>(&pr)) e->param = rules.param(e->param);
   return pr;
@@ -122,7 +104,7 @@ asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response
   value body = std::move(std::get<value>(parsed));
   // Nothing is generated: Anthropic's count body has no max_tokens, which the translation needs,
   // and a stream flag changes nothing.
-  if (const value* mt = body.find("max_tokens"); anthropic && (!mt || mt->is_null()))
+  if (const value* mt = find_field(body, "max_tokens"); anthropic && (!mt || mt->is_null()))
     body["max_tokens"] = value(int64_t{1});
   body["stream"] = value(false);
   const dialect_rules rules =
@@ -148,38 +130,6 @@ asio::awaitable<void> openai_api::count_input_tokens(http_request& req, response
   std::string text;
   json::dump_compact(out, text);
   co_await respond_json(w, 200, text);
-}
-
-asio::awaitable<openai_api::collected_chat> openai_api::collect_chat(dialect_run& run,
-                                                                     response_writer& w) {
-  collected_chat out;
-  chat_sink sink;
-  sink.reasoning = [&](const std::string& t) -> asio::awaitable<bool> {
-    out.reasoning += t;
-    co_return true;
-  };
-  sink.content = [&](const std::string& t) -> asio::awaitable<bool> {
-    out.text += t;
-    co_return true;
-  };
-  sink.call = [&](const tool_call& c) -> asio::awaitable<bool> {
-    out.calls.push_back(c);
-    co_return true;
-  };
-  out.outcome = co_await pump_chat(run, sink, w);
-  co_return out;
-}
-
-asio::awaitable<openai_api::chat_outcome> openai_api::pump_chat(dialect_run& run,
-                                                                const chat_sink& sink,
-                                                                response_writer& w) {
-  chat_outcome o;
-  auto go = [&]() -> asio::awaitable<void> { o = co_await drain_chat(*run.s, run.r, sink); };
-  auto watch = [&]() -> asio::awaitable<void> {
-    if (co_await w.wait_disconnect()) run.s->cancel();
-  };
-  co_await (go() || watch());
-  co_return o;
 }
 
 }  // namespace coserve::http

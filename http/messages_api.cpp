@@ -1,170 +1,140 @@
 // POST /v1/messages (Anthropic Messages API): the translated chat request's output as a message
 // with thinking, text and tool_use blocks, or as message_* / content_block_* events; errors in
 // Anthropic's shape.
-#include <asio/experimental/awaitable_operators.hpp>
-#include <chrono>
-#include <functional>
+#include <asio/this_coro.hpp>
 
+#include "http/chat_run.hpp"
 #include "http/dialects.hpp"
 #include "http/openai_api.hpp"
-#include "http/reasoning.hpp"
-#include "http/tool_calls.hpp"
+#include "http/sse_stream.hpp"
 
 namespace coserve::http {
 
-using namespace asio::experimental::awaitable_operators;
 using json::value;
 
-asio::awaitable<void> openai_api::messages(http_request& req, response_writer& w) {
-  auto fail = [&](const api_error& e) -> asio::awaitable<void> {
-    co_await respond_anthropic_error(w, e);
-  };
-  const dialect_rules rules{messages_to_chat, messages_param, "messages", "max_tokens"};
-  auto started = co_await start_dialect(req.body, rules);
-  if (auto* e = std::get_if<api_error>(&started)) {
-    const api_error err = *e;
-    co_return co_await fail(err);
-  }
-  dialect_run& run = std::get<dialect_run>(started);
-  const openai_request& r = run.r;
-  std::shared_ptr<request_stream> s = run.s;
-  const std::string id = new_id("msg");
-  auto stop_reason = [](const chat_outcome& o) -> value {
-    if (o.tool_calls && o.finish == finish_reason::stop) return value("tool_use");
-    if (o.finish == finish_reason::length) return value("max_tokens");
-    if (!o.stop_reason.empty()) return value("stop_sequence");
-    return value("end_turn");
-  };
-  auto tool_use_block = [](const tool_call& c) {
-    value b = json::object{};
-    b["type"] = value("tool_use");
-    b["id"] = value("toolu_" + c.id.substr(c.id.rfind('-') + 1));
-    b["name"] = value(c.name);
-    auto input = json::parse(c.arguments);
-    b["input"] = input && input->is_object() ? *input : value(json::object{});
-    return b;
-  };
+namespace {
 
-  if (!r.stream) {
-    collected_chat got = co_await collect_chat(run, w);
-    if (w.client_gone()) co_return;
-    const chat_outcome& o = got.outcome;
-    const std::string& thinking = got.reasoning;
-    const std::string& text = got.text;
-    const std::vector<tool_call>& calls = got.calls;
-    if (!o.error.empty()) {
-      const api_error err{500, o.error, "InternalServerError", {}, {}};
-      co_return co_await fail(err);
-    }
-    value content = json::array{};
-    if (!thinking.empty()) {
-      value b = json::object{};
-      b["type"] = value("thinking");
-      b["thinking"] = value(thinking);
-      b["signature"] = value("");
-      content.push_back(std::move(b));
-    }
-    if (!text.empty() || calls.empty()) {
-      value b = json::object{};
-      b["type"] = value("text");
-      b["text"] = value(text);
-      content.push_back(std::move(b));
-    }
-    for (const auto& c : calls) content.push_back(tool_use_block(c));
-    value v = json::object{};
-    v["id"] = value(id);
-    v["type"] = value("message");
-    v["role"] = value("assistant");
-    v["model"] = value(r.model.empty() ? limits_.served_model_name : r.model);
-    v["content"] = std::move(content);
-    v["stop_reason"] = stop_reason(o);
-    v["stop_sequence"] = o.stop_reason.empty() ? value() : value(o.stop_reason);
-    value usage = json::object{};
-    usage["input_tokens"] = value(o.prompt_tokens);
-    usage["output_tokens"] = value(o.completion_tokens);
-    usage["cache_read_input_tokens"] = value(o.cached_tokens);
-    v["usage"] = std::move(usage);
-    std::string out;
-    json::dump_compact(v, out);
-    co_return co_await respond_json(w, 200, out);
-  }
+value stop_reason(const chat_outcome& o) {
+  if (o.tool_calls && o.finish == finish_reason::stop) return value("tool_use");
+  if (o.finish == finish_reason::length) return value("max_tokens");
+  if (!o.stop_reason.empty()) return value("stop_sequence");
+  return value("end_turn");
+}
 
-  metrics_.count_http(200);
-  if (!co_await w.begin_stream(200, "text/event-stream")) {
-    s->cancel();
-    co_return;
-  }
-  auto event = [&](const char* type, value data) -> asio::awaitable<bool> {
-    data["type"] = value(type);
-    const std::string chunk = sse_named_event(type, data);
-    co_return co_await w.write_chunk(chunk);
-  };
-  value start = json::object{};
-  {
-    value m = json::object{};
-    m["id"] = value(id);
-    m["type"] = value("message");
-    m["role"] = value("assistant");
-    m["model"] = value(r.model.empty() ? limits_.served_model_name : r.model);
-    m["content"] = json::array{};
+value stop_sequence(const chat_outcome& o) {
+  return o.stop_reason.empty() ? value() : value(o.stop_reason);
+}
+
+value tool_use_block(const tool_call& c) {
+  value b = json::object{};
+  b["type"] = value("tool_use");
+  b["id"] = value("toolu_" + c.id.substr(c.id.rfind('-') + 1));
+  b["name"] = value(c.name);
+  auto input = json::parse(c.arguments);
+  b["input"] = input && input->is_object() ? *input : value(json::object{});
+  return b;
+}
+
+value text_block(const std::string& text) {
+  value b = json::object{};
+  b["type"] = value("text");
+  b["text"] = value(text);
+  return b;
+}
+
+value thinking_block(const std::string& thinking) {
+  value b = json::object{};
+  b["type"] = value("thinking");
+  b["thinking"] = value(thinking);
+  b["signature"] = value("");
+  return b;
+}
+
+// The message object: id, role, model and content blocks; stop fields and usage as given.
+value message_object(const std::string& id, const std::string& model, value content) {
+  value v = json::object{};
+  v["id"] = value(id);
+  v["type"] = value("message");
+  v["role"] = value("assistant");
+  v["model"] = value(model);
+  v["content"] = std::move(content);
+  return v;
+}
+
+// The whole message: thinking, text (also when empty and there are no calls), tool_use blocks.
+value whole_message(const std::string& id, const std::string& model, const dialect_collector& got) {
+  const chat_outcome& o = got.outcome();
+  value content = json::array{};
+  if (!got.reasoning_text.empty()) content.push_back(thinking_block(got.reasoning_text));
+  if (!got.text.empty() || got.calls.empty()) content.push_back(text_block(got.text));
+  for (const auto& c : got.calls) content.push_back(tool_use_block(c));
+  value v = message_object(id, model, std::move(content));
+  v["stop_reason"] = stop_reason(o);
+  v["stop_sequence"] = stop_sequence(o);
+  value usage = json::object{};
+  usage["input_tokens"] = value(o.prompt_tokens);
+  usage["output_tokens"] = value(o.completion_tokens);
+  usage["cache_read_input_tokens"] = value(o.cached_tokens);
+  v["usage"] = std::move(usage);
+  return v;
+}
+
+// Streamed: message_start, content blocks one open at a time (thinking, text, then tool_use
+// blocks) with their deltas, message_delta and message_stop.
+class message_events final : public dialect_sink {
+ public:
+  message_events(std::string id, std::string model, const request_stream& s, sse_stream& out)
+      : id_(std::move(id)), model_(std::move(model)), s_(s), out_(out) {}
+
+  asio::awaitable<bool> open() override {
+    value m = message_object(id_, model_, json::array{});
     m["stop_reason"] = value();
     m["stop_sequence"] = value();
     value usage = json::object{};
-    usage["input_tokens"] = value(static_cast<int64_t>(s->prompt_ids().size()));
+    usage["input_tokens"] = value(static_cast<int64_t>(s_.prompt_ids().size()));
     usage["output_tokens"] = value(int64_t{0});
     m["usage"] = std::move(usage);
+    value start = json::object{};
     start["message"] = std::move(m);
+    co_return co_await event("message_start", std::move(start));
   }
-  bool ok = co_await event("message_start", std::move(start));
-  // Content blocks: one open at a time (thinking, text, then tool_use blocks).
-  int64_t index = -1;
-  std::string open;  // type of the open block, "" when none
-  auto close_block = [&]() -> asio::awaitable<bool> {
-    if (open.empty()) co_return true;
-    value d = json::object{};
-    d["index"] = value(index);
-    open.clear();
-    co_return co_await event("content_block_stop", std::move(d));
-  };
-  auto open_block = [&](const char* type, value block) -> asio::awaitable<bool> {
-    if (open == type) co_return true;
-    if (!co_await close_block()) co_return false;
-    ++index;
-    open = type;
-    value d = json::object{};
-    d["index"] = value(index);
-    d["content_block"] = std::move(block);
-    co_return co_await event("content_block_start", std::move(d));
-  };
-  auto delta = [&](value dl) -> asio::awaitable<bool> {
-    value d = json::object{};
-    d["index"] = value(index);
-    d["delta"] = std::move(dl);
-    co_return co_await event("content_block_delta", std::move(d));
-  };
-  chat_sink sink;
-  sink.reasoning = [&](const std::string& t) -> asio::awaitable<bool> {
-    value b = json::object{};
-    b["type"] = value("thinking");
-    b["thinking"] = value("");
-    b["signature"] = value("");
-    if (!co_await open_block("thinking", std::move(b))) co_return false;
+
+  asio::awaitable<void> close() override {
+    bool ok = true;
+    if (index_ < 0) {  // no output at all: an empty text block, as Anthropic sends
+      ok = co_await open_block("text", text_block(""));
+    }
+    ok = ok && co_await close_block();
+    value dl = json::object{};
+    dl["stop_reason"] = stop_reason(outcome());
+    dl["stop_sequence"] = stop_sequence(outcome());
+    value md = json::object{};
+    md["delta"] = std::move(dl);
+    value usage = json::object{};
+    usage["output_tokens"] = value(outcome().completion_tokens);
+    md["usage"] = std::move(usage);
+    ok = ok && co_await event("message_delta", std::move(md));
+    if (ok) co_await event("message_stop", value(json::object{}));
+  }
+
+ protected:
+  asio::awaitable<bool> reasoning(const std::string& t) override {
+    if (!co_await open_block("thinking", thinking_block(""))) co_return false;
     value dl = json::object{};
     dl["type"] = value("thinking_delta");
     dl["thinking"] = value(t);
     co_return co_await delta(std::move(dl));
-  };
-  sink.content = [&](const std::string& t) -> asio::awaitable<bool> {
-    value b = json::object{};
-    b["type"] = value("text");
-    b["text"] = value("");
-    if (!co_await open_block("text", std::move(b))) co_return false;
+  }
+
+  asio::awaitable<bool> content(const std::string& t) override {
+    if (!co_await open_block("text", text_block(""))) co_return false;
     value dl = json::object{};
     dl["type"] = value("text_delta");
     dl["text"] = value(t);
     co_return co_await delta(std::move(dl));
-  };
-  sink.call = [&](const tool_call& c) -> asio::awaitable<bool> {
+  }
+
+  asio::awaitable<bool> call(const tool_call& c) override {
     if (!co_await close_block()) co_return false;
     value b = tool_use_block(c);
     b["input"] = json::object{};
@@ -174,40 +144,83 @@ asio::awaitable<void> openai_api::messages(http_request& req, response_writer& w
     dl["partial_json"] = value(c.arguments);
     if (!co_await delta(std::move(dl))) co_return false;
     co_return co_await close_block();
-  };
-  chat_outcome o;
-  if (ok)
-    o = co_await pump_chat(run, sink, w);
-  else
-    s->cancel();
-  if (w.client_gone()) co_return;
-  if (!o.error.empty()) {
-    value d = json::object{};
+  }
+
+  asio::awaitable<void> failed(const std::string& message) override {
     value err = json::object{};
     err["type"] = value("api_error");
-    err["message"] = value(o.error);
+    err["message"] = value(message);
+    value d = json::object{};
     d["error"] = std::move(err);
     co_await event("error", std::move(d));
-  } else {
-    if (index < 0) {  // no output at all: an empty text block, as Anthropic sends
-      value b = json::object{};
-      b["type"] = value("text");
-      b["text"] = value("");
-      ok = co_await open_block("text", std::move(b));
-    }
-    ok = ok && co_await close_block();
-    value md = json::object{};
-    value dl = json::object{};
-    dl["stop_reason"] = stop_reason(o);
-    dl["stop_sequence"] = o.stop_reason.empty() ? value() : value(o.stop_reason);
-    md["delta"] = std::move(dl);
-    value usage = json::object{};
-    usage["output_tokens"] = value(o.completion_tokens);
-    md["usage"] = std::move(usage);
-    ok = ok && co_await event("message_delta", std::move(md));
-    if (ok) co_await event("message_stop", value(json::object{}));
   }
-  co_await w.end_stream();
+
+ private:
+  asio::awaitable<bool> event(const char* type, value data) {
+    data["type"] = value(type);
+    const std::string chunk = sse_named_event(type, data);
+    co_return co_await out_.write(chunk);
+  }
+  asio::awaitable<bool> close_block() {
+    if (open_.empty()) co_return true;
+    value d = json::object{};
+    d["index"] = value(index_);
+    open_.clear();
+    co_return co_await event("content_block_stop", std::move(d));
+  }
+  // Opens a block of `type` unless one is open already (closing another first).
+  asio::awaitable<bool> open_block(const char* type, value block) {
+    if (open_ == type) co_return true;
+    if (!co_await close_block()) co_return false;
+    ++index_;
+    open_ = type;
+    value d = json::object{};
+    d["index"] = value(index_);
+    d["content_block"] = std::move(block);
+    co_return co_await event("content_block_start", std::move(d));
+  }
+  asio::awaitable<bool> delta(value dl) {
+    value d = json::object{};
+    d["index"] = value(index_);
+    d["delta"] = std::move(dl);
+    co_return co_await event("content_block_delta", std::move(d));
+  }
+
+  std::string id_, model_;
+  const request_stream& s_;
+  sse_stream& out_;
+  int64_t index_ = -1;  // the last block opened
+  std::string open_;    // type of the open block, "" when none
+};
+
+}  // namespace
+
+asio::awaitable<void> openai_api::messages(http_request& req, response_writer& w) {
+  const dialect_rules rules{messages_to_chat, messages_param, "messages", "max_tokens"};
+  auto started = co_await start_dialect(req.body, rules);
+  if (auto* e = std::get_if<api_error>(&started)) {
+    const api_error err = *e;
+    co_return co_await respond_anthropic_error(w, err);
+  }
+  dialect_run& run = std::get<dialect_run>(started);
+  const std::string id = new_id("msg");
+  const std::string model = run.r.model.empty() ? limits_.served_model_name : run.r.model;
+  output_reader reader({run.s}, 1, split_rules_of(run.r));
+  if (run.r.stream) {
+    sse_stream out(w, metrics_, options_.sse_keepalive, co_await asio::this_coro::executor);
+    message_events events(id, model, *run.s, out);
+    co_return co_await out.run(reader, events, {});
+  }
+  dialect_collector got;
+  co_await collect_output(w, reader, got);
+  if (w.client_gone()) co_return;
+  if (!got.outcome().error.empty()) {
+    const api_error err{500, got.outcome().error, "InternalServerError", {}, {}};
+    co_return co_await respond_anthropic_error(w, err);
+  }
+  std::string out;
+  json::dump_compact(whole_message(id, model, got), out);
+  co_await respond_json(w, 200, out);
 }
 
 }  // namespace coserve::http

@@ -12,15 +12,20 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "actors/engine.hpp"
 #include "http/api_error.hpp"
+#include "http/chat_output.hpp"
 #include "http/cors.hpp"
 #include "http/openai_request.hpp"
+#include "http/output_reader.hpp"
 #include "http/prometheus_metrics.hpp"
+#include "http/routes.hpp"
 #include "http/server.hpp"
 #include "http/status_view.hpp"
 #include "http/tool_calls.hpp"
@@ -75,6 +80,16 @@ class openai_api {
   const model_limits& limits() const noexcept { return limits_; }
 
  private:
+  // Routing steps: the CORS answer (true: a preflight, answered), the API key, then the route's
+  // handler (http/routes.hpp).
+  asio::awaitable<bool> answer_cors(http_request& req, response_writer& w);
+  bool authorized(http_request& req, const std::string& path) const;
+  asio::awaitable<void> serve(const route& rt, http_request& req, response_writer& w,
+                              const std::optional<std::string>& model_id);
+  asio::awaitable<void> version(response_writer& w);
+  asio::awaitable<void> answer_loading(const route& rt, response_writer& w);
+  asio::awaitable<void> health(response_writer& w);
+  asio::awaitable<void> models(response_writer& w, const std::optional<std::string>& model_id);
   asio::awaitable<void> generate(http_request& req, response_writer& w, bool chat);
   asio::awaitable<void> tokenize(http_request& req, response_writer& w);
   asio::awaitable<void> detokenize(http_request& req, response_writer& w);
@@ -82,27 +97,21 @@ class openai_api {
   asio::awaitable<void> web_asset(http_request& req, response_writer& w, const struct web_asset& a);
   asio::awaitable<void> status(http_request& req, response_writer& w);
   asio::awaitable<void> trace(http_request& req, response_writer& w);
-  // /v1/responses and /v1/messages (http/dialects.cpp).
+  // /v1/responses and /v1/messages (http/responses_api.cpp, http/messages_api.cpp).
   asio::awaitable<void> responses(http_request& req, response_writer& w);
   asio::awaitable<void> messages(http_request& req, response_writer& w);
   // /v1/messages/count_tokens and /v1/responses/input_tokens: the prompt tokens the request's
   // conversation renders to (chat template, tools and system text included), nothing generated.
   asio::awaitable<void> count_input_tokens(http_request& req, response_writer& w, bool anthropic);
-  // One chat sample's output, reasoning and tool calls split as for /v1/chat/completions, handed
-  // to the sink as it streams (tool calls once the output is complete).
-  struct chat_sink {
-    std::function<asio::awaitable<bool>(const std::string&)> reasoning, content;
-    std::function<asio::awaitable<bool>(const tool_call&)> call;
-  };
-  struct chat_outcome {
-    finish_reason finish = finish_reason::none;
-    std::string stop_reason;
-    int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
-    std::string error;  // the engine's failure, if any
-    bool tool_calls = false;
-  };
-  asio::awaitable<chat_outcome> drain_chat(request_stream& s, const openai_request& r,
-                                           const chat_sink& sink);
+  // /v1/completions and /v1/chat/completions (http/completions_api.cpp): one engine request per
+  // prompt, submitted (or the error to answer with); a chat request's split rules.
+  asio::awaitable<std::variant<std::vector<std::shared_ptr<request_stream>>, api_error>>
+  submit_prompts(openai_request& r);
+  std::optional<split_rules> split_rules_of(const openai_request& r) const;
+  // A non-streamed answer's output: the reader's events into `sink` while the client is watched
+  // (one that leaves cancels the requests).
+  asio::awaitable<void> collect_output(response_writer& w, output_reader& reader,
+                                       choice_sink& sink);
   // A dialect request translated, validated and submitted (or the error to answer with).
   struct dialect_rules {
     std::variant<json::value, api_error> (*translate)(const json::value&);
@@ -122,15 +131,6 @@ class openai_api {
                                                                       const dialect_rules& rules);
   // An error in Anthropic's shape (Retry-After on 429), for /v1/messages and its count_tokens.
   asio::awaitable<void> respond_anthropic_error(response_writer& w, const api_error& e);
-  // drain_chat() while watching for the client leaving (which cancels the request).
-  asio::awaitable<chat_outcome> pump_chat(dialect_run& run, const chat_sink& sink,
-                                          response_writer& w);
-  struct collected_chat {
-    std::string reasoning, text;
-    std::vector<tool_call> calls;
-    chat_outcome outcome;
-  };
-  asio::awaitable<collected_chat> collect_chat(dialect_run& run, response_writer& w);
   // Coroutine arguments are references to named locals: GCC 12 destroys non-trivial temporaries of
   // a co_await full-expression twice, so no call site builds one.
   asio::awaitable<void> respond(response_writer& w, http_response& r);

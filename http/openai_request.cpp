@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "http/request_fields.hpp"
+
 namespace coserve::http {
 
 namespace {
@@ -23,9 +25,9 @@ api_error range_error(const std::string& field, const std::string& rule) {
 }
 
 // Each reader leaves `out` untouched when the field is absent or null.
-std::optional<api_error> read_number(const value& body, const char* field, double lo, double hi,
+std::optional<api_error> read_number(const value& body, declared_field field, double lo, double hi,
                                      bool lo_open, float& out) {
-  const value* v = body.find(field);
+  const value* v = find_field(body, field);
   if (!v || v->is_null()) return std::nullopt;
   if (!v->is_number()) return type_error(field, "a number");
   double d = v->as_double();
@@ -39,9 +41,9 @@ std::optional<api_error> read_number(const value& body, const char* field, doubl
   return std::nullopt;
 }
 
-std::optional<api_error> read_int(const value& body, const char* field, int64_t lo, int64_t hi,
+std::optional<api_error> read_int(const value& body, declared_field field, int64_t lo, int64_t hi,
                                   std::optional<int64_t>& out) {
-  const value* v = body.find(field);
+  const value* v = find_field(body, field);
   if (!v || v->is_null()) return std::nullopt;
   if (!v->is_int()) return type_error(field, "an integer");
   int64_t i = v->as_int();
@@ -52,8 +54,8 @@ std::optional<api_error> read_int(const value& body, const char* field, int64_t 
   return std::nullopt;
 }
 
-std::optional<api_error> read_bool(const value& body, const char* field, bool& out) {
-  const value* v = body.find(field);
+std::optional<api_error> read_bool(const value& body, declared_field field, bool& out) {
+  const value* v = find_field(body, field);
   if (!v || v->is_null()) return std::nullopt;
   if (!v->is_bool()) return type_error(field, "a boolean");
   out = v->as_bool();
@@ -76,7 +78,7 @@ std::optional<api_error> read_token_ids(const value& v, const std::string& field
 }
 
 std::optional<api_error> read_prompt(const value& body, int32_t vocab, openai_request& r) {
-  const value* p = body.find("prompt");
+  const value* p = find_field(body, "prompt");
   if (!p || p->is_null()) return api_error::bad_request("'prompt' is required", "prompt");
   if (p->is_string()) {
     r.prompts.emplace_back(p->as_string());
@@ -110,7 +112,7 @@ std::optional<api_error> read_prompt(const value& body, int32_t vocab, openai_re
 // Chat content may be a string or a list of {type:"text", text}; lists are flattened to one string
 // (joined by "\n") so every template sees the form it expects.
 std::optional<api_error> read_messages(const value& body, openai_request& r) {
-  const value* m = body.find("messages");
+  const value* m = find_field(body, "messages");
   if (!m || m->is_null()) return api_error::bad_request("'messages' is required", "messages");
   if (!m->is_array()) return type_error("messages", "an array of messages");
   if (m->as_array().empty())
@@ -141,11 +143,11 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
     out.push_back(std::move(copy));
   }
   r.chat_in.messages = std::move(out);
-  if (const value* tools = body.find("tools"); tools && !tools->is_null()) {
+  if (const value* tools = find_field(body, "tools"); tools && !tools->is_null()) {
     if (!tools->is_array()) return type_error("tools", "an array");
     r.chat_in.tools = *tools;
   }
-  if (const value* kw = body.find("chat_template_kwargs"); kw && !kw->is_null()) {
+  if (const value* kw = find_field(body, "chat_template_kwargs"); kw && !kw->is_null()) {
     if (!kw->is_object()) return type_error("chat_template_kwargs", "an object");
     r.chat_in.template_kwargs = *kw;
   }
@@ -159,7 +161,7 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
         "continue_final_message");
   // OpenAI's reasoning_effort reaches the template as a variable (gpt-oss templates read it),
   // unless chat_template_kwargs sets one.
-  if (const value* re = body.find("reasoning_effort"); re && !re->is_null()) {
+  if (const value* re = find_field(body, "reasoning_effort"); re && !re->is_null()) {
     static constexpr const char* k_efforts[] = {"none", "minimal", "low", "medium", "high"};
     if (!re->is_string() || std::none_of(std::begin(k_efforts), std::end(k_efforts),
                                          [&](const char* x) { return re->as_string() == x; }))
@@ -175,7 +177,7 @@ std::optional<api_error> read_messages(const value& body, openai_request& r) {
 // template, taken only when the server trusts request templates, else refused as vLLM refuses it.
 std::optional<api_error> read_request_template(const value& body, const model_limits& lim,
                                                openai_request& r) {
-  const value* given = body.find("chat_template");
+  const value* given = find_field(body, "chat_template");
   std::string param = "chat_template";
   if (given && given->is_null()) given = nullptr;
   json::object* kwargs =
@@ -237,13 +239,14 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
   i.reset();
   if (auto e = read_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), i)) return e;
   if (i) p.min_tokens = static_cast<int32_t>(*i);
-  for (const char* field : {"max_completion_tokens", "max_tokens"}) {
+  for (declared_field field :
+       {declared_field("max_completion_tokens"), declared_field("max_tokens")}) {
     i.reset();
     if (auto e = read_int(body, field, 1, std::numeric_limits<int32_t>::max(), i)) return e;
     if (i) {
       p.max_tokens = static_cast<int32_t>(*i);
       r.max_tokens_given = true;
-      r.max_tokens_param = field;
+      r.max_tokens_param = field.name;
     }
   }
   if (r.max_tokens_given && p.min_tokens > p.max_tokens)  // vLLM's SamplingParams check
@@ -256,7 +259,7 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
   if (auto e = read_bool(body, "include_stop_str_in_output", p.include_stop_str_in_output))
     return e;
 
-  if (const value* s = body.find("stop"); s && !s->is_null()) {
+  if (const value* s = find_field(body, "stop"); s && !s->is_null()) {
     if (s->is_string()) {
       if (!s->as_string().empty()) p.stop.push_back(s->as_string());
     } else if (s->is_array()) {
@@ -268,9 +271,9 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
       return type_error("stop", "a string or an array of strings");
     }
   }
-  if (const value* s = body.find("stop_token_ids"); s && !s->is_null())
+  if (const value* s = find_field(body, "stop_token_ids"); s && !s->is_null())
     if (auto e = read_token_ids(*s, "stop_token_ids", lim.vocab_size, p.stop_token_ids)) return e;
-  if (const value* s = body.find("allowed_token_ids"); s && !s->is_null()) {
+  if (const value* s = find_field(body, "allowed_token_ids"); s && !s->is_null()) {
     if (auto e = read_token_ids(*s, "allowed_token_ids", lim.vocab_size, p.allowed_token_ids))
       return e;
     if (p.allowed_token_ids.empty())
@@ -278,7 +281,7 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
                                     "allowed_token_ids");
   }
 
-  if (const value* lb = body.find("logit_bias"); lb && !lb->is_null()) {
+  if (const value* lb = find_field(body, "logit_bias"); lb && !lb->is_null()) {
     if (!lb->is_object()) return type_error("logit_bias", "an object mapping token ids to numbers");
     for (const auto& [key, bias] : lb->as_object()) {
       char* end = nullptr;
@@ -302,7 +305,7 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
     if (r.chat_logprobs) p.logprobs = i ? static_cast<int32_t>(*i) : 0;
   } else {
     i.reset();
-    if (const value* lp = body.find("logprobs"); lp && lp->is_bool())
+    if (const value* lp = find_field(body, "logprobs"); lp && lp->is_bool())
       return type_error("logprobs", "an integer (the number of top logprobs)");
     if (auto e = read_int(body, "logprobs", 0, k_max_logprobs, i)) return e;
     if (i) p.logprobs = static_cast<int32_t>(*i);
@@ -345,119 +348,143 @@ std::optional<api_error> read_text(const value& v, const std::string& field, std
   return std::nullopt;
 }
 
-// Structured output, in any of the spellings clients use (at most one per request):
-//   response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema,
-//   strict}} structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...,
-//   "disable_any_whitespace"} guided_json / guided_regex / guided_choice / guided_grammar (vLLM's
-//   older names)
-std::optional<api_error> read_structured(const value& body, openai_request& r) {
-  std::vector<std::string> given;
-  auto set = [&](grammar_spec spec) {
-    given.push_back(spec.param);
+// The structured-output spellings a request gave, each setting the request's grammar; more
+// than one is refused once all are read.
+struct structured_given {
+  openai_request& r;
+  std::vector<std::string> params;  // the field of each spelling given
+  void set(grammar_spec spec) {
+    params.push_back(spec.param);
     r.structured = std::move(spec);
-  };
-  if (const value* rf = body.find("response_format"); rf && !rf->is_null()) {
-    if (!rf->is_object()) return type_error("response_format", "an object");
-    const value* type = rf->find("type");
-    if (!type || !type->is_string())
-      return api_error::bad_request(
-          "'response_format.type' is required: one of 'text', 'json_object', 'json_schema'",
-          "response_format.type");
-    const std::string& t = type->as_string();
-    if (t == "json_object") {
-      grammar_spec g;
-      g.type = grammar_spec::kind::json_object;
-      g.param = "response_format";
-      set(std::move(g));
-    } else if (t == "json_schema") {
-      const value* js = rf->find("json_schema");
-      if (!js || js->is_null())
-        return api_error::bad_request(
-            "'response_format.json_schema' is required when the type is 'json_schema'",
-            "response_format.json_schema");
-      if (!js->is_object()) return type_error("response_format.json_schema", "an object");
-      const value* name = js->find("name");
-      if (!name || !name->is_string() || name->as_string().empty())
-        return api_error::bad_request(
-            "'response_format.json_schema.name' is required (a non-empty string)",
-            "response_format.json_schema.name");
-      grammar_spec g;
-      g.type = grammar_spec::kind::json_schema;
-      g.param = "response_format.json_schema.schema";
-      const value* schema = js->find("schema");
-      if (!schema || schema->is_null())
-        return api_error::bad_request("'response_format.json_schema.schema' is required", g.param);
-      if (auto e = read_schema(*schema, g.param, g.text)) return e;
-      if (const value* strict = js->find("strict");
-          strict && !strict->is_null() && !strict->is_bool())
-        return type_error("response_format.json_schema.strict", "a boolean");
-      set(std::move(g));
-    } else if (t != "text") {
-      return api_error::bad_request(
-          "'response_format.type' must be one of 'text', 'json_object', 'json_schema' (got '" + t +
-              "')",
-          "response_format.type");
-    }
   }
-  bool any_whitespace = true;
-  if (const value* so = body.find("structured_outputs"); so && !so->is_null()) {
-    if (!so->is_object()) return type_error("structured_outputs", "an object");
-    if (const value* d = so->find("disable_any_whitespace"); d && !d->is_null()) {
-      if (!d->is_bool())
-        return type_error("structured_outputs.disable_any_whitespace", "a boolean");
-      any_whitespace = !d->as_bool();
-    }
-    const size_t before = given.size();
-    for (const auto& [key, v] : so->as_object()) {
-      if (v.is_null()) continue;
-      grammar_spec g;
-      g.param = "structured_outputs." + key;
-      if (key == "json") {
-        g.type = grammar_spec::kind::json_schema;
-        if (auto e = read_schema(v, g.param, g.text)) return e;
-      } else if (key == "regex") {
-        g.type = grammar_spec::kind::regex;
-        if (auto e = read_text(v, g.param, g.text)) return e;
-      } else if (key == "choice") {
-        g.type = grammar_spec::kind::choice;
-        if (auto e = read_choices(v, g.param, g.choices)) return e;
-      } else if (key == "grammar") {
-        g.type = grammar_spec::kind::grammar;
-        if (auto e = read_text(v, g.param, g.text)) return e;
-      } else if (key == "json_object") {
-        if (!v.is_bool()) return type_error(g.param, "a boolean");
-        if (!v.as_bool()) continue;
-        g.type = grammar_spec::kind::json_object;
-      } else if (key == "disable_any_whitespace" || key == "disable_fallback" ||
-                 key == "disable_additional_properties" || key == "whitespace_pattern" ||
-                 key == "backend") {
-        continue;  // options (the grammar engine is always xgrammar; its whitespace rule applies)
-      } else if (key == "structural_tag") {
-        return api_error::bad_request("'structured_outputs.structural_tag' is not supported",
-                                      g.param);
-      } else {
-        return api_error::bad_request("unknown field 'structured_outputs." + key + "'", g.param);
-      }
-      set(std::move(g));
-    }
-    if (given.size() == before)  // vLLM refuses it too
-      return api_error::bad_request(
-          "'structured_outputs' must give one of json, regex, choice, grammar or json_object",
-          "structured_outputs");
+};
+
+// response_format: {"type": "text" | "json_object" | "json_schema", "json_schema": {name, schema,
+// strict}}.
+std::optional<api_error> read_response_format(const value& body, structured_given& given) {
+  const value* rf = find_field(body, "response_format");
+  if (!rf || rf->is_null()) return std::nullopt;
+  if (!rf->is_object()) return type_error("response_format", "an object");
+  const value* type = rf->find("type");
+  if (!type || !type->is_string())
+    return api_error::bad_request(
+        "'response_format.type' is required: one of 'text', 'json_object', 'json_schema'",
+        "response_format.type");
+  const std::string& t = type->as_string();
+  if (t == "text") return std::nullopt;
+  if (t == "json_object") {
+    grammar_spec g;
+    g.type = grammar_spec::kind::json_object;
+    g.param = "response_format";
+    given.set(std::move(g));
+    return std::nullopt;
   }
+  if (t != "json_schema")
+    return api_error::bad_request(
+        "'response_format.type' must be one of 'text', 'json_object', 'json_schema' (got '" + t +
+            "')",
+        "response_format.type");
+  const value* js = rf->find("json_schema");
+  if (!js || js->is_null())
+    return api_error::bad_request(
+        "'response_format.json_schema' is required when the type is 'json_schema'",
+        "response_format.json_schema");
+  if (!js->is_object()) return type_error("response_format.json_schema", "an object");
+  const value* name = js->find("name");
+  if (!name || !name->is_string() || name->as_string().empty())
+    return api_error::bad_request(
+        "'response_format.json_schema.name' is required (a non-empty string)",
+        "response_format.json_schema.name");
+  grammar_spec g;
+  g.type = grammar_spec::kind::json_schema;
+  g.param = "response_format.json_schema.schema";
+  const value* schema = js->find("schema");
+  if (!schema || schema->is_null())
+    return api_error::bad_request("'response_format.json_schema.schema' is required", g.param);
+  if (auto e = read_schema(*schema, g.param, g.text)) return e;
+  if (const value* strict = js->find("strict"); strict && !strict->is_null() && !strict->is_bool())
+    return type_error("response_format.json_schema.strict", "a boolean");
+  given.set(std::move(g));
+  return std::nullopt;
+}
+
+// One key of structured_outputs: a spelling (set into `g`; false: nothing to set), an option
+// (false), or an error.
+std::variant<bool, api_error> read_structured_key(const std::string& key, const value& v,
+                                                  grammar_spec& g) {
+  std::optional<api_error> e;
+  if (key == "json") {
+    g.type = grammar_spec::kind::json_schema;
+    e = read_schema(v, g.param, g.text);
+  } else if (key == "regex") {
+    g.type = grammar_spec::kind::regex;
+    e = read_text(v, g.param, g.text);
+  } else if (key == "choice") {
+    g.type = grammar_spec::kind::choice;
+    e = read_choices(v, g.param, g.choices);
+  } else if (key == "grammar") {
+    g.type = grammar_spec::kind::grammar;
+    e = read_text(v, g.param, g.text);
+  } else if (key == "json_object") {
+    if (!v.is_bool()) return type_error(g.param, "a boolean");
+    g.type = grammar_spec::kind::json_object;
+    return v.as_bool();
+  } else if (key == "disable_any_whitespace" || key == "disable_fallback" ||
+             key == "disable_additional_properties" || key == "whitespace_pattern" ||
+             key == "backend") {
+    return false;  // options (the grammar engine is always xgrammar; its whitespace rule applies)
+  } else if (key == "structural_tag") {
+    return api_error::bad_request("'structured_outputs.structural_tag' is not supported", g.param);
+  } else {
+    return api_error::bad_request("unknown field 'structured_outputs." + key + "'", g.param);
+  }
+  if (e) return *e;
+  return true;
+}
+
+// structured_outputs: {"json" | "regex" | "choice" | "grammar" | "json_object": ...,
+// "disable_any_whitespace"}; `any_whitespace` becomes false with disable_any_whitespace.
+std::optional<api_error> read_structured_outputs(const value& body, structured_given& given,
+                                                 bool& any_whitespace) {
+  const value* so = find_field(body, "structured_outputs");
+  if (!so || so->is_null()) return std::nullopt;
+  if (!so->is_object()) return type_error("structured_outputs", "an object");
+  if (const value* d = so->find("disable_any_whitespace"); d && !d->is_null()) {
+    if (!d->is_bool()) return type_error("structured_outputs.disable_any_whitespace", "a boolean");
+    any_whitespace = !d->as_bool();
+  }
+  const size_t before = given.params.size();
+  for (const auto& [key, v] : so->as_object()) {
+    if (v.is_null()) continue;
+    grammar_spec g;
+    g.param = "structured_outputs." + key;
+    auto read = read_structured_key(key, v, g);
+    if (auto* e = std::get_if<api_error>(&read)) return *e;
+    if (std::get<bool>(read)) given.set(std::move(g));
+  }
+  if (given.params.size() == before)  // vLLM refuses it too
+    return api_error::bad_request(
+        "'structured_outputs' must give one of json, regex, choice, grammar or json_object",
+        "structured_outputs");
+  return std::nullopt;
+}
+
+// guided_json / guided_regex / guided_choice / guided_grammar (vLLM's older names).
+std::optional<api_error> read_guided(const value& body, structured_given& given) {
   struct alias {
-    const char* field;
+    declared_field field;
     grammar_spec::kind type;
   };
-  for (const alias& a : {alias{"guided_json", grammar_spec::kind::json_schema},
-                         alias{"guided_regex", grammar_spec::kind::regex},
-                         alias{"guided_choice", grammar_spec::kind::choice},
-                         alias{"guided_grammar", grammar_spec::kind::grammar}}) {
-    const value* v = body.find(a.field);
+  constexpr alias k_aliases[] = {{"guided_json", grammar_spec::kind::json_schema},
+                                 {"guided_regex", grammar_spec::kind::regex},
+                                 {"guided_choice", grammar_spec::kind::choice},
+                                 {"guided_grammar", grammar_spec::kind::grammar}};
+  for (const alias& a : k_aliases) {
+    const value* v = find_field(body, a.field);
     if (!v || v->is_null()) continue;
     grammar_spec g;
     g.type = a.type;
-    g.param = a.field;
+    g.param = std::string(a.field.name);
     std::optional<api_error> e;
     if (a.type == grammar_spec::kind::json_schema)
       e = read_schema(*v, g.param, g.text);
@@ -466,13 +493,24 @@ std::optional<api_error> read_structured(const value& body, openai_request& r) {
     else
       e = read_text(*v, g.param, g.text);
     if (e) return e;
-    set(std::move(g));
+    given.set(std::move(g));
   }
-  if (given.size() > 1)
+  return std::nullopt;
+}
+
+// Structured output, in any of the spellings clients use (at most one per request):
+// response_format, structured_outputs, or a guided_* alias.
+std::optional<api_error> read_structured(const value& body, openai_request& r) {
+  structured_given given{r, {}};
+  bool any_whitespace = true;
+  if (auto e = read_response_format(body, given)) return e;
+  if (auto e = read_structured_outputs(body, given, any_whitespace)) return e;
+  if (auto e = read_guided(body, given)) return e;
+  if (given.params.size() > 1)
     return api_error::bad_request(
-        "only one kind of structured output may be given per request (got '" + given[0] +
-            "' and '" + given[1] + "')",
-        given[1]);
+        "only one kind of structured output may be given per request (got '" + given.params[0] +
+            "' and '" + given.params[1] + "')",
+        given.params[1]);
   if (r.structured) r.structured->any_whitespace = any_whitespace;
   return std::nullopt;
 }
@@ -499,7 +537,7 @@ std::optional<api_error> read_tools(const value& body, const model_limits& lim, 
     }
   }
   if (auto e = read_bool(body, "parallel_tool_calls", r.parallel_tool_calls)) return e;
-  const value* tc = body.find("tool_choice");
+  const value* tc = find_field(body, "tool_choice");
   if (tc && !tc->is_null()) {
     if (tc->is_string()) {
       const std::string& c = tc->as_string();
@@ -594,17 +632,17 @@ std::optional<api_error> read_extra_fields(const value& body, bool chat, openai_
         std::max<int32_t>(pl ? int32_t(*pl) : 0, echo_logprobs ? r.params.logprobs : 0);
   }
   if (!chat)
-    if (const value* sx = body.find("suffix"); sx && !sx->is_null()) {
+    if (const value* sx = find_field(body, "suffix"); sx && !sx->is_null()) {
       if (!sx->is_string()) return type_error("suffix", "a string");
       return unsupported("suffix", "is not supported");
     }
   // vLLM's extensions that change what is generated and are not implemented: a 400 naming the
   // field, not an answer without them.
-  if (const value* bw = body.find("bad_words"); bw && !bw->is_null()) {
+  if (const value* bw = find_field(body, "bad_words"); bw && !bw->is_null()) {
     if (!bw->is_array()) return type_error("bad_words", "an array of strings");
     if (!bw->as_array().empty()) return unsupported("bad_words", "is not supported");
   }
-  if (const value* bs = body.find("use_beam_search"); bs && !bs->is_null()) {
+  if (const value* bs = find_field(body, "use_beam_search"); bs && !bs->is_null()) {
     if (!bs->is_bool()) return type_error("use_beam_search", "a boolean");
     if (bs->as_bool()) return unsupported("use_beam_search", "is not supported");
   }
@@ -642,7 +680,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
   const value& body = std::get<value>(parsed);
   openai_request r;
   r.chat = chat;
-  if (const value* m = body.find("model"); m && !m->is_null()) {
+  if (const value* m = find_field(body, "model"); m && !m->is_null()) {
     if (!m->is_string()) return type_error("model", "a string");
     r.model = m->as_string();
     if (!r.model.empty() && !lim.serves(r.model))
@@ -665,7 +703,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
     if (role && role->as_string() == "assistant" && content && content->is_string())
       r.chat_echo = content->as_string();
   }
-  if (const value* so = body.find("stream_options"); so && !so->is_null()) {
+  if (const value* so = find_field(body, "stream_options"); so && !so->is_null()) {
     if (!so->is_object()) return type_error("stream_options", "an object");
     if (!r.stream)
       return api_error::bad_request("'stream_options' is only allowed when 'stream' is true",
@@ -679,12 +717,12 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
       r.continuous_usage = cu->as_bool() && r.include_usage;  // vLLM: with include_usage only
     }
   }
-  if (const value* u = body.find("user"); u && !u->is_null()) {
+  if (const value* u = find_field(body, "user"); u && !u->is_null()) {
     if (!u->is_string()) return type_error("user", "a string");
     r.user = u->as_string();
   }
   if (auto e = read_bool(body, "return_tokens_as_token_ids", r.tokens_as_ids)) return *e;
-  if (const value* tp = body.find("truncate_prompt_tokens"); tp && !tp->is_null()) {
+  if (const value* tp = find_field(body, "truncate_prompt_tokens"); tp && !tp->is_null()) {
     if (!tp->is_number() || tp->as_double() != std::floor(tp->as_double()) ||
         !(tp->as_double() == -1 || tp->as_double() >= 1))
       return type_error("truncate_prompt_tokens", "-1 or a positive integer");

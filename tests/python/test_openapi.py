@@ -33,10 +33,60 @@ def test_openapi_document_is_valid_and_lists_every_route(server):
     validate(doc)
     assert doc["openapi"].startswith("3.1")
     assert set(doc["paths"]) == {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/models/{model}",
-                                 "/health", "/metrics", "/tokenize", "/detokenize", "/version", "/openapi.json"}
+                                 "/health", "/metrics", "/tokenize", "/detokenize", "/version", "/openapi.json",
+                                 "/v1/responses", "/v1/responses/input_tokens", "/v1/messages",
+                                 "/v1/messages/count_tokens", "/api/status", "/api/trace"}
     assert server.model in doc["components"]["schemas"]["Sampling"]["properties"]["model"]["enum"]
     max_model_len = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
     assert doc["components"]["schemas"]["Sampling"]["properties"]["max_tokens"]["maximum"] == max_model_len - 1
+
+
+def test_every_route_answered_is_documented(server):
+    """Each path the document lists is answered (not 404 for an unknown route), and a path outside
+    it is not: the router and the document come from one route table."""
+    doc = httpx.get(server.url + "/openapi.json").json()
+    for path, item in doc["paths"].items():
+        url = server.url + path.replace("{model}", server.model)
+        for method in item:
+            r = httpx.request(method.upper(), url, json={} if method == "post" else None, timeout=60)
+            assert not (r.status_code == 404 and "route" in r.text), (method, path, r.text)
+    assert httpx.get(server.url + "/v1/not-a-route").status_code == 404
+
+
+def test_every_request_field_read_is_documented(server):
+    """Fields the parsers read (each refused with a 400 when malformed: 12.5 fits none of them) are
+    in the document's schema of the request that reads them."""
+    schemas = httpx.get(server.url + "/openapi.json").json()["components"]["schemas"]
+
+    def props(name):
+        s = schemas[name]
+        out = dict(s.get("properties", {}))
+        for branch in s.get("allOf", []) + s.get("anyOf", []):
+            ref = branch.get("$ref")
+            out.update(props(ref.rsplit("/", 1)[1]) if ref else branch.get("properties", {}))
+        return out
+
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    completion = {"prompt": "hi", "max_tokens": 2}
+    cases = [
+        ("/v1/chat/completions", "ChatCompletionRequest", chat,
+         ["truncate_prompt_tokens", "return_tokens_as_token_ids", "guided_regex", "guided_choice",
+          "guided_grammar", "guided_json", "allowed_token_ids", "use_beam_search", "bad_words",
+          "chat_template", "temperature", "add_generation_prompt"]),
+        ("/v1/completions", "CompletionRequest", completion,
+         ["truncate_prompt_tokens", "allowed_token_ids", "guided_regex", "response_format", "suffix", "echo"]),
+        ("/v1/responses", "ResponsesRequest", {"input": "hi", "max_output_tokens": 2},
+         ["instructions", "max_output_tokens", "temperature", "reasoning", "tools"]),
+        ("/v1/messages", "MessagesRequest", dict(chat),
+         ["system", "max_tokens", "temperature", "stop_sequences", "thinking", "tools"]),
+    ]
+    for path, schema, body, fields in cases:
+        documented = props(schema)
+        for field in fields:
+            assert field in documented, (schema, field)
+            sent = dict(body, **{field: 12.5 if field != "suffix" else "x"})
+            r = httpx.post(server.url + path, json=sent, timeout=60)
+            assert r.status_code == 400, (path, field, r.status_code, r.text)
 
 
 def test_openapi_needs_no_api_key():
