@@ -380,7 +380,7 @@ openai_api::submit_prompts(openai_request& r) {
 
 asio::awaitable<void> openai_api::collect_output(response_writer& w, output_reader& reader,
                                                  choice_sink& sink) {
-  // Lambdas over this frame as the branches of `||` (see sse_stream::run).
+  // The branches of `||` are lambdas over this frame (see sse_stream::run).
   auto reading = [&]() -> asio::awaitable<void> { co_await reader.run(sink); };
   auto watching = [&]() -> asio::awaitable<void> {
     if (co_await w.wait_disconnect()) {

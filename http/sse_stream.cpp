@@ -63,8 +63,9 @@ asio::awaitable<void> sse_stream::run(output_reader& reader, choice_sink& sink,
     co_return;
   }
   last_write_ = std::chrono::steady_clock::now();
-  // The three run as lambdas over this frame, as every `||` of the HTTP layer does: GCC 12
-  // miscompiles member and free coroutines with arguments awaited as branches of `||`.
+  // The branches of `||` are lambdas over this frame. Built with GCC 12, member and free
+  // coroutines as branches here went wrong (a callee saw shifted arguments, a branch was resumed
+  // after it had finished, at -O0 too); lambdas, as this layer always used, are not affected.
   auto pumping = [&]() -> asio::awaitable<void> { co_await pump(reader, sink); };
   auto watching = [&]() -> asio::awaitable<void> {
     if (co_await w_.wait_disconnect()) {
