@@ -15,6 +15,7 @@ void batch_planner::on_allocation(const step_allocation& alloc) {
 step_plan batch_planner::plan() {
   auto [plan, alloc] = draft_and_place();
   if (alloc.step_id != 0) on_allocation(alloc);
+  tables_.expand(plan);
   return std::move(plan);
 }
 

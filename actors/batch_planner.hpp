@@ -14,6 +14,7 @@
 #include "actors/block_pool.hpp"
 #include "actors/kv_manager.hpp"
 #include "actors/step_planner.hpp"
+#include "model/held_block_tables.hpp"
 
 namespace coserve::actors {
 
@@ -27,12 +28,15 @@ class batch_planner {
   void finish(seq_id_t id, finish_reason reason) {
     if (planner_.finish(id, reason)) kv_.release(id);
   }
-  // The next step (possibly empty: no sequences, only executor notices).
+  // The next step (possibly empty: no sequences, only executor notices), with whole block tables
+  // (as the executor actor hands it on).
   step_plan plan();
-  // The two halves of plan(), for an owner that applies allocations later (as the scheduler
-  // actor does when they come back): the draft placed in blocks, and its allocation applied.
+  // The parts of plan(), for an owner that applies allocations later (as the scheduler actor does
+  // when they come back) or times them apart: the draft placed in blocks (its tables as changes),
+  // its allocation applied, and the changes expanded into whole tables.
   std::pair<step_plan, step_allocation> draft_and_place();
   void on_allocation(const step_allocation& alloc);
+  void expand_tables(step_plan& plan) { tables_.expand(plan); }
   // A step's result: its blocks enter the prefix cache, its tokens go to the step planner; the
   // blocks of sequences it finished are freed.
   std::vector<seq_event> on_result(const step_result& result);
@@ -56,7 +60,8 @@ class batch_planner {
  private:
   step_planner planner_;
   kv_manager kv_;
-  step_emission scratch_;  // what on_allocation emits (ends of requests that never fit)
+  step_emission scratch_;     // what on_allocation emits (ends of requests that never fit)
+  held_block_tables tables_;  // the executor side's tables
 };
 
 }  // namespace coserve::actors

@@ -19,6 +19,7 @@ void executor_actor::on_start(rt::actor_context<executor_actor>& ctx) {
 
 void executor_actor::handle(run_step& m) {
   shared_->fault_point("executor", "run_step");
+  tables_.expand(m.plan);  // in arrival order, which is step order
   // No earlier step running: this plan's allocation would otherwise wait for its own result.
   const bool earlier = !in_flight_.empty() || !waiting_.empty();
   if (m.allocation) allocations_.push_back(std::move(*m.allocation));

@@ -10,6 +10,9 @@
 // waited. The actor's thread never blocks on a step; it runs on a dedicated thread, so a
 // completion and a handler never overlap.
 //
+// Block tables: a plan brings each sequence's table as a change to the last one (most decode steps
+// change nothing); the actor keeps the tables and hands the executor whole ones.
+//
 // Allocations: each plan comes with the allocation the scheduler needs to draft the step after
 // next. The actor returns it with its next step_done — at once when no earlier step is running,
 // since otherwise the scheduler would wait for the plan's own result.
@@ -33,6 +36,7 @@
 #include "actors/scheduler_messages.hpp"
 #include "actors/sequence.hpp"
 #include "model/executor.hpp"
+#include "model/held_block_tables.hpp"
 #include "runtime/actor.hpp"
 
 namespace coserve::actors {

@@ -22,6 +22,7 @@ void kv_manager::free_table(seq_kv& s) {
   // the part other requests are likeliest to share — is evicted last.
   for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.free(*it);
   s.table.clear();
+  s.table_sent = 0;
   s.num_computed = 0;
   s.num_committed = 0;
   s.num_hashed = 0;
@@ -139,6 +140,7 @@ void kv_manager::grow(seq_kv& s, int32_t n, step_plan& plan) {
       plan.block_copies.emplace_back(b, fresh);
       pool_.free(b);
       b = fresh;
+      s.table_sent = std::min(s.table_sent, first);  // the executor holds the old block there
     }
   }
   while (static_cast<int32_t>(s.table.size()) < ceil_div(s.num_computed + n, bs))
@@ -184,7 +186,10 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
                                              : proposals[static_cast<size_t>(pos - first_proposal)];
   }
   out.num_draft = static_cast<int32_t>(proposals.size());
-  out.block_table = s.table;
+  // The table as a change to what the executor's side holds: nothing new for most decode steps.
+  out.table_kept = s.table_sent;
+  out.block_table.assign(s.table.begin() + s.table_sent, s.table.end());
+  s.table_sent = static_cast<int32_t>(s.table.size());
   alloc.seqs.push_back({id, s.num_computed, n, cached});
   s.num_computed += n;
   out.sample = s.num_computed == num_tokens;

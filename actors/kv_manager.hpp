@@ -67,6 +67,7 @@ class kv_manager {
   struct seq_kv {
     std::vector<int32_t> tokens;  // known tokens, as sent by the scheduler
     std::vector<int32_t> table;
+    int32_t table_sent = 0;  // leading blocks of `table` the executor's side holds as they are
     int32_t num_computed = 0;
     int32_t num_committed = 0;  // positions whose K/V a successful step wrote (or a cache hit)
     uint64_t generation = 0;    // this incarnation (a preempted id comes back as a new one)

@@ -408,7 +408,7 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
     if (it == seqs_.end())
       return make_error("invalid_argument",
                         "sequence " + std::to_string(s.seq_id) + " was never registered");
-    inputs[i] = s.tokens;
+    inputs[i].assign(s.tokens.begin(), s.tokens.end());
     for (int32_t& t : inputs[i]) {
       if (t != k_token_from_last_step) continue;
       if (it->second.last_token < 0)

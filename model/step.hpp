@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/small_vector.hpp"
 #include "model/sampling_params.hpp"
 
 namespace coserve {
@@ -40,11 +41,18 @@ struct new_seq {
 // One sequence's slice of a step.
 struct scheduled_seq {
   seq_id_t seq_id = 0;
-  std::vector<int32_t> tokens;       // inputs; may hold k_token_from_last_step (decode only)
-  int32_t start_pos = 0;             // position of tokens[0] == num_computed_tokens
-  std::vector<int32_t> block_table;  // physical KV blocks covering [0, start_pos + tokens.size())
-  bool sample = false;               // true when the last token's logits are sampled this step
-                                     // (false for a prefill chunk that does not reach the end)
+  // Inputs; may hold k_token_from_last_step (decode only). Up to 8 inside the plan (a decode, or
+  // one with up to 7 proposals), more on the heap.
+  small_vector<int32_t, 8> tokens;
+  int32_t start_pos = 0;  // position of tokens[0] == num_computed_tokens
+  // The physical KV blocks covering [0, start_pos + tokens.size()). As the KV allocator sends it,
+  // a change to the table the executor's side holds for the sequence (held_block_tables): the
+  // first `table_kept` blocks stay, `block_table` holds the rest. A whole table has table_kept 0,
+  // which is what an executor's step() and launch() receive (the executor actor expands changes).
+  int32_t table_kept = 0;
+  std::vector<int32_t> block_table;
+  bool sample = false;  // true when the last token's logits are sampled this step
+                        // (false for a prefill chunk that does not reach the end)
   // Speculative decoding: the last num_draft tokens are proposals to verify (sample is then true).
   // The executor scores every one of the last 1 + num_draft positions and outputs, in order, the
   // proposals it accepts and then one token of its own (the correction of the first rejected

@@ -24,9 +24,9 @@
 #include <asio/use_awaitable.hpp>
 #include <chrono>
 #include <concepts>
-#include <type_traits>
 #include <future>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "runtime/actor_cell.hpp"

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "actors/kv_manager.hpp"
+#include "model/held_block_tables.hpp"
 
 using namespace coserve;
 using namespace coserve::actors;
@@ -200,7 +201,9 @@ TEST_CASE(
     CHECK(plan.seqs[0].tokens == std::vector<int32_t>{7, 8, 9, 10});
     CHECK(plan.seqs[0].num_draft == 3);
     CHECK(plan.seqs[0].sample);
-    CHECK(plan.seqs[0].block_table.size() == 3);  // positions 0..9
+    // Positions 0..9: a third block, sent as a change to the two the executor holds.
+    CHECK(plan.seqs[0].table_kept == 2);
+    CHECK(plan.seqs[0].block_table.size() == 1);
     kv.step_outcome(2, true);
   }
   {
@@ -260,4 +263,80 @@ TEST_CASE("kv_manager: proposals after a token still being sampled follow the pl
   CHECK(plan.seqs[0].tokens == std::vector<int32_t>{k_token_from_last_step, 8, 9});
   CHECK(plan.seqs[0].num_draft == 2);
   CHECK(plan.seqs[0].sample);
+}
+
+TEST_CASE("kv_manager: block tables go out as changes, which held_block_tables expands",
+          "[actors][kv]") {
+  kv_manager kv({.num_blocks = 16, .block_size = 4, .enable_prefix_caching = false, .hash = {}});
+  held_block_tables held;
+  auto run = [&](step_draft d) {
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    step_plan whole = plan;
+    held.expand(whole);
+    for (size_t i = 0; i < whole.seqs.size(); ++i) {
+      CAPTURE(whole.seqs[i].seq_id);
+      CHECK(whole.seqs[i].table_kept == 0);
+      CHECK(whole.seqs[i].block_table == *kv.block_table(whole.seqs[i].seq_id));
+    }
+    return plan;
+  };
+  step_draft d;
+  d.step_id = 1;
+  d.entries.push_back(admit(d, 1, {1, 2, 3, 4, 5, 6}, 6));  // 2 blocks, sent whole
+  step_plan p = run(std::move(d));
+  CHECK(p.seqs[0].table_kept == 0);
+  CHECK(p.seqs[0].block_table.size() == 2);
+  kv.step_outcome(1, true);
+  d = {};
+  d.step_id = 2;
+  d.entries.push_back(decode(1, 7));  // position 6: in its second block, nothing new to send
+  p = run(std::move(d));
+  CHECK(p.seqs[0].table_kept == 2);
+  CHECK(p.seqs[0].block_table.empty());
+  kv.step_outcome(2, true);
+  d = {};
+  d.step_id = 3;
+  d.entries.push_back(decode(1, 8));  // position 7: the block fills, still nothing new
+  p = run(std::move(d));
+  CHECK(p.seqs[0].block_table.empty());
+  kv.step_outcome(3, true);
+  d = {};
+  d.step_id = 4;
+  d.entries.push_back(decode(1, 9));  // position 8: a third block, the only change
+  p = run(std::move(d));
+  CHECK(p.seqs[0].table_kept == 2);
+  CHECK(p.seqs[0].block_table.size() == 1);
+  kv.step_outcome(4, true);
+  // A fork shares the partial third block; the parent's next write copies it: the change starts
+  // at the copied block.
+  d = {};
+  d.step_id = 5;
+  draft_fork f;
+  f.child = 2;
+  f.parent = 1;
+  f.shared_tokens = 9;
+  f.announce.seq_id = 2;
+  f.announce.prompt_ids = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  d.forks.push_back(f);
+  d.entries.push_back(decode(1, 10));
+  p = run(std::move(d));
+  REQUIRE(p.block_copies.size() == 1);
+  CHECK(p.seqs[0].table_kept == 2);
+  CHECK(p.seqs[0].block_table == std::vector<int32_t>{p.block_copies[0].second});
+  // Preempted and readmitted: a new registration, its table whole again.
+  kv.release(1);
+  CHECK(kv.take_drops() == std::vector<seq_id_t>{1});
+  step_plan drop;
+  drop.finished = {1};
+  held.expand(drop);  // forgets it
+  d = {};
+  d.step_id = 6;
+  d.entries.push_back(admit(d, 1, {1, 2, 3, 4, 5}, 5));
+  p = run(std::move(d));
+  CHECK(p.seqs[0].table_kept == 0);
+  CHECK(p.seqs[0].block_table.size() == 2);
+  // A change that keeps more than is held is refused.
+  step_plan bad;
+  bad.seqs.push_back(scheduled_seq{.seq_id = 99, .tokens = {1}, .start_pos = 0, .table_kept = 3});
+  CHECK_THROWS_AS(held.expand(bad), std::logic_error);
 }

@@ -18,6 +18,7 @@
 #include "actors/kv_manager.hpp"
 #include "actors/sequence.hpp"
 #include "actors/step_planner.hpp"
+#include "model/held_block_tables.hpp"
 #include "tests/actors/pipeline_util.hpp"
 
 using namespace coserve;
@@ -272,11 +273,13 @@ std::vector<step_plan> replay(const std::vector<planner_call>& journal, planner_
   std::map<uint64_t, step_allocation> allocations;
   std::vector<step_plan> plans;
   step_emission em;
+  held_block_tables tables;  // as the executor actor expands each plan's table changes
   auto place = [&](step_draft d) {
     const bool drafted = d.step_id != 0;
     auto [plan, alloc] = kv.resolve(std::move(d));
     if (drafted) allocations[alloc.step_id] = alloc;
     if (plan.seqs.empty()) plan.step_id = 0;
+    tables.expand(plan);
     if (!plan.seqs.empty() || !plan.finished.empty()) plans.push_back(std::move(plan));
   };
   for (const planner_call& c : journal) {
