@@ -13,8 +13,8 @@ kv_manager::kv_manager(block_pool_options options) : pool_(std::move(options)) {
 }
 
 const std::vector<int32_t>* kv_manager::block_table(seq_id_t id) const {
-  auto it = seqs_.find(id);
-  return it == seqs_.end() ? nullptr : &it->second.table;
+  const seq_kv* s = seqs_.find(id);
+  return s == nullptr ? nullptr : &s->table;
 }
 
 void kv_manager::free_table(seq_kv& s) {
@@ -30,13 +30,13 @@ void kv_manager::free_table(seq_kv& s) {
 }
 
 void kv_manager::release(seq_id_t id) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) return;
-  free_table(it->second);
-  if (it->second.known_to_executor) drop_next_.push_back(id);
+  seq_kv* s = seqs_.find(id);
+  if (s == nullptr) return;
+  free_table(*s);
+  if (s->known_to_executor) drop_next_.push_back(id);
   auto h = std::find(holders_.begin(), holders_.end(), id);
   if (h != holders_.end()) holders_.erase(h);
-  seqs_.erase(it);
+  seqs_.erase(id);
 }
 
 void kv_manager::step_outcome(uint64_t step_id, bool ok) {
@@ -52,28 +52,28 @@ void kv_manager::step_outcome(uint64_t step_id, bool ok) {
 
 void kv_manager::commit(const std::vector<step_write>& writes) {
   for (const step_write& w : writes) {
-    auto it = seqs_.find(w.id);
-    if (it == seqs_.end() || it->second.generation != w.generation) continue;  // released since
-    seq_kv& s = it->second;
+    seq_kv* found = seqs_.find(w.id);
+    if (found == nullptr || found->generation != w.generation) continue;  // released since
+    seq_kv& s = *found;
     s.num_committed = std::max(s.num_committed, std::min(w.end, s.num_computed));
     register_full_blocks(s);
   }
 }
 
 void kv_manager::preempt(seq_id_t id, step_plan& plan, step_allocation& alloc) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) return;
-  free_table(it->second);
-  if (it->second.known_to_executor) plan.finished.push_back(id);
+  seq_kv* s = seqs_.find(id);
+  if (s == nullptr) return;
+  free_table(*s);
+  if (s->known_to_executor) plan.finished.push_back(id);
   holders_.erase(std::find(holders_.begin(), holders_.end(), id));
-  seqs_.erase(it);
+  seqs_.erase(id);
   alloc.preempted.push_back(id);
 }
 
 void kv_manager::fork(draft_fork& f) {
-  auto pit = seqs_.find(f.parent);
-  if (pit == seqs_.end()) return;  // the scheduler only forks running parents; defensive
-  const seq_kv& parent = pit->second;
+  const seq_kv* pit = seqs_.find(f.parent);
+  if (pit == nullptr) return;  // the scheduler only forks running parents; defensive
+  const seq_kv& parent = *pit;
   const int32_t bs = pool_.block_size();
   seq_kv child;
   const int32_t shared =
@@ -91,7 +91,7 @@ void kv_manager::fork(draft_fork& f) {
     child.last_hash = parent.last_hash;
   }
   child.announce = std::move(f.announce);
-  seqs_[f.child] = std::move(child);
+  seqs_[f.child] = std::move(child);  // (parent may move from here on)
   holders_.push_back(f.child);
 }
 
@@ -237,7 +237,7 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
   bool admissions_closed = false;
   for (draft_entry& e : draft.entries) {
     if (e.admit) {
-      if (admissions_closed || seqs_.count(e.seq_id) != 0) {
+      if (admissions_closed || seqs_.contains(e.seq_id)) {
         alloc.deferred.push_back(e.seq_id);
         continue;
       }
@@ -258,39 +258,38 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
       const int32_t cached = std::min(hits * bs, prompt_len);
       if (e.count_query) pool_.count_query(prompt_len, cached);
       s.generation = next_generation_++;
-      auto [it, inserted] = seqs_.emplace(e.seq_id, std::move(s));
-      (void)inserted;
+      seq_kv* placed = seqs_.emplace(e.seq_id, std::move(s)).first;
       holders_.push_back(e.seq_id);
-      schedule(e.seq_id, it->second, n, e.num_tokens, cached, {}, plan, alloc);
+      schedule(e.seq_id, *placed, n, e.num_tokens, cached, {}, plan, alloc);
       continue;
     }
-    auto it = seqs_.find(e.seq_id);
-    if (it == seqs_.end()) continue;  // preempted earlier in this step
-    seq_kv& s = it->second;
+    seq_kv* s = seqs_.find(e.seq_id);
+    if (s == nullptr) continue;  // preempted earlier in this step
     const auto tokens = draft.append_of(e);
-    s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
-    if (e.num_computed >= 0 && e.num_computed < s.num_computed) {
+    s->tokens.insert(s->tokens.end(), tokens.begin(), tokens.end());
+    if (e.num_computed >= 0 && e.num_computed < s->num_computed) {
       // Proposals a step computed were rejected: their positions are computed again, and K/V
       // past this point is no longer committed.
-      s.num_computed = e.num_computed;
-      s.num_committed = std::min(s.num_committed, e.num_computed);
+      s->num_computed = e.num_computed;
+      s->num_committed = std::min(s->num_committed, e.num_computed);
     }
-    const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
+    const int32_t n = std::min(e.tokens, e.num_tokens - s->num_computed);
     if (n <= 0) continue;
     bool preempted_self = false;
-    while (!pool_.can_allocate(blocks_needed(s, n))) {
+    while (!pool_.can_allocate(blocks_needed(*s, n))) {
       const seq_id_t victim = holders_.back();
       preempt(victim, plan, alloc);
       if (victim == e.seq_id) {
         preempted_self = true;
         break;
       }
+      s = seqs_.find(e.seq_id);  // entries move when another is erased
     }
     if (preempted_self) {
       admissions_closed = true;  // it was the newest holder: no room for anyone newer
       continue;
     }
-    schedule(e.seq_id, s, n, e.num_tokens, 0, draft.proposals_of(e), plan, alloc);
+    schedule(e.seq_id, *s, n, e.num_tokens, 0, draft.proposals_of(e), plan, alloc);
   }
   alloc.num_free_blocks = pool_.num_free();
   alloc.num_holders = num_holders();

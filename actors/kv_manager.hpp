@@ -27,6 +27,7 @@
 
 #include "actors/block_pool.hpp"
 #include "actors/step_draft.hpp"
+#include "base/id_map.hpp"
 #include "model/step.hpp"
 
 namespace coserve::actors {
@@ -88,7 +89,7 @@ class kv_manager {
                 std::span<const int32_t> proposals, step_plan& plan, step_allocation& alloc);
 
   block_pool pool_;
-  std::unordered_map<seq_id_t, seq_kv> seqs_;
+  id_map<seq_kv> seqs_;
   std::vector<seq_id_t> holders_;    // admission order; back() is the newest
   std::vector<seq_id_t> drop_next_;  // released, known to the executor: drop at the next plan
   std::vector<int32_t> scratch_;     // one block of tokens (hashing)

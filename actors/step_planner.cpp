@@ -6,10 +6,7 @@
 
 namespace coserve::actors {
 
-const sequence* step_planner::find(seq_id_t id) const {
-  auto it = seqs_.find(id);
-  return it == seqs_.end() ? nullptr : &it->second;
-}
+const sequence* step_planner::find(seq_id_t id) const { return seqs_.find(id); }
 
 // ---- requests
 // ------------------------------------------------------------------------------------
@@ -104,8 +101,8 @@ void step_planner::add(sequence seq) {
 
 void step_planner::insert_waiting(seq_id_t id) {
   auto pos = std::upper_bound(waiting_.begin(), waiting_.end(), id, [&](seq_id_t a, seq_id_t b) {
-    const sequence& x = seqs_.at(a);
-    const sequence& y = seqs_.at(b);
+    const sequence& x = *seqs_.find(a);
+    const sequence& y = *seqs_.find(b);
     return x.priority != y.priority ? x.priority < y.priority : x.arrival < y.arrival;
   });
   waiting_.insert(pos, id);
@@ -122,9 +119,9 @@ void step_planner::drop(seq_id_t id) {
 }
 
 bool step_planner::finish(seq_id_t id, finish_reason reason) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.state == seq_state::finished) return false;
-  sequence& s = it->second;
+  sequence* found = seqs_.find(id);
+  if (found == nullptr || found->state == seq_state::finished) return false;
+  sequence& s = *found;
   drop(id);
   s.state = seq_state::finished;
   s.finish = reason;
@@ -160,10 +157,10 @@ bool step_planner::can_draft() const noexcept {
 bool step_planner::can_schedule() const {
   if (!forking_.empty()) return true;
   for (seq_id_t id : running_) {
-    const sequence& s = seqs_.at(id);
+    const sequence& s = *seqs_.find(id);
     if (!unresolved(s) && !at_limit(s) && s.num_tokens() > s.num_computed) return true;
   }
-  return !waiting_.empty() && seqs_.at(waiting_.front()).pending == 0 &&
+  return !waiting_.empty() && seqs_.find(waiting_.front())->pending == 0 &&
          num_running() < config_.max_num_seqs;
 }
 
@@ -211,16 +208,16 @@ void step_planner::apply_forks(step_draft& d) {
   for (size_t k = 0; k < forking_.size();) {
     sequence& child = at(forking_[k]);
     const auto prompt_len = static_cast<int32_t>(child.prompt.size());
-    auto pit = seqs_.find(child.fork_parent);
-    const bool orphan = pit == seqs_.end() || pit->second.state == seq_state::finished ||
-                        pit->second.num_preemptions > 0 || prompt_len < 2;
+    const sequence* pit = seqs_.find(child.fork_parent);
+    const bool orphan = pit == nullptr || pit->state == seq_state::finished ||
+                        pit->num_preemptions > 0 || prompt_len < 2;
     if (orphan) {  // parent gone or preempted (or nothing to share): an ordinary waiting sequence
       child.fork_parent = 0;
       forking_.erase(forking_.begin() + static_cast<ptrdiff_t>(k));
       insert_waiting(child.id);
       continue;
     }
-    const sequence& parent = pit->second;
+    const sequence& parent = *pit;
     if (parent.state != seq_state::running || parent.num_computed < prompt_len - 1 ||
         num_running() >= config_.max_num_seqs) {
       ++k;
@@ -313,9 +310,9 @@ step_draft step_planner::draft() {
 
 void step_planner::apply_preemptions(const step_allocation& alloc) {
   for (seq_id_t id : alloc.preempted) {
-    auto it = seqs_.find(id);
-    if (it == seqs_.end() || it->second.state != seq_state::running) continue;
-    sequence& s = it->second;
+    sequence* found = seqs_.find(id);
+    if (found == nullptr || found->state != seq_state::running) continue;
+    sequence& s = *found;
     drop(id);
     s.state = seq_state::waiting;
     s.num_computed = 0;
@@ -329,9 +326,9 @@ void step_planner::apply_preemptions(const step_allocation& alloc) {
 
 void step_planner::apply_scheduled(const step_allocation& alloc, step_emission& out) {
   for (const auto& sc : alloc.seqs) {
-    auto it = seqs_.find(sc.seq_id);
-    if (it == seqs_.end() || it->second.state == seq_state::finished) continue;
-    sequence& s = it->second;
+    sequence* found = seqs_.find(sc.seq_id);
+    if (found == nullptr || found->state == seq_state::finished) continue;
+    sequence& s = *found;
     if (s.state == seq_state::waiting) {  // admitted
       waiting_.erase(std::find(waiting_.begin(), waiting_.end(), s.id));
       s.state = seq_state::running;
@@ -363,8 +360,7 @@ void step_planner::on_allocation(const step_allocation& alloc, step_emission& ou
   apply_preemptions(alloc);
   apply_scheduled(alloc, out);
   for (seq_id_t id : alloc.deferred) {
-    auto it = seqs_.find(id);
-    if (it != seqs_.end()) it->second.kv_sent = 0;  // the allocator kept nothing of it
+    if (sequence* s = seqs_.find(id)) s->kv_sent = 0;  // the allocator kept nothing of it
   }
   if (alloc.seqs.empty()) {
     --in_flight_;  // nothing runs: no result will come
@@ -461,9 +457,9 @@ void step_planner::on_result(const step_result& result, step_emission& out, bool
   if (ran) consecutive_failures_ = 0;
   out.tokens.reserve(out.tokens.size() + result.outputs.size());
   for (size_t i = 0; i < result.outputs.size(); ++i) {
-    auto it = seqs_.find(result.outputs[i].seq_id);
-    if (it == seqs_.end() || it->second.state == seq_state::finished) continue;
-    sequence& s = it->second;
+    sequence* found = seqs_.find(result.outputs[i].seq_id);
+    if (found == nullptr || found->state == seq_state::finished) continue;
+    sequence& s = *found;
     const seq_event ev = apply_output(s, result, i);
     if (ev.finish != finish_reason::none) {
       finish(s.id, ev.finish);
@@ -498,15 +494,14 @@ void step_planner::on_failed_step(uint64_t step_id, const error& e, step_emissio
 int64_t step_planner::num_waiting_tokens() const {
   int64_t n = 0;
   for (seq_id_t id : waiting_)  // forking children share their parent's prompt: not counted
-    if (auto it = seqs_.find(id); it != seqs_.end())
-      n += it->second.num_tokens() - it->second.num_computed;
+    if (const sequence* s = seqs_.find(id)) n += s->num_tokens() - s->num_computed;
   return n;
 }
 
 std::vector<request_status> step_planner::requests(clock::time_point now, size_t limit) const {
   std::unordered_map<uint64_t, request_status> by_id;
-  for (const auto& [id, s] : seqs_) {
-    if (s.state == seq_state::finished) continue;
+  seqs_.for_each([&](uint64_t, const sequence& s) {
+    if (s.state == seq_state::finished) return;
     request_status& r = by_id[s.request_id];
     r.id = s.request_id;
     r.running = r.running || s.state == seq_state::running;
@@ -515,7 +510,7 @@ std::vector<request_status> step_planner::requests(clock::time_point now, size_t
     r.cached_prompt_tokens = std::max(r.cached_prompt_tokens, s.num_cached_prompt);
     r.max_tokens = s.params.max_tokens;
     r.preemptions += s.num_preemptions;
-  }
+  });
   std::vector<request_status> out;
   out.reserve(by_id.size());
   for (auto& [rid, r] : by_id) {

@@ -49,6 +49,7 @@
 #include "actors/sequence.hpp"
 #include "actors/speculation.hpp"
 #include "actors/step_draft.hpp"
+#include "base/id_map.hpp"
 #include "base/result.hpp"
 #include "model/step.hpp"
 
@@ -211,7 +212,7 @@ class step_planner {
     bool queued = true;  // no sequence scheduled yet (queue time)
     clock::time_point submitted;
   };
-  sequence& at(seq_id_t id) { return seqs_.at(id); }
+  sequence& at(seq_id_t id) { return *seqs_.find(id); }
   void insert_waiting(seq_id_t id);
   void drop(seq_id_t id);
   void release(seq_id_t id) { kv_ops_.push_back({kv_op::kind::release, id}); }
@@ -240,7 +241,7 @@ class step_planner {
   }
 
   planner_config config_;
-  std::unordered_map<seq_id_t, sequence> seqs_;
+  id_map<sequence> seqs_;  // every sequence not yet erased (finished ones until the next draft)
   std::unordered_map<uint64_t, request> requests_;
   std::vector<seq_id_t> running_;   // admission order; back() is the newest
   std::vector<seq_id_t> waiting_;   // sorted by (priority, arrival)

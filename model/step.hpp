@@ -47,9 +47,9 @@ struct scheduled_seq {
   int32_t start_pos = 0;  // position of tokens[0] == num_computed_tokens
   // The physical KV blocks covering [0, start_pos + tokens.size()). As the KV allocator sends it,
   // a change to the table the executor's side holds for the sequence (held_block_tables): the
-  // first `table_kept` blocks stay, `block_table` holds the rest. A whole table has table_kept 0,
-  // which is what an executor's step() and launch() receive (the executor actor expands changes).
-  int32_t table_kept = 0;
+  // first `table_kept` blocks (below) stay, `block_table` holds the rest. A whole table has
+  // table_kept 0, which is what an executor's execute() and launch() receive (the executor actor
+  // expands changes).
   std::vector<int32_t> block_table;
   bool sample = false;  // true when the last token's logits are sampled this step
                         // (false for a prefill chunk that does not reach the end)
@@ -58,6 +58,7 @@ struct scheduled_seq {
   // proposals it accepts and then one token of its own (the correction of the first rejected
   // proposal, or the next token after all of them): 1 to 1 + num_draft outputs for the sequence.
   int32_t num_draft = 0;
+  int32_t table_kept = 0;  // see block_table
 };
 
 struct step_plan {
