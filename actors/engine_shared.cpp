@@ -39,7 +39,7 @@ void trace_for_request(rt::system& sys, uint32_t actor_trace_id, const char* wha
   s.enqueue_ns = start_ns;
   s.start_ns = start_ns;
   s.end_ns = end_ns;
-  s.actor_id = actor_trace_id;
+  s.track_id = actor_trace_id;
   sys.trace().record(s);
 }
 

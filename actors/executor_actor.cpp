@@ -13,8 +13,8 @@ void executor_actor::on_start(rt::actor_context<executor_actor>& ctx) {
   if (!ctx.self.cell().options().dedicated_thread)
     throw std::logic_error("executor_actor must run on a dedicated thread");
   trace_id_ = ctx.self.cell().trace_id();
-  thread_ = ctx.executor();
-  steps_trace_id_ = ctx.sys->trace().register_actor(ctx.name() + " steps");
+  thread_ = ctx.io_executor();
+  steps_trace_id_ = ctx.sys->trace().register_track(ctx.name() + " steps");
 }
 
 void executor_actor::handle(run_step& m) {
@@ -73,7 +73,7 @@ void executor_actor::trace_step(const in_flight& f, int64_t ran_from, int64_t do
   s.enqueue_ns = f.launched_ns;
   s.start_ns = ran_from;
   s.end_ns = done_ns;
-  s.actor_id = steps_trace_id_;
+  s.track_id = steps_trace_id_;
   tr.record(s);
   for (uint64_t rid : f.requests)
     trace_for_request(*shared_->sys, trace_id_, "execute_step", rid, f.launched_ns, done_ns);

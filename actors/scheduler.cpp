@@ -133,7 +133,7 @@ void scheduler::plan(rt::outbox& out) {
       s.message = "plan_step";
       s.enqueue_ns = s.start_ns = t0;
       s.end_ns = tr.now_ns();
-      s.actor_id = trace_id_;
+      s.track_id = trace_id_;
       tr.record(s);
     }
     out.tell(to_.kv_allocator, kv_step{std::move(d)});

@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
 
   // Ask from a coroutine running on the runtime's pool.
   auto top = asio::co_spawn(
-                 sys.executor(),
+                 sys.io_executor(),
                  [&]() -> asio::awaitable<top_words::reply_type> {
                    // Each mailbox is FIFO, but two actors are not ordered with each other: first
                    // make sure the splitter has sent every word on, then ask the counter (our ask

@@ -5,8 +5,8 @@
 #include <functional>
 #include <string>
 
+#include "gpu/cuda_stream.hpp"
 #include "gpu/launch_params.hpp"
-#include "gpu/stream.hpp"
 
 namespace coserve::gpu {
 

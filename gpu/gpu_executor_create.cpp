@@ -209,10 +209,10 @@ result<std::unique_ptr<gpu_executor>> gpu_executor::create(const gpu_executor_op
 }
 
 result<void> gpu_executor::create_streams() {
-  auto s = stream::create();
+  auto s = cuda_stream::create();
   if (!s) return std::move(s).err();
   stream_ = std::move(s.value());
-  auto waiter = stream::create();
+  auto waiter = cuda_stream::create();
   if (!waiter) return std::move(waiter).err();
   waiter_ = std::move(waiter.value());
   auto g = gemm_runner::create();

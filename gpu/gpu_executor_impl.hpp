@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gpu/batch_plan.hpp"
+#include "gpu/cuda_stream.hpp"
 #include "gpu/decode_graph.hpp"
 #include "gpu/device_buffer.hpp"
 #include "gpu/device_weights.hpp"
@@ -34,7 +35,6 @@
 #include "gpu/kernels.hpp"
 #include "gpu/logit_edit.hpp"
 #include "gpu/sample_row_params.hpp"
-#include "gpu/stream.hpp"
 #include "gpu/tp_peer.hpp"
 #include "model/sampler.hpp"
 #include "model/structured_output.hpp"
@@ -415,8 +415,8 @@ class gpu_executor final : public executor {
 
   gpu_executor_options opts_;
   executor_info info_;
-  stream stream_;
-  stream waiter_;  // completions' host functions (async_wait_beside), off the step stream
+  cuda_stream stream_;
+  cuda_stream waiter_;  // completions' host functions (async_wait_beside), off the step stream
   device_weights w_;
   gemm_runner gemm_;
   layer_scratch scratch_;

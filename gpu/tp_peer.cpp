@@ -5,10 +5,10 @@
 #include <cstring>
 #include <map>
 
+#include "gpu/cuda_stream.hpp"
 #include "gpu/device_weights.hpp"
 #include "gpu/gemm.hpp"
 #include "gpu/kernels.hpp"
-#include "gpu/stream.hpp"
 #include "model/executor.hpp"
 
 #if defined(COSERVE_HAVE_NCCL)
@@ -147,7 +147,7 @@ std::string nccl_group::failure() const {
 // ---- tp_peer --------------------------------------------------------------------------------
 
 struct tp_peer::state {
-  stream s;
+  cuda_stream s;
   gemm_runner gemm;
   device_weights w;
   layer_scratch scratch;
@@ -233,7 +233,7 @@ result<int32_t> tp_peer::setup() {
   COSERVE_CUDA_TRY(cuda_check(cudaSetDevice(o_.device), "cudaSetDevice"));
   st_ = std::make_unique<state>();
   state& st = *st_;
-  auto s = stream::create();
+  auto s = cuda_stream::create();
   if (!s) return std::move(s).err();
   st.s = std::move(s.value());
   auto g = gemm_runner::create();

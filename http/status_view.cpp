@@ -222,7 +222,7 @@ class trace_view {
   void count_busy(std::map<std::string, actor_row>& rows) {
     std::map<uint32_t, std::vector<std::pair<int64_t, int64_t>>> busy;
     for (const auto& s : spans_)
-      if (s.end_ns >= now_ - window_) busy[s.actor_id].emplace_back(s.start_ns, s.end_ns);
+      if (s.end_ns >= now_ - window_) busy[s.track_id].emplace_back(s.start_ns, s.end_ns);
     for (auto& [id, iv] : busy) {
       actor_row& r = rows[row_of(name_of(id))];
       r.spans += static_cast<int64_t>(iv.size());
@@ -230,7 +230,7 @@ class trace_view {
     }
     // Pools count their members (every actor the trace names, busy or not).
     for (uint32_t id = 0;; ++id) {
-      const std::string n = tr_.actor_name(id);
+      const std::string n = tr_.track_name(id);
       if (n == "?") break;
       auto it = rows.find(row_of(n));
       if (it != rows.end()) ++it->second.members;
@@ -254,7 +254,7 @@ class trace_view {
  private:
   const std::string& name_of(uint32_t id) {
     auto it = names_.find(id);
-    if (it == names_.end()) it = names_.emplace(id, tr_.actor_name(id)).first;
+    if (it == names_.end()) it = names_.emplace(id, tr_.track_name(id)).first;
     return it->second;
   }
 
@@ -277,7 +277,7 @@ class trace_view {
       if (i >= head && i < tail_from) continue;
       const rt::span& s = *ss[i];
       value it = json::object{};
-      it["actor"] = value(name_of(s.actor_id));
+      it["actor"] = value(name_of(s.track_id));
       it["message"] = value(s.message);
       it["start_ms"] = value(double(s.start_ns - t0) / 1e6);
       it["duration_ms"] = value(double(s.end_ns - s.start_ns) / 1e6);

@@ -55,7 +55,7 @@ class actor_ref {
   explicit operator bool() const noexcept { return static_cast<bool>(cell_); }
   const std::string& name() const noexcept { return cell_->name(); }
   std::size_t queued() const noexcept { return cell_->queued(); }
-  const asio::any_io_executor& executor() const noexcept { return cell_->executor(); }
+  const asio::any_io_executor& io_executor() const noexcept { return cell_->io_executor(); }
   auto& cell() const noexcept { return static_cast<mailbox_cell<typename P::messages>&>(*cell_); }
   const std::shared_ptr<cell_base>& cell_ptr() const noexcept { return cell_; }
 
@@ -196,7 +196,7 @@ struct actor_context {
   rt::system* sys = nullptr;
   actor_ref<B> self;
   const std::string& name() const { return self.name(); }
-  const asio::any_io_executor& executor() const { return self.executor(); }
+  const asio::any_io_executor& io_executor() const { return self.io_executor(); }
 };
 
 }  // namespace coserve::rt

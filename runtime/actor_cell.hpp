@@ -112,14 +112,14 @@ class cell_base {
       : opts_(std::move(opts)),
         tracer_(tr),
         ex_(std::move(ex)),
-        trace_id_(tr.register_actor(opts_.name)) {}
+        trace_id_(tr.register_track(opts_.name)) {}
   virtual ~cell_base() = default;
   cell_base(const cell_base&) = delete;
   cell_base& operator=(const cell_base&) = delete;
 
   const std::string& name() const noexcept { return opts_.name; }
   uint32_t trace_id() const noexcept { return trace_id_; }
-  const asio::any_io_executor& executor() const noexcept { return ex_; }
+  const asio::any_io_executor& io_executor() const noexcept { return ex_; }
   const spawn_options& options() const noexcept { return opts_; }
   bool failed_stop() const noexcept { return failed_stop_.load(std::memory_order_acquire); }
   int restarts() const noexcept { return restarts_.load(std::memory_order_relaxed); }
@@ -340,7 +340,7 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
       sp.message = message_name<M>();
       sp.request_id = env.request_id;
       sp.enqueue_ns = env.enqueue_ns;
-      sp.actor_id = trace_id_;
+      sp.track_id = trace_id_;
       sp.mailbox_depth = static_cast<uint32_t>(mailbox_.size_approx());
       sp.start_ns = tracer_.now_ns();
     }

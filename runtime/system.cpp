@@ -54,7 +54,7 @@ void supervisor::stop() {
     std::promise<void> drained;
     auto fut = drained.get_future();
     it->cell->close();
-    it->cell->when_drained(sys_.executor(), [&drained] { drained.set_value(); });
+    it->cell->when_drained(sys_.io_executor(), [&drained] { drained.set_value(); });
     fut.wait();
     if (it->thread) it->thread->join();
   }

@@ -37,7 +37,7 @@ class dedicated_thread {
   ~dedicated_thread();  // join()
   dedicated_thread(const dedicated_thread&) = delete;
   dedicated_thread& operator=(const dedicated_thread&) = delete;
-  asio::any_io_executor executor() { return io_.get_executor(); }
+  asio::any_io_executor io_executor() { return io_.get_executor(); }
   void join();  // lets the thread finish its queued work and exit
 
  private:
@@ -118,7 +118,7 @@ class system {
   }
 
   supervisor& root() noexcept { return root_; }
-  asio::any_io_executor executor() { return pool_.get_executor(); }
+  asio::any_io_executor io_executor() { return pool_.get_executor(); }
   tracer& trace() noexcept { return tracer_; }
   std::size_t threads() const noexcept { return threads_; }
 
@@ -136,10 +136,10 @@ class system {
 template <class B>
 actor_ref<B> supervisor::reserve(spawn_options opts) {
   child c;
-  asio::any_io_executor ex = sys_.executor();
+  asio::any_io_executor ex = sys_.io_executor();
   if (opts.dedicated_thread) {
     c.thread = std::make_unique<dedicated_thread>(opts.name);
-    ex = c.thread->executor();
+    ex = c.thread->io_executor();
   }
   auto cell = std::make_shared<actor_cell<B>>(std::move(opts), sys_.trace(), ex);
   if constexpr (has_on_start<B>) {

@@ -64,7 +64,7 @@ void arm(std::shared_ptr<timer_handle::state> s, actor_ref<B> to, M msg,
 // Delivers `msg` to `to` once after `delay`.
 template <class B, class M>
 timer_handle send_after(const actor_ref<B>& to, std::chrono::steady_clock::duration delay, M msg) {
-  auto s = std::make_shared<timer_handle::state>(to.executor());
+  auto s = std::make_shared<timer_handle::state>(to.io_executor());
   asio::post(s->timer.get_executor(), [s, to, delay, msg]() mutable {
     s->timer.expires_after(delay);
     detail::arm(s, to, std::move(msg), std::chrono::steady_clock::duration::zero());
@@ -75,7 +75,7 @@ timer_handle send_after(const actor_ref<B>& to, std::chrono::steady_clock::durat
 // Delivers `msg` to `to` every `period` (first after one period) until cancelled.
 template <class B, class M>
 timer_handle send_every(const actor_ref<B>& to, std::chrono::steady_clock::duration period, M msg) {
-  auto s = std::make_shared<timer_handle::state>(to.executor());
+  auto s = std::make_shared<timer_handle::state>(to.io_executor());
   asio::post(s->timer.get_executor(), [s, to, period, msg]() mutable {
     s->timer.expires_after(period);
     detail::arm(s, to, std::move(msg), period);

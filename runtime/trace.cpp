@@ -97,13 +97,13 @@ tracer::~tracer() = default;
 
 int64_t tracer::now_ns() const noexcept { return steady_ns() - epoch_ns_; }
 
-uint32_t tracer::register_actor(std::string name) {
+uint32_t tracer::register_track(std::string name) {
   std::lock_guard lock(mu_);
   names_.push_back(std::move(name));
   return static_cast<uint32_t>(names_.size() - 1);
 }
 
-std::string tracer::actor_name(uint32_t id) const {
+std::string tracer::track_name(uint32_t id) const {
   std::lock_guard lock(mu_);
   return id < names_.size() ? names_[id] : std::string("?");
 }
@@ -164,7 +164,7 @@ std::vector<span> tracer::spans_since(int64_t since_ns) const {
   return out;
 }
 
-std::vector<span> tracer::spans_of_actor(std::string_view name) const {
+std::vector<span> tracer::spans_of_track(std::string_view name) const {
   std::vector<uint32_t> ids;
   {
     std::lock_guard lock(mu_);
@@ -173,7 +173,7 @@ std::vector<span> tracer::spans_of_actor(std::string_view name) const {
   }
   auto all = spans();
   std::erase_if(all, [&](const span& s) {
-    return std::find(ids.begin(), ids.end(), s.actor_id) == ids.end();
+    return std::find(ids.begin(), ids.end(), s.track_id) == ids.end();
   });
   return all;
 }
@@ -228,11 +228,11 @@ std::string tracer::chrome_json() const {
     out += "{\"ph\":\"X\",\"name\":\"";
     append_escaped(out, s.message);
     out += "\",\"cat\":\"";
-    append_escaped(out, s.actor_id < names.size() ? names[s.actor_id] : std::string("?"));
+    append_escaped(out, s.track_id < names.size() ? names[s.track_id] : std::string("?"));
     std::snprintf(buf, sizeof buf,
                   "\",\"pid\":1,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"request_id\":%llu,"
                   "\"mailbox_depth\":%u,\"queued_us\":%.3f,\"thread\":%u%s}}",
-                  s.actor_id, double(s.start_ns) / 1e3, double(s.end_ns - s.start_ns) / 1e3,
+                  s.track_id, double(s.start_ns) / 1e3, double(s.end_ns - s.start_ns) / 1e3,
                   static_cast<unsigned long long>(s.request_id), s.mailbox_depth,
                   double(s.start_ns - s.enqueue_ns) / 1e3, s.thread,
                   s.failed ? ",\"failed\":true" : "");

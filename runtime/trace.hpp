@@ -1,6 +1,8 @@
-// Per-actor tracing: one span per handled message (actor, message type, request id,
+// Per-actor tracing: one span per handled message (the actor's track, message type, request id,
 // enqueue/start/end time, mailbox depth), recorded into per-thread ring buffers cheap enough to
-// leave on (no lock and no allocation on the recording path once a thread's ring exists).
+// leave on (no lock and no allocation on the recording path once a thread's ring exists). A track
+// is a named lane of spans: every actor has one, and an actor may name more for work that is not
+// a message it handles (the executor actor's "<name> steps": one span per device step).
 //
 // Threads: record() is called by the thread that ran the handler and writes only that thread's
 // ring. Readers (spans(), chrome_json(), ...) may run on any thread at any time; they see every
@@ -28,7 +30,7 @@ struct span {
   int64_t enqueue_ns = 0;    // tracer clock (ns since the tracer's epoch)
   int64_t start_ns = 0;
   int64_t end_ns = 0;
-  uint32_t actor_id = 0;
+  uint32_t track_id = 0;       // register_track's id (an actor's own track, or another)
   uint32_t mailbox_depth = 0;  // messages still queued when the handler started
   uint16_t thread = 0;         // index of the recording thread (registration order)
   bool failed = false;         // the handler threw
@@ -47,9 +49,10 @@ class tracer {
   // Nanoseconds on the tracer's clock (steady, since construction).
   int64_t now_ns() const noexcept;
 
-  // Names an actor; returns its id. Any thread (takes a mutex: spawn time only).
-  uint32_t register_actor(std::string name);
-  std::string actor_name(uint32_t id) const;
+  // Names a track (an actor's, or another lane); returns its id. Any thread (takes a mutex: spawn
+  // time only).
+  uint32_t register_track(std::string name);
+  std::string track_name(uint32_t id) const;
 
   // Records a span into the calling thread's ring. Any thread; lock-free after the thread's
   // first call (which registers its ring under a mutex).
@@ -57,7 +60,7 @@ class tracer {
 
   // --- queries (any thread; see the header comment on exactness) ---
   std::vector<span> spans() const;                                // all, sorted by start_ns
-  std::vector<span> spans_of_actor(std::string_view name) const;  // sorted by start_ns
+  std::vector<span> spans_of_track(std::string_view name) const;  // sorted by start_ns
   std::vector<span> spans_of_request(uint64_t request_id) const;  // sorted by start_ns
   std::vector<span> spans_of_message(std::string_view message) const;
   // Spans that ended at or after `since_ns` (tracer clock), sorted by start_ns. Reads each ring
@@ -66,7 +69,7 @@ class tracer {
   std::vector<span> spans_since(int64_t since_ns) const;
   uint64_t dropped() const noexcept;  // spans overwritten because a ring wrapped
 
-  // Chrome trace-event JSON (opens in Perfetto / chrome://tracing): one track per actor,
+  // Chrome trace-event JSON (opens in Perfetto / chrome://tracing): one thread per track,
   // "X" events named after the message type, args with request id, mailbox depth, queue time.
   std::string chrome_json() const;
   result<void> write_chrome_json(const std::filesystem::path& file) const;

@@ -204,7 +204,7 @@ TEST_CASE(
     const auto spans = tr->spans_of_request(c.id);
     std::map<std::string, rt::span> first;
     for (const auto& s : spans) {
-      std::string actor = tr->actor_name(s.actor_id);
+      std::string actor = tr->track_name(s.track_id);
       if (actor.rfind("tokenizer", 0) == 0) actor = "tokenizer";  // one of the pool
       const std::string key = actor + "/" + s.message;
       if (!first.count(key)) first[key] = s;
@@ -223,7 +223,7 @@ TEST_CASE(
   // Two steps in flight: the scheduler plans step N+1 while the executor runs step N (the "step"
   // spans of the executor's steps track).
   const auto plans = tr->spans_of_message("plan_step");
-  const auto steps = tr->spans_of_actor("executor steps");
+  const auto steps = tr->spans_of_track("executor steps");
   for (size_t i = 1; i < steps.size(); ++i)
     CHECK(steps[i - 1].end_ns <= steps[i].start_ns);  // one at a time
   REQUIRE(plans.size() >= 8);
@@ -266,13 +266,13 @@ TEST_CASE("pipeline: a decode step's messages are kv_step, run_step, step_done a
   REQUIRE(got[0].tokens.size() == 48);
   rt::tracer* tr = (*eng)->tracer();
   (*eng)->stop();  // quiescent: queries are exact
-  const size_t steps = tr->spans_of_actor("executor steps").size();
+  const size_t steps = tr->spans_of_track("executor steps").size();
   REQUIRE(steps >= 48);
   // Messages handled (spans the runtime records per message; the per-request copies carry the
   // request's id) by the four actors a step passes through.
   std::map<std::string, size_t> handled;
   for (const char* actor : {"kv_allocator", "executor", "scheduler", "streamer"})
-    for (const auto& sp : tr->spans_of_actor(actor))
+    for (const auto& sp : tr->spans_of_track(actor))
       if (sp.request_id == 0 && std::string(sp.message) != "plan_step")  // plan_step: a draft
         ++handled[std::string(actor) + "/" + sp.message];
   std::string counts;

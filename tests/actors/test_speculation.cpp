@@ -197,7 +197,7 @@ TEST_CASE(
   CHECK((*plain)->metrics().spec_drafts == 0);
   // Each verification is a span in its request's timeline: "verify A/P accepted".
   int verify_spans = 0;
-  for (const auto& sp : (*spec)->tracer()->spans_of_actor("scheduler"))
+  for (const auto& sp : (*spec)->tracer()->spans_of_track("scheduler"))
     if (std::string_view(sp.message).rfind("verify ", 0) == 0 && sp.request_id != 0) ++verify_spans;
   CHECK(verify_spans == m.spec_drafts);
   // Alone, one at a time, the same again.

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "gpu/cuda_stream.hpp"
 #include "gpu/gpu_executor.hpp"
 #include "gpu/rank_config.hpp"
-#include "gpu/stream.hpp"
 #include "model/tensor_parallel.hpp"
 
 using namespace coserve;

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "gpu/cuda_stream.hpp"
 #include "gpu/device_buffer.hpp"
-#include "gpu/stream.hpp"
 #include "model/dtype.hpp"
 #include "tests/skip.hpp"
 
@@ -55,6 +55,6 @@ inline float max_abs_diff(const std::vector<uint16_t>& a, const std::vector<uint
   return m;
 }
 
-inline result<stream> make_stream() { return stream::create(); }
+inline result<cuda_stream> make_stream() { return cuda_stream::create(); }
 
 }  // namespace coserve::gpu::test

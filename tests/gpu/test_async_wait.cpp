@@ -15,7 +15,7 @@ using namespace coserve::gpu::test;
 TEST_CASE("async_wait resumes on the io_context thread after the stream's work",
           "[gpu][async_wait]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
-  auto s = stream::create();
+  auto s = cuda_stream::create();
   REQUIRE(s.ok());
   const int64_t n = int64_t(1) << 26;  // big enough that the fill is still running when we wait
   auto d = device_buffer::allocate(size_t(n) * 2);
@@ -45,7 +45,7 @@ TEST_CASE("async_wait resumes on the io_context thread after the stream's work",
 TEST_CASE("async_wait_beside: each completion after its own work, in issue order",
           "[gpu][async_wait]") {
   COSERVE_REQUIRE_DEVICE_OR_SKIP();
-  auto s = stream::create(), waiter = stream::create();
+  auto s = cuda_stream::create(), waiter = cuda_stream::create();
   REQUIRE((s.ok() && waiter.ok()));
   const int64_t n = int64_t(1) << 26;
   auto d = device_buffer::allocate(size_t(n) * 2);

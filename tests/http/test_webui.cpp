@@ -132,15 +132,15 @@ TEST_CASE("status_json: rates from the history, busy time from the trace, newest
   }
   in.requests = {{.id = 7, .running = true, .age_seconds = 1.5, .samples = 1, .prompt_tokens = 5}};
   rt::tracer tr(true, 1024);
-  const uint32_t exec = tr.register_actor("executor");
-  const uint32_t tok0 = tr.register_actor("tokenizer0");
-  (void)tr.register_actor("tokenizer1");
+  const uint32_t exec = tr.register_track("executor");
+  const uint32_t tok0 = tr.register_track("tokenizer0");
+  (void)tr.register_track("tokenizer1");
   const int64_t now = tr.now_ns();
   auto rec = [&](uint32_t actor, uint64_t rid, int64_t start_ms_ago, int64_t dur_ms,
                  const char* what) {
     rt::span s;
     s.message = what;
-    s.actor_id = actor;
+    s.track_id = actor;
     s.request_id = rid;
     s.start_ns = s.enqueue_ns = now - start_ms_ago * 1000000;
     s.end_ns = s.start_ns + dur_ms * 1000000;

@@ -42,7 +42,7 @@ struct counter {
   int handle(get&) { return total; }
   void handle(boom&) { throw std::runtime_error("boom"); }
   asio::awaitable<int> handle(slow_get& m) {
-    asio::steady_timer t(ctx.executor(), m.delay);
+    asio::steady_timer t(ctx.io_executor(), m.delay);
     co_await t.async_wait(asio::use_awaitable);
     co_return total;
   }
@@ -53,7 +53,7 @@ struct counter {
 
 template <class T>
 T run_on(rt::system& sys, asio::awaitable<T> a) {
-  return asio::co_spawn(sys.executor(), std::move(a), asio::use_future).get();
+  return asio::co_spawn(sys.io_executor(), std::move(a), asio::use_future).get();
 }
 
 }  // namespace
@@ -111,7 +111,7 @@ TEST_CASE("a full mailbox refuses tell and makes send wait", "[actor][concurrenc
 
   std::atomic<bool> sent{false};
   asio::co_spawn(
-      sys.executor(),
+      sys.io_executor(),
       [&]() -> asio::awaitable<void> {
         auto s = co_await c.send(add{100});
         sent = (s == rt::send_status::ok);

@@ -36,7 +36,7 @@ struct worker_actor {
   rt::actor_context<worker_actor> ctx;
   void on_start(rt::actor_context<worker_actor>& c) { ctx = c; }
   asio::awaitable<void> handle(job& j) {
-    asio::steady_timer t(ctx.executor(), std::chrono::microseconds(200));
+    asio::steady_timer t(ctx.io_executor(), std::chrono::microseconds(200));
     co_await t.async_wait(asio::use_awaitable);
     (void)next.tell(j);
   }
@@ -68,9 +68,9 @@ TEST_CASE("tracing records each message's path and one handler at a time per act
   for (uint64_t id = 1; id <= n; ++id) {
     auto spans = tr.spans_of_request(id);
     REQUIRE(spans.size() == 3);
-    REQUIRE(tr.actor_name(spans[0].actor_id) == "parser");
-    REQUIRE(tr.actor_name(spans[1].actor_id) == "worker");
-    REQUIRE(tr.actor_name(spans[2].actor_id) == "sink");
+    REQUIRE(tr.track_name(spans[0].track_id) == "parser");
+    REQUIRE(tr.track_name(spans[1].track_id) == "worker");
+    REQUIRE(tr.track_name(spans[2].track_id) == "sink");
     for (const auto& s : spans) {
       REQUIRE(std::string(s.message) == "job");
       REQUIRE(s.enqueue_ns <= s.start_ns);
@@ -85,13 +85,13 @@ TEST_CASE("tracing records each message's path and one handler at a time per act
   }
   // No actor ever ran two handlers at once.
   for (const char* name : {"parser", "worker", "sink"}) {
-    auto spans = tr.spans_of_actor(name);
+    auto spans = tr.spans_of_track(name);
     REQUIRE(spans.size() == n);
     for (std::size_t i = 1; i < spans.size(); ++i)
       REQUIRE(spans[i].start_ns >= spans[i - 1].end_ns);
   }
   // Queue depth was recorded: the parser's mailbox filled up faster than the worker drained.
-  auto worker_spans = tr.spans_of_actor("worker");
+  auto worker_spans = tr.spans_of_track("worker");
   uint32_t max_depth = 0;
   for (auto& s : worker_spans) max_depth = std::max(max_depth, s.mailbox_depth);
   REQUIRE(max_depth > 0);

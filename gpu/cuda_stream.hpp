@@ -1,5 +1,6 @@
-// stream and event: owning, move-only handles to a cudaStream_t / cudaEvent_t. Each executor owns
-// its stream(s); work on one stream runs in issue order, and nothing here synchronizes implicitly.
+// cuda_stream and event: owning, move-only handles to a cudaStream_t / cudaEvent_t. Each CUDA
+// executor owns its CUDA stream(s); work on one runs in issue order, and nothing here synchronizes
+// implicitly. ("Stream" alone, elsewhere in the project, is a request's output stream.)
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,24 +11,24 @@
 
 namespace coserve::gpu {
 
-class stream {
+class cuda_stream {
  public:
-  stream() = default;
-  ~stream() { reset(); }
-  stream(stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  stream& operator=(stream&& o) noexcept {
+  cuda_stream() = default;
+  ~cuda_stream() { reset(); }
+  cuda_stream(cuda_stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  cuda_stream& operator=(cuda_stream&& o) noexcept {
     if (this != &o) {
       reset();
       s_ = std::exchange(o.s_, nullptr);
     }
     return *this;
   }
-  stream(const stream&) = delete;
-  stream& operator=(const stream&) = delete;
+  cuda_stream(const cuda_stream&) = delete;
+  cuda_stream& operator=(const cuda_stream&) = delete;
 
   // A non-blocking stream: it does not synchronize with the legacy default stream.
-  static result<stream> create() {
-    stream s;
+  static result<cuda_stream> create() {
+    cuda_stream s;
     COSERVE_CUDA_TRY(cuda_check(cudaStreamCreateWithFlags(&s.s_, cudaStreamNonBlocking),
                                 "cudaStreamCreateWithFlags"));
     return s;
@@ -38,8 +39,9 @@ class stream {
   }
   cudaStream_t get() const noexcept { return s_; }
 
-  // Blocks the calling thread until the stream drains. Only for tests, setup (graph capture) and
-  // shutdown; the executor's serving path completes steps through async_wait (gpu/async_wait.hpp).
+  // Blocks the calling thread until the CUDA stream drains. Only for tests, setup (graph capture)
+  // and shutdown; the executor's serving path completes steps through async_wait
+  // (gpu/async_wait.hpp).
   result<void> synchronize() const {
     return cuda_check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
   }
