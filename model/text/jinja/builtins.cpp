@@ -1,6 +1,6 @@
-// Filters, tests, attribute lookup and Python methods. Over 500 lines: one table of builtins that
-// share the same helpers (code points, Python string semantics); split by kind it would only move
-// the helpers into a third file.
+// Filters, tests, attribute lookup and Python methods. Filters and str methods are tables sorted by
+// name, one function per entry. Over 500 lines: the builtins share the same helpers (code points,
+// Python string semantics); split by kind it would only move the helpers into a third file.
 #include "model/text/jinja/builtins.hpp"
 
 #include <utf8proc.h>
@@ -485,217 +485,264 @@ bool prefix_match(const std::string& s, const jvalue& p, bool at_end) {
   return one(p.str());
 }
 
+// ---- str methods: one function per method of Python's str, `s` the string it is bound to ----
+
+template <bool Left, bool Right>
+jvalue str_strip(const std::string& s, call_args& a) {
+  return jvalue(py_strip(s, a.get(0, "chars", jvalue()), Left, Right));
+}
+jvalue str_split(const std::string& s, call_args& a) {
+  jvalue mx = a.get(1, "maxsplit", jvalue(-1));
+  return py_split(s, a.get(0, "sep", jvalue()), mx.as_int());
+}
+jvalue str_rsplit(const std::string& s, call_args& a) {
+  jvalue mx = a.get(1, "maxsplit", jvalue(-1));
+  return py_rsplit(s, a.get(0, "sep", jvalue()), mx.as_int());
+}
+jvalue str_splitlines(const std::string& s, call_args& a) {
+  return py_splitlines(s, a.get(0, "keepends", jvalue(false)).truthy());
+}
+template <bool AtEnd>
+jvalue str_startswith(const std::string& s, call_args& a) {
+  return jvalue(prefix_match(s, a.get(0, "prefix"), AtEnd));
+}
+jvalue str_upper(const std::string& s, call_args&) { return jvalue(to_upper(s)); }
+jvalue str_lower(const std::string& s, call_args&) { return jvalue(to_lower(s)); }
+jvalue str_title(const std::string& s, call_args&) { return jvalue(py_title(s)); }
+jvalue str_capitalize(const std::string& s, call_args&) { return jvalue(py_capitalize(s)); }
+jvalue str_replace(const std::string& s, call_args& a) {
+  return jvalue(py_replace(s, a.get(0, "old").to_str(), a.get(1, "new").to_str(),
+                           a.get(2, "count", jvalue(-1)).as_int()));
+}
+jvalue str_format_method(const std::string& s, call_args& a) { return jvalue(str_format(s, a)); }
+jvalue str_join(const std::string& s, call_args& a) {
+  std::string out;
+  bool first = true;
+  for (const auto& x : iterate(a.get(0, "iterable"))) {
+    if (!first) out += s;
+    first = false;
+    out += x.to_str();
+  }
+  return jvalue(out);
+}
+
+// find, index (raises where find answers -1) and rfind: the code-point index of `sub`.
+enum class find_kind { find, index, rfind };
+template <find_kind Kind>
+jvalue str_find(const std::string& s, call_args& a) {
+  std::string sub = a.get(0, "sub").to_str();
+  size_t f = Kind == find_kind::rfind ? s.rfind(sub) : s.find(sub);
+  if (f == std::string::npos) {
+    if (Kind == find_kind::index) throw template_error("substring not found");
+    return jvalue(-1);
+  }
+  return jvalue(static_cast<int64_t>(code_point_count(s.substr(0, f))));
+}
+jvalue str_rindex(const std::string& s, call_args& a) {
+  const size_t f = s.rfind(a.get(0, "sub").to_str());
+  if (f == std::string::npos) throw template_error("substring not found");
+  return jvalue(static_cast<int64_t>(code_point_count(s.substr(0, f))));
+}
+jvalue str_count(const std::string& s, call_args& a) {
+  std::string sub = a.get(0, "sub").to_str();
+  if (sub.empty()) return jvalue(static_cast<int64_t>(code_point_count(s) + 1));
+  int64_t n = 0;
+  for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
+  return jvalue(n);
+}
+
+// Python's str.is*(): true when every code point passes and there is at least one.
+template <bool (*Pred)(int32_t)>
+jvalue str_all_of(const std::string& s, call_args&) {
+  const auto cps = spans(s);
+  return jvalue(!cps.empty() &&
+                std::all_of(cps.begin(), cps.end(), [&](const cp_span& c) { return Pred(c.cp); }));
+}
+bool py_is_alnum(int32_t cp) { return py_is_alpha(cp) || py_is_numeric(cp); }
+// XID_Start then XID_Continue, read as letters, letter numbers and '_' then also marks, decimal
+// digits and connector punctuation (the Other_ID_* code points aside).
+jvalue str_isidentifier(const std::string& s, call_args&) {
+  const auto cps = spans(s);
+  bool ok = !cps.empty();
+  for (size_t i = 0; ok && i < cps.size(); ++i) {
+    const int32_t cp = cps[i].cp;
+    const auto c = category(cp);
+    const bool start = py_is_alpha(cp) || c == UTF8PROC_CATEGORY_NL || cp == '_';
+    ok = start || (i > 0 && (c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC ||
+                             c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_PC));
+  }
+  return jvalue(ok);
+}
+jvalue str_istitle(const std::string& s, call_args&) {
+  bool cased = false, prev_cased = false;
+  for (const auto& c : spans(s)) {
+    const auto cat = category(c.cp);
+    if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT) {
+      if (prev_cased) return jvalue(false);
+      prev_cased = cased = true;
+    } else if (cat == UTF8PROC_CATEGORY_LL) {
+      if (!prev_cased) return jvalue(false);
+      prev_cased = cased = true;
+    } else {
+      prev_cased = false;
+    }
+  }
+  return jvalue(cased);
+}
+jvalue str_islower(const std::string& s, call_args&) {
+  return jvalue(to_lower(s) == s && to_upper(s) != s);
+}
+jvalue str_isupper(const std::string& s, call_args&) {
+  return jvalue(to_upper(s) == s && to_lower(s) != s);
+}
+
+template <char How>  // 'c' center, 'l' ljust, 'r' rjust
+jvalue str_pad(const std::string& s, call_args& a) {
+  return jvalue(py_pad(s, a.get(0, "width").as_int(), a.get(1, "fillchar", jvalue()), How));
+}
+jvalue str_zfill(const std::string& s, call_args& a) {
+  const bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');
+  std::string padded =
+      py_pad(sign ? s.substr(1) : s, a.get(0, "width").as_int() - (sign ? 1 : 0), jvalue("0"), 'r');
+  return jvalue(sign ? s.substr(0, 1) + padded : padded);
+}
+template <bool Right>
+jvalue str_partition(const std::string& s, call_args& a) {
+  const std::string d = a.get(0, "sep").to_str();
+  if (d.empty()) throw template_error("empty separator");
+  const size_t f = Right ? s.rfind(d) : s.find(d);
+  if (f == std::string::npos)
+    return Right ? jvalue::list({jvalue(""), jvalue(""), jvalue(s)}, true)
+                 : jvalue::list({jvalue(s), jvalue(""), jvalue("")}, true);
+  return jvalue::list({jvalue(s.substr(0, f)), jvalue(d), jvalue(s.substr(f + d.size()))}, true);
+}
+template <bool Suffix>
+jvalue str_remove_affix(const std::string& s, call_args& a) {
+  const std::string x = a.get(0, Suffix ? "suffix" : "prefix").to_str();
+  if (x.empty() || x.size() > s.size()) return jvalue(s);
+  if (Suffix)
+    return jvalue(
+        s.compare(s.size() - x.size(), x.size(), x) == 0 ? s.substr(0, s.size() - x.size()) : s);
+  return jvalue(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
+}
+jvalue str_swapcase(const std::string& s, call_args&) {
+  std::string out;
+  for (const auto& c : spans(s)) {
+    if (c.cp < 0) {
+      out += s[c.pos];
+      continue;
+    }
+    const auto cat = category(c.cp);
+    if (cat == UTF8PROC_CATEGORY_LU)
+      append_mapped(out, c.cp, case_kind::lower, true);
+    else if (cat == UTF8PROC_CATEGORY_LL)
+      append_mapped(out, c.cp, case_kind::upper, true);
+    else
+      append_cp(out, c.cp);
+  }
+  return jvalue(out);
+}
+jvalue str_casefold(const std::string& s, call_args&) {
+  utf8proc_uint8_t* folded = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                   static_cast<utf8proc_ssize_t>(s.size()), &folded, UTF8PROC_CASEFOLD);
+  if (n < 0) return jvalue(to_lower(s));  // invalid UTF-8: lowercase what can be
+  std::string out(reinterpret_cast<const char*>(folded), static_cast<size_t>(n));
+  std::free(folded);
+  return jvalue(out);
+}
+jvalue str_expandtabs(const std::string& s, call_args& a) {
+  const int64_t tab = a.get(0, "tabsize", jvalue(8)).as_int();
+  std::string out;
+  int64_t col = 0;
+  for (const auto& c : spans(s)) {
+    if (c.cp == '\t') {
+      if (tab > 0) {
+        const int64_t n = tab - col % tab;
+        out.append(width_arg(n, "tabsize"), ' ');
+        if (out.size() > static_cast<size_t>(k_max_width) * 16)
+          throw template_error("expandtabs would build a string over 16 MiB");
+        col += n;
+      }
+    } else {
+      out.append(s, c.pos, c.len);
+      col = c.cp == '\n' || c.cp == '\r' ? 0 : col + 1;
+    }
+  }
+  return jvalue(out);
+}
+
+// A name-sorted table of builtins (filters, str methods), looked up by binary search.
+template <class Fn>
+struct named {
+  std::string_view name;
+  Fn fn;
+};
+template <class Fn, size_t N>
+constexpr bool sorted_by_name(const named<Fn> (&table)[N]) {
+  for (size_t i = 1; i < N; ++i)
+    if (!(table[i - 1].name < table[i].name)) return false;
+  return true;
+}
+template <class Fn, size_t N>
+const named<Fn>* find_named(const named<Fn> (&table)[N], std::string_view name) {
+  const named<Fn>* it = std::lower_bound(
+      table, table + N, name, [](const named<Fn>& e, std::string_view n) { return e.name < n; });
+  return it != table + N && it->name == name ? it : nullptr;
+}
+
+using str_method_fn = jvalue (*)(const std::string& s, call_args& a);
+constexpr named<str_method_fn> k_str_methods[] = {
+    {"capitalize", str_capitalize},
+    {"casefold", str_casefold},
+    {"center", str_pad<'c'>},
+    {"count", str_count},
+    {"endswith", str_startswith<true>},
+    {"expandtabs", str_expandtabs},
+    {"find", str_find<find_kind::find>},
+    {"format", str_format_method},
+    {"index", str_find<find_kind::index>},
+    {"isalnum", str_all_of<py_is_alnum>},
+    {"isalpha", str_all_of<py_is_alpha>},
+    {"isdecimal", str_all_of<py_is_decimal>},
+    {"isdigit", str_all_of<py_is_digit>},
+    {"isidentifier", str_isidentifier},
+    {"islower", str_islower},
+    {"isnumeric", str_all_of<py_is_numeric>},
+    {"isspace", str_all_of<py_is_space>},
+    {"istitle", str_istitle},
+    {"isupper", str_isupper},
+    {"join", str_join},
+    {"ljust", str_pad<'l'>},
+    {"lower", str_lower},
+    {"lstrip", str_strip<true, false>},
+    {"partition", str_partition<false>},
+    {"removeprefix", str_remove_affix<false>},
+    {"removesuffix", str_remove_affix<true>},
+    {"replace", str_replace},
+    {"rfind", str_find<find_kind::rfind>},
+    {"rindex", str_rindex},
+    {"rjust", str_pad<'r'>},
+    {"rpartition", str_partition<true>},
+    {"rsplit", str_rsplit},
+    {"rstrip", str_strip<false, true>},
+    {"split", str_split},
+    {"splitlines", str_splitlines},
+    {"startswith", str_startswith<false>},
+    {"strip", str_strip<true, true>},
+    {"swapcase", str_swapcase},
+    {"title", str_title},
+    {"upper", str_upper},
+    {"zfill", str_zfill},
+};
+static_assert(sorted_by_name(k_str_methods), "k_str_methods must stay sorted by name");
+
+// `s.name` for a str s: the method bound to s, or undefined for a name str lacks.
 jvalue string_method(const jvalue& obj, const std::string& name) {
-  const std::string s = obj.str();
-  auto m = [&](auto fn) { return make_method(name, fn); };
-  if (name == "strip" || name == "lstrip" || name == "rstrip") {
-    bool l = name != "rstrip", r = name != "lstrip";
-    return m(
-        [s, l, r](call_args& a) { return jvalue(py_strip(s, a.get(0, "chars", jvalue()), l, r)); });
-  }
-  if (name == "split")
-    return m([s](call_args& a) {
-      jvalue mx = a.get(1, "maxsplit", jvalue(-1));
-      return py_split(s, a.get(0, "sep", jvalue()), mx.as_int());
-    });
-  if (name == "startswith" || name == "endswith") {
-    bool end = name == "endswith";
-    return m([s, end](call_args& a) { return jvalue(prefix_match(s, a.get(0, "prefix"), end)); });
-  }
-  if (name == "upper") return m([s](call_args&) { return jvalue(to_upper(s)); });
-  if (name == "lower") return m([s](call_args&) { return jvalue(to_lower(s)); });
-  if (name == "title") return m([s](call_args&) { return jvalue(py_title(s)); });
-  if (name == "capitalize") return m([s](call_args&) { return jvalue(py_capitalize(s)); });
-  if (name == "replace")
-    return m([s](call_args& a) {
-      return jvalue(py_replace(s, a.get(0, "old").to_str(), a.get(1, "new").to_str(),
-                               a.get(2, "count", jvalue(-1)).as_int()));
-    });
-  if (name == "format") return m([s](call_args& a) { return jvalue(str_format(s, a)); });
-  if (name == "join")
-    return m([s](call_args& a) {
-      std::string out;
-      bool first = true;
-      for (const auto& x : iterate(a.get(0, "iterable"))) {
-        if (!first) out += s;
-        first = false;
-        out += x.to_str();
-      }
-      return jvalue(out);
-    });
-  if (name == "find" || name == "index" || name == "rfind")
-    return m([s, name](call_args& a) {
-      std::string sub = a.get(0, "sub").to_str();
-      size_t f = name == "rfind" ? s.rfind(sub) : s.find(sub);
-      if (f == std::string::npos) {
-        if (name == "index") throw template_error("substring not found");
-        return jvalue(-1);
-      }
-      return jvalue(static_cast<int64_t>(code_point_count(s.substr(0, f))));
-    });
-  if (name == "count")
-    return m([s](call_args& a) {
-      std::string sub = a.get(0, "sub").to_str();
-      if (sub.empty()) return jvalue(static_cast<int64_t>(code_point_count(s) + 1));
-      int64_t n = 0;
-      for (size_t p = s.find(sub); p != std::string::npos; p = s.find(sub, p + sub.size())) ++n;
-      return jvalue(n);
-    });
-  // Python's str.is*(): true when every code point passes and there is at least one.
-  auto all_of = [&](auto pred) {
-    return m([s, pred](call_args&) {
-      const auto cps = spans(s);
-      return jvalue(!cps.empty() && std::all_of(cps.begin(), cps.end(),
-                                                [&](const cp_span& c) { return pred(c.cp); }));
-    });
-  };
-  if (name == "isdigit") return all_of(py_is_digit);
-  if (name == "isdecimal") return all_of(py_is_decimal);
-  if (name == "isnumeric") return all_of(py_is_numeric);
-  if (name == "isalpha") return all_of(py_is_alpha);
-  if (name == "isspace") return all_of(py_is_space);
-  if (name == "isalnum")
-    return all_of([](int32_t cp) { return py_is_alpha(cp) || py_is_numeric(cp); });
-  if (name == "isidentifier")
-    // XID_Start then XID_Continue, read as letters, letter numbers and '_' then also marks,
-    // decimal digits and connector punctuation (the Other_ID_* code points aside).
-    return m([s](call_args&) {
-      const auto cps = spans(s);
-      bool ok = !cps.empty();
-      for (size_t i = 0; ok && i < cps.size(); ++i) {
-        const int32_t cp = cps[i].cp;
-        const auto c = category(cp);
-        const bool start = py_is_alpha(cp) || c == UTF8PROC_CATEGORY_NL || cp == '_';
-        ok = start || (i > 0 && (c == UTF8PROC_CATEGORY_MN || c == UTF8PROC_CATEGORY_MC ||
-                                 c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_PC));
-      }
-      return jvalue(ok);
-    });
-  if (name == "rsplit")
-    return m([s](call_args& a) {
-      jvalue mx = a.get(1, "maxsplit", jvalue(-1));
-      return py_rsplit(s, a.get(0, "sep", jvalue()), mx.as_int());
-    });
-  if (name == "splitlines")
-    return m([s](call_args& a) {
-      return py_splitlines(s, a.get(0, "keepends", jvalue(false)).truthy());
-    });
-  if (name == "center" || name == "ljust" || name == "rjust") {
-    const char how = name == "center" ? 'c' : name == "ljust" ? 'l' : 'r';
-    return m([s, how](call_args& a) {
-      return jvalue(py_pad(s, a.get(0, "width").as_int(), a.get(1, "fillchar", jvalue()), how));
-    });
-  }
-  if (name == "zfill")
-    return m([s](call_args& a) {
-      const bool sign = !s.empty() && (s[0] == '+' || s[0] == '-');
-      std::string padded = py_pad(sign ? s.substr(1) : s,
-                                  a.get(0, "width").as_int() - (sign ? 1 : 0), jvalue("0"), 'r');
-      return jvalue(sign ? s.substr(0, 1) + padded : padded);
-    });
-  if (name == "partition" || name == "rpartition") {
-    const bool right = name == "rpartition";
-    return m([s, right](call_args& a) {
-      const std::string d = a.get(0, "sep").to_str();
-      if (d.empty()) throw template_error("empty separator");
-      const size_t f = right ? s.rfind(d) : s.find(d);
-      if (f == std::string::npos)
-        return right ? jvalue::list({jvalue(""), jvalue(""), jvalue(s)}, true)
-                     : jvalue::list({jvalue(s), jvalue(""), jvalue("")}, true);
-      return jvalue::list({jvalue(s.substr(0, f)), jvalue(d), jvalue(s.substr(f + d.size()))},
-                          true);
-    });
-  }
-  if (name == "removeprefix" || name == "removesuffix") {
-    const bool suffix = name == "removesuffix";
-    return m([s, suffix](call_args& a) {
-      const std::string x = a.get(0, suffix ? "suffix" : "prefix").to_str();
-      if (x.empty() || x.size() > s.size()) return jvalue(s);
-      if (suffix)
-        return jvalue(s.compare(s.size() - x.size(), x.size(), x) == 0
-                          ? s.substr(0, s.size() - x.size())
-                          : s);
-      return jvalue(s.compare(0, x.size(), x) == 0 ? s.substr(x.size()) : s);
-    });
-  }
-  if (name == "swapcase")
-    return m([s](call_args&) {
-      std::string out;
-      for (const auto& c : spans(s)) {
-        if (c.cp < 0) {
-          out += s[c.pos];
-          continue;
-        }
-        const auto cat = category(c.cp);
-        if (cat == UTF8PROC_CATEGORY_LU)
-          append_mapped(out, c.cp, case_kind::lower, true);
-        else if (cat == UTF8PROC_CATEGORY_LL)
-          append_mapped(out, c.cp, case_kind::upper, true);
-        else
-          append_cp(out, c.cp);
-      }
-      return jvalue(out);
-    });
-  if (name == "casefold")
-    return m([s](call_args&) {
-      utf8proc_uint8_t* folded = nullptr;
-      const utf8proc_ssize_t n =
-          utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                       static_cast<utf8proc_ssize_t>(s.size()), &folded, UTF8PROC_CASEFOLD);
-      if (n < 0) return jvalue(to_lower(s));  // invalid UTF-8: lowercase what can be
-      std::string out(reinterpret_cast<const char*>(folded), static_cast<size_t>(n));
-      std::free(folded);
-      return jvalue(out);
-    });
-  if (name == "expandtabs")
-    return m([s](call_args& a) {
-      const int64_t tab = a.get(0, "tabsize", jvalue(8)).as_int();
-      std::string out;
-      int64_t col = 0;
-      for (const auto& c : spans(s)) {
-        if (c.cp == '\t') {
-          if (tab > 0) {
-            const int64_t n = tab - col % tab;
-            out.append(width_arg(n, "tabsize"), ' ');
-            if (out.size() > static_cast<size_t>(k_max_width) * 16)
-              throw template_error("expandtabs would build a string over 16 MiB");
-            col += n;
-          }
-        } else {
-          out.append(s, c.pos, c.len);
-          col = c.cp == '\n' || c.cp == '\r' ? 0 : col + 1;
-        }
-      }
-      return jvalue(out);
-    });
-  if (name == "rindex")
-    return m([s](call_args& a) {
-      const size_t f = s.rfind(a.get(0, "sub").to_str());
-      if (f == std::string::npos) throw template_error("substring not found");
-      return jvalue(static_cast<int64_t>(code_point_count(s.substr(0, f))));
-    });
-  if (name == "istitle")
-    return m([s](call_args&) {
-      bool cased = false, prev_cased = false;
-      for (const auto& c : spans(s)) {
-        const auto cat = category(c.cp);
-        if (cat == UTF8PROC_CATEGORY_LU || cat == UTF8PROC_CATEGORY_LT) {
-          if (prev_cased) return jvalue(false);
-          prev_cased = cased = true;
-        } else if (cat == UTF8PROC_CATEGORY_LL) {
-          if (!prev_cased) return jvalue(false);
-          prev_cased = cased = true;
-        } else {
-          prev_cased = false;
-        }
-      }
-      return jvalue(cased);
-    });
-  if (name == "islower")
-    return m([s](call_args&) { return jvalue(to_lower(s) == s && to_upper(s) != s); });
-  if (name == "isupper")
-    return m([s](call_args&) { return jvalue(to_upper(s) == s && to_lower(s) != s); });
-  return jvalue::undefined("'str object' has no attribute '" + name + "'");
+  const named<str_method_fn>* m = find_named(k_str_methods, name);
+  if (m == nullptr) return jvalue::undefined("'str object' has no attribute '" + name + "'");
+  return make_method(name, [s = obj.str(), fn = m->fn](call_args& a) { return fn(s, a); });
 }
 
 jvalue dict_method(const jvalue& obj, const std::string& name) {
@@ -1246,374 +1293,461 @@ bool apply_test(std::string_view name, const jvalue& v, const call_args& a) {
   throw template_error("No test named '" + std::string(name) + "'.");
 }
 
-jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) {
-  auto need_str = [&]() -> std::string { return v.to_str(); };
-  if (name == "tojson") return jvalue(to_json_text(v, a));
-  if (name == "safe") {
-    jvalue s(v.to_str());
-    s.markup = true;
-    return s;
+namespace {
+
+// ---- filters: one function per jinja2 filter, `v` the value filtered ----
+
+using filter_fn = jvalue (*)(const jvalue& v, const call_args& a);
+
+jvalue filter_tojson(const jvalue& v, const call_args& a) { return jvalue(to_json_text(v, a)); }
+jvalue filter_safe(const jvalue& v, const call_args&) {
+  jvalue s(v.to_str());
+  s.markup = true;
+  return s;
+}
+jvalue filter_string(const jvalue& v, const call_args&) { return jvalue(v.to_str()); }
+jvalue filter_escape(const jvalue& v, const call_args&) { return jvalue(html_escape(v.to_str())); }
+jvalue filter_default(const jvalue& v, const call_args& a) {
+  bool boolean = a.get(1, "boolean", jvalue(false)).truthy();
+  if (v.is_undefined() || (boolean && !v.truthy())) return a.get(0, "default_value", jvalue(""));
+  return v;
+}
+jvalue filter_length(const jvalue& v, const call_args&) {
+  if (v.is_string()) return jvalue(code_point_count(v.str()));
+  if (v.is_list() && v.lst().lazy) throw template_error("object of type 'generator' has no len()");
+  if (v.is_list()) return jvalue(v.lst().items.size());
+  if (v.is_dict()) return jvalue(v.dct().items.size());
+  if (v.is_undefined()) return jvalue(0);
+  throw template_error("object of type '" + v.type_name() + "' has no len()");
+}
+jvalue filter_first(const jvalue& v, const call_args&) { return slice_items_first(v); }
+jvalue filter_last(const jvalue& v, const call_args&) {
+  auto items = iterate(v);
+  return items.empty() ? jvalue::undefined("No last item, sequence was empty.") : items.back();
+}
+
+// String filters.
+jvalue filter_trim(const jvalue& v, const call_args& a) {
+  return jvalue(py_strip(v.to_str(), a.get(0, "chars", jvalue()), true, true));
+}
+jvalue filter_upper(const jvalue& v, const call_args&) { return jvalue(to_upper(v.to_str())); }
+jvalue filter_lower(const jvalue& v, const call_args&) { return jvalue(to_lower(v.to_str())); }
+jvalue filter_capitalize(const jvalue& v, const call_args&) {
+  return jvalue(py_capitalize(v.to_str()));
+}
+jvalue filter_title(const jvalue& v, const call_args&) { return jvalue(jinja_title(v.to_str())); }
+jvalue filter_replace(const jvalue& v, const call_args& a) {
+  jvalue count = a.get(2, "count", jvalue());
+  return jvalue(py_replace(v.to_str(), a.get(0, "old").to_str(), a.get(1, "new").to_str(),
+                           count.is_none() ? -1 : count.as_int()));
+}
+jvalue filter_wordcount(const jvalue& v, const call_args&) {
+  int64_t n = 0;
+  bool in_word = false;
+  for (char c : v.to_str()) {
+    bool w = is_alpha_byte(c) || (c >= '0' && c <= '9') || c == '_';
+    if (w && !in_word) ++n;
+    in_word = w;
   }
-  if (name == "string") return jvalue(v.to_str());
-  if (name == "e" || name == "escape" || name == "forceescape")
-    return jvalue(html_escape(v.to_str()));
-  if (name == "default" || name == "d") {
-    bool boolean = a.get(1, "boolean", jvalue(false)).truthy();
-    if (v.is_undefined() || (boolean && !v.truthy())) return a.get(0, "default_value", jvalue(""));
-    return v;
+  return jvalue(n);
+}
+jvalue filter_indent(const jvalue& v, const call_args& a) {
+  // jinja2 appends "\n" to the value first: anything but a string is a TypeError there.
+  if (!v.is_string())
+    throw template_error("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
+  jvalue width = a.get(0, "width", jvalue(4));
+  std::string ind =
+      width.is_string() ? width.str() : std::string(width_arg(width.as_int(), "indent width"), ' ');
+  return jvalue(py_splitlines_indent(v.to_str(), ind, a.get(1, "first", jvalue(false)).truthy(),
+                                     a.get(2, "blank", jvalue(false)).truthy()));
+}
+jvalue filter_center(const jvalue& v, const call_args& a) {
+  return jvalue(
+      py_pad(v.to_str(), a.get(0, "width", jvalue(80)).as_int(), jvalue(), 'c', "center width"));
+}
+jvalue filter_format(const jvalue& v, const call_args& a) {
+  std::vector<jvalue> items = a.pos;
+  return jvalue(percent_format(v.to_str(), jvalue::list(std::move(items), true)));
+}
+jvalue filter_pprint(const jvalue& v, const call_args&) { return jvalue(v.repr()); }
+jvalue filter_striptags(const jvalue& v, const call_args&) {
+  return jvalue(strip_tags(v.to_str()));
+}
+jvalue filter_truncate(const jvalue& v, const call_args& a) {
+  int64_t len = a.get(0, "length", jvalue(255)).as_int();
+  auto cps = code_points(v.to_str());
+  std::string end = a.get(2, "end", jvalue("...")).to_str();
+  int64_t leeway = a.get(3, "leeway", jvalue(5)).as_int();
+  // 128-bit sums: len and leeway may be any int64.
+  if (static_cast<wide_int>(cps.size()) <= wide_int{len} + leeway) return jvalue(v.to_str());
+  std::string out;
+  for (int64_t i = 0; i < wide_int{len} - static_cast<wide_int>(end.size()) &&
+                      i < static_cast<int64_t>(cps.size());
+       ++i)
+    out += cps[static_cast<size_t>(i)];
+  if (!a.get(1, "killwords", jvalue(false)).truthy()) {
+    size_t sp = out.rfind(' ');
+    if (sp != std::string::npos) out.resize(sp);
   }
-  if (name == "length" || name == "count") {
-    if (v.is_string()) return jvalue(code_point_count(v.str()));
-    if (v.is_list() && v.lst().lazy)
-      throw template_error("object of type 'generator' has no len()");
-    if (v.is_list()) return jvalue(v.lst().items.size());
-    if (v.is_dict()) return jvalue(v.dct().items.size());
-    if (v.is_undefined()) return jvalue(0);
-    throw template_error("object of type '" + v.type_name() + "' has no len()");
-  }
-  if (name == "first") return slice_items_first(v);
-  if (name == "last") {
-    auto items = iterate(v);
-    return items.empty() ? jvalue::undefined("No last item, sequence was empty.") : items.back();
-  }
-  if (name == "trim") return jvalue(py_strip(need_str(), a.get(0, "chars", jvalue()), true, true));
-  if (name == "upper") return jvalue(to_upper(need_str()));
-  if (name == "lower") return jvalue(to_lower(need_str()));
-  if (name == "capitalize") return jvalue(py_capitalize(need_str()));
-  if (name == "title") return jvalue(jinja_title(need_str()));
-  if (name == "replace") {
-    jvalue count = a.get(2, "count", jvalue());
-    return jvalue(py_replace(need_str(), a.get(0, "old").to_str(), a.get(1, "new").to_str(),
-                             count.is_none() ? -1 : count.as_int()));
-  }
-  // int(Undefined) and float(Undefined) raise in jinja2 (the filters catch only TypeError and
-  // ValueError).
-  if ((name == "int" || name == "float") && v.is_undefined())
+  return jvalue(out + end);
+}
+
+// Number filters. int(Undefined) and float(Undefined) raise in jinja2 (the filters catch only
+// TypeError and ValueError).
+void refuse_undefined_number(const jvalue& v) {
+  if (v.is_undefined())
     throw template_error(v.undefined_hint().empty() ? "undefined value" : v.undefined_hint());
-  if (name == "int") return to_int(v, a.get(0, "default", jvalue(0)));
-  if (name == "float") return to_float(v, a.get(0, "default", jvalue(0.0)));
-  if (name == "abs") {
-    if (v.is_float()) return jvalue(std::fabs(v.as_float()));
-    if (v.as_int() == INT64_MIN)
-      throw template_error("integer overflow (results must fit in 64 bits)");
-    return jvalue(v.as_int() < 0 ? -v.as_int() : v.as_int());
-  }
-  if (name == "round") {
-    int64_t prec = a.get(0, "precision", jvalue(0)).as_int();
-    std::string method = a.get(1, "method", jvalue("common")).to_str();
-    double scale = std::pow(10.0, static_cast<double>(prec));
-    double x = v.as_float() * scale;
-    // Python's round(int, n) is the int itself; floor and ceil go through math and give floats.
-    if (method != "ceil" && method != "floor" && (v.is_int() || v.is_bool())) {
-      if (prec >= 0) return jvalue(v.as_int());
-      return jvalue(
-          static_cast<int64_t>(std::nearbyint(v.as_float() * scale) / scale));  // half to even
-    }
-    double r = method == "ceil"    ? std::ceil(x)
-               : method == "floor" ? std::floor(x)
-                                   : std::nearbyint(x);
-    // math.ceil/floor return ints in Python, so their results are never -0.0 (round's can be).
-    if (method == "ceil" || method == "floor") r += 0.0;
-    return jvalue(r / scale);
-  }
-  if (name == "list") return jvalue::list(iterate(v));
-  if (name == "join") {
-    std::string sep = a.get(0, "d", jvalue("")).to_str();
-    jvalue attribute = a.get(1, "attribute", jvalue());
-    std::string out;
-    bool first = true;
-    for (const auto& x : iterate(v)) {
-      if (!first) out += sep;
-      first = false;
-      out += (attribute.is_none() ? x : attr_path(x, attribute)).to_str();
-    }
-    return jvalue(out);
-  }
-  if (name == "reverse") {
-    if (v.is_string()) {
-      auto cps = code_points(v.str());
-      std::string out;
-      for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
-      return jvalue(out);
-    }
-    auto items = iterate(v);
-    std::reverse(items.begin(), items.end());
-    jvalue r = jvalue::list(std::move(items));
-    r.lst().lazy = true;  // a reverse iterator in jinja2: no len(), no JSON form
-    return r;
-  }
-  if (name == "items") {
-    if (v.is_undefined()) return jvalue::list();
-    if (!v.is_dict()) throw template_error("items filter expects a mapping");
-    std::vector<jvalue> out;
-    for (const auto& [k, x] : v.dct().items) out.push_back(jvalue::list({key_value(k), x}, true));
-    return jvalue::list(std::move(out));
-  }
-  if (name == "dictsort") {
-    bool cs = a.get(0, "case_sensitive", jvalue(false)).truthy();
-    std::string by = a.get(1, "by", jvalue("key")).to_str();
-    bool rev = a.get(2, "reverse", jvalue(false)).truthy();
-    if (!v.is_dict()) throw template_error("dictsort expects a mapping");
-    std::vector<jvalue> out;
-    for (const auto& [k, x] : v.dct().items) out.push_back(jvalue::list({key_value(k), x}, true));
-    size_t idx = by == "value" ? 1 : 0;
-    std::stable_sort(out.begin(), out.end(), [&](const jvalue& p, const jvalue& q) {
-      int c = compare(sort_key(p.lst().items[idx], cs), sort_key(q.lst().items[idx], cs));
-      return rev ? c > 0 : c < 0;
-    });
-    return jvalue::list(std::move(out));
-  }
-  if (name == "sort") {
-    bool rev = a.get(0, "reverse", jvalue(false)).truthy();
-    bool cs = a.get(1, "case_sensitive", jvalue(false)).truthy();
-    jvalue attribute = a.get(2, "attribute", jvalue());
-    auto items = iterate(v);
-    std::stable_sort(items.begin(), items.end(), [&](const jvalue& p, const jvalue& q) {
-      jvalue x = attribute.is_none() ? p : attr_path(p, attribute);
-      jvalue y = attribute.is_none() ? q : attr_path(q, attribute);
-      // jinja2 sorts by [key] lists, which compare equal items equal before trying `<`: items
-      // that both lack the attribute (Undefined == Undefined) keep their order.
-      if (!attribute.is_none() && x.is_undefined() && y.is_undefined()) return false;
-      int c = compare(sort_key(x, cs), sort_key(y, cs));
-      return rev ? c > 0 : c < 0;
-    });
-    return jvalue::list(std::move(items));
-  }
-  if (name == "unique") {
-    bool cs = a.get(0, "case_sensitive", jvalue(false)).truthy();
-    jvalue attribute = a.get(1, "attribute", jvalue());
-    std::vector<jvalue> out, seen;
-    for (const auto& x : iterate(v)) {
-      jvalue key = sort_key(attribute.is_none() ? x : attr_path(x, attribute), cs);
-      bool dup = false;
-      for (const auto& s : seen) dup = dup || equals(s, key);
-      if (!dup) {
-        seen.push_back(key);
-        out.push_back(x);
-      }
-    }
-    return jvalue::list(std::move(out));
-  }
-  if (name == "min" || name == "max") {
-    bool cs = a.get(0, "case_sensitive", jvalue(false)).truthy();
-    jvalue attribute = a.get(1, "attribute", jvalue());
-    auto items = iterate(v);
-    if (items.empty()) return jvalue::undefined("No aggregated item, sequence was empty.");
-    jvalue best = items[0];
-    for (size_t i = 1; i < items.size(); ++i) {
-      jvalue x = sort_key(attribute.is_none() ? items[i] : attr_path(items[i], attribute), cs);
-      jvalue y = sort_key(attribute.is_none() ? best : attr_path(best, attribute), cs);
-      int c = compare(x, y);
-      if (name == "min" ? c < 0 : c > 0) best = items[i];
-    }
-    return best;
-  }
-  if (name == "sum") {
-    jvalue attribute = a.get(0, "attribute", jvalue());
-    jvalue total = a.get(1, "start", jvalue(0));
-    for (const auto& x : iterate(v)) {
-      jvalue y = attribute.is_none() ? x : attr_path(x, attribute);
-      if (total.is_float() || y.is_float())
-        total = jvalue(total.as_float() + y.as_float());
-      else {
-        int64_t r = 0;
-        if (__builtin_add_overflow(total.as_int(), y.as_int(), &r))
-          throw template_error("integer overflow (results must fit in 64 bits)");
-        total = jvalue(r);
-      }
-    }
-    return total;
-  }
-  if (name == "batch") {
-    int64_t n = a.get(0, "linecount").as_int();
-    jvalue fill = a.get(1, "fill_with", jvalue());
-    if (n <= 0) throw template_error("batch size must be positive");
-    std::vector<jvalue> out, cur;
-    for (const auto& x : iterate(v)) {
-      cur.push_back(x);
-      if (static_cast<int64_t>(cur.size()) == n) {
-        out.push_back(jvalue::list(std::move(cur)));
-        cur.clear();
-      }
-    }
-    if (!cur.empty()) {
-      if (!fill.is_none())
-        while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
-      out.push_back(jvalue::list(std::move(cur)));
-    }
-    return jvalue::list(std::move(out));
-  }
-  if (name == "groupby") {  // jinja2's do_groupby: sorted by the key, (grouper, list) per key
-    const jvalue attribute = a.get(0, "attribute");
-    const jvalue def = a.get(1, "default", jvalue());
-    const bool case_sensitive = a.get(2, "case_sensitive", jvalue(false)).truthy();
-    std::vector<std::pair<jvalue, jvalue>> keyed;  // (key, item)
-    for (const auto& x : iterate(v)) {
-      jvalue k = attr_path(x, attribute);
-      if (k.is_undefined() && !def.is_none()) k = def;
-      keyed.emplace_back(k, x);
-    }
-    std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-      return compare(sort_key(x.first, case_sensitive), sort_key(y.first, case_sensitive)) < 0;
-    });
-    std::vector<jvalue> out;
-    for (size_t i = 0; i < keyed.size();) {
-      size_t j = i;
-      std::vector<jvalue> members;
-      const jvalue key = sort_key(keyed[i].first, case_sensitive);
-      while (j < keyed.size() && equals(sort_key(keyed[j].first, case_sensitive), key))
-        members.push_back(keyed[j++].second);
-      jvalue g = jvalue::list({keyed[i].first, jvalue::list(std::move(members))}, true);
-      g.lst().group = true;
-      out.push_back(std::move(g));
-      i = j;
-    }
-    return jvalue::list(std::move(out));
-  }
-  if (name ==
-      "slice") {  // jinja2's do_slice: `slices` columns, the first length % slices one longer
-    const int64_t slices = a.get(0, "slices").as_int();
-    if (slices <= 0) throw template_error("slice count must be positive");
-    if (slices > k_max_width)
-      throw template_error("slice count " + std::to_string(slices) + " is too large");
-    jvalue fill = a.get(1, "fill_with", jvalue());
-    const std::vector<jvalue> seq = iterate(v);
-    const auto length = static_cast<int64_t>(seq.size());
-    const int64_t per = length / slices, extra = length % slices;
-    std::vector<jvalue> out;
-    int64_t offset = 0;
-    for (int64_t k = 0; k < slices; ++k) {
-      const int64_t start = offset + k * per;
-      if (k < extra) ++offset;
-      const int64_t end = offset + (k + 1) * per;
-      std::vector<jvalue> part(seq.begin() + start, seq.begin() + end);
-      if (!fill.is_none() && k >= extra) part.push_back(fill);
-      out.push_back(jvalue::list(std::move(part)));
-    }
-    jvalue res = jvalue::list(std::move(out));
-    res.lst().lazy = true;
-    return res;
-  }
-  if (name == "wordcount") {
-    int64_t n = 0;
-    bool in_word = false;
-    for (char c : need_str()) {
-      bool w = is_alpha_byte(c) || (c >= '0' && c <= '9') || c == '_';
-      if (w && !in_word) ++n;
-      in_word = w;
-    }
-    return jvalue(n);
-  }
-  if (name == "indent") {
-    // jinja2 appends "\n" to the value first: anything but a string is a TypeError there.
-    if (!v.is_string())
-      throw template_error("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
-    jvalue width = a.get(0, "width", jvalue(4));
-    std::string ind = width.is_string()
-                          ? width.str()
-                          : std::string(width_arg(width.as_int(), "indent width"), ' ');
-    return jvalue(py_splitlines_indent(need_str(), ind, a.get(1, "first", jvalue(false)).truthy(),
-                                       a.get(2, "blank", jvalue(false)).truthy()));
-  }
-  if (name == "center")
+}
+jvalue filter_int(const jvalue& v, const call_args& a) {
+  refuse_undefined_number(v);
+  return to_int(v, a.get(0, "default", jvalue(0)));
+}
+jvalue filter_float(const jvalue& v, const call_args& a) {
+  refuse_undefined_number(v);
+  return to_float(v, a.get(0, "default", jvalue(0.0)));
+}
+jvalue filter_abs(const jvalue& v, const call_args&) {
+  if (v.is_float()) return jvalue(std::fabs(v.as_float()));
+  if (v.as_int() == INT64_MIN)
+    throw template_error("integer overflow (results must fit in 64 bits)");
+  return jvalue(v.as_int() < 0 ? -v.as_int() : v.as_int());
+}
+jvalue filter_round(const jvalue& v, const call_args& a) {
+  int64_t prec = a.get(0, "precision", jvalue(0)).as_int();
+  std::string method = a.get(1, "method", jvalue("common")).to_str();
+  double scale = std::pow(10.0, static_cast<double>(prec));
+  double x = v.as_float() * scale;
+  // Python's round(int, n) is the int itself; floor and ceil go through math and give floats.
+  if (method != "ceil" && method != "floor" && (v.is_int() || v.is_bool())) {
+    if (prec >= 0) return jvalue(v.as_int());
     return jvalue(
-        py_pad(need_str(), a.get(0, "width", jvalue(80)).as_int(), jvalue(), 'c', "center width"));
-  if (name == "format") {
-    std::vector<jvalue> items = a.pos;
-    return jvalue(percent_format(need_str(), jvalue::list(std::move(items), true)));
+        static_cast<int64_t>(std::nearbyint(v.as_float() * scale) / scale));  // half to even
   }
-  if (name == "attr") return get_attr(v, a.get(0, "name").to_str());
-  if (name == "map") {
-    std::vector<jvalue> out;
-    if (!v.truthy()) return jvalue::list();
-    jvalue attribute = a.get(SIZE_MAX, "attribute", jvalue());
-    if (!attribute.is_none()) {
-      jvalue def = a.get(SIZE_MAX, "default", jvalue::undefined(""));
-      for (const auto& x : iterate(v)) {
-        jvalue y = attr_path(x, attribute);
-        out.push_back(y.is_undefined() && !def.is_undefined() ? def : y);
-      }
-    } else {
-      std::string filter = a.get(0, "\x01").to_str();
-      call_args rest = shift_args(a, 1);
-      for (const auto& x : iterate(v)) out.push_back(apply_filter(filter, x, rest));
-    }
-    jvalue res = jvalue::list(std::move(out));
-    res.lst().lazy = true;
-    return res;
+  double r = method == "ceil"    ? std::ceil(x)
+             : method == "floor" ? std::floor(x)
+                                 : std::nearbyint(x);
+  // math.ceil/floor return ints in Python, so their results are never -0.0 (round's can be).
+  if (method == "ceil" || method == "floor") r += 0.0;
+  return jvalue(r / scale);
+}
+jvalue filter_filesizeformat(const jvalue& v, const call_args& a) {
+  double bytes;
+  if (v.is_string()) {
+    char* end = nullptr;
+    const std::string t = python_strip(v.str(), true, true);
+    bytes = std::strtod(t.c_str(), &end);
+    if (t.empty() || *end != '\0')
+      throw template_error("could not convert string to float: " + v.repr());
+  } else {
+    bytes = v.as_float();
   }
-  if (name == "select") return select_like(v, a, false, true);
-  if (name == "reject") return select_like(v, a, false, false);
-  if (name == "selectattr") return select_like(v, a, true, true);
-  if (name == "rejectattr") return select_like(v, a, true, false);
-  if (name == "pprint") return jvalue(v.repr());
-  if (name == "striptags") return jvalue(strip_tags(v.to_str()));
-  if (name == "filesizeformat") {
-    double bytes;
-    if (v.is_string()) {
-      char* end = nullptr;
-      const std::string t = python_strip(v.str(), true, true);
-      bytes = std::strtod(t.c_str(), &end);
-      if (t.empty() || *end != '\0')
-        throw template_error("could not convert string to float: " + v.repr());
-    } else {
-      bytes = v.as_float();
-    }
-    return jvalue(file_size(bytes, a.get(0, "binary", jvalue(false)).truthy()));
+  return jvalue(file_size(bytes, a.get(0, "binary", jvalue(false)).truthy()));
+}
+
+// Sequence filters.
+jvalue filter_list(const jvalue& v, const call_args&) { return jvalue::list(iterate(v)); }
+jvalue filter_join(const jvalue& v, const call_args& a) {
+  std::string sep = a.get(0, "d", jvalue("")).to_str();
+  jvalue attribute = a.get(1, "attribute", jvalue());
+  std::string out;
+  bool first = true;
+  for (const auto& x : iterate(v)) {
+    if (!first) out += sep;
+    first = false;
+    out += (attribute.is_none() ? x : attr_path(x, attribute)).to_str();
   }
-  if (name == "urlencode") {
-    if (v.is_string() || !(v.is_list() || v.is_dict())) return jvalue(url_quote(v.to_str(), false));
+  return jvalue(out);
+}
+jvalue filter_reverse(const jvalue& v, const call_args&) {
+  if (v.is_string()) {
+    auto cps = code_points(v.str());
     std::string out;
-    auto pair = [&](const jvalue& k, const jvalue& x) {
-      if (!out.empty()) out += '&';
-      out += url_quote(k.to_str(), true) + "=" + url_quote(x.to_str(), true);
-    };
-    if (v.is_dict()) {
-      for (const auto& [k, x] : v.dct().items) pair(jvalue(k), x);
-    } else {
-      for (const auto& item : iterate(v)) {
-        const auto kv = iterate(item);
-        if (kv.size() != 2)
-          throw template_error("urlencode: each item must be a (key, value) pair, got " +
-                               std::to_string(kv.size()) + " values");
-        pair(kv[0], kv[1]);
-      }
-    }
+    for (auto it = cps.rbegin(); it != cps.rend(); ++it) out += *it;
     return jvalue(out);
   }
-  if (name == "xmlattr") {
-    if (!v.is_dict())
-      throw template_error("'" + v.type_name() + "' object has no attribute 'items'");
-    std::string out;
-    for (const auto& [k, x] : v.dct().items) {
-      if (x.is_none() || x.is_undefined()) continue;
-      if (k.find_first_of(" \t\n\r\f\v/>=") != std::string::npos)
-        throw template_error("Invalid character in attribute name: " + jvalue(k).repr());
-      if (!out.empty()) out += ' ';
-      out += html_escape(k) + "=\"" + html_escape(x.to_str()) + "\"";
+  auto items = iterate(v);
+  std::reverse(items.begin(), items.end());
+  jvalue r = jvalue::list(std::move(items));
+  r.lst().lazy = true;  // a reverse iterator in jinja2: no len(), no JSON form
+  return r;
+}
+jvalue filter_sort(const jvalue& v, const call_args& a) {
+  bool rev = a.get(0, "reverse", jvalue(false)).truthy();
+  bool cs = a.get(1, "case_sensitive", jvalue(false)).truthy();
+  jvalue attribute = a.get(2, "attribute", jvalue());
+  auto items = iterate(v);
+  std::stable_sort(items.begin(), items.end(), [&](const jvalue& p, const jvalue& q) {
+    jvalue x = attribute.is_none() ? p : attr_path(p, attribute);
+    jvalue y = attribute.is_none() ? q : attr_path(q, attribute);
+    // jinja2 sorts by [key] lists, which compare equal items equal before trying `<`: items that
+    // both lack the attribute (Undefined == Undefined) keep their order.
+    if (!attribute.is_none() && x.is_undefined() && y.is_undefined()) return false;
+    int c = compare(sort_key(x, cs), sort_key(y, cs));
+    return rev ? c > 0 : c < 0;
+  });
+  return jvalue::list(std::move(items));
+}
+jvalue filter_unique(const jvalue& v, const call_args& a) {
+  bool cs = a.get(0, "case_sensitive", jvalue(false)).truthy();
+  jvalue attribute = a.get(1, "attribute", jvalue());
+  std::vector<jvalue> out, seen;
+  for (const auto& x : iterate(v)) {
+    jvalue key = sort_key(attribute.is_none() ? x : attr_path(x, attribute), cs);
+    bool dup = false;
+    for (const auto& s : seen) dup = dup || equals(s, key);
+    if (!dup) {
+      seen.push_back(key);
+      out.push_back(x);
     }
-    if (!out.empty() && a.get(0, "autospace", jvalue(true)).truthy()) out.insert(0, " ");
-    return jvalue(out);
   }
-  if (name == "truncate") {
-    int64_t len = a.get(0, "length", jvalue(255)).as_int();
-    auto cps = code_points(need_str());
-    std::string end = a.get(2, "end", jvalue("...")).to_str();
-    int64_t leeway = a.get(3, "leeway", jvalue(5)).as_int();
-    // 128-bit sums: len and leeway may be any int64.
-    if (static_cast<wide_int>(cps.size()) <= wide_int{len} + leeway) return jvalue(need_str());
-    std::string out;
-    for (int64_t i = 0; i < wide_int{len} - static_cast<wide_int>(end.size()) &&
-                        i < static_cast<int64_t>(cps.size());
-         ++i)
-      out += cps[static_cast<size_t>(i)];
-    if (!a.get(1, "killwords", jvalue(false)).truthy()) {
-      size_t sp = out.rfind(' ');
-      if (sp != std::string::npos) out.resize(sp);
+  return jvalue::list(std::move(out));
+}
+template <bool Max>
+jvalue filter_min_max(const jvalue& v, const call_args& a) {
+  bool cs = a.get(0, "case_sensitive", jvalue(false)).truthy();
+  jvalue attribute = a.get(1, "attribute", jvalue());
+  auto items = iterate(v);
+  if (items.empty()) return jvalue::undefined("No aggregated item, sequence was empty.");
+  jvalue best = items[0];
+  for (size_t i = 1; i < items.size(); ++i) {
+    jvalue x = sort_key(attribute.is_none() ? items[i] : attr_path(items[i], attribute), cs);
+    jvalue y = sort_key(attribute.is_none() ? best : attr_path(best, attribute), cs);
+    int c = compare(x, y);
+    if (Max ? c > 0 : c < 0) best = items[i];
+  }
+  return best;
+}
+jvalue filter_sum(const jvalue& v, const call_args& a) {
+  jvalue attribute = a.get(0, "attribute", jvalue());
+  jvalue total = a.get(1, "start", jvalue(0));
+  for (const auto& x : iterate(v)) {
+    jvalue y = attribute.is_none() ? x : attr_path(x, attribute);
+    if (total.is_float() || y.is_float())
+      total = jvalue(total.as_float() + y.as_float());
+    else {
+      int64_t r = 0;
+      if (__builtin_add_overflow(total.as_int(), y.as_int(), &r))
+        throw template_error("integer overflow (results must fit in 64 bits)");
+      total = jvalue(r);
     }
-    return jvalue(out + end);
   }
-  throw template_error("No filter named '" + std::string(name) + "'.");
+  return total;
+}
+jvalue filter_batch(const jvalue& v, const call_args& a) {
+  int64_t n = a.get(0, "linecount").as_int();
+  jvalue fill = a.get(1, "fill_with", jvalue());
+  if (n <= 0) throw template_error("batch size must be positive");
+  std::vector<jvalue> out, cur;
+  for (const auto& x : iterate(v)) {
+    cur.push_back(x);
+    if (static_cast<int64_t>(cur.size()) == n) {
+      out.push_back(jvalue::list(std::move(cur)));
+      cur.clear();
+    }
+  }
+  if (!cur.empty()) {
+    if (!fill.is_none())
+      while (static_cast<int64_t>(cur.size()) < n) cur.push_back(fill);
+    out.push_back(jvalue::list(std::move(cur)));
+  }
+  return jvalue::list(std::move(out));
+}
+// jinja2's do_groupby: sorted by the key, (grouper, list) per key.
+jvalue filter_groupby(const jvalue& v, const call_args& a) {
+  const jvalue attribute = a.get(0, "attribute");
+  const jvalue def = a.get(1, "default", jvalue());
+  const bool case_sensitive = a.get(2, "case_sensitive", jvalue(false)).truthy();
+  std::vector<std::pair<jvalue, jvalue>> keyed;  // (key, item)
+  for (const auto& x : iterate(v)) {
+    jvalue k = attr_path(x, attribute);
+    if (k.is_undefined() && !def.is_none()) k = def;
+    keyed.emplace_back(k, x);
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
+    return compare(sort_key(x.first, case_sensitive), sort_key(y.first, case_sensitive)) < 0;
+  });
+  std::vector<jvalue> out;
+  for (size_t i = 0; i < keyed.size();) {
+    size_t j = i;
+    std::vector<jvalue> members;
+    const jvalue key = sort_key(keyed[i].first, case_sensitive);
+    while (j < keyed.size() && equals(sort_key(keyed[j].first, case_sensitive), key))
+      members.push_back(keyed[j++].second);
+    jvalue g = jvalue::list({keyed[i].first, jvalue::list(std::move(members))}, true);
+    g.lst().group = true;
+    out.push_back(std::move(g));
+    i = j;
+  }
+  return jvalue::list(std::move(out));
+}
+// jinja2's do_slice: `slices` columns, the first length % slices one longer.
+jvalue filter_slice(const jvalue& v, const call_args& a) {
+  const int64_t slices = a.get(0, "slices").as_int();
+  if (slices <= 0) throw template_error("slice count must be positive");
+  if (slices > k_max_width)
+    throw template_error("slice count " + std::to_string(slices) + " is too large");
+  jvalue fill = a.get(1, "fill_with", jvalue());
+  const std::vector<jvalue> seq = iterate(v);
+  const auto length = static_cast<int64_t>(seq.size());
+  const int64_t per = length / slices, extra = length % slices;
+  std::vector<jvalue> out;
+  int64_t offset = 0;
+  for (int64_t k = 0; k < slices; ++k) {
+    const int64_t start = offset + k * per;
+    if (k < extra) ++offset;
+    const int64_t end = offset + (k + 1) * per;
+    std::vector<jvalue> part(seq.begin() + start, seq.begin() + end);
+    if (!fill.is_none() && k >= extra) part.push_back(fill);
+    out.push_back(jvalue::list(std::move(part)));
+  }
+  jvalue res = jvalue::list(std::move(out));
+  res.lst().lazy = true;
+  return res;
+}
+jvalue filter_map(const jvalue& v, const call_args& a) {
+  std::vector<jvalue> out;
+  if (!v.truthy()) return jvalue::list();
+  jvalue attribute = a.get(SIZE_MAX, "attribute", jvalue());
+  if (!attribute.is_none()) {
+    jvalue def = a.get(SIZE_MAX, "default", jvalue::undefined(""));
+    for (const auto& x : iterate(v)) {
+      jvalue y = attr_path(x, attribute);
+      out.push_back(y.is_undefined() && !def.is_undefined() ? def : y);
+    }
+  } else {
+    std::string filter = a.get(0, "\x01").to_str();
+    call_args rest = shift_args(a, 1);
+    for (const auto& x : iterate(v)) out.push_back(apply_filter(filter, x, rest));
+  }
+  jvalue res = jvalue::list(std::move(out));
+  res.lst().lazy = true;
+  return res;
+}
+template <bool ByAttr, bool KeepWhen>
+jvalue filter_select(const jvalue& v, const call_args& a) {
+  return select_like(v, a, ByAttr, KeepWhen);
+}
+
+// Mapping filters.
+jvalue filter_items(const jvalue& v, const call_args&) {
+  if (v.is_undefined()) return jvalue::list();
+  if (!v.is_dict()) throw template_error("items filter expects a mapping");
+  std::vector<jvalue> out;
+  for (const auto& [k, x] : v.dct().items) out.push_back(jvalue::list({key_value(k), x}, true));
+  return jvalue::list(std::move(out));
+}
+jvalue filter_dictsort(const jvalue& v, const call_args& a) {
+  bool cs = a.get(0, "case_sensitive", jvalue(false)).truthy();
+  std::string by = a.get(1, "by", jvalue("key")).to_str();
+  bool rev = a.get(2, "reverse", jvalue(false)).truthy();
+  if (!v.is_dict()) throw template_error("dictsort expects a mapping");
+  std::vector<jvalue> out;
+  for (const auto& [k, x] : v.dct().items) out.push_back(jvalue::list({key_value(k), x}, true));
+  size_t idx = by == "value" ? 1 : 0;
+  std::stable_sort(out.begin(), out.end(), [&](const jvalue& p, const jvalue& q) {
+    int c = compare(sort_key(p.lst().items[idx], cs), sort_key(q.lst().items[idx], cs));
+    return rev ? c > 0 : c < 0;
+  });
+  return jvalue::list(std::move(out));
+}
+jvalue filter_attr(const jvalue& v, const call_args& a) {
+  return get_attr(v, a.get(0, "name").to_str());
+}
+jvalue filter_urlencode(const jvalue& v, const call_args&) {
+  if (v.is_string() || !(v.is_list() || v.is_dict())) return jvalue(url_quote(v.to_str(), false));
+  std::string out;
+  auto pair = [&](const jvalue& k, const jvalue& x) {
+    if (!out.empty()) out += '&';
+    out += url_quote(k.to_str(), true) + "=" + url_quote(x.to_str(), true);
+  };
+  if (v.is_dict()) {
+    for (const auto& [k, x] : v.dct().items) pair(jvalue(k), x);
+  } else {
+    for (const auto& item : iterate(v)) {
+      const auto kv = iterate(item);
+      if (kv.size() != 2)
+        throw template_error("urlencode: each item must be a (key, value) pair, got " +
+                             std::to_string(kv.size()) + " values");
+      pair(kv[0], kv[1]);
+    }
+  }
+  return jvalue(out);
+}
+jvalue filter_xmlattr(const jvalue& v, const call_args& a) {
+  if (!v.is_dict()) throw template_error("'" + v.type_name() + "' object has no attribute 'items'");
+  std::string out;
+  for (const auto& [k, x] : v.dct().items) {
+    if (x.is_none() || x.is_undefined()) continue;
+    if (k.find_first_of(" \t\n\r\f\v/>=") != std::string::npos)
+      throw template_error("Invalid character in attribute name: " + jvalue(k).repr());
+    if (!out.empty()) out += ' ';
+    out += html_escape(k) + "=\"" + html_escape(x.to_str()) + "\"";
+  }
+  if (!out.empty() && a.get(0, "autospace", jvalue(true)).truthy()) out.insert(0, " ");
+  return jvalue(out);
+}
+
+constexpr named<filter_fn> k_filters[] = {
+    {"abs", filter_abs},
+    {"attr", filter_attr},
+    {"batch", filter_batch},
+    {"capitalize", filter_capitalize},
+    {"center", filter_center},
+    {"count", filter_length},
+    {"d", filter_default},
+    {"default", filter_default},
+    {"dictsort", filter_dictsort},
+    {"e", filter_escape},
+    {"escape", filter_escape},
+    {"filesizeformat", filter_filesizeformat},
+    {"first", filter_first},
+    {"float", filter_float},
+    {"forceescape", filter_escape},
+    {"format", filter_format},
+    {"groupby", filter_groupby},
+    {"indent", filter_indent},
+    {"int", filter_int},
+    {"items", filter_items},
+    {"join", filter_join},
+    {"last", filter_last},
+    {"length", filter_length},
+    {"list", filter_list},
+    {"lower", filter_lower},
+    {"map", filter_map},
+    {"max", filter_min_max<true>},
+    {"min", filter_min_max<false>},
+    {"pprint", filter_pprint},
+    {"reject", filter_select<false, false>},
+    {"rejectattr", filter_select<true, false>},
+    {"replace", filter_replace},
+    {"reverse", filter_reverse},
+    {"round", filter_round},
+    {"safe", filter_safe},
+    {"select", filter_select<false, true>},
+    {"selectattr", filter_select<true, true>},
+    {"slice", filter_slice},
+    {"sort", filter_sort},
+    {"string", filter_string},
+    {"striptags", filter_striptags},
+    {"sum", filter_sum},
+    {"title", filter_title},
+    {"tojson", filter_tojson},
+    {"trim", filter_trim},
+    {"truncate", filter_truncate},
+    {"unique", filter_unique},
+    {"upper", filter_upper},
+    {"urlencode", filter_urlencode},
+    {"wordcount", filter_wordcount},
+    {"xmlattr", filter_xmlattr},
+};
+static_assert(sorted_by_name(k_filters), "k_filters must stay sorted by name");
+
+}  // namespace
+
+jvalue apply_filter(std::string_view name, const jvalue& v, const call_args& a) {
+  const named<filter_fn>* f = find_named(k_filters, name);
+  if (f == nullptr) throw template_error("No filter named '" + std::string(name) + "'.");
+  return f->fn(v, a);
 }
 
 }  // namespace coserve::jinja

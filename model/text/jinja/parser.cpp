@@ -24,61 +24,100 @@ bool is_ws(char c) {
 // Splits the source into text and tags, applying the whitespace rules: `{%-`/`-%}` strip all
 // whitespace on that side; lstrip_blocks removes spaces/tabs before a block or comment tag that
 // starts its line (unless `{%+`); trim_blocks removes one newline after a block or comment tag
-// (unless `+%}`).
-std::vector<chunk> scan(std::string_view src) {
-  std::vector<chunk> out;
-  size_t pos = 0;
-  bool strip_next = false;  // previous tag ended with '-'
-  bool trim_next = false;   // previous tag was a block/comment (trim_blocks)
-  int line = 1;
-  auto count_lines = [&](size_t a, size_t b) {
-    for (size_t i = a; i < b; ++i) line += src[i] == '\n';
-  };
-  while (pos <= src.size()) {
-    size_t open = src.find('{', pos);
-    while (open != std::string_view::npos && open + 1 < src.size() && src[open + 1] != '{' &&
-           src[open + 1] != '%' && src[open + 1] != '#')
-      open = src.find('{', open + 1);
-    if (open != std::string_view::npos && open + 1 >= src.size()) open = std::string_view::npos;
-    size_t text_end = open == std::string_view::npos ? src.size() : open;
-    size_t text_begin = pos;
-    if (strip_next) {
-      while (text_begin < text_end && is_ws(src[text_begin])) ++text_begin;
-    } else if (trim_next && text_begin < text_end && src[text_begin] == '\n') {
+// (unless `+%}`). One scanner per source; scan() runs it once.
+class template_scanner {
+ public:
+  explicit template_scanner(std::string_view src) : src_(src) {}
+
+  std::vector<chunk> scan() {
+    while (pos_ <= src_.size()) {
+      const size_t open = find_tag_open();
+      const size_t text_begin = text_start(open);
+      const size_t text_end = open == std::string_view::npos ? src_.size() : open;
+      std::string text(src_.substr(text_begin, text_end - text_begin));
+      const int text_line = line_;
+      count_lines(pos_, text_end);
+      if (open == std::string_view::npos) {
+        if (!text.empty()) out_.push_back({chunk::kind::text, std::move(text), text_line});
+        break;
+      }
+      const char kind_ch = src_[open + 1];
+      size_t inner = open + 2;
+      const char lmod = inner < src_.size() ? src_[inner] : 0;
+      strip_before_tag(text, text_begin, kind_ch, lmod);
+      if (!text.empty()) out_.push_back({chunk::kind::text, std::move(text), text_line});
+      if (lmod == '-' || lmod == '+') ++inner;
+      const size_t end = find_tag_close(kind_ch, inner);
+      if (end == std::string_view::npos) {
+        out_.push_back({chunk::kind::block, std::string("\x01unclosed"), line_});
+        break;
+      }
+      if (!take_tag(open, inner, end, kind_ch)) break;
+    }
+    return std::move(out_);
+  }
+
+ private:
+  std::string_view src_;
+  std::vector<chunk> out_;
+  size_t pos_ = 0;
+  bool strip_next_ = false;  // previous tag ended with '-'
+  bool trim_next_ = false;   // previous tag was a block/comment (trim_blocks)
+  int line_ = 1;
+
+  void count_lines(size_t a, size_t b) {
+    for (size_t i = a; i < b; ++i) line_ += src_[i] == '\n';
+  }
+
+  // The '{' of the next `{{`, `{%` or `{#` from pos_; npos when none.
+  size_t find_tag_open() const {
+    size_t open = src_.find('{', pos_);
+    while (open != std::string_view::npos && open + 1 < src_.size() && src_[open + 1] != '{' &&
+           src_[open + 1] != '%' && src_[open + 1] != '#')
+      open = src_.find('{', open + 1);
+    if (open != std::string_view::npos && open + 1 >= src_.size()) open = std::string_view::npos;
+    return open;
+  }
+
+  // Where the text before the tag at `open` starts once the previous tag's `-%}` (all whitespace)
+  // or trim_blocks (one newline) has taken its share.
+  size_t text_start(size_t open) const {
+    const size_t text_end = open == std::string_view::npos ? src_.size() : open;
+    size_t text_begin = pos_;
+    if (strip_next_) {
+      while (text_begin < text_end && is_ws(src_[text_begin])) ++text_begin;
+    } else if (trim_next_ && text_begin < text_end && src_[text_begin] == '\n') {
       ++text_begin;
-    } else if (trim_next && text_begin + 1 < text_end && src[text_begin] == '\r' &&
-               src[text_begin + 1] == '\n') {
+    } else if (trim_next_ && text_begin + 1 < text_end && src_[text_begin] == '\r' &&
+               src_[text_begin + 1] == '\n') {
       text_begin += 2;
     }
-    std::string text(src.substr(text_begin, text_end - text_begin));
-    int text_line = line;
-    count_lines(pos, text_end);
-    if (open == std::string_view::npos) {
-      if (!text.empty()) out.push_back({chunk::kind::text, std::move(text), text_line});
-      break;
-    }
-    char kind_ch = src[open + 1];
-    size_t inner = open + 2;
-    char lmod = inner < src.size() ? src[inner] : 0;
+    return text_begin;
+  }
+
+  // The end of `text` as the tag after it asks: `{%-` strips all whitespace, lstrip_blocks the
+  // spaces and tabs of a block or comment tag that starts its line (unless `{%+`).
+  void strip_before_tag(std::string& text, size_t text_begin, char kind_ch, char lmod) const {
     if (lmod == '-') {
       while (!text.empty() && is_ws(text.back())) text.pop_back();
     } else if (lmod != '+' && kind_ch != '{') {
       // lstrip_blocks: only when nothing but spaces/tabs precede the tag on its line.
       size_t nl = text.rfind('\n');
-      bool line_start = nl != std::string::npos || text_begin == 0 || src[text_begin - 1] == '\n';
+      bool line_start = nl != std::string::npos || text_begin == 0 || src_[text_begin - 1] == '\n';
       size_t from = nl == std::string::npos ? 0 : nl + 1;
       if (line_start && text.find_first_not_of(" \t", from) == std::string::npos) text.resize(from);
     }
-    if (!text.empty()) out.push_back({chunk::kind::text, std::move(text), text_line});
-    if (lmod == '-' || lmod == '+') ++inner;
-    // Find the closing delimiter, skipping string literals inside var/block tags.
+  }
+
+  // The closing delimiter of a tag whose content starts at `inner`, skipping string literals
+  // inside var/block tags; npos when the tag is not closed.
+  size_t find_tag_close(char kind_ch, size_t inner) const {
     std::string_view close = kind_ch == '{' ? "}}" : kind_ch == '%' ? "%}" : "#}";
     size_t i = inner;
-    size_t end = std::string_view::npos;
     char quote = 0;
     int depth = 0;
-    while (i + 1 < src.size() + 1 && i < src.size()) {
-      char c = src[i];
+    while (i + 1 < src_.size() + 1 && i < src_.size()) {
+      char c = src_[i];
       if (kind_ch != '#' && quote) {
         if (c == '\\') {
           i += 2;
@@ -95,10 +134,7 @@ std::vector<chunk> scan(std::string_view src) {
       }
       // As jinja2's lexer: the closing delimiter counts only outside brackets, so `}}` closing
       // nested dict literals inside `{{ ... }}` does not end the tag.
-      if (depth == 0 && src.compare(i, 2, close) == 0) {
-        end = i;
-        break;
-      }
+      if (depth == 0 && src_.compare(i, 2, close) == 0) return i;
       if (kind_ch != '#') {
         if (c == '(' || c == '[' || c == '{')
           ++depth;
@@ -107,69 +143,74 @@ std::vector<chunk> scan(std::string_view src) {
       }
       ++i;
     }
-    if (end == std::string_view::npos) {
-      out.push_back({chunk::kind::block, std::string("\x01unclosed"), line});
-      break;
-    }
+    return std::string_view::npos;
+  }
+
+  // The tag from `open` to its closing delimiter at `end`: a var or block chunk (comments give
+  // none), or a raw section; false when scanning ends (a raw section without endraw).
+  bool take_tag(size_t open, size_t inner, size_t end, char kind_ch) {
     size_t content_end = end;
-    char rmod = end > inner ? src[end - 1] : 0;
+    const char rmod = end > inner ? src_[end - 1] : 0;
     if (rmod == '-' || rmod == '+') --content_end;
-    std::string_view content = src.substr(inner, content_end - inner);
+    std::string_view content = src_.substr(inner, content_end - inner);
     while (!content.empty() && is_ws(content.front())) content.remove_prefix(1);
     while (!content.empty() && is_ws(content.back())) content.remove_suffix(1);
-    if (kind_ch == '%' && content == "raw") {
-      // {% raw %}...{% endraw %}: the text between is output as it is. As jinja2's lexer: `-%}`
-      // after raw strips the whitespace that follows it, `{%-` before endraw the whitespace that
-      // precedes it, and endraw's own end follows the usual rules.
-      count_lines(open, end + 2);
-      size_t body = end + 2;
-      if (rmod == '-')
-        while (body < src.size() && is_ws(src[body])) ++body;
-      size_t e = body, tag_end = std::string_view::npos;
-      char end_lmod = 0, end_rmod = 0;
-      for (; (e = src.find("{%", e)) != std::string_view::npos; ++e) {
-        size_t k = e + 2;
-        end_lmod = k < src.size() && (src[k] == '-' || src[k] == '+') ? src[k++] : 0;
-        while (k < src.size() && is_ws(src[k])) ++k;
-        if (src.compare(k, 6, "endraw") != 0) continue;
-        k += 6;
-        while (k < src.size() && is_ws(src[k])) ++k;
-        end_rmod = k < src.size() && (src[k] == '-' || src[k] == '+') ? src[k++] : 0;
-        if (src.compare(k, 2, "%}") != 0) continue;
-        tag_end = k + 2;
-        break;
-      }
-      if (tag_end == std::string_view::npos) {
-        out.push_back({chunk::kind::block, std::string("\x01unclosed"), line});  // no endraw
-        break;
-      }
-      std::string raw(src.substr(body, e - body));
-      if (end_lmod == '-') {
-        while (!raw.empty() && is_ws(raw.back())) raw.pop_back();
-      } else if (end_lmod !=
-                 '+') {  // lstrip_blocks: spaces and tabs before endraw at a line's start
-        size_t from = raw.find_last_not_of(" \t");
-        if (from == std::string::npos ? e == body || src[body - 1] == '\n' : raw[from] == '\n')
-          raw.resize(from == std::string::npos ? 0 : from + 1);
-      }
-      if (!raw.empty()) out.push_back({chunk::kind::text, std::move(raw), line});
-      count_lines(end + 2, tag_end);
-      pos = tag_end;
-      strip_next = end_rmod == '-';
-      trim_next = end_rmod != '+';
-      continue;
-    }
+    if (kind_ch == '%' && content == "raw") return take_raw(open, end, rmod);
     if (kind_ch != '#') {
-      out.push_back({kind_ch == '{' ? chunk::kind::var : chunk::kind::block,
-                     std::string(src.substr(inner, content_end - inner)), line});
+      out_.push_back({kind_ch == '{' ? chunk::kind::var : chunk::kind::block,
+                      std::string(src_.substr(inner, content_end - inner)), line_});
     }
     count_lines(open, end + 2);
-    pos = end + 2;
-    strip_next = rmod == '-';
-    trim_next = kind_ch != '{' && rmod != '+';
+    pos_ = end + 2;
+    strip_next_ = rmod == '-';
+    trim_next_ = kind_ch != '{' && rmod != '+';
+    return true;
   }
-  return out;
-}
+
+  // {% raw %}...{% endraw %}: the text between is output as it is. As jinja2's lexer: `-%}` after
+  // raw strips the whitespace that follows it, `{%-` before endraw the whitespace that precedes
+  // it, and endraw's own end follows the usual rules. `end`: where raw's `%}` starts.
+  bool take_raw(size_t open, size_t end, char rmod) {
+    count_lines(open, end + 2);
+    size_t body = end + 2;
+    if (rmod == '-')
+      while (body < src_.size() && is_ws(src_[body])) ++body;
+    size_t e = body, tag_end = std::string_view::npos;
+    char end_lmod = 0, end_rmod = 0;
+    for (; (e = src_.find("{%", e)) != std::string_view::npos; ++e) {
+      size_t k = e + 2;
+      end_lmod = k < src_.size() && (src_[k] == '-' || src_[k] == '+') ? src_[k++] : 0;
+      while (k < src_.size() && is_ws(src_[k])) ++k;
+      if (src_.compare(k, 6, "endraw") != 0) continue;
+      k += 6;
+      while (k < src_.size() && is_ws(src_[k])) ++k;
+      end_rmod = k < src_.size() && (src_[k] == '-' || src_[k] == '+') ? src_[k++] : 0;
+      if (src_.compare(k, 2, "%}") != 0) continue;
+      tag_end = k + 2;
+      break;
+    }
+    if (tag_end == std::string_view::npos) {
+      out_.push_back({chunk::kind::block, std::string("\x01unclosed"), line_});  // no endraw
+      return false;
+    }
+    std::string raw(src_.substr(body, e - body));
+    if (end_lmod == '-') {
+      while (!raw.empty() && is_ws(raw.back())) raw.pop_back();
+    } else if (end_lmod != '+') {  // lstrip_blocks: spaces and tabs before endraw at a line's start
+      size_t from = raw.find_last_not_of(" \t");
+      if (from == std::string::npos ? e == body || src_[body - 1] == '\n' : raw[from] == '\n')
+        raw.resize(from == std::string::npos ? 0 : from + 1);
+    }
+    if (!raw.empty()) out_.push_back({chunk::kind::text, std::move(raw), line_});
+    count_lines(end + 2, tag_end);
+    pos_ = tag_end;
+    strip_next_ = end_rmod == '-';
+    trim_next_ = end_rmod != '+';
+    return true;
+  }
+};
+
+std::vector<chunk> scan(std::string_view src) { return template_scanner(src).scan(); }
 
 // ---- expression tokens ----------------------------------------------------------------------
 

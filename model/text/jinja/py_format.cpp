@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -304,12 +305,360 @@ std::string format_value(const jvalue& v, std::string_view spec_text) {
   throw template_error("unsupported format string passed to " + type + ".__format__");
 }
 
+// ---- str.format() ---------------------------------------------------------------------------
+
+// A replacement field `{name!conversion:spec}` of str.format(), split into its parts.
+struct format_field {
+  std::string name;
+  char conversion = 0;  // 0, or the letter after '!'
+  std::string spec;
+};
+
+// The '}' that closes the field opening at fmt[open] (the spec may hold nested {fields}).
+size_t field_end(const std::string& fmt, size_t open) {
+  size_t j = open + 1;
+  int nest = 1;
+  for (; j < fmt.size(); ++j) {
+    if (fmt[j] == '{')
+      ++nest;
+    else if (fmt[j] == '}' && --nest == 0)
+      break;
+  }
+  if (j >= fmt.size())
+    throw template_error(nest > 1 ? "expected '}' before end of string"
+                                  : "Single '{' encountered in format string");
+  return j;
+}
+
+// field_name [! conversion] [: spec]; the name ends at the first '!' or ':' outside brackets.
+format_field split_field(const std::string& field) {
+  size_t k = 0;
+  for (bool in_bracket = false; k < field.size(); ++k) {
+    if (field[k] == '[')
+      in_bracket = true;
+    else if (field[k] == ']')
+      in_bracket = false;
+    else if (!in_bracket && (field[k] == '!' || field[k] == ':'))
+      break;
+  }
+  format_field f;
+  f.name = field.substr(0, k);
+  if (k < field.size() && field[k] == '!') {
+    if (k + 1 >= field.size())
+      throw template_error("end of string while looking for conversion specifier");
+    f.conversion = field[k + 1];
+    k += 2;
+    if (k < field.size() && field[k] != ':')
+      throw template_error("expected ':' after conversion specifier");
+  }
+  if (k < field.size() && field[k] == ':') f.spec = field.substr(k + 1);
+  return f;
+}
+
+bool all_digits(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+// The positional arguments of one format string's fields: numbered automatically ({}) or by hand
+// ({0}), never both.
+class field_numbering {
+ public:
+  // The index that field `first` ("" or digits) takes from `count` positional arguments.
+  size_t index_of(const std::string& first, size_t count) {
+    size_t idx;
+    if (first.empty()) {
+      if (used_manual_)
+        throw template_error(
+            "cannot switch from manual field specification to automatic field numbering");
+      used_auto_ = true;
+      idx = next_++;
+    } else {
+      if (used_auto_)
+        throw template_error(
+            "cannot switch from automatic field numbering to manual field specification");
+      used_manual_ = true;
+      idx = first.size() > 9 ? SIZE_MAX : std::stoul(first);
+    }
+    if (idx >= count)
+      throw template_error("Replacement index " + first +
+                           (first.empty() ? std::to_string(idx) : "") +
+                           " out of range for positional args tuple");
+    return idx;
+  }
+
+ private:
+  size_t next_ = 0;
+  bool used_auto_ = false, used_manual_ = false;
+};
+
+// The argument a field names first: "" (the next positional), digits (that positional) or a
+// keyword.
+jvalue field_argument(const std::string& first, const call_args& a, field_numbering& numbering) {
+  if (first.empty() || all_digits(first)) return a.pos[numbering.index_of(first, a.pos.size())];
+  if (!a.has(SIZE_MAX, first)) throw template_error("'" + first + "'");
+  return a.get(SIZE_MAX, first);
+}
+
+// The .attr and [key] accessors of a field name from name[e] on, applied to v in order.
+jvalue apply_accessors(jvalue v, const std::string& name, size_t e) {
+  while (e < name.size()) {
+    if (name[e] == '.') {
+      size_t f = e + 1;
+      while (f < name.size() && name[f] != '.' && name[f] != '[') ++f;
+      const std::string attr = name.substr(e + 1, f - e - 1);
+      if (attr.empty()) throw template_error("Empty attribute in format string");
+      v = get_attr(v, attr);
+      e = f;
+    } else {
+      const size_t close = name.find(']', e);
+      if (close == std::string::npos) throw template_error("Missing ']' in format string");
+      const std::string key = name.substr(e + 1, close - e - 1);
+      const bool digits = !key.empty() && all_digits(key);
+      if (digits && key.size() > 18) throw template_error("index " + key + " out of range");
+      v = get_item(v, digits ? jvalue(static_cast<int64_t>(std::stoll(key))) : jvalue(key));
+      e = close + 1;
+      if (e < name.size() && name[e] != '.' && name[e] != '[')
+        throw template_error("Only '.' or '[' may follow ']' in format field specifier");
+    }
+  }
+  return v;
+}
+
+// A field's !r, !s or !a (none: conversion 0).
+jvalue convert_field(jvalue v, char conversion) {
+  if (conversion == 'r') return jvalue(v.repr());
+  if (conversion == 's') return jvalue(v.to_str());
+  if (conversion == 'a') return jvalue(ascii_of(v.repr()));
+  if (conversion != 0)
+    throw template_error(std::string("Unknown conversion specifier ") + conversion);
+  return v;
+}
+
+// ---- fmt % args -----------------------------------------------------------------------------
+
+// The arguments of `fmt % args`: a tuple's items taken in order, or a mapping's values by %(key).
+class percent_args {
+ public:
+  explicit percent_args(const jvalue& args)
+      : args_(args),
+        list_(args.is_list() && args.lst().tuple ? args.lst().items : std::vector<jvalue>{args}) {}
+
+  // The next positional argument; after a %(key) Python has no positional arguments left.
+  const jvalue& next() {
+    if (next_ >= list_.size() || used_mapping_)
+      throw template_error("not enough arguments for format string");
+    return list_[next_++];
+  }
+
+  // %(key) at fmt[j] (j just after the '%'): the mapping's value, and j moved past the ')'; none
+  // when fmt[j] is not '('.
+  std::optional<jvalue> keyed(const std::string& fmt, size_t& j) {
+    if (j >= fmt.size() || fmt[j] != '(') return std::nullopt;
+    int depth = 1;
+    size_t k = j + 1;
+    for (; k < fmt.size() && depth > 0; ++k) depth += fmt[k] == '(' ? 1 : fmt[k] == ')' ? -1 : 0;
+    if (depth > 0) throw template_error("incomplete format key");
+    if (!args_.is_dict()) throw template_error("format requires a mapping");
+    jvalue v = get_item(args_, jvalue(fmt.substr(j + 1, k - j - 2)));
+    if (v.is_undefined()) throw template_error("'" + fmt.substr(j + 1, k - j - 2) + "'");
+    used_mapping_ = true;
+    j = k;
+    return v;
+  }
+
+  // Python: a tuple's unused items are an error, and so is an unused single argument unless it is
+  // a mapping, a list or jinja2's Undefined (all pass PyMapping_Check, so '%' treats them as a
+  // mapping).
+  void check_all_converted() const {
+    if (!used_mapping_ && next_ < list_.size() && !args_.is_dict() && !args_.is_undefined() &&
+        !(args_.is_list() && !args_.lst().tuple))
+      throw template_error("not all arguments converted during string formatting");
+  }
+
+ private:
+  const jvalue& args_;
+  std::vector<jvalue> list_;
+  size_t next_ = 0;
+  bool used_mapping_ = false;
+};
+
+// One conversion of `fmt % args` as written after '%' (and its %(key)).
+struct percent_spec {
+  bool left = false, plus = false, space = false, alt = false, zero = false;
+  int64_t width = -1, precision = -1;
+  char conv = 0;
+};
+
+// Reads flags, width, precision (either may be * from the arguments), length modifiers and the
+// conversion character from fmt[j], leaving j on the conversion character.
+percent_spec read_percent_spec(const std::string& fmt, size_t& j, percent_args& args) {
+  percent_spec p;
+  for (; j < fmt.size(); ++j) {
+    const char f = fmt[j];
+    if (f == '-')
+      p.left = true;
+    else if (f == '+')
+      p.plus = true;
+    else if (f == ' ')
+      p.space = true;
+    else if (f == '#')
+      p.alt = true;
+    else if (f == '0')
+      p.zero = true;
+    else
+      break;
+  }
+  auto number = [&](int64_t& n, const char* what) {
+    if (j < fmt.size() && fmt[j] == '*') {
+      ++j;
+      const jvalue& w = args.next();
+      if (!w.is_int() && !w.is_bool()) throw template_error("* wants int");
+      n = bounded(w.as_int(), what);
+      return;
+    }
+    if (j >= fmt.size() || fmt[j] < '0' || fmt[j] > '9') return;
+    n = 0;
+    while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9')
+      n = bounded(n * 10 + (fmt[j++] - '0'), what);
+  };
+  number(p.width, "format width");
+  if (p.width < -1) p.left = true, p.width = -p.width;  // a negative * width left-justifies
+  if (j < fmt.size() && fmt[j] == '.') {
+    ++j;
+    p.precision = 0;
+    number(p.precision, "format precision");
+    if (p.precision < 0) p.precision = 0;
+  }
+  while (j < fmt.size() && (fmt[j] == 'h' || fmt[j] == 'l' || fmt[j] == 'L'))
+    ++j;  // length modifiers: ignored
+  if (j >= fmt.size()) throw template_error("incomplete format");
+  p.conv = fmt[j];
+  return p;
+}
+
+// The format-spec fields a %-conversion shares with format(): sign, '#', width and alignment.
+spec_t number_spec(const percent_spec& p) {
+  spec_t s;
+  s.sign = p.plus ? '+' : p.space ? ' ' : '-';
+  s.alt = p.alt;
+  s.width = p.width;
+  s.align = p.left ? '<' : '>';
+  return s;
+}
+
+// %s, %r, %a: str(), repr() or ascii(), cut to `precision` code points.
+std::string percent_text(const percent_spec& p, const jvalue& a) {
+  std::string text = p.conv == 's' ? a.to_str() : p.conv == 'r' ? a.repr() : ascii_of(a.repr());
+  if (p.precision >= 0) {
+    const auto off = code_point_offsets(text);
+    if (static_cast<size_t>(p.precision) + 1 < off.size())
+      text.resize(off[static_cast<size_t>(p.precision)]);
+  }
+  return pad("", text, p.width, p.left ? '<' : '>', " ");
+}
+
+// %c: a one-character string, or the character of an int code point.
+std::string percent_char(const percent_spec& p, const jvalue& a) {
+  std::string text;
+  if (a.is_string()) {
+    if (code_point_count(a.str()) != 1) throw template_error("%c requires int or char");
+    text = a.str();
+  } else if (a.is_int() || a.is_bool()) {
+    spec_t c;
+    c.type = 'c';
+    text = format_int(a, c);
+  } else {
+    throw template_error("%c requires int or char");
+  }
+  return pad("", text, p.width, p.left ? '<' : '>', " ");
+}
+
+// %d %i %u %o %x %X: an integer (a float truncated for d/i/u), precision as a minimum digit count.
+std::string percent_integer(const percent_spec& p, const jvalue& a) {
+  const char conv = p.conv;
+  const bool integral = conv == 'o' || conv == 'x' || conv == 'X';
+  if (a.is_string() || a.is_none() || a.is_list() || a.is_dict() || a.is_undefined() ||
+      (integral && a.is_float()))
+    throw template_error(std::string("%") + conv + " format: " +
+                         (integral ? "an integer" : "a real number") + " is required, not " +
+                         (a.is_string()  ? "str"
+                          : a.is_none()  ? "NoneType"
+                          : a.is_float() ? "float"
+                          : a.is_list()  ? "list"
+                                         : "dict"));
+  if (a.is_float() && !std::isfinite(a.as_float()))
+    throw template_error(std::isnan(a.as_float()) ? "cannot convert float NaN to integer"
+                                                  : "cannot convert float infinity to integer");
+  spec_t q = number_spec(p);
+  q.type = conv == 'o' || conv == 'x' || conv == 'X' ? conv : 'd';
+  q.width = -1;
+  std::string body = format_int(jvalue(a.as_int()), q);  // sign and 0o/0x prefix included
+  // Precision: at least that many digits.
+  std::string sign_prefix;
+  size_t digits_at = 0;
+  while (digits_at < body.size() &&
+         (body[digits_at] == '-' || body[digits_at] == '+' || body[digits_at] == ' '))
+    ++digits_at;
+  if (p.alt && q.type != 'd') digits_at += 2;
+  sign_prefix = body.substr(0, digits_at);
+  std::string digits = body.substr(digits_at);
+  if (p.precision > 0 && static_cast<int64_t>(digits.size()) < p.precision)
+    digits.insert(0, static_cast<size_t>(p.precision) - digits.size(), '0');
+  return pad(sign_prefix, digits, p.width,
+             p.left   ? '<'
+             : p.zero ? '='
+                      : '>',
+             p.zero && !p.left ? "0" : " ");
+}
+
+// %e %E %f %F %g %G: a number as a float, precision 6 unless given.
+std::string percent_float(const percent_spec& p, const jvalue& a) {
+  if (!a.is_number())
+    throw template_error(std::string("must be real number, not ") + (a.is_string() ? "str"
+                                                                     : a.is_none() ? "NoneType"
+                                                                     : a.is_list() ? "list"
+                                                                                   : "dict"));
+  spec_t q = number_spec(p);
+  q.type = p.conv;
+  q.precision = p.precision < 0 ? 6 : p.precision;
+  q.width = p.width;
+  if (p.zero && !p.left) q.fill = "0", q.align = '=';
+  return format_float(a.as_float(), q, p.conv);
+}
+
+// One conversion (not %%) of argument a.
+std::string percent_convert(const percent_spec& p, const jvalue& a) {
+  switch (p.conv) {
+    case 's':
+    case 'r':
+    case 'a':
+      return percent_text(p, a);
+    case 'c':
+      return percent_char(p, a);
+    case 'd':
+    case 'i':
+    case 'u':
+    case 'o':
+    case 'x':
+    case 'X':
+      return percent_integer(p, a);
+    case 'e':
+    case 'E':
+    case 'f':
+    case 'F':
+    case 'g':
+    case 'G':
+      return percent_float(p, a);
+    default:
+      throw template_error(std::string("unsupported format character '") + p.conv + "'");
+  }
+}
+
 }  // namespace
 
 std::string str_format(const std::string& fmt, const call_args& a, int depth) {
   std::string out;
-  size_t auto_idx = 0;
-  bool used_auto = false, used_manual = false;
+  field_numbering numbering;
   for (size_t i = 0; i < fmt.size(); ++i) {
     const char c = fmt[i];
     if (c == '}') {
@@ -329,123 +678,24 @@ std::string str_format(const std::string& fmt, const call_args& a, int depth) {
       ++i;
       continue;
     }
-    // The field runs to its matching '}' (the spec may hold nested {fields}).
-    size_t j = i + 1;
-    int nest = 1;
-    for (; j < fmt.size(); ++j) {
-      if (fmt[j] == '{')
-        ++nest;
-      else if (fmt[j] == '}' && --nest == 0)
-        break;
-    }
-    if (j >= fmt.size())
-      throw template_error(nest > 1 ? "expected '}' before end of string"
-                                    : "Single '{' encountered in format string");
-    const std::string field = fmt.substr(i + 1, j - i - 1);
+    const size_t j = field_end(fmt, i);
+    format_field field = split_field(fmt.substr(i + 1, j - i - 1));
     i = j;
-    // field_name [! conversion] [: spec]; the name ends at the first '!' or ':' outside brackets.
-    size_t k = 0;
-    for (bool in_bracket = false; k < field.size(); ++k) {
-      if (field[k] == '[')
-        in_bracket = true;
-      else if (field[k] == ']')
-        in_bracket = false;
-      else if (!in_bracket && (field[k] == '!' || field[k] == ':'))
-        break;
-    }
-    const std::string name = field.substr(0, k);
-    char conversion = 0;
-    std::string spec;
-    if (k < field.size() && field[k] == '!') {
-      if (k + 1 >= field.size())
-        throw template_error("end of string while looking for conversion specifier");
-      conversion = field[k + 1];
-      k += 2;
-      if (k < field.size() && field[k] != ':')
-        throw template_error("expected ':' after conversion specifier");
-    }
-    if (k < field.size() && field[k] == ':') spec = field.substr(k + 1);
-    if (spec.find('{') != std::string::npos) {
+    if (field.spec.find('{') != std::string::npos) {
       if (depth >= 1) throw template_error("Max string recursion exceeded");
-      spec = str_format(spec, a, depth + 1);
+      field.spec = str_format(field.spec, a, depth + 1);
     }
-    // The argument: "" (next positional), digits (that positional) or a keyword, then .attr /
-    // [key].
     size_t e = 0;
-    while (e < name.size() && name[e] != '.' && name[e] != '[') ++e;
-    const std::string first = name.substr(0, e);
-    jvalue v;
-    if (first.empty() ||
-        std::all_of(first.begin(), first.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) {
-      size_t idx;
-      if (first.empty()) {
-        if (used_manual)
-          throw template_error(
-              "cannot switch from manual field specification to automatic field numbering");
-        used_auto = true;
-        idx = auto_idx++;
-      } else {
-        if (used_auto)
-          throw template_error(
-              "cannot switch from automatic field numbering to manual field specification");
-        used_manual = true;
-        idx = first.size() > 9 ? SIZE_MAX : std::stoul(first);
-      }
-      if (idx >= a.pos.size())
-        throw template_error("Replacement index " + first +
-                             (first.empty() ? std::to_string(idx) : "") +
-                             " out of range for positional args tuple");
-      v = a.pos[idx];
-    } else {
-      if (!a.has(SIZE_MAX, first)) throw template_error("'" + first + "'");
-      v = a.get(SIZE_MAX, first);
-    }
-    while (e < name.size()) {
-      if (name[e] == '.') {
-        size_t f = e + 1;
-        while (f < name.size() && name[f] != '.' && name[f] != '[') ++f;
-        const std::string attr = name.substr(e + 1, f - e - 1);
-        if (attr.empty()) throw template_error("Empty attribute in format string");
-        v = get_attr(v, attr);
-        e = f;
-      } else {
-        const size_t close = name.find(']', e);
-        if (close == std::string::npos) throw template_error("Missing ']' in format string");
-        const std::string key = name.substr(e + 1, close - e - 1);
-        const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) {
-          return ch >= '0' && ch <= '9';
-        });
-        if (digits && key.size() > 18) throw template_error("index " + key + " out of range");
-        v = get_item(v, digits ? jvalue(static_cast<int64_t>(std::stoll(key))) : jvalue(key));
-        e = close + 1;
-        if (e < name.size() && name[e] != '.' && name[e] != '[')
-          throw template_error("Only '.' or '[' may follow ']' in format field specifier");
-      }
-    }
-    if (conversion == 'r')
-      v = jvalue(v.repr());
-    else if (conversion == 's')
-      v = jvalue(v.to_str());
-    else if (conversion == 'a')
-      v = jvalue(ascii_of(v.repr()));
-    else if (conversion != 0)
-      throw template_error(std::string("Unknown conversion specifier ") + conversion);
-    out += format_value(v, spec);
+    while (e < field.name.size() && field.name[e] != '.' && field.name[e] != '[') ++e;
+    jvalue v = field_argument(field.name.substr(0, e), a, numbering);
+    v = apply_accessors(std::move(v), field.name, e);
+    out += format_value(convert_field(std::move(v), field.conversion), field.spec);
   }
   return out;
 }
 
 std::string percent_format(const std::string& fmt, const jvalue& args) {
-  std::vector<jvalue> list =
-      args.is_list() && args.lst().tuple ? args.lst().items : std::vector<jvalue>{args};
-  size_t ai = 0;
-  bool used_mapping = false;
-  auto next_arg = [&]() -> const jvalue& {
-    // After a %(key) Python has no positional arguments left.
-    if (ai >= list.size() || used_mapping)
-      throw template_error("not enough arguments for format string");
-    return list[ai++];
-  };
+  percent_args arguments(args);
   std::string out;
   for (size_t i = 0; i < fmt.size(); ++i) {
     if (fmt[i] != '%') {
@@ -453,175 +703,16 @@ std::string percent_format(const std::string& fmt, const jvalue& args) {
       continue;
     }
     size_t j = i + 1;
-    // %(key): the value comes from a mapping.
-    const jvalue* keyed = nullptr;
-    jvalue keyed_value;
-    if (j < fmt.size() && fmt[j] == '(') {
-      int depth = 1;
-      size_t k = j + 1;
-      for (; k < fmt.size() && depth > 0; ++k) depth += fmt[k] == '(' ? 1 : fmt[k] == ')' ? -1 : 0;
-      if (depth > 0) throw template_error("incomplete format key");
-      if (!args.is_dict()) throw template_error("format requires a mapping");
-      keyed_value = get_item(args, jvalue(fmt.substr(j + 1, k - j - 2)));
-      if (keyed_value.is_undefined())
-        throw template_error("'" + fmt.substr(j + 1, k - j - 2) + "'");
-      keyed = &keyed_value;
-      used_mapping = true;
-      j = k;
-    }
-    bool left = false, plus = false, space = false, alt = false, zero = false;
-    for (; j < fmt.size(); ++j) {
-      const char f = fmt[j];
-      if (f == '-')
-        left = true;
-      else if (f == '+')
-        plus = true;
-      else if (f == ' ')
-        space = true;
-      else if (f == '#')
-        alt = true;
-      else if (f == '0')
-        zero = true;
-      else
-        break;
-    }
-    int64_t width = -1, precision = -1;
-    auto number = [&](int64_t& n, const char* what) {
-      if (j < fmt.size() && fmt[j] == '*') {
-        ++j;
-        const jvalue& w = next_arg();
-        if (!w.is_int() && !w.is_bool()) throw template_error("* wants int");
-        n = bounded(w.as_int(), what);
-        return;
-      }
-      if (j >= fmt.size() || fmt[j] < '0' || fmt[j] > '9') return;
-      n = 0;
-      while (j < fmt.size() && fmt[j] >= '0' && fmt[j] <= '9')
-        n = bounded(n * 10 + (fmt[j++] - '0'), what);
-    };
-    number(width, "format width");
-    if (width < -1) left = true, width = -width;  // a negative * width left-justifies
-    if (j < fmt.size() && fmt[j] == '.') {
-      ++j;
-      precision = 0;
-      number(precision, "format precision");
-      if (precision < 0) precision = 0;
-    }
-    while (j < fmt.size() && (fmt[j] == 'h' || fmt[j] == 'l' || fmt[j] == 'L'))
-      ++j;  // length modifiers: ignored
-    if (j >= fmt.size()) throw template_error("incomplete format");
-    const char conv = fmt[j];
+    const std::optional<jvalue> keyed = arguments.keyed(fmt, j);
+    const percent_spec p = read_percent_spec(fmt, j, arguments);
     i = j;
-    if (conv == '%') {
+    if (p.conv == '%') {
       out += '%';
       continue;
     }
-    const jvalue& a = keyed ? *keyed : next_arg();
-    spec_t p;
-    p.sign = plus ? '+' : space ? ' ' : '-';
-    p.alt = alt;
-    p.width = width;
-    p.align = left ? '<' : '>';
-    std::string text;
-    switch (conv) {
-      case 's':
-      case 'r':
-      case 'a': {
-        text = conv == 's' ? a.to_str() : conv == 'r' ? a.repr() : ascii_of(a.repr());
-        if (precision >= 0) {
-          const auto off = code_point_offsets(text);
-          if (static_cast<size_t>(precision) + 1 < off.size())
-            text.resize(off[static_cast<size_t>(precision)]);
-        }
-        out += pad("", text, width, left ? '<' : '>', " ");
-        continue;
-      }
-      case 'c': {
-        if (a.is_string()) {
-          if (code_point_count(a.str()) != 1) throw template_error("%c requires int or char");
-          text = a.str();
-        } else if (a.is_int() || a.is_bool()) {
-          spec_t c;
-          c.type = 'c';
-          text = format_int(a, c);
-        } else {
-          throw template_error("%c requires int or char");
-        }
-        out += pad("", text, width, left ? '<' : '>', " ");
-        continue;
-      }
-      case 'd':
-      case 'i':
-      case 'u':
-      case 'o':
-      case 'x':
-      case 'X': {
-        const bool integral = conv == 'o' || conv == 'x' || conv == 'X';
-        if (a.is_string() || a.is_none() || a.is_list() || a.is_dict() || a.is_undefined() ||
-            (integral && a.is_float()))
-          throw template_error(std::string("%") + conv + " format: " +
-                               (integral ? "an integer" : "a real number") + " is required, not " +
-                               (a.is_string()  ? "str"
-                                : a.is_none()  ? "NoneType"
-                                : a.is_float() ? "float"
-                                : a.is_list()  ? "list"
-                                               : "dict"));
-        if (a.is_float() && !std::isfinite(a.as_float()))
-          throw template_error(std::isnan(a.as_float())
-                                   ? "cannot convert float NaN to integer"
-                                   : "cannot convert float infinity to integer");
-        spec_t q = p;
-        q.type = conv == 'o' || conv == 'x' || conv == 'X' ? conv : 'd';
-        q.width = -1;
-        std::string body = format_int(jvalue(a.as_int()), q);  // sign and 0o/0x prefix included
-        // Precision: at least that many digits.
-        std::string sign_prefix;
-        size_t digits_at = 0;
-        while (digits_at < body.size() &&
-               (body[digits_at] == '-' || body[digits_at] == '+' || body[digits_at] == ' '))
-          ++digits_at;
-        if (alt && q.type != 'd') digits_at += 2;
-        sign_prefix = body.substr(0, digits_at);
-        std::string digits = body.substr(digits_at);
-        if (precision > 0 && static_cast<int64_t>(digits.size()) < precision)
-          digits.insert(0, static_cast<size_t>(precision) - digits.size(), '0');
-        out += pad(sign_prefix, digits, width,
-                   left   ? '<'
-                   : zero ? '='
-                          : '>',
-                   zero && !left ? "0" : " ");
-        continue;
-      }
-      case 'e':
-      case 'E':
-      case 'f':
-      case 'F':
-      case 'g':
-      case 'G': {
-        if (!a.is_number())
-          throw template_error(std::string("must be real number, not ") + (a.is_string() ? "str"
-                                                                           : a.is_none()
-                                                                               ? "NoneType"
-                                                                           : a.is_list() ? "list"
-                                                                                         : "dict"));
-        spec_t q = p;
-        q.type = conv;
-        q.precision = precision < 0 ? 6 : precision;
-        q.width = width;
-        if (zero && !left) q.fill = "0", q.align = '=';
-        out += format_float(a.as_float(), q, conv);
-        continue;
-      }
-      default:
-        throw template_error(std::string("unsupported format character '") + conv + "'");
-    }
+    out += percent_convert(p, keyed ? *keyed : arguments.next());
   }
-  // Python: a tuple's unused items are an error, and so is an unused single argument unless it is
-  // a mapping, a list or jinja2's Undefined (all pass PyMapping_Check, so '%' treats them as a
-  // mapping).
-  if (!used_mapping && ai < list.size() && !args.is_dict() && !args.is_undefined() &&
-      !(args.is_list() && !args.lst().tuple))
-    throw template_error("not all arguments converted during string formatting");
+  arguments.check_all_converted();
   return out;
 }
 
