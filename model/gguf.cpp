@@ -323,6 +323,135 @@ result<std::optional<bool>> gguf_file::get_bool(std::string_view key) const {
   return std::optional<bool>(v->i != 0);
 }
 
+namespace {
+
+// An array value's element type, count and elements (after the ARRAY kind) into v.
+result<void> read_array(reader& r, gguf_value& v, const std::string& key, const std::string& path) {
+  uint32_t elem = 0;
+  if (!r.get(elem) || !r.get(v.count)) return bad(path, "metadata " + key + ": truncated array");
+  if (!known_kind(elem))
+    return bad(path, "metadata " + key + ": unknown array element type " + std::to_string(elem));
+  v.elem = gguf_kind(elem);
+  if (v.elem == gguf_kind::array)
+    return make_error("unsupported",
+                      path + ": metadata " + key + ": arrays of arrays are not read");
+  if (v.count > r.left() / scalar_size(v.elem))
+    return bad(
+        path, "metadata " + key + ": array count " + std::to_string(v.count) + " exceeds the file");
+  if (v.elem == gguf_kind::string) {
+    v.strings.resize(size_t(v.count));
+    for (auto& s : v.strings)
+      if (!r.str(s)) return bad(path, "metadata " + key + ": truncated string in array");
+  } else if (v.elem == gguf_kind::f32 || v.elem == gguf_kind::f64) {
+    v.floats.resize(size_t(v.count));
+    int64_t i = 0;
+    uint64_t u = 0;
+    for (auto& x : v.floats)
+      if (!read_scalar(r, v.elem, i, u, x))
+        return bad(path, "metadata " + key + ": truncated array");
+  } else {
+    v.ints.resize(size_t(v.count));
+    uint64_t u = 0;
+    double fl = 0;
+    for (auto& x : v.ints) {
+      if (!read_scalar(r, v.elem, x, u, fl))
+        return bad(path, "metadata " + key + ": truncated array");
+      if (v.elem == gguf_kind::u64) x = static_cast<int64_t>(u);  // the bit pattern, not clamped
+    }
+  }
+  return {};
+}
+
+// The value of metadata `key` (its kind, then the string, array or scalar).
+result<gguf_value> read_metadata_value(reader& r, const std::string& key, const std::string& path) {
+  uint32_t kind = 0;
+  if (!r.get(kind)) return bad(path, "metadata " + key + ": truncated");
+  if (!known_kind(kind))
+    return bad(path, "metadata " + key + ": unknown value type " + std::to_string(kind));
+  gguf_value v;
+  v.kind = gguf_kind(kind);
+  if (v.kind == gguf_kind::string) {
+    if (!r.str(v.str)) return bad(path, "metadata " + key + ": truncated string");
+  } else if (v.kind == gguf_kind::array) {
+    if (auto a = read_array(r, v, key, path); !a) return a.err();
+  } else if (!read_scalar(r, v.kind, v.i, v.u, v.f)) {
+    return bad(path, "metadata " + key + ": truncated value");
+  }
+  return v;
+}
+
+// Tensor info `t`: name, dimensions, ggml type and offset, checked (a type we read, whole blocks
+// per row, a size that fits, an aligned offset). Its data is placed later.
+result<gguf_tensor> read_tensor_info(reader& r, uint64_t t, uint64_t alignment,
+                                     const std::string& path) {
+  gguf_tensor info;
+  std::string_view name;
+  uint32_t n_dims = 0;
+  if (!r.str(name)) return bad(path, "tensor info " + std::to_string(t) + ": truncated name");
+  info.name = std::string(name);
+  const std::string where = "tensor " + info.name;
+  if (!r.get(n_dims)) return bad(path, where + ": truncated");
+  if (n_dims > k_max_dims)
+    return bad(path, where + ": " + std::to_string(n_dims) + " dimensions (at most 4)");
+  int64_t numel = 1;
+  for (uint32_t d = 0; d < n_dims; ++d) {
+    int64_t dim = 0;
+    if (!r.get(dim)) return bad(path, where + ": truncated dimensions");
+    if (dim <= 0) return bad(path, where + ": dimension " + std::to_string(dim));
+    if (numel > std::numeric_limits<int64_t>::max() / dim)
+      return bad(path, where + ": element count overflows");
+    numel *= dim;
+    info.dims.push_back(dim);
+  }
+  if (!r.get(info.ggml) || !r.get(info.offset)) return bad(path, where + ": truncated");
+  if (!ggml_to_dtype(info.ggml, info.type))
+    return make_error("unsupported", path + ": " + where + " has type " +
+                                         ggml_type_name(info.ggml) +
+                                         " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                                         "Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
+  const int64_t block = dtype_block_elems(info.type);
+  if (info.cols() % block != 0)
+    return bad(path, where + ": row of " + std::to_string(info.cols()) +
+                         " values is not a whole number of " + ggml_type_name(info.ggml) +
+                         " blocks of " + std::to_string(block));
+  if (uint64_t(numel / block) > std::numeric_limits<uint64_t>::max() / dtype_block_bytes(info.type))
+    return bad(path, where + ": size overflows");
+  info.nbytes = size_t(uint64_t(numel / block) * dtype_block_bytes(info.type));
+  if (info.offset % alignment != 0)
+    return bad(path, where + ": offset " + std::to_string(info.offset) + " is not aligned");
+  return info;
+}
+
+// Points each tensor at its data: the data section starts at the first aligned offset after the
+// header (header_end); tensors must lie inside it and not overlap (checked in offset order).
+result<void> place_tensor_data(std::vector<gguf_tensor>& tensors, const std::byte* base,
+                               size_t size, size_t header_end, uint64_t alignment,
+                               const std::string& path) {
+  const uint64_t data_start = (header_end + alignment - 1) / alignment * alignment;
+  if (!tensors.empty() && data_start > size) return bad(path, "truncated before the data section");
+  const uint64_t data_size = size > data_start ? size - data_start : 0;
+  std::vector<size_t> order(tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return tensors[a].offset < tensors[b].offset; });
+  uint64_t end = 0;
+  for (size_t i : order) {
+    gguf_tensor& t = tensors[i];
+    if (t.offset > data_size || t.nbytes > data_size - t.offset)
+      return bad(path, "tensor " + t.name + ": data [" + std::to_string(t.offset) + ", +" +
+                           std::to_string(t.nbytes) +
+                           ") runs past the end of the file (data section of " +
+                           std::to_string(data_size) + " bytes)");
+    if (t.offset < end)
+      return bad(path, "tensor " + t.name + ": data overlaps the previous tensor");
+    end = t.offset + t.nbytes;
+    t.data = base + data_start + t.offset;
+  }
+  return {};
+}
+
+}  // namespace
+
 result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base, size_t size,
                                                           const std::string& path) {
   auto f = std::make_shared<gguf_file>();
@@ -347,56 +476,11 @@ result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base,
 
   for (uint64_t k = 0; k < n_kv; ++k) {
     std::string_view key;
-    uint32_t kind = 0;
     if (!r.str(key)) return bad(path, "metadata entry " + std::to_string(k) + ": truncated key");
     const std::string key_s(key);
-    if (!r.get(kind)) return bad(path, "metadata " + key_s + ": truncated");
-    if (!known_kind(kind))
-      return bad(path, "metadata " + key_s + ": unknown value type " + std::to_string(kind));
-    gguf_value v;
-    v.kind = gguf_kind(kind);
-    if (v.kind == gguf_kind::string) {
-      if (!r.str(v.str)) return bad(path, "metadata " + key_s + ": truncated string");
-    } else if (v.kind == gguf_kind::array) {
-      uint32_t elem = 0;
-      if (!r.get(elem) || !r.get(v.count))
-        return bad(path, "metadata " + key_s + ": truncated array");
-      if (!known_kind(elem))
-        return bad(path,
-                   "metadata " + key_s + ": unknown array element type " + std::to_string(elem));
-      v.elem = gguf_kind(elem);
-      if (v.elem == gguf_kind::array)
-        return make_error("unsupported",
-                          path + ": metadata " + key_s + ": arrays of arrays are not read");
-      if (v.count > r.left() / scalar_size(v.elem))
-        return bad(path, "metadata " + key_s + ": array count " + std::to_string(v.count) +
-                             " exceeds the file");
-      if (v.elem == gguf_kind::string) {
-        v.strings.resize(size_t(v.count));
-        for (auto& s : v.strings)
-          if (!r.str(s)) return bad(path, "metadata " + key_s + ": truncated string in array");
-      } else if (v.elem == gguf_kind::f32 || v.elem == gguf_kind::f64) {
-        v.floats.resize(size_t(v.count));
-        int64_t i = 0;
-        uint64_t u = 0;
-        for (auto& x : v.floats)
-          if (!read_scalar(r, v.elem, i, u, x))
-            return bad(path, "metadata " + key_s + ": truncated array");
-      } else {
-        v.ints.resize(size_t(v.count));
-        uint64_t u = 0;
-        double fl = 0;
-        for (auto& x : v.ints) {
-          if (!read_scalar(r, v.elem, x, u, fl))
-            return bad(path, "metadata " + key_s + ": truncated array");
-          if (v.elem == gguf_kind::u64)
-            x = static_cast<int64_t>(u);  // the bit pattern, not clamped
-        }
-      }
-    } else if (!read_scalar(r, v.kind, v.i, v.u, v.f)) {
-      return bad(path, "metadata " + key_s + ": truncated value");
-    }
-    if (!f->kv_.emplace(key_s, std::move(v)).second)
+    auto v = read_metadata_value(r, key_s, path);
+    if (!v) return v.err();
+    if (!f->kv_.emplace(key_s, std::move(*v)).second)
       return bad(path, "duplicate metadata key " + key_s);
   }
 
@@ -408,68 +492,14 @@ result<std::shared_ptr<const gguf_file>> gguf_file::parse(const std::byte* base,
 
   f->tensors_.reserve(size_t(n_tensors));
   for (uint64_t t = 0; t < n_tensors; ++t) {
-    gguf_tensor info;
-    std::string_view name;
-    uint32_t n_dims = 0;
-    if (!r.str(name)) return bad(path, "tensor info " + std::to_string(t) + ": truncated name");
-    info.name = std::string(name);
-    const std::string where = "tensor " + info.name;
-    if (!r.get(n_dims)) return bad(path, where + ": truncated");
-    if (n_dims > k_max_dims)
-      return bad(path, where + ": " + std::to_string(n_dims) + " dimensions (at most 4)");
-    int64_t numel = 1;
-    for (uint32_t d = 0; d < n_dims; ++d) {
-      int64_t dim = 0;
-      if (!r.get(dim)) return bad(path, where + ": truncated dimensions");
-      if (dim <= 0) return bad(path, where + ": dimension " + std::to_string(dim));
-      if (numel > std::numeric_limits<int64_t>::max() / dim)
-        return bad(path, where + ": element count overflows");
-      numel *= dim;
-      info.dims.push_back(dim);
-    }
-    if (!r.get(info.ggml) || !r.get(info.offset)) return bad(path, where + ": truncated");
-    if (!ggml_to_dtype(info.ggml, info.type))
-      return make_error("unsupported", path + ": " + where + " has type " +
-                                           ggml_type_name(info.ggml) +
-                                           " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-                                           "Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
-    const int64_t block = dtype_block_elems(info.type);
-    if (info.cols() % block != 0)
-      return bad(path, where + ": row of " + std::to_string(info.cols()) +
-                           " values is not a whole number of " + ggml_type_name(info.ggml) +
-                           " blocks of " + std::to_string(block));
-    if (uint64_t(numel / block) >
-        std::numeric_limits<uint64_t>::max() / dtype_block_bytes(info.type))
-      return bad(path, where + ": size overflows");
-    info.nbytes = size_t(uint64_t(numel / block) * dtype_block_bytes(info.type));
-    if (info.offset % f->alignment_ != 0)
-      return bad(path, where + ": offset " + std::to_string(info.offset) + " is not aligned");
-    if (!f->by_name_.emplace(info.name, f->tensors_.size()).second)
-      return bad(path, "duplicate tensor " + info.name);
-    f->tensors_.push_back(std::move(info));
+    auto info = read_tensor_info(r, t, f->alignment_, path);
+    if (!info) return info.err();
+    if (!f->by_name_.emplace(info->name, f->tensors_.size()).second)
+      return bad(path, "duplicate tensor " + info->name);
+    f->tensors_.push_back(std::move(*info));
   }
-
-  const uint64_t data_start = (r.pos + f->alignment_ - 1) / f->alignment_ * f->alignment_;
-  if (n_tensors > 0 && data_start > size) return bad(path, "truncated before the data section");
-  const uint64_t data_size = size > data_start ? size - data_start : 0;
-  // Tensors must lie inside the data section and not overlap (checked in offset order).
-  std::vector<size_t> order(f->tensors_.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return f->tensors_[a].offset < f->tensors_[b].offset; });
-  uint64_t end = 0;
-  for (size_t i : order) {
-    gguf_tensor& t = f->tensors_[i];
-    if (t.offset > data_size || t.nbytes > data_size - t.offset)
-      return bad(path, "tensor " + t.name + ": data [" + std::to_string(t.offset) + ", +" +
-                           std::to_string(t.nbytes) +
-                           ") runs past the end of the file (data section of " +
-                           std::to_string(data_size) + " bytes)");
-    if (t.offset < end)
-      return bad(path, "tensor " + t.name + ": data overlaps the previous tensor");
-    end = t.offset + t.nbytes;
-    t.data = base + data_start + t.offset;
-  }
+  if (auto p = place_tensor_data(f->tensors_, base, size, r.pos, f->alignment_, path); !p)
+    return p.err();
   return std::shared_ptr<const gguf_file>(std::move(f));
 }
 

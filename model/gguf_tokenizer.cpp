@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 
 #include "model/gguf_model.hpp"
@@ -127,9 +128,32 @@ std::vector<std::pair<std::string_view, std::string_view>> merges_from_scores(
   return out;
 }
 
-}  // namespace
+// The tokenizer.ggml.* keys every tokenizer model uses, checked: the vocabulary, its token types,
+// the special ids and the add_* flags.
+struct gguf_vocab {
+  bool spm = false;  // tokenizer.ggml.model "llama" (SentencePiece pieces); else "gpt2"
+  const std::vector<std::string_view>* tokens = nullptr;
+  std::vector<int64_t> types;               // ggml token type per token
+  std::optional<int32_t> bos, eos, unk;     // special ids (none when absent or negative)
+  bool want_bos = false, want_eos = false;  // added around every encoded sequence
+  std::optional<bool> add_space_prefix;     // tokenizer.ggml.add_space_prefix
 
-result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
+  std::string_view token(int32_t id) const { return (*tokens)[size_t(id)]; }
+};
+
+// A special token id from metadata `key`: none when absent or negative, an error past the
+// vocabulary.
+result<std::optional<int32_t>> special_token_id(const gguf_file& f, const char* key,
+                                                size_t vocab_size) {
+  auto v = f.get_int(key);
+  if (!v) return v.err();
+  if (!*v || **v < 0) return std::optional<int32_t>{};
+  if (**v >= int64_t(vocab_size))
+    return gerr(f, std::string("metadata ") + key + " is not a token id");
+  return std::optional<int32_t>(int32_t(**v));
+}
+
+result<gguf_vocab> read_vocab(const gguf_file& f) {
   auto model_v = f.get_string("tokenizer.ggml.model");
   if (!model_v) return model_v.err();
   if (!*model_v)
@@ -138,165 +162,208 @@ result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
   if (model != "gpt2" && model != "llama")
     return gunsupported(
         f, "tokenizer.ggml.model '" + model + "' is not supported (supported: gpt2, llama)");
+  gguf_vocab v;
+  v.spm = model == "llama";
   const gguf_value* tokens_v = f.find("tokenizer.ggml.tokens");
   if (!tokens_v || tokens_v->kind != gguf_kind::array || tokens_v->elem != gguf_kind::string)
     return gerr(f, "metadata tokenizer.ggml.tokens must be an array of strings");
-  const std::vector<std::string_view>& tokens = tokens_v->strings;
-  if (tokens.empty() || tokens.size() > (size_t(1) << 24))
+  v.tokens = &tokens_v->strings;
+  const size_t n = v.tokens->size();
+  if (n == 0 || n > (size_t(1) << 24))
     return gerr(f, "tokenizer.ggml.tokens is empty or too large");
-  std::vector<int64_t> types(tokens.size(), k_tok_normal);
+  v.types.assign(n, k_tok_normal);
   if (const gguf_value* tt = f.find("tokenizer.ggml.token_type")) {
-    if (tt->kind != gguf_kind::array || tt->ints.size() != tokens.size())
+    if (tt->kind != gguf_kind::array || tt->ints.size() != n)
       return gerr(f,
                   "metadata tokenizer.ggml.token_type must be an integer array as long as "
                   "tokenizer.ggml.tokens");
-    types = tt->ints;
+    v.types = tt->ints;
   }
-  auto token_id = [&](const char* key) -> result<std::optional<int32_t>> {
-    auto v = f.get_int(key);
-    if (!v) return v.err();
-    if (!*v || **v < 0) return std::optional<int32_t>{};
-    if (**v >= int64_t(tokens.size()))
-      return gerr(f, std::string("metadata ") + key + " is not a token id");
-    return std::optional<int32_t>(int32_t(**v));
-  };
-  auto bos = token_id("tokenizer.ggml.bos_token_id");
-  auto eos = token_id("tokenizer.ggml.eos_token_id");
-  auto unk = token_id("tokenizer.ggml.unknown_token_id");
-  for (auto* r : {&bos, &eos, &unk})
-    if (!*r) return r->err();
-  const bool spm = model == "llama";
+  for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &v.bos},
+                         std::pair{"tokenizer.ggml.eos_token_id", &v.eos},
+                         std::pair{"tokenizer.ggml.unknown_token_id", &v.unk}}) {
+    auto r = special_token_id(f, key, n);
+    if (!r) return r.err();
+    *id = *r;
+  }
   auto add_bos = f.get_bool("tokenizer.ggml.add_bos_token");
   auto add_eos = f.get_bool("tokenizer.ggml.add_eos_token");
   auto add_space = f.get_bool("tokenizer.ggml.add_space_prefix");
   for (auto* r : {&add_bos, &add_eos, &add_space})
     if (!*r) return r->err();
-  const bool want_bos = add_bos->value_or(spm) && *bos;
-  const bool want_eos = add_eos->value_or(false) && *eos;
+  v.want_bos = add_bos->value_or(v.spm) && v.bos;
+  v.want_eos = add_eos->value_or(false) && v.eos;
+  v.add_space_prefix = *add_space;
+  return v;
+}
 
-  std::string j;
-  j.reserve(tokens.size() * 24);
-  // GGUF has no per-token strip attributes; llama.cpp sets them by model name, as here: Phi-3's
-  // special tokens and </s> swallow the whitespace after them (as its tokenizer.json says).
+// GGUF has no per-token strip attributes; llama.cpp sets them by model name, as here: Phi-3's
+// special tokens and </s> swallow the whitespace after them (as its tokenizer.json says).
+result<bool> is_phi3(const gguf_file& f) {
   auto name_v = f.get_string("general.name");
   if (!name_v) return name_v.err();
   std::string name = name_v->value_or("");
   std::transform(name.begin(), name.end(), name.begin(),
                  [](unsigned char ch) { return char(std::tolower(ch)); });
-  const bool phi3 =
-      name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
-  j += "{\"version\":\"1.0\",\"added_tokens\":[";
+  return name.find("phi-3") != std::string::npos || name.find("phi3") != std::string::npos;
+}
+
+// tokenizer.json "added_tokens": the control, user-defined and unknown tokens.
+void append_added_tokens(std::string& j, const gguf_vocab& v, bool phi3) {
+  j += "\"added_tokens\":[";
   bool first = true;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int64_t t = types[i];
+  for (size_t i = 0; i < v.tokens->size(); ++i) {
+    const int64_t t = v.types[i];
+    const std::string_view tok = (*v.tokens)[i];
     if (t != k_tok_control && t != k_tok_user && t != k_tok_unknown) continue;
     bool rstrip = false;
     if (phi3) {
-      rstrip = t == k_tok_control || tokens[i] == "</s>";
-      if (tokens[i] == "<unk>" || tokens[i] == "<s>" || tokens[i] == "<|endoftext|>")
-        rstrip = false;
+      rstrip = t == k_tok_control || tok == "</s>";
+      if (tok == "<unk>" || tok == "<s>" || tok == "<|endoftext|>") rstrip = false;
     }
     if (!first) j += ',';
     first = false;
-    j += "{\"id\":" + std::to_string(i) + ",\"content\":" + json_escape(tokens[i]) +
+    j += "{\"id\":" + std::to_string(i) + ",\"content\":" + json_escape(tok) +
          ",\"single_word\":false,\"lstrip\":false,\"rstrip\":" + (rstrip ? "true" : "false") +
          ",\"normalized\":false,\"special\":" + (t == k_tok_user ? "false" : "true") + "}";
   }
   j += "],";
-  std::string post = "null";
-  if (want_bos || want_eos) {
-    post = "{\"type\":\"TemplateProcessing\",\"single\":[";
-    std::string specials;
-    if (want_bos) {
-      post +=
-          "{\"SpecialToken\":{\"id\":" + json_escape(tokens[size_t(**bos)]) + ",\"type_id\":0}},";
-      specials += json_escape(tokens[size_t(**bos)]) +
-                  ":{\"id\":" + json_escape(tokens[size_t(**bos)]) + ",\"ids\":[" +
-                  std::to_string(**bos) + "],\"tokens\":[" + json_escape(tokens[size_t(**bos)]) +
-                  "]}";
-    }
-    post += "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}";
-    if (want_eos) {
-      post +=
-          ",{\"SpecialToken\":{\"id\":" + json_escape(tokens[size_t(**eos)]) + ",\"type_id\":0}}";
-      if (!specials.empty()) specials += ',';
-      specials += json_escape(tokens[size_t(**eos)]) +
-                  ":{\"id\":" + json_escape(tokens[size_t(**eos)]) + ",\"ids\":[" +
-                  std::to_string(**eos) + "],\"tokens\":[" + json_escape(tokens[size_t(**eos)]) +
-                  "]}";
-    }
-    post += "],\"special_tokens\":{" + specials + "}}";
-  }
+}
 
-  std::vector<std::pair<std::string_view, std::string_view>> merges;
-  bool ignore_merges = false;
-  if (spm) {
-    const gguf_value* sc = f.find("tokenizer.ggml.scores");
-    if (!sc || sc->kind != gguf_kind::array || sc->floats.size() != tokens.size())
-      return gerr(
-          f,
-          "metadata tokenizer.ggml.scores must be a float array as long as tokenizer.ggml.tokens");
-    merges = merges_from_scores(tokens, sc->floats);
-    const bool prefix = add_space->value_or(true);
-    j += std::string("\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[") +
-         (prefix ? "{\"type\":\"Prepend\",\"prepend\":\"\u2581\"}," : "") +
-         "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\u2581\"}]},"
-         "\"pre_tokenizer\":null,\"post_processor\":" +
-         post +
-         ","
-         "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{"
-         "\"String\":\"\u2581\"},"
-         "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"}" +
-         (prefix ? ",{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}" : "") + "]},";
-  } else {
-    auto pre_v = f.get_string("tokenizer.ggml.pre");
-    if (!pre_v) return pre_v.err();
-    const std::string pre = pre_v->value_or("default");
-    const bpe_pre* chosen = nullptr;
-    for (const auto& p : k_bpe_pres)
-      for (const char* const* n = p.names; *n; ++n)
-        if (pre == *n) chosen = &p;
-    if (!chosen)
-      return gunsupported(f, "tokenizer.ggml.pre '" + pre +
-                                 "' is not supported (supported: " + supported_pres() + ")");
-    ignore_merges = chosen->ignore_merges;
-    const gguf_value* mv = f.find("tokenizer.ggml.merges");
-    if (!mv || mv->kind != gguf_kind::array || mv->elem != gguf_kind::string)
-      return gerr(f, "metadata tokenizer.ggml.merges must be an array of strings");
-    merges.reserve(mv->strings.size());
-    for (std::string_view m : mv->strings) {
-      const size_t sp = m.find(' ', 1);
-      if (sp == std::string_view::npos)
-        return gerr(f, "tokenizer.ggml.merges entry without a space: " + std::string(m));
-      merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
-    }
-    j += std::string("\"normalizer\":") + chosen->normalizer +
-         ",\"pre_tokenizer\":" + chosen->pre_tokenizer + ",\"post_processor\":" + post +
-         ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
-         "\"use_regex\":true},";
+// tokenizer.json "post_processor": BOS and EOS around each sequence as the file asks ("null" for
+// neither).
+std::string post_processor_json(const gguf_vocab& v) {
+  if (!v.want_bos && !v.want_eos) return "null";
+  std::string post = "{\"type\":\"TemplateProcessing\",\"single\":[";
+  std::string specials;
+  auto special = [&](int32_t id) {
+    const std::string tok = json_escape(v.token(id));
+    return tok + ":{\"id\":" + tok + ",\"ids\":[" + std::to_string(id) + "],\"tokens\":[" + tok +
+           "]}";
+  };
+  if (v.want_bos) {
+    post += "{\"SpecialToken\":{\"id\":" + json_escape(v.token(*v.bos)) + ",\"type_id\":0}},";
+    specials += special(*v.bos);
   }
+  post += "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}";
+  if (v.want_eos) {
+    post += ",{\"SpecialToken\":{\"id\":" + json_escape(v.token(*v.eos)) + ",\"type_id\":0}}";
+    if (!specials.empty()) specials += ',';
+    specials += special(*v.eos);
+  }
+  return post + "],\"special_tokens\":{" + specials + "}}";
+}
+
+using merge_list = std::vector<std::pair<std::string_view, std::string_view>>;
+
+// SentencePiece ("llama"): merges derived from the scores; the normalizer, pre-tokenizer,
+// post-processor and decoder entries of tokenizer.json appended to j.
+result<merge_list> append_spm_pipeline(std::string& j, const gguf_file& f, const gguf_vocab& v,
+                                       const std::string& post) {
+  const gguf_value* sc = f.find("tokenizer.ggml.scores");
+  if (!sc || sc->kind != gguf_kind::array || sc->floats.size() != v.tokens->size())
+    return gerr(
+        f, "metadata tokenizer.ggml.scores must be a float array as long as tokenizer.ggml.tokens");
+  merge_list merges = merges_from_scores(*v.tokens, sc->floats);
+  const bool prefix = v.add_space_prefix.value_or(true);
+  j += std::string("\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[") +
+       (prefix ? "{\"type\":\"Prepend\",\"prepend\":\"\u2581\"}," : "") +
+       "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\u2581\"}]},"
+       "\"pre_tokenizer\":null,\"post_processor\":" +
+       post +
+       ","
+       "\"decoder\":{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{"
+       "\"String\":\"\u2581\"},"
+       "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"}" +
+       (prefix ? ",{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}" : "") + "]},";
+  return merges;
+}
+
+// Byte-level BPE ("gpt2"): the pre-tokenizer named by tokenizer.ggml.pre and the file's merges;
+// the normalizer, pre-tokenizer, post-processor and decoder entries appended to j.
+result<merge_list> append_bpe_pipeline(std::string& j, const gguf_file& f, const std::string& post,
+                                       bool& ignore_merges) {
+  auto pre_v = f.get_string("tokenizer.ggml.pre");
+  if (!pre_v) return pre_v.err();
+  const std::string pre = pre_v->value_or("default");
+  const bpe_pre* chosen = nullptr;
+  for (const auto& p : k_bpe_pres)
+    for (const char* const* n = p.names; *n; ++n)
+      if (pre == *n) chosen = &p;
+  if (!chosen)
+    return gunsupported(f, "tokenizer.ggml.pre '" + pre +
+                               "' is not supported (supported: " + supported_pres() + ")");
+  ignore_merges = chosen->ignore_merges;
+  const gguf_value* mv = f.find("tokenizer.ggml.merges");
+  if (!mv || mv->kind != gguf_kind::array || mv->elem != gguf_kind::string)
+    return gerr(f, "metadata tokenizer.ggml.merges must be an array of strings");
+  merge_list merges;
+  merges.reserve(mv->strings.size());
+  for (std::string_view m : mv->strings) {
+    const size_t sp = m.find(' ', 1);
+    if (sp == std::string_view::npos)
+      return gerr(f, "tokenizer.ggml.merges entry without a space: " + std::string(m));
+    merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+  }
+  j += std::string("\"normalizer\":") + chosen->normalizer +
+       ",\"pre_tokenizer\":" + chosen->pre_tokenizer + ",\"post_processor\":" + post +
+       ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true,\"trim_offsets\":true,"
+       "\"use_regex\":true},";
+  return merges;
+}
+
+// tokenizer.json "model": the BPE vocabulary and merges.
+void append_bpe_model(std::string& j, const gguf_vocab& v, const merge_list& merges,
+                      bool ignore_merges) {
   j += "\"model\":{\"type\":\"BPE\",\"dropout\":null,";
-  if (spm && *unk) j += "\"unk_token\":" + json_escape(tokens[size_t(**unk)]) + ",";
-  j += std::string("\"fuse_unk\":") + (spm ? "true" : "false") +
-       ",\"byte_fallback\":" + (spm ? "true" : "false") +
+  if (v.spm && v.unk) j += "\"unk_token\":" + json_escape(v.token(*v.unk)) + ",";
+  j += std::string("\"fuse_unk\":") + (v.spm ? "true" : "false") +
+       ",\"byte_fallback\":" + (v.spm ? "true" : "false") +
        ",\"ignore_merges\":" + (ignore_merges ? "true" : "false") + ",\"vocab\":{";
-  for (size_t i = 0; i < tokens.size(); ++i) {
+  for (size_t i = 0; i < v.tokens->size(); ++i) {
     if (i) j += ',';
-    j += json_escape(tokens[i]) + ":" + std::to_string(i);
+    j += json_escape((*v.tokens)[i]) + ":" + std::to_string(i);
   }
   j += "},\"merges\":[";
   for (size_t i = 0; i < merges.size(); ++i) {
     if (i) j += ',';
-    j += "[" + json_escape(merges[i].first) + "," + json_escape(merges[i].second) + "]";
+    j += '[';
+    j += json_escape(merges[i].first);
+    j += ',';
+    j += json_escape(merges[i].second);
+    j += ']';
   }
   j += "]}}";
+}
 
+// tokenizer_config.json: the BOS and EOS tokens.
+std::string tokenizer_config_json(const gguf_vocab& v) {
   std::string cfg = "{";
-  if (*bos) cfg += "\"bos_token\":" + json_escape(tokens[size_t(**bos)]);
-  if (*eos)
-    cfg += std::string(*bos ? "," : "") + "\"eos_token\":" + json_escape(tokens[size_t(**eos)]);
+  if (v.bos) cfg += "\"bos_token\":" + json_escape(v.token(*v.bos));
+  if (v.eos) cfg += std::string(v.bos ? "," : "") + "\"eos_token\":" + json_escape(v.token(*v.eos));
   cfg += "}";
-  return gguf_tokenizer_documents{std::move(j), std::move(cfg)};
+  return cfg;
+}
+
+}  // namespace
+
+result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
+  auto vocab = read_vocab(f);
+  if (!vocab) return vocab.err();
+  const gguf_vocab& v = *vocab;
+  auto phi3 = is_phi3(f);
+  if (!phi3) return phi3.err();
+  std::string j;
+  j.reserve(v.tokens->size() * 24);
+  j += "{\"version\":\"1.0\",";
+  append_added_tokens(j, v, *phi3);
+  const std::string post = post_processor_json(v);
+  bool ignore_merges = false;
+  auto merges =
+      v.spm ? append_spm_pipeline(j, f, v, post) : append_bpe_pipeline(j, f, post, ignore_merges);
+  if (!merges) return merges.err();
+  append_bpe_model(j, v, *merges, ignore_merges);
+  return gguf_tokenizer_documents{std::move(j), tokenizer_config_json(v)};
 }
 
 result<tokenizer> load_gguf_tokenizer(const gguf_file& f) {
