@@ -38,10 +38,80 @@ result<pre_tokenizer::behavior> pre_tokenizer::parse_behavior(std::string_view n
   return make_error("unsupported", "unsupported Split behavior '" + std::string(name) + "'");
 }
 
+result<pre_tokenizer::step> pre_tokenizer::byte_level_step(simdjson::dom::element node) {
+  bool flag = false;
+  step s{kind::byte_level, {}};
+  s.use_regex = true;
+  if (!node["use_regex"].get(flag)) s.use_regex = flag;
+  if (!node["add_prefix_space"].get(flag)) s.add_prefix_space = flag;
+  if (s.use_regex) {
+    auto re = regex::compile(k_gpt2_pattern);
+    if (!re) return std::move(re).err();
+    s.re = std::move(*re);
+  }
+  return s;
+}
+
+result<pre_tokenizer::step> pre_tokenizer::split_json_step(simdjson::dom::element node) {
+  std::string_view pat, beh;
+  bool is_regex = false;
+  if (!node["pattern"]["Regex"].get(pat))
+    is_regex = true;
+  else if (node["pattern"]["String"].get(pat))
+    return make_error("invalid_argument", "Split without a pattern");
+  if (node["behavior"].get(beh)) beh = "Isolated";
+  auto how = parse_behavior(beh);
+  if (!how) return std::move(how).err();
+  bool invert = false, flag = false;
+  if (!node["invert"].get(flag)) invert = flag;
+  return split_step(pat, is_regex, *how, invert);
+}
+
+result<pre_tokenizer::step> pre_tokenizer::metaspace_step(simdjson::dom::element node) {
+  step s{kind::metaspace, {}};
+  std::string_view rep = "\xE2\x96\x81", scheme;
+  bool flag = false;
+  if (node["replacement"].get(rep)) rep = "\xE2\x96\x81";
+  s.replacement = rep;
+  s.prepend = 2;
+  if (!node["prepend_scheme"].get(scheme)) {
+    if (scheme == "never")
+      s.prepend = 0;
+    else if (scheme == "first")
+      s.prepend = 1;
+    else if (scheme == "always")
+      s.prepend = 2;
+    else
+      return make_error("unsupported",
+                        "unsupported Metaspace prepend_scheme '" + std::string(scheme) + "'");
+  } else if (!node["add_prefix_space"].get(flag)) {
+    s.prepend = flag ? 2 : 0;
+  }
+  if (!node["split"].get(flag)) s.metaspace_split = flag;
+  return s;
+}
+
+// ASCII punctuation and symbols, and Unicode's P categories, one character a match.
+result<pre_tokenizer::step> pre_tokenizer::punctuation_step(std::string_view type,
+                                                            simdjson::dom::element node) {
+  behavior how = behavior::isolated;
+  std::string_view beh;
+  if (type == "Punctuation" && !node["behavior"].get(beh)) {
+    auto b = parse_behavior(beh);
+    if (!b) return std::move(b).err();
+    how = *b;
+  }
+  return split_step(R"([\p{P}!-/:-@\[-`{-~])", true, how, false);
+}
+
 result<void> pre_tokenizer::add(simdjson::dom::element node) {
   std::string_view type;
   if (node["type"].get(type)) return make_error("invalid_argument", "pre-tokenizer without a type");
-  bool flag = false;
+  auto push = [&](result<step> s) -> result<void> {
+    if (!s) return std::move(s).err();
+    steps_.push_back(std::move(*s));
+    return {};
+  };
   if (type == "Sequence") {
     simdjson::dom::array arr;
     if (node["pretokenizers"].get(arr))
@@ -51,110 +121,35 @@ result<void> pre_tokenizer::add(simdjson::dom::element node) {
     return {};
   }
   if (type == "ByteLevel") {
-    step s{kind::byte_level, {}};
-    s.use_regex = true;
-    if (!node["use_regex"].get(flag)) s.use_regex = flag;
-    if (!node["add_prefix_space"].get(flag)) s.add_prefix_space = flag;
-    if (s.use_regex) {
-      auto re = regex::compile(k_gpt2_pattern);
-      if (!re) return std::move(re).err();
-      s.re = std::move(*re);
-    }
-    byte_level_ = true;
-    steps_.push_back(std::move(s));
-    return {};
+    auto s = byte_level_step(node);
+    if (s) byte_level_ = true;
+    return push(std::move(s));
   }
-  if (type == "Split") {
-    std::string_view pat, beh;
-    bool is_regex = false;
-    if (!node["pattern"]["Regex"].get(pat))
-      is_regex = true;
-    else if (node["pattern"]["String"].get(pat))
-      return make_error("invalid_argument", "Split without a pattern");
-    if (node["behavior"].get(beh)) beh = "Isolated";
-    auto how = parse_behavior(beh);
-    if (!how) return std::move(how).err();
-    bool invert = false;
-    if (!node["invert"].get(flag)) invert = flag;
-    auto s = split_step(pat, is_regex, *how, invert);
-    if (!s) return std::move(s).err();
-    steps_.push_back(std::move(*s));
-    return {};
-  }
-  if (type == "Metaspace") {
-    step s{kind::metaspace, {}};
-    std::string_view rep = "\xE2\x96\x81", scheme;
-    if (node["replacement"].get(rep)) rep = "\xE2\x96\x81";
-    s.replacement = rep;
-    s.prepend = 2;
-    if (!node["prepend_scheme"].get(scheme)) {
-      if (scheme == "never")
-        s.prepend = 0;
-      else if (scheme == "first")
-        s.prepend = 1;
-      else if (scheme == "always")
-        s.prepend = 2;
-      else
-        return make_error("unsupported",
-                          "unsupported Metaspace prepend_scheme '" + std::string(scheme) + "'");
-    } else if (!node["add_prefix_space"].get(flag)) {
-      s.prepend = flag ? 2 : 0;
-    }
-    if (!node["split"].get(flag)) s.metaspace_split = flag;
-    steps_.push_back(std::move(s));
-    return {};
-  }
+  if (type == "Split") return push(split_json_step(node));
+  if (type == "Metaspace") return push(metaspace_step(node));
   if (type == "Digits") {
-    if (node["individual_digits"].get(flag)) flag = false;
-    auto s = split_step(flag ? R"(\p{N})" : R"(\p{N}+)", true, behavior::isolated, false);
-    if (!s) return std::move(s).err();
-    steps_.push_back(std::move(*s));
-    return {};
+    bool individual = false;
+    if (node["individual_digits"].get(individual)) individual = false;
+    return push(split_step(individual ? R"(\p{N})" : R"(\p{N}+)", true, behavior::isolated, false));
   }
-  if (type == "Whitespace") {
+  if (type == "Whitespace")
     // The Rust regex crate's \w (Alphabetic, marks, decimal digits, connector punctuation,
     // joiners), which differs from Oniguruma's \w that Split patterns use.
-    auto s = split_step(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+)"
-                        R"(|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)",
-                        true, behavior::removed, true);
-    if (!s) return std::move(s).err();
-    steps_.push_back(std::move(*s));
-    return {};
-  }
+    return push(split_step(R"([\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}]+)"
+                           R"(|[^\p{Alphabetic}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\s]+)",
+                           true, behavior::removed, true));
   if (type == "Punctuation" || type == "BertPreTokenizer") {
-    // ASCII punctuation and symbols, and Unicode's P categories, one character a match.
-    if (type == "BertPreTokenizer") {
-      auto ws = split_step(R"(\s+)", true, behavior::removed, false);
-      if (!ws) return std::move(ws).err();
-      steps_.push_back(std::move(*ws));
-    }
-    behavior how = behavior::isolated;
-    std::string_view beh;
-    if (type == "Punctuation" && !node["behavior"].get(beh)) {
-      auto b = parse_behavior(beh);
-      if (!b) return std::move(b).err();
-      how = *b;
-    }
-    auto s = split_step(R"([\p{P}!-/:-@\[-`{-~])", true, how, false);
-    if (!s) return std::move(s).err();
-    steps_.push_back(std::move(*s));
-    return {};
+    if (type == "BertPreTokenizer")  // whitespace removed first
+      if (auto r = push(split_step(R"(\s+)", true, behavior::removed, false)); !r) return r;
+    return push(punctuation_step(type, node));
   }
   if (type == "CharDelimiterSplit") {
     std::string_view delim;
     if (node["delimiter"].get(delim) || delim.empty())
       return make_error("invalid_argument", "CharDelimiterSplit without a delimiter");
-    auto s = split_step(delim, false, behavior::removed, false);
-    if (!s) return std::move(s).err();
-    steps_.push_back(std::move(*s));
-    return {};
+    return push(split_step(delim, false, behavior::removed, false));
   }
-  if (type == "WhitespaceSplit") {
-    auto s = split_step(R"(\s+)", true, behavior::removed, false);
-    if (!s) return std::move(s).err();
-    steps_.push_back(std::move(*s));
-    return {};
-  }
+  if (type == "WhitespaceSplit") return push(split_step(R"(\s+)", true, behavior::removed, false));
   return make_error("unsupported", "unsupported pre-tokenizer type '" + std::string(type) + "'");
 }
 

@@ -50,7 +50,14 @@ class pre_tokenizer {
     int prepend = 0;          // metaspace: 0 never, 1 first, 2 always
     bool metaspace_split = true;
   };
+  // Appends the step(s) of one tokenizer.json pre-tokenizer (a Sequence: each of its members).
   result<void> add(simdjson::dom::element node);
+  // The steps of the pre-tokenizer types that take options: ByteLevel, Split, Metaspace, and
+  // Punctuation (BertPreTokenizer's second step).
+  static result<step> byte_level_step(simdjson::dom::element node);
+  static result<step> split_json_step(simdjson::dom::element node);
+  static result<step> metaspace_step(simdjson::dom::element node);
+  static result<step> punctuation_step(std::string_view type, simdjson::dom::element node);
   static result<behavior> parse_behavior(std::string_view name);
   static result<step> split_step(std::string_view pattern, bool is_regex, behavior how,
                                  bool invert);
