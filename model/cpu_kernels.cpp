@@ -746,44 +746,170 @@ HWY_INLINE void widen_row(const T* HWY_RESTRICT p, float* HWY_RESTRICT out, size
 
 constexpr size_t k_chunk = 32;  // cached positions scored together
 
+// attend_typed's per-thread scratch, carved from one buffer: scaled queries and accumulators
+// ([rows][d] each), the chunk's K/V rows in fp32 ([k_chunk][d] each), scores ([rows][sc_len]),
+// the running max and sum per row, and (transposed scoring only) K transposed ([d][sc_len]).
+struct attn_scratch {
+  float* q;
+  float* acc;
+  float* kbuf;
+  float* vbuf;
+  float* sc;
+  float* mx;
+  float* sum;
+  float* kt;
+  size_t sc_len;  // k_chunk rounded up to whole vectors
+};
+
+HWY_INLINE attn_scratch carve_attn_scratch(std::vector<float>& buf, size_t rows, size_t d, size_t L,
+                                           bool transposed) {
+  attn_scratch s;
+  s.sc_len = (k_chunk + L - 1) / L * L;
+  buf.resize(rows * d * 2 + 2 * k_chunk * d + rows * s.sc_len + 2 * rows +
+             (transposed ? d * s.sc_len : 0));
+  s.q = buf.data();
+  s.acc = s.q + rows * d;
+  s.kbuf = s.acc + rows * d;
+  s.vbuf = s.kbuf + k_chunk * d;
+  s.sc = s.vbuf + k_chunk * d;
+  s.mx = s.sc + rows * s.sc_len;
+  s.sum = s.mx + rows;
+  s.kt = s.sum + rows;
+  return s;
+}
+
+// Row r = (query i, head g of the group): the query times the scale, a zero accumulator, no max
+// and no sum yet.
+HWY_INLINE void load_queries(const attn_tile& t, const attn_scratch& s, size_t rows, size_t d) {
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t i = r / size_t(t.group), g = r % size_t(t.group);
+    const float* src =
+        t.q + int64_t(i) * t.q_stride + (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
+    for (size_t j = 0; j < d; ++j) s.q[r * d + j] = src[j] * t.scale;
+    std::fill(s.acc + r * d, s.acc + (r + 1) * d, 0.0f);
+    s.mx[r] = -INFINITY;
+    s.sum[r] = 0.0f;
+  }
+}
+
+// The chunk's n K and V rows (slots slot0 .. slot0 + n - 1, this KV head) widened to fp32; with
+// transposed scoring, K also transposed into kt (zero-padded to n_pad positions).
+template <typename T>
+HWY_INLINE void load_kv_chunk(const attn_tile& t, const attn_scratch& s, int64_t slot0, int32_t n,
+                              size_t n_pad, size_t d, bool transposed) {
+  const T* kc = static_cast<const T*>(t.k);
+  const T* vc = static_cast<const T*>(t.v);
+  const size_t head_off = size_t(t.kv_head) * d;
+  for (int32_t j = 0; j < n; ++j) {
+    widen_row(kc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, s.kbuf + size_t(j) * d, d);
+    widen_row(vc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, s.vbuf + size_t(j) * d, d);
+  }
+  if (!transposed) return;
+  for (size_t c = 0; c < d; ++c) {
+    float* dst = s.kt + c * s.sc_len;
+    for (size_t j = 0; j < size_t(n); ++j) dst[j] = s.kbuf[j * d + c];
+    for (size_t j = size_t(n); j < n_pad; ++j) dst[j] = 0.0f;
+  }
+}
+
+// Scores of every row that sees part of the chunk at `pos` against K transposed: 4 rows at a time
+// share each K load, and their 4 independent FMA chains (8 with two position vectors) keep the FMA
+// units busy where one row's chain waited on each FMA's latency. Rows go by query position: a
+// group of 4 whose last row cannot see pos is skipped.
+HWY_INLINE void score_chunk_transposed(const attn_tile& t, const attn_scratch& s, size_t rows,
+                                       size_t d, int32_t pos, size_t n_pad) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  for (size_t r0 = 0; r0 < rows; r0 += 4) {
+    if (t.q_pos0 + int32_t(std::min(r0 + 3, rows - 1) / size_t(t.group)) < pos) continue;
+    const float* qr[4];
+    for (size_t i = 0; i < 4; ++i) qr[i] = s.q + std::min(r0 + i, rows - 1) * d;
+    size_t j0 = 0;
+    for (; j0 + 2 * L <= n_pad; j0 += 2 * L) {
+      VF a[4][2];
+      for (auto& ai : a) ai[0] = ai[1] = hn::Zero(df);
+      for (size_t c = 0; c < d; ++c) {
+        const VF k0 = hn::LoadU(df, s.kt + c * s.sc_len + j0),
+                 k1 = hn::LoadU(df, s.kt + c * s.sc_len + j0 + L);
+        for (size_t i = 0; i < 4; ++i) {
+          const VF qv = hn::Set(df, qr[i][c]);
+          a[i][0] = hn::MulAdd(qv, k0, a[i][0]);
+          a[i][1] = hn::MulAdd(qv, k1, a[i][1]);
+        }
+      }
+      for (size_t i = 0; i < 4 && r0 + i < rows; ++i) {
+        hn::StoreU(a[i][0], df, s.sc + (r0 + i) * s.sc_len + j0);
+        hn::StoreU(a[i][1], df, s.sc + (r0 + i) * s.sc_len + j0 + L);
+      }
+    }
+    if (j0 < n_pad) {
+      VF a[4];
+      for (auto& ai : a) ai = hn::Zero(df);
+      for (size_t c = 0; c < d; ++c) {
+        const VF k0 = hn::LoadU(df, s.kt + c * s.sc_len + j0);
+        for (size_t i = 0; i < 4; ++i) a[i] = hn::MulAdd(hn::Set(df, qr[i][c]), k0, a[i]);
+      }
+      for (size_t i = 0; i < 4 && r0 + i < rows; ++i)
+        hn::StoreU(a[i], df, s.sc + (r0 + i) * s.sc_len + j0);
+    }
+  }
+}
+
+// The running sum rescaled by corr plus a chunk's mass. On x86 the product is rounded before the
+// add: with GCC an association barrier keeps the two from being fused into one FMA. Elsewhere the
+// compiler may fuse them (GCC does on Arm).
+HWY_INLINE float rescaled_sum(float sum, float corr, float add) {
+#if HWY_ARCH_X86 && HWY_COMPILER_GCC_ACTUAL && __has_builtin(__builtin_assoc_barrier)
+  return __builtin_assoc_barrier(sum * corr) + add;
+#else
+  return sum * corr + add;
+#endif
+}
+
+// Each row's accumulator divided by its sum into the output, or (a split of the context) its
+// max, sum and accumulator into the tile's partials for attn_merge.
+HWY_INLINE void store_attention_rows(const attn_tile& t, const attn_scratch& s, size_t rows,
+                                     size_t d) {
+  for (size_t r = 0; r < rows; ++r) {
+    if (t.partial_acc) {
+      t.partial_max[r] = s.mx[r];
+      t.partial_sum[r] = s.sum[r];
+      std::copy_n(s.acc + r * d, d, t.partial_acc + r * d);
+      continue;
+    }
+    const size_t i = r / size_t(t.group), g = r % size_t(t.group);
+    float* o = t.out + int64_t(i) * t.out_stride +
+               (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
+    const float inv = s.sum[r] > 0.0f ? 1.0f / s.sum[r] : 0.0f;
+    for (size_t j = 0; j < d; ++j) o[j] = s.acc[r * d + j] * inv;
+  }
+}
+
+// One tile: its query rows against the cached positions [ctx_begin, ctx_end) visible to them, a
+// chunk of up to k_chunk positions (contiguous slots of one block) at a time; per row an online
+// softmax over each chunk (the running max and sum, the accumulator rescaled as the max grows).
 template <typename T>
 void attend_typed(const attn_tile& t) {
   const DF df;
   const size_t L = hn::Lanes(df);
   const size_t d = size_t(t.head_dim);
   const size_t rows = size_t(t.group) * size_t(t.num_q);
-  const T* kc = static_cast<const T*>(t.k);
-  const T* vc = static_cast<const T*>(t.v);
-
-  // Scratch per thread: scaled queries, accumulators, the chunk's K/V rows in fp32, scores.
-  thread_local std::vector<float> scratch;
-  const size_t sc_len = (k_chunk + L - 1) / L * L;
   // Enough query rows (prefill tiles) score a chunk against K transposed: per row, d broadcast
   // FMAs give L scores at once, where row-by-row dot products each end in a horizontal sum.
   const bool transposed = rows >= 8;
-  scratch.resize(rows * d * 2 + 2 * k_chunk * d + rows * sc_len + 2 * rows +
-                 (transposed ? d * sc_len : 0));
-  float* q = scratch.data();
-  float* acc = q + rows * d;
-  float* kbuf = acc + rows * d;
-  float* vbuf = kbuf + k_chunk * d;
-  float* sc = vbuf + k_chunk * d;
-  float* mx = sc + rows * sc_len;
-  float* sum = mx + rows;
-  float* kt = sum + rows;  // [d][sc_len] when transposed
-
-  for (size_t r = 0; r < rows; ++r) {
-    const size_t i = r / size_t(t.group), g = r % size_t(t.group);
-    const float* src =
-        t.q + int64_t(i) * t.q_stride + (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
-    for (size_t j = 0; j < d; ++j) q[r * d + j] = src[j] * t.scale;
-    std::fill(acc + r * d, acc + (r + 1) * d, 0.0f);
-    mx[r] = -INFINITY;
-    sum[r] = 0.0f;
-  }
+  thread_local std::vector<float> scratch;
+  const attn_scratch s = carve_attn_scratch(scratch, rows, d, L, transposed);
+  float* q = s.q;
+  float* acc = s.acc;
+  float* kbuf = s.kbuf;
+  float* vbuf = s.vbuf;
+  float* sc = s.sc;
+  float* mx = s.mx;
+  float* sum = s.sum;
+  const size_t sc_len = s.sc_len;
+  load_queries(t, s, rows, d);
   const int32_t last_pos = t.q_pos0 + t.num_q - 1;
   const int32_t end = std::min(t.ctx_end, last_pos + 1);
-  const size_t head_off = size_t(t.kv_head) * d;
   // With a sliding window no row sees a key before the first row's window.
   const int32_t begin = t.window > 0 ? std::max(t.ctx_begin, t.q_pos0 - t.window + 1) : t.ctx_begin;
   for (int32_t pos = begin; pos < end;) {
@@ -791,103 +917,45 @@ void attend_typed(const attn_tile& t) {
     const int32_t in_block = pos % t.block_size;
     const int32_t n = std::min({t.block_size - in_block, end - pos, int32_t(k_chunk)});
     const int64_t slot0 = int64_t(t.block_table[pos / t.block_size]) * t.block_size + in_block;
-    for (int32_t j = 0; j < n; ++j) {
-      widen_row(kc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, kbuf + size_t(j) * d, d);
-      widen_row(vc + size_t(slot0 + j) * size_t(t.slot_stride) + head_off, vbuf + size_t(j) * d, d);
-    }
     const size_t n_pad = (size_t(n) + L - 1) / L * L;
-    if (transposed) {
-      for (size_t c = 0; c < d; ++c) {
-        float* dst = kt + c * sc_len;
-        for (size_t j = 0; j < size_t(n); ++j) dst[j] = kbuf[j * d + c];
-        for (size_t j = size_t(n); j < n_pad; ++j) dst[j] = 0.0f;
-      }
-      // Scores of every row that sees part of the chunk: 4 rows at a time share each K load, and
-      // their 4 independent FMA chains (8 with two position vectors) keep the FMA units busy where
-      // one row's chain waited on each FMA's latency.
-      // Rows go by query position: a group of 4 whose last row cannot see pos is skipped.
-      for (size_t r0 = 0; r0 < rows; r0 += 4) {
-        if (t.q_pos0 + int32_t(std::min(r0 + 3, rows - 1) / size_t(t.group)) < pos) continue;
-        const float* qr[4];
-        for (size_t i = 0; i < 4; ++i) qr[i] = q + std::min(r0 + i, rows - 1) * d;
-        size_t j0 = 0;
-        for (; j0 + 2 * L <= n_pad; j0 += 2 * L) {
-          VF a[4][2];
-          for (auto& ai : a) ai[0] = ai[1] = hn::Zero(df);
-          for (size_t c = 0; c < d; ++c) {
-            const VF k0 = hn::LoadU(df, kt + c * sc_len + j0),
-                     k1 = hn::LoadU(df, kt + c * sc_len + j0 + L);
-            for (size_t i = 0; i < 4; ++i) {
-              const VF qv = hn::Set(df, qr[i][c]);
-              a[i][0] = hn::MulAdd(qv, k0, a[i][0]);
-              a[i][1] = hn::MulAdd(qv, k1, a[i][1]);
-            }
-          }
-          for (size_t i = 0; i < 4 && r0 + i < rows; ++i) {
-            hn::StoreU(a[i][0], df, sc + (r0 + i) * sc_len + j0);
-            hn::StoreU(a[i][1], df, sc + (r0 + i) * sc_len + j0 + L);
-          }
-        }
-        if (j0 < n_pad) {
-          VF a[4];
-          for (auto& ai : a) ai = hn::Zero(df);
-          for (size_t c = 0; c < d; ++c) {
-            const VF k0 = hn::LoadU(df, kt + c * sc_len + j0);
-            for (size_t i = 0; i < 4; ++i) a[i] = hn::MulAdd(hn::Set(df, qr[i][c]), k0, a[i]);
-          }
-          for (size_t i = 0; i < 4 && r0 + i < rows; ++i)
-            hn::StoreU(a[i], df, sc + (r0 + i) * sc_len + j0);
-        }
-      }
-    }
+    load_kv_chunk<T>(t, s, slot0, n, n_pad, d, transposed);
+    if (transposed) score_chunk_transposed(t, s, rows, d, pos, n_pad);
     for (size_t r = 0; r < rows; ++r) {
       const int32_t limit = t.q_pos0 + int32_t(r / size_t(t.group));  // last visible position
-      float* s = sc + r * sc_len;
+      float* sr = sc + r * sc_len;
       const int32_t visible = std::min(n, limit - pos + 1);
       // Sliding window: keys at chunk offsets below `hidden` are before this row's window.
       const int32_t hidden = t.window > 0 ? std::clamp(limit - t.window + 1 - pos, 0, n) : 0;
       if (visible <= hidden) continue;
       float block_max = -INFINITY;
       if (transposed) {
-        for (int32_t j = hidden; j < visible; ++j) block_max = std::max(block_max, s[j]);
+        for (int32_t j = hidden; j < visible; ++j) block_max = std::max(block_max, sr[j]);
       } else {
         for (int32_t j = hidden; j < visible; ++j) {
-          s[j] = dot(q + r * d, kbuf + size_t(j) * d, d);
-          block_max = std::max(block_max, s[j]);
+          sr[j] = dot(q + r * d, kbuf + size_t(j) * d, d);
+          block_max = std::max(block_max, sr[j]);
         }
       }
-      for (int32_t j = 0; j < hidden; ++j) s[j] = -INFINITY;
-      for (size_t j = size_t(visible); j < sc_len; ++j) s[j] = -INFINITY;
+      for (int32_t j = 0; j < hidden; ++j) sr[j] = -INFINITY;
+      for (size_t j = size_t(visible); j < sc_len; ++j) sr[j] = -INFINITY;
       const float new_max = std::max(mx[r], block_max);
       const float corr = std::exp(mx[r] - new_max);  // 0 on the first chunk (mx = -inf)
       const VF vmax = hn::Set(df, new_max);
       VF vsum = hn::Zero(df);
       for (size_t j = 0; j < sc_len; j += L) {
-        const VF v = hn::LoadU(df, s + j);
+        const VF v = hn::LoadU(df, sr + j);
         const VF e =
             hn::IfThenZeroElse(hn::Eq(v, hn::Set(df, -INFINITY)), hn::Exp(df, hn::Sub(v, vmax)));
-        hn::StoreU(e, df, s + j);
+        hn::StoreU(e, df, sr + j);
         vsum = hn::Add(vsum, e);
       }
-      sum[r] = sum[r] * corr + hn::GetLane(hn::SumOfLanes(df, vsum));
+      sum[r] = rescaled_sum(sum[r], corr, hn::GetLane(hn::SumOfLanes(df, vsum)));
       mx[r] = new_max;
-      pv_accumulate(acc + r * d, corr, s, vbuf, size_t(visible), d);
+      pv_accumulate(acc + r * d, corr, sr, vbuf, size_t(visible), d);
     }
     pos += n;
   }
-  for (size_t r = 0; r < rows; ++r) {
-    if (t.partial_acc) {
-      t.partial_max[r] = mx[r];
-      t.partial_sum[r] = sum[r];
-      std::copy_n(acc + r * d, d, t.partial_acc + r * d);
-      continue;
-    }
-    const size_t i = r / size_t(t.group), g = r % size_t(t.group);
-    float* o = t.out + int64_t(i) * t.out_stride +
-               (int64_t(t.kv_head) * t.group + int64_t(g)) * t.head_dim;
-    const float inv = sum[r] > 0.0f ? 1.0f / sum[r] : 0.0f;
-    for (size_t j = 0; j < d; ++j) o[j] = acc[r * d + j] * inv;
-  }
+  store_attention_rows(t, s, rows, d);
 }
 
 void attend_impl(const attn_tile* t) {

@@ -217,176 +217,204 @@ HWY_INLINE int32_t lane_scale(int v) {
   return kVnni ? int32_t(v) : int32_t(uint32_t(uint16_t(int16_t(v))) * 0x10001u);
 }
 
+// The unpack_* functions below write row i (of the tile) of their types from w: its K values to
+// dst (T.rows' row i) and its scales to T's per-block and per-sub-block arrays.
+
+// Q4_1, Q5_0, Q5_1: unsigned values, nibbles (0..15) with the fifth bit for Q5 (0..31); f1 the
+// minimum.
+HWY_INLINE void unpack_q4_1_q5(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T,
+                               uint8_t* dst) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const bool five = t != dtype::q4_1, min = t != dtype::q5_0;
+  const size_t bb = dtype_block_bytes(t), qh_at = min ? 4 : 2, qs_at = five ? qh_at + 4 : 4;
+  for (int64_t b = 0; b < K / 32; ++b, w += bb) {
+    T.f0[b * kLanes + i] = f16x(w);
+    T.f1[b * kLanes + i] = min ? f16x(w + 2) : 0.0f;
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + qs_at));
+    __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+    if (five)
+      v = _mm256_or_si256(v, _mm256_and_si256(x86::bits_to_bytes(w + qh_at), _mm256_set1_epi8(16)));
+    st256(dst + 32 * b, v);
+  }
+}
+
+// IQ4_NL, IQ4_XS: the grid values as int8 (-127..113, never 0: the kernels take |w| times a with
+// w's sign); f0 d; IQ4_XS: per 32 values its scale ls - 32 in T.sc.
+HWY_INLINE void unpack_iq4(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T,
+                           uint8_t* dst) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m256i grid = _mm256_broadcastsi128_si256(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
+  auto values = [&](const uint8_t* qs, uint8_t* o) HWY_ATTR {
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+    st256(o, _mm256_shuffle_epi8(
+                 grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4)));
+  };
+  if (t != dtype::iq4_xs) {
+    for (int64_t b = 0; b < K / 32; ++b, w += 18) {
+      T.f0[b * kLanes + i] = f16x(w);
+      values(w + 2, dst + 32 * b);
+    }
+    return;
+  }
+  for (int64_t b = 0; b < K / 256; ++b, w += 136) {
+    T.f0[b * kLanes + i] = f16x(w);
+    for (int s = 0; s < 8; ++s) {
+      const int sc = iq4xs_scale(w, s) - 32;
+      T.sc[(b * 8 + s) * kLanes + i] = lane_scale(sc);
+      values(w + 8 + 16 * s, dst + 256 * b + 32 * s);
+    }
+  }
+}
+
+// Q2_K, Q3_K: unsigned values (Q2_K 0..3, Q3_K q + 4 = 0..7), 16 scales per block (Q3_K signed),
+// and the pairs the 16-value activation sums meet: Q2_K's mins, Q3_K's scales (offset 4).
+HWY_INLINE void unpack_q2_k_q3_k(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T,
+                                 uint8_t* dst) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const bool three = t == dtype::q3_k;
+  const size_t bb = three ? 110 : 84;
+  const __m256i one = _mm256_set1_epi8(1);
+  for (int64_t b = 0; b < K / 256; ++b, w += bb) {
+    T.f0[b * kLanes + i] = f16x(three ? w + 108 : w + 80);
+    T.f1[b * kLanes + i] = three ? 0.0f : f16x(w + 82);
+    int16_t sc[16], pr[16];
+    for (int g = 0; g < 16; ++g) {
+      sc[g] = int16_t(three ? q3k_scale(w + 96, g) - 32 : (w[g] & 15));
+      pr[g] = three ? sc[g] : int16_t(w[g] >> 4);
+      T.sc[(b * 16 + g) * kLanes + i] = lane_scale(sc[g]);
+    }
+    for (int u = 0; u < 8; ++u)
+      T.pr[(b * 8 + u) * kLanes + i] =
+          int32_t(uint32_t(uint16_t(pr[2 * u])) | (uint32_t(uint16_t(pr[2 * u + 1])) << 16));
+    const uint8_t* qs = three ? w + 32 : w + 16;
+    const __m256i hm = three ? ld256(w) : _mm256_setzero_si256();
+    uint8_t* o = dst + 256 * b;
+    for (int hh = 0; hh < 2; ++hh) {
+      const __m256i l = ld256(qs + 32 * hh);
+      for (int s = 0; s < 4; ++s) {
+        __m256i q = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(2 * s)), m3);
+        if (three)
+          q = _mm256_or_si256(
+              q,
+              _mm256_slli_epi16(
+                  _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * hh + s)), one), 2));
+        st256(o + 128 * hh + 32 * s, q);
+      }
+    }
+  }
+}
+
+// Q8_0: the values + 128 (unsigned).
+HWY_INLINE void unpack_q8_0(const uint8_t* w, int64_t K, int i, lane_tile& T, uint8_t* dst) {
+  const __m256i flip = _mm256_set1_epi8(char(0x80));
+  for (int64_t b = 0; b < K / 32; ++b, w += 34) {
+    T.f0[b * kLanes + i] = f16x(w);
+    st256(dst + 32 * b, _mm256_xor_si256(ld256(w + 2), flip));
+  }
+}
+
+// Q4_0: the nibbles (0..15), low ones first.
+HWY_INLINE void unpack_q4_0(const uint8_t* w, int64_t K, int i, lane_tile& T, uint8_t* dst) {
+  const __m128i m4x = _mm_set1_epi8(15);
+  for (int64_t b = 0; b < K / 32; ++b, w += 18) {
+    T.f0[b * kLanes + i] = f16x(w);
+    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b), _mm_and_si128(raw, m4x));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b + 16),
+                     _mm_and_si128(_mm_srli_epi16(raw, 4), m4x));
+  }
+}
+
+// Q4_K, Q5_K: 4- or 5-bit unsigned values, 8 sub-block scales and mins per block; f1 dmin.
+HWY_INLINE void unpack_q4_k_q5_k(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T,
+                                 uint8_t* dst) {
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const bool five = t == dtype::q5_k;
+  const size_t bb = five ? 176 : 144;
+  const __m256i k16 = _mm256_set1_epi8(16);
+  for (int64_t b = 0; b < K / 256; ++b, w += bb) {
+    T.f0[b * kLanes + i] = f16x(w);
+    T.f1[b * kLanes + i] = f16x(w + 2);
+    for (int s = 0; s < 8; ++s) {
+      uint8_t sc, mn;
+      k_scale_min(w + 4, s, sc, mn);
+      T.sc[(b * 8 + s) * kLanes + i] = kVnni ? int32_t(sc) : int32_t(uint32_t(sc) * 0x10001u);
+      T.pr[(b * 8 + s) * kLanes + i] = int32_t(uint32_t(mn) | (uint32_t(mn) << 16));
+    }
+    const uint8_t* qs = five ? w + 48 : w + 16;
+    const __m256i hv = five ? ld256(w + 16) : _mm256_setzero_si256();
+    uint8_t* o = dst + 256 * b;
+    for (int c = 0; c < 4; ++c) {
+      const __m256i v = ld256(qs + 32 * c);
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      if (five) {
+        const __m256i b0 = _mm256_set1_epi8(char(1 << (2 * c))),
+                      b1 = _mm256_set1_epi8(char(1 << (2 * c + 1)));
+        lo = _mm256_or_si256(
+            lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b0), b0), k16));
+        hi = _mm256_or_si256(
+            hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b1), b1), k16));
+      }
+      st256(o + 64 * c, lo);
+      st256(o + 64 * c + 32, hi);
+    }
+  }
+}
+
+// Q6_K: 6-bit unsigned values, 16 signed scales per block and their pairs.
+HWY_INLINE void unpack_q6_k(const uint8_t* w, int64_t K, int i, lane_tile& T, uint8_t* dst) {
+  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+  for (int64_t b = 0; b < K / 256; ++b, w += 210) {
+    const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
+    T.f0[b * kLanes + i] = f16x(w + 208);
+    for (int s = 0; s < 16; ++s)
+      T.sc[(b * 16 + s) * kLanes + i] =
+          kVnni ? int32_t(scales[s]) : int32_t(uint32_t(uint16_t(scales[s])) * 0x10001u);
+    for (int u = 0; u < 8; ++u)
+      T.pr[(b * 8 + u) * kLanes + i] = int32_t(uint32_t(uint16_t(scales[2 * u])) |
+                                               (uint32_t(uint16_t(scales[2 * u + 1])) << 16));
+    uint8_t* o = dst + 256 * b;
+    for (int n = 0; n < 2; ++n) {
+      const __m256i l0 = ld256(w + 64 * n), l1 = ld256(w + 64 * n + 32),
+                    h = ld256(w + 128 + 32 * n);
+      auto hi2 = [&](int shift) {
+        return _mm256_slli_epi16(
+            _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(shift)), m3), 4);
+      };
+      st256(o + 128 * n, _mm256_or_si256(_mm256_and_si256(l0, m4), hi2(0)));
+      st256(o + 128 * n + 32, _mm256_or_si256(_mm256_and_si256(l1, m4), hi2(2)));
+      st256(o + 128 * n + 64,
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hi2(4)));
+      st256(o + 128 * n + 96,
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hi2(6)));
+    }
+  }
+}
+
 // Unpacks row i (of the tile) of type t at w into T.rows and the scale arrays.
 void unpack_row(dtype t, const uint8_t* w, int64_t K, int i, lane_tile& T) {
   uint8_t* dst = T.rows + size_t(i) * size_t(K);
-  const __m256i m4 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
   switch (t) {
     case dtype::q4_1:
     case dtype::q5_0:
-    case dtype::q5_1: {
-      // Unsigned values: nibbles (0..15), with the fifth bit for Q5 (0..31); f1 the minimum.
-      const bool five = t != dtype::q4_1, min = t != dtype::q5_0;
-      const size_t bb = dtype_block_bytes(t), qh_at = min ? 4 : 2, qs_at = five ? qh_at + 4 : 4;
-      for (int64_t b = 0; b < K / 32; ++b, w += bb) {
-        T.f0[b * kLanes + i] = f16x(w);
-        T.f1[b * kLanes + i] = min ? f16x(w + 2) : 0.0f;
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + qs_at));
-        __m256i v = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
-        if (five)
-          v = _mm256_or_si256(
-              v, _mm256_and_si256(x86::bits_to_bytes(w + qh_at), _mm256_set1_epi8(16)));
-        st256(dst + 32 * b, v);
-      }
-      break;
-    }
+    case dtype::q5_1:
+      return unpack_q4_1_q5(t, w, K, i, T, dst);
     case dtype::iq4_nl:
-    case dtype::iq4_xs: {
-      // The grid values as int8 (-127..113, never 0: the kernels take |w| times a with w's sign);
-      // f0 d; IQ4_XS: per 32 values its scale ls - 32 in T.sc.
-      const bool xs = t == dtype::iq4_xs;
-      const __m256i grid = _mm256_broadcastsi128_si256(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(k_iq4nl_values)));
-      auto values = [&](const uint8_t* qs, uint8_t* o) HWY_ATTR {
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-        st256(o, _mm256_shuffle_epi8(
-                     grid, _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4)));
-      };
-      if (!xs) {
-        for (int64_t b = 0; b < K / 32; ++b, w += 18) {
-          T.f0[b * kLanes + i] = f16x(w);
-          values(w + 2, dst + 32 * b);
-        }
-        break;
-      }
-      for (int64_t b = 0; b < K / 256; ++b, w += 136) {
-        T.f0[b * kLanes + i] = f16x(w);
-        for (int s = 0; s < 8; ++s) {
-          const int sc = iq4xs_scale(w, s) - 32;
-          T.sc[(b * 8 + s) * kLanes + i] = lane_scale(sc);
-          values(w + 8 + 16 * s, dst + 256 * b + 32 * s);
-        }
-      }
-      break;
-    }
+    case dtype::iq4_xs:
+      return unpack_iq4(t, w, K, i, T, dst);
     case dtype::q2_k:
-    case dtype::q3_k: {
-      // Unsigned values (Q2_K 0..3, Q3_K q + 4 = 0..7), 16 scales per block (Q3_K signed), and
-      // the pairs the 16-value activation sums meet: Q2_K's mins, Q3_K's scales (offset 4).
-      const bool three = t == dtype::q3_k;
-      const size_t bb = three ? 110 : 84;
-      const __m256i one = _mm256_set1_epi8(1);
-      for (int64_t b = 0; b < K / 256; ++b, w += bb) {
-        T.f0[b * kLanes + i] = f16x(three ? w + 108 : w + 80);
-        T.f1[b * kLanes + i] = three ? 0.0f : f16x(w + 82);
-        int16_t sc[16], pr[16];
-        for (int g = 0; g < 16; ++g) {
-          sc[g] = int16_t(three ? q3k_scale(w + 96, g) - 32 : (w[g] & 15));
-          pr[g] = three ? sc[g] : int16_t(w[g] >> 4);
-          T.sc[(b * 16 + g) * kLanes + i] = lane_scale(sc[g]);
-        }
-        for (int u = 0; u < 8; ++u)
-          T.pr[(b * 8 + u) * kLanes + i] =
-              int32_t(uint32_t(uint16_t(pr[2 * u])) | (uint32_t(uint16_t(pr[2 * u + 1])) << 16));
-        const uint8_t* qs = three ? w + 32 : w + 16;
-        const __m256i hm = three ? ld256(w) : _mm256_setzero_si256();
-        uint8_t* o = dst + 256 * b;
-        for (int hh = 0; hh < 2; ++hh) {
-          const __m256i l = ld256(qs + 32 * hh);
-          for (int s = 0; s < 4; ++s) {
-            __m256i q = _mm256_and_si256(_mm256_srl_epi16(l, _mm_cvtsi32_si128(2 * s)), m3);
-            if (three)
-              q = _mm256_or_si256(
-                  q, _mm256_slli_epi16(
-                         _mm256_and_si256(_mm256_srl_epi16(hm, _mm_cvtsi32_si128(4 * hh + s)), one),
-                         2));
-            st256(o + 128 * hh + 32 * s, q);
-          }
-        }
-      }
-      break;
-    }
-    case dtype::q8_0: {
-      const __m256i flip = _mm256_set1_epi8(char(0x80));
-      for (int64_t b = 0; b < K / 32; ++b, w += 34) {
-        T.f0[b * kLanes + i] = f16x(w);
-        st256(dst + 32 * b, _mm256_xor_si256(ld256(w + 2), flip));
-      }
-      break;
-    }
-    case dtype::q4_0: {
-      const __m128i m4x = _mm_set1_epi8(15);
-      for (int64_t b = 0; b < K / 32; ++b, w += 18) {
-        T.f0[b * kLanes + i] = f16x(w);
-        const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 2));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b), _mm_and_si128(raw, m4x));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 32 * b + 16),
-                         _mm_and_si128(_mm_srli_epi16(raw, 4), m4x));
-      }
-      break;
-    }
+    case dtype::q3_k:
+      return unpack_q2_k_q3_k(t, w, K, i, T, dst);
+    case dtype::q8_0:
+      return unpack_q8_0(w, K, i, T, dst);
+    case dtype::q4_0:
+      return unpack_q4_0(w, K, i, T, dst);
     case dtype::q4_k:
-    case dtype::q5_k: {
-      const bool five = t == dtype::q5_k;
-      const size_t bb = five ? 176 : 144;
-      const __m256i k16 = _mm256_set1_epi8(16);
-      for (int64_t b = 0; b < K / 256; ++b, w += bb) {
-        T.f0[b * kLanes + i] = f16x(w);
-        T.f1[b * kLanes + i] = f16x(w + 2);
-        for (int s = 0; s < 8; ++s) {
-          uint8_t sc, mn;
-          k_scale_min(w + 4, s, sc, mn);
-          T.sc[(b * 8 + s) * kLanes + i] = kVnni ? int32_t(sc) : int32_t(uint32_t(sc) * 0x10001u);
-          T.pr[(b * 8 + s) * kLanes + i] = int32_t(uint32_t(mn) | (uint32_t(mn) << 16));
-        }
-        const uint8_t* qs = five ? w + 48 : w + 16;
-        const __m256i hv = five ? ld256(w + 16) : _mm256_setzero_si256();
-        uint8_t* o = dst + 256 * b;
-        for (int c = 0; c < 4; ++c) {
-          const __m256i v = ld256(qs + 32 * c);
-          __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-          if (five) {
-            const __m256i b0 = _mm256_set1_epi8(char(1 << (2 * c))),
-                          b1 = _mm256_set1_epi8(char(1 << (2 * c + 1)));
-            lo = _mm256_or_si256(
-                lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b0), b0), k16));
-            hi = _mm256_or_si256(
-                hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, b1), b1), k16));
-          }
-          st256(o + 64 * c, lo);
-          st256(o + 64 * c + 32, hi);
-        }
-      }
-      break;
-    }
-    case dtype::q6_k: {
-      for (int64_t b = 0; b < K / 256; ++b, w += 210) {
-        const auto* scales = reinterpret_cast<const int8_t*>(w + 192);
-        T.f0[b * kLanes + i] = f16x(w + 208);
-        for (int s = 0; s < 16; ++s)
-          T.sc[(b * 16 + s) * kLanes + i] =
-              kVnni ? int32_t(scales[s]) : int32_t(uint32_t(uint16_t(scales[s])) * 0x10001u);
-        for (int u = 0; u < 8; ++u)
-          T.pr[(b * 8 + u) * kLanes + i] = int32_t(uint32_t(uint16_t(scales[2 * u])) |
-                                                   (uint32_t(uint16_t(scales[2 * u + 1])) << 16));
-        uint8_t* o = dst + 256 * b;
-        for (int n = 0; n < 2; ++n) {
-          const __m256i l0 = ld256(w + 64 * n), l1 = ld256(w + 64 * n + 32),
-                        h = ld256(w + 128 + 32 * n);
-          auto hi2 = [&](int shift) {
-            return _mm256_slli_epi16(
-                _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(shift)), m3), 4);
-          };
-          st256(o + 128 * n, _mm256_or_si256(_mm256_and_si256(l0, m4), hi2(0)));
-          st256(o + 128 * n + 32, _mm256_or_si256(_mm256_and_si256(l1, m4), hi2(2)));
-          st256(o + 128 * n + 64,
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), hi2(4)));
-          st256(o + 128 * n + 96,
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), hi2(6)));
-        }
-      }
-      break;
-    }
+    case dtype::q5_k:
+      return unpack_q4_k_q5_k(t, w, K, i, T, dst);
+    case dtype::q6_k:
+      return unpack_q6_k(w, K, i, T, dst);
     default:
       break;
   }
