@@ -46,6 +46,18 @@ std::string tag_error(int32_t rank, const std::string& e) {
   return e.empty() ? e : "rank " + std::to_string(rank) + ": " + e + "\n";
 }
 
+// Where each sequence's logits rows start: consecutive per sequence that asked for them (its last
+// 1 + num_draft are the ones sampled).
+std::vector<size_t> logit_first_rows(const std::vector<forward_seq>& batch) {
+  std::vector<size_t> first_row(batch.size(), 0);
+  for (size_t i = 0, row = 0; i < batch.size(); ++i) {
+    first_row[i] = row;
+    if (batch[i].want_logits)
+      row += size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens));
+  }
+  return first_row;
+}
+
 }  // namespace
 
 struct cpu_executor::tp_ranks {
@@ -378,6 +390,30 @@ result<step_result> cpu_executor::execute(const step_plan& plan) {
 
 result<step_result> cpu_executor::run_step(const step_plan& plan) {
   draft_q_.clear();
+  register_new_seqs(plan);
+  // Tensor parallel: every rank copies the blocks once the step is broadcast (run_forward).
+  if (!tp_)
+    if (auto r = copy_blocks(plan); !r) return r.err();
+  std::vector<std::vector<int32_t>> inputs(plan.seqs.size());
+  std::vector<forward_seq> batch(plan.seqs.size());
+  if (auto r = lay_out_step(plan, inputs, batch); !r) return r.err();
+  if (auto r = propose_drafts(batch, inputs, plan); !r) return r.err();
+  if (auto r = run_forward(plan, batch); !r) return r.err();
+  if (draft_)
+    for (size_t i = 0; i < plan.seqs.size(); ++i)
+      draft_->map.note_model(plan.seqs[i].seq_id, plan.seqs[i].block_table, plan.seqs[i].start_pos,
+                             inputs[i].data(), int32_t(inputs[i].size()));
+  const std::vector<size_t> first_row = logit_first_rows(batch);
+  score_prompt_positions(plan, batch, first_row);
+  step_result out = sample_step(plan, batch, inputs, first_row);
+  // Prompt logprobs ask for a row per prefill position (512 x 152k floats is 311 MB): such a
+  // buffer is handed back rather than kept for the decode steps, which need a row per sequence.
+  if (logits_.size() > size_t(256) * size_t(weights_.config.vocab_size))
+    std::vector<float>().swap(logits_);
+  return out;
+}
+
+void cpu_executor::register_new_seqs(const step_plan& plan) {
   for (const new_seq& ns : plan.new_seqs) {
     seqs_.erase(ns.seq_id);
     seq_state st{
@@ -390,18 +426,21 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
       st.prompt = ns.prompt_ids;
     seqs_.emplace(ns.seq_id, std::move(st));
   }
-  // Tensor parallel: every rank copies the blocks once the step is broadcast (run_forward).
-  if (!tp_)
-    for (auto [src, dst] : plan.block_copies) {
-      if (!cache_.copy_block(src, dst) || (draft_ && !draft_->cache.copy_block(src, dst)))
-        return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " +
-                                                  std::to_string(dst) + " outside the cache");
-      if (draft_) draft_->map.note_copy(src, dst);
-    }
+}
 
-  // Resolve k_token_from_last_step and lay out the forward batch.
-  std::vector<std::vector<int32_t>> inputs(plan.seqs.size());
-  std::vector<forward_seq> batch(plan.seqs.size());
+result<void> cpu_executor::copy_blocks(const step_plan& plan) {
+  for (auto [src, dst] : plan.block_copies) {
+    if (!cache_.copy_block(src, dst) || (draft_ && !draft_->cache.copy_block(src, dst)))
+      return make_error("invalid_argument", "block copy " + std::to_string(src) + " -> " +
+                                                std::to_string(dst) + " outside the cache");
+    if (draft_) draft_->map.note_copy(src, dst);
+  }
+  return {};
+}
+
+result<void> cpu_executor::lay_out_step(const step_plan& plan,
+                                        std::vector<std::vector<int32_t>>& inputs,
+                                        std::vector<forward_seq>& batch) {
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const scheduled_seq& s = plan.seqs[i];
     auto it = seqs_.find(s.seq_id);
@@ -439,42 +478,36 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
       batch[i].logit_rows = batch[i].num_tokens;
     }
   }
-  if (draft_) {
-    if (auto r = run_draft(batch, inputs, plan); !r) return r.err();
-  } else {
-    for (const auto& in : inputs)
-      if (std::find(in.begin(), in.end(), k_token_from_draft) != in.end())
-        return make_error("invalid_argument",
-                          "a plan asks for draft proposals, and there is no draft model");
-  }
-  if (auto r = run_forward(plan, batch); !r) return r.err();
-  if (draft_)
-    for (size_t i = 0; i < plan.seqs.size(); ++i)
-      draft_->map.note_model(plan.seqs[i].seq_id, plan.seqs[i].block_table, plan.seqs[i].start_pos,
-                             inputs[i].data(), int32_t(inputs[i].size()));
+  return {};
+}
 
-  // Logits rows: consecutive per sequence that asked for them, its last 1 + num_draft sampled.
-  std::vector<size_t> first_row(plan.seqs.size(), 0);
-  for (size_t i = 0, row = 0; i < plan.seqs.size(); ++i) {
-    first_row[i] = row;
-    if (batch[i].want_logits)
-      row += size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens));
-  }
-  const size_t vocab = size_t(weights_.config.vocab_size);
-  score_prompt_positions(plan, batch, first_row);
+result<void> cpu_executor::propose_drafts(const std::vector<forward_seq>& batch,
+                                          std::vector<std::vector<int32_t>>& inputs,
+                                          const step_plan& plan) {
+  if (draft_) return run_draft(batch, inputs, plan);
+  for (const auto& in : inputs)
+    if (std::find(in.begin(), in.end(), k_token_from_draft) != in.end())
+      return make_error("invalid_argument",
+                        "a plan asks for draft proposals, and there is no draft model");
+  return {};
+}
 
-  // Sampling: each row has its own state, so rows sample in parallel on the forward pass's pool.
-  // A sequence with proposals verifies them in order on its 1 + num_draft rows.
-  struct sampled {
-    seq_state* st;
-    const scheduled_seq* seq;
-    const std::vector<int32_t>* input;  // the tokens computed (proposals filled in)
-    const std::vector<std::vector<float>>*
-        draft_q;  // the draft's distributions (sampled draft proposals)
-    size_t first_row;
-    std::vector<seq_output> outs;
-  };
-  std::vector<sampled> rows;
+// A sequence of the step that samples: its state and slice, the tokens computed (proposals filled
+// in), the draft's distributions (sampled draft proposals), its first logits row to sample from,
+// and what it sampled.
+struct cpu_executor::sampled_seq {
+  seq_state* st;
+  const scheduled_seq* seq;
+  const std::vector<int32_t>* input;
+  const std::vector<std::vector<float>>* draft_q;
+  size_t first_row;
+  std::vector<seq_output> outs;
+};
+
+step_result cpu_executor::sample_step(const step_plan& plan, const std::vector<forward_seq>& batch,
+                                      const std::vector<std::vector<int32_t>>& inputs,
+                                      const std::vector<size_t>& first_row) {
+  std::vector<sampled_seq> rows;
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const scheduled_seq& s = plan.seqs[i];
     if (!s.sample) continue;
@@ -489,49 +522,48 @@ result<step_result> cpu_executor::run_step(const step_plan& plan) {
                     sampled_at,
                     {}});
   }
-  pool_.parallel_for(int64_t(rows.size()), [&](int64_t r) {
-    sampled& sm = rows[size_t(r)];
-    seq_state& st = *sm.st;
-    const scheduled_seq& s = *sm.seq;
-    const std::vector<int32_t>& in = *sm.input;
-    const size_t draft_at = in.size() - size_t(s.num_draft);
-    for (int32_t j = 0; j <= s.num_draft; ++j) {
-      std::span<const float> logits(logits_.data() + (sm.first_row + size_t(j)) * vocab, vocab);
-      bool accepted = false;
-      const std::vector<float>* q = nullptr;
-      if (j < s.num_draft && sm.draft_q != nullptr && size_t(j) < sm.draft_q->size())
-        q = &(*sm.draft_q)[size_t(j)];
-      sample_output so =
-          j >= s.num_draft ? sample_token(logits, st.sampling)
-          : q != nullptr
-              ? verify_token_q(logits, st.sampling, in[draft_at + size_t(j)], *q, accepted)
-              : verify_token(logits, st.sampling, in[draft_at + size_t(j)], accepted);
-      st.sampling.accept(so.token);
-      st.last_token = so.token;
-      seq_output o;
-      o.seq_id = s.seq_id;
-      o.token = so.token;
-      o.logprob = so.logprob;
-      o.top_logprobs = std::move(so.top_logprobs);
-      if (opts_.return_logits) o.logits.assign(logits.begin(), logits.end());
-      if (j == 0 && !st.prompt.empty()) {  // the first token: the prompt's entries go with it
-        o.prompt_logprobs = std::move(st.prompt_lps);
-        st.prompt.clear();
-        st.prompt_lps.clear();
-      }
-      sm.outs.push_back(std::move(o));
-      if (j < s.num_draft && !accepted) break;
-    }
-  });
+  // Each row has its own state, so rows sample in parallel on the forward pass's pool.
+  pool_.parallel_for(int64_t(rows.size()), [&](int64_t r) { sample_seq(rows[size_t(r)]); });
   step_result out;
   out.step_id = plan.step_id;
   out.outputs.reserve(rows.size());
-  for (sampled& sm : rows)
+  for (sampled_seq& sm : rows)
     for (seq_output& o : sm.outs) out.outputs.push_back(std::move(o));
-  // Prompt logprobs ask for a row per prefill position (512 x 152k floats is 311 MB): such a
-  // buffer is handed back rather than kept for the decode steps, which need a row per sequence.
-  if (logits_.size() > size_t(256) * vocab) std::vector<float>().swap(logits_);
   return out;
+}
+
+void cpu_executor::sample_seq(sampled_seq& sm) {
+  const size_t vocab = size_t(weights_.config.vocab_size);
+  seq_state& st = *sm.st;
+  const scheduled_seq& s = *sm.seq;
+  const std::vector<int32_t>& in = *sm.input;
+  const size_t draft_at = in.size() - size_t(s.num_draft);
+  for (int32_t j = 0; j <= s.num_draft; ++j) {
+    std::span<const float> logits(logits_.data() + (sm.first_row + size_t(j)) * vocab, vocab);
+    bool accepted = false;
+    const std::vector<float>* q = nullptr;
+    if (j < s.num_draft && sm.draft_q != nullptr && size_t(j) < sm.draft_q->size())
+      q = &(*sm.draft_q)[size_t(j)];
+    sample_output so =
+        j >= s.num_draft ? sample_token(logits, st.sampling)
+        : q != nullptr ? verify_token_q(logits, st.sampling, in[draft_at + size_t(j)], *q, accepted)
+                       : verify_token(logits, st.sampling, in[draft_at + size_t(j)], accepted);
+    st.sampling.accept(so.token);
+    st.last_token = so.token;
+    seq_output o;
+    o.seq_id = s.seq_id;
+    o.token = so.token;
+    o.logprob = so.logprob;
+    o.top_logprobs = std::move(so.top_logprobs);
+    if (opts_.return_logits) o.logits.assign(logits.begin(), logits.end());
+    if (j == 0 && !st.prompt.empty()) {  // the first token: the prompt's entries go with it
+      o.prompt_logprobs = std::move(st.prompt_lps);
+      st.prompt.clear();
+      st.prompt_lps.clear();
+    }
+    sm.outs.push_back(std::move(o));
+    if (j < s.num_draft && !accepted) break;
+  }
 }
 
 void cpu_executor::score_prompt_positions(const step_plan& plan,

@@ -114,6 +114,24 @@ class cpu_executor final : public executor {
   result<void> run_forward(const step_plan& plan, const std::vector<forward_seq>& batch);
   // The step without dropping `finished` (execute() drops them whatever the outcome).
   result<step_result> run_step(const step_plan& plan);
+  // The steps of run_step: sampling states for the plan's new sequences; its block copies (not
+  // tensor parallel: run_forward copies there); each sequence's input tokens (the placeholder
+  // k_token_from_last_step resolved) and forward_seq, checked; the draft model's proposals (or a
+  // refusal of proposals without a draft model); sampling (or verifying proposals) on every
+  // sequence that samples, in parallel.
+  void register_new_seqs(const step_plan& plan);
+  result<void> copy_blocks(const step_plan& plan);
+  result<void> lay_out_step(const step_plan& plan, std::vector<std::vector<int32_t>>& inputs,
+                            std::vector<forward_seq>& batch);
+  result<void> propose_drafts(const std::vector<forward_seq>& batch,
+                              std::vector<std::vector<int32_t>>& inputs, const step_plan& plan);
+  struct sampled_seq;
+  step_result sample_step(const step_plan& plan, const std::vector<forward_seq>& batch,
+                          const std::vector<std::vector<int32_t>>& inputs,
+                          const std::vector<size_t>& first_row);
+  // One sequence's 1 + num_draft rows: each proposal verified in order, then a token sampled
+  // after the last accepted one.
+  void sample_seq(sampled_seq& sm);
   // The draft model's share of a step. The draft computes only what its proposals need: for each
   // sequence it proposes for, the positions its cache lacks up to the proposals (caught up in one
   // pass from the tokens the model computed there), then each k_token_from_draft proposal, one

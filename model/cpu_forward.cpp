@@ -102,8 +102,23 @@ void cpu_forward::swiglu(const float* gu, int64_t rows, int64_t inter, float* ac
 // index order) before the residual add.
 result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total,
                                   clock_type::time_point& tp) {
-  const int64_t h = c_.hidden_size, ne = c_.num_experts, k = c_.num_experts_per_tok,
-                mi = moe_inter_;
+  route_tokens(L, total, tp);
+  const int64_t routed = total * c_.num_experts_per_tok;
+  group_routes(total);
+  profile_.other_s += seconds_since(tp);
+  run_experts(L, routed, tp);
+  const bool shared = L.shared_gate.rows > 0;
+  part_.resize(size_t(total * c_.hidden_size));
+  if (shared) shared_expert(L, total, routed, tp);
+  combine_experts(total, shared);
+  profile_.other_s += seconds_since(tp);
+  return add_to_residual(part_.data(), total, tp);
+}
+
+// Router logits of xn_'s rows, their softmax, and per token the top-k experts (topk_e_) and
+// weights (topk_w_).
+void cpu_forward::route_tokens(const layer_weights& L, int64_t total, clock_type::time_point& tp) {
+  const int64_t ne = c_.num_experts, k = c_.num_experts_per_tok;
   router_.resize(size_t(total * ne));
   matmul(xn_.data(), total, {{&L.router, 0}}, router_.data(), ne, false);
   profile_.gemm_s += seconds_since(tp);
@@ -133,8 +148,13 @@ result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total,
       for (int64_t i = 0; i < k; ++i) w[i] /= s;
     }
   });
-  // The routed rows expert by expert, each expert's in token order; then, per token, where its
-  // rows went (ascending: expert order).
+}
+
+// The routed rows expert by expert, each expert's in token order (route_first_, route_rows_,
+// route_w_); then, per token, where its rows went (token_routes_, ascending: expert order); and
+// the routed rows' inputs gathered from xn_ into xe_.
+void cpu_forward::group_routes(int64_t total) {
+  const int64_t h = c_.hidden_size, ne = c_.num_experts, k = c_.num_experts_per_tok;
   const int64_t routed = total * k;
   route_first_.assign(size_t(ne + 1), 0);
   for (int64_t i = 0; i < routed; ++i) ++route_first_[size_t(topk_e_[size_t(i)]) + 1];
@@ -142,74 +162,83 @@ result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total,
   route_rows_.resize(size_t(routed));
   route_w_.resize(size_t(routed));
   token_routes_.resize(size_t(routed));
-  {
-    std::vector<int64_t>& at = route_at_;
-    at.assign(route_first_.begin(), route_first_.end() - 1);
-    for (int64_t t = 0; t < total; ++t)
-      for (int64_t i = 0; i < k; ++i) {
-        const auto e = size_t(topk_e_[size_t(t * k + i)]);
-        route_rows_[size_t(at[e])] = int32_t(t);
-        route_w_[size_t(at[e]++)] = topk_w_[size_t(t * k + i)];
-      }
-    at.assign(size_t(total), 0);
-    for (int64_t r = 0; r < routed; ++r) {
-      const int32_t t = route_rows_[size_t(r)];
-      token_routes_[size_t(t * k + at[size_t(t)]++)] = int32_t(r);
+  std::vector<int64_t>& at = route_at_;
+  at.assign(route_first_.begin(), route_first_.end() - 1);
+  for (int64_t t = 0; t < total; ++t)
+    for (int64_t i = 0; i < k; ++i) {
+      const auto e = size_t(topk_e_[size_t(t * k + i)]);
+      route_rows_[size_t(at[e])] = int32_t(t);
+      route_w_[size_t(at[e]++)] = topk_w_[size_t(t * k + i)];
     }
+  at.assign(size_t(total), 0);
+  for (int64_t r = 0; r < routed; ++r) {
+    const int32_t t = route_rows_[size_t(r)];
+    token_routes_[size_t(t * k + at[size_t(t)]++)] = int32_t(r);
   }
   xe_.resize(size_t(routed * h));
   pool_.parallel_for(routed, [&](int64_t r) {
     std::copy_n(xn_.data() + route_rows_[size_t(r)] * h, h, xe_.data() + r * h);
   });
-  profile_.other_s += seconds_since(tp);
-  // Every routed expert's gate/up in one grouped product (its rows of xe_), the SwiGLU over all
-  // routed rows, and every down product in another: the pool splits the experts' weight rows
-  // between its threads as it does one layer's matrices.
+}
+
+// Fills expert_parts_ with the grouped product's parts (gate and up, or down) of every expert with
+// routed rows; returns their count.
+size_t cpu_forward::expert_parts(const layer_weights& L, bool down) {
+  expert_parts_.clear();
+  for (int64_t e = 0; e < c_.num_experts; ++e) {
+    const int64_t first = route_first_[size_t(e)], n = route_first_[size_t(e + 1)] - first;
+    if (n == 0) continue;
+    const layer_weights::expert& E = L.experts[size_t(e)];
+    if (down) {
+      expert_parts_.push_back({&E.down, 0, first, n});
+    } else {
+      profile_.expert_bytes += double(E.gate.bytes() + E.up.bytes() + E.down.bytes());
+      expert_parts_.push_back({&E.gate, 0, first, n});
+      expert_parts_.push_back({&E.up, moe_inter_, first, n});
+    }
+  }
+  return expert_parts_.size();
+}
+
+// Every routed expert's gate/up in one grouped product (its rows of xe_), the SwiGLU over all
+// routed rows, and every down product in another (into ye_): the pool splits the experts' weight
+// rows between its threads as it does one layer's matrices.
+void cpu_forward::run_experts(const layer_weights& L, int64_t routed, clock_type::time_point& tp) {
+  const int64_t h = c_.hidden_size, mi = moe_inter_;
   gu_.resize(size_t(routed * 2 * mi));
   act_.resize(size_t(routed * mi));
   ye_.resize(size_t(routed * h));
-  auto parts = [&](bool down) -> size_t {  // fills expert_parts_, returns their count
-    expert_parts_.clear();
-    for (int64_t e = 0; e < ne; ++e) {
-      const int64_t first = route_first_[size_t(e)], n = route_first_[size_t(e + 1)] - first;
-      if (n == 0) continue;
-      const layer_weights::expert& E = L.experts[size_t(e)];
-      if (down) {
-        expert_parts_.push_back({&E.down, 0, first, n});
-      } else {
-        profile_.expert_bytes += double(E.gate.bytes() + E.up.bytes() + E.down.bytes());
-        expert_parts_.push_back({&E.gate, 0, first, n});
-        expert_parts_.push_back({&E.up, mi, first, n});
-      }
-    }
-    return expert_parts_.size();
-  };
-  size_t n_parts = parts(false);
+  size_t n_parts = expert_parts(L, false);
   matmul(xe_.data(), routed, expert_parts_.data(), n_parts, gu_.data(), 2 * mi, false);
   profile_.gemm_s += seconds_since(tp);
   swiglu(gu_.data(), routed, mi, act_.data());
   profile_.other_s += seconds_since(tp);
-  n_parts = parts(true);
+  n_parts = expert_parts(L, true);
   matmul(act_.data(), routed, expert_parts_.data(), n_parts, ye_.data(), h, false);
   profile_.gemm_s += seconds_since(tp);
-  // Each token's outputs scaled by their weights and summed, experts in index order (then,
-  // Qwen2-MoE, the shared expert's output times sigmoid(shared_expert_gate . x) added).
-  part_.resize(size_t(total * h));
-  const bool shared = L.shared_gate.rows > 0;
-  if (shared) {
-    const int64_t si = shared_inter_;
-    shared_gate_.resize(size_t(total));
-    matmul(xn_.data(), total, {{&L.shared_gate, 0}}, shared_gate_.data(), 1, false);
-    gu_.resize(size_t(std::max(routed * 2 * mi, total * 2 * si)));
-    act_.resize(size_t(std::max(routed * mi, total * si)));
-    matmul(xn_.data(), total, {{&L.shared.gate, 0}, {&L.shared.up, si}}, gu_.data(), 2 * si, false);
-    profile_.gemm_s += seconds_since(tp);
-    swiglu(gu_.data(), total, si, act_.data());
-    profile_.other_s += seconds_since(tp);
-    // Into xe_ (routed >= total rows, free once the experts' inputs are multiplied).
-    matmul(act_.data(), total, {{&L.shared.down, 0}}, xe_.data(), h, false);
-    profile_.gemm_s += seconds_since(tp);
-  }
+}
+
+// Qwen2-MoE's shared expert over xn_'s rows, into xe_ (routed >= total rows, free once the
+// experts' inputs are multiplied), and its gate's logits into shared_gate_.
+void cpu_forward::shared_expert(const layer_weights& L, int64_t total, int64_t routed,
+                                clock_type::time_point& tp) {
+  const int64_t h = c_.hidden_size, mi = moe_inter_, si = shared_inter_;
+  shared_gate_.resize(size_t(total));
+  matmul(xn_.data(), total, {{&L.shared_gate, 0}}, shared_gate_.data(), 1, false);
+  gu_.resize(size_t(std::max(routed * 2 * mi, total * 2 * si)));
+  act_.resize(size_t(std::max(routed * mi, total * si)));
+  matmul(xn_.data(), total, {{&L.shared.gate, 0}, {&L.shared.up, si}}, gu_.data(), 2 * si, false);
+  profile_.gemm_s += seconds_since(tp);
+  swiglu(gu_.data(), total, si, act_.data());
+  profile_.other_s += seconds_since(tp);
+  matmul(act_.data(), total, {{&L.shared.down, 0}}, xe_.data(), h, false);
+  profile_.gemm_s += seconds_since(tp);
+}
+
+// Each token's expert outputs scaled by their weights and summed into part_, experts in index
+// order (then, with a shared expert, its output times sigmoid(shared_expert_gate . x) added).
+void cpu_forward::combine_experts(int64_t total, bool shared) {
+  const int64_t h = c_.hidden_size, k = c_.num_experts_per_tok;
   pool_.parallel_for(total, [&](int64_t t) {
     float* out = part_.data() + t * h;
     std::fill_n(out, h, 0.0f);
@@ -225,8 +254,6 @@ result<void> cpu_forward::moe_mlp(const layer_weights& L, int64_t total,
       for (int64_t j = 0; j < h; ++j) out[j] += g * y[j];
     }
   });
-  profile_.other_s += seconds_since(tp);
-  return add_to_residual(part_.data(), total, tp);
 }
 
 // Every rank's [rows, its vocabulary rows] block to rank 0, laid out there as [rows, vocab]. Each
@@ -559,11 +586,32 @@ void cpu_forward::attention(int32_t layer, const std::vector<forward_seq>& batch
 
 result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& cache, bool all_rows,
                               std::vector<float>& logits) {
-  const int64_t h = c_.hidden_size, d = c_.head_dim, nh = nh_, nkv = nkv_;
-  const int64_t inter = inter_, vocab = c_.vocab_size;
-  const int64_t qkv_n = (nh + 2 * nkv) * d;
+  auto total = lay_out_batch(batch, cache);
+  if (!total) return total.err();
+  if (*total == 0) {
+    logits.clear();
+    return {};
+  }
+  auto tp = clock_type::now();
+  embed_tokens(batch, *total);
+  plan_attention(batch);
+  profile_.other_s += seconds_since(tp);
+  for (int32_t l = 0; l < c_.num_hidden_layers; ++l) {
+    const layer_weights& L = w_.layers[size_t(l)];
+    if (auto r = attention_block(l, L, batch, cache, *total, tp); !r) return r;
+    rms_norm(x_.data(), L.post_norm.data(), xn_.data(), *total);
+    profile_.other_s += seconds_since(tp);
+    auto r = L.experts.empty() ? dense_mlp(L, *total, tp) : moe_mlp(L, *total, tp);
+    if (!r) return r;
+  }
+  return lm_head(batch, *total, all_rows, logits, tp);
+}
 
-  // Validate and lay out the batch: token t of the flattened batch has positions_[t], slots_[t].
+// Validates the batch and lays it out: token t of the flattened batch has positions_[t] and
+// slots_[t], sequence s starts at seq_offsets_[s]. Returns the number of tokens.
+result<int64_t> cpu_forward::lay_out_batch(const std::vector<forward_seq>& batch,
+                                           const kv_cache& cache) {
+  const int64_t vocab = c_.vocab_size;
   int64_t total = 0;
   seq_offsets_.assign(batch.size(), 0);
   positions_.clear();
@@ -593,80 +641,95 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     }
     total += fs.num_tokens;
   }
-  if (total == 0) {
-    logits.clear();
-    return {};
-  }
+  return total;
+}
 
-  auto tp = clock_type::now();
+// Sizes the activations for `total` tokens and writes their embeddings into x_.
+void cpu_forward::embed_tokens(const std::vector<forward_seq>& batch, int64_t total) {
+  const int64_t h = c_.hidden_size, d = c_.head_dim, nh = nh_, nkv = nkv_;
   x_.resize(size_t(total * h));
   xn_.resize(size_t(total * h));
-  qkv_.resize(size_t(total * qkv_n));
+  qkv_.resize(size_t(total * (nh + 2 * nkv) * d));
   attn_.resize(size_t(total * nh * d));
   if (tp_) part_.resize(size_t(total * h));
-  {
-    int64_t t = 0;
-    for (const auto& fs : batch)
-      for (int32_t i = 0; i < fs.num_tokens; ++i, ++t)
-        convert_to_f32(w_.embed.type, w_.embed.row(fs.tokens[i]), x_.data() + t * h, size_t(h));
-  }
-  plan_attention(batch);
+  int64_t t = 0;
+  for (const auto& fs : batch)
+    for (int32_t i = 0; i < fs.num_tokens; ++i, ++t)
+      convert_to_f32(w_.embed.type, w_.embed.row(fs.tokens[i]), x_.data() + t * h, size_t(h));
+}
+
+// Layer l's attention half: input norm, the q/k/v product (bias, q/k norms, RoPE), K/V into the
+// cache, attention, and the output projection added to the residual stream x_.
+result<void> cpu_forward::attention_block(int32_t l, const layer_weights& L,
+                                          const std::vector<forward_seq>& batch, kv_cache& cache,
+                                          int64_t total, clock_type::time_point& tp) {
+  const int64_t h = c_.hidden_size, d = c_.head_dim, nh = nh_, nkv = nkv_;
+  const int64_t qkv_n = (nh + 2 * nkv) * d;
+  rms_norm(x_.data(), L.input_norm.data(), xn_.data(), total);
   profile_.other_s += seconds_since(tp);
-
-  for (int32_t l = 0; l < c_.num_hidden_layers; ++l) {
-    const layer_weights& L = w_.layers[size_t(l)];
-    rms_norm(x_.data(), L.input_norm.data(), xn_.data(), total);
-    profile_.other_s += seconds_since(tp);
-    matmul(xn_.data(), total, {{&L.q, 0}, {&L.k, nh * d}, {&L.v, (nh + nkv) * d}}, qkv_.data(),
-           qkv_n, false);
-    profile_.gemm_s += seconds_since(tp);
-    if (!L.qkv_bias.empty())
-      pool_.parallel_for(total, [&](int64_t r) {
-        float* q = qkv_.data() + r * qkv_n;
-        for (int64_t j = 0; j < qkv_n; ++j) q[j] += L.qkv_bias[size_t(j)];
-      });
-    if (!L.q_norm.empty()) head_norm(qkv_.data(), total, L);
-    if (c_.rope_layers.empty() || c_.rope_layers[size_t(l)] != 0) rope(qkv_.data(), positions_);
-    profile_.other_s += seconds_since(tp);
-    for (int64_t r = 0; r < total; ++r) {
-      const float* q = qkv_.data() + r * qkv_n;
-      store_kv(cache.type(), q + nh * d, cache.k(l, slots_[size_t(r)]), size_t(nkv * d));
-      store_kv(cache.type(), q + (nh + nkv) * d, cache.v(l, slots_[size_t(r)]), size_t(nkv * d));
-    }
-    attention(l, batch, cache);
-    profile_.attention_s += seconds_since(tp);
-    if (auto r = residual_matmul(attn_.data(), total, L.o, tp); !r) return r;
-    if (!L.o_bias.empty())
-      for (int64_t r = 0; r < total; ++r)
-        for (int64_t j = 0; j < h; ++j) x_[size_t(r * h + j)] += L.o_bias[size_t(j)];
-
-    rms_norm(x_.data(), L.post_norm.data(), xn_.data(), total);
-    profile_.other_s += seconds_since(tp);
-    if (!L.experts.empty()) {
-      if (auto r = moe_mlp(L, total, tp); !r) return r;
-      continue;
-    }
-    gu_.resize(size_t(total * 2 * inter));
-    act_.resize(size_t(total * inter));
-    matmul(xn_.data(), total, {{&L.gate, 0}, {&L.up, inter}}, gu_.data(), 2 * inter, false);
-    profile_.gemm_s += seconds_since(tp);
-    swiglu(gu_.data(), total, inter, act_.data());
-    profile_.other_s += seconds_since(tp);
-    if (auto r = residual_matmul(act_.data(), total, L.down, tp); !r) return r;
+  matmul(xn_.data(), total, {{&L.q, 0}, {&L.k, nh * d}, {&L.v, (nh + nkv) * d}}, qkv_.data(), qkv_n,
+         false);
+  profile_.gemm_s += seconds_since(tp);
+  if (!L.qkv_bias.empty())
+    pool_.parallel_for(total, [&](int64_t r) {
+      float* q = qkv_.data() + r * qkv_n;
+      for (int64_t j = 0; j < qkv_n; ++j) q[j] += L.qkv_bias[size_t(j)];
+    });
+  if (!L.q_norm.empty()) head_norm(qkv_.data(), total, L);
+  if (c_.rope_layers.empty() || c_.rope_layers[size_t(l)] != 0) rope(qkv_.data(), positions_);
+  profile_.other_s += seconds_since(tp);
+  for (int64_t r = 0; r < total; ++r) {
+    const float* q = qkv_.data() + r * qkv_n;
+    store_kv(cache.type(), q + nh * d, cache.k(l, slots_[size_t(r)]), size_t(nkv * d));
+    store_kv(cache.type(), q + (nh + nkv) * d, cache.v(l, slots_[size_t(r)]), size_t(nkv * d));
   }
+  attention(l, batch, cache);
+  profile_.attention_s += seconds_since(tp);
+  if (auto r = residual_matmul(attn_.data(), total, L.o, tp); !r) return r;
+  if (!L.o_bias.empty())
+    for (int64_t r = 0; r < total; ++r)
+      for (int64_t j = 0; j < h; ++j) x_[size_t(r * h + j)] += L.o_bias[size_t(j)];
+  return {};
+}
 
-  // Final norm and LM head over the rows asked for.
+// A dense layer's MLP over xn_: gate/up, SwiGLU, down added to the residual stream.
+result<void> cpu_forward::dense_mlp(const layer_weights& L, int64_t total,
+                                    clock_type::time_point& tp) {
+  const int64_t inter = inter_;
+  gu_.resize(size_t(total * 2 * inter));
+  act_.resize(size_t(total * inter));
+  matmul(xn_.data(), total, {{&L.gate, 0}, {&L.up, inter}}, gu_.data(), 2 * inter, false);
+  profile_.gemm_s += seconds_since(tp);
+  swiglu(gu_.data(), total, inter, act_.data());
+  profile_.other_s += seconds_since(tp);
+  return residual_matmul(act_.data(), total, L.down, tp);
+}
+
+// The rows of the flattened batch whose logits are asked for: every row, or each sequence's last
+// logit_rows rows where it wants logits.
+std::vector<int64_t> cpu_forward::logit_rows(const std::vector<forward_seq>& batch, int64_t total,
+                                             bool all_rows) const {
   std::vector<int64_t> rows;
   if (all_rows) {
     for (int64_t t = 0; t < total; ++t) rows.push_back(t);
-  } else {
-    for (size_t s = 0; s < batch.size(); ++s)
-      if (batch[s].want_logits) {
-        const int32_t k = std::clamp(batch[s].logit_rows, 1, batch[s].num_tokens);
-        for (int32_t r = batch[s].num_tokens - k; r < batch[s].num_tokens; ++r)
-          rows.push_back(seq_offsets_[s] + r);
-      }
+    return rows;
   }
+  for (size_t s = 0; s < batch.size(); ++s)
+    if (batch[s].want_logits) {
+      const int32_t k = std::clamp(batch[s].logit_rows, 1, batch[s].num_tokens);
+      for (int32_t r = batch[s].num_tokens - k; r < batch[s].num_tokens; ++r)
+        rows.push_back(seq_offsets_[s] + r);
+    }
+  return rows;
+}
+
+// Final norm and LM head over the rows asked for (tensor parallel: each rank's vocabulary rows,
+// gathered on rank 0).
+result<void> cpu_forward::lm_head(const std::vector<forward_seq>& batch, int64_t total,
+                                  bool all_rows, std::vector<float>& logits,
+                                  clock_type::time_point& tp) {
+  const int64_t h = c_.hidden_size, vocab = c_.vocab_size;
+  const std::vector<int64_t> rows = logit_rows(batch, total, all_rows);
   ++profile_.steps;
   if (rows.empty()) {
     logits.clear();

@@ -115,9 +115,34 @@ class cpu_forward {
   result<void> add_to_residual(float* y, int64_t rows, std::chrono::steady_clock::time_point& tp);
   // SwiGLU: act[r] = SiLU(gu[r][0, I)) * gu[r][I, 2I) for rows r.
   void swiglu(const float* gu, int64_t rows, int64_t inter, float* act);
-  // A mixture-of-experts layer's MLP over xn_ (total rows), added to the residual stream.
+  // The steps of run(): batch layout and checks, embeddings, each layer's attention half and MLP
+  // (dense or mixture of experts), and the LM head. Those taking `tp` add their phases' time to
+  // the profile from `tp` on.
+  result<int64_t> lay_out_batch(const std::vector<forward_seq>& batch, const kv_cache& cache);
+  void embed_tokens(const std::vector<forward_seq>& batch, int64_t total);
+  result<void> attention_block(int32_t layer, const layer_weights& L,
+                               const std::vector<forward_seq>& batch, kv_cache& cache,
+                               int64_t total, std::chrono::steady_clock::time_point& tp);
+  result<void> dense_mlp(const layer_weights& L, int64_t total,
+                         std::chrono::steady_clock::time_point& tp);
+  std::vector<int64_t> logit_rows(const std::vector<forward_seq>& batch, int64_t total,
+                                  bool all_rows) const;
+  result<void> lm_head(const std::vector<forward_seq>& batch, int64_t total, bool all_rows,
+                       std::vector<float>& logits, std::chrono::steady_clock::time_point& tp);
+  // A mixture-of-experts layer's MLP over xn_ (total rows), added to the residual stream; its
+  // steps: routing, grouping the routed rows by expert, the experts' grouped products, the shared
+  // expert, and the weighted sum per token.
   result<void> moe_mlp(const layer_weights& L, int64_t total,
                        std::chrono::steady_clock::time_point& tp);
+  void route_tokens(const layer_weights& L, int64_t total,
+                    std::chrono::steady_clock::time_point& tp);
+  void group_routes(int64_t total);
+  size_t expert_parts(const layer_weights& L, bool down);
+  void run_experts(const layer_weights& L, int64_t routed,
+                   std::chrono::steady_clock::time_point& tp);
+  void shared_expert(const layer_weights& L, int64_t total, int64_t routed,
+                     std::chrono::steady_clock::time_point& tp);
+  void combine_experts(int64_t total, bool shared);
 
   const model_weights& w_;
   const model_config& c_;
