@@ -85,7 +85,8 @@ class executor_actor {
   std::deque<in_flight> in_flight_;  // launched, not collected, in launch order
   std::vector<step_allocation> allocations_;  // not yet returned to the scheduler
   failed_sequences failed_;                   // seen at collect, applied to later launches
-  std::deque<step_done> backlog_;             // sends waiting for room in the scheduler's mailbox
+  held_block_tables tables_;       // every sequence's block table, from the plans' changes
+  std::deque<step_done> backlog_;  // sends waiting for room in the scheduler's mailbox
   bool delivering_ = false;
   // False once the behavior is gone: completions and deliveries still queued on the thread then
   // touch nothing.

@@ -117,18 +117,29 @@ class small_vector {
     resize(n, value);
   }
   template <class It>
+  requires std::input_iterator<It>
   void assign(It first, It last) {
     size_ = 0;
     insert(end(), first, last);
   }
   template <class It>
-  iterator insert(const_iterator pos, It first, It last) {
+  requires std::input_iterator<It> iterator insert(const_iterator pos, It first, It last) {
     const size_type at = static_cast<size_type>(pos - begin());
     const auto n = static_cast<size_type>(std::distance(first, last));
     if (size_ + n > capacity()) reserve(std::max(size_ + n, 2 * capacity()));
     T* d = data();
     if (at < size_) std::memmove(d + at + n, d + at, (size_ - at) * sizeof(T));
     std::copy(first, last, d + at);
+    size_ += n;
+    return d + at;
+  }
+  iterator insert(const_iterator pos, size_type n, const T& value) {
+    const T copy = value;
+    const size_type at = static_cast<size_type>(pos - begin());
+    if (size_ + n > capacity()) reserve(std::max(size_ + n, 2 * capacity()));
+    T* d = data();
+    if (at < size_) std::memmove(d + at + n, d + at, (size_ - at) * sizeof(T));
+    std::fill(d + at, d + at + n, copy);
     size_ += n;
     return d + at;
   }
