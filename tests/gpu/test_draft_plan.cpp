@@ -47,7 +47,7 @@ TEST_CASE(
   plan.seqs.push_back(seq(3, {50, 51, 52}, 0, {5}, false));     // a prompt chunk: warms the draft
   plan.seqs.push_back(seq(4, {60, D}, 3, t4, true, 1));         // proposes 1
   std::vector<std::vector<int32_t>> inputs;
-  for (const auto& s : plan.seqs) inputs.push_back(s.tokens);
+  for (const auto& s : plan.seqs) inputs.push_back(s.tokens.to_vector());
 
   auto r = gpu::plan_draft(plan, inputs, map, 100, 4, 64);
   REQUIRE(r.ok());
@@ -109,7 +109,7 @@ TEST_CASE("plan_draft: pass 0 split at the token budget keeps each sequence's ch
   plan.seqs.push_back(seq(1, long_prompt, 0, {0, 1, 2}, false));
   plan.seqs.push_back(seq(2, {5, 6, 7, D, D}, 0, {3, 4}, true, 2));
   std::vector<std::vector<int32_t>> inputs;
-  for (const auto& s : plan.seqs) inputs.push_back(s.tokens);
+  for (const auto& s : plan.seqs) inputs.push_back(s.tokens.to_vector());
   auto r = gpu::plan_draft(plan, inputs, map, 0, 2, 4);
   REQUIRE(r.ok());
   // 13 tokens of pass 0 over passes of 4: [1:0-3] [1:4-7] [1:8-9, 2:0-1] [2:2], then 2 proposal
@@ -141,14 +141,14 @@ TEST_CASE("plan_draft: proposals that are not a sequence's last num_draft tokens
   draft_kv_map map(4, 4);
   step_plan plan;
   plan.seqs.push_back(seq(1, {5, D, 6}, 0, {0}, true, 1));
-  std::vector<std::vector<int32_t>> inputs{plan.seqs[0].tokens};
+  std::vector<std::vector<int32_t>> inputs{plan.seqs[0].tokens.to_vector()};
   CHECK_FALSE(gpu::plan_draft(plan, inputs, map, 0, 4, 64).ok());
   plan.seqs[0] = seq(1, {5, D, D}, 0, {0}, true, 2);
-  inputs = {plan.seqs[0].tokens};
+  inputs = {plan.seqs[0].tokens.to_vector()};
   CHECK_FALSE(gpu::plan_draft(plan, inputs, map, 0, 1, 64).ok());  // more than k
   CHECK(gpu::plan_draft(plan, inputs, map, 0, 2, 64).ok());
   // A position before this step whose token was never recorded cannot be caught up.
   plan.seqs[0] = seq(1, {5, D}, 2, {0}, true, 1);
-  inputs = {plan.seqs[0].tokens};
+  inputs = {plan.seqs[0].tokens.to_vector()};
   CHECK_FALSE(gpu::plan_draft(plan, inputs, map, 0, 2, 64).ok());
 }
