@@ -15,9 +15,11 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <memory>
 #include <span>
-#include <unordered_map>
 #include <vector>
+
+#include "base/id_map.hpp"
 
 namespace coserve::actors {
 
@@ -89,10 +91,17 @@ class block_pool {
     int32_t ref = 0;
     bool cached = false;  // registered in index_
     uint64_t hash = 0, parent = 0;
-    std::vector<int32_t> tokens;
     std::list<int32_t>::iterator lru;  // valid when cached && ref == 0
   };
   void uncache(int32_t id);
+  // The index's key for `hash`: id_map keys are non-zero, so a hash of 0 (possible with an injected
+  // hash function) shares key 1 — a key collision, caught like a hash collision by the token check.
+  static uint64_t index_key(uint64_t hash) noexcept { return hash == 0 ? 1 : hash; }
+  // The tokens a cached block holds: block_size_ entries from id * block_size_.
+  std::span<int32_t> tokens_of(int32_t id) noexcept {
+    return {tokens_.get() + static_cast<ptrdiff_t>(id) * block_size_,
+            static_cast<size_t>(block_size_)};
+  }
 
   int32_t block_size_;
   bool prefix_caching_;
@@ -100,7 +109,10 @@ class block_pool {
   std::vector<block> blocks_;
   std::vector<int32_t> plain_free_;  // LIFO stack of uncached free blocks
   std::list<int32_t> evictable_;     // cached free blocks, least recently freed first
-  std::unordered_map<uint64_t, int32_t> index_;
+  // Cached blocks' tokens, one block_size_ run per block; allocated without initialising, so the
+  // pages of blocks never registered are never touched. Empty without prefix caching.
+  std::unique_ptr<int32_t[]> tokens_;
+  id_map<int32_t> index_;  // index_key(hash) -> cached block
   int64_t queries_ = 0, hits_ = 0;
 };
 

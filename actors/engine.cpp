@@ -222,9 +222,9 @@ class engine_impl final : public engine {
     o.mailbox_capacity = capacity;
     o.on_failure = restartable ? rt::restart_policy::restart : rt::restart_policy::stop;
     o.dedicated_thread = dedicated;
-    o.on_stopped = [this](const std::string& name, const std::string& why) {
-      std::fprintf(stderr, "coserve engine: actor '%s' stopped: %s\n", name.c_str(), why.c_str());
-      fail_engine("actor '" + name + "' stopped: " + why);
+    o.on_stopped = [this](const std::string& actor, const std::string& why) {
+      std::fprintf(stderr, "coserve engine: actor '%s' stopped: %s\n", actor.c_str(), why.c_str());
+      fail_engine("actor '" + actor + "' stopped: " + why);
     };
     return o;
   }

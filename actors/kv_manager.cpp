@@ -18,6 +18,7 @@ const std::vector<int32_t>* kv_manager::block_table(seq_id_t id) const {
 }
 
 void kv_manager::free_table(seq_kv& s) {
+  register_full_blocks(s);  // its queued blocks enter the cache before they are freed
   // Reverse order: a sequence's tail blocks become the most recently freed, so the prefix head —
   // the part other requests are likeliest to share — is evicted last.
   for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.free(*it);
@@ -56,7 +57,28 @@ void kv_manager::commit(const std::vector<step_write>& writes) {
     if (found == nullptr || found->generation != w.generation) continue;  // released since
     seq_kv& s = *found;
     s.num_committed = std::max(s.num_committed, std::min(w.end, s.num_computed));
-    register_full_blocks(s);
+    if (pool_.prefix_caching() && full_blocks_committed(s) > s.num_hashed)
+      to_register_.push_back({w.id, s.generation});
+  }
+}
+
+void kv_manager::register_queued(int32_t budget) {
+  while (budget > 0 && to_register_head_ < to_register_.size()) {
+    const to_register& r = to_register_[to_register_head_];
+    seq_kv* s = seqs_.find(r.id);
+    if (s != nullptr && s->generation == r.generation) {
+      budget -= register_full_blocks(*s, budget);
+      if (full_blocks_committed(*s) > s->num_hashed) break;  // budget spent inside this one
+    }
+    ++to_register_head_;
+  }
+  if (to_register_head_ == to_register_.size()) {
+    to_register_.clear();
+    to_register_head_ = 0;
+  } else if (to_register_head_ > 1024 && 2 * to_register_head_ > to_register_.size()) {
+    to_register_.erase(to_register_.begin(),
+                       to_register_.begin() + static_cast<ptrdiff_t>(to_register_head_));
+    to_register_head_ = 0;
   }
 }
 
@@ -97,6 +119,7 @@ void kv_manager::fork(draft_fork& f) {
 
 int32_t kv_manager::lookup_prefix(seq_kv& s) {
   if (!pool_.prefix_caching()) return 0;
+  register_queued(INT32_MAX);  // every committed block findable, as if registered at commit
   // Prompt logprobs need every prompt position computed (vLLM skips the cache for them too); the
   // sequence's blocks still enter the cache for others.
   if (s.announce && s.announce->params.prompt_logprobs >= 0) return 0;
@@ -147,10 +170,12 @@ void kv_manager::grow(seq_kv& s, int32_t n, step_plan& plan) {
     s.table.push_back(pool_.allocate());
 }
 
-void kv_manager::register_full_blocks(seq_kv& s) {
-  if (!pool_.prefix_caching()) return;
+int32_t kv_manager::register_full_blocks(seq_kv& s, int32_t budget) {
+  if (!pool_.prefix_caching()) return 0;
   const int32_t bs = pool_.block_size();
-  const int32_t limit = std::min(s.num_committed, static_cast<int32_t>(s.tokens.size())) / bs;
+  const int32_t full = full_blocks_committed(s);
+  const int32_t limit = budget >= full - s.num_hashed ? full : s.num_hashed + budget;
+  const int32_t first = s.num_hashed;
   while (s.num_hashed < limit) {
     const int32_t i = s.num_hashed;
     std::span<const int32_t> block(s.tokens.data() + static_cast<ptrdiff_t>(i) * bs,
@@ -160,6 +185,7 @@ void kv_manager::register_full_blocks(seq_kv& s) {
     s.last_hash = h;
     ++s.num_hashed;
   }
+  return s.num_hashed - first;
 }
 
 void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens, int32_t cached,
@@ -193,7 +219,9 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
   alloc.seqs.push_back({id, s.num_computed, n, cached});
   s.num_computed += n;
   out.sample = s.num_computed == num_tokens;
-  register_full_blocks(s);  // blocks earlier steps committed whose tokens are known only now
+  // Blocks earlier steps committed whose tokens are known only now: queued like a commit's.
+  if (pool_.prefix_caching() && full_blocks_committed(s) > s.num_hashed)
+    to_register_.push_back({id, s.generation});
   writes_->push_back({id, s.generation, s.num_computed});
   plan.seqs.push_back(std::move(out));
 }
@@ -216,6 +244,8 @@ void kv_manager::apply(const std::vector<kv_op>& ops) {
 
 std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
   apply(draft.ops);
+  const size_t queued = to_register_.size() - to_register_head_;
+  register_queued(std::max(k_register_per_step, static_cast<int32_t>(queued / 8)));
   step_plan plan;
   step_allocation alloc;
   plan.step_id = alloc.step_id = draft.step_id;

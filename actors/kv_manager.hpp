@@ -14,10 +14,18 @@
 // A full block enters the prefix cache only once the step that filled it has succeeded
 // (step_outcome(id, true)): until then another request could read K/V that a failing step never
 // wrote. A failed step's blocks stay with their sequences, uncached, until they are released.
+// Registering (hashing a block, indexing it) is paced: a successful step queues its sequences'
+// newly committed full blocks, and each resolve() registers up to k_register_per_step blocks (or
+// an eighth of the queued entries' count when that is more), so the block boundary that many
+// decoding sequences cross on the same step is spread over the next steps instead of landing on
+// one. The queue is drained whole before a prefix lookup and a sequence's own entries before its
+// blocks are freed, so what a lookup or a later request finds is the same as registering at once.
 //
 // Threads: none. Owned by the KV allocator actor (or by batch_planner in single-threaded use).
 #pragma once
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -84,7 +92,14 @@ class kv_manager {
   int32_t lookup_prefix(seq_kv& s);
   int32_t blocks_needed(const seq_kv& s, int32_t n) const;
   void grow(seq_kv& s, int32_t n, step_plan& plan);
-  void register_full_blocks(seq_kv& s);
+  // Leading full blocks whose K/V is committed and whose tokens are known.
+  int32_t full_blocks_committed(const seq_kv& s) const {
+    return std::min(s.num_committed, static_cast<int32_t>(s.tokens.size())) / pool_.block_size();
+  }
+  // Registers s's committed full blocks not yet registered, at most `budget`; returns how many.
+  int32_t register_full_blocks(seq_kv& s, int32_t budget = INT32_MAX);
+  // Registers queued blocks (to_register_), at most `budget`.
+  void register_queued(int32_t budget);
   void schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens, int32_t cached,
                 std::span<const int32_t> proposals, step_plan& plan, step_allocation& alloc);
 
@@ -110,6 +125,16 @@ class kv_manager {
   std::vector<std::vector<step_write>> spare_;
   std::vector<step_write>* writes_ = nullptr;  // the step being resolved (null outside resolve)
   uint64_t next_generation_ = 1;
+  // Sequences whose committed full blocks wait to be registered (a successful step's writes), in
+  // commit order from to_register_head_; an entry of a sequence released (or reborn) since is
+  // skipped by its generation.
+  struct to_register {
+    seq_id_t id;
+    uint64_t generation;
+  };
+  std::vector<to_register> to_register_;
+  size_t to_register_head_ = 0;
+  static constexpr int32_t k_register_per_step = 32;
 };
 
 }  // namespace coserve::actors

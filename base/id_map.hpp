@@ -9,6 +9,7 @@
 // Threads: none (a value).
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
@@ -87,7 +88,21 @@ class id_map {
   }
   void clear() {
     slots_.assign(k_min_capacity, entry{});
+    shift_ = 64 - 4;
     size_ = 0;
+  }
+  // Room for `n` entries without growing (the table doubles until n fits at 1/2 load).
+  void reserve(size_t n) {
+    size_t cap = slots_.size();
+    while (2 * n > cap) cap *= 2;
+    if (cap == slots_.size()) return;
+    std::vector<entry> old = std::move(slots_);
+    slots_.clear();
+    slots_.resize(cap);
+    shift_ = 64 - std::countr_zero(cap);
+    size_ = 0;
+    for (entry& e : old)
+      if (e.key != 0) emplace(e.key, std::move(e.value));
   }
 
  private:

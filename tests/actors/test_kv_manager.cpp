@@ -340,3 +340,50 @@ TEST_CASE("kv_manager: block tables go out as changes, which held_block_tables e
   bad.seqs.push_back(scheduled_seq{.seq_id = 99, .tokens = {1}, .start_pos = 0, .table_kept = 3});
   CHECK_THROWS_AS(held.expand(bad), std::logic_error);
 }
+
+TEST_CASE("kv_manager: blocks many sequences fill on one step are registered over the next steps, "
+          "and a lookup or a release still finds every one",
+          "[actors][kv]") {
+  kv_manager kv({.num_blocks = 256, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  constexpr int32_t n = 100;
+  auto prompt_of = [](int32_t i) {
+    std::vector<int32_t> p;
+    for (int32_t k = 0; k < 8; ++k) p.push_back(1000 * (i + 1) + k);  // two full blocks each
+    return p;
+  };
+  step_draft d;
+  d.step_id = 1;
+  for (int32_t i = 0; i < n; ++i)
+    d.entries.push_back(admit(d, static_cast<seq_id_t>(i + 1), prompt_of(i), 8));
+  auto first = kv.resolve(std::move(d));
+  REQUIRE(first.second.seqs.size() == n);
+  auto cached_blocks = [&] {
+    int32_t c = 0;
+    for (int32_t i = 0; i < n; ++i)
+      if (const auto* t = kv.block_table(static_cast<seq_id_t>(i + 1)))
+        for (int32_t b : *t) c += kv.pool().is_cached(b) ? 1 : 0;
+    return c;
+  };
+  kv.step_outcome(1, true);
+  CHECK(cached_blocks() == 0);  // queued, not yet registered
+  step_draft idle;
+  idle.step_id = 2;
+  kv.resolve(std::move(idle));
+  const int32_t after_one = cached_blocks();
+  CHECK(after_one >= 32);
+  CHECK(after_one < 2 * n);  // paced: not all on one step
+  // Releasing a sequence registers its queued blocks first: they stay findable as cached-free.
+  kv.release(static_cast<seq_id_t>(n));
+  CHECK(kv.pool().num_cached_free() == 2);
+  // A new request sharing sequence n-1's prompt finds both of its blocks: the lookup drains the
+  // queue first.
+  step_draft again;
+  again.step_id = 3;
+  std::vector<int32_t> p = prompt_of(n - 2);
+  p.push_back(7);
+  again.entries.push_back(admit(again, 1000, p, 9));
+  auto [plan, alloc] = kv.resolve(std::move(again));
+  REQUIRE(alloc.seqs.size() == 1);
+  CHECK(alloc.seqs[0].cached_tokens == 8);
+  CHECK(cached_blocks() == 2 * (n - 1));
+}

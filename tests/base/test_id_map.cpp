@@ -54,3 +54,19 @@ TEST_CASE("id_map: random operations give what std::unordered_map gives", "[base
   CHECK(m.contains(7));
   CHECK_FALSE(m.contains(8));
 }
+
+TEST_CASE("id_map keeps its entries through reserve and works again after clear") {
+  id_map<int> m;
+  for (uint64_t k = 1; k <= 100; ++k) m.emplace(k * 977, static_cast<int>(k));
+  m.reserve(5000);
+  REQUIRE(m.size() == 100);
+  for (uint64_t k = 1; k <= 100; ++k) REQUIRE(*m.find(k * 977) == static_cast<int>(k));
+  m.reserve(10);  // never shrinks
+  CHECK(*m.find(977) == 1);
+  m.clear();  // back to the smallest table: every key must land inside it
+  CHECK(m.empty());
+  CHECK_FALSE(m.contains(977));
+  for (uint64_t k = 1; k <= 40; ++k) m.emplace(k * 31337, static_cast<int>(k));
+  for (uint64_t k = 1; k <= 40; ++k) REQUIRE(*m.find(k * 31337) == static_cast<int>(k));
+  CHECK(m.size() == 40);
+}
