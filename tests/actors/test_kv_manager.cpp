@@ -341,9 +341,10 @@ TEST_CASE("kv_manager: block tables go out as changes, which held_block_tables e
   CHECK_THROWS_AS(held.expand(bad), std::logic_error);
 }
 
-TEST_CASE("kv_manager: blocks many sequences fill on one step are registered over the next steps, "
-          "and a lookup or a release still finds every one",
-          "[actors][kv]") {
+TEST_CASE(
+    "kv_manager: blocks many sequences fill on one step are registered over the next steps, "
+    "and a lookup or a release still finds every one",
+    "[actors][kv]") {
   kv_manager kv({.num_blocks = 256, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
   constexpr int32_t n = 100;
   auto prompt_of = [](int32_t i) {
