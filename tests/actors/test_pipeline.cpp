@@ -280,20 +280,20 @@ TEST_CASE("pipeline: a decode step's messages are kv_step, run_step, step_done a
   INFO(counts << steps << " steps");
   // The request's arrival (add_request, open_stream) carries its id: not counted here. Nothing but
   // these four crosses a mailbox for a step; besides one of each per step come the first step's
-  // allocation, the last step's releases and drops, and an allocation returned on its own when a
-  // plan reached the executor after the step before it had ended.
-  size_t total = 0;
+  // allocation, the last step's releases and drops, and — for a plan that reached the executor
+  // with no step running — its allocation returned at once in a step_done of its own (at most one
+  // per plan: how many depends on how far the scheduler keeps ahead, i.e. on the machine's load).
   for (const auto& [key, n] : handled) {
     CAPTURE(key, n, steps);
     const bool per_step = key == "kv_allocator/kv_step" || key == "executor/run_step" ||
                           key == "scheduler/step_done" || key == "streamer/token_batch";
     CHECK(per_step);
-    total += n;
   }
+  const size_t plans = handled["executor/run_step"];
   CHECK(handled["streamer/token_batch"] == 48);
   CHECK(handled["kv_allocator/kv_step"] <= steps + 2);
-  CHECK(handled["executor/run_step"] <= steps + 2);
-  CHECK(total <= 4 * steps + steps / 4 + 6);
+  CHECK(plans <= steps + 2);
+  CHECK(handled["scheduler/step_done"] <= steps + plans);
 }
 
 TEST_CASE("pipeline: CPU KV cache sized from memory", "[actors][pipeline]") {
