@@ -7,6 +7,12 @@ find_path(ASIO_INCLUDE_DIR asio.hpp REQUIRED)
 add_library(coserve_asio INTERFACE)
 target_include_directories(coserve_asio SYSTEM INTERFACE ${ASIO_INCLUDE_DIR})
 target_compile_definitions(coserve_asio INTERFACE ASIO_STANDALONE ASIO_NO_DEPRECATED)
+# Asio decides between std::aligned_alloc/free and operator new/delete for its recycled handler
+# memory by _GLIBCXX_HAVE_ALIGNED_ALLOC, which is defined only once a standard header has been
+# included: a file whose first include is an Asio header would compile the other pair, and the
+# inline functions of two files then disagree (ASan: alloc-dealloc-mismatch). Every supported
+# toolchain (glibc, libstdc++, C++20) has aligned_alloc: say so for every file.
+target_compile_definitions(coserve_asio INTERFACE ASIO_HAS_STD_ALIGNED_ALLOC=1)
 # Asio 1.22 enables co_await under clang only with <experimental/coroutine> (libc++); clang with
 # libstdc++ has <coroutine>, which Asio then uses.
 target_compile_definitions(coserve_asio INTERFACE $<$<CXX_COMPILER_ID:Clang>:ASIO_HAS_CO_AWAIT=1>)
