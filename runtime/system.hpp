@@ -60,10 +60,17 @@ class supervisor {
   supervisor(const supervisor&) = delete;
   supervisor& operator=(const supervisor&) = delete;
 
-  // Constructs B(args...) now, and again on each restart (args are kept by value).
+  // Constructs B(args...) now, and again on each restart (args are kept by value). An aggregate B
+  // without such a constructor is brace-initialised, B{args...} (compilers without C++20's
+  // parenthesised aggregate initialisation, such as clang before 16, need that).
   template <class B, class... Args>
   actor_ref<B> spawn(spawn_options opts, Args... args) {
-    return spawn_factory<B>(std::move(opts), [args...] { return std::make_unique<B>(args...); });
+    return spawn_factory<B>(std::move(opts), [args...]() -> std::unique_ptr<B> {
+      if constexpr (std::is_constructible_v<B, const Args&...>)
+        return std::make_unique<B>(args...);
+      else
+        return std::unique_ptr<B>(new B{args...});
+    });
   }
 
   // For behaviors built from move-only parts: `make` runs at spawn and on each restart.
