@@ -8,6 +8,7 @@ model's tokenizer is GPT-2's), and Q8_0 / Q4_0 blocks from gguf-py's quantizer (
 ggml's reference quantizer; Q4_1 / Q5_0 / Q5_1 as well). tests/bench/vs_llamacpp.py runs llama.cpp's converter and quantizer
 themselves on the same model.
 """
+import functools
 import json
 import math
 import subprocess
@@ -64,11 +65,20 @@ def string_array(field):
     return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
 
 
+@functools.lru_cache(maxsize=1)
+def gpt2_vocab():
+    """llama.cpp's GPT-2 vocabulary file as (tokens, token types, merges), read once per process:
+    reading it took most of each write_gguf call."""
+    f = gguf.GGUFReader(str(vocab_dir() / "ggml-vocab-gpt-2.gguf")).fields
+    return (string_array(f["tokenizer.ggml.tokens"]),
+            [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data],
+            string_array(f["tokenizer.ggml.merges"]))
+
+
 def write_gguf(model_dir, out, qtype, dequantized=False):
     """dequantized: the matrices as F32 holding the quantized values (the same weights as the
     quantized file, without quantizing the activations)."""
     cfg = json.loads((model_dir / "config.json").read_text())
-    vocab = gguf.GGUFReader(str(vocab_dir() / "ggml-vocab-gpt-2.gguf"))
     t = read_safetensors(model_dir / "model.safetensors", as_f32=True)
     own_arch = cfg["model_type"] in ("qwen2", "qwen3", "phi3", "qwen2_moe", "qwen3_moe")
     fused = cfg["model_type"] == "phi3"  # attn_qkv, and ffn_up holding gate then up (Phi3MiniModel)
@@ -104,12 +114,12 @@ def write_gguf(model_dir, out, qtype, dequantized=False):
         w.add_key_length(head_dim)
         w.add_value_length(head_dim)
     w.add_vocab_size(cfg["vocab_size"])
-    f = vocab.fields
+    tokens, token_types, merges = gpt2_vocab()
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre("gpt-2")
-    w.add_token_list(string_array(f["tokenizer.ggml.tokens"]))
-    w.add_token_types([int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data])
-    w.add_token_merges(string_array(f["tokenizer.ggml.merges"]))
+    w.add_token_list(tokens)
+    w.add_token_types(token_types)
+    w.add_token_merges(merges)
     w.add_bos_token_id(cfg["bos_token_id"])
     w.add_eos_token_id(cfg["eos_token_id"])
     w.add_chat_template(CHAT_TEMPLATE)
