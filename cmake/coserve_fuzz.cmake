@@ -21,9 +21,5 @@ if(COSERVE_FUZZ)
                       # ("Cannot represent a difference across sections").
                       $<$<COMPILE_LANGUAGE:CXX>:-fno-sanitize=function>)
   add_link_options(-fno-sanitize=function)
-  # -O1, as libFuzzer's documentation builds its targets: half the compile time of -O3 under the
-  # sanitizers, and the fuzz runs are short.
-  string(REGEX REPLACE "(^| )-O[23]( |$)" "\\1-O1\\2" CMAKE_CXX_FLAGS_RELWITHDEBINFO
-                       "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
-  message(STATUS "coserve: libFuzzer targets (ASan + UBSan), RelWithDebInfo flags: ${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
+  message(STATUS "coserve: libFuzzer targets (ASan + UBSan)")
 endif()

@@ -12,14 +12,15 @@ elseif(COSERVE_SANITIZE STREQUAL "thread")
 elseif(NOT COSERVE_SANITIZE STREQUAL "")
   message(FATAL_ERROR "COSERVE_SANITIZE must be '', 'address' or 'thread' (got '${COSERVE_SANITIZE}')")
 endif()
-if(NOT COSERVE_SANITIZE STREQUAL "")
-  # Line tables only (-g1): enough for the reports' stack traces, and a sanitizer build compiles in
-  # about two thirds of -g's time. -O1 as the sanitizers' documentation advises: instrumented code
-  # at -O3 took twice as long to compile (test_pipeline.cpp under ASan: 86 s at -O3, 40 s at -O1)
-  # while the tests, which run a small model, need no more.
+if(NOT COSERVE_SANITIZE STREQUAL "" OR COSERVE_FUZZ)
+  # Sanitizer and fuzz builds (coserve_fuzz.cmake). Line tables only (-g1): enough for the reports'
+  # stack traces, and a sanitizer build compiles in about two thirds of -g's time. -O1 as the
+  # sanitizers' and libFuzzer's documentation advise: instrumented code at -O3 took twice as long
+  # to compile (test_pipeline.cpp under ASan: 86 s at -O3, 40 s at -O1) while the tests, which run
+  # a small model, and the short fuzz runs need no more.
   string(REGEX REPLACE "(^| )-g( |$)" "\\1-g1\\2" CMAKE_CXX_FLAGS_RELWITHDEBINFO
                        "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
   string(REGEX REPLACE "(^| )-O[23]( |$)" "\\1-O1\\2" CMAKE_CXX_FLAGS_RELWITHDEBINFO
                        "${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
-  message(STATUS "coserve: sanitizer build (${COSERVE_SANITIZE}), RelWithDebInfo flags: ${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
+  message(STATUS "coserve: sanitizer or fuzz build, RelWithDebInfo flags: ${CMAKE_CXX_FLAGS_RELWITHDEBINFO}")
 endif()
