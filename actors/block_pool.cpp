@@ -44,9 +44,10 @@ block_pool::block_pool(block_pool_options options)
     : block_size_(options.block_size),
       prefix_caching_(options.enable_prefix_caching),
       hash_(options.hash ? std::move(options.hash) : block_hash_fn(default_block_hash)),
-      blocks_(static_cast<size_t>(std::max(options.num_blocks, 0))) {
+      blocks_(static_cast<size_t>(std::max(options.num_blocks, 0))),
+      refs_(blocks_.size(), 0) {
   if (prefix_caching_ && !blocks_.empty()) {
-    tokens_.reset(new int32_t[blocks_.size() * static_cast<size_t>(std::max(block_size_, 0))]);
+    tokens_.reset(new int32_t[blocks_.size() * static_cast<size_t>(std::max(block_size_, 0))]());
     index_.reserve(blocks_.size());  // a block is indexed at most once: the index never grows
   }
   plain_free_.reserve(blocks_.size());
@@ -74,14 +75,15 @@ int32_t block_pool::allocate() {
   } else {
     return -1;
   }
-  blocks_[static_cast<size_t>(id)].ref = 1;
+  refs_[static_cast<size_t>(id)] = 1;
   return id;
 }
 
 void block_pool::free(int32_t id) {
+  int32_t& ref = refs_[static_cast<size_t>(id)];
+  assert(ref > 0);
+  if (--ref > 0) return;
   block& b = blocks_[static_cast<size_t>(id)];
-  assert(b.ref > 0);
-  if (--b.ref > 0) return;
   if (b.cached) {
     evictable_.push_back(id);
     b.lru = std::prev(evictable_.end());
@@ -91,9 +93,12 @@ void block_pool::free(int32_t id) {
 }
 
 void block_pool::incref(int32_t id) {
-  block& b = blocks_[static_cast<size_t>(id)];
-  if (b.ref == 0 && b.cached) evictable_.erase(b.lru);
-  ++b.ref;
+  int32_t& ref = refs_[static_cast<size_t>(id)];
+  if (ref == 0) {
+    block& b = blocks_[static_cast<size_t>(id)];
+    if (b.cached) evictable_.erase(b.lru);
+  }
+  ++ref;
 }
 
 int32_t block_pool::lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens) {

@@ -60,7 +60,7 @@ class block_pool {
   void free(int32_t block);
   // One more reference (a fork sharing the block).
   void incref(int32_t block);
-  int32_t ref_count(int32_t block) const { return blocks_[static_cast<size_t>(block)].ref; }
+  int32_t ref_count(int32_t block) const { return refs_[static_cast<size_t>(block)]; }
 
   // Prefix caching. hash_block chains a block's hash onto its parent's (0 for the first block).
   uint64_t hash_block(uint64_t parent, std::span<const int32_t> tokens) const {
@@ -88,7 +88,6 @@ class block_pool {
 
  private:
   struct block {
-    int32_t ref = 0;
     bool cached = false;  // registered in index_
     uint64_t hash = 0, parent = 0;
     std::list<int32_t>::iterator lru;  // valid when cached && ref == 0
@@ -107,10 +106,14 @@ class block_pool {
   bool prefix_caching_;
   block_hash_fn hash_;
   std::vector<block> blocks_;
+  // Reference counts, apart from blocks_: the per-step copy-on-write check reads one per running
+  // sequence, and a dense array keeps those reads in few cache lines.
+  std::vector<int32_t> refs_;
   std::vector<int32_t> plain_free_;  // LIFO stack of uncached free blocks
   std::list<int32_t> evictable_;     // cached free blocks, least recently freed first
-  // Cached blocks' tokens, one block_size_ run per block; allocated without initialising, so the
-  // pages of blocks never registered are never touched. Empty without prefix caching.
+  // Cached blocks' tokens, one block_size_ run per block (4 bytes a token: a few MB for the
+  // largest caches), zero-filled up front so that registering blocks takes no page faults. Empty
+  // without prefix caching.
   std::unique_ptr<int32_t[]> tokens_;
   id_map<int32_t> index_;  // index_key(hash) -> cached block
   int64_t queries_ = 0, hits_ = 0;

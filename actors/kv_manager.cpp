@@ -24,6 +24,7 @@ void kv_manager::free_table(seq_kv& s) {
   for (auto it = s.table.rbegin(); it != s.table.rend(); ++it) pool_.free(*it);
   s.table.clear();
   s.table_sent = 0;
+  s.fork_shared = 0;
   s.num_computed = 0;
   s.num_committed = 0;
   s.num_hashed = 0;
@@ -57,9 +58,15 @@ void kv_manager::commit(const std::vector<step_write>& writes) {
     if (found == nullptr || found->generation != w.generation) continue;  // released since
     seq_kv& s = *found;
     s.num_committed = std::max(s.num_committed, std::min(w.end, s.num_computed));
-    if (pool_.prefix_caching() && full_blocks_committed(s) > s.num_hashed)
-      to_register_.push_back({w.id, s.generation});
+    queue_registration(w.id, s);
   }
+}
+
+void kv_manager::queue_registration(seq_id_t id, seq_kv& s) {
+  if (s.registration_queued || !pool_.prefix_caching() || full_blocks_committed(s) <= s.num_hashed)
+    return;
+  to_register_.push_back({id, s.generation});
+  s.registration_queued = true;
 }
 
 void kv_manager::register_queued(int32_t budget) {
@@ -69,6 +76,7 @@ void kv_manager::register_queued(int32_t budget) {
     if (s != nullptr && s->generation == r.generation) {
       budget -= register_full_blocks(*s, budget);
       if (full_blocks_committed(*s) > s->num_hashed) break;  // budget spent inside this one
+      s->registration_queued = false;
     }
     ++to_register_head_;
   }
@@ -93,15 +101,16 @@ void kv_manager::preempt(seq_id_t id, step_plan& plan, step_allocation& alloc) {
 }
 
 void kv_manager::fork(draft_fork& f) {
-  const seq_kv* pit = seqs_.find(f.parent);
+  seq_kv* pit = seqs_.find(f.parent);
   if (pit == nullptr) return;  // the scheduler only forks running parents; defensive
-  const seq_kv& parent = *pit;
+  seq_kv& parent = *pit;
   const int32_t bs = pool_.block_size();
   seq_kv child;
   const int32_t shared =
       std::min(ceil_div(f.shared_tokens, bs), static_cast<int32_t>(parent.table.size()));
   child.table.assign(parent.table.begin(), parent.table.begin() + shared);
   for (int32_t b : child.table) pool_.incref(b);
+  child.fork_shared = shared;
   child.tokens = f.announce.prompt_ids;  // the whole prompt: the child computes its last token
   child.num_computed = f.shared_tokens;
   child.num_committed = std::min(parent.num_committed, f.shared_tokens);
@@ -112,7 +121,8 @@ void kv_manager::fork(draft_fork& f) {
     child.num_hashed = parent.num_hashed;
     child.last_hash = parent.last_hash;
   }
-  child.announce = std::move(f.announce);
+  child.announce = std::make_unique<new_seq>(std::move(f.announce));
+  parent.fork_shared = std::max(parent.fork_shared, shared);
   seqs_[f.child] = std::move(child);  // (parent may move from here on)
   holders_.push_back(f.child);
 }
@@ -125,12 +135,11 @@ int32_t kv_manager::lookup_prefix(seq_kv& s) {
   if (s.announce && s.announce->params.prompt_logprobs >= 0) return 0;
   const int32_t bs = pool_.block_size();
   // Leave at least one token to compute: its logits are sampled.
-  const int32_t max_blocks = (static_cast<int32_t>(s.tokens.size()) - 1) / bs;
+  const int32_t max_blocks = (num_known(s) - 1) / bs;
   int32_t hits = 0;
   uint64_t parent = 0;
   for (; hits < max_blocks; ++hits) {
-    std::span<const int32_t> block(s.tokens.data() + static_cast<ptrdiff_t>(hits) * bs,
-                                   static_cast<size_t>(bs));
+    const std::span<const int32_t> block = block_tokens(s, hits);
     const uint64_t h = pool_.hash_block(parent, block);
     const int32_t b = pool_.lookup(h, parent, block);
     if (b < 0) break;
@@ -149,14 +158,16 @@ int32_t kv_manager::blocks_needed(const seq_kv& s, int32_t n) const {
   const auto have = static_cast<int32_t>(s.table.size());
   int32_t need = std::max(0, ceil_div(s.num_computed + n, bs) - have);
   const int32_t first = s.num_computed / bs;
-  if (first < have && pool_.ref_count(s.table[static_cast<size_t>(first)]) > 1) ++need;
+  if (first < std::min(have, s.fork_shared) &&
+      pool_.ref_count(s.table[static_cast<size_t>(first)]) > 1)
+    ++need;
   return need;
 }
 
 void kv_manager::grow(seq_kv& s, int32_t n, step_plan& plan) {
   const int32_t bs = pool_.block_size();
   const int32_t first = s.num_computed / bs;
-  if (first < static_cast<int32_t>(s.table.size())) {
+  if (first < std::min(static_cast<int32_t>(s.table.size()), s.fork_shared)) {
     int32_t& b = s.table[static_cast<size_t>(first)];
     if (pool_.ref_count(b) > 1) {  // copy-on-write: the partial block is shared with a fork
       const int32_t fresh = pool_.allocate();
@@ -172,14 +183,12 @@ void kv_manager::grow(seq_kv& s, int32_t n, step_plan& plan) {
 
 int32_t kv_manager::register_full_blocks(seq_kv& s, int32_t budget) {
   if (!pool_.prefix_caching()) return 0;
-  const int32_t bs = pool_.block_size();
   const int32_t full = full_blocks_committed(s);
   const int32_t limit = budget >= full - s.num_hashed ? full : s.num_hashed + budget;
   const int32_t first = s.num_hashed;
   while (s.num_hashed < limit) {
     const int32_t i = s.num_hashed;
-    std::span<const int32_t> block(s.tokens.data() + static_cast<ptrdiff_t>(i) * bs,
-                                   static_cast<size_t>(bs));
+    const std::span<const int32_t> block = block_tokens(s, i);
     const uint64_t h = pool_.hash_block(s.last_hash, block);
     pool_.register_full(s.table[static_cast<size_t>(i)], h, s.last_hash, block);
     s.last_hash = h;
@@ -197,16 +206,16 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
     s.known_to_executor = true;
   }
   grow(s, n, plan);
-  scheduled_seq out;
+  scheduled_seq out;  // default-initialised: plan.seqs.emplace_back() would zero it first
   out.seq_id = id;
   out.start_pos = s.num_computed;
   out.tokens.resize(static_cast<size_t>(n));
-  const auto known = static_cast<int32_t>(s.tokens.size());
+  const int32_t known = num_known(s);
   // Known tokens, then a token still being sampled (the executor's placeholder), then proposals.
   const int32_t first_proposal = num_tokens - static_cast<int32_t>(proposals.size());
   for (int32_t k = 0; k < n; ++k) {
     const int32_t pos = s.num_computed + k;
-    out.tokens[static_cast<size_t>(k)] = pos < known ? s.tokens[static_cast<size_t>(pos)]
+    out.tokens[static_cast<size_t>(k)] = pos < known ? token_at(s, pos)
                                          : pos < first_proposal
                                              ? k_token_from_last_step
                                              : proposals[static_cast<size_t>(pos - first_proposal)];
@@ -214,16 +223,31 @@ void kv_manager::schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens,
   out.num_draft = static_cast<int32_t>(proposals.size());
   // The table as a change to what the executor's side holds: nothing new for most decode steps.
   out.table_kept = s.table_sent;
-  out.block_table.assign(s.table.begin() + s.table_sent, s.table.end());
+  if (s.table_sent < static_cast<int32_t>(s.table.size()))
+    out.block_table.assign(s.table.begin() + s.table_sent, s.table.end());
   s.table_sent = static_cast<int32_t>(s.table.size());
   alloc.seqs.push_back({id, s.num_computed, n, cached});
   s.num_computed += n;
   out.sample = s.num_computed == num_tokens;
   // Blocks earlier steps committed whose tokens are known only now: queued like a commit's.
-  if (pool_.prefix_caching() && full_blocks_committed(s) > s.num_hashed)
-    to_register_.push_back({id, s.generation});
+  queue_registration(id, s);
   writes_->push_back({id, s.generation, s.num_computed});
   plan.seqs.push_back(std::move(out));
+  trim_tokens(s);
+}
+
+void kv_manager::trim_tokens(seq_kv& s) const {
+  // Still read: tokens not yet computed (and, as a rollback after rejected proposals returns only
+  // to positions past the tokens known when they were proposed, the known ones not computed) and,
+  // with prefix caching, the blocks not yet registered. Whole blocks go, at least four at a time.
+  const int32_t bs = pool_.block_size();
+  int32_t keep = std::min(s.num_computed, num_known(s));
+  if (pool_.prefix_caching()) keep = std::min(keep, s.num_hashed * bs);
+  keep = keep / bs * bs;
+  const int32_t drop = keep - s.tokens_base;
+  if (drop < 4 * bs) return;
+  s.tokens.erase(s.tokens.begin(), s.tokens.begin() + drop);
+  s.tokens_base = keep;
 }
 
 void kv_manager::apply(const std::vector<kv_op>& ops) {
@@ -274,7 +298,8 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
       seq_kv s;
       const auto tokens = draft.append_of(e);
       s.tokens.assign(tokens.begin(), tokens.end());
-      if (e.announce >= 0) s.announce = std::move(draft.announcements[size_t(e.announce)]);
+      if (e.announce >= 0)
+        s.announce = std::make_unique<new_seq>(std::move(draft.announcements[size_t(e.announce)]));
       const int32_t hits = lookup_prefix(s);
       const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
       if (n <= 0 || !pool_.can_allocate(blocks_needed(s, n))) {
@@ -296,7 +321,10 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
     seq_kv* s = seqs_.find(e.seq_id);
     if (s == nullptr) continue;  // preempted earlier in this step
     const auto tokens = draft.append_of(e);
-    s->tokens.insert(s->tokens.end(), tokens.begin(), tokens.end());
+    if (tokens.size() == 1)
+      s->tokens.push_back(tokens[0]);
+    else
+      s->tokens.insert(s->tokens.end(), tokens.begin(), tokens.end());
     if (e.num_computed >= 0 && e.num_computed < s->num_computed) {
       // Proposals a step computed were rejected: their positions are computed again, and K/V
       // past this point is no longer committed.

@@ -14,12 +14,13 @@
 // A full block enters the prefix cache only once the step that filled it has succeeded
 // (step_outcome(id, true)): until then another request could read K/V that a failing step never
 // wrote. A failed step's blocks stay with their sequences, uncached, until they are released.
-// Registering (hashing a block, indexing it) is paced: a successful step queues its sequences'
-// newly committed full blocks, and each resolve() registers up to k_register_per_step blocks (or
-// an eighth of the queued entries' count when that is more), so the block boundary that many
-// decoding sequences cross on the same step is spread over the next steps instead of landing on
-// one. The queue is drained whole before a prefix lookup and a sequence's own entries before its
-// blocks are freed, so what a lookup or a later request finds is the same as registering at once.
+// Registering (hashing a block, indexing it) is paced: a successful step queues its sequences
+// with newly committed full blocks (each at most once), and each resolve() registers up to
+// k_register_per_step blocks (or an eighth of the queued sequences' count when that is more), so
+// the block boundary that many decoding sequences cross on the same step is spread over the next
+// steps instead of landing on one. The queue is drained whole before a prefix lookup and a
+// sequence's own entries before its blocks are freed, so what a lookup or a later request finds is
+// the same as registering at once.
 //
 // Threads: none. Owned by the KV allocator actor (or by batch_planner in single-threaded use).
 #pragma once
@@ -27,7 +28,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <optional>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -74,16 +75,28 @@ class kv_manager {
 
  private:
   struct seq_kv {
-    std::vector<int32_t> tokens;  // known tokens, as sent by the scheduler
+    // Known tokens, as sent by the scheduler, from position tokens_base on: the positions before
+    // it are computed and (with prefix caching) registered, so nothing here reads them again; they
+    // are dropped a few blocks at a time (trim_tokens) and the window keeps its capacity, so a
+    // decoding sequence's tokens take O(block size) memory and never reallocate.
+    std::vector<int32_t> tokens;
+    int32_t tokens_base = 0;
     std::vector<int32_t> table;
     int32_t table_sent = 0;  // leading blocks of `table` the executor's side holds as they are
+    // Leading blocks of `table` a fork may share (n > 1: parent and child hold the prompt's blocks
+    // together); only these can need a copy before a write. Blocks shared through the prefix cache
+    // are full and registered, and nothing writes them again.
+    int32_t fork_shared = 0;
     int32_t num_computed = 0;
     int32_t num_committed = 0;  // positions whose K/V a successful step wrote (or a cache hit)
     uint64_t generation = 0;    // this incarnation (a preempted id comes back as a new one)
     int32_t num_hashed = 0;     // leading full blocks registered in the prefix cache
     uint64_t last_hash = 0;     // hash of block num_hashed - 1
     bool known_to_executor = false;
-    std::optional<new_seq> announce;  // sent with the sequence's first scheduled step
+    bool registration_queued = false;  // an entry of this incarnation waits in to_register_
+    // Sent with the sequence's first scheduled step (apart: read once, and large next to the
+    // fields every step reads).
+    std::unique_ptr<new_seq> announce;
   };
 
   void free_table(seq_kv& s);
@@ -92,12 +105,31 @@ class kv_manager {
   int32_t lookup_prefix(seq_kv& s);
   int32_t blocks_needed(const seq_kv& s, int32_t n) const;
   void grow(seq_kv& s, int32_t n, step_plan& plan);
+  // Tokens known: positions [0, known).
+  static int32_t num_known(const seq_kv& s) noexcept {
+    return s.tokens_base + static_cast<int32_t>(s.tokens.size());
+  }
+  // The known token at `pos` (tokens_base <= pos < num_known).
+  static int32_t token_at(const seq_kv& s, int32_t pos) noexcept {
+    return s.tokens[static_cast<size_t>(pos - s.tokens_base)];
+  }
+  // The tokens of block i (known, at or after tokens_base).
+  std::span<const int32_t> block_tokens(const seq_kv& s, int32_t i) const noexcept {
+    const int32_t bs = pool_.block_size();
+    return {s.tokens.data() + static_cast<ptrdiff_t>(i * bs - s.tokens_base),
+            static_cast<size_t>(bs)};
+  }
+  // Drops the window's leading tokens no longer read (see seq_kv::tokens).
+  void trim_tokens(seq_kv& s) const;
   // Leading full blocks whose K/V is committed and whose tokens are known.
   int32_t full_blocks_committed(const seq_kv& s) const {
-    return std::min(s.num_committed, static_cast<int32_t>(s.tokens.size())) / pool_.block_size();
+    return std::min(s.num_committed, num_known(s)) / pool_.block_size();
   }
   // Registers s's committed full blocks not yet registered, at most `budget`; returns how many.
   int32_t register_full_blocks(seq_kv& s, int32_t budget = INT32_MAX);
+  // Queues s for registration when it has committed full blocks not yet registered (once: a
+  // sequence has at most one entry in the queue).
+  void queue_registration(seq_id_t id, seq_kv& s);
   // Registers queued blocks (to_register_), at most `budget`.
   void register_queued(int32_t budget);
   void schedule(seq_id_t id, seq_kv& s, int32_t n, int32_t num_tokens, int32_t cached,

@@ -25,31 +25,32 @@ inline uint64_t request_of(seq_id_t seq) noexcept { return seq >> 16; }
 
 enum class seq_state : uint8_t { waiting, running, finished };
 
+// Fields every step reads come first (with the vectors' sizes: the first two cache lines), then
+// the sampling parameters, then what only admissions, forks and ends read.
 struct sequence {
   seq_id_t id = 0;
   uint64_t request_id = 0;
-  int32_t index = 0;     // sample index in [0, n)
-  int32_t priority = 0;  // lower first
-  uint64_t arrival = 0;  // FCFS order (monotonic counter)
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> output;  // known sampled tokens
-  sampling_params params;
-  uint64_t seed = 0;
-
+  int32_t index = 0;          // sample index in [0, n)
   int32_t pending = 0;        // sampled by an in-flight step, value not yet known (0 or 1)
   uint64_t pending_step = 0;  // the step that samples it
   int32_t num_computed = 0;
-  int32_t num_cached_prompt = 0;  // prompt tokens served from the prefix cache (first admission)
-  int32_t kv_sent = 0;            // known tokens already sent to the KV allocator
-
+  int32_t kv_sent = 0;  // known tokens already sent to the KV allocator
   seq_state state = seq_state::waiting;
   bool cancelled = false;
-  seq_id_t fork_parent = 0;  // n > 1: copies the parent's prompt blocks (0: none)
   finish_reason finish = finish_reason::none;
-  int32_t num_preemptions = 0;
   // Speculative decoding: proposals of the step in flight (0: none), and the back-off.
   int32_t spec_proposed = 0;
   uint64_t spec_step = 0;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;  // known sampled tokens
+  sampling_params params;
+
+  int32_t priority = 0;  // lower first
+  uint64_t arrival = 0;  // FCFS order (monotonic counter)
+  uint64_t seed = 0;
+  int32_t num_cached_prompt = 0;  // prompt tokens served from the prefix cache (first admission)
+  seq_id_t fork_parent = 0;       // n > 1: copies the parent's prompt blocks (0: none)
+  int32_t num_preemptions = 0;
   speculation_backoff backoff;
 
   int32_t num_known() const noexcept { return static_cast<int32_t>(prompt.size() + output.size()); }

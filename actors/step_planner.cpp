@@ -85,6 +85,14 @@ void step_planner::add(sequence seq) {
   seq.num_computed = 0;
   seq.pending = 0;
   seq.kv_sent = 0;
+  // Room for the outputs it may sample, up to k_output_reserve: sequences admitted together
+  // would otherwise grow their outputs past the same powers of two on the same step, each
+  // reallocating and copying at once.
+  const int64_t may_sample =
+      std::min<int64_t>(seq.params.max_tokens,
+                        int64_t{config_.max_model_len} - static_cast<int64_t>(seq.prompt.size()));
+  if (may_sample > 0)
+    seq.output.reserve(static_cast<size_t>(std::min(may_sample, k_output_reserve)));
   if (config_.speculation.backoff) {
     seq.backoff.penalty = spec_prior_.penalty;
     seq.backoff.skip = spec_prior_.penalty;

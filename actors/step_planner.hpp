@@ -240,6 +240,9 @@ class step_planner {
     return s.num_generated() >= s.params.max_tokens || s.num_tokens() >= config_.max_model_len;
   }
 
+  // Output tokens a sequence has room for from the start (see add()).
+  static constexpr int64_t k_output_reserve = 4096;
+
   planner_config config_;
   id_map<sequence> seqs_;  // every sequence not yet erased (finished ones until the next draft)
   std::unordered_map<uint64_t, request> requests_;

@@ -223,6 +223,45 @@ TEST_CASE("planner: random workload with preemption matches each sequence run al
   }
 }
 
+TEST_CASE(
+    "planner: long decodes, with and without prefix caching, feed each step the right tokens while "
+    "the KV manager drops the ones it no longer reads",
+    "[actors][planner]") {
+  // Outputs of 40-120 tokens over blocks of 4: each sequence's token window in the KV manager
+  // drops its leading blocks many times; a wrong input token anywhere changes what the simulated
+  // model samples next. Few blocks: preemption re-admits sequences with their whole history.
+  for (const bool caching : {true, false}) {
+    for (int32_t blocks : {48, 600}) {
+      CAPTURE(caching, blocks);
+      planner_config cfg{
+          .max_num_seqs = 8, .max_num_batched_tokens = 24, .max_model_len = 256, .eos_id = -1};
+      batch_planner p(
+          cfg,
+          {.num_blocks = blocks, .block_size = 4, .enable_prefix_caching = caching, .hash = {}});
+      sim_executor ex(blocks, 4, k_vocab);
+      std::mt19937 rng(static_cast<uint32_t>(blocks + (caching ? 1 : 0)));
+      std::map<seq_id_t, sequence> added;
+      for (seq_id_t id = 1; id <= 12; ++id) {
+        std::vector<int32_t> prompt;
+        const int len = 1 + static_cast<int>(rng() % 30);
+        for (int k = 0; k < len; ++k) prompt.push_back(static_cast<int32_t>(rng() % k_vocab));
+        sequence s = make_seq(id, prompt, 40 + static_cast<int32_t>(rng() % 80));
+        added[id] = s;
+        p.add(std::move(s));
+      }
+      run_stats st = drive(p, ex, cfg);
+      for (const auto& [id, s] : added) {
+        CAPTURE(id);
+        CHECK(st.outputs[id] == reference(s));
+        CHECK(st.finish[id] == finish_reason::length);
+      }
+      CHECK(p.pool().num_free() == blocks);
+      CHECK(ex.live() == 0);
+      if (blocks == 48) CHECK(p.num_preemptions() > 0);
+    }
+  }
+}
+
 TEST_CASE("planner: prefix cache hit skips computed blocks and counts hits", "[actors][planner]") {
   planner_config cfg{
       .max_num_seqs = 8, .max_num_batched_tokens = 64, .max_model_len = 64, .eos_id = -1};
