@@ -259,21 +259,26 @@ TEST_CASE("tokenizer pool: admission by waiting prompt tokens", "[actors][tokeni
     r.input = std::vector<int32_t>(60, 11);
     r.params.max_tokens = 24;
   }
-  // Two first; the rest once one of them waits in the scheduler (the tokenizers admit by the
-  // waiting tokens the scheduler has published, so all ten at once could all pass before it has
-  // seen any).
+  // The first; the second once the first runs (nothing waits: it is admitted); the rest once the
+  // second waits in the scheduler (the tokenizers admit by the waiting tokens the scheduler has
+  // published, so requests sent together could all pass before it has seen any, or the second
+  // could meet the first still waiting).
   std::vector<collected> got(reqs.size());
   asio::io_context io;
-  for (size_t i = 0; i < 2; ++i)
-    asio::co_spawn(io, run_one(e, reqs[i], got[i], -1), asio::detached);
+  asio::co_spawn(io, run_one(e, reqs[0], got[0], -1), asio::detached);
   asio::co_spawn(
       io,
       [&]() -> asio::awaitable<void> {
         asio::steady_timer t(io);
-        for (int k = 0; k < 20000 && e.metrics().requests_waiting < 1; ++k) {
-          t.expires_after(std::chrono::microseconds(100));
-          co_await t.async_wait(asio::use_awaitable);
-        }
+        auto until = [&](auto ready) -> asio::awaitable<void> {
+          for (int k = 0; k < 20000 && !ready(); ++k) {
+            t.expires_after(std::chrono::microseconds(100));
+            co_await t.async_wait(asio::use_awaitable);
+          }
+        };
+        co_await until([&] { return e.metrics().requests_running >= 1; });
+        asio::co_spawn(io, run_one(e, reqs[1], got[1], -1), asio::detached);
+        co_await until([&] { return e.metrics().requests_waiting >= 1; });
         for (size_t i = 2; i < reqs.size(); ++i)
           asio::co_spawn(io, run_one(e, reqs[i], got[i], -1), asio::detached);
       },
