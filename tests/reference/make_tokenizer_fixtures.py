@@ -6,7 +6,11 @@ files the C++ tests load. Also writes two synthetic tokenizer.json files trained
 byte-level BPE with `ignore_merges` (Llama-3 style) and one SentencePiece-style BPE with a
 Metaspace pre-tokenizer and byte fallback.
 
+Also trains a WordPiece (BERT-style) and a Unigram (XLM-RoBERTa-style, with `sentencepiece`)
+tokenizer, each in two flavours.
+
 Usage: python tests/reference/make_tokenizer_fixtures.py [--testdata ../shared/testdata]
+           [--only bpe|wordpiece-unigram ...]
 Run from the project root. The encodings are deterministic, but the BPE trainer may break ties
 differently from run to run, so the synthetic tokenizer files are always rewritten together with
 the fixtures that refer to them: commit them together.
@@ -14,6 +18,7 @@ the fixtures that refer to them: commit them together.
 import argparse
 import json
 import random
+import zlib
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -89,6 +94,24 @@ EDGE_TEXTS = ["\u00bd cup", "\u00bd4 and \u2460\u2461", "  leading spaces", "\n\
               "Magic Word, magic word", "lollipop hello", "xoxo exe"]
 
 
+# WordPiece and Unigram edges: words longer than a model's limit, characters no piece covers,
+# control and format characters BertNormalizer drops, CJK ideographs it spaces, accents it strips,
+# what SentencePiece's nmt_nfkc map rewrites (fullwidth forms, ligatures, odd spaces).
+MODEL_EDGE_TEXTS = [
+    "a" * 120 + " short " + "b" * 13 + " " + "abcdefghijkl" + " " + "Abcdefghijklm",
+    "unaffable running jumped quickly unbelievable",
+    "ctrl\x00nul\x07bell\x1bescape\x7fdel\u0085nel\ufffdrepl\u00adsoft\u200bzw\u2060wj\ue000pua",
+    "CJK 中文字符 and 日本語の文 and 한국어 mixed 漢字kanji",
+    "ÀÉÎÕÜ àéîõü Ñ ñ Ç ç Ø ø Å å Œ œ ß ẞ İstanbul ǅ ǈ ǋ",
+    "ＦＵＬＬｗｉｄｔｈ　ｓｐａｃｅ ﬁne ﬂow ㍻ ℃ ™ Ⅻ ①②③ ｶﾀｶﾅ",
+    "  leading and   many   inner   spaces  ",
+    "\u2581already metaspace\u2581marks \u2581 ▁▁",
+    "tab\there, return\rthere; line\u2028sep\u2029para",
+    "👍🏽👨\u200d👩\u200d👧 ⚡️ ✈︎ 1️⃣ 🏳️\u200d🌈 unseen: ꙮ 𓀀 𝔘𝔫𝔦",
+    "[CLS] [SEP] [MASK] <s> </s> <unk> ## ##ing",
+]
+
+
 def random_texts(seed: int, n: int):
     rng = random.Random(seed)
     ranges = [(0x20, 0x7E), (0xA0, 0x24F), (0x370, 0x3FF), (0x400, 0x4FF), (0x590, 0x6FF),
@@ -127,6 +150,29 @@ def cases_for(tok: Tokenizer, texts):
             "decode_skip": tok.decode(ids_special, skip_special_tokens=True),
         })
     return cases
+
+
+TESTDATA_NAMES = ["gpt2", "qwen2", "qwen2.5", "phi-3-mini", "phi-2", "roberta-base"]
+
+PAIR_TEXTS = [
+    ("what is the capital of france?", "Paris is the capital and largest city of France."),
+    ("", "an empty query"),
+    ("an empty document", ""),
+    ("Ünïcödé query 中文", "Document with CJK 漢字 and accents: café, naïve."),
+    ("how many legs does a spider have", "Spiders have eight legs.\nInsects have six."),
+]
+
+
+def pair_cases(tok: Tokenizer):
+    """Sequence pairs (a cross-encoder's query and document): ids and token type ids, with and
+    without the post-processor's special tokens."""
+    out = []
+    for a, b in PAIR_TEXTS:
+        with_special = tok.encode(a, b, add_special_tokens=True)
+        plain = tok.encode(a, b, add_special_tokens=False)
+        out.append({"a": a, "b": b, "ids": with_special.ids, "type_ids": with_special.type_ids,
+                    "ids_plain": plain.ids, "type_ids_plain": plain.type_ids})
+    return out
 
 
 def invalid_cases(tok: Tokenizer):
@@ -170,6 +216,73 @@ def train_synthetic():
     ms.post_processor = __import__("tokenizers").processors.TemplateProcessing(
         single="<s> $A </s>", special_tokens=[("<s>", ms.token_to_id("<s>")), ("</s>", ms.token_to_id("</s>"))])
     (OUT / "synthetic-metaspace.tokenizer.json").write_text(ms.to_str(pretty=True))
+
+
+def train_wordpiece_unigram():
+    """The other two model families: WordPiece (BERT: BertNormalizer, BertPreTokenizer, [CLS]/[SEP]
+    template, WordPiece decoder) trained here with `tokenizers`, and Unigram (XLM-RoBERTa: a
+    SentencePiece unigram model trained here with `sentencepiece`, its precompiled nmt_nfkc map as
+    the Precompiled normalizer, Metaspace) converted as Hugging Face's converter does. Each also in
+    a second flavour (cased, accents stripped, short max word length; byte fallback). Returns
+    their names."""
+    import io
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2
+    from tokenizers import processors
+    texts = CORPUS * 3 + random_texts(11, 200)
+    names = []
+
+    wp = Tokenizer(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100))
+    wp.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                               strip_accents=None, lowercase=True)
+    wp.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    wp.decoder = decoders.WordPiece(prefix="##", cleanup=True)
+    wp.train_from_iterator(texts, trainers.WordPieceTrainer(
+        vocab_size=900, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+        limit_alphabet=150, show_progress=False))
+    cls, sep = wp.token_to_id("[CLS]"), wp.token_to_id("[SEP]")
+    wp.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    (OUT / "synthetic-wordpiece.tokenizer.json").write_text(wp.to_str(pretty=True))
+    names.append("synthetic-wordpiece")
+    cased = json.loads(wp.to_str())
+    cased["normalizer"] = {"type": "BertNormalizer", "clean_text": True, "handle_chinese_chars": False,
+                           "strip_accents": True, "lowercase": False}
+    cased["model"]["max_input_chars_per_word"] = 12
+    cased["post_processor"] = {"type": "BertProcessing", "sep": ["[SEP]", sep], "cls": ["[CLS]", cls]}
+    cased["decoder"] = {"type": "WordPiece", "prefix": "##", "cleanup": False}
+    (OUT / "synthetic-wordpiece-cased.tokenizer.json").write_text(json.dumps(cased, ensure_ascii=False))
+    names.append("synthetic-wordpiece-cased")
+
+    for name, byte_fallback in [("synthetic-unigram", False), ("synthetic-unigram-bytes", True)]:
+        model = io.BytesIO()
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(CORPUS * 3), model_writer=model, model_type="unigram",
+            vocab_size=1200 if byte_fallback else 900, normalization_rule_name="nmt_nfkc",
+            character_coverage=0.98, byte_fallback=byte_fallback, hard_vocab_limit=False,
+            num_threads=1, minloglevel=2)
+        proto = sentencepiece_model_pb2.ModelProto()
+        proto.ParseFromString(model.getvalue())
+        vocab = [(p.piece, p.score) for p in proto.pieces]
+        tok = Tokenizer(models.Unigram(vocab, proto.trainer_spec.unk_id, byte_fallback))
+        tok.normalizer = normalizers.Sequence([
+            normalizers.Precompiled(proto.normalizer_spec.precompiled_charsmap),
+            normalizers.Replace(Regex(" {2,}"), " ")])
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")
+        decs = [decoders.Metaspace(replacement="\u2581", prepend_scheme="always")]
+        if byte_fallback:
+            decs = [decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse(),
+                    decoders.Strip(" ", 1, 0)]
+        tok.decoder = decoders.Sequence(decs)
+        tok.add_special_tokens(["<unk>", "<s>", "</s>"])
+        bos, eos = tok.token_to_id("<s>"), tok.token_to_id("</s>")
+        tok.post_processor = processors.TemplateProcessing(
+            single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+            special_tokens=[("<s>", bos), ("</s>", eos)])
+        (OUT / f"{name}.tokenizer.json").write_text(tok.to_str(pretty=True))
+        names.append(name)
+    return names
 
 
 def write_variants():
@@ -240,22 +353,41 @@ def write_variants():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--testdata", default="../shared/testdata")
+    ap.add_argument("--only", nargs="*", choices=["testdata", "bpe", "wordpiece-unigram"],
+                    help="regenerate only these groups: testdata (the real tokenizer.json files), "
+                         "bpe (the two trained BPE tokenizers and their variants), "
+                         "wordpiece-unigram (the trained WordPiece and Unigram tokenizers); "
+                         "default: all")
     args = ap.parse_args()
+    groups = set(args.only or ["testdata", "bpe", "wordpiece-unigram"])
     OUT.mkdir(parents=True, exist_ok=True)
-    train_synthetic()
-    sources = {name: Path(args.testdata) / "tokenizers" / name / "tokenizer.json"
-               for name in ["gpt2", "qwen2", "qwen2.5", "phi-3-mini", "phi-2", "roberta-base"]}
-    sources["synthetic-ignore-merges"] = OUT / "synthetic-ignore-merges.tokenizer.json"
-    sources["synthetic-metaspace"] = OUT / "synthetic-metaspace.tokenizer.json"
-    for name in write_variants():
-        sources[name] = OUT / f"{name}.tokenizer.json"
+    sources = {}
+    if "testdata" in groups:
+        sources = {name: Path(args.testdata) / "tokenizers" / name / "tokenizer.json"
+                   for name in TESTDATA_NAMES}
+    if "bpe" in groups:
+        train_synthetic()
+        sources["synthetic-ignore-merges"] = OUT / "synthetic-ignore-merges.tokenizer.json"
+        sources["synthetic-metaspace"] = OUT / "synthetic-metaspace.tokenizer.json"
+        for name in write_variants():
+            sources[name] = OUT / f"{name}.tokenizer.json"
+    model_names = set()
+    if "wordpiece-unigram" in groups:
+        for name in train_wordpiece_unigram():
+            sources[name] = OUT / f"{name}.tokenizer.json"
+            model_names.add(name)
     for i, (name, path) in enumerate(sources.items()):
         tok = Tokenizer.from_file(str(path))
         extra = ["magic word, magicword, a magic", "x <|tool|>  y\n<|tool|>z"] if name == "synthetic-metaspace" else []
         if name.startswith("variant-") or name.startswith("synthetic-"):
             extra += EDGE_TEXTS
+        if name in model_names:
+            extra += MODEL_EDGE_TEXTS
         n_random = 10 if name.startswith("variant-") else 25
-        texts = CORPUS + special_texts(tok) + extra + random_texts(100 + i, n_random)
+        # Seeds by position for the original fixtures; by name for the WordPiece and Unigram ones
+        # (the same texts whichever groups a run regenerates).
+        seed = zlib.crc32(name.encode()) if name in model_names else 100 + i
+        texts = CORPUS + special_texts(tok) + extra + random_texts(seed, n_random)
         fixture = {
             "tokenizer": name,
             "generated_by": "tests/reference/make_tokenizer_fixtures.py with tokenizers "
@@ -263,6 +395,8 @@ def main():
             "cases": cases_for(tok, texts),
             "invalid_utf8": invalid_cases(tok),
         }
+        if name in model_names or name in TESTDATA_NAMES:
+            fixture["pairs"] = pair_cases(tok)
         (OUT / f"{name}.json").write_text(json.dumps(fixture, ensure_ascii=False, indent=None, separators=(",", ":")))
         print(name, len(fixture["cases"]), "cases")
 

@@ -21,18 +21,11 @@
 #include <vector>
 
 #include "model/text/tokenizer/merge_table.hpp"
+#include "model/text/tokenizer/token_model.hpp"
 
 namespace coserve {
 
-struct string_hash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept {
-    return std::hash<std::string_view>{}(s);
-  }
-};
-using string_id_map = std::unordered_map<std::string, int32_t, string_hash, std::equal_to<>>;
-
-class bpe_model {
+class bpe_model final : public token_model {
  public:
   struct options {
     bool byte_mode = false;
@@ -48,13 +41,9 @@ class bpe_model {
             options opts);
   bpe_model(bpe_model&&) = delete;
 
-  // Appends the ids of one pre-tokenized word (raw bytes in byte mode, UTF-8 text otherwise).
-  void tokenize(std::string_view word, std::vector<int32_t>& out) const;
-
-  // Model-vocabulary lookup by the key the model uses (raw bytes in byte mode).
-  std::optional<int32_t> find(std::string_view key) const;
-
-  bool byte_mode() const noexcept { return opts_.byte_mode; }
+  void tokenize(std::string_view word, std::vector<int32_t>& out) const override;
+  std::optional<int32_t> find(std::string_view key) const override;
+  bool byte_mode() const noexcept override { return opts_.byte_mode; }
 
  private:
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;

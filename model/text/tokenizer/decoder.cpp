@@ -6,6 +6,28 @@
 
 namespace coserve {
 
+namespace {
+
+bool get_flag(simdjson::dom::element node, const char* key, bool fallback) {
+  bool v = fallback;
+  if (node[key].get(v)) return fallback;
+  return v;
+}
+
+// Hugging Face's WordPiece decoder cleanup: BERT's tokenization puts spaces before punctuation
+// and English clitics; these replacements take them out again.
+std::string wordpiece_cleanup(std::string t) {
+  static constexpr std::pair<std::string_view, std::string_view> k_rules[] = {
+      {" .", "."},   {" ?", "?"},     {" !", "!"},    {" ,", ","},
+      {" ' ", "'"},  {" n't", "n't"}, {" 'm", "'m"},  {" do not", " don't"},
+      {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto& [from, to] : k_rules)
+    t = replace_all(t, std::string(from), std::nullopt, std::string(to));
+  return t;
+}
+
+}  // namespace
+
 result<decoder> decoder::from_json(simdjson::dom::element node) {
   decoder d;
   if (node.is_null()) return d;
@@ -69,9 +91,18 @@ result<void> decoder::add(simdjson::dom::element node) {
     // Each token's end-of-word suffix becomes a space, the last token's nothing.
     s.k = kind::bpe_suffix;
     std::string_view suffix = "</w>";
-    if (!node["suffix"].is_null() && node["suffix"].get(suffix))
+    if (auto f = node["suffix"]; !f.error() && !f.is_null() && f.get(suffix))
       return make_error("invalid_argument", "BPEDecoder suffix must be a string");
     s.literal = suffix;
+  } else if (type == "WordPiece") {
+    // Pieces after the first: the continuing-subword prefix joins them to the previous one, any
+    // other piece starts a new word after a space.
+    s.k = kind::wordpiece;
+    std::string_view prefix = "##";
+    if (auto f = node["prefix"]; !f.error() && !f.is_null() && f.get(prefix))
+      return make_error("invalid_argument", "WordPiece decoder prefix must be a string");
+    s.literal = prefix;
+    s.cleanup = get_flag(node, "cleanup", true);
   } else {
     return make_error("unsupported", "unsupported decoder type '" + std::string(type) + "'");
   }
@@ -187,6 +218,18 @@ std::string decoder::decode(std::vector<std::string> tokens) const {
           tokens[i] =
               replace_all(tokens[i], s.literal, std::nullopt, i + 1 == tokens.size() ? "" : " ");
         break;
+      case kind::wordpiece:
+        for (std::size_t i = 0; i < tokens.size(); ++i) {
+          std::string& t = tokens[i];
+          if (i != 0) {
+            if (t.compare(0, s.literal.size(), s.literal) == 0)
+              t.erase(0, s.literal.size());
+            else
+              t.insert(0, 1, ' ');
+          }
+          if (s.cleanup) t = wordpiece_cleanup(std::move(t));
+        }
+        break;
     }
   }
   std::string out;
@@ -226,6 +269,12 @@ std::string decoder::token_bytes(const std::string& token) const {
         break;
       case kind::bpe_suffix:
         t = replace_all(t, s.literal, std::nullopt, " ");
+        break;
+      case kind::wordpiece:
+        if (t.compare(0, s.literal.size(), s.literal) == 0)
+          t.erase(0, s.literal.size());
+        else
+          t.insert(0, 1, ' ');
         break;
     }
   }

@@ -1,6 +1,7 @@
 // tokenizer.json decoders, flattened: a Sequence becomes its steps in order. Each step maps the
 // list of token strings to a new list; the result is their concatenation. Supported: ByteLevel,
-// Metaspace, ByteFallback, Fuse, Strip, Replace (string or regex), BPEDecoder, Sequence. With no
+// Metaspace, ByteFallback, Fuse, Strip, Replace (string or regex), BPEDecoder, WordPiece, Sequence.
+// With no
 // decoder the tokens are joined with spaces (what Hugging Face does).
 #pragma once
 
@@ -30,12 +31,22 @@ class decoder {
   std::string token_bytes(const std::string& token) const;
 
  private:
-  enum class kind { byte_level, metaspace, byte_fallback, fuse, strip, replace, bpe_suffix };
+  enum class kind {
+    byte_level,
+    metaspace,
+    byte_fallback,
+    fuse,
+    strip,
+    replace,
+    bpe_suffix,
+    wordpiece
+  };
   struct step {
     kind k;
     std::string replacement;  // metaspace: the replacement character; replace: the content
     bool prepend = true;      // metaspace: prepend_scheme != never
-    std::string literal;      // replace; bpe_suffix: the suffix
+    std::string literal;      // replace; bpe_suffix: the suffix; wordpiece: the prefix
+    bool cleanup = false;     // wordpiece: undo BERT's spaces before punctuation and clitics
     std::optional<regex> re;  // replace
     std::string strip_content;
     std::size_t start = 0, stop = 0;  // strip

@@ -60,6 +60,68 @@ std::string strip(const std::string& s, bool left, bool right) {
   return s.substr(b, e - b);
 }
 
+// Hugging Face's BERT character classes (tokenizers' normalizers/bert.rs).
+bool bert_whitespace(char32_t c) noexcept {
+  return c == U'\t' || c == U'\n' || c == U'\r' || utf8::is_whitespace(c);
+}
+// Control, format and private-use characters ("other" as the unicode_categories crate defines it),
+// except tab, newline and carriage return.
+bool bert_control(char32_t c) noexcept {
+  if (c == U'\t' || c == U'\n' || c == U'\r') return false;
+  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF || cat == UTF8PROC_CATEGORY_CO;
+}
+// The CJK Unified Ideographs blocks BERT puts spaces around.
+bool cjk_ideograph(char32_t c) noexcept {
+  return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+         (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2B73F) ||
+         (c >= 0x2B740 && c <= 0x2B81F) || (c >= 0x2B920 && c <= 0x2CEAF) ||
+         (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+
+// NFD, then every nonspacing mark (Mn) dropped.
+std::string strip_accents(const std::string& s) {
+  const std::string nfd = utf8proc_map_string(s, UTF8PROC_STABLE | UTF8PROC_DECOMPOSE);
+  std::string out;
+  out.reserve(nfd.size());
+  char32_t cp;
+  for (std::size_t i = 0; i < nfd.size();) {
+    const std::size_t n = utf8::decode(nfd, i, cp);
+    if (n == 0) break;
+    if (utf8proc_category(static_cast<utf8proc_int32_t>(cp)) != UTF8PROC_CATEGORY_MN)
+      out.append(nfd, i, n);
+    i += n;
+  }
+  return out;
+}
+
+// BertNormalizer: clean text, CJK spacing, accents, lowercase, in that order.
+std::string bert_normalize(const std::string& s, bool clean_text, bool handle_chinese_chars,
+                           bool accents, bool lower) {
+  std::string out;
+  out.reserve(s.size());
+  char32_t cp;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8::decode(s, i, cp);
+    if (n == 0) break;
+    i += n;
+    if (clean_text) {
+      if (cp == 0 || cp == 0xFFFD || bert_control(cp)) continue;
+      if (bert_whitespace(cp)) cp = U' ';
+    }
+    if (handle_chinese_chars && cjk_ideograph(cp)) {
+      out.push_back(' ');
+      utf8::append(out, cp);
+      out.push_back(' ');
+    } else {
+      utf8::append(out, cp);
+    }
+  }
+  if (accents) out = strip_accents(out);
+  if (lower) out = lowercase(out);
+  return out;
+}
+
 }  // namespace
 
 std::string replace_all(const std::string& text, const std::string& literal,
@@ -149,6 +211,26 @@ result<void> normalizer::add(simdjson::dom::element node) {
     bool v = false;
     if (!node["strip_left"].get(v)) s.left = v;
     if (!node["strip_right"].get(v)) s.right = v;
+  } else if (type == "BertNormalizer") {
+    s.k = kind::bert;
+    bool v = false;
+    if (!node["clean_text"].get(v)) s.bert.clean_text = v;
+    if (!node["handle_chinese_chars"].get(v)) s.bert.handle_chinese_chars = v;
+    if (!node["lowercase"].get(v)) s.bert.lowercase = v;
+    // strip_accents: null (or absent) follows lowercase.
+    s.bert.strip_accents = node["strip_accents"].get(v) ? s.bert.lowercase : v;
+  } else if (type == "StripAccents") {
+    s.k = kind::strip_accents;
+  } else if (type == "Precompiled") {
+    s.k = kind::precompiled;
+    std::string_view blob;
+    if (node["precompiled_charsmap"].is_null()) return {};  // no map: nothing to do
+    if (node["precompiled_charsmap"].get(blob))
+      return make_error("invalid_argument", "Precompiled normalizer without precompiled_charsmap");
+    auto m = precompiled_charsmap::from_base64(blob);
+    if (!m) return std::move(m).err();
+    if (m->empty()) return {};
+    s.charsmap = std::make_shared<const precompiled_charsmap>(std::move(*m));
   } else {
     return make_error("unsupported", "unsupported normalizer type '" + std::string(type) + "'");
   }
@@ -221,6 +303,17 @@ std::string normalizer::apply(std::string text, std::size_t* start_len) const {
         ascii = false;
         break;
       }
+      case kind::bert:
+      case kind::strip_accents:
+      case kind::precompiled: {
+        // Character by character (Precompiled: by grapheme cluster), so the first character's
+        // share is what it becomes on its own.
+        const std::size_t nz = start_len != nullptr ? apply_step(s, text.substr(0, z)).size() : 0;
+        text = apply_step(s, std::move(text));
+        track([&] { return nz; });
+        ascii = false;
+        break;
+      }
       case kind::strip: {
         std::size_t before = text.size();
         std::string stripped = strip(text, s.left, false);
@@ -234,6 +327,20 @@ std::string normalizer::apply(std::string text, std::size_t* start_len) const {
   }
   if (start_len != nullptr) *start_len = z;
   return text;
+}
+
+std::string normalizer::apply_step(const step& s, std::string text) {
+  switch (s.k) {
+    case kind::bert:
+      return bert_normalize(text, s.bert.clean_text, s.bert.handle_chinese_chars,
+                            s.bert.strip_accents, s.bert.lowercase);
+    case kind::strip_accents:
+      return strip_accents(text);
+    case kind::precompiled:
+      return s.charsmap->apply(text);
+    default:
+      return text;
+  }
 }
 
 }  // namespace coserve

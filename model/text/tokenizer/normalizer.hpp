@@ -1,14 +1,18 @@
 // tokenizer.json normalizers, flattened: a Sequence becomes its steps in order. Supported: NFC,
-// NFD, NFKC, NFKD (utf8proc), Lowercase, Prepend, Replace (string or regex), Strip, Sequence.
+// NFD, NFKC, NFKD (utf8proc), Lowercase, Prepend, Replace (string or regex), Strip, BertNormalizer
+// (control characters dropped, whitespace to spaces, spaces around CJK ideographs, accents
+// stripped, lowercase), StripAccents, Precompiled (SentencePiece's map, precompiled.hpp), Sequence.
 #pragma once
 
 #include <simdjson.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "base/result.hpp"
+#include "model/text/tokenizer/precompiled.hpp"
 #include "model/text/tokenizer/regex.hpp"
 
 namespace coserve {
@@ -28,14 +32,32 @@ class normalizer {
   std::string apply(std::string text, std::size_t* start_len) const;
 
  private:
-  enum class kind { nfc, nfd, nfkc, nfkd, lowercase, prepend, replace, strip };
+  enum class kind {
+    nfc,
+    nfd,
+    nfkc,
+    nfkd,
+    lowercase,
+    prepend,
+    replace,
+    strip,
+    bert,
+    strip_accents,
+    precompiled
+  };
+  struct bert_options {
+    bool clean_text = true, handle_chinese_chars = true, strip_accents = true, lowercase = true;
+  };
   struct step {
     kind k;
     std::string text;                  // prepend: the prefix; replace: the content
     std::string literal;               // replace with a String pattern
     std::optional<regex> re;           // replace with a Regex pattern
     bool left = false, right = false;  // strip
+    bert_options bert;
+    std::shared_ptr<const precompiled_charsmap> charsmap;
   };
+  static std::string apply_step(const step& s, std::string text);
   result<void> add(simdjson::dom::element node);
   std::vector<step> steps_;
 };

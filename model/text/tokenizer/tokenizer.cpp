@@ -57,6 +57,29 @@ std::vector<int32_t> tokenizer::encode(std::string_view input, bool add_special_
   return ids;
 }
 
+tokenizer::encoding tokenizer::encode_pair(std::string_view a, std::string_view b,
+                                           bool add_special_tokens) const {
+  const impl& t = *impl_;
+  const std::vector<int32_t> parts[2] = {encode(a, false), encode(b, false)};
+  encoding out;
+  auto put = [&](const std::vector<int32_t>& ids, int32_t type_id) {
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    out.type_ids.insert(out.type_ids.end(), ids.size(), type_id);
+  };
+  if (t.pair_template.empty() || (!add_special_tokens && !t.template_types_plain)) {
+    put(parts[0], 0);
+    put(parts[1], 1);
+    return out;
+  }
+  for (const auto& item : t.pair_template) {
+    if (item.sequence >= 0)
+      put(parts[item.sequence], item.type_id);
+    else if (add_special_tokens)
+      put(item.ids, item.type_id);
+  }
+  return out;
+}
+
 std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   const impl& t = *impl_;
   std::vector<std::string> tokens;

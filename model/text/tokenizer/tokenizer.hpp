@@ -1,7 +1,7 @@
-// A Hugging Face tokenizer.json tokenizer (BPE models), held to the ids the Python `tokenizers`
-// library produces. encode() runs: UTF-8 repair -> added tokens (raw) -> normalizer -> added
-// tokens (normalized) -> pre-tokenizer -> BPE -> post-processor; decode() maps ids to token
-// strings and runs the decoder.
+// A Hugging Face tokenizer.json tokenizer (BPE, WordPiece and Unigram models), held to the ids the
+// Python `tokenizers` library produces. encode() runs: UTF-8 repair -> added tokens (raw) ->
+// normalizer -> added tokens (normalized) -> pre-tokenizer -> model -> post-processor; decode()
+// maps ids to token strings and runs the decoder.
 //
 // Invalid UTF-8 input: Python callers can only pass valid str, so the reference never sees it.
 // Here every maximal invalid byte subsequence is replaced by U+FFFD before encoding (what
@@ -37,6 +37,17 @@ class tokenizer {
                                      std::string_view tokenizer_config = {});
 
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const;
+
+  // A pair of texts (a cross-encoder's query and document) with token type ids: with special
+  // tokens, as the post-processor's pair template places them (BERT: [CLS] a [SEP] b [SEP], the
+  // second part of type 1; RoBERTa: <s> a </s> </s> b </s>, all of type 0); without, or with no
+  // pair template, a's ids then b's (of the template's types for TemplateProcessing and
+  // RobertaProcessing files, otherwise 0 and 1).
+  struct encoding {
+    std::vector<int32_t> ids;
+    std::vector<int32_t> type_ids;
+  };
+  encoding encode_pair(std::string_view a, std::string_view b, bool add_special_tokens) const;
   // Ids outside the vocabulary are skipped, as Hugging Face does.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 

@@ -1,7 +1,8 @@
 // The wider corpus: ids and decodes produced by Hugging Face `tokenizers` through
-// tests/reference/make_tokenizer_fixtures.py, for every tokenizer in testdata plus two synthetic
-// ones (ignore_merges; Metaspace + byte fallback). Also checks that streamed pieces concatenate
-// to decode(ids) for every case, and the documented invalid-UTF-8 behaviour.
+// tests/reference/make_tokenizer_fixtures.py, for every tokenizer in testdata plus synthetic ones
+// (BPE with ignore_merges; BPE with Metaspace + byte fallback; WordPiece; Unigram). Also checks
+// that streamed pieces concatenate to decode(ids) for every case, and the documented invalid-UTF-8
+// behaviour.
 #include <catch2/catch.hpp>
 
 #include "model/text/tokenizer/incremental_detokenizer.hpp"
@@ -58,6 +59,21 @@ void check_fixture(const std::string& name, bool from_testdata) {
     ++n;
   }
   CHECK(n > 50);
+  simdjson::dom::array pairs;
+  if (!root["pairs"].get(pairs)) {
+    int k = 0;
+    for (auto c : pairs) {
+      const std::string_view a = c["a"].get_string(), b = c["b"].get_string();
+      INFO(name << " pair " << k++ << ": '" << a << "' / '" << b << "'");
+      const tokenizer::encoding with = tok->encode_pair(a, b, true);
+      const tokenizer::encoding plain = tok->encode_pair(a, b, false);
+      CHECK(with.ids == test::to_ids(c["ids"].get_array()));
+      CHECK(with.type_ids == test::to_ids(c["type_ids"].get_array()));
+      CHECK(plain.ids == test::to_ids(c["ids_plain"].get_array()));
+      CHECK(plain.type_ids == test::to_ids(c["type_ids_plain"].get_array()));
+    }
+    CHECK(k > 0);
+  }
   for (auto c : root["invalid_utf8"].get_array()) {
     const std::string raw = from_hex(c["hex"].get_string());
     INFO(name << " invalid UTF-8 " << c["hex"].get_string());
@@ -78,6 +94,22 @@ TEST_CASE("fixtures: synthetic ignore_merges", "[tokenizer]") {
 }
 TEST_CASE("fixtures: synthetic metaspace", "[tokenizer]") {
   check_fixture("synthetic-metaspace", false);
+}
+
+// WordPiece (BertNormalizer, BertPreTokenizer, WordPiece decoder; uncased and cased with accents
+// stripped and a 12-character word limit) and Unigram (SentencePiece's precompiled nmt_nfkc map,
+// Metaspace; with and without byte fallback).
+TEST_CASE("fixtures: synthetic wordpiece", "[tokenizer]") {
+  check_fixture("synthetic-wordpiece", false);
+}
+TEST_CASE("fixtures: synthetic wordpiece, cased", "[tokenizer]") {
+  check_fixture("synthetic-wordpiece-cased", false);
+}
+TEST_CASE("fixtures: synthetic unigram", "[tokenizer]") {
+  check_fixture("synthetic-unigram", false);
+}
+TEST_CASE("fixtures: synthetic unigram with byte fallback", "[tokenizer]") {
+  check_fixture("synthetic-unigram-bytes", false);
 }
 
 // Component variants (normalizers, pre-tokenizers, decoders, post-processors not used by the real

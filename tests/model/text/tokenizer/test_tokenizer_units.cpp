@@ -70,16 +70,14 @@ TEST_CASE("unsupported components are load errors naming them", "[tokenizer]") {
     std::string name;
   };
   const std::vector<bad> cases = {
-      {R"({"model":{"type":"WordPiece","vocab":{"a":0}}})", "WordPiece"},
-      {R"({"model":{"type":"Unigram","vocab":[["a",0.0]]}})", "Unigram"},
-      {tiny(R"([])", R"("normalizer":{"type":"BertNormalizer"},)"), "BertNormalizer"},
+      {R"({"model":{"type":"WordLevel","vocab":{"a":0},"unk_token":"a"}})", "WordLevel"},
+      {tiny(R"([])", R"("normalizer":{"type":"Nmt"},)"), "Nmt"},
       {tiny(R"([])", R"("pre_tokenizer":{"type":"UnicodeScripts"},)"), "UnicodeScripts"},
-      {tiny(R"([])", R"("decoder":{"type":"WordPiece","prefix":"##"},)"), "WordPiece"},
+      {tiny(R"([])", R"("decoder":{"type":"CTC"},)"), "CTC"},
       {tiny(R"([])", R"("post_processor":{"type":"Weird"},)"), "Weird"},
-      {tiny(
-           R"([])",
-           R"("normalizer":{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Precompiled"}]},)"),
-       "Precompiled"},
+      {tiny(R"([])",
+            R"("normalizer":{"type":"Sequence","normalizers":[{"type":"NFC"},{"type":"Nmt"}]},)"),
+       "Nmt"},
       {tiny(R"([])", "", R"("continuing_subword_prefix":"##",)"), "continuing_subword_prefix"},
   };
   for (const auto& c : cases) {
@@ -238,4 +236,72 @@ TEST_CASE("negative or huge token ids are load errors, not out-of-range writes",
   auto ok = tokenizer::from_json(R"({"model":{"vocab":{"a":0,"b":1000},"merges":[]}})");
   REQUIRE(ok.ok());
   CHECK(ok->vocab_size() == 1001);
+}
+
+TEST_CASE("WordPiece: longest match first, ## continuations, unknown words whole", "[tokenizer]") {
+  const std::string json =
+      R"({"model":{"type":"WordPiece","unk_token":"[UNK]","max_input_chars_per_word":9,)"
+      R"("vocab":{"[UNK]":0,"un":1,"##aff":2,"##able":3,"a":4,"##b":5,"x":6,"ab":7}},)"
+      R"("pre_tokenizer":{"type":"WhitespaceSplit"},"decoder":{"type":"WordPiece"}})";
+  auto tok = tokenizer::from_json(json);
+  REQUIRE(tok.ok());
+  CHECK(tok->encode("unaffable", false) == std::vector<int32_t>{1, 2, 3});
+  CHECK(tok->encode("ab abb", false) == std::vector<int32_t>{7, 7, 5});
+  CHECK(tok->encode("unaffy x", false) == std::vector<int32_t>{0, 6});  // "y" uncovered
+  CHECK(tok->encode("abbbbbbbbb", false) == std::vector<int32_t>{0});   // 10 > 9 characters
+  CHECK(tok->decode(std::vector<int32_t>{1, 2, 3, 6}, false) == "unaffable x");
+  // The unknown token must be in the vocabulary.
+  auto bad = tokenizer::from_json(R"({"model":{"type":"WordPiece","vocab":{"a":0}}})");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.err().message.find("[UNK]") != std::string::npos);
+}
+
+TEST_CASE("Unigram: the highest-scoring split, unknown characters fused or as bytes",
+          "[tokenizer]") {
+  auto make = [](bool byte_fallback, const char* unk) {
+    return tokenizer::from_json(
+        std::string(R"({"model":{"type":"Unigram","unk_id":)") + unk + R"(,"byte_fallback":)" +
+        (byte_fallback ? "true" : "false") +
+        R"(,"vocab":[["<unk>",0],["a",-1],["b",-1],["ab",-1.5],["abc",-4],["c",-1],)"
+        R"(["<0xC3>",-5],["<0xA9>",-5]]}})");
+  };
+  auto tok = make(false, "0");
+  REQUIRE(tok.ok());
+  CHECK(tok->encode("ab", false) == std::vector<int32_t>{3});        // -1.5 beats a + b (-2)
+  CHECK(tok->encode("abc", false) == std::vector<int32_t>{3, 5});    // -2.5 beats abc (-4)
+  CHECK(tok->encode("xyzab", false) == std::vector<int32_t>{0, 3});  // x, y, z fused
+  auto bytes = make(true, "0");
+  REQUIRE(bytes.ok());
+  CHECK(bytes->encode("\xC3\xA9"
+                      "a",
+                      false) == std::vector<int32_t>{6, 7, 1});        // é as bytes
+  CHECK(bytes->encode("\xC3\xA8", false) == std::vector<int32_t>{0});  // è: 0xA8 missing
+  auto no_unk = make(false, "null");
+  REQUIRE(no_unk.ok());
+  CHECK(no_unk->encode("xa", false) == std::vector<int32_t>{1});  // no unknown piece: dropped
+  CHECK_FALSE(make(false, "8").ok());                             // unk_id outside the vocab
+}
+
+TEST_CASE("Precompiled: a malformed map is a load error, a null map does nothing", "[tokenizer]") {
+  auto with = [](const std::string& normalizer) {
+    return tokenizer::from_json(R"({"normalizer":)" + normalizer +
+                                R"(,"model":{"type":"Unigram","unk_id":0,)"
+                                R"("vocab":[["<unk>",0],["a",-1]]}})");
+  };
+  CHECK(with(R"({"type":"Precompiled","precompiled_charsmap":null})").ok());
+  for (const char* bad : {R"("!!notbase64")", R"("AAE=")",  // 2 bytes: no trie size
+                          R"("/////wAA")"}) {               // trie size beyond the data
+    auto tok = with(std::string(R"({"type":"Precompiled","precompiled_charsmap":)") + bad + "}");
+    INFO(bad);
+    REQUIRE_FALSE(tok.ok());
+    CHECK(tok.err().code == "invalid_argument");
+  }
+}
+
+TEST_CASE("pairs without a post-processor: a then b, types 0 and 1", "[tokenizer]") {
+  auto tok = tokenizer::from_json(tiny(R"(["a b","ab c"])"));
+  REQUIRE(tok.ok());
+  const tokenizer::encoding e = tok->encode_pair("abc", "ab", true);
+  CHECK(e.ids == std::vector<int32_t>{4, 3});
+  CHECK(e.type_ids == std::vector<int32_t>{0, 1});
 }
