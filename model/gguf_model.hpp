@@ -11,9 +11,11 @@
 // (per-frequency divisors).
 //
 // Tokenizers: "gpt2" (byte-level BPE: tokens, merges and a pre-tokenizer named by
-// tokenizer.ggml.pre) and "llama" (SentencePiece BPE: tokens and scores; the merges are derived
-// from the scores as Hugging Face's converter derives them). Both become a tokenizer.json document
-// for our tokenizer. Anything else is an error naming the key and value.
+// tokenizer.ggml.pre), "llama" (SentencePiece BPE: tokens and scores; the merges are derived
+// from the scores as Hugging Face's converter derives them) and "bert" (WordPiece, BERT's
+// normalizer lowercasing as llama.cpp does, [CLS]/[SEP] from tokenizer.ggml.cls_token_id and
+// seperator_token_id). Each becomes a tokenizer.json document for our tokenizer. Anything else is
+// an error naming the key and value.
 #pragma once
 
 #include <cstdint>

@@ -131,10 +131,12 @@ std::vector<std::pair<std::string_view, std::string_view>> merges_from_scores(
 // The tokenizer.ggml.* keys every tokenizer model uses, checked: the vocabulary, its token types,
 // the special ids and the add_* flags.
 struct gguf_vocab {
-  bool spm = false;  // tokenizer.ggml.model "llama" (SentencePiece pieces); else "gpt2"
+  bool spm = false;  // tokenizer.ggml.model "llama" (SentencePiece pieces)
+  bool wpm = false;  // tokenizer.ggml.model "bert" (WordPiece, in llama.cpp's phantom-space form)
   const std::vector<std::string_view>* tokens = nullptr;
   std::vector<int64_t> types;               // ggml token type per token
   std::optional<int32_t> bos, eos, unk;     // special ids (none when absent or negative)
+  std::optional<int32_t> cls, sep;          // BERT's [CLS] and [SEP]
   bool want_bos = false, want_eos = false;  // added around every encoded sequence
   std::optional<bool> add_space_prefix;     // tokenizer.ggml.add_space_prefix
 
@@ -159,11 +161,12 @@ result<gguf_vocab> read_vocab(const gguf_file& f) {
   if (!*model_v)
     return gerr(f, "metadata tokenizer.ggml.model is missing (the file has no tokenizer)");
   const std::string model = **model_v;
-  if (model != "gpt2" && model != "llama")
+  if (model != "gpt2" && model != "llama" && model != "bert")
     return gunsupported(
-        f, "tokenizer.ggml.model '" + model + "' is not supported (supported: gpt2, llama)");
+        f, "tokenizer.ggml.model '" + model + "' is not supported (supported: gpt2, llama, bert)");
   gguf_vocab v;
   v.spm = model == "llama";
+  v.wpm = model == "bert";
   const gguf_value* tokens_v = f.find("tokenizer.ggml.tokens");
   if (!tokens_v || tokens_v->kind != gguf_kind::array || tokens_v->elem != gguf_kind::string)
     return gerr(f, "metadata tokenizer.ggml.tokens must be an array of strings");
@@ -181,7 +184,9 @@ result<gguf_vocab> read_vocab(const gguf_file& f) {
   }
   for (auto [key, id] : {std::pair{"tokenizer.ggml.bos_token_id", &v.bos},
                          std::pair{"tokenizer.ggml.eos_token_id", &v.eos},
-                         std::pair{"tokenizer.ggml.unknown_token_id", &v.unk}}) {
+                         std::pair{"tokenizer.ggml.unknown_token_id", &v.unk},
+                         std::pair{"tokenizer.ggml.cls_token_id", &v.cls},
+                         std::pair{"tokenizer.ggml.seperator_token_id", &v.sep}}) {
     auto r = special_token_id(f, key, n);
     if (!r) return r.err();
     *id = *r;
@@ -312,6 +317,60 @@ result<merge_list> append_bpe_pipeline(std::string& j, const gguf_file& f, const
   return merges;
 }
 
+// WordPiece ("bert"): llama.cpp's converter writes a word-initial piece as "\u2581piece", a
+// continuation "##piece" as "piece", and "[...]" tokens as they are; this undoes it.
+std::vector<std::string> wordpiece_tokens(const std::vector<std::string_view>& phantom) {
+  static constexpr std::string_view k_space = "\u2581";
+  std::vector<std::string> out;
+  out.reserve(phantom.size());
+  for (std::string_view t : phantom) {
+    if (t.size() >= 2 && t.front() == '[' && t.back() == ']')
+      out.emplace_back(t);
+    else if (t.starts_with(k_space))
+      out.emplace_back(t.substr(k_space.size()));
+    else
+      out.push_back("##" + std::string(t));
+  }
+  return out;
+}
+
+// WordPiece ("bert"): BERT's normalizer (lowercased and accents stripped, as llama.cpp's WPM
+// tokenizer always does), pre-tokenizer and decoder, [CLS] $A [SEP] (pairs: [CLS] $A [SEP] $B
+// [SEP], the second part of type 1) when the file names both, and the WordPiece model; appended
+// to j, which this completes.
+result<void> append_wordpiece(std::string& j, const gguf_file& f, const gguf_vocab& v) {
+  if (!v.unk) return gerr(f, "a bert tokenizer needs tokenizer.ggml.unknown_token_id");
+  std::string post = "null";
+  if (v.cls && v.sep) {
+    const std::string cls = json_escape(v.token(*v.cls)), sep = json_escape(v.token(*v.sep));
+    auto special = [](const std::string& tok, int32_t id) {
+      return "{\"SpecialToken\":{\"id\":" + tok + ",\"type_id\":" + std::to_string(id) + "}}";
+    };
+    auto seq = [](const char* name, int type) {
+      return std::string("{\"Sequence\":{\"id\":\"") + name +
+             "\",\"type_id\":" + std::to_string(type) + "}}";
+    };
+    post = "{\"type\":\"TemplateProcessing\",\"single\":[" + special(cls, 0) + "," + seq("A", 0) +
+           "," + special(sep, 0) + "],\"pair\":[" + special(cls, 0) + "," + seq("A", 0) + "," +
+           special(sep, 0) + "," + seq("B", 1) + "," + special(sep, 1) + "],\"special_tokens\":{" +
+           cls + ":{\"id\":" + cls + ",\"ids\":[" + std::to_string(*v.cls) + "],\"tokens\":[" +
+           cls + "]}," + sep + ":{\"id\":" + sep + ",\"ids\":[" + std::to_string(*v.sep) +
+           "],\"tokens\":[" + sep + "]}}}";
+  }
+  j += "\"normalizer\":{\"type\":\"BertNormalizer\",\"clean_text\":true,"
+       "\"handle_chinese_chars\":true,\"strip_accents\":null,\"lowercase\":true},"
+       "\"pre_tokenizer\":{\"type\":\"BertPreTokenizer\"},\"post_processor\":" +
+       post + ",\"decoder\":{\"type\":\"WordPiece\",\"prefix\":\"##\",\"cleanup\":true},";
+  j += "\"model\":{\"type\":\"WordPiece\",\"unk_token\":" + json_escape(v.token(*v.unk)) +
+       ",\"continuing_subword_prefix\":\"##\",\"max_input_chars_per_word\":100,\"vocab\":{";
+  for (size_t i = 0; i < v.tokens->size(); ++i) {
+    if (i) j += ',';
+    j += json_escape((*v.tokens)[i]) + ":" + std::to_string(i);
+  }
+  j += "}}}";
+  return {};
+}
+
 // tokenizer.json "model": the BPE vocabulary and merges.
 void append_bpe_model(std::string& j, const gguf_vocab& v, const merge_list& merges,
                       bool ignore_merges) {
@@ -350,13 +409,24 @@ std::string tokenizer_config_json(const gguf_vocab& v) {
 result<gguf_tokenizer_documents> gguf_tokenizer_json(const gguf_file& f) {
   auto vocab = read_vocab(f);
   if (!vocab) return vocab.err();
-  const gguf_vocab& v = *vocab;
+  gguf_vocab& v = *vocab;
+  std::vector<std::string> wordpiece;  // "bert": the tokens as tokenizer.json has them
+  std::vector<std::string_view> wordpiece_views;
+  if (v.wpm) {
+    wordpiece = wordpiece_tokens(*v.tokens);
+    wordpiece_views.assign(wordpiece.begin(), wordpiece.end());
+    v.tokens = &wordpiece_views;
+  }
   auto phi3 = is_phi3(f);
   if (!phi3) return phi3.err();
   std::string j;
   j.reserve(v.tokens->size() * 24);
   j += "{\"version\":\"1.0\",";
   append_added_tokens(j, v, *phi3);
+  if (v.wpm) {
+    if (auto r = append_wordpiece(j, f, v); !r) return r.err();
+    return gguf_tokenizer_documents{std::move(j), tokenizer_config_json(v)};
+  }
   const std::string post = post_processor_json(v);
   bool ignore_merges = false;
   auto merges =

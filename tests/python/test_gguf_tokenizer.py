@@ -23,7 +23,7 @@ TESTDATA = REPO.parent / "shared" / "testdata"
 FIXTURES = REPO / "tests" / "reference" / "fixtures" / "tokenizer"
 SEPARATOR = "\n__ggml_vocab_test__\n"
 VOCABS = ["gpt-2", "llama-bpe", "qwen2", "llama-spm", "phi-3", "mpt", "starcoder", "refact", "deepseek-coder",
-          "deepseek-llm", "command-r", "qwen35"]
+          "deepseek-llm", "command-r", "qwen35", "bert-bge"]
 # llama.cpp vocabulary file -> the testdata tokenizer of the same model.
 SAME_MODEL = {"gpt-2": "gpt2", "qwen2": "qwen2", "phi-3": "phi-3-mini"}
 
