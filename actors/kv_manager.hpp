@@ -2,9 +2,10 @@
 // copy-on-write forks and preemption by recompute. It turns a scheduler's step_draft into the
 // executor's step_plan (block tables, block copies, placeholder inputs, sample flags).
 //
-// Per sequence it keeps the tokens it has been sent, its block table, how many positions have K/V
-// (num_computed, as planned: the executor computes them in step order) and how many leading full
-// blocks are registered in the prefix cache. "Holders" are the sequences holding blocks, in
+// Per sequence it keeps the tokens it has been sent that it still reads (a window, see
+// seq_kv::tokens), its block table, how many positions have K/V (num_computed, as planned: the
+// executor computes them in step order) and how many leading full blocks are registered in the
+// prefix cache. "Holders" are the sequences holding blocks, in
 // admission order; the newest holder is the one preempted when blocks run out.
 //
 // Speculative decoding: a step may compute proposals past the known tokens; they are never
