@@ -30,33 +30,42 @@ unigram_model::unigram_model(std::vector<std::pair<std::string, double>> pieces,
             [&](uint32_t a, uint32_t b) { return pieces_[a].first < pieces_[b].first; });
   trie_.reserve(order.size() * 2 + 1);
   trie_.emplace_back();
-  build(order, 0, order.size(), 0, 0);
+  build(order);
 }
 
-void unigram_model::build(const std::vector<uint32_t>& order, std::size_t lo, std::size_t hi,
-                          std::size_t depth, uint32_t at) {
-  if (lo < hi && pieces_[order[lo]].first.size() == depth) {
-    trie_[at].piece = static_cast<int32_t>(order[lo]);
-    ++lo;
-  }
-  const auto byte_at = [&](std::size_t k) {
-    return static_cast<uint8_t>(pieces_[order[k]].first[depth]);
+void unigram_model::build(const std::vector<uint32_t>& order) {
+  // Iteratively (a piece may be thousands of bytes long): each task is a node and the sorted
+  // pieces [lo, hi) that share its depth-byte prefix; its children are allocated together.
+  struct task {
+    std::size_t lo, hi, depth;
+    uint32_t at;
   };
-  std::size_t groups = 0;
-  for (std::size_t k = lo; k < hi; ++k)
-    if (k == lo || byte_at(k) != byte_at(k - 1)) ++groups;
-  const auto begin = static_cast<uint32_t>(trie_.size());
-  trie_[at].child_begin = begin;
-  trie_[at].child_count = static_cast<uint16_t>(groups);
-  trie_.resize(trie_.size() + groups);
-  uint32_t slot = begin;
-  for (std::size_t k = lo; k < hi;) {
-    std::size_t end = k + 1;
-    while (end < hi && byte_at(end) == byte_at(k)) ++end;
-    trie_[slot].byte = byte_at(k);
-    build(order, k, end, depth + 1, slot);
-    ++slot;
-    k = end;
+  std::vector<task> todo{{0, order.size(), 0, 0}};
+  while (!todo.empty()) {
+    auto [lo, hi, depth, at] = todo.back();
+    todo.pop_back();
+    if (lo < hi && pieces_[order[lo]].first.size() == depth) {
+      trie_[at].piece = static_cast<int32_t>(order[lo]);
+      ++lo;
+    }
+    const auto byte_at = [&](std::size_t k) {
+      return static_cast<uint8_t>(pieces_[order[k]].first[depth]);
+    };
+    std::size_t groups = 0;
+    for (std::size_t k = lo; k < hi; ++k)
+      if (k == lo || byte_at(k) != byte_at(k - 1)) ++groups;
+    const auto begin = static_cast<uint32_t>(trie_.size());
+    trie_[at].child_begin = begin;
+    trie_[at].child_count = static_cast<uint16_t>(groups);
+    trie_.resize(trie_.size() + groups);
+    uint32_t slot = begin;
+    for (std::size_t k = lo; k < hi; ++slot) {
+      std::size_t end = k + 1;
+      while (end < hi && byte_at(end) == byte_at(k)) ++end;
+      trie_[slot].byte = byte_at(k);
+      todo.push_back({k, end, depth + 1, slot});
+      k = end;
+    }
   }
 }
 

@@ -35,8 +35,8 @@ class unigram_model final : public token_model {
     uint16_t child_count = 0;
     uint8_t byte = 0;
   };
-  void build(const std::vector<uint32_t>& order, std::size_t lo, std::size_t hi, std::size_t depth,
-             uint32_t at);
+  // The trie over the pieces in `order` (ids sorted by their text, bytewise).
+  void build(const std::vector<uint32_t>& order);
   const node* child(const node& n, uint8_t b) const noexcept;
   // Appends the id(s) of a stretch of the word the best path gave to the unknown piece.
   void unknown(std::string_view text, std::vector<int32_t>& out) const;

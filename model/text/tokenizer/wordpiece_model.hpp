@@ -21,8 +21,7 @@ class wordpiece_model final : public token_model {
     std::string continuing_subword_prefix = "##";
     std::size_t max_input_chars_per_word = 100;
   };
-  wordpiece_model(string_id_map vocab, options opts)
-      : vocab_(std::move(vocab)), opts_(std::move(opts)) {}
+  wordpiece_model(string_id_map vocab, options opts);
 
   void tokenize(std::string_view word, std::vector<int32_t>& out) const override;
   std::optional<int32_t> find(std::string_view key) const override;
@@ -30,6 +29,7 @@ class wordpiece_model final : public token_model {
  private:
   string_id_map vocab_;
   options opts_;
+  std::size_t longest_ = 0;  // bytes of the longest vocabulary entry: no longer part can match
 };
 
 }  // namespace coserve

@@ -305,3 +305,25 @@ TEST_CASE("pairs without a post-processor: a then b, types 0 and 1", "[tokenizer
   CHECK(e.ids == std::vector<int32_t>{4, 3});
   CHECK(e.type_ids == std::vector<int32_t>{0, 1});
 }
+
+TEST_CASE("WordPiece and Unigram on very long words and pieces", "[tokenizer]") {
+  // A Unigram piece of 200,000 bytes (the trie is built without recursion) and a word made of it.
+  const std::string long_piece(200000, 'a');
+  auto uni = tokenizer::from_json(R"({"model":{"type":"Unigram","unk_id":0,"vocab":[["<unk>",0],)"
+                                  R"(["a",-1],[")" +
+                                  long_piece + R"(",-2]]}})");
+  REQUIRE(uni.ok());
+  CHECK(uni->encode(long_piece, false) == std::vector<int32_t>{2});
+  // a + piece and piece + a score alike; the path reaching the end first (from an earlier start)
+  // stays, as in Hugging Face's Viterbi.
+  CHECK(uni->encode(long_piece + "a", false) == std::vector<int32_t>{1, 2});
+  // WordPiece with no word limit: a 100,000-character word of one-character pieces.
+  auto wp = tokenizer::from_json(
+      R"({"model":{"type":"WordPiece","unk_token":"[UNK]","max_input_chars_per_word":1000000,)"
+      R"("vocab":{"[UNK]":0,"b":1,"##b":2}}})");
+  REQUIRE(wp.ok());
+  const auto ids = wp->encode(std::string(100000, 'b'), false);
+  REQUIRE(ids.size() == 100000);
+  CHECK(ids.front() == 1);
+  CHECK(ids.back() == 2);
+}
