@@ -42,8 +42,11 @@ void unigram_model::build(const std::vector<uint32_t>& order) {
   };
   std::vector<task> todo{{0, order.size(), 0, 0}};
   while (!todo.empty()) {
-    auto [lo, hi, depth, at] = todo.back();
+    const task t = todo.back();
     todo.pop_back();
+    std::size_t lo = t.lo;
+    const std::size_t hi = t.hi, depth = t.depth;
+    const uint32_t at = t.at;
     if (lo < hi && pieces_[order[lo]].first.size() == depth) {
       trie_[at].piece = static_cast<int32_t>(order[lo]);
       ++lo;
