@@ -9,9 +9,7 @@
 #include <thread>
 
 namespace coserve {
-namespace {
 
-// Physical cores: distinct thread-sibling sets in sysfs (logical CPUs when sysfs has none).
 int32_t physical_cores() {
   std::set<std::string> cores;
   for (int cpu = 0;; ++cpu) {
@@ -26,6 +24,8 @@ int32_t physical_cores() {
   if (cores.empty()) return std::max(1, logical);
   return std::max<int32_t>(1, int32_t(cores.size()));
 }
+
+namespace {
 
 int32_t default_workers(int32_t asked) { return (asked > 0 ? asked : physical_cores()) - 1; }
 

@@ -24,6 +24,16 @@ struct sampling_defaults {
   }
 };
 
+// A pooling request (embeddings, scores): its prompt is computed once, nothing is sampled, and the
+// step's output carries the pooled vector (seq_output::embedding) instead of a token.
+struct pooling_params {
+  bool enabled = false;
+  int32_t dimensions = 0;         // keep the first `dimensions` values (Matryoshka); 0: all
+  std::optional<bool> normalize;  // unset: as the model's pooling says (its Normalize module)
+  // Per prompt token, its token type (a text pair's second text: 1); empty: all 0.
+  std::vector<uint8_t> token_types;
+};
+
 struct sampling_params {
   float temperature = 1.0f;         // 0 => greedy (argmax); otherwise logits / temperature
   float top_p = 1.0f;               // nucleus mass in (0, 1]; 1 disables
@@ -52,6 +62,7 @@ struct sampling_params {
   int32_t n = 1;  // parallel samples of one prompt (copy-on-write fork)
   // Structured output: every sampled token must keep the output inside this grammar (null: none).
   std::shared_ptr<const compiled_grammar> grammar;
+  pooling_params pooling;
 
   bool greedy() const noexcept { return temperature <= 0.0f; }
 };

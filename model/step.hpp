@@ -94,6 +94,9 @@ struct seq_output {
   // params.prompt_logprobs >= 0: on the sequence's first output only, one entry per prompt
   // position 1 .. prompt length - 1 (position 0 has no logits before it).
   std::vector<prompt_logprob> prompt_logprobs;
+  // A pooling request (params.pooling.enabled): its pooled vector, or a cross-encoder's class
+  // logits; `token` is then 0 and means nothing.
+  std::vector<float> embedding;
 };
 
 struct step_result {

@@ -21,6 +21,9 @@
 
 namespace coserve {
 
+// Physical cores: distinct thread-sibling sets in sysfs (logical CPUs when sysfs has none).
+int32_t physical_cores();
+
 class worker_pool {
  public:
   explicit worker_pool(int32_t num_workers) {

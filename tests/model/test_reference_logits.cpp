@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
+#include "fixture_json.hpp"
 #include "model/demo_args.hpp"
 #include "model_test_util.hpp"
 
@@ -20,17 +21,8 @@ namespace {
 
 const char* k_fixture_dir = "tests/reference/fixtures/model";
 
-std::vector<float> floats(simdjson::dom::array a) {
-  std::vector<float> out;
-  for (auto x : a) out.push_back(float(double(x)));
-  return out;
-}
-
-std::vector<int32_t> ints(simdjson::dom::array a) {
-  std::vector<int32_t> out;
-  for (auto x : a) out.push_back(int32_t(int64_t(x)));
-  return out;
-}
+using test::floats;
+using test::ints;
 
 std::vector<float> pick(const std::vector<float>& row, const std::vector<int32_t>& cols) {
   std::vector<float> out;
