@@ -40,6 +40,7 @@
 #include "actors/streamer.hpp"
 #include "actors/tokenizer_actor.hpp"
 #include "model/config.hpp"
+#include "model/encoder_model.hpp"
 #include "model/gguf_model.hpp"
 #include "model/text/jinja/chat_template.hpp"
 #include "model/text/tokenizer/tokenizer.hpp"
@@ -117,6 +118,10 @@ class engine_impl final : public engine {
     info_.max_model_len = ei.max_model_len;
     info_.vocab_size = ei.vocab_size;
     info_.prompt_logprobs = ei.computes_prompt_logprobs;
+    info_.task = ei.task;
+    info_.pooled_size = ei.pooled_size;
+    info_.matryoshka = ei.matryoshka;
+    info_.matryoshka_dimensions = ei.matryoshka_dimensions;
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
@@ -192,6 +197,17 @@ class engine_impl final : public engine {
     return o;
   }
 
+  // Why a request cannot run on this model's task (a pooling request on a generating model, or
+  // the other way round).
+  std::string task_mismatch(bool pooling) const {
+    if (pooling)
+      return "The model `" + info_.served_model_name +
+             "` does not support embeddings or scores: it generates text (task 'generate'); "
+             "serve an embedding or cross-encoder model for them";
+    return "The model `" + info_.served_model_name + "` does not generate text: it serves task '" +
+           info_.task + "' (/v1/embeddings, /v1/score and /v1/rerank)";
+  }
+
   planner_config make_planner_config(const executor_info& ei,
                                      const std::vector<int32_t>& eos) const {
     return planner_config{
@@ -202,7 +218,8 @@ class engine_impl final : public engine {
         .speculation = spec_,
         .extra_eos = std::vector<int32_t>(eos.size() > 1 ? eos.begin() + 1 : eos.end(), eos.end()),
         .num_kv_blocks = ei.num_kv_blocks,
-        .max_consecutive_failures = cfg_.max_consecutive_step_failures};
+        .max_consecutive_failures = cfg_.max_consecutive_step_failures,
+        .whole_prompts = ei.task != "generate"};
   }
 
   // The serving graph, and the one place that says who sends to whom:
@@ -358,6 +375,8 @@ class engine_impl final : public engine {
       co_return error{"queue_full", "too many prompt tokens waiting (" + std::to_string(waiting) +
                                         "); retry later"};
     }
+    if (req.params.pooling.enabled != (info_.task != "generate"))
+      co_return error{"invalid_request", task_mismatch(req.params.pooling.enabled)};
     if (req.params.prompt_logprobs >= 0 && !info_.prompt_logprobs)
       co_return error{"invalid_request", "prompt logprobs are not computed by this executor",
                       "prompt_logprobs"};
@@ -586,6 +605,52 @@ class engine_impl final : public engine {
   bool watch_stop_ = false;
 };
 
+// vLLM's --task against what the model is: an encoder embeds or scores (its architecture says
+// which), anything else generates.
+result<void> check_task(const std::string& task, bool encoder, const std::filesystem::path& dir) {
+  if (task != "auto" && task != "generate" && task != "embed" && task != "embedding" &&
+      task != "score")
+    return error{"invalid_argument",
+                 "--task '" + task + "' is not one of auto, generate, embed, score", "task"};
+  if (task == "auto") return {};
+  const std::string arch = read_architecture(dir);
+  if (encoder && task == "generate")
+    return error{"invalid_argument",
+                 "--task generate: " + arch +
+                     " is an encoder; it serves embeddings or scores (--task embed or score)",
+                 "task"};
+  if (!encoder && task != "generate")
+    return error{"invalid_argument",
+                 "--task " + task + ": " + (arch.empty() ? std::string("the model") : arch) +
+                     " is served for generation only (embeddings and scores are served from "
+                     "BERT and XLM-RoBERTa encoders: BertModel, XLMRobertaModel and their "
+                     "*ForSequenceClassification cross-encoders)",
+                 "task"};
+  const bool classifier = arch.find("ForSequenceClassification") != std::string::npos;
+  if (classifier && task != "score")
+    return error{"invalid_argument",
+                 "--task " + task + ": " + arch +
+                     " is a cross-encoder; it serves scores (--task "
+                     "score: /v1/score and /v1/rerank)",
+                 "task"};
+  return {};
+}
+
+// What the engine reads of an encoder's config: its architecture and sizes.
+result<model_config> encoder_model_summary(const std::filesystem::path& dir) {
+  auto c = load_encoder_config(dir);
+  if (!c) return c.err();
+  model_config m;
+  m.architecture = c->architecture;
+  m.model_type = c->model_type;
+  m.hidden_size = c->hidden_size;
+  m.num_hidden_layers = c->num_hidden_layers;
+  m.num_attention_heads = c->num_attention_heads;
+  m.vocab_size = c->vocab_size;
+  m.max_position_embeddings = c->max_model_len();
+  return m;
+}
+
 }  // namespace
 
 result<std::unique_ptr<engine>> engine::start(engine_config config) {
@@ -628,9 +693,16 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
         "text\n",
         config.skip_tokenizer_init ? "skip_tokenizer_init" : "the folder has no tokenizer.json");
   }
+  // Encoders (embedding models, cross-encoders) have a config of their own: the engine reads its
+  // architecture and sizes; the executor the rest.
+  const bool encoder = !gguf && is_encoder_architecture(read_architecture(config.model_dir));
+  if (auto t = check_task(config.task, encoder, config.model_dir); !t) return t.err();
   // A GGUF file's metadata is parsed once above and read from there.
-  auto model = gguf ? gguf_model_config(*gguf_meta) : load_model_config(config.model_dir.string());
+  auto model = encoder ? encoder_model_summary(config.model_dir)
+               : gguf  ? gguf_model_config(*gguf_meta)
+                       : load_model_config(config.model_dir.string());
   if (!model) return model.err();
+  if (encoder) config.enable_prefix_caching = false;  // no KV to reuse
   auto gen =
       gguf ? gguf_generation_config(*gguf_meta) : load_generation_config(config.model_dir.string());
   if (!gen) return gen.err();
@@ -681,6 +753,15 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   std::fprintf(stderr, "coserve engine: model %s loaded in %.1f s\n",
                config.model_dir.string().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (const executor_info ei = exec->info();
+      ei.task != "generate" && config.max_num_batched_tokens < ei.max_model_len) {
+    // An encoder sees each input whole in one step: the step budget must hold the longest.
+    std::fprintf(stderr,
+                 "coserve engine: max_num_batched_tokens raised from %d to max_model_len %d (an "
+                 "encoder computes each input whole in one step)\n",
+                 config.max_num_batched_tokens, ei.max_model_len);
+    config.max_num_batched_tokens = ei.max_model_len;
+  }
 #if defined(__GLIBC__)
   // Loading freed more than it keeps (the tokenizer's JSON document tree, the GGUF metadata's
   // parse buffers): hand the free pages inside the heap back instead of keeping them resident.

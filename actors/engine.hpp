@@ -53,6 +53,11 @@ struct engine_config {
   // its request used, A when it used none; /v1/models lists all three).
   std::vector<std::string> served_model_aliases;
   std::string device = "cpu";  // "cpu" or "cuda"
+  // What the model is served for (vLLM's --task): "auto" (from the architecture: encoders embed,
+  // or score when they are cross-encoders; other models generate), "generate", "embed" or
+  // "score". Asking an encoder to generate, or a decoder to embed or score, is an error at
+  // start().
+  std::string task = "auto";
   int32_t max_num_seqs = 256;  // running sequences at most
   // Tokens per step at most (the chunked-prefill budget); 0: the device's default, 512 on the CPU
   // (measured: shorter TTFT under load and more tokens/s than 2048, docs/benchmarks/cpu.md) and
@@ -140,6 +145,13 @@ struct model_info {
   int32_t vocab_size = 0;
   int64_t created = 0;           // unix seconds the engine started
   bool prompt_logprobs = false;  // the executor honours sampling_params::prompt_logprobs
+  // The served task ("generate", "embed" or "score") and, for the pooling ones, the vector's size
+  // (embed) or the number of labels (score), and whether fewer dimensions may be asked for
+  // (Matryoshka; when the list is not empty, only those).
+  std::string task = "generate";
+  int32_t pooled_size = 0;
+  bool matryoshka = false;
+  std::vector<int32_t> matryoshka_dimensions;
 };
 
 class engine {

@@ -18,6 +18,7 @@
 #include "actors/speculation.hpp"
 #include "model/config.hpp"
 #include "model/cpu_executor.hpp"
+#include "model/encoder_executor.hpp"
 #include "model/gguf_model.hpp"
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
 #include <dlfcn.h>
@@ -192,7 +193,54 @@ result<void> run_cuda_tp_rank(const std::filesystem::path& model_dir, communicat
 #endif
 }
 
+namespace {
+
+// Encoder models (embeddings, cross-encoders) run on the CPU encoder executor. Its KV blocks are
+// the scheduler's bookkeeping only (nothing stands behind them): as many as max_num_seqs inputs
+// of max_model_len tokens take.
+result<std::unique_ptr<executor>> make_encoder_executor(const engine_config& config) {
+  if (config.device != "cpu")
+    return error{"invalid_argument",
+                 "device '" + config.device +
+                     "': encoder models (embeddings, scores) run on the CPU executor (--device "
+                     "cpu); the CUDA executor serves decoders"};
+  if (config.tensor_parallel_size > 1)
+    return error{"invalid_argument", "--tensor-parallel-size: encoder models run on one rank",
+                 "tensor_parallel_size"};
+  if (!config.speculative_config.empty())
+    return error{"invalid_argument",
+                 "--speculative-config: an encoder model generates nothing to speculate on",
+                 "speculative_config"};
+  if (!config.quantization.empty() || config.load_format != "auto")
+    return error{"invalid_argument",
+                 "--quantization and --load-format apply to the CUDA executor's decoders"};
+  encoder_executor_options opts;
+  opts.num_threads = config.cpu_threads;
+  opts.max_model_len = config.max_model_len;
+  opts.block_size = config.block_size;
+  auto e = encoder_executor::load(config.model_dir, opts);
+  if (!e) return e.err();
+  const int64_t per_seq = ((*e)->max_model_len() + config.block_size - 1) / config.block_size;
+  (*e)->set_num_kv_blocks(
+      int32_t(std::min<int64_t>(int64_t(config.max_num_seqs) * per_seq + 1, int64_t{1} << 24)));
+  const pooling_config& p = (*e)->pooling();
+  const encoder_config& c = (*e)->config();
+  const std::string head =
+      c.classifier() ? "a classification head of " + std::to_string(c.num_labels) + " label" +
+                           (c.num_labels == 1 ? "" : "s") + " on the first token"
+                     : std::string(pooling_type_name(p.type)) + " pooling" +
+                           (p.normalize ? ", normalised" : "") + " (" + p.source + ")";
+  std::fprintf(stderr, "coserve engine: encoder %s, %s, max_model_len %d\n", c.architecture.c_str(),
+               head.c_str(), (*e)->max_model_len());
+  return std::unique_ptr<executor>(std::move(*e));
+}
+
+}  // namespace
+
 result<std::unique_ptr<executor>> make_default_executor(const engine_config& config) {
+  if (!is_gguf_file(config.model_dir.string()) &&
+      is_encoder_architecture(read_architecture(config.model_dir)))
+    return make_encoder_executor(config);
   auto model = load_model_config(config.model_dir.string());
   if (!model) return model.err();
   const model_config& model_cfg = *model;

@@ -57,9 +57,16 @@ struct context_rule {
 result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens,
                                 int32_t max_model_len, sampling_params& params);
 
+// A pooling request's pair of texts (a cross-encoder's query and document): encoded together by
+// the tokenizer's pair template, with token types (params.pooling.token_types).
+struct text_pair {
+  std::string first, second;
+};
+
 struct generate_request {
-  // Exactly one input: prompt text, prompt token ids, or chat messages.
-  std::variant<std::string, std::vector<int32_t>, chat_input> input;
+  // Exactly one input: prompt text, prompt token ids, chat messages, or (pooling requests) a pair
+  // of texts.
+  std::variant<std::string, std::vector<int32_t>, chat_input, text_pair> input;
   sampling_params params;
   bool add_special_tokens = true;  // BOS etc. for text prompts (chat: false, the template has them)
   int32_t priority = 0;            // lower runs first (vLLM convention); ties FCFS
@@ -94,6 +101,9 @@ struct output_event {
   std::vector<prompt_logprob> prompt_logprobs;
   std::vector<std::pair<int32_t, std::string>> prompt_token_texts;
   std::vector<std::vector<float>> logits;  // per token id, when request.return_logits
+  // A pooling request (params.pooling.enabled): its one event carries the pooled vector (or a
+  // cross-encoder's class logits); token_ids and text are then empty.
+  std::vector<float> embedding;
   // When request.return_token_text: each token id decoded on its own (special tokens as ""), and
   // the same for each top_logprobs entry.
   std::vector<std::string> token_texts;

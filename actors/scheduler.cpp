@@ -104,6 +104,7 @@ void scheduler::emit(step_emission& em, uint64_t step_id, rt::outbox& out) {
       t.top_logprobs = std::move(o.top_logprobs);
       t.prompt_logprobs = std::move(o.prompt_logprobs);
       t.logits = std::move(o.logits);
+      t.embedding = std::move(o.embedding);
     }
     t.prompt_tokens = e.prompt_tokens;
     t.completion_tokens = e.completion_tokens;

@@ -274,6 +274,7 @@ void step_planner::draft_waiting(step_draft& d, int32_t& budget) {
        k < waiting_.size() && budget > 0 && num_running() + admitted < config_.max_num_seqs; ++k) {
     sequence& s = at(waiting_[k]);
     if (s.pending > 0) break;  // preempted with a token still in flight: wait for it (FCFS)
+    if (config_.whole_prompts && s.num_tokens() - s.num_computed > budget) break;  // FCFS too
     draft_entry e;
     e.seq_id = s.id;
     e.admit = true;

@@ -64,6 +64,10 @@ struct planner_config {
   std::vector<int32_t> extra_eos;  // more ids that end a sample (unless ignore_eos)
   int32_t num_kv_blocks = 0;       // the cache's size, for the message of a request that never fits
   int32_t max_consecutive_failures = 3;
+  // Prompts are never chunked: a waiting sequence is admitted only when all of its tokens fit the
+  // step's remaining budget (encoder models, which see a whole sequence in one pass). Every
+  // prompt must then fit max_num_batched_tokens.
+  bool whole_prompts = false;
 };
 
 // Speculative decoding counters (cumulative), as vLLM's spec_decode metrics.

@@ -114,6 +114,14 @@ bool streamer::emit(token_event& e, state& st, clock::time_point now, rt::outbox
     st.cancel_sent = true;
     out.tell(to_.intake, cancel_request{e.request_id});
   }
+  if (st.params.pooling.enabled) {  // no token: the vector, and the request's end
+    output_event ev;
+    ev.index = e.index;
+    ev.embedding = std::move(e.embedding);
+    ev.prompt_tokens = e.prompt_tokens;
+    ev.finish = finish_reason::length;
+    return end_sample(e.request_id, st, std::move(ev), out);
+  }
   // Counted before the event is sent: a client that has seen its stream end reads a count that
   // includes every token it was sent.
   auto& metrics = shared_->metrics;

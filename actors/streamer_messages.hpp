@@ -33,6 +33,7 @@ struct token_event {
   std::vector<token_logprob> top_logprobs;
   std::vector<prompt_logprob> prompt_logprobs;
   std::vector<float> logits;
+  std::vector<float> embedding;  // a pooling request's vector (seq_output::embedding)
   int32_t prompt_tokens = 0, completion_tokens = 0, cached_prompt_tokens = 0;
 };
 

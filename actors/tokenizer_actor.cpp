@@ -16,6 +16,17 @@ result<void> apply_context_rule(const context_rule& rule, int32_t prompt_tokens,
   const std::string& where = rule.input_param;
   if (prompt_tokens <= 0)
     return error{"invalid_request", "the " + where + " is empty after tokenization", where};
+  if (params.pooling.enabled) {  // nothing is generated: the input alone must fit
+    if (prompt_tokens > max_model_len)
+      return error{"invalid_request",
+                   "This model's maximum context length is " + std::to_string(max_model_len) +
+                       " tokens. However, you requested " + std::to_string(prompt_tokens) +
+                       " tokens in the input for embedding generation. Please reduce the length "
+                       "of the input.",
+                   where};
+    params.max_tokens = 1;
+    return {};
+  }
   if (!rule.max_tokens_given) {
     params.max_tokens = std::max(0, max_model_len - prompt_tokens);
     if (rule.default_max_tokens > 0)
@@ -135,6 +146,10 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
     ids = tok->encode(*text, req.add_special_tokens);
   } else if (const auto* given = std::get_if<std::vector<int32_t>>(&req.input)) {
     ids = *given;
+  } else if (const auto* pair = std::get_if<text_pair>(&req.input)) {
+    tokenizer::encoding e = tok->encode_pair(pair->first, pair->second, req.add_special_tokens);
+    ids = std::move(e.ids);
+    params.pooling.token_types.assign(e.type_ids.begin(), e.type_ids.end());
   } else {
     auto chat_ids = encode_chat(std::get<chat_input>(req.input));
     if (!chat_ids.ok()) {
@@ -151,6 +166,8 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
   if (const int32_t t = req.context.truncate_prompt_tokens; t != 0) {  // the last `keep` tokens
     const auto keep = size_t(t < 0 ? max_model_len : t);
     if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(keep));
+    auto& types = params.pooling.token_types;
+    if (types.size() > keep) types.erase(types.begin(), types.end() - std::ptrdiff_t(keep));
   }
   if (auto r =
           apply_context_rule(req.context, static_cast<int32_t>(ids.size()), max_model_len, params);

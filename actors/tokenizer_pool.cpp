@@ -24,6 +24,8 @@ int64_t tokenize_cost(const generate_request& req) {
     return static_cast<int64_t>(t->size()) + 1;
   if (const auto* ids = std::get_if<std::vector<int32_t>>(&req.input))
     return static_cast<int64_t>(ids->size()) + 1;
+  if (const auto* pair = std::get_if<text_pair>(&req.input))
+    return static_cast<int64_t>(pair->first.size() + pair->second.size()) + 1;
   const auto& chat = std::get<chat_input>(req.input);
   return chat_cost(chat.messages) + chat_cost(chat.tools);
 }

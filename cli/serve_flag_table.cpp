@@ -123,6 +123,10 @@ constexpr flag_target set() {
 bool device_ok(const flag_value& v) {
   return v.text == "cpu" || v.text == "cuda" || refuse(v, "--device must be cpu or cuda");
 }
+bool task_ok(const flag_value& v) {
+  return v.text == "auto" || v.text == "generate" || v.text == "embed" || v.text == "embedding" ||
+         v.text == "score" || refuse(v, "--task must be auto, generate, embed or score");
+}
 bool kv_cache_dtype_ok(const flag_value& v) {
   dtype t;
   return parse_kv_cache_dtype(v.text, t) ||
@@ -219,7 +223,10 @@ constexpr std::string_view k_model_dir_help =
     "a folder with config.json, *.safetensors, tokenizer.json\n"
     "({architectures};\n"
     "rope_scaling llama3, linear, yarn, longrope; partial rotary;\n"
-    "sliding windows; docs/models.md),\n"
+    "sliding windows; docs/models.md;\n"
+    "encoders for embeddings and scores: BertModel, XLMRobertaModel,\n"
+    "RobertaModel and their ForSequenceClassification cross-encoders\n"
+    "on --device cpu; docs/embeddings.md),\n"
     "or a GGUF file\n"
     "({gguf_architectures};\n"
     "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K,\n"
@@ -236,6 +243,8 @@ constexpr std::string_view k_intro =
     "/metrics,\n"
     "  POST /tokenize, POST /detokenize, GET /version, GET /openapi.json; and, mapped onto chat,\n"
     "  POST /v1/responses (OpenAI Responses) and POST /v1/messages (Anthropic Messages).\n"
+    "Embedding models and cross-encoders (--task embed|score): POST /v1/embeddings, /v1/score,\n"
+    "  /v1/rerank and /v2/rerank (docs/embeddings.md).\n"
     "Structured outputs (response_format, structured_outputs, guided_*), tools and reasoning:\n"
     "docs/agent-api.md.\n"
     "\n";
@@ -277,6 +286,17 @@ constexpr serve_flag k_flags[] = {
      .group = G::model,
      .target = checked<device_ok, &S::engine, &E::device>(),
      .help = "executor device (default: {default})"},
+    {.name = "--task",
+     .metavar = "auto|generate|embed|score",
+     .needs = "auto, generate, embed or score",
+     .kind = K::text,
+     .group = G::model,
+     .target = checked<task_ok, &S::engine, &E::task>(),
+     .help = "what the model is served for (default: {default}, from the\n"
+             "architecture: BERT and XLM-RoBERTa encoders embed, their\n"
+             "sequence-classification cross-encoders score, other models\n"
+             "generate); a task the model cannot serve is an error at start\n"
+             "(docs/embeddings.md)"},
     {.name = "--enforce-eager",
      .kind = K::none,
      .group = G::model,

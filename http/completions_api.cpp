@@ -19,12 +19,6 @@ using json::value;
 
 namespace {
 
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The state of one completions answer while its output arrives: the choices (n per prompt, in
 // response order), the token texts logprobs name, and what every chunk or body repeats.
 class completion_run {

@@ -41,15 +41,11 @@ http_response error_response(const api_error& e) {
   return r;
 }
 
-namespace {
-
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-
-}  // namespace
 
 // `input_error`: the error came from tokenizing or templating the client's input, so any code but
 // the overload ones is the client's mistake (400), never a 500.
@@ -212,6 +208,12 @@ asio::awaitable<void> openai_api::serve(const route& rt, http_request& req, resp
       co_return co_await status(req, w);
     case route_id::api_trace:
       co_return co_await trace(req, w);
+    case route_id::embeddings:
+      co_return co_await embeddings(req, w);
+    case route_id::score:
+      co_return co_await score(req, w);
+    case route_id::rerank:
+      co_return co_await rerank(req, w);
     case route_id::tokenize:
       co_return co_await tokenize(req, w);
     case route_id::detokenize:

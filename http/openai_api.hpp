@@ -52,6 +52,9 @@ struct api_options {
   bool webui = true;
 };
 
+// Seconds since the Unix epoch (the `created` fields).
+int64_t unix_now();
+
 // An engine error as an HTTP error: queue_full 429, engine_down 503, request errors 400 (param from
 // the error, else `param`); `input_error`: any other code is the client's mistake too (400).
 api_error from_engine_error(const error& e, const std::string& param, bool input_error = false);
@@ -129,6 +132,25 @@ class openai_api {
                                                         const dialect_rules& rules) const;
   asio::awaitable<std::variant<dialect_run, api_error>> start_dialect(const std::string& body_text,
                                                                       const dialect_rules& rules);
+  // The pooling routes (http/pooling_api.cpp): /v1/embeddings, /v1/score, /v1/rerank and
+  // /v2/rerank.
+  asio::awaitable<void> embeddings(http_request& req, response_writer& w);
+  asio::awaitable<void> score(http_request& req, response_writer& w);
+  asio::awaitable<void> rerank(http_request& req, response_writer& w);
+  // One pooling request's result: its vector (or class logits) and prompt tokens.
+  struct pooled {
+    std::vector<float> vector;
+    int32_t prompt_tokens = 0;
+  };
+  // Submits each request as a pooling one (errors name `param`) and waits for every result, in
+  // order; a failed request fails the lot.
+  asio::awaitable<std::variant<std::vector<pooled>, api_error>> run_pooled(
+      std::vector<generate_request> requests, const char* param);
+  // Scores of text pairs (a cross-encoder's sigmoid, or the cosine of an embedding model's
+  // vectors); `prompt_tokens` receives the tokens computed.
+  asio::awaitable<std::variant<std::vector<float>, api_error>> score_pairs(
+      const std::vector<std::pair<std::string, std::string>>& pairs, const context_rule& ctx,
+      const char* param, int64_t& prompt_tokens);
   // An error in Anthropic's shape (Retry-After on 429), for /v1/messages and its count_tokens.
   asio::awaitable<void> respond_anthropic_error(response_writer& w, const api_error& e);
   // Coroutine arguments are references to named locals: GCC 12 destroys non-trivial temporaries of

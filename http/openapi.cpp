@@ -99,6 +99,33 @@ constexpr std::string_view k_head = R"json({
     "id": {"enum": [@MODELS@]}, "object": {"const": "model"}, "created": {"type": "integer"},
     "owned_by": {"type": "string"}, "root": {"const": @MODEL@},
     "max_model_len": {"type": "integer", "minimum": 1}}},
+"EmbeddingList": {"type": "object", "required": ["id", "object", "created", "model", "data", "usage"],
+  "properties": {
+    "id": {"type": "string"}, "object": {"const": "list"}, "created": {"type": "integer"},
+    "model": {"type": "string"},
+    "data": {"type": "array", "items": {"type": "object", "required": ["index", "object", "embedding"],
+      "properties": {"index": {"type": "integer", "minimum": 0}, "object": {"const": "embedding"},
+        "embedding": {"anyOf": [{"type": "array", "items": {"type": "number"}}, {"type": "string"}],
+          "description": "Floats, or (encoding_format base64) their little-endian float32 bytes in base64."}}}},
+    "usage": {"$ref": "#/components/schemas/PoolingUsage"}}},
+"PoolingUsage": {"type": "object", "required": ["prompt_tokens", "total_tokens"], "properties": {
+  "prompt_tokens": {"type": "integer", "minimum": 0}, "total_tokens": {"type": "integer", "minimum": 0}}},
+"ScoreList": {"type": "object", "required": ["id", "object", "created", "model", "data", "usage"],
+  "properties": {
+    "id": {"type": "string"}, "object": {"const": "list"}, "created": {"type": "integer"},
+    "model": {"type": "string"},
+    "data": {"type": "array", "items": {"type": "object", "required": ["index", "object", "score"],
+      "properties": {"index": {"type": "integer", "minimum": 0}, "object": {"const": "score"},
+        "score": {"type": "number"}}}},
+    "usage": {"$ref": "#/components/schemas/PoolingUsage"}}},
+"RerankResult": {"type": "object", "required": ["id", "model", "results", "usage"],
+  "properties": {
+    "id": {"type": "string"}, "model": {"type": "string"},
+    "results": {"type": "array", "items": {"type": "object", "required": ["index", "relevance_score"],
+      "properties": {"index": {"type": "integer", "minimum": 0}, "relevance_score": {"type": "number"},
+        "document": {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}}}},
+    "usage": {"type": "object", "required": ["total_tokens"], "properties": {
+      "total_tokens": {"type": "integer", "minimum": 0}}}}},
 "EventStream": {"type": "object", "required": ["data"],
   "properties": {"event": {"const": "message"}, "data": {"type": "string"}},
   "description": "One server-sent event: `data: <chunk JSON>`; the last one is `data: [DONE]`."},)json";
@@ -168,7 +195,14 @@ std::string request_schemas() {
       R"("MessagesRequest": {"type": "object", "required": ["messages", "max_tokens"], "properties": )" +
       messages + "},\n";
   out += R"("MessagesCountRequest": {"type": "object", "required": ["messages"], "properties": )" +
-         messages + "}";
+         messages + "},\n";
+  out += R"("EmbeddingRequest": {"type": "object", "required": ["input"], "properties": )" +
+         properties(field_kind::embeddings) + "},\n";
+  out += R"("ScoreRequest": {"type": "object", "required": ["text_1", "text_2"], "properties": )" +
+         properties(field_kind::score) + "},\n";
+  out +=
+      R"("RerankRequest": {"type": "object", "required": ["query", "documents"], "properties": )" +
+      properties(field_kind::rerank) + "}";
   return out;
 }
 

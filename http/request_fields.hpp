@@ -26,6 +26,9 @@ enum class field_kind : uint8_t {
   detokenize,  // /detokenize
   responses,   // /v1/responses and /v1/responses/input_tokens
   messages,    // /v1/messages and /v1/messages/count_tokens
+  embeddings,  // /v1/embeddings
+  score,       // /v1/score
+  rerank,      // /v1/rerank and /v2/rerank
 };
 
 struct request_field {
@@ -162,6 +165,43 @@ inline constexpr request_field k_request_fields[] = {
     {field_kind::tokenize, "add_special_tokens", R"({"type": ["boolean", "null"]})"},
     {field_kind::tokenize, "messages", R"({"type": "null"})"},
     {field_kind::detokenize, "tokens", R"({"$ref": "#/components/schemas/TokenIds"})"},
+    // ---- embeddings, score, rerank ----
+    {field_kind::embeddings, "model", R"({"enum": [@MODELS@, "", null]})"},
+    {field_kind::embeddings, "input",
+     R"({"anyOf": [{"type": "string"},
+      {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"type": "string"}},
+      {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0, "maximum": @VOCAB_MAX@}},
+      {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"type": "array", "minItems": 1,
+        "items": {"type": "integer", "minimum": 0, "maximum": @VOCAB_MAX@}}}],
+      "description": "A text, texts, token ids or lists of token ids; one vector each."})"},
+    {field_kind::embeddings, "encoding_format", R"({"enum": ["float", "base64", null]})"},
+    {field_kind::embeddings, "dimensions",
+     R"({"type": ["integer", "null"], "minimum": 1, "maximum": 2147483647,
+      "description": "Matryoshka models only: the vector's first `dimensions` values, normalised again."})"},
+    {field_kind::embeddings, "user", R"({"type": ["string", "null"]})"},
+    {field_kind::embeddings, "truncate_prompt_tokens",
+     R"({"type": ["integer", "null"], "minimum": -1, "maximum": 2147483647,
+      "description": "Keep each input's last k tokens (-1: max_model_len)."})"},
+    {field_kind::embeddings, "add_special_tokens", R"({"type": ["boolean", "null"]})"},
+    {field_kind::score, "model", R"({"enum": [@MODELS@, "", null]})"},
+    {field_kind::score, "text_1",
+     R"({"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"type": "string"}}],
+      "description": "One text (scored against each of text_2), or as many texts as text_2 (scored pairwise)."})"},
+    {field_kind::score, "text_2",
+     R"({"anyOf": [{"type": "string"}, {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"type": "string"}}]})"},
+    {field_kind::score, "truncate_prompt_tokens",
+     R"({"type": ["integer", "null"], "minimum": -1, "maximum": 2147483647})"},
+    {field_kind::rerank, "model", R"({"enum": [@MODELS@, "", null]})"},
+    {field_kind::rerank, "query", R"({"type": "string"})"},
+    {field_kind::rerank, "documents",
+     R"({"type": "array", "minItems": 1, "maxItems": 2048, "items": {"anyOf": [{"type": "string"},
+      {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}]}})"},
+    {field_kind::rerank, "top_n",
+     R"({"type": ["integer", "null"], "minimum": 0, "maximum": 2147483647,
+      "description": "The best top_n results (0 or absent: all)."})"},
+    {field_kind::rerank, "return_documents", R"({"type": ["boolean", "null"]})"},
+    {field_kind::rerank, "truncate_prompt_tokens",
+     R"({"type": ["integer", "null"], "minimum": -1, "maximum": 2147483647})"},
     // ---- responses ----
     {field_kind::responses, "model",
      R"({"description": "A served model's name (another is answered 404); other than a string, ignored."})"},

@@ -91,6 +91,46 @@ constexpr route k_routes[] = {
       "$ref": "#/components/schemas/Model"}}}},
     "401": {"$ref": "#/components/responses/Unauthorized"},
     "404": {"$ref": "#/components/responses/NotFound"}}})json"},
+    {route_id::embeddings, "/v1/embeddings", "POST", true, false, R"json({
+  "operationId": "create_embedding",
+  "description": "Vectors of an embedding model (BERT- or XLM-R-style encoders), one per input.",
+  "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EmbeddingRequest"}}}},
+  "responses": {
+    "200": {"description": "The vectors.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EmbeddingList"}}}},
+    "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"},
+    "404": {"$ref": "#/components/responses/NotFound"}, "413": {"$ref": "#/components/responses/TooLarge"},
+    "429": {"$ref": "#/components/responses/Overloaded"}, "500": {"$ref": "#/components/responses/ServerError"},
+    "503": {"$ref": "#/components/responses/Unavailable"}}})json"},
+    {route_id::score, "/v1/score", "POST", true, false, R"json({
+  "operationId": "create_score",
+  "description": "Relevance of text pairs: a cross-encoder's score, or the cosine of an embedding model's vectors.",
+  "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ScoreRequest"}}}},
+  "responses": {
+    "200": {"description": "One score per pair.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ScoreList"}}}},
+    "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"},
+    "404": {"$ref": "#/components/responses/NotFound"}, "413": {"$ref": "#/components/responses/TooLarge"},
+    "429": {"$ref": "#/components/responses/Overloaded"}, "500": {"$ref": "#/components/responses/ServerError"},
+    "503": {"$ref": "#/components/responses/Unavailable"}}})json"},
+    {route_id::rerank, "/v1/rerank", "POST", true, false, R"json({
+  "operationId": "rerank",
+  "description": "Documents ranked by relevance to the query (Jina / Cohere shape).",
+  "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RerankRequest"}}}},
+  "responses": {
+    "200": {"description": "The documents by decreasing relevance.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RerankResult"}}}},
+    "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"},
+    "404": {"$ref": "#/components/responses/NotFound"}, "413": {"$ref": "#/components/responses/TooLarge"},
+    "429": {"$ref": "#/components/responses/Overloaded"}, "500": {"$ref": "#/components/responses/ServerError"},
+    "503": {"$ref": "#/components/responses/Unavailable"}}})json"},
+    {route_id::rerank, "/v2/rerank", "POST", true, false, R"json({
+  "operationId": "rerank_v2",
+  "description": "As /v1/rerank (the path of Cohere's v2 API).",
+  "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RerankRequest"}}}},
+  "responses": {
+    "200": {"description": "The documents by decreasing relevance.", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RerankResult"}}}},
+    "400": {"$ref": "#/components/responses/BadRequest"}, "401": {"$ref": "#/components/responses/Unauthorized"},
+    "404": {"$ref": "#/components/responses/NotFound"}, "413": {"$ref": "#/components/responses/TooLarge"},
+    "429": {"$ref": "#/components/responses/Overloaded"}, "500": {"$ref": "#/components/responses/ServerError"},
+    "503": {"$ref": "#/components/responses/Unavailable"}}})json"},
     {route_id::tokenize, "/tokenize", "POST", false, false, R"json({
   "operationId": "tokenize",
   "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TokenizeRequest"}}}},

@@ -30,6 +30,9 @@ enum class route_id : uint8_t {
   openapi,
   api_status,  // the web UI's data
   api_trace,
+  embeddings,
+  score,
+  rerank,  // /v1/rerank and /v2/rerank
 };
 
 struct route {

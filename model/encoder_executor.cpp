@@ -41,6 +41,11 @@ executor_info encoder_executor::info() const {
   i.vocab_size = weights_.config.vocab_size;
   i.max_model_len = max_model_len_;
   i.device = "cpu encoder (" + std::to_string(pool_.num_threads()) + " threads)";
+  const encoder_config& c = weights_.config;
+  i.task = c.classifier() ? "score" : "embed";
+  i.pooled_size = c.classifier() ? c.num_labels : c.hidden_size;
+  i.matryoshka = !c.classifier() && c.is_matryoshka;
+  i.matryoshka_dimensions = c.matryoshka_dimensions;
   return i;
 }
 

@@ -41,6 +41,8 @@ class encoder_executor final : public executor {
   const encoder_config& config() const noexcept { return weights_.config; }
   const pooling_config& pooling() const noexcept { return pooling_; }
   int32_t max_model_len() const noexcept { return max_model_len_; }
+  // The block count info() reports (encoder_executor_options::num_kv_blocks).
+  void set_num_kv_blocks(int32_t n) noexcept { opts_.num_kv_blocks = n; }
 
  private:
   encoder_executor(encoder_weights w, pooling_config p, const encoder_executor_options& opts);

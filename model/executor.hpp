@@ -42,6 +42,14 @@ struct executor_info {
   std::string device;               // e.g. "cpu (4 threads)"
   bool verifies_proposals = false;  // runs scheduled_seq::num_draft > 0 (speculative decoding)
   bool computes_prompt_logprobs = false;  // honours sampling_params::prompt_logprobs
+  // What the executor's steps compute (vLLM's tasks): "generate" (sampled tokens), "embed"
+  // (pooled vectors of pooling requests) or "score" (a cross-encoder's class logits).
+  std::string task = "generate";
+  int32_t pooled_size = 0;  // embed: the vector's size; score: the number of labels
+  // embed: requests may ask for fewer dimensions (Matryoshka models); when the list is not empty,
+  // only those sizes.
+  bool matryoshka = false;
+  std::vector<int32_t> matryoshka_dimensions;
 };
 
 // Per tensor-parallel rank: seconds of its forward passes spent computing and in collectives

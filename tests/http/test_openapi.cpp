@@ -54,6 +54,12 @@ std::vector<const char*> schemas_of(field_kind kind) {
       return {"ResponsesRequest"};
     case field_kind::messages:
       return {"MessagesRequest", "MessagesCountRequest"};
+    case field_kind::embeddings:
+      return {"EmbeddingRequest"};
+    case field_kind::score:
+      return {"ScoreRequest"};
+    case field_kind::rerank:
+      return {"RerankRequest"};
   }
   return {};
 }

@@ -35,7 +35,8 @@ def test_openapi_document_is_valid_and_lists_every_route(server):
     assert set(doc["paths"]) == {"/v1/completions", "/v1/chat/completions", "/v1/models", "/v1/models/{model}",
                                  "/health", "/metrics", "/tokenize", "/detokenize", "/version", "/openapi.json",
                                  "/v1/responses", "/v1/responses/input_tokens", "/v1/messages",
-                                 "/v1/messages/count_tokens", "/api/status", "/api/trace"}
+                                 "/v1/messages/count_tokens", "/api/status", "/api/trace", "/v1/embeddings",
+                                 "/v1/score", "/v1/rerank", "/v2/rerank"}
     assert server.model in doc["components"]["schemas"]["Sampling"]["properties"]["model"]["enum"]
     max_model_len = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
     assert doc["components"]["schemas"]["Sampling"]["properties"]["max_tokens"]["maximum"] == max_model_len - 1
@@ -98,14 +99,14 @@ def test_openapi_needs_no_api_key():
         s.stop()
 
 
-def test_schemathesis_finds_no_server_error_or_nonconformance(small_server, tmp_path):
+def run_schemathesis(server, tmp_path, *extra):
     cli = os.path.join(os.path.dirname(sys.executable), "schemathesis")
     if not os.access(cli, os.X_OK):
         pytest.skip("schemathesis is not installed (scripts/pyenv)")
-    max_model_len = httpx.get(small_server.url + "/v1/models").json()["data"][0]["max_model_len"]
+    max_model_len = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
     env = dict(os.environ, SCHEMATHESIS_HOOKS="schemathesis_hooks", COSERVE_MAX_TOKENS_MAX=str(max_model_len - 1),
                PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    cmd = [cli, "run", small_server.url + "/openapi.json",
+    cmd = [cli, "run", server.url + "/openapi.json", *extra,
            "--checks", "not_a_server_error,status_code_conformance,response_schema_conformance,"
                        "content_type_conformance,negative_data_rejection",
            "--phases", "examples,coverage,fuzzing", "--max-examples", "50", "--seed", "1",
@@ -114,6 +115,20 @@ def test_schemathesis_finds_no_server_error_or_nonconformance(small_server, tmp_
     p = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-20000:] + p.stderr[-5000:]
     assert "No issues found" in p.stdout or "passed" in p.stdout, p.stdout[-5000:]
+
+
+def test_schemathesis_finds_no_server_error_or_nonconformance(small_server, tmp_path):
+    run_schemathesis(small_server, tmp_path)
+
+
+def test_schemathesis_on_an_embedding_model(tmp_path):
+    """The pooling routes where they answer 200 (an embedding model: vectors, cosine scores)."""
+    model = os.path.join(HERE, "..", "reference", "fixtures", "embedding", "bert-mean-normalize")
+    s = Server(model=model)
+    try:
+        run_schemathesis(s, tmp_path, "--include-path-regex", "^/v[12]/(embeddings|score|rerank)$")
+    finally:
+        s.stop()
 
 
 def test_several_served_model_names_are_each_answered_and_listed():

@@ -1,0 +1,215 @@
+"""Embedding, score and rerank routes over real HTTP, against sentence-transformers' numbers.
+
+The servers load the fixture folders of tests/reference/fixtures/embedding/ (tiny random BERT and
+XLM-R encoders saved by sentence-transformers, with the vectors and cross-encoder scores it
+computed: tests/reference/make_embedding_fixtures.py). The official openai client asks for
+embeddings as floats and as base64; score and rerank are plain HTTP, as their clients send them.
+"""
+import base64
+import json
+import math
+import os
+import struct
+
+import httpx
+import numpy as np
+import openai
+import pytest
+
+from conftest import Server, metric_value
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference", "fixtures", "embedding")
+
+
+def fixture(name):
+    with open(os.path.join(FIXTURES, name, "expected.json")) as f:
+        return json.load(f)
+
+
+def cosine(a, b):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture(scope="module")
+def bert():
+    s = Server(model=os.path.join(FIXTURES, "bert-mean-normalize"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def cross():
+    s = Server(model=os.path.join(FIXTURES, "bert-cross-encoder"))
+    yield s
+    s.stop()
+
+
+@pytest.mark.parametrize("name", ["bert-mean-normalize", "bert-cls-classic-bf16", "xlmr-last-normalize"])
+def test_openai_client_embeddings_equal_sentence_transformers(name):
+    exp = fixture(name)
+    s = Server(model=os.path.join(FIXTURES, name))
+    try:
+        c = s.client()
+        r = c.embeddings.create(model=s.model, input=exp["texts"], encoding_format="float")
+        assert [d.index for d in r.data] == list(range(len(exp["texts"])))
+        for got, want in zip(r.data, exp["embeddings"]):
+            assert len(got.embedding) == len(want)
+            assert cosine(got.embedding, want) >= 0.99999
+        assert r.usage.prompt_tokens == sum(len(ids) for ids in exp["ids"])
+        assert r.usage.total_tokens == r.usage.prompt_tokens
+        # The client's default asks for base64 and decodes float32 bytes: the same vectors.
+        b = c.embeddings.create(model=s.model, input=exp["texts"][1])
+        assert np.allclose(b.data[0].embedding, r.data[1].embedding, atol=1e-7)
+        # Token ids in, as the tokenizer made them.
+        t = c.embeddings.create(model=s.model, input=exp["ids"], encoding_format="float")
+        for got, want in zip(t.data, exp["embeddings"]):
+            assert cosine(got.embedding, want) >= 0.99999
+    finally:
+        s.stop()
+
+
+def test_base64_is_little_endian_float32(bert):
+    exp = fixture("bert-mean-normalize")
+    r = httpx.post(bert.url + "/v1/embeddings", json={"input": exp["texts"][0], "encoding_format": "base64"})
+    assert r.status_code == 200, r.text
+    raw = base64.b64decode(r.json()["data"][0]["embedding"])
+    vec = struct.unpack("<%df" % (len(raw) // 4), raw)
+    assert cosine(vec, exp["embeddings"][0]) >= 0.99999
+
+
+def test_embedding_bad_inputs_are_400s_and_lose_nothing(bert):
+    c = bert.client()
+    cases = [
+        ({"input": []}, "input"),
+        ({"input": [[]]}, "input"),
+        ({"input": [1, "a"]}, "input"),
+        ({"input": ["a", 1]}, "input"),
+        ({"input": [5, 100000]}, "input"),
+        ({"input": 3}, "input"),
+        ({}, "input"),
+        ({"input": "a", "encoding_format": "hex"}, "encoding_format"),
+        ({"input": "a", "dimensions": 8}, "dimensions"),  # not a Matryoshka model
+        ({"input": "a", "dimensions": 0}, "dimensions"),
+        ({"input": "a", "truncate_prompt_tokens": -2}, "truncate_prompt_tokens"),
+        ({"input": "word " * 200}, "input"),  # longer than max_model_len, no truncation
+        ({"input": ["a"] * 2049}, "input"),
+    ]
+    for body, param in cases:
+        r = httpx.post(bert.url + "/v1/embeddings", json=body, timeout=60)
+        assert r.status_code == 400, (body, r.text)
+        err = r.json()["error"]
+        assert err["type"] == "BadRequestError" and err["param"] == param, (body, err)
+    r = httpx.post(bert.url + "/v1/embeddings", json={"input": "a", "model": "nope"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = httpx.post(bert.url + "/v1/embeddings", content=b"{not json")
+    assert r.status_code == 400
+    with pytest.raises(openai.BadRequestError) as e:
+        c.embeddings.create(model=bert.model, input="word " * 200)
+    assert "maximum context length is 64 tokens" in str(e.value)
+    # Truncated to the last 64 tokens, the same text is accepted.
+    ok = httpx.post(bert.url + "/v1/embeddings", json={"input": "word " * 200, "truncate_prompt_tokens": 64})
+    assert ok.status_code == 200 and ok.json()["usage"]["prompt_tokens"] == 64
+    # A generation request on an embedding model says what the model does.
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=bert.model, prompt="hi", max_tokens=2)
+    assert "/v1/embeddings" in str(e.value)
+    with pytest.raises(openai.BadRequestError):
+        c.chat.completions.create(model=bert.model, messages=[{"role": "user", "content": "hi"}])
+    # Nothing leaked: every request ended, no KV block held, and the server still answers.
+    m = httpx.get(bert.url + "/metrics").text
+    assert metric_value(m, "coserve_num_requests_open") == 0
+    assert metric_value(m, "coserve_kv_cache_usage_perc") == 0
+    assert c.embeddings.create(model=bert.model, input="still here").data[0].embedding
+
+
+def test_many_concurrent_inputs_in_one_request(bert):
+    """Inputs of one request and of concurrent requests batch together; each vector is its own."""
+    import concurrent.futures
+    exp = fixture("bert-mean-normalize")
+    texts = exp["texts"] * 20
+
+    def one(i):
+        r = httpx.post(bert.url + "/v1/embeddings", json={"input": texts[i:] + texts[:i], "encoding_format": "float"},
+                       timeout=120)
+        assert r.status_code == 200, r.text
+        data = r.json()["data"]
+        for k, d in enumerate(data):
+            want = exp["embeddings"][(k + i) % len(exp["texts"])]
+            assert cosine(d["embedding"], want) >= 0.99999
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(8)))
+
+
+def test_score_and_rerank_with_a_cross_encoder(cross):
+    exp = fixture("bert-cross-encoder")
+    pairs = exp["pairs"]
+    r = httpx.post(cross.url + "/v1/score", json={"text_1": [p[0] for p in pairs], "text_2": [p[1] for p in pairs]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["object"] == "list" and len(body["data"]) == len(pairs)
+    for d, want in zip(body["data"], exp["scores"]):
+        assert d["object"] == "score" and abs(d["score"] - want) < 1e-4
+    assert body["usage"]["prompt_tokens"] == sum(len(ids) for ids in exp["ids"])
+    # One text_1 against several text_2.
+    q = pairs[0][0]
+    docs = [p[1] for p in pairs if p[0] == q]
+    one = httpx.post(cross.url + "/v1/score", json={"text_1": q, "text_2": docs}).json()
+    assert [abs(d["score"] - w) < 1e-4 for d, w in zip(one["data"], exp["scores"])] == [True] * len(docs)
+    # Rerank: the documents by decreasing score, top_n of them, with or without their text.
+    q2 = pairs[2][0]
+    docs2 = [p[1] for p in pairs if p[0] == q2]
+    want = [exp["scores"][i] for i, p in enumerate(pairs) if p[0] == q2]
+    for path in ["/v1/rerank", "/v2/rerank"]:
+        rr = httpx.post(cross.url + path, json={"query": q2, "documents": docs2, "top_n": 1})
+        assert rr.status_code == 200, rr.text
+        res = rr.json()["results"]
+        best = max(range(len(want)), key=lambda i: want[i])
+        assert len(res) == 1 and res[0]["index"] == best
+        assert abs(res[0]["relevance_score"] - want[best]) < 1e-4
+        assert res[0]["document"]["text"] == docs2[best]
+    rr = httpx.post(cross.url + "/v1/rerank", json={"query": q2, "documents": [{"text": d} for d in docs2],
+                                                    "return_documents": False}).json()
+    assert [x["index"] for x in rr["results"]] == sorted(range(len(want)), key=lambda i: -want[i])
+    assert all("document" not in x for x in rr["results"])
+    # Bad inputs, and the embedding route on a cross-encoder.
+    for path, body, param in [("/v1/score", {"text_1": ["a", "b"], "text_2": ["c"]}, "text_1"),
+                              ("/v1/score", {"text_1": "a"}, "text_2"),
+                              ("/v1/rerank", {"query": "a", "documents": []}, "documents"),
+                              ("/v1/rerank", {"query": "a", "documents": [3]}, "documents"),
+                              ("/v1/rerank", {"documents": ["a"]}, "query"),
+                              ("/v1/rerank", {"query": "a", "documents": ["b"], "top_n": -1}, "top_n"),
+                              ("/v1/embeddings", {"input": "a"}, "model")]:
+        r = httpx.post(cross.url + path, json=body)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (path, body, r.text)
+
+
+def test_score_by_cosine_with_an_embedding_model(bert):
+    exp = fixture("bert-mean-normalize")
+    t = exp["texts"]
+    r = httpx.post(bert.url + "/v1/score", json={"text_1": t[0], "text_2": [t[1], t[0]]})
+    assert r.status_code == 200, r.text
+    s = [d["score"] for d in r.json()["data"]]
+    assert abs(s[0] - cosine(exp["embeddings"][0], exp["embeddings"][1])) < 1e-5
+    assert abs(s[1] - 1.0) < 1e-5
+
+
+def test_pooling_routes_on_a_generation_model_say_what_it_serves(server):
+    for path, body in [("/v1/embeddings", {"input": "hi"}), ("/v1/score", {"text_1": "a", "text_2": "b"}),
+                       ("/v1/rerank", {"query": "a", "documents": ["b"]})]:
+        r = httpx.post(server.url + path, json=body)
+        assert r.status_code == 400, r.text
+        assert "generate" in r.json()["error"]["message"]
+
+
+def test_task_flag_is_checked_at_start(coserve_bin):
+    import subprocess
+    for model, task in [(os.path.join(FIXTURES, "bert-mean-normalize"), "generate"),
+                        (os.path.join(FIXTURES, "bert-cross-encoder"), "embed")]:
+        p = subprocess.run([coserve_bin, "serve", model, "--port", "0", "--task", task],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and "--task " + task in p.stderr, p.stderr
+    p = subprocess.run([coserve_bin, "serve", "--demo", "--port", "0", "--task", "embed"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode != 0 and "--task embed" in p.stderr, p.stderr
