@@ -219,7 +219,7 @@ class engine_impl final : public engine {
         .extra_eos = std::vector<int32_t>(eos.size() > 1 ? eos.begin() + 1 : eos.end(), eos.end()),
         .num_kv_blocks = ei.num_kv_blocks,
         .max_consecutive_failures = cfg_.max_consecutive_step_failures,
-        .whole_prompts = ei.task != "generate"};
+        .whole_prompts = ei.whole_prompts};
   }
 
   // The serving graph, and the one place that says who sends to whom:
@@ -619,12 +619,12 @@ result<void> check_task(const std::string& task, bool encoder, const std::filesy
                  "--task generate: " + arch +
                      " is an encoder; it serves embeddings or scores (--task embed or score)",
                  "task"};
-  if (!encoder && task != "generate")
+  if (!encoder && task == "score")
     return error{"invalid_argument",
-                 "--task " + task + ": " + (arch.empty() ? std::string("the model") : arch) +
-                     " is served for generation only (embeddings and scores are served from "
-                     "BERT and XLM-RoBERTa encoders: BertModel, XLMRobertaModel and their "
-                     "*ForSequenceClassification cross-encoders)",
+                 "--task score: " + (arch.empty() ? std::string("the model") : arch) +
+                     " is not a cross-encoder (scores are served from BERT and XLM-RoBERTa "
+                     "*ForSequenceClassification models, or by the cosine of an embedding "
+                     "model's vectors with --task embed)",
                  "task"};
   const bool classifier = arch.find("ForSequenceClassification") != std::string::npos;
   if (classifier && task != "score")
@@ -754,7 +754,7 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
                config.model_dir.string().c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (const executor_info ei = exec->info();
-      ei.task != "generate" && config.max_num_batched_tokens < ei.max_model_len) {
+      ei.whole_prompts && config.max_num_batched_tokens < ei.max_model_len) {
     // An encoder sees each input whole in one step: the step budget must hold the longest.
     std::fprintf(stderr,
                  "coserve engine: max_num_batched_tokens raised from %d to max_model_len %d (an "

@@ -235,6 +235,25 @@ result<std::unique_ptr<executor>> make_encoder_executor(const engine_config& con
   return std::unique_ptr<executor>(std::move(*e));
 }
 
+// --task embed on a causal model: last-token pooling, normalised, unless the folder's
+// sentence-transformers files say otherwise (vLLM's default for causal models).
+result<void> set_embedding_options(const engine_config& config, cpu_executor_options& opts) {
+  pooling_config fallback;
+  fallback.type = pooling_type::last;
+  fallback.normalize = true;
+  fallback.source = "no sentence-transformers modules.json: the last token, normalised";
+  auto p = load_pooling_config(config.model_dir, fallback);
+  if (!p) return p.err();
+  std::fprintf(stderr, "coserve engine: embeddings by %s pooling%s (%s)\n",
+               std::string(pooling_type_name(p->type)).c_str(), p->normalize ? ", normalised" : "",
+               p->source.c_str());
+  opts.pooling = *p;
+  const matryoshka_info m = read_matryoshka(config.model_dir);
+  opts.matryoshka = m.enabled;
+  opts.matryoshka_dimensions = m.dimensions;
+  return {};
+}
+
 }  // namespace
 
 result<std::unique_ptr<executor>> make_default_executor(const engine_config& config) {
@@ -292,10 +311,17 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     opts.world = config.tp_communicator;
     opts.max_model_len = config.max_model_len;
     opts.return_logits = config.return_logits;
+    if (config.task == "embed" || config.task == "embedding")
+      if (auto r = set_embedding_options(config, opts); !r) return r.err();
     auto e = cpu_executor::load(config.model_dir.string(), opts, progress_logger("weights"));
     if (!e) return e.err();
     exec = std::move(*e);
   } else if (config.device == "cuda") {
+    if (config.task == "embed" || config.task == "embedding")
+      return error{"invalid_argument",
+                   "--task embed: embeddings run on the CPU executor (--device cpu); the CUDA "
+                   "executor generates",
+                   "task"};
     dtype gpu_kv = dtype::bf16;
     if (!parse_kv_cache_dtype(config.kv_cache_dtype, gpu_kv) ||
         (gpu_kv != dtype::bf16 && gpu_kv != dtype::f8_e4m3 && gpu_kv != dtype::f8_e5m2))

@@ -295,8 +295,9 @@ constexpr serve_flag k_flags[] = {
      .help = "what the model is served for (default: {default}, from the\n"
              "architecture: BERT and XLM-RoBERTa encoders embed, their\n"
              "sequence-classification cross-encoders score, other models\n"
-             "generate); a task the model cannot serve is an error at start\n"
-             "(docs/embeddings.md)"},
+             "generate); embed on a causal model: its last token's final hidden\n"
+             "state (Qwen3-Embedding and the like); a task the model cannot\n"
+             "serve is an error at start (docs/embeddings.md)"},
     {.name = "--enforce-eager",
      .kind = K::none,
      .group = G::model,

@@ -155,6 +155,16 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
   if (opts.num_kv_blocks <= 0 || opts.block_size <= 0)
     return make_error("invalid_argument",
                       "cpu executor: num_kv_blocks and block_size must be positive");
+  if (opts.pooling && opts.pooling->type != pooling_type::last)
+    return make_error("invalid_argument",
+                      "--task embed: " + weights.config.architecture + " pools its last token; " +
+                          std::string(pooling_type_name(opts.pooling->type)) + " pooling (" +
+                          opts.pooling->source +
+                          ") needs every token's state, which chunked prefill does not keep");
+  if (weights.headless && !opts.pooling)
+    return make_error("invalid_argument",
+                      "the checkpoint is a base model's (no lm_head.weight, untied embeddings): "
+                      "it serves embeddings (--task embed), not generation");
   if (gen.eos_token_ids.empty()) gen.eos_token_ids = weights.config.eos_token_ids;
   const int32_t n = std::max(1, opts.tensor_parallel_size);
   if (n == 1)
@@ -363,6 +373,12 @@ executor_info cpu_executor::info() const {
   i.max_model_len = opts_.max_model_len;
   i.verifies_proposals = true;
   i.computes_prompt_logprobs = true;
+  if (opts_.pooling) {
+    i.task = "embed";
+    i.pooled_size = weights_.config.hidden_size;
+    i.matryoshka = opts_.matryoshka;
+    i.matryoshka_dimensions = opts_.matryoshka_dimensions;
+  }
   i.device =
       "cpu (" + std::to_string(pool_.num_threads()) + " threads, " + cpu_isa() + ", kv " +
       std::string(dtype_name(cache_.type())) +
@@ -465,9 +481,13 @@ result<void> cpu_executor::lay_out_step(const step_plan& plan,
                                                 std::to_string(s.num_draft) +
                                                 " draft tokens in a slice of " +
                                                 std::to_string(s.tokens.size()));
-    batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()),
-                           s.start_pos,      &s.block_table,
-                           s.sample,         1 + s.num_draft};
+    const bool pooling = it->second.sampling.params.pooling.enabled;
+    if (pooling != opts_.pooling.has_value())
+      return make_error("invalid_request", pooling ? "the model serves generation, not embeddings"
+                                                   : "the model serves embeddings (--task embed)");
+    // A pooling request's last token gives its vector (last_hidden), not logits.
+    batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()), s.start_pos,
+                           &s.block_table,   s.sample && !pooling,      1 + s.num_draft};
     // Prompt logprobs: logits for every position of a chunk that still holds prompt positions.
     if (!it->second.prompt.empty() && s.start_pos < int32_t(it->second.prompt.size()) - 1) {
       if (s.num_draft > 0)
@@ -494,7 +514,7 @@ result<void> cpu_executor::propose_drafts(const std::vector<forward_seq>& batch,
 
 // A sequence of the step that samples: its state and slice, the tokens computed (proposals filled
 // in), the draft's distributions (sampled draft proposals), its first logits row to sample from,
-// and what it sampled.
+// and what it sampled. A pooling request's has no state (st null) and its vector in `outs`.
 struct cpu_executor::sampled_seq {
   seq_state* st;
   const scheduled_seq* seq;
@@ -511,6 +531,16 @@ step_result cpu_executor::sample_step(const step_plan& plan, const std::vector<f
   for (size_t i = 0; i < plan.seqs.size(); ++i) {
     const scheduled_seq& s = plan.seqs[i];
     if (!s.sample) continue;
+    if (const sampling_params& p = seqs_.at(s.seq_id).sampling.params; p.pooling.enabled) {
+      // A pooling request: its vector, in batch order with the sampled ones.
+      seq_output o;
+      o.seq_id = s.seq_id;
+      o.embedding = forward_.last_hidden(i, batch);
+      finish_pooled_vector(o.embedding, p.pooling, opts_.pooling->normalize);
+      rows.push_back({nullptr, &s, nullptr, nullptr, 0, {}});
+      rows.back().outs.push_back(std::move(o));
+      continue;
+    }
     const auto q = draft_q_.find(s.seq_id);
     const size_t sampled_at = first_row[i] +
                               size_t(std::clamp(batch[i].logit_rows, 1, batch[i].num_tokens)) -
@@ -523,7 +553,9 @@ step_result cpu_executor::sample_step(const step_plan& plan, const std::vector<f
                     {}});
   }
   // Each row has its own state, so rows sample in parallel on the forward pass's pool.
-  pool_.parallel_for(int64_t(rows.size()), [&](int64_t r) { sample_seq(rows[size_t(r)]); });
+  pool_.parallel_for(int64_t(rows.size()), [&](int64_t r) {
+    if (rows[size_t(r)].st != nullptr) sample_seq(rows[size_t(r)]);
+  });
   step_result out;
   out.step_id = plan.step_id;
   out.outputs.reserve(rows.size());

@@ -29,6 +29,7 @@
 #include "model/config.hpp"
 #include "model/cpu_forward.hpp"
 #include "model/draft_kv_map.hpp"
+#include "model/encoder_model.hpp"
 #include "model/executor.hpp"
 #include "model/kv_cache.hpp"
 #include "model/sampler.hpp"
@@ -60,6 +61,12 @@ struct cpu_executor_options {
   // The job's communicator, this process rank 0 of it (an MPI launch); null: the ranks are threads
   // of this process. Its size must be tensor_parallel_size.
   std::shared_ptr<communicator> world;
+  // Embeddings (--task embed): pooling requests get the last token's final hidden state
+  // (last-token pooling, the only pooling a causal model's chunked prefill computes), normalised
+  // as this says; other requests are refused. Unset: generation only.
+  std::optional<pooling_config> pooling;
+  bool matryoshka = false;  // requests may ask for fewer dimensions (executor_info)
+  std::vector<int32_t> matryoshka_dimensions;
 };
 
 class cpu_executor final : public executor {

@@ -428,6 +428,17 @@ void cpu_forward::rms_norm(const float* x, const float* w, float* out, int64_t r
   });
 }
 
+std::vector<float> cpu_forward::last_hidden(size_t s, const std::vector<forward_seq>& batch) const {
+  const int64_t h = c_.hidden_size;
+  const float* x = x_.data() + (seq_offsets_[s] + batch[s].num_tokens - 1) * h;
+  float ss = 0.0f;  // as rms_norm
+  for (int64_t i = 0; i < h; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / std::sqrt(ss / float(h) + c_.rms_norm_eps);
+  std::vector<float> out(static_cast<size_t>(h));
+  for (int64_t i = 0; i < h; ++i) out[size_t(i)] = w_.final_norm[size_t(i)] * (x[i] * scale);
+  return out;
+}
+
 // Qwen3: each q and k head of `rows` tokens RMS-normalised over head_dim in place (float sums, as
 // rms_norm), times L.q_norm / L.k_norm.
 void cpu_forward::head_norm(float* qkv, int64_t rows, const layer_weights& L) {

@@ -73,6 +73,10 @@ class cpu_forward {
   void set_communicator(communicator* comm) noexcept { comm_ = comm; }
   bool bf16_activations() const noexcept { return bf16_act_; }
 
+  // After run(): the last token of batch[s] as the LM head sees it (the final norm applied), the
+  // vector of last-token pooling.
+  std::vector<float> last_hidden(size_t s, const std::vector<forward_seq>& batch) const;
+
   const forward_profile& profile() const noexcept { return profile_; }
   // Tensor parallel, on rank 0: every rank's figures as of the latest logits gather (rank order).
   const std::vector<rank_stats>& tp_rank_stats() const noexcept { return rank_stats_; }

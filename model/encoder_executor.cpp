@@ -46,23 +46,9 @@ executor_info encoder_executor::info() const {
   i.pooled_size = c.classifier() ? c.num_labels : c.hidden_size;
   i.matryoshka = !c.classifier() && c.is_matryoshka;
   i.matryoshka_dimensions = c.matryoshka_dimensions;
+  i.whole_prompts = true;
   return i;
 }
-
-namespace {
-
-// The request's vector from the pooled one: the first `dimensions` values, L2-normalised when
-// asked (the truncation comes first, so a Matryoshka prefix is a unit vector too).
-void finish_vector(std::vector<float>& v, const pooling_params& p, bool model_normalizes) {
-  if (p.dimensions > 0 && size_t(p.dimensions) < v.size()) v.resize(size_t(p.dimensions));
-  if (!p.normalize.value_or(model_normalizes)) return;
-  double ss = 0;
-  for (float x : v) ss += double(x) * x;
-  const float inv = float(1.0 / std::max(std::sqrt(ss), 1e-12));
-  for (float& x : v) x *= inv;
-}
-
-}  // namespace
 
 result<step_result> encoder_executor::execute(const step_plan& plan) {
   struct drop_finished {
@@ -116,7 +102,7 @@ result<step_result> encoder_executor::execute(const step_plan& plan) {
       o.embedding = forward_.classify(i);
     } else {
       o.embedding = forward_.pool(i, pooling_.type);
-      finish_vector(o.embedding, *params[i], pooling_.normalize);
+      finish_pooled_vector(o.embedding, *params[i], pooling_.normalize);
     }
     out.outputs.push_back(std::move(o));
   }

@@ -1,6 +1,7 @@
 #include "model/encoder_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -72,6 +73,26 @@ result<pooling_type> read_pooling_module(const std::filesystem::path& file) {
 }
 
 }  // namespace
+
+void finish_pooled_vector(std::vector<float>& v, const pooling_params& p, bool model_normalizes) {
+  if (p.dimensions > 0 && size_t(p.dimensions) < v.size()) v.resize(size_t(p.dimensions));
+  if (!p.normalize.value_or(model_normalizes)) return;
+  double ss = 0;
+  for (float x : v) ss += double(x) * x;
+  const float inv = float(1.0 / std::max(std::sqrt(ss), 1e-12));
+  for (float& x : v) x *= inv;
+}
+
+matryoshka_info read_matryoshka(const std::filesystem::path& dir) {
+  matryoshka_info m;
+  auto cfg = read_json(dir / "config.json");
+  if (!cfg) return m;
+  if (const json::value* d = cfg->find("matryoshka_dimensions"); d && d->is_array())
+    for (const json::value& x : d->as_array())
+      if (x.is_int() && x.as_int() > 0) m.dimensions.push_back(int32_t(x.as_int()));
+  m.enabled = flag(*cfg, "is_matryoshka") || !m.dimensions.empty();
+  return m;
+}
 
 std::string_view pooling_type_name(pooling_type t) noexcept {
   switch (t) {

@@ -21,6 +21,7 @@
 
 #include "base/result.hpp"
 #include "model/cpu_kernels.hpp"
+#include "model/sampling_params.hpp"
 
 namespace coserve {
 
@@ -54,6 +55,19 @@ struct pooling_config {
 // does not run (Dense, a projection), a malformed file.
 result<pooling_config> load_pooling_config(const std::filesystem::path& dir,
                                            const pooling_config& fallback);
+
+// A pooling request's vector from the pooled one: its first `p.dimensions` values (Matryoshka),
+// then L2-normalised when p.normalize (unset: `model_normalizes`) says so; the truncation comes
+// first, so a shortened vector is a unit vector too.
+void finish_pooled_vector(std::vector<float>& v, const pooling_params& p, bool model_normalizes);
+
+// config.json's Matryoshka fields: `matryoshka_dimensions` (the sizes requests may ask for) or
+// `is_matryoshka` (any size).
+struct matryoshka_info {
+  bool enabled = false;
+  std::vector<int32_t> dimensions;
+};
+matryoshka_info read_matryoshka(const std::filesystem::path& dir);
 
 enum class encoder_activation : uint8_t { gelu, gelu_tanh, relu, silu };
 

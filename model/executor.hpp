@@ -50,6 +50,9 @@ struct executor_info {
   // only those sizes.
   bool matryoshka = false;
   std::vector<int32_t> matryoshka_dimensions;
+  // Each prompt must be computed in one step (an encoder's bidirectional attention): the
+  // scheduler never chunks one (planner_config::whole_prompts).
+  bool whole_prompts = false;
 };
 
 // Per tensor-parallel rank: seconds of its forward passes spent computing and in collectives

@@ -13,14 +13,25 @@ namespace {
 class loader {
  public:
   loader(const safetensors_set& set, size_t total, const load_progress& progress, model_weights& w)
-      : set_(set), total_(total), progress_(progress), w_(w) {}
+      : set_(set), total_(total), progress_(progress), w_(w) {
+    // A base model's checkpoint (saved from LlamaModel, Qwen3Model, ...: sentence-transformers
+    // folders, Qwen3-Embedding) names its tensors without the "model." of the causal LM's.
+    base_model_ = set.find("model.embed_tokens.weight") == nullptr &&
+                  set.find("embed_tokens.weight") != nullptr;
+  }
+
+  bool base_model() const noexcept { return base_model_; }
+  // The checkpoint's name of the causal LM's tensor `name`.
+  std::string resolve(const std::string& name) const {
+    return base_model_ && name.rfind("model.", 0) == 0 ? name.substr(6) : name;
+  }
 
   // Tensor `name` (checked against `shape`) as a view into the mapped file. An fp8 matrix with one
   // scale per tensor or row stays a view of its codes when `keep_fp8` (row_scale beside it, in
   // w.owned); otherwise it is dequantized to bf16 with its scale (model/fp8.hpp), held in w.owned.
   result<void> map(const std::string& name, const std::vector<int64_t>& shape, weight_ref& out,
                    bool keep_fp8 = false) {
-    auto t = set_.get(name, shape);
+    auto t = set_.get(resolve(name), shape);
     if (!t) return t.err();
     const tensor_view& v = **t;
     out.type = v.type;
@@ -63,7 +74,7 @@ class loader {
   // Tensor `name` (checked against `shape`) appended as fp32 to `out`.
   result<void> append(const std::string& name, const std::vector<int64_t>& shape,
                       std::vector<float>& out) {
-    auto t = set_.get(name, shape);
+    auto t = set_.get(resolve(name), shape);
     if (!t) return t.err();
     const tensor_view& v = **t;
     if (dtype_is_fp8(v.type))
@@ -90,6 +101,7 @@ class loader {
   model_weights& w_;
   size_t done_ = 0;
   size_t bytes_ = 0;
+  bool base_model_ = false;
 };
 
 }  // namespace
@@ -263,10 +275,12 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
         if (!r) return r.err();
   }
   if (auto r = ld.append("model.norm.weight", {h}, w.final_norm); !r) return r.err();
-  if (has_lm_head) {
+  if (has_lm_head && !(ld.base_model() && files.find("lm_head.weight") == nullptr)) {
     if (auto r = ld.map("lm_head.weight", {vocab, h}, w.lm_head); !r) return r.err();
   } else {
     w.lm_head = w.embed;
+    // A base model's checkpoint without a head of its own: its hidden states only (embeddings).
+    w.headless = has_lm_head;
   }
   return w;
 }

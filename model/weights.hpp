@@ -84,6 +84,9 @@ struct model_weights {
   weight_ref embed;               // [vocab, hidden]
   std::vector<float> final_norm;  // [hidden]
   weight_ref lm_head;             // [vocab, hidden]; the embedding when tied
+  // A base model's checkpoint (tensors without "model.", no lm_head.weight) of an untied model:
+  // lm_head is the embedding as a stand-in, and the model serves embeddings only.
+  bool headless = false;
   std::vector<layer_weights> layers;
   std::shared_ptr<const safetensors_set> files;  // the mapped files the weight_refs point into
   std::shared_ptr<const gguf_file> gguf;         // or the mapped GGUF file

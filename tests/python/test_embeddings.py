@@ -45,10 +45,14 @@ def cross():
     s.stop()
 
 
-@pytest.mark.parametrize("name", ["bert-mean-normalize", "bert-cls-classic-bf16", "xlmr-last-normalize"])
-def test_openai_client_embeddings_equal_sentence_transformers(name):
+@pytest.mark.parametrize("name,args", [("bert-mean-normalize", ()), ("bert-cls-classic-bf16", ()),
+                                       ("xlmr-last-normalize", ()),
+                                       # A decoder (Qwen3-Embedding's layout), its prompts chunked
+                                       # over several steps.
+                                       ("qwen3-last-normalize", ("--task", "embed", "--max-num-batched-tokens", "16"))])
+def test_openai_client_embeddings_equal_sentence_transformers(name, args):
     exp = fixture(name)
-    s = Server(model=os.path.join(FIXTURES, name))
+    s = Server(*args, model=os.path.join(FIXTURES, name))
     try:
         c = s.client()
         r = c.embeddings.create(model=s.model, input=exp["texts"], encoding_format="float")
@@ -203,6 +207,28 @@ def test_pooling_routes_on_a_generation_model_say_what_it_serves(server):
         assert "generate" in r.json()["error"]["message"]
 
 
+def test_decoder_embedding_model_serves_embeddings_only():
+    exp = fixture("qwen3-last-normalize")
+    s = Server("--task", "embed", model=os.path.join(FIXTURES, "qwen3-last-normalize"))
+    try:
+        c = s.client()
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model=s.model, prompt="hi", max_tokens=2)
+        assert "task 'embed'" in str(e.value)
+        # Cosine scores from its vectors; the same prompt twice (the second from the prefix cache
+        # but its last token) gives the same vector.
+        r = httpx.post(s.url + "/v1/score", json={"text_1": exp["texts"][1], "text_2": exp["texts"][1:3]})
+        assert r.status_code == 200, r.text
+        got = [d["score"] for d in r.json()["data"]]
+        assert abs(got[0] - 1.0) < 1e-5
+        # (the bf16 KV cache, the default, moves each vector by ~1e-5 of cosine)
+        assert abs(got[1] - cosine(exp["embeddings"][1], exp["embeddings"][2])) < 1e-3
+        with pytest.raises(openai.BadRequestError):
+            c.embeddings.create(model=s.model, input="x", dimensions=4)  # not Matryoshka
+    finally:
+        s.stop()
+
+
 def test_task_flag_is_checked_at_start(coserve_bin):
     import subprocess
     for model, task in [(os.path.join(FIXTURES, "bert-mean-normalize"), "generate"),
@@ -210,6 +236,9 @@ def test_task_flag_is_checked_at_start(coserve_bin):
         p = subprocess.run([coserve_bin, "serve", model, "--port", "0", "--task", task],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode != 0 and "--task " + task in p.stderr, p.stderr
-    p = subprocess.run([coserve_bin, "serve", "--demo", "--port", "0", "--task", "embed"],
+    p = subprocess.run([coserve_bin, "serve", "--demo", "--port", "0", "--task", "score"],
                        capture_output=True, text=True, timeout=300)
-    assert p.returncode != 0 and "--task embed" in p.stderr, p.stderr
+    assert p.returncode != 0 and "--task score" in p.stderr, p.stderr
+    p = subprocess.run([coserve_bin, "serve", os.path.join(FIXTURES, "xlmr-last-normalize"), "--port", "0",
+                        "--device", "cuda"], capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "CPU executor" in p.stderr, p.stderr

@@ -56,6 +56,9 @@ WORDPIECE = dict(tokenizer="synthetic-wordpiece", unk="[UNK]", cls="[CLS]", sep=
 UNIGRAM = dict(tokenizer="synthetic-unigram", unk="<unk>", cls="<s>", sep="</s>", pad="<unk>",
                mask=None, bos="<s>", eos="</s>")
 
+# A byte-level BPE (Llama-3 style) for the decoder.
+BYTE_BPE = dict(tokenizer="synthetic-ignore-merges", unk=None, cls=None, sep=None, pad="<|eot_id|>", mask=None)
+
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
 FIXTURES = {
@@ -77,6 +80,14 @@ FIXTURES = {
                                 config=dict(model_type="xlm-roberta", pad_token_id=3,
                                             type_vocab_size=1, **SMALL,
                                             max_position_embeddings=68)),
+    # A decoder embedding model as Qwen3-Embedding is one: a Qwen3 base model's checkpoint (tensors
+    # without "model.", no lm_head) under Qwen3ForCausalLM, last-token pooling and Normalize.
+    "qwen3-last-normalize": dict(kind="embed", tok=BYTE_BPE, seed=36, pooling="lasttoken",
+                                 normalize=True, architecture="Qwen3ForCausalLM",
+                                 config=dict(model_type="qwen3", hidden_size=32, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                                             intermediate_size=64, max_position_embeddings=128,
+                                             tie_word_embeddings=True, rope_theta=10000.0)),
     # Cross-encoders with one label: BERT (pooler + classifier) and XLM-R (classifier.dense +
     # out_proj).
     "bert-cross-encoder": dict(kind="score", tok=WORDPIECE, seed=34,
@@ -156,6 +167,10 @@ def make_embedding(name, spec, folder):
         if spec.get("bf16"):  # the saved copy went through float32: keep the bf16 originals
             for f in ("model.safetensors", "config.json"):
                 shutil.copy(Path(tmp) / f, folder / f)
+    if spec.get("architecture"):
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["architectures"] = [spec["architecture"]]
+        (folder / "config.json").write_text(json.dumps(cfg, indent=2))
     if spec.get("classic"):
         write_classic_modules(folder, spec["pooling"])
     # Reload from the folder as a user would, and encode the texts in one batch.
