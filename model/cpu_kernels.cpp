@@ -980,6 +980,48 @@ void attend_impl(const attn_tile* t) {
   }
 }
 
+// GELU in place: exact (x/2 (1 + erf(x / sqrt 2)), erf by Abramowitz & Stegun 7.1.26, absolute
+// error below 1.5e-7) or the tanh form (x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))). The tail
+// past the last whole vector runs through a padded vector too.
+template <bool tanh_form>
+HWY_INLINE VF gelu_vec(DF df, VF x) {
+  const VF half = hn::Set(df, 0.5f), one = hn::Set(df, 1.0f);
+  if constexpr (tanh_form) {
+    const VF inner = hn::Mul(hn::Set(df, 0.7978845608f),
+                             hn::MulAdd(hn::Mul(hn::Set(df, 0.044715f), hn::Mul(x, x)), x, x));
+    return hn::Mul(hn::Mul(half, x), hn::Add(one, hn::Tanh(df, inner)));
+  } else {
+    const VF z = hn::Mul(hn::Abs(x), hn::Set(df, 0.70710678118654752f));
+    const VF t = hn::Div(one, hn::MulAdd(hn::Set(df, 0.3275911f), z, one));
+    VF poly = hn::Set(df, 1.061405429f);
+    poly = hn::MulAdd(poly, t, hn::Set(df, -1.453152027f));
+    poly = hn::MulAdd(poly, t, hn::Set(df, 1.421413741f));
+    poly = hn::MulAdd(poly, t, hn::Set(df, -0.284496736f));
+    poly = hn::MulAdd(poly, t, hn::Set(df, 0.254829592f));
+    poly = hn::Mul(poly, t);
+    const VF erf_abs = hn::NegMulAdd(poly, hn::Exp(df, hn::Neg(hn::Mul(z, z))), one);
+    const VF erf = hn::CopySign(erf_abs, x);
+    return hn::Mul(hn::Mul(half, x), hn::Add(one, erf));
+  }
+}
+
+void gelu_impl(float* x, size_t n, bool tanh_form) {
+  const DF df;
+  const size_t L = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + L <= n; i += L) {
+    const VF v = hn::LoadU(df, x + i);
+    hn::StoreU(tanh_form ? gelu_vec<true>(df, v) : gelu_vec<false>(df, v), df, x + i);
+  }
+  if (i < n) {
+    HWY_ALIGN float tail[hn::MaxLanes(DF())] = {};
+    std::copy(x + i, x + n, tail);
+    const VF v = hn::Load(df, tail);
+    hn::Store(tanh_form ? gelu_vec<true>(df, v) : gelu_vec<false>(df, v), df, tail);
+    std::copy(tail, tail + (n - i), x + i);
+  }
+}
+
 float max_of(const float* x, size_t n) {
   const DF df;
   const size_t L = hn::Lanes(df);
@@ -1247,6 +1289,7 @@ HWY_EXPORT(target_bit);
 HWY_EXPORT(log_sum_exp_impl);
 HWY_EXPORT(log_sum_exp_argmax_impl);
 HWY_EXPORT(max_of);
+HWY_EXPORT(gelu_impl);
 HWY_EXPORT(mask_logits_impl);
 HWY_EXPORT(round_bf16_f32_impl);
 HWY_EXPORT(prepare_bf16_impl);
@@ -1257,6 +1300,10 @@ float log_sum_exp(const float* x, size_t n) noexcept {
 }
 
 float max_value(const float* x, size_t n) noexcept { return HWY_DYNAMIC_DISPATCH(max_of)(x, n); }
+
+void gelu(float* x, size_t n, bool tanh_form) noexcept {
+  HWY_DYNAMIC_DISPATCH(gelu_impl)(x, n, tanh_form);
+}
 
 float log_sum_exp_argmax(const float* x, size_t n, int64_t& first_max) noexcept {
   return HWY_DYNAMIC_DISPATCH(log_sum_exp_argmax_impl)(x, n, &first_max);

@@ -119,6 +119,10 @@ float log_sum_exp(const float* x, size_t n) noexcept;
 // give).
 float max_value(const float* x, size_t n) noexcept;
 
+// GELU of x[0, n) in place: exact (erf, to within 1.5e-7 of it) or, with tanh_form, the tanh
+// approximation (transformers' gelu_new / gelu_pytorch_tanh).
+void gelu(float* x, size_t n, bool tanh_form) noexcept;
+
 // log_sum_exp(x, n), bit for bit, and in `first_max` the first index of the largest value (what
 // std::max_element returns) when the maximum is neither -inf nor NaN; -1 when it is.
 float log_sum_exp_argmax(const float* x, size_t n, int64_t& first_max) noexcept;

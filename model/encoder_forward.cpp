@@ -82,13 +82,8 @@ void encoder_forward::activate(float* x, int64_t n) {
     const int64_t m = std::min(chunk, n - c * chunk);
     switch (act) {
       case encoder_activation::gelu:
-        for (int64_t i = 0; i < m; ++i) p[i] = 0.5f * p[i] * (1.0f + std::erf(p[i] * 0.70710678f));
-        break;
       case encoder_activation::gelu_tanh:
-        for (int64_t i = 0; i < m; ++i) {
-          const float v = p[i];
-          p[i] = 0.5f * v * (1.0f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v)));
-        }
+        gelu(p, size_t(m), act == encoder_activation::gelu_tanh);
         break;
       case encoder_activation::relu:
         for (int64_t i = 0; i < m; ++i) p[i] = std::max(p[i], 0.0f);

@@ -8,8 +8,8 @@ Usage: tests/bench/embeddings_vs_sentence_transformers.py [--coserve build/bin/c
 The model: 12 layers, hidden 768, 12 heads, MLP 3072 (BERT-base's shape), random weights (seeded),
 mean pooling and Normalize, saved as a sentence-transformers folder (the synthetic WordPiece
 tokenizer of the tokenizer fixtures; its small vocabulary changes nothing but the embedding table).
-The texts: `--batch` of them, word counts spread over 8..200 (`mixed`, what a retrieval corpus looks
-like) or all 100 words (`equal`, no padding in sentence-transformers' batch).
+The texts: `--batch` of them, word counts spread over 4..100 (`mixed`, what a retrieval corpus looks
+like) or all 50 words (`equal`, no padding in sentence-transformers' batch).
 
 Each round runs sentence-transformers' encode(batch_size=batch) in this process
 (torch.set_num_threads(threads)) and one /v1/embeddings request with the whole batch to a server
@@ -58,7 +58,7 @@ def texts_of(batch, lengths):
     rng = random.Random(3)
     words = ["retrieval", "vector", "query", "document", "the", "of", "model", "search", "index",
              "similar", "meaning", "close", "together", "server", "batch", "token", "encoder"]
-    counts = [100] * batch if lengths == "equal" else [rng.randint(8, 200) for _ in range(batch)]
+    counts = [50] * batch if lengths == "equal" else [rng.randint(4, 100) for _ in range(batch)]
     return [" ".join(rng.choice(words) for _ in range(n)) for n in counts]
 
 
@@ -113,6 +113,7 @@ def main():
     if model is None:
         tmp = tempfile.TemporaryDirectory()
         model = tmp.name
+    if not os.path.exists(os.path.join(model, "modules.json")):
         make_model(model)
     texts = texts_of(args.batch, args.lengths)
     st = SentenceTransformer(model, device="cpu")

@@ -444,5 +444,24 @@ TEST_CASE("mask_logits clears exactly the tokens whose bit is clear, on every in
   }
 }
 
+TEST_CASE("gelu: exact (erf) and tanh forms against their scalar formulas") {
+  for (size_t n : {size_t(1), size_t(7), size_t(64), size_t(1001)}) {
+    std::vector<float> x = random_floats(n, 40 + n, 6.0f);
+    x[0] = 0.0f;
+    if (n > 2) x[1] = -12.0f, x[2] = 12.0f;
+    std::vector<float> exact = x, tanh_form = x;
+    gelu(exact.data(), n, false);
+    gelu(tanh_form.data(), n, true);
+    for (size_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      const double want_exact = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+      const double want_tanh =
+          0.5 * v * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)));
+      CHECK(std::abs(exact[i] - want_exact) <= 2e-6 * std::max(1.0, std::abs(v)));
+      CHECK(std::abs(tanh_form[i] - want_tanh) <= 2e-6 * std::max(1.0, std::abs(v)));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace coserve
