@@ -31,8 +31,9 @@ encoder_forward::encoder_forward(const encoder_weights& weights, worker_pool& po
     : w_(weights), pool_(pool) {}
 
 void encoder_forward::linear(const float* x, int64_t rows, const weight_ref& w, const float* bias,
-                             float* y) {
+                             float* y, int64_t ldy) {
   const int64_t n = w.rows, k = w.cols;
+  if (ldy == 0) ldy = n;
   const int64_t threads = pool_.num_threads();
   const int64_t row_blocks = (rows + k_row_block - 1) / k_row_block;
   // Enough column pieces that every thread has several, each a multiple of 16 rows of w.
@@ -46,11 +47,11 @@ void encoder_forward::linear(const float* x, int64_t rows, const weight_ref& w, 
     weight_ref part = w;
     part.data = w.row(c0);
     part.rows = nc;
-    float* out = y + r0 * n + c0;
-    matmul_nt(x + r0 * k, k, m, part, nc, out, n, false);
+    float* out = y + r0 * ldy + c0;
+    matmul_nt(x + r0 * k, k, m, part, nc, out, ldy, false);
     if (bias != nullptr)
       for (int64_t r = 0; r < m; ++r)
-        for (int64_t c = 0; c < nc; ++c) out[r * n + c] += bias[c0 + c];
+        for (int64_t c = 0; c < nc; ++c) out[r * ldy + c] += bias[c0 + c];
   });
 }
 
@@ -181,11 +182,8 @@ result<void> encoder_forward::run(const std::vector<encoder_input>& batch) {
   for (const encoder_layer& L : w_.layers) {
     // q, k, v side by side in each qkv row: three products into column ranges of one buffer.
     const weight_ref* parts[] = {&L.q, &L.k, &L.v};
-    for (int p = 0; p < 3; ++p) {
-      linear(x_.data(), total, *parts[p], L.qkv_bias.data() + p * h, tmp_.data());
-      for (int64_t r = 0; r < total; ++r)
-        std::copy_n(tmp_.data() + r * h, h, qkv_.data() + r * 3 * h + p * h);
-    }
+    for (int p = 0; p < 3; ++p)
+      linear(x_.data(), total, *parts[p], L.qkv_bias.data() + p * h, qkv_.data() + p * h, 3 * h);
     attention(qkv_.data(), ctx_.data());
     linear(ctx_.data(), total, L.o, L.o_bias.data(), tmp_.data());
     add_layer_norm(x_.data(), tmp_.data(), L.attn_norm_w.data(), L.attn_norm_b.data(), total);

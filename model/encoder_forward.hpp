@@ -40,8 +40,10 @@ class encoder_forward {
   std::vector<float> classify(size_t i);
 
  private:
-  // y[r, 0:w.rows] = x[r] . w^T + bias (bias may be null) for rows [0, rows), on the pool.
-  void linear(const float* x, int64_t rows, const weight_ref& w, const float* bias, float* y);
+  // y[r * ldy + (0:w.rows)] = x[r] . w^T + bias (bias may be null) for rows [0, rows), on the
+  // pool; ldy 0: w.rows.
+  void linear(const float* x, int64_t rows, const weight_ref& w, const float* bias, float* y,
+              int64_t ldy = 0);
   // x = LayerNorm(x + add) per row (add may be null), in place.
   void add_layer_norm(float* x, const float* add, const float* w, const float* b, int64_t rows);
   void attention(const float* qkv, float* ctx);

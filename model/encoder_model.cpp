@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
+#include "model/config.hpp"
 #include "model/safetensors.hpp"
 #include "model/text/json/value.hpp"
 
@@ -13,11 +12,9 @@ namespace coserve {
 namespace {
 
 result<json::value> read_json(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return make_error("invalid_model", file.string() + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto v = json::parse(ss.str());
+  auto text = read_text_file(file.string());
+  if (!text) return make_error("invalid_model", file.string() + ": cannot be read");
+  auto v = json::parse(*text);
   if (!v) return make_error("invalid_model", file.string() + ": " + v.err().message);
   if (!v->is_object()) return make_error("invalid_model", file.string() + ": not a JSON object");
   return std::move(*v);
@@ -131,10 +128,9 @@ result<pooling_config> load_pooling_config(const std::filesystem::path& dir,
     out.max_seq_length = max_seq_length;
     return out;
   }
-  std::ifstream in(modules_file, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto modules = json::parse(ss.str());
+  auto text = read_text_file(modules_file.string());
+  if (!text) return make_error("invalid_model", modules_file.string() + ": cannot be read");
+  auto modules = json::parse(*text);
   if (!modules || !modules->is_array())
     return make_error("invalid_model", modules_file.string() + ": not a JSON array of modules");
   pooling_config out;
@@ -272,11 +268,9 @@ result<encoder_config> parse_encoder_config(std::string_view text, std::string_v
 
 result<encoder_config> load_encoder_config(const std::filesystem::path& dir) {
   const std::filesystem::path file = dir / "config.json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return make_error("invalid_model", file.string() + ": cannot be read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_encoder_config(ss.str(), file.string());
+  auto text = read_text_file(file.string());
+  if (!text) return make_error("invalid_model", file.string() + ": cannot be read");
+  return parse_encoder_config(*text, file.string());
 }
 
 namespace {
