@@ -109,6 +109,7 @@ int bench_runtime(int argc, char** argv) {
   long n = 1000000;
   std::size_t threads = 0;
   bool trace = true;
+  std::string only;  // one workload, or all three
   std::size_t release_chunk = rt::spawn_options{}.mailbox_release_chunk_bytes;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--n") && i + 1 < argc)
@@ -117,15 +118,18 @@ int bench_runtime(int argc, char** argv) {
       threads = std::atol(argv[++i]);
     else if (!std::strcmp(argv[i], "--no-trace"))
       trace = false;
+    else if (!std::strcmp(argv[i], "--workload") && i + 1 < argc)
+      only = argv[++i];
     else if (!std::strcmp(argv[i], "--mailbox-release-chunk") && i + 1 < argc)
       release_chunk = std::strtoull(argv[++i], nullptr, 10);
     else if (!std::strcmp(argv[i], "--help")) {
       std::printf(
-          "usage: coserve bench runtime [--n N] [--threads T] [--no-trace] "
+          "usage: coserve bench runtime [--n N] [--threads T] [--no-trace] [--workload W] "
           "[--mailbox-release-chunk B]\n"
           "  --n N        messages per workload (default 1000000)\n"
           "  --threads T  executor pool threads (default: core count)\n"
           "  --no-trace   disable per-actor tracing (on by default)\n"
+          "  --workload W run only W: pingpong, fanin or pipeline (default: all three)\n"
           "  --mailbox-release-chunk B\n"
           "               the 2^16-slot mailboxes of fanin and pipeline hand consumed chunks\n"
           "               of B bytes back to the system (default %zu; 0 keeps every page)\n",
@@ -148,7 +152,12 @@ int bench_runtime(int argc, char** argv) {
   cfg.threads = threads;
   cfg.tracing = trace;
   cfg.trace_ring_capacity = 1u << 16;
-  {
+  if (!only.empty() && only != "pingpong" && only != "fanin" && only != "pipeline") {
+    std::fprintf(stderr, "coserve bench runtime: unknown workload '%s'\n", only.c_str());
+    return 2;
+  }
+  auto wanted = [&only](const char* w) { return only.empty() || only == w; };
+  if (wanted("pingpong")) {
     rt::system sys(cfg);
     std::promise<void> done;
     rt::actor_ref<pinger> a;
@@ -161,7 +170,7 @@ int bench_runtime(int argc, char** argv) {
     print("pingpong", n, secs_since(t));
     sys.stop();
   }
-  {
+  if (wanted("fanin")) {
     rt::system sys(cfg);
     std::promise<void> done;
     const int producers = 4;
@@ -175,7 +184,7 @@ int bench_runtime(int argc, char** argv) {
     print("fanin", n * producers, secs_since(t));
     sys.stop();
   }
-  {
+  if (wanted("pipeline")) {
     rt::system sys(cfg);
     std::promise<void> done;
     auto s = sys.spawn<sink>(big("sink"), n, &done);

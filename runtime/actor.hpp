@@ -108,7 +108,7 @@ class actor_ref {
     auto st = std::make_shared<reply_state<R>>(
         [promise](result<R> r) { promise->set_value(std::move(r)); });
     const uint64_t id = pick_id(msg, request_id);
-    envelope<M> env{std::move(msg), cell().now_ns(), id, st};
+    envelope<M> env{std::move(msg), cell().enqueue_ns(), id, st};
     const send_status s = cell().push(std::move(env));
     if (s != send_status::ok)
       st->complete(make_error(to_string(s), "cannot deliver to actor '" + cell_->name() + "'"));
@@ -166,7 +166,7 @@ class actor_ref {
           timer->async_wait([st](const asio::error_code& ec) {
             if (!ec) st->complete(make_error("timeout", "no reply before the timeout"));
           });
-          env.enqueue_ns = cell().now_ns();
+          env.enqueue_ns = cell().enqueue_ns();
           env.reply = st;
           const send_status s = cell().push(std::move(env));
           if (s != send_status::ok)
@@ -183,7 +183,7 @@ class actor_ref {
   template <class M>
   envelope<M> make_env(M&& msg, uint64_t request_id) const {
     const uint64_t id = pick_id(msg, request_id);
-    return envelope<M>{std::move(msg), cell().now_ns(), id, {}};
+    return envelope<M>{std::move(msg), cell().enqueue_ns(), id, {}};
   }
 
   std::shared_ptr<cell_base> cell_;

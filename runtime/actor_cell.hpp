@@ -20,9 +20,12 @@
 // behavior is rebuilt (restart) or released and the mailbox closed (stop).
 #pragma once
 
+#include <algorithm>
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/defer.hpp>
+#include <asio/execution/context.hpp>
 #include <asio/post.hpp>
 #include <chrono>
 #include <cstdio>
@@ -106,12 +109,32 @@ struct is_awaitable<asio::awaitable<T, E>> : std::true_type {};
 
 // ---- type-independent part ---------------------------------------------------------------------
 
+// The execution context (thread pool or dedicated thread) whose actor is running a synchronous
+// handler on this thread, else null. An actor of that same context made ready by such a handler
+// is deferred rather than posted (see actor_cell::schedule).
+inline thread_local const void* t_sync_handler_context = nullptr;
+
+// Marks the extent of one synchronous handler call on this thread.
+class sync_handler_scope {
+ public:
+  explicit sync_handler_scope(const void* context) noexcept : saved_(t_sync_handler_context) {
+    t_sync_handler_context = context;
+  }
+  ~sync_handler_scope() { t_sync_handler_context = saved_; }
+  sync_handler_scope(const sync_handler_scope&) = delete;
+  sync_handler_scope& operator=(const sync_handler_scope&) = delete;
+
+ private:
+  const void* saved_;
+};
+
 class cell_base {
  public:
   cell_base(spawn_options opts, tracer& tr, asio::any_io_executor ex)
       : opts_(std::move(opts)),
         tracer_(tr),
         ex_(std::move(ex)),
+        context_(&asio::query(ex_, asio::execution::context)),
         trace_id_(tr.register_track(opts_.name)) {}
   virtual ~cell_base() = default;
   cell_base(const cell_base&) = delete;
@@ -168,10 +191,12 @@ class cell_base {
   spawn_options opts_;
   tracer& tracer_;
   asio::any_io_executor ex_;
+  const void* const context_;  // ex_'s execution context (identity only)
   const uint32_t trace_id_;
-  // idle <-> scheduled handoff (see actor_cell::notify).
-  std::atomic<bool> scheduled_{false};
-  std::atomic<bool> failed_stop_{false};
+  // idle <-> scheduled handoff (see mailbox_cell::notify); on a line of its own, since every
+  // sender reads it and the actor writes it.
+  alignas(64) std::atomic<bool> scheduled_{false};
+  alignas(64) std::atomic<bool> failed_stop_{false};
   std::atomic<int> restarts_{0};
   std::deque<std::chrono::steady_clock::time_point> restart_times_;  // actor thread only
 
@@ -210,15 +235,25 @@ class mailbox_cell : public cell_base {
 
   mailbox<env_variant>& box() noexcept { return mailbox_; }
   int64_t now_ns() const noexcept { return tracer_.now_ns(); }
+  // A message's enqueue time for its span: the tracer's clock, or 0 (not read) with tracing off.
+  int64_t enqueue_ns() const noexcept { return tracer_.enabled() ? tracer_.now_ns() : 0; }
 
   std::size_t queued() const noexcept override { return mailbox_.size_approx(); }
 
  protected:
-  // Handoff between senders and the running actor, without fences: both sides use acq_rel RMWs
-  // on scheduled_. If a sender's exchange reads `true`, it precedes the actor's exchange(false) in
-  // scheduled_'s modification order, so that exchange synchronizes with it and the actor's next
-  // look at the ring sees the message; otherwise the sender reads `false` and schedules the actor.
+  // Handoff between senders and the running actor (a store-buffering pair, one seq_cst fence on
+  // each side). A sender has published its message (or the close) and then fences and reads
+  // scheduled_; the actor going idle writes false and then fences and looks at the ring again.
+  // Of two seq_cst fences one precedes the other: if the actor's comes first, the sender's read
+  // sees its `false` (or a later write) and the sender schedules the actor with an RMW (acq_rel:
+  // the next run, perhaps on another thread, sees everything the last one did); if the sender's
+  // comes first, the actor's look sees the message and the actor reschedules itself. A sender
+  // that reads `true` left by another sender whose run is about to go idle is covered by that
+  // run's own fence, which must then follow the sender's. So a sender to a running actor pays a
+  // fence and a load of a line it shares with the actor, never a write to it.
   void notify() {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (scheduled_.load(std::memory_order_relaxed)) return;
     if (!scheduled_.exchange(true, std::memory_order_acq_rel)) schedule();
   }
   // Posts one run of the actor to its executor (the typed cell's consumer loop).
@@ -277,8 +312,23 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
   }
 
  private:
+  // Made ready by a synchronous handler of an actor on the same context, this actor is deferred:
+  // queued on the running thread's own queue, moved to the shared one when that handler's batch
+  // returns, with no other thread woken for it then. A short handler chain (request and reply)
+  // thus stays on one warm thread instead of paying a futex wake-up and a cache transfer per
+  // hop; if more than one actor is ready when the batch returns, Asio wakes another thread for
+  // the rest. From anywhere else (a coroutine, which may run long; another thread) it is posted.
   void schedule() override {
-    asio::post(ex_, [this] { run(); });
+    if (t_sync_handler_context == this->context_)
+      asio::defer(ex_, [this] { run(); });
+    else
+      asio::post(ex_, [this] { run(); });
+  }
+  // The actor goes on after a batch: deferred, it is queued on this thread's own queue (Asio moves
+  // it to the shared one when this handler returns) without waking an idle thread, so an actor
+  // with a backlog stays on the thread whose cache holds its mailbox unless another thread is free.
+  void schedule_continuation() {
+    asio::defer(ex_, [this] { run(); });
   }
 
   void build() {
@@ -286,12 +336,23 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
     if (on_start_) on_start_(*behavior_);
   }
 
+  // What a batch keeps for its spans. The clock is read once per message: a span starts when the
+  // previous one in the batch ended. The mailbox's claim count (the producers' tail, a line they
+  // write on every send) is read once per batch and again only when the consumer has caught up
+  // with it: a span's mailbox_depth counts the messages queued behind it when it was last read.
+  struct batch_trace {
+    int64_t clock = -1;       // tracer time the next handler starts; -1: tracing off
+    std::size_t claimed = 0;  // the mailbox's claim count as last read
+  };
+
   // Consumer side: runs on the actor's executor, never concurrently with itself.
   void run() {
+    batch_trace bt;
+    if (tracer_.enabled()) bt = {tracer_.now_ns(), mailbox_.claimed()};
     for (std::size_t i = 0; i < opts_.batch; ++i) {
       auto env = mailbox_.try_pop();
       if (!env) break;
-      if (dispatch(*env)) {
+      if (dispatch(*env, bt)) {
         mailbox_.wake_space_waiters();
         return;  // a coroutine handler is running; it calls resume() when it finishes
       }
@@ -305,9 +366,10 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
     // the queue's head): from the exchange on, this thread reads only atomics, at the position
     // read before it.
     const std::size_t head = mailbox_.consumer_position();
-    scheduled_.exchange(false, std::memory_order_acq_rel);  // see notify()
+    scheduled_.store(false, std::memory_order_release);  // see notify()
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (!mailbox_.empty_at(head)) {
-      if (!scheduled_.exchange(true, std::memory_order_acq_rel)) schedule();
+      if (!scheduled_.exchange(true, std::memory_order_acq_rel)) schedule_continuation();
       return;
     }
     if (mailbox_.drained_at(head)) {
@@ -328,21 +390,27 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
   void resume() { run(); }
 
   // Returns true when a coroutine handler was started (the cell stays scheduled).
-  bool dispatch(env_variant& v) {
-    return std::visit([&](auto& env) { return handle_one(env); }, v);
+  // `bt.clock` is set to the time the handler ended when it returns synchronously.
+  bool dispatch(env_variant& v, batch_trace& bt) {
+    return std::visit([&](auto& env) { return handle_one(env, bt); }, v);
   }
 
   template <class M>
-  bool handle_one(envelope<M>& env) {
+  bool handle_one(envelope<M>& env, batch_trace& bt) {
     span sp;
-    const bool traced = tracer_.enabled();
+    int64_t& clock = bt.clock;
+    const bool traced = clock >= 0;
     if (traced) {
       sp.message = message_name<M>();
       sp.request_id = env.request_id;
       sp.enqueue_ns = env.enqueue_ns;
       sp.track_id = trace_id_;
-      sp.mailbox_depth = static_cast<uint32_t>(mailbox_.size_approx());
-      sp.start_ns = tracer_.now_ns();
+      const std::size_t head = mailbox_.consumer_position();
+      if (bt.claimed <= head) bt.claimed = mailbox_.claimed();
+      sp.mailbox_depth = static_cast<uint32_t>(bt.claimed > head ? bt.claimed - head : 0);
+      // Not before it was sent: the previous span's end, read before this message was popped,
+      // may precede its enqueue time.
+      sp.start_ns = std::max(clock, env.enqueue_ns);
     }
     if (!behavior_) {  // stopped after a failure: refuse politely
       fail_reply(env, "actor '" + opts_.name + "' has stopped");
@@ -353,6 +421,7 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
       static_assert(!has_reply<M>, "maybe_async handlers cannot reply");
       maybe_async rest;
       try {
+        sync_handler_scope scope(this->context_);
         rest = behavior_->handle(env.msg);
       } catch (...) {
         sp.failed = true;
@@ -364,7 +433,7 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
         return true;
       }
       if (traced) {
-        sp.end_ns = tracer_.now_ns();
+        sp.end_ns = clock = tracer_.now_ns();
         tracer_.record(sp);
       }
       return false;
@@ -374,6 +443,7 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
       return true;
     } else {
       try {
+        sync_handler_scope scope(this->context_);
         if constexpr (has_reply<M>) {
           env.reply->complete(behavior_->handle(env.msg));
         } else {
@@ -384,7 +454,7 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
         on_failure(env, std::current_exception());
       }
       if (traced) {
-        sp.end_ns = tracer_.now_ns();
+        sp.end_ns = clock = tracer_.now_ns();
         tracer_.record(sp);
       }
       return false;

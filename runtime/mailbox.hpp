@@ -5,7 +5,10 @@
 //
 // Full mailbox: try_push returns send_status::full at once and the value is not consumed. A
 // sender that prefers to wait registers with wait_for_space(); the consumer wakes every waiter
-// after it has made room (wake_space_waiters, called once per batch), and the sender retries.
+// once a quarter of the mailbox is free (wake_space_waiters, called after each batch: a batch
+// that leaves the mailbox empty always wakes them), and the sender retries. Waking at a quarter
+// rather than at the first free slot lets a woken sender queue many messages per wake-up instead of
+// one or two (each wake-up is a post to the sender's executor).
 //
 // Close: after close(), try_push returns send_status::closed; values already queued stay and are
 // drained by the consumer (graceful shutdown). The close is atomic with respect to pushes (it is a
@@ -46,10 +49,13 @@ class mailbox {
  public:
   explicit mailbox(std::size_t capacity,
                    std::size_t release_chunk_bytes = mpsc_queue<E>::k_default_release_chunk_bytes)
-      : ring_(capacity, release_chunk_bytes) {}
+      : ring_(capacity, release_chunk_bytes),
+        wake_level_(ring_.capacity() - ring_.capacity() / 4) {}
 
   std::size_t capacity() const noexcept { return ring_.capacity(); }
   std::size_t size_approx() const noexcept { return ring_.size_approx(); }
+  // Any thread: positions claimed by producers so far (mpsc_queue::claimed).
+  std::size_t claimed() const noexcept { return ring_.claimed(); }
   bool closed() const noexcept { return ring_.closed(); }
 
   // Producer side.
@@ -71,8 +77,8 @@ class mailbox {
     wake_all();
   }
 
-  // Producer side: runs `fn` on `ex` once the consumer may have made room (or the mailbox closed).
-  // Spurious wakeups are possible; the caller retries try_push.
+  // Producer side: runs `fn` on `ex` once the consumer may have made room, a quarter of the
+  // mailbox (or the mailbox closed). Spurious wakeups are possible; the caller retries try_push.
   template <class Fn>
   void wait_for_space(const asio::any_io_executor& ex, Fn fn) {
     auto w = std::make_shared<waiter>(ex, std::move(fn));
@@ -84,7 +90,9 @@ class mailbox {
       // came first, its fetch_add returns the flag and it wakes us.
       word_.fetch_or(k_waiter_flag, std::memory_order_acq_rel);
     }
-    if (ring_.size_approx() < ring_.capacity() || closed()) w->fire();
+    // The same level as the consumer's: a sender woken for one free slot would fill it and wait
+    // again, a wake-up per message.
+    if (ring_.size_approx() <= wake_level_ || closed()) w->fire();
   }
 
   // Consumer side.
@@ -97,9 +105,11 @@ class mailbox {
   bool empty_at(std::size_t h) const noexcept { return ring_.empty_at(h); }
   bool drained_at(std::size_t h) const noexcept { return ring_.drained_at(h); }
 
-  // Consumer side, after a batch that popped something: wakes senders waiting for space.
-  // One RMW per batch when nobody waits.
+  // Consumer side, after a batch that popped something: wakes senders waiting for space when at
+  // least a quarter of the mailbox is free. Fuller, it returns at once: the consumer has more to
+  // pop and calls again after its next batch. Otherwise one RMW per batch when nobody waits.
   void wake_space_waiters() {
+    if (ring_.size_approx() > wake_level_) return;
     if (word_.fetch_add(1, std::memory_order_acq_rel) & k_waiter_flag) wake_all();
   }
 
@@ -127,6 +137,7 @@ class mailbox {
   }
 
   mpsc_queue<E> ring_;
+  const std::size_t wake_level_;  // wake space waiters at or below this many queued
   // Low bits: batches popped (wraps harmlessly); top bit: a sender waits for space.
   static constexpr uint64_t k_waiter_flag = uint64_t(1) << 63;
   std::atomic<uint64_t> word_{0};

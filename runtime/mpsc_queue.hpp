@@ -205,6 +205,10 @@ class mpsc_queue {
   // Consumer side: true when the next slot holds no published value.
   bool empty() const noexcept { return empty_at(head_); }
 
+  // Any thread: positions claimed so far (published or not; the closed bit masked off). Less the
+  // consumer's position, the values queued at the moment of the read.
+  std::size_t claimed() const noexcept { return tail_.load(std::memory_order_relaxed) & ~k_closed; }
+
   // Any thread: number of claimed-but-not-popped positions (a hint; exact when quiescent).
   std::size_t size_approx() const noexcept {
     const std::size_t t = tail_.load(std::memory_order_relaxed) & ~k_closed;

@@ -27,7 +27,7 @@ namespace coserve::rt {
 struct system_config {
   std::size_t threads = 0;                     // pool threads; 0: the core count
   bool tracing = true;                         // record a span per handled message
-  std::size_t trace_ring_capacity = 1u << 18;  // spans kept per thread
+  std::size_t trace_ring_capacity = 1u << 18;  // spans kept per thread (a power of two)
 };
 
 // A thread of its own for one actor (blocking work such as a model executor).

@@ -3,7 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <chrono>
+#include <bit>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -42,12 +42,6 @@ struct tracer::ring {
 };
 
 namespace {
-
-int64_t steady_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 uint64_t next_tracer_id() noexcept {
   // Process-wide id source so a thread's cached ring is never mistaken for another tracer's.
@@ -89,13 +83,11 @@ void append_escaped(std::string& out, std::string_view s) {
 
 tracer::tracer(bool enabled, std::size_t ring_capacity)
     : id_(next_tracer_id()),
-      ring_capacity_(ring_capacity < 16 ? 16 : ring_capacity),
-      epoch_ns_(steady_ns()),
+      ring_capacity_(std::bit_ceil(ring_capacity < 16 ? std::size_t{16} : ring_capacity)),
+      epoch_ns_(trace_clock::now_ns()),
       enabled_(enabled) {}
 
 tracer::~tracer() = default;
-
-int64_t tracer::now_ns() const noexcept { return steady_ns() - epoch_ns_; }
 
 uint32_t tracer::register_track(std::string name) {
   std::lock_guard lock(mu_);
@@ -135,7 +127,7 @@ void tracer::record(const span& s) noexcept {
   if (!r) return;
   // relaxed: only this thread writes count.
   const uint64_t n = r->count.load(std::memory_order_relaxed);
-  span& slot = r->slots[n % r->capacity];
+  span& slot = r->slots[n & (r->capacity - 1)];  // a power of two
   slot = s;
   slot.thread = r->thread;
   // release: the span's fields happen-before a reader's acquire load of count.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/result.hpp"
+#include "runtime/clock.hpp"
 
 namespace coserve::rt {
 
@@ -38,6 +39,7 @@ struct span {
 
 class tracer {
  public:
+  // ring_capacity: spans kept per thread, rounded up to a power of two (at least 16).
   explicit tracer(bool enabled = true, std::size_t ring_capacity = 1u << 18);
   ~tracer();
   tracer(const tracer&) = delete;
@@ -46,8 +48,8 @@ class tracer {
   bool enabled() const noexcept { return enabled_.load(std::memory_order_relaxed); }
   void set_enabled(bool on) noexcept { enabled_.store(on, std::memory_order_relaxed); }
 
-  // Nanoseconds on the tracer's clock (steady, since construction).
-  int64_t now_ns() const noexcept;
+  // Nanoseconds on the tracer's clock (runtime/clock.hpp's trace_clock, since construction).
+  int64_t now_ns() const noexcept { return trace_clock::now_ns() - epoch_ns_; }
 
   // Names a track (an actor's, or another lane); returns its id. Any thread (takes a mutex: spawn
   // time only).
