@@ -3,11 +3,13 @@
 //
 // Where the CPU's time-stamp counter is what the kernel itself keeps time with (x86-64: invariant
 // TSC and Linux's clocksource "tsc", which the kernel only selects once it has found the counters
-// of all CPUs synchronised), now_ns() is one RDTSC scaled to nanoseconds with a
-// multiplier measured once per process against steady_clock (2 ms, at the first call); elsewhere on
-// x86-64, and on other CPUs without a counter of known frequency, it is steady_clock. On 64-bit Arm
-// it is the generic timer's virtual counter (CNTVCT_EL0), whose frequency the CPU states
-// (CNTFRQ_EL0).
+// of all CPUs synchronised; KVM guests of hosts with an invariant TSC select it too), now_ns() is
+// one RDTSC scaled to nanoseconds with a multiplier measured once per process against
+// steady_clock (2 ms, at the first call). On 64-bit Arm it is the generic timer's virtual counter
+// (CNTVCT_EL0), whose frequency the CPU states (CNTFRQ_EL0). Elsewhere, or with
+// COSERVE_TRACE_CLOCK=steady_clock in the environment, it is steady_clock (about 30 ns a read in
+// a KVM guest against 12 ns for RDTSC; the runtime's benchmark then loses about half its fan-in
+// and pipeline rates with tracing on: docs/benchmarks/runtime.md).
 //
 // The values are nanoseconds, equal to steady_clock's at the first call, monotonic on a thread and
 // comparable across threads. RDTSC is not ordered with the loads before it, so a reading taken
