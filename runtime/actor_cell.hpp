@@ -337,9 +337,10 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
   }
 
   // What a batch keeps for its spans. The clock is read once per message: a span starts when the
-  // previous one in the batch ended. The mailbox's claim count (the producers' tail, a line they
-  // write on every send) is read once per batch and again only when the consumer has caught up
-  // with it: a span's mailbox_depth counts the messages queued behind it when it was last read.
+  // previous one in the batch ended, or when its message was sent if that is later. The mailbox's
+  // claim count (the producers' tail, a line they write on every send) is read once per batch and
+  // again only when the consumer has caught up with it: a span's mailbox_depth counts the messages
+  // queued behind it when it was last read.
   struct batch_trace {
     int64_t clock = -1;       // tracer time the next handler starts; -1: tracing off
     std::size_t claimed = 0;  // the mailbox's claim count as last read
@@ -363,8 +364,8 @@ class actor_cell final : public mailbox_cell<typename B::messages> {
 
   void go_idle_or_continue() {
     // Once scheduled_ is false a sender may schedule run() on another thread, which pops (writes
-    // the queue's head): from the exchange on, this thread reads only atomics, at the position
-    // read before it.
+    // the queue's head): from the store on, this thread reads only atomics, at the position read
+    // before it.
     const std::size_t head = mailbox_.consumer_position();
     scheduled_.store(false, std::memory_order_release);  // see notify()
     std::atomic_thread_fence(std::memory_order_seq_cst);
