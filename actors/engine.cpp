@@ -42,6 +42,7 @@
 #include "model/config.hpp"
 #include "model/encoder_model.hpp"
 #include "model/gguf_model.hpp"
+#include "model/hf_overrides.hpp"
 #include "model/text/jinja/chat_template.hpp"
 #include "model/text/tokenizer/tokenizer.hpp"
 #include "runtime/system.hpp"
@@ -120,6 +121,8 @@ class engine_impl final : public engine {
     info_.prompt_logprobs = ei.computes_prompt_logprobs;
     info_.task = ei.task;
     info_.pooled_size = ei.pooled_size;
+    if (ei.task == "score" && model.classifier())  // a decoder reranker
+      info_.score_input = cfg_.chat_template.empty() ? "concat" : "template";
     info_.matryoshka = ei.matryoshka;
     info_.matryoshka_dimensions = ei.matryoshka_dimensions;
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -607,33 +610,55 @@ class engine_impl final : public engine {
 
 // vLLM's --task against what the model is: an encoder embeds or scores (its architecture says
 // which), anything else generates.
-result<void> check_task(const std::string& task, bool encoder, const std::filesystem::path& dir) {
+result<void> check_task(const std::string& task, bool encoder, const std::string& arch) {
   if (task != "auto" && task != "generate" && task != "embed" && task != "embedding" &&
       task != "score")
     return error{"invalid_argument",
                  "--task '" + task + "' is not one of auto, generate, embed, score", "task"};
   if (task == "auto") return {};
-  const std::string arch = read_architecture(dir);
+  const bool classifier = arch.ends_with("ForSequenceClassification");
   if (encoder && task == "generate")
     return error{"invalid_argument",
                  "--task generate: " + arch +
                      " is an encoder; it serves embeddings or scores (--task embed or score)",
                  "task"};
-  if (!encoder && task == "score")
+  if (!classifier && task == "score")
     return error{"invalid_argument",
                  "--task score: " + (arch.empty() ? std::string("the model") : arch) +
-                     " is not a cross-encoder (scores are served from BERT and XLM-RoBERTa "
-                     "*ForSequenceClassification models, or by the cosine of an embedding "
-                     "model's vectors with --task embed)",
+                     " is not a sequence classifier (scores are served from "
+                     "*ForSequenceClassification models: BERT and XLM-RoBERTa cross-encoders, "
+                     "decoder rerankers, a language model read as one with --hf-overrides' "
+                     "classifier_from_token; or by the cosine of an embedding model's vectors with "
+                     "--task embed)",
                  "task"};
-  const bool classifier = arch.find("ForSequenceClassification") != std::string::npos;
   if (classifier && task != "score")
     return error{"invalid_argument",
                  "--task " + task + ": " + arch +
-                     " is a cross-encoder; it serves scores (--task "
+                     " is a sequence classifier; it serves scores (--task "
                      "score: /v1/score and /v1/rerank)",
                  "task"};
   return {};
+}
+
+// Whether the model is an encoder, after vLLM's --hf-overrides (checked here: Hugging Face
+// folders of decoders on the CPU, one rank) and --task are checked against its architecture.
+result<bool> check_model_kind(const engine_config& config, bool gguf) {
+  if (!config.hf_overrides.empty()) {
+    if (gguf || config.device != "cpu" || config.tensor_parallel_size > 1)
+      return error{"invalid_argument",
+                   "--hf-overrides applies to Hugging Face folders of decoders on the CPU "
+                   "executor (--device cpu), one rank",
+                   "hf_overrides"};
+    if (auto r = read_config_json(config.model_dir, config.hf_overrides); !r) return r.err();
+  }
+  const std::string arch =
+      gguf ? std::string() : read_architecture(config.model_dir, config.hf_overrides);
+  const bool encoder = is_encoder_architecture(arch);
+  if (encoder && !config.hf_overrides.empty())
+    return error{"invalid_argument",
+                 "--hf-overrides applies to decoders; " + arch + " is an encoder", "hf_overrides"};
+  if (auto t = check_task(config.task, encoder, arch); !t) return t.err();
+  return encoder;
 }
 
 // What the engine reads of an encoder's config: its architecture and sizes.
@@ -695,12 +720,13 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   }
   // Encoders (embedding models, cross-encoders) have a config of their own: the engine reads its
   // architecture and sizes; the executor the rest.
-  const bool encoder = !gguf && is_encoder_architecture(read_architecture(config.model_dir));
-  if (auto t = check_task(config.task, encoder, config.model_dir); !t) return t.err();
+  auto kind = check_model_kind(config, gguf);
+  if (!kind) return kind.err();
+  const bool encoder = *kind;
   // A GGUF file's metadata is parsed once above and read from there.
   auto model = encoder ? encoder_model_summary(config.model_dir)
                : gguf  ? gguf_model_config(*gguf_meta)
-                       : load_model_config(config.model_dir.string());
+                       : load_model_config(config.model_dir.string(), config.hf_overrides);
   if (!model) return model.err();
   if (encoder) config.enable_prefix_caching = false;  // no KV to reuse
   auto gen =

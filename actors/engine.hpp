@@ -54,10 +54,14 @@ struct engine_config {
   std::vector<std::string> served_model_aliases;
   std::string device = "cpu";  // "cpu" or "cuda"
   // What the model is served for (vLLM's --task): "auto" (from the architecture: encoders embed,
-  // or score when they are cross-encoders; other models generate), "generate", "embed" or
-  // "score". Asking an encoder to generate, or a decoder to embed or score, is an error at
+  // sequence classifiers, encoder or decoder, score; other models generate), "generate", "embed"
+  // or "score". Asking an encoder to generate, or a language model to score, is an error at
   // start().
   std::string task = "auto";
+  // vLLM's --hf-overrides: a JSON object merged into config.json before the model is read
+  // (model/hf_overrides.hpp), e.g. to read a language model's checkpoint as a reranker. Decoders
+  // on the CPU executor, one rank.
+  std::string hf_overrides;
   int32_t max_num_seqs = 256;  // running sequences at most
   // Tokens per step at most (the chunked-prefill budget); 0: the device's default, 512 on the CPU
   // (measured: shorter TTFT under load and more tokens/s than 2048, docs/benchmarks/cpu.md) and
@@ -150,6 +154,12 @@ struct model_info {
   // (Matryoshka; when the list is not empty, only those).
   std::string task = "generate";
   int32_t pooled_size = 0;
+  // score: how a (query, document) pair becomes one input. "pair": the tokenizer's pair template
+  // (an encoder cross-encoder's [CLS] q [SEP] d [SEP]); "concat": the two texts joined, encoded
+  // as one (a decoder reranker, as vLLM encodes it); "template": the chat template given with
+  // --chat-template rendered over messages [{"role": "query"}, {"role": "document"}] (vLLM's
+  // score template, Qwen3-Reranker's prompt), then encoded with the tokenizer's special tokens.
+  std::string score_input = "pair";
   bool matryoshka = false;
   std::vector<int32_t> matryoshka_dimensions;
 };

@@ -20,6 +20,7 @@
 #include "model/cpu_executor.hpp"
 #include "model/encoder_executor.hpp"
 #include "model/gguf_model.hpp"
+#include "model/text/tokenizer/tokenizer.hpp"
 #if defined(COSERVE_HAVE_GPU_EXECUTOR)
 #include <dlfcn.h>
 
@@ -254,69 +255,119 @@ result<void> set_embedding_options(const engine_config& config, cpu_executor_opt
   return {};
 }
 
+// A decoder sequence classifier: its head logged; classifier_from_token's tokens looked up in the
+// model's tokenizer as vLLM does (convert_tokens_to_ids: vocabulary entries, not encoded text).
+result<void> set_classifier_options(const engine_config& config, const model_config& model,
+                                    cpu_executor_options& opts) {
+  if (!model.classifier()) return {};
+  std::string head = "score.weight";
+  if (!model.classifier_from_token.empty()) {
+    auto tok = tokenizer::load(config.model_dir / "tokenizer.json");
+    if (!tok)
+      return error{"invalid_argument",
+                   "classifier_from_token needs the model's tokenizer.json: " + tok.err().message,
+                   "hf_overrides"};
+    head.clear();
+    for (const std::string& t : model.classifier_from_token) {
+      const std::optional<int32_t> id = tok->token_to_id(t);
+      if (!id)
+        return error{"invalid_argument",
+                     "classifier_from_token: '" + t + "' is not a token of the model's vocabulary",
+                     "hf_overrides"};
+      opts.classifier_token_ids.push_back(*id);
+      head += (head.empty() ? "LM-head rows of " : ", ") +
+              ("'" + t + "' (" + std::to_string(*id) + ")");
+    }
+    if (model.two_way_softmax) head += ", second minus first (from_2_way_softmax)";
+  }
+  std::fprintf(stderr,
+               "coserve engine: sequence classifier %s: %d label%s from %s on the last token's "
+               "final hidden state\n",
+               model.architecture.c_str(), model.num_labels, model.num_labels == 1 ? "" : "s",
+               head.c_str());
+  return {};
+}
+
+// The CPU executor for a decoder (model_cfg read with the overrides), its KV cache sized from
+// memory.
+result<std::unique_ptr<executor>> make_cpu_executor(const engine_config& config,
+                                                    const model_config& model_cfg,
+                                                    int32_t max_len) {
+  if (config.load_format != "auto")
+    return error{"invalid_argument",
+                 "load format '" + config.load_format + "' needs --device cuda"};
+  if (config.attention_backend != "auto" && config.attention_backend != "native")
+    return error{"invalid_argument",
+                 "--attention-backend " + config.attention_backend + " needs --device cuda",
+                 "attention_backend"};
+  if (!config.quantization.empty())
+    return error{"invalid_argument",
+                 "--quantization " + config.quantization +
+                     " needs --device cuda (the CPU executor reads fp8 checkpoints by "
+                     "themselves, docs/fp8.md, and GGUF files with its integer kernels)",
+                 "quantization"};
+  cpu_executor_options opts;
+  if (!parse_kv_cache_dtype(config.kv_cache_dtype, opts.kv_cache_dtype))
+    return error{"invalid_argument",
+                 "kv cache dtype '" + config.kv_cache_dtype +
+                     "' is not auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2"};
+  if (!parse_compute_dtype(config.dtype, opts.bf16_activations))
+    return error{"invalid_argument",
+                 "dtype '" + config.dtype + "' is not auto, bfloat16 or float32"};
+  opts.block_size = config.block_size;
+  if (!config.speculative_config.empty()) {
+    auto spec = actors::parse_speculative_config(config.speculative_config);
+    if (!spec) return spec.err();
+    opts.draft_model_dir = spec->draft_model;
+  }
+  std::optional<model_config> draft_cfg;
+  if (!opts.draft_model_dir.empty()) {
+    auto d = load_model_config(opts.draft_model_dir);
+    if (!d)
+      return error{d.err().code,
+                   "--speculative-config: 'model' " + opts.draft_model_dir + ": " + d.err().message,
+                   "model"};
+    draft_cfg = std::move(*d);
+  }
+  opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes(),
+                                           draft_cfg ? &*draft_cfg : nullptr);
+  opts.num_threads = config.cpu_threads;
+  opts.tensor_parallel_size = config.tensor_parallel_size;
+  opts.world = config.tp_communicator;
+  opts.max_model_len = config.max_model_len;
+  opts.return_logits = config.return_logits;
+  if (config.task == "embed" || config.task == "embedding")
+    if (auto r = set_embedding_options(config, opts); !r) return r.err();
+  opts.hf_overrides = config.hf_overrides;
+  if (auto r = set_classifier_options(config, model_cfg, opts); !r) return r.err();
+  auto e = cpu_executor::load(config.model_dir.string(), opts, progress_logger("weights"));
+  if (!e) return e.err();
+  return std::unique_ptr<executor>(std::move(*e));
+}
+
 }  // namespace
 
 result<std::unique_ptr<executor>> make_default_executor(const engine_config& config) {
   if (!is_gguf_file(config.model_dir.string()) &&
-      is_encoder_architecture(read_architecture(config.model_dir)))
+      is_encoder_architecture(read_architecture(config.model_dir, config.hf_overrides)))
     return make_encoder_executor(config);
-  auto model = load_model_config(config.model_dir.string());
+  auto model = load_model_config(config.model_dir.string(), config.hf_overrides);
   if (!model) return model.err();
   const model_config& model_cfg = *model;
   const int32_t max_len =
       config.max_model_len > 0 ? config.max_model_len : model_cfg.max_position_embeddings;
   std::unique_ptr<executor> exec;
   if (config.device == "cpu") {
-    if (config.load_format != "auto")
-      return error{"invalid_argument",
-                   "load format '" + config.load_format + "' needs --device cuda"};
-    if (config.attention_backend != "auto" && config.attention_backend != "native")
-      return error{"invalid_argument",
-                   "--attention-backend " + config.attention_backend + " needs --device cuda",
-                   "attention_backend"};
-    if (!config.quantization.empty())
-      return error{"invalid_argument",
-                   "--quantization " + config.quantization +
-                       " needs --device cuda (the CPU executor reads fp8 checkpoints by "
-                       "themselves, docs/fp8.md, and GGUF files with its integer kernels)",
-                   "quantization"};
-    cpu_executor_options opts;
-    if (!parse_kv_cache_dtype(config.kv_cache_dtype, opts.kv_cache_dtype))
-      return error{"invalid_argument",
-                   "kv cache dtype '" + config.kv_cache_dtype +
-                       "' is not auto, bf16, fp16, fp32, fp8, fp8_e4m3 or fp8_e5m2"};
-    if (!parse_compute_dtype(config.dtype, opts.bf16_activations))
-      return error{"invalid_argument",
-                   "dtype '" + config.dtype + "' is not auto, bfloat16 or float32"};
-    opts.block_size = config.block_size;
-    if (!config.speculative_config.empty()) {
-      auto spec = actors::parse_speculative_config(config.speculative_config);
-      if (!spec) return spec.err();
-      opts.draft_model_dir = spec->draft_model;
-    }
-    std::optional<model_config> draft_cfg;
-    if (!opts.draft_model_dir.empty()) {
-      auto d = load_model_config(opts.draft_model_dir);
-      if (!d)
-        return error{
-            d.err().code,
-            "--speculative-config: 'model' " + opts.draft_model_dir + ": " + d.err().message,
-            "model"};
-      draft_cfg = std::move(*d);
-    }
-    opts.num_kv_blocks = cpu_kv_cache_blocks(model_cfg, config, max_len, available_memory_bytes(),
-                                             draft_cfg ? &*draft_cfg : nullptr);
-    opts.num_threads = config.cpu_threads;
-    opts.tensor_parallel_size = config.tensor_parallel_size;
-    opts.world = config.tp_communicator;
-    opts.max_model_len = config.max_model_len;
-    opts.return_logits = config.return_logits;
-    if (config.task == "embed" || config.task == "embedding")
-      if (auto r = set_embedding_options(config, opts); !r) return r.err();
-    auto e = cpu_executor::load(config.model_dir.string(), opts, progress_logger("weights"));
+    auto e = make_cpu_executor(config, model_cfg, max_len);
     if (!e) return e.err();
     exec = std::move(*e);
   } else if (config.device == "cuda") {
+    if (model_cfg.classifier())
+      return error{"invalid_argument",
+                   model_cfg.architecture +
+                       ": sequence classifiers run on the CPU executor (--device cpu); the CUDA "
+                       "executor generates",
+                   "task"};
     if (config.task == "embed" || config.task == "embedding")
       return error{"invalid_argument",
                    "--task embed: embeddings run on the CPU executor (--device cpu); the CUDA "

@@ -31,6 +31,9 @@ struct chat_input {
   // continue_final_message; an assistant prefill): render_continuing_final_message.
   bool continue_final_message = false;
   json::value template_kwargs;  // null or object: extra template variables
+  // The rendered text is encoded with the tokenizer's special tokens (BOS) added, as a text prompt
+  // is (vLLM's add_special_tokens; a score template's render); false: the template has them.
+  bool add_special_tokens = false;
   // A request's own chat template (vLLM's chat_template field, honoured under
   // --trust-request-chat-template) instead of the model's; rendered within
   // k_request_template_limits.

@@ -125,7 +125,7 @@ result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat)
   if (!text.ok())
     return error{"invalid_request", std::move(text).err().message,
                  own ? "chat_template" : "messages"};
-  return tok->encode(*text, false);
+  return tok->encode(*text, chat.add_special_tokens);
 }
 
 result<std::vector<int32_t>> prompt_encoder::encode_input(const tokenize_request_input& in) const {

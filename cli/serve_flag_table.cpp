@@ -293,11 +293,23 @@ constexpr serve_flag k_flags[] = {
      .group = G::model,
      .target = checked<task_ok, &S::engine, &E::task>(),
      .help = "what the model is served for (default: {default}, from the\n"
-             "architecture: BERT and XLM-RoBERTa encoders embed, their\n"
-             "sequence-classification cross-encoders score, other models\n"
+             "architecture: BERT and XLM-RoBERTa encoders embed, sequence\n"
+             "classifiers (cross-encoders, decoder rerankers) score, other models\n"
              "generate); embed on a causal model: its last token's final hidden\n"
              "state (Qwen3-Embedding and the like); a task the model cannot\n"
              "serve is an error at start (docs/embeddings.md)"},
+    {.name = "--hf-overrides",
+     .metavar = "JSON",
+     .needs = "a JSON object",
+     .kind = K::text,
+     .group = G::model,
+     .target = to<&S::engine, &E::hf_overrides>(),
+     .help = "a JSON object merged into the model's config.json before it is read\n"
+             "(vLLM's flag; nested objects merged key by key), e.g. a language\n"
+             "model read as a reranker: '{\"architectures\":\n"
+             "[\"Qwen3ForSequenceClassification\"], \"classifier_from_token\":\n"
+             "[\"no\", \"yes\"]}' (Qwen3-Reranker); decoders on --device cpu\n"
+             "(docs/embeddings.md)"},
     {.name = "--enforce-eager",
      .kind = K::none,
      .group = G::model,

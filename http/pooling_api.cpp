@@ -317,7 +317,23 @@ asio::awaitable<std::variant<std::vector<float>, api_error>> openai_api::score_p
   if (info.task == "score") {
     for (const auto& [a, b] : pairs) {
       generate_request g;
-      g.input = text_pair{a, b};
+      if (info.score_input == "concat") {
+        g.input = a + b;
+      } else if (info.score_input == "template") {
+        chat_input chat;
+        chat.messages = json::array{};
+        for (const auto& [role, text] : {std::pair{"query", &a}, std::pair{"document", &b}}) {
+          value m = json::object{};
+          m["role"] = value(role);
+          m["content"] = value(*text);
+          chat.messages.push_back(std::move(m));
+        }
+        chat.add_generation_prompt = false;
+        chat.add_special_tokens = true;
+        g.input = std::move(chat);
+      } else {
+        g.input = text_pair{a, b};
+      }
       g.context = ctx;
       gens.push_back(std::move(g));
     }

@@ -14,6 +14,7 @@
 
 #include "model/architectures.hpp"
 #include "model/gguf_model.hpp"
+#include "model/hf_overrides.hpp"
 
 namespace coserve {
 namespace {
@@ -279,12 +280,62 @@ const architecture* identify_architecture(const object& o, model_config& c) {
   }
   const architecture* arch = c.architecture.empty() ? find_architecture_by_model_type(c.model_type)
                                                     : find_architecture(c.architecture);
+  // A sequence classifier on a causal architecture: its layers are the language model's.
+  constexpr std::string_view k_seq_cls = "ForSequenceClassification";
+  if (!arch && c.architecture.ends_with(k_seq_cls)) {
+    arch = find_architecture(c.architecture.substr(0, c.architecture.size() - k_seq_cls.size()) +
+                             "ForCausalLM");
+    if (arch) c.num_labels = 2;  // transformers' default; read_classifier reads the rest
+  }
   if (!arch) return nullptr;
   if (c.model_type.empty()) c.model_type = std::string(arch->name);
   c.tie_word_embeddings = arch->config.tie_word_embeddings;
   c.fused_projections = arch->config.fused_projections;
   c.qk_norm = arch->config.qk_norm;
   return arch;
+}
+
+// A sequence classifier's labels and, for a language model's checkpoint, the LM-head rows its head
+// is made of (model_config::classifier_from_token).
+std::string read_classifier(config_reader& r) {
+  model_config& c = r.c;
+  if (!c.classifier()) return {};
+  const object& o = r.o;
+  simdjson::dom::object labels;
+  if (!o["id2label"].get_object().get(labels) && labels.size() > 0)
+    c.num_labels = int32_t(labels.size());
+  std::string err;
+  if (!get_int(o, "num_labels", c.num_labels, err)) return err;
+  if (c.num_labels <= 0) return "num_labels must be positive";
+  simdjson::dom::element tokens;
+  if (o["classifier_from_token"].get(tokens) || tokens.is_null()) return {};
+  simdjson::dom::array list;
+  if (tokens.get_array().get(list) || list.size() == 0)
+    return "classifier_from_token must be a non-empty list of token strings";
+  for (element t : list) {
+    std::string_view s;
+    if (t.get_string().get(s) || s.empty())
+      return "classifier_from_token must be a non-empty list of token strings";
+    c.classifier_from_token.emplace_back(s);
+  }
+  const size_t n = c.classifier_from_token.size();
+  std::string method = get_string(o, "method");
+  if (method.empty()) method = n == 2 ? "from_2_way_softmax" : "no_post_processing";
+  if (method == "from_2_way_softmax") {
+    if (n != 2)
+      return "classifier_from_token: method from_2_way_softmax takes two tokens (the negative "
+             "label's, then the positive's), not " +
+             std::to_string(n);
+    c.two_way_softmax = true;
+    c.num_labels = 1;
+  } else if (method == "no_post_processing") {
+    c.num_labels = int32_t(n);
+  } else {
+    return "method '" + method +
+           "' is not one of from_2_way_softmax, no_post_processing (how classifier_from_token's "
+           "LM-head rows become the head)";
+  }
+  return {};
 }
 
 // The fields every architecture has.
@@ -660,21 +711,25 @@ result<model_config> parse_model_config(std::string_view json, std::string_view 
   for (auto* step :
        {read_common_fields, check_shapes, read_experts, read_attention_biases, read_sliding_window,
         read_no_rope_layers, cap_context_by_window, read_partial_rotary, read_rope_scaling,
-        check_values, read_dtype_and_quantization})
+        check_values, read_dtype_and_quantization, read_classifier})
     if (std::string e = step(reader); !e.empty()) return config_error(origin, e);
   return c;
 }
 
-result<model_config> load_model_config(const std::string& model_dir) {
+result<model_config> load_model_config(const std::string& model_dir,
+                                       std::string_view hf_overrides) {
   if (is_gguf_file(model_dir)) {
+    if (!hf_overrides.empty())
+      return error{"invalid_argument",
+                   "--hf-overrides applies to Hugging Face folders, not GGUF files",
+                   "hf_overrides"};
     auto f = gguf_file::open(model_dir);
     if (!f) return f.err();
     return gguf_model_config(**f);
   }
-  const std::string path = model_dir + "/config.json";
-  auto text = read_text_file(path);
+  auto text = read_config_json(model_dir, hf_overrides);
   if (!text) return text.err();
-  return parse_model_config(*text, path);
+  return parse_model_config(*text, model_dir + "/config.json");
 }
 
 result<generation_config> parse_generation_config(std::string_view json, std::string_view origin) {

@@ -106,6 +106,19 @@ struct model_config {
   std::vector<int32_t> eos_token_ids;
   dtype torch_dtype = dtype::f32;
   quantization_config quantization;
+  // A decoder served as a sequence classifier (a reranker): `architectures` names
+  // <causal architecture>ForSequenceClassification (Qwen3ForSequenceClassification, ...). Its
+  // head, on the last token's final hidden state, is the checkpoint's `score.weight`
+  // [num_labels, hidden] (transformers' layout: id2label's size, else num_labels, else 2 labels),
+  // or, with classifier_from_token (vLLM's --hf-overrides for checkpoints that are language models,
+  // Qwen3-Reranker's ["no", "yes"]), rows of the LM head: method "from_2_way_softmax" (the default
+  // for two tokens) gives one label, the second token's row minus the first's, whose sigmoid is
+  // the softmax of the two tokens' logits; "no_post_processing" (the default otherwise) one label
+  // per token, its row. 0: a language model.
+  int32_t num_labels = 0;
+  std::vector<std::string> classifier_from_token;
+  bool two_way_softmax = false;  // from_2_way_softmax
+  bool classifier() const noexcept { return num_labels > 0; }
 };
 
 struct generation_config {
@@ -130,8 +143,10 @@ std::string describe(const sampling_defaults& d);
 
 // Parses config.json text; `origin` names the file in error messages.
 result<model_config> parse_model_config(std::string_view json, std::string_view origin);
-// `model_dir`/config.json, or the metadata of a GGUF file when `model_dir` is one.
-result<model_config> load_model_config(const std::string& model_dir);
+// `model_dir`/config.json, or the metadata of a GGUF file when `model_dir` is one. hf_overrides:
+// vLLM's --hf-overrides, merged into config.json first (model/hf_overrides.hpp; not for GGUF).
+result<model_config> load_model_config(const std::string& model_dir,
+                                       std::string_view hf_overrides = {});
 
 // A missing generation_config.json yields an empty generation_config (not an error); a GGUF
 // file gives its bos/eos/eot/eom token ids.

@@ -58,6 +58,37 @@ std::vector<size_t> logit_first_rows(const std::vector<forward_seq>& batch) {
   return first_row;
 }
 
+// A sequence classifier's head in fp32 [num_labels, hidden]: the checkpoint's score.weight, or the
+// LM-head rows of classifier_from_token's ids (model_config::classifier_from_token).
+result<std::vector<float>> classifier_head(const model_weights& w,
+                                           const std::vector<int32_t>& token_ids) {
+  const model_config& c = w.config;
+  if (c.classifier_from_token.empty()) return to_f32(w.score);
+  if (token_ids.size() != c.classifier_from_token.size())
+    return error{"invalid_argument",
+                 "classifier_from_token: " + std::to_string(c.classifier_from_token.size()) +
+                     " tokens, " + std::to_string(token_ids.size()) + " ids resolved",
+                 "hf_overrides"};
+  const auto h = size_t(c.hidden_size);
+  std::vector<std::vector<float>> rows;
+  for (int32_t id : token_ids) {
+    if (id < 0 || id >= c.vocab_size)
+      return error{"invalid_argument",
+                   "classifier_from_token: id " + std::to_string(id) + " outside the vocabulary",
+                   "hf_overrides"};
+    rows.push_back(to_f32(weight_rows(w.lm_head, id, 1)));
+  }
+  if (!c.two_way_softmax) {
+    std::vector<float> head;
+    for (const auto& r : rows) head.insert(head.end(), r.begin(), r.end());
+    return head;
+  }
+  // sigmoid(logit_1 - logit_0) is softmax([logit_0, logit_1])[1]: one label, row 1 minus row 0.
+  std::vector<float> head(h);
+  for (size_t i = 0; i < h; ++i) head[i] = rows[1][i] - rows[0][i];
+  return head;
+}
+
 }  // namespace
 
 struct cpu_executor::tp_ranks {
@@ -155,6 +186,27 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(model_weights weights
   if (opts.num_kv_blocks <= 0 || opts.block_size <= 0)
     return make_error("invalid_argument",
                       "cpu executor: num_kv_blocks and block_size must be positive");
+  if (weights.config.classifier()) {  // a reranker: its head on the last token's hidden state
+    if (opts.tensor_parallel_size > 1)
+      return error{"invalid_argument",
+                   weights.config.architecture + " (a sequence classifier) runs on one rank",
+                   "tensor_parallel_size"};
+    if (!opts.draft_model_dir.empty())
+      return error{"invalid_argument",
+                   "--speculative-config: a sequence classifier generates nothing to speculate on",
+                   "speculative_config"};
+    auto head = classifier_head(weights, opts.classifier_token_ids);
+    if (!head) return head.err();
+    cpu_executor_options scoring = opts;
+    scoring.pooling = pooling_config{};
+    scoring.pooling->type = pooling_type::last;
+    scoring.pooling->normalize = false;
+    scoring.pooling->source = "the sequence classifier's head";
+    auto made = std::unique_ptr<cpu_executor>(
+        new cpu_executor(std::move(weights), std::move(gen), scoring));
+    made->score_head_ = std::move(*head);
+    return made;
+  }
   if (opts.pooling && opts.pooling->type != pooling_type::last)
     return make_error("invalid_argument",
                       "--task embed: " + weights.config.architecture + " pools its last token; " +
@@ -331,7 +383,7 @@ result<void> cpu_executor::run_forward(const step_plan& plan,
 result<std::unique_ptr<cpu_executor>> cpu_executor::load(const std::string& dir,
                                                          const cpu_executor_options& opts,
                                                          const load_progress& progress) {
-  auto w = load_weights(dir, progress);
+  auto w = load_weights(dir, progress, opts.hf_overrides);
   auto g = w ? load_generation_config(dir) : result<generation_config>(w.err());
   if (!g) {
     // The other ranks of an MPI job wait for rank 0's setup: they get the error too.
@@ -373,7 +425,10 @@ executor_info cpu_executor::info() const {
   i.max_model_len = opts_.max_model_len;
   i.verifies_proposals = true;
   i.computes_prompt_logprobs = true;
-  if (opts_.pooling) {
+  if (!score_head_.empty()) {
+    i.task = "score";
+    i.pooled_size = weights_.config.num_labels;
+  } else if (opts_.pooling) {
     i.task = "embed";
     i.pooled_size = weights_.config.hidden_size;
     i.matryoshka = opts_.matryoshka;
@@ -524,6 +579,17 @@ struct cpu_executor::sampled_seq {
   std::vector<seq_output> outs;
 };
 
+std::vector<float> cpu_executor::classify(const std::vector<float>& hidden) const {
+  const size_t h = hidden.size(), labels = score_head_.size() / h;
+  std::vector<float> out(labels);
+  for (size_t l = 0; l < labels; ++l) {
+    double sum = 0;
+    for (size_t i = 0; i < h; ++i) sum += double(score_head_[l * h + i]) * hidden[i];
+    out[l] = float(sum);
+  }
+  return out;
+}
+
 step_result cpu_executor::sample_step(const step_plan& plan, const std::vector<forward_seq>& batch,
                                       const std::vector<std::vector<int32_t>>& inputs,
                                       const std::vector<size_t>& first_row) {
@@ -536,7 +602,10 @@ step_result cpu_executor::sample_step(const step_plan& plan, const std::vector<f
       seq_output o;
       o.seq_id = s.seq_id;
       o.embedding = forward_.last_hidden(i, batch);
-      finish_pooled_vector(o.embedding, p.pooling, opts_.pooling->normalize);
+      if (score_head_.empty())
+        finish_pooled_vector(o.embedding, p.pooling, opts_.pooling->normalize);
+      else
+        o.embedding = classify(o.embedding);
       rows.push_back({nullptr, &s, nullptr, nullptr, 0, {}});
       rows.back().outs.push_back(std::move(o));
       continue;

@@ -67,6 +67,12 @@ struct cpu_executor_options {
   std::optional<pooling_config> pooling;
   bool matryoshka = false;  // requests may ask for fewer dimensions (executor_info)
   std::vector<int32_t> matryoshka_dimensions;
+  // vLLM's --hf-overrides, merged into the model's config.json (not the draft's).
+  std::string hf_overrides;
+  // A sequence classifier (model_config::classifier(), task "score"): pooling requests get its
+  // head's logits on the last token's final hidden state. With classifier_from_token, the ids of
+  // those tokens in its order (the engine looks them up in the model's tokenizer).
+  std::vector<int32_t> classifier_token_ids;
 };
 
 class cpu_executor final : public executor {
@@ -180,6 +186,11 @@ class cpu_executor final : public executor {
   struct tp_ranks;  // the other ranks and rank 0's communicator (tensor parallel only)
   std::unique_ptr<tp_ranks> tp_;
   std::shared_ptr<rank_stats_board> stats_board_;  // tensor parallel only
+  // A sequence classifier's head in fp32, [num_labels, hidden] (cpu_executor_options); empty for a
+  // language model.
+  std::vector<float> score_head_;
+  // The head's logits for one final hidden state.
+  std::vector<float> classify(const std::vector<float>& hidden) const;
 
   // launch/collect: steps waiting for the step thread, and outcomes waiting for collect().
   struct launched_step {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "model/config.hpp"
+#include "model/hf_overrides.hpp"
 #include "model/safetensors.hpp"
 #include "model/text/json/value.hpp"
 
@@ -178,8 +179,10 @@ bool is_encoder_architecture(std::string_view a) {
   return std::find(std::begin(names), std::end(names), a) != std::end(names);
 }
 
-std::string read_architecture(const std::filesystem::path& dir) {
-  auto cfg = read_json(dir / "config.json");
+std::string read_architecture(const std::filesystem::path& dir, std::string_view hf_overrides) {
+  auto text = read_config_json(dir, hf_overrides);
+  if (!text) return {};
+  auto cfg = json::parse(*text);
   if (!cfg) return {};
   const json::value* a = cfg->find("architectures");
   if (a == nullptr || !a->is_array() || a->as_array().empty() || !a->as_array()[0].is_string())

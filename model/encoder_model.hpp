@@ -101,8 +101,9 @@ struct encoder_config {
 
 // Whether config.json's architecture is one of the encoders above.
 bool is_encoder_architecture(std::string_view architecture);
-// The first entry of config.json's `architectures` in `dir` ("" when the file has none).
-std::string read_architecture(const std::filesystem::path& dir);
+// The first entry of config.json's `architectures` in `dir` ("" when the file has none, or
+// hf_overrides, vLLM's --hf-overrides merged in first, is not a JSON object).
+std::string read_architecture(const std::filesystem::path& dir, std::string_view hf_overrides = {});
 
 // Parses config.json text; `origin` names the file in error messages.
 result<encoder_config> parse_encoder_config(std::string_view json, std::string_view origin);

@@ -174,13 +174,14 @@ std::vector<float> to_f32(const weight_ref& w) {
   return out;
 }
 
-result<model_weights> load_weights(const std::string& dir, const load_progress& progress) {
-  if (is_gguf_file(dir)) {
+result<model_weights> load_weights(const std::string& dir, const load_progress& progress,
+                                   std::string_view hf_overrides) {
+  if (is_gguf_file(dir) && hf_overrides.empty()) {
     auto f = gguf_file::open(dir);
     if (!f) return f.err();
     return load_gguf_weights(std::move(*f), progress);
   }
-  auto cfg = load_model_config(dir);
+  auto cfg = load_model_config(dir, hf_overrides);
   if (!cfg) return cfg.err();
   auto set = safetensors_set::open_dir(dir);
   if (!set) return set.err();
@@ -192,11 +193,14 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
   const int64_t h = c.hidden_size, d = c.head_dim, nh = c.num_attention_heads,
                 nkv = c.num_key_value_heads;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
-  const bool has_lm_head =
-      !c.tie_word_embeddings;  // tied: the embedding is the head, as transformers ties it
+  // A sequence classifier's checkpoint has its `score` head instead of an LM head.
+  const bool score_head = c.classifier() && c.classifier_from_token.empty();
+  const bool has_lm_head =  // tied: the embedding is the head, as transformers ties it
+      !c.tie_word_embeddings && !score_head;
   const size_t per_layer = (c.fused_projections ? 6 : 9) + (c.qkv_bias ? 3 : 0) +
                            (c.o_bias ? 1 : 0) + (c.qk_norm ? 2 : 0);
-  size_t total = 2 + (has_lm_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
+  size_t total =
+      2 + (has_lm_head ? 1 : 0) + (score_head ? 1 : 0) + per_layer * size_t(c.num_hidden_layers);
   for (int32_t i = 0; i < c.num_hidden_layers; ++i)
     if (c.moe_layer(
             i))  // the router and the experts' for gate/up/down; the shared expert and its gate
@@ -275,7 +279,11 @@ result<model_weights> load_weights(const std::string& dir, const load_progress& 
         if (!r) return r.err();
   }
   if (auto r = ld.append("model.norm.weight", {h}, w.final_norm); !r) return r.err();
-  if (has_lm_head && !(ld.base_model() && files.find("lm_head.weight") == nullptr)) {
+  if (score_head) {
+    if (auto r = ld.map("score.weight", {c.num_labels, h}, w.score); !r) return r.err();
+    w.lm_head = w.embed;  // a stand-in: the model serves scores only
+    w.headless = !c.tie_word_embeddings;
+  } else if (has_lm_head && !(ld.base_model() && files.find("lm_head.weight") == nullptr)) {
     if (auto r = ld.map("lm_head.weight", {vocab, h}, w.lm_head); !r) return r.err();
   } else {
     w.lm_head = w.embed;

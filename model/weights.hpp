@@ -87,6 +87,9 @@ struct model_weights {
   // A base model's checkpoint (tensors without "model.", no lm_head.weight) of an untied model:
   // lm_head is the embedding as a stand-in, and the model serves embeddings only.
   bool headless = false;
+  // A sequence classifier's `score.weight` [num_labels, hidden] (model_config::classifier()
+  // without classifier_from_token); empty otherwise.
+  weight_ref score;
   std::vector<layer_weights> layers;
   std::shared_ptr<const safetensors_set> files;  // the mapped files the weight_refs point into
   std::shared_ptr<const gguf_file> gguf;         // or the mapped GGUF file
@@ -110,7 +113,9 @@ using load_progress = std::function<void(size_t, size_t, size_t)>;
 
 // Loads config.json and the safetensors of `dir`, or a GGUF file when `dir` is one. Errors name
 // the file and tensor.
-result<model_weights> load_weights(const std::string& dir, const load_progress& progress = {});
+// hf_overrides: vLLM's --hf-overrides for config.json (load_model_config).
+result<model_weights> load_weights(const std::string& dir, const load_progress& progress = {},
+                                   std::string_view hf_overrides = {});
 
 // For the CPU executors: every Q4_0 matrix repacked into 16-row tiles (quant.hpp,
 // pack_q4_0_tiles; kept in `owned`, the refs' `packed` pointing there), and the GGUF file's pages

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/config.hpp"
+#include "model/hf_overrides.hpp"
 
 namespace coserve {
 
@@ -440,6 +441,69 @@ TEST_CASE("generation config: eos int or list, sampling defaults", "[model][conf
   auto absent = load_generation_config("/nonexistent/coserve-model");
   REQUIRE(absent.ok());
   CHECK(absent->eos_token_ids.empty());
+}
+
+TEST_CASE("config: decoder sequence classifiers and classifier_from_token", "[model][config]") {
+  const std::string q3 = with(with(k_llama, "LlamaForCausalLM", "Qwen3ForSequenceClassification"),
+                              "\"llama\"", "\"qwen3\"");
+  auto two = parse_model_config(q3, "c");  // no id2label, no num_labels: transformers' 2
+  REQUIRE(two.ok());
+  CHECK(two->qk_norm);  // Qwen3's layers
+  CHECK(two->num_labels == 2);
+  CHECK(two->classifier_from_token.empty());
+  auto one = parse_model_config(
+      with(q3, "\"vocab_size\"", "\"id2label\":{\"0\":\"LABEL_0\"},\"vocab_size\""), "c");
+  REQUIRE(one.ok());
+  CHECK(one->num_labels == 1);
+  auto yes_no = parse_model_config(
+      with(q3, "\"vocab_size\"", "\"classifier_from_token\":[\"no\",\"yes\"],\"vocab_size\""), "c");
+  REQUIRE(yes_no.ok());
+  CHECK(yes_no->num_labels == 1);
+  CHECK(yes_no->two_way_softmax);
+  CHECK(yes_no->classifier_from_token == std::vector<std::string>{"no", "yes"});
+  auto listed = parse_model_config(
+      with(q3, "\"vocab_size\"",
+           "\"classifier_from_token\":[\"Yes\"],\"method\":\"no_post_processing\",\"vocab_size\""),
+      "c");
+  REQUIRE(listed.ok());
+  CHECK(listed->num_labels == 1);
+  CHECK_FALSE(listed->two_way_softmax);
+  for (const char* bad :
+       {"\"classifier_from_token\":[],", "\"classifier_from_token\":[\"a\",3],",
+        "\"classifier_from_token\":[\"a\"],\"method\":\"from_2_way_softmax\",",
+        "\"classifier_from_token\":[\"a\",\"b\"],\"method\":\"softmax\",", "\"num_labels\":0,"}) {
+    INFO(bad);
+    CHECK_FALSE(
+        parse_model_config(with(q3, "\"vocab_size\"", std::string(bad) + "\"vocab_size\""), "c")
+            .ok());
+  }
+  // A language model stays one; an unknown base architecture is still unsupported.
+  CHECK(parse_model_config(k_llama, "c")->num_labels == 0);
+  CHECK_FALSE(
+      parse_model_config(with(k_llama, "LlamaForCausalLM", "GPT2ForSequenceClassification"), "c")
+          .ok());
+}
+
+TEST_CASE("hf overrides: keys replaced, nested objects merged, refusals", "[model][config]") {
+  auto merged = apply_hf_overrides(
+      k_llama,
+      R"({"architectures":["LlamaForSequenceClassification"],"rope_scaling":{"factor":2.0},)"
+      R"("classifier_from_token":["a","b"]})",
+      "c");
+  REQUIRE(merged.ok());
+  auto c = parse_model_config(*merged, "c");
+  REQUIRE(c.ok());
+  CHECK(c->architecture == "LlamaForSequenceClassification");
+  CHECK(c->num_labels == 1);
+  CHECK(c->rope_scaling.kind == rope_kind::llama3);  // rope_type kept, factor replaced
+  CHECK(c->rope_scaling.factor == 2.0f);
+  CHECK(c->rope_scaling.low_freq_factor == 1.0f);
+  CHECK(*apply_hf_overrides(k_llama, "", "c") == k_llama);
+  auto bad = apply_hf_overrides(k_llama, "[1]", "c");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.err().param == "hf_overrides");
+  CHECK_FALSE(apply_hf_overrides(k_llama, "{nope", "c").ok());
+  CHECK_FALSE(apply_hf_overrides("[]", "{}", "c").ok());
 }
 
 }  // namespace coserve

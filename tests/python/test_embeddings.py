@@ -242,3 +242,104 @@ def test_task_flag_is_checked_at_start(coserve_bin):
     p = subprocess.run([coserve_bin, "serve", os.path.join(FIXTURES, "xlmr-last-normalize"), "--port", "0",
                         "--device", "cuda"], capture_output=True, text=True, timeout=120)
     assert p.returncode != 0 and "CPU executor" in p.stderr, p.stderr
+
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+QWEN3_RERANKER_TEMPLATE = os.path.join(ROOT, "examples", "score-templates", "qwen3_reranker.jinja")
+# How vLLM reads Qwen3-Reranker's checkpoint (a language model) as a reranker; the fixture's
+# vocabulary has "n" and "y" where the real one has "no" and "yes".
+YES_NO_OVERRIDES = json.dumps({"architectures": ["Qwen3ForSequenceClassification"],
+                               "classifier_from_token": ["n", "y"], "is_original_qwen3_reranker": True})
+
+
+def check_scores(s, exp):
+    pairs = exp["pairs"]
+    r = httpx.post(s.url + "/v1/score", json={"text_1": [p[0] for p in pairs], "text_2": [p[1] for p in pairs]})
+    assert r.status_code == 200, r.text
+    got = [d["score"] for d in r.json()["data"]]
+    assert max(abs(g - w) for g, w in zip(got, exp["scores"])) < 1e-4, (got, exp["scores"])
+    # The prompts are the reference's token for token.
+    assert r.json()["usage"]["prompt_tokens"] == sum(len(ids) for ids in exp["ids"])
+    q = pairs[2][0]
+    docs = [p[1] for p in pairs if p[0] == q]
+    want = [exp["scores"][i] for i, p in enumerate(pairs) if p[0] == q]
+    rr = httpx.post(s.url + "/v1/rerank", json={"query": q, "documents": docs})
+    assert rr.status_code == 200, rr.text
+    res = rr.json()["results"]
+    assert [x["index"] for x in res] == sorted(range(len(want)), key=lambda i: -want[i])
+    assert all(abs(x["relevance_score"] - want[x["index"]]) < 1e-4 for x in res)
+
+
+def test_decoder_sequence_classifier_scores_equal_transformers():
+    """Qwen3ForSequenceClassification: the score head on the last token of each pair's joined
+    texts, prompts chunked over 16-token steps."""
+    exp = fixture("qwen3-seq-cls-reranker")
+    s = Server("--kv-cache-dtype", "fp32", "--max-num-batched-tokens", "16",
+               model=os.path.join(FIXTURES, "qwen3-seq-cls-reranker"))
+    try:
+        assert any("sequence classifier Qwen3ForSequenceClassification: 1 label from score.weight" in l
+                   for l in s.log), "".join(s.log)
+        check_scores(s, exp)
+        c = s.client()
+        with pytest.raises(openai.BadRequestError) as e:
+            c.embeddings.create(model=s.model, input="x")
+        assert "task 'score'" in str(e.value)
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model=s.model, prompt="hi", max_tokens=2)
+        assert "task 'score'" in str(e.value)
+        # A pair longer than the context, without truncation: a 400 naming the field.
+        r = httpx.post(s.url + "/v1/score", json={"text_1": "word " * 600, "text_2": "x"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "text_1", r.text
+        assert metric_value(httpx.get(s.url + "/metrics").text, "coserve_num_requests_open") == 0
+    finally:
+        s.stop()
+
+
+def test_language_model_read_as_yes_no_reranker_with_a_score_template():
+    """Qwen3-Reranker's way: --hf-overrides reads a causal checkpoint as a classifier whose one
+    label is the second token's LM-head row minus the first's; --chat-template renders the model
+    card's prompt around each (query, document). Scores equal softmax([no, yes])[yes] of
+    transformers' logits over the card's prompt."""
+    exp = fixture("qwen3-yes-no-reranker")
+    s = Server("--hf-overrides", YES_NO_OVERRIDES, "--chat-template", QWEN3_RERANKER_TEMPLATE,
+               "--kv-cache-dtype", "fp32", model=os.path.join(FIXTURES, "qwen3-yes-no-reranker"))
+    try:
+        ids = exp["token_ids"]
+        assert any(f"'n' ({ids[0]}), 'y' ({ids[1]}), second minus first" in l for l in s.log), "".join(s.log)
+        check_scores(s, exp)
+        # The default bf16 KV cache stays close.
+    finally:
+        s.stop()
+    s = Server("--hf-overrides", YES_NO_OVERRIDES, "--chat-template", QWEN3_RERANKER_TEMPLATE,
+               model=os.path.join(FIXTURES, "qwen3-yes-no-reranker"))
+    try:
+        pairs = exp["pairs"]
+        r = httpx.post(s.url + "/v1/score", json={"text_1": [p[0] for p in pairs], "text_2": [p[1] for p in pairs]})
+        got = [d["score"] for d in r.json()["data"]]
+        assert max(abs(g - w) for g, w in zip(got, exp["scores"])) < 5e-3, (got, exp["scores"])
+    finally:
+        s.stop()
+
+
+def test_decoder_reranker_refusals_at_start(coserve_bin):
+    import subprocess
+    yes_no = os.path.join(FIXTURES, "qwen3-yes-no-reranker")
+
+    def fails(model, *args, says):
+        p = subprocess.run([coserve_bin, "serve", model, "--port", "0", *args],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode != 0 and says in p.stderr, p.stderr
+
+    fails(yes_no, "--hf-overrides", "[1]", says="--hf-overrides must be a JSON object")
+    fails(yes_no, "--task", "score", says="is not a sequence classifier")
+    fails(yes_no, "--hf-overrides", json.dumps({"architectures": ["Qwen3ForSequenceClassification"],
+                                                "classifier_from_token": ["n", "not-a-token"]}),
+          says="'not-a-token' is not a token of the model's vocabulary")
+    fails(yes_no, "--hf-overrides", json.dumps({"architectures": ["Qwen3ForSequenceClassification"],
+                                                "classifier_from_token": ["n", "y", "a"],
+                                                "method": "from_2_way_softmax"}),
+          says="from_2_way_softmax takes two tokens")
+    fails(os.path.join(FIXTURES, "qwen3-seq-cls-reranker"), "--task", "generate",
+          says="is a sequence classifier")
+    fails(os.path.join(FIXTURES, "bert-cross-encoder"), "--hf-overrides", "{}",
+          says="--hf-overrides applies to decoders")

@@ -60,6 +60,22 @@ UNIGRAM = dict(tokenizer="synthetic-unigram", unk="<unk>", cls="<s>", sep="</s>"
 BYTE_BPE = dict(tokenizer="synthetic-ignore-merges", unk=None, cls=None, sep=None, pad="<|eot_id|>", mask=None)
 
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+DECODER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+               head_dim=16, intermediate_size=64, max_position_embeddings=512, rope_theta=10000.0)
+
+# Qwen3-Reranker's prompt as its model card formats it (prefix, instruction, query, document,
+# suffix); examples/score-templates/qwen3_reranker.jinja renders the same text.
+QWEN3_RERANKER_INSTRUCTION = \
+    "Given a web search query, retrieve relevant passages that answer the query"
+
+
+def qwen3_reranker_prompt(query, doc):
+    prefix = ("<|im_start|>system\nJudge whether the Document meets the requirements based on the "
+              "Query and the Instruct provided. Note that the answer can only be \"yes\" or "
+              "\"no\".<|im_end|>\n<|im_start|>user\n")
+    suffix = "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    return prefix + (f"<Instruct>: {QWEN3_RERANKER_INSTRUCTION}\n<Query>: {query}\n"
+                     f"<Document>: {doc}") + suffix
 
 FIXTURES = {
     # BERT, mean pooling and Normalize as current sentence-transformers releases write them.
@@ -88,6 +104,18 @@ FIXTURES = {
                                              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                              intermediate_size=64, max_position_embeddings=128,
                                              tie_word_embeddings=True, rope_theta=10000.0)),
+    # Decoder rerankers. A Qwen3ForSequenceClassification checkpoint (a `score` head of one label,
+    # as tomaarsen/Qwen3-Reranker-0.6B-seq-cls ships it), each pair's texts joined into one prompt
+    # as vLLM encodes them for a decoder; and a Qwen3ForCausalLM checkpoint read as Qwen3-Reranker
+    # is, by the softmax of two tokens' logits at the last position (the model card's
+    # compute_logits) over its prompt template. The synthetic vocabulary has no "yes" / "no"
+    # tokens: "y" and "n" stand in for them.
+    "qwen3-seq-cls-reranker": dict(kind="decoder-score", tok=BYTE_BPE, seed=37,
+                                   config=dict(model_type="qwen3", num_labels=1, **DECODER)),
+    "qwen3-yes-no-reranker": dict(kind="decoder-yes-no", tok=BYTE_BPE, seed=38,
+                                  tokens=["n", "y"],
+                                  config=dict(model_type="qwen3", **DECODER,
+                                              tie_word_embeddings=False)),
     # Cross-encoders with one label: BERT (pooler + classifier) and XLM-R (classifier.dense +
     # out_proj).
     "bert-cross-encoder": dict(kind="score", tok=WORDPIECE, seed=34,
@@ -108,6 +136,18 @@ def hf_tokenizer(tok):
                                    model_input_names=names, **kw)
 
 
+def spread_weights(model, heads):
+    """Spreads the weights wider than the init's 0.02 so the layers move the vectors visibly, and
+    scales up the parameters whose names hold one of `heads`, so that scores differ from pair to
+    pair by more than the comparison's tolerance."""
+    with torch.no_grad():
+        for pname, p in model.named_parameters():
+            if p.dim() >= 1:
+                p.add_(torch.randn_like(p) * 0.05)
+            if any(h in pname for h in heads):
+                p.mul_(8.0)
+
+
 def make_hf_model(name, spec, folder):
     tok = hf_tokenizer(spec["tok"])
     cfg = dict(spec["config"])
@@ -122,15 +162,7 @@ def make_hf_model(name, spec, folder):
         model = AutoModelForSequenceClassification.from_config(config)
     else:
         model = AutoModel.from_config(config)
-    # Spread the weights wider than the init's 0.02 so the layers move the vectors visibly.
-    # A cross-encoder's head is scaled up too, so that its scores differ from pair to pair by more
-    # than the comparison's tolerance.
-    with torch.no_grad():
-        for pname, p in model.named_parameters():
-            if p.dim() >= 1:
-                p.add_(torch.randn_like(p) * 0.05)
-            if "classifier" in pname or "pooler" in pname:
-                p.mul_(8.0)
+    spread_weights(model, ("classifier", "pooler"))
     if spec.get("bf16"):
         model = model.to(torch.bfloat16)
     model.save_pretrained(folder, safe_serialization=True)
@@ -202,6 +234,60 @@ def make_score(name, spec, folder):
             "scores": [float(s) for s in scores]}
 
 
+def make_decoder_model(spec, folder, cls):
+    tok = hf_tokenizer(spec["tok"])
+    cfg = dict(spec["config"])
+    cfg["vocab_size"] = len(tok)
+    cfg["pad_token_id"] = tok.pad_token_id
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    torch.manual_seed(spec["seed"])
+    model = cls.from_config(config)
+    spread_weights(model, ("score", "lm_head"))
+    model.save_pretrained(folder, safe_serialization=True)
+    tok.save_pretrained(folder)
+    model.eval()
+    return tok, model
+
+
+def make_decoder_score(name, spec, folder):
+    """A decoder sequence classifier: transformers' logits for each pair's joined texts, one
+    pair at a time and in one padded batch (the head reads the last non-pad token)."""
+    tok, model = make_decoder_model(spec, folder, AutoModelForSequenceClassification)
+    texts = [q + d for q, d in PAIRS]
+    ids = [tok(t)["input_ids"] for t in texts]
+    with torch.no_grad():
+        one = [model(input_ids=torch.tensor([i])).logits[0] for i in ids]
+        enc = tok(texts, padding=True, return_tensors="pt")
+        batch = model(**enc).logits
+    assert torch.allclose(torch.stack(one), batch, atol=1e-5)
+    return {"model": name, "pairs": PAIRS, "texts": texts, "ids": ids,
+            "logits": [[float(x) for x in row] for row in one],
+            "scores": [float(torch.sigmoid(row[0])) for row in one]}
+
+
+def make_decoder_yes_no(name, spec, folder):
+    """A language model scoring by two tokens' logits at the last position: p = softmax([logit
+    of the first token, logit of the second])[1], over the model card's prompt."""
+    from transformers import AutoModelForCausalLM
+    tok, model = make_decoder_model(spec, folder, AutoModelForCausalLM)
+    false_id, true_id = (tok.convert_tokens_to_ids(t) for t in spec["tokens"])
+    prompts = [qwen3_reranker_prompt(q, d) for q, d in PAIRS]
+    ids = [tok(p)["input_ids"] for p in prompts]
+    scores = []
+    with torch.no_grad():
+        for i in ids:
+            last = model(input_ids=torch.tensor([i])).logits[0, -1]
+            pair = torch.stack([last[false_id], last[true_id]])
+            scores.append(float(torch.softmax(pair, dim=0)[1]))
+    return {"model": name, "pairs": PAIRS, "prompts": prompts, "ids": ids,
+            "classifier_from_token": spec["tokens"], "token_ids": [false_id, true_id],
+            "scores": scores}
+
+
+MAKERS = {"embed": make_embedding, "score": make_score, "decoder-score": make_decoder_score,
+          "decoder-yes-no": make_decoder_yes_no}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", nargs="*")
@@ -214,8 +300,7 @@ def main():
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        expected = make_embedding(name, spec, folder) if spec["kind"] == "embed" else \
-            make_score(name, spec, folder)
+        expected = MAKERS[spec["kind"]](name, spec, folder)
         for junk in ("README.md",):
             (folder / junk).unlink(missing_ok=True)
         (folder / "expected.json").write_text(json.dumps(expected, indent=1, ensure_ascii=False))
