@@ -168,6 +168,12 @@ class engine_impl final : public engine {
     encoder_.tmpl = template_ ? &*template_ : nullptr;
     encoder_.vocab_size = ei.vocab_size;
     encoder_.max_model_len = ei.max_model_len;
+    encoder_.lower_case =
+        !is_gguf_file(cfg_.model_dir.string()) && read_do_lower_case(cfg_.model_dir);
+    if (encoder_.lower_case)
+      std::fprintf(stderr,
+                   "coserve engine: input texts lowercased before tokenizing "
+                   "(sentence_bert_config.json do_lower_case)\n");
   }
 
   void start_runtime() {

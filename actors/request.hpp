@@ -49,7 +49,8 @@ struct context_rule {
   int32_t default_max_tokens = 0;
   std::string input_param = "prompt";           // the input's field name ("prompt", "messages")
   std::string max_tokens_param = "max_tokens";  // or "max_completion_tokens"
-  // vLLM's truncate_prompt_tokens: the prompt's last k tokens are kept (-1: max_model_len), before
+  // vLLM's truncate_prompt_tokens: the prompt's last k tokens are kept (-1: max_model_len); a text
+  // pair is cut to k tokens in all by longest_first (tokenizer::encode_pair), before
   // the rest of the rule applies; 0: the prompt as given.
   int32_t truncate_prompt_tokens = 0;
 };

@@ -7,6 +7,7 @@
 #endif
 
 #include "actors/stream_impl.hpp"
+#include "model/text/tokenizer/normalizer.hpp"
 #include "runtime/system.hpp"
 
 namespace coserve {
@@ -131,7 +132,7 @@ result<std::vector<int32_t>> prompt_encoder::encode_chat(const chat_input& chat)
 result<std::vector<int32_t>> prompt_encoder::encode_input(const tokenize_request_input& in) const {
   if (const auto* text = std::get_if<std::string>(&in.input)) {
     if (tok == nullptr) return error{"invalid_request", template_error, "prompt"};
-    return tok->encode(*text, in.add_special_tokens);
+    return tok->encode(lower_case ? unicode_lowercase(*text) : *text, in.add_special_tokens);
   }
   return encode_chat(std::get<chat_input>(in.input));
 }
@@ -143,11 +144,19 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
   if (tok == nullptr && std::get_if<std::vector<int32_t>>(&req.input) == nullptr)
     return error{"invalid_request", template_error, where};
   if (const auto* text = std::get_if<std::string>(&req.input)) {
-    ids = tok->encode(*text, req.add_special_tokens);
+    ids = tok->encode(lower_case ? unicode_lowercase(*text) : *text, req.add_special_tokens);
   } else if (const auto* given = std::get_if<std::vector<int32_t>>(&req.input)) {
     ids = *given;
   } else if (const auto* pair = std::get_if<text_pair>(&req.input)) {
-    tokenizer::encoding e = tok->encode_pair(pair->first, pair->second, req.add_special_tokens);
+    // Truncation of a pair: longest_first over the two texts, the template's tokens kept (as a
+    // cross-encoder's tokenizer truncates with max_length).
+    const int32_t t = req.context.truncate_prompt_tokens;
+    const int32_t max_length = t == 0 ? 0 : t < 0 ? max_model_len : t;
+    tokenizer::encoding e =
+        lower_case
+            ? tok->encode_pair(unicode_lowercase(pair->first), unicode_lowercase(pair->second),
+                               req.add_special_tokens, max_length)
+            : tok->encode_pair(pair->first, pair->second, req.add_special_tokens, max_length);
     ids = std::move(e.ids);
     params.pooling.token_types.assign(e.type_ids.begin(), e.type_ids.end());
   } else {
@@ -163,11 +172,10 @@ result<std::vector<int32_t>> prompt_encoder::encode(const generate_request& req,
     if (id < 0 || id >= vocab_size)
       return error{"invalid_request",
                    "token id " + std::to_string(id) + " is outside the vocabulary", where};
-  if (const int32_t t = req.context.truncate_prompt_tokens; t != 0) {  // the last `keep` tokens
+  if (const int32_t t = req.context.truncate_prompt_tokens;
+      t != 0 && std::get_if<text_pair>(&req.input) == nullptr) {  // the last `keep` tokens
     const auto keep = size_t(t < 0 ? max_model_len : t);
     if (ids.size() > keep) ids.erase(ids.begin(), ids.end() - std::ptrdiff_t(keep));
-    auto& types = params.pooling.token_types;
-    if (types.size() > keep) types.erase(types.begin(), types.end() - std::ptrdiff_t(keep));
   }
   if (auto r =
           apply_context_rule(req.context, static_cast<int32_t>(ids.size()), max_model_len, params);

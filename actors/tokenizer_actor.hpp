@@ -36,6 +36,10 @@ struct prompt_encoder {
   std::string template_error;           // why there is none (or no tokenizer)
   int32_t vocab_size = 0;
   int32_t max_model_len = 0;
+  // sentence_bert_config.json's do_lower_case: text inputs and text pairs are lowercased
+  // (unicode_lowercase) before encoding, as sentence-transformers does; chat renders are not (their
+  // special tokens would change).
+  bool lower_case = false;
 
   // Renders the chat template as Hugging Face's apply_chat_template does (messages, tools,
   // add_generation_prompt, bos/eos tokens, extra variables), then encodes without adding special

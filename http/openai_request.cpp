@@ -757,4 +757,14 @@ std::optional<api_error> check_context(openai_request& req, int32_t prompt_token
   return api_error::bad_request(r.err().message, r.err().param);
 }
 
+std::optional<api_error> read_chat_input(const value& body, const model_limits& limits,
+                                         chat_input& out) {
+  openai_request r;
+  r.chat_in = std::move(out);
+  if (auto e = read_messages(body, r)) return e;
+  if (auto e = read_request_template(body, limits, r)) return e;
+  out = std::move(r.chat_in);
+  return std::nullopt;
+}
+
 }  // namespace coserve::http

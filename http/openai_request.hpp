@@ -82,6 +82,13 @@ struct openai_request {
 std::variant<openai_request, api_error> parse_openai_request(std::string_view body, bool chat,
                                                              const model_limits& limits);
 
+// A chat request's messages and what renders them (tools, chat_template_kwargs,
+// add_generation_prompt, continue_final_message, a request template under
+// --trust-request-chat-template) into `out`, whose fields keep their values where the body has
+// none (other endpoints' defaults: /v1/embeddings' messages). Errors name the field.
+std::optional<api_error> read_chat_input(const json::value& body, const model_limits& limits,
+                                         chat_input& out);
+
 // Parses a body that must be a JSON object (any endpoint). Errors: malformed JSON, not an object.
 std::variant<json::value, api_error> parse_json_object(std::string_view body);
 

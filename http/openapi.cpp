@@ -196,7 +196,8 @@ std::string request_schemas() {
       messages + "},\n";
   out += R"("MessagesCountRequest": {"type": "object", "required": ["messages"], "properties": )" +
          messages + "},\n";
-  out += R"("EmbeddingRequest": {"type": "object", "required": ["input"], "properties": )" +
+  out += R"("EmbeddingRequest": {"type": "object", "anyOf": [{"required": ["input"]},)"
+         R"( {"required": ["messages"]}], "properties": )" +
          properties(field_kind::embeddings) + "},\n";
   out += R"("ScoreRequest": {"type": "object", "required": ["text_1", "text_2"], "properties": )" +
          properties(field_kind::score) + "},\n";

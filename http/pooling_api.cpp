@@ -84,7 +84,7 @@ std::optional<api_error> read_texts(const value& body, const char* field,
   return std::nullopt;
 }
 
-using embed_input = std::variant<std::string, std::vector<int32_t>>;
+using embed_input = std::variant<std::string, std::vector<int32_t>, chat_input>;
 
 // /v1/embeddings' input: a string, strings, token ids, or lists of token ids.
 std::optional<api_error> read_embedding_inputs(const value& body, int32_t vocab,
@@ -232,7 +232,20 @@ asio::awaitable<void> openai_api::embeddings(http_request& req, response_writer&
                                      info.task + "'" +
                                      (info.task == "score" ? " (/v1/score, /v1/rerank)" : ""),
                                  "model");
-  if (!err) err = read_embedding_inputs(*body, limits_.vocab_size, inputs);
+  const value* messages = err ? nullptr : body->find("messages");
+  if (messages && messages->is_null()) messages = nullptr;
+  if (messages && body->find("input") && !body->find("input")->is_null())
+    err = api_error::bad_request("give 'input' or 'messages', not both", "messages");
+  if (!err && messages) {
+    // vLLM's chat embedding request: the chat template renders the messages into one input (no
+    // generation prompt unless asked; special tokens only from the template unless asked).
+    chat_input chat;
+    chat.add_generation_prompt = false;
+    err = read_chat_input(*body, limits_, chat);
+    if (!err) inputs.emplace_back(std::move(chat));
+  } else if (!err) {
+    err = read_embedding_inputs(*body, limits_.vocab_size, inputs);
+  }
   if (!err) err = read_dimensions(*body, info, dims);
   if (!err) err = read_truncate(*body, ctx);
   if (const value* f = err ? nullptr : body->find("encoding_format"); f && !f->is_null()) {
@@ -243,6 +256,7 @@ asio::awaitable<void> openai_api::embeddings(http_request& req, response_writer&
   }
   if (const value* u = err ? nullptr : body->find("user"); u && !u->is_null() && !u->is_string())
     err = type_error("user", "a string");
+  add_special = messages == nullptr;  // vLLM's defaults: text inputs true, messages false
   if (const value* a = err ? nullptr : body->find("add_special_tokens"); a && !a->is_null()) {
     if (!a->is_bool())
       err = type_error("add_special_tokens", "a boolean");
@@ -252,15 +266,19 @@ asio::awaitable<void> openai_api::embeddings(http_request& req, response_writer&
   if (err) co_return co_await respond_error(w, *err);
   std::vector<generate_request> gens(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (auto* text = std::get_if<std::string>(&inputs[i]))
+    if (auto* text = std::get_if<std::string>(&inputs[i])) {
       gens[i].input = std::move(*text);
-    else
+    } else if (auto* chat = std::get_if<chat_input>(&inputs[i])) {
+      chat->add_special_tokens = add_special;
+      gens[i].input = std::move(*chat);
+    } else {
       gens[i].input = std::move(std::get<std::vector<int32_t>>(inputs[i]));
+    }
     gens[i].add_special_tokens = add_special;
     gens[i].context = ctx;
     gens[i].params.pooling.dimensions = dims;
   }
-  auto ran = co_await run_pooled(std::move(gens), "input");
+  auto ran = co_await run_pooled(std::move(gens), messages ? "messages" : "input");
   if (auto* e = std::get_if<api_error>(&ran)) {
     const api_error e2 = *e;
     co_return co_await respond_error(w, e2);

@@ -104,6 +104,15 @@ std::string_view pooling_type_name(pooling_type t) noexcept {
   return "?";
 }
 
+bool read_do_lower_case(const std::filesystem::path& dir) {
+  const auto sb = dir / "sentence_bert_config.json";
+  if (!std::filesystem::exists(sb)) return false;
+  auto cfg = read_json(sb);
+  if (!cfg) return false;
+  const json::value* v = cfg->find("do_lower_case");
+  return v != nullptr && v->is_bool() && v->as_bool();
+}
+
 result<pooling_config> load_pooling_config(const std::filesystem::path& dir,
                                            const pooling_config& fallback) {
   int32_t max_seq_length = 0;

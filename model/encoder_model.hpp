@@ -99,6 +99,10 @@ struct encoder_config {
   bool classifier() const noexcept { return num_labels > 0; }
 };
 
+// sentence_bert_config.json's do_lower_case in `dir`: sentence-transformers lowercases each input
+// text before tokenizing it (false when the file or the field is absent).
+bool read_do_lower_case(const std::filesystem::path& dir);
+
 // Whether config.json's architecture is one of the encoders above.
 bool is_encoder_architecture(std::string_view architecture);
 // The first entry of config.json's `architectures` in `dir` ("" when the file has none, or

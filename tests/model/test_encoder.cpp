@@ -131,6 +131,20 @@ void check_cross_encoder(const std::string& name) {
     CHECK(e.type_ids == types[i]);
     ++i;
   }
+  // Truncated to max_length ids in all by `tokenizers`' longest_first.
+  for (auto t : f.doc["truncated"].get_array()) {
+    const auto max_length = int32_t(int64_t(t["max_length"]));
+    INFO("max_length " << max_length);
+    size_t k = 0;
+    auto want = t["ids"].get_array();
+    for (auto p : f.doc["pairs"].get_array()) {
+      auto arr = p.get_array();
+      const tokenizer::encoding e = tok->encode_pair(std::string_view(arr.at(0)),
+                                                     std::string_view(arr.at(1)), true, max_length);
+      CHECK(e.ids == ints(want.at(k++).get_array()));
+      CHECK(e.type_ids.size() == e.ids.size());
+    }
+  }
   auto ex = encoder_executor::load(k_dir / name, {.num_threads = 2});
   REQUIRE(ex);
   CHECK((*ex)->config().num_labels == 1);

@@ -343,3 +343,92 @@ def test_decoder_reranker_refusals_at_start(coserve_bin):
           says="is a sequence classifier")
     fails(os.path.join(FIXTURES, "bert-cross-encoder"), "--hf-overrides", "{}",
           says="--hf-overrides applies to decoders")
+
+
+def test_pairs_truncated_longest_first_equal_a_cross_encoder_with_max_length(cross):
+    """truncate_prompt_tokens on a pair: the tokenizer's longest_first to that many ids, its
+    template kept, as CrossEncoder(max_length=k) reads the pairs."""
+    exp = fixture("bert-cross-encoder")
+    pairs = exp["pairs"]
+    for t in exp["truncated"]:
+        r = httpx.post(cross.url + "/v1/score", json={"text_1": [p[0] for p in pairs], "text_2": [p[1] for p in pairs],
+                                                      "truncate_prompt_tokens": t["max_length"]})
+        assert r.status_code == 200, r.text
+        got = [d["score"] for d in r.json()["data"]]
+        assert max(abs(g - w) for g, w in zip(got, t["scores"])) < 1e-4, (t["max_length"], got, t["scores"])
+        assert r.json()["usage"]["prompt_tokens"] == sum(len(i) for i in t["ids"])
+    # Rerank takes the field too.
+    t = exp["truncated"][0]
+    rr = httpx.post(cross.url + "/v1/rerank", json={"query": pairs[0][0], "documents": [pairs[0][1]],
+                                                    "truncate_prompt_tokens": t["max_length"]})
+    assert rr.status_code == 200, rr.text
+    assert abs(rr.json()["results"][0]["relevance_score"] - t["scores"][0]) < 1e-4
+
+
+def test_do_lower_case_lowercases_input_texts(tmp_path):
+    """sentence_bert_config.json's do_lower_case (XLM-R's Unigram tokenizer is cased): the vectors
+    of the lowercased texts, as sentence-transformers computes them."""
+    import shutil
+    exp = fixture("xlmr-last-normalize")
+    folder = tmp_path / "xlmr-lower"
+    shutil.copytree(os.path.join(FIXTURES, "xlmr-last-normalize"), folder)
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": exp["max_seq_length"],
+                                                                  "do_lower_case": True}))
+    s = Server(model=folder)
+    try:
+        assert any("lowercased before tokenizing" in l for l in s.log), "".join(s.log)
+        r = s.client().embeddings.create(model=s.model, input=exp["texts"])
+        for got, want in zip(r.data, exp["lowercased"]["embeddings"]):
+            assert cosine(got.embedding, want) >= 0.99999
+        assert r.usage.prompt_tokens == sum(len(i) for i in exp["lowercased"]["ids"])
+        toks = httpx.post(s.url + "/tokenize", json={"prompt": exp["texts"][0]}).json()["tokens"]
+        assert toks == exp["lowercased"]["ids"][0]
+    finally:
+        s.stop()
+
+
+CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}" \
+                "{% if add_generation_prompt %}assistant:{% endif %}"
+
+
+def test_embeddings_of_chat_messages():
+    """vLLM's chat embedding request: messages rendered by the chat template (no generation
+    prompt unless asked, no special tokens beyond the template's), one vector."""
+    s = Server("--task", "embed", "--kv-cache-dtype", "fp32", "--chat-template", CHAT_TEMPLATE,
+               model=os.path.join(FIXTURES, "qwen3-last-normalize"))
+    try:
+        msgs = [{"role": "user", "content": "Hello world"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Hi"}, {"type": "text", "text": "there"}]}]
+
+        def embed(body):
+            r = httpx.post(s.url + "/v1/embeddings", json=body)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+        chat = embed({"messages": msgs})
+        text = embed({"input": "user: Hello world\nassistant: Hi\nthere\n", "add_special_tokens": False})
+        assert len(chat["data"]) == 1
+        assert cosine(chat["data"][0]["embedding"], text["data"][0]["embedding"]) >= 0.999999
+        assert chat["usage"]["prompt_tokens"] == text["usage"]["prompt_tokens"]
+        prompt = embed({"messages": msgs, "add_generation_prompt": True})
+        text = embed({"input": "user: Hello world\nassistant: Hi\nthere\nassistant:", "add_special_tokens": False})
+        assert cosine(prompt["data"][0]["embedding"], text["data"][0]["embedding"]) >= 0.999999
+        # The tokenizer's BOS on top, when asked.
+        bos = embed({"messages": msgs, "add_special_tokens": True})
+        assert bos["usage"]["prompt_tokens"] == chat["usage"]["prompt_tokens"] + 1
+        for body, param in [({"messages": msgs, "input": "x"}, "messages"),
+                            ({"messages": []}, "messages"),
+                            ({"messages": [{"content": "no role"}]}, "messages"),
+                            ({"messages": msgs, "add_generation_prompt": True, "continue_final_message": True},
+                             "continue_final_message"),
+                            ({"messages": msgs, "chat_template": "{{ 1 }}"}, "chat_template")]:
+            r = httpx.post(s.url + "/v1/embeddings", json=body)
+            assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+    finally:
+        s.stop()
+
+
+def test_chat_messages_on_a_model_without_a_chat_template(bert):
+    r = httpx.post(bert.url + "/v1/embeddings", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+    assert "chat template" in r.json()["error"]["message"]

@@ -50,6 +50,10 @@ PAIRS = [
     ["capital of France", "a"],
 ]
 
+# Lengths the cross-encoders' pairs are truncated to (longest_first): the first cuts the longer
+# text of most pairs, the second both texts of the longest ones.
+TRUNCATE_PAIRS_TO = [14, 8]
+
 # BERT's tokenizers hand the model token type ids (a pair's second text: 1); XLM-R's do not.
 WORDPIECE = dict(tokenizer="synthetic-wordpiece", unk="[UNK]", cls="[CLS]", sep="[SEP]",
                  pad="[PAD]", mask="[MASK]", types=True)
@@ -92,7 +96,7 @@ FIXTURES = {
     # XLM-RoBERTa (positions from pad_token_id + 1), last-token pooling and Normalize, and
     # sentence_bert_config.json's max_seq_length below the position table.
     "xlmr-last-normalize": dict(kind="embed", tok=UNIGRAM, seed=33, pooling="lasttoken",
-                                normalize=True, max_seq_length=60,
+                                normalize=True, max_seq_length=60, lowercased=True,
                                 config=dict(model_type="xlm-roberta", pad_token_id=3,
                                             type_vocab_size=1, **SMALL,
                                             max_position_embeddings=68)),
@@ -210,9 +214,18 @@ def make_embedding(name, spec, folder):
     with torch.no_grad():
         emb = st.encode(TEXTS, batch_size=len(TEXTS), convert_to_numpy=True)
     ids = [tok(t)["input_ids"] for t in TEXTS]
-    return {"model": name, "pooling": spec["pooling"], "normalize": spec["normalize"],
-            "max_seq_length": st.max_seq_length,
-            "texts": TEXTS, "ids": ids, "embeddings": [[float(x) for x in v] for v in emb]}
+    out = {"model": name, "pooling": spec["pooling"], "normalize": spec["normalize"],
+           "max_seq_length": st.max_seq_length,
+           "texts": TEXTS, "ids": ids, "embeddings": [[float(x) for x in v] for v in emb]}
+    if spec.get("lowercased"):
+        # What a folder whose sentence_bert_config.json sets do_lower_case computes:
+        # sentence-transformers (the releases that write the field) lowercases each text with
+        # str.lower() before tokenizing it.
+        with torch.no_grad():
+            low = st.encode([t.lower() for t in TEXTS], batch_size=len(TEXTS), convert_to_numpy=True)
+        out["lowercased"] = {"ids": [tok(t.lower())["input_ids"] for t in TEXTS],
+                             "embeddings": [[float(x) for x in v] for v in low]}
+    return out
 
 
 def make_score(name, spec, folder):
@@ -229,9 +242,22 @@ def make_score(name, spec, folder):
         e = tok(q, d)
         ids.append(e["input_ids"])
         types.append(e.get("token_type_ids", [0] * len(e["input_ids"])))
-    return {"model": name, "pairs": PAIRS, "ids": ids, "token_type_ids": types,
-            "logits": [[float(x) for x in row] for row in logits],
-            "scores": [float(s) for s in scores]}
+    out = {"model": name, "pairs": PAIRS, "ids": ids, "token_type_ids": types,
+           "logits": [[float(x) for x in row] for row in logits],
+           "scores": [float(s) for s in scores]}
+    # Truncated pairs: the tokenizer's longest_first to max_length ids (the template's included), as
+    # a CrossEncoder with that max_length reads them.
+    out["truncated"] = []
+    for max_length in TRUNCATE_PAIRS_TO:
+        short = CrossEncoder(str(folder), device="cpu", max_length=max_length,
+                             model_kwargs={"dtype": torch.float32})
+        with torch.no_grad():
+            s = short.predict(PAIRS, batch_size=len(PAIRS), convert_to_numpy=True)
+        t_ids = [tok(q, d, truncation="longest_first", max_length=max_length)["input_ids"]
+                 for q, d in PAIRS]
+        out["truncated"].append({"max_length": max_length, "ids": t_ids,
+                                 "scores": [float(x) for x in s]})
+    return out
 
 
 def make_decoder_model(spec, folder, cls):

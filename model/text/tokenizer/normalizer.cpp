@@ -343,4 +343,6 @@ std::string normalizer::apply_step(const step& s, std::string text) {
   }
 }
 
+std::string unicode_lowercase(const std::string& text) { return lowercase(text); }
+
 }  // namespace coserve

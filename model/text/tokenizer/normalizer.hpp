@@ -62,6 +62,11 @@ class normalizer {
   std::vector<step> steps_;
 };
 
+// Each code point's lowercase (utf8proc's simple mapping, and U+0130 to i + U+0307), as the
+// Lowercase normalizer maps text; no context-dependent mappings (a word-final capital sigma becomes
+// σ, where Python's str.lower gives ς). Input and output are valid UTF-8.
+std::string unicode_lowercase(const std::string& text);
+
 // Replaces every match of a literal or regex with `content` (shared with the Replace decoder).
 // `prefix`, when given, holds a count of leading bytes of `text` and receives how many leading
 // bytes of the result they became (a match that starts inside them counts whole).

@@ -7,6 +7,26 @@
 #include "model/text/tokenizer/utf8.hpp"
 
 namespace coserve {
+namespace {
+
+// `tokenizers`' longest_first truncation of a pair to `max_length` ids in all, from the right:
+// with n1 the shorter part's length, the shorter keeps n1 when the longer can shrink to
+// max(n1, max_length - n1) within the limit; otherwise the two keep max_length / 2 and the rest.
+void truncate_longest_first(std::vector<int32_t>& a, std::vector<int32_t>& b, size_t max_length) {
+  if (a.size() + b.size() <= max_length) return;
+  const bool swapped = a.size() > b.size();
+  size_t n1 = swapped ? b.size() : a.size();
+  size_t n2 = n1 > max_length ? n1 : std::max(n1, max_length - n1);
+  if (n1 + n2 > max_length) {
+    n1 = max_length / 2;
+    n2 = n1 + max_length % 2;
+  }
+  if (swapped) std::swap(n1, n2);
+  a.resize(std::min(a.size(), n1));
+  b.resize(std::min(b.size(), n2));
+}
+
+}  // namespace
 
 std::vector<int32_t> tokenizer::encode(std::string_view input, bool add_special_tokens) const {
   const impl& t = *impl_;
@@ -58,15 +78,24 @@ std::vector<int32_t> tokenizer::encode(std::string_view input, bool add_special_
 }
 
 tokenizer::encoding tokenizer::encode_pair(std::string_view a, std::string_view b,
-                                           bool add_special_tokens) const {
+                                           bool add_special_tokens, int32_t max_length) const {
   const impl& t = *impl_;
-  const std::vector<int32_t> parts[2] = {encode(a, false), encode(b, false)};
+  std::vector<int32_t> parts[2] = {encode(a, false), encode(b, false)};
+  const bool templated = !t.pair_template.empty() && add_special_tokens;
+  if (max_length > 0) {
+    size_t added = 0;
+    if (templated)
+      for (const auto& item : t.pair_template)
+        if (item.sequence < 0) added += item.ids.size();
+    truncate_longest_first(parts[0], parts[1],
+                           size_t(max_length) - std::min(added, size_t(max_length)));
+  }
   encoding out;
   auto put = [&](const std::vector<int32_t>& ids, int32_t type_id) {
     out.ids.insert(out.ids.end(), ids.begin(), ids.end());
     out.type_ids.insert(out.type_ids.end(), ids.size(), type_id);
   };
-  if (t.pair_template.empty() || (!add_special_tokens && !t.template_types_plain)) {
+  if (!templated && (t.pair_template.empty() || !t.template_types_plain)) {
     put(parts[0], 0);
     put(parts[1], 1);
     return out;

@@ -47,7 +47,11 @@ class tokenizer {
     std::vector<int32_t> ids;
     std::vector<int32_t> type_ids;
   };
-  encoding encode_pair(std::string_view a, std::string_view b, bool add_special_tokens) const;
+  // max_length > 0: truncated to at most that many ids, special tokens included, as `tokenizers`
+  // truncates a pair with the longest_first strategy (from the right): the shorter part keeps its
+  // length where the longer one can give up enough, else each keeps about half.
+  encoding encode_pair(std::string_view a, std::string_view b, bool add_special_tokens,
+                       int32_t max_length = 0) const;
   // Ids outside the vocabulary are skipped, as Hugging Face does.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
