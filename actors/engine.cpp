@@ -118,6 +118,10 @@ class engine_impl final : public engine {
     info_.architecture = model.architecture;
     info_.max_model_len = ei.max_model_len;
     info_.vocab_size = ei.vocab_size;
+    info_.block_size = ei.block_size;
+    info_.kv_cache_dtype = cfg_.kv_cache_dtype;
+    info_.prefix_caching = cfg_.enable_prefix_caching;
+    info_.gpu_memory_utilization = cfg_.device == "cuda" ? cfg_.gpu_memory_utilization : 0.0;
     info_.prompt_logprobs = ei.computes_prompt_logprobs;
     info_.task = ei.task;
     info_.pooled_size = ei.pooled_size;

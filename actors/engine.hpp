@@ -160,6 +160,13 @@ struct model_info {
   // --chat-template rendered over messages [{"role": "query"}, {"role": "document"}] (vLLM's
   // score template, Qwen3-Reranker's prompt), then encoded with the tokenizer's special tokens.
   std::string score_input = "pair";
+  // The KV cache as vLLM's vllm:cache_config_info states it: tokens per block, the cache dtype
+  // flag as given (engine_config::kv_cache_dtype), whether prefix caching is on, the device's
+  // memory fraction (the CUDA executor's; 0 on the CPU).
+  int32_t block_size = 0;
+  std::string kv_cache_dtype;
+  bool prefix_caching = false;
+  double gpu_memory_utilization = 0;
   bool matryoshka = false;
   std::vector<int32_t> matryoshka_dimensions;
 };

@@ -83,6 +83,7 @@ openai_api::openai_api(api_options options)
 void openai_api::attach(engine& e) {
   const auto& info = e.info();
   limits_.served_model_name = info.served_model_name;
+  metrics_.describe(info);
   limits_.served_model_aliases = info.served_model_aliases;
   limits_.trust_request_chat_template = options_.trust_request_chat_template;
   limits_.defaults = info.defaults;

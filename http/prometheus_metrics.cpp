@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 
 namespace coserve::http {
 
@@ -16,18 +17,44 @@ std::string num(double v) {
 
 }  // namespace
 
-void render_histogram(std::string& out, const std::string& name, const histogram_snapshot& h) {
+std::string escape_label_value(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\' || c == '"')
+      out += '\\', out += c;
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+void render_histogram(std::string& out, const std::string& name, const histogram_snapshot& h,
+                      const std::string& labels) {
+  const std::string lead = labels.empty() ? "" : labels + ",";
+  const std::string own = labels.empty() ? "" : "{" + labels + "}";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < h.bounds.size(); ++i) {
     cumulative += i < h.counts.size() ? h.counts[i] : 0;
-    out += name + "_bucket{le=\"" + num(h.bounds[i]) + "\"} " + std::to_string(cumulative) + "\n";
+    out += name + "_bucket{" + lead + "le=\"" + num(h.bounds[i]) + "\"} " +
+           std::to_string(cumulative) + "\n";
   }
-  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(h.count) + "\n";
-  out += name + "_sum " + num(h.sum) + "\n";
-  out += name + "_count " + std::to_string(h.count) + "\n";
+  out += name + "_bucket{" + lead + "le=\"+Inf\"} " + std::to_string(h.count) + "\n";
+  out += name + "_sum" + own + " " + num(h.sum) + "\n";
+  out += name + "_count" + own + " " + std::to_string(h.count) + "\n";
 }
 
-prometheus_metrics::prometheus_metrics(std::string model_name) : model_(std::move(model_name)) {}
+prometheus_metrics::prometheus_metrics(std::string model_name) : model_(std::move(model_name)) {
+  info_.served_model_name = model_;
+}
+
+void prometheus_metrics::describe(const model_info& info) {
+  std::lock_guard lk(mu_);
+  info_ = info;
+  model_ = info.served_model_name;
+}
 
 void prometheus_metrics::count_http(int status) {
   std::lock_guard lk(mu_);
@@ -44,13 +71,23 @@ std::string prometheus_metrics::scrape(engine& e) { return render(e.metrics(), e
 namespace {
 
 // The exposition text being written: families (# HELP, # TYPE) and their samples.
+// Every sample gets the model_name label, first.
 class exposition {
  public:
-  explicit exposition(std::string& out) : out_(out) {}
+  exposition(std::string& out, const std::string& model)
+      : out_(out), label_("model_name=\"" + escape_label_value(model) + "\"") {}
   void family(const char* name, const char* type, const char* help) {
     out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   }
-  void sample(const std::string& name, double v) { out_ += name + " " + num(v) + "\n"; }
+  // `name` or `name{labels}`.
+  void sample(const std::string& name, double v) {
+    const size_t brace = name.find('{');
+    if (brace == std::string::npos)
+      out_ += name + "{" + label_ + "} " + num(v) + "\n";
+    else
+      out_ +=
+          name.substr(0, brace + 1) + label_ + "," + name.substr(brace + 1) + " " + num(v) + "\n";
+  }
   // A family of one sample.
   void single(const char* name, const char* type, const char* help, double v) {
     family(name, type, help);
@@ -58,12 +95,49 @@ class exposition {
   }
   void histogram(const char* name, const char* help, const histogram_snapshot& h) {
     family(name, "histogram", help);
-    render_histogram(out_, name, h);
+    render_histogram(out_, name, h, label_);
   }
 
  private:
   std::string& out_;
+  std::string label_;
 };
+
+double kv_usage(const engine_metrics& m) {
+  return m.kv_blocks_total > 0
+             ? 1.0 - static_cast<double>(m.kv_blocks_free) / static_cast<double>(m.kv_blocks_total)
+             : 0.0;
+}
+
+// The families the Gateway API Inference Extension's model-server protocol reads, under vLLM's
+// names (its routers scrape vLLM servers): queue and batch sizes, KV usage, the LoRA adapters
+// (none: coserve serves no adapters, max_lora 0) and the cache's block size and count.
+void render_vllm_compatible(exposition& x, const engine_metrics& m, const model_info& info) {
+  x.single("vllm:num_requests_running", "gauge", "Requests in the running batch (vLLM's name).",
+           static_cast<double>(m.requests_running));
+  x.single("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled (vLLM's name).",
+           static_cast<double>(m.requests_waiting));
+  x.single("vllm:kv_cache_usage_perc", "gauge",
+           "Fraction of KV cache blocks in use, 0..1 (vLLM's name).", kv_usage(m));
+  x.family("vllm:lora_requests_info", "gauge",
+           "LoRA adapters running and waiting, and the most at once; the value is the scrape's "
+           "unix time (vLLM's name and labels).");
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  x.sample(R"(vllm:lora_requests_info{max_lora="0",running_lora_adapters="",)"
+           R"(waiting_lora_adapters=""})",
+           now);
+  x.family("vllm:cache_config_info", "gauge",
+           "The KV cache's configuration as labels, value 1 (vLLM's name; num_gpu_blocks is the "
+           "executor's KV blocks, in host memory on the CPU executor).");
+  x.sample("vllm:cache_config_info{block_size=\"" + std::to_string(info.block_size) +
+               "\",cache_dtype=\"" + escape_label_value(info.kv_cache_dtype) +
+               "\",enable_prefix_caching=\"" + (info.prefix_caching ? "True" : "False") +
+               "\",gpu_memory_utilization=\"" + num(info.gpu_memory_utilization) +
+               "\",num_gpu_blocks=\"" + std::to_string(m.kv_blocks_total) +
+               "\",num_cpu_blocks=\"0\"}",
+           1.0);
+}
 
 // Requests, KV blocks, the prefix cache, tokens, steps and grammars.
 void render_engine(exposition& x, const engine_metrics& m, bool healthy) {
@@ -77,9 +151,7 @@ void render_engine(exposition& x, const engine_metrics& m, bool healthy) {
   x.single("coserve_kv_blocks_free", "gauge", "KV cache blocks free (incl. cached, evictable).",
            static_cast<double>(m.kv_blocks_free));
   x.single("coserve_kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (0..1).",
-           m.kv_blocks_total > 0 ? 1.0 - static_cast<double>(m.kv_blocks_free) /
-                                             static_cast<double>(m.kv_blocks_total)
-                                 : 0.0);
+           kv_usage(m));
   x.single("coserve_prefix_cache_queries_total", "counter",
            "Prompt tokens looked up in the prefix cache.", static_cast<double>(m.prefix_queries));
   x.single("coserve_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
@@ -190,8 +262,9 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
   std::lock_guard lk(mu_);
   std::string out;
   out.reserve(8192);
-  exposition x(out);
+  exposition x(out, model_);
   render_engine(x, m, healthy);
+  render_vllm_compatible(x, m, info_);
   render_grammar(x, m);
   render_speculative(x, m);
   render_mailboxes(x, m);
@@ -203,7 +276,6 @@ std::string prometheus_metrics::render(const engine_metrics& m, bool healthy) {
              static_cast<double>(n));
   x.single("coserve_http_client_disconnects_total", "counter",
            "Streams aborted because the client left.", static_cast<double>(client_disconnects_));
-  (void)model_;
   return out;
 }
 

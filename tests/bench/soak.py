@@ -58,7 +58,8 @@ def metrics(url):
     text = httpx.get(url + "/metrics", timeout=10).text
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}" if s.labels else "")
+            labels = {k: v for k, v in s.labels.items() if k != "model_name"}  # on every sample
+            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}" if labels else "")
             out[key] = s.value
     return out
 

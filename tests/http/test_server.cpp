@@ -51,10 +51,15 @@ TEST_CASE("routes: models, health, version, metrics, 404, 405", "[http][server]"
   CHECK(m.head.find("Allow: POST") != std::string::npos);
   auto metrics = request(f.port, "GET", "/metrics");
   CHECK(metrics.status == 200);
-  CHECK(metrics.body.find("coserve_kv_blocks_total 100") != std::string::npos);
-  CHECK(metrics.body.find("coserve_time_to_first_token_seconds_bucket{le=\"0.005\"} 1") !=
+  CHECK(metrics.body.find("coserve_kv_blocks_total{model_name=\"fake-model\"} 100") !=
         std::string::npos);
-  CHECK(metrics.body.find("coserve_time_to_first_token_seconds_count 2") != std::string::npos);
+  CHECK(metrics.body.find("coserve_time_to_first_token_seconds_bucket{model_name=\"fake-model\","
+                          "le=\"0.005\"} 1") != std::string::npos);
+  CHECK(
+      metrics.body.find("coserve_time_to_first_token_seconds_count{model_name=\"fake-model\"} 2") !=
+      std::string::npos);
+  CHECK(metrics.body.find("vllm:num_requests_running{model_name=\"fake-model\"} ") !=
+        std::string::npos);
   f.engine.up = false;
   CHECK(request(f.port, "GET", "/health").status == 503);
 }
@@ -234,7 +239,8 @@ TEST_CASE("client disconnect mid-stream cancels the request at once", "[http][se
   while (f.engine.in_flight.load() != 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(5ms);
   CHECK(f.engine.in_flight.load() == 0);
-  CHECK(request(f.port, "GET", "/metrics").body.find("coserve_http_client_disconnects_total 1") !=
+  CHECK(request(f.port, "GET", "/metrics")
+            .body.find("coserve_http_client_disconnects_total{model_name=\"fake-model\"} 1") !=
         std::string::npos);
 }
 

@@ -31,6 +31,55 @@ def test_metrics_parse(server):
     assert metric_value(text, "coserve_time_to_first_token_seconds_count") >= 1
 
 
+def test_fleet_metrics_carry_model_name_and_vllm_names_move_under_load():
+    """Every sample has model_name (the served name); the Gateway API Inference Extension's
+    families (vLLM's names) are present, read as prometheus_client reads them, and move with the
+    load as coserve's own do."""
+    from prometheus_client.parser import text_string_to_metric_families
+    s = Server("--served-model-name", "fleet-a", "fleet-b", "--max-num-seqs", "1", "--block-size", "16")
+    try:
+        def scrape():
+            return list(text_string_to_metric_families(httpx.get(s.url + "/metrics").text))
+
+        idle = scrape()
+        for fam in idle:
+            for sample in fam.samples:
+                assert sample.labels.get("model_name") == "fleet-a", (fam.name, sample)
+        names = {f.name for f in idle}
+        for n in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+                  "vllm:lora_requests_info", "vllm:cache_config_info"]:
+            assert n in names, n
+        cfg = next(f for f in idle if f.name == "vllm:cache_config_info").samples[0]
+        assert cfg.value == 1 and cfg.labels["block_size"] == "16"
+        assert int(cfg.labels["num_gpu_blocks"]) == metric_value(httpx.get(s.url + "/metrics").text,
+                                                                 "coserve_kv_blocks_total")
+        lora = next(f for f in idle if f.name == "vllm:lora_requests_info").samples[0]
+        assert lora.labels["max_lora"] == "0" and lora.labels["running_lora_adapters"] == ""
+        text = httpx.get(s.url + "/metrics").text
+        assert metric_value(text, "vllm:num_requests_running") == 0
+        assert metric_value(text, "vllm:kv_cache_usage_perc") == 0
+        # Two long streams with one running slot: one runs, one waits, KV blocks held.
+        c = s.client()
+        streams = [c.completions.create(model="fleet-b", prompt="load " * 20, max_tokens=400, stream=True,
+                                        extra_body={"ignore_eos": True}) for _ in range(2)]
+        next(iter(streams[0]))
+
+        def loaded():
+            t = httpx.get(s.url + "/metrics").text
+            return (metric_value(t, "vllm:num_requests_running") == 1
+                    and metric_value(t, "vllm:num_requests_waiting") == 1
+                    and metric_value(t, "vllm:kv_cache_usage_perc") > 0
+                    and metric_value(t, "vllm:kv_cache_usage_perc") == metric_value(t, "coserve_kv_cache_usage_perc")
+                    and metric_value(t, "coserve_num_requests_running") == 1)
+        assert wait_for(loaded, timeout=30), httpx.get(s.url + "/metrics").text
+        for st in streams:
+            st.close()
+        assert wait_for(lambda: metric_value(httpx.get(s.url + "/metrics").text, "vllm:num_requests_running") == 0,
+                        timeout=30)
+    finally:
+        s.stop()
+
+
 def test_disconnect_aborts_within_one_second(server):
     def aborted():
         return metric_value(httpx.get(server.url + "/metrics").text, "coserve_request_success_total",
