@@ -28,7 +28,7 @@ void kv_manager::free_table(seq_kv& s) {
   s.num_computed = 0;
   s.num_committed = 0;
   s.num_hashed = 0;
-  s.last_hash = 0;
+  s.last_hash = s.salt;
 }
 
 void kv_manager::release(seq_id_t id) {
@@ -115,6 +115,7 @@ void kv_manager::fork(draft_fork& f) {
   child.num_computed = f.shared_tokens;
   child.num_committed = std::min(parent.num_committed, f.shared_tokens);
   child.generation = next_generation_++;
+  child.salt = child.last_hash = parent.salt;
   // The child's hashed prefix is the parent's, up to the shared full blocks.
   const int32_t full = f.shared_tokens / bs;
   if (parent.num_hashed <= full) {
@@ -137,7 +138,7 @@ int32_t kv_manager::lookup_prefix(seq_kv& s) {
   // Leave at least one token to compute: its logits are sampled.
   const int32_t max_blocks = (num_known(s) - 1) / bs;
   int32_t hits = 0;
-  uint64_t parent = 0;
+  uint64_t parent = s.salt;
   for (; hits < max_blocks; ++hits) {
     const std::span<const int32_t> block = block_tokens(s, hits);
     const uint64_t h = pool_.hash_block(parent, block);
@@ -300,6 +301,7 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
       s.tokens.assign(tokens.begin(), tokens.end());
       if (e.announce >= 0)
         s.announce = std::make_unique<new_seq>(std::move(draft.announcements[size_t(e.announce)]));
+      if (s.announce) s.salt = s.last_hash = s.announce->params.cache_salt;
       const int32_t hits = lookup_prefix(s);
       const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
       if (n <= 0 || !pool_.can_allocate(blocks_needed(s, n))) {

@@ -92,7 +92,8 @@ class kv_manager {
     int32_t num_committed = 0;  // positions whose K/V a successful step wrote (or a cache hit)
     uint64_t generation = 0;    // this incarnation (a preempted id comes back as a new one)
     int32_t num_hashed = 0;     // leading full blocks registered in the prefix cache
-    uint64_t last_hash = 0;     // hash of block num_hashed - 1
+    uint64_t last_hash = 0;     // hash of block num_hashed - 1 (salt when num_hashed is 0)
+    uint64_t salt = 0;          // sampling_params::cache_salt: the first block's parent hash
     bool known_to_executor = false;
     bool registration_queued = false;  // an entry of this incarnation waits in to_register_
     // Sent with the sequence's first scheduled step (apart: read once, and large next to the

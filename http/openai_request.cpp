@@ -237,6 +237,12 @@ std::optional<api_error> read_sampling(const value& body, const model_limits& li
     return e;
   if (i) p.seed = static_cast<uint64_t>(*i);
   i.reset();
+  if (const value* salt = find_field(body, "cache_salt"); salt && !salt->is_null()) {
+    if (!salt->is_string() || salt->as_string().empty())  // vLLM's message
+      return api_error::bad_request(
+          "Parameter 'cache_salt' must be a non-empty string if provided.", "cache_salt");
+    p.cache_salt = cache_salt_hash(salt->as_string());
+  }
   if (auto e = read_int(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), i)) return e;
   if (i) p.min_tokens = static_cast<int32_t>(*i);
   for (declared_field field :

@@ -55,6 +55,8 @@ inline constexpr request_field k_request_fields[] = {
     {field_kind::sampling, "top_k",
      R"({"type": ["integer", "null"], "minimum": -1, "maximum": 2147483647})"},
     {field_kind::sampling, "n", R"({"type": ["integer", "null"], "minimum": 1, "maximum": 128})"},
+    {field_kind::sampling, "cache_salt", R"({"type": ["string", "null"], "minLength": 1,
+      "description": "The prompt's blocks are shared through the prefix cache only with requests of the same salt (vLLM's field)."})"},
     {field_kind::sampling, "seed",
      R"({"type": ["integer", "null"], "minimum": -9223372036854775808, "maximum": 9223372036854775807})"},
     {field_kind::sampling, "min_tokens",

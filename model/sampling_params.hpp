@@ -63,8 +63,22 @@ struct sampling_params {
   // Structured output: every sampled token must keep the output inside this grammar (null: none).
   std::shared_ptr<const compiled_grammar> grammar;
   pooling_params pooling;
+  // vLLM's cache_salt, hashed (cache_salt_hash): the request's prompt blocks are found in, and
+  // enter, the prefix cache only under this salt (its first block chained onto it instead of 0),
+  // so requests with different salts, or one with and one without, never share a block. 0: none.
+  uint64_t cache_salt = 0;
 
   bool greedy() const noexcept { return temperature <= 0.0f; }
 };
+
+// A cache_salt string's 64-bit hash (FNV-1a), never 0.
+inline uint64_t cache_salt_hash(const std::string& salt) noexcept {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : salt) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;
+}
 
 }  // namespace coserve

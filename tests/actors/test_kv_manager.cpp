@@ -28,6 +28,14 @@ draft_entry admit(step_draft& d, seq_id_t id, std::vector<int32_t> prompt, int32
   return e;
 }
 
+// `admit` with the request's cache_salt (sampling_params::cache_salt).
+draft_entry admit_salted(step_draft& d, seq_id_t id, std::vector<int32_t> prompt, uint64_t salt) {
+  const int32_t n = static_cast<int32_t>(prompt.size());
+  draft_entry e = admit(d, id, std::move(prompt), n);
+  d.announcements.back().params.cache_salt = salt;
+  return e;
+}
+
 draft_entry decode(seq_id_t id, int32_t num_tokens) {
   draft_entry e;
   e.seq_id = id;
@@ -140,6 +148,34 @@ TEST_CASE("kv_manager: prefix hits are counted once and leave the last token to 
   CHECK(plan.seqs.at(0).tokens == std::vector<int32_t>{5, 6, 7, 8});
   CHECK(alloc.prefix_queries == 16);
   CHECK(alloc.prefix_hits == 4);
+}
+
+TEST_CASE("kv_manager: blocks are shared only between requests of the same cache salt",
+          "[actors][kv]") {
+  kv_manager kv({.num_blocks = 16, .block_size = 4, .enable_prefix_caching = true, .hash = {}});
+  const std::vector<int32_t> prompt{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const uint64_t a = cache_salt_hash("tenant-a"), b = cache_salt_hash("tenant-b");
+  CHECK(a != b);
+  CHECK(cache_salt_hash("") != 0);
+  uint64_t step = 0;
+  seq_id_t id = 0;
+  // Runs the prompt under `salt` to its end and releases it; returns the tokens found cached.
+  auto run = [&](uint64_t salt) {
+    step_draft d;
+    d.step_id = ++step;
+    d.entries.push_back(admit_salted(d, ++id, prompt, salt));
+    auto [plan, alloc] = kv.resolve(std::move(d));
+    REQUIRE(alloc.seqs.size() == 1);
+    kv.step_outcome(step, true);
+    kv.release(id);
+    return alloc.seqs[0].cached_tokens;
+  };
+  CHECK(run(a) == 0);
+  CHECK(run(a) == 8);  // two full blocks, the last token recomputed
+  CHECK(run(b) == 0);
+  CHECK(run(0) == 0);  // unsalted: none of the salted blocks
+  CHECK(run(0) == 8);
+  CHECK(run(b) == 8);
 }
 
 TEST_CASE(

@@ -240,3 +240,30 @@ def test_cors_as_vllm_serves_it(server):
     p = subprocess.run([coserve_binary(), "serve", "--demo", "--allowed-origins", "http://a"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "JSON array" in p.stderr
+
+
+def test_cache_salt_keeps_prefix_cache_blocks_apart(server):
+    """vLLM's cache_salt: a prompt's blocks are reused only by requests with the same salt; two
+    salts, or a salt and none, never share one (the prefix-cache hit counter does not move)."""
+    prompt = "salted prefix caching keeps tenants apart " * 12
+    c = server.client()
+
+    def hits_after(**extra):
+        before = metric_value(httpx.get(server.url + "/metrics").text, "coserve_prefix_cache_hits_total")
+        c.completions.create(model=server.model, prompt=prompt, max_tokens=1, extra_body=extra)
+        return metric_value(httpx.get(server.url + "/metrics").text, "coserve_prefix_cache_hits_total") - before
+
+    assert hits_after(cache_salt="tenant-a") == 0
+    assert hits_after(cache_salt="tenant-a") > 0
+    assert hits_after(cache_salt="tenant-b") == 0
+    assert hits_after(cache_salt="tenant-b") > 0
+    unsalted = hits_after()
+    assert hits_after() > unsalted  # the unsalted prompt shares with itself only from here on
+    assert hits_after(cache_salt="tenant-c") == 0
+    # Chat requests take the field too.
+    r = httpx.post(server.url + "/v1/chat/completions",
+                   json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "cache_salt": "t"})
+    assert r.status_code == 200, r.text
+    for bad in ["", 3, ["x"]]:
+        r = httpx.post(server.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1, "cache_salt": bad})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt", r.text
