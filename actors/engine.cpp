@@ -7,7 +7,9 @@
 // owns the configuration, the actors' references and the runtime. Loading the executor
 // (make_default_executor, the CUDA module loader) is actors/make_executor.cpp. The facade holds
 // no request state: submit() asks intake, metrics() reads what each actor publishes, stop() drains
-// or aborts through intake and then stops the actors in reverse start order.
+// or aborts through intake and then stops the actors in reverse start order. Over 500 lines:
+// engine_impl is the facade and the graph's owner in one class, and engine::start's checks of the
+// model against the flags (check_task, check_model_kind) read the same config it then builds from.
 #include "actors/engine.hpp"
 
 #include <algorithm>

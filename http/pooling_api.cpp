@@ -2,7 +2,9 @@
 // pairs) and /v1/rerank, /v2/rerank (Jina / Cohere shape). Each input is one engine request with
 // sampling_params::pooling set; its one output event carries the vector (an embedding model's) or
 // the class logits (a cross-encoder's). Scores: a cross-encoder's sigmoid over its one label, or
-// the cosine of an embedding model's normalised vectors.
+// the cosine of an embedding model's normalised vectors. Over 500 lines: the four routes share
+// their readers (model, inputs, truncation) and one runner (run_pooled), which a split by route
+// would have to export.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

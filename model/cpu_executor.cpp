@@ -1,3 +1,7 @@
+// The CPU executor: loading and sharding (tensor-parallel ranks as threads or MPI processes), the
+// step (batch layout, draft proposals, forward pass, sampling or pooling per sequence) and the
+// launch/collect thread. Over 500 lines: the step's parts share the executor's sequence state; the
+// draft model's half is model/cpu_executor_draft.cpp.
 #include "model/cpu_executor.hpp"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// config.json reading, one test per section of model/config.cpp (and hf overrides, which feed it).
+// Over 500 lines: every case edits the same base configs (k_llama and the `with` helper).
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
