@@ -45,7 +45,8 @@ block_pool::block_pool(block_pool_options options)
       prefix_caching_(options.enable_prefix_caching),
       hash_(options.hash ? std::move(options.hash) : block_hash_fn(default_block_hash)),
       blocks_(static_cast<size_t>(std::max(options.num_blocks, 0))),
-      refs_(blocks_.size(), 0) {
+      refs_(blocks_.size(), 0),
+      record_events_(options.record_events && options.enable_prefix_caching) {
   if (prefix_caching_ && !blocks_.empty()) {
     tokens_.reset(new int32_t[blocks_.size() * static_cast<size_t>(std::max(block_size_, 0))]());
     index_.reserve(blocks_.size());  // a block is indexed at most once: the index never grows
@@ -63,6 +64,31 @@ void block_pool::uncache(int32_t id) {
   b.cached = false;
 }
 
+void block_pool::record_stored(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens,
+                               bool first) {
+  // The next block of the chain the last event stored joins that event.
+  auto* last = events_.empty() ? nullptr : std::get_if<kv_block_stored>(&events_.back());
+  if (last != nullptr && !first && last->hashes.back() == parent) {
+    last->hashes.push_back(hash);
+    last->tokens.insert(last->tokens.end(), tokens.begin(), tokens.end());
+    return;
+  }
+  kv_block_stored e;
+  e.hashes.push_back(hash);
+  if (!first) e.parent = parent;
+  e.tokens.assign(tokens.begin(), tokens.end());
+  events_.emplace_back(std::move(e));
+}
+
+void block_pool::record_removed(uint64_t hash) {
+  auto* last = events_.empty() ? nullptr : std::get_if<kv_block_removed>(&events_.back());
+  if (last != nullptr) {
+    last->hashes.push_back(hash);
+    return;
+  }
+  events_.emplace_back(kv_block_removed{{hash}});
+}
+
 int32_t block_pool::allocate() {
   int32_t id = -1;
   if (!plain_free_.empty()) {
@@ -71,6 +97,7 @@ int32_t block_pool::allocate() {
   } else if (!evictable_.empty()) {
     id = evictable_.front();  // least recently freed
     evictable_.pop_front();
+    if (record_events_) record_removed(blocks_[static_cast<size_t>(id)].hash);
     uncache(id);
   } else {
     return -1;
@@ -117,7 +144,7 @@ int32_t block_pool::lookup(uint64_t hash, uint64_t parent, std::span<const int32
 }
 
 void block_pool::register_full(int32_t id, uint64_t hash, uint64_t parent,
-                               std::span<const int32_t> tokens) {
+                               std::span<const int32_t> tokens, bool first) {
   if (!prefix_caching_) return;
   block& b = blocks_[static_cast<size_t>(id)];
   assert(static_cast<int32_t>(tokens.size()) == block_size_);
@@ -126,6 +153,30 @@ void block_pool::register_full(int32_t id, uint64_t hash, uint64_t parent,
   b.hash = hash;
   b.parent = parent;
   std::copy(tokens.begin(), tokens.end(), tokens_of(id).begin());
+  if (record_events_) record_stored(hash, parent, tokens, first);
+}
+
+int32_t block_pool::reset_prefix_cache() {
+  if (!prefix_caching_) return 0;
+  int32_t dropped = 0;
+  for (int32_t id = 0; id < num_blocks(); ++id) {
+    if (!blocks_[static_cast<size_t>(id)].cached) continue;
+    uncache(id);
+    ++dropped;
+  }
+  for (int32_t id : evictable_) plain_free_.push_back(id);
+  evictable_.clear();
+  if (record_events_) events_.emplace_back(kv_all_blocks_cleared{});
+  return dropped;
+}
+
+std::vector<block_pool::cached_block> block_pool::cached_blocks() const {
+  std::vector<cached_block> out;
+  for (int32_t id = 0; id < num_blocks(); ++id) {
+    const block& b = blocks_[static_cast<size_t>(id)];
+    if (b.cached) out.push_back({b.hash, b.parent, id, refs_[static_cast<size_t>(id)]});
+  }
+  return out;
 }
 
 }  // namespace coserve::actors

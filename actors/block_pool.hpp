@@ -9,6 +9,10 @@
 // block i implies the whole prefix matches — except for hash collisions, which lookup() guards
 // against by comparing the stored tokens and the parent hash.
 //
+// With record_events, what the prefix cache does is also recorded as KV-cache events
+// (actors/kv_events.hpp) for take_events(): blocks registered (consecutive ones of one chain in one
+// event), blocks evicted, the cache reset.
+//
 // Threads: none. One owner (the scheduler / KV allocator actor) calls every member.
 #pragma once
 
@@ -17,8 +21,10 @@
 #include <list>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
+#include "actors/kv_events.hpp"
 #include "base/id_map.hpp"
 
 namespace coserve::actors {
@@ -32,7 +38,8 @@ struct block_pool_options {
   int32_t num_blocks = 0;
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
-  block_hash_fn hash;  // empty: default_block_hash
+  block_hash_fn hash;          // empty: default_block_hash
+  bool record_events = false;  // KV-cache events for take_events()
 };
 
 class block_pool {
@@ -70,10 +77,26 @@ class block_pool {
   // (including a hash hit whose stored tokens or parent differ). Does not count queries.
   int32_t lookup(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens);
   // Registers a full block's content under `hash`. A block already registered, or a hash already
-  // taken by another block, is left as is.
-  void register_full(int32_t block, uint64_t hash, uint64_t parent,
-                     std::span<const int32_t> tokens);
+  // taken by another block, is left as is. `first`: the block starts its sequence (its event
+  // names no parent; `parent` is then the sequence's salt, 0 without one).
+  void register_full(int32_t block, uint64_t hash, uint64_t parent, std::span<const int32_t> tokens,
+                     bool first = false);
   bool is_cached(int32_t block) const { return blocks_[static_cast<size_t>(block)].cached; }
+
+  // Drops every cached block from the index (vLLM's reset_prefix_cache): free ones become plain
+  // free blocks, blocks in use stay with their sequences but are no longer shared. Returns how
+  // many blocks were dropped.
+  int32_t reset_prefix_cache();
+
+  // A cached block, as GET /api/prefix_cache lists it.
+  struct cached_block {
+    uint64_t hash = 0, parent = 0;
+    int32_t block = 0, ref_count = 0;
+  };
+  std::vector<cached_block> cached_blocks() const;
+
+  // The events recorded since the last call (record_events), oldest first.
+  std::vector<kv_cache_event> take_events() { return std::exchange(events_, {}); }
 
   // Prefix-cache counters in tokens (vLLM's prefix_cache_queries / prefix_cache_hits).
   void count_query(int64_t queried_tokens, int64_t hit_tokens) noexcept {
@@ -93,6 +116,8 @@ class block_pool {
     std::list<int32_t>::iterator lru;  // valid when cached && ref == 0
   };
   void uncache(int32_t id);
+  void record_stored(uint64_t hash, uint64_t parent, std::span<const int32_t> tokens, bool first);
+  void record_removed(uint64_t hash);
   // The index's key for `hash`: id_map keys are non-zero, so a hash of 0 (possible with an injected
   // hash function) shares key 1 — a key collision, caught like a hash collision by the token check.
   static uint64_t index_key(uint64_t hash) noexcept { return hash == 0 ? 1 : hash; }
@@ -117,6 +142,8 @@ class block_pool {
   std::unique_ptr<int32_t[]> tokens_;
   id_map<int32_t> index_;  // index_key(hash) -> cached block
   int64_t queries_ = 0, hits_ = 0;
+  bool record_events_;
+  std::vector<kv_cache_event> events_;
 };
 
 }  // namespace coserve::actors

@@ -38,6 +38,7 @@
 #include "actors/grammar_actor.hpp"
 #include "actors/intake.hpp"
 #include "actors/kv_allocator.hpp"
+#include "actors/kv_event_publisher.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/streamer.hpp"
 #include "actors/tokenizer_actor.hpp"
@@ -95,8 +96,9 @@ class engine_impl final : public engine {
  public:
   engine_impl(engine_config cfg, std::optional<tokenizer> tok, model_config model,
               generation_config gen, std::unique_ptr<executor> exec,
-              actors::speculative_config spec, sampling_defaults defaults)
-      : cfg_(std::move(cfg)), tok_(std::move(tok)), spec_(spec) {
+              actors::speculative_config spec, sampling_defaults defaults,
+              std::shared_ptr<kv_event_publisher> kv_events)
+      : cfg_(std::move(cfg)), tok_(std::move(tok)), spec_(spec), kv_events_(std::move(kv_events)) {
     const executor_info ei = exec->info();
     rank_stats_ = exec->rank_stats();
     describe_model(model, ei, defaults);
@@ -285,7 +287,7 @@ class engine_impl final : public engine {
                                      .block_size = ei.block_size,
                                      .enable_prefix_caching = cfg_.enable_prefix_caching,
                                      .hash = {}};
-    root.start(kv_ref, [shared, kv_opts, to = kv_allocator::links{executor_ref}] {
+    root.start(kv_ref, [shared, kv_opts, to = kv_allocator::links{executor_ref, kv_events_}] {
       return std::make_unique<kv_allocator>(shared, to, kv_opts);
     });
     const tokenizer* tok = tok_ ? &*tok_ : nullptr;
@@ -506,17 +508,38 @@ class engine_impl final : public engine {
     return out;
   }
 
+  asio::awaitable<result<int32_t>> reset_prefix_cache() override {
+    auto ref = refs_.kv_allocator;
+    co_return co_await await_reply<int32_t>([&](rt::reply_ptr<int32_t> reply) {
+      tell_or_refuse(ref, actors::reset_prefix_cache{reply}, *reply);
+    });
+  }
+
+  asio::awaitable<result<prefix_cache_listing>> prefix_cache() override {
+    auto ref = refs_.kv_allocator;
+    co_return co_await await_reply<prefix_cache_listing>(
+        [&](rt::reply_ptr<prefix_cache_listing> reply) {
+          tell_or_refuse(ref, list_cached_blocks{reply}, *reply);
+        });
+  }
+
   asio::awaitable<result<std::vector<request_status>>> requests(size_t limit) override {
     auto ref = refs_.scheduler;
     co_return co_await await_reply<std::vector<request_status>>(
         [&](rt::reply_ptr<std::vector<request_status>> reply) {
-          list_requests m{limit, reply};
-          const rt::send_status s = ref.try_tell(m);
-          if (s == rt::send_status::full)
-            reply->complete(error{"queue_full", "the scheduler is busy; retry later"});
-          else if (s == rt::send_status::closed)
-            reply->complete(error{"engine_down", "the engine is stopping"});
+          tell_or_refuse(ref, list_requests{limit, reply}, *reply);
         });
+  }
+
+  // Sends a message carrying `reply`; completes the reply with the error when the actor's
+  // mailbox refuses it.
+  template <class Ref, class Message, class Reply>
+  static void tell_or_refuse(Ref& ref, Message m, Reply& reply) {
+    const rt::send_status s = ref.try_tell(m);
+    if (s == rt::send_status::full)
+      reply.complete(error{"queue_full", "the engine is busy; retry later"});
+    else if (s == rt::send_status::closed)
+      reply.complete(error{"engine_down", "the engine is stopping"});
   }
 
   rt::tracer* tracer() noexcept override { return &sys_->trace(); }
@@ -602,6 +625,7 @@ class engine_impl final : public engine {
   engine_config cfg_;
   std::optional<tokenizer> tok_;     // absent: token ids in and out only
   actors::speculative_config spec_;  // parsed --speculative-config (off unless enabled())
+  std::shared_ptr<kv_event_publisher> kv_events_;       // --kv-events-config (none: not published)
   std::shared_ptr<const rank_stats_board> rank_stats_;  // tensor parallel executors only
   std::optional<chat_template> template_;
   prompt_encoder encoder_;
@@ -690,15 +714,48 @@ result<model_config> encoder_model_summary(const std::filesystem::path& dir) {
 
 }  // namespace
 
+namespace {
+
+// --kv-events-config, parsed and checked against the flags before the model loads.
+result<actors::kv_events_config> read_kv_events_config(const engine_config& config) {
+  if (config.kv_events_config.empty()) return actors::kv_events_config{};
+  auto parsed = actors::parse_kv_events_config(config.kv_events_config);
+  if (parsed && parsed->publishes() && !config.enable_prefix_caching)
+    return error{"invalid_argument",
+                 "--kv-events-config: the events describe the prefix cache, which "
+                 "--no-enable-prefix-caching turns off",
+                 "kv_events_config"};
+  return parsed;
+}
+
+// The KV-event publisher when the config publishes (none otherwise); its sockets open here.
+result<std::shared_ptr<kv_event_publisher>> start_kv_events(const actors::kv_events_config& c,
+                                                            const executor_info& ei, bool encoder) {
+  if (!c.publishes()) return std::shared_ptr<kv_event_publisher>();
+  if (encoder)
+    return error{"invalid_argument",
+                 "--kv-events-config: an encoder model keeps no KV cache to publish",
+                 "kv_events_config"};
+  auto started = kv_event_publisher::start(c, ei.block_size, ei.device == "cuda" ? "GPU" : "CPU");
+  if (!started) return started.err();
+  const kv_event_publisher& p = **started;
+  std::fprintf(stderr, "coserve engine: KV-cache events published on %s (topic \"%s\")%s%s\n",
+               p.endpoint().c_str(), c.topic.c_str(),
+               p.replay_endpoint().empty() ? "" : ", replayed on ", p.replay_endpoint().c_str());
+  return std::shared_ptr<kv_event_publisher>(std::move(*started));
+}
+
+}  // namespace
+
 result<std::unique_ptr<engine>> engine::start(engine_config config) {
   if (config.max_num_batched_tokens <= 0)
     config.max_num_batched_tokens = config.device == "cpu" ? 512 : 2048;
-  actors::speculative_config spec;
-  if (!config.speculative_config.empty()) {
-    auto parsed = actors::parse_speculative_config(config.speculative_config);
-    if (!parsed) return parsed.err();
-    spec = *parsed;
-  }
+  auto spec = config.speculative_config.empty()
+                  ? result<actors::speculative_config>(actors::speculative_config{})
+                  : actors::parse_speculative_config(config.speculative_config);
+  if (!spec) return spec.err();
+  auto kv_events = read_kv_events_config(config);
+  if (!kv_events) return kv_events.err();
   std::optional<tokenizer> tok;
   const bool gguf = is_gguf_file(config.model_dir.string());
   std::shared_ptr<const gguf_file> gguf_meta;
@@ -716,8 +773,7 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   } else if (!config.skip_tokenizer_init && gguf) {
     std::fprintf(stderr,
                  "coserve engine: no tokenizer (the GGUF file has no tokenizer.ggml.* metadata): "
-                 "prompts are "
-                 "token ids, outputs token ids without text\n");
+                 "prompts are token ids, outputs token ids without text\n");
   } else if (!config.skip_tokenizer_init &&
              std::filesystem::exists(config.model_dir / "tokenizer.json")) {
     auto loaded = tokenizer::load(config.model_dir / "tokenizer.json");
@@ -782,7 +838,7 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   auto made = config.make_executor ? config.make_executor(config) : make_default_executor(config);
   if (!made) return made.err();
   std::unique_ptr<executor> exec = std::move(*made);
-  if (spec.enabled() && !exec->info().verifies_proposals)
+  if (spec->enabled() && !exec->info().verifies_proposals)
     return error{"invalid_argument",
                  "--speculative-config: the " + exec->info().device +
                      " executor does not verify proposals; speculative decoding runs on "
@@ -805,9 +861,11 @@ result<std::unique_ptr<engine>> engine::start(engine_config config) {
   // parse buffers): hand the free pages inside the heap back instead of keeping them resident.
   malloc_trim(0);
 #endif
-  return std::unique_ptr<engine>(new engine_impl(std::move(config), std::move(tok),
-                                                 std::move(*model), std::move(*gen),
-                                                 std::move(exec), spec, *defaults));
+  auto publisher = start_kv_events(*kv_events, exec->info(), encoder);
+  if (!publisher) return publisher.err();
+  return std::unique_ptr<engine>(
+      new engine_impl(std::move(config), std::move(tok), std::move(*model), std::move(*gen),
+                      std::move(exec), *spec, *defaults, std::move(*publisher)));
 }
 
 }  // namespace coserve

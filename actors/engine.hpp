@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "actors/engine_metrics.hpp"
+#include "actors/kv_allocator_messages.hpp"
 #include "actors/request.hpp"
 #include "base/result.hpp"
 #include "model/config.hpp"
@@ -109,6 +110,11 @@ struct engine_config {
   // {"model":"/models/draft","num_speculative_tokens":4}. Needs an executor that verifies
   // proposals (the CPU executor; a draft model runs inside it); errors at start() name the field.
   std::string speculative_config;
+  // KV-cache events: vLLM's --kv-events-config JSON ("": none), e.g.
+  // {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",
+  // "replay_endpoint": "tcp://*:5558", "topic": "kv"} (actors/kv_event_publisher.hpp). Needs
+  // prefix caching.
+  std::string kv_events_config;
 
   // Faults. A failed step ends the requests scheduled in it; this many failed steps in a row (or
   // one fatal executor error) fail the engine: every open request ends with an error, submit()
@@ -202,6 +208,15 @@ class engine {
   virtual asio::awaitable<result<std::vector<request_status>>> requests(size_t limit) {
     (void)limit;
     co_return std::vector<request_status>{};
+  }
+  // POST /reset_prefix_cache: every cached block dropped (AllBlocksCleared published); the number
+  // dropped. GET /api/prefix_cache: the blocks the prefix cache holds. Both answered by the KV
+  // allocator actor, in order with the steps it places.
+  virtual asio::awaitable<result<int32_t>> reset_prefix_cache() {
+    co_return error{"unsupported", "this engine has no prefix cache"};
+  }
+  virtual asio::awaitable<result<actors::prefix_cache_listing>> prefix_cache() {
+    co_return error{"unsupported", "this engine has no prefix cache"};
   }
   // The actor graph's tracer (spans per actor and per request), or nullptr without one.
   virtual rt::tracer* tracer() noexcept { return nullptr; }

@@ -1,9 +1,20 @@
 #include "actors/kv_allocator.hpp"
 
+#include <chrono>
+
 namespace coserve::actors {
 
+namespace {
+block_pool_options recording(block_pool_options opts, bool events) {
+  opts.record_events = events;
+  return opts;
+}
+}  // namespace
+
 kv_allocator::kv_allocator(std::shared_ptr<engine_shared> shared, links to, block_pool_options opts)
-    : shared_(std::move(shared)), to_(std::move(to)), kv_(std::move(opts)) {
+    : shared_(std::move(shared)),
+      to_(std::move(to)),
+      kv_(recording(std::move(opts), to_.events != nullptr)) {
   shared_->metrics.kv_total.store(kv_.pool().num_blocks(), std::memory_order_relaxed);
   publish();
 }
@@ -14,6 +25,24 @@ void kv_allocator::publish() {
   m.kv_cached_free.store(kv_.pool().num_cached_free(), std::memory_order_relaxed);
   m.prefix_queries.store(kv_.pool().prefix_queries(), std::memory_order_relaxed);
   m.prefix_hits.store(kv_.pool().prefix_hits(), std::memory_order_relaxed);
+  if (to_.events == nullptr) return;
+  std::vector<kv_cache_event> events = kv_.pool().take_events();
+  if (events.empty()) return;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  to_.events->publish(now, std::move(events));
+}
+
+void kv_allocator::handle(reset_prefix_cache& m) {
+  const int32_t dropped = kv_.pool().reset_prefix_cache();
+  publish();
+  m.reply->complete(dropped);
+}
+
+void kv_allocator::handle(list_cached_blocks& m) {
+  m.reply->complete(prefix_cache_listing{.block_size = kv_.pool().block_size(),
+                                         .num_blocks = kv_.pool().num_blocks(),
+                                         .blocks = kv_.pool().cached_blocks()});
 }
 
 rt::maybe_async kv_allocator::handle(kv_step& m) {

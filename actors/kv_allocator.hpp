@@ -3,9 +3,10 @@
 // outcomes registering or dropping their blocks in the prefix cache), then places the draft in
 // blocks (prefix-cache hits, copy-on-write, preemption by recompute) and sends the plan with its
 // allocation to the executor, which returns the allocation to the scheduler. Publishes block usage
-// and prefix hit counters.
+// and prefix hit counters, and, with a KV-event publisher, the prefix cache's events of each step
+// as one batch. Resets and lists the prefix cache on request.
 //
-// Sends to: the executor (run_step).
+// Sends to: the executor (run_step); the KV-event publisher's queue (not an actor).
 //
 // Threads: an actor on the runtime's pool.
 #pragma once
@@ -13,6 +14,7 @@
 #include "actors/engine_shared.hpp"
 #include "actors/executor_messages.hpp"
 #include "actors/kv_allocator_messages.hpp"
+#include "actors/kv_event_publisher.hpp"
 #include "actors/kv_manager.hpp"
 #include "runtime/actor.hpp"
 #include "runtime/outbox.hpp"
@@ -25,9 +27,12 @@ class kv_allocator {
 
   struct links {
     rt::actor_ref<executor_protocol> executor;
+    std::shared_ptr<kv_event_publisher> events;  // none: events are not recorded
   };
   kv_allocator(std::shared_ptr<engine_shared> shared, links to, block_pool_options opts);
   rt::maybe_async handle(kv_step& m);
+  void handle(reset_prefix_cache& m);
+  void handle(list_cached_blocks& m);
 
  private:
   void publish();

@@ -191,7 +191,7 @@ int32_t kv_manager::register_full_blocks(seq_kv& s, int32_t budget) {
     const int32_t i = s.num_hashed;
     const std::span<const int32_t> block = block_tokens(s, i);
     const uint64_t h = pool_.hash_block(s.last_hash, block);
-    pool_.register_full(s.table[static_cast<size_t>(i)], h, s.last_hash, block);
+    pool_.register_full(s.table[static_cast<size_t>(i)], h, s.last_hash, block, i == 0);
     s.last_hash = h;
     ++s.num_hashed;
   }

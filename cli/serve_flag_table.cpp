@@ -380,14 +380,16 @@ constexpr serve_flag k_flags[] = {
      .group = G::http,
      .target = to<&S::api_key>(),
      .help = "require \"Authorization: Bearer KEY\" (or \"X-Api-Key: KEY\") on /v1/*\n"
-             "routes and the web UI's data (/api/status, /api/trace); the web\n"
-             "UI's pages and files stay open (they hold no data) and ask for it"},
+             "routes, the web UI's data (/api/status, /api/trace,\n"
+             "/api/prefix_cache) and POST /reset_prefix_cache; the web UI's pages\n"
+             "and files stay open (they hold no data) and ask for it"},
     {.name = "--no-webui",
      .kind = K::none,
      .group = G::http,
      .target = set<false, &S::webui>(),
      .help = "no web UI: GET / (the chat page), /status (the live view of the\n"
-             "scheduler, KV cache and actors), /webui/* and /api/* answer 404"},
+             "scheduler, KV cache and actors), /webui/*, /api/* and the operator's\n"
+             "POST /reset_prefix_cache answer 404"},
     {.name = "--http-threads",
      .metavar = "N",
      .needs = "N",
@@ -609,6 +611,21 @@ constexpr serve_flag k_flags[] = {
      .group = G::engine,
      .target = set<true, &S::engine, &E::enable_prefix_caching>(),
      .help = "prefix caching on (the default)"},
+    {.name = "--kv-events-config",
+     .metavar = "JSON",
+     .needs = "a JSON object",
+     .kind = K::text,
+     .group = G::engine,
+     .target = to<&S::engine, &E::kv_events_config>(),
+     .help = "publish the prefix cache's KV-cache events (BlockStored, BlockRemoved,\n"
+             "AllBlocksCleared) as vLLM does, for fleet routers (llm-d, Dynamo):\n"
+             "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\",\n"
+             "\"endpoint\": \"tcp://*:5557\", \"replay_endpoint\": \"tcp://*:5558\",\n"
+             "\"topic\": \"\", \"buffer_steps\": 10000, \"hwm\": 100000,\n"
+             "\"max_queue_size\": 100000}: a ZMQ PUB socket sends each step's\n"
+             "events as one msgpack batch [topic, seq, payload]; the ROUTER socket\n"
+             "replays the last buffer_steps batches from a sequence number. Needs\n"
+             "prefix caching (docs/scaling.md)"},
     {.name = "--chat-template",
      .metavar = "T",
      .needs = "a file or template text",

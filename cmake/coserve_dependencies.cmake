@@ -29,6 +29,9 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 # Google Highway (SIMD with run-time dispatch) for the CPU kernels.
 pkg_check_modules(HWY REQUIRED IMPORTED_TARGET libhwy)
+# KV-cache events (--kv-events-config): ZeroMQ sockets and msgpack-c's C++ packer (header-only).
+pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+find_package(msgpack 4 CONFIG REQUIRED)  # Debian's libmsgpack-cxx-dev: target msgpackc-cxx
 
 if(COSERVE_BUILD_TESTS)
   find_package(Catch2 2.13 REQUIRED)

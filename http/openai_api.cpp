@@ -209,6 +209,10 @@ asio::awaitable<void> openai_api::serve(const route& rt, http_request& req, resp
       co_return co_await status(req, w);
     case route_id::api_trace:
       co_return co_await trace(req, w);
+    case route_id::api_prefix_cache:
+      co_return co_await prefix_cache(w);
+    case route_id::reset_prefix_cache:
+      co_return co_await reset_prefix_cache(w);
     case route_id::embeddings:
       co_return co_await embeddings(req, w);
     case route_id::score:
@@ -339,6 +343,38 @@ asio::awaitable<void> openai_api::trace(http_request&, response_writer& w) {
   r.headers.emplace_back("Content-Disposition", "attachment; filename=\"coserve-trace.json\"");
   r.headers.emplace_back("Cache-Control", "no-store");
   co_await respond(w, r);
+}
+
+namespace {
+api_error prefix_cache_error(const error& e) {
+  return e.code == "unsupported" ? api_error::not_found(e.message) : from_engine_error(e, "");
+}
+}  // namespace
+
+// Hashes are 64-bit unsigned: written as JSON integers (beyond a double's 53 bits; Python's
+// json and msgpack read them exactly).
+asio::awaitable<void> openai_api::prefix_cache(response_writer& w) {
+  auto listing = co_await eng().prefix_cache();
+  if (!listing) co_return co_await respond_error(w, prefix_cache_error(listing.err()));
+  std::string body = "{\"block_size\":" + std::to_string(listing->block_size) +
+                     ",\"num_blocks\":" + std::to_string(listing->num_blocks) + ",\"blocks\":[";
+  for (size_t i = 0; i < listing->blocks.size(); ++i) {
+    const auto& b = listing->blocks[i];
+    body += (i ? ",{\"block\":" : "{\"block\":") + std::to_string(b.block) +
+            ",\"hash\":" + std::to_string(b.hash) + ",\"parent\":" + std::to_string(b.parent) +
+            ",\"ref_count\":" + std::to_string(b.ref_count) + "}";
+  }
+  body += "]}";
+  http_response r{200, "application/json", std::move(body), {}};
+  r.headers.emplace_back("Cache-Control", "no-store");
+  co_await respond(w, r);
+}
+
+asio::awaitable<void> openai_api::reset_prefix_cache(response_writer& w) {
+  auto dropped = co_await eng().reset_prefix_cache();
+  if (!dropped) co_return co_await respond_error(w, prefix_cache_error(dropped.err()));
+  std::string body = "{\"dropped_blocks\":" + std::to_string(*dropped) + "}";
+  co_await respond_json(w, 200, body);
 }
 
 asio::awaitable<void> openai_api::tokenize(http_request& req, response_writer& w) {

@@ -100,6 +100,8 @@ class openai_api {
   asio::awaitable<void> web_asset(http_request& req, response_writer& w, const struct web_asset& a);
   asio::awaitable<void> status(http_request& req, response_writer& w);
   asio::awaitable<void> trace(http_request& req, response_writer& w);
+  asio::awaitable<void> prefix_cache(response_writer& w);
+  asio::awaitable<void> reset_prefix_cache(response_writer& w);
   // /v1/responses and /v1/messages (http/responses_api.cpp, http/messages_api.cpp).
   asio::awaitable<void> responses(http_request& req, response_writer& w);
   asio::awaitable<void> messages(http_request& req, response_writer& w);

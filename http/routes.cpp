@@ -179,6 +179,28 @@ constexpr route k_routes[] = {
     "200": {"description": "The trace.", "content": {"application/json": {"schema": {"type": "object"}}}},
     "401": {"$ref": "#/components/responses/Unauthorized"},
     "404": {"$ref": "#/components/responses/NotFound"}}})json"},
+    {route_id::api_prefix_cache, "/api/prefix_cache", "GET", false, true,
+     R"json({"operationId": "prefix_cache",
+  "description": "The blocks the prefix cache holds (the state KV-cache events describe).",
+  "responses": {
+    "200": {"description": "The cached blocks.", "content": {"application/json": {"schema": {
+      "type": "object", "required": ["block_size", "num_blocks", "blocks"], "properties": {
+        "block_size": {"type": "integer"}, "num_blocks": {"type": "integer"},
+        "blocks": {"type": "array", "items": {"type": "object",
+          "required": ["block", "hash", "parent", "ref_count"], "properties": {
+            "block": {"type": "integer"}, "hash": {"type": "integer"},
+            "parent": {"type": "integer"}, "ref_count": {"type": "integer"}}}}}}}}},
+    "401": {"$ref": "#/components/responses/Unauthorized"},
+    "503": {"$ref": "#/components/responses/Unavailable"}}})json"},
+    {route_id::reset_prefix_cache, "/reset_prefix_cache", "POST", false, true,
+     R"json({"operationId": "reset_prefix_cache",
+  "description": "Drops every cached block (vLLM's endpoint; AllBlocksCleared is published).",
+  "responses": {
+    "200": {"description": "The cache was reset.", "content": {"application/json": {"schema": {
+      "type": "object", "required": ["dropped_blocks"], "properties": {
+        "dropped_blocks": {"type": "integer"}}}}}},
+    "401": {"$ref": "#/components/responses/Unauthorized"},
+    "503": {"$ref": "#/components/responses/Unavailable"}}})json"},
 };
 
 constexpr std::string_view k_model_prefix = "/v1/models/";
@@ -217,7 +239,7 @@ std::optional<std::string> model_in_path(std::string_view path) {
 std::span<const route> routes() { return k_routes; }
 
 bool needs_api_key(std::string_view path) {
-  return path.rfind("/v1/", 0) == 0 || path.rfind("/api/", 0) == 0;
+  return path.rfind("/v1/", 0) == 0 || path.rfind("/api/", 0) == 0 || path == "/reset_prefix_cache";
 }
 
 const route* find_route(std::string_view path, bool webui, std::optional<std::string>& model_id) {

@@ -33,6 +33,8 @@ enum class route_id : uint8_t {
   embeddings,
   score,
   rerank,  // /v1/rerank and /v2/rerank
+  api_prefix_cache,
+  reset_prefix_cache,
 };
 
 struct route {

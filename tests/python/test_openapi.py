@@ -36,7 +36,7 @@ def test_openapi_document_is_valid_and_lists_every_route(server):
                                  "/health", "/metrics", "/tokenize", "/detokenize", "/version", "/openapi.json",
                                  "/v1/responses", "/v1/responses/input_tokens", "/v1/messages",
                                  "/v1/messages/count_tokens", "/api/status", "/api/trace", "/v1/embeddings",
-                                 "/v1/score", "/v1/rerank", "/v2/rerank"}
+                                 "/v1/score", "/v1/rerank", "/v2/rerank", "/api/prefix_cache", "/reset_prefix_cache"}
     assert server.model in doc["components"]["schemas"]["Sampling"]["properties"]["model"]["enum"]
     max_model_len = httpx.get(server.url + "/v1/models").json()["data"][0]["max_model_len"]
     assert doc["components"]["schemas"]["Sampling"]["properties"]["max_tokens"]["maximum"] == max_model_len - 1
