@@ -8,7 +8,9 @@ proxy. Run by scripts/ray-check (it installs Ray and integrations/ray into their
   none hangs, the other replica's streams finish untouched, Ray restarts the replica, later
   requests succeed;
 - autoscaling on coserve's queue depth scales up under load and back down after, and no stream is
-  cut by the scale-down.
+  cut by the scale-down;
+- other routes pass through as coserve answers them, SSE is not buffered, and
+  integrations/ray/serve-config.yaml deploys.
 """
 import concurrent.futures as cf
 import os
@@ -190,3 +192,40 @@ def test_autoscaling_on_queue_depth_up_and_down_without_cutting_streams(cluster)
     assert wait_until(lambda: replicas_running() == 1, timeout=120), "no scale-down after the load"
     r = client.completions.create(model=model, prompt="after scaling down", max_tokens=4)
     assert r.choices
+
+
+def test_every_route_proxied_and_streams_not_buffered(cluster):
+    client, model = deploy(cluster, min_replicas=1, max_replicas=1)
+    # Routes besides completions: answered by coserve as they are without Ray.
+    assert httpx.get(cluster + "/health", timeout=30).status_code == 200
+    tok = httpx.post(cluster + "/tokenize", json={"prompt": "hello there"}, timeout=30)
+    assert tok.status_code == 200 and tok.json()["tokens"]
+    assert "vllm:num_requests_running" in httpx.get(cluster + "/metrics", timeout=30).text
+    bad = httpx.post(cluster + "/v1/completions", json={"model": model, "prompt": "x", "max_tokens": -1}, timeout=30)
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "max_tokens"
+    assert httpx.get(cluster + "/v1/not-a-route", timeout=30).status_code == 404
+    chat = client.chat.completions.create(model=model, max_tokens=4,
+                                          messages=[{"role": "user", "content": "hi"}])
+    assert chat.choices[0].message is not None
+    # SSE arrives as it is generated: the first token long before the last.
+    t0 = time.monotonic()
+    times = []
+    for chunk in client.completions.create(model=model, prompt="stream timing", max_tokens=400, stream=True,
+                                           extra_body={"ignore_eos": True}):
+        if chunk.choices and chunk.choices[0].text:
+            times.append(time.monotonic() - t0)
+    assert len(times) > 100
+    assert times[0] < 0.5 * times[-1], (times[0], times[-1])
+
+
+def test_the_serve_run_config_file_deploys(cluster):
+    from ray.serve.schema import ServeDeploySchema
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "integrations", "ray", "serve-config.yaml")
+    with open(path) as f:
+        config = ServeDeploySchema.model_validate(__import__("yaml").safe_load(f))
+    (app,) = config.applications
+    assert app.import_path == "coserve_ray.app:build_app"
+    args = {**app.args, "coserve_binary": BIN, "num_cpus": 1}  # this cluster's nodes have 2 CPUs
+    serve.run(build_app(args), name=app.name, route_prefix=app.route_prefix)
+    r = httpx.post(cluster + "/v1/completions", json={"prompt": "config file", "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200, r.text
