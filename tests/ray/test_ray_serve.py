@@ -131,27 +131,33 @@ def test_sigkill_of_one_coserve_mid_load(cluster):
     victim = sorted(servers)[0]
 
     def stream(i):
-        text, error = "", None
+        n, finish, error = 0, None, None
         try:
             s = client.completions.create(model=model, prompt=f"stream {i} " * 20 + str(i) * 40,
-                                          max_tokens=400, stream=True, extra_body={"ignore_eos": True})
+                                          max_tokens=400, stream=True, stream_options={"include_usage": True},
+                                          extra_body={"ignore_eos": True})
             for chunk in s:
-                text += chunk.choices[0].text if chunk.choices else ""
+                if chunk.choices:
+                    finish = chunk.choices[0].finish_reason or finish
+                if chunk.usage:
+                    n = chunk.usage.completion_tokens
         except Exception as e:  # an error event in the stream, or a dropped connection
             error = f"{type(e).__name__}: {e}"
-        return text, error
+        return n, finish, error
 
     with cf.ThreadPoolExecutor(8) as pool:
         futures = [pool.submit(stream, i) for i in range(8)]
         time.sleep(3)  # the streams are running
         os.kill(victim, signal.SIGKILL)
         results = [f.result(timeout=180) for f in futures]  # none hangs
-    errors = [e for _, e in results if e]
-    finished = [t for t, e in results if not e]
+    errors = [e for _, _, e in results if e]
+    finished = [(n, f) for n, f, e in results if not e]
     assert errors, "the killed replica's streams must end with an error"
     assert finished, "the other replica's streams must finish"
-    assert all(len(t) > 0 for t in finished)
-    assert any("exited" in e or "failed" in e for e in errors), errors
+    # Undisturbed: every stream that did not fail ran to its full length.
+    assert all(f == "length" and n == 400 for n, f in finished), finished
+    # And every failure is the replica's, said so in the error event.
+    assert all("exited" in e or "failed" in e for e in errors), errors
     # Ray restarts the replica: a new coserve appears and the deployment is whole again.
     assert wait_until(lambda: len(set(coserve_servers()) - {victim}) == 2, timeout=180), coserve_servers()
     assert wait_until(lambda: replicas_running() == 2, timeout=120)
