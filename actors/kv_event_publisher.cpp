@@ -123,7 +123,8 @@ kv_event_publisher::kv_event_publisher(const kv_events_config& config, int32_t b
 
 result<std::unique_ptr<kv_event_publisher>> kv_event_publisher::start(
     const kv_events_config& config, int32_t block_size, std::string medium) {
-  std::unique_ptr<kv_event_publisher> p(new kv_event_publisher(config, block_size, std::move(medium)));
+  std::unique_ptr<kv_event_publisher> p(
+      new kv_event_publisher(config, block_size, std::move(medium)));
   if (auto r = p->open(); !r) return r.err();
   p->thread_ = std::thread([raw = p.get()] { raw->run(); });
   return p;
@@ -131,8 +132,8 @@ result<std::unique_ptr<kv_event_publisher>> kv_event_publisher::start(
 
 result<void> kv_event_publisher::open() {
   auto fail = [](const std::string& what, const std::string& endpoint) {
-    return error{"invalid_argument", "--kv-events-config: cannot " + what + " " + endpoint +
-                                         ": " + zmq_strerror(zmq_errno())};
+    return error{"invalid_argument", "--kv-events-config: cannot " + what + " " + endpoint + ": " +
+                                         zmq_strerror(zmq_errno())};
   };
   if (pipe2(wake_, O_NONBLOCK | O_CLOEXEC) != 0)
     return error{"io", std::string("kv events: pipe: ") + std::strerror(errno)};
@@ -213,7 +214,8 @@ void kv_event_publisher::serve_replay() {
   // [identity, "", start]: a DEALER's request as the ROUTER receives it.
   if (frames.size() != 3 || !frames[1].empty() || frames[2].size() != 8) return;
   int64_t start = 0;
-  for (unsigned char c : frames[2]) start = static_cast<int64_t>(static_cast<uint64_t>(start) << 8 | c);
+  for (unsigned char c : frames[2])
+    start = static_cast<int64_t>(static_cast<uint64_t>(start) << 8 | c);
   unsigned char seq[8];
   const std::string_view seq_view(reinterpret_cast<const char*>(seq), 8);
   for (const auto& [n, payload] : sent_) {

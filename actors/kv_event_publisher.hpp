@@ -45,8 +45,7 @@ class kv_event_publisher {
   // Opens the sockets (config.publishes() must be true) and starts the thread; an endpoint that
   // cannot be bound or connected is an error naming it.
   static result<std::unique_ptr<kv_event_publisher>> start(const kv_events_config& config,
-                                                            int32_t block_size,
-                                                            std::string medium);
+                                                           int32_t block_size, std::string medium);
   ~kv_event_publisher();  // sends what is queued, then closes the sockets
   kv_event_publisher(const kv_event_publisher&) = delete;
   kv_event_publisher& operator=(const kv_event_publisher&) = delete;

@@ -44,10 +44,10 @@ struct kv_events_config {
   std::string endpoint = "tcp://*:5557";
   // A ROUTER socket (bound) answering replay requests: none when empty.
   std::string replay_endpoint;
-  int64_t buffer_steps = 10000;    // batches kept for replay
-  int32_t hwm = 100000;            // the PUB socket's send high-water mark (messages)
-  int64_t max_queue_size = 100000; // batches waiting for the publisher thread at most
-  std::string topic;               // the first frame of every message
+  int64_t buffer_steps = 10000;     // batches kept for replay
+  int32_t hwm = 100000;             // the PUB socket's send high-water mark (messages)
+  int64_t max_queue_size = 100000;  // batches waiting for the publisher thread at most
+  std::string topic;                // the first frame of every message
   bool publishes() const noexcept { return enable_kv_cache_events && publisher == "zmq"; }
 };
 

@@ -59,7 +59,8 @@ int64_t seq_of(const std::string& frame) {
 
 std::string seq_frame(int64_t seq) {
   std::string out(8, '\0');
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(seq) >> (56 - 8 * i));
+  for (int i = 0; i < 8; ++i)
+    out[static_cast<size_t>(i)] = static_cast<char>(static_cast<uint64_t>(seq) >> (56 - 8 * i));
   return out;
 }
 

@@ -68,7 +68,7 @@ TEST_CASE("kv events: a chain registered in order is one BlockStored, evictions 
   pool.register_full(ba, ha, salt, a, true);
   pool.register_full(bb, hb, ha, b);
   pool.register_full(ba, ha, salt, a, true);  // already registered: nothing recorded
-  pool.register_full(bc, hc, 0, c, true);      // a new chain: a new event
+  pool.register_full(bc, hc, 0, c, true);     // a new chain: a new event
   std::vector<kv_cache_event> ev = pool.take_events();
   REQUIRE(ev.size() == 2);
   const auto& first = std::get<kv_block_stored>(ev[0]);
@@ -127,9 +127,10 @@ TEST_CASE("kv events: reset_prefix_cache drops every cached block, in use or fre
   CHECK(quiet.take_events().empty());
 }
 
-TEST_CASE("kv events: replaying them rebuilds the prefix cache through a workload with evictions, "
-          "salts and a reset",
-          "[actors][kv_events]") {
+TEST_CASE(
+    "kv events: replaying them rebuilds the prefix cache through a workload with evictions, "
+    "salts and a reset",
+    "[actors][kv_events]") {
   constexpr int32_t bs = 4, blocks = 40, vocab = 50;
   planner_config cfg{
       .max_num_seqs = 6, .max_num_batched_tokens = 24, .max_model_len = 96, .eos_id = -1};
@@ -190,12 +191,13 @@ TEST_CASE("kv events: --kv-events-config parses vLLM's keys and names the bad on
   auto off = parse_kv_events_config(R"({"publisher": "zmq"})");
   REQUIRE(off);
   CHECK_FALSE(off->publishes());
-  auto null_pub = parse_kv_events_config(R"({"enable_kv_cache_events": true, "publisher": "null"})");
+  auto null_pub =
+      parse_kv_events_config(R"({"enable_kv_cache_events": true, "publisher": "null"})");
   REQUIRE(null_pub);
   CHECK_FALSE(null_pub->publishes());
-  for (const char* bad : {R"({"enable_kv_cache_events": 1})", R"({"publisher": "kafka"})",
-                          R"({"endpoint": "5557"})", R"({"buffer_steps": 0})",
-                          R"({"hwm": "many"})", R"({"endpiont": "tcp://*:1"})"}) {
+  for (const char* bad :
+       {R"({"enable_kv_cache_events": 1})", R"({"publisher": "kafka"})", R"({"endpoint": "5557"})",
+        R"({"buffer_steps": 0})", R"({"hwm": "many"})", R"({"endpiont": "tcp://*:1"})"}) {
     auto r = parse_kv_events_config(bad);
     REQUIRE_FALSE(r);
     CHECK(r.err().message.find("--kv-events-config: '") == 0);
