@@ -612,7 +612,7 @@ result<void> cpu_forward::run(const std::vector<forward_seq>& batch, kv_cache& c
     if (auto r = attention_block(l, L, batch, cache, *total, tp); !r) return r;
     rms_norm(x_.data(), L.post_norm.data(), xn_.data(), *total);
     profile_.other_s += seconds_since(tp);
-    auto r = L.experts.empty() ? dense_mlp(L, *total, tp) : moe_mlp(L, *total, tp);
+    auto r = L.experts.empty() ? dense_mlp(l, L, *total, tp) : moe_mlp(L, *total, tp);
     if (!r) return r;
   }
   return lm_head(batch, *total, all_rows, logits, tp);
@@ -652,7 +652,41 @@ result<int64_t> cpu_forward::lay_out_batch(const std::vector<forward_seq>& batch
     }
     total += fs.num_tokens;
   }
+  row_lora_.clear();
+  for (size_t s = 0; s < batch.size(); ++s) {
+    if (batch[s].lora == nullptr) continue;
+    if (tp_)
+      return make_error("invalid_argument",
+                        "forward: LoRA adapters are not supported with tensor parallelism");
+    if (row_lora_.empty()) row_lora_.assign(size_t(total), nullptr);
+    std::fill_n(row_lora_.begin() + seq_offsets_[s], batch[s].num_tokens, batch[s].lora);
+  }
   return total;
+}
+
+void cpu_forward::add_lora(int32_t layer, lora_target t, const float* x, int64_t ldx, float* y,
+                           int64_t ldy, int64_t col, int64_t total) {
+  if (row_lora_.empty()) return;
+  pool_.parallel_for(total, [&](int64_t r) {
+    const lora_adapter* a = row_lora_[size_t(r)];
+    const lora_factors* f = a == nullptr ? nullptr : a->find(layer, t);
+    if (f == nullptr) return;
+    float ax[k_max_lora_rank];  // A x: the shrink
+    const float* xr = x + r * ldx;
+    for (int32_t k = 0; k < f->rank; ++k) {
+      const float* ak = f->a.data() + size_t(k) * size_t(f->in);
+      float sum = 0;
+      for (int32_t i = 0; i < f->in; ++i) sum += ak[i] * xr[i];
+      ax[k] = sum * a->scaling;
+    }
+    float* yr = y + r * ldy + col;  // B (A x): the expand
+    for (int32_t j = 0; j < f->out; ++j) {
+      const float* bj = f->b.data() + size_t(j) * size_t(f->rank);
+      float sum = 0;
+      for (int32_t k = 0; k < f->rank; ++k) sum += bj[k] * ax[k];
+      yr[j] += sum;
+    }
+  });
 }
 
 // Sizes the activations for `total` tokens and writes their embeddings into x_.
@@ -680,6 +714,10 @@ result<void> cpu_forward::attention_block(int32_t l, const layer_weights& L,
   profile_.other_s += seconds_since(tp);
   matmul(xn_.data(), total, {{&L.q, 0}, {&L.k, nh * d}, {&L.v, (nh + nkv) * d}}, qkv_.data(), qkv_n,
          false);
+  add_lora(l, lora_target::q, xn_.data(), h, qkv_.data(), qkv_n, 0, total);
+  add_lora(l, lora_target::k, xn_.data(), h, qkv_.data(), qkv_n, nh * d, total);
+  add_lora(l, lora_target::v, xn_.data(), h, qkv_.data(), qkv_n, (nh + nkv) * d, total);
+  add_lora(l, lora_target::qkv, xn_.data(), h, qkv_.data(), qkv_n, 0, total);
   profile_.gemm_s += seconds_since(tp);
   if (!L.qkv_bias.empty())
     pool_.parallel_for(total, [&](int64_t r) {
@@ -697,6 +735,7 @@ result<void> cpu_forward::attention_block(int32_t l, const layer_weights& L,
   attention(l, batch, cache);
   profile_.attention_s += seconds_since(tp);
   if (auto r = residual_matmul(attn_.data(), total, L.o, tp); !r) return r;
+  add_lora(l, lora_target::o, attn_.data(), nh * d, x_.data(), h, 0, total);
   if (!L.o_bias.empty())
     for (int64_t r = 0; r < total; ++r)
       for (int64_t j = 0; j < h; ++j) x_[size_t(r * h + j)] += L.o_bias[size_t(j)];
@@ -704,16 +743,21 @@ result<void> cpu_forward::attention_block(int32_t l, const layer_weights& L,
 }
 
 // A dense layer's MLP over xn_: gate/up, SwiGLU, down added to the residual stream.
-result<void> cpu_forward::dense_mlp(const layer_weights& L, int64_t total,
+result<void> cpu_forward::dense_mlp(int32_t l, const layer_weights& L, int64_t total,
                                     clock_type::time_point& tp) {
-  const int64_t inter = inter_;
+  const int64_t inter = inter_, h = c_.hidden_size;
   gu_.resize(size_t(total * 2 * inter));
   act_.resize(size_t(total * inter));
   matmul(xn_.data(), total, {{&L.gate, 0}, {&L.up, inter}}, gu_.data(), 2 * inter, false);
+  add_lora(l, lora_target::gate, xn_.data(), h, gu_.data(), 2 * inter, 0, total);
+  add_lora(l, lora_target::up, xn_.data(), h, gu_.data(), 2 * inter, inter, total);
+  add_lora(l, lora_target::gate_up, xn_.data(), h, gu_.data(), 2 * inter, 0, total);
   profile_.gemm_s += seconds_since(tp);
   swiglu(gu_.data(), total, inter, act_.data());
   profile_.other_s += seconds_since(tp);
-  return residual_matmul(act_.data(), total, L.down, tp);
+  auto r = residual_matmul(act_.data(), total, L.down, tp);
+  if (r) add_lora(l, lora_target::down, act_.data(), inter, x_.data(), h, 0, total);
+  return r;
 }
 
 // The rows of the flattened batch whose logits are asked for: every row, or each sequence's last

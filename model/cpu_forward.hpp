@@ -26,6 +26,7 @@
 #include "model/communicator.hpp"
 #include "model/executor.hpp"
 #include "model/kv_cache.hpp"
+#include "model/lora.hpp"
 #include "model/rope.hpp"
 #include "model/weights.hpp"
 #include "model/worker_pool.hpp"
@@ -40,6 +41,9 @@ struct forward_seq {
   const std::vector<int32_t>* block_table = nullptr;  // covers [0, start_pos + n)
   bool want_logits = false;                           // logits of the last token
   int32_t logit_rows = 1;  // with want_logits: of the last logit_rows tokens (in order)
+  // A LoRA adapter over the base model for this sequence (none: the base model); it must outlive
+  // the run. Each projection it targets adds scaling * B (A x) to the base product.
+  const lora_adapter* lora = nullptr;
 };
 
 // Seconds spent per phase since the last reset (wall time of the calling thread).
@@ -127,8 +131,12 @@ class cpu_forward {
   result<void> attention_block(int32_t layer, const layer_weights& L,
                                const std::vector<forward_seq>& batch, kv_cache& cache,
                                int64_t total, std::chrono::steady_clock::time_point& tp);
-  result<void> dense_mlp(const layer_weights& L, int64_t total,
+  result<void> dense_mlp(int32_t layer, const layer_weights& L, int64_t total,
                          std::chrono::steady_clock::time_point& tp);
+  // y[r, col, col + out) += scaling * B (A x[r]) for each row r whose sequence's adapter targets
+  // (layer, t): x rows of ldx floats, y rows of ldy. Nothing without adapters in the batch.
+  void add_lora(int32_t layer, lora_target t, const float* x, int64_t ldx, float* y, int64_t ldy,
+                int64_t col, int64_t total);
   std::vector<int64_t> logit_rows(const std::vector<forward_seq>& batch, int64_t total,
                                   bool all_rows) const;
   result<void> lm_head(const std::vector<forward_seq>& batch, int64_t total, bool all_rows,
@@ -183,6 +191,7 @@ class cpu_forward {
   std::vector<int32_t> positions_;
   std::vector<int64_t> slots_;
   std::vector<int64_t> seq_offsets_;
+  std::vector<const lora_adapter*> row_lora_;  // per row of the batch (empty: no adapter in it)
 };
 
 // Rank r's LM-head rows of a vocabulary split over `size` ranks: [b, e), contiguous, sizes

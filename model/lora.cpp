@@ -102,11 +102,19 @@ result<void> read_settings(const std::filesystem::path& dir, const json::value& 
   if (truthy("rank_pattern") || truthy("alpha_pattern"))
     return bad(dir, truthy("rank_pattern") ? "rank_pattern" : "alpha_pattern",
                "is set: per-module ranks and alphas are not supported");
+  // Variants that change what the adapter computes (bias terms on B, replicated layers, adapted
+  // parameters beyond the projections, trainable token rows, quantization-aware or activated
+  // LoRA, block-diagonal LoRA).
+  for (const char* key :
+       {"lora_bias", "layer_replication", "target_parameters", "trainable_token_indices",
+        "use_qalora", "alora_invocation_tokens", "use_bdlora"})
+    if (truthy(key)) return bad(dir, key, "is set: this LoRA variant is not supported");
   if (const json::value* b = field("bias"); b && (!b->is_string() || b->as_string() != "none"))
     return bad(dir, "bias", "must be \"none\" (adapters with bias terms are not supported)");
   const json::value* r = field("r");
   if (r == nullptr || !r->is_int() || r->as_int() < 1)
     return bad(dir, "r", "must be a positive integer");
+  max_rank = std::min(max_rank, k_max_lora_rank);
   if (r->as_int() > max_rank)
     return bad(dir, "r",
                "is " + std::to_string(r->as_int()) + ", above --max-lora-rank " +
@@ -223,6 +231,10 @@ result<lora_adapter> load_lora_adapter(const std::filesystem::path& dir, const m
     out.factors.push_back(
         {layer, target, in, outd, out.rank, to_f32(*ab.first), to_f32(*ab.second)});
   }
+  out.index.assign(static_cast<size_t>(base.num_hidden_layers) * lora_adapter::k_lora_targets, -1);
+  for (size_t i = 0; i < out.factors.size(); ++i)
+    out.index[static_cast<size_t>(out.factors[i].layer) * lora_adapter::k_lora_targets +
+              static_cast<size_t>(out.factors[i].target)] = static_cast<int32_t>(i);
   return out;
 }
 

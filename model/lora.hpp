@@ -35,6 +35,9 @@ struct lora_factors {
   std::vector<float> a, b;
 };
 
+// The largest rank read (vLLM's --max-lora-rank choices end at 512).
+constexpr int32_t k_max_lora_rank = 512;
+
 struct lora_adapter {
   std::filesystem::path dir;
   int32_t rank = 0;  // adapter_config.json's r
@@ -43,9 +46,17 @@ struct lora_adapter {
   float scaling = 0;                  // alpha / rank, or alpha / sqrt(rank) with rsLoRA
   std::string base_model;             // base_model_name_or_path ("" when absent)
   std::vector<lora_factors> factors;  // by layer, then target
+  // factors' index per (layer, target), -1 where the adapter leaves the projection as it is.
+  std::vector<int32_t> index;
+  const lora_factors* find(int32_t layer, lora_target t) const noexcept {
+    const size_t i = static_cast<size_t>(layer) * k_lora_targets + static_cast<size_t>(t);
+    return i < index.size() && index[i] >= 0 ? &factors[static_cast<size_t>(index[i])] : nullptr;
+  }
+  static constexpr size_t k_lora_targets = 9;
 };
 
-// Reads the adapter in `dir` for a base model of config `base`.
+// Reads the adapter in `dir` for a base model of config `base`; a rank above min(max_rank,
+// k_max_lora_rank) is refused.
 result<lora_adapter> load_lora_adapter(const std::filesystem::path& dir, const model_config& base,
                                        int32_t max_rank);
 
