@@ -132,6 +132,8 @@ class engine_impl final : public engine {
     if (ei.task == "score" && model.classifier())  // a decoder reranker
       info_.score_input = cfg_.chat_template.empty() ? "concat" : "template";
     info_.matryoshka = ei.matryoshka;
+    for (const std::string& m : cfg_.lora_modules)
+      if (auto parsed = parse_lora_module(m)) info_.lora_modules.push_back(std::move(*parsed));
     info_.matryoshka_dimensions = ei.matryoshka_dimensions;
     info_.created = std::chrono::duration_cast<std::chrono::seconds>(
                         std::chrono::system_clock::now().time_since_epoch())
@@ -716,8 +718,33 @@ result<model_config> encoder_model_summary(const std::filesystem::path& dir) {
 
 namespace {
 
-// --kv-events-config, parsed and checked against the flags before the model loads.
+// --enable-lora and --lora-modules, checked before the model loads (each adapter is read against
+// the model's config when the executor loads).
+result<void> check_lora_flags(const engine_config& config) {
+  if (config.lora_modules.empty()) return {};
+  if (!config.enable_lora)
+    return error{"invalid_argument", "--lora-modules needs --enable-lora", "lora_modules"};
+  if (config.tensor_parallel_size > 1)
+    return error{"invalid_argument",
+                 "--lora-modules: LoRA adapters are not supported with tensor parallelism",
+                 "lora_modules"};
+  std::vector<std::string> names;
+  for (const std::string& text : config.lora_modules) {
+    auto m = parse_lora_module(text);
+    if (!m) return m.err();
+    if (std::find(names.begin(), names.end(), m->name) != names.end() ||
+        m->name == config.served_model_name)
+      return error{"invalid_argument",
+                   "--lora-modules: the name '" + m->name + "' is already taken", "lora_modules"};
+    names.push_back(m->name);
+  }
+  return {};
+}
+
+// --kv-events-config (and the LoRA flags), parsed and checked against the flags before the model
+// loads.
 result<actors::kv_events_config> read_kv_events_config(const engine_config& config) {
+  if (auto r = check_lora_flags(config); !r) return r.err();
   if (config.kv_events_config.empty()) return actors::kv_events_config{};
   auto parsed = actors::parse_kv_events_config(config.kv_events_config);
   if (parsed && parsed->publishes() && !config.enable_prefix_caching)

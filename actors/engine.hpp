@@ -24,6 +24,7 @@
 #include "base/result.hpp"
 #include "model/config.hpp"
 #include "model/executor.hpp"
+#include "model/lora.hpp"
 #include "model/sampling_params.hpp"
 #include "model/step.hpp"
 #include "model/structured_output.hpp"
@@ -110,6 +111,12 @@ struct engine_config {
   // {"model":"/models/draft","num_speculative_tokens":4}. Needs an executor that verifies
   // proposals (the CPU executor; a draft model runs inside it); errors at start() name the field.
   std::string speculative_config;
+  // LoRA adapters (vLLM's --enable-lora, --lora-modules, --max-lora-rank): each module "name=path"
+  // or {"name", "path", "base_model_name"}; requests select one by naming it as their model. The
+  // CPU executor, one rank, decoders (model/lora.hpp says which adapters are read).
+  bool enable_lora = false;
+  std::vector<std::string> lora_modules;
+  int32_t max_lora_rank = 16;
   // KV-cache events: vLLM's --kv-events-config JSON ("": none), e.g.
   // {"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",
   // "replay_endpoint": "tcp://*:5558", "topic": "kv"} (actors/kv_event_publisher.hpp). Needs
@@ -175,6 +182,9 @@ struct model_info {
   double gpu_memory_utilization = 0;
   bool matryoshka = false;
   std::vector<int32_t> matryoshka_dimensions;
+  // The LoRA adapters served (--lora-modules): a request naming adapters[i].name as its model runs
+  // with sampling_params::lora_id i + 1.
+  std::vector<lora_module> lora_modules;
 };
 
 class engine {

@@ -301,7 +301,7 @@ std::pair<step_plan, step_allocation> kv_manager::resolve(step_draft draft) {
       s.tokens.assign(tokens.begin(), tokens.end());
       if (e.announce >= 0)
         s.announce = std::make_unique<new_seq>(std::move(draft.announcements[size_t(e.announce)]));
-      if (s.announce) s.salt = s.last_hash = s.announce->params.cache_salt;
+      if (s.announce) s.salt = s.last_hash = prefix_cache_salt(s.announce->params);
       const int32_t hits = lookup_prefix(s);
       const int32_t n = std::min(e.tokens, e.num_tokens - s.num_computed);
       if (n <= 0 || !pool_.can_allocate(blocks_needed(s, n))) {

@@ -215,6 +215,9 @@ result<std::unique_ptr<executor>> make_encoder_executor(const engine_config& con
   if (!config.quantization.empty() || config.load_format != "auto")
     return error{"invalid_argument",
                  "--quantization and --load-format apply to the CUDA executor's decoders"};
+  if (!config.lora_modules.empty())
+    return error{"invalid_argument", "--lora-modules: LoRA adapters apply to decoders",
+                 "lora_modules"};
   encoder_executor_options opts;
   opts.num_threads = config.cpu_threads;
   opts.max_model_len = config.max_model_len;
@@ -290,6 +293,24 @@ result<void> set_classifier_options(const engine_config& config, const model_con
 
 // The CPU executor for a decoder (model_cfg read with the overrides), its KV cache sized from
 // memory.
+// --lora-modules: each adapter read against the model's config (errors name the module).
+result<void> load_lora_adapters(const engine_config& config, const model_config& model_cfg,
+                                cpu_executor_options& opts) {
+  for (const std::string& text : config.lora_modules) {
+    auto m = parse_lora_module(text);
+    if (!m) return m.err();
+    auto a = load_lora_adapter(m->path, model_cfg, config.max_lora_rank);
+    if (!a)
+      return error{a.err().code, "--lora-modules " + m->name + ": " + a.err().message,
+                   "lora_modules"};
+    std::fprintf(stderr,
+                 "coserve engine: LoRA adapter %s: %s, rank %d, scaling %g, %zu projections\n",
+                 m->name.c_str(), m->path.c_str(), a->rank, double(a->scaling), a->factors.size());
+    opts.loras.push_back(std::make_shared<const lora_adapter>(std::move(*a)));
+  }
+  return {};
+}
+
 result<std::unique_ptr<executor>> make_cpu_executor(const engine_config& config,
                                                     const model_config& model_cfg,
                                                     int32_t max_len) {
@@ -340,6 +361,7 @@ result<std::unique_ptr<executor>> make_cpu_executor(const engine_config& config,
     if (auto r = set_embedding_options(config, opts); !r) return r.err();
   opts.hf_overrides = config.hf_overrides;
   if (auto r = set_classifier_options(config, model_cfg, opts); !r) return r.err();
+  if (auto r = load_lora_adapters(config, model_cfg, opts); !r) return r.err();
   auto e = cpu_executor::load(config.model_dir.string(), opts, progress_logger("weights"));
   if (!e) return e.err();
   return std::unique_ptr<executor>(std::move(*e));
@@ -362,6 +384,10 @@ result<std::unique_ptr<executor>> make_default_executor(const engine_config& con
     if (!e) return e.err();
     exec = std::move(*e);
   } else if (config.device == "cuda") {
+    if (!config.lora_modules.empty())
+      return error{"invalid_argument",
+                   "--lora-modules: LoRA adapters run on the CPU executor (--device cpu)",
+                   "lora_modules"};
     if (model_cfg.classifier())
       return error{"invalid_argument",
                    model_cfg.architecture +

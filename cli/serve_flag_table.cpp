@@ -175,6 +175,17 @@ bool store_served_model_names(serve_args& a, const flag_value& v) {
   return true;
 }
 
+// vLLM's --lora-modules: one or more "name=path" or JSON objects (checked when the engine starts).
+bool store_lora_modules(serve_args& a, const flag_value& v) {
+  a.engine.lora_modules.assign(1, std::string(v.text));
+  a.engine.lora_modules.insert(a.engine.lora_modules.end(), v.more.begin(), v.more.end());
+  return true;
+}
+bool lora_rank_ok(const flag_value& v) {
+  return (v.integer >= 1 && v.integer <= 512) ||
+         refuse(v, "--max-lora-rank must be in [1, 512], got %lld", v.integer);
+}
+
 // Any case; stored in lower case.
 bool store_attention_backend(serve_args& a, const flag_value& v) {
   std::string b(v.text);
@@ -310,6 +321,32 @@ constexpr serve_flag k_flags[] = {
              "[\"Qwen3ForSequenceClassification\"], \"classifier_from_token\":\n"
              "[\"no\", \"yes\"]}' (Qwen3-Reranker); decoders on --device cpu\n"
              "(docs/embeddings.md)"},
+    {.name = "--enable-lora",
+     .kind = K::none,
+     .group = G::model,
+     .target = set<true, &S::engine, &E::enable_lora>(),
+     .help = "serve LoRA adapters (--lora-modules) beside the base model (vLLM's flag;\n"
+             "--device cpu, one rank)"},
+    {.name = "--lora-modules",
+     .metavar = "NAME=PATH [NAME=PATH ...]",
+     .needs = "an adapter",
+     .kind = K::words,
+     .group = G::model,
+     .target = {store_lora_modules, shown<&S::engine, &E::lora_modules>},
+     .help = "PEFT LoRA adapter folders (adapter_config.json,\n"
+             "adapter_model.safetensors), each \"name=path\" or '{\"name\": ...,\n"
+             "\"path\": ..., \"base_model_name\": ...}'; a request whose model is\n"
+             "NAME runs with that adapter, /v1/models lists each with its parent;\n"
+             "targets q/k/v/o and gate/up/down projections (docs/lora.md)",
+     .default_text = "none"},
+    {.name = "--max-lora-rank",
+     .metavar = "R",
+     .needs = "R",
+     .kind = K::integer,
+     .group = G::model,
+     .target = checked<lora_rank_ok, &S::engine, &E::max_lora_rank>(),
+     .help = "the largest adapter rank accepted (default: {default}); an adapter of\n"
+             "higher rank is an error at start"},
     {.name = "--enforce-eager",
      .kind = K::none,
      .group = G::model,

@@ -85,6 +85,7 @@ void openai_api::attach(engine& e) {
   limits_.served_model_name = info.served_model_name;
   metrics_.describe(info);
   limits_.served_model_aliases = info.served_model_aliases;
+  for (const lora_module& m : info.lora_modules) limits_.lora_names.push_back(m.name);
   limits_.trust_request_chat_template = options_.trust_request_chat_template;
   limits_.defaults = info.defaults;
   limits_.vocab_size = info.vocab_size;
@@ -288,6 +289,13 @@ asio::awaitable<void> openai_api::models(response_writer& w,
     m["owned_by"] = value("coserve");
     m["root"] = value(info.served_model_name);
     m["max_model_len"] = value(int64_t{info.max_model_len});
+    // An adapter's card, as vLLM lists one: its folder as root, the base model as parent.
+    if (const int32_t lora = limits_.lora_id(id); lora != 0) {
+      m["root"] = value(info.lora_modules[size_t(lora - 1)].path);
+      m["parent"] = value(info.served_model_name);
+    } else {
+      m["parent"] = value();
+    }
     return m;
   };
   std::string body;
@@ -300,6 +308,7 @@ asio::awaitable<void> openai_api::models(response_writer& w,
   list["data"] = json::array{};
   list["data"].push_back(card(info.served_model_name));
   for (const std::string& alias : info.served_model_aliases) list["data"].push_back(card(alias));
+  for (const lora_module& m : info.lora_modules) list["data"].push_back(card(m.name));
   json::dump_compact(list, body);
   co_await respond_json(w, 200, body);
 }

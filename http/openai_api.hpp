@@ -150,9 +150,10 @@ class openai_api {
       std::vector<generate_request> requests, const char* param);
   // Scores of text pairs (a cross-encoder's sigmoid, or the cosine of an embedding model's
   // vectors); `prompt_tokens` receives the tokens computed.
+  // `lora_id`: the LoRA adapter named as the model (0: none).
   asio::awaitable<std::variant<std::vector<float>, api_error>> score_pairs(
       const std::vector<std::pair<std::string, std::string>>& pairs, const context_rule& ctx,
-      const char* param, int64_t& prompt_tokens);
+      const char* param, int32_t lora_id, int64_t& prompt_tokens);
   // An error in Anthropic's shape (Retry-After on 429), for /v1/messages and its count_tokens.
   asio::awaitable<void> respond_anthropic_error(response_writer& w, const api_error& e);
   // Coroutine arguments are references to named locals: GCC 12 destroys non-trivial temporaries of

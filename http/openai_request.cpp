@@ -697,6 +697,7 @@ std::variant<openai_request, api_error> parse_openai_request(std::string_view te
   if (chat)
     if (auto e = read_request_template(body, lim, r)) return *e;
   if (auto e = read_sampling(body, lim, r)) return *e;
+  r.params.lora_id = lim.lora_id(r.model);
   if (auto e = read_structured(body, r)) return *e;
   if (chat)
     if (auto e = read_tools(body, lim, r)) return *e;

@@ -22,11 +22,18 @@ namespace coserve::http {
 // What validation needs to know about the served model.
 struct model_limits {
   std::string served_model_name;
-  // Whether `name` is one of the served model's names.
+  // Whether `name` is one of the served model's names or a served LoRA adapter's.
   bool serves(std::string_view name) const {
     return name == served_model_name ||
            std::find(served_model_aliases.begin(), served_model_aliases.end(), name) !=
-               served_model_aliases.end();
+               served_model_aliases.end() ||
+           lora_id(name) != 0;
+  }
+  // The LoRA adapter `name` selects (sampling_params::lora_id); 0: none (the base model).
+  int32_t lora_id(std::string_view name) const {
+    for (size_t i = 0; i < lora_names.size(); ++i)
+      if (lora_names[i] == name) return static_cast<int32_t>(i + 1);
+    return 0;
   }
   int32_t vocab_size = 0;     // ids must be in [0, vocab_size)
   int32_t max_model_len = 0;  // prompt + max_tokens at most
@@ -38,6 +45,7 @@ struct model_limits {
   bool trust_request_chat_template = false;
   // What requests leave out (the generation config's sampling defaults, model_info::defaults).
   sampling_defaults defaults;
+  std::vector<std::string> lora_names;  // the served LoRA adapters (--lora-modules), in order
 };
 
 struct openai_request {

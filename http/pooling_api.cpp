@@ -279,6 +279,7 @@ asio::awaitable<void> openai_api::embeddings(http_request& req, response_writer&
     gens[i].add_special_tokens = add_special;
     gens[i].context = ctx;
     gens[i].params.pooling.dimensions = dims;
+    gens[i].params.lora_id = limits_.lora_id(model);  // an adapter named as the model
   }
   auto ran = co_await run_pooled(std::move(gens), messages ? "messages" : "input");
   if (auto* e = std::get_if<api_error>(&ran)) {
@@ -319,7 +320,7 @@ asio::awaitable<void> openai_api::embeddings(http_request& req, response_writer&
 // model's vectors (each distinct text embedded once).
 asio::awaitable<std::variant<std::vector<float>, api_error>> openai_api::score_pairs(
     const std::vector<std::pair<std::string, std::string>>& pairs, const context_rule& ctx,
-    const char* param, int64_t& prompt_tokens) {
+    const char* param, int32_t lora_id, int64_t& prompt_tokens) {
   const model_info& info = eng().info();
   if (info.task != "embed" && info.task != "score")
     co_return api_error::bad_request("The model `" + info.served_model_name +
@@ -355,6 +356,7 @@ asio::awaitable<std::variant<std::vector<float>, api_error>> openai_api::score_p
         g.input = text_pair{a, b};
       }
       g.context = ctx;
+      g.params.lora_id = lora_id;
       gens.push_back(std::move(g));
     }
   } else {
@@ -370,6 +372,7 @@ asio::awaitable<std::variant<std::vector<float>, api_error>> openai_api::score_p
       g.input = t;
       g.context = ctx;
       g.params.pooling.normalize = true;
+      g.params.lora_id = lora_id;
       gens.push_back(std::move(g));
     }
   }
@@ -410,7 +413,8 @@ asio::awaitable<void> openai_api::score(http_request& req, response_writer& w) {
   for (size_t i = 0; i < second.size(); ++i)
     pairs.emplace_back(first_single ? first[0] : first[i], second[i]);
   int64_t tokens = 0;
-  auto scored = co_await score_pairs(pairs, ctx, "text_1", tokens);
+  const int32_t lora = limits_.lora_id(model);
+  auto scored = co_await score_pairs(pairs, ctx, "text_1", lora, tokens);
   if (auto* e = std::get_if<api_error>(&scored)) {
     const api_error e2 = *e;
     co_return co_await respond_error(w, e2);
@@ -487,7 +491,8 @@ asio::awaitable<void> openai_api::rerank(http_request& req, response_writer& w) 
   std::vector<std::pair<std::string, std::string>> pairs;
   for (const std::string& d : docs) pairs.emplace_back(query, d);
   int64_t tokens = 0;
-  auto scored = co_await score_pairs(pairs, ctx, "documents", tokens);
+  const int32_t lora = limits_.lora_id(model);
+  auto scored = co_await score_pairs(pairs, ctx, "documents", lora, tokens);
   if (auto* e = std::get_if<api_error>(&scored)) {
     const api_error e2 = *e;
     co_return co_await respond_error(w, e2);

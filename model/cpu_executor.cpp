@@ -547,6 +547,12 @@ result<void> cpu_executor::lay_out_step(const step_plan& plan,
     // A pooling request's last token gives its vector (last_hidden), not logits.
     batch[i] = forward_seq{inputs[i].data(), int32_t(inputs[i].size()), s.start_pos,
                            &s.block_table,   s.sample && !pooling,      1 + s.num_draft};
+    if (const int32_t lora = it->second.sampling.params.lora_id; lora != 0) {
+      if (lora < 0 || lora > int32_t(opts_.loras.size()))
+        return make_error("invalid_request", "LoRA adapter " + std::to_string(lora) +
+                                                 " is not loaded in this executor");
+      batch[i].lora = opts_.loras[size_t(lora - 1)].get();
+    }
     // Prompt logprobs: logits for every position of a chunk that still holds prompt positions.
     if (!it->second.prompt.empty() && s.start_pos < int32_t(it->second.prompt.size()) - 1) {
       if (s.num_draft > 0)

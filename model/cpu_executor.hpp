@@ -73,6 +73,9 @@ struct cpu_executor_options {
   // head's logits on the last token's final hidden state. With classifier_from_token, the ids of
   // those tokens in its order (the engine looks them up in the model's tokenizer).
   std::vector<int32_t> classifier_token_ids;
+  // LoRA adapters (--lora-modules), in order: a sequence with sampling_params::lora_id k runs with
+  // loras[k - 1] (model/lora.hpp). Not with tensor parallelism.
+  std::vector<std::shared_ptr<const lora_adapter>> loras;
 };
 
 class cpu_executor final : public executor {

@@ -170,6 +170,37 @@ std::vector<float> to_f32(const tensor_view& t) {
 
 }  // namespace
 
+result<lora_module> parse_lora_module(std::string_view text) {
+  auto refuse = [&](const std::string& why) {
+    return error{"invalid_argument", "--lora-modules '" + std::string(text) + "': " + why,
+                 "lora_modules"};
+  };
+  lora_module m;
+  if (!text.empty() && text.front() == '{') {
+    auto parsed = json::parse(text);
+    if (!parsed || !parsed->is_object()) return refuse("not a JSON object");
+    for (const auto& [key, v] : parsed->as_object()) {
+      if (!v.is_string()) return refuse("'" + key + "' must be a string");
+      if (key == "name")
+        m.name = v.as_string();
+      else if (key == "path")
+        m.path = v.as_string();
+      else if (key == "base_model_name")
+        m.base_model_name = v.as_string();
+      else
+        return refuse("'" + key + "' is not a known key (name, path, base_model_name)");
+    }
+  } else {
+    const size_t eq = text.find('=');
+    if (eq == std::string_view::npos) return refuse("expected name=path or a JSON object");
+    m.name = std::string(text.substr(0, eq));
+    m.path = std::string(text.substr(eq + 1));
+  }
+  if (m.name.empty()) return refuse("the adapter's name is empty");
+  if (m.path.empty()) return refuse("the adapter's path is empty");
+  return m;
+}
+
 std::string_view lora_target_name(lora_target t) noexcept {
   for (const target_info& i : k_targets)
     if (i.target == t) return i.module;

@@ -55,6 +55,15 @@ struct lora_adapter {
   static constexpr size_t k_lora_targets = 9;
 };
 
+// One served adapter, as vLLM's --lora-modules names it: "name=path", or the JSON form
+// {"name": ..., "path": ..., "base_model_name": ...}.
+struct lora_module {
+  std::string name;
+  std::string path;
+  std::string base_model_name;  // "" when not given
+};
+result<lora_module> parse_lora_module(std::string_view text);
+
 // Reads the adapter in `dir` for a base model of config `base`; a rank above min(max_rank,
 // k_max_lora_rank) is refused.
 result<lora_adapter> load_lora_adapter(const std::filesystem::path& dir, const model_config& base,

@@ -67,6 +67,10 @@ struct sampling_params {
   // enter, the prefix cache only under this salt (its first block chained onto it instead of 0),
   // so requests with different salts, or one with and one without, never share a block. 0: none.
   uint64_t cache_salt = 0;
+  // The LoRA adapter the request runs with: 1 + its index among the served adapters
+  // (--lora-modules); 0: the base model. Its blocks are cached apart from other adapters'
+  // (prefix_cache_salt).
+  int32_t lora_id = 0;
 
   bool greedy() const noexcept { return temperature <= 0.0f; }
 };
@@ -78,6 +82,16 @@ inline uint64_t cache_salt_hash(const std::string& salt) noexcept {
     h ^= c;
     h *= 1099511628211ull;
   }
+  return h == 0 ? 1 : h;
+}
+
+// The parent hash of a request's first KV block: its cache_salt, with its LoRA adapter folded in
+// (0: no salt, the base model). Requests share prefix-cache blocks only when both agree.
+inline uint64_t prefix_cache_salt(const sampling_params& p) noexcept {
+  if (p.lora_id == 0) return p.cache_salt;
+  uint64_t h = (p.cache_salt ^ 0x9e3779b97f4a7c15ull) * 1099511628211ull;
+  h ^= static_cast<uint64_t>(p.lora_id) * 0xc2b2ae3d27d4eb4full;
+  h *= 1099511628211ull;
   return h == 0 ? 1 : h;
 }
 
