@@ -238,7 +238,8 @@ class engine_impl final : public engine {
         .extra_eos = std::vector<int32_t>(eos.size() > 1 ? eos.begin() + 1 : eos.end(), eos.end()),
         .num_kv_blocks = ei.num_kv_blocks,
         .max_consecutive_failures = cfg_.max_consecutive_step_failures,
-        .whole_prompts = ei.whole_prompts};
+        .whole_prompts = ei.whole_prompts,
+        .num_loras = static_cast<int32_t>(cfg_.lora_modules.size())};
   }
 
   // The serving graph, and the one place that says who sends to whom:
@@ -463,6 +464,11 @@ class engine_impl final : public engine {
     engine_metrics out;
     out.requests_running = m.running.load(std::memory_order_relaxed);
     out.requests_waiting = m.waiting.load(std::memory_order_relaxed);
+    for (auto [mask, names] :
+         {std::pair{m.lora_running.load(std::memory_order_relaxed), &out.lora_running},
+          std::pair{m.lora_waiting.load(std::memory_order_relaxed), &out.lora_waiting}})
+      for (size_t i = 0; i < info_.lora_modules.size() && i < 64; ++i)
+        if (mask >> i & 1) names->push_back(info_.lora_modules[i].name);
     out.kv_blocks_total = m.kv_total.load(std::memory_order_relaxed);
     out.kv_blocks_free = m.kv_free.load(std::memory_order_relaxed);
     out.kv_blocks_cached_free = m.kv_cached_free.load(std::memory_order_relaxed);

@@ -25,6 +25,8 @@ struct histogram_snapshot {
 // Counters, gauges and latency histograms for /metrics (cumulative since start; buckets as vLLM's).
 struct engine_metrics {
   int64_t requests_running = 0, requests_waiting = 0;
+  // The LoRA adapters (their --lora-modules names) of running and of waiting requests.
+  std::vector<std::string> lora_running, lora_waiting;
   int64_t kv_blocks_total = 0, kv_blocks_free = 0;
   int64_t kv_blocks_cached_free = 0;            // of the free ones: still holding a cached prefix
   int64_t prefix_queries = 0, prefix_hits = 0;  // in tokens

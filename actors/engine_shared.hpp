@@ -54,6 +54,8 @@ struct metrics_cell {
   std::atomic<int64_t> open_requests{0}, rejected{0};
   // scheduler
   std::atomic<int64_t> running{0}, waiting{0}, preemptions{0}, prompt_tokens{0}, steps{0};
+  // LoRA adapters of the running and waiting sequences (step_planner::lora_masks).
+  std::atomic<uint64_t> lora_running{0}, lora_waiting{0};
   std::atomic<int64_t> waiting_tokens{0};  // prompt tokens of waiting sequences not yet computed
   // kv_allocator
   std::atomic<int64_t> kv_total{0}, kv_free{0}, kv_cached_free{0}, prefix_queries{0},

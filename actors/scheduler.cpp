@@ -26,6 +26,9 @@ void scheduler::publish() {
   m.running.store(planner_.num_running(), std::memory_order_relaxed);
   m.waiting.store(planner_.num_waiting(), std::memory_order_relaxed);
   m.waiting_tokens.store(planner_.num_waiting_tokens(), std::memory_order_relaxed);
+  const auto [lora_running, lora_waiting] = planner_.lora_masks();
+  m.lora_running.store(lora_running, std::memory_order_relaxed);
+  m.lora_waiting.store(lora_waiting, std::memory_order_relaxed);
   m.preemptions.store(planner_.num_preemptions(), std::memory_order_relaxed);
   const speculation_stats& sp = planner_.speculation();
   m.spec_drafts.store(sp.drafts, std::memory_order_relaxed);

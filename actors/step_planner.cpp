@@ -507,6 +507,20 @@ int64_t step_planner::num_waiting_tokens() const {
   return n;
 }
 
+std::pair<uint64_t, uint64_t> step_planner::lora_masks() const {
+  uint64_t running = 0, waiting = 0;
+  if (config_.num_loras == 0) return {0, 0};
+  auto bit = [&](seq_id_t id) -> uint64_t {
+    const sequence* s = seqs_.find(id);
+    const int32_t lora = s == nullptr ? 0 : s->params.lora_id;
+    return lora >= 1 && lora <= 64 ? uint64_t{1} << (lora - 1) : 0;
+  };
+  for (seq_id_t id : running_) running |= bit(id);
+  for (seq_id_t id : waiting_) waiting |= bit(id);
+  for (seq_id_t id : forking_) waiting |= bit(id);
+  return {running, waiting};
+}
+
 std::vector<request_status> step_planner::requests(clock::time_point now, size_t limit) const {
   std::unordered_map<uint64_t, request_status> by_id;
   seqs_.for_each([&](uint64_t, const sequence& s) {

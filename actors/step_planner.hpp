@@ -68,6 +68,9 @@ struct planner_config {
   // step's remaining budget (encoder models, which see a whole sequence in one pass). Every
   // prompt must then fit max_num_batched_tokens.
   bool whole_prompts = false;
+  // LoRA adapters served (sampling_params::lora_id in [1, num_loras]); 0: none, and lora_masks()
+  // does not look.
+  int32_t num_loras = 0;
 };
 
 // Speculative decoding counters (cumulative), as vLLM's spec_decode metrics.
@@ -204,6 +207,10 @@ class step_planner {
   // Tokens of waiting sequences not yet computed (prompts, and outputs to recompute after a
   // preemption); n > 1 children waiting for their parent are not counted. O(waiting).
   int64_t num_waiting_tokens() const;
+  // The LoRA adapters of the running and of the waiting sequences, as bit masks (bit k: lora_id
+  // k + 1; adapters past the 64th are not represented). O(running + waiting) with adapters served,
+  // nothing without.
+  std::pair<uint64_t, uint64_t> lora_masks() const;
   const sequence* find(seq_id_t id) const;
   // The requests held, running ones first, then oldest first (at most `limit`).
   std::vector<request_status> requests(clock::time_point now, size_t limit) const;

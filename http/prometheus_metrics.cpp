@@ -110,8 +110,9 @@ double kv_usage(const engine_metrics& m) {
 }
 
 // The families the Gateway API Inference Extension's model-server protocol reads, under vLLM's
-// names (its routers scrape vLLM servers): queue and batch sizes, KV usage, the LoRA adapters
-// (none: coserve serves no adapters, max_lora 0) and the cache's block size and count.
+// names (its routers scrape vLLM servers): queue and batch sizes, KV usage, the LoRA adapters of
+// running and waiting requests (max_lora: the adapters served, all of which may share a step) and
+// the cache's block size and count.
 void render_vllm_compatible(exposition& x, const engine_metrics& m, const model_info& info) {
   x.single("vllm:num_requests_running", "gauge", "Requests in the running batch (vLLM's name).",
            static_cast<double>(m.requests_running));
@@ -120,12 +121,19 @@ void render_vllm_compatible(exposition& x, const engine_metrics& m, const model_
   x.single("vllm:kv_cache_usage_perc", "gauge",
            "Fraction of KV cache blocks in use, 0..1 (vLLM's name).", kv_usage(m));
   x.family("vllm:lora_requests_info", "gauge",
-           "LoRA adapters running and waiting, and the most at once; the value is the scrape's "
-           "unix time (vLLM's name and labels).");
+           "LoRA adapters of running and of waiting requests (comma-separated), and how many may "
+           "run at once (every served adapter); the value is the scrape's unix time (vLLM's name "
+           "and labels).");
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  x.sample(R"(vllm:lora_requests_info{max_lora="0",running_lora_adapters="",)"
-           R"(waiting_lora_adapters=""})",
+  auto joined = [](const std::vector<std::string>& names) {
+    std::string s;
+    for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+    return escape_label_value(s);
+  };
+  x.sample("vllm:lora_requests_info{max_lora=\"" + std::to_string(info.lora_modules.size()) +
+               "\",running_lora_adapters=\"" + joined(m.lora_running) +
+               "\",waiting_lora_adapters=\"" + joined(m.lora_waiting) + "\"}",
            now);
   x.family("vllm:cache_config_info", "gauge",
            "The KV cache's configuration as labels, value 1 (vLLM's name; num_gpu_blocks is the "

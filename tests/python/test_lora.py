@@ -149,3 +149,28 @@ def test_every_generation_route_takes_the_adapter(tmp_path):
         assert text("/v1/completions", "tuned") != text("/v1/completions", "base")
     finally:
         s.stop()
+
+
+def test_lora_requests_info_names_the_running_adapter(lora_server):
+    """vLLM's vllm:lora_requests_info: max_lora and the adapters of running requests, read by
+    prometheus_client while a long adapter stream runs, and empty lists once it ends."""
+    from prometheus_client.parser import text_string_to_metric_families
+    s, fx = lora_server, lora_server.fixture
+
+    def labels():
+        for fam in text_string_to_metric_families(httpx.get(s.url + "/metrics").text):
+            for sample in fam.samples:
+                if sample.name == "vllm:lora_requests_info":
+                    return sample.labels
+        return None
+
+    seen = []
+    with cf.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(greedy, s, "tuned", fx["prompt"], 400)
+        while not fut.done():
+            seen.append(labels())
+        fut.result()
+    assert any(l["running_lora_adapters"] == "tuned" for l in seen), seen[-3:]
+    final = labels()
+    assert final["max_lora"] == "1" and final["model_name"] == "base"
+    assert final["running_lora_adapters"] == "" and final["waiting_lora_adapters"] == ""
