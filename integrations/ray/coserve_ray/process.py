@@ -1,5 +1,5 @@
 """One `coserve serve` process, supervised: started on a free loopback port, waited for until
-/health answers 200, checked, read for its queue depth, and stopped with SIGTERM (coserve drains:
+/health answers 200, checked, and stopped with SIGTERM (coserve drains:
 in-flight requests run up to its --shutdown-timeout, new ones are refused)."""
 import os
 import re
@@ -62,16 +62,6 @@ class CoserveProcess:
             return httpx.get(self.url + "/health", timeout=timeout).status_code == 200
         except httpx.HTTPError:
             return False
-
-    def queue_depth(self, timeout=5.0):
-        """{"running": R, "waiting": W} from vLLM's gauges on /metrics."""
-        text = httpx.get(self.url + "/metrics", timeout=timeout).text
-        out = {"running": 0.0, "waiting": 0.0}
-        for name in out:
-            m = re.search(r"^vllm:num_requests_" + name + r"\{[^}]*\} (\S+)$", text, re.M)
-            if m:
-                out[name] = float(m.group(1))
-        return out
 
     def stop(self, timeout_s):
         """SIGTERM (coserve drains), then SIGKILL after `timeout_s`."""
